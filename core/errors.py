@@ -1,13 +1,13 @@
 """The one error hierarchy of crossmem; `functions/errors.py` maps it to HTTP answers.
 
-    CrossmemError
-    ├── InputError            the caller sent something we cannot take (4xx)
-    │   ├── EmptyMessage
-    │   └── MessageTooLong
-    ├── NotFound              no such conversation for this person (404)
-    ├── AuthError             no valid credentials (401)
-    ├── StoreUnavailable      the database failed or could not be reached
-    └── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+CrossmemError
+├── InputError            the caller sent something we cannot take (4xx)
+│   ├── EmptyMessage
+│   └── MessageTooLong
+├── NotFound              no such conversation for this person (404)
+├── AuthError             no valid credentials (401)
+├── StoreUnavailable      the database failed or could not be reached
+└── ModelUnavailable      the model failed, answered nonsense or passed its deadline
 """
 
 

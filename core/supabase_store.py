@@ -20,9 +20,7 @@ class SupabaseStore:
         self._client = create_client(
             url,
             service_role_key,
-            options=ClientOptions(
-                postgrest_client_timeout=timeout_s, auto_refresh_token=False, persist_session=False
-            ),
+            options=ClientOptions(postgrest_client_timeout=timeout_s, auto_refresh_token=False, persist_session=False),
         )
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:

@@ -132,7 +132,9 @@ def test_web_prepends_secondary_messages_unless_it_shows_a_secondary_conversatio
     start = memory.begin_turn(Person(user_id=person), Surface.WEB, "on the web", "w1", web.id)
     assert [m.content for m in start.prepend] == ["said on telegram", "telegram reply"]
     assert [m.content for m in start.history] == ["on the web"]
-    inside = memory.begin_turn(Person(user_id=person), Surface.WEB, "inside telegram's thread", "w2", telegram.conversation_id)
+    inside = memory.begin_turn(
+        Person(user_id=person), Surface.WEB, "inside telegram's thread", "w2", telegram.conversation_id
+    )
     assert inside.prepend == []
     assert [m.content for m in inside.history] == ["said on telegram", "telegram reply", "inside telegram's thread"]
 

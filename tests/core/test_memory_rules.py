@@ -27,9 +27,7 @@ def count(database_url: str, query: str, *params: object) -> int:
 def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, database_url: str) -> None:
     who = Person(sender_id=f"race-{uuid.uuid4().hex}")
     with ThreadPoolExecutor(max_workers=50) as pool:
-        starts = list(
-            pool.map(lambda i: memory.begin_turn(who, Surface.TELEGRAM, f"message {i}", f"u{i}"), range(50))
-        )
+        starts = list(pool.map(lambda i: memory.begin_turn(who, Surface.TELEGRAM, f"message {i}", f"u{i}"), range(50)))
     assert not any(start.degraded or start.duplicate for start in starts)
     user_ids = {start.user_id for start in starts}
     assert len(user_ids) == 1
@@ -46,8 +44,14 @@ def test_one_delivery_five_times_concurrently_is_stored_once(memory: Memory, dat
         starts = list(pool.map(lambda _: memory.begin_turn(who, Surface.WHATSAPP, "hola", "SM-same"), range(5)))
     assert sorted(start.duplicate for start in starts) == [False, True, True, True, True]
     assert len({start.message_id for start in starts}) == 1
-    assert count(database_url, "select count(*) from messages where external_id = 'SM-same' and user_id = %s",
-                 starts[0].user_id) == 1
+    assert (
+        count(
+            database_url,
+            "select count(*) from messages where external_id = 'SM-same' and user_id = %s",
+            starts[0].user_id,
+        )
+        == 1
+    )
 
 
 def test_messages_outside_the_window_are_not_context(memory: Memory, database_url: str) -> None:
@@ -84,9 +88,7 @@ def test_empty_and_too_long_messages_are_refused_and_store_nothing(memory: Memor
     assert count(database_url, "select count(*) from conversations where user_id = %s", person) == 0
 
 
-turns = st.lists(
-    st.tuples(st.integers(0, 19), st.sampled_from(list(Surface)), st.booleans()), min_size=1, max_size=40
-)
+turns = st.lists(st.tuples(st.integers(0, 19), st.sampled_from(list(Surface)), st.booleans()), min_size=1, max_size=40)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -106,7 +108,10 @@ def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, da
     for index, (who, surface, reply) in enumerate(turns):
         person = people[who]
         start = memory.begin_turn(
-            Person(user_id=person), surface, f"{person} says {index}", f"t{index}",
+            Person(user_id=person),
+            surface,
+            f"{person} says {index}",
+            f"t{index}",
             web_conversations[person] if surface is Surface.WEB else None,
         )
         assert start.message_id is not None and start.user_id == person
@@ -125,7 +130,7 @@ def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, da
             assert len(context) <= limits.max_messages
             assert all(message.created_at >= horizon for message in context)
             window = sorted((at, id_) for id_, at in own.items() if at >= horizon and id_ <= start.message_id)
-            assert order == window[len(window) - len(context):]
+            assert order == window[len(window) - len(context) :]
         else:
             assert len(start.prepend) <= limits.web_prepend and len(start.history) <= limits.max_messages
             assert all(message.created_at >= horizon for message in start.prepend)

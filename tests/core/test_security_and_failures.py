@@ -39,7 +39,8 @@ def test_authenticated_reads_only_its_own_rows_and_cannot_write(memory: Memory, 
             assert connection.execute(f"select count(*) from {table}").fetchone() == (0,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             connection.execute(
-                "insert into messages (conversation_id, user_id, surface, role, content) values (%s, %s, 'web', 'user', 'x')",
+                "insert into messages (conversation_id, user_id, surface, role, content)"
+                " values (%s, %s, 'web', 'user', 'x')",
                 (start.conversation_id, owner),
             )
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -1,0 +1,96 @@
+"""Anthropic's prompt-caching rules, as a simulator.
+
+- A request is a sequence of blocks (system, then each message's content blocks);
+  `cache_control` marks breakpoints (at most 4).
+- Each breakpoint whose prefix reaches the model's minimum cacheable length writes a
+  cache entry for the prefix up to and including it.
+- A breakpoint reads the longest prefix already cached that ends at it or at one of the
+  19 block boundaries before it.
+- Entries live 5 minutes, and a hit refreshes them.
+- Billing: cache reads 0.1x, cache writes 1.25x, the rest 1x.
+
+The fake Anthropic server of the tests reports usage with it, and the caching benchmark
+prices whole conversations with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+LOOKBACK_BLOCKS = 20
+READ_PRICE, WRITE_PRICE = 0.1, 1.25
+
+
+def count_tokens(text: str) -> int:
+    """About four characters a token: Claude's tokenizer is not public, the ratio is."""
+    return max(1, len(text) // 4)
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    input_tokens: int  # uncached
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    @property
+    def cost(self) -> float:
+        """Relative to billing every token at the base input price."""
+        return (
+            self.input_tokens
+            + WRITE_PRICE * self.cache_creation_input_tokens
+            + READ_PRICE * self.cache_read_input_tokens
+        )
+
+
+def request_blocks(body: dict[str, Any]) -> tuple[list[str], list[int]]:
+    """The texts of a Messages API request's blocks, and which of them are breakpoints."""
+    blocks: list[dict[str, Any]] = []
+    system = body.get("system", [])
+    blocks += [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+    for message in body.get("messages", []):
+        content = message["content"]
+        blocks += [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    texts = [json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True) for block in blocks]
+    breakpoints = [index for index, block in enumerate(blocks) if "cache_control" in block]
+    return texts, breakpoints
+
+
+@dataclass
+class PromptCache:
+    min_tokens: int = 1024
+    ttl_s: float = 300.0
+    entries: dict[str, float] = field(default_factory=dict)
+
+    def request(self, body: dict[str, Any], now: float) -> CacheUsage:
+        texts, breakpoints = request_blocks(body)
+        tokens = [count_tokens(json.loads(text).get("text", "")) for text in texts]
+        keys, cumulative, digest, running = [], [], hashlib.sha256(), 0
+        for text, size in zip(texts, tokens, strict=True):
+            digest.update(text.encode())
+            keys.append(digest.hexdigest())
+            running += size
+            cumulative.append(running)
+        total = running
+        read_end = -1
+        for breakpoint in breakpoints:
+            for index in range(breakpoint, max(-1, breakpoint - LOOKBACK_BLOCKS), -1):
+                if self.entries.get(keys[index], -1.0) >= now:
+                    read_end = max(read_end, index)
+                    break
+        if read_end >= 0:
+            self.entries[keys[read_end]] = now + self.ttl_s
+        read = cumulative[read_end] if read_end >= 0 else 0
+        written_end = read_end
+        for breakpoint in breakpoints:
+            if cumulative[breakpoint] >= self.min_tokens:
+                self.entries[keys[breakpoint]] = now + self.ttl_s
+                written_end = max(written_end, breakpoint)
+        written = cumulative[written_end] - read if written_end > read_end else 0
+        return CacheUsage(total - read - written, written, read)

@@ -1,0 +1,105 @@
+"""What the model sees: the stored window turned into a valid, cache-stable conversation.
+
+Rules (DESIGN.md): the conversation starts with the person, never has two turns of one
+role in a row (they are merged), holds nothing empty, and ends with the person's new
+message. Each of the person's messages may carry where and when it was written,
+`[telegram · 09:12]`, so the agent can say where something was said. The tag is fixed
+per message, so the rendered prefix is the same from one turn to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from core.models import Role, StoredMessage, Surface
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One message before rendering: stored, or sent by the web client as its history."""
+
+    role: Role
+    content: str
+    surface: Surface
+    created_at: datetime | None = None
+    id: int | None = None
+
+    @classmethod
+    def from_stored(cls, message: StoredMessage) -> ContextItem:
+        return cls(message.role, message.content, message.surface, message.created_at, message.id)
+
+
+@dataclass(frozen=True)
+class Source:
+    surface: Surface
+    text: str
+
+
+@dataclass(frozen=True)
+class ModelMessage:
+    role: Role
+    content: str
+    sources: tuple[Source, ...]
+
+
+def tag(item: ContextItem, zone: ZoneInfo, today: datetime | None) -> str:
+    if item.created_at is None:
+        return f"[{item.surface.value}]"
+    local = item.created_at.astimezone(zone)
+    if today is not None and local.date() != today.astimezone(zone).date():
+        return f"[{item.surface.value} · {local:%a %H:%M}]"
+    return f"[{item.surface.value} · {local:%H:%M}]"
+
+
+def build_model_messages(
+    items: Sequence[ContextItem], *, annotate: bool = True, zone: ZoneInfo | None = None
+) -> list[ModelMessage]:
+    zone = zone or ZoneInfo("UTC")
+    kept = [item for item in items if item.content.strip()]
+    today = next((item.created_at for item in reversed(kept) if item.created_at is not None), None)
+    merged: list[tuple[Role, list[str], list[Source]]] = []
+    for item in kept:
+        text = item.content.strip()
+        rendered = f"{tag(item, zone, today)} {text}" if annotate and item.role is Role.USER else text
+        if merged and merged[-1][0] is item.role:
+            merged[-1][1].append(rendered)
+            merged[-1][2].append(Source(item.surface, text))
+        else:
+            merged.append((item.role, [rendered], [Source(item.surface, text)]))
+    while merged and merged[0][0] is Role.ASSISTANT:
+        merged.pop(0)
+    while merged and merged[-1][0] is Role.ASSISTANT:
+        merged.pop()
+    return [ModelMessage(role, "\n\n".join(parts), tuple(sources)) for role, parts, sources in merged]
+
+
+def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[ContextItem]:
+    """The last messages, at most `limit`, whose start moves `step` messages at a time
+    (the rule of the SQL function `context_window`, for a history the web client sent)."""
+    total, step = len(items), max(step, 1)
+    if limit <= 0:
+        return []
+    if total <= limit:
+        return list(items)
+    keep = total - -(-(total - limit) // step) * step
+    return list(items[total - keep :])
+
+
+def web_items(
+    prepend: Sequence[StoredMessage],
+    history: Sequence[StoredMessage],
+    client_history: Sequence[ContextItem] | None,
+    current: ContextItem,
+) -> list[ContextItem]:
+    """The web's context: its own thread (the client's, else the stored one) after the
+    secondary surfaces' recent messages, each message once (by id)."""
+    if client_history is None:
+        own = [ContextItem.from_stored(message) for message in history] or [current]
+    else:
+        own = [*client_history, current]
+    seen = {item.id for item in own if item.id is not None}
+    before = [ContextItem.from_stored(message) for message in prepend if message.id not in seen]
+    return before + own

@@ -1,0 +1,137 @@
+"""The model: a small protocol, and Claude through the anthropic SDK (imported only here).
+
+The SDK is imported on the first model call, not before: importing it costs about a
+second of cold start, and a Telegram update that never reaches the model should not pay.
+
+Prompt caching: two breakpoints. One after the system prompt, which holds when the
+window's start moves; one on the last message, so the next turn, which repeats this
+request and adds two messages, reads everything up to here from the cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from core.context import ModelMessage
+from core.errors import ModelUnavailable
+
+CACHE = {"type": "ephemeral"}
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    text: str
+    usage: Usage
+
+
+class Model(Protocol):
+    name: str
+
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply: ...
+
+    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+        """Text as it is written, then one `Usage` at the end."""
+        ...
+
+
+def messages_request(model: str, max_tokens: int, system: str, messages: Sequence[ModelMessage]) -> dict[str, Any]:
+    """The Messages API request body for a context, with its cache breakpoints."""
+    body: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        block: dict[str, Any] = {"type": "text", "text": message.content}
+        if index == len(messages) - 1:
+            block["cache_control"] = CACHE
+        body.append({"role": message.role.value, "content": [block]})
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": [{"type": "text", "text": system, "cache_control": CACHE}],
+        "messages": body,
+    }
+
+
+def _usage(raw: Any) -> Usage:
+    return Usage(
+        input_tokens=int(getattr(raw, "input_tokens", 0) or 0),
+        output_tokens=int(getattr(raw, "output_tokens", 0) or 0),
+        cache_creation_input_tokens=int(getattr(raw, "cache_creation_input_tokens", 0) or 0),
+        cache_read_input_tokens=int(getattr(raw, "cache_read_input_tokens", 0) or 0),
+    )
+
+
+class AnthropicModel:
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        max_tokens: int,
+        base_url: str | None = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 2,
+    ) -> None:
+        self.name = model
+        self._api_key = api_key
+        self._max_tokens = max_tokens
+        self._base_url = base_url
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply:
+        import anthropic
+
+        request = messages_request(self.name, self._max_tokens, system, messages)
+        try:
+            response = self._sdk(timeout_s).messages.create(**request)
+            text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
+            usage = _usage(response.usage)
+        except anthropic.APIStatusError as exc:
+            raise ModelUnavailable(f"the model answered {exc.status_code}") from exc
+        except anthropic.APITimeoutError as exc:
+            raise ModelUnavailable("the model timed out") from exc
+        except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
+            raise ModelUnavailable(f"the model's answer was unusable: {type(exc).__name__}") from exc
+        if not text.strip():
+            raise ModelUnavailable("the model answered with no text")
+        return ModelReply(text, usage)
+
+    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+        import anthropic
+
+        request = messages_request(self.name, self._max_tokens, system, messages)
+        try:
+            with self._sdk(timeout_s).messages.stream(**request) as stream:
+                yield from stream.text_stream
+                yield _usage(stream.get_final_message().usage)
+        except anthropic.APIStatusError as exc:
+            raise ModelUnavailable(f"the model answered {exc.status_code}") from exc
+        except anthropic.APITimeoutError as exc:
+            raise ModelUnavailable("the model timed out") from exc
+        except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
+            raise ModelUnavailable(f"the model's stream was unusable: {type(exc).__name__}") from exc
+
+    def _sdk(self, timeout_s: float) -> Any:
+        with self._lock:
+            if self._client is None:
+                import anthropic
+
+                self._client = anthropic.Anthropic(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    timeout=self._timeout_s,
+                    max_retries=self._max_retries,
+                )
+        return self._client.with_options(timeout=min(timeout_s, self._timeout_s))

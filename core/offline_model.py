@@ -1,0 +1,68 @@
+"""`OfflineModel`: the stand-in used when no ANTHROPIC_API_KEY is set (and by `make dev`).
+
+No network and no randomness. Its answer shows the memory at work: how many earlier
+messages it sees, from which surfaces, and the latest thing the person said elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from core.context import ModelMessage
+from core.llm import ModelReply, Usage
+from core.models import Role
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class OfflineModel:
+    name = "offline-stand-in"
+
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply:
+        text = self.compose(messages)
+        return ModelReply(
+            text, Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=len(text) // 4)
+        )
+
+    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+        reply = self.reply(system, messages, timeout_s)
+        words = reply.text.split(" ")
+        for index, word in enumerate(words):
+            yield word if index == len(words) - 1 else word + " "
+        yield reply.usage
+
+    @staticmethod
+    def compose(messages: Sequence[ModelMessage]) -> str:
+        sources = [(message.role, source) for message in messages for source in message.sources]
+        if not sources:
+            return "(Offline stand-in model, no ANTHROPIC_API_KEY set.) I received nothing to answer."
+        _, current = sources[-1]
+        earlier = sources[:-1]
+        surfaces = sorted({source.surface.value for _, source in earlier})
+        lines = [
+            "(Offline stand-in model: no ANTHROPIC_API_KEY is set, so this answer is generated locally.)",
+            f'You said on {current.surface.value}: "{_quote(current.text)}".',
+        ]
+        if earlier:
+            lines.append(
+                f"I can see {len(earlier)} earlier message{'s' if len(earlier) != 1 else ''} in our thread,"
+                f" from {', '.join(surfaces)}."
+            )
+        else:
+            lines.append("I see no earlier messages in our thread yet.")
+        elsewhere = next(
+            (
+                source
+                for role, source in reversed(earlier)
+                if role is Role.USER and source.surface is not current.surface
+            ),
+            None,
+        )
+        if elsewhere is not None:
+            lines.append(
+                f'The last thing you told me elsewhere, on {elsewhere.surface.value}, was: "{_quote(elsewhere.text)}".'
+            )
+        return " ".join(lines)

@@ -1,0 +1,279 @@
+"""One turn, the same on every surface: who is writing, what they said, what to answer.
+
+    resolve the person -> begin_turn (1 round trip) -> skip the model on a redelivery
+    -> the model within the surface's deadline -> send -> finish_turn (1 round trip)
+
+Failure policy (DESIGN.md): the context cannot be loaded -> answer without history; the
+model fails or passes its deadline -> a short fallback answer, the person's message
+stays stored and the fallback is not; the reply cannot be stored -> it still goes out.
+One JSON log line per turn with its figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from core.context import ContextItem, ModelMessage, build_model_messages, stepped_tail, web_items
+from core.errors import ModelUnavailable
+from core.identity import IdentityPolicy
+from core.llm import Model, ModelReply, Usage
+from core.memory import Memory
+from core.models import Person, Role, Surface, TurnStart
+
+log = logging.getLogger("crossmem.turn")
+
+
+class ReplyChannel(Protocol):
+    """How a surface that pushes its replies (Telegram's Bot API) reaches the person."""
+
+    def show_typing(self) -> None: ...
+
+    def send(self, text: str) -> bool:
+        """Deliver the text; True when it arrived."""
+        ...
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    surface: Surface
+    text: str
+    external_id: str | None
+    sender_id: str | None = None
+    user_id: UUID | None = None
+    conversation_id: UUID | None = None
+    client_history: Sequence[ContextItem] | None = None
+    deadline_s: float = 30.0
+
+
+class Outcome(StrEnum):
+    ANSWERED = "answered"
+    FALLBACK = "fallback"
+    DUPLICATE = "duplicate"
+    REDELIVERED = "redelivered"
+    REFUSED = "refused"
+
+
+@dataclass
+class TurnFigures:
+    latency_ms: float = 0.0
+    round_trips: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cache_read_tokens: int = 0
+    context_messages: int = 0
+    degraded: bool = False
+    error: str | None = None
+
+    def add_usage(self, usage: Usage) -> None:
+        self.input_tokens = usage.input_tokens
+        self.output_tokens = usage.output_tokens
+        self.cache_creation_tokens = usage.cache_creation_input_tokens
+        self.cache_read_tokens = usage.cache_read_input_tokens
+
+
+@dataclass
+class TurnResult:
+    outcome: Outcome
+    reply: str | None
+    user_id: UUID | None = None
+    conversation_id: UUID | None = None
+    message_id: int | None = None
+    reply_id: int | None = None
+    figures: TurnFigures = field(default_factory=TurnFigures)
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    system_prompt: str
+    fallback_reply: str
+    stranger_reply: str
+    annotate: bool = True
+    timezone: str = "UTC"
+
+
+class Turns:
+    def __init__(
+        self,
+        memory: Memory,
+        model: Callable[[], Model],
+        identity: IdentityPolicy,
+        settings: TurnSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.memory = memory
+        self._model = model
+        self._identity = identity
+        self._settings = settings
+        self._zone = ZoneInfo(settings.timezone)
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="model")
+
+    def run(self, request: TurnRequest, channel: ReplyChannel | None = None) -> TurnResult:
+        """A whole turn. With a channel the reply is sent through it; without one the
+        caller answers with `result.reply` in its response."""
+        began = self._clock()
+        start, figures, result = self._begin(request, pushes=channel is not None)
+        if result is not None:
+            if channel is not None and result.reply is not None:
+                if result.outcome is Outcome.REFUSED:
+                    channel.send(result.reply)
+                elif result.outcome is Outcome.REDELIVERED and channel.send(result.reply):
+                    assert result.user_id is not None and result.reply_id is not None
+                    self.memory.mark_delivered(result.user_id, result.reply_id)
+                    result.figures.round_trips += 1
+            return self._logged(request, result, began)
+        messages = self._messages(request, start)
+        figures.context_messages = len(messages)
+        if channel is not None:
+            channel.show_typing()
+        outcome, text = Outcome.ANSWERED, ""
+        try:
+            answer = self._ask(messages, request.deadline_s)
+            text = answer.text
+            figures.add_usage(answer.usage)
+        except ModelUnavailable as exc:
+            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
+        delivered = channel.send(text) if channel is not None else True
+        if channel is not None and not delivered:
+            figures.error = "the reply could not be delivered"
+        result = self._result(outcome, text, start, figures)
+        if outcome is Outcome.ANSWERED:
+            self._finish(result, start, text, delivered)
+        return self._logged(request, result, began)
+
+    def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
+        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`."""
+        began = self._clock()
+        start, figures, result = self._begin(request, pushes=False)
+        if result is not None:
+            if result.reply:
+                yield result.reply
+            yield self._logged(request, result, began)
+            return
+        messages = self._messages(request, start)
+        figures.context_messages = len(messages)
+        parts: list[str] = []
+        outcome = Outcome.ANSWERED
+        try:
+            for chunk in self._model().stream(self._settings.system_prompt, messages, request.deadline_s):
+                if isinstance(chunk, Usage):
+                    figures.add_usage(chunk)
+                    continue
+                parts.append(chunk)
+                yield chunk
+                if self._clock() - began > request.deadline_s:
+                    raise ModelUnavailable(f"no complete answer within {request.deadline_s:g} s")
+            if not "".join(parts).strip():
+                raise ModelUnavailable("the model answered with no text")
+        except ModelUnavailable as exc:
+            outcome, figures.error = Outcome.FALLBACK, str(exc)
+            fallback = ("\n\n" if parts else "") + self._settings.fallback_reply
+            parts.append(fallback)
+            yield fallback
+        text = "".join(parts)
+        result = self._result(outcome, text, start, figures)
+        if outcome is Outcome.ANSWERED:
+            self._finish(result, start, text, True)
+        yield self._logged(request, result, began)
+
+    # The steps.
+
+    def _begin(self, request: TurnRequest, *, pushes: bool) -> tuple[TurnStart, TurnFigures, TurnResult | None]:
+        """Resolve the person and store the message. The third value is the finished
+        result of a turn that needs no model: a stranger, or a redelivery.
+
+        A redelivery answers with the reply stored for it. A surface that answers in its
+        HTTP response cannot know whether that response arrived, so it always repeats
+        the reply; one that pushes (`pushes`) knows, and repeats only an undelivered one."""
+        figures = TurnFigures()
+        person = self._person(request)
+        if person is None:
+            nobody = TurnStart(None, None, None, None, duplicate=False, reply=None)
+            return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
+        start = self.memory.begin_turn(
+            person, request.surface, request.text, request.external_id, request.conversation_id
+        )
+        figures.round_trips, figures.degraded = 1, start.degraded
+        if not start.duplicate:
+            return start, figures, None
+        stored = start.reply
+        if stored is None or (pushes and stored.delivered):
+            return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
+        result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
+        result.reply_id = stored.id
+        return start, figures, result
+
+    def _person(self, request: TurnRequest) -> Person | None:
+        if request.user_id is not None:
+            return Person(user_id=request.user_id)
+        if request.sender_id is None:
+            raise ValueError("a turn needs a user_id or a sender_id")
+        return self._identity.resolve(request.surface, request.sender_id)
+
+    def _messages(self, request: TurnRequest, start: TurnStart) -> list[ModelMessage]:
+        limits = self.memory.limits
+        if start.degraded:
+            current = ContextItem(Role.USER, request.text.replace("\x00", ""), request.surface, datetime.now(UTC))
+            own = list(request.client_history or [])
+            items = [*stepped_tail(own, limits.max_messages - 1, limits.window_step), current]
+        elif request.surface is Surface.WEB:
+            client = request.client_history
+            if client is not None:
+                client = stepped_tail(list(client), limits.max_messages - 1, limits.window_step)
+            current = ContextItem.from_stored(start.history[-1])
+            items = web_items(start.prepend, start.history, client, current)
+        else:
+            items = [ContextItem.from_stored(message) for message in start.history]
+        return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
+
+    def _ask(self, messages: list[ModelMessage], deadline_s: float) -> ModelReply:
+        future = self._executor.submit(lambda: self._model().reply(self._settings.system_prompt, messages, deadline_s))
+        try:
+            return future.result(timeout=deadline_s)
+        except FuturesTimeout as exc:
+            raise ModelUnavailable(f"no answer within {deadline_s:g} s") from exc
+
+    def _finish(self, result: TurnResult, start: TurnStart, text: str, delivered: bool) -> None:
+        if start.message_id is None or start.user_id is None:
+            return
+        result.reply_id = self.memory.finish_turn(start.user_id, start.message_id, text, delivered=delivered)
+        result.figures.round_trips += 1
+        if result.reply_id is None:
+            result.figures.error = result.figures.error or "the reply could not be stored"
+
+    @staticmethod
+    def _result(outcome: Outcome, reply: str | None, start: TurnStart, figures: TurnFigures) -> TurnResult:
+        return TurnResult(
+            outcome=outcome,
+            reply=reply,
+            user_id=start.user_id,
+            conversation_id=start.conversation_id,
+            message_id=start.message_id,
+            figures=figures,
+        )
+
+    def _logged(self, request: TurnRequest, result: TurnResult, began: float) -> TurnResult:
+        result.figures.latency_ms = round((self._clock() - began) * 1000, 1)
+        figures = asdict(result.figures)
+        log.log(
+            logging.WARNING if result.figures.error else logging.INFO,
+            "turn",
+            extra={
+                "surface": request.surface.value,
+                "outcome": result.outcome.value,
+                "user_id": str(result.user_id) if result.user_id else None,
+                **figures,
+            },
+        )
+        return result

@@ -1,0 +1,214 @@
+"""The model turn against a local fake of Anthropic's API, with the real SDK and Postgres."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from core.context import ContextItem, build_model_messages
+from core.identity import IdentityPolicy
+from core.llm import AnthropicModel
+from core.memory import ContextLimits, Memory
+from core.models import Role, Surface
+from core.offline_model import OfflineModel
+from core.postgres_store import PostgresStore
+from core.prompt import DEFAULT_SYSTEM_PROMPT
+from core.turn import Outcome, TurnRequest, TurnResult, Turns, TurnSettings
+from tests.fakes.anthropic_api import FakeAnthropic
+
+SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+def claude(fake: FakeAnthropic, retries: int = 0) -> AnthropicModel:
+    return AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake.url, max_retries=retries
+    )
+
+
+@pytest.fixture
+def turns(memory: Memory, fake: FakeAnthropic) -> Turns:
+    model = claude(fake)
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+
+def say(turns: Turns, surface: Surface, text: str, user: uuid.UUID, external_id: str | None = None) -> TurnResult:
+    request = TurnRequest(surface, text, external_id or uuid.uuid4().hex, user_id=user, deadline_s=5)
+    return turns.run(request)
+
+
+def test_the_request_carries_the_cross_surface_context(turns: Turns, fake: FakeAnthropic) -> None:
+    person = uuid.uuid4()
+    say(turns, Surface.WHATSAPP, "my budget is 900 euros", person)
+    say(turns, Surface.TELEGRAM, "and I leave on Friday", person)
+    result = say(turns, Surface.WHATSAPP, "what was my budget?", person)
+    assert (
+        result.outcome is Outcome.ANSWERED
+        and result.reply == "Claude heard: " + fake.requests[-1]["messages"][-1]["content"][0]["text"]
+    )
+    body = fake.requests[-1]
+    assert body["model"] == "claude-test-1" and body["max_tokens"] == 321
+    assert body["system"] == [{"type": "text", "text": DEFAULT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
+    roles = [message["role"] for message in body["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+    texts = [message["content"][0]["text"] for message in body["messages"]]
+    assert texts[0].startswith("[whatsapp · ") and texts[0].endswith("] my budget is 900 euros")
+    assert texts[2].startswith("[telegram · ") and texts[2].endswith("] and I leave on Friday")
+    assert texts[1] == "Claude heard: " + fake.requests[0]["messages"][0]["content"][0]["text"]
+    marked = [i for i, m in enumerate(body["messages"]) if "cache_control" in m["content"][-1]]
+    assert marked == [4]
+    sent = fake.headers[-1]
+    assert sent.get("x-api-key") == "sk-ant-test" or sent.get("authorization") == "Bearer sk-ant-test"
+
+
+def test_thirty_turns_over_three_surfaces_keep_the_prefix_except_at_steps(turns: Turns, fake: FakeAnthropic) -> None:
+    person = uuid.uuid4()
+    surfaces = [Surface.TELEGRAM, Surface.WHATSAPP, Surface.WEB]
+    web = turns.memory.create_conversation(person)
+    for turn in range(30):
+        surface = surfaces[turn % 3]
+        request = TurnRequest(
+            surface,
+            f"turn {turn}: something worth remembering",
+            f"e{turn}",
+            user_id=person,
+            conversation_id=web.id if surface is Surface.WEB else None,
+            deadline_s=5,
+        )
+        assert turns.run(request).outcome is Outcome.ANSWERED
+    limits = turns.memory.limits
+
+    def window_start(turn: int) -> int:
+        count = 2 * turn + 1
+        if count <= limits.max_messages:
+            return 0
+        return -(-(count - limits.max_messages) // limits.window_step) * limits.window_step
+
+    # The web sees its own thread plus the other surfaces: compare the secondary turns' requests.
+    secondary = [(turn, body) for turn, body in enumerate(fake.requests) if surfaces[turn % 3].is_secondary]
+    breaks, steps = [], []
+    for (before_turn, before), (turn, after) in zip(secondary, secondary[1:], strict=False):
+        assert after["system"] == before["system"]
+        old = [m["content"][0]["text"] for m in before["messages"]]
+        new = [m["content"][0]["text"] for m in after["messages"]]
+        if new[: len(old)] != old:
+            breaks.append(turn)
+        if window_start(turn) != window_start(before_turn):
+            steps.append(turn)
+    assert steps, "the conversation is long enough for the window to move"
+    assert breaks == steps
+    assert len(fake.requests) == 30
+    assert all(len(body["messages"]) <= limits.max_messages for _, body in secondary)
+
+
+def test_odd_histories_still_make_a_valid_request(memory: Memory, fake: FakeAnthropic) -> None:
+    items = [
+        ContextItem(Role.ASSISTANT, "a reply whose question fell out of the window", Surface.TELEGRAM),
+        ContextItem(Role.USER, "   ", Surface.WEB),
+        ContextItem(Role.USER, "first question (its reply was lost)", Surface.TELEGRAM),
+        ContextItem(Role.USER, "second question", Surface.WHATSAPP),
+        ContextItem(Role.ASSISTANT, "", Surface.WHATSAPP),
+        ContextItem(Role.ASSISTANT, "an answer", Surface.WHATSAPP),
+        ContextItem(Role.USER, "latest", Surface.WEB),
+        ContextItem(Role.ASSISTANT, "trailing", Surface.WEB),
+    ]
+    messages = build_model_messages(items, annotate=False)
+    assert [(m.role, m.content) for m in messages] == [
+        (Role.USER, "first question (its reply was lost)\n\nsecond question"),
+        (Role.ASSISTANT, "an answer"),
+        (Role.USER, "latest"),
+    ]
+    reply = claude(fake).reply("system", messages, 5)
+    assert reply.text == "Claude heard: latest"
+    # Through the store: two user messages in a row are merged in the request.
+    person = uuid.uuid4()
+    turns = Turns(memory, lambda: claude(fake), IdentityPolicy("auto"), SETTINGS)
+    fake.behaviour = "500"
+    assert say(turns, Surface.TELEGRAM, "one", person).outcome is Outcome.FALLBACK
+    fake.behaviour = "ok"
+    say(turns, Surface.TELEGRAM, "two", person)
+    sent = fake.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user"]
+    assert sent[0]["content"][0]["text"].endswith("] one\n\n" + sent[0]["content"][0]["text"].split("\n\n")[1])
+    assert sent[0]["content"][0]["text"].endswith("] two")
+
+
+@pytest.mark.parametrize("behaviour", ["500", "529", "slow", "malformed"])
+def test_a_failing_model_gets_the_fallback_and_the_message_is_kept_once(
+    memory: Memory, fake: FakeAnthropic, database_url: str, caplog: pytest.LogCaptureFixture, behaviour: str
+) -> None:
+    fake.behaviour = behaviour
+    model = claude(fake, retries=1)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    person = uuid.uuid4()
+    with caplog.at_level(logging.INFO, logger="crossmem"):
+        result = turns.run(TurnRequest(Surface.TELEGRAM, "are you there?", "u1", user_id=person, deadline_s=1.5))
+    assert result.outcome is Outcome.FALLBACK and result.reply == "FALLBACK"
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute("select role, content from messages where user_id = %s", (person,)).fetchall()
+    assert rows == [("user", "are you there?")]
+    turn_lines = [record for record in caplog.records if record.getMessage() == "turn"]
+    assert len(turn_lines) == 1
+    reason = turn_lines[0].error  # type: ignore[attr-defined]
+    expected = {"500": "answered 500", "529": "answered 529", "slow": "within 1.5 s", "malformed": "unusable"}
+    assert expected[behaviour] in reason
+
+
+def test_one_json_log_line_per_turn_with_its_figures(
+    turns: Turns, fake: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from core.logs import configure_json_logging
+
+    configure_json_logging()
+    person = uuid.uuid4()
+    long_text = "I keep a long note here. " * 200  # past the minimum cacheable length with the system prompt
+    say(turns, Surface.TELEGRAM, long_text, person)
+    say(turns, Surface.TELEGRAM, "and a short follow-up", person)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"message": "turn"' in line]
+    assert len(lines) == 2
+    second = lines[1]
+    assert second["severity"] == "INFO" and second["surface"] == "telegram" and second["outcome"] == "answered"
+    assert second["round_trips"] == 2 and second["latency_ms"] > 0
+    assert second["cache_read_tokens"] > 1000 and second["cache_creation_tokens"] > 0
+    assert "sk-ant-test" not in json.dumps(lines)
+    logging.getLogger("crossmem").handlers.clear()
+
+
+def test_streaming_turn_yields_chunks_and_stores_the_streamed_text(
+    turns: Turns, fake: FakeAnthropic, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    events = list(
+        turns.stream(TurnRequest(Surface.WEB, "tell me a story", "c1", user_id=person, conversation_id=web.id))
+    )
+    *chunks, result = events
+    assert isinstance(result, TurnResult) and result.outcome is Outcome.ANSWERED
+    assert len(chunks) > 1
+    with psycopg.connect(database_url) as connection:
+        stored = connection.execute(
+            "select content from messages where user_id = %s and role = 'assistant'", (person,)
+        ).fetchone()
+    assert stored == ("".join(str(chunk) for chunk in chunks),)
+
+
+def test_the_offline_model_shows_the_memory_at_work(store: PostgresStore) -> None:
+    turns = Turns(Memory(store, ContextLimits()), OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    person = uuid.uuid4()
+    say(turns, Surface.TELEGRAM, "my cat is called Mishka", person)
+    reply = say(turns, Surface.WHATSAPP, "what's my cat's name?", person).reply or ""
+    assert "offline stand-in" in reply.lower()
+    assert "2 earlier messages" in reply and "from telegram" in reply
+    assert '"my cat is called Mishka"' in reply
+    assert OfflineModel.compose([]) == OfflineModel.compose([])
