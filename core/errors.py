@@ -31,6 +31,11 @@ class MessageTooLong(InputError):
         self.limit = limit
 
 
+class BodyTooLarge(InputError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is larger than {limit} bytes")
+
+
 class NotFound(CrossmemError):
     """A conversation that does not exist or belongs to someone else (never told apart)."""
 
@@ -45,3 +50,7 @@ class StoreUnavailable(CrossmemError):
 
 class ModelUnavailable(CrossmemError):
     """The model could not give an answer in time."""
+
+
+class DeliveryFailed(CrossmemError):
+    """A surface's API (Telegram's Bot API) refused a reply or could not be reached."""

@@ -67,11 +67,13 @@ class Settings(BaseSettings):
     telegram_bot_token: SecretStr | None = None
     telegram_webhook_secret: SecretStr | None = None
     telegram_api_base: str = "https://api.telegram.org"
+    telegram_bot_username: str | None = None
     telegram_reply_in_webhook: bool = False
     telegram_model_deadline: float = Field(default=25.0, gt=0)
 
     # WhatsApp through Twilio.
     twilio_auth_token: SecretStr | None = None
+    twilio_webhook_shared_key: SecretStr | None = None
     public_base_url: str | None = None
     whatsapp_model_deadline: float = Field(default=12.0, gt=0)
 
@@ -91,3 +93,11 @@ class Settings(BaseSettings):
     @property
     def is_local(self) -> bool:
         return self.app_env == "local"
+
+    @property
+    def telegram_bot_id(self) -> int | None:
+        """The bot's own user id: the digits before the colon of its token."""
+        if self.telegram_bot_token is None:
+            return None
+        head = self.telegram_bot_token.get_secret_value().split(":", 1)[0]
+        return int(head) if head.isdigit() else None

@@ -1,0 +1,31 @@
+"""Splitting a long reply into messages a surface accepts (Telegram 4096, WhatsApp 1600).
+
+Cut at the last paragraph break that fits, else the last sentence end, else the last
+space; a single word longer than the limit is the only thing ever cut inside.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*\s+")
+
+
+def split_message(text: str, limit: int) -> list[str]:
+    parts: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        window = rest[: limit + 1]
+        cut = window.rfind("\n\n")
+        if cut <= 0:
+            ends = [match.end() for match in _SENTENCE_END.finditer(window) if match.end() <= limit]
+            cut = ends[-1] if ends else -1
+        if cut <= 0:
+            cut = max(window.rfind(" "), window.rfind("\n"))
+        if cut <= 0:
+            cut = limit
+        parts.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        parts.append(rest)
+    return parts

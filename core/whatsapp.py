@@ -1,0 +1,108 @@
+"""WhatsApp through Twilio: the inbound webhook form, its signature, and TwiML answers.
+
+The twilio SDK is imported here only. Signatures: Twilio signs the URL it called plus
+the sorted form fields, with HMAC-SHA1 and the account's auth token, or, when the
+request carries `X-Twilio-Webhooks-Signature-Settings: ...,algorithm=HMAC_SHA256`, with
+HMAC-SHA256 and a webhook shared key. The SDK's RequestValidator checks both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
+from twilio.twiml.messaging_response import MessagingResponse
+
+from core.errors import InputError
+from core.splitting import split_message
+
+WHATSAPP_LIMIT = 1600
+TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
+LOCATION = "Thanks for the location. I can't use locations yet: tell me in words where you are, if it matters."
+EMPTY = "I received an empty message. What would you like to tell me?"
+
+
+class WhatsAppForm(BaseModel):
+    """The fields of Twilio's inbound message webhook that a turn needs."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    sender: str = Field(alias="From", pattern=r"^whatsapp:\+?[0-9][0-9 ()-]{4,20}$")
+    body: str = Field(default="", alias="Body")
+    message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
+    num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
+    profile_name: str | None = Field(default=None, alias="ProfileName")
+    wa_id: str | None = Field(default=None, alias="WaId")
+    message_type: str | None = Field(default=None, alias="MessageType")
+    latitude: float | None = Field(default=None, alias="Latitude")
+    longitude: float | None = Field(default=None, alias="Longitude")
+    media_content_types: list[str] = []
+
+    @classmethod
+    def from_form(cls, form: Mapping[str, str]) -> WhatsAppForm:
+        try:
+            parsed = cls.model_validate(dict(form))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first.get("loc", ())) or "form"
+            raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
+        parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
+        return parsed
+
+
+@dataclass(frozen=True)
+class Converse:
+    sender: str
+    text: str
+    message_sid: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+    reason: str
+
+
+def classify(form: WhatsAppForm) -> Converse | Notice:
+    text = form.body.strip()
+    if text:
+        return Converse(form.sender, text, form.message_sid)
+    if form.latitude is not None or form.message_type == "location":
+        return Notice(LOCATION, "location")
+    if form.num_media:
+        return Notice(TEXT_ONLY, "media:" + ",".join(form.media_content_types))
+    return Notice(EMPTY, "empty body")
+
+
+def signature_is_valid(
+    url: str,
+    form: Mapping[str, str],
+    signature: str | None,
+    *,
+    auth_token: str,
+    shared_key: str | None,
+    settings_header: str | None,
+) -> bool:
+    """True when `signature` is Twilio's for `url` and `form`, by either algorithm."""
+    if not signature:
+        return False
+    algorithm = get_signature_algorithm(settings_header)
+    secret = auth_token if algorithm == HMAC_SHA1 else shared_key
+    if not secret:
+        return False
+    return bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
+
+
+def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | None = None) -> str:
+    """Twilio's signature of a form post (for `crossmem say`)."""
+    return str(RequestValidator(secret).compute_signature(url, form, algorithm))
+
+
+def twiml(text: str | None) -> str:
+    """A TwiML answer: the text in messages of at most 1600 characters, or no message."""
+    response = MessagingResponse()
+    for part in split_message(text or "", WHATSAPP_LIMIT):
+        response.message(part)
+    return str(response)

@@ -1,0 +1,170 @@
+"""`crossmem`: the command line. `crossmem --help` lists the commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from typing import Any
+
+import httpx
+
+from core.errors import CrossmemError, DeliveryFailed
+from core.postgres_store import PostgresStore
+from functions import runtime
+
+
+def migrate(args: argparse.Namespace) -> int:
+    config = runtime.settings()
+    if config.database_url is None:
+        print("crossmem migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
+        return 2
+    from core.embedded import MIGRATIONS, SUPABASE_STANDINS
+
+    store = PostgresStore(config.database_url.get_secret_value(), connect_timeout_s=config.database_connect_timeout)
+    if args.supabase_standins:
+        store.run_script(SUPABASE_STANDINS.read_text())
+    applied = store.apply_migrations(MIGRATIONS)
+    store.close()
+    print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
+    return 0
+
+
+def history(args: argparse.Namespace) -> int:
+    messages = runtime.memory().person_history(uuid.UUID(args.user), limit=args.limit)
+    if args.json:
+        print(json.dumps([message.as_json() for message in messages], ensure_ascii=False, indent=2))
+        return 0
+    for message in messages:
+        print(f"{message.created_at:%Y-%m-%d %H:%M} [{message.surface.value}] {message.role.value}: {message.content}")
+    return 0
+
+
+def dev(args: argparse.Namespace) -> int:
+    from functions.local_dev import serve
+
+    serve(args.port)
+    return 0
+
+
+def say(args: argparse.Namespace) -> int:
+    """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
+    from functions.local_dev import DEMO_TELEGRAM_ID, DEMO_WHATSAPP_NUMBER, apply_dev_defaults
+
+    apply_dev_defaults(args.port)
+    config = runtime.settings()
+    base = args.url or f"http://127.0.0.1:{args.port}"
+    if args.surface == "telegram":
+        sender = int(args.sender or DEMO_TELEGRAM_ID)
+        update = {
+            "update_id": uuid.uuid4().int % 2**31,
+            "message": {
+                "message_id": 1,
+                "date": 0,
+                "chat": {"id": sender, "type": "private"},
+                "from": {"id": sender, "is_bot": False, "first_name": "Demo"},
+                "text": args.text,
+            },
+        }
+        secret = config.telegram_webhook_secret.get_secret_value() if config.telegram_webhook_secret else ""
+        response = httpx.post(f"{base}/telegram", json=update, headers={"X-Telegram-Bot-Api-Secret-Token": secret})
+        body: Any = response.json()
+        print(body.get("text") or json.dumps(body))
+    else:
+        from core.whatsapp import sign_form
+
+        form = {
+            "From": f"whatsapp:{args.sender or DEMO_WHATSAPP_NUMBER}",
+            "To": "whatsapp:+14155238886",
+            "Body": args.text,
+            "MessageSid": "SM" + uuid.uuid4().hex,
+            "NumMedia": "0",
+        }
+        token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
+        public = (config.public_base_url or base).rstrip("/") + "/whatsapp"
+        response = httpx.post(
+            f"{base}/whatsapp", data=form, headers={"X-Twilio-Signature": sign_form(token, public, form)}
+        )
+        print(response.text)
+    return 0 if response.status_code == 200 else 1
+
+
+def telegram(args: argparse.Namespace) -> int:
+    bot = runtime.telegram_bot()
+    config = runtime.settings()
+    try:
+        if args.action == "info":
+            print(json.dumps(bot.call("getWebhookInfo", {})["result"], indent=2))
+            return 0
+        if config.telegram_webhook_secret is None:
+            print("crossmem telegram set-webhook: set TELEGRAM_WEBHOOK_SECRET first", file=sys.stderr)
+            return 2
+        payload = {
+            "url": args.url,
+            "secret_token": config.telegram_webhook_secret.get_secret_value(),
+            "allowed_updates": ["message", "edited_message", "callback_query", "my_chat_member"],
+            "drop_pending_updates": args.drop_pending_updates,
+        }
+        bot.call("setWebhook", payload)
+    except DeliveryFailed as exc:
+        print(f"crossmem telegram: {exc}", file=sys.stderr)
+        return 1
+    print(f"webhook set to {args.url}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="crossmem", description="One memory thread per person, on every surface.")
+    commands = root.add_subparsers(dest="command", required=True)
+
+    command = commands.add_parser("migrate", help="apply infra/supabase/migrations to DATABASE_URL (idempotent)")
+    command.add_argument(
+        "--supabase-standins", action="store_true", help="first create the roles and auth schema Supabase provides"
+    )
+    command.set_defaults(run=migrate)
+
+    command = commands.add_parser("history", help="print a person's latest messages over every surface")
+    command.add_argument("--user", required=True, help="the person's user id (uuid)")
+    command.add_argument("--limit", type=int, default=100)
+    command.add_argument("--json", action="store_true", help="JSON instead of lines")
+    command.set_defaults(run=history)
+
+    port = int(os.environ.get("PORT", "8080"))
+    command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
+    command.add_argument("--port", type=int, default=port)
+    command.set_defaults(run=dev)
+
+    command = commands.add_parser("say", help="send a signed Telegram or WhatsApp message to the dev server")
+    command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
+    command.add_argument("--from", dest="sender", help="Telegram user id or WhatsApp number (default: the demo owner)")
+    command.add_argument("--port", type=int, default=port)
+    command.add_argument("--url", help="server base URL (default http://127.0.0.1:PORT)")
+    command.add_argument("text")
+    command.set_defaults(run=say)
+
+    command = commands.add_parser("telegram", help="set up Telegram's webhook through the Bot API")
+    actions = command.add_subparsers(dest="action", required=True)
+    set_webhook = actions.add_parser("set-webhook", help="point the bot at URL, with the secret token")
+    set_webhook.add_argument("--url", required=True)
+    set_webhook.add_argument("--drop-pending-updates", action="store_true")
+    actions.add_parser("info", help="print getWebhookInfo")
+    command.set_defaults(run=telegram)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except (CrossmemError, RuntimeError, ValueError, httpx.HTTPError) as exc:
+        print(f"crossmem {args.command}: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        runtime.reset()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

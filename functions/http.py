@@ -1,0 +1,73 @@
+"""What every function shares at the HTTP edge: the error table, JSON bodies, secrets."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any, TypeVar
+
+import flask
+from pydantic import BaseModel, ValidationError
+
+from core.errors import (
+    AuthError,
+    BodyTooLarge,
+    CrossmemError,
+    EmptyMessage,
+    InputError,
+    MessageTooLong,
+    ModelUnavailable,
+    NotFound,
+    StoreUnavailable,
+)
+
+MAX_BODY_BYTES = 1_000_000
+
+# The one table that turns core's errors into HTTP answers (most specific first).
+HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
+    (EmptyMessage, 400, "empty_message"),
+    (MessageTooLong, 413, "message_too_long"),
+    (BodyTooLarge, 413, "body_too_large"),
+    (InputError, 400, "bad_request"),
+    (NotFound, 404, "not_found"),
+    (AuthError, 401, "unauthorized"),
+    (StoreUnavailable, 503, "store_unavailable"),
+    (ModelUnavailable, 503, "model_unavailable"),
+]
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:
+    for kind, status, code in HTTP_ERRORS:
+        if isinstance(exc, kind):
+            return json_response({"error": code, "message": str(exc)}, status, headers)
+    return json_response({"error": "error", "message": str(exc)}, 400, headers)
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> flask.Response:
+    response = flask.Response(json.dumps(payload, ensure_ascii=False), status, mimetype="application/json")
+    response.headers.update(headers or {})
+    return response
+
+
+def read_json(request: flask.Request, shape: type[Model]) -> Model:
+    """The body as `shape`; InputError with the reason when it is not."""
+    if (request.content_length or 0) > MAX_BODY_BYTES:
+        raise BodyTooLarge(MAX_BODY_BYTES)
+    if request.mimetype != "application/json":
+        raise InputError("the body must be application/json")
+    raw = request.get_data(cache=False)
+    if len(raw) > MAX_BODY_BYTES:
+        raise BodyTooLarge(MAX_BODY_BYTES)
+    try:
+        return shape.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
+        raise InputError(f"invalid body at {where}: {first.get('msg', 'invalid')}") from None
+
+
+def same_secret(given: str | None, expected: str) -> bool:
+    """Constant-time comparison of a presented secret with the configured one."""
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())

@@ -1,0 +1,102 @@
+"""`make dev`: one local server with every function at its path, an embedded database,
+the offline model, and development-only credentials that `crossmem say` also uses.
+
+Each function is mounted as functions_framework builds it from main.py, so what runs
+here is what runs on Cloud Functions. Development credentials are defaults only: any
+variable already set (or in `.env`) wins.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import flask
+import jwt
+from functions_framework import create_app
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+from werkzeug.serving import run_simple
+
+from core.embedded import REPOSITORY
+from functions import runtime
+
+DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
+DEMO_TELEGRAM_ID = "100200300"
+DEMO_WHATSAPP_NUMBER = "+15550100100"
+DEMO_PAGE = Path(__file__).resolve().parent / "demo" / "index.html"
+
+DEV_DEFAULTS = {
+    "APP_ENV": "local",
+    "IDENTITY_POLICY": "owner",
+    "OWNER_USER_ID": DEMO_USER_ID,
+    "OWNER_TELEGRAM_IDS": DEMO_TELEGRAM_ID,
+    "OWNER_WHATSAPP_NUMBERS": DEMO_WHATSAPP_NUMBER,
+    "TELEGRAM_WEBHOOK_SECRET": "local-telegram-secret",
+    "TELEGRAM_REPLY_IN_WEBHOOK": "true",
+    "TWILIO_AUTH_TOKEN": "local-twilio-auth-token",
+    "SUPABASE_JWT_SECRET": "local-development-jwt-secret-at-least-32-bytes",
+}
+
+
+def apply_dev_defaults(port: int) -> None:
+    for name, value in {**DEV_DEFAULTS, "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}"}.items():
+        os.environ.setdefault(name, value)
+
+
+def dev_token(user_id: str = DEMO_USER_ID, lifetime_s: int = 3600) -> str:
+    """A Supabase-shaped access token signed with the local JWT secret."""
+    secret = runtime.settings().supabase_jwt_secret
+    if secret is None:
+        raise RuntimeError("SUPABASE_JWT_SECRET is not set")
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "sub": user_id,
+        "aud": "authenticated",
+        "role": "authenticated",
+        "iat": now,
+        "exp": now + lifetime_s,
+        "iss": "http://127.0.0.1/auth/v1",
+        "email": "demo@example.com",
+        "phone": "",
+        "aal": "aal1",
+        "session_id": user_id,
+        "is_anonymous": False,
+    }
+    return jwt.encode(claims, secret.get_secret_value(), algorithm="HS256")
+
+
+def build_dev_app() -> Any:
+    main = str(REPOSITORY / "main.py")
+    site = flask.Flask("crossmem-dev")
+
+    @site.get("/")
+    def demo_page() -> flask.Response:
+        return flask.send_file(DEMO_PAGE, mimetype="text/html")
+
+    @site.get("/healthz")
+    def healthz() -> flask.Response:
+        config = runtime.settings()
+        return flask.jsonify(ok=True, store=runtime.store_kind(config), model=runtime.model().name)
+
+    @site.post("/dev/token")
+    def token() -> flask.Response:
+        return flask.jsonify(access_token=dev_token(), user_id=DEMO_USER_ID)
+
+    mounts = {
+        "/telegram": create_app("telegram_webhook", main),  # type: ignore[no-untyped-call]
+        "/whatsapp": create_app("whatsapp_webhook", main),  # type: ignore[no-untyped-call]
+        "/chat": create_app("web_chat", main),  # type: ignore[no-untyped-call]
+    }
+    return DispatcherMiddleware(site.wsgi_app, mounts)
+
+
+def serve(port: int) -> None:
+    apply_dev_defaults(port)
+    config = runtime.settings()
+    runtime.store()  # start (and migrate) the embedded database before the first request
+    print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
+    print("  demo page  /      telegram  POST /telegram   whatsapp  POST /whatsapp   web  /chat   health  /healthz")
+    print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
+    run_simple("127.0.0.1", port, build_dev_app(), threaded=True, use_reloader=False)

@@ -1,0 +1,141 @@
+"""The per-instance cache: settings and clients, each built on first use and then kept,
+so a warm instance reuses its database connections and SDK clients.
+
+This is the only module-level state of the project. `reset()` drops it (tests, CLI).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
+from core.identity import IdentityPolicy
+from core.llm import AnthropicModel, Model
+from core.logs import configure_json_logging
+from core.memory import ContextLimits, Memory
+from core.offline_model import OfflineModel
+from core.postgres_store import PostgresStore
+from core.settings import Settings
+from core.store import MemoryStore
+from core.telegram_bot import TelegramBot
+from core.turn import Turns, TurnSettings
+
+EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
+log = logging.getLogger("crossmem.runtime")
+
+
+@functools.cache
+def settings() -> Settings:
+    configure_json_logging()
+    return Settings()
+
+
+def store_kind(config: Settings) -> str:
+    if config.database_url is not None:
+        return "postgres"
+    if config.supabase_url:
+        return "supabase"
+    return "embedded"
+
+
+def embedded_database_url(data: Path = EMBEDDED_DATA) -> str:
+    url = start_embedded_postgres(data)
+    prepare_database(url)
+    return url
+
+
+@functools.cache
+def store() -> MemoryStore:
+    config = settings()
+    kind = store_kind(config)
+    if kind == "supabase":
+        from core.supabase_store import SupabaseStore
+
+        if config.supabase_service_role_key is None:
+            raise RuntimeError("SUPABASE_URL is set but SUPABASE_SERVICE_ROLE_KEY is not")
+        assert config.supabase_url is not None
+        key = config.supabase_service_role_key.get_secret_value()
+        return SupabaseStore(config.supabase_url, key, timeout_s=config.supabase_timeout)
+    url = config.database_url.get_secret_value() if config.database_url else embedded_database_url()
+    return PostgresStore(
+        url,
+        connect_timeout_s=config.database_connect_timeout,
+        prepared_statements=config.database_prepared_statements,
+        max_connections=config.database_pool_size,
+    )
+
+
+@functools.cache
+def memory() -> Memory:
+    config = settings()
+    limits = ContextLimits(
+        window_hours=config.context_window_hours,
+        max_messages=config.context_max_messages,
+        window_step=config.context_window_step,
+        web_prepend=config.web_prepend_messages,
+        max_message_chars=config.max_message_chars,
+    )
+    return Memory(store(), limits)
+
+
+@functools.cache
+def model() -> Model:
+    config = settings()
+    if config.anthropic_api_key is None:
+        return OfflineModel()
+    return AnthropicModel(
+        api_key=config.anthropic_api_key.get_secret_value(),
+        model=config.anthropic_model,
+        max_tokens=config.anthropic_max_tokens,
+        base_url=config.anthropic_base_url,
+        timeout_s=config.anthropic_timeout,
+        max_retries=config.anthropic_max_retries,
+    )
+
+
+@functools.cache
+def identity() -> IdentityPolicy:
+    config = settings()
+    return IdentityPolicy.build(
+        config.identity_policy, config.owner_user_id, config.owner_telegram_ids, config.owner_whatsapp_numbers
+    )
+
+
+@functools.cache
+def turns() -> Turns:
+    config = settings()
+    return Turns(
+        memory(),
+        model,
+        identity(),
+        TurnSettings(
+            system_prompt=config.system_prompt,
+            fallback_reply=config.fallback_reply,
+            stranger_reply=config.stranger_reply,
+            annotate=config.context_annotations,
+            timezone=config.context_timezone,
+        ),
+    )
+
+
+@functools.cache
+def telegram_bot() -> TelegramBot:
+    config = settings()
+    if config.telegram_bot_token is None:
+        raise RuntimeError("TELEGRAM_BOT_TOKEN is not set")
+    return TelegramBot(config.telegram_bot_token.get_secret_value(), config.telegram_api_base)
+
+
+_CACHED = (settings, store, memory, model, identity, turns, telegram_bot)
+
+
+def reset() -> None:
+    """Forget every client, as a new instance would: the next call builds them again."""
+    if store.cache_info().currsize:
+        store().close()
+    if telegram_bot.cache_info().currsize:
+        telegram_bot().close()
+    for cached in _CACHED:
+        cached.cache_clear()

@@ -1,0 +1,66 @@
+"""`telegram_webhook`: Telegram's webhook deliveries, `POST /telegram`.
+
+Verify the secret token, parse the update, run the turn (the reply goes out through the
+Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200.
+"""
+
+from __future__ import annotations
+
+import flask
+
+from core.errors import InputError
+from core.models import Surface
+from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
+from core.telegram_update import Converse, Notice, TelegramUpdate, classify
+from core.turn import TurnRequest
+from functions import runtime
+from functions.http import error_response, json_response, read_json, same_secret
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name, not a secret)
+
+
+def telegram_webhook(request: flask.Request) -> flask.Response:
+    config = runtime.settings()
+    if not config.is_local and (config.telegram_webhook_secret is None or config.telegram_bot_token is None):
+        message = "TELEGRAM_WEBHOOK_SECRET and TELEGRAM_BOT_TOKEN must be set"
+        return json_response({"error": "not_configured", "message": message}, 503)
+    if config.telegram_webhook_secret is not None and not same_secret(
+        request.headers.get(SECRET_HEADER), config.telegram_webhook_secret.get_secret_value()
+    ):
+        return json_response({"error": "unauthorized", "message": "wrong or missing secret token"}, 401)
+    if request.method != "POST":
+        return json_response({"error": "method_not_allowed", "message": "POST an Update"}, 405)
+    try:
+        update = read_json(request, TelegramUpdate)
+    except InputError as exc:
+        return error_response(exc)
+    # Without a bot token (local development) every answer travels in the response.
+    inline = config.telegram_reply_in_webhook or config.telegram_bot_token is None
+    action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
+    if isinstance(action, Notice):
+        return _reply(action.chat_id, action.text, inline=inline)
+    if not isinstance(action, Converse):
+        return json_response({"ok": True, "ignored": action.reason})
+    turn = TurnRequest(
+        Surface.TELEGRAM,
+        action.text,
+        str(action.update_id),
+        sender_id=action.sender_id,
+        deadline_s=config.telegram_model_deadline,
+    )
+    try:
+        channel = None if inline else TelegramChannel(runtime.telegram_bot(), action.chat_id)
+        result = runtime.turns().run(turn, channel)
+    except InputError as exc:
+        return _reply(action.chat_id, f"Sorry, I couldn't take that message: {exc}.", inline=inline)
+    if inline and result.reply:
+        return _reply(action.chat_id, result.reply, inline=True)
+    return json_response({"ok": True, "outcome": result.outcome.value})
+
+
+def _reply(chat_id: int, text: str, *, inline: bool) -> flask.Response:
+    """A short answer: in this response (one outbound call fewer), or through the Bot API."""
+    if inline and len(text) <= TELEGRAM_LIMIT:
+        return json_response({"method": "sendMessage", "chat_id": chat_id, "text": text})
+    runtime.telegram_bot().send_text(chat_id, text)
+    return json_response({"ok": True})

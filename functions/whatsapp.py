@@ -1,0 +1,68 @@
+"""`whatsapp_webhook`: Twilio's inbound WhatsApp messages, `POST /whatsapp`, answered in TwiML.
+
+Validate X-Twilio-Signature against the public URL Twilio called (PUBLIC_BASE_URL plus
+this request's path and query, never request.url, which is internal behind a proxy),
+parse the form, run the turn within the deadline, answer with TwiML.
+"""
+
+from __future__ import annotations
+
+import flask
+
+from core.errors import InputError
+from core.models import Surface
+from core.turn import TurnRequest
+from core.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
+from functions import runtime
+from functions.http import MAX_BODY_BYTES, json_response
+
+
+def whatsapp_webhook(request: flask.Request) -> flask.Response:
+    config = runtime.settings()
+    if config.twilio_auth_token is None or not config.public_base_url:
+        return json_response({"error": "not_configured", "message": "set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL"}, 503)
+    if request.method != "POST":
+        return json_response({"error": "method_not_allowed", "message": "POST Twilio's form"}, 405)
+    if (request.content_length or 0) > MAX_BODY_BYTES:
+        return json_response({"error": "body_too_large", "message": f"over {MAX_BODY_BYTES} bytes"}, 413)
+    if request.mimetype != "application/x-www-form-urlencoded":
+        return json_response({"error": "bad_request", "message": "expected Twilio's form post"}, 415)
+    shared_key = config.twilio_webhook_shared_key
+    if not signature_is_valid(
+        public_url(config.public_base_url, request),
+        request.form,
+        request.headers.get("X-Twilio-Signature"),
+        auth_token=config.twilio_auth_token.get_secret_value(),
+        shared_key=shared_key.get_secret_value() if shared_key else None,
+        settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
+    ):
+        return json_response({"error": "forbidden", "message": "invalid Twilio signature"}, 403)
+    try:
+        form = WhatsAppForm.from_form(request.form)
+    except InputError as exc:
+        return json_response({"error": "bad_request", "message": str(exc)}, 400)
+    action = classify(form)
+    if not isinstance(action, Converse):
+        return _twiml(action.text)
+    turn = TurnRequest(
+        Surface.WHATSAPP,
+        action.text,
+        action.message_sid,
+        sender_id=action.sender,
+        deadline_s=config.whatsapp_model_deadline,
+    )
+    try:
+        return _twiml(runtime.turns().run(turn).reply)
+    except InputError as exc:
+        return _twiml(f"Sorry, I couldn't take that message: {exc}.")
+
+
+def public_url(base: str, request: flask.Request) -> str:
+    """The URL Twilio called: the configured public base, then this function's path and query."""
+    path = request.script_root + (request.path if request.path != "/" else "")
+    query = request.query_string.decode()
+    return base.rstrip("/") + path + (f"?{query}" if query else "")
+
+
+def _twiml(text: str | None) -> flask.Response:
+    return flask.Response(twiml(text), 200, mimetype="application/xml")

@@ -1,0 +1,31 @@
+"""The entry module Cloud Functions loads: the three functions, one per surface.
+
+Each surface's module is imported on its first request, so a Telegram instance never
+imports twilio, and nothing imports anthropic before a model call needs it.
+"""
+
+from __future__ import annotations
+
+import flask
+import functions_framework
+
+
+@functions_framework.http
+def telegram_webhook(request: flask.Request) -> flask.Response:
+    from functions.telegram import telegram_webhook as handle
+
+    return handle(request)
+
+
+@functions_framework.http
+def whatsapp_webhook(request: flask.Request) -> flask.Response:
+    from functions.whatsapp import whatsapp_webhook as handle
+
+    return handle(request)
+
+
+@functions_framework.http
+def web_chat(request: flask.Request) -> flask.Response:
+    from functions.web import web_chat as handle
+
+    return handle(request)

@@ -1,0 +1,72 @@
+"""Each surface's real function, loaded by functions_framework from main.py, with the
+real SDKs aimed at local fakes through their base-URL settings."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask.testing import FlaskClient
+from functions_framework import create_app
+
+from functions import runtime
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+
+MAIN = str(Path(__file__).resolve().parents[2] / "main.py")
+BOT_TOKEN = "123456789:TEST-token-abcdef"
+TELEGRAM_SECRET = "telegram-webhook-secret"
+
+
+@pytest.fixture
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_telegram() -> Iterator[FakeTelegram]:
+    server = FakeTelegram(BOT_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def owner() -> uuid.UUID:
+    return uuid.uuid4()
+
+
+@pytest.fixture
+def environment(
+    monkeypatch: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+) -> Iterator[pytest.MonkeyPatch]:
+    """A production-like configuration; tests adjust it, then build an app."""
+    for name, value in {
+        "APP_ENV": "production",
+        "DATABASE_URL": database_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
+        "TELEGRAM_API_BASE": fake_telegram.url,
+        "IDENTITY_POLICY": "auto",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)  # no developer's .env is read
+    runtime.reset()
+    yield monkeypatch
+    runtime.reset()
+
+
+def app_client(target: str) -> FlaskClient:
+    """A new instance of the function, as a cold start would build it."""
+    runtime.reset()
+    return create_app(target, MAIN).test_client()

@@ -1,0 +1,328 @@
+"""telegram_webhook end to end: real function, real Postgres, fake Bot API and Anthropic."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from core.models import Surface
+from core.turn import TurnRequest
+from functions import runtime
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "telegram"
+HEADERS = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+
+# What each real update kind gets (the README's table): a turn, a short notice, or a silent 200.
+EXPECTED = {
+    "01_private_text.json": "turn",
+    "02_start_deeplink.json": "notice",
+    "03_emoji_nonlatin_text.json": "turn",
+    "04_edited_message.json": "ignore",
+    "05_photo_caption.json": "ignore",  # a supergroup, not addressed to the bot
+    "06_sticker.json": "notice",
+    "07_voice.json": "ignore",  # supergroup
+    "08_document.json": "ignore",  # supergroup
+    "09_location.json": "ignore",  # supergroup
+    "10_contact.json": "ignore",  # supergroup
+    "11_callback_query.json": "ignore",
+    "12_channel_post.json": "ignore",
+    "13_my_chat_member_blocked.json": "ignore",
+    "14_my_chat_member_unblocked.json": "ignore",
+    "15_group_reply.json": "ignore",
+    "16_forward_origin.json": "turn",
+    "17_inline_query.json": "ignore",
+    "18_document_nonlatin_filename_2018.json": "ignore",  # supergroup
+}
+
+# The same group captures, as if sent in a private chat with the bot.
+EXPECTED_IN_PRIVATE = {
+    "05_photo_caption.json": "turn",  # the caption is the text
+    "07_voice.json": "notice",
+    "08_document.json": "turn",
+    "09_location.json": "notice",
+    "10_contact.json": "notice",
+    "18_document_nonlatin_filename_2018.json": "notice",
+}
+
+
+def update(text: str, update_id: int | None = None, user_id: int = 4242, chat_type: str = "private") -> dict[str, Any]:
+    return {
+        "update_id": update_id or uuid.uuid4().int % 10**9,
+        "message": {
+            "message_id": 1,
+            "date": 1732870000,
+            "chat": {"id": user_id, "type": chat_type, "first_name": "Ana"},
+            "from": {"id": user_id, "is_bot": False, "first_name": "Ana"},
+            "text": text,
+        },
+    }
+
+
+def stored(database_url: str, external_id: str) -> list[tuple[str, str]]:
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute(
+            """select m.role, m.content from messages m
+                where m.id in (select id from messages where external_id = %s)
+                   or m.in_reply_to in (select id from messages where external_id = %s)
+                order by m.created_at, m.id""",
+            (external_id, external_id),
+        ).fetchall()
+    return [(role, content) for role, content in rows]
+
+
+def test_what_was_said_on_the_web_and_whatsapp_reaches_the_next_telegram_message(
+    environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    environment.setenv("OWNER_WHATSAPP_NUMBERS", "+34600111222")
+    first = app_client("telegram_webhook")
+    turns = runtime.turns()
+    web = turns.memory.create_conversation(owner)
+    turns.run(
+        TurnRequest(Surface.WEB, "On the web: my sister's name is Carmen", "w1", user_id=owner, conversation_id=web.id)
+    )
+    turns.run(
+        TurnRequest(Surface.WHATSAPP, "On WhatsApp: my flight is at 7:05", "SM1", sender_id="whatsapp:+34600111222")
+    )
+    response = first.post("/", json=update("What do you know about today?"), headers=HEADERS)
+    assert response.status_code == 200
+    texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
+    assert texts[0].endswith("On the web: my sister's name is Carmen")
+    assert texts[2].endswith("On WhatsApp: my flight is at 7:05")
+    assert texts[-1].startswith("[telegram · ") and texts[-1].endswith("What do you know about today?")
+    # A second instance, built from nothing, shares no RAM with the first and sees it all.
+    second = app_client("telegram_webhook")
+    assert second.post("/", json=update("And again?"), headers=HEADERS).status_code == 200
+    texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
+    assert len(texts) == 7 and texts[4].endswith("What do you know about today?")
+    assert [p["chat_id"] for p in fake_telegram.sent()] == [4242, 4242]
+    assert fake_telegram.sent("sendChatAction") == [{"chat_id": 4242, "action": "typing"}] * 2
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-Telegram-Bot-Api-Secret-Token": "wrong"}], ids=["missing", "wrong"])
+def test_a_missing_or_wrong_secret_is_401_and_touches_nothing(
+    environment: pytest.MonkeyPatch,
+    headers: dict[str, str],
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    body = update("let me in")
+    response = app_client("telegram_webhook").post("/", json=body, headers=headers)
+    assert response.status_code == 401
+    assert stored(database_url, str(body["update_id"])) == []
+    assert fake_anthropic.requests == [] and fake_telegram.calls == []
+
+
+def test_without_a_secret_configured_production_refuses_to_serve(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.delenv("TELEGRAM_WEBHOOK_SECRET")
+    response = app_client("telegram_webhook").post("/", json=update("hi"))
+    assert response.status_code == 503 and "TELEGRAM_WEBHOOK_SECRET" in response.get_json()["message"]
+    assert fake_anthropic.requests == []
+
+
+def in_private(body: dict[str, Any]) -> dict[str, Any]:
+    message = dict(body["message"])
+    message["chat"] = {"id": message["from"]["id"], "type": "private", "first_name": message["from"]["first_name"]}
+    return {"update_id": body["update_id"], "message": message}
+
+
+CASES = [(name, kind, False) for name, kind in sorted(EXPECTED.items())] + [
+    (name, kind, True) for name, kind in sorted(EXPECTED_IN_PRIVATE.items())
+]
+
+
+@pytest.mark.parametrize(("name", "expected", "private"), CASES, ids=[f"{n}{'-private' * p}" for n, _, p in CASES])
+def test_each_real_update_kind_is_answered_as_the_readme_says(
+    environment: pytest.MonkeyPatch,
+    name: str,
+    expected: str,
+    private: bool,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    body = json.loads((CORPUS / name).read_text())
+    body = in_private(body) if private else body
+    client = app_client("telegram_webhook")
+    for _ in range(2):  # a redelivery changes nothing
+        response = client.post("/", json=body, headers=HEADERS)
+        assert response.status_code == 200
+    rows = stored(database_url, str(body["update_id"]))
+    if expected == "turn":
+        assert [role for role, _ in rows] == ["user", "assistant"]
+        assert len(fake_anthropic.requests) == 1 and len(fake_telegram.sent()) == 1
+    else:
+        assert rows == [] and fake_anthropic.requests == []
+        notices = fake_telegram.sent()
+        assert len(notices) == (2 if expected == "notice" else 0)
+
+
+def test_a_group_message_addressed_to_the_bot_is_pointed_to_a_private_chat(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
+    body = update("@advisor_bot what did I tell you yesterday?", user_id=-100123, chat_type="supergroup")
+    body["message"]["from"]["id"] = 555
+    assert app_client("telegram_webhook").post("/", json=body, headers=HEADERS).status_code == 200
+    assert [p["chat_id"] for p in fake_telegram.sent()] == [-100123]
+    assert "private" in fake_telegram.sent()[0]["text"] and fake_anthropic.requests == []
+
+
+def test_one_update_delivered_three_times_is_one_turn(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    fake_anthropic.behaviour = "ok"
+    client = app_client("telegram_webhook")
+    concurrent = update("three times at once")
+    statuses: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: statuses.append(client.post("/", json=concurrent, headers=HEADERS).status_code))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    in_sequence = update("three times in a row")
+    for _ in range(3):
+        statuses.append(client.post("/", json=in_sequence, headers=HEADERS).status_code)
+    assert statuses == [200] * 6
+    for body in (concurrent, in_sequence):
+        rows = stored(database_url, str(body["update_id"]))
+        assert [role for role, _ in rows if role == "user"] == ["user"]
+    assert len(fake_anthropic.requests) == 2
+    assert len(fake_telegram.sent()) == 2
+
+
+def test_a_long_answer_arrives_in_parts_of_at_most_4096_characters(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    sentence = "Here is a sentence about planning the week ahead with care. "
+    paragraphs = ["".join(sentence for _ in range(14)).strip() for _ in range(12)]
+    long_answer = "\n\n".join(paragraphs) + " " + "word " * 150
+    assert len(long_answer) > 10_000
+    fake_anthropic.answer = lambda body: long_answer
+    app_client("telegram_webhook").post("/", json=update("tell me everything"), headers=HEADERS)
+    parts = [payload["text"] for payload in fake_telegram.sent()]
+    assert len(parts) >= 3 and all(len(part) <= 4096 for part in parts)
+    assert " ".join(" ".join(parts).split()) == " ".join(long_answer.split())
+    assert all(part == part.strip() and not part.endswith("-") for part in parts)
+
+
+def test_with_the_database_down_the_person_still_gets_an_answer(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    with caplog.at_level(logging.ERROR, logger="crossmem"):
+        response = app_client("telegram_webhook").post("/", json=update("are you there?"), headers=HEADERS)
+    assert response.status_code == 200
+    assert fake_telegram.sent()[0]["text"] == "Claude heard: " + fake_telegram.sent()[0]["text"].split(": ", 1)[1]
+    assert "are you there?" in fake_telegram.sent()[0]["text"]
+    assert any("begin_turn failed" in record.getMessage() for record in caplog.records)
+
+
+def test_with_the_bot_api_down_the_turn_is_stored_and_a_redelivery_sends_it(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake_telegram.down = True
+    body = update("hello while Telegram is down")
+    client = app_client("telegram_webhook")
+    with caplog.at_level(logging.ERROR, logger="crossmem"):
+        assert client.post("/", json=body, headers=HEADERS).status_code == 200
+    assert any("sending a reply failed" in record.getMessage() for record in caplog.records)
+    rows = stored(database_url, str(body["update_id"]))
+    assert [role for role, _ in rows] == ["user", "assistant"]
+    fake_telegram.down = False
+    assert client.post("/", json=body, headers=HEADERS).status_code == 200
+    assert client.post("/", json=body, headers=HEADERS).status_code == 200
+    assert [payload["text"] for payload in fake_telegram.sent()] == [rows[1][1]]
+    assert len(fake_anthropic.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "content_type"),
+    [
+        (b"this is not json", "application/json"),
+        (b"[1, 2, 3]", "application/json"),
+        (b'{"message": {"text": "no update id"}}', "application/json"),
+        (b'{"update_id": "not a number"}', "application/json"),
+        (json.dumps(update("x" * 2_000_000)).encode(), "application/json"),
+        (json.dumps(update("form?")).encode(), "application/x-www-form-urlencoded"),
+        (b"", "text/plain"),
+    ],
+    ids=["not-json", "a-list", "no-update-id", "bad-type", "2MB", "form", "empty"],
+)
+def test_malformed_bodies_are_4xx_and_store_nothing(
+    environment: pytest.MonkeyPatch, data: bytes, content_type: str, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    response = app_client("telegram_webhook").post("/", data=data, content_type=content_type, headers=HEADERS)
+    assert 400 <= response.status_code < 500
+    assert "message" in response.get_json()
+    assert fake_anthropic.requests == []
+
+
+def test_a_message_over_the_limit_gets_a_polite_answer_and_nothing_stored(
+    environment: pytest.MonkeyPatch, database_url: str, fake_telegram: FakeTelegram
+) -> None:
+    environment.setenv("MAX_MESSAGE_CHARS", "50")
+    body = update("a" * 60)
+    assert app_client("telegram_webhook").post("/", json=body, headers=HEADERS).status_code == 200
+    assert "60 characters" in fake_telegram.sent()[0]["text"]
+    assert stored(database_url, str(body["update_id"])) == []
+
+
+def test_reply_inside_the_webhook_response(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TELEGRAM_REPLY_IN_WEBHOOK", "true")
+    response = app_client("telegram_webhook").post("/", json=update("answer inline"), headers=HEADERS)
+    payload = response.get_json()
+    assert payload["method"] == "sendMessage" and payload["chat_id"] == 4242
+    assert payload["text"].endswith("answer inline")
+    assert fake_telegram.calls == []
+
+
+def test_an_offline_telegram_turn_never_imports_anthropic_or_twilio(database_url: str, tmp_path: Path) -> None:
+    script = f"""
+import json, sys
+from functions_framework import create_app
+client = create_app("telegram_webhook", {MAIN!r}).test_client()
+update = {{"update_id": 77, "message": {{"message_id": 1, "chat": {{"id": 9, "type": "private"}},
+          "from": {{"id": 9, "is_bot": False, "first_name": "A"}}, "text": "hello offline"}}}}
+response = client.post("/", json=update)
+print(json.dumps({{"status": response.status_code, "body": response.get_json(),
+                  "anthropic": "anthropic" in sys.modules, "twilio": "twilio" in sys.modules}}))
+"""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "APP_ENV": "local",
+        "DATABASE_URL": database_url,
+        "PYTHONPATH": str(Path(MAIN).parent),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == 200 and "offline stand-in" in result["body"]["text"].lower()
+    assert result["anthropic"] is False and result["twilio"] is False

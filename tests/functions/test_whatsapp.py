@@ -1,0 +1,234 @@
+"""whatsapp_webhook end to end: real function, signatures computed with the twilio SDK."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+from twilio.request_validator import RequestValidator
+
+from core.models import Surface
+from core.turn import TurnRequest
+from functions import runtime
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.functions.conftest import app_client
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "twilio"
+TOKEN = "twilio-auth-token-for-tests"
+PUBLIC = "https://advisor.example.com/whatsapp"
+
+
+@pytest.fixture
+def whatsapp(environment: pytest.MonkeyPatch) -> FlaskClient:
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    return app_client("whatsapp_webhook")
+
+
+def form(body: str, sid: str | None = None, sender: str = "whatsapp:+34600111222", **extra: str) -> dict[str, str]:
+    return {
+        "From": sender,
+        "To": "whatsapp:+14155238886",
+        "Body": body,
+        "MessageSid": sid or "SM" + uuid.uuid4().hex,
+        "NumMedia": "0",
+        **extra,
+    }
+
+
+def signed(fields: dict[str, str], url: str = PUBLIC, token: str = TOKEN) -> dict[str, str]:
+    return {"X-Twilio-Signature": RequestValidator(token).compute_signature(url, fields)}
+
+
+def post(client: FlaskClient, fields: dict[str, str], headers: dict[str, str] | None = None, **kwargs: str):  # type: ignore[no-untyped-def]
+    return client.post("/", data=fields, headers=signed(fields) if headers is None else headers, **kwargs)
+
+
+def messages_of(response_text: str) -> list[str]:
+    root = ET.fromstring(response_text)
+    assert root.tag == "Response"
+    return [element.text or "" for element in root.findall("Message")]
+
+
+def count_stored(database_url: str, sid: str) -> int:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select count(*) from messages where external_id = %s", (sid,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_corpus_vectors_validate_with_the_same_sdk() -> None:
+    vectors = json.loads((CORPUS / "signature_vectors.json").read_text())["vectors"]
+    checked = 0
+    for vector in vectors:
+        if "params" not in vector:
+            continue
+        valid = RequestValidator(vector["auth_token"]).validate(
+            vector["url"], vector["params"], vector["expected_signature"]
+        )
+        assert valid == vector["expect_valid"], vector["id"]
+        checked += 1
+    assert checked >= 5
+
+
+def test_telegram_and_web_reach_the_next_whatsapp_message(
+    whatsapp: FlaskClient, environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    environment.setenv("OWNER_WHATSAPP_NUMBERS", "+34 600 111 222")
+    client = app_client("whatsapp_webhook")
+    turns = runtime.turns()
+    turns.run(TurnRequest(Surface.TELEGRAM, "On Telegram: the meeting moved to 3pm", "1", sender_id="4242"))
+    web = turns.memory.create_conversation(owner)
+    turns.run(TurnRequest(Surface.WEB, "On the web: bring the blue folder", "w", user_id=owner, conversation_id=web.id))
+    response = post(client, form("What do I need for the meeting?"))
+    assert response.status_code == 200 and response.mimetype == "application/xml"
+    texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
+    assert texts[0].endswith("On Telegram: the meeting moved to 3pm")
+    assert texts[2].endswith("On the web: bring the blue folder")
+    assert texts[-1].startswith("[whatsapp · ")
+    assert messages_of(response.get_data(as_text=True)) == ["Claude heard: " + texts[-1]]
+
+
+def test_a_valid_signature_is_accepted_even_behind_a_proxy(whatsapp: FlaskClient) -> None:
+    fields = form("hello from behind the load balancer")
+    response = whatsapp.post("/", data=fields, headers=signed(fields), base_url="http://internal-host:8080")
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("tamper", ["changed-param", "wrong-token", "http-for-https", "missing-header", "extra-param"])
+def test_a_bad_signature_is_403_and_stores_nothing(
+    whatsapp: FlaskClient, tamper: str, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    fields = form("transfer everything")
+    headers = signed(fields)
+    if tamper == "changed-param":
+        fields = {**fields, "Body": "transfer nothing"}
+    elif tamper == "wrong-token":
+        headers = signed(fields, token="not-the-token")
+    elif tamper == "http-for-https":
+        headers = signed(fields, url=PUBLIC.replace("https://", "http://"))
+    elif tamper == "missing-header":
+        headers = {}
+    else:
+        fields = {**fields, "NumMedia": "1"}
+    response = post(whatsapp, fields, headers)
+    assert response.status_code == 403
+    assert count_stored(database_url, fields["MessageSid"]) == 0 and fake_anthropic.requests == []
+
+
+def test_the_sha256_shared_key_algorithm_is_accepted(whatsapp: FlaskClient, environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("TWILIO_WEBHOOK_SHARED_KEY", "shared-key-secret")
+    client = app_client("whatsapp_webhook")
+    fields = form("signed with the shared key")
+    signature = RequestValidator("shared-key-secret").compute_signature(PUBLIC, fields, "HMAC_SHA256")
+    settings = "key=webhooks_sharedkey_1,algorithm=HMAC_SHA256"
+    headers = {"X-Twilio-Signature": signature, "X-Twilio-Webhooks-Signature-Settings": settings}
+    assert post(client, fields, headers).status_code == 200
+    sha1_with_settings = {**signed(fields), "X-Twilio-Webhooks-Signature-Settings": settings}
+    assert post(client, fields, sha1_with_settings).status_code == 403
+
+
+# The README's table: what each kind of real inbound message gets.
+CORPUS_ANSWERS = {
+    "01_text_profilename_waid.json": "turn",
+    "02_media_image.json": "text only",
+    "03_location_address_label.json": "location",
+    "04_reply_profilename_waid.json": "turn",
+    "05_location_messagetype.json": "location",
+    "06_contact_vcard_media.json": "text only",
+    "07_text_basic_2019.json": "turn",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS_ANSWERS))
+def test_real_payloads_get_valid_twiml(
+    whatsapp: FlaskClient, name: str, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    fields = json.loads((CORPUS / name).read_text())
+    fields["MessageSid"] = fields.get("MessageSid", "SM") + uuid.uuid4().hex[:8]  # the captures share masked SIDs
+    response = post(whatsapp, fields)
+    assert response.status_code == 200
+    replies = messages_of(response.get_data(as_text=True))
+    expected = CORPUS_ANSWERS[name]
+    if expected == "turn":
+        assert replies == ["Claude heard: " + fake_anthropic.requests[-1]["messages"][-1]["content"][0]["text"]]
+        assert count_stored(database_url, fields["MessageSid"]) == 1
+    else:
+        assert len(replies) == 1 and ("only read text" if expected == "text only" else "location") in replies[0]
+        assert fake_anthropic.requests == [] and count_stored(database_url, fields["MessageSid"]) == 0
+
+
+def test_media_with_a_caption_is_a_turn(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
+    fields = form(
+        "this is my new bike", NumMedia="1", MediaUrl0="https://api.twilio.com/x", MediaContentType0="image/jpeg"
+    )
+    assert messages_of(post(whatsapp, fields).get_data(as_text=True))[0].endswith("this is my new bike")
+
+
+def test_a_long_answer_is_split_into_escaped_messages(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
+    sentence = 'Compare <options> & "costs" before you sign anything. '
+    long_answer = "\n\n".join("".join(sentence for _ in range(10)).strip() for _ in range(10))
+    assert len(long_answer) > 5000
+    fake_anthropic.answer = lambda body: long_answer
+    response = post(whatsapp, form("give me the long version"))
+    raw = response.get_data(as_text=True)
+    assert "&lt;options&gt; &amp;" in raw
+    parts = messages_of(raw)
+    assert len(parts) >= 4 and all(len(part) <= 1600 for part in parts)
+    assert " ".join(" ".join(parts).split()) == " ".join(long_answer.split())
+
+
+def test_a_model_slower_than_the_deadline_gets_the_fallback_in_time(
+    whatsapp: FlaskClient, environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    environment.setenv("WHATSAPP_MODEL_DEADLINE", "1")
+    environment.setenv("FALLBACK_REPLY", "One moment, please try again.")
+    client = app_client("whatsapp_webhook")
+    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 2.5
+    fields = form("are you slow today?")
+    response = post(client, fields)
+    assert messages_of(response.get_data(as_text=True)) == ["One moment, please try again."]
+    assert count_stored(database_url, fields["MessageSid"]) == 1
+
+
+def test_the_same_message_sid_three_times_is_one_turn(
+    whatsapp: FlaskClient, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    fields = form("only once please")
+    answers = [messages_of(post(whatsapp, fields).get_data(as_text=True)) for _ in range(3)]
+    assert answers[0] == answers[1] == answers[2] and len(answers[0]) == 1
+    assert count_stored(database_url, fields["MessageSid"]) == 1
+    assert len(fake_anthropic.requests) == 1
+
+
+@pytest.mark.parametrize("case", ["missing-from", "not-whatsapp", "2MB", "json-body", "no-sid"])
+def test_malformed_forms_are_4xx_never_500(whatsapp: FlaskClient, case: str, fake_anthropic: FakeAnthropic) -> None:
+    fields = form("hi")
+    if case == "missing-from":
+        del fields["From"]
+    elif case == "not-whatsapp":
+        fields["From"] = "+34600111222"
+    elif case == "no-sid":
+        del fields["MessageSid"]
+    elif case == "2MB":
+        fields["Body"] = "x" * 2_000_000
+    if case == "json-body":
+        response = whatsapp.post("/", json=fields, headers=signed(fields))
+    else:
+        response = post(whatsapp, fields)
+    assert 400 <= response.status_code < 500
+    assert fake_anthropic.requests == []
+
+
+def test_without_an_auth_token_it_refuses_to_serve(environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    response = post(app_client("whatsapp_webhook"), form("hi"))
+    assert response.status_code == 503
