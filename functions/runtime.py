@@ -21,6 +21,7 @@ from core.settings import Settings
 from core.store import MemoryStore
 from core.telegram_bot import TelegramBot
 from core.turn import Turns, TurnSettings
+from core.web_auth import TokenVerifier
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
@@ -128,7 +129,14 @@ def telegram_bot() -> TelegramBot:
     return TelegramBot(config.telegram_bot_token.get_secret_value(), config.telegram_api_base)
 
 
-_CACHED = (settings, store, memory, model, identity, turns, telegram_bot)
+@functools.cache
+def token_verifier() -> TokenVerifier:
+    config = settings()
+    secret = config.supabase_jwt_secret.get_secret_value() if config.supabase_jwt_secret else None
+    return TokenVerifier(hs256_secret=secret, jwks_url=config.supabase_jwks_url)
+
+
+_CACHED = (settings, store, memory, model, identity, turns, telegram_bot, token_verifier)
 
 
 def reset() -> None:

@@ -1,0 +1,78 @@
+"""Supabase access tokens, verified locally: no call to Supabase per request.
+
+HS256 with the project's JWT secret, or the project's asymmetric keys (ES256, RS256)
+from its JWKS, fetched on first use and kept by this instance. The audience must be
+`authenticated`, the token unexpired, and `sub` the person's id. PyJWT is imported here
+only; every failure becomes an `AuthError` that says why.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from uuid import UUID
+
+import jwt
+
+from core.errors import AuthError
+
+ASYMMETRIC = ("ES256", "RS256")
+
+
+class TokenVerifier:
+    def __init__(self, *, hs256_secret: str | None, jwks_url: str | None, leeway_s: int = 30) -> None:
+        if not hs256_secret and not jwks_url:
+            raise ValueError("set SUPABASE_JWT_SECRET or SUPABASE_JWKS_URL to verify web tokens")
+        self._secret = hs256_secret
+        self._jwks_url = jwks_url
+        self._jwks: jwt.PyJWKClient | None = None
+        self._lock = threading.Lock()
+        self._leeway_s = leeway_s
+
+    def person(self, authorization: str | None) -> UUID:
+        """The user id of a valid `Authorization: Bearer <token>` header."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError("missing bearer token")
+        claims = self._claims(token.strip())
+        try:
+            return UUID(str(claims["sub"]))
+        except (KeyError, ValueError):
+            raise AuthError("the token's subject is not a user id") from None
+
+    def _claims(self, token: str) -> dict[str, Any]:
+        try:
+            algorithm = jwt.get_unverified_header(token).get("alg")
+            key: Any
+            if algorithm == "HS256" and self._secret:
+                key = self._secret
+            elif algorithm in ASYMMETRIC and self._jwks_url:
+                key = self._keys().get_signing_key_from_jwt(token).key
+            else:
+                raise AuthError(f"tokens signed with {algorithm} are not accepted")
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience="authenticated",
+                leeway=self._leeway_s,
+                options={"require": ["exp", "sub", "aud"]},
+            )
+            return claims
+        except jwt.ExpiredSignatureError:
+            raise AuthError("the token has expired") from None
+        except jwt.InvalidAudienceError:
+            raise AuthError("the token is not for authenticated users") from None
+        except jwt.InvalidSignatureError:
+            raise AuthError("the token's signature is invalid") from None
+        except jwt.PyJWKClientError:
+            raise AuthError("the token's signing key is unknown") from None
+        except jwt.InvalidTokenError as exc:
+            raise AuthError(f"invalid token: {exc}") from None
+
+    def _keys(self) -> jwt.PyJWKClient:
+        with self._lock:
+            if self._jwks is None:
+                assert self._jwks_url is not None
+                self._jwks = jwt.PyJWKClient(self._jwks_url, cache_jwk_set=True, lifespan=3600, timeout=5)
+            return self._jwks

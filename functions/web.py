@@ -1,0 +1,134 @@
+"""`web_chat`: the web frontend's fetch calls, routed by method and path in one function.
+
+POST /                                 send a message; JSON, or SSE with Accept: text/event-stream
+GET  /conversations                    the person's conversations (web and the other surfaces')
+POST /conversations                    start a web conversation
+GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
+OPTIONS *                              CORS preflight, without touching the database
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+
+import flask
+from pydantic import BaseModel, Field
+
+from core.context import ContextItem
+from core.errors import CrossmemError
+from core.models import Role, Surface
+from core.turn import TurnRequest, TurnResult
+from functions import runtime
+from functions.http import error_response, json_response, read_json
+
+CONVERSATION_MESSAGES = re.compile(r"^/conversations/([0-9a-fA-F-]{36})/messages/?$")
+
+
+class ClientMessage(BaseModel):
+    id: int | None = None
+    role: Role
+    content: str = Field(max_length=200_000)
+    surface: Surface = Surface.WEB
+    created_at: datetime | None = None
+
+
+class SendMessage(BaseModel):
+    message: str
+    conversation_id: uuid.UUID | None = None
+    client_message_id: str | None = Field(default=None, max_length=128)
+    history: list[ClientMessage] | None = Field(default=None, max_length=200)
+
+
+class NewConversation(BaseModel):
+    title: str = Field(default="", max_length=200)
+
+
+def web_chat(request: flask.Request) -> flask.Response:
+    cors = cors_headers(request)
+    if request.method == "OPTIONS":
+        return flask.Response(status=204 if cors else 403, headers=cors)
+    config = runtime.settings()
+    if config.supabase_jwt_secret is None and not config.supabase_jwks_url:
+        message = "set SUPABASE_JWT_SECRET or SUPABASE_JWKS_URL"
+        return json_response({"error": "not_configured", "message": message}, 503, cors)
+    try:
+        person = runtime.token_verifier().person(request.headers.get("Authorization"))
+        path = request.path.rstrip("/") or "/"
+        if request.method == "POST" and path in ("/", "/messages"):
+            return send_message(request, person, cors)
+        if path == "/conversations" and request.method == "GET":
+            listed = runtime.memory().list_conversations(person)
+            return json_response({"conversations": [c.as_json() for c in listed]}, headers=cors)
+        if path == "/conversations" and request.method == "POST":
+            title = read_json(request, NewConversation).title if request.content_length else ""
+            return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
+        if (match := CONVERSATION_MESSAGES.match(request.path)) and request.method == "GET":
+            before = request.args.get("before", type=int)
+            limit = min(request.args.get("limit", default=50, type=int) or 50, 200)
+            page = runtime.memory().conversation_messages(person, uuid.UUID(match[1]), before, limit)
+            body = {"conversation": page.conversation.as_json(), "messages": [m.as_json() for m in page.messages]}
+            return json_response(body, headers=cors)
+        return json_response({"error": "not_found", "message": f"no route {request.method} {request.path}"}, 404, cors)
+    except CrossmemError as exc:
+        return error_response(exc, cors)
+
+
+def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
+    body = read_json(request, SendMessage)
+    history = None
+    if body.history is not None:
+        history = [ContextItem(m.role, m.content, m.surface, m.created_at, m.id) for m in body.history]
+    turn = TurnRequest(
+        Surface.WEB,
+        body.message,
+        body.client_message_id or f"web-{uuid.uuid4()}",
+        user_id=person,
+        conversation_id=body.conversation_id,
+        client_history=history,
+        deadline_s=runtime.settings().web_model_deadline,
+    )
+    if "text/event-stream" not in request.headers.get("Accept", ""):
+        return json_response(result_json(runtime.turns().run(turn)), headers=cors)
+    events = runtime.turns().stream(turn)
+    first = next(events)  # errors of input, ownership and auth surface here, before any byte is sent
+    return flask.Response(
+        sse(first, events), headers={**cors, "Cache-Control": "no-cache"}, mimetype="text/event-stream"
+    )
+
+
+def sse(first: TurnResult | str, rest: Iterator[TurnResult | str]) -> Iterator[str]:
+    """Server-sent events: `delta` for each piece of text, `done` with the result."""
+    for event in itertools.chain([first], rest):
+        if isinstance(event, TurnResult):
+            yield f"event: done\ndata: {json.dumps(result_json(event))}\n\n"
+        else:
+            yield f"event: delta\ndata: {json.dumps({'text': event})}\n\n"
+
+
+def result_json(result: TurnResult) -> dict[str, object]:
+    return {
+        "reply": result.reply,
+        "outcome": result.outcome.value,
+        "conversation_id": str(result.conversation_id) if result.conversation_id else None,
+        "message_id": result.message_id,
+        "reply_id": result.reply_id,
+    }
+
+
+def cors_headers(request: flask.Request) -> dict[str, str]:
+    origin = request.headers.get("Origin")
+    allowed = runtime.settings().cors_origins
+    if not origin or not ("*" in allowed or origin in allowed):
+        return {}
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept",
+        "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+        "Access-Control-Max-Age": "600",
+        "Vary": "Origin",
+    }

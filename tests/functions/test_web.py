@@ -1,0 +1,251 @@
+"""web_chat end to end: real function, real JWTs (PyJWT), real Postgres, fake Anthropic."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from core.models import Surface
+from core.turn import TurnRequest
+from functions import runtime
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.jwks import FakeJwks
+from tests.functions.conftest import app_client
+
+SECRET = "web-jwt-secret-for-tests-32-bytes-long"
+CLAIMS = json.loads(
+    (Path(__file__).resolve().parents[1] / "corpus" / "supabase" / "jwt_claims_example.json").read_text()
+)
+
+
+def claims(sub: uuid.UUID, **changes: Any) -> dict[str, Any]:
+    now = int(time.time())
+    return {**CLAIMS, "sub": str(sub), "session_id": str(uuid.uuid4()), "iat": now, "exp": now + 3600, **changes}
+
+
+def bearer(sub: uuid.UUID, secret: str = SECRET, **changes: Any) -> dict[str, str]:
+    return {"Authorization": "Bearer " + jwt.encode(claims(sub, **changes), secret, algorithm="HS256")}
+
+
+@pytest.fixture
+def web(environment: pytest.MonkeyPatch) -> FlaskClient:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("CORS_ORIGINS", "https://advisor.example.com")
+    return app_client("web_chat")
+
+
+@pytest.fixture
+def jwks() -> Iterator[FakeJwks]:
+    server = FakeJwks()
+    yield server
+    server.close()
+
+
+def stored_count(database_url: str, user: uuid.UUID) -> int:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select count(*) from messages where user_id = %s", (user,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_telegram_message_reaches_the_web_exactly_once(
+    web: FlaskClient, environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    client = app_client("web_chat")
+    fake_anthropic.answer = lambda body: "Noted."
+    said = runtime.turns().run(
+        TurnRequest(Surface.TELEGRAM, "On Telegram: I'm allergic to penicillin", "9", sender_id="4242")
+    )
+    conversation = client.post("/conversations", json={"title": "health"}, headers=bearer(owner)).get_json()
+    # The client already shows the Telegram message (it opened that thread before): same id, sent back as history.
+    history = [
+        {
+            "id": said.message_id,
+            "role": "user",
+            "content": "On Telegram: I'm allergic to penicillin",
+            "surface": "telegram",
+        },
+        {"id": said.reply_id, "role": "assistant", "content": said.reply, "surface": "telegram"},
+    ]
+    response = client.post(
+        "/",
+        json={
+            "message": "Which antibiotics should I avoid?",
+            "conversation_id": conversation["id"],
+            "client_message_id": "c-1",
+            "history": history,
+        },
+        headers=bearer(owner),
+    )
+    assert response.status_code == 200, response.get_json()
+    body = response.get_json()
+    assert body["outcome"] == "answered" and body["conversation_id"] == conversation["id"]
+    sent = json.dumps(fake_anthropic.requests[-1]["messages"])
+    assert sent.count("allergic to penicillin") == 1
+    texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
+    assert texts[-1].startswith("[web · ") and texts[-1].endswith("Which antibiotics should I avoid?")
+    # Without a client history the stored thread is used, and the Telegram turn is prepended once.
+    client.post("/", json={"message": "And painkillers?", "conversation_id": conversation["id"]}, headers=bearer(owner))
+    assert json.dumps(fake_anthropic.requests[-1]["messages"]).count("allergic to penicillin") == 1
+
+
+def test_a_retried_send_is_stored_once(web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic) -> None:
+    person = uuid.uuid4()
+    for _ in range(3):
+        response = web.post("/", json={"message": "hello", "client_message_id": "retry-1"}, headers=bearer(person))
+        assert response.status_code == 200
+    assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
+
+
+def test_an_es256_token_from_the_projects_jwks_is_accepted(
+    environment: pytest.MonkeyPatch, jwks: FakeJwks, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWKS_URL", jwks.url)
+    client = app_client("web_chat")
+    person = uuid.uuid4()
+    headers = {"Authorization": "Bearer " + jwks.sign(claims(person))}
+    assert client.get("/conversations", headers=headers).status_code == 200
+    assert client.post("/", json={"message": "hi"}, headers=headers).status_code == 200
+    assert jwks.fetches == 1  # fetched once, then cached by the instance
+    forged = {"Authorization": "Bearer " + FakeJwks().sign(claims(person))}  # same kid, another key
+    assert client.get("/conversations", headers=forged).status_code == 401
+
+
+@pytest.mark.parametrize(
+    "case", ["expired", "wrong-audience", "tampered", "wrong-secret", "missing", "not-bearer", "no-sub", "alg-none"]
+)
+def test_bad_tokens_are_401_and_store_nothing(
+    web: FlaskClient, case: str, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    headers: dict[str, str]
+    if case == "expired":
+        headers = bearer(person, exp=int(time.time()) - 3600)
+    elif case == "wrong-audience":
+        headers = bearer(person, aud="anon")
+    elif case == "tampered":
+        token = bearer(person)["Authorization"]
+        header, payload, signature = token.removeprefix("Bearer ").split(".")
+        other = jwt.encode(claims(uuid.uuid4()), "x" * 32, algorithm="HS256").split(".")[1]
+        headers = {"Authorization": f"Bearer {header}.{other}.{signature}"}
+    elif case == "wrong-secret":
+        headers = bearer(person, secret="another-secret-of-32-bytes-length!")
+    elif case == "missing":
+        headers = {}
+    elif case == "not-bearer":
+        headers = {"Authorization": "Basic dXNlcjpwYXNz"}
+    elif case == "no-sub":
+        token = jwt.encode({k: v for k, v in claims(person).items() if k != "sub"}, SECRET, algorithm="HS256")
+        headers = {"Authorization": f"Bearer {token}"}
+    else:
+        headers = {"Authorization": "Bearer " + jwt.encode(claims(person), None, algorithm="none")}
+    response = web.post("/", json={"message": "let me in"}, headers=headers)
+    assert response.status_code == 401 and response.get_json()["error"] == "unauthorized"
+    assert response.get_json()["message"]
+    assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
+
+
+def test_nobody_reaches_another_persons_conversation(web: FlaskClient, database_url: str) -> None:
+    alice, mallory = uuid.uuid4(), uuid.uuid4()
+    conversation = web.post("/conversations", headers=bearer(alice)).get_json()
+    web.post("/", json={"message": "my secret plan", "conversation_id": conversation["id"]}, headers=bearer(alice))
+    before = stored_count(database_url, alice)
+    attempts = [
+        web.get(f"/conversations/{conversation['id']}/messages", headers=bearer(mallory)),
+        web.post("/", json={"message": "hi", "conversation_id": conversation["id"]}, headers=bearer(mallory)),
+        web.post(
+            "/",
+            json={"message": "hi", "conversation_id": conversation["id"]},
+            headers=bearer(
+                mallory,
+            ),
+            environ_base={"HTTP_ACCEPT": "text/event-stream"},
+        ),
+    ]
+    assert [response.status_code for response in attempts] == [404, 404, 404]
+    assert "secret plan" not in json.dumps([response.get_json() for response in attempts])
+    listed = web.get("/conversations", headers=bearer(mallory)).get_json()
+    assert listed == {"conversations": []}
+    assert stored_count(database_url, alice) == before and stored_count(database_url, mallory) == 0
+    own = web.get(f"/conversations/{conversation['id']}/messages", headers=bearer(alice)).get_json()
+    assert [m["content"] for m in own["messages"]][0] == "my secret plan"
+
+
+def test_streaming_sends_several_events_and_stores_what_was_streamed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Here is a fairly long answer that arrives piece by piece, as written."
+    response = web.post(
+        "/", json={"message": "stream please"}, headers={**bearer(person), "Accept": "text/event-stream"}
+    )
+    assert response.status_code == 200 and response.mimetype == "text/event-stream"
+    events = [block for block in response.get_data(as_text=True).split("\n\n") if block]
+    deltas = [json.loads(e.split("data: ", 1)[1])["text"] for e in events if e.startswith("event: delta")]
+    done = [json.loads(e.split("data: ", 1)[1]) for e in events if e.startswith("event: done")]
+    assert len(deltas) > 1 and len(done) == 1 and events[-1].startswith("event: done")
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(
+            "select content from messages where user_id = %s and role = 'assistant'", (person,)
+        ).fetchone()
+    assert row == ("".join(deltas),) == (done[0]["reply"],)
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "status", "error"),
+    [
+        ({"data": "not json", "content_type": "application/json"}, 400, "bad_request"),
+        ({"json": {"message": ""}}, 400, "empty_message"),
+        ({"json": {"message": "x" * 20_000}}, 413, "message_too_long"),
+        ({"json": {"message": "hi", "conversation_id": str(uuid.uuid4())}}, 404, "not_found"),
+        ({"json": {"message": "hi", "conversation_id": "not-a-uuid"}}, 400, "bad_request"),
+        ({"json": {"text": "wrong field"}}, 400, "bad_request"),
+    ],
+    ids=["not-json", "empty", "too-long", "unknown-conversation", "bad-uuid", "wrong-shape"],
+)
+def test_bad_input_is_a_4xx_with_a_json_reason(
+    web: FlaskClient, request_kwargs: dict[str, Any], status: int, error: str
+) -> None:
+    response = web.post("/", headers=bearer(uuid.uuid4()), **request_kwargs)
+    assert response.status_code == status
+    assert response.get_json()["error"] == error and response.get_json()["message"]
+
+
+def test_unknown_routes_are_404_json(web: FlaskClient) -> None:
+    response = web.delete("/conversations", headers=bearer(uuid.uuid4()))
+    assert response.status_code == 404 and response.get_json()["error"] == "not_found"
+
+
+def test_cors_preflight_is_answered_without_the_database(web: FlaskClient, environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    client = app_client("web_chat")
+    allowed = client.options(
+        "/", headers={"Origin": "https://advisor.example.com", "Access-Control-Request-Method": "POST"}
+    )
+    assert allowed.status_code == 204
+    assert allowed.headers["Access-Control-Allow-Origin"] == "https://advisor.example.com"
+    assert "Authorization" in allowed.headers["Access-Control-Allow-Headers"]
+    denied = client.options("/", headers={"Origin": "https://evil.example.com"})
+    assert denied.status_code == 403 and "Access-Control-Allow-Origin" not in denied.headers
+    assert runtime.store.cache_info().currsize == 0  # no database client was even built
+
+
+def test_with_the_database_down_the_web_still_answers(web: FlaskClient, environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    client = app_client("web_chat")
+    response = client.post("/", json={"message": "still there?"}, headers=bearer(uuid.uuid4()))
+    assert response.status_code == 200 and "still there?" in response.get_json()["reply"]
+    listed = client.get("/conversations", headers=bearer(uuid.uuid4()))
+    assert listed.status_code == 503 and listed.get_json()["error"] == "store_unavailable"
