@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import uuid
-from typing import Any
 
 import httpx
 
@@ -51,44 +50,12 @@ def dev(args: argparse.Namespace) -> int:
 
 def say(args: argparse.Namespace) -> int:
     """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
-    from functions.local_dev import DEMO_TELEGRAM_ID, DEMO_WHATSAPP_NUMBER, apply_dev_defaults
+    from functions.local_dev import apply_dev_defaults, deliver_locally
 
     apply_dev_defaults(args.port)
-    config = runtime.settings()
-    base = args.url or f"http://127.0.0.1:{args.port}"
-    if args.surface == "telegram":
-        sender = int(args.sender or DEMO_TELEGRAM_ID)
-        update = {
-            "update_id": uuid.uuid4().int % 2**31,
-            "message": {
-                "message_id": 1,
-                "date": 0,
-                "chat": {"id": sender, "type": "private"},
-                "from": {"id": sender, "is_bot": False, "first_name": "Demo"},
-                "text": args.text,
-            },
-        }
-        secret = config.telegram_webhook_secret.get_secret_value() if config.telegram_webhook_secret else ""
-        response = httpx.post(f"{base}/telegram", json=update, headers={"X-Telegram-Bot-Api-Secret-Token": secret})
-        body: Any = response.json()
-        print(body.get("text") or json.dumps(body))
-    else:
-        from core.whatsapp import sign_form
-
-        form = {
-            "From": f"whatsapp:{args.sender or DEMO_WHATSAPP_NUMBER}",
-            "To": "whatsapp:+14155238886",
-            "Body": args.text,
-            "MessageSid": "SM" + uuid.uuid4().hex,
-            "NumMedia": "0",
-        }
-        token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
-        public = (config.public_base_url or base).rstrip("/") + "/whatsapp"
-        response = httpx.post(
-            f"{base}/whatsapp", data=form, headers={"X-Twilio-Signature": sign_form(token, public, form)}
-        )
-        print(response.text)
-    return 0 if response.status_code == 200 else 1
+    status, reply = deliver_locally(args.url or f"http://127.0.0.1:{args.port}", args.surface, args.text, args.sender)
+    print(reply)
+    return 0 if status == 200 else 1
 
 
 def telegram(args: argparse.Namespace) -> int:

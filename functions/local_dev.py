@@ -8,12 +8,17 @@ variable already set (or in `.env`) wins.
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import flask
+import httpx
 import jwt
 from functions_framework import create_app
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
@@ -45,11 +50,13 @@ def apply_dev_defaults(port: int) -> None:
         os.environ.setdefault(name, value)
 
 
-def dev_token(user_id: str = DEMO_USER_ID, lifetime_s: int = 3600) -> str:
-    """A Supabase-shaped access token signed with the local JWT secret."""
-    secret = runtime.settings().supabase_jwt_secret
+def dev_token(lifetime_s: int = 3600) -> str:
+    """A Supabase-shaped access token for the owner, signed with the local JWT secret."""
+    config = runtime.settings()
+    secret = config.supabase_jwt_secret
     if secret is None:
         raise RuntimeError("SUPABASE_JWT_SECRET is not set")
+    user_id = str(config.owner_user_id or DEMO_USER_ID)
     now = int(time.time())
     claims: dict[str, Any] = {
         "sub": user_id,
@@ -67,6 +74,44 @@ def dev_token(user_id: str = DEMO_USER_ID, lifetime_s: int = 3600) -> str:
     return jwt.encode(claims, secret.get_secret_value(), algorithm="HS256")
 
 
+def deliver_locally(base_url: str, surface: str, text: str, sender: str | None = None) -> tuple[int, str]:
+    """Post a Telegram or WhatsApp delivery, signed as the real service signs it, to a
+    running dev server; return the status and the reply it carried."""
+    config = runtime.settings()
+    if surface == "telegram":
+        chat = int(sender or DEMO_TELEGRAM_ID)
+        update = {
+            "update_id": uuid.uuid4().int % 2**31,
+            "message": {
+                "message_id": 1,
+                "date": int(time.time()),
+                "chat": {"id": chat, "type": "private"},
+                "from": {"id": chat, "is_bot": False, "first_name": "Demo"},
+                "text": text,
+            },
+        }
+        secret = config.telegram_webhook_secret.get_secret_value() if config.telegram_webhook_secret else ""
+        headers = {"X-Telegram-Bot-Api-Secret-Token": secret}
+        response = httpx.post(f"{base_url}/telegram", json=update, headers=headers, timeout=60)
+        body = response.json()
+        return response.status_code, str(body.get("text") or json.dumps(body))
+    from core.whatsapp import sign_form
+
+    form = {
+        "From": f"whatsapp:{sender or DEMO_WHATSAPP_NUMBER}",
+        "To": "whatsapp:+14155238886",
+        "Body": text,
+        "MessageSid": "SM" + uuid.uuid4().hex,
+        "NumMedia": "0",
+    }
+    token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
+    public = (config.public_base_url or base_url).rstrip("/") + "/whatsapp"
+    headers = {"X-Twilio-Signature": sign_form(token, public, form)}
+    response = httpx.post(f"{base_url}/whatsapp", data=form, headers=headers, timeout=60)
+    messages = re.findall(r"<Message>(.*?)</Message>", response.text, flags=re.DOTALL)
+    return response.status_code, html.unescape("\n".join(messages)) if messages else response.text
+
+
 def build_dev_app() -> Any:
     main = str(REPOSITORY / "main.py")
     site = flask.Flask("crossmem-dev")
@@ -82,14 +127,33 @@ def build_dev_app() -> Any:
 
     @site.post("/dev/token")
     def token() -> flask.Response:
-        return flask.jsonify(access_token=dev_token(), user_id=DEMO_USER_ID)
+        return flask.jsonify(access_token=dev_token())
+
+    @site.post("/dev/say")
+    def say() -> flask.Response:
+        body = flask.request.get_json(silent=True) or {}
+        surface, text = body.get("surface"), str(body.get("text", "")).strip()
+        if surface not in ("telegram", "whatsapp") or not text:
+            response = flask.jsonify(error="bad_request", message="give a surface (telegram|whatsapp) and a text")
+            response.status_code = 400
+            return response
+        status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text)
+        return flask.jsonify(status=status, reply=reply)
 
     mounts = {
         "/telegram": create_app("telegram_webhook", main),  # type: ignore[no-untyped-call]
         "/whatsapp": create_app("whatsapp_webhook", main),  # type: ignore[no-untyped-call]
         "/chat": create_app("web_chat", main),  # type: ignore[no-untyped-call]
     }
-    return DispatcherMiddleware(site.wsgi_app, mounts)
+    dispatcher = DispatcherMiddleware(site.wsgi_app, mounts)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        # A function's own root is "/": POST /telegram means /telegram/, as on Cloud Functions.
+        if environ.get("PATH_INFO") in mounts:
+            environ["PATH_INFO"] += "/"
+        return dispatcher(environ, start_response)
+
+    return app
 
 
 def serve(port: int) -> None:
