@@ -1,18 +1,24 @@
 """A loopback TCP proxy that counts round trips and can add latency to each one.
 
 A round trip is a burst of bytes from the client that follows an answer from the server
-(or opens the connection). With `delay_s`, every chunk waits half of it in each
-direction, so each round trip costs `delay_s` more, as between a function and its
-database in one region. Used by the tests (to count) and by the benchmarks (to delay).
+(or opens the connection). With `delay_s`, the first chunk of each round trip is held
+until `delay_s` after it arrived, so each round trip costs `delay_s` more, as between a
+function and its database in one region. Used by the tests (to count) and by the
+benchmarks (to delay).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 
@@ -99,15 +105,17 @@ class LatencyProxy:
                 chunk = source.recv(65536)
                 if not chunk:
                     break
+                arrived = time.perf_counter()
+                opens_round_trip = False
                 if side == "client":
                     with self._counter.lock:
-                        if state["last"] != "client":
-                            self._counter.round_trips += 1
+                        opens_round_trip = state["last"] != "client"
+                        self._counter.round_trips += opens_round_trip
                         state["last"] = "client"
                 else:
                     state["last"] = "server"
-                if self.delay_s:
-                    time.sleep(self.delay_s / 2)
+                if self.delay_s and opens_round_trip:
+                    _sleep_until(arrived + self.delay_s)
                 sink.sendall(chunk)
         except OSError:
             pass
@@ -115,3 +123,36 @@ class LatencyProxy:
             for sock in (source, sink):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+def _sleep_until(deadline: float) -> None:
+    """Sleep to a deadline without the usual oversleep: the last 0.2 ms spin."""
+    while (left := deadline - time.perf_counter()) > 0:
+        if left > 0.0003:
+            time.sleep(left - 0.0002)
+
+
+@contextmanager
+def proxy_process(conninfo: str, delay_s: float) -> Iterator[str]:
+    """The proxy in a process of its own, so that forwarding bytes, like a network,
+    costs the client no CPU time (and no share of its GIL); yields the URI through it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.latency_proxy", conninfo, str(delay_s)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert process.stdout is not None
+    port = int(process.stdout.readline())
+    try:
+        yield through_proxy(conninfo, port)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    proxy = LatencyProxy(postgres_target(sys.argv[1]), float(sys.argv[2]))
+    print(proxy.port, flush=True)
+    threading.Event().wait()

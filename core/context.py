@@ -79,9 +79,9 @@ def build_model_messages(
 def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[ContextItem]:
     """The last messages, at most `limit`, whose start moves `step` messages at a time
     (the rule of the SQL function `context_window`, for a history the web client sent)."""
-    total, step = len(items), max(step, 1)
     if limit <= 0:
         return []
+    total, step = len(items), max(min(step, limit), 1)
     if total <= limit:
         return list(items)
     keep = total - -(-(total - limit) // step) * step

@@ -31,13 +31,13 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
-def configure_json_logging(stream: TextIO = sys.stdout, level: int = logging.INFO) -> None:
-    """Send every `crossmem.*` logger to `stream` as JSON lines (idempotent)."""
+def configure_json_logging(stream: TextIO | None = None, level: int = logging.INFO) -> None:
+    """Send every `crossmem.*` logger to `stream` (standard output) as JSON lines (idempotent)."""
     logger = logging.getLogger("crossmem")
     for handler in list(logger.handlers):
         if getattr(handler, "_crossmem", False):
             logger.removeHandler(handler)
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(JsonLineFormatter())
     handler._crossmem = True  # type: ignore[attr-defined]
     logger.addHandler(handler)

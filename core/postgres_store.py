@@ -7,6 +7,7 @@ switchable off for Supabase's transaction pooler (port 6543), which cannot keep 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +30,21 @@ create table if not exists supabase_migrations.schema_migrations (
 """
 
 
+@functools.lru_cache(maxsize=64)
+def _call_query(function: str, names: tuple[str, ...]) -> str:
+    """`select public.fn(a => %(a)s, ...)`, composed (and quoted) once per function and argument names."""
+    return (
+        sql.SQL("select public.{}({})")
+        .format(
+            sql.Identifier(function),
+            sql.SQL(", ").join(
+                sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in names
+            ),
+        )
+        .as_string(None)
+    )
+
+
 class PostgresStore:
     def __init__(
         self,
@@ -47,12 +63,7 @@ class PostgresStore:
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
         check_function(function)
-        query = sql.SQL("select public.{}({})").format(
-            sql.Identifier(function),
-            sql.SQL(", ").join(
-                sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in arguments
-            ),
-        )
+        query = _call_query(function, tuple(arguments))
         if not self._slots.acquire(timeout=self._connect_timeout_s):
             raise StoreUnavailable("every database connection is busy")
         try:

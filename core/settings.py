@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.prompt import DEFAULT_SYSTEM_PROMPT
@@ -89,6 +89,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def step_fits_the_window(self) -> Settings:
+        if self.context_window_step > self.context_max_messages:
+            raise ValueError("CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES")
+        return self
 
     @property
     def is_local(self) -> bool:

@@ -265,9 +265,12 @@ class Turns:
 
     def _logged(self, request: TurnRequest, result: TurnResult, began: float) -> TurnResult:
         result.figures.latency_ms = round((self._clock() - began) * 1000, 1)
+        level = logging.WARNING if result.figures.error else logging.INFO
+        if not log.isEnabledFor(level):
+            return result
         figures = asdict(result.figures)
         log.log(
-            logging.WARNING if result.figures.error else logging.INFO,
+            level,
             "turn",
             extra={
                 "surface": request.surface.value,

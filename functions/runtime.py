@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.identity import IdentityPolicy
@@ -21,7 +22,9 @@ from core.settings import Settings
 from core.store import MemoryStore
 from core.telegram_bot import TelegramBot
 from core.turn import Turns, TurnSettings
-from core.web_auth import TokenVerifier
+
+if TYPE_CHECKING:
+    from core.web_auth import TokenVerifier
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
@@ -131,6 +134,8 @@ def telegram_bot() -> TelegramBot:
 
 @functools.cache
 def token_verifier() -> TokenVerifier:
+    from core.web_auth import TokenVerifier  # PyJWT and cryptography: only the web pays for them
+
     config = settings()
     secret = config.supabase_jwt_secret.get_secret_value() if config.supabase_jwt_secret else None
     return TokenVerifier(hs256_secret=secret, jwks_url=config.supabase_jwks_url)

@@ -138,3 +138,19 @@ def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, da
         assert context[-1].id == start.message_id
         if reply:
             memory.finish_turn(person, start.message_id, f"reply {index}")
+
+
+@pytest.mark.parametrize(("limit", "step"), [(5, 8), (1, 1), (3, 100)])
+def test_a_step_longer_than_the_window_never_empties_it(store: PostgresStore, limit: int, step: int) -> None:
+    from core.context import ContextItem, stepped_tail
+    from core.models import Role
+
+    memory = Memory(store, ContextLimits(max_messages=limit, window_step=step))
+    person = Person(user_id=uuid.uuid4())
+    items = []
+    for index in range(12):
+        start = memory.begin_turn(person, Surface.TELEGRAM, f"m{index}", f"e{index}")
+        items.append(ContextItem(Role.USER, f"m{index}", Surface.TELEGRAM))
+        assert 1 <= len(start.history) <= limit
+        assert start.history[-1].content == f"m{index}"
+        assert [m.content for m in start.history] == [i.content for i in stepped_tail(items, limit, step)]

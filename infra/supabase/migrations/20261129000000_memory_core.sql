@@ -91,6 +91,7 @@ set search_path = ''
 as $$
 declare
     v_total integer;
+    v_step integer;
     v_keep integer;
     v_window jsonb;
 begin
@@ -101,10 +102,13 @@ begin
        and m.created_at >= p_since
        and (m.created_at, m.id) <= (p_until_at, p_until_id);
 
+    -- A step longer than the window would empty it: the step is at most the window.
+    v_step := greatest(least(p_step, p_limit), 1);
     v_keep := case
         when v_total <= p_limit then v_total
-        else v_total - ceil((v_total - p_limit)::numeric / greatest(p_step, 1))::integer * greatest(p_step, 1)
+        else v_total - ceil((v_total - p_limit)::numeric / v_step)::integer * v_step
     end;
+    v_keep := greatest(v_keep, 0);
 
     select coalesce(jsonb_agg(to_jsonb(w) order by w.created_at, w.id), '[]'::jsonb) into v_window
       from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
@@ -154,12 +158,17 @@ begin
             raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
                 using errcode = '22023';
         end if;
-        insert into public.identities (surface, external_id, user_id)
-             values (p_surface, p_sender_id, gen_random_uuid())
-        on conflict (surface, external_id) do nothing;
         select i.user_id into v_user
           from public.identities i
          where i.surface = p_surface and i.external_id = p_sender_id;
+        if v_user is null then
+            insert into public.identities (surface, external_id, user_id)
+                 values (p_surface, p_sender_id, gen_random_uuid())
+            on conflict (surface, external_id) do nothing;
+            select i.user_id into v_user
+              from public.identities i
+             where i.surface = p_surface and i.external_id = p_sender_id;
+        end if;
     end if;
 
     if p_surface = 'web' then
@@ -184,12 +193,18 @@ begin
             end if;
         end if;
     else
-        insert into public.conversations (user_id, surface, title)
-             values (v_user, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
-        on conflict (user_id, surface) where surface <> 'web' do nothing;
         select c.id, c.surface into v_conversation, v_conversation_surface
           from public.conversations c
          where c.user_id = v_user and c.surface = p_surface;
+        if v_conversation is null then
+            -- The unique partial index settles a race between two first messages.
+            insert into public.conversations (user_id, surface, title)
+                 values (v_user, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
+            on conflict (user_id, surface) where surface <> 'web' do nothing;
+            select c.id, c.surface into v_conversation, v_conversation_surface
+              from public.conversations c
+             where c.user_id = v_user and c.surface = p_surface;
+        end if;
     end if;
 
     insert into public.messages (conversation_id, user_id, surface, role, content, external_id)

@@ -1,0 +1,133 @@
+"""`make bench`: every figure of the README, measured now, into bench/results.json.
+
+The database: BENCH_DATABASE_URL (or TEST_DATABASE_URL) when set, else the embedded
+wheel; either way a fresh, migrated database that is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from bench import caching, cold_start
+from bench.latency_proxy import proxy_process
+from bench.memory_core import (
+    context_load_ms_p50,
+    round_trips_per_turn,
+    turn_overhead_ms_p50,
+    turns_per_s,
+)
+from tests.database import migrated_database, server_url
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results.json"
+CHART = ROOT / "docs" / "caching.png"
+RTT = 0.001
+
+
+def measure(database_url: str) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    print("round trips ...", flush=True)
+    results["round_trips_per_turn"] = round_trips_per_turn(database_url)
+    print("turn overhead on loopback ...", flush=True)
+    results["turn_overhead_ms_p50"] = turn_overhead_ms_p50(database_url)
+    print("turn overhead with 1 ms a round trip ...", flush=True)
+    with proxy_process(database_url, RTT) as slow:
+        results["turn_overhead_ms_p50_rtt1"] = turn_overhead_ms_p50(slow, turns=150)
+    print("throughput, 8 threads, 1 ms a round trip ...", flush=True)
+    with proxy_process(database_url, RTT) as slow:
+        results["turns_per_s"] = turns_per_s(slow)
+    print("prompt caching over 60 turns ...", flush=True)
+    results.update(caching.run(CHART))
+    print("cold start ...", flush=True)
+    results["cold_start_ms"] = cold_start.run(database_url)
+    print("context load at 10,000 and 1,000,000 stored messages ...", flush=True)
+    load = context_load_ms_p50(database_url)
+    results["context_load_ms_p50"] = {size: load[size] for size in ("10000", "1000000")}
+    results["context_load_plan"] = {size: load[f"plan_{size}"] for size in ("10000", "1000000")}
+    overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
+    results["ratios"] = {
+        "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
+        "turn_overhead_rtt1_seed_over_ours": round(slow_overhead["seed"] / slow_overhead["ours"], 2),
+        "turns_per_s_ours_over_seed": round(results["turns_per_s"]["ours"] / results["turns_per_s"]["seed"], 2),
+        "context_load_1m_over_10k": round(
+            results["context_load_ms_p50"]["1000000"] / results["context_load_ms_p50"]["10000"], 2
+        ),
+    }
+    results["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "database": describe(database_url),
+    }
+    return results
+
+
+def describe(database_url: str) -> str:
+    return "embedded Postgres (unix socket)" if "host=/" in database_url else "Postgres over TCP loopback"
+
+
+def table(results: dict[str, Any]) -> str:
+    rt, ov, slow, tps = (
+        results[k] for k in ("round_trips_per_turn", "turn_overhead_ms_p50", "turn_overhead_ms_p50_rtt1", "turns_per_s")
+    )
+    cache, cost, cold, load, ratios = (
+        results[k] for k in ("cache_read_share", "input_cost_ratio", "cold_start_ms", "context_load_ms_p50", "ratios")
+    )
+    rows = [
+        ("round trips, Telegram/WhatsApp turn", rt["ours_secondary"], rt["seed_secondary"], ""),
+        ("round trips, web turn", rt["ours_web"], rt["seed_web"], ""),
+        (
+            "turn's database work, p50 ms, loopback",
+            ov["ours"],
+            ov["seed"],
+            f"seed/ours {ratios['turn_overhead_seed_over_ours']}",
+        ),
+        (
+            "same, +1 ms a round trip, p50 ms",
+            slow["ours"],
+            slow["seed"],
+            f"seed/ours {ratios['turn_overhead_rtt1_seed_over_ours']}",
+        ),
+        (
+            "turns/s, 8 threads, +1 ms a round trip",
+            tps["ours"],
+            tps["seed"],
+            f"ours/seed {ratios['turns_per_s_ours_over_seed']}",
+        ),
+        ("input tokens read from cache, 60 turns", cache["ours"], cache["seed"], "share"),
+        ("input cost vs. no caching, 60 turns", cost["ours"], cost["seed"], "ratio"),
+        (
+            "context load p50 ms, 10k / 1M messages",
+            f"{load['10000']} / {load['1000000']}",
+            "",
+            f"1M/10k {ratios['context_load_1m_over_10k']}",
+        ),
+        (
+            "cold start to first Telegram answer, ms",
+            cold["telegram"],
+            "",
+            f"`import anthropic` alone: {cold['anthropic_import']}",
+        ),
+    ]
+    lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
+    lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    configured = os.environ.get("BENCH_DATABASE_URL")
+    if configured:
+        os.environ["TEST_DATABASE_URL"] = configured
+    with server_url() as server, migrated_database(server) as database_url:
+        results = measure(database_url)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print()
+    print(table(results))
+    print(f"\nwritten to {RESULTS.relative_to(ROOT)} and {CHART.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

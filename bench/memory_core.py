@@ -1,0 +1,238 @@
+"""The memory core's figures beside the seed pattern's, on the same database.
+
+Every figure is measured here: round trips are counted by the TCP proxy, times are
+medians of interleaved runs, throughput is turns completed by 8 threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
+from bench.seed import SeedPattern
+from core.context import ModelMessage
+from core.identity import IdentityPolicy
+from core.llm import ModelReply, Usage
+from core.memory import ContextLimits, Memory
+from core.models import Person, Surface
+from core.postgres_store import PostgresStore
+from core.prompt import DEFAULT_SYSTEM_PROMPT
+from core.turn import TurnRequest, Turns, TurnSettings
+
+PEOPLE_PER_DRIVER = 40
+USER_TEXT = "Could you remind me what I said about the budget for the trip, and whether I booked the train?"
+REPLY_TEXT = "You set the trip budget at 900 euros on WhatsApp this morning, and yes: the 9:40 train is booked."
+
+
+class InstantModel:
+    """A model that answers at once: the benchmarks time the database, not Claude."""
+
+    name = "instant"
+
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply:
+        return ModelReply(REPLY_TEXT, Usage())
+
+    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+        yield REPLY_TEXT
+        yield Usage()
+
+
+def seed_answer(history: Any, text: str) -> str:
+    return REPLY_TEXT
+
+
+@contextmanager
+def counting_proxy(database_url: str) -> Iterator[tuple[LatencyProxy, str]]:
+    proxy = LatencyProxy(postgres_target(database_url))
+    try:
+        yield proxy, through_proxy(database_url, proxy.port)
+    finally:
+        proxy.close()
+
+
+def ours_secondary_turn(memory: Memory, person: uuid.UUID) -> None:
+    start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, USER_TEXT, uuid.uuid4().hex)
+    assert start.message_id is not None and not start.degraded
+    memory.finish_turn(person, start.message_id, REPLY_TEXT)
+
+
+def ours_web_turn(memory: Memory, person: uuid.UUID, conversation: uuid.UUID) -> None:
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, USER_TEXT, uuid.uuid4().hex, conversation)
+    assert start.message_id is not None and not start.degraded
+    memory.finish_turn(person, start.message_id, REPLY_TEXT)
+
+
+def round_trips_per_turn(database_url: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with counting_proxy(database_url) as (proxy, url):
+        memory = Memory(PostgresStore(url), ContextLimits())
+        seed = SeedPattern(url)
+        person = uuid.uuid4()
+        web = memory.create_conversation(person)
+        measured: dict[str, Callable[[], Any]] = {
+            "ours_secondary": lambda: ours_secondary_turn(memory, person),
+            "ours_web": lambda: ours_web_turn(memory, person, web.id),
+            "seed_secondary": lambda: seed.telegram_turn(person, USER_TEXT, seed_answer),
+            "seed_web": lambda: seed.web_turn(person, web.id, USER_TEXT, seed_answer),
+        }
+        for turn in measured.values():
+            for _ in range(6):  # warm: connections open, singletons exist, statements prepared
+                turn()
+        for name, turn in measured.items():
+            proxy.reset()
+            turn()
+            counts[name] = proxy.round_trips
+        memory.store.close()
+        seed.close()
+    return counts
+
+
+def people(count: int = PEOPLE_PER_DRIVER) -> Iterator[uuid.UUID]:
+    """The people a driver speaks for, in turn: a day holds dozens of a person's messages, not thousands."""
+    return itertools.cycle([uuid.uuid4() for _ in range(count)])
+
+
+def turn_overhead_ms_p50(database_url: str, turns: int = 300) -> dict[str, float]:
+    """One Telegram turn's database work, ours and the seed's interleaved."""
+    memory = Memory(PostgresStore(database_url), ContextLimits())
+    seed = SeedPattern(database_url)
+    speakers = people()
+    for person in itertools.islice(speakers, PEOPLE_PER_DRIVER):  # warm: singletons exist, statements prepared
+        ours_secondary_turn(memory, person)
+        seed.telegram_turn(person, USER_TEXT, seed_answer)
+    ours_times, seed_times = [], []
+    for person in itertools.islice(speakers, turns):
+        began = time.perf_counter()
+        ours_secondary_turn(memory, person)
+        ours_times.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        seed.telegram_turn(person, USER_TEXT, seed_answer)
+        seed_times.append(time.perf_counter() - began)
+    memory.store.close()
+    seed.close()
+    return {"ours": ms(statistics.median(ours_times)), "seed": ms(statistics.median(seed_times))}
+
+
+def turns_per_s(database_url: str, threads: int = 8, seconds: float = 4.0) -> dict[str, float]:
+    """Whole turns (zero-latency model) completed per second by `threads` threads; and
+    ours without the turn around it (begin_turn and finish_turn only), for comparison."""
+    memory = Memory(PostgresStore(database_url, max_connections=threads), ContextLimits())
+    turns = Turns(memory, InstantModel, IdentityPolicy("auto"), TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no"))
+
+    def ours(worker: int) -> Callable[[], None]:
+        speakers = people()
+        return lambda: _run(turns, next(speakers))
+
+    def seed(worker: int) -> Callable[[], None]:
+        pattern, speakers = SeedPattern(database_url), people()
+        return lambda: pattern.telegram_turn(next(speakers), USER_TEXT, seed_answer)
+
+    def ours_memory_only(worker: int) -> Callable[[], None]:
+        speakers = people()
+        return lambda: ours_secondary_turn(memory, next(speakers))
+
+    result = {
+        "ours": _throughput(ours, threads, seconds),
+        "seed": _throughput(seed, threads, seconds),
+        "ours_database_work_only": _throughput(ours_memory_only, threads, seconds),
+    }
+    memory.store.close()
+    return result
+
+
+def _run(turns: Turns, person: uuid.UUID) -> None:
+    turns.run(TurnRequest(Surface.TELEGRAM, USER_TEXT, uuid.uuid4().hex, user_id=person, deadline_s=30))
+
+
+def _throughput(make_worker: Callable[[int], Callable[[], None]], threads: int, seconds: float) -> float:
+    workers = [make_worker(index) for index in range(threads)]
+    for work in workers:
+        for _ in range(PEOPLE_PER_DRIVER):
+            work()  # warm: every person's singleton exists
+    done = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def loop(index: int) -> None:
+        while time.perf_counter() < stop:
+            workers[index]()
+            done[index] += 1
+
+    began = time.perf_counter()
+    pool = [threading.Thread(target=loop, args=(index,)) for index in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return round(sum(done) / (time.perf_counter() - began), 1)
+
+
+FILL = """
+with people as (
+    select gen_random_uuid() as user_id from generate_series(1, %(people)s)
+), singletons as (
+    insert into conversations (user_id, surface, title)
+    select user_id, 'telegram', '[Telegram]' from people
+    returning id, user_id
+)
+insert into messages (conversation_id, user_id, surface, role, content, created_at)
+select s.id, s.user_id, 'telegram',
+       case when n %% 2 = 0 then 'user' else 'assistant' end,
+       'stored message number ' || n || ' of a person, long enough to look like a real one',
+       now() - (n * interval '40 minutes')
+  from singletons s cross join generate_series(1, %(per_person)s) n
+"""
+
+HOT_QUERY = """
+explain select id from messages
+ where user_id = %s and created_at >= now() - interval '24 hours' and (created_at, id) <= (now(), 9223372036854775807)
+ order by created_at desc, id desc limit 16
+"""
+
+
+def fill(database_url: str, messages: int, per_person: int = 50) -> None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(FILL, {"people": messages // per_person, "per_person": per_person})
+        connection.execute("analyze conversations; analyze messages")
+
+
+def context_load_ms_p50(
+    database_url: str, sizes: Sequence[int] = (10_000, 1_000_000), samples: int = 300
+) -> dict[str, Any]:
+    """A turn's context load (begin_turn) as the table grows; and the plan of the hot query."""
+    figures: dict[str, Any] = {}
+    stored = 0
+    memory = Memory(PostgresStore(database_url), ContextLimits())
+    for size in sizes:
+        fill(database_url, size - stored)
+        stored = size
+        with psycopg.connect(database_url) as connection:
+            people = [
+                row[0]
+                for row in connection.execute(
+                    "select user_id from conversations order by random() limit %s", (samples,)
+                )
+            ]
+            plan = "\n".join(row[0] for row in connection.execute(HOT_QUERY, (people[0],)))
+        times = []
+        for person in people:
+            began = time.perf_counter()
+            start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, USER_TEXT, uuid.uuid4().hex)
+            times.append(time.perf_counter() - began)
+            assert not start.degraded and len(start.history) >= 2
+        figures[str(size)] = ms(statistics.median(times))
+        figures[f"plan_{size}"] = "messages_by_user_recent" if "messages_by_user_recent" in plan else plan
+    memory.store.close()
+    return figures
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
