@@ -30,4 +30,4 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 requirements: $(STAMP)
-	$(BIN)/python -m functions.requirements > requirements.txt
+	$(BIN)/python infra/requirements.py > requirements.txt

@@ -19,7 +19,7 @@ CommaList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True)
 
     # Where this runs: `local` relaxes nothing but the refusal to serve without secrets.
     app_env: Literal["local", "production"] = "production"

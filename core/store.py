@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from core.errors import StoreUnavailable
+
 # The SQL functions a store may call; anything else is refused before it reaches the wire.
 SQL_FUNCTIONS = frozenset(
     {
@@ -38,3 +40,18 @@ class MemoryStore(Protocol):
 def check_function(function: str) -> None:
     if function not in SQL_FUNCTIONS:
         raise ValueError(f"{function!r} is not one of the memory's SQL functions")
+
+
+class UnavailableStore:
+    """The store of an instance whose database could not even be set up (say, no
+    DATABASE_URL on Cloud Functions): every call fails the way a down database does,
+    so turns degrade to answers without memory instead of crashing."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
+        raise StoreUnavailable(self.reason)
+
+    def close(self) -> None:
+        pass

@@ -159,7 +159,7 @@ def build_dev_app() -> Any:
 def serve(port: int) -> None:
     apply_dev_defaults(port)
     config = runtime.settings()
-    runtime.store()  # start (and migrate) the embedded database before the first request
+    runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
     print("  demo page  /      telegram  POST /telegram   whatsapp  POST /whatsapp   web  /chat   health  /healthz")
     print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')

@@ -19,7 +19,7 @@ from core.memory import ContextLimits, Memory
 from core.offline_model import OfflineModel
 from core.postgres_store import PostgresStore
 from core.settings import Settings
-from core.store import MemoryStore
+from core.store import MemoryStore, UnavailableStore
 from core.telegram_bot import TelegramBot
 from core.turn import Turns, TurnSettings
 
@@ -53,6 +53,14 @@ def embedded_database_url(data: Path = EMBEDDED_DATA) -> str:
 @functools.cache
 def store() -> MemoryStore:
     config = settings()
+    try:
+        return build_store(config)
+    except Exception as exc:  # any failure to set up: the instance still answers, without memory
+        log.error("the memory store could not be set up", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return UnavailableStore(f"the memory store could not be set up: {type(exc).__name__}")
+
+
+def build_store(config: Settings) -> MemoryStore:
     kind = store_kind(config)
     if kind == "supabase":
         from core.supabase_store import SupabaseStore

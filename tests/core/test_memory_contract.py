@@ -169,3 +169,12 @@ def test_awkward_content_round_trips(counted: CountedMemory) -> None:
         memory.begin_turn(Person(user_id=person), Surface.WHATSAPP, text, f"sid-{index}")
     stored = [m.content for m in memory.person_history(person)]
     assert stored == ["nullbyte", *texts[1:]]
+
+
+def test_an_untitled_web_conversation_takes_its_first_message_as_title(counted: CountedMemory) -> None:
+    memory = counted.memory
+    person = uuid.uuid4()
+    conversation = memory.create_conversation(person)
+    memory.begin_turn(Person(user_id=person), Surface.WEB, "Plans   for\nthe weekend", "w1", conversation.id)
+    memory.begin_turn(Person(user_id=person), Surface.WEB, "something else", "w2", conversation.id)
+    assert [c.title for c in memory.list_conversations(person)] == ["Plans for the weekend"]

@@ -326,3 +326,16 @@ print(json.dumps({{"status": response.status_code, "body": response.get_json(),
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == 200 and "offline stand-in" in result["body"]["text"].lower()
     assert result["anthropic"] is False and result["twilio"] is False
+
+
+def test_an_instance_without_any_database_still_answers(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    environment.delenv("DATABASE_URL")
+    environment.setenv("SUPABASE_URL", "not a url")  # supabase-py refuses it when the store is built
+    environment.setenv("SUPABASE_SERVICE_ROLE_KEY", "sb_secret_x")
+    with caplog.at_level(logging.ERROR, logger="crossmem"):
+        response = app_client("telegram_webhook").post("/", json=update("anyone home?"), headers=HEADERS)
+    assert response.status_code == 200
+    assert "anyone home?" in fake_telegram.sent()[0]["text"]
+    assert any("could not be set up" in record.getMessage() for record in caplog.records)

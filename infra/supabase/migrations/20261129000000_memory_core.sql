@@ -191,6 +191,10 @@ begin
             if v_conversation is null then
                 return jsonb_build_object('error', 'conversation_not_found');
             end if;
+            -- A conversation started empty takes its first message as its title.
+            update public.conversations c
+               set title = left(regexp_replace(p_content, '\s+', ' ', 'g'), 60)
+             where c.id = v_conversation and c.user_id = v_user and c.surface = 'web' and c.title = '';
         end if;
     else
         select c.id, c.surface into v_conversation, v_conversation_surface

@@ -1,0 +1,94 @@
+"""The project's promises about itself: documented configuration and commands, the
+deploy files in step with the code, and the benchmark's pinned keys."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import runpy
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.settings import Settings
+from functions.cli import parser
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+ENV_NAMES = sorted(name.upper() for name in Settings.model_fields)
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_every_setting_is_documented(name: str) -> None:
+    assert f"`{name}`" in README, f"{name} is missing from the README's configuration table"
+    assert re.search(rf"^{name}=", (ROOT / ".env.example").read_text(), re.M), f"{name} is missing from .env.example"
+
+
+def test_the_example_configuration_is_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    shutil.copy(ROOT / ".env.example", tmp_path / ".env")
+    monkeypatch.chdir(tmp_path)
+    from_example = Settings()
+    (tmp_path / ".env").unlink()
+    assert from_example == Settings()
+
+
+def commands() -> list[str]:
+    found = []
+    for action in parser()._subparsers._group_actions:  # type: ignore[union-attr]
+        for name, sub in action.choices.items():
+            nested = [a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction"]
+            found += [f"crossmem {name} {child}" for a in nested for child in a.choices] or [f"crossmem {name}"]
+    return found
+
+
+@pytest.mark.parametrize("command", commands())
+def test_every_command_is_documented(command: str) -> None:
+    assert command in README
+
+
+def test_requirements_txt_is_generated_from_pyproject() -> None:
+    requirements = runpy.run_path(str(ROOT / "infra" / "requirements.py"))["requirements"]
+    assert (ROOT / "requirements.txt").read_text() == requirements(), "run `make requirements`"
+
+
+def test_serverless_deploys_the_three_functions_of_main() -> None:
+    config = yaml.safe_load((ROOT / "serverless.yml").read_text())
+    handlers = {spec["handler"] for spec in config["functions"].values()}
+    tree = ast.parse((ROOT / "main.py").read_text())
+    exported = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert handlers == exported == {"telegram_webhook", "whatsapp_webhook", "web_chat"}
+    assert config["provider"]["runtime"] == "python311"
+
+
+PINNED = {
+    "round_trips_per_turn": {"ours_secondary", "ours_web", "seed_secondary", "seed_web"},
+    "turn_overhead_ms_p50": {"ours", "seed"},
+    "turn_overhead_ms_p50_rtt1": {"ours", "seed"},
+    "turns_per_s": {"ours", "seed"},
+    "context_load_ms_p50": {"10000", "1000000"},
+    "cache_read_share": {"ours", "seed"},
+    "input_cost_ratio": {"ours", "seed"},
+    "cold_start_ms": {"telegram", "anthropic_import"},
+}
+
+
+def test_the_benchmark_results_carry_the_pinned_keys_and_the_readme_shows_them() -> None:
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    for key, inner in PINNED.items():
+        assert inner <= set(results[key]), key
+        assert f"`{key}`" in README
+    assert results["round_trips_per_turn"]["ours_secondary"] == 2
+    assert "make bench" in README
+    for picture in ("docs/caching.png", "docs/demo.png"):
+        assert (ROOT / picture).is_file() and picture in README
+
+
+def test_the_readme_opens_with_the_two_commands() -> None:
+    opening = README[:1500]
+    assert "make dev" in opening and "make test" in opening
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
