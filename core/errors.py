@@ -54,3 +54,7 @@ class ModelUnavailable(CrossmemError):
 
 class DeliveryFailed(CrossmemError):
     """A surface's API (Telegram's Bot API) refused a reply or could not be reached."""
+
+
+class ConfigurationError(CrossmemError):
+    """Invalid settings. The message names the variables, never their values."""

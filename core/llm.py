@@ -70,6 +70,17 @@ def _usage(raw: Any) -> Usage:
     )
 
 
+def _unavailable(exc: Exception) -> ModelUnavailable:
+    """The SDK's failures, mapped at its boundary: a status, a timeout, or an unusable answer."""
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        return ModelUnavailable(f"the model answered {exc.status_code}")
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ModelUnavailable("the model timed out")
+    return ModelUnavailable(f"the model's answer was unusable: {type(exc).__name__}")
+
+
 class AnthropicModel:
     def __init__(
         self,
@@ -98,12 +109,8 @@ class AnthropicModel:
             response = self._sdk(timeout_s).messages.create(**request)
             text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
             usage = _usage(response.usage)
-        except anthropic.APIStatusError as exc:
-            raise ModelUnavailable(f"the model answered {exc.status_code}") from exc
-        except anthropic.APITimeoutError as exc:
-            raise ModelUnavailable("the model timed out") from exc
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
-            raise ModelUnavailable(f"the model's answer was unusable: {type(exc).__name__}") from exc
+            raise _unavailable(exc) from exc
         if not text.strip():
             raise ModelUnavailable("the model answered with no text")
         return ModelReply(text, usage)
@@ -116,12 +123,8 @@ class AnthropicModel:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
                 yield from stream.text_stream
                 yield _usage(stream.get_final_message().usage)
-        except anthropic.APIStatusError as exc:
-            raise ModelUnavailable(f"the model answered {exc.status_code}") from exc
-        except anthropic.APITimeoutError as exc:
-            raise ModelUnavailable("the model timed out") from exc
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
-            raise ModelUnavailable(f"the model's stream was unusable: {type(exc).__name__}") from exc
+            raise _unavailable(exc) from exc
 
     def _sdk(self, timeout_s: float) -> Any:
         with self._lock:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.errors import ConfigurationError
 from core.prompt import DEFAULT_SYSTEM_PROMPT
 
 CommaList = Annotated[list[str], NoDecode]
@@ -91,10 +92,26 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def step_fits_the_window(self) -> Settings:
+    def consistent(self) -> Settings:
         if self.context_window_step > self.context_max_messages:
             raise ValueError("CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES")
+        if self.identity_policy == "owner" and self.owner_user_id is None:
+            raise ValueError("IDENTITY_POLICY=owner needs OWNER_USER_ID")
         return self
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        """The settings, or a ConfigurationError that names what is wrong without any value."""
+        try:
+            return cls()
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors(include_input=False, include_url=False):
+                field = ".".join(str(part) for part in error["loc"]).upper()
+                problems.append(
+                    f"{field}: {error['msg']}" if field else str(error["msg"]).removeprefix("Value error, ")
+                )
+            raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
 
     @property
     def is_local(self) -> bool:

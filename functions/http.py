@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
+import logging
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import flask
@@ -12,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from core.errors import (
     AuthError,
     BodyTooLarge,
+    ConfigurationError,
     CrossmemError,
     EmptyMessage,
     InputError,
@@ -33,9 +37,25 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (AuthError, 401, "unauthorized"),
     (StoreUnavailable, 503, "store_unavailable"),
     (ModelUnavailable, 503, "model_unavailable"),
+    (ConfigurationError, 503, "not_configured"),
 ]
 
 Model = TypeVar("Model", bound=BaseModel)
+log = logging.getLogger("crossmem.functions")
+
+
+def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
+    """A function that answers a configuration error with 503 and its reason, not a crash."""
+
+    @functools.wraps(handler)
+    def serve(request: flask.Request) -> flask.Response:
+        try:
+            return handler(request)
+        except ConfigurationError as exc:
+            log.error("refusing to serve", extra={"error": str(exc)})
+            return error_response(exc)
+
+    return serve
 
 
 def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:

@@ -33,7 +33,7 @@ log = logging.getLogger("crossmem.runtime")
 @functools.cache
 def settings() -> Settings:
     configure_json_logging()
-    return Settings()
+    return Settings.from_environment()
 
 
 def store_kind(config: Settings) -> str:

@@ -14,11 +14,12 @@ from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
 from core.telegram_update import Converse, Notice, TelegramUpdate, classify
 from core.turn import TurnRequest
 from functions import runtime
-from functions.http import error_response, json_response, read_json, same_secret
+from functions.http import error_response, json_response, read_json, same_secret, serving
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name, not a secret)
 
 
+@serving
 def telegram_webhook(request: flask.Request) -> flask.Response:
     config = runtime.settings()
     if not config.is_local and (config.telegram_webhook_secret is None or config.telegram_bot_token is None):

@@ -24,7 +24,7 @@ from core.errors import CrossmemError
 from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
-from functions.http import error_response, json_response, read_json
+from functions.http import error_response, json_response, read_json, serving
 
 CONVERSATION_MESSAGES = re.compile(r"^/conversations/([0-9a-fA-F-]{36})/messages/?$")
 
@@ -48,6 +48,7 @@ class NewConversation(BaseModel):
     title: str = Field(default="", max_length=200)
 
 
+@serving
 def web_chat(request: flask.Request) -> flask.Response:
     cors = cors_headers(request)
     if request.method == "OPTIONS":

@@ -14,9 +14,10 @@ from core.models import Surface
 from core.turn import TurnRequest
 from core.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
 from functions import runtime
-from functions.http import MAX_BODY_BYTES, json_response
+from functions.http import MAX_BODY_BYTES, json_response, serving
 
 
+@serving
 def whatsapp_webhook(request: flask.Request) -> flask.Response:
     config = runtime.settings()
     if config.twilio_auth_token is None or not config.public_base_url:

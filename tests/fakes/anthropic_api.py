@@ -11,10 +11,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from bench.prompt_cache import PromptCache
+from tests.fakes.local_server import LocalServer, QuietHandler
 
 
 def echo_last_message(body: dict[str, Any]) -> str:
@@ -32,36 +32,33 @@ class FakeAnthropic:
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._http = LocalServer(self._handler())
+        self.url = self._http.url
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[QuietHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                body = self.read_json()
                 with fake._lock:
                     fake.requests.append(body)
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                     usage = fake.cache.request(body, time.time())
                 if self.path != "/v1/messages":
-                    return self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+                    error = {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
+                    return self.answer_json(404, error)
                 if fake.behaviour in ("500", "529"):
                     kind = "api_error" if fake.behaviour == "500" else "overloaded_error"
                     error = {"type": "error", "error": {"type": kind, "message": kind}}
-                    return self._json(int(fake.behaviour), error)
+                    # No retry from the SDK: each behaviour is one request, and the test counts them.
+                    data = json.dumps(error).encode()
+                    return self.answer_bytes(int(fake.behaviour), data, "application/json", {"x-should-retry": "false"})
                 if fake.behaviour == "slow":
                     time.sleep(fake.slow_s)
                 text = fake.answer(body)
@@ -72,10 +69,12 @@ class FakeAnthropic:
                     "output_tokens": max(1, len(text) // 4),
                 }
                 if fake.behaviour == "malformed":
-                    return self._raw(200, b'{"id": "msg_1", "type": "message", "content": [{"ty', "application/json")
+                    return self.answer_bytes(
+                        200, b'{"id": "msg_1", "type": "message", "content": [{"ty', "application/json"
+                    )
                 if body.get("stream"):
                     return self._stream(body, text, usage_json)
-                self._json(200, message(body, text, usage_json))
+                self.answer_json(200, message(body, text, usage_json))
 
             def _stream(self, body: dict[str, Any], text: str, usage: dict[str, int]) -> None:
                 self.send_response(200)
@@ -113,18 +112,6 @@ class FakeAnthropic:
                     self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                     self.wfile.flush()
                 self.close_connection = True
-
-            def _json(self, status: int, payload: dict[str, Any]) -> None:
-                self._raw(status, json.dumps(payload).encode(), "application/json")
-
-            def _raw(self, status: int, data: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                if status >= 500:
-                    self.send_header("x-should-retry", "false")
-                self.end_headers()
-                self.wfile.write(data)
 
         return Handler
 

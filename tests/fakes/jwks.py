@@ -4,12 +4,12 @@ with one ES256 key whose private half signs the tests' tokens."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.fakes.local_server import LocalServer, QuietHandler
 
 KID = "3a18cfe2-7226-43b0-bbb4-7c5242f2406e"
 
@@ -20,32 +20,21 @@ class FakeJwks:
         public = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.private_key.public_key()))
         self.document = {"keys": [{**public, "kid": KID, "alg": "ES256", "use": "sig", "key_ops": ["verify"]}]}
         self.fetches = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/auth/v1/.well-known/jwks.json"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._http = LocalServer(self._handler())
+        self.url = f"{self._http.url}/auth/v1/.well-known/jwks.json"
 
     def sign(self, claims: dict[str, Any]) -> str:
         return jwt.encode(claims, self.private_key, algorithm="ES256", headers={"kid": KID})
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[QuietHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 fake.fetches += 1
-                data = json.dumps(fake.document).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer_json(200, fake.document)
 
         return Handler

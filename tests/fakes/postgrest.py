@@ -9,14 +9,12 @@ are the SupabaseStore's round trips.
 from __future__ import annotations
 
 import hmac
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import quote
 
 from core.errors import StoreUnavailable
 from core.postgres_store import PostgresStore
+from tests.fakes.local_server import LocalServer, QuietHandler
 
 
 class PostgrestStandIn:
@@ -27,46 +25,33 @@ class PostgrestStandIn:
         self.key = service_role_key
         self.requests = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._http = LocalServer(self._handler())
+        self.url = self._http.url
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()
         self.store.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[QuietHandler]:
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 with stand_in._lock:
                     stand_in.requests += 1
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                arguments = self.read_json()
                 bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
                 apikey = self.headers.get("apikey", "")
                 if not (hmac.compare_digest(apikey, stand_in.key) and hmac.compare_digest(bearer, stand_in.key)):
-                    return self._answer(401, {"message": "Invalid API key"})
+                    return self.answer_json(401, {"message": "Invalid API key"})
                 if not self.path.startswith("/rest/v1/rpc/"):
-                    return self._answer(404, {"message": "not found"})
+                    return self.answer_json(404, {"message": "not found"})
                 function = self.path.removeprefix("/rest/v1/rpc/").split("?")[0]
                 try:
-                    result = stand_in.store.call(function, json.loads(body or b"{}"))
+                    result = stand_in.store.call(function, arguments)
                 except (ValueError, StoreUnavailable) as exc:
-                    return self._answer(400, {"code": "P0001", "message": str(exc), "details": None, "hint": None})
-                self._answer(200, result)
-
-            def _answer(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    error = {"code": "P0001", "message": str(exc), "details": None, "hint": None}
+                    return self.answer_json(400, error)
+                self.answer_json(200, result)
 
         return Handler

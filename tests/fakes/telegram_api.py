@@ -5,10 +5,10 @@ Records every method call with its JSON payload; `down` makes it answer 502.
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.local_server import LocalServer, QuietHandler
 
 
 class FakeTelegram:
@@ -17,33 +17,27 @@ class FakeTelegram:
         self.down = False
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._http = LocalServer(self._handler())
+        self.url = self._http.url
 
     def sent(self, method: str = "sendMessage") -> list[dict[str, Any]]:
         return [payload for name, payload in self.calls if name == method]
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[QuietHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+                payload = self.read_json()
                 prefix = f"/bot{fake.token}/"
                 if not self.path.startswith(prefix):
-                    return self._answer(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+                    return self.answer_json(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
                 method = self.path.removeprefix(prefix)
                 if fake.down:
-                    return self._answer(502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})
+                    return self.answer_json(502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})
                 with fake._lock:
                     fake.calls.append((method, payload))
                 if method == "getWebhookInfo":
@@ -52,14 +46,6 @@ class FakeTelegram:
                     result = {"message_id": len(fake.calls), "chat": {"id": payload.get("chat_id")}, "text": ""}
                 else:
                     result = True
-                self._answer(200, {"ok": True, "result": result})
-
-            def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer_json(200, {"ok": True, "result": result})
 
         return Handler

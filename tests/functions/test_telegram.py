@@ -339,3 +339,21 @@ def test_an_instance_without_any_database_still_answers(
     assert response.status_code == 200
     assert "anyone home?" in fake_telegram.sent()[0]["text"]
     assert any("could not be set up" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "named"),
+    [
+        ("IDENTITY_POLICY", "owner", "OWNER_USER_ID"),
+        ("DATABASE_CONNECT_TIMEOUT", "sk-secret-looking", "DATABASE_CONNECT_TIMEOUT"),
+    ],
+)
+def test_a_misconfigured_instance_says_what_is_wrong_without_values(
+    environment: pytest.MonkeyPatch, name: str, value: str, named: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv(name, value)
+    response = app_client("telegram_webhook").post("/", json=update("hi"), headers=HEADERS)
+    assert response.status_code == 503 and response.get_json()["error"] == "not_configured"
+    message = response.get_json()["message"]
+    assert named in message and "sk-secret-looking" not in message
+    assert fake_anthropic.requests == []
