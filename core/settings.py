@@ -7,6 +7,7 @@ never print in a log line or a traceback.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 from uuid import UUID
 
@@ -34,6 +35,7 @@ class Settings(BaseSettings):
     supabase_url: str | None = None
     supabase_service_role_key: SecretStr | None = None
     supabase_timeout: float = Field(default=5.0, gt=0)
+    embedded_data_dir: Path | None = None  # the embedded Postgres's data: .local/pgdata when unset
 
     # Context rules.
     context_window_hours: int = Field(default=24, ge=1)

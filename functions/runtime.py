@@ -70,7 +70,10 @@ def build_store(config: Settings) -> MemoryStore:
         assert config.supabase_url is not None
         key = config.supabase_service_role_key.get_secret_value()
         return SupabaseStore(config.supabase_url, key, timeout_s=config.supabase_timeout)
-    url = config.database_url.get_secret_value() if config.database_url else embedded_database_url()
+    if config.database_url is not None:
+        url = config.database_url.get_secret_value()
+    else:
+        url = embedded_database_url(config.embedded_data_dir or EMBEDDED_DATA)
     return PostgresStore(
         url,
         connect_timeout_s=config.database_connect_timeout,
