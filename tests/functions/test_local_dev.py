@@ -51,7 +51,7 @@ def dev(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
         server.kill()
         pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))
     yield url, env
-    server.send_signal(signal.SIGINT)  # as Ctrl-C: the embedded Postgres stops with it
+    server.send_signal(signal.SIGTERM)  # as a process manager would: the embedded Postgres stops with it
     server.wait(timeout=30)
 
 
