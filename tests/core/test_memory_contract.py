@@ -26,11 +26,12 @@ class CountedMemory:
     reset: Callable[[], None]
 
 
-@pytest.fixture(params=["postgres", "supabase"])
+@pytest.fixture(params=["postgres", "postgres-pooler", "supabase"])
 def counted(request: pytest.FixtureRequest, database_url: str) -> Iterator[CountedMemory]:
-    if request.param == "postgres":
+    if request.param.startswith("postgres"):
+        # "postgres-pooler": prepared statements off, as behind Supabase's transaction pooler.
         proxy = LatencyProxy(postgres_target(database_url))
-        store = PostgresStore(through_proxy(database_url, proxy.port))
+        store = PostgresStore(through_proxy(database_url, proxy.port), prepared_statements=request.param == "postgres")
         memory = Memory(store, ContextLimits())
         memory.list_conversations(uuid.uuid4())  # open the connection: its handshake is not a turn
         proxy.reset()

@@ -357,3 +357,29 @@ def test_a_misconfigured_instance_says_what_is_wrong_without_values(
     message = response.get_json()["message"]
     assert named in message and "sk-secret-looking" not in message
     assert fake_anthropic.requests == []
+
+
+def test_the_owner_policy_refuses_strangers_politely_and_keeps_nothing(
+    environment: pytest.MonkeyPatch,
+    owner: uuid.UUID,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", "4242, 777")
+    environment.setenv("STRANGER_REPLY", "This assistant is private.")
+    client = app_client("telegram_webhook")
+    client.post("/", json=update("my secret: the safe code is 1234"), headers=HEADERS)
+    stranger = update("what is the safe code?", user_id=999)
+    assert client.post("/", json=stranger, headers=HEADERS).status_code == 200
+    assert fake_telegram.sent()[-1] == {"chat_id": 999, "text": "This assistant is private."}
+    assert len(fake_anthropic.requests) == 1  # only the owner's turn reached the model
+    assert stored(database_url, str(stranger["update_id"])) == []
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select count(*) from identities where external_id = '999'").fetchone()
+    assert row == (0,)
+    client.post("/", json=update("and the second allowed id", user_id=777), headers=HEADERS)
+    texts = json.dumps(fake_anthropic.requests[-1]["messages"])
+    assert "safe code is 1234" in texts  # 777 is the owner too: the same memory

@@ -232,3 +232,23 @@ def test_without_an_auth_token_it_refuses_to_serve(environment: pytest.MonkeyPat
     environment.setenv("PUBLIC_BASE_URL", PUBLIC)
     response = post(app_client("whatsapp_webhook"), form("hi"))
     assert response.status_code == 503
+
+
+def test_the_owner_policy_turns_away_unknown_numbers(
+    whatsapp: FlaskClient,
+    environment: pytest.MonkeyPatch,
+    owner: uuid.UUID,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+) -> None:
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_WHATSAPP_NUMBERS", "+34 600-111-222")
+    client = app_client("whatsapp_webhook")
+    stranger = form("hello?", sender="whatsapp:+447700900123")
+    replies = messages_of(post(client, stranger).get_data(as_text=True))
+    assert len(replies) == 1 and "private assistant" in replies[0]
+    assert count_stored(database_url, stranger["MessageSid"]) == 0 and fake_anthropic.requests == []
+    known = form("it's me", sender="whatsapp:+34600111222")
+    assert messages_of(post(client, known).get_data(as_text=True)) != replies
+    assert count_stored(database_url, known["MessageSid"]) == 1
