@@ -66,6 +66,16 @@ def environment(
     runtime.reset()
 
 
+def as_owner(
+    environment: pytest.MonkeyPatch, owner: uuid.UUID, telegram: str = "4242", whatsapp: str = "+34600111222"
+) -> None:
+    """The owner policy: `owner` is the person behind these Telegram ids and WhatsApp numbers."""
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", telegram)
+    environment.setenv("OWNER_WHATSAPP_NUMBERS", whatsapp)
+
+
 def app_client(target: str) -> FlaskClient:
     """A new instance of the function, as a cold start would build it."""
     runtime.reset()

@@ -19,7 +19,7 @@ from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
+from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client, as_owner
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "telegram"
 HEADERS = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
@@ -85,10 +85,7 @@ def stored(database_url: str, external_id: str) -> list[tuple[str, str]]:
 def test_what_was_said_on_the_web_and_whatsapp_reaches_the_next_telegram_message(
     environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
-    environment.setenv("IDENTITY_POLICY", "owner")
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
-    environment.setenv("OWNER_WHATSAPP_NUMBERS", "+34600111222")
+    as_owner(environment, owner)
     first = app_client("telegram_webhook")
     turns = runtime.turns()
     web = turns.memory.create_conversation(owner)
@@ -366,9 +363,7 @@ def test_the_owner_policy_refuses_strangers_politely_and_keeps_nothing(
     fake_anthropic: FakeAnthropic,
     fake_telegram: FakeTelegram,
 ) -> None:
-    environment.setenv("IDENTITY_POLICY", "owner")
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", "4242, 777")
+    as_owner(environment, owner, telegram="4242, 777")
     environment.setenv("STRANGER_REPLY", "This assistant is private.")
     client = app_client("telegram_webhook")
     client.post("/", json=update("my secret: the safe code is 1234"), headers=HEADERS)

@@ -19,7 +19,7 @@ from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
-from tests.functions.conftest import app_client
+from tests.functions.conftest import app_client, as_owner
 
 SECRET = "web-jwt-secret-for-tests-32-bytes-long"
 CLAIMS = json.loads(
@@ -60,9 +60,7 @@ def stored_count(database_url: str, user: uuid.UUID) -> int:
 def test_a_telegram_message_reaches_the_web_exactly_once(
     web: FlaskClient, environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("IDENTITY_POLICY", "owner")
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    as_owner(environment, owner)
     client = app_client("web_chat")
     fake_anthropic.answer = lambda body: "Noted."
     said = runtime.turns().run(

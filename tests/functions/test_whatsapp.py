@@ -16,7 +16,7 @@ from core.models import Surface
 from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.conftest import app_client
+from tests.functions.conftest import app_client, as_owner
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "twilio"
 TOKEN = "twilio-auth-token-for-tests"
@@ -79,10 +79,7 @@ def test_the_corpus_vectors_validate_with_the_same_sdk() -> None:
 def test_telegram_and_web_reach_the_next_whatsapp_message(
     whatsapp: FlaskClient, environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("IDENTITY_POLICY", "owner")
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
-    environment.setenv("OWNER_WHATSAPP_NUMBERS", "+34 600 111 222")
+    as_owner(environment, owner, whatsapp="+34 600 111 222")  # compared as +digits
     client = app_client("whatsapp_webhook")
     turns = runtime.turns()
     turns.run(TurnRequest(Surface.TELEGRAM, "On Telegram: the meeting moved to 3pm", "1", sender_id="4242"))
@@ -241,9 +238,7 @@ def test_the_owner_policy_turns_away_unknown_numbers(
     database_url: str,
     fake_anthropic: FakeAnthropic,
 ) -> None:
-    environment.setenv("IDENTITY_POLICY", "owner")
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_WHATSAPP_NUMBERS", "+34 600-111-222")
+    as_owner(environment, owner, whatsapp="+34 600-111-222")
     client = app_client("whatsapp_webhook")
     stranger = form("hello?", sender="whatsapp:+447700900123")
     replies = messages_of(post(client, stranger).get_data(as_text=True))
