@@ -179,3 +179,16 @@ def test_an_untitled_web_conversation_takes_its_first_message_as_title(counted: 
     memory.begin_turn(Person(user_id=person), Surface.WEB, "Plans   for\nthe weekend", "w1", conversation.id)
     memory.begin_turn(Person(user_id=person), Surface.WEB, "something else", "w2", conversation.id)
     assert [c.title for c in memory.list_conversations(person)] == ["Plans for the weekend"]
+
+
+def test_a_web_message_in_the_telegram_thread_is_not_taken_for_a_redelivery(counted: CountedMemory) -> None:
+    memory = counted.memory
+    person = uuid.uuid4()
+    telegram = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "update 123", "123")
+    assert telegram.conversation_id is not None
+    web = memory.begin_turn(Person(user_id=person), Surface.WEB, "client message 123", "123", telegram.conversation_id)
+    assert not web.duplicate and web.message_id != telegram.message_id
+    again = memory.begin_turn(
+        Person(user_id=person), Surface.WEB, "client message 123", "123", telegram.conversation_id
+    )
+    assert again.duplicate and again.message_id == web.message_id

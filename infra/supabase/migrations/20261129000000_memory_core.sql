@@ -37,7 +37,9 @@ create table public.messages (
     -- When the reply reached the person; null while a surface still owes it.
     delivered_at timestamptz,
     created_at timestamptz not null default clock_timestamp(),
-    constraint messages_once_per_delivery unique (conversation_id, external_id)
+    -- A delivery is stored once. The surface is part of it: the web may write into the
+    -- Telegram conversation, and its client ids must not collide with update ids.
+    constraint messages_once_per_delivery unique (conversation_id, surface, external_id)
 );
 
 -- The hot query: a person's recent messages across all conversations.
@@ -213,13 +215,13 @@ begin
 
     insert into public.messages (conversation_id, user_id, surface, role, content, external_id)
          values (v_conversation, v_user, p_surface, 'user', p_content, p_external_id)
-    on conflict (conversation_id, external_id) do nothing
+    on conflict (conversation_id, surface, external_id) do nothing
       returning id, created_at into v_message_id, v_message_at;
 
     if v_message_id is null then
         select m.id into v_message_id
           from public.messages m
-         where m.conversation_id = v_conversation and m.external_id = p_external_id;
+         where m.conversation_id = v_conversation and m.surface = p_surface and m.external_id = p_external_id;
         select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
           into v_reply
           from public.messages r
