@@ -46,8 +46,10 @@ def measure(database_url: str) -> dict[str, Any]:
     results["cold_start_ms"] = cold_start.run(database_url)
     print("context load at 10,000 and 1,000,000 stored messages ...", flush=True)
     load = context_load_ms_p50(database_url)
-    results["context_load_ms_p50"] = {size: load[size] for size in ("10000", "1000000")}
-    results["context_load_plan"] = {size: load[f"plan_{size}"] for size in ("10000", "1000000")}
+    sizes = ("10000", "1000000")
+    results["context_load_ms_p50"] = {size: load[f"load_{size}"] for size in sizes}
+    results["begin_turn_ms_p50"] = {size: load[f"turn_{size}"] for size in sizes}
+    results["context_load_plan"] = {size: load[f"plan_{size}"] for size in sizes}
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
     results["ratios"] = {
         "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
@@ -55,6 +57,9 @@ def measure(database_url: str) -> dict[str, Any]:
         "turns_per_s_ours_over_seed": round(results["turns_per_s"]["ours"] / results["turns_per_s"]["seed"], 2),
         "context_load_1m_over_10k": round(
             results["context_load_ms_p50"]["1000000"] / results["context_load_ms_p50"]["10000"], 2
+        ),
+        "begin_turn_1m_over_10k": round(
+            results["begin_turn_ms_p50"]["1000000"] / results["begin_turn_ms_p50"]["10000"], 2
         ),
     }
     results["machine"] = {
@@ -73,6 +78,7 @@ def table(results: dict[str, Any]) -> str:
     rt, ov, slow, tps = (
         results[k] for k in ("round_trips_per_turn", "turn_overhead_ms_p50", "turn_overhead_ms_p50_rtt1", "turns_per_s")
     )
+    first = results["begin_turn_ms_p50"]
     cache, cost, cold, load, ratios = (
         results[k] for k in ("cache_read_share", "input_cost_ratio", "cold_start_ms", "context_load_ms_p50", "ratios")
     )
@@ -104,6 +110,12 @@ def table(results: dict[str, Any]) -> str:
             f"{load['10000']} / {load['1000000']}",
             "",
             f"1M/10k {ratios['context_load_1m_over_10k']}",
+        ),
+        (
+            "whole begin_turn p50 ms, 10k / 1M messages",
+            f"{first['10000']} / {first['1000000']}",
+            "",
+            f"1M/10k {ratios['begin_turn_1m_over_10k']}",
         ),
         (
             "cold start to first Telegram answer, ms",

@@ -148,3 +148,19 @@ def test_migrations_apply_to_an_empty_database_and_again_change_nothing(postgres
         assert schema_snapshot(url) == before
         assert any(kind == "policy" for kind, _ in before)
         store.close()
+
+
+def test_an_unreachable_postgrest_degrades_the_same_way(caplog: pytest.LogCaptureFixture) -> None:
+    from core.supabase_store import SupabaseStore
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    memory = Memory(SupabaseStore(f"http://127.0.0.1:{port}", "sb_secret_key", timeout_s=2), ContextLimits())
+    with caplog.at_level(logging.ERROR, logger="crossmem"):
+        start = memory.begin_turn(Person(sender_id="tg-1"), Surface.TELEGRAM, "hello", "u1")
+        assert start.degraded and start.history == []
+        assert memory.finish_turn(uuid.uuid4(), 1, "reply") is None
+    assert sum("failed" in record.getMessage() for record in caplog.records) == 2
+    assert "sb_secret_key" not in caplog.text
