@@ -10,6 +10,7 @@ import flask
 
 from core.errors import InputError
 from core.models import Surface
+from core.splitting import split_message
 from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
 from core.telegram_update import Converse, Notice, TelegramUpdate, classify
 from core.turn import TurnRequest
@@ -60,8 +61,11 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
 
 
 def _reply(chat_id: int, text: str, *, inline: bool) -> flask.Response:
-    """A short answer: in this response (one outbound call fewer), or through the Bot API."""
-    if inline and len(text) <= TELEGRAM_LIMIT:
-        return json_response({"method": "sendMessage", "chat_id": chat_id, "text": text})
+    """An answer in this response (one outbound call fewer), or through the Bot API when it
+    is longer than one message; with no bot token (local development) only its first part."""
+    if inline and (len(text) <= TELEGRAM_LIMIT or runtime.settings().telegram_bot_token is None):
+        first = split_message(text, TELEGRAM_LIMIT - 2)[0]
+        shown = first if first == text.strip() else first + " …"
+        return json_response({"method": "sendMessage", "chat_id": chat_id, "text": shown})
     runtime.telegram_bot().send_text(chat_id, text)
     return json_response({"ok": True})

@@ -378,3 +378,15 @@ def test_the_owner_policy_refuses_strangers_politely_and_keeps_nothing(
     client.post("/", json=update("and the second allowed id", user_id=777), headers=HEADERS)
     texts = json.dumps(fake_anthropic.requests[-1]["messages"])
     assert "safe code is 1234" in texts  # 777 is the owner too: the same memory
+
+
+def test_without_a_bot_token_locally_a_long_reply_comes_back_cut_not_crashed(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("APP_ENV", "local")
+    environment.delenv("TELEGRAM_BOT_TOKEN")
+    fake_anthropic.answer = lambda body: "A long answer. " * 600
+    response = app_client("telegram_webhook").post("/", json=update("tell me everything"), headers=HEADERS)
+    assert response.status_code == 200
+    text = response.get_json()["text"]
+    assert len(text) <= 4096 and text.endswith(" …")
