@@ -26,7 +26,10 @@ from core.turn import TurnRequest, TurnResult
 from functions import runtime
 from functions.http import error_response, json_response, read_json, serving
 
-CONVERSATION_MESSAGES = re.compile(r"^/conversations/([0-9a-fA-F-]{36})/messages/?$")
+CONVERSATION_MESSAGES = re.compile(
+    r"^/conversations/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})/messages/?$"
+)
+PAGE_LIMIT = 200
 
 
 class ClientMessage(BaseModel):
@@ -70,7 +73,7 @@ def web_chat(request: flask.Request) -> flask.Response:
             return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
         if (match := CONVERSATION_MESSAGES.match(request.path)) and request.method == "GET":
             before = request.args.get("before", type=int)
-            limit = min(request.args.get("limit", default=50, type=int) or 50, 200)
+            limit = max(1, min(request.args.get("limit", default=50, type=int), PAGE_LIMIT))
             page = runtime.memory().conversation_messages(person, uuid.UUID(match[1]), before, limit)
             body = {"conversation": page.conversation.as_json(), "messages": [m.as_json() for m in page.messages]}
             return json_response(body, headers=cors)

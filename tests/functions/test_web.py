@@ -247,3 +247,19 @@ def test_with_the_database_down_the_web_still_answers(web: FlaskClient, environm
     assert response.status_code == 200 and "still there?" in response.get_json()["reply"]
     listed = client.get("/conversations", headers=bearer(uuid.uuid4()))
     assert listed.status_code == 503 and listed.get_json()["error"] == "store_unavailable"
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/conversations/{id}/messages?limit=-5", 200),
+        ("/conversations/{id}/messages?limit=abc&before=xyz", 200),
+        ("/conversations/------------------------------------/messages", 404),
+        ("/conversations/not-a-uuid/messages", 404),
+    ],
+)
+def test_odd_paging_parameters_and_ids_never_crash(web: FlaskClient, path: str, status: int) -> None:
+    person = uuid.uuid4()
+    conversation = web.post("/conversations", headers=bearer(person)).get_json()
+    response = web.get(path.format(id=conversation["id"]), headers=bearer(person))
+    assert response.status_code == status and response.is_json
