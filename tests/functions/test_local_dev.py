@@ -59,30 +59,16 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     url, env = dev
     assert httpx.get(f"{url}/healthz").json() == {"ok": True, "store": "embedded", "model": "offline-stand-in"}
     assert "<title>crossmem" in httpx.get(f"{url}/").text
-    said = subprocess.run(
-        [*CROSSMEM, "say", "--surface", "telegram", "My flight is on Tuesday"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert said.returncode == 0, said.stderr
-    asked = subprocess.run(
-        [*CROSSMEM, "say", "--surface", "whatsapp", "When is my flight?"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert asked.returncode == 0, asked.stderr
-    assert 'on telegram, was: "My flight is on Tuesday"' in asked.stdout
+    crossmem(env, "say", "--surface", "telegram", "My flight is on Tuesday")
+    asked = crossmem(env, "say", "--surface", "whatsapp", "When is my flight?")
+    assert 'on telegram, was: "My flight is on Tuesday"' in asked
     unsigned = httpx.post(f"{url}/telegram", json={"update_id": 1})
     assert unsigned.status_code == 401
-    history = subprocess.run(
-        [*CROSSMEM, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert [m["surface"] for m in json.loads(history.stdout)] == ["telegram", "telegram", "whatsapp", "whatsapp"]
+    history = crossmem(env, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json")
+    assert [m["surface"] for m in json.loads(history)] == ["telegram", "telegram", "whatsapp", "whatsapp"]
+
+
+def crossmem(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([*CROSSMEM, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
