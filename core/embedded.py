@@ -24,11 +24,13 @@ def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = Fals
     return str(server.get_uri())
 
 
-def prepare_database(conninfo: str) -> list[str]:
-    """Make a plain Postgres look like a Supabase project, then migrate it."""
-    store = PostgresStore(conninfo)
+def prepare_database(conninfo: str, *, supabase_standins: bool = True, connect_timeout_s: int = 2) -> list[str]:
+    """Migrate a database; first make a plain Postgres look like a Supabase project.
+    Returns the versions applied."""
+    store = PostgresStore(conninfo, connect_timeout_s=connect_timeout_s)
     try:
-        store.run_script(SUPABASE_STANDINS.read_text())
+        if supabase_standins:
+            store.run_script(SUPABASE_STANDINS.read_text())
         return store.apply_migrations(MIGRATIONS)
     finally:
         store.close()

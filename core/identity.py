@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID
 
+from core.errors import ConfigurationError
 from core.models import Person, Surface
 
 
@@ -37,7 +38,7 @@ class IdentityPolicy:
         whatsapp_numbers: Iterable[str],
     ) -> IdentityPolicy:
         if mode == "owner" and owner_user_id is None:
-            raise ValueError("IDENTITY_POLICY=owner needs OWNER_USER_ID")
+            raise ConfigurationError("invalid configuration: IDENTITY_POLICY=owner needs OWNER_USER_ID")
         return cls(
             mode=mode,
             owner_user_id=owner_user_id,

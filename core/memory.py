@@ -28,9 +28,14 @@ class ContextLimits:
     max_message_chars: int = 16000
 
 
+def storable(text: str) -> str:
+    """The text without NUL characters, which Postgres text cannot hold."""
+    return text.replace("\x00", "")
+
+
 def clean_text(text: str, limit: int) -> str:
-    """The text as it will be stored: NUL removed (Postgres text cannot hold it), within limits."""
-    cleaned = text.replace("\x00", "")
+    """A person's message as it will be stored: storable, not empty, within the limit."""
+    cleaned = storable(text)
     if not cleaned.strip():
         raise EmptyMessage()
     if len(cleaned) > limit:
@@ -104,7 +109,7 @@ class Memory:
                 {
                     "p_user_id": str(user_id),
                     "p_user_message_id": user_message_id,
-                    "p_content": reply.replace("\x00", "") or " ",
+                    "p_content": storable(reply) or " ",
                     "p_delivered": delivered,
                 },
             )

@@ -97,8 +97,6 @@ class Settings(BaseSettings):
     def consistent(self) -> Settings:
         if self.context_window_step > self.context_max_messages:
             raise ValueError("CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES")
-        if self.identity_policy == "owner" and self.owner_user_id is None:
-            raise ValueError("IDENTITY_POLICY=owner needs OWNER_USER_ID")
         return self
 
     @classmethod

@@ -27,7 +27,7 @@ from core.context import ContextItem, ModelMessage, build_model_messages, steppe
 from core.errors import ModelUnavailable
 from core.identity import IdentityPolicy
 from core.llm import Model, ModelReply, Usage
-from core.memory import Memory
+from core.memory import Memory, storable
 from core.models import Person, Role, Surface, TurnStart
 
 log = logging.getLogger("crossmem.turn")
@@ -224,7 +224,7 @@ class Turns:
     def _messages(self, request: TurnRequest, start: TurnStart) -> list[ModelMessage]:
         limits = self.memory.limits
         if start.degraded:
-            current = ContextItem(Role.USER, request.text.replace("\x00", ""), request.surface, datetime.now(UTC))
+            current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             own = list(request.client_history or [])
             items = [*stepped_tail(own, limits.max_messages - 1, limits.window_step), current]
         elif request.surface is Surface.WEB:

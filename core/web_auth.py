@@ -14,7 +14,7 @@ from uuid import UUID
 
 import jwt
 
-from core.errors import AuthError
+from core.errors import AuthError, ConfigurationError
 
 ASYMMETRIC = ("ES256", "RS256")
 
@@ -22,7 +22,7 @@ ASYMMETRIC = ("ES256", "RS256")
 class TokenVerifier:
     def __init__(self, *, hs256_secret: str | None, jwks_url: str | None, leeway_s: int = 30) -> None:
         if not hs256_secret and not jwks_url:
-            raise ValueError("set SUPABASE_JWT_SECRET or SUPABASE_JWKS_URL to verify web tokens")
+            raise ConfigurationError("set SUPABASE_JWT_SECRET or SUPABASE_JWKS_URL to verify web tokens")
         self._secret = hs256_secret
         self._jwks_url = jwks_url
         self._jwks: jwt.PyJWKClient | None = None

@@ -11,7 +11,6 @@ import uuid
 import httpx
 
 from core.errors import CrossmemError, DeliveryFailed
-from core.postgres_store import PostgresStore
 from functions import runtime
 
 
@@ -20,13 +19,13 @@ def migrate(args: argparse.Namespace) -> int:
     if config.database_url is None:
         print("crossmem migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
         return 2
-    from core.embedded import MIGRATIONS, SUPABASE_STANDINS
+    from core.embedded import prepare_database
 
-    store = PostgresStore(config.database_url.get_secret_value(), connect_timeout_s=config.database_connect_timeout)
-    if args.supabase_standins:
-        store.run_script(SUPABASE_STANDINS.read_text())
-    applied = store.apply_migrations(MIGRATIONS)
-    store.close()
+    applied = prepare_database(
+        config.database_url.get_secret_value(),
+        supabase_standins=args.supabase_standins,
+        connect_timeout_s=config.database_connect_timeout,
+    )
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
     return 0
 

@@ -56,10 +56,6 @@ def web_chat(request: flask.Request) -> flask.Response:
     cors = cors_headers(request)
     if request.method == "OPTIONS":
         return flask.Response(status=204 if cors else 403, headers=cors)
-    config = runtime.settings()
-    if config.supabase_jwt_secret is None and not config.supabase_jwks_url:
-        message = "set SUPABASE_JWT_SECRET or SUPABASE_JWKS_URL"
-        return json_response({"error": "not_configured", "message": message}, 503, cors)
     try:
         person = runtime.token_verifier().person(request.headers.get("Authorization"))
         path = request.path.rstrip("/") or "/"

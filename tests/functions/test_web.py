@@ -263,3 +263,9 @@ def test_odd_paging_parameters_and_ids_never_crash(web: FlaskClient, path: str, 
     conversation = web.post("/conversations", headers=bearer(person)).get_json()
     response = web.get(path.format(id=conversation["id"]), headers=bearer(person))
     assert response.status_code == status and response.is_json
+
+
+def test_without_a_way_to_verify_tokens_it_refuses_to_serve(environment: pytest.MonkeyPatch) -> None:
+    response = app_client("web_chat").get("/conversations", headers=bearer(uuid.uuid4()))
+    assert response.status_code == 503 and response.get_json()["error"] == "not_configured"
+    assert "SUPABASE_JWT_SECRET" in response.get_json()["message"]
