@@ -57,7 +57,9 @@ class NewConversation(BaseModel):
 def web_chat(request: flask.Request) -> flask.Response:
     cors = cors_headers(request)
     if request.method == "OPTIONS":
-        return flask.Response(status=204 if cors else 403, headers=cors)
+        if not cors:  # said in JSON for whoever debugs it with curl; a browser only sees the 403
+            return json_response({"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}, 403)
+        return flask.Response(status=204, headers=cors)
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         if (answer := links_route(request, person, cors)) is not None:

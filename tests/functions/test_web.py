@@ -237,6 +237,7 @@ def test_cors_preflight_is_answered_without_the_database(web: FlaskClient, envir
     assert "Authorization" in allowed.headers["Access-Control-Allow-Headers"]
     denied = client.options("/", headers={"Origin": "https://evil.example.com"})
     assert denied.status_code == 403 and "Access-Control-Allow-Origin" not in denied.headers
+    assert denied.get_json() == {"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}
     assert runtime.store.cache_info().currsize == 0  # no database client was even built
 
 
