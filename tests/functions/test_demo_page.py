@@ -249,12 +249,12 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
         before = len(answers)
         answer = send_on_the_web(page, "Still there after an hour?")
         assert 'You said on web: "Still there after an hour?"' in answer
-        assert [a for a in answers[before:] if a[1] in ("/dev/token", "/chat/")] == [
-            ("POST", "/dev/token", 200),
-            ("POST", "/chat/", 401),
-            ("POST", "/dev/token", 200),
-            ("POST", "/chat/", 200),
-        ], answers[before:]
+        # Renewed before use (the hour is up), refused once (that token had expired), renewed
+        # again, retried. Whichever of the page's calls met the 401 first, the message went.
+        after_an_hour = answers[before:]
+        assert [a for a in after_an_hour if a[1] == "/dev/token"] == [("POST", "/dev/token", 200)] * 2, after_an_hour
+        assert [a[2] for a in after_an_hour if a[1].startswith("/chat/")].count(401) == 1, after_an_hour
+        assert [a for a in after_an_hour if a[:2] == ("POST", "/chat/")][-1] == ("POST", "/chat/", 200)
         assert page.evaluate("window.sameDocument") is True
 
         # The Telegram thread: a note that what is written here stays on the web, the older
