@@ -5,8 +5,8 @@ copies them to build/function-source/, so what was checked offline is what ships
 .gitignore's rules as gcloud applies them, for the forms .gcloudignore uses: one pattern a
 line, `#` comments, `!` to take a path back, a trailing `/` for directories only, a `/`
 inside or in front to anchor at the top, `*` and `?` within one path segment (no `**`); the
-last matching rule wins, and nothing inside an ignored directory comes back. tests/functions/test_upload.py compares the result with
-`gcloud meta list-files-for-upload`.
+last matching rule wins, and nothing inside an ignored directory comes back.
+tests/functions/test_upload.py compares the result with `gcloud meta list-files-for-upload`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from functions.upload import build_package as build
 from tests.database import fresh_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import BOT_TOKEN, TELEGRAM_SECRET
+from tests.functions.conftest import TELEGRAM_SECRET, production_settings
 from tests.functions.test_telegram import stored, update
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,14 +122,7 @@ def function_process(
     environment = {
         "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
         "HOME": str(source.parent),
-        "APP_ENV": "production",
-        "DATABASE_URL": database_url,
-        "ANTHROPIC_API_KEY": "sk-ant-test",
-        "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "ANTHROPIC_MAX_RETRIES": "0",
-        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
-        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
-        "TELEGRAM_API_BASE": fake_telegram.url,
+        **production_settings(database_url, fake_anthropic, fake_telegram),
     }
     command = [str(venv / "bin" / "functions-framework"), "--target=telegram_webhook", "--source=main.py"]
     process = subprocess.Popen(
