@@ -108,7 +108,8 @@ def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
     assert texts[-1].endswith("What did I tell you on the other apps?")
     # The commands themselves are never part of the thread.
     assert count(database_url, "select count(*) from messages where user_id = %s", person) == 8
-    assert count(database_url, "select count(*) from messages where content ilike %s", "%link%") == 0
+    commands = "select count(*) from messages where user_id = %s and (content ilike %s or content ilike %s)"
+    assert count(database_url, commands, person, "%link%", "%start%") == 0
 
     listed = apps.web.get("/links", headers=bearer(person))
     assert listed.status_code == 200
