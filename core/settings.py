@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     owner_user_id: UUID | None = None
     owner_telegram_ids: CommaList = []
     owner_whatsapp_numbers: CommaList = []
+    link_code_ttl_minutes: int = Field(default=10, ge=1, le=1440)
+    link_attempts_per_hour: int = Field(default=5, ge=0)
 
     # The model.
     anthropic_api_key: SecretStr | None = None

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from core.settings import Settings
 
-# The turn, the store, the model and the identity policy: every function builds them.
+# The turn, the store, the model, the identity policy and linking: every function builds them.
 EVERY_FUNCTION = frozenset(
     {
         "app_env",
@@ -38,6 +38,9 @@ EVERY_FUNCTION = frozenset(
         "owner_user_id",
         "owner_telegram_ids",
         "owner_whatsapp_numbers",
+        "link_code_ttl_minutes",
+        "link_attempts_per_hour",
+        "telegram_bot_username",
         "anthropic_api_key",
         "anthropic_base_url",
         "anthropic_model",
@@ -57,7 +60,6 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_bot_token",
             "telegram_webhook_secret",
             "telegram_api_base",
-            "telegram_bot_username",
             "telegram_reply_in_webhook",
             "telegram_model_deadline",
         }

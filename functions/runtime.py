@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
 from core.identity import IdentityPolicy
+from core.linking import Linking
 from core.llm import AnthropicModel, Model
 from core.logs import configure_json_logging
 from core.memory import ContextLimits, Memory
@@ -157,6 +158,19 @@ def turns() -> Turns:
 
 
 @functools.cache
+def linking() -> Linking:
+    config = settings()
+    return Linking(
+        store(),
+        identity(),
+        ttl_minutes=config.link_code_ttl_minutes,
+        attempts_per_hour=config.link_attempts_per_hour,
+        telegram_bot_username=config.telegram_bot_username,
+        stranger_reply=config.stranger_reply,
+    )
+
+
+@functools.cache
 def telegram_bot() -> TelegramBot:
     config = settings()
     if config.telegram_bot_token is None:
@@ -173,7 +187,7 @@ def token_verifier() -> TokenVerifier:
     return TokenVerifier(hs256_secret=secret, jwks_url=config.supabase_jwks_url)
 
 
-_CACHED = (settings, store, memory, model, identity, turns, telegram_bot, token_verifier)
+_CACHED = (settings, store, memory, model, identity, turns, linking, telegram_bot, token_verifier)
 
 
 def reset() -> None:

@@ -61,13 +61,14 @@ def test_supabase_db_push_makes_the_schema_crossmem_migrate_makes(
         pytest.fail("the Supabase CLI is not installed: `make deploy-tools` (make test runs it) installs it")
     if urlparse(postgres_server).hostname is None:
         pytest.skip("the Supabase CLI reaches Postgres over TCP only; TEST_DATABASE_URL gives such a server (CI's)")
-    (version,) = [path.name for path in sorted(MIGRATIONS.glob("*.sql"))]
+    migrations = [path.name for path in sorted(MIGRATIONS.glob("*.sql"))]
     with fresh_database(postgres_server) as pushed, fresh_database(postgres_server) as migrated:
         with psycopg.connect(pushed, autocommit=True) as connection:
             connection.execute(SUPABASE_STANDINS.read_text())
         first = db_push(pushed, tmp_path)
         assert first.returncode == 0, first.stderr
-        assert f"Applying migration {version}..." in first.stderr
+        for migration in migrations:
+            assert f"Applying migration {migration}..." in first.stderr
         assert pushed not in first.stdout + first.stderr  # the URL holds the password
         again = db_push(pushed, tmp_path)
         assert again.returncode == 0, again.stderr

@@ -31,7 +31,7 @@ def test_serverless_yml_gives_each_function_what_it_reads_and_every_secret_from_
 def test_the_problems_say_what_to_add_where() -> None:
     description = read_description()
     telegram, whatsapp, web = description.functions
-    environment = {name: value for name, value in telegram.environment.items() if name != "TELEGRAM_BOT_USERNAME"}
+    environment = {name: value for name, value in telegram.environment.items() if name != "TELEGRAM_API_BASE"}
     changed = dataclasses.replace(
         description,
         functions=[
@@ -41,8 +41,8 @@ def test_the_problems_say_what_to_add_where() -> None:
         ],
     )
     assert changed.problems() == [
-        "serverless.yml: telegram_webhook reads TELEGRAM_BOT_USERNAME but is not given it: add "
-        "`TELEGRAM_BOT_USERNAME: ${env:TELEGRAM_BOT_USERNAME}` under functions.telegram_webhook.environment",
+        "serverless.yml: telegram_webhook reads TELEGRAM_API_BASE but is not given it: add "
+        "`TELEGRAM_API_BASE: ${env:TELEGRAM_API_BASE}` under functions.telegram_webhook.environment",
         "serverless.yml gives telegram_webhook TWILIO_AUTH_TOKEN, which it does not read: remove it there "
         "(or, if it does read it, add 'twilio_auth_token' to its list in functions/function_settings.py)",
         "serverless.yml: web_chat reads DATABASE_URL but is not given it: add "

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.embedded import MIGRATIONS
 from functions.upload import GCLOUDIGNORE, upload_files
 from functions.upload import build_package as build
 from tests.database import fresh_database
@@ -175,7 +176,7 @@ def test_an_installed_crossmem_migrates_from_its_package_data_and_fails_loudly_w
     installing = subprocess.run([*pip, f"--target={installed}", str(ROOT)], capture_output=True, text=True, timeout=300)
     assert installing.returncode == 0, installing.stderr
     assert sorted(p.name for p in (installed / "crossmem_sql" / "migrations").iterdir()) == sorted(
-        p.name for p in (ROOT / "infra" / "supabase" / "migrations").glob("*.sql")
+        p.name for p in MIGRATIONS.glob("*.sql")
     )
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -186,7 +187,8 @@ def test_an_installed_crossmem_migrates_from_its_package_data_and_fails_loudly_w
             [*crossmem, "--supabase-standins"], cwd=work, env=environment, capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == "applied 1 migration(s): 20261129000000"
+        versions = [path.name.split("_")[0] for path in sorted(MIGRATIONS.glob("*.sql"))]
+        assert done.stdout.strip() == f"applied {len(versions)} migration(s): {', '.join(versions)}"
         for migration in (installed / "crossmem_sql" / "migrations").glob("*.sql"):
             migration.unlink()
         broken = subprocess.run(crossmem, cwd=work, env=environment, capture_output=True, text=True, timeout=120)
