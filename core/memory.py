@@ -26,6 +26,7 @@ class ContextLimits:
     window_step: int = 8
     web_prepend: int = 8
     max_message_chars: int = 16000
+    max_history_chars: int = 4 * 16000
 
 
 def storable(text: str) -> str:
