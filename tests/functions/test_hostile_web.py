@@ -136,3 +136,17 @@ def test_an_rs256_header_with_the_kid_of_the_projects_ec_key_is_401(
         {"error": "unauthorized", "message": "the token's key is not a RS256 key"},
     )
     assert stored_count(database_url, person) == 0
+
+
+def test_a_conversation_title_with_nul_characters_is_stored_without_them(web: FlaskClient) -> None:
+    response = web.post("/conversations", json={"title": "trip\u0000 plans"}, headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()["title"]) == (201, "trip plans")
+
+
+def test_a_client_message_id_with_nul_characters_still_stores_the_turn(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    response = web.post("/", json={"message": "hi", "client_message_id": "c\u00001"}, headers=bearer(person))
+    assert (response.status_code, response.get_json()["outcome"]) == (200, "answered")
+    assert stored_count(database_url, person) == 2
