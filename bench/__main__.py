@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +133,19 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+@contextmanager
+def bench_database() -> Iterator[str]:
+    """A fresh, migrated database on BENCH_DATABASE_URL's server (else TEST_DATABASE_URL's, else
+    the embedded wheel's), dropped afterwards."""
     configured = os.environ.get("BENCH_DATABASE_URL")
     if configured:
         os.environ["TEST_DATABASE_URL"] = configured
     with server_url() as server, migrated_database(server) as database_url:
+        yield database_url
+
+
+def main() -> None:
+    with bench_database() as database_url:
         results = measure(database_url)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print()

@@ -29,7 +29,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from functions import runtime
-from tests.database import migrated_database, server_url
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
@@ -123,12 +122,9 @@ def fuzzer(target: str, jwks: FakeJwks, examples: int, tally: Callable[[Case], N
 
 
 def main() -> None:
-    from bench.__main__ import RESULTS
+    from bench.__main__ import RESULTS, bench_database
 
-    configured = os.environ.get("BENCH_DATABASE_URL")
-    if configured:
-        os.environ["TEST_DATABASE_URL"] = configured
-    with server_url() as server, migrated_database(server) as database_url:
+    with bench_database() as database_url:
         figures = run(database_url)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results["fuzz"] = figures

@@ -127,8 +127,11 @@ def converses(text: str) -> bool:
     return bool(kept.strip()) and len(kept) <= MAX_MESSAGE_CHARS and not stripped.startswith("/start")
 
 
-# Hostile bodies: each a (body, content type, chunked) made from the valid body.
-def hostile_bodies(valid: bytes, content_type: str) -> st.SearchStrategy[tuple[bytes, str | None, bool]]:
+Body = tuple[bytes, str | None, bool]  # the bytes, the content type, sent chunked
+
+
+# Hostile bodies, made from a valid one.
+def hostile_bodies(valid: bytes, content_type: str) -> st.SearchStrategy[Body]:
     huge = valid + b" " * (MAX_BODY_BYTES + 1 - len(valid))
     nested = b"[" * 100_000 + b"]" * 100_000
     return st.one_of(
@@ -153,6 +156,20 @@ def hostile_bodies(valid: bytes, content_type: str) -> st.SearchStrategy[tuple[b
         st.just((huge, content_type, False)),
         st.just((huge, content_type, True)),
     )
+
+
+def maybe_hostile(draw: st.DrawFn, valid: bytes, content_type: str) -> tuple[Body, bool]:
+    """The valid body, or one time in ten a hostile one made from it; and whether it is hostile."""
+    if draw(ONE_IN_TEN):
+        return draw(hostile_bodies(valid, content_type)), True
+    return (valid, content_type, False), False
+
+
+def delivery(target: str, authenticated: bool, body: Body, headers: dict[str, str], plain: bool, text: str) -> Case:
+    """A case; a plain one (valid credentials, skeleton and body) with a valid text must reach a turn."""
+    raw, content_type, chunked = body
+    expect_turn = True if plain and authenticated and converses(text) else None
+    return Case(target, authenticated, raw, content_type, headers, chunked=chunked, expect_turn=expect_turn)
 
 
 # Telegram.
@@ -195,21 +212,8 @@ def telegram_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
         TELEGRAM_MUTATIONS[mutation](update)
     extra = draw(st.dictionaries(st.text(max_size=8).map(lambda key: "x_" + key), JSON, max_size=2))
     update.update(extra)
-    valid = json.dumps(update).encode()
-    body, content_type, chunked = valid, "application/json", False
-    hostile = draw(ONE_IN_TEN)
-    if hostile:
-        body, content_type, chunked = draw(hostile_bodies(valid, "application/json"))
-    plain = authenticated and mutation is None and not hostile
-    return Case(
-        "telegram_webhook",
-        authenticated,
-        body,
-        content_type,
-        headers,
-        chunked=chunked,
-        expect_turn=True if plain and converses(text) else None,
-    )
+    body, hostile = maybe_hostile(draw, json.dumps(update).encode(), "application/json")
+    return delivery("telegram_webhook", authenticated, body, headers, mutation is None and not hostile, text)
 
 
 # WhatsApp through Twilio.
@@ -250,14 +254,10 @@ def whatsapp_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
         form.update(Body="", Latitude=draw(st.sampled_from(["41.3", "nan", "1e999", "x"])), Longitude="2.1")
     elif mutation == "junk field":
         form[draw(st.text(max_size=10))] = draw(st.text(max_size=50))
-    valid = urlencode(form).encode()
-    body, content_type, chunked = valid, "application/x-www-form-urlencoded", False
-    hostile = draw(ONE_IN_TEN)
-    if hostile:
-        body, content_type, chunked = draw(hostile_bodies(valid, "application/x-www-form-urlencoded"))
+    body, hostile = maybe_hostile(draw, urlencode(form).encode(), "application/x-www-form-urlencoded")
     if authenticated:
         # Signed over what the function will parse, so a hostile body still passes the check.
-        parsed = MultiDict(parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True))
+        parsed = MultiDict(parse_qsl(body[0].decode("utf-8", errors="replace"), keep_blank_values=True))
         headers = {"X-Twilio-Signature": twilio_signature(parsed)}
     else:
         forged = draw(st.sampled_from(["none", "other token", "other url", "altered", "garbage"]))
@@ -268,16 +268,7 @@ def whatsapp_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
             "altered": {"X-Twilio-Signature": twilio_signature({**form, "Body": text + "!"})},
             "garbage": {"X-Twilio-Signature": draw(st.text(alphabet="abcdefXYZ=+/0123", min_size=1, max_size=40))},
         }[forged]
-    plain = authenticated and mutation is None and not hostile
-    return Case(
-        "whatsapp_webhook",
-        authenticated,
-        body,
-        content_type,
-        headers,
-        chunked=chunked,
-        expect_turn=True if plain and converses(text) else None,
-    )
+    return delivery("whatsapp_webhook", authenticated, body, headers, mutation is None and not hostile, text)
 
 
 # The web.
@@ -386,21 +377,8 @@ def web_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
         send_body["conversation_id"] = draw(st.sampled_from([str(uuid.uuid4()), "nope", "", None]))
     elif shape == "junk":
         send_body.update(draw(st.dictionaries(st.sampled_from(["message", "history", "client_message_id"]), JSON)))
-    valid = json.dumps(send_body).encode()
-    body, content_type, chunked = valid, "application/json", False
-    hostile = draw(ONE_IN_TEN)
-    if hostile:
-        body, content_type, chunked = draw(hostile_bodies(valid, "application/json"))
-    plain = authenticated and shape in (None, "history") and not hostile
-    return Case(
-        "web_chat",
-        authenticated,
-        body,
-        content_type,
-        headers,
-        chunked=chunked,
-        expect_turn=True if plain and converses(text) else None,
-    )
+    body, hostile = maybe_hostile(draw, json.dumps(send_body).encode(), "application/json")
+    return delivery("web_chat", authenticated, body, headers, shape in (None, "history") and not hostile, text)
 
 
 STRATEGIES = {"telegram_webhook": telegram_cases, "whatsapp_webhook": whatsapp_cases, "web_chat": web_cases}

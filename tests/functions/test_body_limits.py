@@ -22,6 +22,7 @@ from werkzeug.serving import make_server
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
 from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
+from tests.functions.hostile_requests import telegram_skeleton
 
 TWILIO_TOKEN = "twilio-auth-token-for-limits"
 PUBLIC = "https://advisor.example.com/whatsapp"
@@ -161,16 +162,7 @@ def test_a_chunked_body_past_the_limit_is_refused_having_read_no_more_than_the_l
 
 def test_a_chunked_body_within_the_limit_still_reaches_the_turn(loopback: Any) -> None:
     server = loopback("telegram_webhook")
-    update = {
-        "update_id": 77,
-        "message": {
-            "message_id": 1,
-            "date": 1,
-            "chat": {"id": 5, "type": "private"},
-            "from": {"id": 5, "is_bot": False, "first_name": "A"},
-            "text": "hi",
-        },
-    }
+    update = telegram_skeleton(77, 4242, "hello")
     status, body = post_chunked(
         server.port, headers_for("telegram_webhook"), len(json.dumps(update)), json.dumps(update).encode()
     )

@@ -5,45 +5,27 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import jwt
-import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from flask.testing import FlaskClient
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import KID, FakeJwks
-from tests.functions.conftest import app_client
-
-SECRET = "web-jwt-secret-for-hostile-tests-32-bytes"
+from tests.functions.conftest import app_client, stored_count
+from tests.functions.hostile_requests import JWT_SECRET, web_token
 
 
 def bearer(person: uuid.UUID) -> dict[str, str]:
-    claims = {"sub": str(person), "aud": "authenticated", "exp": 2**40}
-    return {"Authorization": "Bearer " + jwt.encode(claims, SECRET, algorithm="HS256")}
+    return {"Authorization": f"Bearer {web_token(person)}"}
 
 
 @pytest.fixture
 def web(environment: pytest.MonkeyPatch) -> FlaskClient:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     return app_client("web_chat")
-
-
-@pytest.fixture
-def jwks() -> Iterator[FakeJwks]:
-    server = FakeJwks()
-    yield server
-    server.close()
-
-
-def stored_count(database_url: str, person: uuid.UUID) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute("select count(*) from messages where user_id = %s", (person,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def history(count: int, size: int, **extra: Any) -> list[dict[str, Any]]:
@@ -70,7 +52,7 @@ def test_a_history_past_max_history_chars_is_413_and_nothing_is_stored(
 def test_max_history_chars_follows_max_message_chars_and_can_be_set(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     environment.setenv("MAX_MESSAGE_CHARS", "1000")
     body = {"message": "hi", "history": history(2, 2001)}
     response = app_client("web_chat").post("/", json=body, headers=bearer(uuid.uuid4()))

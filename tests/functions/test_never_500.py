@@ -4,8 +4,6 @@ fuzzed deliveries built on valid skeletons reach the turn (tests/functions/hosti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 from flask.testing import FlaskClient
@@ -18,13 +16,6 @@ from tests.functions.conftest import app_client
 from tests.functions.hostile_requests import STRATEGIES, TARGETS, Case, send, settings_for_fuzzing
 
 RUNS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-
-
-@pytest.fixture
-def jwks() -> Iterator[FakeJwks]:
-    server = FakeJwks()
-    yield server
-    server.close()
 
 
 @pytest.fixture
