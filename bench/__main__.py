@@ -128,6 +128,16 @@ def table(results: dict[str, Any]) -> str:
             f"`import anthropic` alone: {cold['anthropic_import']}",
         ),
     ]
+    if "fuzz" in results:
+        fuzzed = results["fuzz"]
+        rows.append(
+            (
+                "fuzzing: 5xx / stored unauthenticated / reached a turn",
+                f"{fuzzed['status_500']} / {fuzzed['stored_unauthenticated']} / {fuzzed['reached_turn']}",
+                "",
+                f"of {fuzzed['cases']} cases, {fuzzed['authenticated']} authenticated",
+            )
+        )
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
     return "\n".join(lines)
