@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     context_annotations: bool = True
     context_timezone: str = "UTC"
     max_message_chars: int = Field(default=16000, ge=1)
+    max_history_chars: int | None = Field(default=None, ge=1)  # unset: 4 x MAX_MESSAGE_CHARS
 
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
@@ -61,6 +62,9 @@ class Settings(BaseSettings):
     anthropic_max_tokens: int = Field(default=1024, ge=1)
     anthropic_timeout: float = Field(default=30.0, gt=0)
     anthropic_max_retries: int = Field(default=2, ge=0)
+    # Outside APP_ENV=local, no ANTHROPIC_API_KEY means refusing to serve, unless this says the
+    # offline stand-in is wanted (a demo deployment).
+    allow_offline_model: bool = False
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     fallback_reply: str = (
         "Sorry, I can't think straight right now. I have your message and will remember it; "
@@ -118,6 +122,11 @@ class Settings(BaseSettings):
     @property
     def is_local(self) -> bool:
         return self.app_env == "local"
+
+    @property
+    def history_chars_limit(self) -> int:
+        """The most characters of history a web client may send (as much as the context uses)."""
+        return self.max_history_chars or 4 * self.max_message_chars
 
     @property
     def telegram_bot_id(self) -> int | None:

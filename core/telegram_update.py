@@ -160,11 +160,13 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
 
 def _account_command(text: str, sender_id: str, bot_username: str | None) -> LinkRequest | UnlinkRequest | None:
     """`/start CODE` (a deep link's payload that is a link code), `/link [CODE]`, `/unlink`."""
-    command, _, argument = text.partition(" ")
-    name, _, addressee = command.partition("@")
-    if addressee and (not bot_username or addressee.lower() != bot_username.lower()):
+    if not text.startswith("/"):
         return None
-    argument = argument.strip()
+    command, *arguments = text.split(maxsplit=1)
+    name, _, addressee = command.lower().partition("@")
+    if addressee and (not bot_username or addressee != bot_username.lower()):
+        return None
+    argument = arguments[0].strip() if arguments else ""
     if name == "/start" and argument and looks_like_code(argument):
         return LinkRequest(Surface.TELEGRAM, sender_id, argument)
     if name == "/link":

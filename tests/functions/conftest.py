@@ -7,12 +7,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from flask.testing import FlaskClient
 from functions_framework import create_app
 
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
 
 MAIN = str(Path(__file__).resolve().parents[2] / "main.py")
@@ -35,8 +37,30 @@ def fake_telegram() -> Iterator[FakeTelegram]:
 
 
 @pytest.fixture
+def jwks() -> Iterator[FakeJwks]:
+    server = FakeJwks()
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def owner() -> uuid.UUID:
     return uuid.uuid4()
+
+
+def production_settings(database_url: str, anthropic: FakeAnthropic, telegram: FakeTelegram) -> dict[str, str]:
+    """A production-like configuration, with the fakes for Anthropic and the Bot API."""
+    return {
+        "APP_ENV": "production",
+        "DATABASE_URL": database_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
+        "TELEGRAM_API_BASE": telegram.url,
+        "IDENTITY_POLICY": "auto",
+    }
 
 
 @pytest.fixture
@@ -48,17 +72,7 @@ def environment(
     tmp_path: Path,
 ) -> Iterator[pytest.MonkeyPatch]:
     """A production-like configuration; tests adjust it, then build an app."""
-    for name, value in {
-        "APP_ENV": "production",
-        "DATABASE_URL": database_url,
-        "ANTHROPIC_API_KEY": "sk-ant-test",
-        "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "ANTHROPIC_MAX_RETRIES": "0",
-        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
-        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
-        "TELEGRAM_API_BASE": fake_telegram.url,
-        "IDENTITY_POLICY": "auto",
-    }.items():
+    for name, value in production_settings(database_url, fake_anthropic, fake_telegram).items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)  # no developer's .env is read
     runtime.reset()
@@ -80,3 +94,11 @@ def app_client(target: str) -> FlaskClient:
     """A new instance of the function, as a cold start would build it."""
     runtime.reset()
     return create_app(target, MAIN).test_client()
+
+
+def stored_count(database_url: str, user: uuid.UUID) -> int:
+    """How many messages are stored for this person."""
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select count(*) from messages where user_id = %s", (user,)).fetchone()
+    assert row is not None
+    return int(row[0])
