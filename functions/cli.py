@@ -12,6 +12,7 @@ import httpx
 
 from core.errors import CrossmemError, DeliveryFailed
 from core.models import Surface
+from core.settings import Settings
 from functions import runtime
 
 
@@ -70,10 +71,15 @@ def unlink(args: argparse.Namespace) -> int:
     return 0 if unlinked else 1
 
 
+def dev_port(args: argparse.Namespace) -> int:
+    """--port, else PORT from the environment or .env: `dev` and `say` agree on it."""
+    return int(args.port) if args.port is not None else Settings.from_environment().port
+
+
 def dev(args: argparse.Namespace) -> int:
     from functions.local_dev import serve
 
-    serve(args.port)
+    serve(dev_port(args))
     return 0
 
 
@@ -81,8 +87,18 @@ def say(args: argparse.Namespace) -> int:
     """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
     from functions.local_dev import apply_dev_defaults, deliver_locally
 
-    apply_dev_defaults(args.port)
-    status, reply = deliver_locally(args.url or f"http://127.0.0.1:{args.port}", args.surface, args.text, args.sender)
+    port = dev_port(args)
+    apply_dev_defaults(port)
+    url = args.url or f"http://127.0.0.1:{port}"
+    try:
+        status, reply = deliver_locally(url, args.surface, args.text, args.sender)
+    except httpx.TransportError as exc:
+        print(
+            f"crossmem say: could not reach the dev server at {url} ({exc}). Is `make dev` running there?"
+            " It listens on PORT (from the environment or .env, default 8080); or pass --port or --url.",
+            file=sys.stderr,
+        )
+        return 1
     print(reply)
     return 0 if status == 200 else 1
 
@@ -143,15 +159,14 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
     command.set_defaults(run=unlink)
 
-    port = int(os.environ.get("PORT", "8080"))
     command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
-    command.add_argument("--port", type=int, default=port)
+    command.add_argument("--port", type=int, help="default: PORT, from the environment or .env (else 8080)")
     command.set_defaults(run=dev)
 
     command = commands.add_parser("say", help="send a signed Telegram or WhatsApp message to the dev server")
     command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
     command.add_argument("--from", dest="sender", help="Telegram user id or WhatsApp number (default: the demo owner)")
-    command.add_argument("--port", type=int, default=port)
+    command.add_argument("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
     command.add_argument("--url", help="server base URL (default http://127.0.0.1:PORT)")
     command.add_argument("text")
     command.set_defaults(run=say)

