@@ -12,7 +12,7 @@ import httpx
 
 from core.errors import CrossmemError, DeliveryFailed
 from core.models import Surface
-from functions import runtime
+from functions import forget_commands, runtime
 
 
 def migrate(args: argparse.Namespace) -> int:
@@ -142,6 +142,8 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
     command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
     command.set_defaults(run=unlink)
+
+    forget_commands.add_commands(commands)
 
     port = int(os.environ.get("PORT", "8080"))
     command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
