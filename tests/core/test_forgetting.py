@@ -16,8 +16,8 @@ from core.forgetting import (
     NO_REQUEST,
     NOTHING_STORED,
     WILL_DELETE,
-    Forgetting,
     ForgetRequest,
+    Forgetting,
     Forgotten,
 )
 from core.identity import IdentityPolicy
@@ -238,12 +238,8 @@ def test_telegram_forget_commands_are_classified(text: str, confirm: bool) -> No
 
 
 def test_a_forget_addressed_to_another_bot_is_a_message() -> None:
-    update = TelegramUpdate.model_validate(
-        {
-            "update_id": 1,
-            "message": {"message_id": 1, "chat": {"id": 55, "type": "private"}, "from": {"id": 55}, "text": "/forget@x"},
-        }
-    )
+    message = {"message_id": 1, "chat": {"id": 55, "type": "private"}, "from": {"id": 55}, "text": "/forget@x"}
+    update = TelegramUpdate.model_validate({"update_id": 1, "message": message})
     assert not isinstance(classify_telegram(update, bot_username="advisor_bot"), ForgetCommand)
 
 
