@@ -12,7 +12,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start
+from bench import caching, cold_start, purge
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -50,6 +50,8 @@ def measure(database_url: str) -> dict[str, Any]:
     results["context_load_ms_p50"] = {size: load[f"load_{size}"] for size in sizes}
     results["begin_turn_ms_p50"] = {size: load[f"turn_{size}"] for size in sizes}
     results["context_load_plan"] = {size: load[f"plan_{size}"] for size in sizes}
+    print("crossmem purge on 1,000,000 messages ...", flush=True)
+    results.update(purge.run(database_url))
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
     results["ratios"] = {
         "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
@@ -122,6 +124,12 @@ def table(results: dict[str, Any]) -> str:
             cold["telegram"],
             "",
             f"`import anthropic` alone: {cold['anthropic_import']}",
+        ),
+        (
+            "purge of 1M messages: longest statement ms / rows/s",
+            f"{results['purge_max_statement_ms']} / {results['purge_rows_per_s']}",
+            "",
+            f"batches of {results['purge_setup']['batch']}",
         ),
     ]
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]

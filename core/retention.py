@@ -4,8 +4,10 @@
 `purge_messages` once per batch: each call is one statement, in its own transaction, that
 deletes at most `batch_size` messages (a message's reply goes with it or before it, never
 beyond the limit), so a purge of millions of rows never holds locks or a transaction for
-long. A turn goes whole: a message whose reply is younger than the age waits for it. A turn
-in flight is never touched: a message without a reply is kept for `in_flight`, the longest
+long. Each batch starts where the previous one stopped, so none rescans deleted rows.
+
+A turn goes whole: a message whose reply is younger than the age waits for it. A turn in
+flight is never touched: a message without a reply is kept for `in_flight`, the longest
 model deadline and a margin for storing the reply.
 """
 
@@ -85,6 +87,7 @@ class Retention:
         them in one read and delete nothing."""
         total = batches = 0
         longest = 0.0
+        below: tuple[str | None, int | None] = (None, None)  # where the previous batch stopped
         while True:
             began = self._clock()
             row = self._store.call(
@@ -94,6 +97,8 @@ class Retention:
                     "p_in_flight_seconds": int(self._in_flight.total_seconds()),
                     "p_limit": None if dry_run else self._batch_size,
                     "p_dry_run": dry_run,
+                    "p_below_at": below[0],
+                    "p_below_id": below[1],
                 },
             )
             seconds = self._clock() - began
@@ -106,6 +111,7 @@ class Retention:
                 return PurgeReport(cutoff, total, batches, False, longest)
             batches += 1
             total += deleted
+            below = (row["below_at"], row["below_id"])
             if on_batch is not None:
                 on_batch(PurgeBatch(batches, deleted, total, seconds))
             if deleted < self._batch_size:

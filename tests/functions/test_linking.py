@@ -184,6 +184,8 @@ WEB_ROUTES = [
     ("post", "/links", None),
     ("get", "/links", None),
     ("delete", "/links/telegram", None),
+    ("delete", "/memory", None),
+    ("delete", f"/conversations/{uuid.uuid4()}", None),
     ("get", "/no-such-route", None),
 ]
 

@@ -157,17 +157,21 @@ $$;
 
 
 -- One batch of the purge by age: at most p_limit messages older than p_older_than_seconds
--- (p_limit null: no limit), in one statement; the caller loops, each call its own transaction.
+-- (p_limit null: no limit), in one statement; the caller loops, each call its own transaction,
+-- passing back where the previous batch stopped (p_below_at, p_below_id), so that no batch
+-- scans the rows its predecessors deleted.
 -- A turn goes whole: a message whose reply is younger than the age waits for it. A turn in
 -- flight is never touched: a message without a reply is kept for p_in_flight_seconds (the
 -- longest model deadline and then some), while its reply may still be written.
 -- p_dry_run counts and deletes nothing.
--- Returns {"cutoff", "candidates", "deleted"}.
+-- Returns {"cutoff", "candidates", "deleted", "below_at", "below_id"}.
 create function public.purge_messages(
     p_older_than_seconds bigint,
     p_in_flight_seconds integer,
     p_limit integer default null,
-    p_dry_run boolean default false
+    p_dry_run boolean default false,
+    p_below_at timestamptz default null,
+    p_below_id bigint default null
 ) returns jsonb
 language plpgsql
 set search_path = ''
@@ -175,13 +179,16 @@ as $$
 declare
     v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_older_than_seconds);
     v_in_flight_since timestamptz := clock_timestamp() - make_interval(secs => p_in_flight_seconds);
-    v_candidates integer;
-    v_deleted integer;
+    -- Where this batch starts, as one row comparison, so that messages_by_age's scan starts
+    -- there: below the previous batch, or below the cutoff (ids start at 1).
+    v_from_at timestamptz := least(p_below_at, v_cutoff);
+    v_from_id bigint := case when p_below_at < v_cutoff then p_below_id else 0 end;
+    v_result jsonb;
 begin
     with candidates as (
-        select m.id
+        select m.ctid, m.created_at, m.id
           from public.messages m
-         where m.created_at < v_cutoff
+         where (m.created_at, m.id) < (v_from_at, v_from_id)
            and (m.role = 'assistant'
                 or coalesce((select r.created_at < v_cutoff from public.messages r where r.in_reply_to = m.id),
                             m.created_at < v_in_flight_since))
@@ -190,13 +197,23 @@ begin
          order by m.created_at desc, m.id desc
          limit p_limit
     ), deleted as (
+        -- By ctid, read in this same statement: no second index lookup per row. A row updated
+        -- meanwhile has moved and is left for the next purge.
         delete from public.messages m
          using candidates c
-         where m.id = c.id and not p_dry_run
+         where m.ctid = c.ctid and not p_dry_run
         returning 1
+    ), last as (
+        select c.created_at, c.id from candidates c order by c.created_at, c.id limit 1
     )
-    select (select count(*) from candidates), (select count(*) from deleted) into v_candidates, v_deleted;
-    return jsonb_build_object('cutoff', v_cutoff, 'candidates', v_candidates, 'deleted', v_deleted);
+    select jsonb_build_object(
+               'cutoff', v_cutoff,
+               'candidates', (select count(*) from candidates),
+               'deleted', (select count(*) from deleted),
+               'below_at', (select l.created_at from last l),
+               'below_id', (select l.id from last l))
+      into v_result;
+    return v_result;
 end;
 $$;
 
@@ -205,12 +222,12 @@ revoke all on function
     public.forget_conversations(uuid, uuid),
     public.forget_person(uuid, boolean),
     public.forget_request(text, boolean, uuid, text, integer),
-    public.purge_messages(bigint, integer, integer, boolean)
+    public.purge_messages(bigint, integer, integer, boolean, timestamptz, bigint)
 from public, anon, authenticated;
 
 grant execute on function
     public.forget_conversations(uuid, uuid),
     public.forget_person(uuid, boolean),
     public.forget_request(text, boolean, uuid, text, integer),
-    public.purge_messages(bigint, integer, integer, boolean)
+    public.purge_messages(bigint, integer, integer, boolean, timestamptz, bigint)
 to service_role;
