@@ -186,6 +186,22 @@ def test_forget_asks_first_and_only_a_confirmation_within_five_minutes_deletes(
     assert forgetting.answer(ask) == NOTHING_STORED
 
 
+def test_requests_nobody_confirmed_are_kept_a_day_at_most(
+    memory: Memory, forgetting: Forgetting, database_url: str
+) -> None:
+    first, second = chat(), chat()
+    person = turn(memory, Person(sender_id=first), Surface.TELEGRAM, "maybe I'll forget")
+    turn(memory, Person(sender_id=second), Surface.TELEGRAM, "me too")
+    forgetting.answer(ForgetRequest(Surface.TELEGRAM, first, False))
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update forget_requests set requested_at = now() - interval '1 day 1 minute' where user_id = %s",
+            (person,),
+        )
+    forgetting.answer(ForgetRequest(Surface.TELEGRAM, second, False))
+    assert rows_of(database_url, person)["forget_requests"] == 0
+
+
 def test_a_stranger_under_the_owner_policy_gets_the_stranger_reply_and_nothing_is_deleted(
     memory: Memory, store: PostgresStore, database_url: str
 ) -> None:

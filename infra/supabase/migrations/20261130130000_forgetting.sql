@@ -134,6 +134,8 @@ begin
     end if;
 
     if not p_confirm then
+        -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
+        delete from public.forget_requests r where r.requested_at < clock_timestamp() - interval '1 day';
         insert into public.forget_requests (user_id, surface) values (v_user, p_surface)
         on conflict (user_id, surface) do update set requested_at = excluded.requested_at;
         return jsonb_build_object(
