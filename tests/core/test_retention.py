@@ -12,7 +12,9 @@ import pytest
 
 from core.postgres_store import PostgresStore
 from core.retention import PurgeBatch, Retention, describe_age, in_flight_window, parse_age
+from core.supabase_store import SupabaseStore
 from tests.database import migrated_database
+from tests.fakes.postgrest import PostgrestStandIn
 
 IN_FLIGHT = timedelta(minutes=2)
 
@@ -144,6 +146,22 @@ def test_a_batch_of_one_still_finishes(database: psycopg.Connection, store: Post
         said(database, f"old {day}", timedelta(days=day), reply_age=timedelta(days=day, seconds=-1))
     report = Retention(store, batch_size=1, in_flight=IN_FLIGHT).purge(timedelta(days=90))
     assert (report.deleted, report.batches, count(database)) == (4, 4, 0)
+
+
+def test_the_purge_through_postgrest_continues_where_each_batch_stopped(
+    database: psycopg.Connection, purge_database: str
+) -> None:
+    for day in (91, 92, 93):
+        said(database, f"old {day}", timedelta(days=day), reply_age=timedelta(days=day, seconds=-1))
+    said(database, "young", timedelta(days=1))
+    stand_in = PostgrestStandIn(purge_database, "service-key")
+    store = SupabaseStore(stand_in.url, "service-key")
+    try:
+        report = Retention(store, batch_size=4, in_flight=IN_FLIGHT).purge(timedelta(days=90))
+    finally:
+        store.close()
+        stand_in.close()
+    assert (report.deleted, report.batches, left(database)) == (6, 2, [("user", "young")])
 
 
 @pytest.mark.parametrize(
