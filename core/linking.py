@@ -18,7 +18,7 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
@@ -38,8 +38,8 @@ def new_code() -> str:
 
 
 def normalise_code(typed: str) -> str:
-    """A code as a phone may deliver it: any case, spaces or dashes between its characters."""
-    return re.sub(r"[\s\-]", "", typed).upper()
+    """A code as a phone may deliver it: any case, with spaces, dashes or a full stop around."""
+    return re.sub(r"[^0-9A-Za-z]", "", typed).upper()
 
 
 def looks_like_code(typed: str) -> bool:
@@ -99,6 +99,7 @@ class LinkStatus(StrEnum):
     EXPIRED = "expired"
     USED = "used"
     TOO_MANY_ATTEMPTS = "too_many_attempts"
+    LINKED_ELSEWHERE = "linked_elsewhere"
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,8 @@ ANSWERS = {
     LinkStatus.EXPIRED: "That code has expired. Ask for a new one on the web.",
     LinkStatus.USED: "That code has already been used. Ask for a new one on the web.",
     LinkStatus.TOO_MANY_ATTEMPTS: "Too many wrong codes. Please try again after {retry}.",
+    LinkStatus.LINKED_ELSEWHERE: "This chat is linked to another web account. Unlink it first ({unlink}), "
+    "then send the code again.",
 }
 NOT_NEEDED = "No need to link anything: this assistant serves one person, and already knows you here."
 NO_CODE = "Send the code from the web page after the command, like this: {example}"
@@ -210,8 +213,9 @@ class Linking:
             outcome = self.redeem(request.surface, key, request.code)
         except StoreUnavailable:
             return UNAVAILABLE
-        retry = f"{outcome.retry_at:%H:%M} UTC" if outcome.retry_at else "an hour"
-        return ANSWERS[outcome.status].format(retry=retry)
+        retry = f"{outcome.retry_at.astimezone(UTC):%H:%M} UTC" if outcome.retry_at else "an hour"
+        unlink = "/unlink" if request.surface is Surface.TELEGRAM else "send: unlink"
+        return ANSWERS[outcome.status].format(retry=retry, unlink=unlink)
 
     def redeem(self, surface: Surface, identity_id: str, code: str) -> LinkOutcome:
         row = self._store.call(

@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     anthropic_max_tokens: int = Field(default=1024, ge=1)
     anthropic_timeout: float = Field(default=30.0, gt=0)
     anthropic_max_retries: int = Field(default=2, ge=0)
+    # Outside APP_ENV=local, no ANTHROPIC_API_KEY means refusing to serve, unless this says the
+    # offline stand-in is wanted (a demo deployment).
+    allow_offline_model: bool = False
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     fallback_reply: str = (
         "Sorry, I can't think straight right now. I have your message and will remember it; "

@@ -168,18 +168,23 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     return Ignore("private message without text")
 
 
-def _command(text: str, bot_username: str | None) -> tuple[str, str]:
-    """A command's name and argument; no name when it is addressed to another bot (`/cmd@other`)."""
-    command, _, argument = text.partition(" ")
-    name, _, addressee = command.partition("@")
-    if addressee and (not bot_username or addressee.lower() != bot_username.lower()):
-        return "", ""
-    return name, argument.strip()
+def _command(text: str, bot_username: str | None) -> tuple[str, str] | None:
+    """A command's name (lower case) and argument; None for text that is not a command, or a
+    command addressed to another bot (`/cmd@other_bot`)."""
+    if not text.startswith("/"):
+        return None
+    command, *arguments = text.split(maxsplit=1)
+    name, _, addressee = command.lower().partition("@")
+    if addressee and (not bot_username or addressee != bot_username.lower()):
+        return None
+    return name, arguments[0].strip() if arguments else ""
 
 
 def _account_command(text: str, sender_id: str, bot_username: str | None) -> LinkRequest | UnlinkRequest | None:
     """`/start CODE` (a deep link's payload that is a link code), `/link [CODE]`, `/unlink`."""
-    name, argument = _command(text, bot_username)
+    if (command := _command(text, bot_username)) is None:
+        return None
+    name, argument = command
     if name == "/start" and argument and looks_like_code(argument):
         return LinkRequest(Surface.TELEGRAM, sender_id, argument)
     if name == "/link":
@@ -191,7 +196,7 @@ def _account_command(text: str, sender_id: str, bot_username: str | None) -> Lin
 
 def _forget_command(text: str, sender_id: str, bot_username: str | None) -> ForgetRequest | None:
     """`/forget` asks what forgetting deletes; `/forget confirm` deletes (any other argument only asks)."""
-    name, argument = _command(text, bot_username)
-    if name != "/forget":
+    command = _command(text, bot_username)
+    if command is None or command[0] != "/forget":
         return None
-    return ForgetRequest(Surface.TELEGRAM, sender_id, confirm=argument.lower() == "confirm")
+    return ForgetRequest(Surface.TELEGRAM, sender_id, confirm=command[1].lower() == "confirm")

@@ -18,7 +18,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.errors import InputError
 from core.forgetting import ForgetRequest
-from core.linking import LinkRequest, UnlinkRequest, looks_like_code
+from core.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
 from core.splitting import split_message
 
@@ -71,9 +71,10 @@ class Notice:
 
 def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequest | ForgetRequest:
     text = form.body.strip()
-    command = re.fullmatch(r"link\s+(.+)", text, flags=re.IGNORECASE)
-    if command and looks_like_code(command[1]):
-        return LinkRequest(Surface.WHATSAPP, form.sender, command[1])
+    # `link` and one word: a code, even a mistyped one (it gets a clear answer, and counts).
+    command = re.fullmatch(r"link:?(?:\s+(\S+))?", text, flags=re.IGNORECASE)
+    if command:
+        return LinkRequest(Surface.WHATSAPP, form.sender, command[1] or "")
     if text.lower() == "unlink":
         return UnlinkRequest(Surface.WHATSAPP, form.sender)
     if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):

@@ -165,7 +165,22 @@ def parser() -> argparse.ArgumentParser:
     set_webhook.add_argument("--drop-pending-updates", action="store_true")
     actions.add_parser("info", help="print getWebhookInfo")
     command.set_defaults(run=telegram)
+
+    add_deploy_command(commands)
     return root
+
+
+def add_deploy_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        from functions.deploy import deploy  # PyYAML, and only for whoever deploys
+
+        return deploy(args, os.environ)
+
+    command = commands.add_parser("deploy", help="deploy serverless.yml's functions as 2nd-gen functions with gcloud")
+    command.add_argument(
+        "--dry-run", action="store_true", help="print the gcloud commands; needs neither gcloud nor credentials"
+    )
+    command.set_defaults(run=run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from core.errors import (
     NotFound,
     StoreUnavailable,
 )
+from functions import runtime
 
 MAX_BODY_BYTES = 1_000_000
 
@@ -51,11 +52,13 @@ log = logging.getLogger("crossmem.functions")
 
 
 def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
-    """A function that answers a configuration error with 503 and its reason, not a crash."""
+    """A function that answers a configuration error with 503 and its reason, not a crash, and
+    that refuses every route while it lacks what it must not serve without (a database, a model)."""
 
     @functools.wraps(handler)
     def serve(request: flask.Request) -> flask.Response:
         try:
+            runtime.check_can_serve(runtime.settings())
             return handler(request)
         except ConfigurationError as exc:
             log.error("refusing to serve", extra={"error": str(exc)})

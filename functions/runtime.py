@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
+from core.errors import ConfigurationError
 from core.forgetting import Forgetting
 from core.identity import IdentityPolicy
 from core.linking import Linking
@@ -45,6 +46,26 @@ def store_kind(config: Settings) -> str:
     if config.supabase_url:
         return "supabase"
     return "embedded"
+
+
+def check_can_serve(config: Settings) -> None:
+    """Outside APP_ENV=local, refuse to serve rather than degrade without a word: with no
+    database a deployed function would reach for the embedded one (not installed there) and
+    answer every turn without memory; with no model key the offline stand-in would answer
+    real people."""
+    if config.is_local:
+        return
+    if store_kind(config) == "embedded":
+        raise ConfigurationError(
+            "no database: set DATABASE_URL (on Supabase, the transaction pooler's URL) "
+            "or SUPABASE_URL with SUPABASE_SERVICE_ROLE_KEY"
+        )
+    if store_kind(config) == "supabase" and config.supabase_service_role_key is None:
+        raise ConfigurationError("SUPABASE_URL is set but SUPABASE_SERVICE_ROLE_KEY is not")
+    if config.anthropic_api_key is None and not config.allow_offline_model:
+        raise ConfigurationError(
+            "no model: set ANTHROPIC_API_KEY, or ALLOW_OFFLINE_MODEL=true to answer with the offline stand-in"
+        )
 
 
 def embedded_database_url(data: Path = EMBEDDED_DATA) -> str:

@@ -221,17 +221,19 @@ def test_the_operators_erasure_removes_the_identities_too(
 ) -> None:
     person, telegram_chat = uuid.uuid4(), chat()
     linking = Linking(store, AUTO)
-    linking.link(person, Surface.TELEGRAM, telegram_chat)
+    before = turn(memory, Person(sender_id=telegram_chat), Surface.TELEGRAM, "said before the link")
     linking.redeem(Surface.TELEGRAM, telegram_chat, "WRONGCODE")
+    linking.link(person, Surface.TELEGRAM, telegram_chat)  # merges the chat's own person into `person`
     turn(memory, Person(sender_id=telegram_chat), Surface.TELEGRAM, "erase me")
     attempts = "select count(*) from link_attempts where external_id = %s"
-    assert one(database_url, attempts, telegram_chat) == 1
+    merged = "select count(*) from merged_people where from_user_id = %s or into_user_id = %s"
+    assert (one(database_url, attempts, telegram_chat), one(database_url, merged, before, person)) == (1, 1)
 
     erased = forgetting.erase_person(person)
 
-    assert erased == Forgotten(messages=2, conversations=1, link_codes=0, identities=1)
+    assert erased == Forgotten(messages=4, conversations=1, link_codes=0, identities=1)
     assert rows_of(database_url, person) == dict.fromkeys(rows_of(database_url, person), 0)
-    assert one(database_url, attempts, telegram_chat) == 0
+    assert (one(database_url, attempts, telegram_chat), one(database_url, merged, before, person)) == (0, 0)
     # The chat's next message is a new person with no memory.
     start = memory.begin_turn(Person(sender_id=telegram_chat), Surface.TELEGRAM, "who am I?", uuid.uuid4().hex)
     assert start.user_id != person and [m.content for m in start.history] == ["who am I?"]

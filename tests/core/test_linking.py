@@ -65,13 +65,11 @@ def test_codes_are_short_unambiguous_case_blind_and_stored_only_as_a_hash(linkin
     person = uuid.uuid4()
     issued = linking.new_code(person)
     assert len(issued.code) == 9 and set(issued.code) <= set(CODE_ALPHABET)
-    assert not set("ILO01") & set(CODE_ALPHABET) and len(CODE_ALPHABET) ** 9 > 2**40
     assert issued.telegram_url == f"https://t.me/advisor_bot?start={issued.code}"
     assert issued.whatsapp_text == f"link {issued.code}"
     stored = rows(database_url, "select code_hash, user_id from link_codes where user_id = %s", person)
     assert stored == [(code_hash(issued.code), person)]
-    assert issued.code not in stored[0][0]
-    spaced = f" {issued.code[:3].lower()} {issued.code[3:6]}-{issued.code[6:].lower()} "
+    spaced = f" {issued.code[:3].lower()} {issued.code[3:6]}-{issued.code[6:].lower()}. "
     assert normalise_code(spaced) == issued.code and looks_like_code(spaced)
     outcome = linking.redeem(Surface.TELEGRAM, "5550001", spaced)
     assert (outcome.status, outcome.user_id) == (LinkStatus.LINKED, person)
@@ -280,8 +278,12 @@ def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
         ("link ABCDEFGHJ", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "ABCDEFGHJ")),
         ("  Link abc-def-ghj ", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "abc-def-ghj")),
         ("LINK\tabcdefghj", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "abcdefghj")),
+        ("Link: K7M2QX9TA.", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "K7M2QX9TA.")),
+        ("link ABCDEFGH", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "ABCDEFGH")),
+        ("link", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "")),
         ("Unlink", UnlinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222")),
         ("link my accounts please", None),
+        ("linking is fun", None),
         ("", None),
     ],
 )
@@ -300,6 +302,7 @@ def test_whatsapp_link_commands(body: str, expected: LinkRequest | UnlinkRequest
         ("/start ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")),
         ("/link abcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),
         ("/link@advisor_bot ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")),
+        ("/Link\nabcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),
         ("/link", LinkRequest(Surface.TELEGRAM, "42", "")),
         ("/unlink", UnlinkRequest(Surface.TELEGRAM, "42")),
         ("/link@another_bot ABCDEFGHJ", None),
@@ -319,3 +322,111 @@ def test_telegram_link_commands(text: str, expected: LinkRequest | UnlinkRequest
         assert not isinstance(action, AccountCommand)
     else:
         assert action == AccountCommand(42, expected)
+
+
+def waiting_on_a_lock(database_url: str, pid: int) -> bool:
+    row = rows(database_url, "select wait_event_type from pg_stat_activity where pid = %s", pid)
+    return bool(row) and row[0][0] == "Lock"
+
+
+@pytest.mark.parametrize("already_has_a_telegram_conversation", [False, True], ids=["moved", "merged"])
+def test_a_turn_arriving_while_its_chat_is_being_linked_lands_in_the_linked_thread(
+    memory: Memory, database_url: str, already_has_a_telegram_conversation: bool
+) -> None:
+    chat, web_person = f"{uuid.uuid4().int % 10**9}", uuid.uuid4()
+    talk(memory, Surface.TELEGRAM, chat, "before the link")
+    if already_has_a_telegram_conversation:
+        Linking(memory.store, AUTO).link(web_person, Surface.TELEGRAM, f"{chat}0")
+        talk(memory, Surface.TELEGRAM, f"{chat}0", "from an earlier chat")
+    linker = psycopg.connect(database_url)  # the link's transaction, held open
+    linker.execute("select public.link_identity(%s, 'telegram', %s)", (web_person, chat))
+    turn: dict[str, Any] = {}
+    during = psycopg.connect(database_url, autocommit=True)
+    pid = during.info.backend_pid
+
+    def send() -> None:
+        turn["row"] = during.execute(
+            "select public.begin_turn(p_surface => 'telegram', p_content => 'during the link',"
+            " p_external_id => %s, p_sender_id => %s)",
+            (uuid.uuid4().hex, chat),
+        ).fetchone()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    for _ in range(200):  # until the turn waits for the link (it must: the identity is locked)
+        if waiting_on_a_lock(database_url, pid):
+            break
+        thread.join(0.05)
+    assert waiting_on_a_lock(database_url, pid)
+    linker.commit()
+    thread.join()
+    linker.close()
+    during.close()
+    assert turn["row"][0]["user_id"] == str(web_person)
+    placed = rows(
+        database_url,
+        "select m.user_id, c.user_id from messages m join conversations c on c.id = m.conversation_id"
+        " where m.content = 'during the link' and m.id = %s",
+        turn["row"][0]["message_id"],
+    )
+    assert placed == [(web_person, web_person)]
+
+
+def test_a_reply_written_after_its_question_was_merged_is_stored_with_it(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    chat, web_person = f"{uuid.uuid4().int % 10**9}", uuid.uuid4()
+    asked = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "hi, are you there?", "upd-merge-1")
+    assert asked.user_id is not None and asked.message_id is not None
+    assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(web_person).code).status is LinkStatus.LINKED
+    reply_id = memory.finish_turn(asked.user_id, asked.message_id, "yes, here", delivered=False)
+    assert reply_id is not None
+    memory.mark_delivered(asked.user_id, reply_id)
+    assert rows(database_url, "select user_id, delivered_at is not null from messages where id = %s", reply_id) == [
+        (web_person, True)
+    ]
+    # Someone who was never merged cannot write into that thread.
+    assert memory.finish_turn(uuid.uuid4(), asked.message_id, "intruder") is None
+
+
+def test_a_chat_linked_to_one_account_is_not_taken_by_another_accounts_code(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    chat, first, second = f"{uuid.uuid4().int % 10**9}", uuid.uuid4(), uuid.uuid4()
+    assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(first).code).status is LinkStatus.LINKED
+    talk(memory, Surface.TELEGRAM, chat, "said to the first account")
+    code = linking.new_code(second).code
+    before = counts(database_url)
+    assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED_ELSEWHERE
+    assert counts(database_url) == before  # the code is not spent, no wrong attempt is counted
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, code)) == (
+        "This chat is linked to another web account. Unlink it first (/unlink), then send the code again."
+    )
+    assert linking.link(second, Surface.TELEGRAM, chat).status is LinkStatus.LINKED_ELSEWHERE
+    linking.unlink(Surface.TELEGRAM, chat)
+    assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED
+    assert rows(database_url, "select count(*) from messages where user_id = %s", first) == [(2,)]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", second) == [(0,)]
+
+
+def test_an_old_code_sent_again_after_unlinking_is_used_not_linked(linking: Linking) -> None:
+    person = uuid.uuid4()
+    code = linking.new_code(person).code
+    assert linking.redeem(Surface.WHATSAPP, "+34600555444", code).status is LinkStatus.LINKED
+    assert linking.unlink(Surface.WHATSAPP, "+34600555444") == 1
+    assert linking.redeem(Surface.WHATSAPP, "+34600555444", code).status is LinkStatus.USED
+
+
+def test_a_redelivery_after_merging_into_an_existing_conversation_is_recognised(
+    linking: Linking, memory: Memory
+) -> None:
+    web_person, first_chat, second_chat = uuid.uuid4(), f"{uuid.uuid4().int % 10**9}", f"{uuid.uuid4().int % 10**9}"
+    linking.link(web_person, Surface.TELEGRAM, first_chat)
+    talk(memory, Surface.TELEGRAM, first_chat, "first chat")
+    talk(memory, Surface.TELEGRAM, second_chat, "second chat, before the link", "upd-second-1")
+    assert linking.link(web_person, Surface.TELEGRAM, second_chat).moved_messages == 2
+    again = memory.begin_turn(
+        Person(sender_id=second_chat), Surface.TELEGRAM, "second chat, before the link", "upd-second-1"
+    )
+    assert again.duplicate and again.user_id == web_person
+    assert again.reply is not None and again.reply.content == "re: second chat, before the link"

@@ -61,13 +61,14 @@ def test_forget_then_confirm_on_telegram_deletes_the_whole_thread_and_nothing_el
     telegram(apps, "/forget")
     expected = WILL_DELETE.format(messages=8, conversations=3, confirm="/forget confirm")
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": expected}
-    assert rows(database_url, person) == (8, 3)  # asking deletes nothing
+    assert rows(database_url, person) == (8, 3)  # asking deletes nothing, and is not in the thread
+    said_forget = "select count(*) from messages where user_id = %s and content ilike '%%forget%%'"
+    assert count(database_url, said_forget, person) == 0
 
     telegram(apps, "/forget confirm")
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": FORGOTTEN.format(messages=8)}
     assert rows(database_url, person) == (0, 0)
     assert rows(database_url, other) == (2, 1)
-    assert count(database_url, "select count(*) from messages where content ilike %s", "%forget%") == 0
 
     # A redelivery of an update from before the forget brings nothing back and asks no model.
     asked, sent = len(fake_anthropic.requests), len(fake_telegram.sent())

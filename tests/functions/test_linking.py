@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from core.linking import ANSWERS, UNLINKED, LinkStatus
+from core.linking import ANSWERS, UNAVAILABLE, UNLINKED, LinkStatus
 from functions.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -113,7 +113,8 @@ def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
     assert texts[-1].endswith("What did I tell you on the other apps?")
     # The commands themselves are never part of the thread.
     assert count(database_url, "select count(*) from messages where user_id = %s", person) == 8
-    assert count(database_url, "select count(*) from messages where content ilike %s", "%link%") == 0
+    commands = "select count(*) from messages where user_id = %s and (content ilike %s or content ilike %s)"
+    assert count(database_url, commands, person, "%link%", "%start%") == 0
 
     listed = apps.web.get("/links", headers=bearer(person))
     assert listed.status_code == 200
@@ -226,3 +227,29 @@ def test_operator_commands_link_list_and_unlink(
     assert capsys.readouterr().out == "unlinked 1 identity\n"
     assert main(["unlink", "--surface", "telegram", "--external-id", "6262"]) == 1
     assert count(database_url, "select count(*) from messages where user_id = %s", person) == 2
+
+
+def test_a_whatsapp_history_joins_the_web_person_when_linked(
+    apps: Apps, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    whatsapp(apps, "My landlord is called Mr Okafor")
+    person = uuid.uuid4()
+    assert whatsapp(apps, f"link {new_code(apps, person)['code']}") == [ANSWERS[LinkStatus.LINKED]]
+    apps.web.post("/", json={"message": "Who is my landlord?"}, headers=bearer(person))
+    assert occurrences(sent_texts(fake_anthropic.requests[-1]), "My landlord is called Mr Okafor") == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 4
+
+
+def test_with_the_database_down_linking_answers_and_never_fails(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
+) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    down = Apps(
+        app_client("telegram_webhook"), app_client("whatsapp_webhook"), app_client("web_chat"), apps.chat, apps.number
+    )
+    response = down.web.post("/links", headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()["error"]) == (503, "store_unavailable")
+    assert down.web.get("/links", headers=bearer(uuid.uuid4())).status_code == 503
+    telegram(down, "/start ABCDEFGHJ")
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": UNAVAILABLE}
+    assert whatsapp(down, "unlink") == [UNAVAILABLE]

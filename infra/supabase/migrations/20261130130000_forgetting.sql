@@ -72,7 +72,7 @@ $$;
 -- Everything of a person: every conversation and message on every surface, their link codes and
 -- pending forget requests. Their identities stay (the apps are still one person, who starts from
 -- nothing) unless p_erase_identities: the operator's erasure, which also removes the identities,
--- their wrong-code attempts, and their ids from the codes they redeemed.
+-- their wrong-code attempts, their ids in the codes they redeemed, and who they were merged from.
 -- Returns {"messages", "conversations", "link_codes", "identities"}.
 create function public.forget_person(p_user_id uuid, p_erase_identities boolean default false)
 returns jsonb
@@ -98,6 +98,7 @@ begin
          where i.user_id = p_user_id and a.surface = i.surface and a.external_id = i.external_id;
         delete from public.identities i where i.user_id = p_user_id;
         get diagnostics v_identities = row_count;
+        delete from public.merged_people x where x.from_user_id = p_user_id or x.into_user_id = p_user_id;
     end if;
     return v_forgotten || jsonb_build_object('link_codes', v_codes, 'identities', v_identities);
 end;

@@ -1,7 +1,9 @@
--- begin_turn as defined in 20261129000000_memory_core.sql, with one change for forgetting
--- (issue #13, 20261130130000_forgetting.sql), marked below: a redelivery of a webhook whose message
--- was forgotten does not bring that message back. Nothing else differs; the grants stay (same
--- signature). A turn still costs two round trips: the check is one index probe in the first.
+-- begin_turn as the latest definition has it (20261130105000_link_races.sql, itself from
+-- 20261129000000_memory_core.sql), with one change for forgetting (issue #13,
+-- 20261130130000_forgetting.sql), marked below: a redelivery of a webhook whose message was
+-- forgotten does not bring that message back. Nothing else differs; `create or replace` keeps
+-- the grants (same signature). A turn still costs two round trips: the check is one index probe
+-- in the first.
 
 create or replace function public.begin_turn(
     p_surface text,
@@ -45,16 +47,21 @@ begin
             raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
                 using errcode = '22023';
         end if;
+        -- `for key share`: a link of this identity (link_identity holds it `for update`)
+        -- finishes first, and this turn then belongs to the person it was linked to; a
+        -- link that starts after this waits for the turn, and moves its message too.
         select i.user_id into v_user
           from public.identities i
-         where i.surface = p_surface and i.external_id = p_sender_id;
+         where i.surface = p_surface and i.external_id = p_sender_id
+           for key share;
         if v_user is null then
             insert into public.identities (surface, external_id, user_id)
                  values (p_surface, p_sender_id, gen_random_uuid())
             on conflict (surface, external_id) do nothing;
             select i.user_id into v_user
               from public.identities i
-             where i.surface = p_surface and i.external_id = p_sender_id;
+             where i.surface = p_surface and i.external_id = p_sender_id
+               for key share;
         end if;
     end if;
 
