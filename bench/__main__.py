@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start, purge
+from bench import caching, cold_start, fuzz, purge
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -52,6 +54,8 @@ def measure(database_url: str) -> dict[str, Any]:
     results["context_load_plan"] = {size: load[f"plan_{size}"] for size in sizes}
     print("crossmem purge on 1,000,000 messages ...", flush=True)
     results.update(purge.run(database_url))
+    print(f"fuzzing, {fuzz.CASES} hostile and fuzzed requests ...", flush=True)
+    results["fuzz"] = fuzz.run(database_url)
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
     results["ratios"] = {
         "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
@@ -132,16 +136,34 @@ def table(results: dict[str, Any]) -> str:
             f"batches of {results['purge_setup']['batch']}",
         ),
     ]
+    if "fuzz" in results:
+        fuzzed = results["fuzz"]
+        rows.append(
+            (
+                "fuzzing: 5xx / stored unauthenticated / reached a turn",
+                f"{fuzzed['status_500']} / {fuzzed['stored_unauthenticated']} / {fuzzed['reached_turn']}",
+                "",
+                f"of {fuzzed['cases']} cases, {fuzzed['authenticated']} authenticated",
+            )
+        )
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
     return "\n".join(lines)
 
 
-def main() -> None:
+@contextmanager
+def bench_database() -> Iterator[str]:
+    """A fresh, migrated database on BENCH_DATABASE_URL's server (else TEST_DATABASE_URL's, else
+    the embedded wheel's), dropped afterwards."""
     configured = os.environ.get("BENCH_DATABASE_URL")
     if configured:
         os.environ["TEST_DATABASE_URL"] = configured
     with server_url() as server, migrated_database(server) as database_url:
+        yield database_url
+
+
+def main() -> None:
+    with bench_database() as database_url:
         results = measure(database_url)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print()

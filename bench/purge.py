@@ -12,18 +12,16 @@ locks or delay a turn), beside the rows deleted per second over the whole purge.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from core.postgres_store import PostgresStore
 from core.retention import PurgeBatch, Retention, in_flight_window
-from tests.database import migrated_database, server_url
+from tests.database import migrated_database
 
 MESSAGES = 1_000_000
 PEOPLE = 20_000
@@ -106,15 +104,13 @@ def run(database_url: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    configured = os.environ.get("BENCH_DATABASE_URL")
-    if configured:
-        os.environ["TEST_DATABASE_URL"] = configured
-    results_path = Path(__file__).resolve().parent / "results.json"
-    with server_url() as server:
-        figures = run(server)
-    results = json.loads(results_path.read_text())
+    from bench.__main__ import RESULTS, bench_database
+
+    with bench_database() as database_url:
+        figures = run(database_url)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results.update(figures)
-    results_path.write_text(json.dumps(results, indent=2) + "\n")
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from core.errors import DateOutOfRange, HistoryTooLong
 from core.models import Role, StoredMessage, Surface
 
 
@@ -86,6 +87,26 @@ def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[Co
         return list(items)
     keep = total - -(-(total - limit) // step) * step
     return list(items[total - keep :])
+
+
+def client_window(
+    items: Sequence[ContextItem], *, limit: int, step: int, max_chars: int, zone: ZoneInfo
+) -> list[ContextItem]:
+    """What the context can use of a history the web client sent, checked before anything
+    is stored: its stepped window (the rest would never be shown, so it is neither kept nor
+    counted), at most `max_chars` characters in all, and only dates that can be shown in
+    the context's time zone."""
+    window = stepped_tail(items, limit, step)
+    length = sum(len(item.content) for item in window)
+    if length > max_chars:
+        raise HistoryTooLong(length, max_chars)
+    for item in window:
+        if item.created_at is not None:
+            try:
+                item.created_at.astimezone(zone)
+            except (OverflowError, ValueError, OSError):
+                raise DateOutOfRange(item.created_at) from None
+    return window
 
 
 def web_items(

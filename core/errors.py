@@ -1,17 +1,24 @@
-"""The one error hierarchy of crossmem; `functions/errors.py` maps it to HTTP answers.
+"""The one error hierarchy of crossmem; `functions/http.py` maps it to HTTP answers.
 
 CrossmemError
 ├── InputError            the caller sent something we cannot take (4xx)
 │   ├── EmptyMessage
-│   └── MessageTooLong
+│   ├── MessageTooLong
+│   ├── HistoryTooLong    the web client's history, as much as the context would use of it
+│   ├── DateOutOfRange    a date the context cannot show in its time zone
+│   └── BodyTooLarge
 ├── NotFound              no such conversation for this person (404)
 ├── AuthError             no valid credentials (401)
 ├── Forbidden             valid credentials of someone this deployment does not serve (403)
 ├── Conflict              the request does not fit the deployment's state (409)
 │   └── LinkingNotNeeded
 ├── StoreUnavailable      the database failed or could not be reached
-└── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+├── DeliveryFailed        a surface's API refused a reply or could not be reached
+└── ConfigurationError    invalid or missing settings (503)
 """
+
+from datetime import datetime
 
 
 class CrossmemError(Exception):
@@ -32,6 +39,18 @@ class MessageTooLong(InputError):
         super().__init__(f"the message has {length} characters; the limit is {limit}")
         self.length = length
         self.limit = limit
+
+
+class HistoryTooLong(InputError):
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"the history the context would use has {length} characters; the limit is {limit}")
+        self.length = length
+        self.limit = limit
+
+
+class DateOutOfRange(InputError):
+    def __init__(self, value: datetime) -> None:
+        super().__init__(f"the date {value.isoformat()} cannot be shown in the context's time zone")
 
 
 class BodyTooLarge(InputError):

@@ -1,7 +1,10 @@
 """Structured JSON log lines, one object a line, with Cloud Logging's `severity` field.
 
 Fields given as `extra={...}` become top-level keys. Nothing here reads settings: no
-secret reaches a log line unless code puts it in `extra`, and none does.
+secret reaches a log line unless code puts it in `extra`, and none does. httpx and
+httpcore are held at WARNING: httpx logs each request's URL at INFO, and the Bot API's
+URL holds the bot token, so any handler at INFO on the root logger (a platform's logging
+set-up, a debugging session) would print it.
 """
 
 from __future__ import annotations
@@ -43,3 +46,5 @@ def configure_json_logging(stream: TextIO | None = None, level: int = logging.IN
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = True
+    for talks_about_urls in ("httpx", "httpcore"):
+        logging.getLogger(talks_about_urls).setLevel(logging.WARNING)

@@ -26,6 +26,7 @@ class ContextLimits:
     window_step: int = 8
     web_prepend: int = 8
     max_message_chars: int = 16000
+    max_history_chars: int = 4 * 16000
 
 
 def storable(text: str) -> str:
@@ -65,7 +66,7 @@ class Memory:
         arguments: dict[str, Any] = {
             "p_surface": surface.value,
             "p_content": content,
-            "p_external_id": external_id,
+            "p_external_id": storable(external_id) if external_id is not None else None,
             "p_user_id": str(person.user_id) if person.user_id else None,
             "p_sender_id": person.sender_id,
             "p_conversation_id": str(conversation_id) if conversation_id else None,
@@ -130,7 +131,7 @@ class Memory:
     # What the web needs besides turns. These raise StoreUnavailable: a page can say so.
 
     def create_conversation(self, user_id: UUID, title: str = "") -> Conversation:
-        row = self.store.call("create_conversation", {"p_user_id": str(user_id), "p_title": title[:200]})
+        row = self.store.call("create_conversation", {"p_user_id": str(user_id), "p_title": storable(title)[:200]})
         return Conversation.from_row(row)
 
     def list_conversations(self, user_id: UUID, limit: int = 50) -> list[Conversation]:

@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     context_annotations: bool = True
     context_timezone: str = "UTC"
     max_message_chars: int = Field(default=16000, ge=1)
+    max_history_chars: int | None = Field(default=None, ge=1)  # unset: 4 x MAX_MESSAGE_CHARS
 
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
@@ -125,6 +126,11 @@ class Settings(BaseSettings):
     @property
     def is_local(self) -> bool:
         return self.app_env == "local"
+
+    @property
+    def history_chars_limit(self) -> int:
+        """The most characters of history a web client may send (as much as the context uses)."""
+        return self.max_history_chars or 4 * self.max_message_chars
 
     @property
     def telegram_bot_id(self) -> int | None:

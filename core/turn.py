@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from core.context import ContextItem, ModelMessage, build_model_messages, stepped_tail, web_items
+from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable
 from core.identity import IdentityPolicy
 from core.llm import Model, ModelReply, Usage
@@ -123,6 +123,7 @@ class Turns:
         """A whole turn. With a channel the reply is sent through it; without one the
         caller answers with `result.reply` in its response."""
         began = self._clock()
+        request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=channel is not None)
         if result is not None:
             if channel is not None and result.reply is not None:
@@ -155,6 +156,7 @@ class Turns:
     def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
         """The web's streamed turn: text chunks as the model writes, then the `TurnResult`."""
         began = self._clock()
+        request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=False)
         if result is not None:
             if result.reply:
@@ -189,6 +191,21 @@ class Turns:
 
     # The steps.
 
+    def _admitted(self, request: TurnRequest) -> TurnRequest:
+        """The request with only the client history the context can use, refused (InputError)
+        before anything is stored when that part is too long or holds a date it cannot show."""
+        if request.client_history is None:
+            return request
+        limits = self.memory.limits
+        window = client_window(
+            request.client_history,
+            limit=limits.max_messages - 1,
+            step=limits.window_step,
+            max_chars=limits.max_history_chars,
+            zone=self._zone,
+        )
+        return replace(request, client_history=window)
+
     def _begin(self, request: TurnRequest, *, pushes: bool) -> tuple[TurnStart, TurnFigures, TurnResult | None]:
         """Resolve the person and store the message. The third value is the finished
         result of a turn that needs no model: a stranger, or a redelivery.
@@ -222,17 +239,12 @@ class Turns:
         return self._identity.resolve(request.surface, request.sender_id)
 
     def _messages(self, request: TurnRequest, start: TurnStart) -> list[ModelMessage]:
-        limits = self.memory.limits
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
-            own = list(request.client_history or [])
-            items = [*stepped_tail(own, limits.max_messages - 1, limits.window_step), current]
+            items = [*(request.client_history or []), current]
         elif request.surface is Surface.WEB:
-            client = request.client_history
-            if client is not None:
-                client = stepped_tail(list(client), limits.max_messages - 1, limits.window_step)
             current = ContextItem.from_stored(start.history[-1])
-            items = web_items(start.prepend, start.history, client, current)
+            items = web_items(start.prepend, start.history, request.client_history, current)
         else:
             items = [ContextItem.from_stored(message) for message in start.history]
         return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)

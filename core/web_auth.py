@@ -47,7 +47,12 @@ class TokenVerifier:
             if algorithm == "HS256" and self._secret:
                 key = self._secret
             elif algorithm in ASYMMETRIC and self._jwks_url:
-                key = self._keys().get_signing_key_from_jwt(token).key
+                signing_key = self._keys().get_signing_key_from_jwt(token)
+                # PyJWT fails with a TypeError when the key is of another type (an EC key
+                # for an RS256 header): the header's `alg` must be the key's own.
+                if signing_key.algorithm_name != algorithm:
+                    raise AuthError(f"the token's key is not a {algorithm} key")
+                key = signing_key.key
             else:
                 raise AuthError(f"tokens signed with {algorithm} are not accepted")
             claims: dict[str, Any] = jwt.decode(

@@ -34,6 +34,7 @@ EVERY_FUNCTION = frozenset(
         "context_annotations",
         "context_timezone",
         "max_message_chars",
+        "max_history_chars",
         "identity_policy",
         "owner_user_id",
         "owner_telegram_ids",

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import functools
 import hmac
+import io
 import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
 import flask
 from pydantic import BaseModel, ValidationError
+from werkzeug.datastructures import MultiDict
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from core.errors import (
     AuthError,
@@ -18,8 +22,10 @@ from core.errors import (
     ConfigurationError,
     Conflict,
     CrossmemError,
+    DateOutOfRange,
     EmptyMessage,
     Forbidden,
+    HistoryTooLong,
     InputError,
     LinkingNotNeeded,
     MessageTooLong,
@@ -35,7 +41,9 @@ MAX_BODY_BYTES = 1_000_000
 HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (EmptyMessage, 400, "empty_message"),
     (MessageTooLong, 413, "message_too_long"),
+    (HistoryTooLong, 413, "history_too_long"),
     (BodyTooLarge, 413, "body_too_large"),
+    (DateOutOfRange, 400, "date_out_of_range"),
     (InputError, 400, "bad_request"),
     (NotFound, 404, "not_found"),
     (AuthError, 401, "unauthorized"),
@@ -52,17 +60,32 @@ log = logging.getLogger("crossmem.functions")
 
 
 def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
-    """A function that answers a configuration error with 503 and its reason, not a crash, and
-    that refuses every route while it lacks what it must not serve without (a database, a model)."""
+    """A function that reads at most MAX_BODY_BYTES of its request, answers a configuration
+    error with 503 and its reason, not a crash, and refuses every route while it lacks what it
+    must not serve without (a database, a model)."""
 
     @functools.wraps(handler)
     def serve(request: flask.Request) -> flask.Response:
+        # A hard limit on the bytes read from the stream, whatever the transfer encoding:
+        # werkzeug refuses a larger Content-Length at once, and stops reading a chunked body
+        # (which has none) at the limit instead of taking all of it into memory. It stops
+        # there silently, so one byte more is allowed: `read_body` tells a body of exactly
+        # the limit from a longer one by it.
+        request.max_content_length = MAX_BODY_BYTES + 1
         try:
             runtime.check_can_serve(runtime.settings())
             return handler(request)
         except ConfigurationError as exc:
             log.error("refusing to serve", extra={"error": str(exc)})
             return error_response(exc)
+        except RequestEntityTooLarge:
+            return error_response(BodyTooLarge(MAX_BODY_BYTES))
+        finally:
+            # functions_framework reads what is left of the body after the function answers
+            # (an after-request hook). Left here is only a body refused unread (no signature,
+            # wrong secret) or the part past the limit: reading it is what the limit forbids,
+            # and past the limit that read would fail with a 500.
+            request.stream = io.BytesIO()
 
     return serve
 
@@ -80,21 +103,38 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
     return response
 
 
-def read_json(request: flask.Request, shape: type[Model]) -> Model:
-    """The body as `shape`; InputError with the reason when it is not."""
-    if (request.content_length or 0) > MAX_BODY_BYTES:
-        raise BodyTooLarge(MAX_BODY_BYTES)
-    if request.mimetype != "application/json":
-        raise InputError("the body must be application/json")
-    raw = request.get_data(cache=False)
+def read_body(request: flask.Request) -> bytes:
+    """The body, read within the limit `serving` set; BodyTooLarge past it."""
+    try:
+        raw = request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        raise BodyTooLarge(MAX_BODY_BYTES) from None
     if len(raw) > MAX_BODY_BYTES:
         raise BodyTooLarge(MAX_BODY_BYTES)
+    return raw
+
+
+def read_json(request: flask.Request, shape: type[Model]) -> Model:
+    """The body as `shape`; InputError with the reason when it is not."""
+    if request.mimetype != "application/json":
+        raise InputError("the body must be application/json")
+    raw = read_body(request)
     try:
         return shape.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         raise InputError(f"invalid body at {where}: {first.get('msg', 'invalid')}") from None
+
+
+def read_form(request: flask.Request, max_fields: int) -> MultiDict[str, str]:
+    """A form-encoded body, parsed once: BodyTooLarge past the byte limit, InputError past
+    `max_fields` (a body of many tiny fields costs far more memory than its size)."""
+    text = read_body(request).decode("utf-8", errors="replace")
+    try:
+        return MultiDict(parse_qsl(text, keep_blank_values=True, max_num_fields=max_fields))
+    except ValueError:
+        raise InputError(f"the form has more than {max_fields} fields") from None
 
 
 def same_secret(given: str | None, expected: str) -> bool:

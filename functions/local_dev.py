@@ -3,7 +3,9 @@ the offline model, and development-only credentials that `crossmem say` also use
 
 Each function is mounted as functions_framework builds it from main.py, so what runs
 here is what runs on Cloud Functions. Development credentials are defaults only: any
-variable already set (or in `.env`) wins.
+variable already set (or in `.env`) wins. The server answers only requests addressed to
+a loopback name: it hands out the owner's token, and a web page that reaches 127.0.0.1
+by DNS rebinding still sends its own name as the Host.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ import flask
 import httpx
 import jwt
 from functions_framework import create_app
+from pydantic_settings import DotEnvSettingsSource
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import run_simple
 
 from core.embedded import REPOSITORY
+from core.settings import Settings
 from functions import runtime
+from functions.http import MAX_BODY_BYTES
 
 DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
 DEMO_TELEGRAM_ID = "100200300"
@@ -47,9 +52,16 @@ DEV_DEFAULTS = {
 }
 
 
+LOOPBACK_HOST = re.compile(r"(localhost|127\.0\.0\.1|\[::1\])(:[0-9]{1,5})?", re.IGNORECASE)
+
+
 def apply_dev_defaults(port: int) -> None:
+    """Fill in the development values of the variables set neither in the environment nor
+    in `.env` (read as Settings reads it: the environment would otherwise beat `.env`)."""
+    in_dotenv = {name.upper() for name in DotEnvSettingsSource(Settings)()}
     for name, value in {**DEV_DEFAULTS, "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}"}.items():
-        os.environ.setdefault(name, value)
+        if name not in in_dotenv:
+            os.environ.setdefault(name, value)
 
 
 def dev_token(lifetime_s: int = 3600) -> str:
@@ -117,6 +129,7 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
 def build_dev_app() -> Any:
     main = str(REPOSITORY / "main.py")
     site = flask.Flask("crossmem-dev")
+    site.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # the functions' own limit, for the page's routes
 
     @site.get("/")
     def demo_page() -> flask.Response:
@@ -150,6 +163,10 @@ def build_dev_app() -> Any:
     dispatcher = DispatcherMiddleware(site.wsgi_app, mounts)
 
     def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if not LOOPBACK_HOST.fullmatch(environ.get("HTTP_HOST", "")):
+            refusal = {"error": "forbidden_host", "message": "this server answers only localhost, 127.0.0.1 and [::1]"}
+            response = flask.Response(json.dumps(refusal), 403, mimetype="application/json")
+            return response(environ, start_response)
         # A function's own root is "/": POST /telegram means /telegram/, as on Cloud Functions.
         if environ.get("PATH_INFO") in mounts:
             environ["PATH_INFO"] += "/"

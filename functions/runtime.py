@@ -115,6 +115,7 @@ def memory() -> Memory:
         window_step=config.context_window_step,
         web_prepend=config.web_prepend_messages,
         max_message_chars=config.max_message_chars,
+        max_history_chars=config.history_chars_limit,
     )
     return Memory(store(), limits)
 

@@ -2,7 +2,9 @@
 
 Validate X-Twilio-Signature against the public URL Twilio called (PUBLIC_BASE_URL plus
 this request's path and query, never request.url, which is internal behind a proxy),
-parse the form, run the turn within the deadline, answer with TwiML.
+parse the form, run the turn within the deadline, answer with TwiML. A request without
+a signature is refused before its body is read; one with a signature has its body read
+once, within the byte and field limits, before the signature is checked.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from core.models import Surface
 from core.turn import TurnRequest
 from core.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
 from functions import runtime
-from functions.http import MAX_BODY_BYTES, json_response, serving
+from functions.http import error_response, json_response, read_form, serving
+
+# Twilio's inbound message has about 20 fields, plus two for each of at most 10 media.
+MAX_FORM_FIELDS = 100
 
 
 @serving
@@ -26,22 +31,27 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         return json_response({"error": "not_configured", "message": "set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL"}, 503)
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST Twilio's form"}, 405)
-    if (request.content_length or 0) > MAX_BODY_BYTES:
-        return json_response({"error": "body_too_large", "message": f"over {MAX_BODY_BYTES} bytes"}, 413)
     if request.mimetype != "application/x-www-form-urlencoded":
         return json_response({"error": "bad_request", "message": "expected Twilio's form post"}, 415)
+    signature = request.headers.get("X-Twilio-Signature")
+    if not signature:
+        return json_response({"error": "forbidden", "message": "invalid Twilio signature"}, 403)
+    try:
+        fields = read_form(request, MAX_FORM_FIELDS)
+    except InputError as exc:
+        return error_response(exc)
     shared_key = config.twilio_webhook_shared_key
     if not signature_is_valid(
         public_url(config.public_base_url, request),
-        request.form,
-        request.headers.get("X-Twilio-Signature"),
+        fields,
+        signature,
         auth_token=config.twilio_auth_token.get_secret_value(),
         shared_key=shared_key.get_secret_value() if shared_key else None,
         settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
     ):
         return json_response({"error": "forbidden", "message": "invalid Twilio signature"}, 403)
     try:
-        form = WhatsAppForm.from_form(request.form)
+        form = WhatsAppForm.from_form(fields)
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)

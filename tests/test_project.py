@@ -74,6 +74,7 @@ PINNED = {
     "cache_read_share": {"ours", "seed"},
     "input_cost_ratio": {"ours", "seed"},
     "cold_start_ms": {"telegram", "anthropic_import"},
+    "fuzz": {"cases", "status_500", "stored_unauthenticated", "reached_turn"},
 }
 
 
@@ -83,6 +84,9 @@ def test_the_benchmark_results_carry_the_pinned_keys_and_the_readme_shows_them()
         assert inner <= set(results[key]), key
         assert f"`{key}`" in README
     assert results["round_trips_per_turn"]["ours_secondary"] == 2
+    fuzzed = results["fuzz"]
+    assert fuzzed["cases"] >= 10_000 and (fuzzed["status_500"], fuzzed["stored_unauthenticated"]) == (0, 0)
+    assert fuzzed["reached_turn"] * 2 >= fuzzed["authenticated"]
     assert "make bench" in README
     for picture in ("docs/caching.png", "docs/demo.png"):
         assert (ROOT / picture).is_file() and picture in README

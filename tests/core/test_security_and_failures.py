@@ -196,3 +196,23 @@ def test_an_unreachable_postgrest_degrades_the_same_way(caplog: pytest.LogCaptur
         assert memory.finish_turn(uuid.uuid4(), 1, "reply") is None
     assert sum("failed" in record.getMessage() for record in caplog.records) == 2
     assert "sb_secret_key" not in caplog.text
+
+
+def test_no_api_role_may_touch_a_sequence(memory: Memory, database_url: str) -> None:
+    memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "first", "s1")
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        sequences = [
+            row[0]
+            for row in admin.execute(
+                "select c.oid::regclass::text from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+                " where c.relkind = 'S' and n.nspname = 'public' order by 1"
+            )
+        ]
+    assert sequences == ["messages_id_seq"]
+    for role in ("anon", "authenticated"):
+        with as_role(database_url, role, sub=uuid.uuid4()) as connection:
+            for call in ("select setval('public.messages_id_seq', 1)", "select nextval('public.messages_id_seq')"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    connection.execute(call)
+    second = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "second", "s2")
+    assert second.degraded is False and second.message_id is not None

@@ -7,12 +7,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from flask.testing import FlaskClient
 from functions_framework import create_app
 
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
 
 MAIN = str(Path(__file__).resolve().parents[2] / "main.py")
@@ -30,6 +32,13 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 @pytest.fixture
 def fake_telegram() -> Iterator[FakeTelegram]:
     server = FakeTelegram(BOT_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def jwks() -> Iterator[FakeJwks]:
+    server = FakeJwks()
     yield server
     server.close()
 
@@ -85,3 +94,11 @@ def app_client(target: str) -> FlaskClient:
     """A new instance of the function, as a cold start would build it."""
     runtime.reset()
     return create_app(target, MAIN).test_client()
+
+
+def stored_count(database_url: str, user: uuid.UUID) -> int:
+    """How many messages are stored for this person."""
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select count(*) from messages where user_id = %s", (user,)).fetchone()
+    assert row is not None
+    return int(row[0])

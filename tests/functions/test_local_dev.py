@@ -12,9 +12,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from werkzeug.test import Client
+
+from functions import runtime
+from functions.local_dev import DEV_DEFAULTS, apply_dev_defaults, build_dev_app
 
 ROOT = Path(__file__).resolve().parents[2]
 CROSSMEM = [sys.executable, "-m", "functions.cli"]
@@ -72,3 +77,43 @@ def crossmem(env: dict[str, str], *args: str) -> str:
     done = subprocess.run([*CROSSMEM, *args], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+@pytest.fixture
+def dev_app(environment: pytest.MonkeyPatch) -> Any:
+    environment.setenv("SUPABASE_JWT_SECRET", "local-development-jwt-secret-at-least-32-bytes")
+    runtime.reset()
+    return build_dev_app()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8080", "localhost:8080", "LOCALHOST", "[::1]:8080", "127.0.0.1"])
+def test_the_dev_server_answers_loopback_names(dev_app: Any, host: str) -> None:
+    response = Client(dev_app).post("/dev/token", headers={"Host": host})
+    assert response.status_code == 200 and response.get_json()["access_token"].count(".") == 2
+
+
+@pytest.mark.parametrize("host", ["rebound.example:8080", "127.0.0.1.nip.io:8080", "localhost.evil.example"])
+@pytest.mark.parametrize("path", ["/dev/token", "/dev/say", "/telegram", "/chat/conversations"])
+def test_the_dev_server_refuses_any_other_host_on_every_route(dev_app: Any, host: str, path: str) -> None:
+    response = Client(dev_app).post(path, headers={"Host": host})
+    assert (response.status_code, response.get_json()) == (
+        403,
+        {"error": "forbidden_host", "message": "this server answers only localhost, 127.0.0.1 and [::1]"},
+    )
+
+
+def test_dot_env_wins_over_the_development_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [*DEV_DEFAULTS, "PUBLIC_BASE_URL"]:
+        monkeypatch.setenv(name, "")  # recorded, so the test gives the environment back as it was
+        monkeypatch.delenv(name)
+    (tmp_path / ".env").write_text("APP_ENV=production\nTELEGRAM_WEBHOOK_SECRET=from-dot-env\n")
+    monkeypatch.chdir(tmp_path)
+    apply_dev_defaults(8080)
+    runtime.reset()
+    config = runtime.settings()
+    assert config.app_env == "production"
+    assert config.telegram_webhook_secret is not None
+    assert config.telegram_webhook_secret.get_secret_value() == "from-dot-env"
+    assert config.identity_policy == "owner"  # not in .env: the development value
+    assert config.public_base_url == "http://127.0.0.1:8080"
+    runtime.reset()

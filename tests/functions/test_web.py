@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
-from tests.functions.conftest import app_client, as_owner
+from tests.functions.conftest import app_client, as_owner, stored_count
 
 SECRET = "web-jwt-secret-for-tests-32-bytes-long"
 CLAIMS = json.loads(
@@ -41,20 +40,6 @@ def web(environment: pytest.MonkeyPatch) -> FlaskClient:
     environment.setenv("SUPABASE_JWT_SECRET", SECRET)
     environment.setenv("CORS_ORIGINS", "https://advisor.example.com")
     return app_client("web_chat")
-
-
-@pytest.fixture
-def jwks() -> Iterator[FakeJwks]:
-    server = FakeJwks()
-    yield server
-    server.close()
-
-
-def stored_count(database_url: str, user: uuid.UUID) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute("select count(*) from messages where user_id = %s", (user,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_a_telegram_message_reaches_the_web_exactly_once(

@@ -1,0 +1,136 @@
+"""Fuzzing with figures: at least 10,000 hostile and fuzzed requests through each function,
+as functions_framework builds it, on a fresh database with the real SDKs against the
+local fakes (tests/functions/hostile_requests.py holds the cases).
+
+- `cases`: requests sent.
+- `status_500`: answers with a 5xx status (every configuration here is complete, so not
+  even a 503 is expected).
+- `stored_unauthenticated`: messages stored while a case without valid credentials ran.
+- `reached_turn`: cases during which the model was asked (the fake Anthropic API received
+  a request): the message was stored by begin_turn and its context sent.
+- `authenticated`: cases with valid credentials; `unexpected_status`: answers outside the
+  exact statuses the README gives for the case.
+
+`python -m bench.fuzz` runs this part alone and updates its key in bench/results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from functions import runtime
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.jwks import FakeJwks
+from tests.fakes.telegram_api import FakeTelegram
+from tests.functions.conftest import BOT_TOKEN, app_client
+from tests.functions.hostile_requests import (
+    STRATEGIES,
+    TARGETS,
+    TELEGRAM_SECRET,
+    Case,
+    send,
+    settings_for_fuzzing,
+)
+
+CASES = 10_200
+
+
+@contextmanager
+def fuzzing_environment(database_url: str) -> Iterator[tuple[FakeAnthropic, FakeJwks]]:
+    anthropic, telegram, jwks = FakeAnthropic(), FakeTelegram(BOT_TOKEN), FakeJwks()
+    saved = dict(os.environ)
+    os.environ.update(
+        {
+            "APP_ENV": "production",
+            "DATABASE_URL": database_url,
+            "ANTHROPIC_API_KEY": "sk-ant-fuzz",
+            "ANTHROPIC_BASE_URL": anthropic.url,
+            "ANTHROPIC_MAX_RETRIES": "0",
+            "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+            "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
+            "TELEGRAM_API_BASE": telegram.url,
+            "IDENTITY_POLICY": "auto",
+            **settings_for_fuzzing(jwks.url),
+        }
+    )
+    try:
+        yield anthropic, jwks
+    finally:
+        runtime.reset()
+        os.environ.clear()
+        os.environ.update(saved)
+        for fake in (anthropic, telegram, jwks):
+            fake.close()
+
+
+def stored_messages(connection: psycopg.Connection[Any]) -> int:
+    row = connection.execute("select count(*) from messages").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def run(database_url: str, cases: int = CASES) -> dict[str, int]:
+    figures: Counter[str] = Counter()
+    with fuzzing_environment(database_url) as (anthropic, jwks), psycopg.connect(database_url, autocommit=True) as db:
+        clients = {target: app_client(target) for target in TARGETS}
+        runtime.settings()
+        logging.getLogger("crossmem").setLevel(logging.ERROR)  # not 10,000 turn lines
+
+        def tally(case: Case) -> None:
+            asked = len(anthropic.requests)
+            before = None if case.authenticated else stored_messages(db)
+            status = send(clients[case.target], case).status_code
+            figures["cases"] += 1
+            figures["authenticated"] += case.authenticated
+            figures["status_500"] += status >= 500
+            figures["unexpected_status"] += status not in case.expected
+            figures["reached_turn"] += len(anthropic.requests) > asked
+            if before is not None:
+                figures["stored_unauthenticated"] += stored_messages(db) - before
+
+        per_target = -(-cases // len(TARGETS))
+        for target in TARGETS:
+            print(f"  {target}: {per_target} cases ...", flush=True)
+            fuzzer(target, jwks, per_target, tally)()
+    keys = ("cases", "status_500", "stored_unauthenticated", "reached_turn", "authenticated", "unexpected_status")
+    return {key: figures[key] for key in keys}
+
+
+def fuzzer(target: str, jwks: FakeJwks, examples: int, tally: Callable[[Case], None]) -> Callable[[], None]:
+    @given(data=st.data())
+    @settings(
+        max_examples=examples,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def fuzz(data: st.DataObject) -> None:
+        tally(data.draw(STRATEGIES[target](jwks)))
+
+    return fuzz  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    from bench.__main__ import RESULTS, bench_database
+
+    with bench_database() as database_url:
+        figures = run(database_url)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["fuzz"] = figures
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

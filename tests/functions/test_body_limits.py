@@ -1,0 +1,195 @@
+"""The hard limit on the bytes a function reads from its request, whatever the transfer
+encoding. Chunked bodies go through a real HTTP server on loopback (werkzeug's, which
+sets `wsgi.input_terminated` for them as gunicorn does), since a test client does not
+send them the way a socket does."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import jwt
+import pytest
+from functions_framework import create_app
+from twilio.request_validator import RequestValidator
+from werkzeug.serving import make_server
+
+from functions import runtime
+from functions.http import MAX_BODY_BYTES
+from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
+from tests.functions.hostile_requests import telegram_skeleton
+
+TWILIO_TOKEN = "twilio-auth-token-for-limits"
+PUBLIC = "https://advisor.example.com/whatsapp"
+JWT_SECRET = "web-jwt-secret-for-limits-32-bytes-long"
+TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger than {MAX_BODY_BYTES} bytes"}
+
+
+def web_token() -> str:
+    claims = {"sub": str(uuid.uuid4()), "aud": "authenticated", "exp": 2**40}
+    return jwt.encode(claims, JWT_SECRET, algorithm="HS256")
+
+
+# Each function with headers that get it past its credentials check, and its content type.
+FUNCTIONS: dict[str, tuple[dict[str, str], str]] = {
+    "telegram_webhook": ({"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}, "application/json"),
+    "whatsapp_webhook": (
+        {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC, {})},
+        "application/x-www-form-urlencoded",
+    ),
+    "web_chat": ({}, "application/json"),  # the token is made per test: it needs the secret set
+}
+
+
+@pytest.fixture
+def configured(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    return environment
+
+
+def headers_for(target: str) -> dict[str, str]:
+    headers, content_type = FUNCTIONS[target]
+    if target == "web_chat":
+        headers = {"Authorization": f"Bearer {web_token()}"}
+    return {**headers, "Content-Type": content_type}
+
+
+class CountingInput:
+    """The server's request stream, counting the bytes the application takes from it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.taken = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self._stream.read(size)
+        self.taken += len(data)
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data: bytes = self._stream.readline(size)
+        self.taken += len(data)
+        return data
+
+    def readinto(self, buffer: bytearray) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class LoopbackServer:
+    """One function, as functions_framework builds it, behind werkzeug's HTTP server."""
+
+    def __init__(self, target: str) -> None:
+        runtime.reset()
+        app = create_app(target, MAIN)  # type: ignore[no-untyped-call]
+        self.inputs: list[CountingInput] = []
+
+        def counted(environ: dict[str, Any], start_response: Any) -> Any:
+            counter = CountingInput(environ["wsgi.input"])
+            self.inputs.append(counter)
+            environ["wsgi.input"] = counter
+            return app(environ, start_response)
+
+        self._server = make_server("127.0.0.1", 0, counted, threaded=True)
+        self.port = self._server.server_port
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def loopback(configured: pytest.MonkeyPatch) -> Iterator[type[LoopbackServer]]:
+    servers: list[LoopbackServer] = []
+
+    def start(target: str) -> LoopbackServer:
+        server = LoopbackServer(target)
+        servers.append(server)
+        return server
+
+    yield start  # type: ignore[misc]
+    for server in servers:
+        server.close()
+
+
+def post_chunked(port: int, headers: dict[str, str], total: int, filler: bytes) -> tuple[int, bytes]:
+    """POST `total` bytes with Transfer-Encoding: chunked (no Content-Length), sending
+    while the answer is read: a server that stops reading answers before the end."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+    lines = ["POST / HTTP/1.1", f"Host: 127.0.0.1:{port}", "Transfer-Encoding: chunked", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    connection.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    piece = (filler * (65536 // len(filler) + 1))[:65536]
+
+    def send_body() -> None:
+        try:
+            for start in range(0, total, len(piece)):
+                part = piece[: min(len(piece), total - start)]
+                connection.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            connection.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server answered and closed the connection: what these tests expect
+
+    sender = threading.Thread(target=send_body, daemon=True)
+    sender.start()
+    response = http.client.HTTPResponse(connection)
+    response.begin()
+    body = response.read()
+    sender.join(timeout=30)
+    connection.close()
+    return response.status, body
+
+
+@pytest.mark.parametrize("target", list(FUNCTIONS))
+def test_a_chunked_body_past_the_limit_is_refused_having_read_no_more_than_the_limit(
+    loopback: Any, target: str
+) -> None:
+    server = loopback(target)
+    filler = b"a=b&" if target == "whatsapp_webhook" else b" "
+    status, body = post_chunked(server.port, headers_for(target), 4 * MAX_BODY_BYTES, filler)
+    assert (status, json.loads(body)) == (413, TOO_LARGE)
+    assert server.inputs[0].taken <= MAX_BODY_BYTES + 1
+
+
+def test_a_chunked_body_within_the_limit_still_reaches_the_turn(loopback: Any) -> None:
+    server = loopback("telegram_webhook")
+    update = telegram_skeleton(77, 4242, "hello")
+    status, body = post_chunked(
+        server.port, headers_for("telegram_webhook"), len(json.dumps(update)), json.dumps(update).encode()
+    )
+    assert (status, json.loads(body)) == (200, {"ok": True, "outcome": "answered"})
+
+
+def test_an_unsigned_whatsapp_post_is_refused_without_reading_its_body(loopback: Any) -> None:
+    server = loopback("whatsapp_webhook")
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, body = post_chunked(server.port, headers, 4 * MAX_BODY_BYTES, b"a=b&")
+    assert (status, json.loads(body)) == (403, {"error": "forbidden", "message": "invalid Twilio signature"})
+    assert server.inputs[0].taken == 0
+
+
+@pytest.mark.parametrize("target", list(FUNCTIONS))
+def test_a_declared_length_past_the_limit_is_refused(configured: pytest.MonkeyPatch, target: str) -> None:
+    client = app_client(target)
+    response = client.post("/", data=b"a" * (MAX_BODY_BYTES + 1), headers=headers_for(target))
+    assert (response.status_code, response.get_json()) == (413, TOO_LARGE)
+
+
+def test_a_whatsapp_form_of_many_tiny_fields_is_refused_before_its_signature_is_computed(
+    configured: pytest.MonkeyPatch,
+) -> None:
+    client = app_client("whatsapp_webhook")
+    response = client.post("/", data=b"a=b&" * 1000, headers=headers_for("whatsapp_webhook"))
+    assert (response.status_code, response.get_json()) == (
+        400,
+        {"error": "bad_request", "message": "the form has more than 100 fields"},
+    )
