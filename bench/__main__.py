@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start, fuzz
+from bench import caching, cold_start, fuzz, purge
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -52,6 +52,8 @@ def measure(database_url: str) -> dict[str, Any]:
     results["context_load_ms_p50"] = {size: load[f"load_{size}"] for size in sizes}
     results["begin_turn_ms_p50"] = {size: load[f"turn_{size}"] for size in sizes}
     results["context_load_plan"] = {size: load[f"plan_{size}"] for size in sizes}
+    print("crossmem purge on 1,000,000 messages ...", flush=True)
+    results.update(purge.run(database_url))
     print(f"fuzzing, {fuzz.CASES} hostile and fuzzed requests ...", flush=True)
     results["fuzz"] = fuzz.run(database_url)
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
@@ -126,6 +128,12 @@ def table(results: dict[str, Any]) -> str:
             cold["telegram"],
             "",
             f"`import anthropic` alone: {cold['anthropic_import']}",
+        ),
+        (
+            "purge of 1M messages: longest statement ms / rows/s",
+            f"{results['purge_max_statement_ms']} / {results['purge_rows_per_s']}",
+            "",
+            f"batches of {results['purge_setup']['batch']}",
         ),
     ]
     if "fuzz" in results:

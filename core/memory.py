@@ -90,6 +90,9 @@ class Memory:
             )
         if row.get("error") == "conversation_not_found":
             raise NotFound("no such conversation")
+        if row.get("forgotten"):
+            # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
+            return TurnStart(None, None, None, None, duplicate=True, reply=None)
         reply = row.get("reply")
         return TurnStart(
             user_id=UUID(row["user_id"]),

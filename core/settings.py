@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     link_code_ttl_minutes: int = Field(default=10, ge=1, le=1440)
     link_attempts_per_hour: int = Field(default=5, ge=0)
 
+    # Retention: `crossmem purge` without --older-than deletes messages older than this (0: never).
+    message_retention_days: int = Field(default=0, ge=0)
+    purge_batch: int = Field(default=5000, ge=1)
+
     # The model.
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None

@@ -28,6 +28,10 @@ SQL_FUNCTIONS = frozenset(
         "link_identity",
         "list_identities",
         "unlink_identities",
+        "forget_conversations",
+        "forget_person",
+        "forget_request",
+        "purge_messages",
     }
 )
 

@@ -7,6 +7,7 @@ lack some now required). `classify` turns an update into one of three actions:
 - `Notice`: a short fixed answer, nothing stored (media we cannot read, groups).
 - `Ignore`: a 200 and nothing else (service updates, edits, queries, channels).
 - `AccountCommand`: `/start CODE`, `/link CODE`, `/unlink`: linking, never part of the thread.
+- `ForgetCommand`: `/forget`, `/forget confirm`: forgetting, never part of the thread.
 The README's table lists every kind.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.forgetting import ForgetRequest
 from core.linking import LinkRequest, UnlinkRequest, looks_like_code
 from core.models import Surface
 
@@ -100,7 +102,13 @@ class AccountCommand:
     request: LinkRequest | UnlinkRequest
 
 
-TelegramAction = Converse | Notice | Ignore | AccountCommand
+@dataclass(frozen=True)
+class ForgetCommand:
+    chat_id: int
+    request: ForgetRequest
+
+
+TelegramAction = Converse | Notice | Ignore | AccountCommand | ForgetCommand
 
 TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
 PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
@@ -148,6 +156,8 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     text = (message.text or message.caption or "").strip()
     if message.text and (command := _account_command(text, str(sender.id), bot_username)):
         return AccountCommand(message.chat.id, command)
+    if message.text and (forget := _forget_command(text, str(sender.id), bot_username)):
+        return ForgetCommand(message.chat.id, forget)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start")
     if text:
@@ -158,15 +168,23 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     return Ignore("private message without text")
 
 
-def _account_command(text: str, sender_id: str, bot_username: str | None) -> LinkRequest | UnlinkRequest | None:
-    """`/start CODE` (a deep link's payload that is a link code), `/link [CODE]`, `/unlink`."""
+def _command(text: str, bot_username: str | None) -> tuple[str, str] | None:
+    """A command's name (lower case) and argument; None for text that is not a command, or a
+    command addressed to another bot (`/cmd@other_bot`)."""
     if not text.startswith("/"):
         return None
     command, *arguments = text.split(maxsplit=1)
     name, _, addressee = command.lower().partition("@")
     if addressee and (not bot_username or addressee != bot_username.lower()):
         return None
-    argument = arguments[0].strip() if arguments else ""
+    return name, arguments[0].strip() if arguments else ""
+
+
+def _account_command(text: str, sender_id: str, bot_username: str | None) -> LinkRequest | UnlinkRequest | None:
+    """`/start CODE` (a deep link's payload that is a link code), `/link [CODE]`, `/unlink`."""
+    if (command := _command(text, bot_username)) is None:
+        return None
+    name, argument = command
     if name == "/start" and argument and looks_like_code(argument):
         return LinkRequest(Surface.TELEGRAM, sender_id, argument)
     if name == "/link":
@@ -174,3 +192,11 @@ def _account_command(text: str, sender_id: str, bot_username: str | None) -> Lin
     if name == "/unlink" and not argument:
         return UnlinkRequest(Surface.TELEGRAM, sender_id)
     return None
+
+
+def _forget_command(text: str, sender_id: str, bot_username: str | None) -> ForgetRequest | None:
+    """`/forget` asks what forgetting deletes; `/forget confirm` deletes (any other argument only asks)."""
+    command = _command(text, bot_username)
+    if command is None or command[0] != "/forget":
+        return None
+    return ForgetRequest(Surface.TELEGRAM, sender_id, confirm=command[1].lower() == "confirm")

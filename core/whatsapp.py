@@ -17,6 +17,7 @@ from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_
 from twilio.twiml.messaging_response import MessagingResponse
 
 from core.errors import InputError
+from core.forgetting import ForgetRequest
 from core.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
 from core.splitting import split_message
@@ -68,7 +69,7 @@ class Notice:
     reason: str
 
 
-def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequest:
+def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequest | ForgetRequest:
     text = form.body.strip()
     # `link` and one word: a code, even a mistyped one (it gets a clear answer, and counts).
     command = re.fullmatch(r"link:?(?:\s+(\S+))?", text, flags=re.IGNORECASE)
@@ -76,6 +77,8 @@ def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequ
         return LinkRequest(Surface.WHATSAPP, form.sender, command[1] or "")
     if text.lower() == "unlink":
         return UnlinkRequest(Surface.WHATSAPP, form.sender)
+    if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):
+        return ForgetRequest(Surface.WHATSAPP, form.sender, confirm=forget[1] is not None)
     if text:
         return Converse(form.sender, text, form.message_sid)
     if form.latitude is not None or form.message_type == "location":

@@ -13,7 +13,7 @@ import httpx
 from core.errors import CrossmemError, DeliveryFailed
 from core.models import Surface
 from core.settings import Settings
-from functions import runtime
+from functions import forget_commands, runtime
 
 
 def migrate(args: argparse.Namespace) -> int:
@@ -158,6 +158,8 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
     command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
     command.set_defaults(run=unlink)
+
+    forget_commands.add_commands(commands)
 
     command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
     command.add_argument("--port", type=int, help="default: PORT, from the environment or .env (else 8080)")

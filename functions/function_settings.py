@@ -71,8 +71,8 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
     "web_chat": frozenset({"supabase_jwt_secret", "supabase_jwks_url", "cors_origins", "web_model_deadline"}),
 }
 
-# Only `crossmem dev` and its embedded database read these.
-NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir"})
+# Only the command line reads these: `crossmem dev` and its embedded database, `crossmem purge`.
+NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir", "message_retention_days", "purge_batch"})
 
 SECRET_REFERENCE = re.compile(r"^(projects/[^/]+/secrets/)?[A-Za-z0-9_-]+:(latest|[0-9]+)$")
 DECLARED_IN = "functions/function_settings.py"

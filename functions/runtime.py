@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
+from core.forgetting import Forgetting
 from core.identity import IdentityPolicy
 from core.linking import Linking
 from core.llm import AnthropicModel, Model
@@ -20,6 +21,7 @@ from core.logs import configure_json_logging
 from core.memory import ContextLimits, Memory
 from core.offline_model import OfflineModel
 from core.postgres_store import PostgresStore
+from core.retention import Retention, in_flight_window
 from core.settings import Settings
 from core.store import MemoryStore, UnavailableStore
 from core.telegram_bot import TelegramBot
@@ -172,6 +174,18 @@ def linking() -> Linking:
 
 
 @functools.cache
+def forgetting() -> Forgetting:
+    return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply)
+
+
+@functools.cache
+def retention() -> Retention:
+    config = settings()
+    deadlines = (config.telegram_model_deadline, config.whatsapp_model_deadline, config.web_model_deadline)
+    return Retention(store(), batch_size=config.purge_batch, in_flight=in_flight_window(*deadlines))
+
+
+@functools.cache
 def telegram_bot() -> TelegramBot:
     config = settings()
     if config.telegram_bot_token is None:
@@ -188,7 +202,19 @@ def token_verifier() -> TokenVerifier:
     return TokenVerifier(hs256_secret=secret, jwks_url=config.supabase_jwks_url)
 
 
-_CACHED = (settings, store, memory, model, identity, turns, linking, telegram_bot, token_verifier)
+_CACHED = (
+    settings,
+    store,
+    memory,
+    model,
+    identity,
+    turns,
+    linking,
+    forgetting,
+    retention,
+    telegram_bot,
+    token_verifier,
+)
 
 
 def reset() -> None:

@@ -12,7 +12,7 @@ from core.errors import InputError
 from core.models import Surface
 from core.splitting import split_message
 from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
-from core.telegram_update import AccountCommand, Converse, Notice, TelegramUpdate, classify
+from core.telegram_update import AccountCommand, Converse, ForgetCommand, Notice, TelegramUpdate, classify
 from core.turn import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
@@ -43,6 +43,8 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         return _reply(action.chat_id, action.text, inline=inline)
     if isinstance(action, AccountCommand):
         return _reply(action.chat_id, runtime.linking().answer(action.request), inline=inline)
+    if isinstance(action, ForgetCommand):
+        return _reply(action.chat_id, runtime.forgetting().answer(action.request), inline=inline)
     if not isinstance(action, Converse):
         return json_response({"ok": True, "ignored": action.reason})
     turn = TurnRequest(

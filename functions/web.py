@@ -5,6 +5,7 @@ GET  /conversations                    the person's conversations (web and the o
 POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
 *    /links[/<surface>]                linking the person's other apps (functions/links.py)
+DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -25,6 +26,7 @@ from core.errors import CrossmemError
 from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
+from functions.forget_routes import forget_route
 from functions.http import error_response, json_response, read_json, serving
 from functions.links import links_route
 from functions.paging import page_query
@@ -63,6 +65,8 @@ def web_chat(request: flask.Request) -> flask.Response:
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         if (answer := links_route(request, person, cors)) is not None:
+            return answer
+        if (answer := forget_route(request, person, cors)) is not None:
             return answer
         path = request.path.rstrip("/") or "/"
         if request.method == "POST" and path in ("/", "/messages"):

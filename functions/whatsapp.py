@@ -12,6 +12,7 @@ from __future__ import annotations
 import flask
 
 from core.errors import InputError
+from core.forgetting import ForgetRequest
 from core.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
 from core.turn import TurnRequest
@@ -56,6 +57,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     action = classify(form)
     if isinstance(action, LinkRequest | UnlinkRequest):
         return _twiml(runtime.linking().answer(action))
+    if isinstance(action, ForgetRequest):
+        return _twiml(runtime.forgetting().answer(action))
     if not isinstance(action, Converse):
         return _twiml(action.text)
     turn = TurnRequest(

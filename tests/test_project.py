@@ -97,6 +97,13 @@ def test_the_benchmark_results_carry_the_pinned_keys_and_the_readme_shows_them()
         assert (ROOT / picture).is_file() and picture in README
 
 
+def test_the_purge_benchmark_is_recorded_and_the_readme_shows_it() -> None:
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    for key in ("purge_max_statement_ms", "purge_rows_per_s"):
+        assert results[key] > 0 and f"`{key}`" in README
+    assert results["purge_setup"]["messages"] == 1_000_000 and results["purge_setup"]["batch"] == 5000
+
+
 def test_the_readme_opens_with_the_two_commands() -> None:
     opening = README[:1500]
     assert "make dev" in opening and "make test" in opening

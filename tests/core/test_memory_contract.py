@@ -10,6 +10,7 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import NotFound
+from core.forgetting import NOTHING_STORED, ForgetRequest, Forgetting, Forgotten
 from core.identity import IdentityPolicy
 from core.linking import Linking, LinkStatus
 from core.memory import ContextLimits, Memory
@@ -214,3 +215,23 @@ def test_a_web_message_in_the_telegram_thread_is_not_taken_for_a_redelivery(coun
         Person(user_id=person), Surface.WEB, "client message 123", "123", telegram.conversation_id
     )
     assert again.duplicate and again.message_id == web.message_id
+
+
+def test_forgetting_is_one_round_trip_and_a_forgotten_redelivery_stores_nothing(counted: CountedMemory) -> None:
+    memory, person = counted.memory, sender()
+    assert person.sender_id is not None
+    forgetting = Forgetting(memory.store, IdentityPolicy.build("auto", None, [], []))
+    delivery = f"forgotten-{uuid.uuid4().hex}"
+    start = memory.begin_turn(person, Surface.TELEGRAM, "forget me", delivery)
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(start.user_id, start.message_id, "forgotten reply")
+    counted.reset()
+    assert forgetting.forget_everything(start.user_id) == Forgotten(messages=2, conversations=1)
+    assert counted.round_trips() == 1
+    counted.reset()
+    again = memory.begin_turn(person, Surface.TELEGRAM, "forget me", delivery)
+    assert (again.duplicate, again.message_id, again.reply) == (True, None, None)
+    assert counted.round_trips() == 1
+    counted.reset()
+    assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, person.sender_id, False)) == NOTHING_STORED
+    assert counted.round_trips() == 1

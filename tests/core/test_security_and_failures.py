@@ -78,7 +78,8 @@ def test_every_table_has_row_level_security_and_every_function_is_the_service_ro
         ).fetchall()
         tables = connection.execute("select count(*) from pg_tables where schemaname = 'public'").fetchone()
     assert without_rls == [] and callable_by_others == []
-    assert tables is not None and tables[0] >= 5  # conversations, messages, identities, link_codes, link_attempts
+    # conversations, messages, identities, link_codes, link_attempts, forget_requests, forgotten_deliveries
+    assert tables is not None and tables[0] >= 7
 
 
 def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url: str) -> None:

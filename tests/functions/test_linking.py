@@ -34,6 +34,11 @@ class Apps:
 
 @pytest.fixture
 def apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> Apps:
+    return three_apps(environment, fake_anthropic)
+
+
+def three_apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> Apps:
+    """Telegram, WhatsApp and the web, configured for linking, with a chat and a number of their own."""
     fake_anthropic.answer = lambda body: "Noted."  # the person's words appear only where they were said
     environment.setenv("SUPABASE_JWT_SECRET", SECRET)
     environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
@@ -180,6 +185,8 @@ WEB_ROUTES = [
     ("post", "/links", None),
     ("get", "/links", None),
     ("delete", "/links/telegram", None),
+    ("delete", "/memory", None),
+    ("delete", f"/conversations/{uuid.uuid4()}", None),
     ("get", "/no-such-route", None),
 ]
 

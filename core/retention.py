@@ -1,0 +1,118 @@
+"""Retention: messages older than an age are deleted, in bounded batches.
+
+`crossmem purge --older-than 90d` (or MESSAGE_RETENTION_DAYS, from a scheduled job) calls
+`purge_messages` once per batch: each call is one statement, in its own transaction, that
+deletes at most `batch_size` messages (a message's reply goes with it or before it, never
+beyond the limit), so a purge of millions of rows never holds locks or a transaction for
+long. Each batch starts where the previous one stopped, so none rescans deleted rows.
+
+A turn goes whole: a message whose reply is younger than the age waits for it. A turn in
+flight is never touched: a message without a reply is kept for `in_flight`, the longest
+model deadline and a margin for storing the reply.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from core.store import MemoryStore
+
+# Past a surface's deadline the turn answers with the fallback, which is not stored; the margin
+# covers storing a reply that made the deadline (finish_turn's round trip, a connect timeout).
+FINISH_MARGIN = timedelta(minutes=1)
+_AGE = re.compile(r"^\s*(\d+)\s*([dh])\s*$", re.IGNORECASE)
+
+
+def parse_age(text: str) -> timedelta:
+    """`90d` or `36h`: a positive number of days or hours."""
+    match = _AGE.match(text)
+    if match is None or int(match[1]) == 0:
+        raise ValueError(f"{text!r} is not an age like 90d or 36h (a positive number of days or hours)")
+    amount = int(match[1])
+    return timedelta(days=amount) if match[2].lower() == "d" else timedelta(hours=amount)
+
+
+def describe_age(age: timedelta) -> str:
+    return f"{age.days}d" if age.seconds == 0 else f"{int(age.total_seconds() // 3600)}h"
+
+
+def in_flight_window(*model_deadlines_s: float) -> timedelta:
+    """How long a message without a reply may still get one: the longest deadline and the margin."""
+    return timedelta(seconds=max(model_deadlines_s)) + FINISH_MARGIN
+
+
+@dataclass(frozen=True)
+class PurgeBatch:
+    number: int
+    deleted: int
+    total: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    cutoff: datetime
+    deleted: int
+    batches: int
+    dry_run: bool
+    longest_statement_s: float
+
+
+class Retention:
+    def __init__(
+        self,
+        store: MemoryStore,
+        *,
+        batch_size: int = 5000,
+        in_flight: timedelta,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._store = store
+        self._batch_size = batch_size
+        self._in_flight = in_flight
+        self._clock = clock
+
+    def purge(
+        self,
+        older_than: timedelta,
+        *,
+        dry_run: bool = False,
+        on_batch: Callable[[PurgeBatch], None] | None = None,
+    ) -> PurgeReport:
+        """Delete the messages older than `older_than`, a batch per call; with `dry_run`, count
+        them in one read and delete nothing."""
+        total = batches = 0
+        longest = 0.0
+        below: tuple[str | None, int | None] = (None, None)  # where the previous batch stopped
+        while True:
+            began = self._clock()
+            row = self._store.call(
+                "purge_messages",
+                {
+                    "p_older_than_seconds": int(older_than.total_seconds()),
+                    "p_in_flight_seconds": int(self._in_flight.total_seconds()),
+                    "p_limit": None if dry_run else self._batch_size,
+                    "p_dry_run": dry_run,
+                    "p_below_at": below[0],
+                    "p_below_id": below[1],
+                },
+            )
+            seconds = self._clock() - began
+            longest = max(longest, seconds)
+            cutoff = datetime.fromisoformat(row["cutoff"])
+            if dry_run:
+                return PurgeReport(cutoff, int(row["candidates"]), 0, True, longest)
+            deleted = int(row["deleted"])
+            if deleted == 0:
+                return PurgeReport(cutoff, total, batches, False, longest)
+            batches += 1
+            total += deleted
+            below = (row["below_at"], row["below_id"])
+            if on_batch is not None:
+                on_batch(PurgeBatch(batches, deleted, total, seconds))
+            if deleted < self._batch_size:
+                return PurgeReport(cutoff, total, batches, False, longest)

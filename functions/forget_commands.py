@@ -1,0 +1,63 @@
+"""`crossmem forget` and `crossmem purge`: the operator's erasure of a person, and the purge by age."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from core.retention import PurgeBatch, describe_age, parse_age
+from functions import runtime
+
+
+def forget(args: argparse.Namespace) -> int:
+    erased = runtime.forgetting().erase_person(uuid.UUID(args.user))
+    print(
+        f"erased {args.user}: {erased.messages} message(s), {erased.conversations} conversation(s), "
+        f"{erased.link_codes} link code(s), {erased.identities} identity(ies)"
+    )
+    return 0
+
+
+def purge(args: argparse.Namespace) -> int:
+    older_than: timedelta | None = args.older_than
+    if older_than is None:
+        days = runtime.settings().message_retention_days
+        if days == 0:
+            print("MESSAGE_RETENTION_DAYS is 0: messages are kept forever; nothing purged")
+            return 0
+        older_than = timedelta(days=days)
+    age = describe_age(older_than)
+    report = runtime.retention().purge(older_than, dry_run=args.dry_run, on_batch=print_batch)
+    before = f"{report.cutoff:%Y-%m-%d %H:%M} UTC"
+    if report.dry_run:
+        print(f"dry run: {report.deleted} message(s) older than {age} (before {before}) would be deleted")
+    else:
+        print(f"purged {report.deleted} message(s) older than {age} (before {before}) in {report.batches} batch(es)")
+    return 0
+
+
+def print_batch(batch: PurgeBatch) -> None:
+    print(f"batch {batch.number}: {batch.deleted} deleted, {batch.total} so far ({batch.seconds * 1000:.0f} ms)")
+
+
+def age(text: str) -> timedelta:
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_commands(commands: Any) -> None:
+    """Register `forget` and `purge` on the `crossmem` parser's subcommands."""
+    command = commands.add_parser("forget", help="erase a person: every conversation, message and identity")
+    command.add_argument("--user", required=True, help="the person's user id (uuid)")
+    command.set_defaults(run=forget)
+
+    command = commands.add_parser("purge", help="delete messages older than an age, in batches of PURGE_BATCH")
+    command.add_argument(
+        "--older-than", type=age, help="an age like 90d or 36h (default: MESSAGE_RETENTION_DAYS; 0 keeps all)"
+    )
+    command.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+    command.set_defaults(run=purge)

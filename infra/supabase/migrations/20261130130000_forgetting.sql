@@ -1,0 +1,236 @@
+-- Forgetting and retention: a person erases their memory from whichever app they are in; an
+-- operator erases a person, or purges messages by age.
+--
+-- Tables: forget_requests (a pending `/forget`, which deletes nothing until confirmed within
+-- minutes) and forgotten_deliveries (the delivery ids of messages forgotten in the last two days:
+-- Telegram keeps an unacknowledged update for a day, so a redelivery may arrive after the
+-- forget; begin_turn answers it like a duplicate, see 20261130135000). Neither holds any text.
+-- Index messages_by_age: the purge reads messages by age, in bounded batches.
+-- Every function is executable by service_role only and scoped by person (the purge by age).
+
+create table public.forget_requests (
+    user_id uuid not null,
+    surface text not null check (surface in ('telegram', 'whatsapp')),
+    requested_at timestamptz not null default clock_timestamp(),
+    primary key (user_id, surface)
+);
+
+create table public.forgotten_deliveries (
+    surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
+    external_id text not null,
+    user_id uuid not null,
+    forgotten_at timestamptz not null default clock_timestamp(),
+    primary key (surface, external_id, user_id)
+);
+create index forgotten_deliveries_by_age on public.forgotten_deliveries (forgotten_at);
+
+create index messages_by_age on public.messages (created_at, id);
+
+alter table public.forget_requests enable row level security;
+alter table public.forgotten_deliveries enable row level security;
+
+revoke all on table public.forget_requests, public.forgotten_deliveries from anon, authenticated;
+grant select, insert, update, delete on table public.forget_requests, public.forgotten_deliveries to service_role;
+-- No policy: `authenticated` reads none of either (they are bookkeeping, not the person's words).
+
+
+-- Delete a person's conversations (one, or all of them) and their messages. The delivery ids of
+-- the recent ones are kept for two days, so that a webhook delivered again cannot store them anew.
+-- Returns {"messages", "conversations"}: 0 conversations for someone else's or a missing id.
+create function public.forget_conversations(p_user_id uuid, p_conversation_id uuid default null)
+returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_messages integer;
+    v_conversations integer;
+begin
+    delete from public.forgotten_deliveries f where f.forgotten_at < clock_timestamp() - interval '2 days';
+    insert into public.forgotten_deliveries (surface, external_id, user_id)
+    select m.surface, m.external_id, m.user_id
+      from public.messages m
+     where m.user_id = p_user_id
+       and (p_conversation_id is null or m.conversation_id = p_conversation_id)
+       and m.external_id is not null
+       and m.created_at > clock_timestamp() - interval '2 days'
+    on conflict do nothing;
+
+    delete from public.messages m
+     where m.user_id = p_user_id
+       and (p_conversation_id is null or m.conversation_id = p_conversation_id);
+    get diagnostics v_messages = row_count;
+    delete from public.conversations c
+     where c.user_id = p_user_id
+       and (p_conversation_id is null or c.id = p_conversation_id);
+    get diagnostics v_conversations = row_count;
+    return jsonb_build_object('messages', v_messages, 'conversations', v_conversations);
+end;
+$$;
+
+
+-- Everything of a person: every conversation and message on every surface, their link codes and
+-- pending forget requests. Their identities stay (the apps are still one person, who starts from
+-- nothing) unless p_erase_identities: the operator's erasure, which also removes the identities,
+-- their wrong-code attempts, their ids in the codes they redeemed, and who they were merged from.
+-- Returns {"messages", "conversations", "link_codes", "identities"}.
+create function public.forget_person(p_user_id uuid, p_erase_identities boolean default false)
+returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_forgotten jsonb := public.forget_conversations(p_user_id);
+    v_codes integer;
+    v_identities integer := 0;
+begin
+    delete from public.link_codes c where c.user_id = p_user_id;
+    get diagnostics v_codes = row_count;
+    delete from public.forget_requests r where r.user_id = p_user_id;
+    if p_erase_identities then
+        update public.link_codes c
+           set used_by_external_id = null
+          from public.identities i
+         where i.user_id = p_user_id
+           and c.used_by_surface = i.surface and c.used_by_external_id = i.external_id;
+        delete from public.link_attempts a
+         using public.identities i
+         where i.user_id = p_user_id and a.surface = i.surface and a.external_id = i.external_id;
+        delete from public.identities i where i.user_id = p_user_id;
+        get diagnostics v_identities = row_count;
+        delete from public.merged_people x where x.from_user_id = p_user_id or x.into_user_id = p_user_id;
+    end if;
+    return v_forgotten || jsonb_build_object('link_codes', v_codes, 'identities', v_identities);
+end;
+$$;
+
+
+-- `/forget` (p_confirm false) and `/forget confirm` (true) from a Telegram chat or WhatsApp number:
+-- the person is p_user_id (the owner policy) or the identity's. A request is remembered per person
+-- and surface; a confirmation within p_window_minutes of it forgets the person (forget_person).
+-- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"unknown", "messages",
+-- "conversations"}: the counts that will be deleted (requested) or were (forgotten).
+create function public.forget_request(
+    p_surface text,
+    p_confirm boolean,
+    p_user_id uuid default null,
+    p_sender_id text default null,
+    p_window_minutes integer default 5
+) returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_user uuid := p_user_id;
+    v_requested_at timestamptz;
+begin
+    if v_user is null then
+        select i.user_id into v_user
+          from public.identities i
+         where i.surface = p_surface and i.external_id = p_sender_id;
+    end if;
+    if v_user is null then
+        -- A sender who never wrote: nothing of theirs is stored, nothing to remember.
+        return jsonb_build_object('status', 'unknown', 'messages', 0, 'conversations', 0);
+    end if;
+
+    if not p_confirm then
+        -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
+        delete from public.forget_requests r where r.requested_at < clock_timestamp() - interval '1 day';
+        insert into public.forget_requests (user_id, surface) values (v_user, p_surface)
+        on conflict (user_id, surface) do update set requested_at = excluded.requested_at;
+        return jsonb_build_object(
+            'status', 'requested',
+            'messages', (select count(*) from public.messages m where m.user_id = v_user),
+            'conversations', (select count(*) from public.conversations c where c.user_id = v_user));
+    end if;
+
+    delete from public.forget_requests r
+     where r.user_id = v_user and r.surface = p_surface
+    returning r.requested_at into v_requested_at;
+    if v_requested_at is null then
+        return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0);
+    end if;
+    if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then
+        return jsonb_build_object('status', 'expired', 'messages', 0, 'conversations', 0);
+    end if;
+    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user);
+end;
+$$;
+
+
+-- One batch of the purge by age: at most p_limit messages older than p_older_than_seconds
+-- (p_limit null: no limit), in one statement; the caller loops, each call its own transaction,
+-- passing back where the previous batch stopped (p_below_at, p_below_id), so that no batch
+-- scans the rows its predecessors deleted.
+-- A turn goes whole: a message whose reply is younger than the age waits for it. A turn in
+-- flight is never touched: a message without a reply is kept for p_in_flight_seconds (the
+-- longest model deadline and then some), while its reply may still be written.
+-- p_dry_run counts and deletes nothing.
+-- Returns {"cutoff", "candidates", "deleted", "below_at", "below_id"}.
+create function public.purge_messages(
+    p_older_than_seconds bigint,
+    p_in_flight_seconds integer,
+    p_limit integer default null,
+    p_dry_run boolean default false,
+    p_below_at timestamptz default null,
+    p_below_id bigint default null
+) returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_older_than_seconds);
+    v_in_flight_since timestamptz := clock_timestamp() - make_interval(secs => p_in_flight_seconds);
+    -- Where this batch starts, as one row comparison, so that messages_by_age's scan starts
+    -- there: below the previous batch, or below the cutoff (ids start at 1).
+    v_from_at timestamptz := least(p_below_at, v_cutoff);
+    v_from_id bigint := case when p_below_at < v_cutoff then p_below_id else 0 end;
+    v_result jsonb;
+begin
+    with candidates as (
+        select m.ctid, m.created_at, m.id
+          from public.messages m
+         where (m.created_at, m.id) < (v_from_at, v_from_id)
+           and (m.role = 'assistant'
+                or coalesce((select r.created_at < v_cutoff from public.messages r where r.in_reply_to = m.id),
+                            m.created_at < v_in_flight_since))
+         -- Newest first: a reply is deleted in its message's batch or an earlier one, so the
+         -- cascade from a message to its reply never touches a row beyond the batch's limit.
+         order by m.created_at desc, m.id desc
+         limit p_limit
+    ), deleted as (
+        -- By ctid, read in this same statement: no second index lookup per row. A row updated
+        -- meanwhile has moved and is left for the next purge.
+        delete from public.messages m
+         using candidates c
+         where m.ctid = c.ctid and not p_dry_run
+        returning 1
+    ), last as (
+        select c.created_at, c.id from candidates c order by c.created_at, c.id limit 1
+    )
+    select jsonb_build_object(
+               'cutoff', v_cutoff,
+               'candidates', (select count(*) from candidates),
+               'deleted', (select count(*) from deleted),
+               'below_at', (select l.created_at from last l),
+               'below_id', (select l.id from last l))
+      into v_result;
+    return v_result;
+end;
+$$;
+
+
+revoke all on function
+    public.forget_conversations(uuid, uuid),
+    public.forget_person(uuid, boolean),
+    public.forget_request(text, boolean, uuid, text, integer),
+    public.purge_messages(bigint, integer, integer, boolean, timestamptz, bigint)
+from public, anon, authenticated;
+
+grant execute on function
+    public.forget_conversations(uuid, uuid),
+    public.forget_person(uuid, boolean),
+    public.forget_request(text, boolean, uuid, text, integer),
+    public.purge_messages(bigint, integer, integer, boolean, timestamptz, bigint)
+to service_role;
