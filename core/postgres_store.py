@@ -57,9 +57,8 @@ class PostgresStore:
 
     The healthy path costs one round trip a call: connections are handed out unchecked
     (a `check` would cost a round trip each time). Instead, a call whose connection turns
-    out dead (a database restart, a pooler's idle timeout) is retried once on a fresh one:
-    one dead connection means its idle siblings of the same age are dead too, so the pool
-    is drained first. Errors that leave the connection alive (a bad argument, a timeout
+    out dead (a database restart, a pooler's idle timeout) is retried once on a fresh one,
+    and the pool's other idle connections are dropped with it. Errors that leave the connection alive (a bad argument, a timeout
     inside the database) are never retried.
     """
 
@@ -98,7 +97,6 @@ class PostgresStore:
             try:
                 return self._run(query, arguments)
             except _DeadConnection:
-                self._pool.drain()
                 return self._run(query, arguments)
         except (_DeadConnection, psycopg.Error) as exc:
             cause = exc.__cause__ if isinstance(exc, _DeadConnection) else exc
@@ -114,6 +112,9 @@ class PostgresStore:
             row = connection.execute(query, dict(arguments)).fetchone()
         except psycopg.Error as exc:
             if connection.broken or connection.closed:
+                # Its idle siblings of the same age (a restart, a pooler's idle timeout) are
+                # dead too: drop them before this one is returned and replaced by a fresh one.
+                pool.drain()
                 raise _DeadConnection() from exc
             raise
         finally:
