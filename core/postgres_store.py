@@ -58,8 +58,8 @@ class PostgresStore:
     The healthy path costs one round trip a call: connections are handed out unchecked
     (a `check` would cost a round trip each time). Instead, a call whose connection turns
     out dead (a database restart, a pooler's idle timeout) is retried once on a fresh one,
-    and the pool's other idle connections are dropped with it. Errors that leave the connection alive (a bad argument, a timeout
-    inside the database) are never retried.
+    and the pool's other idle connections are dropped with it. Errors that leave the
+    connection alive (a bad argument, a timeout inside the database) are never retried.
     """
 
     def __init__(
