@@ -1,13 +1,16 @@
-"""The one error hierarchy of crossmem; `functions/errors.py` maps it to HTTP answers.
+"""The one error hierarchy of crossmem; `functions/http.py` maps it to HTTP answers.
 
 CrossmemError
 ├── InputError            the caller sent something we cannot take (4xx)
 │   ├── EmptyMessage
-│   └── MessageTooLong
+│   ├── MessageTooLong
+│   └── BodyTooLarge
 ├── NotFound              no such conversation for this person (404)
 ├── AuthError             no valid credentials (401)
 ├── StoreUnavailable      the database failed or could not be reached
-└── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+├── DeliveryFailed        Telegram's Bot API refused a reply or could not be reached
+└── ConfigurationError    invalid settings (503)
 """
 
 
@@ -53,7 +56,15 @@ class ModelUnavailable(CrossmemError):
 
 
 class DeliveryFailed(CrossmemError):
-    """A surface's API (Telegram's Bot API) refused a reply or could not be reached."""
+    """A surface's API (Telegram's Bot API) refused a reply or could not be reached.
+
+    `final`: retrying cannot help (the person blocked the bot, the chat is gone).
+    `retry_after_s`: how long the API asked us to wait (429), when it said."""
+
+    def __init__(self, message: str, *, final: bool = False, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.final = final
+        self.retry_after_s = retry_after_s
 
 
 class ConfigurationError(CrossmemError):

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from core.embedded import MIGRATIONS
 from core.models import Person, Surface
 from functions import runtime
 from functions.cli import main
@@ -22,7 +23,8 @@ def test_migrate_applies_once_then_reports_up_to_date(
     with fresh_database(postgres_server) as url:
         monkeypatch.setenv("DATABASE_URL", url)
         assert main(["migrate", "--supabase-standins"]) == 0
-        assert "applied 1 migration(s)" in capsys.readouterr().out
+        versions = sorted(path.stem.split("_")[0] for path in MIGRATIONS.glob("*.sql"))
+        assert f"applied {len(versions)} migration(s): {', '.join(versions)}" in capsys.readouterr().out
         assert main(["migrate"]) == 0
         assert "up to date" in capsys.readouterr().out
 
