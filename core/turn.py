@@ -173,6 +173,8 @@ class Turns:
                 if isinstance(chunk, Usage):
                     figures.add_usage(chunk)
                     continue
+                if not chunk:
+                    continue
                 parts.append(chunk)
                 yield chunk
                 if self._clock() - began > request.deadline_s:
@@ -181,7 +183,7 @@ class Turns:
                 raise ModelUnavailable("the model answered with no text")
         except ModelUnavailable as exc:
             outcome, figures.error = Outcome.FALLBACK, str(exc)
-            fallback = ("\n\n" if parts else "") + self._settings.fallback_reply
+            fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
             parts.append(fallback)
             yield fallback
         text = "".join(parts)
