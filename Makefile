@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test bench lint browser requirements
+.PHONY: dev test bench soak lint browser requirements
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Load and faults: a few minutes; never part of `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 # Debian's Chromium for the browser test; installed only when missing.
 browser:

@@ -165,23 +165,54 @@ def _sleep_until(deadline: float) -> None:
 def proxy_process(conninfo: str, delay_s: float) -> Iterator[str]:
     """The proxy in a process of its own, so that forwarding bytes, like a network,
     costs the client no CPU time (and no share of its GIL); yields the URI through it."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.latency_proxy", conninfo, str(delay_s)],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert process.stdout is not None
-    port = int(process.stdout.readline())
+    process = ProxyProcess(conninfo, delay_s)
     try:
-        yield through_proxy(conninfo, port)
+        yield process.url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.close()
+
+
+class ProxyProcess:
+    """A proxy in a process of its own (see `proxy_process`) that can still be told to
+    refuse connections (`down`), accept them again (`up`) and cut the open ones (`cut`)."""
+
+    def __init__(self, conninfo: str, delay_s: float = 0.0) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "bench.latency_proxy", conninfo, str(delay_s)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self._process.stdout is not None
+        self.url = through_proxy(conninfo, int(self._process.stdout.readline()))
+
+    def command(self, word: str) -> None:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(word + "\n")
+        self._process.stdin.flush()
+        self._process.stdout.readline()  # done
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+
+
+def _obey(proxy: LatencyProxy) -> None:
+    """Commands on standard input, one a line: down, up, cut."""
+    for line in sys.stdin:
+        word = line.strip()
+        if word == "down":
+            proxy.down = True
+        elif word == "up":
+            proxy.down = False
+        elif word == "cut":
+            proxy.cut()
+        print("done", flush=True)
 
 
 if __name__ == "__main__":
     proxy = LatencyProxy(postgres_target(sys.argv[1]), float(sys.argv[2]))
     print(proxy.port, flush=True)
+    _obey(proxy)
     threading.Event().wait()

@@ -82,9 +82,10 @@ class PostgresStore:
             open=False,
             timeout=connect_timeout_s,
             max_idle=max_idle_s,
-            # A failed connection attempt is not retried in the background: the next call
-            # tries again, so the pool recovers as soon as the database is back.
-            reconnect_timeout=0,
+            # A failed connection attempt is retried in the background (after 1 s, then
+            # backing off) for as long as a call waits for it; after that the next call
+            # starts again, so the pool follows the database's return within a second.
+            reconnect_timeout=connect_timeout_s,
             num_workers=1,
         )
         self._open_lock = threading.Lock()
