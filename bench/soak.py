@@ -50,7 +50,7 @@ PUBLIC_BASE_URL = "https://soak.example.com/whatsapp_webhook"
 FALLBACK = "Sorry, I can't answer right now."
 DEADLINE_S = "4"  # the model's deadline on every surface; `model_slow` answers in 6 s
 WORKERS = "2"
-WARM_UP_S, LOAD_S, DRAIN_S = 20.0, 30.0, 25.0
+WARM_UP_S, LOAD_S, DRAIN_S = 45.0, 30.0, 25.0
 MODEL_LATENCY_S = (0.3, 1.5)
 
 
@@ -245,20 +245,25 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def measure() -> dict[str, Any]:
-    """The whole soak, in a scratch directory: `load`, `faults`, `faults_detail`, `soak_totals`."""
+def measure(keep: Path | None = None) -> dict[str, Any]:
+    """The whole soak: `load`, `load_detail`, `faults`, `faults_detail`, `soak_totals`. Its
+    records and the functions' logs go to a scratch directory, or to `keep`."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        return run(keep)
     with tempfile.TemporaryDirectory(prefix="crossmem-soak-") as directory:
         return run(Path(directory))
 
 
 def main() -> None:
-    results = measure()
+    keep = Path(sys.argv[2]) if sys.argv[1:2] == ["--keep"] and len(sys.argv) > 2 else None
+    results = measure(keep)
     stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     stored.update(results)
     RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
     print()
     print(table(results))
-    print(f"\nwritten to {RESULTS.relative_to(ROOT)} (load, faults, faults_detail)")
+    print(f"\nwritten to {RESULTS.relative_to(ROOT)} (load, load_detail, faults, faults_detail, soak_totals)")
 
 
 if __name__ == "__main__":

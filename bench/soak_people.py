@@ -38,7 +38,7 @@ _numbers = itertools.count()
 
 
 class Person(HttpUser):
-    wait_time = between(5, 15)
+    wait_time = between(10, 30)
     host = ENV.get("SOAK_WEB_URL", "http://127.0.0.1:1")
 
     def on_start(self) -> None:
@@ -55,6 +55,7 @@ class Person(HttpUser):
         # thread has history, so an answer shown only its new message was made without memory.
         surfaces = [self.surface] if self.owner else random.sample(("telegram", "whatsapp", "web"), 3)
         for surface in surfaces:
+            gevent.sleep(random.uniform(0, 10))
             self.surface = surface
             self.say_something()
 
