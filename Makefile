@@ -4,18 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test bench soak lint browser requirements
+DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
+SUPABASE := infra/deploy/node_modules/.bin/supabase
+
+.PHONY: dev test bench soak lint browser requirements deploy-tools package deploy db-push
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/pip install --quiet -e '.[dev,embedded,deploy]'
 	touch $(STAMP)
 
 dev: $(STAMP)
 	$(BIN)/crossmem dev
 
-test: $(STAMP) browser
+test: $(STAMP) browser $(DEPLOY_TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -35,3 +38,26 @@ browser:
 
 requirements: $(STAMP)
 	$(BIN)/python infra/requirements.py > requirements.txt
+
+# The Supabase CLI, as infra/deploy/package-lock.json pins it: its binary is a platform package on
+# the npm registry (@supabase/cli-linux-x64, ...), so nothing is downloaded from elsewhere.
+$(DEPLOY_TOOLS): infra/deploy/package-lock.json
+	npm ci --prefix infra/deploy --no-audit --no-fund --loglevel=error
+	touch $(DEPLOY_TOOLS)
+
+deploy-tools: $(DEPLOY_TOOLS)
+
+# What `make deploy` uploads, by .gcloudignore, in build/function-source/.
+package: $(STAMP)
+	$(BIN)/python -m functions.upload
+
+# Every function of serverless.yml as a 2nd-gen function (`crossmem deploy --dry-run` only prints).
+deploy: $(STAMP)
+	$(BIN)/crossmem deploy
+
+# The migrations with the real Supabase CLI: make db-push DB_URL=postgresql://... (the URL stays
+# out of the terminal: it holds the password).
+db-push: $(DEPLOY_TOOLS)
+	@test -n "$$DB_URL" || { echo "usage: make db-push DB_URL=postgresql://USER:PASSWORD@HOST:PORT/postgres" >&2; exit 2; }
+	@echo "$(SUPABASE) db push --workdir infra --remote=\$$DB_URL --yes"
+	@$(SUPABASE) db push --workdir infra --remote="$$DB_URL" --yes

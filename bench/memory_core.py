@@ -21,6 +21,7 @@ from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from bench.seed import SeedPattern
 from core.context import ModelMessage
 from core.identity import IdentityPolicy
+from core.linking import Linking
 from core.llm import ModelReply, Usage
 from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
@@ -65,6 +66,13 @@ def ours_secondary_turn(memory: Memory, person: uuid.UUID) -> None:
     memory.finish_turn(person, start.message_id, REPLY_TEXT)
 
 
+def ours_linked_turn(memory: Memory, chat: str, person: uuid.UUID) -> None:
+    """A Telegram turn from a chat linked to a web person: who writes is resolved in begin_turn."""
+    start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, USER_TEXT, uuid.uuid4().hex)
+    assert start.user_id == person and start.message_id is not None and not start.degraded
+    memory.finish_turn(person, start.message_id, REPLY_TEXT)
+
+
 def ours_web_turn(memory: Memory, person: uuid.UUID, conversation: uuid.UUID) -> None:
     start = memory.begin_turn(Person(user_id=person), Surface.WEB, USER_TEXT, uuid.uuid4().hex, conversation)
     assert start.message_id is not None and not start.degraded
@@ -78,8 +86,11 @@ def round_trips_per_turn(database_url: str) -> dict[str, int]:
         seed = SeedPattern(url)
         person = uuid.uuid4()
         web = memory.create_conversation(person)
+        # The person is linked, as one on every app is: their Telegram chat resolves to them.
+        chat = f"bench-{uuid.uuid4().hex[:10]}"
+        Linking(memory.store, IdentityPolicy.build("auto", None, [], [])).link(person, Surface.TELEGRAM, chat)
         measured: dict[str, Callable[[], Any]] = {
-            "ours_secondary": lambda: ours_secondary_turn(memory, person),
+            "ours_secondary": lambda: ours_linked_turn(memory, chat, person),
             "ours_web": lambda: ours_web_turn(memory, person, web.id),
             "seed_secondary": lambda: seed.telegram_turn(person, USER_TEXT, seed_answer),
             "seed_web": lambda: seed.web_turn(person, web.id, USER_TEXT, seed_answer),

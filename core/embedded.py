@@ -11,8 +11,17 @@ from pathlib import Path
 from core.postgres_store import PostgresStore
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-MIGRATIONS = REPOSITORY / "infra" / "supabase" / "migrations"
-SUPABASE_STANDINS = REPOSITORY / "infra" / "local" / "supabase_standins.sql"
+
+
+def _sql_directory(in_checkout: str, installed: str) -> Path:
+    """The SQL lives once, where the Supabase CLI reads it; an installed (non-editable) package
+    carries the same files as package data under crossmem_sql/ (pyproject.toml's package-dir)."""
+    checkout = REPOSITORY / in_checkout
+    return checkout if checkout.is_dir() else REPOSITORY / installed
+
+
+MIGRATIONS = _sql_directory("infra/supabase/migrations", "crossmem_sql/migrations")
+SUPABASE_STANDINS = _sql_directory("infra/local", "crossmem_sql/local") / "supabase_standins.sql"
 
 
 def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = False) -> str:

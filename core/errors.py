@@ -7,6 +7,9 @@ CrossmemError
 │   └── BodyTooLarge
 ├── NotFound              no such conversation for this person (404)
 ├── AuthError             no valid credentials (401)
+├── Forbidden             valid credentials of someone this deployment does not serve (403)
+├── Conflict              the request does not fit the deployment's state (409)
+│   └── LinkingNotNeeded
 ├── StoreUnavailable      the database failed or could not be reached
 ├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
 ├── DeliveryFailed        Telegram's Bot API refused a reply or could not be reached
@@ -45,6 +48,18 @@ class NotFound(CrossmemError):
 
 class AuthError(CrossmemError):
     """Missing, expired or invalid credentials."""
+
+
+class Forbidden(CrossmemError):
+    """A valid token of a person this deployment does not serve (owner policy: not the owner)."""
+
+
+class Conflict(CrossmemError):
+    """A request that cannot apply here, whoever sends it."""
+
+
+class LinkingNotNeeded(Conflict):
+    """Linking under IDENTITY_POLICY=owner: the owner's apps are configured, not linked."""
 
 
 class StoreUnavailable(CrossmemError):

@@ -2,7 +2,9 @@
 
 `owner`: the seed's single-user case made safe. One person, `OWNER_USER_ID`, reachable
 only from allow-listed Telegram ids and WhatsApp numbers; anyone else is a stranger.
-`auto`: every new sender becomes a new person, resolved inside `begin_turn`.
+`auto`: every new sender becomes a new person, resolved inside `begin_turn`; a chat or
+number linked with a code (core/linking.py) resolves to the web person who asked for it.
+On the web the person is the token's subject; under `owner` only the owner is served.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID
 
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, Forbidden
 from core.models import Person, Surface
 
 
@@ -56,3 +58,9 @@ class IdentityPolicy:
         if sender_id in allowed:
             return Person(user_id=self.owner_user_id)
         return None
+
+    def admit_web(self, user_id: UUID) -> UUID:
+        """The web person of a verified token, if this deployment serves them."""
+        if self.mode == "owner" and user_id != self.owner_user_id:
+            raise Forbidden("this assistant serves one person (IDENTITY_POLICY=owner), and this account is not theirs")
+        return user_id

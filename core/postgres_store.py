@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from core.errors import StoreUnavailable
+from core.errors import ConfigurationError, StoreUnavailable
 from core.store import JsonScalar, check_function
 
 # Supabase's own bookkeeping of applied migrations; `supabase db push` reads the same table.
@@ -124,11 +124,14 @@ class PostgresStore:
 
     def apply_migrations(self, directory: Path) -> list[str]:
         """Apply each `<version>_<name>.sql` not applied yet, in order; return the versions applied."""
+        migrations = sorted(directory.glob("*.sql"))
+        if not migrations:  # "up to date" here would hide a broken install
+            raise ConfigurationError(f"no migrations found in {directory}")
         applied: list[str] = []
         with self._connect() as connection:
             connection.execute(_MIGRATIONS_TABLE)
             done = {row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")}
-            for path in sorted(directory.glob("*.sql")):
+            for path in migrations:
                 version, _, name = path.stem.partition("_")
                 if version in done:
                     continue

@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     owner_user_id: UUID | None = None
     owner_telegram_ids: CommaList = []
     owner_whatsapp_numbers: CommaList = []
+    link_code_ttl_minutes: int = Field(default=10, ge=1, le=1440)
+    link_attempts_per_hour: int = Field(default=5, ge=0)
 
     # The model.
     anthropic_api_key: SecretStr | None = None
@@ -59,6 +61,9 @@ class Settings(BaseSettings):
     anthropic_max_tokens: int = Field(default=1024, ge=1)
     anthropic_timeout: float = Field(default=30.0, gt=0)
     anthropic_max_retries: int = Field(default=2, ge=0)
+    # Outside APP_ENV=local, no ANTHROPIC_API_KEY means refusing to serve, unless this says the
+    # offline stand-in is wanted (a demo deployment).
+    allow_offline_model: bool = False
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     fallback_reply: str = (
         "Sorry, I can't think straight right now. I have your message and will remember it; "

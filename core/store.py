@@ -23,6 +23,11 @@ SQL_FUNCTIONS = frozenset(
         "list_conversations",
         "conversation_messages",
         "person_history",
+        "create_link_code",
+        "redeem_link_code",
+        "link_identity",
+        "list_identities",
+        "unlink_identities",
     }
 )
 

@@ -6,6 +6,7 @@ lack some now required). `classify` turns an update into one of three actions:
 - `Converse`: a private text message or a captioned file: a turn of the person's thread.
 - `Notice`: a short fixed answer, nothing stored (media we cannot read, groups).
 - `Ignore`: a 200 and nothing else (service updates, edits, queries, channels).
+- `AccountCommand`: `/start CODE`, `/link CODE`, `/unlink`: linking, never part of the thread.
 The README's table lists every kind.
 """
 
@@ -14,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from core.linking import LinkRequest, UnlinkRequest, looks_like_code
+from core.models import Surface
 
 
 class _Tolerant(BaseModel):
@@ -90,7 +94,13 @@ class Ignore:
     reason: str
 
 
-TelegramAction = Converse | Notice | Ignore
+@dataclass(frozen=True)
+class AccountCommand:
+    chat_id: int
+    request: LinkRequest | UnlinkRequest
+
+
+TelegramAction = Converse | Notice | Ignore | AccountCommand
 
 TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
 PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
@@ -136,6 +146,8 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
             return Notice(message.chat.id, PRIVATE_ONLY, f"{message.chat.type} message addressed to the bot")
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
+    if message.text and (command := _account_command(text, str(sender.id), bot_username)):
+        return AccountCommand(message.chat.id, command)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start")
     if text:
@@ -144,3 +156,21 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     if media is not None:
         return Notice(message.chat.id, TEXT_ONLY, media)
     return Ignore("private message without text")
+
+
+def _account_command(text: str, sender_id: str, bot_username: str | None) -> LinkRequest | UnlinkRequest | None:
+    """`/start CODE` (a deep link's payload that is a link code), `/link [CODE]`, `/unlink`."""
+    if not text.startswith("/"):
+        return None
+    command, *arguments = text.split(maxsplit=1)
+    name, _, addressee = command.lower().partition("@")
+    if addressee and (not bot_username or addressee != bot_username.lower()):
+        return None
+    argument = arguments[0].strip() if arguments else ""
+    if name == "/start" and argument and looks_like_code(argument):
+        return LinkRequest(Surface.TELEGRAM, sender_id, argument)
+    if name == "/link":
+        return LinkRequest(Surface.TELEGRAM, sender_id, argument)
+    if name == "/unlink" and not argument:
+        return UnlinkRequest(Surface.TELEGRAM, sender_id)
+    return None

@@ -8,6 +8,7 @@ HMAC-SHA256 and a webhook shared key. The SDK's RequestValidator checks both.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_
 from twilio.twiml.messaging_response import MessagingResponse
 
 from core.errors import InputError
+from core.linking import LinkRequest, UnlinkRequest
+from core.models import Surface
 from core.splitting import split_message
 
 WHATSAPP_LIMIT = 1600
@@ -65,8 +68,14 @@ class Notice:
     reason: str
 
 
-def classify(form: WhatsAppForm) -> Converse | Notice:
+def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequest:
     text = form.body.strip()
+    # `link` and one word: a code, even a mistyped one (it gets a clear answer, and counts).
+    command = re.fullmatch(r"link:?(?:\s+(\S+))?", text, flags=re.IGNORECASE)
+    if command:
+        return LinkRequest(Surface.WHATSAPP, form.sender, command[1] or "")
+    if text.lower() == "unlink":
+        return UnlinkRequest(Surface.WHATSAPP, form.sender)
     if text:
         return Converse(form.sender, text, form.message_sid)
     if form.latitude is not None or form.message_type == "location":

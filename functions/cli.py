@@ -11,6 +11,7 @@ import uuid
 import httpx
 
 from core.errors import CrossmemError, DeliveryFailed
+from core.models import Surface
 from functions import runtime
 
 
@@ -38,6 +39,35 @@ def history(args: argparse.Namespace) -> int:
     for message in messages:
         print(f"{message.created_at:%Y-%m-%d %H:%M} [{message.surface.value}] {message.role.value}: {message.content}")
     return 0
+
+
+def identities(args: argparse.Namespace) -> int:
+    linked = runtime.linking().identities(uuid.UUID(args.user))
+    if args.json:
+        rows = [
+            {"surface": item.surface.value, "external_id": item.external_id, "linked_at": item.linked_at.isoformat()}
+            for item in linked
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    for item in linked:
+        print(f"{item.linked_at:%Y-%m-%d %H:%M} {item.surface.value} {item.external_id}")
+    return 0
+
+
+def link(args: argparse.Namespace) -> int:
+    outcome = runtime.linking().link(uuid.UUID(args.user), Surface(args.surface), args.external_id)
+    print(
+        f"{outcome.status.value}: {args.surface} {args.external_id} -> {outcome.user_id}"
+        f" ({outcome.moved_messages} message(s) moved)"
+    )
+    return 0
+
+
+def unlink(args: argparse.Namespace) -> int:
+    unlinked = runtime.linking().unlink(Surface(args.surface), args.external_id)
+    print(f"unlinked {unlinked} identity" if unlinked else f"{args.surface} {args.external_id} is not linked")
+    return 0 if unlinked else 1
 
 
 def dev(args: argparse.Namespace) -> int:
@@ -97,6 +127,22 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--json", action="store_true", help="JSON instead of lines")
     command.set_defaults(run=history)
 
+    command = commands.add_parser("identities", help="list a person's Telegram chats and WhatsApp numbers")
+    command.add_argument("--user", required=True, help="the person's user id (uuid)")
+    command.add_argument("--json", action="store_true", help="JSON instead of lines")
+    command.set_defaults(run=identities)
+
+    command = commands.add_parser("link", help="join a Telegram chat or WhatsApp number to a person, without a code")
+    command.add_argument("--user", required=True, help="the person's user id (uuid)")
+    command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
+    command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
+    command.set_defaults(run=link)
+
+    command = commands.add_parser("unlink", help="let a linked chat or number go (the person keeps its messages)")
+    command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
+    command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
+    command.set_defaults(run=unlink)
+
     port = int(os.environ.get("PORT", "8080"))
     command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
     command.add_argument("--port", type=int, default=port)
@@ -117,7 +163,22 @@ def parser() -> argparse.ArgumentParser:
     set_webhook.add_argument("--drop-pending-updates", action="store_true")
     actions.add_parser("info", help="print getWebhookInfo")
     command.set_defaults(run=telegram)
+
+    add_deploy_command(commands)
     return root
+
+
+def add_deploy_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        from functions.deploy import deploy  # PyYAML, and only for whoever deploys
+
+        return deploy(args, os.environ)
+
+    command = commands.add_parser("deploy", help="deploy serverless.yml's functions as 2nd-gen functions with gcloud")
+    command.add_argument(
+        "--dry-run", action="store_true", help="print the gcloud commands; needs neither gcloud nor credentials"
+    )
+    command.set_defaults(run=run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,14 +16,18 @@ from core.errors import (
     AuthError,
     BodyTooLarge,
     ConfigurationError,
+    Conflict,
     CrossmemError,
     EmptyMessage,
+    Forbidden,
     InputError,
+    LinkingNotNeeded,
     MessageTooLong,
     ModelUnavailable,
     NotFound,
     StoreUnavailable,
 )
+from functions import runtime
 
 MAX_BODY_BYTES = 1_000_000
 
@@ -35,6 +39,9 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (InputError, 400, "bad_request"),
     (NotFound, 404, "not_found"),
     (AuthError, 401, "unauthorized"),
+    (Forbidden, 403, "forbidden"),
+    (LinkingNotNeeded, 409, "linking_not_needed"),
+    (Conflict, 409, "conflict"),
     (StoreUnavailable, 503, "store_unavailable"),
     (ModelUnavailable, 503, "model_unavailable"),
     (ConfigurationError, 503, "not_configured"),
@@ -45,11 +52,13 @@ log = logging.getLogger("crossmem.functions")
 
 
 def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
-    """A function that answers a configuration error with 503 and its reason, not a crash."""
+    """A function that answers a configuration error with 503 and its reason, not a crash, and
+    that refuses every route while it lacks what it must not serve without (a database, a model)."""
 
     @functools.wraps(handler)
     def serve(request: flask.Request) -> flask.Response:
         try:
+            runtime.check_can_serve(runtime.settings())
             return handler(request)
         except ConfigurationError as exc:
             log.error("refusing to serve", extra={"error": str(exc)})

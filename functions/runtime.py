@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
+from core.errors import ConfigurationError
 from core.identity import IdentityPolicy
+from core.linking import Linking
 from core.llm import AnthropicModel, Model
 from core.logs import configure_json_logging
 from core.memory import ContextLimits, Memory
@@ -42,6 +44,26 @@ def store_kind(config: Settings) -> str:
     if config.supabase_url:
         return "supabase"
     return "embedded"
+
+
+def check_can_serve(config: Settings) -> None:
+    """Outside APP_ENV=local, refuse to serve rather than degrade without a word: with no
+    database a deployed function would reach for the embedded one (not installed there) and
+    answer every turn without memory; with no model key the offline stand-in would answer
+    real people."""
+    if config.is_local:
+        return
+    if store_kind(config) == "embedded":
+        raise ConfigurationError(
+            "no database: set DATABASE_URL (on Supabase, the transaction pooler's URL) "
+            "or SUPABASE_URL with SUPABASE_SERVICE_ROLE_KEY"
+        )
+    if store_kind(config) == "supabase" and config.supabase_service_role_key is None:
+        raise ConfigurationError("SUPABASE_URL is set but SUPABASE_SERVICE_ROLE_KEY is not")
+    if config.anthropic_api_key is None and not config.allow_offline_model:
+        raise ConfigurationError(
+            "no model: set ANTHROPIC_API_KEY, or ALLOW_OFFLINE_MODEL=true to answer with the offline stand-in"
+        )
 
 
 def embedded_database_url(data: Path = EMBEDDED_DATA) -> str:
@@ -136,6 +158,19 @@ def turns() -> Turns:
 
 
 @functools.cache
+def linking() -> Linking:
+    config = settings()
+    return Linking(
+        store(),
+        identity(),
+        ttl_minutes=config.link_code_ttl_minutes,
+        attempts_per_hour=config.link_attempts_per_hour,
+        telegram_bot_username=config.telegram_bot_username,
+        stranger_reply=config.stranger_reply,
+    )
+
+
+@functools.cache
 def telegram_bot() -> TelegramBot:
     config = settings()
     if config.telegram_bot_token is None:
@@ -152,7 +187,7 @@ def token_verifier() -> TokenVerifier:
     return TokenVerifier(hs256_secret=secret, jwks_url=config.supabase_jwks_url)
 
 
-_CACHED = (settings, store, memory, model, identity, turns, telegram_bot, token_verifier)
+_CACHED = (settings, store, memory, model, identity, turns, linking, telegram_bot, token_verifier)
 
 
 def reset() -> None:

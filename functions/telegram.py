@@ -16,7 +16,7 @@ from core.errors import InputError
 from core.models import Surface
 from core.splitting import split_message
 from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
-from core.telegram_update import Converse, Notice, TelegramUpdate, classify
+from core.telegram_update import AccountCommand, Converse, Notice, TelegramUpdate, classify
 from core.turn import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
@@ -47,6 +47,8 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
     if isinstance(action, Notice):
         return _reply(action.chat_id, action.text, inline=inline)
+    if isinstance(action, AccountCommand):
+        return _reply(action.chat_id, runtime.linking().answer(action.request), inline=inline)
     if not isinstance(action, Converse):
         return json_response({"ok": True, "ignored": action.reason})
     turn = TurnRequest(

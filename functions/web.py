@@ -4,6 +4,7 @@ POST /                                 send a message; JSON, or SSE with Accept:
 GET  /conversations                    the person's conversations (web and the other surfaces')
 POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
+*    /links[/<surface>]                linking the person's other apps (functions/links.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -25,6 +26,7 @@ from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
 from functions.http import error_response, json_response, read_json, serving
+from functions.links import links_route
 
 CONVERSATION_MESSAGES = re.compile(
     r"^/conversations/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})/messages/?$"
@@ -57,7 +59,9 @@ def web_chat(request: flask.Request) -> flask.Response:
     if request.method == "OPTIONS":
         return flask.Response(status=204 if cors else 403, headers=cors)
     try:
-        person = runtime.token_verifier().person(request.headers.get("Authorization"))
+        person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
+        if (answer := links_route(request, person, cors)) is not None:
+            return answer
         path = request.path.rstrip("/") or "/"
         if request.method == "POST" and path in ("/", "/messages"):
             return send_message(request, person, cors)
@@ -128,7 +132,7 @@ def cors_headers(request: flask.Request) -> dict[str, str]:
     return {
         "Access-Control-Allow-Origin": origin,
         "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept",
-        "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+        "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import flask
 
 from core.errors import InputError
+from core.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
 from core.turn import TurnRequest
 from core.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
@@ -43,6 +44,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
+    if isinstance(action, LinkRequest | UnlinkRequest):
+        return _twiml(runtime.linking().answer(action))
     if not isinstance(action, Converse):
         return _twiml(action.text)
     turn = TurnRequest(

@@ -10,6 +10,8 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import NotFound
+from core.identity import IdentityPolicy
+from core.linking import Linking, LinkStatus
 from core.memory import ContextLimits, Memory
 from core.models import Person, Role, Surface
 from core.postgres_store import PostgresStore
@@ -68,6 +70,21 @@ def test_web_turn_costs_two_round_trips(counted: CountedMemory) -> None:
     counted.reset()
     start = counted.memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "client-1", conversation.id)
     assert start.message_id is not None
+    counted.memory.finish_turn(person, start.message_id, "hi there")
+    assert counted.round_trips() == 2
+
+
+def test_a_linked_persons_turn_costs_two_round_trips_and_linking_one(counted: CountedMemory) -> None:
+    person = uuid.uuid4()
+    linking = Linking(counted.memory.store, IdentityPolicy.build("auto", None, [], []))
+    code = linking.new_code(person).code
+    chat = f"tg-{uuid.uuid4().hex[:10]}"
+    counted.reset()
+    assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED
+    assert counted.round_trips() == 1
+    counted.reset()
+    start = counted.memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "hello", "update-linked")
+    assert start.user_id == person and start.message_id is not None
     counted.memory.finish_turn(person, start.message_id, "hi there")
     assert counted.round_trips() == 2
 

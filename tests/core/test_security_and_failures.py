@@ -65,6 +65,37 @@ def test_anon_sees_nothing_and_calls_nothing(memory: Memory, database_url: str) 
             connection.execute("select public.person_history(gen_random_uuid())")
 
 
+def test_every_table_has_row_level_security_and_every_function_is_the_service_roles(database_url: str) -> None:
+    with psycopg.connect(database_url) as connection:
+        without_rls = connection.execute(
+            "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname = 'public' and c.relkind = 'r' and not c.relrowsecurity"
+        ).fetchall()
+        callable_by_others = connection.execute(
+            "select p.proname, r.rolname from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
+            " cross join pg_roles r where n.nspname = 'public' and r.rolname in ('anon', 'authenticated')"
+            " and has_function_privilege(r.oid, p.oid, 'execute')"
+        ).fetchall()
+        tables = connection.execute("select count(*) from pg_tables where schemaname = 'public'").fetchone()
+    assert without_rls == [] and callable_by_others == []
+    assert tables is not None and tables[0] >= 5  # conversations, messages, identities, link_codes, link_attempts
+
+
+def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url: str) -> None:
+    owner, other = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("select public.create_link_code(%s, repeat('a', 64), 10)", (owner,))
+        connection.execute("select public.redeem_link_code('telegram', '99', repeat('b', 64), 5)")
+    with as_role(database_url, "authenticated", sub=owner) as connection:
+        assert connection.execute("select count(*) from link_codes").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select count(*) from link_attempts")
+    with as_role(database_url, "authenticated", sub=other) as connection:
+        assert connection.execute("select count(*) from link_codes").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select public.redeem_link_code('telegram', '99', repeat('a', 64), 5)")
+
+
 def test_service_role_runs_the_turn_functions(database_url: str) -> None:
     person = uuid.uuid4()
     with as_role(database_url, "service_role") as connection:

@@ -39,6 +39,21 @@ def owner() -> uuid.UUID:
     return uuid.uuid4()
 
 
+def production_settings(database_url: str, anthropic: FakeAnthropic, telegram: FakeTelegram) -> dict[str, str]:
+    """A production-like configuration, with the fakes for Anthropic and the Bot API."""
+    return {
+        "APP_ENV": "production",
+        "DATABASE_URL": database_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
+        "TELEGRAM_API_BASE": telegram.url,
+        "IDENTITY_POLICY": "auto",
+    }
+
+
 @pytest.fixture
 def environment(
     monkeypatch: pytest.MonkeyPatch,
@@ -48,17 +63,7 @@ def environment(
     tmp_path: Path,
 ) -> Iterator[pytest.MonkeyPatch]:
     """A production-like configuration; tests adjust it, then build an app."""
-    for name, value in {
-        "APP_ENV": "production",
-        "DATABASE_URL": database_url,
-        "ANTHROPIC_API_KEY": "sk-ant-test",
-        "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "ANTHROPIC_MAX_RETRIES": "0",
-        "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
-        "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
-        "TELEGRAM_API_BASE": fake_telegram.url,
-        "IDENTITY_POLICY": "auto",
-    }.items():
+    for name, value in production_settings(database_url, fake_anthropic, fake_telegram).items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)  # no developer's .env is read
     runtime.reset()

@@ -23,8 +23,7 @@ def test_migrate_applies_once_then_reports_up_to_date(
     with fresh_database(postgres_server) as url:
         monkeypatch.setenv("DATABASE_URL", url)
         assert main(["migrate", "--supabase-standins"]) == 0
-        versions = sorted(path.stem.split("_")[0] for path in MIGRATIONS.glob("*.sql"))
-        assert f"applied {len(versions)} migration(s): {', '.join(versions)}" in capsys.readouterr().out
+        assert f"applied {len(list(MIGRATIONS.glob('*.sql')))} migration(s)" in capsys.readouterr().out
         assert main(["migrate"]) == 0
         assert "up to date" in capsys.readouterr().out
 

@@ -14,10 +14,10 @@ create unique index messages_once_per_attempt on public.messages (attempt) where
 
 drop function public.begin_turn(text, text, text, uuid, text, uuid, integer, integer, integer, integer);
 
--- One turn's first round trip: resolve the person and the conversation, store the user
--- message once, and return the context window. A redelivery (same external_id) stores
--- nothing and returns the reply already stored for it, if any; the same attempt
--- (p_attempt) is not a redelivery.
+-- As in 20261130105000 (identities read `for key share`), with p_attempt: the same attempt
+-- is not a redelivery. One turn's first round trip: resolve the person and the
+-- conversation, store the user message once, and return the context window. A redelivery
+-- (same external_id) stores nothing and returns the reply already stored for it, if any.
 create function public.begin_turn(
     p_surface text,
     p_content text,
@@ -51,16 +51,21 @@ begin
             raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
                 using errcode = '22023';
         end if;
+        -- `for key share`: a link of this identity (link_identity holds it `for update`)
+        -- finishes first, and this turn then belongs to the person it was linked to; a
+        -- link that starts after this waits for the turn, and moves its message too.
         select i.user_id into v_user
           from public.identities i
-         where i.surface = p_surface and i.external_id = p_sender_id;
+         where i.surface = p_surface and i.external_id = p_sender_id
+           for key share;
         if v_user is null then
             insert into public.identities (surface, external_id, user_id)
                  values (p_surface, p_sender_id, gen_random_uuid())
             on conflict (surface, external_id) do nothing;
             select i.user_id into v_user
               from public.identities i
-             where i.surface = p_surface and i.external_id = p_sender_id;
+             where i.surface = p_surface and i.external_id = p_sender_id
+               for key share;
         end if;
     end if;
 
@@ -176,7 +181,8 @@ $$;
 
 
 
--- A retried finish_turn whose first try committed gets the reply's id back, not null;
+-- As in 20261130105000 (a reply to a message whose person has since been merged), and a
+-- retried finish_turn whose first try committed gets the reply's id back, not null;
 -- another reply to the same message is still refused (null).
 create or replace function public.finish_turn(
     p_user_id uuid,
@@ -190,29 +196,36 @@ as $$
 declare
     v_reply_id bigint;
     v_conversation uuid;
+    v_owner uuid;
 begin
     with asked as (
         select m.id, m.conversation_id, m.user_id, m.surface
           from public.messages m
-         where m.id = p_user_message_id and m.user_id = p_user_id and m.role = 'user'
+         where m.id = p_user_message_id and m.role = 'user'
+           and (m.user_id = p_user_id
+                or exists (select from public.merged_people x
+                            where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
     ), stored as (
         insert into public.messages (conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
         select a.conversation_id, a.user_id, a.surface, 'assistant', p_content, a.id,
                case when p_delivered then clock_timestamp() end
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
-        returning id, conversation_id
+        returning id, conversation_id, user_id
     )
-    select s.id, s.conversation_id into v_reply_id, v_conversation from stored s;
+    select s.id, s.conversation_id, s.user_id into v_reply_id, v_conversation, v_owner from stored s;
 
     if v_reply_id is not null then
         update public.conversations c
            set updated_at = clock_timestamp()
-         where c.id = v_conversation and c.user_id = p_user_id;
+         where c.id = v_conversation and c.user_id = v_owner;
     else
         select r.id into v_reply_id
           from public.messages r
-         where r.in_reply_to = p_user_message_id and r.user_id = p_user_id and r.content = p_content;
+         where r.in_reply_to = p_user_message_id and r.content = p_content
+           and (r.user_id = p_user_id
+                or exists (select from public.merged_people x
+                            where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
     end if;
     return jsonb_build_object('reply_id', v_reply_id);
 end;

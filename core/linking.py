@@ -1,0 +1,252 @@
+"""Linking: one person on every app. A web person's code joins a Telegram chat or a
+WhatsApp number to them; unlinking lets it go.
+
+    web:       POST /links -> a code (and a Telegram deep link)
+    Telegram:  /start CODE (what the deep link sends), /link CODE, /unlink
+    WhatsApp:  link CODE, unlink
+
+Codes are 9 characters from an alphabet without look-alikes (about 44.6 bits), read
+without regard to case, spaces or dashes, single-use, expiring, and stored only as a
+SHA-256 hash. Each operation is one SQL function call (see the identity_links migration):
+the hourly limit on wrong codes, the single use and the merge of an `auto` person's
+history all happen inside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
+from core.identity import IdentityPolicy, normalise_phone
+from core.models import Surface
+from core.store import MemoryStore
+
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no I, L, O, 0, 1: nothing to misread
+CODE_LENGTH = 9
+_CODE_SHAPE = re.compile(rf"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def normalise_code(typed: str) -> str:
+    """A code as a phone may deliver it: any case, with spaces, dashes or a full stop around."""
+    return re.sub(r"[^0-9A-Za-z]", "", typed).upper()
+
+
+def looks_like_code(typed: str) -> bool:
+    return bool(_CODE_SHAPE.match(normalise_code(typed)))
+
+
+def code_hash(code: str) -> str:
+    return hashlib.sha256(normalise_code(code).encode()).hexdigest()
+
+
+def external_id(surface: Surface, sender_id: str) -> str:
+    """An identity's key as `identities` stores it (WhatsApp numbers as +digits)."""
+    return normalise_phone(sender_id) if surface is Surface.WHATSAPP else sender_id.strip()
+
+
+def mask(surface: Surface, value: str) -> str:
+    """Enough of a chat id or number to recognise it, not enough to use it."""
+    if surface is Surface.WHATSAPP:
+        return value[:3] + "•" * max(len(value) - 7, 0) + value[-4:] if len(value) > 7 else "•" * len(value)
+    return "•" * max(len(value) - 4, 0) + value[-4:]
+
+
+@dataclass(frozen=True)
+class LinkCode:
+    code: str
+    expires_at: datetime
+    telegram_url: str | None
+    whatsapp_text: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "expires_at": self.expires_at.isoformat(),
+            "telegram_url": self.telegram_url,
+            "whatsapp_text": self.whatsapp_text,
+        }
+
+
+@dataclass(frozen=True)
+class LinkedIdentity:
+    surface: Surface
+    external_id: str
+    linked_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "surface": self.surface.value,
+            "external_id": mask(self.surface, self.external_id),
+            "linked_at": self.linked_at.isoformat(),
+        }
+
+
+class LinkStatus(StrEnum):
+    LINKED = "linked"
+    ALREADY_LINKED = "already_linked"
+    INVALID = "invalid"
+    EXPIRED = "expired"
+    USED = "used"
+    TOO_MANY_ATTEMPTS = "too_many_attempts"
+    LINKED_ELSEWHERE = "linked_elsewhere"
+
+
+@dataclass(frozen=True)
+class LinkOutcome:
+    status: LinkStatus
+    user_id: UUID | None = None
+    moved_messages: int = 0
+    retry_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LinkOutcome:
+        return cls(
+            status=LinkStatus(row["status"]),
+            user_id=UUID(row["user_id"]) if row.get("user_id") else None,
+            moved_messages=int(row.get("moved_messages") or 0),
+            retry_at=datetime.fromisoformat(row["retry_at"]) if row.get("retry_at") else None,
+        )
+
+
+@dataclass(frozen=True)
+class LinkRequest:
+    """`/start CODE`, `/link CODE` or `link CODE` from a Telegram chat or WhatsApp number."""
+
+    surface: Surface
+    sender_id: str
+    code: str
+
+
+@dataclass(frozen=True)
+class UnlinkRequest:
+    surface: Surface
+    sender_id: str
+
+
+ANSWERS = {
+    LinkStatus.LINKED: "Linked! This chat and your web account now share one conversation: "
+    "what you say here, I remember there, and the other way round.",
+    LinkStatus.ALREADY_LINKED: "This chat is already linked to your web account: we share one conversation.",
+    LinkStatus.INVALID: "That code isn't valid. Check it, or ask for a new one on the web.",
+    LinkStatus.EXPIRED: "That code has expired. Ask for a new one on the web.",
+    LinkStatus.USED: "That code has already been used. Ask for a new one on the web.",
+    LinkStatus.TOO_MANY_ATTEMPTS: "Too many wrong codes. Please try again after {retry}.",
+    LinkStatus.LINKED_ELSEWHERE: "This chat is linked to another web account. Unlink it first ({unlink}), "
+    "then send the code again.",
+}
+NOT_NEEDED = "No need to link anything: this assistant serves one person, and already knows you here."
+NO_CODE = "Send the code from the web page after the command, like this: {example}"
+UNAVAILABLE = "I couldn't do that just now. Please send it again in a minute."
+UNLINKED = "Unlinked. From your next message this chat starts fresh: it no longer shares your web account's memory."
+NOT_LINKED = "This chat isn't linked to a web account, so there is nothing to unlink."
+
+
+class Linking:
+    def __init__(
+        self,
+        store: MemoryStore,
+        identity: IdentityPolicy,
+        *,
+        ttl_minutes: int = 10,
+        attempts_per_hour: int = 5,
+        telegram_bot_username: str | None = None,
+        stranger_reply: str = "",
+    ) -> None:
+        self._store = store
+        self._identity = identity
+        self._ttl_minutes = ttl_minutes
+        self._attempts_per_hour = attempts_per_hour
+        self._bot_username = telegram_bot_username
+        self._stranger_reply = stranger_reply
+
+    # The web's side: a signed-in person.
+
+    def new_code(self, user_id: UUID) -> LinkCode:
+        self.refuse_under_owner()
+        code = new_code()
+        row = self._store.call(
+            "create_link_code",
+            {"p_user_id": str(user_id), "p_code_hash": code_hash(code), "p_ttl_minutes": self._ttl_minutes},
+        )
+        telegram_url = f"https://t.me/{self._bot_username}?start={code}" if self._bot_username else None
+        return LinkCode(code, datetime.fromisoformat(row["expires_at"]), telegram_url, f"link {code}")
+
+    def identities(self, user_id: UUID) -> list[LinkedIdentity]:
+        rows = self._store.call("list_identities", {"p_user_id": str(user_id)})
+        return [
+            LinkedIdentity(Surface(row["surface"]), str(row["external_id"]), datetime.fromisoformat(row["linked_at"]))
+            for row in rows
+        ]
+
+    def unlink_surface(self, user_id: UUID, surface: Surface) -> int:
+        self.refuse_under_owner()
+        if not surface.is_secondary:
+            raise InputError("only telegram and whatsapp can be unlinked")
+        row = self._store.call("unlink_identities", {"p_surface": surface.value, "p_user_id": str(user_id)})
+        return int(row["unlinked"])
+
+    # The other apps' side: a chat or number that sent a command.
+
+    def answer(self, request: LinkRequest | UnlinkRequest) -> str:
+        """What to tell the person who sent the command (it is never part of the thread)."""
+        if self._identity.mode == "owner":
+            known = self._identity.resolve(request.surface, request.sender_id) is not None
+            return NOT_NEEDED if known else self._stranger_reply
+        key = external_id(request.surface, request.sender_id)
+        try:
+            if isinstance(request, UnlinkRequest):
+                return UNLINKED if self.unlink(request.surface, key) else NOT_LINKED
+            if not request.code:
+                example = "/link ABC234XYZ" if request.surface is Surface.TELEGRAM else "link ABC234XYZ"
+                return NO_CODE.format(example=example)
+            outcome = self.redeem(request.surface, key, request.code)
+        except StoreUnavailable:
+            return UNAVAILABLE
+        retry = f"{outcome.retry_at.astimezone(UTC):%H:%M} UTC" if outcome.retry_at else "an hour"
+        unlink = "/unlink" if request.surface is Surface.TELEGRAM else "send: unlink"
+        return ANSWERS[outcome.status].format(retry=retry, unlink=unlink)
+
+    def redeem(self, surface: Surface, identity_id: str, code: str) -> LinkOutcome:
+        row = self._store.call(
+            "redeem_link_code",
+            {
+                "p_surface": surface.value,
+                "p_external_id": identity_id,
+                "p_code_hash": code_hash(code),
+                "p_max_attempts": self._attempts_per_hour,
+            },
+        )
+        return LinkOutcome.from_row(row)
+
+    # The operator's side.
+
+    def link(self, user_id: UUID, surface: Surface, identity_id: str) -> LinkOutcome:
+        row = self._store.call(
+            "link_identity",
+            {"p_user_id": str(user_id), "p_surface": surface.value, "p_external_id": external_id(surface, identity_id)},
+        )
+        return LinkOutcome.from_row(row)
+
+    def unlink(self, surface: Surface, identity_id: str) -> int:
+        row = self._store.call(
+            "unlink_identities", {"p_surface": surface.value, "p_external_id": external_id(surface, identity_id)}
+        )
+        return int(row["unlinked"])
+
+    def refuse_under_owner(self) -> None:
+        if self._identity.mode == "owner":
+            raise LinkingNotNeeded(
+                "IDENTITY_POLICY=owner: this assistant serves one person, whose apps are configured "
+                "(OWNER_TELEGRAM_IDS, OWNER_WHATSAPP_NUMBERS); there is nothing to link"
+            )

@@ -1,0 +1,148 @@
+"""Which settings each deployed function reads: the list serverless.yml is checked against.
+
+`crossmem deploy` refuses to deploy while serverless.yml gives a function less or more than
+this, or a secret as a plain value; tests/functions/test_function_settings.py also checks it
+against the settings each function really reads while it serves. A new setting goes here
+first (the failure messages say so, and where in serverless.yml it goes next).
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Mapping
+
+from pydantic import SecretStr
+
+from core.settings import Settings
+
+# The turn, the store, the model, the identity policy and linking: every function builds them.
+EVERY_FUNCTION = frozenset(
+    {
+        "app_env",
+        "database_url",
+        "database_prepared_statements",
+        "database_connect_timeout",
+        "database_pool_size",
+        "supabase_url",
+        "supabase_service_role_key",
+        "supabase_timeout",
+        "context_window_hours",
+        "context_max_messages",
+        "context_window_step",
+        "web_prepend_messages",
+        "context_annotations",
+        "context_timezone",
+        "max_message_chars",
+        "identity_policy",
+        "owner_user_id",
+        "owner_telegram_ids",
+        "owner_whatsapp_numbers",
+        "link_code_ttl_minutes",
+        "link_attempts_per_hour",
+        "telegram_bot_username",
+        "anthropic_api_key",
+        "anthropic_base_url",
+        "anthropic_model",
+        "anthropic_max_tokens",
+        "anthropic_timeout",
+        "anthropic_max_retries",
+        "allow_offline_model",
+        "system_prompt",
+        "fallback_reply",
+        "stranger_reply",
+    }
+)
+
+BY_FUNCTION: Mapping[str, frozenset[str]] = {
+    "telegram_webhook": frozenset(
+        {
+            "telegram_bot_token",
+            "telegram_webhook_secret",
+            "telegram_api_base",
+            "telegram_reply_in_webhook",
+            "telegram_model_deadline",
+        }
+    ),
+    "whatsapp_webhook": frozenset(
+        {"twilio_auth_token", "twilio_webhook_shared_key", "public_base_url", "whatsapp_model_deadline"}
+    ),
+    "web_chat": frozenset({"supabase_jwt_secret", "supabase_jwks_url", "cors_origins", "web_model_deadline"}),
+}
+
+# Only `crossmem dev` and its embedded database read these.
+NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir"})
+
+SECRET_REFERENCE = re.compile(r"^(projects/[^/]+/secrets/)?[A-Za-z0-9_-]+:(latest|[0-9]+)$")
+DECLARED_IN = "functions/function_settings.py"
+
+
+def settings_of(function: str) -> frozenset[str]:
+    """The settings `function` reads, as Settings field names."""
+    return EVERY_FUNCTION | BY_FUNCTION[function]
+
+
+def is_secret(field: str) -> bool:
+    annotation = Settings.model_fields[field].annotation
+    return SecretStr in (annotation, *typing.get_args(annotation))
+
+
+def undeclared_settings() -> list[str]:
+    """Settings fields that no list here places, each with what to do about it."""
+    placed = EVERY_FUNCTION | NEVER_DEPLOYED | frozenset().union(*BY_FUNCTION.values())
+    return [
+        f"{field.upper()} (Settings.{field}) is in no list of {DECLARED_IN}: add {field!r} to EVERY_FUNCTION, "
+        f"to BY_FUNCTION of each function that reads it, or to NEVER_DEPLOYED"
+        for field in Settings.model_fields
+        if field not in placed
+    ]
+
+
+def secret_name(field: str) -> str:
+    """The Secret Manager name the README and serverless.yml use for a secret setting."""
+    return "crossmem-" + field.replace("_", "-")
+
+
+def deployment_problems(environment: Mapping[str, set[str]], secrets: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What serverless.yml gets wrong: `environment[fn]` holds the names it gives `fn` as plain
+    values, `secrets[fn]` the names it gives as secrets, with their Secret Manager references."""
+    problems = undeclared_settings()
+    unknown_functions = set(environment) ^ set(BY_FUNCTION)
+    if unknown_functions:
+        problems.append(f"serverless.yml and {DECLARED_IN} name different functions: {sorted(unknown_functions)}")
+    for function in sorted(set(environment) & set(BY_FUNCTION)):
+        wanted = {field.upper() for field in settings_of(function)}
+        plain, secret = environment[function], secrets[function]
+        for name in sorted(wanted - plain - set(secret)):
+            field = name.lower()
+            place = "provider" if field in EVERY_FUNCTION else f"functions.{function}"
+            if is_secret(field):
+                problems.append(
+                    f"serverless.yml: {function} reads {name} but is not given it: add "
+                    f"`{name}: {secret_name(field)}:latest` under {place}.secrets"
+                )
+            else:
+                problems.append(
+                    f"serverless.yml: {function} reads {name} but is not given it: add "
+                    f"`{name}: ${{env:{name}}}` under {place}.environment"
+                )
+        for name in sorted((plain | set(secret)) - wanted):
+            problems.append(
+                f"serverless.yml gives {function} {name}, which it does not read: remove it there "
+                f"(or, if it does read it, add {name.lower()!r} to its list in {DECLARED_IN})"
+            )
+        for name in sorted(plain & wanted):
+            if is_secret(name.lower()):
+                problems.append(
+                    f"serverless.yml: {name} is a secret: move it from environment to secrets, "
+                    f"as `{name}: {secret_name(name.lower())}:latest`"
+                )
+        for name, reference in sorted(secret.items()):
+            if name.lower() in Settings.model_fields and not is_secret(name.lower()):
+                problems.append(f"serverless.yml: {name} is not a secret: move it from secrets to environment")
+            if not SECRET_REFERENCE.match(reference):
+                problems.append(
+                    f"serverless.yml: {function}'s secret {name} is {reference!r}, not a Secret Manager "
+                    "reference (SECRET:VERSION or projects/PROJECT/secrets/SECRET:VERSION)"
+                )
+    return problems

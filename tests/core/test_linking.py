@@ -1,0 +1,432 @@
+"""Linking on real Postgres: codes, the hourly limit, single use under a race, merging, unlinking."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from core.errors import LinkingNotNeeded
+from core.identity import IdentityPolicy
+from core.linking import (
+    CODE_ALPHABET,
+    NOT_NEEDED,
+    Linking,
+    LinkRequest,
+    LinkStatus,
+    UnlinkRequest,
+    code_hash,
+    looks_like_code,
+    mask,
+    normalise_code,
+)
+from core.memory import Memory
+from core.models import Person, Role, Surface
+from core.postgres_store import PostgresStore
+from core.telegram_update import AccountCommand, TelegramUpdate
+from core.telegram_update import classify as classify_telegram
+from core.whatsapp import WhatsAppForm
+from core.whatsapp import classify as classify_whatsapp
+
+AUTO = IdentityPolicy.build("auto", None, [], [])
+
+
+@pytest.fixture
+def linking(store: PostgresStore) -> Linking:
+    return Linking(store, AUTO, ttl_minutes=10, attempts_per_hour=5, telegram_bot_username="advisor_bot")
+
+
+def rows(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(database_url) as connection:
+        return connection.execute(query, params).fetchall()
+
+
+def counts(database_url: str) -> dict[str, int]:
+    tables = ("identities", "conversations", "messages", "link_codes", "link_attempts")
+    with psycopg.connect(database_url) as connection:
+        counted = {table: connection.execute(f"select count(*) from {table}").fetchone() for table in tables}
+        used = connection.execute("select count(*) from link_codes where used_at is not null").fetchone()
+    result = {table: int(row[0]) for table, row in counted.items() if row is not None}
+    result["used_codes"] = int(used[0]) if used else -1
+    return result
+
+
+def talk(memory: Memory, surface: Surface, sender: str, text: str, external_id: str | None = None) -> uuid.UUID:
+    start = memory.begin_turn(Person(sender_id=sender), surface, text, external_id or uuid.uuid4().hex)
+    assert start.user_id is not None and start.message_id is not None and not start.degraded
+    memory.finish_turn(start.user_id, start.message_id, f"re: {text}")
+    return start.user_id
+
+
+def test_codes_are_short_unambiguous_case_blind_and_stored_only_as_a_hash(linking: Linking, database_url: str) -> None:
+    person = uuid.uuid4()
+    issued = linking.new_code(person)
+    assert len(issued.code) == 9 and set(issued.code) <= set(CODE_ALPHABET)
+    assert issued.telegram_url == f"https://t.me/advisor_bot?start={issued.code}"
+    assert issued.whatsapp_text == f"link {issued.code}"
+    stored = rows(database_url, "select code_hash, user_id from link_codes where user_id = %s", person)
+    assert stored == [(code_hash(issued.code), person)]
+    spaced = f" {issued.code[:3].lower()} {issued.code[3:6]}-{issued.code[6:].lower()}. "
+    assert normalise_code(spaced) == issued.code and looks_like_code(spaced)
+    outcome = linking.redeem(Surface.TELEGRAM, "5550001", spaced)
+    assert (outcome.status, outcome.user_id) == (LinkStatus.LINKED, person)
+
+
+def test_a_new_code_retires_the_persons_unused_ones(linking: Linking) -> None:
+    person = uuid.uuid4()
+    first = linking.new_code(person)
+    second = linking.new_code(person)
+    assert linking.redeem(Surface.TELEGRAM, "5550002", first.code).status is LinkStatus.INVALID
+    assert linking.redeem(Surface.TELEGRAM, "5550002", second.code).status is LinkStatus.LINKED
+
+
+def test_linking_moves_an_auto_persons_history_to_the_web_person(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    chat = f"{uuid.uuid4().int % 10**9}"
+    before = talk(memory, Surface.TELEGRAM, chat, "my sister is Carmen", "upd-1")
+    talk(memory, Surface.TELEGRAM, chat, "the flight is at 7:05", "upd-2")
+    web_person = uuid.uuid4()
+    outcome = linking.redeem(Surface.TELEGRAM, chat, linking.new_code(web_person).code)
+    assert (outcome.status, outcome.user_id, outcome.moved_messages) == (LinkStatus.LINKED, web_person, 4)
+    assert rows(database_url, "select count(*) from messages where user_id = %s", before) == [(0,)]
+    assert rows(database_url, "select count(*) from conversations where user_id = %s", before) == [(0,)]
+    assert rows(database_url, "select user_id, linked_at is not null from identities where external_id = %s", chat) == [
+        (web_person, True)
+    ]
+    # The next message from the chat is the web person's, and sees what was said before the link.
+    start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "what do you know?", "upd-3")
+    assert start.user_id == web_person
+    assert [m.content for m in start.history] == [
+        "my sister is Carmen",
+        "re: my sister is Carmen",
+        "the flight is at 7:05",
+        "re: the flight is at 7:05",
+        "what do you know?",
+    ]
+    # A redelivery of an update from before the link is still recognised.
+    again = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "my sister is Carmen", "upd-1")
+    assert again.duplicate and again.reply is not None and again.reply.content == "re: my sister is Carmen"
+
+
+def test_two_chats_of_one_person_share_one_conversation_in_time_order(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    web_person = uuid.uuid4()
+    first_chat, second_chat = (f"{uuid.uuid4().int % 10**9}" for _ in range(2))
+    assert linking.redeem(Surface.TELEGRAM, first_chat, linking.new_code(web_person).code).status is LinkStatus.LINKED
+    talk(memory, Surface.TELEGRAM, first_chat, "one")
+    talk(memory, Surface.TELEGRAM, second_chat, "two")  # a stranger yet: its own auto person
+    talk(memory, Surface.TELEGRAM, first_chat, "three")
+    outcome = linking.redeem(Surface.TELEGRAM, second_chat, linking.new_code(web_person).code)
+    assert (outcome.status, outcome.moved_messages) == (LinkStatus.LINKED, 2)
+    conversations = rows(
+        database_url, "select id from conversations where user_id = %s and surface = 'telegram'", web_person
+    )
+    assert len(conversations) == 1
+    thread = rows(
+        database_url,
+        "select content from messages where conversation_id = %s and role = 'user' order by created_at, id",
+        conversations[0][0],
+    )
+    assert thread == [("one",), ("two",), ("three",)]
+
+
+def race_for(database_url: str, code: str, racers: int = 8) -> list[LinkStatus]:
+    """`racers` identities, each on its own connection, redeem one code at the same moment."""
+    barrier = threading.Barrier(racers)
+    results: list[LinkStatus] = []
+
+    def redeem(chat: str) -> None:
+        store = PostgresStore(database_url)
+        try:
+            Linking(store, AUTO).identities(uuid.uuid4())  # connect before the start line
+            barrier.wait()
+            results.append(Linking(store, AUTO).redeem(Surface.TELEGRAM, chat, code).status)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=redeem, args=(f"race-{uuid.uuid4().hex[:8]}",)) for _ in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_of_two_identities_redeeming_one_code_at_once_exactly_one_wins(store: PostgresStore, database_url: str) -> None:
+    web_person = uuid.uuid4()
+    for _ in range(5):  # a few rounds: a race that passes once by luck would not pass every time
+        code = Linking(store, AUTO).new_code(web_person).code
+        assert sorted(race_for(database_url, code)) == sorted([LinkStatus.LINKED] + [LinkStatus.USED] * 7)
+    linked = rows(database_url, "select count(*) from identities where user_id = %s", web_person)
+    assert linked == [(5,)]
+
+
+def test_wrong_expired_and_used_codes_are_refused_and_change_nothing(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    chat = f"{uuid.uuid4().int % 10**9}"
+    talk(memory, Surface.TELEGRAM, chat, "hello")
+    owner_of_code = uuid.uuid4()
+    used = linking.new_code(owner_of_code).code
+    assert linking.redeem(Surface.WHATSAPP, "+34600999888", used).status is LinkStatus.LINKED
+    expired = Linking(linking._store, AUTO).new_code(uuid.uuid4()).code
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update link_codes set expires_at = now() - interval '1 second' where code_hash = %s", (code_hash(expired),)
+        )
+    before = counts(database_url)
+    assert linking.redeem(Surface.TELEGRAM, chat, "ZZZZZZZZZ").status is LinkStatus.INVALID
+    assert linking.redeem(Surface.TELEGRAM, chat, expired).status is LinkStatus.EXPIRED
+    assert linking.redeem(Surface.TELEGRAM, chat, used).status is LinkStatus.USED
+    after = counts(database_url)
+    assert after == {**before, "link_attempts": before["link_attempts"] + 3}
+    assert rows(database_url, "select linked_at from identities where external_id = %s", chat) == [(None,)]
+    other_chat = f"{chat}2"
+    answers = [
+        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, "ZZZZZZZZZ")),
+        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, expired)),
+        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, used)),
+    ]
+    assert answers == [
+        "That code isn't valid. Check it, or ask for a new one on the web.",
+        "That code has expired. Ask for a new one on the web.",
+        "That code has already been used. Ask for a new one on the web.",
+    ]
+
+
+def test_the_sixth_wrong_code_within_an_hour_is_refused_even_when_right(linking: Linking, database_url: str) -> None:
+    chat = f"{uuid.uuid4().int % 10**9}"
+    for _ in range(5):
+        assert linking.redeem(Surface.TELEGRAM, chat, "WRONGCODE").status is LinkStatus.INVALID
+    person = uuid.uuid4()
+    right = linking.new_code(person).code
+    refused = linking.redeem(Surface.TELEGRAM, chat, right)
+    assert refused.status is LinkStatus.TOO_MANY_ATTEMPTS and refused.retry_at is not None
+    assert rows(database_url, "select count(*) from identities where user_id = %s", person) == [(0,)]
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, right)).startswith("Too many wrong codes.")
+    # Another identity is not limited by this one's mistakes, and the code still works for it.
+    assert linking.redeem(Surface.TELEGRAM, f"{chat}1", right).status is LinkStatus.LINKED
+    # When the hour has passed, the identity may try again.
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update link_attempts set attempted_at = attempted_at - interval '61 minutes' where external_id = %s",
+            (chat,),
+        )
+    assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(person).code).status is LinkStatus.LINKED
+
+
+def test_a_redelivered_start_command_says_linked_again(linking: Linking) -> None:
+    person = uuid.uuid4()
+    code = linking.new_code(person).code
+    assert linking.redeem(Surface.TELEGRAM, "777001", code).status is LinkStatus.LINKED
+    assert linking.redeem(Surface.TELEGRAM, "777001", code).status is LinkStatus.ALREADY_LINKED
+
+
+def test_unlinking_starts_the_identity_as_a_new_person_and_keeps_the_thread(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    web_person = uuid.uuid4()
+    number = "+34600123456"
+    assert linking.redeem(Surface.WHATSAPP, number, linking.new_code(web_person).code).status is LinkStatus.LINKED
+    talk(memory, Surface.WHATSAPP, number, "my PIN hint is the dog's name")
+    assert linking.answer(UnlinkRequest(Surface.WHATSAPP, f"whatsapp:{number}")).startswith("Unlinked.")
+    assert linking.answer(UnlinkRequest(Surface.WHATSAPP, f"whatsapp:{number}")) == (
+        "This chat isn't linked to a web account, so there is nothing to unlink."
+    )
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what is my PIN hint?", "SMx1")
+    assert start.user_id is not None and start.user_id != web_person
+    assert [(m.role, m.content) for m in start.history] == [(Role.USER, "what is my PIN hint?")]
+    kept = rows(database_url, "select count(*) from messages where user_id = %s", web_person)
+    assert kept == [(2,)]
+
+
+def test_an_auto_identity_cannot_be_unlinked_from_its_own_memory(linking: Linking, memory: Memory) -> None:
+    chat = f"{uuid.uuid4().int % 10**9}"
+    person = talk(memory, Surface.TELEGRAM, chat, "hi")
+    assert linking.unlink(Surface.TELEGRAM, chat) == 0
+    assert memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "again", "x").user_id == person
+
+
+def test_identities_list_and_mask(linking: Linking) -> None:
+    person = uuid.uuid4()
+    linking.link(person, Surface.TELEGRAM, "123456789")
+    linking.link(person, Surface.WHATSAPP, "whatsapp:+34 600 111 222")
+    listed = [(item.surface, item.external_id) for item in linking.identities(person)]
+    assert listed == [(Surface.TELEGRAM, "123456789"), (Surface.WHATSAPP, "+34600111222")]
+    assert [item.as_json()["external_id"] for item in linking.identities(person)] == ["•••••6789", "+34•••••1222"]
+    assert mask(Surface.TELEGRAM, "42") == "42"
+
+
+def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
+    owner = uuid.uuid4()
+    policy = IdentityPolicy.build("owner", owner, ["4242"], ["+34600111222"])
+    linking = Linking(store, policy, stranger_reply="Private assistant.")
+    with pytest.raises(LinkingNotNeeded):
+        linking.new_code(owner)
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")) == NOT_NEEDED
+    assert linking.answer(UnlinkRequest(Surface.TELEGRAM, "9999")) == "Private assistant."
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("link ABCDEFGHJ", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "ABCDEFGHJ")),
+        ("  Link abc-def-ghj ", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "abc-def-ghj")),
+        ("LINK\tabcdefghj", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "abcdefghj")),
+        ("Link: K7M2QX9TA.", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "K7M2QX9TA.")),
+        ("link ABCDEFGH", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "ABCDEFGH")),
+        ("link", LinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222", "")),
+        ("Unlink", UnlinkRequest(Surface.WHATSAPP, "whatsapp:+34600111222")),
+        ("link my accounts please", None),
+        ("linking is fun", None),
+        ("", None),
+    ],
+)
+def test_whatsapp_link_commands(body: str, expected: LinkRequest | UnlinkRequest | None) -> None:
+    form = WhatsAppForm.from_form({"From": "whatsapp:+34600111222", "Body": body, "MessageSid": "SM1"})
+    action = classify_whatsapp(form)
+    if expected is None:
+        assert not isinstance(action, LinkRequest | UnlinkRequest)
+    else:
+        assert action == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/start ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")),
+        ("/link abcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),
+        ("/link@advisor_bot ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")),
+        ("/Link\nabcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),
+        ("/link", LinkRequest(Surface.TELEGRAM, "42", "")),
+        ("/unlink", UnlinkRequest(Surface.TELEGRAM, "42")),
+        ("/link@another_bot ABCDEFGHJ", None),
+        ("/start newsletter-2026", None),
+        ("/unlink everything", None),
+    ],
+)
+def test_telegram_link_commands(text: str, expected: LinkRequest | UnlinkRequest | None) -> None:
+    update = TelegramUpdate.model_validate(
+        {
+            "update_id": 1,
+            "message": {"message_id": 1, "chat": {"id": 42, "type": "private"}, "from": {"id": 42}, "text": text},
+        }
+    )
+    action = classify_telegram(update, None, "advisor_bot")
+    if expected is None:
+        assert not isinstance(action, AccountCommand)
+    else:
+        assert action == AccountCommand(42, expected)
+
+
+def waiting_on_a_lock(database_url: str, pid: int) -> bool:
+    row = rows(database_url, "select wait_event_type from pg_stat_activity where pid = %s", pid)
+    return bool(row) and row[0][0] == "Lock"
+
+
+@pytest.mark.parametrize("already_has_a_telegram_conversation", [False, True], ids=["moved", "merged"])
+def test_a_turn_arriving_while_its_chat_is_being_linked_lands_in_the_linked_thread(
+    memory: Memory, database_url: str, already_has_a_telegram_conversation: bool
+) -> None:
+    chat, web_person = f"{uuid.uuid4().int % 10**9}", uuid.uuid4()
+    talk(memory, Surface.TELEGRAM, chat, "before the link")
+    if already_has_a_telegram_conversation:
+        Linking(memory.store, AUTO).link(web_person, Surface.TELEGRAM, f"{chat}0")
+        talk(memory, Surface.TELEGRAM, f"{chat}0", "from an earlier chat")
+    linker = psycopg.connect(database_url)  # the link's transaction, held open
+    linker.execute("select public.link_identity(%s, 'telegram', %s)", (web_person, chat))
+    turn: dict[str, Any] = {}
+    during = psycopg.connect(database_url, autocommit=True)
+    pid = during.info.backend_pid
+
+    def send() -> None:
+        turn["row"] = during.execute(
+            "select public.begin_turn(p_surface => 'telegram', p_content => 'during the link',"
+            " p_external_id => %s, p_sender_id => %s)",
+            (uuid.uuid4().hex, chat),
+        ).fetchone()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    for _ in range(200):  # until the turn waits for the link (it must: the identity is locked)
+        if waiting_on_a_lock(database_url, pid):
+            break
+        thread.join(0.05)
+    assert waiting_on_a_lock(database_url, pid)
+    linker.commit()
+    thread.join()
+    linker.close()
+    during.close()
+    assert turn["row"][0]["user_id"] == str(web_person)
+    placed = rows(
+        database_url,
+        "select m.user_id, c.user_id from messages m join conversations c on c.id = m.conversation_id"
+        " where m.content = 'during the link' and m.id = %s",
+        turn["row"][0]["message_id"],
+    )
+    assert placed == [(web_person, web_person)]
+
+
+def test_a_reply_written_after_its_question_was_merged_is_stored_with_it(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    chat, web_person = f"{uuid.uuid4().int % 10**9}", uuid.uuid4()
+    asked = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "hi, are you there?", "upd-merge-1")
+    assert asked.user_id is not None and asked.message_id is not None
+    assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(web_person).code).status is LinkStatus.LINKED
+    reply_id = memory.finish_turn(asked.user_id, asked.message_id, "yes, here", delivered=False)
+    assert reply_id is not None
+    memory.mark_delivered(asked.user_id, reply_id)
+    assert rows(database_url, "select user_id, delivered_at is not null from messages where id = %s", reply_id) == [
+        (web_person, True)
+    ]
+    # Someone who was never merged cannot write into that thread.
+    assert memory.finish_turn(uuid.uuid4(), asked.message_id, "intruder") is None
+
+
+def test_a_chat_linked_to_one_account_is_not_taken_by_another_accounts_code(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    chat, first, second = f"{uuid.uuid4().int % 10**9}", uuid.uuid4(), uuid.uuid4()
+    assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(first).code).status is LinkStatus.LINKED
+    talk(memory, Surface.TELEGRAM, chat, "said to the first account")
+    code = linking.new_code(second).code
+    before = counts(database_url)
+    assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED_ELSEWHERE
+    assert counts(database_url) == before  # the code is not spent, no wrong attempt is counted
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, code)) == (
+        "This chat is linked to another web account. Unlink it first (/unlink), then send the code again."
+    )
+    assert linking.link(second, Surface.TELEGRAM, chat).status is LinkStatus.LINKED_ELSEWHERE
+    linking.unlink(Surface.TELEGRAM, chat)
+    assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED
+    assert rows(database_url, "select count(*) from messages where user_id = %s", first) == [(2,)]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", second) == [(0,)]
+
+
+def test_an_old_code_sent_again_after_unlinking_is_used_not_linked(linking: Linking) -> None:
+    person = uuid.uuid4()
+    code = linking.new_code(person).code
+    assert linking.redeem(Surface.WHATSAPP, "+34600555444", code).status is LinkStatus.LINKED
+    assert linking.unlink(Surface.WHATSAPP, "+34600555444") == 1
+    assert linking.redeem(Surface.WHATSAPP, "+34600555444", code).status is LinkStatus.USED
+
+
+def test_a_redelivery_after_merging_into_an_existing_conversation_is_recognised(
+    linking: Linking, memory: Memory
+) -> None:
+    web_person, first_chat, second_chat = uuid.uuid4(), f"{uuid.uuid4().int % 10**9}", f"{uuid.uuid4().int % 10**9}"
+    linking.link(web_person, Surface.TELEGRAM, first_chat)
+    talk(memory, Surface.TELEGRAM, first_chat, "first chat")
+    talk(memory, Surface.TELEGRAM, second_chat, "second chat, before the link", "upd-second-1")
+    assert linking.link(web_person, Surface.TELEGRAM, second_chat).moved_messages == 2
+    again = memory.begin_turn(
+        Person(sender_id=second_chat), Surface.TELEGRAM, "second chat, before the link", "upd-second-1"
+    )
+    assert again.duplicate and again.user_id == web_person
+    assert again.reply is not None and again.reply.content == "re: second chat, before the link"

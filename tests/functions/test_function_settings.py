@@ -1,0 +1,114 @@
+"""Each deployed function gets the settings it reads, no more, and every secret from Secret
+Manager: serverless.yml against functions/function_settings.py, and that list against what
+each function really reads while it serves a turn."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from core.settings import Settings
+from functions.deploy import read_description
+from functions.function_settings import BY_FUNCTION, settings_of, undeclared_settings
+from tests.functions.conftest import BOT_TOKEN, TELEGRAM_SECRET, app_client
+from tests.functions.test_telegram import update
+from tests.functions.test_web import SECRET as JWT_SECRET
+from tests.functions.test_web import bearer
+from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, signed
+
+
+def test_every_setting_is_placed_in_a_functions_list() -> None:
+    assert undeclared_settings() == []
+
+
+def test_serverless_yml_gives_each_function_what_it_reads_and_every_secret_from_secret_manager() -> None:
+    assert read_description().problems() == []
+
+
+def test_the_problems_say_what_to_add_where() -> None:
+    description = read_description()
+    telegram, whatsapp, web = description.functions
+    environment = {name: value for name, value in telegram.environment.items() if name != "TELEGRAM_API_BASE"}
+    changed = dataclasses.replace(
+        description,
+        functions=[
+            dataclasses.replace(telegram, environment={**environment, "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}"}),
+            dataclasses.replace(whatsapp, secrets={**whatsapp.secrets, "TWILIO_AUTH_TOKEN": "hunter2"}),
+            dataclasses.replace(web, secrets={name: r for name, r in web.secrets.items() if name != "DATABASE_URL"}),
+        ],
+    )
+    assert changed.problems() == [
+        "serverless.yml: telegram_webhook reads TELEGRAM_API_BASE but is not given it: add "
+        "`TELEGRAM_API_BASE: ${env:TELEGRAM_API_BASE}` under functions.telegram_webhook.environment",
+        "serverless.yml gives telegram_webhook TWILIO_AUTH_TOKEN, which it does not read: remove it there "
+        "(or, if it does read it, add 'twilio_auth_token' to its list in functions/function_settings.py)",
+        "serverless.yml: web_chat reads DATABASE_URL but is not given it: add "
+        "`DATABASE_URL: crossmem-database-url:latest` under provider.secrets",
+        "serverless.yml: whatsapp_webhook's secret TWILIO_AUTH_TOKEN is 'hunter2', not a Secret Manager "
+        "reference (SECRET:VERSION or projects/PROJECT/secrets/SECRET:VERSION)",
+    ]
+
+
+def test_a_secret_given_as_a_plain_value_is_named() -> None:
+    description = read_description()
+    web = description.functions[2]
+    plain = dataclasses.replace(
+        web,
+        environment={**web.environment, "SUPABASE_JWT_SECRET": "${env:SUPABASE_JWT_SECRET}"},
+        secrets={name: ref for name, ref in web.secrets.items() if name != "SUPABASE_JWT_SECRET"},
+    )
+    problems = dataclasses.replace(description, functions=[*description.functions[:2], plain]).problems()
+    assert problems == [
+        "serverless.yml: SUPABASE_JWT_SECRET is a secret: move it from environment to secrets, "
+        "as `SUPABASE_JWT_SECRET: crossmem-supabase-jwt-secret:latest`"
+    ]
+
+
+@pytest.fixture
+def settings_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """The Settings fields read from now on (by the function under test, through runtime)."""
+    seen: set[str] = set()
+    fields = Settings.model_fields
+    read = object.__getattribute__
+
+    def recording(self: Settings, name: str) -> object:
+        if name in fields:
+            seen.add(name)
+        return read(self, name)
+
+    monkeypatch.setattr(Settings, "__getattribute__", recording)
+    yield seen
+
+
+def serve_one_turn(function: str, environment: pytest.MonkeyPatch) -> int:
+    if function == "telegram_webhook":
+        headers = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+        return app_client(function).post("/", json=update("hello"), headers=headers).status_code
+    if function == "whatsapp_webhook":
+        environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+        environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+        fields = form("hello")
+        return app_client(function).post("/", data=fields, headers=signed(fields)).status_code
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    client = app_client(function)
+    person = uuid.uuid4()
+    assert client.get("/conversations", headers=bearer(person)).status_code == 200
+    return client.post("/", json={"message": "hello"}, headers=bearer(person)).status_code
+
+
+@pytest.mark.parametrize("function", sorted(BY_FUNCTION))
+def test_a_function_reads_only_the_settings_its_list_names(
+    function: str, environment: pytest.MonkeyPatch, settings_read: set[str]
+) -> None:
+    assert BOT_TOKEN  # the environment fixture gives every surface its secrets; each reads only its own
+    assert serve_one_turn(function, environment) == 200
+    unlisted = sorted(settings_read - settings_of(function))
+    assert unlisted == [], (
+        f"{function} reads {[name.upper() for name in unlisted]}: add {unlisted} to its list in "
+        "functions/function_settings.py (EVERY_FUNCTION when all three do), then give it to the function in "
+        "serverless.yml (the test above says where)"
+    )
+    assert settings_read & BY_FUNCTION[function]  # the recording saw the function's own settings

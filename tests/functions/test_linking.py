@@ -1,0 +1,248 @@
+"""One person on every app, through the real functions: link codes from the web, redeemed on
+Telegram and WhatsApp, merging, unlinking, and the owner policy closed on the web."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from core.linking import ANSWERS, UNAVAILABLE, UNLINKED, LinkStatus
+from functions.cli import main
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+from tests.functions.conftest import app_client, as_owner
+from tests.functions.test_telegram import HEADERS, update
+from tests.functions.test_web import SECRET, bearer
+from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
+
+
+@dataclass
+class Apps:
+    telegram: FlaskClient
+    whatsapp: FlaskClient
+    web: FlaskClient
+    # This test's own chat and number: the database is shared by the whole session.
+    chat: int
+    number: str
+
+
+@pytest.fixture
+def apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> Apps:
+    fake_anthropic.answer = lambda body: "Noted."  # the person's words appear only where they were said
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
+    chat = 515100042 + uuid.uuid4().int % 10**4 * 10**5
+    number = f"+3460{uuid.uuid4().int % 10**4:04d}7888"
+    return Apps(app_client("telegram_webhook"), app_client("whatsapp_webhook"), app_client("web_chat"), chat, number)
+
+
+def telegram(apps: Apps, text: str, update_id: int | None = None, chat: int | None = None) -> None:
+    response = apps.telegram.post("/", json=update(text, update_id, user_id=chat or apps.chat), headers=HEADERS)
+    assert response.status_code == 200
+
+
+def whatsapp(apps: Apps, text: str) -> list[str]:
+    fields = form(text, sender=f"whatsapp:{apps.number}")
+    response = apps.whatsapp.post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    return messages_of(response.text)
+
+
+def new_code(apps: Apps, person: uuid.UUID) -> dict[str, Any]:
+    response = apps.web.post("/links", headers=bearer(person))
+    assert response.status_code == 201
+    body: dict[str, Any] = response.get_json()
+    return body
+
+
+def sent_texts(body: dict[str, Any]) -> list[str]:
+    return [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in body["messages"]]
+
+
+def occurrences(texts: list[str], needle: str) -> int:
+    return sum(text.count(needle) for text in texts)
+
+
+def count(database_url: str, query: str, *params: Any) -> int:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(query, params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    telegram(apps, "My sister's name is Carmen")
+    telegram(apps, "The dentist moved to Friday")
+    person = uuid.uuid4()
+    issued = new_code(apps, person)
+    assert issued["telegram_url"] == f"https://t.me/advisor_bot?start={issued['code']}"
+    assert issued["whatsapp_text"] == f"link {issued['code']}"
+    telegram(apps, f"/start {issued['code']}")
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ANSWERS[LinkStatus.LINKED]}
+
+    asked = len(fake_anthropic.requests)
+    response = apps.web.post("/", json={"message": "What do you know about me?"}, headers=bearer(person))
+    assert response.status_code == 200
+    assert len(fake_anthropic.requests) == asked + 1
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert occurrences(texts, "My sister's name is Carmen") == 1
+    assert occurrences(texts, "The dentist moved to Friday") == 1
+    assert texts[-1].endswith("What do you know about me?")
+
+    second = new_code(apps, person)
+    assert whatsapp(apps, f"  link {second['code'].lower()} ") == [ANSWERS[LinkStatus.LINKED]]
+    whatsapp(apps, "What did I tell you on the other apps?")
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert occurrences(texts, "My sister's name is Carmen") == 1
+    assert occurrences(texts, "What do you know about me?") == 1
+    assert texts[-1].endswith("What did I tell you on the other apps?")
+    # The commands themselves are never part of the thread.
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 8
+    commands = "select count(*) from messages where user_id = %s and (content ilike %s or content ilike %s)"
+    assert count(database_url, commands, person, "%link%", "%start%") == 0
+
+    listed = apps.web.get("/links", headers=bearer(person))
+    assert listed.status_code == 200
+    assert [(item["surface"], item["external_id"]) for item in listed.get_json()["links"]] == [
+        ("telegram", "•" * (len(str(apps.chat)) - 4) + str(apps.chat)[-4:]),
+        ("whatsapp", "+34" + "•" * 6 + "7888"),
+    ]
+
+
+def test_an_update_delivered_before_the_link_and_again_after_is_one_message_and_one_model_call(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    telegram(apps, "Remember the locker code 4417", update_id=880001)
+    asked, sent = len(fake_anthropic.requests), len(fake_telegram.sent())
+    person = uuid.uuid4()
+    telegram(apps, f"/link {new_code(apps, person)['code']}")
+    telegram(apps, "Remember the locker code 4417", update_id=880001)
+    assert len(fake_anthropic.requests) == asked
+    assert len(fake_telegram.sent()) == sent + 1  # the link's answer, not a second reply
+    assert count(database_url, "select count(*) from messages where external_id = '880001'") == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s and role = 'user'", person) == 1
+
+
+def test_after_unlinking_the_surface_sees_none_of_the_web_persons_memory(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    telegram(apps, f"/start {new_code(apps, person)['code']}")
+    telegram(apps, "My passport number ends in 7731")
+    apps.web.post("/", json={"message": "And my bank is Northwind"}, headers=bearer(person))
+    response = apps.web.delete("/links/telegram", headers=bearer(person))
+    assert (response.status_code, response.get_json()) == (200, {"surface": "telegram", "unlinked": 1})
+    assert apps.web.get("/links", headers=bearer(person)).get_json() == {"links": []}
+    telegram(apps, "What do you know about me?")
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert len(texts) == 1 and texts[0].endswith("What do you know about me?")
+    # The web person keeps what was said.
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 4
+
+
+def test_unlink_from_telegram_and_from_whatsapp(apps: Apps, fake_telegram: FakeTelegram) -> None:
+    person = uuid.uuid4()
+    telegram(apps, f"/start {new_code(apps, person)['code']}")
+    whatsapp(apps, f"link {new_code(apps, person)['code']}")
+    telegram(apps, "/unlink")
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": UNLINKED}
+    assert whatsapp(apps, "UNLINK") == [UNLINKED]
+    assert apps.web.get("/links", headers=bearer(person)).get_json() == {"links": []}
+
+
+def test_a_wrong_code_on_telegram_is_answered_and_links_nothing(
+    apps: Apps, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    telegram(apps, "/link ABCDEFGHJ")
+    assert fake_telegram.sent()[-1]["text"] == ANSWERS[LinkStatus.INVALID]
+    linked = "select count(*) from identities where external_id = %s and linked_at is not null"
+    assert count(database_url, linked, str(apps.chat)) == 0
+    # A deep link whose payload is not a code (a campaign tag, say) is only a welcome.
+    telegram(apps, "/start from-the-newsletter")
+    assert fake_telegram.sent()[-1]["text"].startswith("Hi! I'm your advisor.")
+
+
+WEB_ROUTES = [
+    ("post", "/", {"message": "hello"}),
+    ("get", "/conversations", None),
+    ("post", "/conversations", {"title": "x"}),
+    ("get", f"/conversations/{uuid.uuid4()}/messages", None),
+    ("post", "/links", None),
+    ("get", "/links", None),
+    ("delete", "/links/telegram", None),
+    ("get", "/no-such-route", None),
+]
+
+
+def test_owner_mode_answers_another_users_token_403_on_every_route_and_stores_nothing(
+    apps: Apps, environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    as_owner(environment, owner)
+    web = app_client("web_chat")
+    stranger = uuid.uuid4()
+    everything = "select (select count(*) from messages) + (select count(*) from conversations)"
+    before = count(database_url, everything)
+    for method, path, body in WEB_ROUTES:
+        response = getattr(web, method)(path, json=body, headers=bearer(stranger))
+        assert response.status_code == 403, (method, path)
+        assert response.get_json()["error"] == "forbidden"
+    assert count(database_url, everything) == before and fake_anthropic.requests == []
+    # The owner is served as before; linking is not needed, and says why.
+    assert web.post("/", json={"message": "hello"}, headers=bearer(owner)).status_code == 200
+    for method, path in (("post", "/links"), ("get", "/links"), ("delete", "/links/whatsapp")):
+        response = getattr(web, method)(path, headers=bearer(owner))
+        assert response.status_code == 409
+        assert response.get_json()["error"] == "linking_not_needed"
+        assert "IDENTITY_POLICY=owner" in response.get_json()["message"]
+
+
+def test_operator_commands_link_list_and_unlink(
+    apps: Apps, capsys: pytest.CaptureFixture[str], database_url: str
+) -> None:
+    person = uuid.uuid4()
+    telegram(apps, "before the operator links me", chat=6262)
+    assert main(["link", "--user", str(person), "--surface", "telegram", "--external-id", "6262"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"linked: telegram 6262 -> {person} (2 message(s) moved)"
+    assert main(["identities", "--user", str(person), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(row["surface"], row["external_id"]) for row in listed] == [("telegram", "6262")]
+    assert main(["unlink", "--surface", "telegram", "--external-id", "6262"]) == 0
+    assert capsys.readouterr().out == "unlinked 1 identity\n"
+    assert main(["unlink", "--surface", "telegram", "--external-id", "6262"]) == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 2
+
+
+def test_a_whatsapp_history_joins_the_web_person_when_linked(
+    apps: Apps, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    whatsapp(apps, "My landlord is called Mr Okafor")
+    person = uuid.uuid4()
+    assert whatsapp(apps, f"link {new_code(apps, person)['code']}") == [ANSWERS[LinkStatus.LINKED]]
+    apps.web.post("/", json={"message": "Who is my landlord?"}, headers=bearer(person))
+    assert occurrences(sent_texts(fake_anthropic.requests[-1]), "My landlord is called Mr Okafor") == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 4
+
+
+def test_with_the_database_down_linking_answers_and_never_fails(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
+) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    down = Apps(
+        app_client("telegram_webhook"), app_client("whatsapp_webhook"), app_client("web_chat"), apps.chat, apps.number
+    )
+    response = down.web.post("/links", headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()["error"]) == (503, "store_unavailable")
+    assert down.web.get("/links", headers=bearer(uuid.uuid4())).status_code == 503
+    telegram(down, "/start ABCDEFGHJ")
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": UNAVAILABLE}
+    assert whatsapp(down, "unlink") == [UNAVAILABLE]

@@ -1,0 +1,99 @@
+"""`make db-push`: the real Supabase CLI (pinned in infra/deploy) pushes the migrations to a
+Postgres made like a Supabase project, says "up to date" the second time, and leaves the same
+schema `crossmem migrate` makes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psycopg
+import pytest
+
+from core.embedded import MIGRATIONS, SUPABASE_STANDINS
+from functions.cli import main
+from tests.database import fresh_database
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPABASE = ROOT / "infra" / "deploy" / "node_modules" / ".bin" / "supabase"
+
+# The public schema as the catalogs describe it: what a migration path could get wrong.
+CATALOG = {
+    "columns": """select table_name, column_name, data_type, is_nullable, column_default, is_identity
+                    from information_schema.columns where table_schema = 'public'""",
+    "constraints": """select conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+                        from pg_constraint where connamespace = 'public'::regnamespace""",
+    "indexes": "select tablename, indexname, indexdef from pg_indexes where schemaname = 'public'",
+    "functions": """select p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid),
+                           coalesce(p.proacl::text, '')
+                      from pg_proc p where p.pronamespace = 'public'::regnamespace""",
+    "row_security": """select relname, relrowsecurity, relforcerowsecurity, coalesce(relacl::text, '')
+                         from pg_class where relnamespace = 'public'::regnamespace and relkind = 'r'""",
+    "policies": "select tablename, policyname, cmd, roles::text, qual, with_check from pg_policies",
+    "migrations": "select version, name from supabase_migrations.schema_migrations",
+}
+
+
+def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(url) as connection:
+        return {name: sorted(connection.execute(query).fetchall()) for name, query in CATALOG.items()}
+
+
+def db_push(url: str, home: Path) -> subprocess.CompletedProcess[str]:
+    environment = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),  # the CLI keeps its own files under ~/.supabase
+        "DB_URL": url,
+        "SUPABASE_TELEMETRY_DISABLED": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    command = ["make", "--no-print-directory", "-C", str(ROOT), "db-push"]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
+
+
+def test_supabase_db_push_makes_the_schema_crossmem_migrate_makes(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not SUPABASE.exists():
+        pytest.fail("the Supabase CLI is not installed: `make deploy-tools` (make test runs it) installs it")
+    if urlparse(postgres_server).hostname is None:
+        pytest.skip("the Supabase CLI reaches Postgres over TCP only; TEST_DATABASE_URL gives such a server (CI's)")
+    migrations = [path.name for path in sorted(MIGRATIONS.glob("*.sql"))]
+    with fresh_database(postgres_server) as pushed, fresh_database(postgres_server) as migrated:
+        with psycopg.connect(pushed, autocommit=True) as connection:
+            connection.execute(SUPABASE_STANDINS.read_text())
+        first = db_push(pushed, tmp_path)
+        assert first.returncode == 0, first.stderr
+        for migration in migrations:
+            assert f"Applying migration {migration}..." in first.stderr
+        assert pushed not in first.stdout + first.stderr  # the URL holds the password
+        again = db_push(pushed, tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert "Remote database is up to date." in again.stdout + again.stderr
+
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("DATABASE_URL", migrated)
+        assert main(["migrate", "--supabase-standins"]) == 0
+        assert catalog(pushed) == catalog(migrated)
+        # Either path after the other finds nothing to do: both keep Supabase's migration table.
+        capsys.readouterr()
+        monkeypatch.setenv("DATABASE_URL", pushed)
+        assert main(["migrate"]) == 0
+        assert "up to date" in capsys.readouterr().out
+        after_migrate = db_push(migrated, tmp_path)
+        assert "Remote database is up to date." in after_migrate.stdout + after_migrate.stderr
+
+
+def test_make_db_push_without_a_url_says_how() -> None:
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "db-push"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")},
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "usage: make db-push DB_URL=postgresql://" in done.stderr
