@@ -150,15 +150,19 @@ def run(work: Path) -> dict[str, Any]:
                     urls[f"{policy}/{target}"] = stack.enter_context(function_server(target, environment, log))
             lab = Lab(proxy=proxy, model=model, bot=bot, database_url=database_url, pgdata=data)
             records = work / "records.jsonl"
-            phases = drive(lab, urls, records)
+            phases, load_average = drive(lab, urls, records)
             sent = [json.loads(line) for line in records.read_text().splitlines()]
-            return check(database_url, sent, bot, phases, owner=OWNER, fallback=FALLBACK)
+            results = check(database_url, sent, bot, phases, owner=OWNER, fallback=FALLBACK)
+            # The machine is shared: how busy it was says how far the latencies can be trusted.
+            results["load_detail"]["machine_load_average_1m"] = round(load_average, 2)
+            return results
     finally:
         stop_embedded_postgres(data)
 
 
-def drive(lab: Lab, urls: dict[str, str], records: Path) -> dict[str, tuple[float, float]]:
-    """Start locust, run the timeline, wait for it; the phases' (start, end) epoch times."""
+def drive(lab: Lab, urls: dict[str, str], records: Path) -> tuple[dict[str, tuple[float, float]], float]:
+    """Start locust, run the timeline, wait for it; the phases' (start, end) epoch times,
+    and the machine's load average at the end of the `load` phase."""
     began = time.time()
     fault_time = sum(fault.window_s for fault in FAULTS)
     stop_at = began + WARM_UP_S + LOAD_S + fault_time
@@ -209,6 +213,7 @@ def drive(lab: Lab, urls: dict[str, str], records: Path) -> dict[str, tuple[floa
     print(f"load: {LOAD_S:g} s, the model answering at once", flush=True)
     _sleep_until(start + LOAD_S)
     phases["load"] = (start, time.time())
+    load_average = os.getloadavg()[0]
     lab.model.latency_s = MODEL_LATENCY_S
     for fault in FAULTS:
         start = time.time()
@@ -218,7 +223,7 @@ def drive(lab: Lab, urls: dict[str, str], records: Path) -> dict[str, tuple[floa
         phases[fault.name] = (start, time.time())
     print(f"drain: {DRAIN_S:g} s, retries only", flush=True)
     locust.wait(timeout=run_time + 120)
-    return phases
+    return phases, load_average
 
 
 def _sleep_until(moment: float) -> None:
