@@ -152,7 +152,7 @@ def run(work: Path) -> dict[str, Any]:
             records = work / "records.jsonl"
             phases, load_average = drive(lab, urls, records)
             sent = [json.loads(line) for line in records.read_text().splitlines()]
-            results = check(database_url, sent, bot, phases, owner=OWNER, fallback=FALLBACK)
+            results = check(database_url, sent, bot, phases, owner=OWNER)
             # The machine is shared: how busy it was says how far the latencies can be trusted.
             results["load_detail"]["machine_load_average_1m"] = round(load_average, 2)
             return results

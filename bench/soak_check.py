@@ -43,7 +43,6 @@ def check(
     phases: dict[str, tuple[float, float]],
     *,
     owner: str,
-    fallback: str,
 ) -> dict[str, Any]:
     with psycopg.connect(database_url) as connection:
         rows = connection.execute(
@@ -93,7 +92,7 @@ def check(
             for key in (
                 "sent",
                 "answered_without_memory",
-                "fallback",
+                "message_without_reply",
                 "retried",
                 "failed_attempts",
                 "misplaced",
@@ -105,7 +104,6 @@ def check(
         }
     whole = summarise(sent, verdicts, stored, replies, deliveries)
     results["soak_totals"] = {key: whole[key] for key in ("sent", "answered", "lost", "duplicated", "misplaced")}
-    results["soak_totals"]["fallback_text"] = fallback
     return results
 
 
@@ -187,7 +185,7 @@ def summarise(
         figures["duplicated"] += len(rows) > 1
         figures["misplaced"] += verdict["misplaced"]
         reply = replies.get(rows[0][0]) if rows else None
-        figures["fallback"] += bool(rows) and reply is None and answered
+        figures["message_without_reply"] += bool(rows) and reply is None and answered
         if record["surface"] == "telegram" and reply is not None:
             figures["telegram_replies_stored"] += 1
             count = deliveries[token]
