@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
 SUPABASE := infra/deploy/node_modules/.bin/supabase
 
-.PHONY: dev test bench lint browser requirements deploy-tools package deploy db-push
+.PHONY: dev test bench soak lint browser requirements deploy-tools package deploy db-push
 
 # What `make dev` runs, and nothing more: the package and the embedded database.
 $(RUN_STAMP): pyproject.toml
@@ -32,6 +32,10 @@ test: $(STAMP) browser $(DEPLOY_TOOLS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Load and faults: a few minutes; never part of `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 # Debian's Chromium for the browser test; installed only when missing.
 browser:

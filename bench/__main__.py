@@ -1,7 +1,9 @@
 """`make bench`: every figure of the README, measured now, into bench/results.json.
 
 The database: BENCH_DATABASE_URL (or TEST_DATABASE_URL) when set, else the embedded
-wheel; either way a fresh, migrated database that is dropped afterwards.
+wheel; either way a fresh, migrated database that is dropped afterwards. The soak
+(bench/soak.py, also `make soak`) always runs on an embedded server of its own, which it
+restarts on purpose.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start, fuzz, purge
+from bench import caching, cold_start, fuzz, purge, soak
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -165,9 +167,13 @@ def bench_database() -> Iterator[str]:
 def main() -> None:
     with bench_database() as database_url:
         results = measure(database_url)
+    print("load and faults (make soak) ...", flush=True)
+    results.update(soak.measure())
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print()
     print(table(results))
+    print()
+    print(soak.table(results))
     print(f"\nwritten to {RESULTS.relative_to(ROOT)} and {CHART.relative_to(ROOT)}")
 
 

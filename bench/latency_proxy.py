@@ -3,8 +3,8 @@
 A round trip is a burst of bytes from the client that follows an answer from the server
 (or opens the connection). With `delay_s`, the first chunk of each round trip is held
 until `delay_s` after it arrived, so each round trip costs `delay_s` more, as between a
-function and its database in one region. Used by the tests (to count) and by the
-benchmarks (to delay).
+function and its database in one region. Used by the tests (to count, and to lose an
+answer on its way back) and by the benchmarks (to delay, and to cut the database off).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 @dataclass
 class _Counter:
     round_trips: int = 0
+    connections: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -55,22 +56,42 @@ class LatencyProxy:
         self.port: int = self._listener.getsockname()[1]
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._lose_next_answer = threading.Event()
+        # While down, a new connection is closed at once, as by a database that is away.
+        self.down = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
     def round_trips(self) -> int:
         return self._counter.round_trips
 
+    @property
+    def connections(self) -> int:
+        return self._counter.connections
+
     def reset(self) -> None:
         with self._counter.lock:
             self._counter.round_trips = 0
+            self._counter.connections = 0
+
+    def lose_next_answer(self) -> None:
+        """Drop the server's next answer and cut that connection: the statement ran
+        (and committed) but the client never hears of it."""
+        self._lose_next_answer.set()
+
+    def cut(self) -> None:
+        """Cut every open connection, both ways, as a network failure would."""
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def close(self) -> None:
         self._closed.set()
         self._listener.close()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+        self.cut()
 
     def __enter__(self) -> LatencyProxy:
         return self
@@ -84,6 +105,9 @@ class LatencyProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.down:
+                client.close()
+                continue
             family, address = self.target
             server = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -95,6 +119,8 @@ class LatencyProxy:
                 if sock.family == socket.AF_INET:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sockets += [client, server]
+            with self._counter.lock:
+                self._counter.connections += 1
             state = {"last": "server"}
             threading.Thread(target=self._pump, args=(client, server, state, "client"), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, state, "server"), daemon=True).start()
@@ -114,6 +140,9 @@ class LatencyProxy:
                         state["last"] = "client"
                 else:
                     state["last"] = "server"
+                    if self._lose_next_answer.is_set():
+                        self._lose_next_answer.clear()
+                        break
                 if self.delay_s and opens_round_trip:
                     _sleep_until(arrived + self.delay_s)
                 sink.sendall(chunk)
@@ -136,23 +165,54 @@ def _sleep_until(deadline: float) -> None:
 def proxy_process(conninfo: str, delay_s: float) -> Iterator[str]:
     """The proxy in a process of its own, so that forwarding bytes, like a network,
     costs the client no CPU time (and no share of its GIL); yields the URI through it."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.latency_proxy", conninfo, str(delay_s)],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert process.stdout is not None
-    port = int(process.stdout.readline())
+    process = ProxyProcess(conninfo, delay_s)
     try:
-        yield through_proxy(conninfo, port)
+        yield process.url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.close()
+
+
+class ProxyProcess:
+    """A proxy in a process of its own (see `proxy_process`) that can still be told to
+    refuse connections (`down`), accept them again (`up`) and cut the open ones (`cut`)."""
+
+    def __init__(self, conninfo: str, delay_s: float = 0.0) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "bench.latency_proxy", conninfo, str(delay_s)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self._process.stdout is not None
+        self.url = through_proxy(conninfo, int(self._process.stdout.readline()))
+
+    def command(self, word: str) -> None:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(word + "\n")
+        self._process.stdin.flush()
+        self._process.stdout.readline()  # done
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+
+
+def _obey(proxy: LatencyProxy) -> None:
+    """Commands on standard input, one a line: down, up, cut."""
+    for line in sys.stdin:
+        word = line.strip()
+        if word == "down":
+            proxy.down = True
+        elif word == "up":
+            proxy.down = False
+        elif word == "cut":
+            proxy.cut()
+        print("done", flush=True)
 
 
 if __name__ == "__main__":
     proxy = LatencyProxy(postgres_target(sys.argv[1]), float(sys.argv[2]))
     print(proxy.port, flush=True)
+    _obey(proxy)
     threading.Event().wait()

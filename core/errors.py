@@ -87,7 +87,15 @@ class ModelUnavailable(CrossmemError):
 
 
 class DeliveryFailed(CrossmemError):
-    """A surface's API (Telegram's Bot API) refused a reply or could not be reached."""
+    """A surface's API (Telegram's Bot API) refused a reply or could not be reached.
+
+    `final`: retrying cannot help (the person blocked the bot, the chat is gone).
+    `retry_after_s`: how long the API asked us to wait (429), when it said."""
+
+    def __init__(self, message: str, *, final: bool = False, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.final = final
+        self.retry_after_s = retry_after_s
 
 
 class ConfigurationError(CrossmemError):

@@ -123,7 +123,8 @@ class AnthropicModel:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
                 yield from stream.text_stream
                 yield _usage(stream.get_final_message().usage)
-        except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
+        # A stream that never started (a JSON body instead of events) fails the SDK's own assertion.
+        except (anthropic.APIError, ValueError, AttributeError, TypeError, AssertionError) as exc:
             raise _unavailable(exc) from exc
 
     def _sdk(self, timeout_s: float) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from core.errors import EmptyMessage, MessageTooLong, NotFound, StoreUnavailable
 from core.models import Conversation, ConversationPage, Person, StoredMessage, StoredReply, Surface, TurnStart
@@ -74,6 +74,9 @@ class Memory:
             "p_max_messages": self.limits.max_messages,
             "p_window_step": self.limits.window_step,
             "p_web_prepend": self.limits.web_prepend,
+            # Sent again unchanged if the store retries the call: the database then knows
+            # the message it finds is this turn's own, not a redelivery.
+            "p_attempt": str(uuid4()),
         }
         try:
             row = self.store.call("begin_turn", arguments)

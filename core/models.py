@@ -23,6 +23,14 @@ class Surface(StrEnum):
         return {"web": "Web", "telegram": "Telegram", "whatsapp": "WhatsApp"}[self.value]
 
 
+class Delivery(StrEnum):
+    """What became of a reply pushed to a surface."""
+
+    DELIVERED = "delivered"
+    GIVEN_UP = "given_up"  # retrying cannot help: the person blocked the bot, the chat is gone
+    OWED = "owed"  # may pass (5xx, 429, network, timeout): a redelivery of the update sends it
+
+
 class Role(StrEnum):
     USER = "user"
     ASSISTANT = "assistant"

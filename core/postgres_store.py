@@ -1,8 +1,9 @@
 """`PostgresStore`: the memory's SQL functions over psycopg 3 (the only module importing it).
 
-Connections are kept between calls, so a warm serverless instance reuses them. Each call
-runs one `select public.fn(...)` in autocommit: one round trip. Prepared statements are
-switchable off for Supabase's transaction pooler (port 6543), which cannot keep them.
+Connections are kept between calls in a psycopg_pool pool, so a warm serverless instance
+reuses them. Each call runs one `select public.fn(...)` in autocommit: one round trip.
+Prepared statements are switchable off for Supabase's transaction pooler (port 6543),
+which cannot keep them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from core.errors import ConfigurationError, StoreUnavailable
 from core.store import JsonScalar, check_function
@@ -28,6 +30,11 @@ create table if not exists supabase_migrations.schema_migrations (
     name text
 );
 """
+
+
+# Idle connections are closed after this long, before a pooler or a NAT drops them
+# (Supabase's pooler, PgBouncer's client_idle_timeout, cloud NATs: minutes, not seconds).
+MAX_IDLE_S = 120.0
 
 
 @functools.lru_cache(maxsize=64)
@@ -46,6 +53,15 @@ def _call_query(function: str, names: tuple[str, ...]) -> str:
 
 
 class PostgresStore:
+    """The SQL functions over a small psycopg_pool pool, opened at the first call.
+
+    The healthy path costs one round trip a call: connections are handed out unchecked
+    (a `check` would cost a round trip each time). Instead, a call whose connection turns
+    out dead (a database restart, a pooler's idle timeout) is retried once on a fresh one,
+    and the pool's other idle connections are dropped with it. Errors that leave the
+    connection alive (a bad argument, a timeout inside the database) are never retried.
+    """
+
     def __init__(
         self,
         conninfo: str,
@@ -53,30 +69,58 @@ class PostgresStore:
         connect_timeout_s: int = 2,
         prepared_statements: bool = True,
         max_connections: int = 8,
+        max_idle_s: float = MAX_IDLE_S,
     ) -> None:
         self._conninfo = conninfo
         self._connect_timeout_s = connect_timeout_s
         self._prepared_statements = prepared_statements
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._idle: list[psycopg.Connection[Any]] = []
-        self._lock = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo,
+            kwargs=self._connection_options(),
+            min_size=0,
+            max_size=max_connections,
+            open=False,
+            timeout=connect_timeout_s,
+            max_idle=max_idle_s,
+            # A failed connection attempt is retried in the background (after 1 s, then
+            # backing off) for as long as a call waits for it; after that the next call
+            # starts again, so the pool follows the database's return within a second.
+            reconnect_timeout=connect_timeout_s,
+            num_workers=1,
+        )
+        self._open_lock = threading.Lock()
+        self._opened = False
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
         check_function(function)
         query = _call_query(function, tuple(arguments))
-        if not self._slots.acquire(timeout=self._connect_timeout_s):
-            raise StoreUnavailable("every database connection is busy")
         try:
-            connection = self._take_connection()
             try:
-                row = connection.execute(query, dict(arguments)).fetchone()
-            except psycopg.Error as exc:
-                self._put_back(connection)
-                raise StoreUnavailable(f"{function} failed: {type(exc).__name__}") from exc
-            self._put_back(connection)
-            return row[0] if row else None
+                return self._run(query, arguments)
+            except _DeadConnection:
+                return self._run(query, arguments)
+        except (_DeadConnection, psycopg.Error) as exc:
+            cause = exc.__cause__ if isinstance(exc, _DeadConnection) else exc
+            raise StoreUnavailable(f"{function} failed: {type(cause).__name__}") from exc
+
+    def _run(self, query: str, arguments: Mapping[str, JsonScalar]) -> Any:
+        pool = self._open_pool()
+        try:
+            connection = pool.getconn()
+        except PoolTimeout as exc:
+            raise StoreUnavailable("no database connection within the connect timeout") from exc
+        try:
+            row = connection.execute(query, dict(arguments)).fetchone()
+        except psycopg.Error as exc:
+            if connection.broken or connection.closed:
+                # Its idle siblings of the same age (a restart, a pooler's idle timeout) are
+                # dead too: drop them before this one is returned and replaced by a fresh one.
+                pool.drain()
+                raise _DeadConnection() from exc
+            raise
         finally:
-            self._slots.release()
+            pool.putconn(connection)
+        return row[0] if row else None
 
     def apply_migrations(self, directory: Path) -> list[str]:
         """Apply each `<version>_<name>.sql` not applied yet, in order; return the versions applied."""
@@ -106,31 +150,34 @@ class PostgresStore:
             connection.execute(script)
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
+        with self._open_lock:
+            if self._opened:
+                self._pool.close()
+                self._opened = False
+
+    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        """Opened at the first call, not at construction: an instance that never
+        touches the database (a stranger, a bad request) never connects."""
+        if not self._opened:
+            with self._open_lock:
+                if not self._opened:
+                    self._pool.open()
+                    self._opened = True
+        return self._pool
+
+    def _connection_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"autocommit": True, "connect_timeout": self._connect_timeout_s}
+        if not self._prepared_statements:
+            options["prepare_threshold"] = None
+        return options
 
     def _connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool, for migrations and scripts."""
         try:
-            connection = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=self._connect_timeout_s)
+            return psycopg.connect(self._conninfo, **self._connection_options())
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot connect to the database: {type(exc).__name__}") from exc
-        if not self._prepared_statements:
-            connection.prepare_threshold = None
-        return connection
 
-    def _take_connection(self) -> psycopg.Connection[Any]:
-        with self._lock:
-            while self._idle:
-                connection = self._idle.pop()
-                if not connection.closed:
-                    return connection
-        return self._connect()
 
-    def _put_back(self, connection: psycopg.Connection[Any]) -> None:
-        if connection.closed or connection.broken:
-            connection.close()
-            return
-        with self._lock:
-            self._idle.append(connection)
+class _DeadConnection(Exception):
+    """The connection a call ran on is gone (not the call's own error)."""

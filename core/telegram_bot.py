@@ -2,49 +2,104 @@
 
 Calls go to `{TELEGRAM_API_BASE}/bot<token>/<method>` with httpx. The token is part of
 the URL, so no URL is ever logged: failures name the method only.
+
+A reply that could not be sent is told apart by whether trying again may help: a 400
+(chat not found, USER_IS_BLOCKED) or 403 (blocked, cannot initiate) will not, so the
+reply is given up; a 429, a 5xx (often without a JSON body), a network failure or a
+timeout may pass, so the reply is owed and the webhook asks Telegram to redeliver. A 429
+is waited out here when its `retry_after` ends before the reply's deadline.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from core.errors import DeliveryFailed
+from core.models import Delivery
 from core.splitting import split_message
 
 log = logging.getLogger("crossmem.telegram")
 TELEGRAM_LIMIT = 4096
+# Statuses after which the same request can never succeed.
+_FINAL_STATUSES = frozenset({400, 403})
+# Answers from before `parameters` existed carried the wait only here.
+_RETRY_AFTER_IN_DESCRIPTION = re.compile(r"retry after (\d+)", re.IGNORECASE)
 
 
 class TelegramBot:
-    def __init__(self, token: str, api_base: str = "https://api.telegram.org", timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        token: str,
+        api_base: str = "https://api.telegram.org",
+        timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._token = token
         self._base = api_base.rstrip("/")
+        self._timeout_s = timeout_s
         self._http = httpx.Client(timeout=timeout_s)
+        self._clock = clock
+        self._sleep = sleep
 
-    def call(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def call(self, method: str, payload: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """One Bot API method; raises `DeliveryFailed` unless Telegram answers ok."""
         try:
-            response = self._http.post(f"{self._base}/bot{self._token}/{method}", json=payload)
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
+            response = self._http.post(
+                f"{self._base}/bot{self._token}/{method}", json=payload, timeout=timeout_s or self._timeout_s
+            )
+        except httpx.HTTPError as exc:
             raise DeliveryFailed(f"{method}: {type(exc).__name__}") from None
-        if not isinstance(body, dict) or not body.get("ok"):
-            description = body.get("description", response.status_code) if isinstance(body, dict) else "?"
-            raise DeliveryFailed(f"{method}: {description}")
-        return body
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("ok"):
+            return body
+        if not isinstance(body, dict):
+            raise DeliveryFailed(f"{method}: HTTP {response.status_code}")
+        description = str(body.get("description", response.status_code))
+        raise DeliveryFailed(
+            f"{method}: {description}",
+            final=response.status_code in _FINAL_STATUSES,
+            retry_after_s=_retry_after(body) if response.status_code == 429 else None,
+        )
 
-    def send_text(self, chat_id: int, text: str) -> bool:
-        """Send a reply as plain text, in parts of at most 4096 characters; True if all arrived."""
+    def send_text(self, chat_id: int, text: str, deadline: float | None = None) -> Delivery:
+        """Send a reply as plain text, in parts of at most 4096 characters, before the
+        `deadline` (a `clock()` time; default: one HTTP timeout from now)."""
+        deadline = deadline if deadline is not None else self._clock() + self._timeout_s
         for part in split_message(text, TELEGRAM_LIMIT):
             try:
-                self.call("sendMessage", {"chat_id": chat_id, "text": part})
+                self._send_part(chat_id, part, deadline)
             except DeliveryFailed as exc:
-                log.error("sending a reply failed", extra={"error": str(exc)})
-                return False
-        return True
+                log.error("sending a reply failed", extra={"error": str(exc), "final": exc.final})
+                return Delivery.GIVEN_UP if exc.final else Delivery.OWED
+        return Delivery.DELIVERED
+
+    def _send_part(self, chat_id: int, part: str, deadline: float) -> None:
+        payload = {"chat_id": chat_id, "text": part}
+        try:
+            self.call("sendMessage", payload, timeout_s=self._time_left(deadline))
+        except DeliveryFailed as exc:
+            wait = exc.retry_after_s
+            if wait is None or self._clock() + wait >= deadline:
+                raise
+            log.warning("sendMessage: waiting out Too Many Requests", extra={"retry_after_s": wait})
+            self._sleep(wait)
+            self.call("sendMessage", payload, timeout_s=self._time_left(deadline))
+
+    def _time_left(self, deadline: float) -> float:
+        left = deadline - self._clock()
+        if left <= 0:
+            raise DeliveryFailed("sendMessage: no time left before the deadline")
+        return min(left, self._timeout_s)
 
     def show_typing(self, chat_id: int) -> None:
         try:
@@ -56,15 +111,24 @@ class TelegramBot:
         self._http.close()
 
 
-class TelegramChannel:
-    """A `ReplyChannel` for one chat."""
+def _retry_after(body: dict[str, Any]) -> float | None:
+    parameters = body.get("parameters")
+    if isinstance(parameters, dict) and isinstance(parameters.get("retry_after"), int | float):
+        return float(parameters["retry_after"])
+    found = _RETRY_AFTER_IN_DESCRIPTION.search(str(body.get("description", "")))
+    return float(found.group(1)) if found else None
 
-    def __init__(self, bot: TelegramBot, chat_id: int) -> None:
+
+class TelegramChannel:
+    """A `ReplyChannel` for one chat; replies must be out by `deadline` (a monotonic time)."""
+
+    def __init__(self, bot: TelegramBot, chat_id: int, deadline: float | None = None) -> None:
         self._bot = bot
         self._chat_id = chat_id
+        self._deadline = deadline
 
     def show_typing(self) -> None:
         self._bot.show_typing(self._chat_id)
 
-    def send(self, text: str) -> bool:
-        return self._bot.send_text(self._chat_id, text)
+    def send(self, text: str) -> Delivery:
+        return self._bot.send_text(self._chat_id, text, self._deadline)

@@ -28,7 +28,7 @@ from core.errors import ModelUnavailable
 from core.identity import IdentityPolicy
 from core.llm import Model, ModelReply, Usage
 from core.memory import Memory, storable
-from core.models import Person, Role, Surface, TurnStart
+from core.models import Delivery, Person, Role, Surface, TurnStart
 
 log = logging.getLogger("crossmem.turn")
 
@@ -38,8 +38,8 @@ class ReplyChannel(Protocol):
 
     def show_typing(self) -> None: ...
 
-    def send(self, text: str) -> bool:
-        """Deliver the text; True when it arrived."""
+    def send(self, text: str) -> Delivery:
+        """Deliver the text; whether it arrived, and if not, whether it is still owed."""
         ...
 
 
@@ -91,6 +91,9 @@ class TurnResult:
     message_id: int | None = None
     reply_id: int | None = None
     figures: TurnFigures = field(default_factory=TurnFigures)
+    # A stored reply that could not be pushed for a reason that may pass: the surface
+    # should ask for a redelivery, which will send it.
+    reply_owed: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,10 +132,8 @@ class Turns:
             if channel is not None and result.reply is not None:
                 if result.outcome is Outcome.REFUSED:
                     channel.send(result.reply)
-                elif result.outcome is Outcome.REDELIVERED and channel.send(result.reply):
-                    assert result.user_id is not None and result.reply_id is not None
-                    self.memory.mark_delivered(result.user_id, result.reply_id)
-                    result.figures.round_trips += 1
+                elif result.outcome is Outcome.REDELIVERED:
+                    self._send_stored_reply(result, channel)
             return self._logged(request, result, began)
         messages = self._messages(request, start)
         figures.context_messages = len(messages)
@@ -145,12 +146,14 @@ class Turns:
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
-        delivered = channel.send(text) if channel is not None else True
-        if channel is not None and not delivered:
+        delivery = channel.send(text) if channel is not None else Delivery.DELIVERED
+        if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         result = self._result(outcome, text, start, figures)
         if outcome is Outcome.ANSWERED:
-            self._finish(result, start, text, delivered)
+            self._finish(result, start, text, delivery is Delivery.DELIVERED)
+            # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
+            result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(request, result, began)
 
     def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
@@ -172,6 +175,8 @@ class Turns:
                 if isinstance(chunk, Usage):
                     figures.add_usage(chunk)
                     continue
+                if not chunk:
+                    continue
                 parts.append(chunk)
                 yield chunk
                 if self._clock() - began > request.deadline_s:
@@ -180,7 +185,7 @@ class Turns:
                 raise ModelUnavailable("the model answered with no text")
         except ModelUnavailable as exc:
             outcome, figures.error = Outcome.FALLBACK, str(exc)
-            fallback = ("\n\n" if parts else "") + self._settings.fallback_reply
+            fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
             parts.append(fallback)
             yield fallback
         text = "".join(parts)
@@ -255,6 +260,16 @@ class Turns:
             return future.result(timeout=deadline_s)
         except FuturesTimeout as exc:
             raise ModelUnavailable(f"no answer within {deadline_s:g} s") from exc
+
+    def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel) -> None:
+        assert result.reply is not None and result.user_id is not None and result.reply_id is not None
+        delivery = channel.send(result.reply)
+        if delivery is Delivery.DELIVERED:
+            self.memory.mark_delivered(result.user_id, result.reply_id)
+            result.figures.round_trips += 1
+        else:
+            result.figures.error = "the stored reply could not be delivered"
+        result.reply_owed = delivery is Delivery.OWED
 
     def _finish(self, result: TurnResult, start: TurnStart, text: str, delivered: bool) -> None:
         if start.message_id is None or start.user_id is None:

@@ -1,10 +1,14 @@
 """`telegram_webhook`: Telegram's webhook deliveries, `POST /telegram`.
 
 Verify the secret token, parse the update, run the turn (the reply goes out through the
-Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200.
+Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200. When the
+stored reply could not be sent for a reason that may pass, answer 503: Telegram redelivers
+an update whose webhook answered anything but 2xx, and the redelivery sends that reply.
 """
 
 from __future__ import annotations
+
+import time
 
 import flask
 
@@ -18,6 +22,8 @@ from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name, not a secret)
+# Replies must be out before the function's own 60 s timeout (serverless.yml).
+REPLY_DEADLINE_S = 50.0
 
 
 @serving
@@ -54,13 +60,16 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         sender_id=action.sender_id,
         deadline_s=config.telegram_model_deadline,
     )
+    deadline = time.monotonic() + REPLY_DEADLINE_S
     try:
-        channel = None if inline else TelegramChannel(runtime.telegram_bot(), action.chat_id)
+        channel = None if inline else TelegramChannel(runtime.telegram_bot(), action.chat_id, deadline)
         result = runtime.turns().run(turn, channel)
     except InputError as exc:
         return _reply(action.chat_id, f"Sorry, I couldn't take that message: {exc}.", inline=inline)
     if inline and result.reply:
         return _reply(action.chat_id, result.reply, inline=True)
+    if result.reply_owed:
+        return json_response({"error": "reply_owed", "message": "the Bot API did not take the reply"}, 503)
     return json_response({"ok": True, "outcome": result.outcome.value})
 
 

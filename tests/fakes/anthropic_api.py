@@ -2,12 +2,15 @@
 
 It accepts the SDK's real requests, records them, and answers as the API does: a
 message, or server-sent events when `stream` is true, with usage computed by the prompt
-cache simulator. `behaviour` makes it fail: "500", "529", "slow" or "malformed".
+cache simulator. `behaviour` makes it fail: "500", "529", "slow" or "malformed";
+`latency_s` (low, high) makes every answer take a random time in that range, as the real
+model's does (the soak).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +31,7 @@ class FakeAnthropic:
         self.answer = answer
         self.behaviour = "ok"
         self.slow_s = 3.0
+        self.latency_s = (0.0, 0.0)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
@@ -61,6 +65,8 @@ class FakeAnthropic:
                     return self.answer_bytes(int(fake.behaviour), data, "application/json", {"x-should-retry": "false"})
                 if fake.behaviour == "slow":
                     time.sleep(fake.slow_s)
+                elif fake.latency_s[1] > 0:
+                    time.sleep(random.uniform(*fake.latency_s))
                 text = fake.answer(body)
                 usage_json = {
                     "input_tokens": usage.input_tokens,

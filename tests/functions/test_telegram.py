@@ -235,28 +235,6 @@ def test_with_the_database_down_the_person_still_gets_an_answer(
     assert any("begin_turn failed" in record.getMessage() for record in caplog.records)
 
 
-def test_with_the_bot_api_down_the_turn_is_stored_and_a_redelivery_sends_it(
-    environment: pytest.MonkeyPatch,
-    database_url: str,
-    fake_anthropic: FakeAnthropic,
-    fake_telegram: FakeTelegram,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    fake_telegram.down = True
-    body = update("hello while Telegram is down")
-    client = app_client("telegram_webhook")
-    with caplog.at_level(logging.ERROR, logger="crossmem"):
-        assert client.post("/", json=body, headers=HEADERS).status_code == 200
-    assert any("sending a reply failed" in record.getMessage() for record in caplog.records)
-    rows = stored(database_url, str(body["update_id"]))
-    assert [role for role, _ in rows] == ["user", "assistant"]
-    fake_telegram.down = False
-    assert client.post("/", json=body, headers=HEADERS).status_code == 200
-    assert client.post("/", json=body, headers=HEADERS).status_code == 200
-    assert [payload["text"] for payload in fake_telegram.sent()] == [rows[1][1]]
-    assert len(fake_anthropic.requests) == 1
-
-
 @pytest.mark.parametrize(
     ("data", "content_type"),
     [

@@ -1,0 +1,19 @@
+"""Who the soak's person number `n` is on each surface (shared by the people and the check)."""
+
+from __future__ import annotations
+
+import uuid
+
+OWNER_DEVICES = 3  # person numbers 0, 1, 2: the owner on Telegram, WhatsApp and the web
+
+
+def telegram_id(person: int) -> int:
+    return 7_000_000 + person
+
+
+def whatsapp_number(person: int) -> str:
+    return f"+1555{person:07d}"
+
+
+def web_user(person: int) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"crossmem-soak-person-{person}"))

@@ -1,0 +1,176 @@
+"""Failure paths on real Postgres: a store that fails one chosen SQL function, and the
+races of first messages when the person is already known (the owner policy, the web)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+
+from core.errors import StoreUnavailable
+from core.identity import IdentityPolicy
+from core.memory import ContextLimits, Memory
+from core.models import Delivery, Person, Surface, TurnStart
+from core.offline_model import OfflineModel
+from core.postgres_store import PostgresStore
+from core.store import JsonScalar
+from core.turn import Outcome, TurnRequest, Turns, TurnSettings
+
+SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
+
+
+class FailingStore:
+    """The real store, except that the SQL functions named in `failing` fail as a down database does."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.failing: set[str] = set()
+
+    def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
+        if function in self.failing:
+            raise StoreUnavailable(f"{function} failed: OperationalError")
+        return self.store.call(function, arguments)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class RecordingChannel:
+    def __init__(self, delivery: Delivery = Delivery.DELIVERED) -> None:
+        self.delivery = delivery
+        self.sent: list[str] = []
+
+    def show_typing(self) -> None:
+        pass
+
+    def send(self, text: str) -> Delivery:
+        self.sent.append(text)
+        return self.delivery
+
+
+@pytest.fixture
+def failing(store: PostgresStore) -> FailingStore:
+    return FailingStore(store)
+
+
+@pytest.fixture
+def turns(failing: FailingStore) -> Iterator[Turns]:
+    model = OfflineModel()
+    yield Turns(Memory(failing, ContextLimits()), lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+
+def rows(database_url: str, person: uuid.UUID) -> list[tuple[str, bool | None]]:
+    with psycopg.connect(database_url) as connection:
+        found = connection.execute(
+            "select role, case when role = 'assistant' then delivered_at is not null end"
+            " from messages where user_id = %s order by created_at, id",
+            (person,),
+        ).fetchall()
+    return [(role, delivered) for role, delivered in found]
+
+
+def telegram(person: uuid.UUID, update_id: str) -> TurnRequest:
+    return TurnRequest(Surface.TELEGRAM, "hello", update_id, user_id=person, deadline_s=5)
+
+
+def test_a_reply_that_cannot_be_stored_still_goes_out_and_is_not_owed(
+    turns: Turns, failing: FailingStore, database_url: str
+) -> None:
+    failing.failing = {"finish_turn"}
+    person = uuid.uuid4()
+    channel = RecordingChannel(Delivery.OWED)
+    result = turns.run(telegram(person, "1"), channel)
+    assert result.outcome is Outcome.ANSWERED and result.reply_id is None
+    assert channel.sent == [result.reply]
+    assert not result.reply_owed  # a redelivery would find no reply to send
+    assert result.figures.error == "the reply could not be delivered"
+    assert rows(database_url, person) == [("user", None)]
+
+
+def test_a_reply_that_cannot_be_stored_is_still_the_web_answer(turns: Turns, failing: FailingStore) -> None:
+    failing.failing = {"finish_turn"}
+    result = turns.run(TurnRequest(Surface.WEB, "hello", "c1", user_id=uuid.uuid4(), deadline_s=5))
+    assert result.outcome is Outcome.ANSWERED and result.reply and result.reply_id is None
+    assert result.figures.error == "the reply could not be stored"
+
+
+def test_a_mark_delivered_failure_does_not_escape_and_the_reply_stays_owed_in_the_database(
+    turns: Turns, failing: FailingStore, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    first = turns.run(telegram(person, "7"), RecordingChannel(Delivery.OWED))
+    assert first.reply_owed
+    failing.failing = {"mark_delivered"}
+    channel = RecordingChannel()
+    again = turns.run(telegram(person, "7"), channel)
+    assert again.outcome is Outcome.REDELIVERED and channel.sent == [first.reply]
+    assert not again.reply_owed
+    assert rows(database_url, person) == [("user", None), ("assistant", False)]
+
+
+def test_a_redelivered_reply_that_fails_again_is_not_marked_delivered(turns: Turns, database_url: str) -> None:
+    person = uuid.uuid4()
+    turns.run(telegram(person, "8"), RecordingChannel(Delivery.OWED))
+    again = turns.run(telegram(person, "8"), RecordingChannel(Delivery.OWED))
+    assert again.outcome is Outcome.REDELIVERED and again.reply_owed
+    assert rows(database_url, person) == [("user", None), ("assistant", False)]
+    given_up = turns.run(telegram(person, "8"), RecordingChannel(Delivery.GIVEN_UP))
+    assert given_up.outcome is Outcome.REDELIVERED and not given_up.reply_owed
+    assert rows(database_url, person) == [("user", None), ("assistant", False)]
+    turns.run(telegram(person, "8"), RecordingChannel())
+    assert rows(database_url, person) == [("user", None), ("assistant", True)]
+
+
+def count(database_url: str, query: str, *arguments: object) -> int:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(query, arguments).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def racing(database_url: str, runners: int, action: Callable[[Memory, int], TurnStart]) -> list[TurnStart]:
+    """`action` run by `runners` threads at the same instant, each on a connection of its own
+    already open (one pool hands out its connections too slowly for a real race)."""
+    memories = [Memory(PostgresStore(database_url, max_connections=1), ContextLimits()) for _ in range(runners)]
+    for memory in memories:
+        memory.list_conversations(uuid.uuid4())
+    start_line = threading.Barrier(runners)
+
+    def run(index: int) -> TurnStart:
+        start_line.wait()
+        return action(memories[index], index)
+
+    try:
+        with ThreadPoolExecutor(max_workers=runners) as pool:
+            return list(pool.map(run, range(runners)))
+    finally:
+        for memory in memories:
+            memory.store.close()
+
+
+def test_concurrent_first_messages_of_a_known_person_make_one_conversation(database_url: str) -> None:
+    """The owner policy: the person's id is known, so no identity row serialises the race."""
+    owner = Person(user_id=uuid.uuid4())
+    starts = racing(
+        database_url, 20, lambda memory, i: memory.begin_turn(owner, Surface.TELEGRAM, f"message {i}", f"u{i}")
+    )
+    assert not any(start.degraded or start.duplicate for start in starts)
+    assert count(database_url, "select count(*) from conversations where user_id = %s", owner.user_id) == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s", owner.user_id) == 20
+
+
+def test_a_first_web_message_sent_ten_times_at_once_is_stored_once_in_one_conversation(database_url: str) -> None:
+    person = Person(user_id=uuid.uuid4())
+    starts = racing(
+        database_url, 10, lambda memory, _: memory.begin_turn(person, Surface.WEB, "a new chat", "client-1")
+    )
+    assert not any(start.degraded for start in starts)
+    assert sorted(start.duplicate for start in starts) == [False] + [True] * 9
+    assert len({start.conversation_id for start in starts}) == 1
+    assert count(database_url, "select count(*) from conversations where user_id = %s", person.user_id) == 1
+    assert count(database_url, "select count(*) from messages where user_id = %s", person.user_id) == 1

@@ -1,0 +1,191 @@
+"""Pooled connections that die while idle (a database restart, a pooler's idle timeout),
+and a call whose answer is lost after it committed: nothing is lost, nothing doubled."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
+from core.errors import StoreUnavailable
+from core.identity import IdentityPolicy
+from core.llm import AnthropicModel
+from core.memory import ContextLimits, Memory
+from core.models import Person, Surface
+from core.postgres_store import PostgresStore
+from core.turn import Outcome, TurnRequest, Turns, TurnSettings
+from tests.fakes.anthropic_api import FakeAnthropic
+
+APPLICATION = "crossmem-stale-test"
+
+
+@pytest.fixture
+def proxy(database_url: str) -> Iterator[LatencyProxy]:
+    with LatencyProxy(postgres_target(database_url)) as running:
+        yield running
+
+
+@pytest.fixture
+def proxied_store(database_url: str, proxy: LatencyProxy) -> Iterator[PostgresStore]:
+    store = PostgresStore(f"{through_proxy(database_url, proxy.port)}?application_name={APPLICATION}")
+    yield store
+    store.close()
+
+
+def kill_idle_connections(database_url: str) -> int:
+    """What a restart or a pooler's idle timeout does to the pool: every idle connection dies."""
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "select count(*) filter (where pg_terminate_backend(pid)) from pg_stat_activity"
+            " where application_name = %s and state = 'idle'",
+            (APPLICATION,),
+        ).fetchone()
+        while admin.execute(
+            "select count(*) from pg_stat_activity where application_name = %s", (APPLICATION,)
+        ).fetchone() != (0,):
+            pass  # pg_terminate_backend only signals; wait until the backends are gone
+    assert killed is not None
+    return int(killed[0])
+
+
+def open_idle_connections(memory: Memory, database_url: str, at_least: int) -> None:
+    """Concurrent calls until the pool holds `at_least` connections, as a busy instance's would."""
+    with ThreadPoolExecutor(max_workers=8) as threads:
+        for _ in range(50):
+            list(threads.map(lambda _: memory.list_conversations(uuid.uuid4()), range(16)))
+            with psycopg.connect(database_url) as admin:
+                row = admin.execute("select count(*) from pg_stat_activity where application_name = %s", (APPLICATION,))
+                if (row.fetchone() or (0,))[0] >= at_least:
+                    return
+    raise AssertionError(f"the pool never held {at_least} connections")
+
+
+def handshake_round_trips(database_url: str, proxy: LatencyProxy) -> int:
+    """What opening one connection costs through the proxy (startup, authentication)."""
+    proxy.reset()
+    with psycopg.connect(through_proxy(database_url, proxy.port)):
+        return proxy.round_trips
+
+
+def test_idle_connections_killed_the_next_turn_keeps_its_memory_and_stores_its_message(
+    proxied_store: PostgresStore, proxy: LatencyProxy, database_url: str
+) -> None:
+    memory = Memory(proxied_store, ContextLimits())
+    person = Person(user_id=uuid.uuid4())
+    first = memory.begin_turn(person, Surface.TELEGRAM, "my dentist moved to Friday", "u1")
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "noted")
+
+    proxy.reset()
+    healthy = memory.begin_turn(person, Surface.TELEGRAM, "and the budget is 900", "u2")
+    assert healthy.message_id is not None
+    memory.finish_turn(first.user_id, healthy.message_id, "noted too")
+    healthy_round_trips = proxy.round_trips
+    assert healthy_round_trips == 2
+
+    open_idle_connections(memory, database_url, at_least=3)
+    assert kill_idle_connections(database_url) >= 3
+    handshake = handshake_round_trips(database_url, proxy)
+    proxy.reset()
+    after = memory.begin_turn(person, Surface.TELEGRAM, "when is the dentist?", "u3")
+    assert not after.degraded and not after.duplicate and after.message_id is not None
+    assert [message.content for message in after.history] == [
+        "my dentist moved to Friday",
+        "noted",
+        "and the budget is 900",
+        "noted too",
+        "when is the dentist?",
+    ]
+    assert memory.finish_turn(first.user_id, after.message_id, "Friday") is not None
+    # Fresh connections are opened (the pool replaces the dead ones in the background);
+    # besides their handshakes, one round trip more than a healthy turn at most.
+    assert proxy.connections >= 1
+    assert proxy.round_trips - proxy.connections * handshake <= healthy_round_trips + 1
+    stored = memory.person_history(first.user_id)
+    assert [message.content for message in stored][-2:] == ["when is the dentist?", "Friday"]
+
+
+def test_a_turn_whose_begin_turn_committed_but_whose_answer_was_lost_asks_the_model_once(
+    proxied_store: PostgresStore, proxy: LatencyProxy, database_url: str
+) -> None:
+    fake = FakeAnthropic()
+    try:
+        model = AnthropicModel(
+            api_key="sk-ant-test", model="claude-test-1", max_tokens=100, base_url=fake.url, max_retries=0
+        )
+        settings = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
+        turns = Turns(Memory(proxied_store, ContextLimits()), lambda: model, IdentityPolicy("auto"), settings)
+        person = uuid.uuid4()
+        warm = turns.run(TurnRequest(Surface.WHATSAPP, "warm up", "SM-warm", user_id=person, deadline_s=5))
+        assert warm.outcome is Outcome.ANSWERED
+
+        proxy.lose_next_answer()  # begin_turn commits; its answer never arrives
+        result = turns.run(TurnRequest(Surface.WHATSAPP, "is this stored once?", "SM-lost", user_id=person))
+    finally:
+        fake.close()
+    assert result.outcome is Outcome.ANSWERED
+    assert result.reply == "Claude heard: " + fake.requests[-1]["messages"][-1]["content"][0]["text"]
+    assert len(fake.requests) == 2  # warm-up and this turn: the retry did not ask again
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute(
+            "select role, content from messages where user_id = %s order by created_at, id", (person,)
+        ).fetchall()
+    assert rows == [
+        ("user", "warm up"),
+        ("assistant", "Claude heard: " + fake.requests[0]["messages"][-1]["content"][0]["text"]),
+        ("user", "is this stored once?"),
+        ("assistant", result.reply),
+    ]
+
+
+def test_a_web_first_message_whose_answer_was_lost_lands_in_one_conversation(
+    proxied_store: PostgresStore, proxy: LatencyProxy, database_url: str
+) -> None:
+    memory = Memory(proxied_store, ContextLimits())
+    person = Person(user_id=uuid.uuid4())
+    memory.list_conversations(uuid.uuid4())  # a warm connection
+    proxy.lose_next_answer()
+    start = memory.begin_turn(person, Surface.WEB, "a new conversation, no client id", None)
+    assert not start.degraded and not start.duplicate
+    assert [message.content for message in start.history] == ["a new conversation, no client id"]
+    assert person.user_id is not None
+    assert [conversation.id for conversation in memory.list_conversations(person.user_id)] == [start.conversation_id]
+
+
+def test_a_finish_turn_whose_answer_was_lost_returns_the_reply_it_stored(
+    proxied_store: PostgresStore, proxy: LatencyProxy
+) -> None:
+    memory = Memory(proxied_store, ContextLimits())
+    start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
+    assert start.user_id is not None and start.message_id is not None
+    proxy.lose_next_answer()
+    reply_id = memory.finish_turn(start.user_id, start.message_id, "hi")
+    assert reply_id is not None
+    assert [(m.id, m.content) for m in memory.person_history(start.user_id)] == [
+        (start.message_id, "hello"),
+        (reply_id, "hi"),
+    ]
+
+
+def test_an_error_that_leaves_the_connection_alive_is_not_retried(
+    proxied_store: PostgresStore, proxy: LatencyProxy
+) -> None:
+    proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4())})  # a warm connection
+    proxy.reset()
+    with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue"):
+        proxied_store.call("begin_turn", {"p_surface": "web", "p_content": "no person"})
+    assert proxy.round_trips == 1
+    assert proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4())}) == []
+    assert proxy.round_trips == 2  # and the connection stays in use
+
+
+def test_the_pool_opens_nothing_until_the_first_call(database_url: str, proxy: LatencyProxy) -> None:
+    store = PostgresStore(through_proxy(database_url, proxy.port))
+    assert proxy.connections == 0
+    assert store.call("list_conversations", {"p_user_id": str(uuid.uuid4())}) == []
+    assert proxy.connections == 1
+    store.close()

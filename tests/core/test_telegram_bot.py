@@ -1,0 +1,92 @@
+"""TelegramBot against the fake Bot API answering with the real error bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from core.models import Delivery
+from core.telegram_bot import TelegramBot
+from tests.fakes.telegram_api import FakeTelegram
+
+TOKEN = "123456789:TEST-token-abcdef"
+
+
+class FakeClock:
+    """Time that passes only when the bot sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTelegram]:
+    server = FakeTelegram(TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def bot(fake: FakeTelegram, clock: FakeClock) -> Iterator[TelegramBot]:
+    client = TelegramBot(TOKEN, fake.url, clock=clock, sleep=clock.sleep)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("failure", "delivery"),
+    [
+        ("blocked_by_user", Delivery.GIVEN_UP),
+        ("cannot_initiate", Delivery.GIVEN_UP),
+        ("user_is_blocked_as_400", Delivery.GIVEN_UP),
+        ("chat_not_found", Delivery.GIVEN_UP),
+        ("gateway", Delivery.OWED),
+        ("too_many_requests_long", Delivery.OWED),
+    ],
+)
+def test_each_failure_is_given_up_or_owed(
+    bot: TelegramBot, fake: FakeTelegram, clock: FakeClock, failure: str, delivery: Delivery
+) -> None:
+    fake.fail_with(failure)
+    assert bot.send_text(42, "hello", deadline=clock.now + 50) is delivery
+    assert len(fake.refused) == 1 and fake.sent() == [] and clock.slept == []
+
+
+@pytest.mark.parametrize(
+    ("failure", "wait"), [("too_many_requests", 41.0), ("too_many_requests_2016_no_parameters", 3.0)]
+)
+def test_too_many_requests_is_waited_out_when_the_wait_fits_the_deadline(
+    bot: TelegramBot, fake: FakeTelegram, clock: FakeClock, failure: str, wait: float
+) -> None:
+    fake.fail_with(failure, times=1)
+    assert bot.send_text(42, "hello", deadline=clock.now + 50) is Delivery.DELIVERED
+    assert clock.slept == [wait]
+    assert fake.sent() == [{"chat_id": 42, "text": "hello"}]
+
+
+def test_too_many_requests_past_the_deadline_is_owed_at_once(
+    bot: TelegramBot, fake: FakeTelegram, clock: FakeClock
+) -> None:
+    fake.fail_with("too_many_requests", times=1)  # retry after 41 s
+    assert bot.send_text(42, "hello", deadline=clock.now + 30) is Delivery.OWED
+    assert clock.slept == [] and fake.sent() == []
+
+
+def test_an_unreachable_bot_api_is_owed(clock: FakeClock) -> None:
+    bot = TelegramBot(TOKEN, "http://127.0.0.1:1", clock=clock, sleep=clock.sleep)
+    assert bot.send_text(42, "hello") is Delivery.OWED
+    bot.close()

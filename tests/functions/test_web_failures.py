@@ -1,0 +1,90 @@
+"""The web's failure paths as the page meets them: the streamed turn when the model fails,
+and a retried send, which must get its reply back."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.functions.conftest import app_client
+from tests.functions.test_web import SECRET, bearer
+
+FALLBACK = "Sorry, I can't answer right now."
+STREAM = {"Accept": "text/event-stream"}
+
+
+@pytest.fixture
+def web(environment: pytest.MonkeyPatch) -> FlaskClient:
+    """The web function with a known fallback, and a deadline the fake's slow answer passes."""
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("FALLBACK_REPLY", FALLBACK)
+    environment.setenv("WEB_MODEL_DEADLINE", "1")
+    return app_client("web_chat")
+
+
+def events_of(body: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in body.split("\n\n"):
+        if block:
+            name, data = block.split("\n", 1)
+            events.append((name.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return events
+
+
+def stored(database_url: str, person: uuid.UUID) -> list[tuple[str, str]]:
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute(
+            "select role, content from messages where user_id = %s order by created_at, id", (person,)
+        ).fetchall()
+    return [(role, content) for role, content in rows]
+
+
+@pytest.mark.parametrize("behaviour", ["500", "529", "slow", "malformed", "empty"])
+def test_a_streamed_turn_whose_model_fails_ends_with_one_done_carrying_the_fallback(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, behaviour: str
+) -> None:
+    if behaviour == "empty":
+        fake_anthropic.answer = lambda body: ""
+    else:
+        fake_anthropic.behaviour = behaviour
+    person = uuid.uuid4()
+    response = web.post(
+        "/", json={"message": "are you there?", "client_message_id": "c1"}, headers={**bearer(person), **STREAM}
+    )
+    assert response.status_code == 200 and response.mimetype == "text/event-stream"
+    events = events_of(response.get_data(as_text=True))
+    names = [name for name, _ in events]
+    assert names.count("done") == 1 and names[-1] == "done"
+    done = events[-1][1]
+    assert done["outcome"] == "fallback" and done["reply"] == FALLBACK and done["reply_id"] is None
+    assert "".join(data["text"] for name, data in events if name == "delta") == FALLBACK
+    assert stored(database_url, person) == [("user", "are you there?")]
+
+
+@pytest.mark.parametrize("accept", [{}, STREAM], ids=["json", "stream"])
+def test_a_retried_send_gets_its_reply_back(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, accept: dict[str, str]
+) -> None:
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "The first and only answer."
+    replies = []
+    for _ in range(3):
+        response = web.post(
+            "/", json={"message": "hello", "client_message_id": "retry-1"}, headers={**bearer(person), **accept}
+        )
+        assert response.status_code == 200
+        result = events_of(response.get_data(as_text=True))[-1][1] if accept else response.get_json()
+        replies.append((result["outcome"], result["reply"]))
+    assert replies == [
+        ("answered", "The first and only answer."),
+        ("redelivered", "The first and only answer."),
+        ("redelivered", "The first and only answer."),
+    ]
+    assert stored(database_url, person) == [("user", "hello"), ("assistant", "The first and only answer.")]
+    assert len(fake_anthropic.requests) == 1
