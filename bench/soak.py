@@ -123,6 +123,9 @@ def deployment_environment(database_url: str, model: FakeAnthropic, bot: FakeTel
         "WEB_MODEL_DEADLINE": DEADLINE_S,
         "WORKERS": WORKERS,
         "THREADS": "8",
+        # The owner writes from three devices at once here, past a person's 12 turns a minute;
+        # the soak measures loss under load and faults, the budget has tests of its own.
+        "TURNS_PER_MINUTE": "0",
     }
 
 

@@ -12,13 +12,14 @@ CrossmemError
 ├── Forbidden             valid credentials of someone this deployment does not serve (403)
 ├── Conflict              the request does not fit the deployment's state (409)
 │   └── LinkingNotNeeded
+├── OverBudget            the person is past their turns or tokens for now (429)
 ├── StoreUnavailable      the database failed or could not be reached
 ├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
 ├── DeliveryFailed        a surface's API refused a reply or could not be reached
 └── ConfigurationError    invalid or missing settings (503)
 """
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 class CrossmemError(Exception):
@@ -76,6 +77,21 @@ class Conflict(CrossmemError):
 
 class LinkingNotNeeded(Conflict):
     """Linking under IDENTITY_POLICY=owner: the owner's apps are configured, not linked."""
+
+
+class OverBudget(CrossmemError):
+    """A person past their budget of turns or tokens: no model call, nothing stored. The
+    message is the polite answer, saying when they can write again."""
+
+    def __init__(self, until: datetime, now: datetime) -> None:
+        wait_s = (until - now).total_seconds()
+        if wait_s < 120:
+            when = f"in {max(int(wait_s) + 1, 1)} seconds"
+        else:
+            day = "" if until.astimezone(UTC).date() == now.astimezone(UTC).date() else "tomorrow "
+            when = f"{day}after {until.astimezone(UTC):%H:%M} UTC"
+        super().__init__(f"You've written a lot in a short time, so I'm taking a pause. You can write again {when}.")
+        self.until = until
 
 
 class StoreUnavailable(CrossmemError):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from core.errors import EmptyMessage, MessageTooLong, NotFound, StoreUnavailable
+from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
 from core.models import Conversation, ConversationPage, Person, StoredMessage, StoredReply, Surface, TurnStart
 from core.store import MemoryStore
 
@@ -27,6 +28,15 @@ class ContextLimits:
     web_prepend: int = 8
     max_message_chars: int = 16000
     max_history_chars: int = 4 * 16000
+
+
+@dataclass(frozen=True)
+class TurnBudget:
+    """A person's turns and model tokens, across all their apps; 0 turns a limit off."""
+
+    turns_per_minute: int = 0
+    turns_per_day: int = 0
+    tokens_per_day: int = 0
 
 
 def storable(text: str) -> str:
@@ -45,9 +55,10 @@ def clean_text(text: str, limit: int) -> str:
 
 
 class Memory:
-    def __init__(self, store: MemoryStore, limits: ContextLimits) -> None:
+    def __init__(self, store: MemoryStore, limits: ContextLimits, budget: TurnBudget | None = None) -> None:
         self.store = store
         self.limits = limits
+        self.budget = budget or TurnBudget()
 
     def begin_turn(
         self,
@@ -59,8 +70,9 @@ class Memory:
     ) -> TurnStart:
         """Store the person's message once and return the context to answer it with.
 
-        Raises InputError for a message we cannot store and NotFound for someone else's
-        conversation; a store failure gives a degraded, empty start instead.
+        Raises InputError for a message we cannot store, NotFound for someone else's
+        conversation and OverBudget for a person past their budget (nothing stored); a store
+        failure gives a degraded, empty start instead.
         """
         content = clean_text(text, self.limits.max_message_chars)
         arguments: dict[str, Any] = {
@@ -77,6 +89,9 @@ class Memory:
             # Sent again unchanged if the store retries the call: the database then knows
             # the message it finds is this turn's own, not a redelivery.
             "p_attempt": str(uuid4()),
+            "p_turns_per_minute": self.budget.turns_per_minute,
+            "p_turns_per_day": self.budget.turns_per_day,
+            "p_tokens_per_day": self.budget.tokens_per_day,
         }
         try:
             row = self.store.call("begin_turn", arguments)
@@ -93,6 +108,10 @@ class Memory:
             )
         if row.get("error") == "conversation_not_found":
             raise NotFound("no such conversation")
+        if row.get("limited_until"):
+            until = datetime.fromisoformat(row["limited_until"])
+            log.info("over budget; no turn", extra={"user_id": row["user_id"], "until": until.isoformat()})
+            raise OverBudget(until, datetime.now(UTC))
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
             return TurnStart(None, None, None, None, duplicate=True, reply=None)
@@ -108,8 +127,11 @@ class Memory:
             prepend=[StoredMessage.from_row(item) for item in row["prepend"]],
         )
 
-    def finish_turn(self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True) -> int | None:
-        """Store the reply to a stored user message; the reply's id, or None if it could not be stored."""
+    def finish_turn(
+        self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True, tokens: int = 0
+    ) -> int | None:
+        """Store the reply to a stored user message, and the model tokens it took (the person's
+        budget counts them); the reply's id, or None if it could not be stored."""
         try:
             row = self.store.call(
                 "finish_turn",
@@ -118,6 +140,7 @@ class Memory:
                     "p_user_message_id": user_message_id,
                     "p_content": storable(reply) or " ",
                     "p_delivered": delivered,
+                    "p_tokens": tokens,
                 },
             )
         except StoreUnavailable as exc:

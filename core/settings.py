@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=16000, ge=1)
     max_history_chars: int | None = Field(default=None, ge=1)  # unset: 4 x MAX_MESSAGE_CHARS
 
+    # A person's budget, across all their apps (0: no limit).
+    turns_per_minute: int = Field(default=12, ge=0)
+    turns_per_day: int = Field(default=300, ge=0)
+    tokens_per_day: int = Field(default=2_000_000, ge=0)
+
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
     owner_user_id: UUID | None = None

@@ -75,6 +75,11 @@ class TurnFigures:
     degraded: bool = False
     error: str | None = None
 
+    @property
+    def model_tokens(self) -> int:
+        """Every token the model read or wrote for this turn: what the person's daily budget counts."""
+        return self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
+
     def add_usage(self, usage: Usage) -> None:
         self.input_tokens = usage.input_tokens
         self.output_tokens = usage.output_tokens
@@ -274,7 +279,9 @@ class Turns:
     def _finish(self, result: TurnResult, start: TurnStart, text: str, delivered: bool) -> None:
         if start.message_id is None or start.user_id is None:
             return
-        result.reply_id = self.memory.finish_turn(start.user_id, start.message_id, text, delivered=delivered)
+        result.reply_id = self.memory.finish_turn(
+            start.user_id, start.message_id, text, delivered=delivered, tokens=result.figures.model_tokens
+        )
         result.figures.round_trips += 1
         if result.reply_id is None:
             result.figures.error = result.figures.error or "the reply could not be stored"

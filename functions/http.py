@@ -31,6 +31,7 @@ from core.errors import (
     MessageTooLong,
     ModelUnavailable,
     NotFound,
+    OverBudget,
     StoreUnavailable,
 )
 from functions import runtime
@@ -50,6 +51,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (Forbidden, 403, "forbidden"),
     (LinkingNotNeeded, 409, "linking_not_needed"),
     (Conflict, 409, "conflict"),
+    (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),
     (ModelUnavailable, 503, "model_unavailable"),
     (ConfigurationError, 503, "not_configured"),

@@ -18,7 +18,7 @@ from core.identity import IdentityPolicy
 from core.linking import Linking
 from core.llm import AnthropicModel, Model
 from core.logs import configure_json_logging
-from core.memory import ContextLimits, Memory
+from core.memory import ContextLimits, Memory, TurnBudget
 from core.offline_model import OfflineModel
 from core.postgres_store import PostgresStore
 from core.retention import Retention, in_flight_window
@@ -117,7 +117,8 @@ def memory() -> Memory:
         max_message_chars=config.max_message_chars,
         max_history_chars=config.history_chars_limit,
     )
-    return Memory(store(), limits)
+    budget = TurnBudget(config.turns_per_minute, config.turns_per_day, config.tokens_per_day)
+    return Memory(store(), limits, budget)
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import time
 
 import flask
 
-from core.errors import InputError
+from core.errors import InputError, OverBudget
 from core.models import Surface
 from core.splitting import split_message
 from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
@@ -64,6 +64,8 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     try:
         channel = None if inline else TelegramChannel(runtime.telegram_bot(), action.chat_id, deadline)
         result = runtime.turns().run(turn, channel)
+    except OverBudget as exc:
+        return _reply(action.chat_id, str(exc), inline=inline)
     except InputError as exc:
         return _reply(action.chat_id, f"Sorry, I couldn't take that message: {exc}.", inline=inline)
     if inline and result.reply:

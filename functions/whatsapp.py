@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import flask
 
-from core.errors import InputError
+from core.errors import InputError, OverBudget
 from core.forgetting import ForgetRequest
 from core.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
@@ -70,6 +70,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     )
     try:
         return _twiml(runtime.turns().run(turn).reply)
+    except OverBudget as exc:
+        return _twiml(str(exc))
     except InputError as exc:
         return _twiml(f"Sorry, I couldn't take that message: {exc}.")
 

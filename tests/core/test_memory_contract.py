@@ -13,7 +13,7 @@ from core.errors import NotFound
 from core.forgetting import NOTHING_STORED, ForgetRequest, Forgetting, Forgotten
 from core.identity import IdentityPolicy
 from core.linking import Linking, LinkStatus
-from core.memory import ContextLimits, Memory
+from core.memory import ContextLimits, Memory, TurnBudget
 from core.models import Person, Role, Surface
 from core.postgres_store import PostgresStore
 from core.supabase_store import SupabaseStore
@@ -72,6 +72,16 @@ def test_web_turn_costs_two_round_trips(counted: CountedMemory) -> None:
     start = counted.memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "client-1", conversation.id)
     assert start.message_id is not None
     counted.memory.finish_turn(person, start.message_id, "hi there")
+    assert counted.round_trips() == 2
+
+
+def test_with_the_budget_on_a_turn_still_costs_two_round_trips(counted: CountedMemory) -> None:
+    memory = Memory(counted.memory.store, ContextLimits(), TurnBudget(12, 300, 2_000_000))
+    person = uuid.uuid4()
+    counted.reset()
+    start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "update-budget")
+    assert start.message_id is not None
+    memory.finish_turn(person, start.message_id, "hi there", tokens=1234)
     assert counted.round_trips() == 2
 
 

@@ -60,6 +60,10 @@ def production_settings(database_url: str, anthropic: FakeAnthropic, telegram: F
         "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
         "TELEGRAM_API_BASE": telegram.url,
         "IDENTITY_POLICY": "auto",
+        # Tests send many turns as one person in a second; the budget's own tests turn it on.
+        "TURNS_PER_MINUTE": "0",
+        "TURNS_PER_DAY": "0",
+        "TOKENS_PER_DAY": "0",
     }
 
 

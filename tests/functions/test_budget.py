@@ -1,0 +1,96 @@
+"""The budget through the real functions: a polite answer on every app, no model call."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+from tests.functions.conftest import app_client
+from tests.functions.test_telegram import HEADERS, update
+from tests.functions.test_web import SECRET, bearer
+from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
+
+POLITE = "You've written a lot in a short time, so I'm taking a pause. You can write again in "
+
+
+@pytest.fixture
+def budget_of_two(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    environment.setenv("TURNS_PER_MINUTE", "2")
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    return environment
+
+
+def count(database_url: str, external_id: str) -> int:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select count(*) from messages where external_id = %s", (external_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_telegram_past_the_budget_gets_a_polite_answer_and_nothing_is_stored(
+    budget_of_two: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    client = app_client("telegram_webhook")
+    chat = 700000000 + uuid.uuid4().int % 10**6
+    for update_id in (1, 2):
+        assert client.post("/", json=update("hi", 880000 + update_id, user_id=chat), headers=HEADERS).status_code == 200
+    asked = len(fake_anthropic.requests)
+    response = client.post("/", json=update("and again", 880003, user_id=chat), headers=HEADERS)
+    assert response.status_code == 200
+    assert len(fake_anthropic.requests) == asked
+    assert fake_telegram.sent()[-1]["chat_id"] == chat and fake_telegram.sent()[-1]["text"].startswith(POLITE)
+    assert count(database_url, "880003") == 0
+
+
+def test_the_web_past_the_budget_is_429_with_the_polite_answer(
+    budget_of_two: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    client, person = app_client("web_chat"), uuid.uuid4()
+    for index in range(2):
+        sent = client.post("/", json={"message": "hi", "client_message_id": f"b-{index}"}, headers=bearer(person))
+        assert sent.status_code == 200
+    asked = len(fake_anthropic.requests)
+    for accept in ("application/json", "text/event-stream"):
+        headers = {**bearer(person), "Accept": accept}
+        refused = client.post("/", json={"message": "more", "client_message_id": "b-3"}, headers=headers)
+        assert refused.status_code == 429
+        assert refused.get_json()["error"] == "over_budget"
+        assert refused.get_json()["message"].startswith(POLITE)
+    assert len(fake_anthropic.requests) == asked and count(database_url, "b-3") == 0
+
+
+def test_whatsapp_past_the_budget_gets_a_polite_answer(
+    budget_of_two: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    client, number = app_client("whatsapp_webhook"), f"whatsapp:+3461{uuid.uuid4().int % 10**7:07d}"
+    for _ in range(2):
+        fields = form("hello", sender=number)
+        assert client.post("/", data=fields, headers=signed(fields)).status_code == 200
+    asked = len(fake_anthropic.requests)
+    fields = form("and more", sender=number)
+    response = client.post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    [answer] = messages_of(response.text)
+    assert answer.startswith(POLITE) and len(fake_anthropic.requests) == asked
+    assert count(database_url, fields["MessageSid"]) == 0
+
+
+def test_the_models_tokens_count_against_the_day(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TOKENS_PER_DAY", "1000")
+    client, person = app_client("web_chat"), uuid.uuid4()
+    assert client.post("/", json={"message": "hi"}, headers=bearer(person)).status_code == 200
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select tokens from turn_usage where user_id = %s", (person,)).fetchone()
+    # The system prompt alone is over a thousand tokens: what the fake model reported is recorded.
+    assert row is not None and row[0] > 1000
+    refused = client.post("/", json={"message": "again"}, headers=bearer(person))
+    assert (refused.status_code, refused.get_json()["error"]) == (429, "over_budget")
