@@ -22,8 +22,8 @@ log = logging.getLogger("crossmem.memory")
 @dataclass(frozen=True)
 class ContextLimits:
     window_hours: int = 24
-    max_messages: int = 16
-    window_step: int = 8
+    max_messages: int = 32
+    window_step: int = 16
     web_prepend: int = 8
     max_message_chars: int = 16000
 
@@ -99,6 +99,7 @@ class Memory:
             reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
             history=[StoredMessage.from_row(item) for item in row["history"]],
             prepend=[StoredMessage.from_row(item) for item in row["prepend"]],
+            notes=str(row.get("notes") or ""),
         )
 
     def finish_turn(self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True) -> int | None:

@@ -39,12 +39,20 @@ class Settings(BaseSettings):
 
     # Context rules.
     context_window_hours: int = Field(default=24, ge=1)
-    context_max_messages: int = Field(default=16, ge=1)
-    context_window_step: int = Field(default=8, ge=1)
+    context_max_messages: int = Field(default=32, ge=1)
+    context_window_step: int = Field(default=16, ge=1)
     web_prepend_messages: int = Field(default=8, ge=0)
     context_annotations: bool = True
     context_timezone: str = "UTC"
     max_message_chars: int = Field(default=16000, ge=1)
+
+    # Memory notes: what has left the window, condensed per person by the digest job.
+    memory_notes: bool = True
+    memory_notes_max_tokens: int = Field(default=800, ge=50, le=8000)
+    anthropic_digest_model: str = "claude-haiku-4-5"
+    digest_secret: SecretStr | None = None
+    digest_batch_size: int = Field(default=10, ge=1)
+    digest_time_budget: float = Field(default=240.0, gt=0)
 
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"

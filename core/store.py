@@ -28,6 +28,10 @@ SQL_FUNCTIONS = frozenset(
         "link_identity",
         "list_identities",
         "unlink_identities",
+        "claim_memory_digests",
+        "write_memory_notes",
+        "release_memory_claim",
+        "memory_notes_of",
     }
 )
 

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +28,7 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import run_simple
 
 from core.embedded import REPOSITORY
+from core.errors import CrossmemError
 from functions import runtime
 
 DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
@@ -114,6 +116,17 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
     return response.status_code, html.unescape("\n".join(messages)) if messages else response.text
 
 
+def digest_every_minute() -> None:
+    """Cloud Scheduler's part, locally: the memory digest every minute, in the background."""
+    while True:
+        time.sleep(60)
+        try:
+            if runtime.settings().memory_notes:
+                runtime.digest_job().run()
+        except CrossmemError as exc:
+            print(f"memory digest: {exc}", file=sys.stderr)
+
+
 def build_dev_app() -> Any:
     main = str(REPOSITORY / "main.py")
     site = flask.Flask("crossmem-dev")
@@ -167,4 +180,5 @@ def serve(port: int) -> None:
     print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
     # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    threading.Thread(target=digest_every_minute, name="memory-digest", daemon=True).start()
     run_simple("127.0.0.1", port, build_dev_app(), threaded=True, use_reloader=False)

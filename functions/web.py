@@ -5,6 +5,7 @@ GET  /conversations                    the person's conversations (web and the o
 POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
 *    /links[/<surface>]                linking the person's other apps (functions/links.py)
+GET  /memory                           the person's memory notes (functions/notes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -27,6 +28,7 @@ from core.turn import TurnRequest, TurnResult
 from functions import runtime
 from functions.http import error_response, json_response, read_json, serving
 from functions.links import links_route
+from functions.notes import memory_route
 
 CONVERSATION_MESSAGES = re.compile(
     r"^/conversations/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})/messages/?$"
@@ -61,6 +63,8 @@ def web_chat(request: flask.Request) -> flask.Response:
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         if (answer := links_route(request, person, cors)) is not None:
+            return answer
+        if (answer := memory_route(request, person, cors)) is not None:
             return answer
         path = request.path.rstrip("/") or "/"
         if request.method == "POST" and path in ("/", "/messages"):
