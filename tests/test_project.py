@@ -56,12 +56,12 @@ def test_requirements_txt_is_generated_from_pyproject() -> None:
     assert (ROOT / "requirements.txt").read_text() == requirements(), "run `make requirements`"
 
 
-def test_serverless_deploys_the_three_functions_of_main() -> None:
+def test_serverless_deploys_the_functions_of_main() -> None:
     config = yaml.safe_load((ROOT / "serverless.yml").read_text())
     handlers = {spec["handler"] for spec in config["functions"].values()}
     tree = ast.parse((ROOT / "main.py").read_text())
     exported = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    assert handlers == exported == {"telegram_webhook", "whatsapp_webhook", "web_chat"}
+    assert handlers == exported == {"telegram_webhook", "whatsapp_webhook", "web_chat", "memory_digest"}
     assert config["provider"]["runtime"] == "python311"
 
 
