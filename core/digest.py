@@ -8,7 +8,9 @@ Never while a person waits. A digest run (the `memory_digest` function on a sche
     -> the digester        one model call per person (or the offline extractive stand-in)
     -> write_memory_notes  1 round trip: the new notes, what they cover, the claim let go
 
-Any number of runs may go at once: a person is claimed by one of them. A failed model
+A person is due once a window step of their messages has left the window and they have
+paused for the prompt cache's lifetime (5 minutes), so rewriting the notes never breaks
+a warm cache. Any number of runs may go at once: a person is claimed by one of them. A failed model
 call lets the claim go: the notes stay as they were and the person stays due. Who is due
 and what the notes cover are the SQL functions' (20261130150000_memory_notes.sql).
 """
@@ -173,6 +175,9 @@ class DigestLimits:
     batch_size: int = 10
     time_budget_s: float = 240.0
     messages_per_digest: int = 200
+    # A person is digested after a pause this long, the prompt cache's lifetime: new notes
+    # then cost no cache write that the pause has not already cost.
+    idle_s: int = 300
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,7 @@ class DigestJob:
                 "p_lease_seconds": int(limits.time_budget_s) + 60,
                 "p_digest_limit": limits.messages_per_digest,
                 "p_user_id": str(user_id) if user_id else None,
+                "p_idle_seconds": self._limits.idle_s,
             },
         )
         return [DueDigest.from_row(row) for row in rows or []]

@@ -22,8 +22,8 @@ log = logging.getLogger("crossmem.memory")
 @dataclass(frozen=True)
 class ContextLimits:
     window_hours: int = 24
-    max_messages: int = 32
-    window_step: int = 16
+    max_messages: int = 40
+    window_step: int = 24
     web_prepend: int = 8
     max_message_chars: int = 16000
 

@@ -39,8 +39,8 @@ class Settings(BaseSettings):
 
     # Context rules.
     context_window_hours: int = Field(default=24, ge=1)
-    context_max_messages: int = Field(default=32, ge=1)
-    context_window_step: int = Field(default=16, ge=1)
+    context_max_messages: int = Field(default=40, ge=1)
+    context_window_step: int = Field(default=24, ge=1)
     web_prepend_messages: int = Field(default=8, ge=0)
     context_annotations: bool = True
     context_timezone: str = "UTC"

@@ -23,7 +23,7 @@ from core.prompt import NOTES_PREAMBLE
 from tests.fakes.anthropic_api import FakeAnthropic
 
 WINDOW = ContextLimits(max_messages=4, window_step=2)
-LIMITS = DigestLimits(max_messages=4, window_step=2, window_hours=24)
+LIMITS = DigestLimits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
 
 
 @pytest.fixture
@@ -53,6 +53,14 @@ def notes_row(database_url: str, person: uuid.UUID) -> tuple[object, ...] | None
         ).fetchone()
 
 
+def backdate(database_url: str, person: uuid.UUID, interval: str) -> None:
+    """Move a person's (undigested) thread back in time."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set created_at = created_at - %s::interval where user_id = %s", (interval, person)
+        )
+
+
 def test_a_person_is_due_once_a_window_step_has_left_the_window(small: Memory, store: PostgresStore) -> None:
     person = uuid.uuid4()
     job = DigestJob(store, ExtractiveDigester(800), LIMITS)
@@ -72,6 +80,25 @@ def test_a_person_is_due_once_a_window_step_has_left_the_window(small: Memory, s
         "the appointment moved to Friday",
         "what time is it?",
     ]
+
+
+def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
+    small: Memory, store: PostgresStore, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    job = DigestJob(store, ExtractiveDigester(800), DigestLimits(max_messages=4, window_step=2, window_hours=24))
+    assert job.run(person).updated == 0  # they wrote just now: their prompt cache is warm
+    backdate(database_url, person, "6 minutes")
+    assert job.run(person).updated == 1
+
+    quiet = uuid.uuid4()  # fewer messages than a step, but nothing of them is in any window a day later
+    converse(small, quiet, ["my flight is on Tuesday"])
+    whole_step = DigestJob(store, ExtractiveDigester(800), DigestLimits(max_messages=4, window_step=4, window_hours=24))
+    assert whole_step.run(quiet).updated == 0
+    backdate(database_url, quiet, "25 hours")
+    assert whole_step.run(quiet).updated == 1
+    assert whole_step.notes(quiet).content.endswith("] my flight is on Tuesday")
 
 
 def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store: PostgresStore) -> None:
@@ -100,7 +127,7 @@ def test_two_runs_at_once_write_each_persons_notes_once(small: Memory, store: Po
             time.sleep(0.05)  # hold the claim while the other run claims
             return super().digest(notes, messages)
 
-    one_at_a_time = DigestLimits(max_messages=4, window_step=2, window_hours=24, batch_size=1)
+    one_at_a_time = DigestLimits(max_messages=4, window_step=2, window_hours=24, batch_size=1, idle_s=0)
     runs = []
 
     def run() -> None:
@@ -186,7 +213,7 @@ def test_the_request_carries_the_notes_after_the_system_prompt_within_four_break
     request = messages_request("claude-sonnet-4-5", 10, "SYSTEM", [], "- [web · 2026-11-30] a note")
     assert request["system"] == [
         {"type": "text", "text": "SYSTEM", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": NOTES_PREAMBLE + "- [web · 2026-11-30] a note", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": f"{NOTES_PREAMBLE}- [web · 2026-11-30] a note", "cache_control": {"type": "ephemeral"}},
     ]
     assert messages_request("m", 10, "SYSTEM", [], "  ")["system"] == [
         {"type": "text", "text": "SYSTEM", "cache_control": {"type": "ephemeral"}}

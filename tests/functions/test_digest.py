@@ -39,6 +39,16 @@ def telegram(text: str, sender: str = "5151") -> TurnResult:
     return runtime.turns().run(TurnRequest(Surface.TELEGRAM, text, uuid.uuid4().hex, sender_id=sender, deadline_s=5))
 
 
+def paused(user: uuid.UUID | None) -> None:
+    """The person stopped writing six minutes ago: past the prompt cache's lifetime, so due.
+    (Their whole thread moves back in time, and what the notes cover with it.)"""
+    with psycopg.connect(runtime.settings().database_url.get_secret_value()) as connection:  # type: ignore[union-attr]
+        for table, column in (("messages", "created_at"), ("memory_notes", "covered_until_at")):
+            connection.execute(
+                f"update {table} set {column} = {column} - interval '6 minutes' where user_id = %s", (user,)
+            )
+
+
 def offline_digest(environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
     """`crossmem digest` without a model key: the offline extractive notes."""
     environment.delenv("ANTHROPIC_API_KEY")
@@ -57,6 +67,8 @@ def test_crossmem_digest_writes_notes_the_next_turn_carries_after_the_system_pro
     for text in ("The appointment moved to Friday", "Thanks"):
         telegram(text)
     assert first.user_id is not None
+    assert offline_digest(notes_env, capsys, "--user", str(first.user_id)) == "updated 0 people\n"  # mid-conversation
+    paused(first.user_id)
     assert offline_digest(notes_env, capsys, "--user", str(first.user_id)) == "updated 1 person\n"
 
     result = telegram("What is my sister's name?")
@@ -74,6 +86,7 @@ def test_crossmem_digest_writes_notes_the_next_turn_carries_after_the_system_pro
     )
     assert breakpoints == 3
 
+    paused(first.user_id)
     assert offline_digest(notes_env, capsys) == "updated 1 person\n"  # this turn pushed two more out
     assert offline_digest(notes_env, capsys) == "updated 0 people\n"  # and nothing else is due
 
@@ -83,6 +96,7 @@ def test_memory_notes_false_sends_no_notes(
 ) -> None:
     for text in ("My sister's name is Ana", "b", "c"):
         said = telegram(text, sender="6161")
+    paused(said.user_id)
     assert offline_digest(notes_env, capsys, "--user", str(said.user_id)) == "updated 1 person\n"
     notes_env.setenv("MEMORY_NOTES", "false")
     runtime.reset()
@@ -98,6 +112,7 @@ def test_memory_digest_refuses_without_its_secret_and_does_nothing(
 ) -> None:
     for text in ("My sister's name is Ana", "b", "c"):
         said = telegram(text, sender="7171")
+    paused(said.user_id)
     digest = app_client("memory_digest")
     assert digest.post("/").status_code == 503  # DIGEST_SECRET unset: it never runs open
     notes_env.setenv("DIGEST_SECRET", "digest-secret-for-tests")
@@ -130,6 +145,7 @@ def test_get_memory_and_crossmem_history_show_the_notes(
     assert empty.get_json() == {"notes": "", "written_at": None, "covered_until": None}
     for text in ("My sister's name is Ana", "b", "c"):
         assert web.post("/", json={"message": text}, headers=bearer(person)).status_code == 200
+    paused(person)
     offline_digest(notes_env, capsys, "--user", str(person))
     web = app_client("web_chat")
     shown = web.get("/memory", headers=bearer(person)).get_json()

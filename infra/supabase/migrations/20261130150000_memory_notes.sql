@@ -66,11 +66,15 @@ $$;
 
 
 -- Claim up to p_batch people who are due, for p_lease_seconds, and return for each the
--- claim, their notes and the messages to digest. Due: at least p_min_messages (one window
--- step) of their messages have left the window uncovered; or some have and the person
--- has been quiet for p_window_hours (their next message would see none of it); or linking
--- merged two people's notes. Any number of runs may claim at once: `for update skip
--- locked` and the claim's expiry give each due person to one of them.
+-- claim, their notes and the messages to digest. Due:
+--   at least p_min_messages (one window step) of their messages have left the window
+--   uncovered, and the person has paused for p_idle_seconds: the prompt cache's lifetime,
+--   so new notes never break a cache that their next turn would still have read;
+--   or some have, and the person has been quiet for p_window_hours (their next message
+--   would see none of it);
+--   or linking merged two people's notes.
+-- Any number of runs may claim at once: `for update skip locked` and the claim's expiry
+-- give each due person to one of them.
 -- Returns [{"user_id", "claim", "notes", "pending_fold", "messages": [...]}].
 create function public.claim_memory_digests(
     p_batch integer,
@@ -79,7 +83,8 @@ create function public.claim_memory_digests(
     p_window_hours integer,
     p_lease_seconds integer,
     p_digest_limit integer default 200,
-    p_user_id uuid default null
+    p_user_id uuid default null,
+    p_idle_seconds integer default 300
 ) returns jsonb
 language plpgsql
 set search_path = ''
@@ -104,7 +109,8 @@ begin
                and (n.covered_until_id is null
                     or (m.created_at, m.id) > (n.covered_until_at, n.covered_until_id))
              group by m.user_id
-            having greatest(count(*) - p_max_messages, count(*) filter (where m.created_at < v_aged)) >= p_min_messages
+            having (greatest(count(*) - p_max_messages, count(*) filter (where m.created_at < v_aged)) >= p_min_messages
+                    and max(m.created_at) < v_now - make_interval(secs => p_idle_seconds))
                 or (greatest(count(*) - p_max_messages, count(*) filter (where m.created_at < v_aged)) > 0
                     and max(m.created_at) < v_aged)
             union
@@ -335,7 +341,7 @@ $$;
 
 revoke all on function
     public.messages_to_digest(uuid, integer, integer, integer),
-    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid),
+    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
     public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
     public.release_memory_claim(uuid, uuid),
     public.memory_notes_of(uuid),
@@ -344,7 +350,7 @@ from public, anon, authenticated;
 
 grant execute on function
     public.messages_to_digest(uuid, integer, integer, integer),
-    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid),
+    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
     public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
     public.release_memory_claim(uuid, uuid),
     public.memory_notes_of(uuid),
