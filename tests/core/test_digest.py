@@ -22,6 +22,7 @@ from core.postgres_store import PostgresStore
 from core.prompt import NOTES_PREAMBLE
 from tests.fakes.anthropic_api import FakeAnthropic
 
+CACHE = {"type": "ephemeral"}
 WINDOW = ContextLimits(max_messages=4, window_step=2)
 LIMITS = DigestLimits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
 
@@ -210,11 +211,12 @@ def test_the_notes_stay_within_their_budget_keeping_what_the_person_said_of_them
 
 
 def test_the_request_carries_the_notes_after_the_system_prompt_within_four_breakpoints() -> None:
-    request = messages_request("claude-sonnet-4-5", 10, "SYSTEM", [], "- [web · 2026-11-30] a note")
+    note = "- [web · 2026-11-30] a note"
+    request = messages_request("claude-sonnet-4-5", 10, "SYSTEM", [], note)
     assert request["system"] == [
-        {"type": "text", "text": "SYSTEM", "cache_control": {"type": "ephemeral"}},
-        {"type": "text", "text": f"{NOTES_PREAMBLE}- [web · 2026-11-30] a note", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "SYSTEM", "cache_control": CACHE},
+        {"type": "text", "text": NOTES_PREAMBLE + note, "cache_control": CACHE},
     ]
     assert messages_request("m", 10, "SYSTEM", [], "  ")["system"] == [
-        {"type": "text", "text": "SYSTEM", "cache_control": {"type": "ephemeral"}}
+        {"type": "text", "text": "SYSTEM", "cache_control": CACHE}
     ]
