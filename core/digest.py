@@ -232,7 +232,7 @@ class DigestJob:
             {
                 "p_batch": limits.batch_size,
                 "p_max_messages": limits.max_messages,
-                "p_min_messages": limits.window_step,
+                "p_window_step": limits.window_step,
                 "p_window_hours": limits.window_hours,
                 # A claim outlives the run that made it, so a run that dies frees its people later.
                 "p_lease_seconds": int(limits.time_budget_s) + 60,

@@ -20,6 +20,7 @@ from core.memory import ContextLimits, Memory
 from core.models import Person, StoredMessage, Surface
 from core.postgres_store import PostgresStore
 from core.prompt import NOTES_PREAMBLE
+from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 
 CACHE = {"type": "ephemeral"}
@@ -113,7 +114,17 @@ def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store
     assert duplicate.duplicate and duplicate.notes == ""  # a redelivery asks no model
 
 
-def test_two_runs_at_once_write_each_persons_notes_once(small: Memory, store: PostgresStore, database_url: str) -> None:
+@pytest.fixture
+def own_database(postgres_server: str) -> Iterator[str]:
+    """A database of this test's own: a run digests everyone due, and must see only its people."""
+    with migrated_database(postgres_server) as url:
+        yield url
+
+
+def test_two_runs_at_once_write_each_persons_notes_once(own_database: str) -> None:
+    database_url = own_database
+    store = PostgresStore(database_url, max_connections=8)
+    small = Memory(store, WINDOW)
     people = [uuid.uuid4() for _ in range(6)]
     for person in people:
         converse(small, person, [f"{person} one", f"{person} two", f"{person} three"])
@@ -146,6 +157,7 @@ def test_two_runs_at_once_write_each_persons_notes_once(small: Memory, store: Po
     for person in people:
         row = notes_row(database_url, person)
         assert row is not None and row[1] == 1 and row[4] is None  # written once, claim let go
+    store.close()
 
 
 def test_a_failing_model_leaves_the_notes_and_the_person_due(

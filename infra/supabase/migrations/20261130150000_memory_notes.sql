@@ -34,13 +34,27 @@ create policy memory_notes_owner_reads on public.memory_notes
     for select to authenticated using (user_id = (select auth.uid()));
 
 
+-- How many of the latest p_total messages the stepped window of Telegram and WhatsApp
+-- shows (context_window's rule): the rest have left it, in steps of p_step at once.
+create function public.window_keeps(p_total bigint, p_limit integer, p_step integer) returns integer
+language sql immutable
+set search_path = ''
+as $$
+    select case when p_total <= p_limit then p_total::integer
+                else (p_total - ceil((p_total - p_limit)::numeric / greatest(least(p_step, p_limit), 1))
+                                * greatest(least(p_step, p_limit), 1))::integer end;
+$$;
+
+
 -- The messages of one person that have left the window and are not in the notes yet,
--- oldest first, at most p_limit: those beyond the latest p_max_messages, and those older
--- than p_window_hours. Coverage is a prefix of the thread, so these are a prefix of what
--- is not covered.
+-- oldest first, at most p_limit: everything before the start of the window that Telegram
+-- and WhatsApp show now (the latest messages within p_window_hours, stepped). Coverage is
+-- a prefix of the thread, and the window's start only moves forward, so these are a
+-- prefix of what is not covered.
 create function public.messages_to_digest(
     p_user_id uuid,
     p_max_messages integer,
+    p_window_step integer,
     p_window_hours integer,
     p_limit integer
 ) returns table (id bigint, conversation_id uuid, surface text, role text, content text, created_at timestamptz)
@@ -51,15 +65,18 @@ as $$
         select coalesce(n.covered_until_at, '-infinity'::timestamptz) as at, coalesce(n.covered_until_id, 0) as id
           from (select 1) one
           left join public.memory_notes n on n.user_id = p_user_id
+    ), shown as (
+        select public.window_keeps(count(*), p_max_messages, p_window_step) as keeps
+          from public.messages m
+         where m.user_id = p_user_id and m.created_at >= clock_timestamp() - make_interval(hours => p_window_hours)
     ), uncovered as (
         select m.*, row_number() over (order by m.created_at desc, m.id desc) as recency
           from public.messages m, notes
          where m.user_id = p_user_id and (m.created_at, m.id) > (notes.at, notes.id)
     )
     select u.id, u.conversation_id, u.surface, u.role, u.content, u.created_at
-      from uncovered u
-     where u.recency > p_max_messages
-        or u.created_at < clock_timestamp() - make_interval(hours => p_window_hours)
+      from uncovered u, shown
+     where u.recency > shown.keeps
      order by u.created_at, u.id
      limit p_limit;
 $$;
@@ -67,8 +84,8 @@ $$;
 
 -- Claim up to p_batch people who are due, for p_lease_seconds, and return for each the
 -- claim, their notes and the messages to digest. Due:
---   at least p_min_messages (one window step) of their messages have left the window
---   uncovered, and the person has paused for p_idle_seconds: the prompt cache's lifetime,
+--   at least one window step of their messages has left the window (the window steps:
+--   that is each time it moves) uncovered, and the person has paused for p_idle_seconds: the prompt cache's lifetime,
 --   so new notes never break a cache that their next turn would still have read;
 --   or some have, and the person has been quiet for p_window_hours (their next message
 --   would see none of it);
@@ -79,7 +96,7 @@ $$;
 create function public.claim_memory_digests(
     p_batch integer,
     p_max_messages integer,
-    p_min_messages integer,
+    p_window_step integer,
     p_window_hours integer,
     p_lease_seconds integer,
     p_digest_limit integer default 200,
@@ -100,19 +117,24 @@ declare
     v_result jsonb := '[]'::jsonb;
     v_notes record;
 begin
-    -- Who is due, from what is not covered yet: count, how many have aged out, the newest.
+    -- Who is due: per person, what is not covered yet, how many of their messages the
+    -- window shows now (of those within p_window_hours), and when they last wrote.
     select coalesce(array_agg(d.user_id), '{}') into v_due
-      from (select m.user_id
-              from public.messages m
-              left join public.memory_notes n on n.user_id = m.user_id
-             where (p_user_id is null or m.user_id = p_user_id)
-               and (n.covered_until_id is null
-                    or (m.created_at, m.id) > (n.covered_until_at, n.covered_until_id))
-             group by m.user_id
-            having (greatest(count(*) - p_max_messages, count(*) filter (where m.created_at < v_aged)) >= p_min_messages
-                    and max(m.created_at) < v_now - make_interval(secs => p_idle_seconds))
-                or (greatest(count(*) - p_max_messages, count(*) filter (where m.created_at < v_aged)) > 0
-                    and max(m.created_at) < v_aged)
+      from (select t.user_id
+              from (select m.user_id,
+                           count(*) filter (where n.covered_until_id is null
+                                            or (m.created_at, m.id) > (n.covered_until_at, n.covered_until_id))
+                           - public.window_keeps(count(*) filter (where m.created_at >= v_aged),
+                                                 p_max_messages, p_window_step) as outside,
+                           max(m.created_at) as newest
+                      from public.messages m
+                      left join public.memory_notes n on n.user_id = m.user_id
+                     where (p_user_id is null or m.user_id = p_user_id)
+                       and (n.covered_until_id is null or m.created_at >= v_aged
+                            or (m.created_at, m.id) > (n.covered_until_at, n.covered_until_id))
+                     group by m.user_id) t
+             where (t.outside >= p_window_step and t.newest < v_now - make_interval(secs => p_idle_seconds))
+                or (t.outside > 0 and t.newest < v_aged)
             union
             select n.user_id from public.memory_notes n
              where n.pending_fold and (p_user_id is null or n.user_id = p_user_id)) d;
@@ -147,7 +169,7 @@ begin
                    'id', d.id, 'conversation_id', d.conversation_id, 'surface', d.surface, 'role', d.role,
                    'content', d.content, 'created_at', d.created_at) order by d.created_at, d.id), '[]'::jsonb)
           into v_messages
-          from public.messages_to_digest(v_person, p_max_messages, p_window_hours, p_digest_limit) d;
+          from public.messages_to_digest(v_person, p_max_messages, p_window_step, p_window_hours, p_digest_limit) d;
         if jsonb_array_length(v_messages) = 0 and not v_notes.pending_fold then
             update public.memory_notes n set claim = null, claimed_until = null
              where n.user_id = v_person and n.claim = v_claim;
@@ -340,7 +362,8 @@ $$;
 
 
 revoke all on function
-    public.messages_to_digest(uuid, integer, integer, integer),
+    public.window_keeps(bigint, integer, integer),
+    public.messages_to_digest(uuid, integer, integer, integer, integer),
     public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
     public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
     public.release_memory_claim(uuid, uuid),
@@ -349,7 +372,8 @@ revoke all on function
 from public, anon, authenticated;
 
 grant execute on function
-    public.messages_to_digest(uuid, integer, integer, integer),
+    public.window_keeps(bigint, integer, integer),
+    public.messages_to_digest(uuid, integer, integer, integer, integer),
     public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
     public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
     public.release_memory_claim(uuid, uuid),
