@@ -102,13 +102,19 @@ def model() -> Model:
     config = settings()
     if config.anthropic_api_key is None:
         return OfflineModel()
+    return claude(config, config.anthropic_model, config.anthropic_max_tokens)
+
+
+def claude(config: Settings, name: str, max_tokens: int, *, cached: bool = True) -> AnthropicModel:
+    assert config.anthropic_api_key is not None
     return AnthropicModel(
         api_key=config.anthropic_api_key.get_secret_value(),
-        model=config.anthropic_model,
-        max_tokens=config.anthropic_max_tokens,
+        model=name,
+        max_tokens=max_tokens,
         base_url=config.anthropic_base_url,
         timeout_s=config.anthropic_timeout,
         max_retries=config.anthropic_max_retries,
+        cached=cached,
     )
 
 
@@ -154,15 +160,7 @@ def digest_job() -> DigestJob:
     )
     if config.anthropic_api_key is None:
         return DigestJob(store(), ExtractiveDigester(config.memory_notes_max_tokens, zone), limits)
-    writer = AnthropicModel(
-        api_key=config.anthropic_api_key.get_secret_value(),
-        model=config.anthropic_digest_model,
-        max_tokens=config.memory_notes_max_tokens,
-        base_url=config.anthropic_base_url,
-        timeout_s=config.anthropic_timeout,
-        max_retries=config.anthropic_max_retries,
-        cached=False,
-    )
+    writer = claude(config, config.anthropic_digest_model, config.memory_notes_max_tokens, cached=False)
     digester = ModelDigester(writer, config.memory_notes_max_tokens, config.anthropic_timeout, zone)
     return DigestJob(store(), digester, limits)
 

@@ -209,3 +209,20 @@ def test_a_web_message_in_the_telegram_thread_is_not_taken_for_a_redelivery(coun
         Person(user_id=person), Surface.WEB, "client message 123", "123", telegram.conversation_id
     )
     assert again.duplicate and again.message_id == web.message_id
+
+
+def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: CountedMemory) -> None:
+    from core.digest import DigestJob, DigestLimits, ExtractiveDigester
+
+    memory = counted.memory
+    person = uuid.uuid4()
+    for index in range(3):
+        start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, f"fact {index}", f"d{index}")
+        assert start.message_id is not None
+        memory.finish_turn(person, start.message_id, "noted")
+    job = DigestJob(memory.store, ExtractiveDigester(800), DigestLimits(4, 2, 24, idle_s=0))
+    counted.reset()
+    assert job.run(person).updated == 1
+    assert counted.round_trips() == 3  # claim, write, and the claim that finds nobody left
+    again = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "and now?", "d9")
+    assert again.notes.endswith("] fact 0")
