@@ -232,3 +232,36 @@ def test_the_request_carries_the_notes_after_the_system_prompt_within_four_break
     assert messages_request("m", 10, "SYSTEM", [], "  ")["system"] == [
         {"type": "text", "text": "SYSTEM", "cache_control": CACHE}
     ]
+
+
+def test_notes_are_their_persons_to_read_and_no_one_elses(
+    small: Memory, store: PostgresStore, database_url: str
+) -> None:
+    from tests.core.test_security_and_failures import as_role
+
+    person, other = uuid.uuid4(), uuid.uuid4()
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    assert DigestJob(store, ExtractiveDigester(800), LIMITS).run(person).updated == 1
+    with as_role(database_url, "authenticated", sub=person) as connection:
+        assert connection.execute("select count(*) from memory_notes").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("update memory_notes set content = 'changed'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select public.memory_notes_of(%s)", (person,))
+    with as_role(database_url, "authenticated", sub=other) as connection:
+        assert connection.execute("select count(*) from memory_notes").fetchone() == (0,)
+    with as_role(database_url, "anon") as connection, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        connection.execute("select count(*) from memory_notes")
+
+
+def test_the_offline_model_says_what_its_notes_hold() -> None:
+    from core.context import ModelMessage, Source
+    from core.models import Role
+    from core.offline_model import OfflineModel
+
+    asked = [ModelMessage(Role.USER, "who is my sister?", (Source(Surface.WEB, "who is my sister?"),))]
+    notes = "- [telegram · 2026-11-28] my flight is on Tuesday\n- [telegram · 2026-11-29] my sister's name is Ana"
+    reply = OfflineModel().reply("system", asked, 5, notes).text
+    latest = "[telegram · 2026-11-29] my sister's name is Ana"
+    assert reply.endswith(f'From before that, my notes hold 2 lines, the latest: "{latest}".')
+    assert "my notes" not in OfflineModel().reply("system", asked, 5).text
