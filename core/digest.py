@@ -175,8 +175,8 @@ class DigestLimits:
     batch_size: int = 10
     time_budget_s: float = 240.0
     messages_per_digest: int = 200
-    # A person is digested after a pause this long, the prompt cache's lifetime: new notes
-    # then cost no cache write that the pause has not already cost.
+    # A person is digested after a pause this long (DIGEST_PAUSE_SECONDS), the prompt cache's
+    # lifetime: new notes then cost no cache write that the pause has not already cost.
     idle_s: int = 300
 
 

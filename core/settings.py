@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     digest_secret: SecretStr | None = None
     digest_batch_size: int = Field(default=10, ge=1)
     digest_time_budget: float = Field(default=240.0, gt=0)
+    digest_pause_seconds: int = Field(default=300, ge=0)  # the prompt cache's lifetime
 
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"

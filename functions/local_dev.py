@@ -46,6 +46,10 @@ DEV_DEFAULTS = {
     "TELEGRAM_REPLY_IN_WEBHOOK": "true",
     "TWILIO_AUTH_TOKEN": "local-twilio-auth-token",
     "SUPABASE_JWT_SECRET": "local-development-jwt-secret-at-least-32-bytes",
+    # A small window and a short pause, so the demo shows memory notes after a few messages.
+    "CONTEXT_MAX_MESSAGES": "8",
+    "CONTEXT_WINDOW_STEP": "4",
+    "DIGEST_PAUSE_SECONDS": "60",
 }
 
 

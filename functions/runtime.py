@@ -157,6 +157,7 @@ def digest_job() -> DigestJob:
         window_hours=config.context_window_hours,
         batch_size=config.digest_batch_size,
         time_budget_s=config.digest_time_budget,
+        idle_s=config.digest_pause_seconds,
     )
     if config.anthropic_api_key is None:
         return DigestJob(store(), ExtractiveDigester(config.memory_notes_max_tokens, zone), limits)
