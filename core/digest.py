@@ -116,9 +116,11 @@ def within_budget(lines: list[str], max_tokens: int) -> list[str]:
     """The lines, oldest dropped first until they fit, keeping what the person said about
     themselves longer than the rest."""
     kept = list(lines)
-    while kept and approximate_tokens("\n".join(kept)) > max_tokens:
+    while len(kept) > 1 and approximate_tokens("\n".join(kept)) > max_tokens:
         plain = next((index for index, line in enumerate(kept) if not _ABOUT_THEMSELVES.search(line)), 0)
         kept.pop(plain)
+    if kept and approximate_tokens(kept[0]) > max_tokens:  # one line over the whole budget: its start
+        kept[0] = kept[0][: max_tokens * 4]
     return kept
 
 

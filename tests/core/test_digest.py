@@ -220,6 +220,7 @@ def test_the_notes_stay_within_their_budget_keeping_what_the_person_said_of_them
     assert len("\n".join(kept)) // 4 <= 100
     assert kept[0] == "- [telegram · 2026-11-03] my sister's name is Ana"
     assert kept[-1] == lines[-1]
+    assert within_budget(["x" * 1000], 100) == ["x" * 400]  # one long line is cut, never dropped
 
 
 def test_the_request_carries_the_notes_after_the_system_prompt_within_four_breakpoints() -> None:

@@ -224,5 +224,8 @@ def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: Counte
     counted.reset()
     assert job.run(person).updated == 1
     assert counted.round_trips() == 3  # claim, write, and the claim that finds nobody left
+    counted.reset()
     again = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "and now?", "d9")
-    assert again.notes.endswith("] fact 0")
+    assert again.notes.endswith("] fact 0") and again.message_id is not None
+    memory.finish_turn(person, again.message_id, "you told me fact 0")
+    assert counted.round_trips() == 2  # a turn with notes still costs two
