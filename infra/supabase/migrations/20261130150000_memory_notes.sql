@@ -7,7 +7,8 @@
 --
 -- Table: memory_notes, one row per person, reachable by user_id only (forgetting a person
 -- deletes it with them). Row-level security like the others: `authenticated` reads its own
--- row, `anon` nothing; the functions below are service_role's only.
+-- row, `anon` nothing; the functions below are service_role's only. When linking merges two
+-- people, a trigger on identities moves the merged person's notes (fold_memory_notes).
 
 create table public.memory_notes (
     user_id uuid primary key,
@@ -277,88 +278,33 @@ end;
 $$;
 
 
--- link_identity of 20261130100000_identity_links.sql, unchanged but for one step: when an
--- `auto` person's history moves to the person, their notes move too (appended to the
--- person's, marked for the next digest to fold into one; the coverage is the earlier of
--- the two, so nothing the merged thread holds is left out of the notes).
-create or replace function public.link_identity(p_user_id uuid, p_surface text, p_external_id text)
-returns jsonb
+-- Linking merges a person `auto` made into another by moving their identities to that person
+-- (link_identity): their notes go along. A trigger on that move rather than a new definition of
+-- link_identity, so that every definition of it (20261130100000 and those after it) does it.
+-- An identity that was linked (linked_at set) moves alone: its account keeps its notes.
+create function public.fold_notes_of_merged_people() returns trigger
 language plpgsql
 set search_path = ''
 as $$
 declare
-    v_previous uuid;
-    v_linked_at timestamptz;
-    v_from record;
-    v_into uuid;
-    v_moved integer := 0;
-    v_count integer;
+    v_merge record;
 begin
-    if p_surface not in ('telegram', 'whatsapp') then
-        raise exception 'only telegram and whatsapp identities are linked' using errcode = '22023';
-    end if;
-    select i.user_id, i.linked_at into v_previous, v_linked_at
-      from public.identities i
-     where i.surface = p_surface and i.external_id = p_external_id
-       for update;
-
-    if not found then
-        insert into public.identities (surface, external_id, user_id, linked_at)
-             values (p_surface, p_external_id, p_user_id, clock_timestamp());
-        return jsonb_build_object('status', 'linked', 'user_id', p_user_id, 'moved_messages', 0);
-    end if;
-    if v_previous = p_user_id then
-        update public.identities i set linked_at = coalesce(i.linked_at, clock_timestamp())
-         where i.surface = p_surface and i.external_id = p_external_id;
-        return jsonb_build_object('status', 'already_linked', 'user_id', p_user_id, 'moved_messages', 0);
-    end if;
-
-    update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
-     where i.surface = p_surface and i.external_id = p_external_id;
-
-    if v_linked_at is null then
-        -- The previous person was this identity alone: their whole history is the person's now.
-        for v_from in
-            select c.id, c.surface from public.conversations c where c.user_id = v_previous for update
-        loop
-            v_into := null;
-            if v_from.surface <> 'web' then
-                select c.id into v_into
-                  from public.conversations c
-                 where c.user_id = p_user_id and c.surface = v_from.surface
-                   for update;
-            end if;
-            if v_into is null then
-                update public.conversations c set user_id = p_user_id where c.id = v_from.id;
-                update public.messages m set user_id = p_user_id where m.conversation_id = v_from.id;
-                get diagnostics v_count = row_count;
-            else
-                -- A delivery both conversations hold (it cannot happen with Telegram's and
-                -- Twilio's ids, but a constraint is a constraint) is kept once: the person's.
-                delete from public.messages m
-                 where m.conversation_id = v_from.id
-                   and m.external_id is not null
-                   and exists (select from public.messages x
-                                where x.conversation_id = v_into
-                                  and x.surface = m.surface and x.external_id = m.external_id);
-                update public.messages m set conversation_id = v_into, user_id = p_user_id
-                 where m.conversation_id = v_from.id;
-                get diagnostics v_count = row_count;
-                update public.conversations c
-                   set updated_at = greatest(c.updated_at, (select f.updated_at from public.conversations f
-                                                             where f.id = v_from.id))
-                 where c.id = v_into;
-                delete from public.conversations c where c.id = v_from.id;
-            end if;
-            v_moved := v_moved + v_count;
-        end loop;
-        update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
-         where i.user_id = v_previous;
-        perform public.fold_memory_notes(v_previous, p_user_id);
-    end if;
-    return jsonb_build_object('status', 'linked', 'user_id', p_user_id, 'moved_messages', v_moved);
+    for v_merge in
+        select distinct o.user_id as from_user_id, n.user_id as into_user_id
+          from moved_old o
+          join moved_new n on n.surface = o.surface and n.external_id = o.external_id
+         where o.user_id <> n.user_id and o.linked_at is null
+    loop
+        perform public.fold_memory_notes(v_merge.from_user_id, v_merge.into_user_id);
+    end loop;
+    return null;
 end;
 $$;
+
+create trigger identities_merge_memory_notes
+    after update on public.identities
+    referencing old table as moved_old new table as moved_new
+    for each statement execute function public.fold_notes_of_merged_people();
 
 
 revoke all on function
@@ -368,7 +314,8 @@ revoke all on function
     public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
     public.release_memory_claim(uuid, uuid),
     public.memory_notes_of(uuid),
-    public.fold_memory_notes(uuid, uuid)
+    public.fold_memory_notes(uuid, uuid),
+    public.fold_notes_of_merged_people()
 from public, anon, authenticated;
 
 grant execute on function
@@ -378,5 +325,6 @@ grant execute on function
     public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
     public.release_memory_claim(uuid, uuid),
     public.memory_notes_of(uuid),
-    public.fold_memory_notes(uuid, uuid)
+    public.fold_memory_notes(uuid, uuid),
+    public.fold_notes_of_merged_people()
 to service_role;
