@@ -1,4 +1,4 @@
-"""The entry module Cloud Functions loads: the three functions, one per surface.
+"""The entry module Cloud Functions loads: one function per surface, and the memory digest.
 
 Each surface's module is imported on its first request, so a Telegram instance never
 imports twilio, and nothing imports anthropic before a model call needs it.
@@ -27,5 +27,12 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
 @functions_framework.http
 def web_chat(request: flask.Request) -> flask.Response:
     from functions.web import web_chat as handle
+
+    return handle(request)
+
+
+@functions_framework.http
+def memory_digest(request: flask.Request) -> flask.Response:
+    from functions.digest import memory_digest as handle
 
     return handle(request)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start, fuzz, purge, soak
+from bench import caching, cold_start, fuzz, purge, recall, soak
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -46,6 +46,9 @@ def measure(database_url: str) -> dict[str, Any]:
         results["turns_per_s"] = turns_per_s(slow)
     print("prompt caching over 60 turns ...", flush=True)
     results.update(caching.run(CHART))
+    # Memory notes (issue 14): the recall of planted facts after three days.
+    print("recall after three days ...", flush=True)
+    results.update(recall.run())
     print("cold start ...", flush=True)
     results["cold_start_ms"] = cold_start.run(database_url)
     print("context load at 10,000 and 1,000,000 stored messages ...", flush=True)
@@ -153,6 +156,34 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def notes_table(results: dict[str, Any]) -> str:
+    """Memory notes: the window's size and cost beside the seed's, and what is recalled."""
+    shown, recalled = results["context_messages_mean"], results["fact_recall_after_3_days"]
+    cost, small = results["input_cost_by_model"], caching.SMALL_CACHE_MODEL
+    more = round(shown["ours"] / shown["seed"], 2)
+    rows = [
+        ("messages in the context, mean", shown["ours"], shown["seed"], f"ours/seed {more}"),
+        ("input cost vs. the seed's, absolute", results["input_cost_vs_seed"], 1, "notes included"),
+        ("same, with automatic caching", cost[caching.MODEL]["automatic_vs_seed"], 1, "one top-level cache_control"),
+        (f"same, {small}", cost[small]["ours_vs_seed"], 1, "4,096-token minimum"),
+        ("planted facts in the request after 3 days", recalled["ours"], recalled["seed"], "share, offline digest"),
+    ]
+    lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
+    lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
+    lines += [
+        "",
+        "| window / step / web prepend | messages, mean | input cost ratio | vs. seed | vs. seed, 4,096-token model |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for size in results["caching_by_window"]:
+        default, small = size[caching.MODEL], size[caching.SMALL_CACHE_MODEL]
+        lines.append(
+            f"| {size['max_messages']} / {size['step']} / {size['web_prepend']} | {size['context_messages_mean']}"
+            f" | {default['ours']} | {default['ours_vs_seed']} | {small['ours_vs_seed']} |"
+        )
+    return "\n".join(lines)
+
+
 @contextmanager
 def bench_database() -> Iterator[str]:
     """A fresh, migrated database on BENCH_DATABASE_URL's server (else TEST_DATABASE_URL's, else
@@ -174,6 +205,8 @@ def main() -> None:
     print(table(results))
     print()
     print(soak.table(results))
+    print()
+    print(notes_table(results))
     print(f"\nwritten to {RESULTS.relative_to(ROOT)} and {CHART.relative_to(ROOT)}")
 
 

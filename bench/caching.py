@@ -1,10 +1,14 @@
 """Prompt caching over a 60-turn conversation of one person on three surfaces.
 
-Ours: the real context code (stepped window, role rules, surface tags) and the real
-request builder (a breakpoint after the system prompt and one on the last message).
-The seed: its sliding window of the last 14 messages, with the best its pattern allows,
-one breakpoint after the system prompt. Both priced with Anthropic's caching rules by
-`bench.prompt_cache` (minimum cacheable length 1024 tokens, as for Claude Sonnet).
+Ours: the real context code (stepped window, role rules, surface tags), the real request
+builder (breakpoints after the system prompt, after the person's memory notes and on the
+last message) and the real offline digest writing the notes every DIGEST_EVERY on the due
+rule of the SQL function `claim_memory_digests`. Each person starts with a full budget of
+notes from earlier days. The seed: its sliding window of the last 14 messages, with the
+best its pattern allows, one breakpoint after the system prompt. Anthropic's automatic
+caching (one top-level `cache_control`, the breakpoint following the conversation) is
+priced on our requests too. All priced with Anthropic's caching rules by
+`bench.prompt_cache`, the minimum cacheable length taken from MIN_CACHEABLE by model.
 """
 
 from __future__ import annotations
@@ -17,12 +21,30 @@ from typing import Any
 
 from bench.prompt_cache import CacheUsage, PromptCache, count_tokens
 from core.context import ContextItem, build_model_messages, stepped_tail, web_items
+from core.digest import ExtractiveDigester
 from core.llm import messages_request
+from core.memory import ContextLimits
 from core.models import Role, StoredMessage, Surface
 from core.prompt import DEFAULT_SYSTEM_PROMPT
+from core.settings import Settings
 
-MODEL, MAX_TOKENS, MIN_CACHEABLE = "claude-sonnet-4-5", 1024, 1024
-MAX_MESSAGES, STEP, WEB_PREPEND, SEED_WINDOW = 16, 8, 8, 14
+DEFAULTS = ContextLimits()
+MODEL, MAX_TOKENS, SEED_WINDOW = Settings.model_fields["anthropic_model"].default, 1024, 14
+NOTES_MAX_TOKENS = Settings.model_fields["memory_notes_max_tokens"].default
+# Anthropic's minimum cacheable prompt length by model, as documented in 2026.
+MIN_CACHEABLE = {
+    "claude-sonnet-4-5": 1024,
+    "claude-sonnet-4-6": 1024,
+    "claude-sonnet-5": 1024,
+    "claude-opus-4-7": 2048,
+    "claude-haiku-4-5": 4096,
+    "claude-opus-4-5": 4096,
+    "claude-opus-4-6": 4096,
+}
+SMALL_CACHE_MODEL = "claude-haiku-4-5"  # a 4,096-token minimum: the system prompt alone caches nothing
+DIGEST_EVERY = timedelta(minutes=15)  # the memory_digest schedule (README, Deploy)
+WINDOW_HOURS = 24
+CACHE_LIFETIME = timedelta(minutes=5)
 WORDS = (
     "plan budget train friday dentist sister flight meeting invoice rent landlord lease gym week morning "
     "call remind booked change price hotel dinner project deadline report doctor insurance car repair "
@@ -32,6 +54,18 @@ WORDS = (
 
 SWITCH_RATE = 0.15  # people write in sessions: about 7 changes of app over the 60 turns
 PEOPLE = 8
+WEB_ID = "00000000-0000-4000-8000-0000000000aa"
+SINGLETONS = {
+    Surface.TELEGRAM: "00000000-0000-4000-8000-0000000000bb",
+    Surface.WHATSAPP: "00000000-0000-4000-8000-0000000000cc",
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    max_messages: int = DEFAULTS.max_messages
+    step: int = DEFAULTS.window_step
+    web_prepend: int = DEFAULTS.web_prepend
 
 
 @dataclass
@@ -41,9 +75,11 @@ class Conversation:
     turns: list[tuple[Surface, datetime, str, str]]
 
     @classmethod
-    def generate(cls, turns: int = 60, seed: int = 1, switch_rate: float = SWITCH_RATE) -> Conversation:
+    def generate(
+        cls, turns: int = 60, seed: int = 1, switch_rate: float = SWITCH_RATE, start: datetime | None = None
+    ) -> Conversation:
         rng = random.Random(seed)
-        at = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+        at = start or datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
         surface = Surface.TELEGRAM
         made = []
         for _ in range(turns):
@@ -53,46 +89,119 @@ class Conversation:
             made.append((surface, at, sentence(rng, 8, 45), sentence(rng, 40, 140)))
         return cls(made)
 
+    def stored(self, first_id: int = 0) -> list[StoredMessage]:
+        """Every message of the conversation as the store would hold it."""
+        messages = []
+        for index, (surface, at, text, reply) in enumerate(self.turns):
+            conversation_id = WEB_ID if surface is Surface.WEB else SINGLETONS[surface]
+            messages.append(message(first_id + 2 * index, conversation_id, surface, Role.USER, text, at))
+            messages.append(
+                message(
+                    first_id + 2 * index + 1, conversation_id, surface, Role.ASSISTANT, reply, at + timedelta(seconds=9)
+                )
+            )
+        return messages
+
 
 def sentence(rng: random.Random, low: int, high: int) -> str:
     words = [rng.choice(WORDS) for _ in range(rng.randint(low, high))]
     return " ".join(words).capitalize() + "."
 
 
-def ours_requests(conversation: Conversation) -> list[dict[str, Any]]:
+class NotesSimulation:
+    """The digest on a schedule, with the due rule of `claim_memory_digests`: at least one
+    window step of the person's messages before the start of the window Telegram and
+    WhatsApp show (the latest within the window's hours, stepped) and not covered yet, once
+    the person has paused for the prompt cache's lifetime; or some, once they have been
+    quiet for the window's hours."""
+
+    def __init__(self, window: Window, notes: str = "", covered: int = 0) -> None:
+        self.window = window
+        self.notes = notes
+        self.covered = covered  # how many of the thread's first messages the notes cover
+        self.digester = ExtractiveDigester(NOTES_MAX_TOKENS)
+        self.next_run: datetime | None = None
+
+    def catch_up(self, stored: list[StoredMessage], now: datetime) -> None:
+        """Every scheduled run up to `now`, on the messages stored by then."""
+        if self.next_run is None:
+            self.next_run = now - (now - now.replace(minute=0, second=0, microsecond=0)) % DIGEST_EVERY
+        while self.next_run <= now:
+            self.run(stored, self.next_run)
+            self.next_run += DIGEST_EVERY
+
+    def run(self, stored: list[StoredMessage], at: datetime) -> None:
+        held = [m for m in stored if m.created_at <= at]
+        aged = at - timedelta(hours=WINDOW_HOURS)
+        recent = [m for m in held if m.created_at >= aged]
+        shown = len(stepped_tail(recent, self.window.max_messages, self.window.step))
+        window_start = len(held) - shown
+        outside = window_start - self.covered
+        if outside <= 0:
+            return
+        newest = held[-1].created_at
+        if (outside >= self.window.step and newest < at - CACHE_LIFETIME) or newest < aged:
+            self.notes = self.digester.digest(self.notes, held[self.covered : window_start])
+            self.covered = window_start
+
+
+def earlier_notes(person: int) -> str:
+    """A person with days of history: a full budget of notes from an earlier conversation."""
+    before = Conversation.generate(seed=1000 + person, start=datetime(2026, 11, 27, 8, 0, tzinfo=UTC))
+    return ExtractiveDigester(NOTES_MAX_TOKENS).digest("", before.stored())
+
+
+@dataclass
+class Requests:
+    bodies: list[dict[str, Any]]
+    shown: list[int]  # messages in each turn's context
+
+
+def ours_requests(conversation: Conversation, window: Window = Window(), notes: str = "") -> Requests:
     stored: list[StoredMessage] = []
-    web_id = "00000000-0000-4000-8000-0000000000aa"
-    singletons = {
-        Surface.TELEGRAM: "00000000-0000-4000-8000-0000000000bb",
-        Surface.WHATSAPP: "00000000-0000-4000-8000-0000000000cc",
-    }
-    requests = []
-    for index, (surface, at, text, reply) in enumerate(conversation.turns):
-        conversation_id = web_id if surface is Surface.WEB else singletons[surface]
-        stored.append(message(2 * index, conversation_id, surface, Role.USER, text, at))
+    memory = NotesSimulation(window, notes)
+    everything = conversation.stored()
+    bodies, shown = [], []
+    for index, (surface, at, _, _) in enumerate(conversation.turns):
+        stored.append(everything[2 * index])
+        memory.catch_up(stored, at)
         if surface is Surface.WEB:
             own = stepped_tail(
-                [ContextItem.from_stored(m) for m in stored if str(m.conversation_id) == web_id], MAX_MESSAGES, STEP
+                [ContextItem.from_stored(m) for m in stored if str(m.conversation_id) == WEB_ID],
+                window.max_messages,
+                window.step,
             )
-            prepend = [m for m in stored if str(m.conversation_id) != web_id][-WEB_PREPEND:]
+            prepend = [m for m in stored if str(m.conversation_id) != WEB_ID][-window.web_prepend :]
             items = web_items(prepend, [], own[:-1], own[-1])
         else:
-            items = stepped_tail([ContextItem.from_stored(m) for m in stored], MAX_MESSAGES, STEP)
+            items = stepped_tail([ContextItem.from_stored(m) for m in stored], window.max_messages, window.step)
         messages = build_model_messages(items)
-        requests.append(messages_request(MODEL, MAX_TOKENS, DEFAULT_SYSTEM_PROMPT, messages))
-        stored.append(
-            message(2 * index + 1, conversation_id, surface, Role.ASSISTANT, reply, at + timedelta(seconds=9))
-        )
-    return requests
+        bodies.append(messages_request(MODEL, MAX_TOKENS, DEFAULT_SYSTEM_PROMPT, messages, memory.notes))
+        shown.append(len(items))
+        stored.append(everything[2 * index + 1])
+    return Requests(bodies, shown)
 
 
-def seed_requests(conversation: Conversation) -> list[dict[str, Any]]:
+def automatic(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same requests with Anthropic's automatic caching instead of our breakpoints."""
+    plain = []
+    for body in bodies:
+        system = [{k: v for k, v in block.items() if k != "cache_control"} for block in body["system"]]
+        messages = [
+            {**m, "content": [{k: v for k, v in block.items() if k != "cache_control"} for block in m["content"]]}
+            for m in body["messages"]
+        ]
+        plain.append({**body, "system": system, "messages": messages, "cache_control": {"type": "ephemeral"}})
+    return plain
+
+
+def seed_requests(conversation: Conversation) -> Requests:
     history: list[tuple[Surface, str, str]] = []  # (surface, role, content)
-    requests = []
+    bodies, shown = [], []
     for surface, _, text, reply in conversation.turns:
         history.append((surface, "user", text))
         if surface is Surface.WEB:
-            secondary = [h for h in history if h[0] is not Surface.WEB][-WEB_PREPEND:]
+            secondary = [h for h in history if h[0] is not Surface.WEB][-DEFAULTS.web_prepend :]
             window = secondary + [h for h in history if h[0] is Surface.WEB]
         else:
             window = history[-SEED_WINDOW:]
@@ -102,9 +211,10 @@ def seed_requests(conversation: Conversation) -> list[dict[str, Any]]:
             "system": [{"type": "text", "text": DEFAULT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": role, "content": [{"type": "text", "text": content}]} for _, role, content in window],
         }
-        requests.append(body)
+        bodies.append(body)
+        shown.append(len(window))
         history.append((surface, "assistant", reply))
-    return requests
+    return Requests(bodies, shown)
 
 
 def message(id_: int, conversation: str, surface: Surface, role: Role, content: str, at: datetime) -> StoredMessage:
@@ -120,11 +230,9 @@ def message(id_: int, conversation: str, surface: Surface, role: Role, content: 
     )
 
 
-def price(requests: list[dict[str, Any]], conversation: Conversation) -> list[CacheUsage]:
-    cache = PromptCache(min_tokens=MIN_CACHEABLE)
-    return [
-        cache.request(body, at.timestamp()) for body, (_, at, _, _) in zip(requests, conversation.turns, strict=True)
-    ]
+def price(bodies: list[dict[str, Any]], conversation: Conversation, model: str = MODEL) -> list[CacheUsage]:
+    cache = PromptCache(min_tokens=MIN_CACHEABLE[model])
+    return [cache.request(body, at.timestamp()) for body, (_, at, _, _) in zip(bodies, conversation.turns, strict=True)]
 
 
 def summary(usages: list[CacheUsage]) -> dict[str, float]:
@@ -135,44 +243,120 @@ def summary(usages: list[CacheUsage]) -> dict[str, float]:
     }
 
 
-def pooled(switch_rate: float) -> tuple[dict[str, float], dict[str, float], list[CacheUsage], list[CacheUsage]]:
-    """Both designs over PEOPLE simulated people; the first person's turns for the chart."""
-    ours: list[CacheUsage] = []
-    seed: list[CacheUsage] = []
-    first: tuple[list[CacheUsage], list[CacheUsage]] | None = None
+@dataclass
+class Pooled:
+    """Both designs (and ours with automatic caching) over PEOPLE simulated people."""
+
+    usages: dict[str, list[CacheUsage]]
+    shown: dict[str, list[int]]
+    first: dict[str, list[CacheUsage]]
+
+    def summary(self, design: str) -> dict[str, float]:
+        return summary(self.usages[design])
+
+    def cost(self, design: str) -> float:
+        return sum(u.cost for u in self.usages[design])
+
+    def mean_shown(self, design: str) -> float:
+        return round(sum(self.shown[design]) / len(self.shown[design]), 1)
+
+
+def pooled(switch_rate: float, window: Window = Window(), model: str = MODEL) -> Pooled:
+    result = Pooled({"ours": [], "seed": [], "automatic": []}, {"ours": [], "seed": []}, {})
     for person in range(1, PEOPLE + 1):
         conversation = Conversation.generate(seed=person, switch_rate=switch_rate)
-        mine, theirs = (
-            price(ours_requests(conversation), conversation),
-            price(seed_requests(conversation), conversation),
-        )
-        first = first or (mine, theirs)
-        ours += mine
-        seed += theirs
-    assert first is not None
-    return summary(ours), summary(seed), first[0], first[1]
+        ours = ours_requests(conversation, window, earlier_notes(person))
+        seed = seed_requests(conversation)
+        priced = {
+            "ours": price(ours.bodies, conversation, model),
+            "seed": price(seed.bodies, conversation, model),
+            "automatic": price(automatic(ours.bodies), conversation, model),
+        }
+        result.first = result.first or priced
+        for design, usages in priced.items():
+            result.usages[design] += usages
+        result.shown["ours"] += ours.shown
+        result.shown["seed"] += seed.shown
+    return result
+
+
+def costs(run: Pooled) -> dict[str, float]:
+    return {
+        "ours": run.summary("ours")["input_cost_ratio"],
+        "seed": run.summary("seed")["input_cost_ratio"],
+        "automatic": run.summary("automatic")["input_cost_ratio"],
+        "ours_vs_seed": round(run.cost("ours") / run.cost("seed"), 3),
+        "automatic_vs_seed": round(run.cost("automatic") / run.cost("seed"), 3),
+    }
+
+
+# The window sizes the README's table compares; the default is one of them.
+WINDOWS = (
+    Window(16, 8, 8),
+    Window(24, 8, 8),
+    Window(32, 16, 8),
+    Window(36, 20, 12),
+    Window(40, 20, 8),
+    Window(40, 24, 8),
+    Window(48, 24, 8),
+)
 
 
 def run(chart: Path | None = None) -> dict[str, Any]:
-    mine, theirs, first_ours, first_seed = pooled(SWITCH_RATE)
+    main = pooled(SWITCH_RATE)
     if chart is not None:
-        draw(first_ours, first_seed, chart)
+        draw(main.first["ours"], main.first["seed"], chart)
     sensitivity = {}
     for rate in (0.05, 0.15, 0.3):
-        ours_at, seed_at, _, _ = pooled(rate)
-        sensitivity[str(rate)] = {"ours": ours_at, "seed": seed_at}
+        at_rate = main if rate == SWITCH_RATE else pooled(rate)
+        sensitivity[str(rate)] = {"ours": at_rate.summary("ours"), "seed": at_rate.summary("seed")}
+    by_window = []
+    for window in WINDOWS:
+        default, small = pooled(SWITCH_RATE, window), pooled(SWITCH_RATE, window, SMALL_CACHE_MODEL)
+        by_window.append(
+            {
+                "max_messages": window.max_messages,
+                "step": window.step,
+                "web_prepend": window.web_prepend,
+                "context_messages_mean": default.mean_shown("ours"),
+                MODEL: costs(default),
+                SMALL_CACHE_MODEL: costs(small),
+            }
+        )
+    small = pooled(SWITCH_RATE, model=SMALL_CACHE_MODEL)
     return {
-        "cache_read_share": {"ours": mine["cache_read_share"], "seed": theirs["cache_read_share"]},
-        "input_cost_ratio": {"ours": mine["input_cost_ratio"], "seed": theirs["input_cost_ratio"]},
+        "cache_read_share": {
+            "ours": main.summary("ours")["cache_read_share"],
+            "seed": main.summary("seed")["cache_read_share"],
+            "automatic": main.summary("automatic")["cache_read_share"],
+        },
+        "input_cost_ratio": {
+            "ours": main.summary("ours")["input_cost_ratio"],
+            "seed": main.summary("seed")["input_cost_ratio"],
+            "automatic": main.summary("automatic")["input_cost_ratio"],
+        },
+        "context_messages_mean": {"ours": main.mean_shown("ours"), "seed": main.mean_shown("seed")},
+        "input_cost_vs_seed": round(main.cost("ours") / main.cost("seed"), 3),
+        "input_cost_by_model": {MODEL: costs(main), SMALL_CACHE_MODEL: costs(small)},
         "caching_setup": {
             "people": PEOPLE,
             "turns_each": 60,
             "surface_switch_rate": SWITCH_RATE,
             "system_prompt_tokens": count_tokens(DEFAULT_SYSTEM_PROMPT),
-            "min_cacheable_tokens": MIN_CACHEABLE,
-            "window": {"max_messages": MAX_MESSAGES, "step": STEP, "web_prepend": WEB_PREPEND, "seed": SEED_WINDOW},
+            "model": MODEL,
+            "min_cacheable_tokens": MIN_CACHEABLE[MODEL],
+            "min_cacheable_by_model": MIN_CACHEABLE,
+            "notes_max_tokens": NOTES_MAX_TOKENS,
+            "digest_every_minutes": DIGEST_EVERY.seconds // 60,
+            "window": {
+                "max_messages": DEFAULTS.max_messages,
+                "step": DEFAULTS.window_step,
+                "web_prepend": DEFAULTS.web_prepend,
+                "seed": SEED_WINDOW,
+            },
         },
         "caching_by_switch_rate": sensitivity,
+        "caching_by_window": by_window,
     }
 
 
@@ -184,7 +368,7 @@ def draw(ours: list[CacheUsage], seed: list[CacheUsage], path: Path) -> None:
 
     figure, axes = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, sharey=True)
     for axis, usages, title in (
-        (axes[0], ours, "ours: stepped window, 2 breakpoints"),
+        (axes[0], ours, "ours: stepped window and memory notes, 3 breakpoints"),
         (axes[1], seed, "seed: last 14 messages, 1 breakpoint after the system prompt"),
     ):
         turns = range(1, len(usages) + 1)

@@ -39,10 +39,12 @@ class InstantModel:
 
     name = "instant"
 
-    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply:
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "") -> ModelReply:
         return ModelReply(REPLY_TEXT, Usage())
 
-    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+    def stream(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
+    ) -> Iterator[str | Usage]:
         yield REPLY_TEXT
         yield Usage()
 

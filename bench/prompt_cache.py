@@ -1,7 +1,8 @@
 """Anthropic's prompt-caching rules, as a simulator.
 
 - A request is a sequence of blocks (system, then each message's content blocks);
-  `cache_control` marks breakpoints (at most 4).
+  `cache_control` marks breakpoints (at most 4). A top-level `cache_control` (automatic
+  caching) is a breakpoint on the last block.
 - Each breakpoint whose prefix reaches the model's minimum cacheable length writes a
   cache entry for the prefix up to and including it.
 - A breakpoint reads the longest prefix already cached that ends at it or at one of the
@@ -59,6 +60,9 @@ def request_blocks(body: dict[str, Any]) -> tuple[list[str], list[int]]:
         blocks += [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
     texts = [json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True) for block in blocks]
     breakpoints = [index for index, block in enumerate(blocks) if "cache_control" in block]
+    if "cache_control" in body and blocks and len(blocks) - 1 not in breakpoints:
+        breakpoints.append(len(blocks) - 1)
+    assert len(breakpoints) <= 4, "Anthropic refuses more than 4 breakpoints"
     return texts, breakpoints
 
 

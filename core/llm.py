@@ -3,9 +3,12 @@
 The SDK is imported on the first model call, not before: importing it costs about a
 second of cold start, and a Telegram update that never reaches the model should not pay.
 
-Prompt caching: two breakpoints. One after the system prompt, which holds when the
-window's start moves; one on the last message, so the next turn, which repeats this
-request and adds two messages, reads everything up to here from the cache.
+Prompt caching: three breakpoints (Anthropic allows four). One after the system prompt,
+which holds for everyone and across the window's steps; one after the person's memory
+notes, their own block after it, which change only when a digest rewrites them; one on
+the last message, so the next turn, which repeats this request and adds two messages,
+reads everything up to here from the cache. A turn thus pays for the notes at the cache
+read price, and a write only after they change.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Protocol
 
 from core.context import ModelMessage
 from core.errors import ModelUnavailable
+from core.prompt import NOTES_PREAMBLE
 
 CACHE = {"type": "ephemeral"}
 
@@ -38,27 +42,39 @@ class ModelReply:
 class Model(Protocol):
     name: str
 
-    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply: ...
+    def reply(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
+    ) -> ModelReply: ...
 
-    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+    def stream(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
+    ) -> Iterator[str | Usage]:
         """Text as it is written, then one `Usage` at the end."""
         ...
 
 
-def messages_request(model: str, max_tokens: int, system: str, messages: Sequence[ModelMessage]) -> dict[str, Any]:
-    """The Messages API request body for a context, with its cache breakpoints."""
+def messages_request(
+    model: str,
+    max_tokens: int,
+    system: str,
+    messages: Sequence[ModelMessage],
+    notes: str = "",
+    *,
+    cached: bool = True,
+) -> dict[str, Any]:
+    """The Messages API request body for a context, with its cache breakpoints: after the
+    system prompt, after the person's notes (when there are any), on the last message."""
+    marker = {"cache_control": CACHE} if cached else {}
+    system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system, **marker}]
+    if notes.strip():
+        system_blocks.append({"type": "text", "text": NOTES_PREAMBLE + notes.strip(), **marker})
     body: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         block: dict[str, Any] = {"type": "text", "text": message.content}
         if index == len(messages) - 1:
-            block["cache_control"] = CACHE
+            block.update(marker)
         body.append({"role": message.role.value, "content": [block]})
-    return {
-        "model": model,
-        "max_tokens": max_tokens,
-        "system": [{"type": "text", "text": system, "cache_control": CACHE}],
-        "messages": body,
-    }
+    return {"model": model, "max_tokens": max_tokens, "system": system_blocks, "messages": body}
 
 
 def _usage(raw: Any) -> Usage:
@@ -91,8 +107,12 @@ class AnthropicModel:
         base_url: str | None = None,
         timeout_s: float = 30.0,
         max_retries: int = 2,
+        cached: bool = True,
     ) -> None:
+        """`cached=False` for a request that is never repeated (the digest's): a cache
+        write would cost 1.25x for nothing."""
         self.name = model
+        self._cached = cached
         self._api_key = api_key
         self._max_tokens = max_tokens
         self._base_url = base_url
@@ -101,10 +121,12 @@ class AnthropicModel:
         self._client: Any = None
         self._lock = threading.Lock()
 
-    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply:
+    def reply(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
+    ) -> ModelReply:
         import anthropic
 
-        request = messages_request(self.name, self._max_tokens, system, messages)
+        request = messages_request(self.name, self._max_tokens, system, messages, notes, cached=self._cached)
         try:
             response = self._sdk(timeout_s).messages.create(**request)
             text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
@@ -115,10 +137,12 @@ class AnthropicModel:
             raise ModelUnavailable("the model answered with no text")
         return ModelReply(text, usage)
 
-    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
+    def stream(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
+    ) -> Iterator[str | Usage]:
         import anthropic
 
-        request = messages_request(self.name, self._max_tokens, system, messages)
+        request = messages_request(self.name, self._max_tokens, system, messages, notes, cached=self._cached)
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
                 yield from stream.text_stream

@@ -23,8 +23,8 @@ log = logging.getLogger("crossmem.memory")
 @dataclass(frozen=True)
 class ContextLimits:
     window_hours: int = 24
-    max_messages: int = 16
-    window_step: int = 8
+    max_messages: int = 40
+    window_step: int = 24
     web_prepend: int = 8
     max_message_chars: int = 16000
     max_history_chars: int = 4 * 16000
@@ -125,6 +125,7 @@ class Memory:
             reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
             history=[StoredMessage.from_row(item) for item in row["history"]],
             prepend=[StoredMessage.from_row(item) for item in row["prepend"]],
+            notes=str(row.get("notes") or ""),
         )
 
     def finish_turn(

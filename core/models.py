@@ -123,6 +123,7 @@ class TurnStart:
     history: list[StoredMessage] = field(default_factory=list)
     prepend: list[StoredMessage] = field(default_factory=list)
     degraded: bool = False
+    notes: str = ""  # the person's memory notes (core/digest.py), empty before the first digest
 
 
 @dataclass(frozen=True)

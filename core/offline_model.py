@@ -21,21 +21,23 @@ def _quote(text: str, limit: int = 160) -> str:
 class OfflineModel:
     name = "offline-stand-in"
 
-    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> ModelReply:
-        text = self.compose(messages)
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "") -> ModelReply:
+        text = self.compose(messages, notes)
         return ModelReply(
             text, Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=len(text) // 4)
         )
 
-    def stream(self, system: str, messages: Sequence[ModelMessage], timeout_s: float) -> Iterator[str | Usage]:
-        reply = self.reply(system, messages, timeout_s)
+    def stream(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
+    ) -> Iterator[str | Usage]:
+        reply = self.reply(system, messages, timeout_s, notes)
         words = reply.text.split(" ")
         for index, word in enumerate(words):
             yield word if index == len(words) - 1 else word + " "
         yield reply.usage
 
     @staticmethod
-    def compose(messages: Sequence[ModelMessage]) -> str:
+    def compose(messages: Sequence[ModelMessage], notes: str = "") -> str:
         sources = [(message.role, source) for message in messages for source in message.sources]
         if not sources:
             return "(Offline stand-in model, no ANTHROPIC_API_KEY set.) I received nothing to answer."
@@ -64,5 +66,11 @@ class OfflineModel:
         if elsewhere is not None:
             lines.append(
                 f'The last thing you told me elsewhere, on {elsewhere.surface.value}, was: "{_quote(elsewhere.text)}".'
+            )
+        remembered = [line for line in notes.splitlines() if line.strip()]
+        if remembered:
+            lines.append(
+                f"From before that, my notes hold {len(remembered)} line{'s' if len(remembered) != 1 else ''},"
+                f' the latest: "{_quote(remembered[-1].lstrip("- "))}".'
             )
         return " ".join(lines)

@@ -1,4 +1,5 @@
-"""The default system prompt: the agent's standing instructions, the stable cached prefix."""
+"""The default system prompt: the agent's standing instructions, the stable cached prefix;
+and the heading of the person's memory notes, the block after it."""
 
 DEFAULT_SYSTEM_PROMPT = """\
 You are a personal advisor: one assistant that the same person reaches through several \
@@ -73,4 +74,12 @@ WhatsApp. You: quote the figure they gave and say it was on WhatsApp earlier tod
 
 Your goal is that the person never has to think about which app they used to tell you \
 something. One advisor, one memory, every surface.
+"""
+
+# Heads the person's memory notes (core/digest.py) in their own block after the system prompt.
+NOTES_PREAMBLE = """\
+Your notes about this person, written from earlier parts of the thread that are no longer \
+shown (each line says on which app and on which day it was said). Use them as your memory; \
+what the person says now wins over an older note.
+
 """

@@ -39,8 +39,8 @@ class Settings(BaseSettings):
 
     # Context rules.
     context_window_hours: int = Field(default=24, ge=1)
-    context_max_messages: int = Field(default=16, ge=1)
-    context_window_step: int = Field(default=8, ge=1)
+    context_max_messages: int = Field(default=40, ge=1)
+    context_window_step: int = Field(default=24, ge=1)
     web_prepend_messages: int = Field(default=8, ge=0)
     context_annotations: bool = True
     context_timezone: str = "UTC"
@@ -51,6 +51,15 @@ class Settings(BaseSettings):
     turns_per_minute: int = Field(default=12, ge=0)
     turns_per_day: int = Field(default=300, ge=0)
     tokens_per_day: int = Field(default=2_000_000, ge=0)
+
+    # Memory notes: what has left the window, condensed per person by the digest job.
+    memory_notes: bool = True
+    memory_notes_max_tokens: int = Field(default=800, ge=50, le=8000)
+    anthropic_digest_model: str = "claude-haiku-4-5"
+    digest_secret: SecretStr | None = None
+    digest_batch_size: int = Field(default=10, ge=1)
+    digest_time_budget: float = Field(default=240.0, gt=0)
+    digest_pause_seconds: int = Field(default=300, ge=0)  # the prompt cache's lifetime
 
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"

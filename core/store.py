@@ -32,6 +32,10 @@ SQL_FUNCTIONS = frozenset(
         "forget_person",
         "forget_request",
         "purge_messages",
+        "claim_memory_digests",
+        "write_memory_notes",
+        "release_memory_claim",
+        "memory_notes_of",
     }
 )
 

@@ -108,6 +108,7 @@ class TurnSettings:
     stranger_reply: str
     annotate: bool = True
     timezone: str = "UTC"
+    memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
 
 
 class Turns:
@@ -146,7 +147,7 @@ class Turns:
             channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         try:
-            answer = self._ask(messages, request.deadline_s)
+            answer = self._ask(messages, self._notes(start), request.deadline_s)
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
@@ -176,7 +177,8 @@ class Turns:
         parts: list[str] = []
         outcome = Outcome.ANSWERED
         try:
-            for chunk in self._model().stream(self._settings.system_prompt, messages, request.deadline_s):
+            notes = self._notes(start)
+            for chunk in self._model().stream(self._settings.system_prompt, messages, request.deadline_s, notes):
                 if isinstance(chunk, Usage):
                     figures.add_usage(chunk)
                     continue
@@ -259,8 +261,12 @@ class Turns:
             items = [ContextItem.from_stored(message) for message in start.history]
         return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
 
-    def _ask(self, messages: list[ModelMessage], deadline_s: float) -> ModelReply:
-        future = self._executor.submit(lambda: self._model().reply(self._settings.system_prompt, messages, deadline_s))
+    def _notes(self, start: TurnStart) -> str:
+        return start.notes if self._settings.memory_notes else ""
+
+    def _ask(self, messages: list[ModelMessage], notes: str, deadline_s: float) -> ModelReply:
+        system = self._settings.system_prompt
+        future = self._executor.submit(lambda: self._model().reply(system, messages, deadline_s, notes))
         try:
             return future.result(timeout=deadline_s)
         except FuturesTimeout as exc:

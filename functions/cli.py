@@ -10,6 +10,7 @@ import uuid
 
 import httpx
 
+from core.digest import read_notes
 from core.errors import CrossmemError, DeliveryFailed
 from core.models import Surface
 from core.settings import Settings
@@ -37,9 +38,32 @@ def history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([message.as_json() for message in messages], ensure_ascii=False, indent=2))
         return 0
+    print_notes(uuid.UUID(args.user))
     for message in messages:
         print(f"{message.created_at:%Y-%m-%d %H:%M} [{message.surface.value}] {message.role.value}: {message.content}")
     return 0
+
+
+def print_notes(user: uuid.UUID) -> None:
+    """The person's memory notes, above their messages, when a digest has written any."""
+    notes = read_notes(runtime.store(), user)
+    if notes.written_at is None:
+        return
+    covered = f", covering the thread up to {notes.covered_until:%Y-%m-%d %H:%M}" if notes.covered_until else ""
+    print(f"notes (written {notes.written_at:%Y-%m-%d %H:%M}{covered}):")
+    for line in notes.content.splitlines():
+        print(f"  {line}")
+    print()
+
+
+def digest(args: argparse.Namespace) -> int:
+    if not runtime.settings().memory_notes:
+        print("updated 0 people (MEMORY_NOTES is false)")
+        return 0
+    run = runtime.digest_job().run(uuid.UUID(args.user) if args.user else None)
+    failed = f"; {run.failed} failed and stay due" if run.failed else ""
+    print(f"updated {run.updated} {'person' if run.updated == 1 else 'people'}{failed}")
+    return 1 if run.failed else 0
 
 
 def identities(args: argparse.Namespace) -> int:
@@ -142,6 +166,10 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--limit", type=int, default=100)
     command.add_argument("--json", action="store_true", help="JSON instead of lines")
     command.set_defaults(run=history)
+
+    command = commands.add_parser("digest", help="write the memory notes of every person who is due, now")
+    command.add_argument("--user", help="only this person (uuid)")
+    command.set_defaults(run=digest)
 
     command = commands.add_parser("identities", help="list a person's Telegram chats and WhatsApp numbers")
     command.add_argument("--user", required=True, help="the person's user id (uuid)")

@@ -35,6 +35,7 @@ EVERY_FUNCTION = frozenset(
         "context_timezone",
         "max_message_chars",
         "max_history_chars",
+        "memory_notes",
         "turns_per_minute",
         "turns_per_day",
         "tokens_per_day",
@@ -72,6 +73,16 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
         {"twilio_auth_token", "twilio_webhook_shared_key", "public_base_url", "whatsapp_model_deadline"}
     ),
     "web_chat": frozenset({"supabase_jwt_secret", "supabase_jwks_url", "cors_origins", "web_model_deadline"}),
+    "memory_digest": frozenset(
+        {
+            "digest_secret",
+            "anthropic_digest_model",
+            "memory_notes_max_tokens",
+            "digest_batch_size",
+            "digest_time_budget",
+            "digest_pause_seconds",
+        }
+    ),
 }
 
 # Only the command line reads these: `crossmem dev` and its embedded database, `crossmem purge`.

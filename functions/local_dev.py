@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +31,7 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import run_simple
 
 from core.embedded import REPOSITORY
+from core.errors import CrossmemError
 from core.settings import Settings
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
@@ -50,6 +52,10 @@ DEV_DEFAULTS = {
     "TELEGRAM_REPLY_IN_WEBHOOK": "true",
     "TWILIO_AUTH_TOKEN": "local-twilio-auth-token",
     "SUPABASE_JWT_SECRET": "local-development-jwt-secret-at-least-32-bytes",
+    # A small window and a short pause, so the demo shows memory notes after a few messages.
+    "CONTEXT_MAX_MESSAGES": "8",
+    "CONTEXT_WINDOW_STEP": "4",
+    "DIGEST_PAUSE_SECONDS": "60",
 }
 
 
@@ -127,6 +133,17 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
     return response.status_code, html.unescape("\n".join(messages)) if messages else response.text
 
 
+def digest_every_minute() -> None:
+    """Cloud Scheduler's part, locally: the memory digest every minute, in the background."""
+    while True:
+        time.sleep(60)
+        try:
+            if runtime.settings().memory_notes:
+                runtime.digest_job().run()
+        except CrossmemError as exc:
+            print(f"memory digest: {exc}", file=sys.stderr)
+
+
 def build_dev_app() -> Any:
     main = str(REPOSITORY / "main.py")
     site = flask.Flask("crossmem-dev")
@@ -191,4 +208,5 @@ def serve(port: int) -> None:
     print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
     # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    threading.Thread(target=digest_every_minute, name="memory-digest", daemon=True).start()
     run_simple("127.0.0.1", port, build_dev_app(), threaded=True, use_reloader=False)

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
 from core.forgetting import Forgetting
@@ -126,13 +127,19 @@ def model() -> Model:
     config = settings()
     if config.anthropic_api_key is None:
         return OfflineModel()
+    return claude(config, config.anthropic_model, config.anthropic_max_tokens)
+
+
+def claude(config: Settings, name: str, max_tokens: int, *, cached: bool = True) -> AnthropicModel:
+    assert config.anthropic_api_key is not None
     return AnthropicModel(
         api_key=config.anthropic_api_key.get_secret_value(),
-        model=config.anthropic_model,
-        max_tokens=config.anthropic_max_tokens,
+        model=name,
+        max_tokens=max_tokens,
         base_url=config.anthropic_base_url,
         timeout_s=config.anthropic_timeout,
         max_retries=config.anthropic_max_retries,
+        cached=cached,
     )
 
 
@@ -157,8 +164,31 @@ def turns() -> Turns:
             stranger_reply=config.stranger_reply,
             annotate=config.context_annotations,
             timezone=config.context_timezone,
+            memory_notes=config.memory_notes,
         ),
     )
+
+
+@functools.cache
+def digest_job() -> DigestJob:
+    """The memory digest: ANTHROPIC_DIGEST_MODEL with a key, else the offline extractive notes."""
+    from zoneinfo import ZoneInfo
+
+    config = settings()
+    zone = ZoneInfo(config.context_timezone)
+    limits = DigestLimits(
+        max_messages=config.context_max_messages,
+        window_step=config.context_window_step,
+        window_hours=config.context_window_hours,
+        batch_size=config.digest_batch_size,
+        time_budget_s=config.digest_time_budget,
+        idle_s=config.digest_pause_seconds,
+    )
+    if config.anthropic_api_key is None:
+        return DigestJob(store(), ExtractiveDigester(config.memory_notes_max_tokens, zone), limits)
+    writer = claude(config, config.anthropic_digest_model, config.memory_notes_max_tokens, cached=False)
+    digester = ModelDigester(writer, config.memory_notes_max_tokens, config.anthropic_timeout, zone)
+    return DigestJob(store(), digester, limits)
 
 
 @functools.cache
@@ -215,6 +245,7 @@ _CACHED = (
     retention,
     telegram_bot,
     token_verifier,
+    digest_job,
 )
 
 

@@ -6,6 +6,7 @@ POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
 *    /links[/<surface>]                linking the person's other apps (functions/links.py)
 DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
+GET  /memory                           the person's memory notes (functions/notes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -29,6 +30,7 @@ from functions import runtime
 from functions.forget_routes import forget_route
 from functions.http import error_response, json_response, read_json, serving
 from functions.links import links_route
+from functions.notes import memory_route
 from functions.paging import page_query
 
 CONVERSATION_MESSAGES = re.compile(
@@ -67,6 +69,8 @@ def web_chat(request: flask.Request) -> flask.Response:
         if (answer := links_route(request, person, cors)) is not None:
             return answer
         if (answer := forget_route(request, person, cors)) is not None:
+            return answer
+        if (answer := memory_route(request, person, cors)) is not None:
             return answer
         path = request.path.rstrip("/") or "/"
         if request.method == "POST" and path in ("/", "/messages"):

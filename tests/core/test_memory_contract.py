@@ -245,3 +245,23 @@ def test_forgetting_is_one_round_trip_and_a_forgotten_redelivery_stores_nothing(
     counted.reset()
     assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, person.sender_id, False)) == NOTHING_STORED
     assert counted.round_trips() == 1
+
+
+def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: CountedMemory) -> None:
+    from core.digest import DigestJob, DigestLimits, ExtractiveDigester
+
+    memory = counted.memory
+    person = uuid.uuid4()
+    for index in range(3):
+        start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, f"fact {index}", f"d{index}")
+        assert start.message_id is not None
+        memory.finish_turn(person, start.message_id, "noted")
+    job = DigestJob(memory.store, ExtractiveDigester(800), DigestLimits(4, 2, 24, idle_s=0))
+    counted.reset()
+    assert job.run(person).updated == 1
+    assert counted.round_trips() == 3  # claim, write, and the claim that finds nobody left
+    counted.reset()
+    again = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "and now?", "d9")
+    assert again.notes.endswith("] fact 0") and again.message_id is not None
+    memory.finish_turn(person, again.message_id, "you told me fact 0")
+    assert counted.round_trips() == 2  # a turn with notes still costs two

@@ -51,7 +51,7 @@ def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
     assert main(["deploy", "--dry-run"]) == 0
     output = capsys.readouterr().out
     commands = printed_commands(output)
-    assert sorted(commands) == ["telegram_webhook", "web_chat", "whatsapp_webhook"]
+    assert sorted(commands) == ["memory_digest", "telegram_webhook", "web_chat", "whatsapp_webhook"]
     assert commands["telegram_webhook"] == [
         "gcloud",
         "functions",

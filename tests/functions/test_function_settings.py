@@ -30,7 +30,7 @@ def test_serverless_yml_gives_each_function_what_it_reads_and_every_secret_from_
 
 def test_the_problems_say_what_to_add_where() -> None:
     description = read_description()
-    telegram, whatsapp, web = description.functions
+    telegram, whatsapp, web, digest = description.functions
     environment = {name: value for name, value in telegram.environment.items() if name != "TELEGRAM_API_BASE"}
     changed = dataclasses.replace(
         description,
@@ -38,6 +38,7 @@ def test_the_problems_say_what_to_add_where() -> None:
             dataclasses.replace(telegram, environment={**environment, "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}"}),
             dataclasses.replace(whatsapp, secrets={**whatsapp.secrets, "TWILIO_AUTH_TOKEN": "hunter2"}),
             dataclasses.replace(web, secrets={name: r for name, r in web.secrets.items() if name != "DATABASE_URL"}),
+            digest,
         ],
     )
     assert changed.problems() == [
@@ -60,7 +61,8 @@ def test_a_secret_given_as_a_plain_value_is_named() -> None:
         environment={**web.environment, "SUPABASE_JWT_SECRET": "${env:SUPABASE_JWT_SECRET}"},
         secrets={name: ref for name, ref in web.secrets.items() if name != "SUPABASE_JWT_SECRET"},
     )
-    problems = dataclasses.replace(description, functions=[*description.functions[:2], plain]).problems()
+    functions = [*description.functions[:2], plain, *description.functions[3:]]
+    problems = dataclasses.replace(description, functions=functions).problems()
     assert problems == [
         "serverless.yml: SUPABASE_JWT_SECRET is a secret: move it from environment to secrets, "
         "as `SUPABASE_JWT_SECRET: crossmem-supabase-jwt-secret:latest`"
@@ -92,6 +94,9 @@ def serve_one_turn(function: str, environment: pytest.MonkeyPatch) -> int:
         environment.setenv("PUBLIC_BASE_URL", PUBLIC)
         fields = form("hello")
         return app_client(function).post("/", data=fields, headers=signed(fields)).status_code
+    if function == "memory_digest":
+        environment.setenv("DIGEST_SECRET", "digest-secret-for-tests")
+        return app_client(function).post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"}).status_code
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     client = app_client(function)
     person = uuid.uuid4()

@@ -1,0 +1,274 @@
+"""Memory notes: what has left the window, condensed into one text per person.
+
+Never while a person waits. A digest run (the `memory_digest` function on a schedule,
+`crossmem digest`, or `make dev` every minute) goes, in batches:
+
+    claim_memory_digests   1 round trip: claim the due people (`for update skip locked`),
+                           get their notes and the messages that left the window
+    -> the digester        one model call per person (or the offline extractive stand-in)
+    -> write_memory_notes  1 round trip: the new notes, what they cover, the claim let go
+
+A person is due once a window step of their messages has left the window and they have
+paused for the prompt cache's lifetime (5 minutes), so rewriting the notes never breaks
+a warm cache. Any number of runs may go at once: a person is claimed by one of them. A failed model
+call lets the claim go: the notes stay as they were and the person stays due. Who is due
+and what the notes cover are the SQL functions' (20261130150000_memory_notes.sql).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from core.context import ModelMessage, Source
+from core.errors import ModelUnavailable
+from core.llm import Model
+from core.models import Role, StoredMessage
+from core.store import MemoryStore
+
+log = logging.getLogger("crossmem.digest")
+
+# What a person says about themselves, their plans and what to remember: the lines the
+# extractive digest keeps longest when the notes are over their budget.
+_ABOUT_THEMSELVES = re.compile(r"\b(i|i'm|i've|i'll|my|me|we|our|remember)\b", re.IGNORECASE)
+
+DIGEST_INSTRUCTIONS = """\
+You keep the memory notes of a personal assistant about one person. You get the current \
+notes and the messages that have just left the assistant's view. Write the new notes: \
+who the person is, what they asked to be remembered, their plans, dates and open threads. \
+One fact a line, each line starting with where and when it was said, like \
+"- [telegram · 2026-11-28] Sister's name is Ana.". Keep every fact of the current notes \
+that still holds, merge duplicates, drop what is done or no longer true (a later message \
+wins), and leave out small talk. Write only the notes, in the person's language, at most \
+{max_tokens} tokens."""
+
+
+def approximate_tokens(text: str) -> int:
+    """About four characters a token: Claude's tokenizer is not public, the ratio is."""
+    return len(text) // 4
+
+
+@dataclass(frozen=True)
+class MemoryNotes:
+    content: str
+    written_at: datetime | None
+    covered_until: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any] | None) -> MemoryNotes:
+        if not row:
+            return cls("", None, None)
+        return cls(
+            content=str(row["content"]),
+            written_at=datetime.fromisoformat(row["written_at"]) if row.get("written_at") else None,
+            covered_until=datetime.fromisoformat(row["covered_until"]) if row.get("covered_until") else None,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "notes": self.content,
+            "written_at": self.written_at.isoformat() if self.written_at else None,
+            "covered_until": self.covered_until.isoformat() if self.covered_until else None,
+        }
+
+
+def read_notes(store: MemoryStore, user_id: UUID) -> MemoryNotes:
+    """A person's notes as they stand (one round trip): what the web and the CLI show."""
+    return MemoryNotes.from_row(store.call("memory_notes_of", {"p_user_id": str(user_id)}))
+
+
+@dataclass(frozen=True)
+class DueDigest:
+    """A claimed person: their notes and the messages that left the window, oldest first."""
+
+    user_id: UUID
+    claim: UUID
+    notes: str
+    messages: list[StoredMessage]
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> DueDigest:
+        return cls(
+            user_id=UUID(row["user_id"]),
+            claim=UUID(row["claim"]),
+            notes=str(row["notes"]),
+            messages=[StoredMessage.from_row(item) for item in row["messages"]],
+        )
+
+
+class Digester(Protocol):
+    name: str
+
+    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+        """The new notes from the previous ones and the messages; ModelUnavailable on failure."""
+        ...
+
+
+def tagged(message: StoredMessage, zone: ZoneInfo, *, with_time: bool = False) -> str:
+    """`[telegram · 2026-11-28]`: where and on which day (and at what time) it was said."""
+    when = message.created_at.astimezone(zone).strftime("%Y-%m-%d %H:%M" if with_time else "%Y-%m-%d")
+    return f"[{message.surface.value} · {when}]"
+
+
+def within_budget(lines: list[str], max_tokens: int) -> list[str]:
+    """The lines, oldest dropped first until they fit, keeping what the person said about
+    themselves longer than the rest."""
+    kept = list(lines)
+    while len(kept) > 1 and approximate_tokens("\n".join(kept)) > max_tokens:
+        plain = next((index for index, line in enumerate(kept) if not _ABOUT_THEMSELVES.search(line)), 0)
+        kept.pop(plain)
+    if kept and approximate_tokens(kept[0]) > max_tokens:  # one line over the whole budget: its start
+        kept[0] = kept[0][: max_tokens * 4]
+    return kept
+
+
+class ExtractiveDigester:
+    """The offline stand-in: the person's own messages, each a line tagged with where and
+    on which day it was said, after the previous notes; no model, no key, deterministic."""
+
+    name = "extractive"
+
+    def __init__(self, max_tokens: int, zone: ZoneInfo | None = None) -> None:
+        self._max_tokens = max_tokens
+        self._zone = zone or ZoneInfo("UTC")
+
+    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+        lines = [line for line in notes.splitlines() if line.strip()]
+        for message in messages:
+            if message.role is not Role.USER:
+                continue
+            line = f"- {tagged(message, self._zone)} {' '.join(message.content.split())}"
+            if line not in lines:  # notes folded after a merge may already hold it
+                lines.append(line)
+        return "\n".join(within_budget(lines, self._max_tokens))
+
+
+class ModelDigester:
+    """The notes written by a model (ANTHROPIC_DIGEST_MODEL, through core/llm.py)."""
+
+    def __init__(self, model: Model, max_tokens: int, timeout_s: float, zone: ZoneInfo | None = None) -> None:
+        self.name = model.name
+        self._model = model
+        self._max_tokens = max_tokens
+        self._timeout_s = timeout_s
+        self._zone = zone or ZoneInfo("UTC")
+
+    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+        said = "\n".join(
+            f"{tagged(m, self._zone, with_time=True)} {'person' if m.role is Role.USER else 'assistant'}: {m.content}"
+            for m in messages
+        )
+        text = f"Current notes:\n{notes.strip() or '(none yet)'}\n\nMessages that left the view:\n{said or '(none)'}"
+        request = [ModelMessage(Role.USER, text, (Source(messages[0].surface, text),) if messages else ())]
+        instructions = DIGEST_INSTRUCTIONS.format(max_tokens=self._max_tokens)
+        written = self._model.reply(instructions, request, self._timeout_s).text.splitlines()
+        return "\n".join(within_budget([line for line in written if line.strip()], self._max_tokens))
+
+
+@dataclass(frozen=True)
+class DigestLimits:
+    """The window the notes complete (the turn's CONTEXT_* settings) and the run's bounds."""
+
+    max_messages: int
+    window_step: int
+    window_hours: int
+    batch_size: int = 10
+    time_budget_s: float = 240.0
+    messages_per_digest: int = 200
+    # A person is digested after a pause this long (DIGEST_PAUSE_SECONDS), the prompt cache's
+    # lifetime: new notes then cost no cache write that the pause has not already cost.
+    idle_s: int = 300
+
+
+@dataclass(frozen=True)
+class DigestRun:
+    updated: int
+    failed: int
+
+
+class DigestJob:
+    def __init__(
+        self,
+        store: MemoryStore,
+        digester: Digester,
+        limits: DigestLimits,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._digester = digester
+        self._limits = limits
+        self._clock = clock
+
+    def run(self, user_id: UUID | None = None) -> DigestRun:
+        """Digest every due person (or only `user_id`), batch after batch, until none is
+        due, the time budget is spent, or a whole batch failed."""
+        began = self._clock()
+        updated = failed = 0
+        while self._clock() - began < self._limits.time_budget_s:
+            batch = self._claim(user_id)
+            if not batch:
+                break
+            written_now = 0
+            for due in batch:
+                if self._clock() - began >= self._limits.time_budget_s:
+                    self._release(due)  # out of time: the next run takes them
+                    continue
+                if self._digest(due):
+                    written_now += 1
+                else:
+                    failed += 1
+            updated += written_now
+            if written_now == 0:
+                break
+        return DigestRun(updated, failed)
+
+    def notes(self, user_id: UUID) -> MemoryNotes:
+        return read_notes(self._store, user_id)
+
+    def _claim(self, user_id: UUID | None) -> list[DueDigest]:
+        limits = self._limits
+        rows = self._store.call(
+            "claim_memory_digests",
+            {
+                "p_batch": limits.batch_size,
+                "p_max_messages": limits.max_messages,
+                "p_window_step": limits.window_step,
+                "p_window_hours": limits.window_hours,
+                # A claim outlives the run that made it, so a run that dies frees its people later.
+                "p_lease_seconds": int(limits.time_budget_s) + 60,
+                "p_digest_limit": limits.messages_per_digest,
+                "p_user_id": str(user_id) if user_id else None,
+                "p_idle_seconds": self._limits.idle_s,
+            },
+        )
+        return [DueDigest.from_row(row) for row in rows or []]
+
+    def _digest(self, due: DueDigest) -> bool:
+        try:
+            notes = self._digester.digest(due.notes, due.messages)
+        except ModelUnavailable as exc:
+            log.warning("a digest failed; the person stays due", extra={"user_id": str(due.user_id), "error": str(exc)})
+            self._release(due)
+            return False
+        last = due.messages[-1] if due.messages else None
+        row = self._store.call(
+            "write_memory_notes",
+            {
+                "p_user_id": str(due.user_id),
+                "p_claim": str(due.claim),
+                "p_content": notes,
+                "p_covered_at": last.created_at.isoformat() if last else None,
+                "p_covered_id": last.id if last else None,
+            },
+        )
+        return bool(row and row.get("written"))
+
+    def _release(self, due: DueDigest) -> None:
+        self._store.call("release_memory_claim", {"p_user_id": str(due.user_id), "p_claim": str(due.claim)})

@@ -1,0 +1,29 @@
+"""`memory_digest`: the memory digest, for Cloud Scheduler (`POST`, any path).
+
+Verify `X-Digest-Secret` in constant time, then digest the due people in batches within
+DIGEST_TIME_BUDGET (the function's timeout is above it) and answer what was done.
+"""
+
+from __future__ import annotations
+
+import flask
+
+from functions import runtime
+from functions.http import json_response, same_secret, serving
+
+SECRET_HEADER = "X-Digest-Secret"  # noqa: S105 (a header name, not a secret)
+
+
+@serving
+def memory_digest(request: flask.Request) -> flask.Response:
+    config = runtime.settings()
+    if config.digest_secret is None:
+        return json_response({"error": "not_configured", "message": "DIGEST_SECRET must be set"}, 503)
+    if not same_secret(request.headers.get(SECRET_HEADER), config.digest_secret.get_secret_value()):
+        return json_response({"error": "unauthorized", "message": f"wrong or missing {SECRET_HEADER}"}, 401)
+    if request.method != "POST":
+        return json_response({"error": "method_not_allowed", "message": "POST to run the digest"}, 405)
+    if not config.memory_notes:
+        return json_response({"updated": 0, "failed": 0, "memory_notes": False})
+    run = runtime.digest_job().run()
+    return json_response({"updated": run.updated, "failed": run.failed, "memory_notes": True})

@@ -1,0 +1,21 @@
+"""The web's memory route, inside `web_chat` (locally under `/chat`):
+
+GET /memory    the person's memory notes: 200 {notes, written_at, covered_until}
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import flask
+
+from core.digest import read_notes
+from functions import runtime
+from functions.http import json_response
+
+
+def memory_route(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response | None:
+    """The answer to GET /memory, or None for any other request (other modules own them)."""
+    if request.method != "GET" or request.path.rstrip("/") != "/memory":
+        return None
+    return json_response(read_notes(runtime.store(), person).as_json(), headers=cors)

@@ -1,0 +1,330 @@
+-- Memory notes: what a person said before the window, condensed into one text per person.
+--
+-- A digest job (never a turn) claims the people who are due, asks a model (or the offline
+-- extractive stand-in) for new notes from their previous notes and the messages that have
+-- left the window, and writes them with the point they cover up to. The next turn's
+-- begin_turn returns them (20261130160000_begin_turn_notes.sql) in its one round trip.
+--
+-- Table: memory_notes, one row per person, reachable by user_id only (forgetting a person
+-- deletes it with them). Row-level security like the others: `authenticated` reads its own
+-- row, `anon` nothing; the functions below are service_role's only. When linking merges two
+-- people, a trigger on identities moves the merged person's notes (fold_memory_notes).
+
+create table public.memory_notes (
+    user_id uuid primary key,
+    content text not null default '' check (char_length(content) <= 64000),
+    -- The newest message the notes cover, in the thread's order (created_at, id): every
+    -- message of the person up to it is in the notes; null when none is.
+    covered_until_at timestamptz,
+    covered_until_id bigint,
+    revision integer not null default 0,
+    written_at timestamptz,
+    -- Set when linking merged another person's notes in: the next digest folds them into one.
+    pending_fold boolean not null default false,
+    -- A digest run working on this person, and until when its claim holds. A run that died
+    -- mid-way leaves a claim that simply expires.
+    claim uuid,
+    claimed_until timestamptz
+);
+
+alter table public.memory_notes enable row level security;
+revoke all on table public.memory_notes from anon, authenticated;
+grant select on table public.memory_notes to authenticated;
+grant select, insert, update, delete on table public.memory_notes to service_role;
+create policy memory_notes_owner_reads on public.memory_notes
+    for select to authenticated using (user_id = (select auth.uid()));
+
+
+-- How many of the latest p_total messages the stepped window of Telegram and WhatsApp
+-- shows (context_window's rule): the rest have left it, in steps of p_step at once.
+create function public.window_keeps(p_total bigint, p_limit integer, p_step integer) returns integer
+language sql immutable
+set search_path = ''
+as $$
+    select case when p_total <= p_limit then p_total::integer
+                else (p_total - ceil((p_total - p_limit)::numeric / greatest(least(p_step, p_limit), 1))
+                                * greatest(least(p_step, p_limit), 1))::integer end;
+$$;
+
+
+-- The messages of one person that have left the window and are not in the notes yet,
+-- oldest first, at most p_limit: everything before the start of the window that Telegram
+-- and WhatsApp show now (the latest messages within p_window_hours, stepped). Coverage is
+-- a prefix of the thread, and the window's start only moves forward, so these are a
+-- prefix of what is not covered.
+create function public.messages_to_digest(
+    p_user_id uuid,
+    p_max_messages integer,
+    p_window_step integer,
+    p_window_hours integer,
+    p_limit integer
+) returns table (id bigint, conversation_id uuid, surface text, role text, content text, created_at timestamptz)
+language sql stable
+set search_path = ''
+as $$
+    with notes as (
+        select coalesce(n.covered_until_at, '-infinity'::timestamptz) as at, coalesce(n.covered_until_id, 0) as id
+          from (select 1) one
+          left join public.memory_notes n on n.user_id = p_user_id
+    ), shown as (
+        select public.window_keeps(count(*), p_max_messages, p_window_step) as keeps
+          from public.messages m
+         where m.user_id = p_user_id and m.created_at >= clock_timestamp() - make_interval(hours => p_window_hours)
+    ), uncovered as (
+        select m.*, row_number() over (order by m.created_at desc, m.id desc) as recency
+          from public.messages m, notes
+         where m.user_id = p_user_id and (m.created_at, m.id) > (notes.at, notes.id)
+    )
+    select u.id, u.conversation_id, u.surface, u.role, u.content, u.created_at
+      from uncovered u, shown
+     where u.recency > shown.keeps
+     order by u.created_at, u.id
+     limit p_limit;
+$$;
+
+
+-- Claim up to p_batch people who are due, for p_lease_seconds, and return for each the
+-- claim, their notes and the messages to digest. Due:
+--   at least one window step of their messages has left the window (the window steps:
+--   that is each time it moves) uncovered, and the person has paused for p_idle_seconds: the prompt cache's lifetime,
+--   so new notes never break a cache that their next turn would still have read;
+--   or some have, and the person has been quiet for p_window_hours (their next message
+--   would see none of it);
+--   or linking merged two people's notes.
+-- Any number of runs may claim at once: `for update skip locked` and the claim's expiry
+-- give each due person to one of them.
+-- Returns [{"user_id", "claim", "notes", "pending_fold", "messages": [...]}].
+create function public.claim_memory_digests(
+    p_batch integer,
+    p_max_messages integer,
+    p_window_step integer,
+    p_window_hours integer,
+    p_lease_seconds integer,
+    p_digest_limit integer default 200,
+    p_user_id uuid default null,
+    p_idle_seconds integer default 300
+) returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_aged timestamptz := clock_timestamp() - make_interval(hours => p_window_hours);
+    v_claim uuid := gen_random_uuid();
+    v_due uuid[];
+    v_claimed uuid[];
+    v_person uuid;
+    v_messages jsonb;
+    v_result jsonb := '[]'::jsonb;
+    v_notes record;
+begin
+    -- Who is due: per person, what is not covered yet, how many of their messages the
+    -- window shows now (of those within p_window_hours), and when they last wrote.
+    select coalesce(array_agg(d.user_id), '{}') into v_due
+      from (select t.user_id
+              from (select m.user_id,
+                           count(*) filter (where n.covered_until_id is null
+                                            or (m.created_at, m.id) > (n.covered_until_at, n.covered_until_id))
+                           - public.window_keeps(count(*) filter (where m.created_at >= v_aged),
+                                                 p_max_messages, p_window_step) as outside,
+                           max(m.created_at) as newest
+                      from public.messages m
+                      left join public.memory_notes n on n.user_id = m.user_id
+                     where (p_user_id is null or m.user_id = p_user_id)
+                       and (n.covered_until_id is null or m.created_at >= v_aged
+                            or (m.created_at, m.id) > (n.covered_until_at, n.covered_until_id))
+                     group by m.user_id) t
+             where (t.outside >= p_window_step and t.newest < v_now - make_interval(secs => p_idle_seconds))
+                or (t.outside > 0 and t.newest < v_aged)
+            union
+            select n.user_id from public.memory_notes n
+             where n.pending_fold and (p_user_id is null or n.user_id = p_user_id)) d;
+    if cardinality(v_due) = 0 then
+        return v_result;
+    end if;
+
+    insert into public.memory_notes (user_id)
+    select unnest(v_due)
+    on conflict (user_id) do nothing;
+
+    with free as (
+        select n.user_id
+          from public.memory_notes n
+         where n.user_id = any(v_due) and (n.claimed_until is null or n.claimed_until < v_now)
+         order by n.written_at nulls first, n.user_id
+         limit p_batch
+           for update skip locked
+    )
+    update public.memory_notes n
+       set claim = v_claim, claimed_until = v_now + make_interval(secs => p_lease_seconds)
+      from free
+     where n.user_id = free.user_id;
+    select coalesce(array_agg(n.user_id), '{}') into v_claimed
+      from public.memory_notes n where n.claim = v_claim;
+
+    -- Read again now that the claim is held: a run that finished this person in the
+    -- meantime has moved their coverage, and then nothing may be left to do.
+    foreach v_person in array v_claimed loop
+        select n.content, n.pending_fold into v_notes from public.memory_notes n where n.user_id = v_person;
+        select coalesce(jsonb_agg(jsonb_build_object(
+                   'id', d.id, 'conversation_id', d.conversation_id, 'surface', d.surface, 'role', d.role,
+                   'content', d.content, 'created_at', d.created_at) order by d.created_at, d.id), '[]'::jsonb)
+          into v_messages
+          from public.messages_to_digest(v_person, p_max_messages, p_window_step, p_window_hours, p_digest_limit) d;
+        if jsonb_array_length(v_messages) = 0 and not v_notes.pending_fold then
+            update public.memory_notes n set claim = null, claimed_until = null
+             where n.user_id = v_person and n.claim = v_claim;
+            continue;
+        end if;
+        v_result := v_result || jsonb_build_array(jsonb_build_object(
+            'user_id', v_person, 'claim', v_claim, 'notes', v_notes.content,
+            'pending_fold', v_notes.pending_fold, 'messages', v_messages));
+    end loop;
+    return v_result;
+end;
+$$;
+
+
+-- Write a person's new notes, covering up to the message (p_covered_at, p_covered_id), and
+-- let the claim go. Only the holder of the claim may write: a run whose claim expired and
+-- was taken by another writes nothing. Returns {"written": true|false, "revision"}.
+create function public.write_memory_notes(
+    p_user_id uuid,
+    p_claim uuid,
+    p_content text,
+    p_covered_at timestamptz,
+    p_covered_id bigint
+) returns jsonb
+language sql
+set search_path = ''
+as $$
+    with written as (
+        update public.memory_notes n
+           set content = p_content,
+               covered_until_at = coalesce(p_covered_at, n.covered_until_at),
+               covered_until_id = coalesce(p_covered_id, n.covered_until_id),
+               revision = n.revision + 1,
+               written_at = clock_timestamp(),
+               pending_fold = false,
+               claim = null,
+               claimed_until = null
+         where n.user_id = p_user_id and n.claim = p_claim
+        returning n.revision
+    )
+    select jsonb_build_object('written', count(*) > 0, 'revision', max(w.revision)) from written w;
+$$;
+
+
+-- A digest that failed (the model was down): the notes stay as they were and the person
+-- stays due for the next run.
+create function public.release_memory_claim(p_user_id uuid, p_claim uuid) returns jsonb
+language sql
+set search_path = ''
+as $$
+    with released as (
+        update public.memory_notes n set claim = null, claimed_until = null
+         where n.user_id = p_user_id and n.claim = p_claim
+        returning n.user_id
+    )
+    select jsonb_build_object('released', count(*) > 0) from released;
+$$;
+
+
+-- A person's notes and when they were written (the web's GET /memory, the CLI's history).
+create function public.memory_notes_of(p_user_id uuid) returns jsonb
+language sql stable
+set search_path = ''
+as $$
+    select jsonb_build_object('content', n.content, 'written_at', n.written_at,
+                              'covered_until', n.covered_until_at, 'revision', n.revision)
+      from public.memory_notes n
+     where n.user_id = p_user_id and n.revision > 0;
+$$;
+
+
+-- Move one person's notes into another's (linking merged them): appended, and marked for
+-- the next digest to fold into one. The coverage becomes the earlier of the two, a person
+-- without notes covering nothing: every message the merged thread holds reaches the notes.
+create function public.fold_memory_notes(p_from uuid, p_into uuid) returns void
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_from public.memory_notes;
+begin
+    delete from public.memory_notes n where n.user_id = p_from returning n.* into v_from;
+    update public.memory_notes n
+       set content = concat_ws(E'\n', nullif(n.content, ''), nullif(v_from.content, '')),
+           covered_until_at = case
+               when v_from.covered_until_id is null then null
+               when (v_from.covered_until_at, v_from.covered_until_id) < (n.covered_until_at, n.covered_until_id)
+               then v_from.covered_until_at
+               else n.covered_until_at end,
+           covered_until_id = case
+               when v_from.covered_until_id is null then null
+               when (v_from.covered_until_at, v_from.covered_until_id) < (n.covered_until_at, n.covered_until_id)
+               then v_from.covered_until_id
+               else n.covered_until_id end,
+           pending_fold = true
+     where n.user_id = p_into and n.revision > 0;
+    if not found and v_from.revision > 0 then
+        -- Only the merged person had notes; the person's own messages were never digested.
+        insert into public.memory_notes (user_id, content, revision, written_at, pending_fold)
+             values (p_into, v_from.content, 1, v_from.written_at, true)
+        on conflict (user_id) do update
+            set content = excluded.content, revision = 1, written_at = excluded.written_at, pending_fold = true;
+    end if;
+end;
+$$;
+
+
+-- Linking merges a person `auto` made into another by moving their identities to that person
+-- (link_identity): their notes go along. A trigger on that move rather than a new definition of
+-- link_identity, so that every definition of it (20261130100000 and those after it) does it.
+-- An identity that was linked (linked_at set) moves alone: its account keeps its notes.
+create function public.fold_notes_of_merged_people() returns trigger
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_merge record;
+begin
+    for v_merge in
+        select distinct o.user_id as from_user_id, n.user_id as into_user_id
+          from moved_old o
+          join moved_new n on n.surface = o.surface and n.external_id = o.external_id
+         where o.user_id <> n.user_id and o.linked_at is null
+    loop
+        perform public.fold_memory_notes(v_merge.from_user_id, v_merge.into_user_id);
+    end loop;
+    return null;
+end;
+$$;
+
+create trigger identities_merge_memory_notes
+    after update on public.identities
+    referencing old table as moved_old new table as moved_new
+    for each statement execute function public.fold_notes_of_merged_people();
+
+
+revoke all on function
+    public.window_keeps(bigint, integer, integer),
+    public.messages_to_digest(uuid, integer, integer, integer, integer),
+    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
+    public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
+    public.release_memory_claim(uuid, uuid),
+    public.memory_notes_of(uuid),
+    public.fold_memory_notes(uuid, uuid),
+    public.fold_notes_of_merged_people()
+from public, anon, authenticated;
+
+grant execute on function
+    public.window_keeps(bigint, integer, integer),
+    public.messages_to_digest(uuid, integer, integer, integer, integer),
+    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
+    public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
+    public.release_memory_claim(uuid, uuid),
+    public.memory_notes_of(uuid),
+    public.fold_memory_notes(uuid, uuid),
+    public.fold_notes_of_merged_people()
+to service_role;

@@ -1,0 +1,268 @@
+"""Memory notes on real Postgres: who is due, what the notes cover, runs at once, a failing
+model, merging by linking, and the request that carries the notes."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+
+import psycopg
+import pytest
+
+from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, within_budget
+from core.identity import IdentityPolicy
+from core.linking import Linking
+from core.llm import AnthropicModel, messages_request
+from core.memory import ContextLimits, Memory
+from core.models import Person, StoredMessage, Surface
+from core.postgres_store import PostgresStore
+from core.prompt import NOTES_PREAMBLE
+from tests.database import migrated_database
+from tests.fakes.anthropic_api import FakeAnthropic
+
+CACHE = {"type": "ephemeral"}
+WINDOW = ContextLimits(max_messages=4, window_step=2)
+LIMITS = DigestLimits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+
+
+@pytest.fixture
+def small(store: PostgresStore) -> Memory:
+    return Memory(store, WINDOW)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic(answer=lambda body: "- [telegram · 2026-11-30] Sister's name is Ana.")
+    yield server
+    server.close()
+
+
+def converse(memory: Memory, person: uuid.UUID, texts: Sequence[str], surface: Surface = Surface.TELEGRAM) -> None:
+    for text in texts:
+        start = memory.begin_turn(Person(user_id=person), surface, text, uuid.uuid4().hex)
+        assert start.message_id is not None
+        memory.finish_turn(person, start.message_id, f"reply to {text}")
+
+
+def notes_row(database_url: str, person: uuid.UUID) -> tuple[object, ...] | None:
+    with psycopg.connect(database_url) as connection:
+        return connection.execute(
+            "select content, revision, written_at, covered_until_id, claim from memory_notes where user_id = %s",
+            (person,),
+        ).fetchone()
+
+
+def backdate(database_url: str, person: uuid.UUID, interval: str) -> None:
+    """Move a person's (undigested) thread back in time."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set created_at = created_at - %s::interval where user_id = %s", (interval, person)
+        )
+
+
+def test_a_person_is_due_once_a_window_step_has_left_the_window(small: Memory, store: PostgresStore) -> None:
+    person = uuid.uuid4()
+    job = DigestJob(store, ExtractiveDigester(800), LIMITS)
+    converse(small, person, ["my sister's name is Ana"])  # 2 messages, all in the window of 4
+    assert job.run(person).updated == 0
+    converse(small, person, ["the appointment moved to Friday", "what time is it?"])  # 6: 2 have left
+    assert job.run(person).updated == 1
+    notes = job.notes(person)
+    assert notes.content.endswith("] my sister's name is Ana")
+    assert notes.content.startswith("- [telegram · ") and notes.written_at is not None
+    assert job.run(person).updated == 0  # covered: nothing left to digest
+    converse(small, person, ["one more", "and another"])  # 10 messages: 4 more have left
+    assert job.run(person).updated == 1
+    lines = job.notes(person).content.splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        "my sister's name is Ana",
+        "the appointment moved to Friday",
+        "what time is it?",
+    ]
+
+
+def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
+    small: Memory, store: PostgresStore, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    job = DigestJob(store, ExtractiveDigester(800), DigestLimits(max_messages=4, window_step=2, window_hours=24))
+    assert job.run(person).updated == 0  # they wrote just now: their prompt cache is warm
+    backdate(database_url, person, "6 minutes")
+    assert job.run(person).updated == 1
+
+    quiet = uuid.uuid4()  # fewer messages than a step, but nothing of them is in any window a day later
+    converse(small, quiet, ["my flight is on Tuesday"])
+    whole_step = DigestJob(store, ExtractiveDigester(800), DigestLimits(max_messages=4, window_step=4, window_hours=24))
+    assert whole_step.run(quiet).updated == 0
+    backdate(database_url, quiet, "25 hours")
+    assert whole_step.run(quiet).updated == 1
+    assert whole_step.notes(quiet).content.endswith("] my flight is on Tuesday")
+
+
+def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store: PostgresStore) -> None:
+    person = uuid.uuid4()
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    assert DigestJob(store, ExtractiveDigester(800), LIMITS).run(person).updated == 1
+    start = small.begin_turn(Person(user_id=person), Surface.WHATSAPP, "who is my sister?", "w1")
+    assert start.notes.endswith("] my sister's name is Ana")
+    assert "my sister's name is Ana" not in [m.content for m in start.history]
+    duplicate = small.begin_turn(Person(user_id=person), Surface.WHATSAPP, "who is my sister?", "w1")
+    assert duplicate.duplicate and duplicate.notes == ""  # a redelivery asks no model
+
+
+@pytest.fixture
+def own_database(postgres_server: str) -> Iterator[str]:
+    """A database of this test's own: a run digests everyone due, and must see only its people."""
+    with migrated_database(postgres_server) as url:
+        yield url
+
+
+def test_two_runs_at_once_write_each_persons_notes_once(own_database: str) -> None:
+    database_url = own_database
+    store = PostgresStore(database_url, max_connections=8)
+    small = Memory(store, WINDOW)
+    people = [uuid.uuid4() for _ in range(6)]
+    for person in people:
+        converse(small, person, [f"{person} one", f"{person} two", f"{person} three"])
+    digested: Counter[uuid.UUID] = Counter()
+    lock = threading.Lock()
+    start = threading.Barrier(2)
+
+    class Recording(ExtractiveDigester):
+        def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+            with lock:
+                digested[messages[0].conversation_id] += 1
+            time.sleep(0.05)  # hold the claim while the other run claims
+            return super().digest(notes, messages)
+
+    one_at_a_time = DigestLimits(max_messages=4, window_step=2, window_hours=24, batch_size=1, idle_s=0)
+    runs = []
+
+    def run() -> None:
+        start.wait()
+        runs.append(DigestJob(store, Recording(800), one_at_a_time).run())
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(digested.values()) == [1] * 6
+    assert sum(r.updated for r in runs) == 6 and all(r.failed == 0 for r in runs)
+    assert all(r.updated > 0 for r in runs), "both runs took part"
+    for person in people:
+        row = notes_row(database_url, person)
+        assert row is not None and row[1] == 1 and row[4] is None  # written once, claim let go
+    store.close()
+
+
+def test_a_failing_model_leaves_the_notes_and_the_person_due(
+    small: Memory, store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-haiku-4-5", max_tokens=800, base_url=fake.url, max_retries=0, cached=False
+    )
+    job = DigestJob(store, ModelDigester(model, 800, 5), LIMITS)
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    assert job.run(person).updated == 1
+    body = fake.requests[-1]
+    assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 800
+    assert "] person: my sister's name is Ana" in body["messages"][0]["content"][0]["text"]
+    assert "cache_control" not in str(body)  # a request never repeated writes no cache
+    before = notes_row(database_url, person)
+    assert before is not None and before[0] == "- [telegram · 2026-11-30] Sister's name is Ana." and before[1] == 1
+
+    converse(small, person, ["d", "e"])
+    fake.behaviour = "500"
+    run = job.run(person)
+    assert (run.updated, run.failed) == (0, 1)
+    assert notes_row(database_url, person) == before  # same text, revision, time and coverage; no claim
+    fake.behaviour = "ok"
+    assert job.run(person).updated == 1  # still due
+    after = notes_row(database_url, person)
+    assert after is not None and after[1] == 2 and after[3] != before[3]
+
+
+def test_linking_folds_the_merged_persons_notes_in_at_the_next_digest(small: Memory, store: PostgresStore) -> None:
+    web_person = uuid.uuid4()
+    job = DigestJob(store, ExtractiveDigester(800), LIMITS)
+    converse(small, web_person, ["my sister's name is Ana", "b", "c"], Surface.WHATSAPP)
+    chat = f"tg-{uuid.uuid4().hex[:8]}"
+    for text in ("my flight is on Tuesday", "x", "y"):
+        start = small.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, text, uuid.uuid4().hex)
+        assert start.user_id is not None and start.message_id is not None
+        small.finish_turn(start.user_id, start.message_id, "ok")
+    chat_person = start.user_id
+    assert job.run(web_person).updated == 1 and job.run(chat_person).updated == 1
+
+    linking = Linking(store, IdentityPolicy("auto"), ttl_minutes=10, attempts_per_hour=5)
+    assert linking.link(web_person, Surface.TELEGRAM, chat).moved_messages == 6
+    assert job.notes(chat_person).content == ""  # notes are reachable by the person's id only
+    merged = job.notes(web_person).content
+    assert "my sister's name is Ana" in merged and "my flight is on Tuesday" in merged
+    assert job.run(web_person).updated == 1  # the fold: one text, every line once
+    folded = job.notes(web_person).content.splitlines()
+    said = [line.split("] ", 1)[1] for line in folded]
+    assert sorted(said) == sorted(set(said))
+    assert {"my sister's name is Ana", "my flight is on Tuesday"} <= set(said)
+    assert job.run(web_person).updated == 0
+
+
+def test_the_notes_stay_within_their_budget_keeping_what_the_person_said_of_themselves() -> None:
+    lines = [f"- [web · 2026-11-{day:02d}] filler about the weather, number {day}" for day in range(1, 20)]
+    lines.insert(3, "- [telegram · 2026-11-03] my sister's name is Ana")
+    kept = within_budget(lines, 100)
+    assert len("\n".join(kept)) // 4 <= 100
+    assert kept[0] == "- [telegram · 2026-11-03] my sister's name is Ana"
+    assert kept[-1] == lines[-1]
+    assert within_budget(["x" * 1000], 100) == ["x" * 400]  # one long line is cut, never dropped
+
+
+def test_the_request_carries_the_notes_after_the_system_prompt_within_four_breakpoints() -> None:
+    note = "- [web · 2026-11-30] a note"
+    request = messages_request("claude-sonnet-4-5", 10, "SYSTEM", [], note)
+    assert request["system"] == [
+        {"type": "text", "text": "SYSTEM", "cache_control": CACHE},
+        {"type": "text", "text": NOTES_PREAMBLE + note, "cache_control": CACHE},
+    ]
+    assert messages_request("m", 10, "SYSTEM", [], "  ")["system"] == [
+        {"type": "text", "text": "SYSTEM", "cache_control": CACHE}
+    ]
+
+
+def test_notes_are_their_persons_to_read_and_no_one_elses(
+    small: Memory, store: PostgresStore, database_url: str
+) -> None:
+    from tests.core.test_security_and_failures import as_role
+
+    person, other = uuid.uuid4(), uuid.uuid4()
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    assert DigestJob(store, ExtractiveDigester(800), LIMITS).run(person).updated == 1
+    with as_role(database_url, "authenticated", sub=person) as connection:
+        assert connection.execute("select count(*) from memory_notes").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("update memory_notes set content = 'changed'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select public.memory_notes_of(%s)", (person,))
+    with as_role(database_url, "authenticated", sub=other) as connection:
+        assert connection.execute("select count(*) from memory_notes").fetchone() == (0,)
+    with as_role(database_url, "anon") as connection, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        connection.execute("select count(*) from memory_notes")
+
+
+def test_the_offline_model_says_what_its_notes_hold() -> None:
+    from core.context import ModelMessage, Source
+    from core.models import Role
+    from core.offline_model import OfflineModel
+
+    asked = [ModelMessage(Role.USER, "who is my sister?", (Source(Surface.WEB, "who is my sister?"),))]
+    notes = "- [telegram · 2026-11-28] my flight is on Tuesday\n- [telegram · 2026-11-29] my sister's name is Ana"
+    reply = OfflineModel().reply("system", asked, 5, notes).text
+    latest = "[telegram · 2026-11-29] my sister's name is Ana"
+    assert reply.endswith(f'From before that, my notes hold 2 lines, the latest: "{latest}".')
+    assert "my notes" not in OfflineModel().reply("system", asked, 5).text

@@ -1,0 +1,161 @@
+"""Memory notes end to end: `crossmem digest`, the next turn's request, `memory_digest`,
+`GET /memory` and `crossmem history`, with the real functions, Postgres and the SDK's fake."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from core.models import Surface
+from core.prompt import DEFAULT_SYSTEM_PROMPT, NOTES_PREAMBLE
+from core.turn import Outcome, TurnRequest, TurnResult
+from functions import runtime
+from functions.cli import main
+from tests.database import migrated_database
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.functions.conftest import app_client
+from tests.functions.test_web import SECRET, bearer
+
+CACHE = {"type": "ephemeral"}
+
+
+@pytest.fixture
+def notes_env(environment: pytest.MonkeyPatch, postgres_server: str) -> Iterator[pytest.MonkeyPatch]:
+    """A small window (4 messages, stepping by 2), on a database of this test's own, so a
+    digest of everyone due sees only this test's people."""
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        environment.setenv("CONTEXT_MAX_MESSAGES", "4")
+        environment.setenv("CONTEXT_WINDOW_STEP", "2")
+        runtime.reset()
+        yield environment
+        runtime.reset()
+
+
+def telegram(text: str, sender: str = "5151") -> TurnResult:
+    return runtime.turns().run(TurnRequest(Surface.TELEGRAM, text, uuid.uuid4().hex, sender_id=sender, deadline_s=5))
+
+
+def paused(user: uuid.UUID | None) -> None:
+    """The person stopped writing six minutes ago: past the prompt cache's lifetime, so due.
+    (Their whole thread moves back in time, and what the notes cover with it.)"""
+    with psycopg.connect(runtime.settings().database_url.get_secret_value()) as connection:  # type: ignore[union-attr]
+        for table, column in (("messages", "created_at"), ("memory_notes", "covered_until_at")):
+            connection.execute(
+                f"update {table} set {column} = {column} - interval '6 minutes' where user_id = %s", (user,)
+            )
+
+
+def offline_digest(environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """`crossmem digest` without a model key: the offline extractive notes."""
+    environment.delenv("ANTHROPIC_API_KEY")
+    runtime.reset()
+    capsys.readouterr()
+    assert main(["digest", *args]) == 0
+    environment.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    runtime.reset()
+    return capsys.readouterr().out
+
+
+def test_crossmem_digest_writes_notes_the_next_turn_carries_after_the_system_prompt(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = telegram("My sister's name is Ana")
+    for text in ("The appointment moved to Friday", "Thanks"):
+        telegram(text)
+    assert first.user_id is not None
+    assert offline_digest(notes_env, capsys, "--user", str(first.user_id)) == "updated 0 people\n"  # mid-conversation
+    paused(first.user_id)
+    assert offline_digest(notes_env, capsys, "--user", str(first.user_id)) == "updated 1 person\n"
+
+    result = telegram("What is my sister's name?")
+    assert result.outcome is Outcome.ANSWERED and result.figures.round_trips == 2
+    system = fake_anthropic.requests[-1]["system"]
+    assert system[0] == {"type": "text", "text": DEFAULT_SYSTEM_PROMPT, "cache_control": CACHE}
+    assert system[1]["cache_control"] == CACHE and system[1]["text"].startswith(NOTES_PREAMBLE)
+    notes = system[1]["text"].removeprefix(NOTES_PREAMBLE).splitlines()
+    assert [line.split("] ", 1)[1] for line in notes] == ["My sister's name is Ana"]
+    assert notes[0].startswith("- [telegram · ")
+    sent = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
+    assert not any("My sister's name is Ana" in text for text in sent)  # it left the window: only the notes hold it
+    breakpoints = sum("cache_control" in block for block in system) + sum(
+        "cache_control" in m["content"][-1] for m in fake_anthropic.requests[-1]["messages"]
+    )
+    assert breakpoints == 3
+
+    paused(first.user_id)
+    assert offline_digest(notes_env, capsys) == "updated 1 person\n"  # this turn pushed two more out
+    assert offline_digest(notes_env, capsys) == "updated 0 people\n"  # and nothing else is due
+
+
+def test_memory_notes_false_sends_no_notes(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for text in ("My sister's name is Ana", "b", "c"):
+        said = telegram(text, sender="6161")
+    paused(said.user_id)
+    assert offline_digest(notes_env, capsys, "--user", str(said.user_id)) == "updated 1 person\n"
+    notes_env.setenv("MEMORY_NOTES", "false")
+    runtime.reset()
+    telegram("d", sender="6161")
+    assert [block["text"] for block in fake_anthropic.requests[-1]["system"]] == [DEFAULT_SYSTEM_PROMPT]
+    capsys.readouterr()
+    assert main(["digest"]) == 0
+    assert capsys.readouterr().out == "updated 0 people (MEMORY_NOTES is false)\n"
+
+
+def test_memory_digest_refuses_without_its_secret_and_does_nothing(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    for text in ("My sister's name is Ana", "b", "c"):
+        said = telegram(text, sender="7171")
+    paused(said.user_id)
+    digest = app_client("memory_digest")
+    assert digest.post("/").status_code == 503  # DIGEST_SECRET unset: it never runs open
+    notes_env.setenv("DIGEST_SECRET", "digest-secret-for-tests")
+    digest = app_client("memory_digest")
+    for headers in ({}, {"X-Digest-Secret": "wrong"}, {"X-Digest-Secret": ""}):
+        refused = digest.post("/", headers=headers)
+        assert refused.status_code == 401 and refused.get_json()["error"] == "unauthorized"
+    assert digest.get("/", headers={"X-Digest-Secret": "digest-secret-for-tests"}).status_code == 405
+    with psycopg.connect(runtime.settings().database_url.get_secret_value()) as connection:  # type: ignore[union-attr]
+        assert connection.execute("select count(*) from memory_notes").fetchone() == (0,)
+        assert fake_anthropic.requests[-1]["model"] == "claude-sonnet-4-5"  # no digest model was asked
+        fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
+        answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+        assert answered.status_code == 200
+        assert answered.get_json() == {"updated": 1, "failed": 0, "memory_notes": True}
+        row = connection.execute("select revision, content from memory_notes where user_id = %s", (said.user_id,))
+        assert row.fetchone() == (1, "- [telegram · 2026-11-30] Sister's name is Ana.")
+    body = fake_anthropic.requests[-1]
+    assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 800
+
+
+def test_get_memory_and_crossmem_history_show_the_notes(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes_env.setenv("SUPABASE_JWT_SECRET", SECRET)
+    person = uuid.uuid4()
+    web = app_client("web_chat")
+    empty = web.get("/memory", headers=bearer(person))
+    assert empty.status_code == 200
+    assert empty.get_json() == {"notes": "", "written_at": None, "covered_until": None}
+    for text in ("My sister's name is Ana", "b", "c"):
+        assert web.post("/", json={"message": text}, headers=bearer(person)).status_code == 200
+    paused(person)
+    offline_digest(notes_env, capsys, "--user", str(person))
+    web = app_client("web_chat")
+    shown = web.get("/memory", headers=bearer(person)).get_json()
+    assert shown["notes"].startswith("- [web · ") and shown["notes"].endswith("] My sister's name is Ana")
+    assert shown["written_at"] is not None and shown["covered_until"] is not None
+    assert web.post("/memory", headers=bearer(person)).status_code == 404  # only GET is this module's
+    assert web.get("/memory", headers=bearer(uuid.uuid4())).get_json()["notes"] == ""
+
+    assert main(["history", "--user", str(person)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("notes (written ") and ", covering the thread up to " in lines[0]
+    assert lines[1].startswith("  - [web · ") and lines[1].endswith("] My sister's name is Ana")
+    assert lines[2] == "" and lines[3].endswith("user: My sister's name is Ana")
