@@ -274,3 +274,32 @@ def test_whatsapp_forget_commands_are_classified_in_any_case(body: str, confirm:
 def test_whatsapp_sentences_with_forget_are_messages(body: str) -> None:
     form = WhatsAppForm.from_form({"From": "whatsapp:+34600000001", "Body": body, "MessageSid": "SM1"})
     assert not isinstance(classify_whatsapp(form), ForgetRequest)
+
+
+@pytest.mark.parametrize("how", ["everything", "one conversation", "erasure"])
+def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
+    forgetting: Forgetting, memory: Memory, database_url: str, how: str
+) -> None:
+    from core.digest import DigestJob, DigestLimits, ExtractiveDigester
+
+    person = uuid.uuid4()
+    for index in range(3):
+        turn(memory, Person(user_id=person), Surface.TELEGRAM, f"my locker code is 44{index}")
+    job = DigestJob(memory.store, ExtractiveDigester(800), DigestLimits(4, 2, 24, idle_s=0))
+    assert job.run(person).updated == 1
+    assert "my locker code is 440" in job.notes(person).content
+    telegram = memory.list_conversations(person)[0].id
+    with psycopg.connect(database_url) as connection:
+        a_turn = "insert into turn_usage (message_id, user_id) values (-(random() * 1e15)::bigint, %s)"
+        connection.execute(a_turn, (person,))
+    if how == "everything":
+        forgetting.forget_everything(person)
+    elif how == "one conversation":
+        forgetting.delete_conversation(person, telegram)
+    else:
+        forgetting.erase_person(person)
+    assert one(database_url, "select count(*) from memory_notes where user_id = %s", person) == 0
+    assert job.notes(person).content == ""
+    # The budget's counts hold no text and outlive a forget (no turns given back), not an erasure.
+    usage = one(database_url, "select count(*) from turn_usage where user_id = %s", person)
+    assert usage == (0 if how == "erasure" else 1)

@@ -38,14 +38,15 @@ def test_telegram_past_the_budget_gets_a_polite_answer_and_nothing_is_stored(
 ) -> None:
     client = app_client("telegram_webhook")
     chat = 700000000 + uuid.uuid4().int % 10**6
-    for update_id in (1, 2):
-        assert client.post("/", json=update("hi", 880000 + update_id, user_id=chat), headers=HEADERS).status_code == 200
+    first = uuid.uuid4().int % 10**9  # update ids are unique for the whole bot, across tests too
+    for update_id in (first, first + 1):
+        assert client.post("/", json=update("hi", update_id, user_id=chat), headers=HEADERS).status_code == 200
     asked = len(fake_anthropic.requests)
-    response = client.post("/", json=update("and again", 880003, user_id=chat), headers=HEADERS)
+    response = client.post("/", json=update("and again", first + 2, user_id=chat), headers=HEADERS)
     assert response.status_code == 200
     assert len(fake_anthropic.requests) == asked
     assert fake_telegram.sent()[-1]["chat_id"] == chat and fake_telegram.sent()[-1]["text"].startswith(POLITE)
-    assert count(database_url, "880003") == 0
+    assert count(database_url, str(first + 2)) == 0
 
 
 def test_the_web_past_the_budget_is_429_with_the_polite_answer(

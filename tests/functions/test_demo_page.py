@@ -89,6 +89,7 @@ def dev_server(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: Pat
     monkeypatch.setenv("OWNER_USER_ID", str(uuid.uuid4()))  # a person of this test alone
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("MAX_MESSAGE_CHARS", raising=False)
+    monkeypatch.setenv("TURNS_PER_MINUTE", "0")  # the test writes faster than a person
     runtime.reset()
     server = make_server("127.0.0.1", 0, build_dev_app(), threaded=True)
     url = f"http://127.0.0.1:{server.server_port}"

@@ -66,10 +66,13 @@ def test_max_history_chars_follows_max_message_chars_and_can_be_set(
 
 
 def test_only_the_part_of_the_history_the_context_uses_is_kept_and_counted(
-    web: FlaskClient, fake_anthropic: FakeAnthropic
+    web: FlaskClient, environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
     # 40 items: the stepped window (at most 15, its start moving 8 at a time) is the last 8,
     # 16,000 characters; the 320,000 before them are neither sent nor counted.
+    environment.setenv("CONTEXT_MAX_MESSAGES", "16")
+    environment.setenv("CONTEXT_WINDOW_STEP", "8")
+    web = app_client("web_chat")
     big = history(32, 10_000)
     small = history(8, 2_000)
     response = web.post("/", json={"message": "and now?", "history": big + small}, headers=bearer(uuid.uuid4()))

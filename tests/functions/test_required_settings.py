@@ -73,6 +73,7 @@ def test_an_invalid_configuration_is_refused_by_every_function(environment: pyte
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
     environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("CONTEXT_MAX_MESSAGES", "16")
     environment.setenv("CONTEXT_WINDOW_STEP", "20")
     message = "invalid configuration: CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES"
     assert post() == (503, {"error": "not_configured", "message": message})  # type: ignore[operator]
