@@ -1,13 +1,18 @@
 """`memory_digest`: the memory digest, for Cloud Scheduler (`POST`, any path).
 
 Verify `X-Digest-Secret` in constant time, then digest the due people in batches within
-DIGEST_TIME_BUDGET (the function's timeout is above it) and answer what was done.
+DIGEST_TIME_BUDGET (the function's timeout is above it), purge the messages older than
+MESSAGE_RETENTION_DAYS when it is set (the one scheduled job of the deployment), and answer
+what was done.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import flask
 
+from core.digest import DigestRun
 from functions import runtime
 from functions.http import json_response, same_secret, serving
 
@@ -23,7 +28,9 @@ def memory_digest(request: flask.Request) -> flask.Response:
         return json_response({"error": "unauthorized", "message": f"wrong or missing {SECRET_HEADER}"}, 401)
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST to run the digest"}, 405)
-    if not config.memory_notes:
-        return json_response({"updated": 0, "failed": 0, "memory_notes": False})
-    run = runtime.digest_job().run()
-    return json_response({"updated": run.updated, "failed": run.failed, "memory_notes": True})
+    run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
+    purged = 0
+    if config.message_retention_days:
+        purged = runtime.retention().purge(timedelta(days=config.message_retention_days)).deleted
+    done = {"updated": run.updated, "failed": run.failed, "memory_notes": config.memory_notes, "purged": purged}
+    return json_response(done)

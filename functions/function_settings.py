@@ -81,12 +81,18 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "digest_batch_size",
             "digest_time_budget",
             "digest_pause_seconds",
+            "message_retention_days",
+            "purge_batch",
+            # A purge spares the turns still in flight: the longest of the surfaces' deadlines.
+            "telegram_model_deadline",
+            "whatsapp_model_deadline",
+            "web_model_deadline",
         }
     ),
 }
 
-# Only the command line reads these: `crossmem dev` and its embedded database, `crossmem purge`.
-NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir", "message_retention_days", "purge_batch"})
+# Only `crossmem dev` and its embedded database read these.
+NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir"})
 
 SECRET_REFERENCE = re.compile(r"^(projects/[^/]+/secrets/)?[A-Za-z0-9_-]+:(latest|[0-9]+)$")
 DECLARED_IN = "functions/function_settings.py"

@@ -127,7 +127,7 @@ def test_memory_digest_refuses_without_its_secret_and_does_nothing(
         fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
         answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
         assert answered.status_code == 200
-        assert answered.get_json() == {"updated": 1, "failed": 0, "memory_notes": True}
+        assert answered.get_json() == {"updated": 1, "failed": 0, "memory_notes": True, "purged": 0}
         row = connection.execute("select revision, content from memory_notes where user_id = %s", (said.user_id,))
         assert row.fetchone() == (1, "- [telegram · 2026-11-30] Sister's name is Ana.")
     body = fake_anthropic.requests[-1]
@@ -159,3 +159,27 @@ def test_get_memory_and_crossmem_history_show_the_notes(
     assert lines[0].startswith("notes (written ") and ", covering the thread up to " in lines[0]
     assert lines[1].startswith("  - [web · ") and lines[1].endswith("] My sister's name is Ana")
     assert lines[2] == "" and lines[3].endswith("user: My sister's name is Ana")
+
+
+def test_memory_digest_also_purges_by_age_when_retention_is_set(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, postgres_server: str
+) -> None:
+    with migrated_database(postgres_server) as database:  # a purge spans everyone: a database of its own
+        notes_env.setenv("DATABASE_URL", database)
+        runtime.reset()
+        old = telegram("An old message, kept past its retention", sender="7272")
+        recent = telegram("A message of today", sender="7373")
+        with psycopg.connect(database) as connection:
+            connection.execute(
+                "update messages set created_at = created_at - interval '3 days' where user_id = %s", (old.user_id,)
+            )
+        notes_env.setenv("DIGEST_SECRET", "digest-secret-for-tests")
+        notes_env.setenv("MEMORY_NOTES", "false")
+        notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
+        answered = app_client("memory_digest").post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+        assert answered.status_code == 200
+        assert answered.get_json() == {"updated": 0, "failed": 0, "memory_notes": False, "purged": 2}
+        with psycopg.connect(database) as connection:
+            left = connection.execute("select user_id, count(*) from messages group by user_id").fetchall()
+        assert left == [(recent.user_id, 2)]
+        runtime.reset()
