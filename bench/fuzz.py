@@ -32,11 +32,10 @@ from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import BOT_TOKEN, app_client
+from tests.functions.conftest import BOT_TOKEN, app_client, production_settings
 from tests.functions.hostile_requests import (
     STRATEGIES,
     TARGETS,
-    TELEGRAM_SECRET,
     Case,
     send,
     settings_for_fuzzing,
@@ -49,20 +48,9 @@ CASES = 10_200
 def fuzzing_environment(database_url: str) -> Iterator[tuple[FakeAnthropic, FakeJwks]]:
     anthropic, telegram, jwks = FakeAnthropic(), FakeTelegram(BOT_TOKEN), FakeJwks()
     saved = dict(os.environ)
-    os.environ.update(
-        {
-            "APP_ENV": "production",
-            "DATABASE_URL": database_url,
-            "ANTHROPIC_API_KEY": "sk-ant-fuzz",
-            "ANTHROPIC_BASE_URL": anthropic.url,
-            "ANTHROPIC_MAX_RETRIES": "0",
-            "TELEGRAM_BOT_TOKEN": BOT_TOKEN,
-            "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
-            "TELEGRAM_API_BASE": telegram.url,
-            "IDENTITY_POLICY": "auto",
-            **settings_for_fuzzing(jwks.url),
-        }
-    )
+    # The tests' production-like configuration (the budget off: the fuzzer writes as a few
+    # people thousands of times a minute; the budget has tests of its own).
+    os.environ.update({**production_settings(database_url, anthropic, telegram), **settings_for_fuzzing(jwks.url)})
     try:
         yield anthropic, jwks
     finally:

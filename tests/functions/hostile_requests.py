@@ -37,8 +37,8 @@ from werkzeug.test import TestResponse
 
 from functions.http import MAX_BODY_BYTES
 from tests.fakes.jwks import KID, FakeJwks
+from tests.functions.conftest import TELEGRAM_SECRET
 
-TELEGRAM_SECRET = "telegram-webhook-secret"
 TWILIO_TOKEN = "twilio-auth-token-for-fuzzing"
 PUBLIC_BASE_URL = "https://advisor.example.com/whatsapp"
 JWT_SECRET = "web-jwt-secret-for-fuzzing-32-bytes-long"
