@@ -24,6 +24,11 @@ def normalise_phone(number: str) -> str:
     return f"+{digits}" if digits else ""
 
 
+def identity_key(surface: Surface, sender_id: str) -> str:
+    """A sender as `identities` keys it: a WhatsApp number as `+digits`, a Telegram id as sent."""
+    return normalise_phone(sender_id) if surface is Surface.WHATSAPP else sender_id.strip()
+
+
 @dataclass(frozen=True)
 class IdentityPolicy:
     mode: Literal["owner", "auto"]
@@ -50,8 +55,7 @@ class IdentityPolicy:
 
     def resolve(self, surface: Surface, sender_id: str) -> Person | None:
         """The person behind a sender, or None for a stranger the owner policy turns away."""
-        if surface is Surface.WHATSAPP:
-            sender_id = normalise_phone(sender_id)
+        sender_id = identity_key(surface, sender_id)
         if self.mode == "auto":
             return Person(sender_id=sender_id)
         allowed = self.owner_telegram_ids if surface is Surface.TELEGRAM else self.owner_whatsapp_numbers

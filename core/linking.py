@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
-from core.identity import IdentityPolicy, normalise_phone
+from core.identity import IdentityPolicy, identity_key
 from core.models import Surface
 from core.store import MemoryStore
 
@@ -48,11 +48,6 @@ def looks_like_code(typed: str) -> bool:
 
 def code_hash(code: str) -> str:
     return hashlib.sha256(normalise_code(code).encode()).hexdigest()
-
-
-def external_id(surface: Surface, sender_id: str) -> str:
-    """An identity's key as `identities` stores it (WhatsApp numbers as +digits)."""
-    return normalise_phone(sender_id) if surface is Surface.WHATSAPP else sender_id.strip()
 
 
 def mask(surface: Surface, value: str) -> str:
@@ -203,7 +198,7 @@ class Linking:
         if self._identity.mode == "owner":
             known = self._identity.resolve(request.surface, request.sender_id) is not None
             return NOT_NEEDED if known else self._stranger_reply
-        key = external_id(request.surface, request.sender_id)
+        key = identity_key(request.surface, request.sender_id)
         try:
             if isinstance(request, UnlinkRequest):
                 return UNLINKED if self.unlink(request.surface, key) else NOT_LINKED
@@ -234,13 +229,17 @@ class Linking:
     def link(self, user_id: UUID, surface: Surface, identity_id: str) -> LinkOutcome:
         row = self._store.call(
             "link_identity",
-            {"p_user_id": str(user_id), "p_surface": surface.value, "p_external_id": external_id(surface, identity_id)},
+            {
+                "p_user_id": str(user_id),
+                "p_surface": surface.value,
+                "p_external_id": identity_key(surface, identity_id),
+            },
         )
         return LinkOutcome.from_row(row)
 
     def unlink(self, surface: Surface, identity_id: str) -> int:
         row = self._store.call(
-            "unlink_identities", {"p_surface": surface.value, "p_external_id": external_id(surface, identity_id)}
+            "unlink_identities", {"p_surface": surface.value, "p_external_id": identity_key(surface, identity_id)}
         )
         return int(row["unlinked"])
 

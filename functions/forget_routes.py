@@ -12,10 +12,9 @@ import uuid
 import flask
 
 from functions import runtime
+from functions.http import CONVERSATION_ID
 
-CONVERSATION = re.compile(
-    r"^/conversations/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})/?$"
-)
+CONVERSATION = re.compile(rf"^/conversations/{CONVERSATION_ID}/?$")
 
 
 def forget_route(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response | None:

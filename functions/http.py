@@ -37,6 +37,8 @@ from core.errors import (
 from functions import runtime
 
 MAX_BODY_BYTES = 1_000_000
+# A conversation's id in a route's path (a UUID), as one regular-expression group.
+CONVERSATION_ID = r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 
 # The one table that turns core's errors into HTTP answers (most specific first).
 HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [

@@ -28,14 +28,12 @@ from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
 from functions.forget_routes import forget_route
-from functions.http import error_response, json_response, read_json, serving
+from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
 from functions.links import links_route
 from functions.notes import memory_route
 from functions.paging import page_query
 
-CONVERSATION_MESSAGES = re.compile(
-    r"^/conversations/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})/messages/?$"
-)
+CONVERSATION_MESSAGES = re.compile(rf"^/conversations/{CONVERSATION_ID}/messages/?$")
 
 
 class ClientMessage(BaseModel):
