@@ -140,6 +140,13 @@ def test_the_readme_opens_with_the_two_commands() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_readme_is_short_and_links_every_reference_page() -> None:
+    assert len(README.splitlines()) <= 250, "the README is what a newcomer reads: move the reference to docs/"
+    linked = {target.resolve() for target, _ in links(ROOT / "README.md")}
+    for page in PAGES[1:]:
+        assert page.resolve() in linked, f"the README does not link {page.relative_to(ROOT)}"
+
+
 # A link in the documentation: [text](target) or <img src="target">; code spans and blocks hold none.
 LINK = re.compile(r"\]\(([^)\s]+)\)|<img [^>]*src=\"([^\"]+)\"")
 CODE = re.compile(r"^```.*?^```|`[^`\n]*`", re.M | re.S)
@@ -159,6 +166,23 @@ def links(page: Path) -> list[tuple[Path, str]]:
 
 def images(page: Path) -> list[Path]:
     return [target for target, _ in links(page) if target.suffix == ".png"]
+
+
+def anchors(page: Path) -> set[str]:
+    """The #fragments GitHub makes of a page's headings (lower case, punctuation dropped, spaces to -)."""
+    made: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", CODE.sub(lambda m: m.group(0).replace("#", ""), page.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        made.add(slug if slug not in made else next(f"{slug}-{n}" for n in range(1, 99) if f"{slug}-{n}" not in made))
+    return made
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_link_of_the_documentation_reaches_its_file_and_heading(page: Path) -> None:
+    for target, fragment in links(page):
+        assert target.is_file(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+        if fragment:
+            assert fragment in anchors(target), f"{page.relative_to(ROOT)} links #{fragment} of {target.name}"
 
 
 def installs_of(target: str) -> set[str]:
