@@ -1,6 +1,6 @@
 """The project's promises about itself: documented configuration and commands, the
 deploy files in step with the code, and the benchmark's pinned keys. The documentation is the
-README and the reference pages under docs/ it links to."""
+README, SECURITY.md and the reference pages under docs/."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from functions.cli import parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-# The documentation: the README a newcomer reads and the reference pages it links to.
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The documentation: the README a newcomer reads and the pages it links to.
+PAGES = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOCS = "\n".join(page.read_text() for page in PAGES)
 ENV_NAMES = sorted(name.upper() for name in Settings.model_fields)
 
