@@ -11,7 +11,8 @@ CrossmemError
 ├── AuthError             no valid credentials (401)
 ├── Forbidden             valid credentials of someone this deployment does not serve (403)
 ├── Conflict              the request does not fit the deployment's state (409)
-│   └── LinkingNotNeeded
+│   ├── LinkingNotNeeded
+│   └── StillAnswering    a delivery whose attempt may still answer: ask again later
 ├── OverBudget            the person is past their turns or tokens for now (429)
 ├── StoreUnavailable      the database failed or could not be reached
 ├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
@@ -77,6 +78,15 @@ class Conflict(CrossmemError):
 
 class LinkingNotNeeded(Conflict):
     """Linking under IDENTITY_POLICY=owner: the owner's apps are configured, not linked."""
+
+
+class StillAnswering(Conflict):
+    """The same delivery again (a retry, a redelivery) while its first attempt may still answer.
+    After `retry_after_s` that attempt can no longer answer and the delivery answers it."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"this message is still being answered; ask again in {retry_after_s} seconds")
+        self.retry_after_s = retry_after_s
 
 
 class OverBudget(CrossmemError):

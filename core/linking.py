@@ -46,6 +46,40 @@ def looks_like_code(typed: str) -> bool:
     return bool(_CODE_SHAPE.match(normalise_code(typed)))
 
 
+# A message that is only a code, as the web page shows it or a person retypes it: nine characters
+# of the alphabet, whole or in groups of three (spaces, dashes), in any case, with at least one
+# digit or all in capitals ("yes thanks" is not a code; "Q63 C6J 332" and "q63-c6j-332" are).
+_BARE_CODE = re.compile(r"^[0-9A-Za-z]{3}[\s-]?[0-9A-Za-z]{3}[\s-]?[0-9A-Za-z]{3}$")
+# `link`, `/link` or `/link@bot` and whatever follows: a code as typed, spaces and dashes included.
+_LINK_COMMAND = re.compile(r"^/?link(?:@\w+)?:?(?:\s+(.*))?$", re.IGNORECASE | re.DOTALL)
+
+
+def link_command(text: str) -> str | None:
+    """The code a link command carries, "" for the command alone, None for any other text. One
+    parser for every surface: `link Q63 C6J 332`, `/link q63-c6j-332`, a code on its own."""
+    text = text.strip()
+    if command := _LINK_COMMAND.match(text):
+        argument = (command[1] or "").strip()
+        # One word (a code, maybe mistyped) or a code typed in parts; "link me to the article"
+        # is a sentence, for the thread.
+        if len(argument.split()) <= 1 or len(normalise_code(argument)) == CODE_LENGTH:
+            return argument
+        return None
+    if _BARE_CODE.match(text) and looks_like_code(text) and (any(c.isdigit() for c in text) or text.isupper()):
+        return text
+    return None
+
+
+def mask_account(email: str | None, phone: str | None) -> str:
+    """A web account as a chat may name it to the person: `j•••@example.com`, `•••1234`."""
+    if email and "@" in email:
+        name, _, domain = email.partition("@")
+        return f"{name[:1]}•••@{domain}"
+    if phone:
+        return "•••" + phone[-4:]
+    return ""
+
+
 def code_hash(code: str) -> str:
     return hashlib.sha256(normalise_code(code).encode()).hexdigest()
 
@@ -95,6 +129,7 @@ class LinkStatus(StrEnum):
     USED = "used"
     TOO_MANY_ATTEMPTS = "too_many_attempts"
     LINKED_ELSEWHERE = "linked_elsewhere"
+    NEEDS_CONSENT = "needs_consent"  # a chat with history: it asks before anything moves
 
 
 @dataclass(frozen=True)
@@ -103,6 +138,8 @@ class LinkOutcome:
     user_id: UUID | None = None
     moved_messages: int = 0
     retry_at: datetime | None = None
+    account: str = ""  # the code's web account, masked
+    messages: int = 0  # NEEDS_CONSENT: the chat's messages that would join that account
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> LinkOutcome:
@@ -111,6 +148,8 @@ class LinkOutcome:
             user_id=UUID(row["user_id"]) if row.get("user_id") else None,
             moved_messages=int(row.get("moved_messages") or 0),
             retry_at=datetime.fromisoformat(row["retry_at"]) if row.get("retry_at") else None,
+            account=str(row.get("account") or ""),
+            messages=int(row.get("messages") or 0),
         )
 
 
@@ -121,6 +160,9 @@ class LinkRequest:
     surface: Surface
     sender_id: str
     code: str
+    # Typed by the person (`/link CODE`, `link CODE`, a button they tapped): their consent. A deep
+    # link's `/start CODE` is one tap on a link anyone can make: not consent for a chat's history.
+    consented: bool = True
 
 
 @dataclass(frozen=True)
@@ -129,9 +171,17 @@ class UnlinkRequest:
     sender_id: str
 
 
+@dataclass(frozen=True)
+class LinkAnswer:
+    """What to tell the chat; `confirm_code`: offer to confirm linking with this code (a button)."""
+
+    text: str
+    confirm_code: str | None = None
+
+
 ANSWERS = {
-    LinkStatus.LINKED: "Linked! This chat and your web account now share one conversation: "
-    "what you say here, I remember there, and the other way round.",
+    LinkStatus.LINKED: "Linked to the web account {account}! This chat and that account now share one "
+    "conversation: what you say here, I remember there, and the other way round.",
     LinkStatus.ALREADY_LINKED: "This chat is already linked to your web account: we share one conversation.",
     LinkStatus.INVALID: "That code isn't valid. Check it, or ask for a new one on the web.",
     LinkStatus.EXPIRED: "That code has expired. Ask for a new one on the web.",
@@ -139,6 +189,9 @@ ANSWERS = {
     LinkStatus.TOO_MANY_ATTEMPTS: "Too many wrong codes. Please try again after {retry}.",
     LinkStatus.LINKED_ELSEWHERE: "This chat is linked to another web account. Unlink it first ({unlink}), "
     "then send the code again.",
+    LinkStatus.NEEDS_CONSENT: "This code would join this chat to the web account {account}, and move our "
+    "{messages} messages here to it: whoever signs in there would read them. Only if that account is yours, "
+    "tap Confirm, or send: /link {code}",
 }
 NOT_NEEDED = "No need to link anything: this assistant serves one person, and already knows you here."
 NO_CODE = "Send the code from the web page after the command, like this: {example}"
@@ -167,12 +220,18 @@ class Linking:
 
     # The web's side: a signed-in person.
 
-    def new_code(self, user_id: UUID) -> LinkCode:
+    def new_code(self, user_id: UUID, account: str = "") -> LinkCode:
+        """A code for the person; `account` names their web account (masked) to the chat that uses it."""
         self.refuse_under_owner()
         code = new_code()
         row = self._store.call(
             "create_link_code",
-            {"p_user_id": str(user_id), "p_code_hash": code_hash(code), "p_ttl_minutes": self._ttl_minutes},
+            {
+                "p_user_id": str(user_id),
+                "p_code_hash": code_hash(code),
+                "p_ttl_minutes": self._ttl_minutes,
+                "p_account": account,
+            },
         )
         telegram_url = f"https://t.me/{self._bot_username}?start={code}" if self._bot_username else None
         return LinkCode(code, datetime.fromisoformat(row["expires_at"]), telegram_url, f"link {code}")
@@ -193,26 +252,34 @@ class Linking:
 
     # The other apps' side: a chat or number that sent a command.
 
-    def answer(self, request: LinkRequest | UnlinkRequest) -> str:
+    def answer(self, request: LinkRequest | UnlinkRequest) -> LinkAnswer:
         """What to tell the person who sent the command (it is never part of the thread)."""
         if self._identity.mode == "owner":
             known = self._identity.resolve(request.surface, request.sender_id) is not None
-            return NOT_NEEDED if known else self._stranger_reply
+            return LinkAnswer(NOT_NEEDED if known else self._stranger_reply)
         key = identity_key(request.surface, request.sender_id)
         try:
             if isinstance(request, UnlinkRequest):
-                return UNLINKED if self.unlink(request.surface, key) else NOT_LINKED
+                return LinkAnswer(UNLINKED if self.unlink(request.surface, key) else NOT_LINKED)
             if not request.code:
                 example = "/link ABC234XYZ" if request.surface is Surface.TELEGRAM else "link ABC234XYZ"
-                return NO_CODE.format(example=example)
-            outcome = self.redeem(request.surface, key, request.code)
+                return LinkAnswer(NO_CODE.format(example=example))
+            outcome = self.redeem(request.surface, key, request.code, consented=request.consented)
         except StoreUnavailable:
-            return UNAVAILABLE
+            return LinkAnswer(UNAVAILABLE)
         retry = f"{outcome.retry_at.astimezone(UTC):%H:%M} UTC" if outcome.retry_at else "an hour"
         unlink = "/unlink" if request.surface is Surface.TELEGRAM else "send: unlink"
-        return ANSWERS[outcome.status].format(retry=retry, unlink=unlink)
+        code = normalise_code(request.code)
+        text = ANSWERS[outcome.status].format(
+            retry=retry,
+            unlink=unlink,
+            account=outcome.account or "you signed in with",
+            messages=outcome.messages,
+            code=code,
+        )
+        return LinkAnswer(text, code if outcome.status is LinkStatus.NEEDS_CONSENT else None)
 
-    def redeem(self, surface: Surface, identity_id: str, code: str) -> LinkOutcome:
+    def redeem(self, surface: Surface, identity_id: str, code: str, *, consented: bool = True) -> LinkOutcome:
         row = self._store.call(
             "redeem_link_code",
             {
@@ -220,6 +287,7 @@ class Linking:
                 "p_external_id": identity_id,
                 "p_code_hash": code_hash(code),
                 "p_max_attempts": self._attempts_per_hour,
+                "p_consented": consented,
             },
         )
         return LinkOutcome.from_row(row)

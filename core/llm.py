@@ -49,7 +49,9 @@ class Model(Protocol):
     def stream(
         self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
     ) -> Iterator[str | Usage]:
-        """Text as it is written, then one `Usage` at the end."""
+        """Text as it is written, and `Usage` as the model reports it: what it has spent so
+        far each time (the input when it starts, everything at the end), so a stream that is
+        stopped part-way still knows what it cost."""
         ...
 
 
@@ -145,7 +147,11 @@ class AnthropicModel:
         request = messages_request(self.name, self._max_tokens, system, messages, notes, cached=self._cached)
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
-                yield from stream.text_stream
+                for event in stream:
+                    if event.type == "message_start":
+                        yield _usage(event.message.usage)
+                    elif event.type == "text":
+                        yield event.text
                 yield _usage(stream.get_final_message().usage)
         # A stream that never started (a JSON body instead of events) fails the SDK's own assertion.
         except (anthropic.APIError, ValueError, AttributeError, TypeError, AssertionError) as exc:

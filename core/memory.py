@@ -8,6 +8,8 @@ context, the second to a logged loss of the reply.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -39,6 +41,34 @@ class TurnBudget:
     tokens_per_day: int = 0
 
 
+@dataclass(frozen=True)
+class OwedMessage:
+    """A stored message nobody answered, taken over by the scheduled job: where it came from
+    (the chat or number to answer) and its start, as begin_turn would have returned it."""
+
+    surface: Surface
+    sender: str
+    start: TurnStart
+
+
+def turn_start(row: dict[str, Any]) -> TurnStart:
+    reply = row.get("reply")
+    return TurnStart(
+        user_id=UUID(row["user_id"]),
+        conversation_id=UUID(row["conversation_id"]),
+        conversation_surface=Surface(row["conversation_surface"]),
+        message_id=int(row["message_id"]),
+        duplicate=bool(row["duplicate"]),
+        reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
+        history=[StoredMessage.from_row(item) for item in row["history"]],
+        prepend=[StoredMessage.from_row(item) for item in row["prepend"]],
+        notes=str(row.get("notes") or ""),
+        owed=bool(row.get("owed")),
+        attempt=UUID(row["attempt"]) if row.get("attempt") else None,
+        answer_by=datetime.fromisoformat(row["answer_by"]) if row.get("answer_by") else None,
+    )
+
+
 def storable(text: str) -> str:
     """The text without NUL characters, which Postgres text cannot hold."""
     return text.replace("\x00", "")
@@ -67,8 +97,15 @@ class Memory:
         text: str,
         external_id: str | None,
         conversation_id: UUID | None = None,
+        *,
+        sender: str | None = None,
+        answer_within_s: float = 60.0,
     ) -> TurnStart:
         """Store the person's message once and return the context to answer it with.
+
+        `sender` is the chat or number to answer later if this turn cannot (kept with the
+        message); `answer_within_s` how long its attempt may still answer (the surface's model
+        deadline plus a margin): after it, the message is owed.
 
         Raises InputError for a message we cannot store, NotFound for someone else's
         conversation and OverBudget for a person past their budget (nothing stored); a store
@@ -92,6 +129,8 @@ class Memory:
             "p_turns_per_minute": self.budget.turns_per_minute,
             "p_turns_per_day": self.budget.turns_per_day,
             "p_tokens_per_day": self.budget.tokens_per_day,
+            "p_answer_within_seconds": math.ceil(answer_within_s),
+            "p_sender": sender,
         }
         try:
             row = self.store.call("begin_turn", arguments)
@@ -115,18 +154,7 @@ class Memory:
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
             return TurnStart(None, None, None, None, duplicate=True, reply=None)
-        reply = row.get("reply")
-        return TurnStart(
-            user_id=UUID(row["user_id"]),
-            conversation_id=UUID(row["conversation_id"]),
-            conversation_surface=Surface(row["conversation_surface"]),
-            message_id=int(row["message_id"]),
-            duplicate=bool(row["duplicate"]),
-            reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
-            history=[StoredMessage.from_row(item) for item in row["history"]],
-            prepend=[StoredMessage.from_row(item) for item in row["prepend"]],
-            notes=str(row.get("notes") or ""),
-        )
+        return turn_start(row)
 
     def finish_turn(
         self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True, tokens: int = 0
@@ -148,6 +176,42 @@ class Memory:
             log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
             return None
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
+
+    def end_attempt(self, user_id: UUID, user_message_id: int, attempt: UUID | None, tokens: int) -> None:
+        """A turn that stored no reply (a fallback, an abandoned stream): count the model's
+        tokens, and make its message owed at once unless another attempt has taken it over."""
+        try:
+            self.store.call(
+                "end_attempt",
+                {
+                    "p_user_id": str(user_id),
+                    "p_user_message_id": user_message_id,
+                    "p_attempt": str(attempt) if attempt else None,
+                    "p_tokens": tokens,
+                },
+            )
+        except StoreUnavailable as exc:
+            log.error("end_attempt failed; its tokens are not counted", extra={"error": str(exc), "tokens": tokens})
+
+    def claim_owed_replies(
+        self, surfaces: Sequence[Surface], max_age_s: int, answer_within_s: float, limit: int
+    ) -> list[OwedMessage]:
+        """Owed messages of `surfaces` younger than `max_age_s`, each taken over for one attempt
+        (until `answer_within_s` from now) with the context to answer it from. Raises
+        StoreUnavailable."""
+        rows = self.store.call(
+            "claim_owed_replies",
+            {
+                "p_surfaces": ",".join(surface.value for surface in surfaces),
+                "p_max_age_seconds": max_age_s,
+                "p_answer_within_seconds": math.ceil(answer_within_s),
+                "p_limit": limit,
+                "p_window_hours": self.limits.window_hours,
+                "p_max_messages": self.limits.max_messages,
+                "p_window_step": self.limits.window_step,
+            },
+        )
+        return [OwedMessage(Surface(row["surface"]), str(row["sender"]), turn_start(row)) for row in rows]
 
     def mark_delivered(self, user_id: UUID, reply_id: int) -> None:
         try:

@@ -124,6 +124,12 @@ class TurnStart:
     prepend: list[StoredMessage] = field(default_factory=list)
     degraded: bool = False
     notes: str = ""  # the person's memory notes (core/digest.py), empty before the first digest
+    # A delivery stored before and never answered, whose attempt can no longer answer: this
+    # turn answers it (the same delivery again, or the scheduled job).
+    owed: bool = False
+    attempt: UUID | None = None  # this attempt's id: what ends it must name it
+    # A duplicate not answered yet whose attempt may still answer until then.
+    answer_by: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,14 @@ class Settings(BaseSettings):
     telegram_reply_in_webhook: bool = False
     telegram_model_deadline: float = Field(default=25.0, gt=0)
 
+    # Owed replies: the scheduled job answers Telegram and WhatsApp messages left unanswered
+    # (an instance died mid-turn) while they are younger than this many minutes (0: never).
+    owed_reply_max_age: int = Field(default=10, ge=0, le=1440)
+
     # WhatsApp through Twilio.
+    twilio_account_sid: str | None = None
+    twilio_whatsapp_from: str | None = None  # the sender of messages the agent starts: whatsapp:+14155238886
+    twilio_api_base: str | None = None  # Twilio's REST API (tests point it at a fake)
     twilio_auth_token: SecretStr | None = None
     twilio_webhook_shared_key: SecretStr | None = None
     public_base_url: str | None = None

@@ -18,6 +18,8 @@ SQL_FUNCTIONS = frozenset(
     {
         "begin_turn",
         "finish_turn",
+        "end_attempt",
+        "claim_owed_replies",
         "mark_delivered",
         "create_conversation",
         "list_conversations",

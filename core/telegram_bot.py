@@ -71,20 +71,26 @@ class TelegramBot:
             retry_after_s=_retry_after(body) if response.status_code == 429 else None,
         )
 
-    def send_text(self, chat_id: int, text: str, deadline: float | None = None) -> Delivery:
+    def send_text(
+        self, chat_id: int, text: str, deadline: float | None = None, reply_markup: dict[str, Any] | None = None
+    ) -> Delivery:
         """Send a reply as plain text, in parts of at most 4096 characters, before the
-        `deadline` (a `clock()` time; default: one HTTP timeout from now)."""
+        `deadline` (a `clock()` time; default: one HTTP timeout from now); `reply_markup`
+        (buttons) goes with the last part."""
         deadline = deadline if deadline is not None else self._clock() + self._timeout_s
-        for part in split_message(text, TELEGRAM_LIMIT):
+        parts = split_message(text, TELEGRAM_LIMIT)
+        for index, part in enumerate(parts):
+            payload: dict[str, Any] = {"chat_id": chat_id, "text": part}
+            if reply_markup and index == len(parts) - 1:
+                payload["reply_markup"] = reply_markup
             try:
-                self._send_part(chat_id, part, deadline)
+                self._send_part(payload, deadline)
             except DeliveryFailed as exc:
                 log.error("sending a reply failed", extra={"error": str(exc), "final": exc.final})
                 return Delivery.GIVEN_UP if exc.final else Delivery.OWED
         return Delivery.DELIVERED
 
-    def _send_part(self, chat_id: int, part: str, deadline: float) -> None:
-        payload = {"chat_id": chat_id, "text": part}
+    def _send_part(self, payload: dict[str, Any], deadline: float) -> None:
         try:
             self.call("sendMessage", payload, timeout_s=self._time_left(deadline))
         except DeliveryFailed as exc:
@@ -106,6 +112,13 @@ class TelegramBot:
             self.call("sendChatAction", {"chat_id": chat_id, "action": "typing"})
         except DeliveryFailed as exc:
             log.warning("typing action failed", extra={"error": str(exc)})
+
+    def answer_callback_query(self, callback_query_id: str) -> None:
+        """Stop the tapped button's spinner; the answer itself goes out as a message."""
+        try:
+            self.call("answerCallbackQuery", {"callback_query_id": callback_query_id})
+        except DeliveryFailed as exc:
+            log.warning("answering a button failed", extra={"error": str(exc)})
 
     def close(self) -> None:
         self._http.close()

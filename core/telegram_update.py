@@ -6,7 +6,8 @@ lack some now required). `classify` turns an update into one of three actions:
 - `Converse`: a private text message or a captioned file: a turn of the person's thread.
 - `Notice`: a short fixed answer, nothing stored (media we cannot read, groups).
 - `Ignore`: a 200 and nothing else (service updates, edits, queries, channels).
-- `AccountCommand`: `/start CODE`, `/link CODE`, `/unlink`: linking, never part of the thread.
+- `AccountCommand`: `/start CODE`, `/link CODE`, `link CODE`, a code alone, `/unlink`, the Confirm
+  button under a link's question (a `callback_query`): linking, never part of the thread.
 - `ForgetCommand`: `/forget`, `/forget confirm`: forgetting, never part of the thread.
 The README's table lists every kind.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.forgetting import ForgetRequest
-from core.linking import LinkRequest, UnlinkRequest, looks_like_code
+from core.linking import LinkRequest, UnlinkRequest, link_command, looks_like_code
 from core.models import Surface
 
 
@@ -100,6 +101,11 @@ class Ignore:
 class AccountCommand:
     chat_id: int
     request: LinkRequest | UnlinkRequest
+    callback_query_id: str | None = None  # a tapped button, which Telegram wants answered
+
+
+# The data of the button that confirms a link (at most 64 bytes: the prefix and a 9-character code).
+CONFIRM_LINK = "link:"
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,8 @@ def _addressed_to_bot(message: Message, bot_id: int | None, bot_username: str | 
 
 
 def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: str | None = None) -> TelegramAction:
+    if update.callback_query is not None:
+        return _confirmed_link(update.callback_query) or Ignore("callback_query")
     if update.message is None:
         for kind in ("edited_message", "channel_post", "edited_channel_post", "callback_query", "inline_query"):
             if getattr(update, kind) is not None:
@@ -158,6 +166,9 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         return AccountCommand(message.chat.id, command)
     if message.text and (forget := _forget_command(text, str(sender.id), bot_username)):
         return ForgetCommand(message.chat.id, forget)
+    if message.text and not text.startswith("/") and (code := link_command(text)) is not None:
+        # `link CODE` or a code on its own, typed: never a message of the thread.
+        return AccountCommand(message.chat.id, LinkRequest(Surface.TELEGRAM, str(sender.id), code))
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start")
     if text:
@@ -186,7 +197,7 @@ def _account_command(text: str, sender_id: str, bot_username: str | None) -> Lin
         return None
     name, argument = command
     if name == "/start" and argument and looks_like_code(argument):
-        return LinkRequest(Surface.TELEGRAM, sender_id, argument)
+        return LinkRequest(Surface.TELEGRAM, sender_id, argument, consented=False)
     if name == "/link":
         return LinkRequest(Surface.TELEGRAM, sender_id, argument)
     if name == "/unlink" and not argument:
@@ -200,3 +211,20 @@ def _forget_command(text: str, sender_id: str, bot_username: str | None) -> Forg
     if command is None or command[0] != "/forget":
         return None
     return ForgetRequest(Surface.TELEGRAM, sender_id, confirm=command[1].lower() == "confirm")
+
+
+def _confirmed_link(query: dict[str, object]) -> AccountCommand | None:
+    """The Confirm button under a link's question, tapped in a private chat by its person."""
+    data, sender, message = query.get("data"), query.get("from"), query.get("message")
+    if not (isinstance(data, str) and data.startswith(CONFIRM_LINK)):
+        return None
+    if not (isinstance(sender, dict) and isinstance(message, dict) and isinstance(message.get("chat"), dict)):
+        return None
+    chat = message["chat"]
+    if chat.get("type") != "private" or chat.get("id") != sender.get("id") or sender.get("is_bot"):
+        return None
+    code = data.removeprefix(CONFIRM_LINK)
+    if not looks_like_code(code):
+        return None
+    request = LinkRequest(Surface.TELEGRAM, str(sender["id"]), code, consented=True)
+    return AccountCommand(int(chat["id"]), request, callback_query_id=str(query.get("id", "")))

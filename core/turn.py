@@ -11,10 +11,12 @@ One JSON log line per turn with its figures.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -24,13 +26,16 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
-from core.errors import ModelUnavailable
+from core.errors import ModelUnavailable, StillAnswering
 from core.identity import IdentityPolicy
 from core.llm import Model, ModelReply, Usage
-from core.memory import Memory, storable
+from core.memory import Memory, OwedMessage, storable
 from core.models import Delivery, Person, Role, Surface, TurnStart
 
 log = logging.getLogger("crossmem.turn")
+# How long past its model deadline a turn's attempt may still store a reply (sending it, the
+# second round trip): after it, a message without a reply is owed.
+ANSWER_MARGIN_S = 10.0
 
 
 class ReplyChannel(Protocol):
@@ -61,6 +66,8 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"
     REDELIVERED = "redelivered"
     REFUSED = "refused"
+    # The web client went away mid-stream: what the model spent is counted, the message is owed.
+    ABANDONED = "abandoned"
 
 
 @dataclass
@@ -73,6 +80,7 @@ class TurnFigures:
     cache_read_tokens: int = 0
     context_messages: int = 0
     degraded: bool = False
+    owed: bool = False  # this turn answered a message an earlier attempt left unanswered
     error: str | None = None
 
     @property
@@ -140,14 +148,36 @@ class Turns:
                     channel.send(result.reply)
                 elif result.outcome is Outcome.REDELIVERED:
                     self._send_stored_reply(result, channel)
-            return self._logged(request, result, began)
+            return self._logged(request.surface, result, began)
         messages = self._messages(request, start)
+        return self._answer(request.surface, start, messages, figures, request.deadline_s, channel, began)
+
+    def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
+        """The scheduled job's turn for a message no attempt answered: the model, once, from the
+        context it was stored in; the reply sent through `channel` and stored."""
+        began = self._clock()
+        figures = TurnFigures(round_trips=1)
+        items = [ContextItem.from_stored(message) for message in owed.start.history]
+        messages = build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
+        return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began)
+
+    def _answer(
+        self,
+        surface: Surface,
+        start: TurnStart,
+        messages: list[ModelMessage],
+        figures: TurnFigures,
+        deadline_s: float,
+        channel: ReplyChannel | None,
+        began: float,
+    ) -> TurnResult:
         figures.context_messages = len(messages)
+        figures.owed = start.owed
         if channel is not None:
             channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         try:
-            answer = self._ask(messages, self._notes(start), request.deadline_s)
+            answer = self._ask(start, messages, self._notes(start), deadline_s)
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
@@ -160,46 +190,68 @@ class Turns:
             self._finish(result, start, text, delivery is Delivery.DELIVERED)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
-        return self._logged(request, result, began)
+        else:
+            self._end_attempt(start, figures)
+        return self._logged(surface, result, began)
 
     def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
-        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`."""
+        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`.
+
+        Closed before its end (the client went away), it stops the model there: after a
+        response Cloud Run gives an instance no CPU to finish it with. What the model reported
+        spending is counted, one log line says `abandoned`, and the message is owed, so the
+        client's retry with the same `client_message_id` gets a whole answer."""
         began = self._clock()
         request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=False)
         if result is not None:
             if result.reply:
                 yield result.reply
-            yield self._logged(request, result, began)
+            yield self._logged(request.surface, result, began)
             return
         messages = self._messages(request, start)
         figures.context_messages = len(messages)
+        figures.owed = start.owed
         parts: list[str] = []
         outcome = Outcome.ANSWERED
+        chunks = self._model().stream(self._settings.system_prompt, messages, request.deadline_s, self._notes(start))
+        ended = False
         try:
-            notes = self._notes(start)
-            for chunk in self._model().stream(self._settings.system_prompt, messages, request.deadline_s, notes):
-                if isinstance(chunk, Usage):
-                    figures.add_usage(chunk)
-                    continue
-                if not chunk:
-                    continue
-                parts.append(chunk)
-                yield chunk
-                if self._clock() - began > request.deadline_s:
-                    raise ModelUnavailable(f"no complete answer within {request.deadline_s:g} s")
-            if not "".join(parts).strip():
-                raise ModelUnavailable("the model answered with no text")
-        except ModelUnavailable as exc:
-            outcome, figures.error = Outcome.FALLBACK, str(exc)
-            fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
-            parts.append(fallback)
-            yield fallback
-        text = "".join(parts)
-        result = self._result(outcome, text, start, figures)
-        if outcome is Outcome.ANSWERED:
-            self._finish(result, start, text, True)
-        yield self._logged(request, result, began)
+            try:
+                for chunk in chunks:
+                    if isinstance(chunk, Usage):
+                        figures.add_usage(chunk)
+                        continue
+                    if not chunk:
+                        continue
+                    parts.append(chunk)
+                    yield chunk
+                    if self._clock() - began > request.deadline_s:
+                        raise ModelUnavailable(f"no complete answer within {request.deadline_s:g} s")
+                if not "".join(parts).strip():
+                    raise ModelUnavailable("the model answered with no text")
+            except ModelUnavailable as exc:
+                outcome, figures.error = Outcome.FALLBACK, str(exc)
+                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
+                parts.append(fallback)
+                yield fallback
+            text = "".join(parts)
+            result = self._result(outcome, text, start, figures)
+            if outcome is Outcome.ANSWERED:
+                self._finish(result, start, text, True)
+            else:
+                self._end_attempt(start, figures)
+            ended = True
+            yield self._logged(request.surface, result, began)
+        finally:
+            if not ended:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+                figures.error = figures.error or "the client went away before the answer was whole"
+                abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
+                self._end_attempt(start, figures)
+                self._logged(request.surface, abandoned, began)
 
     # The steps.
 
@@ -231,12 +283,21 @@ class Turns:
             nobody = TurnStart(None, None, None, None, duplicate=False, reply=None)
             return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
         start = self.memory.begin_turn(
-            person, request.surface, request.text, request.external_id, request.conversation_id
+            person,
+            request.surface,
+            request.text,
+            request.external_id,
+            request.conversation_id,
+            sender=request.sender_id,
+            answer_within_s=request.deadline_s + ANSWER_MARGIN_S,
         )
         figures.round_trips, figures.degraded = 1, start.degraded
         if not start.duplicate:
             return start, figures, None
         stored = start.reply
+        if stored is None and start.answer_by is not None:
+            wait_s = (start.answer_by - datetime.now(UTC)).total_seconds()
+            raise StillAnswering(max(math.ceil(wait_s), 1))
         if stored is None or (pushes and stored.delivered):
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
@@ -264,13 +325,31 @@ class Turns:
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
 
-    def _ask(self, messages: list[ModelMessage], notes: str, deadline_s: float) -> ModelReply:
+    def _ask(self, start: TurnStart, messages: list[ModelMessage], notes: str, deadline_s: float) -> ModelReply:
         system = self._settings.system_prompt
         future = self._executor.submit(lambda: self._model().reply(system, messages, deadline_s, notes))
         try:
             return future.result(timeout=deadline_s)
         except FuturesTimeout as exc:
+            # The call goes on until the SDK's own timeout: what it spent is counted when it ends,
+            # if the instance still runs then (README: what cannot be counted).
+            future.add_done_callback(functools.partial(self._count_late, start))
             raise ModelUnavailable(f"no answer within {deadline_s:g} s") from exc
+
+    def _count_late(self, start: TurnStart, future: Future[ModelReply]) -> None:
+        if future.cancelled() or future.exception() is not None or start.message_id is None:
+            return
+        late = TurnFigures()
+        late.add_usage(future.result().usage)
+        if start.user_id is not None:
+            self.memory.end_attempt(start.user_id, start.message_id, start.attempt, late.model_tokens)
+
+    def _end_attempt(self, start: TurnStart, figures: TurnFigures) -> None:
+        """A turn that stored no reply: its tokens count, and its message is owed."""
+        if start.message_id is None or start.user_id is None:
+            return
+        self.memory.end_attempt(start.user_id, start.message_id, start.attempt, figures.model_tokens)
+        figures.round_trips += 1
 
     def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel) -> None:
         assert result.reply is not None and result.user_id is not None and result.reply_id is not None
@@ -303,7 +382,7 @@ class Turns:
             figures=figures,
         )
 
-    def _logged(self, request: TurnRequest, result: TurnResult, began: float) -> TurnResult:
+    def _logged(self, surface: Surface, result: TurnResult, began: float) -> TurnResult:
         result.figures.latency_ms = round((self._clock() - began) * 1000, 1)
         level = logging.WARNING if result.figures.error else logging.INFO
         if not log.isEnabledFor(level):
@@ -313,7 +392,7 @@ class Turns:
             level,
             "turn",
             extra={
-                "surface": request.surface.value,
+                "surface": surface.value,
                 "outcome": result.outcome.value,
                 "user_id": str(result.user_id) if result.user_id else None,
                 **figures,

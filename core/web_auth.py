@@ -15,6 +15,7 @@ from uuid import UUID
 import jwt
 
 from core.errors import AuthError, ConfigurationError
+from core.linking import mask_account
 
 ASYMMETRIC = ("ES256", "RS256")
 
@@ -31,10 +32,24 @@ class TokenVerifier:
 
     def person(self, authorization: str | None) -> UUID:
         """The user id of a valid `Authorization: Bearer <token>` header."""
+        return self._person(self._bearer_claims(authorization))
+
+    def account(self, authorization: str | None) -> str:
+        """The signed-in account as a chat may name it (masked email or phone, else "")."""
+        claims = self._bearer_claims(authorization)
+        email, phone = claims.get("email"), claims.get("phone")
+        return mask_account(email if isinstance(email, str) else None, phone if isinstance(phone, str) else None)
+
+    def _bearer_claims(self, authorization: str | None) -> dict[str, Any]:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("missing bearer token")
         claims = self._claims(token.strip())
+        self._person(claims)
+        return claims
+
+    @staticmethod
+    def _person(claims: dict[str, Any]) -> UUID:
         try:
             return UUID(str(claims["sub"]))
         except (KeyError, ValueError):

@@ -8,9 +8,11 @@ HMAC-SHA256 and a webhook shared key. The SDK's RequestValidator checks both.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
@@ -18,10 +20,11 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.errors import InputError
 from core.forgetting import ForgetRequest
-from core.linking import LinkRequest, UnlinkRequest
-from core.models import Surface
+from core.linking import LinkRequest, UnlinkRequest, link_command
+from core.models import Delivery, Surface
 from core.splitting import split_message
 
+log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
 TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
 LOCATION = "Thanks for the location. I can't use locations yet: tell me in words where you are, if it matters."
@@ -71,10 +74,10 @@ class Notice:
 
 def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequest | ForgetRequest:
     text = form.body.strip()
-    # `link` and one word: a code, even a mistyped one (it gets a clear answer, and counts).
-    command = re.fullmatch(r"link:?(?:\s+(\S+))?", text, flags=re.IGNORECASE)
-    if command:
-        return LinkRequest(Surface.WHATSAPP, form.sender, command[1] or "")
+    # `link CODE` (spaces and dashes as typed) or a code alone: even a mistyped code gets a clear
+    # answer, and counts; a code is never a message of the thread.
+    if (code := link_command(text)) is not None:
+        return LinkRequest(Surface.WHATSAPP, form.sender, code)
     if text.lower() == "unlink":
         return UnlinkRequest(Surface.WHATSAPP, form.sender)
     if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):
@@ -118,3 +121,64 @@ def twiml(text: str | None) -> str:
     for part in split_message(text or "", WHATSAPP_LIMIT):
         response.message(part)
     return str(response)
+
+
+class WhatsAppSender:
+    """Twilio's Messages API: what the agent says outside a webhook's answer (an owed reply).
+    Free-form messages reach a person only inside WhatsApp's 24-hour window after their last
+    message; an owed reply is minutes old, well inside it. The REST client (`twilio.rest`, a
+    heavier import than the validator) is built on the first send."""
+
+    def __init__(
+        self, account_sid: str, auth_token: str, sender: str, api_base: str | None = None, timeout_s: float = 10.0
+    ) -> None:
+        self._account_sid = account_sid
+        self._auth_token = auth_token
+        self._sender = sender
+        self._api_base = api_base
+        self._timeout_s = timeout_s
+        self._client: Any = None
+
+    def channel(self, to: str) -> WhatsAppChannel:
+        return WhatsAppChannel(self, to)
+
+    def send_text(self, to: str, text: str) -> Delivery:
+        from twilio.base.exceptions import TwilioException, TwilioRestException
+
+        for part in split_message(text, WHATSAPP_LIMIT):
+            try:
+                self._rest().messages.create(from_=self._sender, to=to, body=part)
+            except TwilioRestException as exc:
+                # 4xx but 429: the request itself is refused (an unknown number, outside the window).
+                final = 400 <= exc.status < 500 and exc.status != 429
+                log.error("sending a WhatsApp message failed", extra={"status": exc.status, "code": exc.code})
+                return Delivery.GIVEN_UP if final else Delivery.OWED
+            except (TwilioException, OSError) as exc:
+                log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
+                return Delivery.OWED
+        return Delivery.DELIVERED
+
+    def _rest(self) -> Any:
+        if self._client is None:
+            from twilio.http.http_client import TwilioHttpClient
+            from twilio.rest import Client
+
+            client = Client(self._account_sid, self._auth_token, http_client=TwilioHttpClient(timeout=self._timeout_s))
+            if self._api_base:
+                client.api.base_url = self._api_base.rstrip("/")
+            self._client = client
+        return self._client
+
+
+class WhatsAppChannel:
+    """A `ReplyChannel` for one WhatsApp sender (a `whatsapp:` address)."""
+
+    def __init__(self, sender: WhatsAppSender, to: str) -> None:
+        self._sender = sender
+        self._to = to
+
+    def show_typing(self) -> None:
+        pass
+
+    def send(self, text: str) -> Delivery:
+        return self._sender.send_text(self._to, text)

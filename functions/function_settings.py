@@ -87,6 +87,14 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_model_deadline",
             "whatsapp_model_deadline",
             "web_model_deadline",
+            # Owed replies (core/owed.py): the Bot API and Twilio's Messages API.
+            "owed_reply_max_age",
+            "telegram_bot_token",
+            "telegram_api_base",
+            "twilio_account_sid",
+            "twilio_whatsapp_from",
+            "twilio_api_base",
+            "twilio_auth_token",
         }
     ),
 }

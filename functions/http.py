@@ -32,6 +32,7 @@ from core.errors import (
     ModelUnavailable,
     NotFound,
     OverBudget,
+    StillAnswering,
     StoreUnavailable,
 )
 from functions import runtime
@@ -52,6 +53,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (AuthError, 401, "unauthorized"),
     (Forbidden, 403, "forbidden"),
     (LinkingNotNeeded, 409, "linking_not_needed"),
+    (StillAnswering, 409, "still_answering"),
     (Conflict, 409, "conflict"),
     (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),
@@ -97,6 +99,8 @@ def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[fla
 def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:
     for kind, status, code in HTTP_ERRORS:
         if isinstance(exc, kind):
+            if isinstance(exc, StillAnswering):
+                headers = {**(headers or {}), "Retry-After": str(exc.retry_after_s)}
             return json_response({"error": code, "message": str(exc)}, status, headers)
     return json_response({"error": "error", "message": str(exc)}, 400, headers)
 

@@ -28,7 +28,8 @@ def links_route(request: flask.Request, person: uuid.UUID, cors: dict[str, str])
     linking.refuse_under_owner()
     surface = match[1]
     if surface is None and request.method == "POST":
-        return json_response(linking.new_code(person).as_json(), 201, cors)
+        account = runtime.token_verifier().account(request.headers.get("Authorization"))
+        return json_response(linking.new_code(person, account).as_json(), 201, cors)
     if surface is None and request.method == "GET":
         return json_response({"links": [item.as_json() for item in linking.identities(person)]}, headers=cors)
     if surface is not None and request.method == "DELETE":

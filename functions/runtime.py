@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,13 +21,15 @@ from core.linking import Linking
 from core.llm import AnthropicModel, Model
 from core.logs import configure_json_logging
 from core.memory import ContextLimits, Memory, TurnBudget
+from core.models import Surface
 from core.offline_model import OfflineModel
+from core.owed import OwedReplies
 from core.postgres_store import PostgresStore
 from core.retention import Retention, in_flight_window
 from core.settings import Settings
 from core.store import MemoryStore, UnavailableStore
-from core.telegram_bot import TelegramBot
-from core.turn import Turns, TurnSettings
+from core.telegram_bot import TelegramBot, TelegramChannel
+from core.turn import ReplyChannel, Turns, TurnSettings
 
 if TYPE_CHECKING:
     from core.web_auth import TokenVerifier
@@ -192,6 +195,28 @@ def digest_job() -> DigestJob:
 
 
 @functools.cache
+def owed_replies() -> OwedReplies:
+    """The scheduled job's answers to owed messages, on the surfaces it can reach."""
+    config = settings()
+    channels: dict[Surface, Callable[[str], ReplyChannel]] = {}
+    if config.telegram_bot_token is not None:
+        bot = telegram_bot()
+        channels[Surface.TELEGRAM] = lambda sender: TelegramChannel(bot, int(sender))
+    if config.twilio_account_sid and config.twilio_whatsapp_from and config.twilio_auth_token is not None:
+        from core.whatsapp import WhatsAppSender  # twilio: only the functions that reach WhatsApp
+
+        whatsapp = WhatsAppSender(
+            config.twilio_account_sid,
+            config.twilio_auth_token.get_secret_value(),
+            config.twilio_whatsapp_from,
+            config.twilio_api_base,
+        )
+        channels[Surface.WHATSAPP] = whatsapp.channel
+    deadlines = {Surface.TELEGRAM: config.telegram_model_deadline, Surface.WHATSAPP: config.whatsapp_model_deadline}
+    return OwedReplies(memory(), turns(), channels, deadlines, max_age_s=config.owed_reply_max_age * 60)
+
+
+@functools.cache
 def linking() -> Linking:
     config = settings()
     return Linking(
@@ -246,6 +271,7 @@ _CACHED = (
     telegram_bot,
     token_verifier,
     digest_job,
+    owed_replies,
 )
 
 

@@ -12,11 +12,19 @@ import time
 
 import flask
 
-from core.errors import InputError, OverBudget
+from core.errors import InputError, OverBudget, StillAnswering
 from core.models import Surface
 from core.splitting import split_message
 from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
-from core.telegram_update import AccountCommand, Converse, ForgetCommand, Notice, TelegramUpdate, classify
+from core.telegram_update import (
+    CONFIRM_LINK,
+    AccountCommand,
+    Converse,
+    ForgetCommand,
+    Notice,
+    TelegramUpdate,
+    classify,
+)
 from core.turn import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
@@ -48,7 +56,10 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     if isinstance(action, Notice):
         return _reply(action.chat_id, action.text, inline=inline)
     if isinstance(action, AccountCommand):
-        return _reply(action.chat_id, runtime.linking().answer(action.request), inline=inline)
+        answer = runtime.linking().answer(action.request)
+        if action.callback_query_id and config.telegram_bot_token is not None:
+            runtime.telegram_bot().answer_callback_query(action.callback_query_id)
+        return _reply(action.chat_id, answer.text, inline=inline, confirm_code=answer.confirm_code)
     if isinstance(action, ForgetCommand):
         return _reply(action.chat_id, runtime.forgetting().answer(action.request), inline=inline)
     if not isinstance(action, Converse):
@@ -66,6 +77,10 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         result = runtime.turns().run(turn, channel)
     except OverBudget as exc:
         return _reply(action.chat_id, str(exc), inline=inline)
+    except StillAnswering as exc:
+        # A redelivery while the first attempt may still answer: Telegram tries again later, and
+        # once that attempt can no longer answer, the redelivery answers (the message is owed).
+        return json_response({"error": "still_answering", "message": str(exc)}, 503)
     except InputError as exc:
         return _reply(action.chat_id, f"Sorry, I couldn't take that message: {exc}.", inline=inline)
     if inline and result.reply:
@@ -75,12 +90,21 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     return json_response({"ok": True, "outcome": result.outcome.value})
 
 
-def _reply(chat_id: int, text: str, *, inline: bool) -> flask.Response:
+def _reply(chat_id: int, text: str, *, inline: bool, confirm_code: str | None = None) -> flask.Response:
     """An answer in this response (one outbound call fewer), or through the Bot API when it
-    is longer than one message; with no bot token (local development) only its first part."""
+    is longer than one message; with no bot token (local development) only its first part.
+    `confirm_code`: under the text, a button that confirms linking with that code."""
+    markup = confirm_button(confirm_code) if confirm_code else None
     if inline and (len(text) <= TELEGRAM_LIMIT or runtime.settings().telegram_bot_token is None):
         first = split_message(text, TELEGRAM_LIMIT - 2)[0]
         shown = first if first == text.strip() else first + " …"
-        return json_response({"method": "sendMessage", "chat_id": chat_id, "text": shown})
-    runtime.telegram_bot().send_text(chat_id, text)
+        answer: dict[str, object] = {"method": "sendMessage", "chat_id": chat_id, "text": shown}
+        if markup:
+            answer["reply_markup"] = markup
+        return json_response(answer)
+    runtime.telegram_bot().send_text(chat_id, text, reply_markup=markup)
     return json_response({"ok": True})
+
+
+def confirm_button(code: str) -> dict[str, object]:
+    return {"inline_keyboard": [[{"text": "Confirm", "callback_data": CONFIRM_LINK + code}]]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import flask
 
-from core.errors import InputError, OverBudget
+from core.errors import InputError, OverBudget, StillAnswering
 from core.forgetting import ForgetRequest
 from core.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
@@ -56,7 +56,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
     if isinstance(action, LinkRequest | UnlinkRequest):
-        return _twiml(runtime.linking().answer(action))
+        return _twiml(runtime.linking().answer(action).text)
     if isinstance(action, ForgetRequest):
         return _twiml(runtime.forgetting().answer(action))
     if not isinstance(action, Converse):
@@ -72,6 +72,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         return _twiml(runtime.turns().run(turn).reply)
     except OverBudget as exc:
         return _twiml(str(exc))
+    except StillAnswering:
+        return _twiml(None)  # the first attempt, or the scheduled job once it cannot, answers
     except InputError as exc:
         return _twiml(f"Sorry, I couldn't take that message: {exc}.")
 

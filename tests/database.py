@@ -56,3 +56,33 @@ def migrated_database(server: str) -> Iterator[str]:
     with fresh_database(server) as url:
         prepare_database(url)
         yield url
+
+
+def begin_turn_arguments(**given: object) -> dict[str, object]:
+    """Every argument of the SQL begin_turn (it has no defaults: those live in the settings),
+    with the settings' defaults, and `given` over them: for tests that call it directly."""
+    arguments: dict[str, object] = {
+        "p_surface": "telegram",
+        "p_content": "hello",
+        "p_external_id": None,
+        "p_user_id": None,
+        "p_sender_id": None,
+        "p_conversation_id": None,
+        "p_window_hours": 24,
+        "p_max_messages": 40,
+        "p_window_step": 24,
+        "p_web_prepend": 8,
+        "p_attempt": None,
+        "p_turns_per_minute": 0,
+        "p_turns_per_day": 0,
+        "p_tokens_per_day": 0,
+        "p_answer_within_seconds": 60,
+        "p_sender": None,
+    }
+    return {**arguments, **given}
+
+
+def begin_turn_sql(arguments: dict[str, object]) -> str:
+    """`select public.begin_turn(name => %(name)s, ...)` for these arguments."""
+    named = ", ".join(f"{name} => %({name})s" for name in arguments)
+    return f"select public.begin_turn({named})"

@@ -30,6 +30,7 @@ from core.telegram_update import AccountCommand, TelegramUpdate
 from core.telegram_update import classify as classify_telegram
 from core.whatsapp import WhatsAppForm
 from core.whatsapp import classify as classify_whatsapp
+from tests.database import begin_turn_arguments, begin_turn_sql
 
 AUTO = IdentityPolicy.build("auto", None, [], [])
 
@@ -188,9 +189,9 @@ def test_wrong_expired_and_used_codes_are_refused_and_change_nothing(
     assert rows(database_url, "select linked_at from identities where external_id = %s", chat) == [(None,)]
     other_chat = f"{chat}2"
     answers = [
-        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, "ZZZZZZZZZ")),
-        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, expired)),
-        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, used)),
+        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, "ZZZZZZZZZ")).text,
+        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, expired)).text,
+        linking.answer(LinkRequest(Surface.TELEGRAM, other_chat, used)).text,
     ]
     assert answers == [
         "That code isn't valid. Check it, or ask for a new one on the web.",
@@ -208,7 +209,7 @@ def test_the_sixth_wrong_code_within_an_hour_is_refused_even_when_right(linking:
     refused = linking.redeem(Surface.TELEGRAM, chat, right)
     assert refused.status is LinkStatus.TOO_MANY_ATTEMPTS and refused.retry_at is not None
     assert rows(database_url, "select count(*) from identities where user_id = %s", person) == [(0,)]
-    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, right)).startswith("Too many wrong codes.")
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, right)).text.startswith("Too many wrong codes.")
     # Another identity is not limited by this one's mistakes, and the code still works for it.
     assert linking.redeem(Surface.TELEGRAM, f"{chat}1", right).status is LinkStatus.LINKED
     # When the hour has passed, the identity may try again.
@@ -234,8 +235,8 @@ def test_unlinking_starts_the_identity_as_a_new_person_and_keeps_the_thread(
     number = "+34600123456"
     assert linking.redeem(Surface.WHATSAPP, number, linking.new_code(web_person).code).status is LinkStatus.LINKED
     talk(memory, Surface.WHATSAPP, number, "my PIN hint is the dog's name")
-    assert linking.answer(UnlinkRequest(Surface.WHATSAPP, f"whatsapp:{number}")).startswith("Unlinked.")
-    assert linking.answer(UnlinkRequest(Surface.WHATSAPP, f"whatsapp:{number}")) == (
+    assert linking.answer(UnlinkRequest(Surface.WHATSAPP, f"whatsapp:{number}")).text.startswith("Unlinked.")
+    assert linking.answer(UnlinkRequest(Surface.WHATSAPP, f"whatsapp:{number}")).text == (
         "This chat isn't linked to a web account, so there is nothing to unlink."
     )
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what is my PIN hint?", "SMx1")
@@ -268,8 +269,8 @@ def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
     linking = Linking(store, policy, stranger_reply="Private assistant.")
     with pytest.raises(LinkingNotNeeded):
         linking.new_code(owner)
-    assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")) == NOT_NEEDED
-    assert linking.answer(UnlinkRequest(Surface.TELEGRAM, "9999")) == "Private assistant."
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")).text == NOT_NEEDED
+    assert linking.answer(UnlinkRequest(Surface.TELEGRAM, "9999")).text == "Private assistant."
 
 
 @pytest.mark.parametrize(
@@ -299,7 +300,12 @@ def test_whatsapp_link_commands(body: str, expected: LinkRequest | UnlinkRequest
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("/start ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")),
+        ("/start ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ", consented=False)),
+        ("/link Q63 C6J 332", LinkRequest(Surface.TELEGRAM, "42", "Q63 C6J 332")),
+        ("link q63-c6j-332", LinkRequest(Surface.TELEGRAM, "42", "q63-c6j-332")),
+        ("Q63 C6J 332", LinkRequest(Surface.TELEGRAM, "42", "Q63 C6J 332")),
+        ("link me to the article", None),
+        ("yes thanks", None),
         ("/link abcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),
         ("/link@advisor_bot ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")),
         ("/Link\nabcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),
@@ -345,11 +351,10 @@ def test_a_turn_arriving_while_its_chat_is_being_linked_lands_in_the_linked_thre
     pid = during.info.backend_pid
 
     def send() -> None:
-        turn["row"] = during.execute(
-            "select public.begin_turn(p_surface => 'telegram', p_content => 'during the link',"
-            " p_external_id => %s, p_sender_id => %s)",
-            (uuid.uuid4().hex, chat),
-        ).fetchone()
+        arguments = begin_turn_arguments(
+            p_surface="telegram", p_content="during the link", p_external_id=uuid.uuid4().hex, p_sender_id=chat
+        )
+        turn["row"] = during.execute(begin_turn_sql(arguments), arguments).fetchone()
 
     thread = threading.Thread(target=send)
     thread.start()
@@ -399,7 +404,7 @@ def test_a_chat_linked_to_one_account_is_not_taken_by_another_accounts_code(
     before = counts(database_url)
     assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED_ELSEWHERE
     assert counts(database_url) == before  # the code is not spent, no wrong attempt is counted
-    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, code)) == (
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, chat, code)).text == (
         "This chat is linked to another web account. Unlink it first (/unlink), then send the code again."
     )
     assert linking.link(second, Surface.TELEGRAM, chat).status is LinkStatus.LINKED_ELSEWHERE

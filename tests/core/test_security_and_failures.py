@@ -23,7 +23,7 @@ from core.embedded import (
 from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
-from tests.database import fresh_database
+from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
 
 
 def as_role(database_url: str, role: str, sub: uuid.UUID | None = None) -> psycopg.Connection:
@@ -52,7 +52,8 @@ def test_authenticated_reads_only_its_own_rows_and_cannot_write(memory: Memory, 
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             connection.execute("update messages set content = 'changed' where user_id = %s", (owner,))
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            connection.execute("select public.begin_turn('web', 'x', null, %s)", (other,))
+            arguments = begin_turn_arguments(p_surface="web", p_content="x", p_user_id=other)
+            connection.execute(begin_turn_sql(arguments), arguments)
 
 
 def test_anon_sees_nothing_and_calls_nothing(memory: Memory, database_url: str) -> None:
@@ -85,8 +86,8 @@ def test_every_table_has_row_level_security_and_every_function_is_the_service_ro
 def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url: str) -> None:
     owner, other = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute("select public.create_link_code(%s, repeat('a', 64), 10)", (owner,))
-        connection.execute("select public.redeem_link_code('telegram', '99', repeat('b', 64), 5)")
+        connection.execute("select public.create_link_code(%s, repeat('a', 64), 10, '')", (owner,))
+        connection.execute("select public.redeem_link_code('telegram', '99', repeat('b', 64), 5, true)")
     with as_role(database_url, "authenticated", sub=owner) as connection:
         assert connection.execute("select count(*) from link_codes").fetchone() == (1,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -94,13 +95,14 @@ def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url:
     with as_role(database_url, "authenticated", sub=other) as connection:
         assert connection.execute("select count(*) from link_codes").fetchone() == (0,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            connection.execute("select public.redeem_link_code('telegram', '99', repeat('a', 64), 5)")
+            connection.execute("select public.redeem_link_code('telegram', '99', repeat('a', 64), 5, true)")
 
 
 def test_service_role_runs_the_turn_functions(database_url: str) -> None:
     person = uuid.uuid4()
     with as_role(database_url, "service_role") as connection:
-        row = connection.execute("select public.begin_turn('telegram', 'hi', 'x', %s)", (person,)).fetchone()
+        arguments = begin_turn_arguments(p_surface="telegram", p_content="hi", p_external_id="x", p_user_id=person)
+        row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
         assert row is not None and row[0]["duplicate"] is False
 
 

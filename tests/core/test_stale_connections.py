@@ -18,6 +18,7 @@ from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
 from core.turn import Outcome, TurnRequest, Turns, TurnSettings
+from tests.database import begin_turn_arguments
 from tests.fakes.anthropic_api import FakeAnthropic
 
 APPLICATION = "crossmem-stale-test"
@@ -177,7 +178,7 @@ def test_an_error_that_leaves_the_connection_alive_is_not_retried(
     proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4())})  # a warm connection
     proxy.reset()
     with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue"):
-        proxied_store.call("begin_turn", {"p_surface": "web", "p_content": "no person"})
+        proxied_store.call("begin_turn", begin_turn_arguments(p_surface="web", p_content="no person"))
     assert proxy.round_trips == 1
     assert proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4())}) == []
     assert proxy.round_trips == 2  # and the connection stays in use

@@ -127,7 +127,14 @@ def test_memory_digest_refuses_without_its_secret_and_does_nothing(
         fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
         answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
         assert answered.status_code == 200
-        assert answered.get_json() == {"updated": 1, "failed": 0, "memory_notes": True, "purged": 0}
+        assert answered.get_json() == {
+                "owed_answered": 0,
+                "owed_failed": 0,
+                "updated": 1,
+                "failed": 0,
+                "memory_notes": True,
+                "purged": 0,
+            }
         row = connection.execute("select revision, content from memory_notes where user_id = %s", (said.user_id,))
         assert row.fetchone() == (1, "- [telegram · 2026-11-30] Sister's name is Ana.")
     body = fake_anthropic.requests[-1]
@@ -178,7 +185,14 @@ def test_memory_digest_also_purges_by_age_when_retention_is_set(
         notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
         answered = app_client("memory_digest").post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
         assert answered.status_code == 200
-        assert answered.get_json() == {"updated": 0, "failed": 0, "memory_notes": False, "purged": 2}
+        assert answered.get_json() == {
+                "owed_answered": 0,
+                "owed_failed": 0,
+                "updated": 0,
+                "failed": 0,
+                "memory_notes": False,
+                "purged": 2,
+            }
         with psycopg.connect(database) as connection:
             left = connection.execute("select user_id, count(*) from messages group by user_id").fetchall()
         assert left == [(recent.user_id, 2)]

@@ -17,6 +17,7 @@ from functions.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.functions.conftest import app_client, as_owner
+from tests.functions.test_telegram import CORPUS as TELEGRAM_CORPUS
 from tests.functions.test_telegram import HEADERS, update
 from tests.functions.test_web import SECRET, bearer
 from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
@@ -68,6 +69,26 @@ def new_code(apps: Apps, person: uuid.UUID) -> dict[str, Any]:
     return body
 
 
+# The account of `bearer`'s tokens (its email claim), masked as a chat is shown it.
+ACCOUNT = "u•••@example.com"
+CALLBACK_QUERY = json.loads((TELEGRAM_CORPUS / "11_callback_query.json").read_text())
+
+
+def linked() -> str:
+    return ANSWERS[LinkStatus.LINKED].format(account=ACCOUNT)
+
+
+def tap(apps: Apps, data: str, chat: int | None = None) -> None:
+    """The person taps a button under one of the bot's messages (the corpus's callback_query)."""
+    tapped = json.loads(json.dumps(CALLBACK_QUERY))
+    tapped["update_id"] = uuid.uuid4().int % 10**9
+    tapped["callback_query"]["from"]["id"] = chat or apps.chat
+    tapped["callback_query"]["message"]["chat"]["id"] = chat or apps.chat
+    tapped["callback_query"]["data"] = data
+    response = apps.telegram.post("/", json=tapped, headers=HEADERS)
+    assert response.status_code == 200
+
+
 def sent_texts(body: dict[str, Any]) -> list[str]:
     return [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in body["messages"]]
 
@@ -92,8 +113,21 @@ def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
     issued = new_code(apps, person)
     assert issued["telegram_url"] == f"https://t.me/advisor_bot?start={issued['code']}"
     assert issued["whatsapp_text"] == f"link {issued['code']}"
+    # The deep link's one tap on a chat with history links nothing yet: it asks, naming the account.
     telegram(apps, f"/start {issued['code']}")
-    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ANSWERS[LinkStatus.LINKED]}
+    question = fake_telegram.sent()[-1]
+    assert question["text"] == (
+        f"This code would join this chat to the web account {ACCOUNT}, and move our 4 messages here to it: "
+        f"whoever signs in there would read them. Only if that account is yours, tap Confirm, or send: "
+        f"/link {issued['code']}"
+    )
+    assert question["reply_markup"] == {
+        "inline_keyboard": [[{"text": "Confirm", "callback_data": f"link:{issued['code']}"}]]
+    }
+    assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
+    tap(apps, question["reply_markup"]["inline_keyboard"][0][0]["callback_data"])
+    assert fake_telegram.sent("answerCallbackQuery")[-1] == {"callback_query_id": "4278655576917205700"}
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": linked()}
 
     asked = len(fake_anthropic.requests)
     response = apps.web.post("/", json={"message": "What do you know about me?"}, headers=bearer(person))
@@ -105,7 +139,7 @@ def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
     assert texts[-1].endswith("What do you know about me?")
 
     second = new_code(apps, person)
-    assert whatsapp(apps, f"  link {second['code'].lower()} ") == [ANSWERS[LinkStatus.LINKED]]
+    assert whatsapp(apps, f"  link {second['code'].lower()} ") == [linked()]
     whatsapp(apps, "What did I tell you on the other apps?")
     texts = sent_texts(fake_anthropic.requests[-1])
     assert occurrences(texts, "My sister's name is Carmen") == 1
@@ -234,7 +268,7 @@ def test_a_whatsapp_history_joins_the_web_person_when_linked(
 ) -> None:
     whatsapp(apps, "My landlord is called Mr Okafor")
     person = uuid.uuid4()
-    assert whatsapp(apps, f"link {new_code(apps, person)['code']}") == [ANSWERS[LinkStatus.LINKED]]
+    assert whatsapp(apps, f"link {new_code(apps, person)['code']}") == [linked()]
     apps.web.post("/", json={"message": "Who is my landlord?"}, headers=bearer(person))
     assert occurrences(sent_texts(fake_anthropic.requests[-1]), "My landlord is called Mr Okafor") == 1
     assert count(database_url, "select count(*) from messages where user_id = %s", person) == 4
