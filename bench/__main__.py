@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start, fuzz, purge, recall, soak
+from bench import caching, cold_start, fuzz, fuzz_budget, purge, recall, soak
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -61,6 +61,8 @@ def measure(database_url: str) -> dict[str, Any]:
     results.update(purge.run(database_url))
     print(f"fuzzing, {fuzz.CASES} hostile and fuzzed requests ...", flush=True)
     results["fuzz"] = fuzz.run(database_url)
+    print(f"fuzzing over budget, {fuzz_budget.CASES} cases ...", flush=True)
+    results["fuzz_budget_on"] = fuzz_budget.run(database_url)
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
     results["ratios"] = {
         "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
@@ -151,6 +153,16 @@ def table(results: dict[str, Any]) -> str:
                 f"of {fuzzed['cases']} cases, {fuzzed['authenticated']} authenticated",
             )
         )
+    if "fuzz_budget_on" in results:
+        over = results["fuzz_budget_on"]
+        rows.append(
+            (
+                "fuzzing over budget: reached the model / stored",
+                f"{over['over_budget_reached_model']} / {over['stored']}",
+                "",
+                f"of {over['cases']} cases (`fuzz_budget_on`)",
+            )
+        )
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
     return "\n".join(lines)
@@ -168,6 +180,16 @@ def notes_table(results: dict[str, Any]) -> str:
         (f"same, {small}", cost[small]["ours_vs_seed"], 1, "4,096-token minimum"),
         ("planted facts in the request after 3 days", recalled["ours"], recalled["seed"], "share, offline digest"),
     ]
+    if "fuzz_budget_on" in results:
+        over = results["fuzz_budget_on"]
+        rows.append(
+            (
+                "fuzzing over budget: reached the model / stored",
+                f"{over['over_budget_reached_model']} / {over['stored']}",
+                "",
+                f"of {over['cases']} cases (`fuzz_budget_on`)",
+            )
+        )
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
     lines += [

@@ -28,7 +28,7 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core.context import ModelMessage, Source
-from core.errors import ModelUnavailable
+from core.errors import ModelUnavailable, StoreUnavailable
 from core.llm import Model
 from core.models import Role, StoredMessage
 from core.store import MemoryStore
@@ -258,16 +258,23 @@ class DigestJob:
             self._release(due)
             return False
         last = due.messages[-1] if due.messages else None
-        row = self._store.call(
-            "write_memory_notes",
-            {
-                "p_user_id": str(due.user_id),
-                "p_claim": str(due.claim),
-                "p_content": notes,
-                "p_covered_at": last.created_at.isoformat() if last else None,
-                "p_covered_id": last.id if last else None,
-            },
-        )
+        try:
+            row = self._store.call(
+                "write_memory_notes",
+                {
+                    "p_user_id": str(due.user_id),
+                    "p_claim": str(due.claim),
+                    "p_content": notes,
+                    "p_covered_at": last.created_at.isoformat() if last else None,
+                    "p_covered_id": last.id if last else None,
+                },
+            )
+        except StoreUnavailable as exc:
+            # One person's write failing must not end the run for the rest of the batch; their
+            # claim lapses with its lease.
+            failure = {"user_id": str(due.user_id), "error": str(exc)}
+            log.warning("writing notes failed; the person stays due", extra=failure)
+            return False
         return bool(row and row.get("written"))
 
     def _release(self, due: DueDigest) -> None:

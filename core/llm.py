@@ -94,7 +94,7 @@ def _unavailable(exc: Exception) -> ModelUnavailable:
 
     if isinstance(exc, anthropic.APIStatusError):
         return ModelUnavailable(f"the model answered {exc.status_code}")
-    if isinstance(exc, anthropic.APITimeoutError):
+    if isinstance(exc, anthropic.APITimeoutError) or "Timeout" in type(exc).__name__:
         return ModelUnavailable("the model timed out")
     return ModelUnavailable(f"the model's answer was unusable: {type(exc).__name__}")
 
@@ -142,7 +142,6 @@ class AnthropicModel:
     def stream(
         self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
     ) -> Iterator[str | Usage]:
-        import anthropic
 
         request = messages_request(self.name, self._max_tokens, system, messages, notes, cached=self._cached)
         try:
@@ -153,8 +152,9 @@ class AnthropicModel:
                     elif event.type == "text":
                         yield event.text
                 yield _usage(stream.get_final_message().usage)
-        # A stream that never started (a JSON body instead of events) fails the SDK's own assertion.
-        except (anthropic.APIError, ValueError, AttributeError, TypeError, AssertionError) as exc:
+        # A stream that never started (a JSON body instead of events) fails the SDK's own assertion;
+        # one that stalls mid-way raises its HTTP client's timeout, which the SDK does not wrap.
+        except Exception as exc:
             raise _unavailable(exc) from exc
 
     def _sdk(self, timeout_s: float) -> Any:

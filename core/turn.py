@@ -11,12 +11,12 @@ One JSON log line per turn with its figures.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -177,7 +177,7 @@ class Turns:
             channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         try:
-            answer = self._ask(start, messages, self._notes(start), deadline_s)
+            answer = self._ask(figures, messages, self._notes(start), deadline_s)
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
@@ -325,24 +325,39 @@ class Turns:
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
 
-    def _ask(self, start: TurnStart, messages: list[ModelMessage], notes: str, deadline_s: float) -> ModelReply:
+    def _ask(self, figures: TurnFigures, messages: list[ModelMessage], notes: str, deadline_s: float) -> ModelReply:
+        """The model's answer within the deadline, streamed: what it reports spending reaches
+        `figures` as it goes (its input as soon as it starts), so a turn that ends in the
+        fallback still counts what the model read."""
         system = self._settings.system_prompt
-        future = self._executor.submit(lambda: self._model().reply(system, messages, deadline_s, notes))
+        stopped = threading.Event()
+
+        def answer() -> ModelReply:
+            parts: list[str] = []
+            usage = Usage()
+            chunks = self._model().stream(system, messages, deadline_s, notes)
+            for chunk in chunks:
+                if stopped.is_set():
+                    close = getattr(chunks, "close", None)
+                    if close is not None:
+                        close()  # the caller gave up: stop reading (and paying for) the answer
+                    break
+                if isinstance(chunk, Usage):
+                    usage = chunk
+                    figures.add_usage(chunk)
+                else:
+                    parts.append(chunk)
+            text = "".join(parts)
+            if not text.strip():
+                raise ModelUnavailable("the model answered with no text")
+            return ModelReply(text, usage)
+
+        future = self._executor.submit(answer)
         try:
             return future.result(timeout=deadline_s)
         except FuturesTimeout as exc:
-            # The call goes on until the SDK's own timeout: what it spent is counted when it ends,
-            # if the instance still runs then (README: what cannot be counted).
-            future.add_done_callback(functools.partial(self._count_late, start))
+            stopped.set()
             raise ModelUnavailable(f"no answer within {deadline_s:g} s") from exc
-
-    def _count_late(self, start: TurnStart, future: Future[ModelReply]) -> None:
-        if future.cancelled() or future.exception() is not None or start.message_id is None:
-            return
-        late = TurnFigures()
-        late.add_usage(future.result().usage)
-        if start.user_id is not None:
-            self.memory.end_attempt(start.user_id, start.message_id, start.attempt, late.model_tokens)
 
     def _end_attempt(self, start: TurnStart, figures: TurnFigures) -> None:
         """A turn that stored no reply: its tokens count, and its message is owed."""

@@ -32,7 +32,9 @@ class FakeAnthropic:
         self.behaviour = "ok"
         self.slow_s = 3.0
         self.latency_s = (0.0, 0.0)
+        self.delta_pause_s = 0.0  # between a stream's text deltas, as a model writes
         self.requests: list[dict[str, Any]] = []
+        self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
         self._lock = threading.Lock()
@@ -63,7 +65,7 @@ class FakeAnthropic:
                     # No retry from the SDK: each behaviour is one request, and the test counts them.
                     data = json.dumps(error).encode()
                     return self.answer_bytes(int(fake.behaviour), data, "application/json", {"x-should-retry": "false"})
-                if fake.behaviour == "slow":
+                if fake.behaviour == "slow" and not body.get("stream"):
                     time.sleep(fake.slow_s)
                 elif fake.latency_s[1] > 0:
                     time.sleep(random.uniform(*fake.latency_s))
@@ -78,6 +80,8 @@ class FakeAnthropic:
                     return self.answer_bytes(
                         200, b'{"id": "msg_1", "type": "message", "content": [{"ty', "application/json"
                     )
+                with fake._lock:
+                    fake.usages.append({**usage_json, "output_tokens": 1} if body.get("stream") else usage_json)
                 if body.get("stream"):
                     return self._stream(body, text, usage_json)
                 self.answer_json(200, message(body, text, usage_json))
@@ -117,6 +121,11 @@ class FakeAnthropic:
                 for name, data in events:
                     self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                     self.wfile.flush()
+                    if name == "message_start" and fake.behaviour == "slow":
+                        # A slow model has read the request (and says what it cost) but writes late.
+                        time.sleep(fake.slow_s)
+                    if name == "content_block_delta" and fake.delta_pause_s:
+                        time.sleep(fake.delta_pause_s)
                 self.close_connection = True
 
         return Handler

@@ -1,0 +1,73 @@
+"""A local stand-in for Twilio's Messages API, reached through TWILIO_API_BASE.
+
+`POST /2010-04-01/Accounts/{AccountSid}/Messages.json` with the form the twilio SDK sends
+(From, To, Body), HTTP basic auth with the account SID and auth token, answered 201 with the
+message resource (the fields the SDK reads). `fail_with(status, code)` answers with Twilio's
+error body instead, e.g. 400 / 63016 (outside WhatsApp's 24-hour window).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import uuid
+from typing import Any
+from urllib.parse import parse_qsl
+
+from tests.fakes.local_server import LocalServer, QuietHandler
+
+
+class FakeTwilio:
+    def __init__(self, account_sid: str, auth_token: str) -> None:
+        self.account_sid = account_sid
+        self.auth_token = auth_token
+        self.messages: list[dict[str, str]] = []
+        self.failure: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        self._http = LocalServer(self._handler())
+        self.url = self._http.url
+
+    def fail_with(self, status: int, code: int) -> None:
+        self.failure = (status, code)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _handler(self) -> type[QuietHandler]:
+        fake = self
+
+        class Handler(QuietHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+                credentials = base64.b64encode(f"{fake.account_sid}:{fake.auth_token}".encode()).decode()
+                if self.headers.get("Authorization") != f"Basic {credentials}":
+                    return self.answer_json(401, {"code": 20003, "message": "Authenticate", "status": 401})
+                if self.path != f"/2010-04-01/Accounts/{fake.account_sid}/Messages.json":
+                    return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
+                if fake.failure is not None:
+                    status, code = fake.failure
+                    return self.answer_json(status, {"code": code, "message": f"error {code}", "status": status})
+                form = dict(parse_qsl(body, keep_blank_values=True))
+                with fake._lock:
+                    fake.messages.append(form)
+                sid = "SM" + uuid.uuid4().hex
+                self.answer_json(201, resource(fake.account_sid, sid, form))
+
+        return Handler
+
+
+def resource(account_sid: str, sid: str, form: dict[str, str]) -> dict[str, Any]:
+    return {
+        "account_sid": account_sid,
+        "sid": sid,
+        "from": form.get("From"),
+        "to": form.get("To"),
+        "body": form.get("Body"),
+        "status": "queued",
+        "direction": "outbound-api",
+        "num_segments": "1",
+        "api_version": "2010-04-01",
+        "uri": f"/2010-04-01/Accounts/{account_sid}/Messages/{sid}.json",
+        "date_created": "Tue, 01 Dec 2026 12:00:00 +0000",
+        "subresource_uris": {},
+    }

@@ -1,0 +1,550 @@
+"""Every message answered exactly once (issue #23), tried as the world behaves: an instance
+killed mid-turn, a web client that hangs up mid-stream, a budget dodged with a reused client
+id, a platform that never redelivers. Real functions, real Postgres, the real SDKs at fakes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from werkzeug.serving import make_server
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.twilio_api import FakeTwilio
+from tests.functions.conftest import MAIN, app_client, production_settings
+from tests.functions.test_telegram import HEADERS, update
+from tests.functions.test_web import SECRET, bearer
+from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
+
+ACCOUNT_SID = "AC" + "0" * 32
+BUSINESS = "whatsapp:+14155238886"
+DIGEST = {"X-Digest-Secret": "digest-secret-for-tests"}
+
+
+def rows(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(database_url) as connection:
+        return connection.execute(query, params).fetchall()
+
+
+def execute(database_url: str, query: str, *params: Any) -> None:
+    with psycopg.connect(database_url) as connection:
+        connection.execute(query, params)
+
+
+def thread_of(database_url: str, external_id: str) -> list[tuple[str, str]]:
+    """The message of a delivery and its reply, if any: (role, content)."""
+    found = rows(
+        database_url,
+        """select m.role, m.content from messages m
+            where m.id in (select id from messages where external_id = %s)
+               or m.in_reply_to in (select id from messages where external_id = %s)
+            order by m.created_at, m.id""",
+        external_id,
+        external_id,
+    )
+    return [(str(role), str(content)) for role, content in found]
+
+
+def pass_the_deadline(database_url: str, external_id: str) -> None:
+    """The clock moves past the time its attempt had to answer in."""
+    execute(
+        database_url,
+        "update messages set answer_by = clock_timestamp() - interval '1 second' where external_id = %s",
+        external_id,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TOKEN)
+    yield server
+    server.close()
+
+
+# An instance killed mid-turn.
+
+
+def test_a_turn_killed_between_its_round_trips_is_answered_once_by_its_redelivery(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+) -> None:
+    """A real functions-framework process takes the update, stores it, asks the model, and is
+    killed (SIGKILL) while the model thinks: no reply, nothing sent. Telegram redelivers."""
+    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 20.0
+    fake_anthropic.answer = lambda body: "Your flight leaves at 9:40."
+    port = free_port()
+    env = {**os.environ, **production_settings(database_url, fake_anthropic, fake_telegram)}
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "functions-framework"), "--target", "telegram_webhook"]
+        + ["--source", MAIN, "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    delivery = update("What time is my flight tomorrow?")
+    update_id = str(delivery["update_id"])
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+        def deliver() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # the instance dies under it: no answer
+                httpx.post(f"http://127.0.0.1:{port}/", json=delivery, headers=HEADERS, timeout=30)
+
+        threading.Thread(target=deliver, daemon=True).start()
+        for _ in range(200):
+            if fake_anthropic.requests:
+                break
+            time.sleep(0.05)
+        assert len(fake_anthropic.requests) == 1
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+    assert thread_of(database_url, update_id) == [("user", "What time is my flight tomorrow?")]
+    assert fake_telegram.sent() == []
+
+    fake_anthropic.behaviour = "ok"
+    telegram = app_client("telegram_webhook")
+    # Redelivered while the dead attempt could still have answered: come back later.
+    early = telegram.post("/", json=delivery, headers=HEADERS)
+    assert early.status_code == 503
+    assert early.get_json()["error"] == "still_answering"
+    assert len(fake_anthropic.requests) == 1
+
+    pass_the_deadline(database_url, update_id)
+    redelivered = telegram.post("/", json=delivery, headers=HEADERS)
+    assert redelivered.status_code == 200
+    assert redelivered.get_json() == {"ok": True, "outcome": "answered"}
+    assert len(fake_anthropic.requests) == 2  # one model call for the redelivery
+    assert fake_anthropic.requests[-1]["messages"][-1]["content"][0]["text"].endswith(
+        "What time is my flight tomorrow?"
+    )
+    reply = "Your flight leaves at 9:40."
+    assert [m["text"] for m in fake_telegram.sent()] == [reply]
+    assert thread_of(database_url, update_id) == [("user", "What time is my flight tomorrow?"), ("assistant", reply)]
+
+    again = telegram.post("/", json=delivery, headers=HEADERS)
+    assert again.status_code == 200
+    assert again.get_json() == {"ok": True, "outcome": "duplicate"}
+    assert len(fake_anthropic.requests) == 2
+    assert len(fake_telegram.sent()) == 1
+
+
+# The scheduled job answers what no platform redelivers.
+
+
+def owed_environment(environment: pytest.MonkeyPatch, fake_twilio: FakeTwilio) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+    environment.setenv("TWILIO_WHATSAPP_FROM", BUSINESS)
+    environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+    environment.setenv("MEMORY_NOTES", "false")
+    environment.setenv("OWED_REPLY_MAX_AGE", "10")
+
+
+def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_older_one(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    owed_environment(environment, fake_twilio)
+    whatsapp = app_client("whatsapp_webhook")
+    number = f"whatsapp:+3461{uuid.uuid4().int % 10**7:07d}"
+    # The model fails on both: each person gets the fallback, each message stays unanswered.
+    fake_anthropic.behaviour = "500"
+    recent, old = form("Is the pharmacy open on Sunday?", sender=number), form("And on Monday?", sender=number)
+    for fields in (old, recent):
+        answered = whatsapp.post("/", data=fields, headers=signed(fields))
+        assert answered.status_code == 200
+        assert messages_of(answered.text) == [
+            "Sorry, I can't think straight right now. I have your message and will remember it; "
+            "please try again in a moment."
+        ]
+    execute(
+        database_url,
+        "update messages set created_at = clock_timestamp() - interval '11 minutes' where external_id = %s",
+        old["MessageSid"],
+    )
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
+    asked = len(fake_anthropic.requests)
+
+    job = app_client("memory_digest").post("/", headers=DIGEST)
+    assert job.status_code == 200
+    assert job.get_json()["owed_answered"] == 1
+    assert job.get_json()["owed_failed"] == 0
+    assert len(fake_anthropic.requests) == asked + 1
+    reply = "Yes, from 10 to 14."
+    assert fake_twilio.messages == [{"From": BUSINESS, "To": number, "Body": reply}]
+    assert thread_of(database_url, recent["MessageSid"]) == [
+        ("user", "Is the pharmacy open on Sunday?"),
+        ("assistant", reply),
+    ]
+    assert thread_of(database_url, old["MessageSid"]) == [("user", "And on Monday?")]
+    delivered = rows(
+        database_url,
+        "select delivered_at is not null from messages where in_reply_to = "
+        "(select id from messages where external_id = %s)",
+        recent["MessageSid"],
+    )
+    assert delivered == [(True,)]
+
+    again = app_client("memory_digest").post("/", headers=DIGEST)
+    assert again.get_json()["owed_answered"] == 0
+    assert len(fake_twilio.messages) == 1
+    assert len(fake_anthropic.requests) == asked + 1
+    # Twilio redelivering it now (a retry the account configured) repeats the stored reply.
+    redelivered = whatsapp.post("/", data=recent, headers=signed(recent))
+    assert messages_of(redelivered.text) == [reply]
+    assert len(fake_anthropic.requests) == asked + 1
+
+
+def test_two_job_runs_at_once_answer_each_owed_message_once(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    owed_environment(environment, fake_twilio)
+    whatsapp = app_client("whatsapp_webhook")
+    fake_anthropic.behaviour = "500"
+    sent = []
+    for index in range(4):
+        fields = form(f"question {index}", sender=f"whatsapp:+3462{uuid.uuid4().int % 10**7:07d}")
+        assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+        sent.append(fields)
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.latency_s = (0.1, 0.2)
+    answers: list[dict[str, Any]] = []
+
+    def run_the_job() -> None:
+        answers.append(app_client("memory_digest").post("/", headers=DIGEST).get_json())
+
+    runs = [threading.Thread(target=run_the_job) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert sum(answer["owed_answered"] for answer in answers) == 4
+    assert sorted(m["To"] for m in fake_twilio.messages) == sorted(fields["From"] for fields in sent)
+    for fields in sent:
+        assert len(thread_of(database_url, fields["MessageSid"])) == 2
+
+
+def test_a_whatsapp_number_that_twilio_refuses_is_given_up_not_retried(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    owed_environment(environment, fake_twilio)
+    fake_anthropic.behaviour = "500"
+    fields = form("hello?", sender=f"whatsapp:+3463{uuid.uuid4().int % 10**7:07d}")
+    assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    fake_anthropic.behaviour = "ok"
+    fake_twilio.fail_with(400, 63016)  # outside the 24-hour window: retrying cannot help
+    first = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert (first["owed_answered"], first["owed_failed"]) == (1, 0)  # answered and stored, not delivered
+    delivered = rows(
+        database_url,
+        "select delivered_at is null from messages where in_reply_to = "
+        "(select id from messages where external_id = %s)",
+        fields["MessageSid"],
+    )
+    assert delivered == [(True,)]
+    asked = len(fake_anthropic.requests)
+    second = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert second["owed_answered"] == 0
+    assert len(fake_anthropic.requests) == asked
+
+
+# A web client that hangs up mid-stream.
+
+
+def test_a_web_client_that_reads_two_deltas_and_hangs_up_is_counted_logged_and_answered_on_retry(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TOKENS_PER_DAY", "1000000")
+    fake_anthropic.answer = lambda body: "one two three four five six seven eight nine ten eleven twelve"
+    fake_anthropic.delta_pause_s = 0.1
+    app = app_client("web_chat").application
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    person, client_id = uuid.uuid4(), f"client-{uuid.uuid4()}"
+    body = {"message": "Tell me a long story", "client_message_id": client_id}
+    headers = {**bearer(person), "Accept": "text/event-stream"}
+    caplog.set_level(logging.INFO, logger="crossmem.turn")
+    try:
+        deltas = []
+        url = f"http://127.0.0.1:{server.port}/"
+        with httpx.Client(timeout=10) as client, client.stream("POST", url, json=body, headers=headers) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event: delta"):
+                    deltas.append(line)
+                if len(deltas) == 2:
+                    break  # the tab is closed
+        for _ in range(100):
+            if any(getattr(r, "outcome", None) == "abandoned" for r in caplog.records):
+                break
+            time.sleep(0.05)
+        turns = [r for r in caplog.records if r.getMessage() == "turn"]
+        assert [getattr(r, "outcome", None) for r in turns] == ["abandoned"]
+        stored = rows(
+            database_url,
+            "select u.tokens, m.answer_by <= clock_timestamp() from turn_usage u join messages m on m.id = u.message_id"
+            " where m.external_id = %s",
+            client_id,
+        )
+        # The input the model reported when it started (the fake counts 4 characters a token).
+        assert len(stored) == 1 and stored[0][0] > 0 and stored[0][1] is True
+        assert turns[0].input_tokens + turns[0].cache_creation_tokens > 0
+        assert thread_of(database_url, client_id) == [("user", "Tell me a long story")]
+        asked = len(fake_anthropic.requests)
+
+        fake_anthropic.delta_pause_s = 0.0
+        web = app_client("web_chat")
+        retried = web.post("/", json=body, headers=bearer(person))
+        assert retried.status_code == 200
+        answer = "one two three four five six seven eight nine ten eleven twelve"
+        assert retried.get_json()["reply"] == answer
+        assert retried.get_json()["outcome"] == "answered"
+        assert len(fake_anthropic.requests) == asked + 1
+        tokens = rows(
+            database_url,
+            "select u.tokens from turn_usage u join messages m on m.id = u.message_id where m.external_id = %s",
+            client_id,
+        )
+        assert tokens[0][0] > stored[0][0]  # both attempts' tokens, added
+
+        once_more = web.post("/", json=body, headers=bearer(person))
+        assert once_more.get_json()["reply"] == answer
+        assert once_more.get_json()["outcome"] == "redelivered"
+        assert len(fake_anthropic.requests) == asked + 1
+    finally:
+        server.shutdown()
+
+
+def test_a_retry_while_the_first_attempt_still_streams_is_told_to_wait(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    person, client_id = uuid.uuid4(), f"client-{uuid.uuid4()}"
+    execute_turn = app_client("web_chat")
+    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.5
+    body = {"message": "Are you there?", "client_message_id": client_id}
+    first: dict[str, Any] = {}
+    running = threading.Thread(
+        target=lambda: first.update(response=execute_turn.post("/", json=body, headers=bearer(person)))
+    )
+    running.start()
+    for _ in range(100):
+        if fake_anthropic.requests:
+            break
+        time.sleep(0.02)
+    retry = app_client("web_chat").post("/", json=body, headers=bearer(person))
+    running.join()
+    assert retry.status_code == 409
+    assert retry.get_json()["error"] == "still_answering"
+    assert 1 <= int(retry.headers["Retry-After"]) <= 70
+    assert first["response"].get_json()["outcome"] == "answered"
+    assert len(fake_anthropic.requests) == 1
+
+
+# Every token counted.
+
+
+def test_a_fallback_after_the_deadline_counts_the_tokens_the_model_reports_when_it_ends(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("TOKENS_PER_DAY", "1000000")
+    environment.setenv("WHATSAPP_MODEL_DEADLINE", "0.5")
+    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.0
+    fields = form("A question the model answers too late", sender=f"whatsapp:+3464{uuid.uuid4().int % 10**7:07d}")
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text)[0].startswith("Sorry, I can't think straight right now.")
+    query = "select u.tokens from turn_usage u join messages m on m.id = u.message_id where m.external_id = %s"
+    # What the model reported when it started: it had read the whole context.
+    started = fake_anthropic.usages[-1]
+    assert started["input_tokens"] + started["cache_creation_input_tokens"] > 0
+    assert rows(database_url, query, fields["MessageSid"])[0][0] == sum(started.values())
+
+
+# Keys that mean one thing, with the budget on.
+
+
+def test_a_client_id_used_before_never_reaches_the_model_again_in_a_new_conversation(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TURNS_PER_MINUTE", "2")
+    fake_anthropic.answer = lambda body: "Noted."
+    web = app_client("web_chat")
+    person = uuid.uuid4()
+    first = web.post("/", json={"message": "one", "client_message_id": "reused"}, headers=bearer(person))
+    second = web.post("/", json={"message": "two", "client_message_id": "other"}, headers=bearer(person))
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert len(fake_anthropic.requests) == 2
+    for streamed in (False, True):
+        for _ in range(5):
+            created = web.post("/conversations", headers=bearer(person))
+            assert created.status_code == 201
+            conversation = created.get_json()["id"]
+            body = {"message": "sneak", "client_message_id": "reused", "conversation_id": conversation}
+            headers = {**bearer(person), "Accept": "text/event-stream"} if streamed else bearer(person)
+            again = web.post("/", json=body, headers=headers)
+            assert again.status_code == 200
+            if streamed:
+                done = [line for line in again.text.splitlines() if line.startswith("data: {\"reply\"")]
+                result = json.loads(done[-1].removeprefix("data: "))
+            else:
+                result = again.get_json()
+            # The same delivery: its stored reply, in the conversation it was stored in.
+            assert result["outcome"] == "redelivered"
+            assert result["reply"] == "Noted."
+            assert result["conversation_id"] == first.get_json()["conversation_id"]
+    assert len(fake_anthropic.requests) == 2
+    assert rows(database_url, "select count(*) from messages where external_id = 'reused'") == [(1,)]
+    over = web.post("/", json={"message": "three", "client_message_id": "new"}, headers=bearer(person))
+    assert over.status_code == 429
+    assert len(fake_anthropic.requests) == 2
+
+
+# Consent before history moves, one parser for codes, and the small ones.
+
+
+def web_and_telegram(environment: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
+    return app_client("web_chat"), app_client("telegram_webhook")
+
+
+def test_one_tap_on_someone_elses_deep_link_moves_nothing_until_the_chat_consents(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    web, telegram = web_and_telegram(environment)
+    victim = 610000000 + uuid.uuid4().int % 10**7
+    said = telegram.post("/", json=update("My card PIN is 4417", user_id=victim), headers=HEADERS)
+    assert said.status_code == 200
+    attacker = uuid.uuid4()
+    code = web.post("/links", headers=bearer(attacker, email="mallory@example.net")).get_json()["code"]
+
+    tapped = telegram.post("/", json=update(f"/start {code}", user_id=victim), headers=HEADERS)
+    assert tapped.status_code == 200
+    assert fake_telegram.sent()[-1]["text"].startswith(
+        "This code would join this chat to the web account m•••@example.net, and move our 2 messages here"
+    )
+    assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(0,)]
+    later = telegram.post("/", json=update("And my locker is 12", user_id=victim), headers=HEADERS)
+    assert later.status_code == 200
+    assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(0,)]
+    assert web.get("/memory", headers=bearer(attacker)).status_code == 200
+    # The code is not spent by asking: typed, it is consent.
+    typed = telegram.post("/", json=update(f"/link {code}", user_id=victim), headers=HEADERS)
+    assert typed.status_code == 200
+    assert fake_telegram.sent()[-1]["text"].startswith("Linked to the web account m•••@example.net!")
+    assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(4,)]
+
+
+def test_a_chat_with_no_messages_links_at_once_with_one_tap(
+    environment: pytest.MonkeyPatch, database_url: str, fake_telegram: FakeTelegram
+) -> None:
+    web, telegram = web_and_telegram(environment)
+    person, chat = uuid.uuid4(), 620000000 + uuid.uuid4().int % 10**7
+    code = web.post("/links", headers=bearer(person)).get_json()["code"]
+    assert telegram.post("/", json=update(f"/start {code}", user_id=chat), headers=HEADERS).status_code == 200
+    assert fake_telegram.sent()[-1] == {
+        "chat_id": chat,
+        "text": "Linked to the web account u•••@example.com! This chat and that account now share one "
+        "conversation: what you say here, I remember there, and the other way round.",
+    }
+    assert rows(database_url, "select user_id from identities where external_id = %s", str(chat)) == [(person,)]
+
+
+def test_a_code_typed_with_spaces_on_whatsapp_links_and_is_never_stored(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    person, number = uuid.uuid4(), f"whatsapp:+3466{uuid.uuid4().int % 10**7:07d}"
+    code = app_client("web_chat").post("/links", headers=bearer(person)).get_json()["code"]
+    spaced = f"link {code[:3]} {code[3:6].lower()} {code[6:]}"
+    fields = form(spaced, sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text)[0].startswith("Linked to the web account u•••@example.com!")
+    assert fake_anthropic.requests == []
+    assert rows(database_url, "select count(*) from messages where content ilike %s", f"%{code[6:]}%") == [(0,)]
+    assert rows(database_url, "select user_id from identities where external_id = %s", number[9:]) == [(person,)]
+
+
+def test_deleting_a_missing_or_someone_elses_conversation_keeps_the_notes(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    web = app_client("web_chat")
+    person, other = uuid.uuid4(), uuid.uuid4()
+    theirs = web.post("/", json={"message": "theirs"}, headers=bearer(other)).get_json()["conversation_id"]
+    for who in (person, other):
+        execute(
+            database_url,
+            "insert into memory_notes (user_id, content, revision, written_at)"
+            " values (%s, 'Sister: Carmen.', 1, now())",
+            who,
+        )
+    for missing in (str(uuid.uuid4()), theirs, str(uuid.uuid4())):
+        deleted = web.delete(f"/conversations/{missing}", headers=bearer(person))
+        assert deleted.status_code == 404
+    assert rows(database_url, "select content from memory_notes where user_id = %s", person) == [("Sister: Carmen.",)]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", other) == [(2,)]
+
+
+def test_linking_two_people_whose_notes_are_both_full_folds_them_within_the_limit(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    web, telegram = web_and_telegram(environment)
+    person, chat = uuid.uuid4(), 630000000 + uuid.uuid4().int % 10**7
+    assert telegram.post("/", json=update("hello", user_id=chat), headers=HEADERS).status_code == 200
+    chat_person = rows(database_url, "select user_id from identities where external_id = %s", str(chat))[0][0]
+    full = "x" * 40000  # 8,000 tokens of notes (MEMORY_NOTES_MAX_TOKENS' maximum) at five characters a token
+    for who in (person, chat_person):
+        execute(
+            database_url,
+            "insert into memory_notes (user_id, content, revision, written_at) values (%s, %s, 1, now())",
+            who,
+            full,
+        )
+    code = web.post("/links", headers=bearer(person)).get_json()["code"]
+    assert telegram.post("/", json=update(f"/link {code}", user_id=chat), headers=HEADERS).status_code == 200
+    assert fake_telegram.sent()[-1]["text"].startswith("Linked to the web account")
+    notes = rows(database_url, "select char_length(content), pending_fold from memory_notes where user_id = %s", person)
+    assert notes == [(64000, True)]
