@@ -25,7 +25,8 @@ SECRET_HEADER = "X-Digest-Secret"  # noqa: S105 (a header name, not a secret)
 @serving
 def memory_digest(request: flask.Request) -> flask.Response:
     config = runtime.settings()
-    if config.digest_secret is not None and not same_secret(request.headers.get(SECRET_HEADER), config.digest_secret.get_secret_value()):
+    secret = config.digest_secret
+    if secret is not None and not same_secret(request.headers.get(SECRET_HEADER), secret.get_secret_value()):
         return json_response({"error": "unauthorized", "message": f"wrong or missing {SECRET_HEADER}"}, 401)
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST to run the digest"}, 405)

@@ -50,6 +50,7 @@ EVERY_FUNCTION = frozenset(
         "anthropic_base_url",
         "anthropic_model",
         "anthropic_max_tokens",
+        "anthropic_effort",
         "anthropic_timeout",
         "anthropic_max_retries",
         "allow_offline_model",
