@@ -84,3 +84,9 @@ db-push: $(DEPLOY_TOOLS)
 	@test -n "$$DB_URL" || { echo "usage: make db-push DB_URL=postgresql://USER:PASSWORD@HOST:PORT/postgres" >&2; exit 2; }
 	@echo "$(SUPABASE) db push --workdir infra --remote=\$$DB_URL --yes"
 	@$(SUPABASE) db push --workdir infra --remote="$$DB_URL" --yes
+
+# A plain Postgres (no Supabase): the roles and auth schema Supabase provides, then the migrations
+# (recorded as the Supabase CLI records them, so a later `make db-push` finds it up to date).
+db-standins: $(RUN_STAMP)
+	@test -n "$$DB_URL" || { echo "usage: make db-standins DB_URL=postgresql://USER:PASSWORD@HOST:PORT/postgres" >&2; exit 2; }
+	@DATABASE_URL="$$DB_URL" $(BIN)/crossmem migrate --supabase-standins
