@@ -1,5 +1,6 @@
 """The project's promises about itself: documented configuration and commands, the
-deploy files in step with the code, and the benchmark's pinned keys."""
+deploy files in step with the code, and the benchmark's pinned keys. The documentation is the
+README, SECURITY.md and the reference pages under docs/."""
 
 from __future__ import annotations
 
@@ -23,12 +24,37 @@ from functions.cli import parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+# The documentation: the README a newcomer reads and the pages it links to.
+PAGES = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = "\n".join(page.read_text() for page in PAGES)
 ENV_NAMES = sorted(name.upper() for name in Settings.model_fields)
+
+
+def section(title: str) -> str:
+    """The one section of the documentation headed `title`, up to the next heading of its level or above."""
+    found = []
+    for page in PAGES:
+        lines, fenced, opened = page.read_text().splitlines(), False, None
+        for number, line in enumerate(lines + ["# end of page"]):
+            fenced ^= line.startswith("```")
+            heading = None if fenced else re.match(r"(#+) (.*)", line)
+            if heading and opened is not None and len(heading.group(1)) <= opened[1]:
+                found.append("\n".join(lines[opened[0] : number]))
+                opened = None
+            if heading and heading.group(2) == title:
+                opened = (number, len(heading.group(1)))
+    assert len(found) == 1, f"the documentation should have one section headed {title!r}, it has {len(found)}"
+    return found[0]
+
+
+def table_row(first_cell: str) -> re.Pattern[str]:
+    """A row of a table whose first cell starts with `first_cell` in backticks."""
+    return re.compile(rf"^\| `{re.escape(first_cell)}[` ]", re.M)
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_every_setting_is_documented(name: str) -> None:
-    assert f"`{name}`" in README, f"{name} is missing from the README's configuration table"
+    assert table_row(name).search(section("Configuration")), f"{name} is missing from the configuration table"
     assert re.search(rf"^{name}=", (ROOT / ".env.example").read_text(), re.M), f"{name} is missing from .env.example"
 
 
@@ -53,7 +79,7 @@ def commands() -> list[str]:
 
 @pytest.mark.parametrize("command", commands())
 def test_every_command_is_documented(command: str) -> None:
-    assert command in README
+    assert table_row(command).search(section("Commands")), f"{command} is missing from the commands table"
 
 
 def test_the_lock_is_pyprojects_and_requirements_txt_is_the_lock() -> None:
@@ -96,25 +122,26 @@ PINNED = {
 }
 
 
-def test_the_benchmark_results_carry_the_pinned_keys_and_the_readme_shows_them() -> None:
+def test_the_benchmark_results_carry_the_pinned_keys_and_the_docs_show_them() -> None:
     results = json.loads((ROOT / "bench" / "results.json").read_text())
     for key, inner in PINNED.items():
         assert inner <= set(results[key]), key
-        assert f"`{key}`" in README
+        assert f"`{key}`" in DOCS, f"{key} is missing from the documentation (docs/benchmarks.md)"
     assert results["round_trips_per_turn"]["ours_secondary"] == 2
     fuzzed = results["fuzz"]
     assert fuzzed["cases"] >= 10_000 and (fuzzed["status_500"], fuzzed["stored_unauthenticated"]) == (0, 0)
     assert fuzzed["reached_turn"] * 2 >= fuzzed["authenticated"]
-    assert "`input_cost_vs_seed`" in README and results["input_cost_vs_seed"] <= 0.6
-    assert "make bench" in README
+    assert "`input_cost_vs_seed`" in DOCS and results["input_cost_vs_seed"] <= 0.6
+    assert "make bench" in DOCS
+    shown = {target.resolve() for page in PAGES for target in images(page)}
     for picture in ("docs/caching.png", "docs/demo.png"):
-        assert (ROOT / picture).is_file() and picture in README
+        assert (ROOT / picture).is_file() and (ROOT / picture).resolve() in shown, picture
 
 
-def test_the_purge_benchmark_is_recorded_and_the_readme_shows_it() -> None:
+def test_the_purge_benchmark_is_recorded_and_the_docs_show_it() -> None:
     results = json.loads((ROOT / "bench" / "results.json").read_text())
     for key in ("purge_max_statement_ms", "purge_rows_per_s"):
-        assert results[key] > 0 and f"`{key}`" in README
+        assert results[key] > 0 and f"`{key}`" in DOCS, key
     assert results["purge_setup"]["messages"] == 1_000_000 and results["purge_setup"]["batch"] == 5000
 
 
@@ -122,6 +149,51 @@ def test_the_readme_opens_with_the_two_commands() -> None:
     opening = README[:1500]
     assert "make dev" in opening and "make test" in opening
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readme_is_short_and_links_every_reference_page() -> None:
+    assert len(README.splitlines()) <= 250, "the README is what a newcomer reads: move the reference to docs/"
+    linked = {target.resolve() for target, _ in links(ROOT / "README.md")}
+    for page in PAGES[1:]:
+        assert page.resolve() in linked, f"the README does not link {page.relative_to(ROOT)}"
+
+
+# A link in the documentation: [text](target) or <img src="target">; code spans and blocks hold none.
+LINK = re.compile(r"\]\(([^)\s]+)\)|<img [^>]*src=\"([^\"]+)\"")
+CODE = re.compile(r"^```.*?^```|`[^`\n]*`", re.M | re.S)
+
+
+def links(page: Path) -> list[tuple[Path, str]]:
+    """Each relative link of a page, as the file it points at and its #fragment (or "")."""
+    found = []
+    for match in LINK.finditer(CODE.sub("", page.read_text())):
+        target = match.group(1) or match.group(2)
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:: not ours to check
+        path, _, fragment = target.partition("#")
+        found.append((page.parent / path if path else page, fragment))
+    return found
+
+
+def images(page: Path) -> list[Path]:
+    return [target for target, _ in links(page) if target.suffix == ".png"]
+
+
+def anchors(page: Path) -> set[str]:
+    """The #fragments GitHub makes of a page's headings (lower case, punctuation dropped, spaces to -)."""
+    made: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", CODE.sub(lambda m: m.group(0).replace("#", ""), page.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        made.add(slug if slug not in made else next(f"{slug}-{n}" for n in range(1, 99) if f"{slug}-{n}" not in made))
+    return made
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_link_of_the_documentation_reaches_its_file_and_heading(page: Path) -> None:
+    for target, fragment in links(page):
+        assert target.is_file(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+        if fragment:
+            assert fragment in anchors(target), f"{page.relative_to(ROOT)} links #{fragment} of {target.name}"
 
 
 def installs_of(target: str) -> set[str]:
