@@ -113,7 +113,7 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
     for text in ("My sister's name is Ana", "b", "c"):
         said = telegram(text, sender="7171")
     paused(said.user_id)
-    # DIGEST_SECRET unset, the deployment's case: Cloud Run's IAM is the check (README, Deploy).
+    # Served without Cloud Run's IAM (crossmem dev, another host), DIGEST_SECRET guards it.
     notes_env.setenv("DIGEST_SECRET", "digest-secret-for-tests")
     digest = app_client("memory_digest")
     for headers in ({}, {"X-Digest-Secret": "wrong"}, {"X-Digest-Secret": ""}):
@@ -122,7 +122,7 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
     assert digest.get("/", headers={"X-Digest-Secret": "digest-secret-for-tests"}).status_code == 405
     with psycopg.connect(runtime.settings().database_url.get_secret_value()) as connection:  # type: ignore[union-attr]
         assert connection.execute("select count(*) from memory_notes").fetchone() == (0,)
-        assert fake_anthropic.requests[-1]["model"] == "claude-sonnet-4-5"  # no digest model was asked
+        assert fake_anthropic.requests[-1]["model"] == "claude-sonnet-5-5"  # no digest model was asked
         fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
         answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
         assert answered.status_code == 200
