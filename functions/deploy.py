@@ -5,8 +5,13 @@ serverless.yml keeps the Serverless Framework's layout, and stays the one descri
 functions, but the Framework no longer deploys it: its only Google provider makes 1st-gen
 functions through Cloud Deployment Manager (README, Deploy). Beside the Framework's keys
 (handler, memorySize, timeout, minInstances, maxInstances, environment) each function says
-`cpu`, `concurrency`, `public` and `secrets`; `provider.secrets` go to every function, as
-`provider.environment` does.
+`cpu`, `concurrency`, `public`, `secrets` and `schedule`; `provider.secrets` go to every
+function, as `provider.environment` does. A function with a `schedule` must be private: the
+deploy gives `provider.schedulerServiceAccount` roles/run.invoker on it and creates (or
+updates) the Cloud Scheduler job that calls it with that account's OIDC token.
+
+Every gcloud failure ends in one line with gcloud's own error and the likely fix
+(functions/tool_failures.py), never a traceback.
 
 Values may use the Framework's variables: `${env:NAME}` (the deploying shell's), with a
 default `${env:NAME, 'value'}`, and `${self:provider.region}`. A setting whose value is unset
@@ -19,7 +24,6 @@ import argparse
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from typing import Any
 
 from core.embedded import REPOSITORY
 from functions.function_settings import deployment_problems
+from functions.tool_failures import ToolFailed, run_tool
 from functions.upload import PACKAGE, build_package
 
 SERVERLESS_YML = REPOSITORY / "serverless.yml"
@@ -39,9 +44,29 @@ INSTALL_GCLOUD = (
     "`crossmem deploy --dry-run` prints the commands without it."
 )
 
+# What whoever deploys needs for each kind of gcloud command the deploy runs (README, Deploy,
+# lists them; a test checks it against the dry run's commands).
+DEPLOYER_ROLES: Mapping[tuple[str, str], list[str]] = {
+    ("secrets", "list"): ["roles/secretmanager.viewer"],
+    # Public access is an IAM policy on the function's Cloud Run service (roles/run.admin); the
+    # functions run as GCP_SERVICE_ACCOUNT (actAs, roles/iam.serviceAccountUser on it).
+    ("functions", "deploy"): ["roles/cloudfunctions.developer", "roles/run.admin", "roles/iam.serviceAccountUser"],
+    ("functions", "add-invoker-policy-binding"): ["roles/run.admin"],
+    # The job's OIDC token is the scheduler account's (actAs on it too).
+    ("scheduler", "jobs"): ["roles/cloudscheduler.admin", "roles/iam.serviceAccountUser"],
+}
+
 
 class DescriptionError(ValueError):
     """serverless.yml cannot be turned into commands; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    job: str
+    cron: str
+    time_zone: str
+    attempt_deadline: str
 
 
 @dataclass(frozen=True)
@@ -57,6 +82,7 @@ class FunctionSpec:
     public: bool
     environment: Mapping[str, str]  # name -> value template, the provider's then the function's
     secrets: Mapping[str, str]  # name -> Secret Manager reference
+    schedule: Schedule | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +110,12 @@ def read_description(path: Path = SERVERLESS_YML) -> Description:
         if spec["handler"] != name:
             # The URL ends in the function's name; the README's URLs hold only when it is the entry point.
             raise DescriptionError(f"serverless.yml: function {name}'s handler must be {name}, not {spec['handler']}")
+        schedule = None
+        if "schedule" in spec:
+            if spec["public"]:
+                raise DescriptionError(f"serverless.yml: {name} has a schedule, so it must be private (public: false)")
+            job = spec["schedule"]
+            schedule = Schedule(job["job"], job["cron"], job.get("timeZone", "Etc/UTC"), job["attemptDeadline"])
         functions.append(
             FunctionSpec(
                 name=name,
@@ -97,6 +129,7 @@ def read_description(path: Path = SERVERLESS_YML) -> Description:
                 public=bool(spec["public"]),
                 environment={**provider.get("environment", {}), **spec.get("environment", {})},
                 secrets={**provider.get("secrets", {}), **spec.get("secrets", {})},
+                schedule=schedule,
             )
         )
     return Description(raw, str(provider["runtime"]), functions)
@@ -144,6 +177,7 @@ class Target:
     region: str
     runtime: str
     service_account: str | None
+    scheduler_service_account: str | None = None
 
     @classmethod
     def of(cls, description: Description, shell: Mapping[str, str]) -> Target:
@@ -156,7 +190,8 @@ class Target:
                 f"{provider['region']}: set them in the shell that deploys"
             )
         service_account = resolve(provider.get("serviceAccount", ""), shell, description.raw)
-        return cls(project, region, description.runtime, service_account or None)
+        scheduler = resolve(provider.get("schedulerServiceAccount", ""), shell, description.raw)
+        return cls(project, region, description.runtime, service_account or None, scheduler or None)
 
 
 @dataclass(frozen=True)
@@ -164,6 +199,61 @@ class Step:
     function: FunctionSpec
     command: list[str]
     secrets_left_out: list[str]
+
+
+def invoker_command(function: FunctionSpec, target: Target) -> list[str]:
+    """Let the scheduler's account, and no one else, call the private function (for a 2nd-gen
+    function gcloud grants roles/run.invoker on its Cloud Run service)."""
+    return [
+        "gcloud",
+        "functions",
+        "add-invoker-policy-binding",
+        function.name,
+        f"--project={target.project}",
+        f"--region={target.region}",
+        f"--member=serviceAccount:{target.scheduler_service_account}",
+    ]
+
+
+def scheduler_command(function: FunctionSpec, target: Target, *, exists: bool) -> list[str]:
+    """`gcloud scheduler jobs create http` (or `update http` when the job exists): POST to the
+    function's URL with an OIDC token whose audience is that URL; no header carries a secret."""
+    assert function.schedule is not None
+    url = function_url(target.region, target.project, function.name)
+    command = [
+        "gcloud",
+        "scheduler",
+        "jobs",
+        "update" if exists else "create",
+        "http",
+        function.schedule.job,
+        f"--project={target.project}",
+        f"--location={target.region}",
+        f"--schedule={function.schedule.cron}",
+        f"--time-zone={function.schedule.time_zone}",
+        f"--uri={url}",
+        "--http-method=POST",
+        f"--oidc-service-account-email={target.scheduler_service_account}",
+        f"--oidc-token-audience={url}",
+        f"--attempt-deadline={function.schedule.attempt_deadline}",
+    ]
+    if exists:
+        command.append("--clear-headers")  # a job made by an older deploy carried X-Digest-Secret
+    return command
+
+
+def job_exists(function: FunctionSpec, target: Target) -> bool:
+    assert function.schedule is not None
+    described = [
+        "gcloud",
+        "scheduler",
+        "jobs",
+        "list",
+        f"--project={target.project}",
+        f"--location={target.region}",
+        "--format=value(name.basename())",
+    ]
+    return function.schedule.job in run_tool(described, project=target.project).stdout.split()
 
 
 def deploy_command(
@@ -230,11 +320,8 @@ def plan(
 
 
 def secrets_in_project(project: str) -> set[str]:
-    listed = subprocess.run(
-        ["gcloud", "secrets", "list", f"--project={project}", "--format=value(name.basename())"],
-        capture_output=True,
-        text=True,
-        check=True,
+    listed = run_tool(
+        ["gcloud", "secrets", "list", f"--project={project}", "--format=value(name.basename())"], project=project
     )
     return set(listed.stdout.split())
 
@@ -249,15 +336,38 @@ def deploy(args: argparse.Namespace, shell: Mapping[str, str]) -> int:
         print(f"crossmem deploy: {INSTALL_GCLOUD}", file=sys.stderr)
         return 2
     else:
-        steps = plan(description, target, shell, secrets_in_project(target.project))
+        try:
+            steps = plan(description, target, shell, secrets_in_project(target.project))
+        except ToolFailed as exc:
+            print(f"crossmem deploy: {exc}", file=sys.stderr)
+            return 1
     for step in steps:
         if step.secrets_left_out:
             print(f"# {step.function.name}: not in Secret Manager, so left out: {', '.join(step.secrets_left_out)}")
-        print(shlex.join(step.command), flush=True)
-        if not args.dry_run and subprocess.run(step.command).returncode != 0:
-            print(
-                f"crossmem deploy: gcloud could not deploy {step.function.name} (its error is above)", file=sys.stderr
-            )
+        try:
+            run_step(step.command, args.dry_run, target)
+            print(f"# {step.function.name}: {function_url(target.region, target.project, step.function.name)}")
+            if step.function.schedule is not None:
+                schedule(step.function, target, args.dry_run)
+        except ToolFailed as exc:
+            print(f"crossmem deploy: {exc}", file=sys.stderr)
             return 1
-        print(f"# {step.function.name}: {function_url(target.region, target.project, step.function.name)}")
     return 0
+
+
+def run_step(command: list[str], dry_run: bool, target: Target) -> None:
+    print(shlex.join(command), flush=True)
+    if not dry_run:
+        run_tool(command, project=target.project, capture_stdout=False)
+
+
+def schedule(function: FunctionSpec, target: Target, dry_run: bool) -> None:
+    """The private function's invoker, then its Cloud Scheduler job, created or updated."""
+    assert function.schedule is not None
+    if target.scheduler_service_account is None:
+        raise DescriptionError(f"serverless.yml: {function.name} has a schedule: set provider.schedulerServiceAccount")
+    run_step(invoker_command(function, target), dry_run, target)
+    if dry_run:
+        print(f"# {function.schedule.job}: `gcloud scheduler jobs update http` with the same flags when it exists")
+    exists = False if dry_run else job_exists(function, target)
+    run_step(scheduler_command(function, target, exists=exists), dry_run, target)

@@ -50,6 +50,7 @@ EVERY_FUNCTION = frozenset(
         "anthropic_base_url",
         "anthropic_model",
         "anthropic_max_tokens",
+        "anthropic_effort",
         "anthropic_timeout",
         "anthropic_max_retries",
         "allow_offline_model",
@@ -102,6 +103,11 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
 # Only `crossmem dev` and its embedded database read these.
 NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir"})
 
+# Read by a function, but never given by serverless.yml: the platform does their job there.
+# DIGEST_SECRET guards a memory_digest served without Cloud Run's IAM (`crossmem dev`, another
+# host); deployed, the function is private and Cloud Scheduler's OIDC token is the check.
+LEFT_TO_THE_PLATFORM = frozenset({"digest_secret"})
+
 SECRET_REFERENCE = re.compile(r"^(projects/[^/]+/secrets/)?[A-Za-z0-9_-]+:(latest|[0-9]+)$")
 DECLARED_IN = "functions/function_settings.py"
 
@@ -140,7 +146,7 @@ def deployment_problems(environment: Mapping[str, set[str]], secrets: Mapping[st
     if unknown_functions:
         problems.append(f"serverless.yml and {DECLARED_IN} name different functions: {sorted(unknown_functions)}")
     for function in sorted(set(environment) & set(BY_FUNCTION)):
-        wanted = {field.upper() for field in settings_of(function)}
+        wanted = {field.upper() for field in settings_of(function) - LEFT_TO_THE_PLATFORM}
         plain, secret = environment[function], secrets[function]
         for name in sorted(wanted - plain - set(secret)):
             field = name.lower()

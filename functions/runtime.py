@@ -130,10 +130,12 @@ def model() -> Model:
     config = settings()
     if config.anthropic_api_key is None:
         return OfflineModel()
-    return claude(config, config.anthropic_model, config.anthropic_max_tokens)
+    return claude(config, config.anthropic_model, config.anthropic_max_tokens, effort=config.anthropic_effort)
 
 
-def claude(config: Settings, name: str, max_tokens: int, *, cached: bool = True) -> AnthropicModel:
+def claude(
+    config: Settings, name: str, max_tokens: int, *, cached: bool = True, effort: str | None = None
+) -> AnthropicModel:
     assert config.anthropic_api_key is not None
     return AnthropicModel(
         api_key=config.anthropic_api_key.get_secret_value(),
@@ -143,6 +145,7 @@ def claude(config: Settings, name: str, max_tokens: int, *, cached: bool = True)
         timeout_s=config.anthropic_timeout,
         max_retries=config.anthropic_max_retries,
         cached=cached,
+        effort=effort,
     )
 
 

@@ -82,9 +82,20 @@ def test_every_command_is_documented(command: str) -> None:
     assert table_row(command).search(section("Commands")), f"{command} is missing from the commands table"
 
 
-def test_requirements_txt_is_generated_from_pyproject() -> None:
-    requirements = runpy.run_path(str(ROOT / "infra" / "requirements.py"))["requirements"]
-    assert (ROOT / "requirements.txt").read_text() == requirements(), "run `make requirements`"
+def test_the_lock_is_pyprojects_and_requirements_txt_is_the_lock() -> None:
+    exporter = runpy.run_path(str(ROOT / "infra" / "requirements.py"))
+    checked = subprocess.run(
+        [exporter["uv"](), "lock", "--check", "--offline"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, "uv.lock is not pyproject.toml's: run `make requirements`\n" + checked.stderr
+    shipped = (ROOT / "requirements.txt").read_text()
+    assert shipped == exporter["requirements"](), "requirements.txt is not uv.lock's: run `make requirements`"
+    # Every package pinned to one version with its hashes: pip in Cloud Build installs nothing else.
+    pins = re.findall(r"^([A-Za-z0-9_.\[\]-]+)(==|>=|<=|~=|>|<|@)?([^ \\\n]*)", shipped, re.M)
+    assert pins and {operator for _, operator, _ in pins} == {"=="}
+    entries = re.split(r"\n(?=[A-Za-z])", shipped.split("\n", 2)[2])
+    assert all("--hash=sha256:" in entry for entry in entries)
+    assert {canonicalize_name(name) for name, _, _ in pins} >= {"anthropic", "functions-framework", "psycopg"}
 
 
 def test_serverless_deploys_the_functions_of_main() -> None:
@@ -187,12 +198,12 @@ def test_every_link_of_the_documentation_reaches_its_file_and_heading(page: Path
 
 def installs_of(target: str) -> set[str]:
     """Every distribution `make <target>` would install into a new .venv: the extras its
-    `pip install -e '.[…]'` lines name, resolved through pyproject.toml and then through the
+    `uv sync --frozen --extra …` lines name, resolved through pyproject.toml and then through the
     installed distributions' own requirements (offline, and as pip would resolve them here)."""
     shown = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), target], capture_output=True, text=True, check=True)
-    extras = {
-        extra for line in re.findall(r"pip install .*-e '\.\[([a-z,]+)\]'", shown.stdout) for extra in line.split(",")
-    }
+    syncs = [line for line in shown.stdout.splitlines() if " sync --frozen " in line]
+    assert syncs, f"make {target} does not install from the lock"
+    extras = {extra for line in syncs for extra in re.findall(r"--extra ([a-z]+)", line)}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = [Requirement(line) for line in project["dependencies"]]
     wanted += [Requirement(line) for extra in sorted(extras) for line in project["optional-dependencies"][extra]]

@@ -36,6 +36,20 @@ def test_migrate_applies_once_then_reports_up_to_date(
         assert "up to date" in capsys.readouterr().out
 
 
+def test_migrate_on_a_plain_postgres_says_to_use_the_standins(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    monkeypatch.chdir(str(tmp_path))
+    with fresh_database(postgres_server) as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        assert main(["migrate"]) == 1
+    captured = capsys.readouterr()
+    # The roles are the cluster's: a server that already has them stops at the auth schema instead.
+    assert captured.err.startswith(('crossmem migrate: role "anon" does not exist', 'crossmem migrate: schema "auth"'))
+    assert "this Postgres is not a Supabase project. Run `crossmem migrate --supabase-standins`" in captured.err
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
 def test_migrate_without_a_database_url_says_so(
     monkeypatch: pytest.MonkeyPatch, tmp_path: object, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,9 +4,11 @@ accepting them when gcloud is installed (with an empty configuration: no account
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,11 @@ import yaml
 
 from core.settings import Settings
 from functions.cli import main
-from functions.deploy import ENV_FILES, Target, deploy_command, read_description
+from functions.deploy import DEPLOYER_ROLES, ENV_FILES, Target, deploy_command, read_description
 from functions.upload import PACKAGE
+from tests.fakes.gcloud import ACT_AS_DENIED, API_DISABLED, NOT_LOGGED_IN, PERMISSION_DENIED_SECRETS_LIST, FakeGcloud
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SETTING_NAMES = [name.upper() for name in Settings.model_fields]
 SECRETS = {
@@ -39,8 +44,46 @@ def deploying_shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.M
 
 
 def printed_commands(output: str) -> dict[str, list[str]]:
-    commands = [shlex.split(line) for line in output.splitlines() if line.startswith("gcloud ")]
+    commands = [shlex.split(line) for line in output.splitlines() if line.startswith("gcloud functions deploy ")]
     return {command[3]: command for command in commands}
+
+
+def every_printed_command(output: str) -> list[list[str]]:
+    return [shlex.split(line) for line in output.splitlines() if line.startswith("gcloud ")]
+
+
+DIGEST_URL = "https://us-central1-advisor-prod.cloudfunctions.net/memory_digest"
+SCHEDULER = "crossmem-scheduler@advisor-prod.iam.gserviceaccount.com"
+INVOKER = [
+    "gcloud",
+    "functions",
+    "add-invoker-policy-binding",
+    "memory_digest",
+    "--project=advisor-prod",
+    "--region=us-central1",
+    f"--member=serviceAccount:{SCHEDULER}",
+]
+
+
+def scheduler_job(verb: str) -> list[str]:
+    return [
+        "gcloud",
+        "scheduler",
+        "jobs",
+        verb,
+        "http",
+        "crossmem-memory-digest",
+        "--project=advisor-prod",
+        "--location=us-central1",
+        "--schedule=* * * * *",
+        "--time-zone=Etc/UTC",
+        f"--uri={DIGEST_URL}",
+        "--http-method=POST",
+        f"--oidc-service-account-email={SCHEDULER}",
+        f"--oidc-token-audience={DIGEST_URL}",
+        "--attempt-deadline=320s",
+        *(["--clear-headers"] if verb == "update" else []),
+    ]
 
 
 def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
@@ -166,9 +209,134 @@ def test_gclouds_own_parser_accepts_every_command(
         "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true",
         "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
     }
-    for function, command in printed_commands(capsys.readouterr().out).items():
+    for command in every_printed_command(capsys.readouterr().out):
         done = subprocess.run([str(gcloud), *command[1:]], capture_output=True, text=True, env=environment, timeout=60)
         # Past the parser, gcloud stops at the missing account, before any request.
-        assert done.returncode == 1, (function, done.stderr)
-        assert "You do not currently have an active account selected" in done.stderr, (function, done.stderr)
+        assert done.returncode == 1, (command, done.stderr)
+        assert "You do not currently have an active account selected" in done.stderr, (command, done.stderr)
         assert "unrecognized arguments" not in done.stderr
+
+
+def test_the_digest_is_private_and_its_scheduler_job_carries_an_oidc_token_not_a_secret(
+    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["deploy", "--dry-run"]) == 0
+    output = capsys.readouterr().out
+    digest = printed_commands(output)["memory_digest"]
+    assert "--no-allow-unauthenticated" in digest and "--allow-unauthenticated" not in digest
+    assert [arg for arg in digest if "DIGEST_SECRET" in arg] == []
+    commands = every_printed_command(output)
+    assert commands[-2:] == [INVOKER, scheduler_job("create")]
+    # The three webhooks stay public: Telegram, Twilio and browsers call them without Google credentials.
+    for function in ("telegram_webhook", "whatsapp_webhook", "web_chat"):
+        assert "--allow-unauthenticated" in printed_commands(output)[function]
+    shipped = [output, (ROOT / "serverless.yml").read_text(), *(p.read_text() for p in ENV_FILES.glob("*.yaml"))]
+    assert not [text for text in shipped if re.search("digest.secret", text, re.I)]
+
+
+def test_a_scheduled_function_cannot_be_public(tmp_path: Path) -> None:
+    description = yaml.safe_load((ROOT / "serverless.yml").read_text())
+    description["functions"]["memory_digest"]["public"] = True
+    (tmp_path / "serverless.yml").write_text(yaml.safe_dump(description))
+    with pytest.raises(ValueError, match="memory_digest has a schedule, so it must be private"):
+        read_description(tmp_path / "serverless.yml")
+
+
+@pytest.fixture
+def fake_gcloud(deploying_shell: pytest.MonkeyPatch, tmp_path: Path) -> FakeGcloud:
+    """A gcloud on PATH (the only thing there) that records its calls."""
+    gcloud = FakeGcloud(tmp_path / "bin")
+    deploying_shell.setenv("PATH", str(gcloud.directory))
+    return gcloud
+
+
+def deploy_in_a_process(extra: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`crossmem deploy` as a person runs it: a process of its own, so a traceback would show."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "functions.cli", "deploy", *(extra or [])],
+        env=environment,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_secrets_list_refused_names_the_permission_and_the_role_in_one_line(fake_gcloud: FakeGcloud) -> None:
+    fake_gcloud.fail(["secrets", "list"], PERMISSION_DENIED_SECRETS_LIST)
+    done = deploy_in_a_process()
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        "crossmem deploy: `gcloud secrets list` failed: the permission secretmanager.secrets.list is missing: "
+        "grant whoever deploys roles/secretmanager.viewer (README, Deploy: the deployer's roles). It said: "
+        + PERMISSION_DENIED_SECRETS_LIST.strip()
+        + "\n"
+    )
+    assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr
+    assert fake_gcloud.calls == [["secrets", "list", "--project=advisor-prod", "--format=value(name.basename())"]]
+
+
+@pytest.mark.parametrize(
+    ("said", "fix"),
+    [
+        (NOT_LOGGED_IN, "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again"),
+        (API_DISABLED, "enable the API: `gcloud services enable secretmanager.googleapis.com --project=advisor-prod`"),
+    ],
+)
+def test_not_logged_in_or_the_api_off_says_what_to_run(
+    fake_gcloud: FakeGcloud, capsys: pytest.CaptureFixture[str], said: str, fix: str
+) -> None:
+    fake_gcloud.fail(["secrets", "list"], said)
+    assert main(["deploy"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"crossmem deploy: `gcloud secrets list` failed: {fix}")
+    assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_a_deploy_runs_every_command_then_creates_the_job_and_updates_it_the_next_time(
+    fake_gcloud: FakeGcloud, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_gcloud.answer(["secrets", "list"], "crossmem-database-url\ncrossmem-anthropic-api-key\n")
+    assert main(["deploy"]) == 0
+    calls = fake_gcloud.calls
+    assert [call[:4] for call in calls[:5]] == [
+        ["secrets", "list", "--project=advisor-prod", "--format=value(name.basename())"],
+        ["functions", "deploy", "telegram_webhook", "--gen2"],
+        ["functions", "deploy", "whatsapp_webhook", "--gen2"],
+        ["functions", "deploy", "web_chat", "--gen2"],
+        ["functions", "deploy", "memory_digest", "--gen2"],
+    ]
+    listing = ["scheduler", "jobs", "list", "--project=advisor-prod", "--location=us-central1"]
+    assert calls[5:] == [INVOKER[1:], [*listing, "--format=value(name.basename())"], scheduler_job("create")[1:]]
+    assert "# memory_digest: " + DIGEST_URL in capsys.readouterr().out
+    fake_gcloud.answer(["scheduler", "jobs", "list"], "crossmem-memory-digest\n")
+    assert main(["deploy"]) == 0
+    assert fake_gcloud.calls[-1] == scheduler_job("update")[1:]
+
+
+def test_a_refused_function_deploy_names_the_missing_role_and_stops(
+    fake_gcloud: FakeGcloud, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_gcloud.fail(["functions", "deploy", "telegram_webhook"], ACT_AS_DENIED)
+    assert main(["deploy"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "crossmem deploy: `gcloud functions deploy telegram_webhook` failed: the permission iam.serviceAccounts.actAs "
+        "is missing: grant whoever deploys roles/iam.serviceAccountUser (README, Deploy: the deployer's roles). "
+        "It said: " + ACT_AS_DENIED.strip() + "\n"
+    )
+    assert [call[:3] for call in fake_gcloud.calls][-1] == ["functions", "deploy", "telegram_webhook"]
+
+
+def test_the_readme_lists_the_role_every_deploy_command_needs(
+    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    documented = (ROOT / "README.md").read_text() + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    assert main(["deploy", "--dry-run"]) == 0
+    kinds = {tuple(command[1:3]) for command in every_printed_command(capsys.readouterr().out)}
+    kinds |= {("secrets", "list"), ("scheduler", "jobs")}  # what a real deploy also runs
+    assert kinds <= set(DEPLOYER_ROLES)
+    for kind in sorted(kinds):
+        for role in DEPLOYER_ROLES[kind]:
+            assert f"`{role}`" in documented, f"{' '.join(kind)} needs {role}: list it in README, Deploy"

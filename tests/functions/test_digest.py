@@ -107,14 +107,13 @@ def test_memory_notes_false_sends_no_notes(
     assert capsys.readouterr().out == "updated 0 people (MEMORY_NOTES is false)\n"
 
 
-def test_memory_digest_refuses_without_its_secret_and_does_nothing(
+def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
     notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
     for text in ("My sister's name is Ana", "b", "c"):
         said = telegram(text, sender="7171")
     paused(said.user_id)
-    digest = app_client("memory_digest")
-    assert digest.post("/").status_code == 503  # DIGEST_SECRET unset: it never runs open
+    # Served without Cloud Run's IAM (crossmem dev, another host), DIGEST_SECRET guards it.
     notes_env.setenv("DIGEST_SECRET", "digest-secret-for-tests")
     digest = app_client("memory_digest")
     for headers in ({}, {"X-Digest-Secret": "wrong"}, {"X-Digest-Secret": ""}):
@@ -123,7 +122,7 @@ def test_memory_digest_refuses_without_its_secret_and_does_nothing(
     assert digest.get("/", headers={"X-Digest-Secret": "digest-secret-for-tests"}).status_code == 405
     with psycopg.connect(runtime.settings().database_url.get_secret_value()) as connection:  # type: ignore[union-attr]
         assert connection.execute("select count(*) from memory_notes").fetchone() == (0,)
-        assert fake_anthropic.requests[-1]["model"] == "claude-sonnet-4-5"  # no digest model was asked
+        assert fake_anthropic.requests[-1]["model"] == "claude-sonnet-5-5"  # no digest model was asked
         fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
         answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
         assert answered.status_code == 200
@@ -180,10 +179,10 @@ def test_memory_digest_also_purges_by_age_when_retention_is_set(
             connection.execute(
                 "update messages set created_at = created_at - interval '3 days' where user_id = %s", (old.user_id,)
             )
-        notes_env.setenv("DIGEST_SECRET", "digest-secret-for-tests")
         notes_env.setenv("MEMORY_NOTES", "false")
         notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
-        answered = app_client("memory_digest").post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+        # As deployed: no DIGEST_SECRET, no header (Cloud Run checked the scheduler's OIDC token).
+        answered = app_client("memory_digest").post("/")
         assert answered.status_code == 200
         assert answered.get_json() == {
                 "owed_answered": 0,

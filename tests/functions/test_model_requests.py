@@ -1,0 +1,96 @@
+"""Every request the project sends Anthropic has a shape the current models accept: the
+Sonnet 5 generation answers 400 to sampling parameters, a thinking budget, `thinking:
+disabled`, an assistant prefill and a forced tool choice (Anthropic's Claude Sonnet 5.5
+migration guide); Haiku 4.5, the digest's model, has no effort parameter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.context import ModelMessage
+from core.llm import messages_request
+from core.models import Role
+from core.settings import Settings
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.functions.conftest import TELEGRAM_SECRET, app_client
+
+REFUSED_KEYS = {"temperature", "top_p", "top_k", "thinking", "tool_choice"}
+EFFORTS = {"low", "medium", "high", "xhigh", "max"}
+
+
+def refusals(body: dict[str, Any]) -> list[str]:
+    """What a current model would refuse in `body`, by the migration guide's list."""
+    found = [f"{key} is set" for key in sorted(REFUSED_KEYS & set(body))]
+    if body["messages"][-1]["role"] != "user":
+        found.append("the last message is an assistant prefill")
+    effort = body.get("output_config", {}).get("effort")
+    if effort is not None and (effort not in EFFORTS or body["model"].startswith("claude-haiku-4-5")):
+        found.append(f"effort {effort!r} for {body['model']}")
+    adaptive = not body["model"].startswith("claude-haiku-4-5")  # Haiku 4.5 thinks only when asked
+    if adaptive and body["max_tokens"] < 2048:
+        found.append("max_tokens leaves adaptive thinking too little room before the reply")
+    return found
+
+
+def test_the_default_model_is_the_current_sonnet_at_low_effort() -> None:
+    fields = Settings.model_fields
+    assert fields["anthropic_model"].default == "claude-sonnet-5-5"
+    assert fields["anthropic_effort"].default == "low" and fields["anthropic_max_tokens"].default == 4096
+    assert fields["anthropic_digest_model"].default == "claude-haiku-4-5"
+
+
+def test_a_turn_sends_a_request_the_current_models_accept(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    update = {
+        "update_id": 99001,
+        "message": {
+            "message_id": 1,
+            "date": 1767225600,
+            "chat": {"id": 4242, "type": "private"},
+            "from": {"id": 4242, "is_bot": False, "first_name": "Ana"},
+            "text": "hello",
+        },
+    }
+    headers = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+    assert app_client("telegram_webhook").post("/", json=update, headers=headers).status_code == 200
+    (sent,) = fake_anthropic.requests
+    assert sent["model"] == "claude-sonnet-5-5" and sent["output_config"] == {"effort": "low"}
+    assert refusals(sent) == []
+
+
+def test_the_digests_request_has_no_effort_and_no_cache_marker() -> None:
+    messages = [ModelMessage(Role.USER, "the conversation to condense", ())]
+    body = messages_request("claude-haiku-4-5", 800, "write notes", messages, cached=False)
+    assert "output_config" not in body and refusals(body) == []
+    assert all("cache_control" not in block for block in body["system"])
+
+
+def test_the_rules_catch_what_a_current_model_refuses() -> None:
+    messages = [ModelMessage(Role.USER, "hi", ()), ModelMessage(Role.ASSISTANT, "Sure,", ())]
+    body = messages_request("claude-sonnet-5-5", 1024, "s", messages, effort="lowest")
+    body["temperature"] = 0.7
+    assert refusals(body) == [
+        "temperature is set",
+        "the last message is an assistant prefill",
+        "effort 'lowest' for claude-sonnet-5-5",
+        "max_tokens leaves adaptive thinking too little room before the reply",
+    ]
+
+
+def test_the_caching_figures_carry_a_row_for_the_default_model() -> None:
+    import json
+    from pathlib import Path
+
+    results = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results.json").read_text())
+    default = Settings.model_fields["anthropic_model"].default
+    assert set(results["input_cost_by_model"][default]) == {
+        "ours",
+        "seed",
+        "automatic",
+        "ours_vs_seed",
+        "automatic_vs_seed",
+    }
+    assert results["caching_setup"]["min_cacheable_by_model"][default] == 1024

@@ -1,0 +1,61 @@
+"""A WhatsApp post refused for its signature is logged once per instance at WARNING with the
+URL it was checked against, so a PUBLIC_BASE_URL that is not the URL Twilio calls shows."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from twilio.request_validator import RequestValidator
+
+from core.whatsapp import forget_logged_refusal
+from tests.functions.conftest import app_client
+
+TOKEN = "twilio-auth-token-for-tests"
+CALLED = "https://europe-west1-advisor-prod.cloudfunctions.net/whatsapp_webhook"
+WITHOUT_PATH = "https://europe-west1-advisor-prod.cloudfunctions.net"
+
+
+@pytest.fixture
+def fresh_instance() -> Iterator[None]:
+    forget_logged_refusal()
+    yield
+    forget_logged_refusal()
+
+
+def twilio_post(body: str) -> tuple[dict[str, str], dict[str, str]]:
+    fields = {"From": "whatsapp:+34600111222", "To": "whatsapp:+14155238886", "Body": body}
+    fields |= {"MessageSid": "SM" + uuid.uuid4().hex, "NumMedia": "0"}
+    return fields, {"X-Twilio-Signature": RequestValidator(TOKEN).compute_signature(CALLED, fields)}
+
+
+def test_a_public_base_url_without_the_path_refuses_and_says_so_once(
+    environment: pytest.MonkeyPatch, fresh_instance: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", WITHOUT_PATH)  # what .env.example used to say
+    client = app_client("whatsapp_webhook")
+    caplog.set_level(logging.INFO, logger="crossmem")
+    for text in ("hello", "are you there?", "hello again"):
+        fields, headers = twilio_post(text)
+        assert client.post("/", data=fields, headers=headers).status_code == 403
+    refused = [record for record in caplog.records if record.name == "crossmem.whatsapp"]
+    assert len(refused) == 1 and refused[0].levelname == "WARNING"
+    assert refused[0].checked_url == WITHOUT_PATH  # type: ignore[attr-defined]
+    logged = json.dumps([vars(record) for record in caplog.records], default=str)
+    assert TOKEN not in logged and headers["X-Twilio-Signature"] not in logged and "hello again" not in logged
+
+
+def test_the_full_url_twilio_calls_is_accepted_and_logs_no_refusal(
+    environment: pytest.MonkeyPatch, fresh_instance: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", CALLED)
+    client = app_client("whatsapp_webhook")
+    caplog.set_level(logging.INFO, logger="crossmem")
+    fields, headers = twilio_post("hello")
+    assert client.post("/", data=fields, headers=headers).status_code == 200
+    assert [record for record in caplog.records if record.name == "crossmem.whatsapp"] == []
