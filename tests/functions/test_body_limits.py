@@ -21,6 +21,7 @@ from werkzeug.serving import make_server
 
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
+from tests.fakes.local_server import ServingThread
 from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
 from tests.functions.hostile_requests import telegram_skeleton
 
@@ -100,11 +101,10 @@ class LoopbackServer:
 
         self._server = make_server("127.0.0.1", 0, counted, threaded=True)
         self.port = self._server.server_port
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serving = ServingThread(self._server)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serving.stop()
 
 
 @pytest.fixture
