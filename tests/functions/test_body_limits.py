@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import jwt
 import pytest
 from functions_framework import create_app
 from twilio.request_validator import RequestValidator
@@ -22,25 +21,25 @@ from werkzeug.serving import make_server
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
 from tests.fakes.local_server import ServingThread
-from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
 from tests.functions.hostile_requests import telegram_skeleton
+from tests.helpers import (
+    JWT_SECRET,
+    MAIN,
+    PUBLIC_BASE_URL,
+    TELEGRAM_SECRET,
+    TWILIO_TOKEN,
+    app_client,
+    bearer,
+)
 
-TWILIO_TOKEN = "twilio-auth-token-for-limits"
-PUBLIC = "https://advisor.example.com/whatsapp"
-JWT_SECRET = "web-jwt-secret-for-limits-32-bytes-long"
 TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger than {MAX_BODY_BYTES} bytes"}
-
-
-def web_token() -> str:
-    claims = {"sub": str(uuid.uuid4()), "aud": "authenticated", "exp": 2**40}
-    return jwt.encode(claims, JWT_SECRET, algorithm="HS256")
 
 
 # Each function with headers that get it past its credentials check, and its content type.
 FUNCTIONS: dict[str, tuple[dict[str, str], str]] = {
     "telegram_webhook": ({"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}, "application/json"),
     "whatsapp_webhook": (
-        {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC, {})},
+        {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC_BASE_URL, {})},
         "application/x-www-form-urlencoded",
     ),
     "web_chat": ({}, "application/json"),  # the token is made per test: it needs the secret set
@@ -50,7 +49,7 @@ FUNCTIONS: dict[str, tuple[dict[str, str], str]] = {
 @pytest.fixture
 def configured(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     return environment
 
@@ -58,7 +57,7 @@ def configured(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def headers_for(target: str) -> dict[str, str]:
     headers, content_type = FUNCTIONS[target]
     if target == "web_chat":
-        headers = {"Authorization": f"Bearer {web_token()}"}
+        headers = bearer(uuid.uuid4())
     return {**headers, "Content-Type": content_type}
 
 
