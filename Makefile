@@ -37,7 +37,7 @@ dev: $(RUN_STAMP)
 test: $(STAMP) browser $(DEPLOY_TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

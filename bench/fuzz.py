@@ -32,7 +32,6 @@ from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import BOT_TOKEN, app_client, production_settings
 from tests.functions.hostile_requests import (
     STRATEGIES,
     TARGETS,
@@ -40,6 +39,7 @@ from tests.functions.hostile_requests import (
     send,
     settings_for_fuzzing,
 )
+from tests.helpers import BOT_TOKEN, app_client, production_settings
 
 CASES = 10_200
 

@@ -41,7 +41,7 @@ from twilio.request_validator import RequestValidator
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import BOT_TOKEN, TELEGRAM_SECRET, app_client, production_settings
+from tests.helpers import BOT_TOKEN, TELEGRAM_SECRET, app_client, production_settings
 
 CASES = 2_000
 JWT_SECRET = "web-jwt-secret-for-budget-fuzzing-32-bytes"

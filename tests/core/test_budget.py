@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import uuid
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 import pytest
@@ -14,15 +13,11 @@ from core.errors import OverBudget
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
+from tests.helpers import rows
 
 
 def budgeted(store: PostgresStore, **limits: int) -> Memory:
     return Memory(store, ContextLimits(), TurnBudget(**limits))
-
-
-def rows(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(database_url) as connection:
-        return connection.execute(query, params).fetchall()
 
 
 def stored(database_url: str, person: uuid.UUID) -> int:

@@ -22,6 +22,7 @@ from core.postgres_store import PostgresStore
 from core.prompt import NOTES_PREAMBLE
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.helpers import as_role
 
 CACHE = {"type": "ephemeral"}
 WINDOW = ContextLimits(max_messages=4, window_step=2)
@@ -238,8 +239,6 @@ def test_the_request_carries_the_notes_after_the_system_prompt_within_four_break
 def test_notes_are_their_persons_to_read_and_no_one_elses(
     small: Memory, store: PostgresStore, database_url: str
 ) -> None:
-    from tests.core.test_security_and_failures import as_role
-
     person, other = uuid.uuid4(), uuid.uuid4()
     converse(small, person, ["my sister's name is Ana", "b", "c"])
     assert DigestJob(store, ExtractiveDigester(800), LIMITS).run(person).updated == 1

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import psycopg
 import pytest
 
 from core.errors import StoreUnavailable
@@ -20,6 +19,7 @@ from core.offline_model import OfflineModel
 from core.postgres_store import PostgresStore
 from core.store import JsonScalar
 from core.turn import Outcome, TurnRequest, Turns, TurnSettings
+from tests.helpers import count, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -64,13 +64,14 @@ def turns(failing: FailingStore) -> Iterator[Turns]:
     yield Turns(Memory(failing, ContextLimits()), lambda: model, IdentityPolicy("auto"), SETTINGS)
 
 
-def rows(database_url: str, person: uuid.UUID) -> list[tuple[str, bool | None]]:
-    with psycopg.connect(database_url) as connection:
-        found = connection.execute(
-            "select role, case when role = 'assistant' then delivered_at is not null end"
-            " from messages where user_id = %s order by created_at, id",
-            (person,),
-        ).fetchall()
+def thread_of(database_url: str, person: uuid.UUID) -> list[tuple[str, bool | None]]:
+    """The person's messages as (role, delivered), delivered for replies only."""
+    found = rows(
+        database_url,
+        "select role, case when role = 'assistant' then delivered_at is not null end"
+        " from messages where user_id = %s order by created_at, id",
+        person,
+    )
     return [(role, delivered) for role, delivered in found]
 
 
@@ -89,7 +90,7 @@ def test_a_reply_that_cannot_be_stored_still_goes_out_and_is_not_owed(
     assert channel.sent == [result.reply]
     assert not result.reply_owed  # a redelivery would find no reply to send
     assert result.figures.error == "the reply could not be delivered"
-    assert rows(database_url, person) == [("user", None)]
+    assert thread_of(database_url, person) == [("user", None)]
 
 
 def test_a_reply_that_cannot_be_stored_is_still_the_web_answer(turns: Turns, failing: FailingStore) -> None:
@@ -110,7 +111,7 @@ def test_a_mark_delivered_failure_does_not_escape_and_the_reply_stays_owed_in_th
     again = turns.run(telegram(person, "7"), channel)
     assert again.outcome is Outcome.REDELIVERED and channel.sent == [first.reply]
     assert not again.reply_owed
-    assert rows(database_url, person) == [("user", None), ("assistant", False)]
+    assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
 
 
 def test_a_redelivered_reply_that_fails_again_is_not_marked_delivered(turns: Turns, database_url: str) -> None:
@@ -118,19 +119,12 @@ def test_a_redelivered_reply_that_fails_again_is_not_marked_delivered(turns: Tur
     turns.run(telegram(person, "8"), RecordingChannel(Delivery.OWED))
     again = turns.run(telegram(person, "8"), RecordingChannel(Delivery.OWED))
     assert again.outcome is Outcome.REDELIVERED and again.reply_owed
-    assert rows(database_url, person) == [("user", None), ("assistant", False)]
+    assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
     given_up = turns.run(telegram(person, "8"), RecordingChannel(Delivery.GIVEN_UP))
     assert given_up.outcome is Outcome.REDELIVERED and not given_up.reply_owed
-    assert rows(database_url, person) == [("user", None), ("assistant", False)]
+    assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
     turns.run(telegram(person, "8"), RecordingChannel())
-    assert rows(database_url, person) == [("user", None), ("assistant", True)]
-
-
-def count(database_url: str, query: str, *arguments: object) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute(query, arguments).fetchone()
-    assert row is not None
-    return int(row[0])
+    assert thread_of(database_url, person) == [("user", None), ("assistant", True)]
 
 
 def racing(database_url: str, runners: int, action: Callable[[Memory, int], TurnStart]) -> list[TurnStart]:

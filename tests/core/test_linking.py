@@ -31,6 +31,7 @@ from core.telegram_update import classify as classify_telegram
 from core.whatsapp import WhatsAppForm
 from core.whatsapp import classify as classify_whatsapp
 from tests.database import begin_turn_arguments, begin_turn_sql
+from tests.helpers import rows
 
 AUTO = IdentityPolicy.build("auto", None, [], [])
 
@@ -38,11 +39,6 @@ AUTO = IdentityPolicy.build("auto", None, [], [])
 @pytest.fixture
 def linking(store: PostgresStore) -> Linking:
     return Linking(store, AUTO, ttl_minutes=10, attempts_per_hour=5, telegram_bot_username="advisor_bot")
-
-
-def rows(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(database_url) as connection:
-        return connection.execute(query, params).fetchall()
 
 
 def counts(database_url: str) -> dict[str, int]:

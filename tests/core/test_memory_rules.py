@@ -15,13 +15,7 @@ from core.errors import EmptyMessage, MessageTooLong
 from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
-
-
-def count(database_url: str, query: str, *params: object) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute(query, params).fetchone()
-        assert row is not None
-        return int(row[0])
+from tests.helpers import count
 
 
 def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, database_url: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import tempfile
@@ -24,14 +23,7 @@ from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
-
-
-def as_role(database_url: str, role: str, sub: uuid.UUID | None = None) -> psycopg.Connection:
-    connection = psycopg.connect(database_url, autocommit=True)  # the role holds for the session
-    connection.execute(f"set role {role}")
-    if sub is not None:
-        connection.execute("select set_config('request.jwt.claims', %s, false)", (json.dumps({"sub": str(sub)}),))
-    return connection
+from tests.helpers import as_role, free_port
 
 
 def test_authenticated_reads_only_its_own_rows_and_cannot_write(memory: Memory, database_url: str) -> None:
@@ -107,10 +99,7 @@ def test_service_role_runs_the_turn_functions(database_url: str) -> None:
 
 
 def test_unreachable_database_degrades_to_empty_context(caplog: pytest.LogCaptureFixture) -> None:
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()  # nothing listens there: connection refused
+    port = free_port()  # nothing listens there: connection refused
     memory = Memory(PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres"), ContextLimits())
     with caplog.at_level(logging.ERROR, logger="crossmem"):
         start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
@@ -188,10 +177,7 @@ def test_migrations_apply_to_an_empty_database_and_again_change_nothing(postgres
 def test_an_unreachable_postgrest_degrades_the_same_way(caplog: pytest.LogCaptureFixture) -> None:
     from core.supabase_store import SupabaseStore
 
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()
+    port = free_port()
     memory = Memory(SupabaseStore(f"http://127.0.0.1:{port}", "sb_secret_key", timeout_s=2), ContextLimits())
     with caplog.at_level(logging.ERROR, logger="crossmem"):
         start = memory.begin_turn(Person(sender_id="tg-1"), Surface.TELEGRAM, "hello", "u1")

@@ -9,8 +9,7 @@ import pytest
 from core.models import Delivery
 from core.telegram_bot import TelegramBot
 from tests.fakes.telegram_api import FakeTelegram
-
-TOKEN = "123456789:TEST-token-abcdef"
+from tests.helpers import BOT_TOKEN
 
 
 class FakeClock:
@@ -30,7 +29,7 @@ class FakeClock:
 
 @pytest.fixture
 def fake() -> Iterator[FakeTelegram]:
-    server = FakeTelegram(TOKEN)
+    server = FakeTelegram(BOT_TOKEN)
     yield server
     server.close()
 
@@ -42,7 +41,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def bot(fake: FakeTelegram, clock: FakeClock) -> Iterator[TelegramBot]:
-    client = TelegramBot(TOKEN, fake.url, clock=clock, sleep=clock.sleep)
+    client = TelegramBot(BOT_TOKEN, fake.url, clock=clock, sleep=clock.sleep)
     yield client
     client.close()
 
@@ -87,6 +86,6 @@ def test_too_many_requests_past_the_deadline_is_owed_at_once(
 
 
 def test_an_unreachable_bot_api_is_owed(clock: FakeClock) -> None:
-    bot = TelegramBot(TOKEN, "http://127.0.0.1:1", clock=clock, sleep=clock.sleep)
+    bot = TelegramBot(BOT_TOKEN, "http://127.0.0.1:1", clock=clock, sleep=clock.sleep)
     assert bot.send_text(42, "hello") is Delivery.OWED
     bot.close()

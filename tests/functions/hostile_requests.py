@@ -37,11 +37,8 @@ from werkzeug.test import TestResponse
 
 from functions.http import MAX_BODY_BYTES
 from tests.fakes.jwks import KID, FakeJwks
-from tests.functions.conftest import TELEGRAM_SECRET
+from tests.helpers import JWT_SECRET, PUBLIC_BASE_URL, TELEGRAM_SECRET, TWILIO_TOKEN
 
-TWILIO_TOKEN = "twilio-auth-token-for-fuzzing"
-PUBLIC_BASE_URL = "https://advisor.example.com/whatsapp"
-JWT_SECRET = "web-jwt-secret-for-fuzzing-32-bytes-long"
 MAX_MESSAGE_CHARS = 16000
 TARGETS = ("telegram_webhook", "whatsapp_webhook", "web_chat")
 

@@ -20,45 +20,34 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from werkzeug.serving import make_server
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
-from tests.functions.conftest import MAIN, app_client, production_settings
-from tests.functions.test_telegram import HEADERS, update
-from tests.functions.test_web import SECRET, bearer
-from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
+from tests.helpers import (
+    JWT_SECRET,
+    MAIN,
+    PUBLIC_BASE_URL,
+    TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
+    app_client,
+    bearer,
+    execute,
+    form,
+    free_port,
+    messages_of,
+    production_settings,
+    rows,
+    signed,
+    stored_turn,
+    update,
+)
 
 ACCOUNT_SID = "AC" + "0" * 32
 BUSINESS = "whatsapp:+14155238886"
 DIGEST = {"X-Digest-Secret": "digest-secret-for-tests"}
-
-
-def rows(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(database_url) as connection:
-        return connection.execute(query, params).fetchall()
-
-
-def execute(database_url: str, query: str, *params: Any) -> None:
-    with psycopg.connect(database_url) as connection:
-        connection.execute(query, params)
-
-
-def thread_of(database_url: str, external_id: str) -> list[tuple[str, str]]:
-    """The message of a delivery and its reply, if any: (role, content)."""
-    found = rows(
-        database_url,
-        """select m.role, m.content from messages m
-            where m.id in (select id from messages where external_id = %s)
-               or m.in_reply_to in (select id from messages where external_id = %s)
-            order by m.created_at, m.id""",
-        external_id,
-        external_id,
-    )
-    return [(str(role), str(content)) for role, content in found]
 
 
 def pass_the_deadline(database_url: str, external_id: str) -> None:
@@ -70,15 +59,9 @@ def pass_the_deadline(database_url: str, external_id: str) -> None:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def fake_twilio() -> Iterator[FakeTwilio]:
-    server = FakeTwilio(ACCOUNT_SID, TOKEN)
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
     yield server
     server.close()
 
@@ -119,7 +102,7 @@ def test_a_turn_killed_between_its_round_trips_is_answered_once_by_its_redeliver
 
         def deliver() -> None:
             with contextlib.suppress(httpx.HTTPError):  # the instance dies under it: no answer
-                httpx.post(f"http://127.0.0.1:{port}/", json=delivery, headers=HEADERS, timeout=30)
+                httpx.post(f"http://127.0.0.1:{port}/", json=delivery, headers=TELEGRAM_HEADERS, timeout=30)
 
         threading.Thread(target=deliver, daemon=True).start()
         for _ in range(200):
@@ -130,19 +113,19 @@ def test_a_turn_killed_between_its_round_trips_is_answered_once_by_its_redeliver
     finally:
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
-    assert thread_of(database_url, update_id) == [("user", "What time is my flight tomorrow?")]
+    assert stored_turn(database_url, update_id) == [("user", "What time is my flight tomorrow?")]
     assert fake_telegram.sent() == []
 
     fake_anthropic.behaviour = "ok"
     telegram = app_client("telegram_webhook")
     # Redelivered while the dead attempt could still have answered: come back later.
-    early = telegram.post("/", json=delivery, headers=HEADERS)
+    early = telegram.post("/", json=delivery, headers=TELEGRAM_HEADERS)
     assert early.status_code == 503
     assert early.get_json()["error"] == "still_answering"
     assert len(fake_anthropic.requests) == 1
 
     pass_the_deadline(database_url, update_id)
-    redelivered = telegram.post("/", json=delivery, headers=HEADERS)
+    redelivered = telegram.post("/", json=delivery, headers=TELEGRAM_HEADERS)
     assert redelivered.status_code == 200
     assert redelivered.get_json() == {"ok": True, "outcome": "answered"}
     assert len(fake_anthropic.requests) == 2  # one model call for the redelivery
@@ -151,9 +134,9 @@ def test_a_turn_killed_between_its_round_trips_is_answered_once_by_its_redeliver
     )
     reply = "Your flight leaves at 9:40."
     assert [m["text"] for m in fake_telegram.sent()] == [reply]
-    assert thread_of(database_url, update_id) == [("user", "What time is my flight tomorrow?"), ("assistant", reply)]
+    assert stored_turn(database_url, update_id) == [("user", "What time is my flight tomorrow?"), ("assistant", reply)]
 
-    again = telegram.post("/", json=delivery, headers=HEADERS)
+    again = telegram.post("/", json=delivery, headers=TELEGRAM_HEADERS)
     assert again.status_code == 200
     assert again.get_json() == {"ok": True, "outcome": "duplicate"}
     assert len(fake_anthropic.requests) == 2
@@ -164,8 +147,8 @@ def test_a_turn_killed_between_its_round_trips_is_answered_once_by_its_redeliver
 
 
 def owed_environment(environment: pytest.MonkeyPatch, fake_twilio: FakeTwilio) -> None:
-    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
     environment.setenv("TWILIO_WHATSAPP_FROM", BUSINESS)
     environment.setenv("TWILIO_API_BASE", fake_twilio.url)
@@ -206,11 +189,11 @@ def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_o
     assert len(fake_anthropic.requests) == asked + 1
     reply = "Yes, from 10 to 14."
     assert fake_twilio.messages == [{"From": BUSINESS, "To": number, "Body": reply}]
-    assert thread_of(database_url, recent["MessageSid"]) == [
+    assert stored_turn(database_url, recent["MessageSid"]) == [
         ("user", "Is the pharmacy open on Sunday?"),
         ("assistant", reply),
     ]
-    assert thread_of(database_url, old["MessageSid"]) == [("user", "And on Monday?")]
+    assert stored_turn(database_url, old["MessageSid"]) == [("user", "And on Monday?")]
     delivered = rows(
         database_url,
         "select delivered_at is not null from messages where in_reply_to = "
@@ -255,7 +238,7 @@ def test_two_job_runs_at_once_answer_each_owed_message_once(
     assert sum(answer["owed_answered"] for answer in answers) == 4
     assert sorted(m["To"] for m in fake_twilio.messages) == sorted(fields["From"] for fields in sent)
     for fields in sent:
-        assert len(thread_of(database_url, fields["MessageSid"])) == 2
+        assert len(stored_turn(database_url, fields["MessageSid"])) == 2
 
 
 def test_a_whatsapp_number_that_twilio_refuses_is_given_up_not_retried(
@@ -291,7 +274,7 @@ def test_a_web_client_that_reads_two_deltas_and_hangs_up_is_counted_logged_and_a
     fake_anthropic: FakeAnthropic,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     environment.setenv("TOKENS_PER_DAY", "1000000")
     fake_anthropic.answer = lambda body: "one two three four five six seven eight nine ten eleven twelve"
     fake_anthropic.delta_pause_s = 0.1
@@ -326,7 +309,7 @@ def test_a_web_client_that_reads_two_deltas_and_hangs_up_is_counted_logged_and_a
         # The input the model reported when it started (the fake counts 4 characters a token).
         assert len(stored) == 1 and stored[0][0] > 0 and stored[0][1] is True
         assert turns[0].input_tokens + turns[0].cache_creation_tokens > 0
-        assert thread_of(database_url, client_id) == [("user", "Tell me a long story")]
+        assert stored_turn(database_url, client_id) == [("user", "Tell me a long story")]
         asked = len(fake_anthropic.requests)
 
         fake_anthropic.delta_pause_s = 0.0
@@ -355,7 +338,7 @@ def test_a_web_client_that_reads_two_deltas_and_hangs_up_is_counted_logged_and_a
 def test_a_retry_while_the_first_attempt_still_streams_is_told_to_wait(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     person, client_id = uuid.uuid4(), f"client-{uuid.uuid4()}"
     execute_turn = app_client("web_chat")
     fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.5
@@ -384,8 +367,8 @@ def test_a_retry_while_the_first_attempt_still_streams_is_told_to_wait(
 def test_a_fallback_after_the_deadline_counts_the_tokens_the_model_reports_when_it_ends(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("TOKENS_PER_DAY", "1000000")
     environment.setenv("WHATSAPP_MODEL_DEADLINE", "0.5")
     fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.0
@@ -405,7 +388,7 @@ def test_a_fallback_after_the_deadline_counts_the_tokens_the_model_reports_when_
 def test_a_client_id_used_before_never_reaches_the_model_again_in_a_new_conversation(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     environment.setenv("TURNS_PER_MINUTE", "2")
     fake_anthropic.answer = lambda body: "Noted."
     web = app_client("web_chat")
@@ -424,7 +407,7 @@ def test_a_client_id_used_before_never_reaches_the_model_again_in_a_new_conversa
             again = web.post("/", json=body, headers=headers)
             assert again.status_code == 200
             if streamed:
-                done = [line for line in again.text.splitlines() if line.startswith("data: {\"reply\"")]
+                done = [line for line in again.text.splitlines() if line.startswith('data: {"reply"')]
                 result = json.loads(done[-1].removeprefix("data: "))
             else:
                 result = again.get_json()
@@ -443,7 +426,7 @@ def test_a_client_id_used_before_never_reaches_the_model_again_in_a_new_conversa
 
 
 def web_and_telegram(environment: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
     return app_client("web_chat"), app_client("telegram_webhook")
 
@@ -453,23 +436,23 @@ def test_one_tap_on_someone_elses_deep_link_moves_nothing_until_the_chat_consent
 ) -> None:
     web, telegram = web_and_telegram(environment)
     victim = 610000000 + uuid.uuid4().int % 10**7
-    said = telegram.post("/", json=update("My card PIN is 4417", user_id=victim), headers=HEADERS)
+    said = telegram.post("/", json=update("My card PIN is 4417", user_id=victim), headers=TELEGRAM_HEADERS)
     assert said.status_code == 200
     attacker = uuid.uuid4()
     code = web.post("/links", headers=bearer(attacker, email="mallory@example.net")).get_json()["code"]
 
-    tapped = telegram.post("/", json=update(f"/start {code}", user_id=victim), headers=HEADERS)
+    tapped = telegram.post("/", json=update(f"/start {code}", user_id=victim), headers=TELEGRAM_HEADERS)
     assert tapped.status_code == 200
     assert fake_telegram.sent()[-1]["text"].startswith(
         "This code would join this chat to the web account m•••@example.net, and move our 2 messages here"
     )
     assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(0,)]
-    later = telegram.post("/", json=update("And my locker is 12", user_id=victim), headers=HEADERS)
+    later = telegram.post("/", json=update("And my locker is 12", user_id=victim), headers=TELEGRAM_HEADERS)
     assert later.status_code == 200
     assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(0,)]
     assert web.get("/memory", headers=bearer(attacker)).status_code == 200
     # The code is not spent by asking: typed, it is consent.
-    typed = telegram.post("/", json=update(f"/link {code}", user_id=victim), headers=HEADERS)
+    typed = telegram.post("/", json=update(f"/link {code}", user_id=victim), headers=TELEGRAM_HEADERS)
     assert typed.status_code == 200
     assert fake_telegram.sent()[-1]["text"].startswith("Linked to the web account m•••@example.net!")
     assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(4,)]
@@ -481,7 +464,7 @@ def test_a_chat_with_no_messages_links_at_once_with_one_tap(
     web, telegram = web_and_telegram(environment)
     person, chat = uuid.uuid4(), 620000000 + uuid.uuid4().int % 10**7
     code = web.post("/links", headers=bearer(person)).get_json()["code"]
-    assert telegram.post("/", json=update(f"/start {code}", user_id=chat), headers=HEADERS).status_code == 200
+    assert telegram.post("/", json=update(f"/start {code}", user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
     assert fake_telegram.sent()[-1] == {
         "chat_id": chat,
         "text": "Linked to the web account u•••@example.com! This chat and that account now share one "
@@ -493,9 +476,9 @@ def test_a_chat_with_no_messages_links_at_once_with_one_tap(
 def test_a_code_typed_with_spaces_on_whatsapp_links_and_is_never_stored(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
-    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     person, number = uuid.uuid4(), f"whatsapp:+3466{uuid.uuid4().int % 10**7:07d}"
     code = app_client("web_chat").post("/links", headers=bearer(person)).get_json()["code"]
     spaced = f"link {code[:3]} {code[3:6].lower()} {code[6:]}"
@@ -510,7 +493,7 @@ def test_a_code_typed_with_spaces_on_whatsapp_links_and_is_never_stored(
 def test_deleting_a_missing_or_someone_elses_conversation_keeps_the_notes(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     web = app_client("web_chat")
     person, other = uuid.uuid4(), uuid.uuid4()
     theirs = web.post("/", json={"message": "theirs"}, headers=bearer(other)).get_json()["conversation_id"]
@@ -533,7 +516,7 @@ def test_linking_two_people_whose_notes_are_both_full_folds_them_within_the_limi
 ) -> None:
     web, telegram = web_and_telegram(environment)
     person, chat = uuid.uuid4(), 630000000 + uuid.uuid4().int % 10**7
-    assert telegram.post("/", json=update("hello", user_id=chat), headers=HEADERS).status_code == 200
+    assert telegram.post("/", json=update("hello", user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
     chat_person = rows(database_url, "select user_id from identities where external_id = %s", str(chat))[0][0]
     full = "x" * 40000  # 8,000 tokens of notes (MEMORY_NOTES_MAX_TOKENS' maximum) at five characters a token
     for who in (person, chat_person):
@@ -544,7 +527,7 @@ def test_linking_two_people_whose_notes_are_both_full_folds_them_within_the_limi
             full,
         )
     code = web.post("/links", headers=bearer(person)).get_json()["code"]
-    assert telegram.post("/", json=update(f"/link {code}", user_id=chat), headers=HEADERS).status_code == 200
+    assert telegram.post("/", json=update(f"/link {code}", user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
     assert fake_telegram.sent()[-1]["text"].startswith("Linked to the web account")
     notes = rows(database_url, "select char_length(content), pending_fold from memory_notes where user_id = %s", person)
     assert notes == [(64000, True)]

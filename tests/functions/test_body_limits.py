@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import jwt
 import pytest
 from functions_framework import create_app
 from twilio.request_validator import RequestValidator
@@ -21,25 +20,26 @@ from werkzeug.serving import make_server
 
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
-from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client
+from tests.fakes.local_server import ServingThread
 from tests.functions.hostile_requests import telegram_skeleton
+from tests.helpers import (
+    JWT_SECRET,
+    MAIN,
+    PUBLIC_BASE_URL,
+    TELEGRAM_SECRET,
+    TWILIO_TOKEN,
+    app_client,
+    bearer,
+)
 
-TWILIO_TOKEN = "twilio-auth-token-for-limits"
-PUBLIC = "https://advisor.example.com/whatsapp"
-JWT_SECRET = "web-jwt-secret-for-limits-32-bytes-long"
 TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger than {MAX_BODY_BYTES} bytes"}
-
-
-def web_token() -> str:
-    claims = {"sub": str(uuid.uuid4()), "aud": "authenticated", "exp": 2**40}
-    return jwt.encode(claims, JWT_SECRET, algorithm="HS256")
 
 
 # Each function with headers that get it past its credentials check, and its content type.
 FUNCTIONS: dict[str, tuple[dict[str, str], str]] = {
     "telegram_webhook": ({"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}, "application/json"),
     "whatsapp_webhook": (
-        {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC, {})},
+        {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC_BASE_URL, {})},
         "application/x-www-form-urlencoded",
     ),
     "web_chat": ({}, "application/json"),  # the token is made per test: it needs the secret set
@@ -49,7 +49,7 @@ FUNCTIONS: dict[str, tuple[dict[str, str], str]] = {
 @pytest.fixture
 def configured(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     return environment
 
@@ -57,7 +57,7 @@ def configured(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def headers_for(target: str) -> dict[str, str]:
     headers, content_type = FUNCTIONS[target]
     if target == "web_chat":
-        headers = {"Authorization": f"Bearer {web_token()}"}
+        headers = bearer(uuid.uuid4())
     return {**headers, "Content-Type": content_type}
 
 
@@ -100,11 +100,10 @@ class LoopbackServer:
 
         self._server = make_server("127.0.0.1", 0, counted, threaded=True)
         self.port = self._server.server_port
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serving = ServingThread(self._server)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serving.stop()
 
 
 @pytest.fixture

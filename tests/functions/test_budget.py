@@ -9,10 +9,19 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import app_client
-from tests.functions.test_telegram import HEADERS, update
-from tests.functions.test_web import SECRET, bearer
-from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
+from tests.helpers import (
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
+    TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
+    app_client,
+    bearer,
+    form,
+    messages_of,
+    signed,
+    stored_with_external_id,
+    update,
+)
 
 POLITE = "You've written a lot in a short time, so I'm taking a pause. You can write again in "
 
@@ -20,17 +29,10 @@ POLITE = "You've written a lot in a short time, so I'm taking a pause. You can w
 @pytest.fixture
 def budget_of_two(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     environment.setenv("TURNS_PER_MINUTE", "2")
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
-    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     return environment
-
-
-def count(database_url: str, external_id: str) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute("select count(*) from messages where external_id = %s", (external_id,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_telegram_past_the_budget_gets_a_polite_answer_and_nothing_is_stored(
@@ -40,13 +42,13 @@ def test_telegram_past_the_budget_gets_a_polite_answer_and_nothing_is_stored(
     chat = 700000000 + uuid.uuid4().int % 10**6
     first = uuid.uuid4().int % 10**9  # update ids are unique for the whole bot, across tests too
     for update_id in (first, first + 1):
-        assert client.post("/", json=update("hi", update_id, user_id=chat), headers=HEADERS).status_code == 200
+        assert client.post("/", json=update("hi", update_id, user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
     asked = len(fake_anthropic.requests)
-    response = client.post("/", json=update("and again", first + 2, user_id=chat), headers=HEADERS)
+    response = client.post("/", json=update("and again", first + 2, user_id=chat), headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
     assert len(fake_anthropic.requests) == asked
     assert fake_telegram.sent()[-1]["chat_id"] == chat and fake_telegram.sent()[-1]["text"].startswith(POLITE)
-    assert count(database_url, str(first + 2)) == 0
+    assert stored_with_external_id(database_url, str(first + 2)) == 0
 
 
 def test_the_web_past_the_budget_is_429_with_the_polite_answer(
@@ -63,7 +65,7 @@ def test_the_web_past_the_budget_is_429_with_the_polite_answer(
         assert refused.status_code == 429
         assert refused.get_json()["error"] == "over_budget"
         assert refused.get_json()["message"].startswith(POLITE)
-    assert len(fake_anthropic.requests) == asked and count(database_url, "b-3") == 0
+    assert len(fake_anthropic.requests) == asked and stored_with_external_id(database_url, "b-3") == 0
 
 
 def test_whatsapp_past_the_budget_gets_a_polite_answer(
@@ -79,13 +81,13 @@ def test_whatsapp_past_the_budget_gets_a_polite_answer(
     assert response.status_code == 200
     [answer] = messages_of(response.text)
     assert answer.startswith(POLITE) and len(fake_anthropic.requests) == asked
-    assert count(database_url, fields["MessageSid"]) == 0
+    assert stored_with_external_id(database_url, fields["MessageSid"]) == 0
 
 
 def test_the_models_tokens_count_against_the_day(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str
 ) -> None:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     environment.setenv("TOKENS_PER_DAY", "1000")
     client, person = app_client("web_chat"), uuid.uuid4()
     assert client.post("/", json={"message": "hi"}, headers=bearer(person)).status_code == 200

@@ -9,27 +9,29 @@ within MEMORY_NOTES_MAX_TOKENS.
 
 from __future__ import annotations
 
-import time
 import uuid
-import xml.etree.ElementTree as ET
-from typing import Any
 
-import jwt
 import psycopg
 import pytest
-from twilio.request_validator import RequestValidator
 
 from core.digest import approximate_tokens
 from core.models import Person, Surface
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import TELEGRAM_SECRET, app_client
+from tests.helpers import (
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
+    TELEGRAM_SECRET,
+    app_client,
+    bearer,
+    form,
+    messages_of,
+    signed,
+    update,
+)
 
 LIMIT = 50
-JWT_SECRET = "web-jwt-secret-for-tests-32-bytes-long"
-TWILIO_TOKEN = "twilio-auth-token-for-tests"
-PUBLIC = "https://advisor.example.com/whatsapp"
 DIGEST_SECRET = "digest-secret-for-tests"
 
 
@@ -42,43 +44,6 @@ def user_messages(database_url: str, user: uuid.UUID | None = None, external_id:
             (user, external_id),
         ).fetchall()
     return [str(row[0]) for row in rows]
-
-
-def bearer(sub: uuid.UUID) -> dict[str, str]:
-    now = int(time.time())
-    claims = {"sub": str(sub), "aud": "authenticated", "role": "authenticated", "iat": now, "exp": now + 3600}
-    return {"Authorization": "Bearer " + jwt.encode(claims, JWT_SECRET, algorithm="HS256")}
-
-
-def telegram_update(text: str) -> dict[str, Any]:
-    return {
-        "update_id": uuid.uuid4().int % 10**9,
-        "message": {
-            "message_id": 1,
-            "date": 1732870000,
-            "chat": {"id": 4242, "type": "private", "first_name": "Ana"},
-            "from": {"id": 4242, "is_bot": False, "first_name": "Ana"},
-            "text": text,
-        },
-    }
-
-
-def whatsapp_form(body: str) -> dict[str, str]:
-    return {
-        "From": "whatsapp:+34600111222",
-        "To": "whatsapp:+14155238886",
-        "Body": body,
-        "MessageSid": "SM" + uuid.uuid4().hex,
-        "NumMedia": "0",
-    }
-
-
-def twilio_signature(url: str, fields: dict[str, str]) -> dict[str, str]:
-    return {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(url, fields)}
-
-
-def twiml_messages(text: str) -> list[str]:
-    return [element.text or "" for element in ET.fromstring(text).findall("Message")]
 
 
 # --- MAX_MESSAGE_CHARS: exactly the limit is stored, one more is refused --------------------
@@ -104,7 +69,7 @@ def test_telegram_stores_a_message_of_exactly_the_limit_and_refuses_one_more(
     environment.setenv("MAX_MESSAGE_CHARS", str(LIMIT))
     client = app_client("telegram_webhook")
     headers = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
-    exact, over = telegram_update("t" * LIMIT), telegram_update("t" * (LIMIT + 1))
+    exact, over = update("t" * LIMIT), update("t" * (LIMIT + 1))
     assert client.post("/", json=exact, headers=headers).status_code == 200
     assert user_messages(database_url, external_id=str(exact["update_id"])) == ["t" * LIMIT]
     assert len(fake_anthropic.requests) == 1
@@ -120,15 +85,15 @@ def test_whatsapp_stores_a_message_of_exactly_the_limit_and_refuses_one_more(
 ) -> None:
     environment.setenv("MAX_MESSAGE_CHARS", str(LIMIT))
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     client = app_client("whatsapp_webhook")
-    exact, over = whatsapp_form("m" * LIMIT), whatsapp_form("m" * (LIMIT + 1))
-    answered = client.post("/", data=exact, headers=twilio_signature(PUBLIC, exact))
+    exact, over = form("m" * LIMIT), form("m" * (LIMIT + 1))
+    answered = client.post("/", data=exact, headers=signed(exact, PUBLIC_BASE_URL))
     assert answered.status_code == 200
     assert user_messages(database_url, external_id=exact["MessageSid"]) == ["m" * LIMIT]
-    refused = client.post("/", data=over, headers=twilio_signature(PUBLIC, over))
+    refused = client.post("/", data=over, headers=signed(over, PUBLIC_BASE_URL))
     assert refused.status_code == 200
-    assert twiml_messages(refused.get_data(as_text=True)) == [
+    assert messages_of(refused.get_data(as_text=True)) == [
         f"Sorry, I couldn't take that message: the message has {LIMIT + 1} characters; the limit is {LIMIT}."
     ]
     assert user_messages(database_url, external_id=over["MessageSid"]) == []
@@ -141,17 +106,17 @@ def test_a_whatsapp_signature_covers_the_query_string_of_the_url_twilio_called(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     client = app_client("whatsapp_webhook")
     query = "tenant=main&v=2"
 
-    with_query = whatsapp_form("signed with the query")
-    response = client.post(f"/?{query}", data=with_query, headers=twilio_signature(f"{PUBLIC}?{query}", with_query))
+    with_query = form("signed with the query")
+    response = client.post(f"/?{query}", data=with_query, headers=signed(with_query, f"{PUBLIC_BASE_URL}?{query}"))
     assert response.status_code == 200, response.get_data(as_text=True)
     assert user_messages(database_url, external_id=with_query["MessageSid"]) == ["signed with the query"]
 
-    without_query = whatsapp_form("signed without the query")
-    response = client.post(f"/?{query}", data=without_query, headers=twilio_signature(PUBLIC, without_query))
+    without_query = form("signed without the query")
+    response = client.post(f"/?{query}", data=without_query, headers=signed(without_query, PUBLIC_BASE_URL))
     assert response.status_code == 403, "a signature of the URL without its query string was accepted"
     assert user_messages(database_url, external_id=without_query["MessageSid"]) == []
 
@@ -170,7 +135,7 @@ def test_telegram_refuses_a_secret_token_that_is_not_the_whole_secret(
         "secret-and-more": TELEGRAM_SECRET + "x",
     }[kind]
     client = app_client("telegram_webhook")
-    body = telegram_update("let me in")
+    body = update("let me in")
     refused = client.post("/", json=body, headers={"X-Telegram-Bot-Api-Secret-Token": given})
     assert refused.status_code == 401, f"the secret token {given!r} was accepted"
     assert user_messages(database_url, external_id=str(body["update_id"])) == []

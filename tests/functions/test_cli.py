@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -18,7 +17,7 @@ from functions import runtime
 from functions.cli import main
 from tests.database import fresh_database
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import TELEGRAM_SECRET
+from tests.helpers import TELEGRAM_SECRET, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,9 +111,7 @@ def test_telegram_set_webhook_and_info_go_through_the_bot_api(
 
 @pytest.mark.parametrize("port_from", ["environment", ".env"])
 def test_say_reads_port_like_dev_and_names_the_url_it_could_not_reach(port_from: str, tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nobody listens on once the probe is closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
     if port_from == "environment":
         env["PORT"] = str(port)

@@ -5,7 +5,6 @@ answer that knows it, a long thread, a failed send, and a tab left open for an h
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from werkzeug.serving import make_server
 
 from functions import runtime
 from functions.local_dev import DEV_DEFAULTS, build_dev_app
+from tests.fakes.local_server import ServingThread
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SIZES = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
@@ -95,10 +95,9 @@ def dev_server(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: Pat
     url = f"http://127.0.0.1:{server.server_port}"
     monkeypatch.setenv("PUBLIC_BASE_URL", url)
     runtime.reset()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serving = ServingThread(server)
     yield url
-    server.shutdown()
+    serving.stop()
     runtime.reset()
 
 

@@ -16,8 +16,7 @@ from functions import runtime
 from functions.cli import main
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.conftest import app_client
-from tests.functions.test_web import SECRET, bearer
+from tests.helpers import JWT_SECRET, app_client, bearer
 
 CACHE = {"type": "ephemeral"}
 
@@ -143,7 +142,7 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
 def test_get_memory_and_crossmem_history_show_the_notes(
     notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    notes_env.setenv("SUPABASE_JWT_SECRET", SECRET)
+    notes_env.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     person = uuid.uuid4()
     web = app_client("web_chat")
     empty = web.get("/memory", headers=bearer(person))

@@ -14,21 +14,25 @@ from functions.cli import main
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import app_client, as_owner
-from tests.functions.test_linking import Apps, count, new_code, sent_texts, telegram, three_apps, whatsapp
-from tests.functions.test_telegram import HEADERS, update
-from tests.functions.test_web import bearer
+from tests.helpers import (
+    TELEGRAM_HEADERS,
+    Apps,
+    app_client,
+    as_owner,
+    bearer,
+    count,
+    new_code,
+    sent_texts,
+    telegram,
+    update,
+    whatsapp,
+)
 
 MESSAGES = "select count(*) from messages where user_id = %s"
 CONVERSATIONS = "select count(*) from conversations where user_id = %s"
 
 
-@pytest.fixture
-def apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> Apps:
-    return three_apps(environment, fake_anthropic)
-
-
-def rows(database_url: str, person: uuid.UUID) -> tuple[int, int]:
+def counts_of(database_url: str, person: uuid.UUID) -> tuple[int, int]:
     return count(database_url, MESSAGES, person), count(database_url, CONVERSATIONS, person)
 
 
@@ -56,25 +60,25 @@ def test_forget_then_confirm_on_telegram_deletes_the_whole_thread_and_nothing_el
     other = someone_else(apps)
     old_update = 880000 + uuid.uuid4().int % 10**4
     telegram(apps, "Remember the spare key is under the mat", update_id=old_update)
-    assert rows(database_url, person) == (8, 3) and rows(database_url, other) == (2, 1)
+    assert counts_of(database_url, person) == (8, 3) and counts_of(database_url, other) == (2, 1)
 
     telegram(apps, "/forget")
     expected = WILL_DELETE.format(messages=8, conversations=3, confirm="/forget confirm")
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": expected}
-    assert rows(database_url, person) == (8, 3)  # asking deletes nothing, and is not in the thread
+    assert counts_of(database_url, person) == (8, 3)  # asking deletes nothing, and is not in the thread
     said_forget = "select count(*) from messages where user_id = %s and content ilike '%%forget%%'"
     assert count(database_url, said_forget, person) == 0
 
     telegram(apps, "/forget confirm")
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": FORGOTTEN.format(messages=8)}
-    assert rows(database_url, person) == (0, 0)
-    assert rows(database_url, other) == (2, 1)
+    assert counts_of(database_url, person) == (0, 0)
+    assert counts_of(database_url, other) == (2, 1)
 
     # A redelivery of an update from before the forget brings nothing back and asks no model.
     asked, sent = len(fake_anthropic.requests), len(fake_telegram.sent())
     telegram(apps, "Remember the spare key is under the mat", update_id=old_update)
     assert (len(fake_anthropic.requests), len(fake_telegram.sent())) == (asked, sent)
-    assert rows(database_url, person) == (0, 0)
+    assert counts_of(database_url, person) == (0, 0)
 
     # The next turn, on any app, starts from nothing; the apps are still linked.
     whatsapp(apps, "What do you know about me?")
@@ -93,9 +97,9 @@ def test_forget_then_confirm_on_whatsapp_in_any_case(
     other = someone_else(apps)
     expected = WILL_DELETE.format(messages=6, conversations=3, confirm="forget confirm")
     assert whatsapp(apps, "Forget") == [expected]
-    assert rows(database_url, person) == (6, 3)
+    assert counts_of(database_url, person) == (6, 3)
     assert whatsapp(apps, " FORGET Confirm ") == [FORGOTTEN.format(messages=6)]
-    assert rows(database_url, person) == (0, 0) and rows(database_url, other) == (2, 1)
+    assert counts_of(database_url, person) == (0, 0) and counts_of(database_url, other) == (2, 1)
     telegram(apps, "What do you know about me?")
     texts = sent_texts(fake_anthropic.requests[-1])
     assert len(texts) == 1 and texts[0].endswith("What do you know about me?")
@@ -108,7 +112,7 @@ def test_delete_memory_on_the_web_deletes_every_surface(
     other = someone_else(apps)
     response = apps.web.delete("/memory", headers=bearer(person))
     assert (response.status_code, response.data) == (204, b"")
-    assert rows(database_url, person) == (0, 0) and rows(database_url, other) == (2, 1)
+    assert counts_of(database_url, person) == (0, 0) and counts_of(database_url, other) == (2, 1)
     assert apps.web.get("/conversations", headers=bearer(person)).get_json() == {"conversations": []}
     assert apps.web.post("/", json={"message": "Do you remember me?"}, headers=bearer(person)).status_code == 200
     texts = sent_texts(fake_anthropic.requests[-1])
@@ -121,7 +125,7 @@ def test_forget_without_confirming_or_confirmed_too_late_deletes_nothing(
     person = linked_person_with_a_thread(apps)
     telegram(apps, "/forget")
     telegram(apps, "What was my locker code?")  # a turn in between is no confirmation
-    assert rows(database_url, person) == (8, 3)
+    assert counts_of(database_url, person) == (8, 3)
     with psycopg.connect(database_url) as connection:
         connection.execute(
             "update forget_requests set requested_at = now() - interval '5 minutes 1 second' where user_id = %s",
@@ -129,7 +133,7 @@ def test_forget_without_confirming_or_confirmed_too_late_deletes_nothing(
         )
     telegram(apps, "/forget confirm")
     assert fake_telegram.sent()[-1]["text"] == EXPIRED.format(request="/forget")
-    assert rows(database_url, person) == (8, 3)
+    assert counts_of(database_url, person) == (8, 3)
 
 
 def test_deleting_a_conversation_on_the_web_is_204_and_someone_elses_is_404(apps: Apps, database_url: str) -> None:
@@ -141,11 +145,11 @@ def test_deleting_a_conversation_on_the_web_is_204_and_someone_elses_is_404(apps
     for missing in (theirs, str(uuid.uuid4())):
         response = apps.web.delete(f"/conversations/{missing}", headers=bearer(person))
         assert (response.status_code, response.get_json()["error"]) == (404, "not_found")
-    assert rows(database_url, person) == (4, 2) and rows(database_url, other) == (2, 1)
+    assert counts_of(database_url, person) == (4, 2) and counts_of(database_url, other) == (2, 1)
 
     response = apps.web.delete(f"/conversations/{mine}", headers=bearer(person))
     assert (response.status_code, response.data) == (204, b"")
-    assert rows(database_url, person) == (2, 1) and rows(database_url, other) == (2, 1)
+    assert counts_of(database_url, person) == (2, 1) and counts_of(database_url, other) == (2, 1)
     assert apps.web.get(f"/conversations/{mine}/messages", headers=bearer(person)).status_code == 404
 
 
@@ -155,16 +159,16 @@ def test_under_the_owner_policy_a_stranger_deletes_nothing(
     as_owner(environment, owner)
     environment.setenv("STRANGER_REPLY", "This is a private assistant.")
     bot = app_client("telegram_webhook")
-    assert bot.post("/", json=update("The owner's words", user_id=4242), headers=HEADERS).status_code == 200
-    assert bot.post("/", json=update("/forget", user_id=4242), headers=HEADERS).status_code == 200
+    assert bot.post("/", json=update("The owner's words", user_id=4242), headers=TELEGRAM_HEADERS).status_code == 200
+    assert bot.post("/", json=update("/forget", user_id=4242), headers=TELEGRAM_HEADERS).status_code == 200
     for text in ("/forget", "/forget confirm"):
-        assert bot.post("/", json=update(text, user_id=31337), headers=HEADERS).status_code == 200
+        assert bot.post("/", json=update(text, user_id=31337), headers=TELEGRAM_HEADERS).status_code == 200
         assert fake_telegram.sent()[-1] == {"chat_id": 31337, "text": "This is a private assistant."}
     assert count(database_url, MESSAGES, owner) == 2
     web = app_client("web_chat")
     assert web.delete("/memory", headers=bearer(uuid.uuid4())).status_code == 403
     assert count(database_url, MESSAGES, owner) == 2
-    assert bot.post("/", json=update("/forget confirm", user_id=4242), headers=HEADERS).status_code == 200
+    assert bot.post("/", json=update("/forget confirm", user_id=4242), headers=TELEGRAM_HEADERS).status_code == 200
     assert fake_telegram.sent()[-1] == {"chat_id": 4242, "text": FORGOTTEN.format(messages=2)}
     assert count(database_url, MESSAGES, owner) == 0
 
@@ -177,7 +181,7 @@ def test_crossmem_forget_erases_the_person_identities_included(
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"erased {person}: 6 message(s), 3 conversation(s), 2 link code(s), 2 identity(ies)"  # both codes were used
     )
-    assert rows(database_url, person) == (0, 0)
+    assert counts_of(database_url, person) == (0, 0)
     assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
 
 

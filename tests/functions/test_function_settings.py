@@ -13,11 +13,18 @@ import pytest
 from core.settings import Settings
 from functions.deploy import read_description
 from functions.function_settings import BY_FUNCTION, settings_of, undeclared_settings
-from tests.functions.conftest import BOT_TOKEN, TELEGRAM_SECRET, app_client
-from tests.functions.test_telegram import update
-from tests.functions.test_web import SECRET as JWT_SECRET
-from tests.functions.test_web import bearer
-from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, signed
+from tests.helpers import (
+    BOT_TOKEN,
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
+    TELEGRAM_SECRET,
+    TWILIO_TOKEN,
+    app_client,
+    bearer,
+    form,
+    signed,
+    update,
+)
 
 
 def test_every_setting_is_placed_in_a_functions_list() -> None:
@@ -90,8 +97,8 @@ def serve_one_turn(function: str, environment: pytest.MonkeyPatch) -> int:
         headers = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
         return app_client(function).post("/", json=update("hello"), headers=headers).status_code
     if function == "whatsapp_webhook":
-        environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-        environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+        environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+        environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
         fields = form("hello")
         return app_client(function).post("/", data=fields, headers=signed(fields)).status_code
     if function == "memory_digest":

@@ -14,18 +14,7 @@ from flask.testing import FlaskClient
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import KID, FakeJwks
-from tests.functions.conftest import app_client, stored_count
-from tests.functions.hostile_requests import JWT_SECRET, web_token
-
-
-def bearer(person: uuid.UUID) -> dict[str, str]:
-    return {"Authorization": f"Bearer {web_token(person)}"}
-
-
-@pytest.fixture
-def web(environment: pytest.MonkeyPatch) -> FlaskClient:
-    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
-    return app_client("web_chat")
+from tests.helpers import JWT_SECRET, app_client, bearer, stored_count
 
 
 def history(count: int, size: int, **extra: Any) -> list[dict[str, Any]]:

@@ -5,73 +5,30 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 import pytest
-from flask.testing import FlaskClient
 
 from core.linking import ANSWERS, UNAVAILABLE, UNLINKED, LinkStatus
 from functions.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import app_client, as_owner
-from tests.functions.test_telegram import CORPUS as TELEGRAM_CORPUS
-from tests.functions.test_telegram import HEADERS, update
-from tests.functions.test_web import SECRET, bearer
-from tests.functions.test_whatsapp import PUBLIC, TOKEN, form, messages_of, signed
-
-
-@dataclass
-class Apps:
-    telegram: FlaskClient
-    whatsapp: FlaskClient
-    web: FlaskClient
-    # This test's own chat and number: the database is shared by the whole session.
-    chat: int
-    number: str
-
-
-@pytest.fixture
-def apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> Apps:
-    return three_apps(environment, fake_anthropic)
-
-
-def three_apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> Apps:
-    """Telegram, WhatsApp and the web, configured for linking, with a chat and a number of their own."""
-    fake_anthropic.answer = lambda body: "Noted."  # the person's words appear only where they were said
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
-    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
-    environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
-    chat = 515100042 + uuid.uuid4().int % 10**4 * 10**5
-    number = f"+3460{uuid.uuid4().int % 10**4:04d}7888"
-    return Apps(app_client("telegram_webhook"), app_client("whatsapp_webhook"), app_client("web_chat"), chat, number)
-
-
-def telegram(apps: Apps, text: str, update_id: int | None = None, chat: int | None = None) -> None:
-    response = apps.telegram.post("/", json=update(text, update_id, user_id=chat or apps.chat), headers=HEADERS)
-    assert response.status_code == 200
-
-
-def whatsapp(apps: Apps, text: str) -> list[str]:
-    fields = form(text, sender=f"whatsapp:{apps.number}")
-    response = apps.whatsapp.post("/", data=fields, headers=signed(fields))
-    assert response.status_code == 200
-    return messages_of(response.text)
-
-
-def new_code(apps: Apps, person: uuid.UUID) -> dict[str, Any]:
-    response = apps.web.post("/links", headers=bearer(person))
-    assert response.status_code == 201
-    body: dict[str, Any] = response.get_json()
-    return body
-
+from tests.helpers import (
+    CORPUS,
+    TELEGRAM_HEADERS,
+    Apps,
+    app_client,
+    as_owner,
+    bearer,
+    count,
+    new_code,
+    sent_texts,
+    telegram,
+    whatsapp,
+)
 
 # The account of `bearer`'s tokens (its email claim), masked as a chat is shown it.
 ACCOUNT = "u•••@example.com"
-CALLBACK_QUERY = json.loads((TELEGRAM_CORPUS / "11_callback_query.json").read_text())
+CALLBACK_QUERY = json.loads((CORPUS / "telegram" / "11_callback_query.json").read_text())
 
 
 def linked() -> str:
@@ -85,23 +42,12 @@ def tap(apps: Apps, data: str, chat: int | None = None) -> None:
     tapped["callback_query"]["from"]["id"] = chat or apps.chat
     tapped["callback_query"]["message"]["chat"]["id"] = chat or apps.chat
     tapped["callback_query"]["data"] = data
-    response = apps.telegram.post("/", json=tapped, headers=HEADERS)
+    response = apps.telegram.post("/", json=tapped, headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
-
-
-def sent_texts(body: dict[str, Any]) -> list[str]:
-    return [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in body["messages"]]
 
 
 def occurrences(texts: list[str], needle: str) -> int:
     return sum(text.count(needle) for text in texts)
-
-
-def count(database_url: str, query: str, *params: Any) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute(query, params).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,10 @@ from werkzeug.test import Client
 
 from functions import runtime
 from functions.local_dev import DEV_DEFAULTS, apply_dev_defaults, build_dev_app
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CROSSMEM = [sys.executable, "-m", "functions.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from core.llm import messages_request
 from core.models import Role
 from core.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.conftest import TELEGRAM_SECRET, app_client
+from tests.helpers import TELEGRAM_SECRET, app_client
 
 REFUSED_KEYS = {"temperature", "top_p", "top_k", "thinking", "tool_choice"}
 EFFORTS = {"low", "medium", "high", "xhigh", "max"}

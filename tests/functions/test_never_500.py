@@ -4,7 +4,6 @@ fuzzed deliveries built on valid skeletons reach the turn (tests/functions/hosti
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
@@ -12,10 +11,12 @@ from hypothesis import strategies as st
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
-from tests.functions.conftest import app_client
 from tests.functions.hostile_requests import STRATEGIES, TARGETS, Case, send, settings_for_fuzzing
+from tests.helpers import app_client, count
 
 RUNS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+ALL_MESSAGES = "select count(*) from messages"
 
 
 @pytest.fixture
@@ -25,20 +26,13 @@ def clients(environment: pytest.MonkeyPatch, jwks: FakeJwks) -> dict[str, FlaskC
     return {target: app_client(target) for target in TARGETS}
 
 
-def stored_messages(database_url: str) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute("select count(*) from messages").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def check(client: FlaskClient, case: Case, fake_anthropic: FakeAnthropic, database_url: str) -> None:
-    asked, stored = len(fake_anthropic.requests), stored_messages(database_url)
+    asked, stored = len(fake_anthropic.requests), count(database_url, ALL_MESSAGES)
     response = send(client, case)
     assert response.status_code in case.expected, (case, response.get_data(as_text=True)[:300])
     reached = len(fake_anthropic.requests) > asked
     if not case.authenticated:
-        assert (reached, stored_messages(database_url)) == (False, stored), case
+        assert (reached, count(database_url, ALL_MESSAGES)) == (False, stored), case
     if case.expect_turn:
         assert reached, (case, response.get_data(as_text=True)[:300])
 

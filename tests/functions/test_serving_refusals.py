@@ -8,8 +8,7 @@ import logging
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.conftest import TELEGRAM_SECRET, app_client
-from tests.functions.test_telegram import update
+from tests.helpers import TELEGRAM_SECRET, app_client, update
 
 NO_DATABASE = (
     "no database: set DATABASE_URL (on Supabase, the transaction pooler's URL) "

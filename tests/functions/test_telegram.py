@@ -19,10 +19,9 @@ from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import MAIN, TELEGRAM_SECRET, app_client, as_owner
+from tests.helpers import MAIN, TELEGRAM_HEADERS, app_client, as_owner, stored_turn, update
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "telegram"
-HEADERS = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
 
 # What each real update kind gets (the README's table): a turn, a short notice, or a silent 200.
 EXPECTED = {
@@ -57,31 +56,6 @@ EXPECTED_IN_PRIVATE = {
 }
 
 
-def update(text: str, update_id: int | None = None, user_id: int = 4242, chat_type: str = "private") -> dict[str, Any]:
-    return {
-        "update_id": update_id or uuid.uuid4().int % 10**9,
-        "message": {
-            "message_id": 1,
-            "date": 1732870000,
-            "chat": {"id": user_id, "type": chat_type, "first_name": "Ana"},
-            "from": {"id": user_id, "is_bot": False, "first_name": "Ana"},
-            "text": text,
-        },
-    }
-
-
-def stored(database_url: str, external_id: str) -> list[tuple[str, str]]:
-    with psycopg.connect(database_url) as connection:
-        rows = connection.execute(
-            """select m.role, m.content from messages m
-                where m.id in (select id from messages where external_id = %s)
-                   or m.in_reply_to in (select id from messages where external_id = %s)
-                order by m.created_at, m.id""",
-            (external_id, external_id),
-        ).fetchall()
-    return [(role, content) for role, content in rows]
-
-
 def test_what_was_said_on_the_web_and_whatsapp_reaches_the_next_telegram_message(
     environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
@@ -95,7 +69,7 @@ def test_what_was_said_on_the_web_and_whatsapp_reaches_the_next_telegram_message
     turns.run(
         TurnRequest(Surface.WHATSAPP, "On WhatsApp: my flight is at 7:05", "SM1", sender_id="whatsapp:+34600111222")
     )
-    response = first.post("/", json=update("What do you know about today?"), headers=HEADERS)
+    response = first.post("/", json=update("What do you know about today?"), headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
     texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
     assert texts[0].endswith("On the web: my sister's name is Carmen")
@@ -103,7 +77,7 @@ def test_what_was_said_on_the_web_and_whatsapp_reaches_the_next_telegram_message
     assert texts[-1].startswith("[telegram · ") and texts[-1].endswith("What do you know about today?")
     # A second instance, built from nothing, shares no RAM with the first and sees it all.
     second = app_client("telegram_webhook")
-    assert second.post("/", json=update("And again?"), headers=HEADERS).status_code == 200
+    assert second.post("/", json=update("And again?"), headers=TELEGRAM_HEADERS).status_code == 200
     texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
     assert len(texts) == 7 and texts[4].endswith("What do you know about today?")
     assert [p["chat_id"] for p in fake_telegram.sent()] == [4242, 4242]
@@ -121,7 +95,7 @@ def test_a_missing_or_wrong_secret_is_401_and_touches_nothing(
     body = update("let me in")
     response = app_client("telegram_webhook").post("/", json=body, headers=headers)
     assert response.status_code == 401
-    assert stored(database_url, str(body["update_id"])) == []
+    assert stored_turn(database_url, str(body["update_id"])) == []
     assert fake_anthropic.requests == [] and fake_telegram.calls == []
 
 
@@ -159,9 +133,9 @@ def test_each_real_update_kind_is_answered_as_the_readme_says(
     body = in_private(body) if private else body
     client = app_client("telegram_webhook")
     for _ in range(2):  # a redelivery changes nothing
-        response = client.post("/", json=body, headers=HEADERS)
+        response = client.post("/", json=body, headers=TELEGRAM_HEADERS)
         assert response.status_code == 200
-    rows = stored(database_url, str(body["update_id"]))
+    rows = stored_turn(database_url, str(body["update_id"]))
     if expected == "turn":
         assert [role for role, _ in rows] == ["user", "assistant"]
         assert len(fake_anthropic.requests) == 1 and len(fake_telegram.sent()) == 1
@@ -177,7 +151,7 @@ def test_a_group_message_addressed_to_the_bot_is_pointed_to_a_private_chat(
     environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
     body = update("@advisor_bot what did I tell you yesterday?", user_id=-100123, chat_type="supergroup")
     body["message"]["from"]["id"] = 555
-    assert app_client("telegram_webhook").post("/", json=body, headers=HEADERS).status_code == 200
+    assert app_client("telegram_webhook").post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
     assert [p["chat_id"] for p in fake_telegram.sent()] == [-100123]
     assert "private" in fake_telegram.sent()[0]["text"] and fake_anthropic.requests == []
 
@@ -190,7 +164,9 @@ def test_one_update_delivered_three_times_is_one_turn(
     concurrent = update("three times at once")
     statuses: list[int] = []
     threads = [
-        threading.Thread(target=lambda: statuses.append(client.post("/", json=concurrent, headers=HEADERS).status_code))
+        threading.Thread(
+            target=lambda: statuses.append(client.post("/", json=concurrent, headers=TELEGRAM_HEADERS).status_code)
+        )
         for _ in range(3)
     ]
     for thread in threads:
@@ -199,13 +175,13 @@ def test_one_update_delivered_three_times_is_one_turn(
         thread.join()
     in_sequence = update("three times in a row")
     for _ in range(3):
-        statuses.append(client.post("/", json=in_sequence, headers=HEADERS).status_code)
+        statuses.append(client.post("/", json=in_sequence, headers=TELEGRAM_HEADERS).status_code)
     # At once: one answers; the others find its attempt still running and ask Telegram to come
     # back later (503), when that attempt has answered or can no longer answer.
     assert sorted(statuses[:3]) == [200, 503, 503]
     assert statuses[3:] == [200] * 3
     for body in (concurrent, in_sequence):
-        rows = stored(database_url, str(body["update_id"]))
+        rows = stored_turn(database_url, str(body["update_id"]))
         assert [role for role, _ in rows if role == "user"] == ["user"]
     assert len(fake_anthropic.requests) == 2
     assert len(fake_telegram.sent()) == 2
@@ -219,7 +195,7 @@ def test_a_long_answer_arrives_in_parts_of_at_most_4096_characters(
     long_answer = "\n\n".join(paragraphs) + " " + "word " * 150
     assert len(long_answer) > 10_000
     fake_anthropic.answer = lambda body: long_answer
-    app_client("telegram_webhook").post("/", json=update("tell me everything"), headers=HEADERS)
+    app_client("telegram_webhook").post("/", json=update("tell me everything"), headers=TELEGRAM_HEADERS)
     parts = [payload["text"] for payload in fake_telegram.sent()]
     assert len(parts) >= 3 and all(len(part) <= 4096 for part in parts)
     assert " ".join(" ".join(parts).split()) == " ".join(long_answer.split())
@@ -231,7 +207,7 @@ def test_with_the_database_down_the_person_still_gets_an_answer(
 ) -> None:
     environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
     with caplog.at_level(logging.ERROR, logger="crossmem"):
-        response = app_client("telegram_webhook").post("/", json=update("are you there?"), headers=HEADERS)
+        response = app_client("telegram_webhook").post("/", json=update("are you there?"), headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
     assert fake_telegram.sent()[0]["text"] == "Claude heard: " + fake_telegram.sent()[0]["text"].split(": ", 1)[1]
     assert "are you there?" in fake_telegram.sent()[0]["text"]
@@ -254,7 +230,7 @@ def test_with_the_database_down_the_person_still_gets_an_answer(
 def test_malformed_bodies_are_4xx_and_store_nothing(
     environment: pytest.MonkeyPatch, data: bytes, content_type: str, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    response = app_client("telegram_webhook").post("/", data=data, content_type=content_type, headers=HEADERS)
+    response = app_client("telegram_webhook").post("/", data=data, content_type=content_type, headers=TELEGRAM_HEADERS)
     assert 400 <= response.status_code < 500
     assert "message" in response.get_json()
     assert fake_anthropic.requests == []
@@ -265,16 +241,16 @@ def test_a_message_over_the_limit_gets_a_polite_answer_and_nothing_stored(
 ) -> None:
     environment.setenv("MAX_MESSAGE_CHARS", "50")
     body = update("a" * 60)
-    assert app_client("telegram_webhook").post("/", json=body, headers=HEADERS).status_code == 200
+    assert app_client("telegram_webhook").post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
     assert "60 characters" in fake_telegram.sent()[0]["text"]
-    assert stored(database_url, str(body["update_id"])) == []
+    assert stored_turn(database_url, str(body["update_id"])) == []
 
 
 def test_reply_inside_the_webhook_response(
     environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic
 ) -> None:
     environment.setenv("TELEGRAM_REPLY_IN_WEBHOOK", "true")
-    response = app_client("telegram_webhook").post("/", json=update("answer inline"), headers=HEADERS)
+    response = app_client("telegram_webhook").post("/", json=update("answer inline"), headers=TELEGRAM_HEADERS)
     payload = response.get_json()
     assert payload["method"] == "sendMessage" and payload["chat_id"] == 4242
     assert payload["text"].endswith("answer inline")
@@ -313,7 +289,7 @@ def test_an_instance_without_any_database_still_answers(
     environment.setenv("SUPABASE_URL", "not a url")  # supabase-py refuses it when the store is built
     environment.setenv("SUPABASE_SERVICE_ROLE_KEY", "sb_secret_x")
     with caplog.at_level(logging.ERROR, logger="crossmem"):
-        response = app_client("telegram_webhook").post("/", json=update("anyone home?"), headers=HEADERS)
+        response = app_client("telegram_webhook").post("/", json=update("anyone home?"), headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
     assert "anyone home?" in fake_telegram.sent()[0]["text"]
     assert any("could not be set up" in record.getMessage() for record in caplog.records)
@@ -330,7 +306,7 @@ def test_a_misconfigured_instance_says_what_is_wrong_without_values(
     environment: pytest.MonkeyPatch, name: str, value: str, named: str, fake_anthropic: FakeAnthropic
 ) -> None:
     environment.setenv(name, value)
-    response = app_client("telegram_webhook").post("/", json=update("hi"), headers=HEADERS)
+    response = app_client("telegram_webhook").post("/", json=update("hi"), headers=TELEGRAM_HEADERS)
     assert response.status_code == 503 and response.get_json()["error"] == "not_configured"
     message = response.get_json()["message"]
     assert named in message and "sk-secret-looking" not in message
@@ -347,16 +323,16 @@ def test_the_owner_policy_refuses_strangers_politely_and_keeps_nothing(
     as_owner(environment, owner, telegram="4242, 777")
     environment.setenv("STRANGER_REPLY", "This assistant is private.")
     client = app_client("telegram_webhook")
-    client.post("/", json=update("my secret: the safe code is 1234"), headers=HEADERS)
+    client.post("/", json=update("my secret: the safe code is 1234"), headers=TELEGRAM_HEADERS)
     stranger = update("what is the safe code?", user_id=999)
-    assert client.post("/", json=stranger, headers=HEADERS).status_code == 200
+    assert client.post("/", json=stranger, headers=TELEGRAM_HEADERS).status_code == 200
     assert fake_telegram.sent()[-1] == {"chat_id": 999, "text": "This assistant is private."}
     assert len(fake_anthropic.requests) == 1  # only the owner's turn reached the model
-    assert stored(database_url, str(stranger["update_id"])) == []
+    assert stored_turn(database_url, str(stranger["update_id"])) == []
     with psycopg.connect(database_url) as connection:
         row = connection.execute("select count(*) from identities where external_id = '999'").fetchone()
     assert row == (0,)
-    client.post("/", json=update("and the second allowed id", user_id=777), headers=HEADERS)
+    client.post("/", json=update("and the second allowed id", user_id=777), headers=TELEGRAM_HEADERS)
     texts = json.dumps(fake_anthropic.requests[-1]["messages"])
     assert "safe code is 1234" in texts  # 777 is the owner too: the same memory
 
@@ -367,7 +343,7 @@ def test_without_a_bot_token_locally_a_long_reply_comes_back_cut_not_crashed(
     environment.setenv("APP_ENV", "local")
     environment.delenv("TELEGRAM_BOT_TOKEN")
     fake_anthropic.answer = lambda body: "A long answer. " * 600
-    response = app_client("telegram_webhook").post("/", json=update("tell me everything"), headers=HEADERS)
+    response = app_client("telegram_webhook").post("/", json=update("tell me everything"), headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
     text = response.get_json()["text"]
     assert len(text) <= 4096 and text.endswith(" …")

@@ -10,8 +10,7 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import app_client
-from tests.functions.test_telegram import HEADERS, stored, update
+from tests.helpers import TELEGRAM_HEADERS, app_client, stored_turn, update
 
 
 def delivered_flags(database_url: str, external_id: str) -> list[bool]:
@@ -37,20 +36,20 @@ def test_a_reply_the_bot_api_did_not_take_is_owed_and_the_redelivery_sends_it_on
     body = update("hello while Telegram is down")
     client = app_client("telegram_webhook")
     with caplog.at_level(logging.ERROR, logger="crossmem"):
-        first = client.post("/", json=body, headers=HEADERS)
+        first = client.post("/", json=body, headers=TELEGRAM_HEADERS)
     assert first.status_code == 503 and first.get_json()["error"] == "reply_owed"
     assert any("sending a reply failed" in record.getMessage() for record in caplog.records)
-    rows = stored(database_url, str(body["update_id"]))
+    rows = stored_turn(database_url, str(body["update_id"]))
     assert [role for role, _ in rows] == ["user", "assistant"]
     assert delivered_flags(database_url, str(body["update_id"])) == [False]
 
-    again = client.post("/", json=body, headers=HEADERS)  # Telegram redelivers; still failing
+    again = client.post("/", json=body, headers=TELEGRAM_HEADERS)  # Telegram redelivers; still failing
     assert again.status_code == 503
     assert delivered_flags(database_url, str(body["update_id"])) == [False]
 
     fake_telegram.recover()
-    assert client.post("/", json=body, headers=HEADERS).status_code == 200
-    assert client.post("/", json=body, headers=HEADERS).status_code == 200  # one more: nothing owed now
+    assert client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+    assert client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200  # one more: nothing owed now
     assert [payload["text"] for payload in fake_telegram.sent()] == [rows[1][1]]
     assert len(fake_telegram.refused) == 2
     assert delivered_flags(database_url, str(body["update_id"])) == [True]
@@ -67,10 +66,10 @@ def test_a_person_who_blocked_the_bot_or_a_chat_that_is_gone_is_given_up(
 ) -> None:
     fake_telegram.fail_with(failure)
     body = update("then I blocked the bot")
-    response = app_client("telegram_webhook").post("/", json=body, headers=HEADERS)
+    response = app_client("telegram_webhook").post("/", json=body, headers=TELEGRAM_HEADERS)
     assert response.status_code == 200 and response.get_json() == {"ok": True, "outcome": "answered"}
     assert len(fake_telegram.refused) == 1 and fake_telegram.sent() == []
-    assert [role for role, _ in stored(database_url, str(body["update_id"]))] == ["user", "assistant"]
+    assert [role for role, _ in stored_turn(database_url, str(body["update_id"]))] == ["user", "assistant"]
     assert delivered_flags(database_url, str(body["update_id"])) == [False]
 
 
@@ -81,6 +80,6 @@ def test_a_fallback_that_could_not_be_sent_is_not_owed(
     fake_anthropic.behaviour = "500"
     fake_telegram.fail_with("gateway")
     body = update("the model and Telegram both fail")
-    response = app_client("telegram_webhook").post("/", json=body, headers=HEADERS)
+    response = app_client("telegram_webhook").post("/", json=body, headers=TELEGRAM_HEADERS)
     assert response.status_code == 200 and response.get_json() == {"ok": True, "outcome": "fallback"}
-    assert stored(database_url, str(body["update_id"])) == [("user", "the model and Telegram both fail")]
+    assert stored_turn(database_url, str(body["update_id"])) == [("user", "the model and Telegram both fail")]

@@ -21,8 +21,7 @@ from functions.upload import build_package as build
 from tests.database import fresh_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.conftest import TELEGRAM_SECRET, production_settings
-from tests.functions.test_telegram import stored, update
+from tests.helpers import TELEGRAM_SECRET, free_port, production_settings, stored_turn, update
 
 ROOT = Path(__file__).resolve().parents[2]
 NEVER_SHIPPED = ("tests/", "bench/", ".venv/", "node_modules/", ".local/", "infra/", "functions/demo/", "build/")
@@ -93,12 +92,6 @@ def test_our_reading_of_gcloudignore_is_gclouds(where: str, checkout: Path, tmp_
     assert sorted(listed.stdout.split()) == upload_files(root)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The upload, and a fresh virtual environment with its requirements.txt (pip's cache reused)."""
@@ -161,7 +154,7 @@ def test_the_packaged_code_serves_a_signed_telegram_update_under_functions_frame
     ((sent),) = fake_telegram.sent()
     assert sent["chat_id"] == 5150
     assert sent["text"].startswith("Claude heard: [telegram · ") and sent["text"].endswith("] hello from the package")
-    assert [role for role, _ in stored(database_url, str(delivery["update_id"]))] == ["user", "assistant"]
+    assert [role for role, _ in stored_turn(database_url, str(delivery["update_id"]))] == ["user", "assistant"]
     unsigned = httpx.post(function_process + "/", json=update("no secret"), timeout=30)
     assert unsigned.status_code == 401
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import jwt
@@ -18,28 +17,7 @@ from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
-from tests.functions.conftest import app_client, as_owner, stored_count
-
-SECRET = "web-jwt-secret-for-tests-32-bytes-long"
-CLAIMS = json.loads(
-    (Path(__file__).resolve().parents[1] / "corpus" / "supabase" / "jwt_claims_example.json").read_text()
-)
-
-
-def claims(sub: uuid.UUID, **changes: Any) -> dict[str, Any]:
-    now = int(time.time())
-    return {**CLAIMS, "sub": str(sub), "session_id": str(uuid.uuid4()), "iat": now, "exp": now + 3600, **changes}
-
-
-def bearer(sub: uuid.UUID, secret: str = SECRET, **changes: Any) -> dict[str, str]:
-    return {"Authorization": "Bearer " + jwt.encode(claims(sub, **changes), secret, algorithm="HS256")}
-
-
-@pytest.fixture
-def web(environment: pytest.MonkeyPatch) -> FlaskClient:
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
-    environment.setenv("CORS_ORIGINS", "https://advisor.example.com")
-    return app_client("web_chat")
+from tests.helpers import JWT_SECRET, app_client, as_owner, bearer, claims, stored_count
 
 
 def test_a_telegram_message_reaches_the_web_exactly_once(
@@ -130,7 +108,7 @@ def test_bad_tokens_are_401_and_store_nothing(
     elif case == "not-bearer":
         headers = {"Authorization": "Basic dXNlcjpwYXNz"}
     elif case == "no-sub":
-        token = jwt.encode({k: v for k, v in claims(person).items() if k != "sub"}, SECRET, algorithm="HS256")
+        token = jwt.encode({k: v for k, v in claims(person).items() if k != "sub"}, JWT_SECRET, algorithm="HS256")
         headers = {"Authorization": f"Bearer {token}"}
     else:
         headers = {"Authorization": "Bearer " + jwt.encode(claims(person), None, algorithm="none")}

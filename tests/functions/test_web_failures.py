@@ -12,20 +12,16 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.conftest import app_client
-from tests.functions.test_web import SECRET, bearer
+from tests.helpers import bearer
 
 FALLBACK = "Sorry, I can't answer right now."
 STREAM = {"Accept": "text/event-stream"}
 
 
 @pytest.fixture
-def web(environment: pytest.MonkeyPatch) -> FlaskClient:
-    """The web function with a known fallback, and a deadline the fake's slow answer passes."""
-    environment.setenv("SUPABASE_JWT_SECRET", SECRET)
-    environment.setenv("FALLBACK_REPLY", FALLBACK)
-    environment.setenv("WEB_MODEL_DEADLINE", "1")
-    return app_client("web_chat")
+def web_settings() -> dict[str, str]:
+    """A known fallback, and a deadline the fake's slow answer passes."""
+    return {"FALLBACK_REPLY": FALLBACK, "WEB_MODEL_DEADLINE": "1"}
 
 
 def events_of(body: str) -> list[tuple[str, dict[str, Any]]]:

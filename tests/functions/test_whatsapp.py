@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import psycopg
 import pytest
 from flask.testing import FlaskClient
 from twilio.request_validator import RequestValidator
@@ -16,50 +14,29 @@ from core.models import Surface
 from core.turn import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.conftest import app_client, as_owner
+from tests.helpers import (
+    PUBLIC_BASE_URL,
+    TWILIO_TOKEN,
+    app_client,
+    as_owner,
+    form,
+    messages_of,
+    signed,
+    stored_with_external_id,
+)
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "twilio"
-TOKEN = "twilio-auth-token-for-tests"
-PUBLIC = "https://advisor.example.com/whatsapp"
 
 
 @pytest.fixture
 def whatsapp(environment: pytest.MonkeyPatch) -> FlaskClient:
-    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     return app_client("whatsapp_webhook")
-
-
-def form(body: str, sid: str | None = None, sender: str = "whatsapp:+34600111222", **extra: str) -> dict[str, str]:
-    return {
-        "From": sender,
-        "To": "whatsapp:+14155238886",
-        "Body": body,
-        "MessageSid": sid or "SM" + uuid.uuid4().hex,
-        "NumMedia": "0",
-        **extra,
-    }
-
-
-def signed(fields: dict[str, str], url: str = PUBLIC, token: str = TOKEN) -> dict[str, str]:
-    return {"X-Twilio-Signature": RequestValidator(token).compute_signature(url, fields)}
 
 
 def post(client: FlaskClient, fields: dict[str, str], headers: dict[str, str] | None = None, **kwargs: str):  # type: ignore[no-untyped-def]
     return client.post("/", data=fields, headers=signed(fields) if headers is None else headers, **kwargs)
-
-
-def messages_of(response_text: str) -> list[str]:
-    root = ET.fromstring(response_text)
-    assert root.tag == "Response"
-    return [element.text or "" for element in root.findall("Message")]
-
-
-def count_stored(database_url: str, sid: str) -> int:
-    with psycopg.connect(database_url) as connection:
-        row = connection.execute("select count(*) from messages where external_id = %s", (sid,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_the_corpus_vectors_validate_with_the_same_sdk() -> None:
@@ -111,21 +88,21 @@ def test_a_bad_signature_is_403_and_stores_nothing(
     elif tamper == "wrong-token":
         headers = signed(fields, token="not-the-token")
     elif tamper == "http-for-https":
-        headers = signed(fields, url=PUBLIC.replace("https://", "http://"))
+        headers = signed(fields, url=PUBLIC_BASE_URL.replace("https://", "http://"))
     elif tamper == "missing-header":
         headers = {}
     else:
         fields = {**fields, "NumMedia": "1"}
     response = post(whatsapp, fields, headers)
     assert response.status_code == 403
-    assert count_stored(database_url, fields["MessageSid"]) == 0 and fake_anthropic.requests == []
+    assert stored_with_external_id(database_url, fields["MessageSid"]) == 0 and fake_anthropic.requests == []
 
 
 def test_the_sha256_shared_key_algorithm_is_accepted(whatsapp: FlaskClient, environment: pytest.MonkeyPatch) -> None:
     environment.setenv("TWILIO_WEBHOOK_SHARED_KEY", "shared-key-secret")
     client = app_client("whatsapp_webhook")
     fields = form("signed with the shared key")
-    signature = RequestValidator("shared-key-secret").compute_signature(PUBLIC, fields, "HMAC_SHA256")
+    signature = RequestValidator("shared-key-secret").compute_signature(PUBLIC_BASE_URL, fields, "HMAC_SHA256")
     settings = "key=webhooks_sharedkey_1,algorithm=HMAC_SHA256"
     headers = {"X-Twilio-Signature": signature, "X-Twilio-Webhooks-Signature-Settings": settings}
     assert post(client, fields, headers).status_code == 200
@@ -157,10 +134,10 @@ def test_real_payloads_get_valid_twiml(
     expected = CORPUS_ANSWERS[name]
     if expected == "turn":
         assert replies == ["Claude heard: " + fake_anthropic.requests[-1]["messages"][-1]["content"][0]["text"]]
-        assert count_stored(database_url, fields["MessageSid"]) == 1
+        assert stored_with_external_id(database_url, fields["MessageSid"]) == 1
     else:
         assert len(replies) == 1 and ("only read text" if expected == "text only" else "location") in replies[0]
-        assert fake_anthropic.requests == [] and count_stored(database_url, fields["MessageSid"]) == 0
+        assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 0
 
 
 def test_media_with_a_caption_is_a_turn(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
@@ -193,7 +170,7 @@ def test_a_model_slower_than_the_deadline_gets_the_fallback_in_time(
     fields = form("are you slow today?")
     response = post(client, fields)
     assert messages_of(response.get_data(as_text=True)) == ["One moment, please try again."]
-    assert count_stored(database_url, fields["MessageSid"]) == 1
+    assert stored_with_external_id(database_url, fields["MessageSid"]) == 1
 
 
 def test_the_same_message_sid_three_times_is_one_turn(
@@ -202,7 +179,7 @@ def test_the_same_message_sid_three_times_is_one_turn(
     fields = form("only once please")
     answers = [messages_of(post(whatsapp, fields).get_data(as_text=True)) for _ in range(3)]
     assert answers[0] == answers[1] == answers[2] and len(answers[0]) == 1
-    assert count_stored(database_url, fields["MessageSid"]) == 1
+    assert stored_with_external_id(database_url, fields["MessageSid"]) == 1
     assert len(fake_anthropic.requests) == 1
 
 
@@ -226,7 +203,7 @@ def test_malformed_forms_are_4xx_never_500(whatsapp: FlaskClient, case: str, fak
 
 
 def test_without_an_auth_token_it_refuses_to_serve(environment: pytest.MonkeyPatch) -> None:
-    environment.setenv("PUBLIC_BASE_URL", PUBLIC)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     response = post(app_client("whatsapp_webhook"), form("hi"))
     assert response.status_code == 503
 
@@ -243,7 +220,7 @@ def test_the_owner_policy_turns_away_unknown_numbers(
     stranger = form("hello?", sender="whatsapp:+447700900123")
     replies = messages_of(post(client, stranger).get_data(as_text=True))
     assert len(replies) == 1 and "private assistant" in replies[0]
-    assert count_stored(database_url, stranger["MessageSid"]) == 0 and fake_anthropic.requests == []
+    assert stored_with_external_id(database_url, stranger["MessageSid"]) == 0 and fake_anthropic.requests == []
     known = form("it's me", sender="whatsapp:+34600111222")
     assert messages_of(post(client, known).get_data(as_text=True)) != replies
-    assert count_stored(database_url, known["MessageSid"]) == 1
+    assert stored_with_external_id(database_url, known["MessageSid"]) == 1

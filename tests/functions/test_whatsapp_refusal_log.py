@@ -12,7 +12,7 @@ import pytest
 from twilio.request_validator import RequestValidator
 
 from core.whatsapp import forget_logged_refusal
-from tests.functions.conftest import app_client
+from tests.helpers import app_client
 
 TOKEN = "twilio-auth-token-for-tests"
 CALLED = "https://europe-west1-advisor-prod.cloudfunctions.net/whatsapp_webhook"
