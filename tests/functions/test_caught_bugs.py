@@ -23,6 +23,7 @@ from tests.helpers import (
     JWT_SECRET,
     PUBLIC_BASE_URL,
     TELEGRAM_SECRET,
+    TWILIO_TOKEN,
     app_client,
     bearer,
     form,
