@@ -23,6 +23,8 @@ import httpx
 import pytest
 from werkzeug.serving import make_server
 
+from functions import runtime
+from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
@@ -146,6 +148,15 @@ def test_a_turn_killed_between_its_round_trips_is_answered_once_by_its_redeliver
 # The scheduled job answers what no platform redelivers.
 
 
+@pytest.fixture
+def job_database(environment: pytest.MonkeyPatch, postgres_server: str) -> Iterator[str]:
+    """A database of the test's own: the job answers every owed message it finds."""
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        yield url
+        runtime.reset()  # its connections go before the database does
+
+
 def owed_environment(environment: pytest.MonkeyPatch, fake_twilio: FakeTwilio) -> None:
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
     environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
@@ -158,7 +169,7 @@ def owed_environment(environment: pytest.MonkeyPatch, fake_twilio: FakeTwilio) -
 
 
 def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_older_one(
-    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+    environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
     owed_environment(environment, fake_twilio)
     whatsapp = app_client("whatsapp_webhook")
@@ -174,7 +185,7 @@ def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_o
             "please try again in a moment."
         ]
     execute(
-        database_url,
+        job_database,
         "update messages set created_at = clock_timestamp() - interval '11 minutes' where external_id = %s",
         old["MessageSid"],
     )
@@ -189,13 +200,13 @@ def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_o
     assert len(fake_anthropic.requests) == asked + 1
     reply = "Yes, from 10 to 14."
     assert fake_twilio.messages == [{"From": BUSINESS, "To": number, "Body": reply}]
-    assert stored_turn(database_url, recent["MessageSid"]) == [
+    assert stored_turn(job_database, recent["MessageSid"]) == [
         ("user", "Is the pharmacy open on Sunday?"),
         ("assistant", reply),
     ]
-    assert stored_turn(database_url, old["MessageSid"]) == [("user", "And on Monday?")]
+    assert stored_turn(job_database, old["MessageSid"]) == [("user", "And on Monday?")]
     delivered = rows(
-        database_url,
+        job_database,
         "select delivered_at is not null from messages where in_reply_to = "
         "(select id from messages where external_id = %s)",
         recent["MessageSid"],
@@ -213,7 +224,7 @@ def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_o
 
 
 def test_two_job_runs_at_once_answer_each_owed_message_once(
-    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+    environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
     owed_environment(environment, fake_twilio)
     whatsapp = app_client("whatsapp_webhook")
@@ -238,11 +249,11 @@ def test_two_job_runs_at_once_answer_each_owed_message_once(
     assert sum(answer["owed_answered"] for answer in answers) == 4
     assert sorted(m["To"] for m in fake_twilio.messages) == sorted(fields["From"] for fields in sent)
     for fields in sent:
-        assert len(stored_turn(database_url, fields["MessageSid"])) == 2
+        assert len(stored_turn(job_database, fields["MessageSid"])) == 2
 
 
 def test_a_whatsapp_number_that_twilio_refuses_is_given_up_not_retried(
-    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+    environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
     owed_environment(environment, fake_twilio)
     fake_anthropic.behaviour = "500"
@@ -253,7 +264,7 @@ def test_a_whatsapp_number_that_twilio_refuses_is_given_up_not_retried(
     first = app_client("memory_digest").post("/", headers=DIGEST).get_json()
     assert (first["owed_answered"], first["owed_failed"]) == (1, 0)  # answered and stored, not delivered
     delivered = rows(
-        database_url,
+        job_database,
         "select delivered_at is null from messages where in_reply_to = "
         "(select id from messages where external_id = %s)",
         fields["MessageSid"],
