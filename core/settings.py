@@ -100,6 +100,7 @@ class Settings(BaseSettings):
     telegram_api_base: str = "https://api.telegram.org"
     telegram_bot_username: str | None = None
     telegram_reply_in_webhook: bool = False
+    telegram_drafts: bool = True  # stream the reply as it is written (sendMessageDraft)
     telegram_model_deadline: float = Field(default=25.0, gt=0)
 
     # Owed replies: the scheduled job answers Telegram and WhatsApp messages left unanswered

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from core.errors import DeliveryFailed
+from core.live_reply import LiveReply
 from core.models import Delivery
 from core.splitting import split_message
 
@@ -107,12 +108,6 @@ class TelegramBot:
             raise DeliveryFailed("sendMessage: no time left before the deadline")
         return min(left, self._timeout_s)
 
-    def show_typing(self, chat_id: int) -> None:
-        try:
-            self.call("sendChatAction", {"chat_id": chat_id, "action": "typing"})
-        except DeliveryFailed as exc:
-            log.warning("typing action failed", extra={"error": str(exc)})
-
     def answer_callback_query(self, callback_query_id: str) -> None:
         """Stop the tapped button's spinner; the answer itself goes out as a message."""
         try:
@@ -133,15 +128,25 @@ def _retry_after(body: dict[str, Any]) -> float | None:
 
 
 class TelegramChannel:
-    """A `ReplyChannel` for one chat; replies must be out by `deadline` (a monotonic time)."""
+    """A `ReplyChannel` for one chat; replies must be out by `deadline` (a monotonic time).
 
-    def __init__(self, bot: TelegramBot, chat_id: int, deadline: float | None = None) -> None:
+    While the model writes, the person sees "typing…" and, with `drafts`, the text as it grows
+    (core/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage."""
+
+    def __init__(
+        self, bot: TelegramBot, chat_id: int, deadline: float | None = None, *, draft_id: int = 0, drafts: bool = False
+    ) -> None:
         self._bot = bot
         self._chat_id = chat_id
         self._deadline = deadline
+        self._live = LiveReply(bot.call, chat_id, draft_id, drafts=drafts)
 
     def show_typing(self) -> None:
-        self._bot.show_typing(self._chat_id)
+        self._live.start()
+
+    def draft(self, text: str) -> None:
+        self._live.show(text)
 
     def send(self, text: str) -> Delivery:
+        self._live.stop()
         return self._bot.send_text(self._chat_id, text, self._deadline)

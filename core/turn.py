@@ -43,6 +43,10 @@ class ReplyChannel(Protocol):
 
     def show_typing(self) -> None: ...
 
+    def draft(self, text: str) -> None:
+        """The reply so far, as the model writes it (a preview; never stored)."""
+        ...
+
     def send(self, text: str) -> Delivery:
         """Deliver the text; whether it arrived, and if not, whether it is still owed."""
         ...
@@ -177,7 +181,8 @@ class Turns:
             channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         try:
-            answer = self._ask(figures, messages, self._notes(start), deadline_s)
+            drafts = channel.draft if channel is not None else None
+            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts)
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
@@ -325,10 +330,17 @@ class Turns:
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
 
-    def _ask(self, figures: TurnFigures, messages: list[ModelMessage], notes: str, deadline_s: float) -> ModelReply:
+    def _ask(
+        self,
+        figures: TurnFigures,
+        messages: list[ModelMessage],
+        notes: str,
+        deadline_s: float,
+        drafts: Callable[[str], None] | None = None,
+    ) -> ModelReply:
         """The model's answer within the deadline, streamed: what it reports spending reaches
         `figures` as it goes (its input as soon as it starts), so a turn that ends in the
-        fallback still counts what the model read."""
+        fallback still counts what the model read; `drafts` sees the text as it grows."""
         system = self._settings.system_prompt
         stopped = threading.Event()
 
@@ -345,8 +357,10 @@ class Turns:
                 if isinstance(chunk, Usage):
                     usage = chunk
                     figures.add_usage(chunk)
-                else:
+                elif chunk:
                     parts.append(chunk)
+                    if drafts is not None:
+                        drafts("".join(parts))
             text = "".join(parts)
             if not text.strip():
                 raise ModelUnavailable("the model answered with no text")

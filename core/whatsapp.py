@@ -201,7 +201,10 @@ class WhatsAppChannel:
         self._to = to
 
     def show_typing(self) -> None:
-        pass
+        pass  # an owed reply: nobody is watching the chat for it
+
+    def draft(self, text: str) -> None:
+        pass  # WhatsApp has no drafts
 
     def send(self, text: str) -> Delivery:
         return self._sender.send_text(self._to, text)

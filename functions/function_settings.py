@@ -67,6 +67,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_webhook_secret",
             "telegram_api_base",
             "telegram_reply_in_webhook",
+            "telegram_drafts",
             "telegram_model_deadline",
         }
     ),

@@ -73,7 +73,12 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     )
     deadline = time.monotonic() + REPLY_DEADLINE_S
     try:
-        channel = None if inline else TelegramChannel(runtime.telegram_bot(), action.chat_id, deadline)
+        channel = None
+        if not inline:
+            drafts = config.telegram_drafts
+            channel = TelegramChannel(
+                runtime.telegram_bot(), action.chat_id, deadline, draft_id=action.update_id, drafts=drafts
+            )
         result = runtime.turns().run(turn, channel)
     except OverBudget as exc:
         return _reply(action.chat_id, str(exc), inline=inline)

@@ -33,6 +33,7 @@ class FakeAnthropic:
         self.slow_s = 3.0
         self.latency_s = (0.0, 0.0)
         self.delta_pause_s = 0.0  # between a stream's text deltas, as a model writes
+        self.first_token_s = 0.0  # from a stream's start to its first text
         self.requests: list[dict[str, Any]] = []
         self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
         self.headers: list[dict[str, str]] = []
@@ -124,6 +125,8 @@ class FakeAnthropic:
                     if name == "message_start" and fake.behaviour == "slow":
                         # A slow model has read the request (and says what it cost) but writes late.
                         time.sleep(fake.slow_s)
+                    elif name == "message_start" and fake.first_token_s:
+                        time.sleep(fake.first_token_s)
                     if name == "content_block_delta" and fake.delta_pause_s:
                         time.sleep(fake.delta_pause_s)
                 self.close_connection = True

@@ -1,7 +1,7 @@
 """A local stand-in for Telegram's Bot API, reached through TELEGRAM_API_BASE.
 
-Records every method call with its JSON payload. `fail_with(name, times)` makes
-`sendMessage` answer with one of the real error answers of
+Records every method call with its JSON payload and when it came. `fail_with(name, times,
+method)` makes `sendMessage` (or `method`) answer with one of the real error answers of
 tests/corpus/telegram_botapi_errors/errors.json (`times` answers, or until `recover()`);
 `down` makes every method answer the front proxy's 502 without a JSON body.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ class FakeTelegram:
         self.token = token
         self.down = False
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.times: list[float] = []  # when each accepted call arrived (time.monotonic)
         self.refused: list[tuple[str, dict[str, Any]]] = []
         self._failure: str | None = None
+        self._failing_method = "sendMessage"
         self._failures_left: int | None = None
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
@@ -37,12 +40,12 @@ class FakeTelegram:
         """What was accepted (answered ok)."""
         return [payload for name, payload in self.calls if name == method]
 
-    def fail_with(self, name: str, times: int | None = None) -> None:
-        """Answer sendMessage with the corpus's error `name`, `times` times (None: until recover())."""
+    def fail_with(self, name: str, times: int | None = None, method: str = "sendMessage") -> None:
+        """Answer `method` with the corpus's error `name`, `times` times (None: until recover())."""
         if name not in ERRORS:
             raise KeyError(f"the corpus has no Bot API error {name!r}")
         with self._lock:
-            self._failure, self._failures_left = name, times
+            self._failure, self._failures_left, self._failing_method = name, times, method
 
     def recover(self) -> None:
         with self._lock:
@@ -55,7 +58,7 @@ class FakeTelegram:
         with self._lock:
             if self.down:
                 return ERRORS["gateway"]
-            if method != "sendMessage" or self._failure is None:
+            if method != self._failing_method or self._failure is None:
                 return None
             failure = ERRORS[self._failure]
             if self._failures_left is not None:
@@ -83,6 +86,7 @@ class FakeTelegram:
                     return self.answer_json(failure["status"], failure["body"])
                 with fake._lock:
                     fake.calls.append((method, payload))
+                    fake.times.append(time.monotonic())
                     message_id = len(fake.calls)
                 if method == "getWebhookInfo":
                     result: Any = {"url": "", "has_custom_certificate": False, "pending_update_count": 0}

@@ -1,0 +1,121 @@
+"""A Telegram reply the person can watch: "typing…" at once, then the text as it is written.
+
+Bot API 9.5's `sendMessageDraft` streams a partial message into a private chat: an ephemeral
+preview (30 seconds) that drafts with the same `draft_id` animate; the reply itself still goes
+out with `sendMessage`. `sendChatAction` `typing` shows for 5 seconds, so it is renewed until
+the first text is shown.
+
+Everything here runs on a thread of its own and never holds the turn up: the model's text is
+handed over as it grows (`show`), and the thread sends the newest text at most once a
+`DRAFT_INTERVAL_S` (Telegram's bot FAQ: about one message a second in a chat). A 429 skips
+drafts until its `retry_after` has passed; any other failure ends the drafts (the reply still
+goes out). `stop` ends the thread before the reply is sent, so no draft follows the message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from core.errors import DeliveryFailed
+
+log = logging.getLogger("crossmem.telegram")
+DRAFT_INTERVAL_S = 1.0
+TYPING_RENEW_S = 4.5  # a chat action shows for 5 s
+DRAFT_LIMIT = 4096
+# A draft is a preview: a slow one is not worth waiting for.
+DRAFT_TIMEOUT_S = 2.0
+
+Call = Callable[[str, dict[str, object], float], object]
+
+
+class LiveReply:
+    def __init__(
+        self,
+        call: Call,
+        chat_id: int,
+        draft_id: int,
+        *,
+        drafts: bool = True,
+        lasts_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`call(method, payload, timeout_s)`: one Bot API call, raising DeliveryFailed.
+        `lasts_s`: the thread ends by itself after this, should nobody stop it."""
+        self._call = call
+        self._chat_id = chat_id
+        self._draft_id = draft_id or 1  # must be non-zero
+        self._drafts = drafts
+        self._clock = clock
+        self._ends = clock() + lasts_s
+        self._text = ""
+        self._shown = ""
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="live-reply", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def show(self, text: str) -> None:
+        """The reply so far (the whole text, not a piece)."""
+        if not self._drafts:
+            return
+        with self._changed:
+            self._text = text
+            self._changed.notify()
+
+    def stop(self, wait_s: float = DRAFT_TIMEOUT_S) -> None:
+        """No more drafts or typing; waits for a call in flight (at most `wait_s`)."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        if self._thread.is_alive():
+            self._thread.join(wait_s)
+
+    def _run(self) -> None:
+        self._send_typing()  # first, whatever the model has written by now
+        typing_at, draft_at = self._clock() + TYPING_RENEW_S, self._clock()
+        while True:
+            with self._changed:
+                while not self._stopped and self._clock() < self._ends:
+                    now = self._clock()
+                    wants_draft = self._drafts and self._text != self._shown and now >= draft_at
+                    wants_typing = not self._shown and now >= typing_at
+                    if wants_draft or wants_typing:
+                        break
+                    wake = min(typing_at if not self._shown else self._ends, draft_at, self._ends)
+                    self._changed.wait(max(wake - now, 0.01))
+                if self._stopped or self._clock() >= self._ends:
+                    return
+                text = self._text if self._drafts and self._text != self._shown and self._clock() >= draft_at else ""
+            if text:
+                draft_at = self._send_draft(text)
+            else:
+                self._send_typing()
+                typing_at = self._clock() + TYPING_RENEW_S
+
+    def _send_draft(self, text: str) -> float:
+        """Send one draft; when the next may go."""
+        shown = text[:DRAFT_LIMIT]
+        payload: dict[str, object] = {"chat_id": self._chat_id, "draft_id": self._draft_id, "text": shown}
+        try:
+            self._call("sendMessageDraft", payload, DRAFT_TIMEOUT_S)
+        except DeliveryFailed as exc:
+            if exc.retry_after_s is not None:
+                log.warning("drafts paused: Too Many Requests", extra={"retry_after_s": exc.retry_after_s})
+                return self._clock() + exc.retry_after_s
+            log.warning("drafts stopped", extra={"error": str(exc)})
+            self._drafts = False
+            return float("inf")
+        with self._changed:
+            self._shown = text
+        return self._clock() + DRAFT_INTERVAL_S
+
+    def _send_typing(self) -> None:
+        try:
+            self._call("sendChatAction", {"chat_id": self._chat_id, "action": "typing"}, DRAFT_TIMEOUT_S)
+        except DeliveryFailed as exc:
+            log.warning("typing action failed", extra={"error": str(exc)})
