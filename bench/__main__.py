@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import caching, cold_start, fuzz, fuzz_budget, purge, recall, soak
+from bench import caching, cold_start, fuzz, fuzz_budget, purge, recall, soak, telegram_live
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -61,6 +61,8 @@ def measure(database_url: str) -> dict[str, Any]:
     results.update(purge.run(database_url))
     print(f"fuzzing, {fuzz.CASES} hostile and fuzzed requests ...", flush=True)
     results["fuzz"] = fuzz.run(database_url)
+    print(f"Telegram replies you can watch, {telegram_live.TURNS} turns ...", flush=True)
+    results["telegram_live"] = telegram_live.run(database_url)
     print(f"fuzzing over budget, {fuzz_budget.CASES} cases ...", flush=True)
     results["fuzz_budget_on"] = fuzz_budget.run(database_url)
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
@@ -153,6 +155,16 @@ def table(results: dict[str, Any]) -> str:
                 f"of {fuzzed['cases']} cases, {fuzzed['authenticated']} authenticated",
             )
         )
+    if "telegram_live" in results:
+        live = results["telegram_live"]
+        rows.append(
+            (
+                "Telegram: first text / whole reply, ms p50",
+                f"{live['first_text_ms_p50']} / {live['reply_ms_p50']}",
+                "",
+                f"{live['bot_api_calls_per_turn']} Bot API calls a turn (`telegram_live`)",
+            )
+        )
     if "fuzz_budget_on" in results:
         over = results["fuzz_budget_on"]
         rows.append(
@@ -180,6 +192,16 @@ def notes_table(results: dict[str, Any]) -> str:
         (f"same, {small}", cost[small]["ours_vs_seed"], 1, "4,096-token minimum"),
         ("planted facts in the request after 3 days", recalled["ours"], recalled["seed"], "share, offline digest"),
     ]
+    if "telegram_live" in results:
+        live = results["telegram_live"]
+        rows.append(
+            (
+                "Telegram: first text / whole reply, ms p50",
+                f"{live['first_text_ms_p50']} / {live['reply_ms_p50']}",
+                "",
+                f"{live['bot_api_calls_per_turn']} Bot API calls a turn (`telegram_live`)",
+            )
+        )
     if "fuzz_budget_on" in results:
         over = results["fuzz_budget_on"]
         rows.append(
