@@ -9,6 +9,7 @@ On the web the person is the token's subject; under `owner` only the owner is se
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -18,15 +19,26 @@ from core.errors import ConfigurationError, Forbidden
 from core.models import Person, Surface
 
 
+# Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
+# (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
+BSUID = re.compile(r"^[A-Z]{2}(?:\.ENT)?\.[A-Za-z0-9]{1,128}$")
+
+
 def normalise_phone(number: str) -> str:
     """`whatsapp:+34 600-000-000` -> `+34600000000`."""
     digits = "".join(ch for ch in number.removeprefix("whatsapp:") if ch.isdigit())
     return f"+{digits}" if digits else ""
 
 
+def whatsapp_key(sender: str) -> str:
+    """A WhatsApp sender as `identities` keys it: a BSUID exactly as received, a number as `+digits`."""
+    bare = sender.strip().removeprefix("whatsapp:")
+    return bare if BSUID.match(bare) else normalise_phone(bare)
+
+
 def identity_key(surface: Surface, sender_id: str) -> str:
-    """A sender as `identities` keys it: a WhatsApp number as `+digits`, a Telegram id as sent."""
-    return normalise_phone(sender_id) if surface is Surface.WHATSAPP else sender_id.strip()
+    """A sender as `identities` keys it: WhatsApp's by `whatsapp_key`, a Telegram id as sent."""
+    return whatsapp_key(sender_id) if surface is Surface.WHATSAPP else sender_id.strip()
 
 
 @dataclass(frozen=True)
@@ -50,16 +62,18 @@ class IdentityPolicy:
             mode=mode,
             owner_user_id=owner_user_id,
             owner_telegram_ids=frozenset(value.strip() for value in telegram_ids),
-            owner_whatsapp_numbers=frozenset(normalise_phone(value) for value in whatsapp_numbers),
+            owner_whatsapp_numbers=frozenset(whatsapp_key(value) for value in whatsapp_numbers),
         )
 
-    def resolve(self, surface: Surface, sender_id: str) -> Person | None:
-        """The person behind a sender, or None for a stranger the owner policy turns away."""
+    def resolve(self, surface: Surface, sender_id: str, also_known_as: str | None = None) -> Person | None:
+        """The person behind a sender, or None for a stranger the owner policy turns away.
+        `also_known_as`: the same sender's other id (a WhatsApp number beside its BSUID)."""
         sender_id = identity_key(surface, sender_id)
+        alias = identity_key(surface, also_known_as) if also_known_as else None
         if self.mode == "auto":
-            return Person(sender_id=sender_id)
+            return Person(sender_id=sender_id, sender_alias=alias)
         allowed = self.owner_telegram_ids if surface is Surface.TELEGRAM else self.owner_whatsapp_numbers
-        if sender_id in allowed:
+        if sender_id in allowed or (alias is not None and alias in allowed):
             return Person(user_id=self.owner_user_id)
         return None
 

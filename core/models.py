@@ -101,6 +101,9 @@ class Person:
 
     user_id: UUID | None = None
     sender_id: str | None = None
+    # The same sender's other id: a WhatsApp number that came beside a BSUID. The database keeps
+    # both as one person's (begin_turn).
+    sender_alias: str | None = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class TurnRequest:
     text: str
     external_id: str | None
     sender_id: str | None = None
+    sender_alias: str | None = None  # the same sender's other id (a WhatsApp number beside a BSUID)
     user_id: UUID | None = None
     conversation_id: UUID | None = None
     client_history: Sequence[ContextItem] | None = None
@@ -314,7 +315,7 @@ class Turns:
             return Person(user_id=request.user_id)
         if request.sender_id is None:
             raise ValueError("a turn needs a user_id or a sender_id")
-        return self._identity.resolve(request.surface, request.sender_id)
+        return self._identity.resolve(request.surface, request.sender_id, request.sender_alias)
 
     def _messages(self, request: TurnRequest, start: TurnStart) -> list[ModelMessage]:
         if start.degraded:

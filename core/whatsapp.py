@@ -26,6 +26,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.errors import InputError
 from core.forgetting import ForgetRequest
+from core.identity import BSUID, normalise_phone
 from core.linking import LinkRequest, UnlinkRequest, link_command
 from core.models import Delivery, Surface
 from core.splitting import split_message
@@ -42,11 +43,19 @@ _refusal_logged = threading.Event()
 
 
 class WhatsAppForm(BaseModel):
-    """The fields of Twilio's inbound message webhook that a turn needs."""
+    """The fields of Twilio's inbound message webhook that a turn needs.
+
+    `From` is whatever id WhatsApp gives the sender: `whatsapp:+34600111222`, or, for a person
+    with a WhatsApp username whose number Meta withholds, their business-scoped user id
+    (`whatsapp:US.13491208655302741918`). `WaId` carries the number when Meta shares it, and
+    `ExternalUserIdentifier` the BSUID (docs/api.md, WhatsApp)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
-    sender: str = Field(alias="From", pattern=r"^whatsapp:\+?[0-9][0-9 ()-]{4,20}$")
+    sender: str = Field(
+        alias="From", pattern=r"^whatsapp:(\+?[0-9][0-9 ()-]{4,20}|[A-Z]{2}(\.ENT)?\.[A-Za-z0-9]{1,128})$"
+    )
+    external_user_identifier: str | None = Field(default=None, alias="ExternalUserIdentifier", max_length=140)
     body: str = Field(default="", alias="Body")
     message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
     num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
@@ -68,12 +77,38 @@ class WhatsAppForm(BaseModel):
         parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
         return parsed
 
+    @property
+    def bsuid(self) -> str | None:
+        for candidate in (self.sender.removeprefix("whatsapp:"), self.external_user_identifier or ""):
+            if BSUID.match(candidate):
+                return candidate
+        return None
+
+    @property
+    def phone(self) -> str | None:
+        if not BSUID.match(self.sender.removeprefix("whatsapp:")):
+            return normalise_phone(self.sender)
+        digits = "".join(ch for ch in self.wa_id or "" if ch.isdigit())
+        return f"+{digits}" if 5 <= len(digits) <= 20 else None
+
+    @property
+    def identity(self) -> str:
+        """Who is writing, as `identities` keys them: the BSUID when there is one (it survives a
+        hidden number), else the number."""
+        return self.bsuid or normalise_phone(self.sender)
+
+    @property
+    def also_known_as(self) -> str | None:
+        """The number beside a BSUID, when Meta shares both: the same person."""
+        return self.phone if self.bsuid else None
+
 
 @dataclass(frozen=True)
 class Converse:
-    sender: str
+    sender: str  # the identity key: a BSUID, else the number
     text: str
     message_sid: str
+    also_known_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,13 +122,13 @@ def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequ
     # `link CODE` (spaces and dashes as typed) or a code alone: even a mistyped code gets a clear
     # answer, and counts; a code is never a message of the thread.
     if (code := link_command(text)) is not None:
-        return LinkRequest(Surface.WHATSAPP, form.sender, code)
+        return LinkRequest(Surface.WHATSAPP, form.identity, code)
     if text.lower() == "unlink":
-        return UnlinkRequest(Surface.WHATSAPP, form.sender)
+        return UnlinkRequest(Surface.WHATSAPP, form.identity)
     if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):
-        return ForgetRequest(Surface.WHATSAPP, form.sender, confirm=forget[1] is not None)
+        return ForgetRequest(Surface.WHATSAPP, form.identity, confirm=forget[1] is not None)
     if text:
-        return Converse(form.sender, text, form.message_sid)
+        return Converse(form.identity, text, form.message_sid, form.also_known_as)
     if form.latitude is not None or form.message_type == "location":
         return Notice(LOCATION, "location")
     if form.num_media:
@@ -163,7 +198,8 @@ class WhatsAppSender:
         self._client: Any = None
 
     def channel(self, to: str) -> WhatsAppChannel:
-        return WhatsAppChannel(self, to)
+        """The channel to a sender as stored (a BSUID or a number; Twilio takes either)."""
+        return WhatsAppChannel(self, to if to.startswith("whatsapp:") else f"whatsapp:{to}")
 
     def send_text(self, to: str, text: str) -> Delivery:
         from twilio.base.exceptions import TwilioException, TwilioRestException

@@ -66,6 +66,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         action.text,
         action.message_sid,
         sender_id=action.sender,
+        sender_alias=action.also_known_as,
         deadline_s=config.whatsapp_model_deadline,
     )
     try:

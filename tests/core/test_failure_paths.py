@@ -48,6 +48,9 @@ class RecordingChannel:
     def show_typing(self) -> None:
         pass
 
+    def draft(self, text: str) -> None:
+        pass
+
     def send(self, text: str) -> Delivery:
         self.sent.append(text)
         return self.delivery

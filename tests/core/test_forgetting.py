@@ -267,7 +267,7 @@ def test_a_forget_addressed_to_another_bot_is_a_message() -> None:
 )
 def test_whatsapp_forget_commands_are_classified_in_any_case(body: str, confirm: bool) -> None:
     form = WhatsAppForm.from_form({"From": "whatsapp:+34600000001", "Body": body, "MessageSid": "SM1"})
-    assert classify_whatsapp(form) == ForgetRequest(Surface.WHATSAPP, "whatsapp:+34600000001", confirm)
+    assert classify_whatsapp(form) == ForgetRequest(Surface.WHATSAPP, "+34600000001", confirm)
 
 
 @pytest.mark.parametrize("body", ["forget it", "please forget", "forget confirmed"])
