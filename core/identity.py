@@ -18,7 +18,6 @@ from uuid import UUID
 from core.errors import ConfigurationError, Forbidden
 from core.models import Person, Surface
 
-
 # Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
 BSUID = re.compile(r"^[A-Z]{2}(?:\.ENT)?\.[A-Za-z0-9]{1,128}$")

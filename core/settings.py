@@ -111,6 +111,8 @@ class Settings(BaseSettings):
     twilio_account_sid: str | None = None
     twilio_whatsapp_from: str | None = None  # the sender of messages the agent starts: whatsapp:+14155238886
     twilio_api_base: str | None = None  # Twilio's REST API (tests point it at a fake)
+    # "typing…" on WhatsApp while a turn runs (needs TWILIO_ACCOUNT_SID); it marks the message read.
+    whatsapp_typing_indicator: bool = True
     twilio_auth_token: SecretStr | None = None
     twilio_webhook_shared_key: SecretStr | None = None
     public_base_url: str | None = None

@@ -72,7 +72,17 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
         }
     ),
     "whatsapp_webhook": frozenset(
-        {"twilio_auth_token", "twilio_webhook_shared_key", "public_base_url", "whatsapp_model_deadline"}
+        {
+            "twilio_auth_token",
+            "twilio_webhook_shared_key",
+            "public_base_url",
+            "whatsapp_model_deadline",
+            # The typing indicator, through Twilio's API.
+            "whatsapp_typing_indicator",
+            "twilio_account_sid",
+            "twilio_whatsapp_from",
+            "twilio_api_base",
+        }
     ),
     "web_chat": frozenset({"supabase_jwt_secret", "supabase_jwks_url", "cors_origins", "web_model_deadline"}),
     "memory_digest": frozenset(

@@ -33,6 +33,7 @@ from core.turn import ReplyChannel, Turns, TurnSettings
 
 if TYPE_CHECKING:
     from core.web_auth import TokenVerifier
+    from core.whatsapp import WhatsAppSender
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
@@ -205,18 +206,27 @@ def owed_replies() -> OwedReplies:
     if config.telegram_bot_token is not None:
         bot = telegram_bot()
         channels[Surface.TELEGRAM] = lambda sender: TelegramChannel(bot, int(sender))
-    if config.twilio_account_sid and config.twilio_whatsapp_from and config.twilio_auth_token is not None:
-        from core.whatsapp import WhatsAppSender  # twilio: only the functions that reach WhatsApp
-
-        whatsapp = WhatsAppSender(
-            config.twilio_account_sid,
-            config.twilio_auth_token.get_secret_value(),
-            config.twilio_whatsapp_from,
-            config.twilio_api_base,
-        )
+    whatsapp = whatsapp_sender()
+    if whatsapp is not None and config.twilio_whatsapp_from:
         channels[Surface.WHATSAPP] = whatsapp.channel
     deadlines = {Surface.TELEGRAM: config.telegram_model_deadline, Surface.WHATSAPP: config.whatsapp_model_deadline}
     return OwedReplies(memory(), turns(), channels, deadlines, max_age_s=config.owed_reply_max_age * 60)
+
+
+@functools.cache
+def whatsapp_sender() -> WhatsAppSender | None:
+    """Twilio's REST API for this account (owed replies, typing indicators), when configured."""
+    config = settings()
+    if not config.twilio_account_sid or config.twilio_auth_token is None:
+        return None
+    from core.whatsapp import WhatsAppSender  # twilio: only the functions that reach WhatsApp
+
+    return WhatsAppSender(
+        config.twilio_account_sid,
+        config.twilio_auth_token.get_secret_value(),
+        config.twilio_whatsapp_from or "",
+        config.twilio_api_base,
+    )
 
 
 @functools.cache
@@ -275,6 +285,7 @@ _CACHED = (
     token_verifier,
     digest_job,
     owed_replies,
+    whatsapp_sender,
 )
 
 

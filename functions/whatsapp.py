@@ -69,6 +69,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         sender_alias=action.also_known_as,
         deadline_s=config.whatsapp_model_deadline,
     )
+    if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
+        sender.show_typing(action.message_sid)
     try:
         return _twiml(runtime.turns().run(turn).reply)
     except OverBudget as exc:

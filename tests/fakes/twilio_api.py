@@ -1,9 +1,11 @@
-"""A local stand-in for Twilio's Messages API, reached through TWILIO_API_BASE.
+"""A local stand-in for Twilio's REST API, reached through TWILIO_API_BASE.
 
 `POST /2010-04-01/Accounts/{AccountSid}/Messages.json` with the form the twilio SDK sends
-(From, To, Body), HTTP basic auth with the account SID and auth token, answered 201 with the
-message resource (the fields the SDK reads). `fail_with(status, code)` answers with Twilio's
-error body instead, e.g. 400 / 63016 (outside WhatsApp's 24-hour window).
+(From, To, Body), answered 201 with the message resource (the fields the SDK reads), and
+`POST /v2/Indicators/Typing.json` (Messaging v2's typing indicators), answered
+`{"success": true}`; both with HTTP basic auth (the account SID and auth token).
+`fail_with(status, code)` answers messages with Twilio's error body instead, e.g. 400 / 63016
+(outside WhatsApp's 24-hour window).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class FakeTwilio:
         self.account_sid = account_sid
         self.auth_token = auth_token
         self.messages: list[dict[str, str]] = []
+        self.typing: list[dict[str, str]] = []  # typing indicators (POST /v2/Indicators/Typing.json)
         self.failure: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
@@ -42,6 +45,10 @@ class FakeTwilio:
                 credentials = base64.b64encode(f"{fake.account_sid}:{fake.auth_token}".encode()).decode()
                 if self.headers.get("Authorization") != f"Basic {credentials}":
                     return self.answer_json(401, {"code": 20003, "message": "Authenticate", "status": 401})
+                if self.path == "/v2/Indicators/Typing.json":
+                    with fake._lock:
+                        fake.typing.append(dict(parse_qsl(body, keep_blank_values=True)))
+                    return self.answer_json(200, {"success": True})
                 if self.path != f"/2010-04-01/Accounts/{fake.account_sid}/Messages.json":
                     return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
                 if fake.failure is not None:

@@ -1,0 +1,156 @@
+"""WhatsApp senders known by a business-scoped user id (issue #22): people with a WhatsApp
+username, whose number Meta may withhold, are served like anyone else; and "typing…" while a
+turn runs."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import (
+    CORPUS,
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
+    TWILIO_TOKEN,
+    app_client,
+    as_owner,
+    bearer,
+    messages_of,
+    rows,
+    signed,
+)
+
+ACCOUNT_SID = "AC" + "1" * 32
+BSUID = "US.13491208655302741918"
+
+
+def corpus_form(name: str, **changes: str) -> dict[str, str]:
+    """A corpus form with a fresh MessageSid (the database is shared by the session)."""
+    fields: dict[str, str] = json.loads((CORPUS / "twilio" / name).read_text())
+    return {**fields, "MessageSid": "SM" + uuid.uuid4().hex, **changes}
+
+
+def fresh_bsuid() -> str:
+    return f"ES.{uuid.uuid4().int % 10**20:020d}"
+
+
+@pytest.fixture(autouse=True)
+def noted(fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.answer = lambda body: "Noted."
+
+
+@pytest.fixture
+def whatsapp(environment: pytest.MonkeyPatch) -> Any:
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    return app_client("whatsapp_webhook")
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+def test_a_sender_known_only_by_a_bsuid_is_answered_and_remembered(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    sender = fresh_bsuid()
+    fields = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{sender}", ExternalUserIdentifier=sender)
+    answered = whatsapp.post("/", data=fields, headers=signed(fields))
+    assert answered.status_code == 200
+    assert messages_of(answered.text) == ["Noted."]
+    assert fake_anthropic.requests[-1]["messages"][-1]["content"][0]["text"].endswith("Hola, ¿me recuerdas?")
+    stored = rows(
+        database_url, "select user_id from identities where surface = 'whatsapp' and external_id = %s", sender
+    )
+    assert len(stored) == 1
+    second = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{sender}", Body="¿Qué te dije?")
+    whatsapp.post("/", data=second, headers=signed(second))
+    texts = [block["content"][0]["text"] for block in fake_anthropic.requests[-1]["messages"]]
+    assert any(text.endswith("Hola, ¿me recuerdas?") for text in texts)
+
+
+def test_a_bsuid_is_kept_exactly_as_received(whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic) -> None:
+    mixed = f"BR.aBc{uuid.uuid4().hex[:10]}XyZ"
+    fields = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{mixed}", ExternalUserIdentifier=mixed)
+    assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    assert rows(database_url, "select external_id from identities where external_id = %s", mixed) == [(mixed,)]
+    assert rows(database_url, "select count(*) from identities where external_id = %s", mixed.upper()) == [(0,)]
+
+
+def test_under_the_owner_policy_a_bsuid_in_the_allow_list_is_the_owner(
+    environment: pytest.MonkeyPatch, whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    owner = uuid.uuid4()
+    as_owner(environment, owner, whatsapp=f"+34600999888, {BSUID}")
+    client = app_client("whatsapp_webhook")
+    fields = corpus_form("08_text_bsuid_username.json")
+    answered = client.post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["Noted."]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(2,)]
+    stranger = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{fresh_bsuid()}")
+    refused = client.post("/", data=stranger, headers=signed(stranger))
+    assert messages_of(refused.text) == ["Sorry, this is a private assistant and I can't talk with you."]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(2,)]
+
+
+def test_link_code_from_a_bsuid_links_it_and_the_links_list_masks_it(
+    environment: pytest.MonkeyPatch, whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person, sender = uuid.uuid4(), fresh_bsuid()
+    web = app_client("web_chat")
+    code = web.post("/links", headers=bearer(person)).get_json()["code"]
+    fields = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{sender}", Body=f"link {code}")
+    answered = whatsapp.post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text)[0].startswith("Linked to the web account u•••@example.com!")
+    assert rows(database_url, "select user_id from identities where external_id = %s", sender) == [(person,)]
+    listed = web.get("/links", headers=bearer(person)).get_json()["links"]
+    assert [(item["surface"], item["external_id"]) for item in listed] == [
+        ("whatsapp", "ES." + "•" * (len(sender) - 7) + sender[-4:])
+    ]
+
+
+def test_a_whatsapp_turn_shows_typing_for_its_message_and_a_failing_indicator_costs_nothing(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+    environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    fields = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{fresh_bsuid()}")
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["Noted."]
+    for _ in range(100):  # the indicator has a thread of its own
+        if fake_twilio.typing:
+            break
+        time.sleep(0.02)
+    assert fake_twilio.typing == [{"channel": "whatsapp", "messageId": fields["MessageSid"]}]
+
+    environment.setenv("TWILIO_API_BASE", "http://127.0.0.1:9")  # nothing listens: the indicator fails
+    failing = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{fresh_bsuid()}", Body="still there?")
+    answered = app_client("whatsapp_webhook").post("/", data=failing, headers=signed(failing))
+    assert messages_of(answered.text) == ["Noted."]
+
+
+def test_the_typing_indicator_can_be_turned_off(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+    environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    environment.setenv("WHATSAPP_TYPING_INDICATOR", "false")
+    fields = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{fresh_bsuid()}")
+    assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    time.sleep(0.5)  # what an indicator's thread would take
+    assert fake_twilio.typing == []
