@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from bench import caching, cold_start, fuzz, fuzz_budget, purge, recall, soak, telegram_live
@@ -24,10 +21,8 @@ from bench.memory_core import (
     turn_overhead_ms_p50,
     turns_per_s,
 )
-from tests.database import migrated_database, server_url
+from bench.results import RESULTS, ROOT, bench_database
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results.json"
 CHART = ROOT / "docs" / "caching.png"
 RTT = 0.001
 
@@ -226,17 +221,6 @@ def notes_table(results: dict[str, Any]) -> str:
             f" | {default['ours']} | {default['ours_vs_seed']} | {small['ours_vs_seed']} |"
         )
     return "\n".join(lines)
-
-
-@contextmanager
-def bench_database() -> Iterator[str]:
-    """A fresh, migrated database on BENCH_DATABASE_URL's server (else TEST_DATABASE_URL's, else
-    the embedded wheel's), dropped afterwards."""
-    configured = os.environ.get("BENCH_DATABASE_URL")
-    if configured:
-        os.environ["TEST_DATABASE_URL"] = configured
-    with server_url() as server, migrated_database(server) as database_url:
-        yield database_url
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import psycopg
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from bench.results import bench_database, save
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
@@ -110,13 +111,9 @@ def fuzzer(target: str, jwks: FakeJwks, examples: int, tally: Callable[[Case], N
 
 
 def main() -> None:
-    from bench.__main__ import RESULTS, bench_database
-
     with bench_database() as database_url:
         figures = run(database_url)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["fuzz"] = figures
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    save("fuzz", figures)
     print(json.dumps(figures))
 
 

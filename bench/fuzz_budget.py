@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from twilio.request_validator import RequestValidator
 
+from bench.results import bench_database, save
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -235,13 +236,9 @@ def run(database_url: str, cases: int = CASES) -> dict[str, int]:
 
 
 def main() -> None:
-    from bench.__main__ import RESULTS, bench_database
-
     with bench_database() as database_url:
         figures = run(database_url)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["fuzz_budget_on"] = figures
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    save("fuzz_budget_on", figures)
     print(json.dumps(figures))
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from bench.results import bench_database, save
 from core.postgres_store import PostgresStore
 from core.retention import PurgeBatch, Retention, in_flight_window
 from tests.database import migrated_database
@@ -104,13 +105,10 @@ def run(database_url: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    from bench.__main__ import RESULTS, bench_database
-
     with bench_database() as database_url:
         figures = run(database_url)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results.update(figures)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    for key, value in figures.items():
+        save(key, value)
     print(json.dumps(figures, indent=2))
 
 

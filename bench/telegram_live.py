@@ -20,8 +20,8 @@ import os
 import statistics
 import time
 import uuid
-from typing import Any
 
+from bench.results import bench_database, save
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -73,13 +73,9 @@ def run(database_url: str, turns: int = TURNS) -> dict[str, float]:
 
 
 def main() -> None:
-    from bench.__main__ import RESULTS, bench_database
-
     with bench_database() as database_url:
         figures = run(database_url)
-    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["telegram_live"] = figures
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    save("telegram_live", figures)
     print(json.dumps(figures))
 
 

@@ -1,0 +1,36 @@
+"""Where the figures go (bench/results.json) and the database they are measured on.
+
+A part of the bench run alone (`python -m bench.fuzz`, ...) updates only its own key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.database import migrated_database, server_url
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results.json"
+
+
+@contextmanager
+def bench_database() -> Iterator[str]:
+    """A fresh, migrated database on BENCH_DATABASE_URL's server (else TEST_DATABASE_URL's, else
+    the embedded wheel's), dropped afterwards."""
+    configured = os.environ.get("BENCH_DATABASE_URL")
+    if configured:
+        os.environ["TEST_DATABASE_URL"] = configured
+    with server_url() as server, migrated_database(server) as database_url:
+        yield database_url
+
+
+def save(key: str, figures: Any) -> None:
+    """Put one part's figures under `key`, keeping the others'."""
+    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[key] = figures
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
