@@ -21,7 +21,7 @@ _STANDARD_ATTRIBUTES = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) 
 class JsonLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "severity": record.levelname if record.levelname != "WARNING" else "WARNING",
+            "severity": record.levelname,
             "message": record.getMessage(),
             "logger": record.name,
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),

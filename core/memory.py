@@ -56,7 +56,6 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
     return TurnStart(
         user_id=UUID(row["user_id"]),
         conversation_id=UUID(row["conversation_id"]),
-        conversation_surface=Surface(row["conversation_surface"]),
         message_id=int(row["message_id"]),
         duplicate=bool(row["duplicate"]),
         reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
@@ -139,7 +138,6 @@ class Memory:
             return TurnStart(
                 user_id=person.user_id,
                 conversation_id=conversation_id,
-                conversation_surface=None,
                 message_id=None,
                 duplicate=False,
                 reply=None,
@@ -153,7 +151,7 @@ class Memory:
             raise OverBudget(until, datetime.now(UTC))
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
-            return TurnStart(None, None, None, None, duplicate=True, reply=None)
+            return TurnStart(None, None, None, duplicate=True, reply=None)
         return turn_start(row)
 
     def finish_turn(

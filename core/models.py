@@ -119,7 +119,6 @@ class TurnStart:
 
     user_id: UUID | None
     conversation_id: UUID | None
-    conversation_surface: Surface | None
     message_id: int | None
     duplicate: bool
     reply: StoredReply | None

@@ -286,7 +286,7 @@ class Turns:
         figures = TurnFigures()
         person = self._person(request)
         if person is None:
-            nobody = TurnStart(None, None, None, None, duplicate=False, reply=None)
+            nobody = TurnStart(None, None, None, duplicate=False, reply=None)
             return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
         start = self.memory.begin_turn(
             person,
