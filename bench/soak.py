@@ -34,7 +34,7 @@ from typing import Any
 from bench.latency_proxy import ProxyProcess
 from bench.soak_check import check
 from bench.soak_faults import FAULTS, Lab
-from bench.soak_identities import OWNER_DEVICES, telegram_id, whatsapp_number
+from bench.soak_identities import OWNER_DEVICES, telegram_id, whatsapp_sender
 from core.embedded import start_embedded_postgres, stop_embedded_postgres
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, echo_last_message
@@ -116,7 +116,7 @@ def deployment_environment(database_url: str, model: FakeAnthropic, bot: FakeTel
         "IDENTITY_POLICY": policy,
         "OWNER_USER_ID": OWNER,
         "OWNER_TELEGRAM_IDS": str(telegram_id(0)),
-        "OWNER_WHATSAPP_NUMBERS": whatsapp_number(1),
+        "OWNER_WHATSAPP_NUMBERS": whatsapp_sender(1),
         "FALLBACK_REPLY": FALLBACK,
         "TELEGRAM_MODEL_DEADLINE": DEADLINE_S,
         "WHATSAPP_MODEL_DEADLINE": DEADLINE_S,

@@ -24,7 +24,7 @@ import gevent
 import jwt
 from locust import HttpUser, between, task
 
-from bench.soak_identities import OWNER_DEVICES, telegram_id, web_user, whatsapp_number
+from bench.soak_identities import OWNER_DEVICES, telegram_id, web_user, whatsapp_sender
 from core.whatsapp import sign_form
 
 ENV = os.environ
@@ -128,7 +128,7 @@ class Person(HttpUser):
         form = {
             "MessageSid": sid,
             "AccountSid": "AC" + "0" * 32,
-            "From": f"whatsapp:{whatsapp_number(self.person)}",
+            "From": f"whatsapp:{whatsapp_sender(self.person)}",
             "To": "whatsapp:+14155238886",
             "Body": text,
             "NumMedia": "0",
