@@ -542,3 +542,32 @@ def test_linking_two_people_whose_notes_are_both_full_folds_them_within_the_limi
     assert fake_telegram.sent()[-1]["text"].startswith("Linked to the web account")
     notes = rows(database_url, "select char_length(content), pending_fold from memory_notes where user_id = %s", person)
     assert notes == [(64000, True)]
+
+
+def test_the_scheduled_job_answers_an_owed_telegram_message_through_the_bot_api(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+    environment.setenv("MEMORY_NOTES", "false")
+    fake_anthropic.behaviour = "500"
+    delivery = update("Did I pay the electricity bill?", user_id=640000001)
+    assert app_client("telegram_webhook").post("/", json=delivery, headers=TELEGRAM_HEADERS).status_code == 200
+    assert [m["text"] for m in fake_telegram.sent()] == [
+        "Sorry, I can't think straight right now. I have your message and will remember it; "
+        "please try again in a moment."
+    ]
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Yes, on Monday."
+    job = app_client("memory_digest").post("/", headers=DIGEST)
+    assert (job.get_json()["owed_answered"], job.get_json()["owed_failed"]) == (1, 0)
+    assert fake_telegram.sent()[-1] == {"chat_id": 640000001, "text": "Yes, on Monday."}
+    assert stored_turn(job_database, str(delivery["update_id"])) == [
+        ("user", "Did I pay the electricity bill?"),
+        ("assistant", "Yes, on Monday."),
+    ]
+    again = app_client("memory_digest").post("/", headers=DIGEST)
+    assert again.get_json()["owed_answered"] == 0
+    assert len(fake_telegram.sent()) == 2
