@@ -5,6 +5,7 @@ turn runs."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from core.logs import JsonLineFormatter
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
@@ -154,3 +156,15 @@ def test_the_typing_indicator_can_be_turned_off(
     assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
     time.sleep(0.5)  # what an indicator's thread would take
     assert fake_twilio.typing == []
+
+
+def test_no_log_line_carries_the_senders_bsuid_or_number(
+    whatsapp: Any, fake_anthropic: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    sender = fresh_bsuid()
+    fields = corpus_form("09_text_bsuid_with_number.json", From=f"whatsapp:{sender}", ExternalUserIdentifier=sender)
+    assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    lines = [JsonLineFormatter().format(record) for record in caplog.records]
+    assert any('"message": "turn"' in line for line in lines)
+    assert not [line for line in lines if sender in line or "34600111222" in line]
