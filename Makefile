@@ -13,6 +13,9 @@ SYNC := $(UV) sync --frozen --inexact --quiet
 
 DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
 SUPABASE := infra/deploy/node_modules/.bin/supabase
+# A deploy tool's failure ends in one line: its own error and the likely fix (functions/tool_failures.py,
+# standard library only, so it runs before the venv exists).
+EXPLAINED = $(PYTHON) -m functions.tool_failures --as
 
 .PHONY: dev test bench soak lint browser requirements upgrade deploy-tools package deploy db-push db-standins
 
@@ -65,7 +68,8 @@ upgrade: | $(UV)
 # The Supabase CLI, as infra/deploy/package-lock.json pins it: its binary is a platform package on
 # the npm registry (@supabase/cli-linux-x64, ...), so nothing is downloaded from elsewhere.
 $(DEPLOY_TOOLS): infra/deploy/package-lock.json
-	npm ci --prefix infra/deploy --no-audit --no-fund --loglevel=error
+	@echo "npm ci --prefix infra/deploy --no-audit --no-fund --loglevel=error"
+	@$(EXPLAINED) "make deploy-tools" -- npm ci --prefix infra/deploy --no-audit --no-fund --loglevel=error
 	touch $(DEPLOY_TOOLS)
 
 deploy-tools: $(DEPLOY_TOOLS)
@@ -83,7 +87,7 @@ deploy: $(STAMP)
 db-push: $(DEPLOY_TOOLS)
 	@test -n "$$DB_URL" || { echo "usage: make db-push DB_URL=postgresql://USER:PASSWORD@HOST:PORT/postgres" >&2; exit 2; }
 	@echo "$(SUPABASE) db push --workdir infra --remote=\$$DB_URL --yes"
-	@$(SUPABASE) db push --workdir infra --remote="$$DB_URL" --yes
+	@$(EXPLAINED) "make db-push" -- $(SUPABASE) db push --workdir infra --remote="$$DB_URL" --yes
 
 # A plain Postgres (no Supabase): the roles and auth schema Supabase provides, then the migrations
 # (recorded as the Supabase CLI records them, so a later `make db-push` finds it up to date).

@@ -223,6 +223,7 @@ def parser() -> argparse.ArgumentParser:
     command.set_defaults(run=telegram)
 
     add_deploy_command(commands)
+    add_doctor_command(commands)
     return root
 
 
@@ -236,6 +237,19 @@ def add_deploy_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     command.add_argument(
         "--dry-run", action="store_true", help="print the gcloud commands; needs neither gcloud nor credentials"
     )
+    command.set_defaults(run=run)
+
+
+def add_doctor_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        from functions.doctor import doctor  # gcloud, the Bot API, Twilio and Anthropic: only for whoever checks
+
+        return doctor(args, os.environ)
+
+    command = commands.add_parser(
+        "doctor", help="check the live deployment: database, secrets, URLs, webhooks, model, scheduled job"
+    )
+    command.add_argument("--json", action="store_true", help="JSON instead of lines; exit 1 when a check fails")
     command.set_defaults(run=run)
 
 

@@ -2,11 +2,14 @@
 error and the likely fix (log in, enable the API, the missing role by name), never a traceback.
 
 `run_tool` runs a command, and raises `ToolFailed` with that line when it fails or is missing;
-`explain` is the rule book, kept beside it so a test can read each rule's fix.
+`diagnose` is the rule book, kept beside it so a test can read each rule's fix. The Makefile's
+tool steps (`npm ci`, `supabase db push`) run through this module's `main`, so they end the same
+way: `python -m functions.tool_failures --as "make db-push" -- COMMAND...`.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -34,6 +37,8 @@ ROLE_OF_PERMISSION = {
 
 PERMISSION = re.compile(r"[Pp]ermission '?([a-z]+\.[A-Za-z]+\.[A-Za-z]+)'? (?:denied|is required)")
 DISABLED_API = re.compile(r"([a-z0-9-]+\.googleapis\.com)")
+# npm's lines that name the error's code or its log, before or after the one that says what happened.
+NPM_BOOKKEEPING = re.compile(r"npm (ERR!|error) (code|errno|syscall|A complete log|Log files)")
 NOT_LOGGED_IN = (
     "You do not currently have an active account selected",
     "Reauthentication failed",
@@ -43,56 +48,80 @@ NOT_LOGGED_IN = (
 
 
 class ToolFailed(RuntimeError):
-    """A deploy tool failed; str() is the one line to print."""
+    """A deploy tool failed; str() is the one line to print, `fix` what to do, `said` the tool's error."""
+
+    def __init__(self, message: str, fix: str, said: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+        self.said = said
 
 
 def own_error(stderr: str) -> str:
     """The tool's own error, in one line: its ERROR line when it has one, else its last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith(("ERROR", "Error", "error", "npm ERR!", "npm error"))]
+    # The Supabase CLI ends every error with this advice, below the error itself.
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith("Try rerunning")]
+    errors = [
+        line
+        for line in lines
+        if line.startswith(("ERROR", "Error", "error", "npm ERR!", "npm error"))
+        and not NPM_BOOKKEEPING.match(line)
+        and line not in ("npm error", "npm ERR!")
+    ]
     chosen = errors[0] if errors else (lines[-1] if lines else "(no message)")
     return chosen[:400]
 
 
-def explain(command: Sequence[str], stderr: str, project: str | None = None) -> str:
-    """What went wrong with `command` and what to do, from what the tool printed."""
-    words = []
-    for word in command:  # the command itself, up to its first flag: `gcloud functions deploy NAME`
+def shown(command: Sequence[str]) -> str:
+    """The command itself, up to its first flag (`gcloud functions deploy NAME`): never a
+    flag's value, which may hold a password (`--remote=postgresql://...`)."""
+    words: list[str] = []
+    for word in command:
         if word.startswith("-"):
             break
-        words.append(word)
-    shown = " ".join(words)
-    said = own_error(stderr)
+        words.append(word.rsplit("/", 1)[-1] if not words else word)
+    return " ".join(words)
+
+
+def diagnose(command: Sequence[str], stderr: str, project: str | None = None) -> str:
+    """The likely fix for `command`'s failure, from what the tool printed."""
     for_project = f" --project={project}" if project else ""
+    tool = command[0].rsplit("/", 1)[-1]
     if any(marker in stderr for marker in NOT_LOGGED_IN):
-        fix = "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again"
-    elif "SERVICE_DISABLED" in stderr or "has not been used in project" in stderr or "API has not been" in stderr:
+        return "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again"
+    if "SERVICE_DISABLED" in stderr or "has not been used in project" in stderr or "API has not been" in stderr:
         api = DISABLED_API.search(stderr)
         name = api.group(1) if api else "the API it names"
-        fix = f"enable the API: `gcloud services enable {name}{for_project}` (README, Deploy, step 2)"
-    elif permission := PERMISSION.search(stderr):
+        return f"enable the API: `gcloud services enable {name}{for_project}` (README, Deploy, step 2)"
+    if permission := PERMISSION.search(stderr):
         needed = permission.group(1)
         role = ROLE_OF_PERMISSION.get(needed, "a role that holds it")
-        fix = (
-            f"the permission {needed} is missing: grant whoever deploys {role} "
-            f"(README, Deploy: the deployer's roles)"
+        return (
+            f"the permission {needed} is missing: grant whoever deploys {role} (README, Deploy: the deployer's roles)"
         )
-    elif "PERMISSION_DENIED" in stderr or "does not have permission" in stderr:
-        fix = "a permission is missing: grant whoever deploys the roles README, Deploy lists"
-    elif "schema \"auth\" does not exist" in stderr or 'role "anon" does not exist' in stderr:
-        fix = (
+    if "PERMISSION_DENIED" in stderr or "does not have permission" in stderr:
+        return "a permission is missing: grant whoever deploys the roles README, Deploy lists"
+    if 'schema "auth" does not exist' in stderr or 'role "anon" does not exist' in stderr:
+        return (
             "this Postgres is not a Supabase project: create the stand-ins first "
             "(`make db-standins DB_URL=…`, or `crossmem migrate --supabase-standins`)"
         )
-    elif "password authentication failed" in stderr:
-        fix = "the database refused the password in DB_URL: check it (Supabase: Project Settings, Database)"
-    elif "connection refused" in stderr.lower() or "could not translate host name" in stderr:
-        fix = "nothing answers at DB_URL's host and port: check the URL (and that the database runs)"
-    elif command[0] == "npm":
-        fix = "npm could not install the pinned tools: check the registry is reachable (npm config get registry)"
-    else:
-        fix = "see the tool's message"
-    return f"`{shown}` failed: {fix}. It said: {said}"
+    if "password authentication failed" in stderr:
+        return "the database refused the password in DB_URL: check it (Supabase: Project Settings, Database)"
+    if "connection refused" in stderr.lower() or "could not translate host name" in stderr:
+        return "nothing answers at DB_URL's host and port: check the URL (and that the database runs)"
+    if tool == "npm" and ("in sync" in stderr or "EUSAGE" in stderr):
+        return (
+            "infra/deploy/package.json and package-lock.json disagree: "
+            "`npm install --prefix infra/deploy`, then commit the lock"
+        )
+    if tool == "npm":
+        return "npm could not install the pinned tools: check the registry is reachable (npm config get registry)"
+    return "see the tool's message"
+
+
+def explain(command: Sequence[str], stderr: str, project: str | None = None) -> str:
+    """What went wrong with `command` and what to do, in one line."""
+    return f"`{shown(command)}` failed: {diagnose(command, stderr, project)}. It said: {own_error(stderr)}"
 
 
 def run_tool(
@@ -104,9 +133,34 @@ def run_tool(
             list(command), stdout=subprocess.PIPE if capture_stdout else None, stderr=subprocess.PIPE, text=True
         )
     except FileNotFoundError:
-        raise ToolFailed(f"{command[0]} is not on PATH (README, Deploy, says how to install it)") from None
+        fix = "install it (README, Deploy, says how)"
+        raise ToolFailed(f"{command[0]} is not on PATH: {fix}", fix, f"{command[0]}: not found") from None
     if not capture_stdout and done.stderr:
         sys.stderr.write(done.stderr)
     if done.returncode != 0:
-        raise ToolFailed(explain(command, done.stderr, project))
+        raise ToolFailed(
+            explain(command, done.stderr, project), diagnose(command, done.stderr, project), own_error(done.stderr)
+        )
     return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a tool for a Makefile target: its output as it prints it, and when it fails, one
+    last line naming the target, the tool's own error and the likely fix; no traceback."""
+    arguments = argparse.ArgumentParser(prog="python -m functions.tool_failures")
+    arguments.add_argument("--as", dest="target", required=True, help="who runs it: make db-push")
+    arguments.add_argument("command", nargs=argparse.REMAINDER, help="-- the tool and its arguments")
+    args = arguments.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        arguments.error("give the command after --")
+    try:
+        run_tool(command, capture_stdout=False)
+    except ToolFailed as exc:
+        print(f"{args.target}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

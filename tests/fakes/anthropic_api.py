@@ -4,7 +4,8 @@ It accepts the SDK's real requests, records them, and answers as the API does: a
 message, or server-sent events when `stream` is true, with usage computed by the prompt
 cache simulator. `behaviour` makes it fail: "500", "529", "slow" or "malformed";
 `latency_s` (low, high) makes every answer take a random time in that range, as the real
-model's does (the soak).
+model's does (the soak). `GET /v1/models/{id}` answers the model object for an id in
+`models`, else Anthropic's 404 `not_found_error`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class FakeAnthropic:
         self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
+        self.models = {"claude-sonnet-5-5": "Claude Sonnet 5.5", "claude-haiku-4-5": "Claude Haiku 4.5"}
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
         self.url = self._http.url
@@ -50,6 +52,19 @@ class FakeAnthropic:
 
         class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                model = self.path.removeprefix("/v1/models/")
+                if self.path.startswith("/v1/models/") and model in fake.models:
+                    found = {
+                        "type": "model",
+                        "id": model,
+                        "display_name": fake.models[model],
+                        "created_at": "2026-06-01T00:00:00Z",
+                    }
+                    return self.answer_json(200, found)
+                error = {"type": "error", "error": {"type": "not_found_error", "message": f"model: {model}"}}
+                self.answer_json(404, error)
 
             def do_POST(self) -> None:
                 body = self.read_json()

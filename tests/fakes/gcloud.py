@@ -2,8 +2,12 @@
 
 It records each invocation's arguments (one JSON list a line) and answers from rules:
 `fail(prefix, stderr)` makes every command starting with `prefix` print `stderr` and exit 1,
-as gcloud does; `answer(prefix, stdout)` gives a command its output (a list's lines). Anything
+as gcloud does; `answer(prefix, stdout)` gives a command its output (a list's lines; a later answer to the same
+prefix replaces it). Anything
 else succeeds silently. The messages the tests give it are gcloud's own wording (README, Deploy).
+`described_function` and `described_job` are what `gcloud functions describe` and `gcloud
+scheduler jobs describe` print with `--format=json` (the v2 Function and the Cloud Scheduler Job
+resources, the fields `crossmem doctor` reads).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 SCRIPT = """#!{python}
 import json, sys
@@ -48,6 +53,44 @@ ACT_AS_DENIED = (
     "'iam.serviceAccounts.actAs' denied on service account crossmem-runtime@advisor-prod.iam.gserviceaccount.com "
     "(or it may not exist).]\n"
 )
+FUNCTION_NOT_FOUND = (
+    "ERROR: (gcloud.functions.describe) NOT_FOUND: Resource 'projects/advisor-prod/locations/us-central1/"
+    "functions/{name}' was not found\n"
+)
+JOB_NOT_FOUND = "ERROR: (gcloud.scheduler.jobs.describe) NOT_FOUND: Job not found.\n"
+
+
+def described_function(project: str, region: str, name: str, url: str, secrets: dict[str, str]) -> str:
+    """`gcloud functions describe NAME --format=json` for an ACTIVE 2nd-gen function; `secrets`:
+    environment name -> secret id, as `--set-secrets` gave them."""
+    variables = [
+        {"key": key, "projectId": project, "secret": secret, "version": "latest"} for key, secret in secrets.items()
+    ]
+    function: dict[str, Any] = {
+        "name": f"projects/{project}/locations/{region}/functions/{name}",
+        "environment": "GEN_2",
+        "state": "ACTIVE",
+        "url": url,
+        "serviceConfig": {"uri": url, "secretEnvironmentVariables": variables},
+    }
+    return json.dumps(function, indent=2) + "\n"
+
+
+def described_job(project: str, region: str, job: str, uri: str, **fields: Any) -> str:
+    """`gcloud scheduler jobs describe JOB --format=json`: enabled, last run at 12:00:00 UTC,
+    succeeded (an empty `status`); `fields` replace any of them (`status={"code": 7}`)."""
+    described: dict[str, Any] = {
+        "name": f"projects/{project}/locations/{region}/jobs/{job}",
+        "schedule": "* * * * *",
+        "timeZone": "Etc/UTC",
+        "state": "ENABLED",
+        "httpTarget": {"uri": uri, "httpMethod": "POST"},
+        "lastAttemptTime": "2026-12-01T12:00:00.123456Z",
+        "scheduleTime": "2026-12-01T12:01:00Z",
+        "status": {},
+        **fields,
+    }
+    return json.dumps(described, indent=2) + "\n"
 
 
 class FakeGcloud:
@@ -65,6 +108,8 @@ class FakeGcloud:
         self._write_rules()
 
     def answer(self, prefix: list[str], stdout: str) -> None:
+        """Answer commands starting with `prefix`, in place of an earlier answer to that prefix."""
+        self._rules = [rule for rule in self._rules if rule["prefix"] != prefix or rule["exit"] != 0]
         self._rules.append({"prefix": prefix, "stdout": stdout, "stderr": "", "exit": 0})
         self._write_rules()
 

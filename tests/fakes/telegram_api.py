@@ -4,6 +4,7 @@ Records every method call with its JSON payload and when it came. `fail_with(nam
 method)` makes `sendMessage` (or `method`) answer with one of the real error answers of
 tests/corpus/telegram_botapi_errors/errors.json (`times` answers, or until `recover()`);
 `down` makes every method answer the front proxy's 502 without a JSON body.
+`getWebhookInfo` answers `webhook_info` (a WebhookInfo: no webhook set, until a test sets one).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class FakeTelegram:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.times: list[float] = []  # when each accepted call arrived (time.monotonic)
         self.refused: list[tuple[str, dict[str, Any]]] = []
+        self.webhook_info: dict[str, Any] = {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
         self._failure: str | None = None
         self._failing_method = "sendMessage"
         self._failures_left: int | None = None
@@ -89,7 +91,7 @@ class FakeTelegram:
                     fake.times.append(time.monotonic())
                     message_id = len(fake.calls)
                 if method == "getWebhookInfo":
-                    result: Any = {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+                    result: Any = fake.webhook_info
                 elif method == "sendMessage":
                     result = {"message_id": message_id, "chat": {"id": payload.get("chat_id")}, "text": ""}
                 else:

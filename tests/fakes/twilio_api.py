@@ -6,6 +6,11 @@
 `{"success": true}`; both with HTTP basic auth (the account SID and auth token).
 `fail_with(status, code)` answers messages with Twilio's error body instead, e.g. 400 / 63016
 (outside WhatsApp's 24-hour window).
+
+`GET /2010-04-01/Accounts/{AccountSid}/IncomingPhoneNumbers.json?PhoneNumber=+1...` lists the
+account's numbers in `numbers` (phone number -> its SmsUrl, "When a message comes in") as
+Twilio's list resource does: the page's fields and `incoming_phone_numbers`, empty when the
+number is not the account's.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import base64
 import threading
 import uuid
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from tests.fakes.local_server import LocalServer, QuietHandler
 
@@ -26,6 +31,7 @@ class FakeTwilio:
         self.messages: list[dict[str, str]] = []
         self.typing: list[dict[str, str]] = []  # typing indicators (POST /v2/Indicators/Typing.json)
         self.failure: tuple[int, int] | None = None
+        self.numbers: dict[str, str] = {}
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
         self.url = self._http.url
@@ -40,6 +46,33 @@ class FakeTwilio:
         fake = self
 
         class Handler(QuietHandler):
+            def do_GET(self) -> None:
+                credentials = base64.b64encode(f"{fake.account_sid}:{fake.auth_token}".encode()).decode()
+                if self.headers.get("Authorization") != f"Basic {credentials}":
+                    return self.answer_json(401, {"code": 20003, "message": "Authenticate", "status": 401})
+                listing = f"/2010-04-01/Accounts/{fake.account_sid}/IncomingPhoneNumbers.json"
+                path, query = urlsplit(self.path).path, dict(parse_qsl(urlsplit(self.path).query))
+                if path != listing:
+                    return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
+                wanted = query.get("PhoneNumber")
+                numbers = [
+                    phone_number(fake.account_sid, number, sms_url)
+                    for number, sms_url in fake.numbers.items()
+                    if wanted is None or number == wanted
+                ]
+                page = {
+                    "incoming_phone_numbers": numbers,
+                    "start": 0,
+                    "end": max(0, len(numbers) - 1),
+                    "page": 0,
+                    "page_size": 50,
+                    "first_page_uri": f"{listing}?PageSize=50&Page=0",
+                    "next_page_uri": None,
+                    "previous_page_uri": None,
+                    "uri": f"{listing}?PageSize=50&Page=0",
+                }
+                self.answer_json(200, page)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
                 credentials = base64.b64encode(f"{fake.account_sid}:{fake.auth_token}".encode()).decode()
@@ -77,4 +110,22 @@ def resource(account_sid: str, sid: str, form: dict[str, str]) -> dict[str, Any]
         "uri": f"/2010-04-01/Accounts/{account_sid}/Messages/{sid}.json",
         "date_created": "Tue, 01 Dec 2026 12:00:00 +0000",
         "subresource_uris": {},
+    }
+
+
+def phone_number(account_sid: str, number: str, sms_url: str) -> dict[str, Any]:
+    """An IncomingPhoneNumber, with the fields the SDK and `crossmem doctor` read."""
+    sid = "PN" + uuid.uuid5(uuid.NAMESPACE_URL, number).hex
+    return {
+        "account_sid": account_sid,
+        "sid": sid,
+        "phone_number": number,
+        "friendly_name": number,
+        "sms_url": sms_url,
+        "sms_method": "POST",
+        "sms_application_sid": "",
+        "capabilities": {"sms": True, "mms": True, "voice": True, "fax": False},
+        "status": "in-use",
+        "api_version": "2010-04-01",
+        "uri": f"/2010-04-01/Accounts/{account_sid}/IncomingPhoneNumbers/{sid}.json",
     }

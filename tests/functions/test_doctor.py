@@ -1,0 +1,379 @@
+"""`crossmem doctor` against a live deployment made of fakes: gcloud on PATH (functions, secrets,
+the scheduler job), the functions' front door, the Bot API, Twilio's REST API and Anthropic's
+models endpoint, each reached as the real tool or SDK reaches it; the database is the tests' own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions import runtime
+from functions.cli import main
+from functions.deploy import read_description, secret_id
+from tests.database import fresh_database
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.cloud_run import FakeCloudRun
+from tests.fakes.gcloud import (
+    FUNCTION_NOT_FOUND,
+    JOB_NOT_FOUND,
+    PERMISSION_DENIED_SECRETS_LIST,
+    FakeGcloud,
+    described_function,
+    described_job,
+)
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import TELEGRAM_HEADERS, TWILIO_TOKEN, app_client, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT, REGION = "advisor-prod", "us-central1"
+ACCOUNT_SID = "AC" + "0" * 32
+NUMBER = "+14155550100"
+FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "web_chat", "memory_digest"]
+# What each function answers a call without credentials (the private one: Cloud Run's IAM).
+ANSWERS = {"telegram_webhook": 401, "whatsapp_webhook": 405, "web_chat": 401, "memory_digest": 403}
+CHECKS = [
+    "database",
+    "secrets",
+    *(f"function {name}" for name in FUNCTIONS),
+    "telegram webhook",
+    "twilio inbound url",
+    "model",
+    "digest model",
+    "scheduler job crossmem-memory-digest",
+]
+SECRET_IDS = sorted(
+    {secret_id(reference) for spec in read_description().functions for reference in spec.secrets.values()}
+)
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def cloud_run() -> Iterator[FakeCloudRun]:
+    server = FakeCloudRun()
+    server.answers = dict(ANSWERS)
+    yield server
+    server.close()
+
+
+class Live:
+    """The deployment the doctor looks at; a test breaks one part of it."""
+
+    def __init__(
+        self, gcloud: FakeGcloud, run: FakeCloudRun, telegram: FakeTelegram, twilio: FakeTwilio, model: FakeAnthropic
+    ) -> None:
+        self.gcloud, self.run, self.telegram, self.twilio, self.model = gcloud, run, telegram, twilio, model
+
+    def url(self, function: str) -> str:
+        return f"{self.run.url}/{function}"
+
+    def describe(self, function: str, **changes: Any) -> None:
+        spec = next(spec for spec in read_description().functions if spec.name == function)
+        secrets = {key: secret_id(reference) for key, reference in spec.secrets.items()}
+        described = json.loads(described_function(PROJECT, REGION, function, self.url(function), secrets))
+        self.gcloud.answer(["functions", "describe", function], json.dumps({**described, **changes}))
+
+    def job(self, **fields: Any) -> None:
+        uri = self.url("memory_digest")
+        self.gcloud.answer(
+            ["scheduler", "jobs", "describe"], described_job(PROJECT, REGION, "crossmem-memory-digest", uri, **fields)
+        )
+
+
+@pytest.fixture
+def live(
+    environment: pytest.MonkeyPatch,
+    tmp_path: Path,
+    cloud_run: FakeCloudRun,
+    fake_telegram: FakeTelegram,
+    fake_twilio: FakeTwilio,
+    fake_anthropic: FakeAnthropic,
+) -> Live:
+    """Everything healthy: deployed and active, secrets present, webhooks pointing at us."""
+    gcloud = FakeGcloud(tmp_path / "bin")
+    environment.setenv("PATH", str(gcloud.directory))
+    environment.setenv("GCP_PROJECT", PROJECT)
+    environment.setenv("GCP_REGION", REGION)
+    for name in ("GCP_SERVICE_ACCOUNT", "GCP_SCHEDULER_SERVICE_ACCOUNT", "ANTHROPIC_MODEL", "ANTHROPIC_DIGEST_MODEL"):
+        environment.delenv(name, raising=False)
+    environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("TWILIO_WHATSAPP_FROM", f"whatsapp:{NUMBER}")
+    environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    deployed = Live(gcloud, cloud_run, fake_telegram, fake_twilio, fake_anthropic)
+    environment.setenv("PUBLIC_BASE_URL", deployed.url("whatsapp_webhook"))
+    for function in FUNCTIONS:
+        deployed.describe(function)
+    gcloud.answer(["secrets", "list"], "".join(f"{secret}\n" for secret in SECRET_IDS))
+    deployed.job()
+    fake_telegram.webhook_info = {
+        "url": deployed.url("telegram_webhook"),
+        "has_custom_certificate": False,
+        "pending_update_count": 0,
+        "max_connections": 40,
+    }
+    fake_twilio.numbers = {NUMBER: deployed.url("whatsapp_webhook")}
+    return deployed
+
+
+def doctor_json(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code = main(["doctor", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def by_check(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {check["check"]: check for check in report["checks"]}
+
+
+def failed(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: check for name, check in by_check(report).items() if check["status"] == "fail"}
+
+
+def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == [f"ok    {check}" for check in CHECKS]
+    assert lines[0] == "ok    database: reachable; all {} migrations applied".format(
+        len(list((ROOT / "infra" / "supabase" / "migrations").glob("*.sql")))
+    )
+    assert lines[1] == f"ok    secrets: all {len(SECRET_IDS)} referenced secrets exist in Secret Manager"
+    assert lines[2] == (
+        f"ok    function telegram_webhook: {live.url('telegram_webhook')} answers 401 without credentials, "
+        "as the function does"
+    )
+    assert lines[5] == (
+        f"ok    function memory_digest: {live.url('memory_digest')} refuses a call without a token (403): "
+        "private, as it should be"
+    )
+    assert lines[6] == f"ok    telegram webhook: Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting"
+    assert lines[7] == (
+        f"ok    twilio inbound url: Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}, "
+        "which is PUBLIC_BASE_URL"
+    )
+    assert lines[8] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
+    assert lines[9] == "ok    digest model: claude-haiku-4-5 (Claude Haiku 4.5) is available to the key"
+    assert lines[10] == (
+        "ok    scheduler job crossmem-memory-digest: enabled, * * * * *; its last run, at "
+        "2026-12-01T12:00:00.123456Z, succeeded"
+    )
+    # The URLs were called as Telegram or a stranger would: no credentials.
+    assert sorted(live.run.calls) == sorted((f"/{name}", None) for name in FUNCTIONS)
+
+
+def test_json_lists_every_check_and_a_webhook_that_is_not_ours_fails_with_its_fix(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live.telegram.webhook_info = {**live.telegram.webhook_info, "url": "https://bots.elsewhere.example/hook"}
+    code, report = doctor_json(capsys)
+    assert code == 1 and report["ok"] is False
+    assert [check["check"] for check in report["checks"]] == CHECKS
+    assert failed(report) == {
+        "telegram webhook": {
+            "check": "telegram webhook",
+            "status": "fail",
+            "detail": f"Telegram calls https://bots.elsewhere.example/hook, not ours ({live.url('telegram_webhook')})",
+            "fix": f"`crossmem telegram set-webhook --url {live.url('telegram_webhook')}`",
+        }
+    }
+    assert {check["status"] for name, check in by_check(report).items() if name != "telegram webhook"} == {"ok"}
+
+
+def test_in_a_process_a_failing_check_exits_1_without_a_traceback(live: Live) -> None:
+    live.telegram.webhook_info = {**live.telegram.webhook_info, "url": ""}
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "functions.cli", "doctor"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr == "crossmem doctor: 1 check(s) failed\n"
+    assert (
+        f"FAIL  telegram webhook: Telegram calls (no webhook), not ours ({live.url('telegram_webhook')})" in done.stdout
+    )
+    # No secret of the shell's reaches the output.
+    for secret in (TWILIO_TOKEN, "sk-ant-test", TELEGRAM_HEADERS["X-Telegram-Bot-Api-Secret-Token"]):
+        assert secret not in done.stdout + done.stderr
+    assert os.environ["TELEGRAM_BOT_TOKEN"] not in done.stdout + done.stderr
+
+
+def test_failing_deliveries_say_what_telegram_said(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    live.telegram.webhook_info = {
+        **live.telegram.webhook_info,
+        "pending_update_count": 7,
+        "last_error_date": 1764590400,
+        "last_error_message": "Wrong response from the webhook: 401 Unauthorized",
+    }
+    code, report = doctor_json(capsys)
+    assert code == 1
+    check = failed(report)["telegram webhook"]
+    assert (
+        check["detail"] == "deliveries fail: 'Wrong response from the webhook: 401 Unauthorized', 7 update(s) waiting"
+    )
+    assert check["fix"].startswith("a 401 means TELEGRAM_WEBHOOK_SECRET is not the secret_token set")
+
+
+def test_migrations_not_applied_and_a_database_that_does_not_answer(
+    live: Live, environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    count = len(list((ROOT / "infra" / "supabase" / "migrations").glob("*.sql")))
+    with fresh_database(postgres_server) as empty:
+        environment.setenv("DATABASE_URL", empty)
+        runtime.reset()
+        code, report = doctor_json(capsys)
+    assert code == 1 and list(failed(report)) == ["database"]
+    assert failed(report)["database"]["detail"].startswith(f"reachable; {count} of {count} migrations not applied: ")
+    assert failed(report)["database"]["fix"] == "`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL)"
+    environment.setenv("DATABASE_URL", f"postgresql://postgres:hunter2-password@127.0.0.1:{free_port()}/postgres")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    check = failed(report)["database"]
+    assert check["detail"].startswith("not reachable: ") and "hunter2" not in json.dumps(report)
+    assert check["fix"] == "check DATABASE_URL, and that the database accepts connections"
+
+
+def test_a_referenced_secret_missing_from_secret_manager(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    live.gcloud.answer(["secrets", "list"], "".join(f"{s}\n" for s in SECRET_IDS if s != "crossmem-database-url"))
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report)["secrets"] == {
+        "check": "secrets",
+        "status": "fail",
+        "detail": "referenced but not in Secret Manager: crossmem-database-url (by telegram_webhook, "
+        "whatsapp_webhook, web_chat, memory_digest); a new instance cannot start",
+        "fix": "`printf %s VALUE | gcloud secrets create crossmem-database-url --data-file=-` (README, Deploy, 3), "
+        "or `make deploy` to drop the reference",
+    }
+
+
+def test_secrets_list_refused_names_the_role(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    live.gcloud.fail(["secrets", "list"], PERMISSION_DENIED_SECRETS_LIST)
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report)["secrets"]["fix"] == (
+        "the permission secretmanager.secrets.list is missing: grant whoever deploys roles/secretmanager.viewer "
+        "(README, Deploy: the deployer's roles)"
+    )
+
+
+def test_functions_not_deployed_refused_by_cloud_run_or_public_when_private(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live.gcloud.fail(["functions", "describe", "web_chat"], FUNCTION_NOT_FOUND.format(name="web_chat"))
+    live.run.answers["telegram_webhook"] = 403
+    live.run.answers["memory_digest"] = 405
+    live.run.answers["whatsapp_webhook"] = 503
+    code, report = doctor_json(capsys)
+    assert code == 1
+    problems = failed(report)
+    assert sorted(problems) == [
+        "function memory_digest",
+        "function telegram_webhook",
+        "function web_chat",
+        "function whatsapp_webhook",
+    ]
+    assert problems["function web_chat"]["detail"] == "not deployed"
+    assert problems["function web_chat"]["fix"] == "`make deploy`"
+    assert problems["function telegram_webhook"]["detail"] == (
+        f"{live.url('telegram_webhook')} answers 403: Cloud Run refuses callers without a Google identity"
+    )
+    assert problems["function memory_digest"]["detail"] == (
+        f"{live.url('memory_digest')} answers 405 to a call without a token: it is public"
+    )
+    assert problems["function memory_digest"]["fix"] == (
+        "`make deploy` (it deploys memory_digest with --no-allow-unauthenticated)"
+    )
+    assert problems["function whatsapp_webhook"]["detail"] == (
+        f"{live.url('whatsapp_webhook')} answers 503: not_configured: the function's 503"
+    )
+
+
+def test_a_url_with_nothing_behind_it(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    live.run.answers.pop("web_chat")
+    code, report = doctor_json(capsys)
+    assert failed(report)["function web_chat"]["detail"] == f"{live.url('web_chat')} answers 404: no function there"
+
+
+def test_the_twilio_number_posting_elsewhere_fails(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    live.twilio.numbers = {NUMBER: "https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook/"}
+    code, report = doctor_json(capsys)
+    assert code == 1
+    check = failed(report)["twilio inbound url"]
+    assert check["detail"] == (
+        f"Twilio posts {NUMBER}'s messages to https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook/, "
+        f"not PUBLIC_BASE_URL {live.url('whatsapp_webhook')}; every signature is checked against PUBLIC_BASE_URL, "
+        "so each message is refused 403"
+    )
+    assert check["fix"].startswith(f"set the number's 'A message comes in' to {live.url('whatsapp_webhook')}")
+
+
+def test_a_sender_that_is_not_an_account_number_is_skipped_with_what_to_check(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live.twilio.numbers = {}
+    code, report = doctor_json(capsys)
+    assert code == 0
+    assert by_check(report)["twilio inbound url"]["status"] == "skip"
+
+
+def test_a_model_the_key_cannot_use(
+    live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environment.setenv("ANTHROPIC_MODEL", "claude-sonnet-4-0-retired")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report) == {
+        "model": {
+            "check": "model",
+            "status": "fail",
+            "detail": "claude-sonnet-4-0-retired is not available to this key",
+            "fix": "set ANTHROPIC_MODEL to a model `GET /v1/models` lists for the key, then `make deploy`",
+        }
+    }
+
+
+def test_the_scheduler_job_missing_paused_or_failing(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    name = "scheduler job crossmem-memory-digest"
+    live.job(status={"code": 7, "message": "The caller does not have permission"})
+    _, report = doctor_json(capsys)
+    assert failed(report)[name]["detail"] == (
+        "its last run, at 2026-12-01T12:00:00.123456Z, failed: PERMISSION_DENIED (The caller does not have permission)"
+    )
+    assert failed(report)[name]["fix"] == (
+        "the scheduler's account may not invoke the function: `make deploy` grants it; "
+        "`gcloud functions logs read memory_digest --region=us-central1`"
+    )
+    live.gcloud.fail(["scheduler", "jobs", "describe"], JOB_NOT_FOUND)
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report)[name] == {
+        "check": name,
+        "status": "fail",
+        "detail": "does not exist",
+        "fix": "`make deploy` (it creates the job)",
+    }
+
+
+def test_the_fake_front_door_answers_as_the_real_functions_do(environment: pytest.MonkeyPatch) -> None:
+    """ANSWERS, for the public functions, is what each real function says to the doctor's call."""
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", "https://advisor.example.com/whatsapp")
+    environment.setenv("SUPABASE_JWT_SECRET", "web-jwt-secret-for-tests-32-bytes-long")
+    for function in ("telegram_webhook", "whatsapp_webhook", "web_chat"):
+        assert app_client(function).get("/").status_code == ANSWERS[function], function
