@@ -71,7 +71,7 @@ def messages_request(
     Nothing the current models refuse with a 400: no sampling parameters, no thinking budget
     and no `thinking: disabled` (adaptive thinking is their default), no assistant prefill (the
     context ends with the person's message), no forced tool choice. `effort` goes out as
-    `output_config.effort` only when given (Haiku 4.5, the digest's model, has no effort)."""
+    `output_config.effort` only when given."""
     marker = {"cache_control": CACHE} if cached else {}
     system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system, **marker}]
     if notes.strip():

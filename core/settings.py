@@ -55,7 +55,10 @@ class Settings(BaseSettings):
     # Memory notes: what has left the window, condensed per person by the digest job.
     memory_notes: bool = True
     memory_notes_max_tokens: int = Field(default=800, ge=50, le=8000)
-    anthropic_digest_model: str = "claude-haiku-4-5"
+    # The current Haiku (Haiku 4.5 is legacy since 7 Oct 2026): adaptive thinking like Sonnet 5.5,
+    # so its max_tokens leaves thinking room above the notes' budget, at `low` effort.
+    anthropic_digest_model: str = "claude-haiku-5-5"
+    anthropic_digest_effort: Literal["low", "medium", "high", "xhigh", "max"] | None = "low"
     digest_secret: SecretStr | None = None
     digest_batch_size: int = Field(default=10, ge=1)
     digest_time_budget: float = Field(default=240.0, gt=0)

@@ -89,6 +89,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
         {
             "digest_secret",
             "anthropic_digest_model",
+            "anthropic_digest_effort",
             "memory_notes_max_tokens",
             "digest_batch_size",
             "digest_time_budget",

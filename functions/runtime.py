@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
+# The digest's model thinks (adaptively) before it writes: max_tokens bounds both.
+DIGEST_THINKING_TOKENS = 2048
 
 
 @functools.cache
@@ -193,7 +195,8 @@ def digest_job() -> DigestJob:
     )
     if config.anthropic_api_key is None:
         return DigestJob(store(), ExtractiveDigester(config.memory_notes_max_tokens, zone), limits)
-    writer = claude(config, config.anthropic_digest_model, config.memory_notes_max_tokens, cached=False)
+    room = config.memory_notes_max_tokens + DIGEST_THINKING_TOKENS
+    writer = claude(config, config.anthropic_digest_model, room, cached=False, effort=config.anthropic_digest_effort)
     digester = ModelDigester(writer, config.memory_notes_max_tokens, config.anthropic_timeout, zone)
     return DigestJob(store(), digester, limits)
 

@@ -39,7 +39,7 @@ class FakeAnthropic:
         self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
-        self.models = {"claude-sonnet-5-5": "Claude Sonnet 5.5", "claude-haiku-4-5": "Claude Haiku 4.5"}
+        self.models = {"claude-sonnet-5-5": "Claude Sonnet 5.5", "claude-haiku-5-5": "Claude Haiku 5.5"}
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
         self.url = self._http.url

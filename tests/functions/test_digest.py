@@ -136,7 +136,7 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
         row = connection.execute("select revision, content from memory_notes where user_id = %s", (said.user_id,))
         assert row.fetchone() == (1, "- [telegram · 2026-11-30] Sister's name is Ana.")
     body = fake_anthropic.requests[-1]
-    assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 800
+    assert body["model"] == "claude-haiku-5-5" and body["max_tokens"] == 800 + 2048
 
 
 def test_get_memory_and_crossmem_history_show_the_notes(

@@ -164,7 +164,7 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
         "which is PUBLIC_BASE_URL"
     )
     assert lines[8] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
-    assert lines[9] == "ok    digest model: claude-haiku-4-5 (Claude Haiku 4.5) is available to the key"
+    assert lines[9] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
     assert lines[10] == (
         "ok    scheduler job crossmem-memory-digest: enabled, * * * * *; its last run, at "
         "2026-12-01T12:00:00.123456Z, succeeded"

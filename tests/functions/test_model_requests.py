@@ -1,7 +1,7 @@
 """Every request the project sends Anthropic has a shape the current models accept: the
 Sonnet 5 generation answers 400 to sampling parameters, a thinking budget, `thinking:
 disabled`, an assistant prefill and a forced tool choice (Anthropic's Claude Sonnet 5.5
-migration guide); Haiku 4.5, the digest's model, has no effort parameter."""
+migration guide); the digest's Haiku 5.5 thinks adaptively too, at `low` effort."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def test_the_default_model_is_the_current_sonnet_at_low_effort() -> None:
     fields = Settings.model_fields
     assert fields["anthropic_model"].default == "claude-sonnet-5-5"
     assert fields["anthropic_effort"].default == "low" and fields["anthropic_max_tokens"].default == 4096
-    assert fields["anthropic_digest_model"].default == "claude-haiku-4-5"
+    assert fields["anthropic_digest_model"].default == "claude-haiku-5-5"
+    assert fields["anthropic_digest_effort"].default == "low"
 
 
 def test_a_turn_sends_a_request_the_current_models_accept(
@@ -61,10 +62,17 @@ def test_a_turn_sends_a_request_the_current_models_accept(
     assert refusals(sent) == []
 
 
-def test_the_digests_request_has_no_effort_and_no_cache_marker() -> None:
-    messages = [ModelMessage(Role.USER, "the conversation to condense", ())]
-    body = messages_request("claude-haiku-4-5", 800, "write notes", messages, cached=False)
-    assert "output_config" not in body and refusals(body) == []
+def test_the_digests_request_is_one_the_current_haiku_accepts_without_a_cache_marker(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    from functions import runtime
+
+    writer = runtime.digest_job()._digester._model  # type: ignore[attr-defined]
+    writer.reply("write notes", [ModelMessage(Role.USER, "the conversation to condense", ())], 5.0)
+    (body,) = fake_anthropic.requests
+    assert body["model"] == "claude-haiku-5-5" and body["output_config"] == {"effort": "low"}
+    assert body["max_tokens"] == 800 + 2048
+    assert refusals(body) == []
     assert all("cache_control" not in block for block in body["system"])
 
 
