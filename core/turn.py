@@ -139,7 +139,7 @@ class Turns:
         identity: IdentityPolicy,
         settings: TurnSettings,
         clock: Callable[[], float] = time.monotonic,
-        media: MediaReader | None = None,
+        media: Callable[[], MediaReader] | None = None,
     ) -> None:
         self.memory = memory
         self._media = media
@@ -362,13 +362,13 @@ class Turns:
             return None
         if self._media is None:
             raise RuntimeError("a turn with media needs a MediaReader")
-        return self._media.prepare(request.surface, request.media, request.text, request.deadline_s)
+        return self._media().prepare(request.surface, request.media, request.text, request.deadline_s)
 
     def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
         """The description of the turn's images and PDFs, written beside the answer."""
         if prepared is None or not prepared.attachments or self._media is None:
             return None
-        return self._executor.submit(self._media.describe, prepared, deadline_s)
+        return self._executor.submit(self._media().describe, prepared, deadline_s)
 
     def _learned(
         self, prepared: PreparedMedia | None, described: Future[None] | None, figures: TurnFigures, until: float

@@ -177,7 +177,7 @@ def turns() -> Turns:
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
         ),
-        media=media_reader(),
+        media=media_reader,  # built on the first photo, PDF or voice note
     )
 
 
