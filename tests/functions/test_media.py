@@ -352,7 +352,8 @@ def test_a_file_telegram_will_not_give_is_a_clear_answer(
     body = private("05_photo_caption.json")  # no file in the fake: getFile answers 400
     assert telegram_post(app_client("telegram_webhook"), body) == 200
     assert fake_anthropic.requests == []
-    assert user_message(database_url, str(body["update_id"])).startswith("[photo, not read: Telegram would not give the file]")
+    stored = user_message(database_url, str(body["update_id"]))
+    assert stored == "[photo, not read: Telegram would not give the file] OK - some mages"
 
 
 def test_a_file_the_model_cannot_read_is_named_and_stored_as_such(
