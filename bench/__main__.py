@@ -13,7 +13,7 @@ import os
 import platform
 from typing import Any
 
-from bench import caching, cold_start, fuzz, fuzz_budget, purge, recall, soak, telegram_live
+from bench import caching, fuzz, fuzz_budget, media, purge, recall, soak, telegram_live
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -44,8 +44,10 @@ def measure(database_url: str) -> dict[str, Any]:
     # Memory notes (issue 14): the recall of planted facts after three days.
     print("recall after three days ...", flush=True)
     results.update(recall.run())
-    print("cold start ...", flush=True)
-    results["cold_start_ms"] = cold_start.run(database_url)
+    print("cold start, beside the commit before media ...", flush=True)
+    results["cold_start_ms"] = media.cold_start_side_by_side(database_url)
+    print("photos and voice notes ...", flush=True)
+    results.update(media.run(database_url))
     print("context load at 10,000 and 1,000,000 stored messages ...", flush=True)
     load = context_load_ms_p50(database_url)
     sizes = ("10000", "1000000")

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 MAIN = str(Path(__file__).resolve().parent.parent / "main.py")
-TELEGRAM = f"""
+TELEGRAM = """
 from functions_framework import create_app
-client = create_app("telegram_webhook", {MAIN!r}).test_client()
+client = create_app("telegram_webhook", {main!r}).test_client()
 update = {{"update_id": 1, "message": {{"message_id": 1, "chat": {{"id": 7, "type": "private"}},
           "from": {{"id": 7, "is_bot": False, "first_name": "A"}}, "text": "hello"}}}}
 assert client.post("/", json=update).status_code == 200
@@ -24,7 +24,12 @@ print("answered", flush=True)
 def _wall_ms(code: str, env: dict[str, str], until: str | None = None) -> float:
     began = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+        cwd=env["PYTHONPATH"],  # `python -c` puts the working directory first on sys.path
     )
     assert process.stdout is not None
     if until is not None:
@@ -39,16 +44,18 @@ def _wall_ms(code: str, env: dict[str, str], until: str | None = None) -> float:
     return elapsed * 1000
 
 
-def run(database_url: str, runs: int = 5) -> dict[str, float]:
+def run(database_url: str, runs: int = 5, main: str = MAIN) -> dict[str, float]:
+    """`main`: another tree's main.py (the bench's side-by-side figure of an earlier commit)."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "APP_ENV": "local",
         "DATABASE_URL": database_url,
-        "PYTHONPATH": str(Path(MAIN).parent),
+        "PYTHONPATH": str(Path(main).parent),
         "IDENTITY_POLICY": "auto",
     }
-    _wall_ms(TELEGRAM, env, "answered")  # the first run fills the bytecode cache, as a deploy's build step does
-    telegram = [_wall_ms(TELEGRAM, env, "answered") for _ in range(runs)]
+    code = TELEGRAM.format(main=main)
+    _wall_ms(code, env, "answered")  # the first run fills the bytecode cache, as a deploy's build step does
+    telegram = [_wall_ms(code, env, "answered") for _ in range(runs)]
     anthropic = [_wall_ms("import anthropic", env) for _ in range(runs)]
     python = [_wall_ms("pass", env) for _ in range(runs)]
     return {

@@ -15,6 +15,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from core.errors import DateOutOfRange, HistoryTooLong
+from core.media import Attachment
 from core.models import Role, StoredMessage, Surface
 
 
@@ -27,6 +28,7 @@ class ContextItem:
     surface: Surface
     created_at: datetime | None = None
     id: int | None = None
+    attachments: tuple[Attachment, ...] = ()  # this turn's images and PDFs (never stored)
 
     @classmethod
     def from_stored(cls, message: StoredMessage) -> ContextItem:
@@ -44,6 +46,7 @@ class ModelMessage:
     role: Role
     content: str
     sources: tuple[Source, ...]
+    attachments: tuple[Attachment, ...] = ()  # before the text, as Claude reads best
 
 
 def tag(item: ContextItem, zone: ZoneInfo, today: datetime | None) -> str:
@@ -61,20 +64,24 @@ def build_model_messages(
     zone = zone or ZoneInfo("UTC")
     kept = [item for item in items if item.content.strip()]
     today = next((item.created_at for item in reversed(kept) if item.created_at is not None), None)
-    merged: list[tuple[Role, list[str], list[Source]]] = []
+    merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
     for item in kept:
         text = item.content.strip()
         rendered = f"{tag(item, zone, today)} {text}" if annotate and item.role is Role.USER else text
         if merged and merged[-1][0] is item.role:
             merged[-1][1].append(rendered)
             merged[-1][2].append(Source(item.surface, text))
+            merged[-1][3].extend(item.attachments)
         else:
-            merged.append((item.role, [rendered], [Source(item.surface, text)]))
+            merged.append((item.role, [rendered], [Source(item.surface, text)], list(item.attachments)))
     while merged and merged[0][0] is Role.ASSISTANT:
         merged.pop(0)
     while merged and merged[-1][0] is Role.ASSISTANT:
         merged.pop()
-    return [ModelMessage(role, "\n\n".join(parts), tuple(sources)) for role, parts, sources in merged]
+    return [
+        ModelMessage(role, "\n\n".join(parts), tuple(sources), tuple(attached))
+        for role, parts, sources, attached in merged
+    ]
 
 
 def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[ContextItem]:

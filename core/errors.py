@@ -17,6 +17,7 @@ CrossmemError
 ├── StoreUnavailable      the database failed or could not be reached
 ├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
 ├── DeliveryFailed        a surface's API refused a reply or could not be reached
+├── MediaUnreadable       a photo, PDF or voice note that could not be fetched, read or transcribed
 └── ConfigurationError    invalid or missing settings (503)
 """
 
@@ -122,6 +123,11 @@ class DeliveryFailed(CrossmemError):
         super().__init__(message)
         self.final = final
         self.retry_after_s = retry_after_s
+
+
+class MediaUnreadable(CrossmemError):
+    """Media we could not use; the message says why in words the person may read
+    ("larger than 3.8 MB", "the download failed"), never a URL or a token."""
 
 
 class ConfigurationError(CrossmemError):

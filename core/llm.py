@@ -77,11 +77,17 @@ def messages_request(
     if notes.strip():
         system_blocks.append({"type": "text", "text": NOTES_PREAMBLE + notes.strip(), **marker})
     body: list[dict[str, Any]] = []
+    # A message with images or a PDF is never repeated (later turns read its description), so
+    # the breakpoint goes on the message before it: the write premium is not paid on the image.
+    last = len(messages) - 1
+    if messages and messages[-1].attachments:
+        last -= 1
     for index, message in enumerate(messages):
         block: dict[str, Any] = {"type": "text", "text": message.content}
-        if index == len(messages) - 1:
+        if index == last:
             block.update(marker)
-        body.append({"role": message.role.value, "content": [block]})
+        attached = [attachment.block() for attachment in message.attachments]
+        body.append({"role": message.role.value, "content": [*attached, block]})
     request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "system": system_blocks, "messages": body}
     if effort is not None:
         request["output_config"] = {"effort": effort}

@@ -155,41 +155,59 @@ class Memory:
         return turn_start(row)
 
     def finish_turn(
-        self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True, tokens: int = 0
+        self,
+        user_id: UUID,
+        user_message_id: int,
+        reply: str,
+        *,
+        delivered: bool = True,
+        tokens: int = 0,
+        user_content: str | None = None,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
-        budget counts them); the reply's id, or None if it could not be stored."""
+        budget counts them); the reply's id, or None if it could not be stored. `user_content`:
+        the user message rewritten as the turn learned it (a voice note's transcript, what a
+        photo shows), in the same round trip."""
+        arguments: dict[str, Any] = {
+            "p_user_id": str(user_id),
+            "p_user_message_id": user_message_id,
+            "p_content": storable(reply) or " ",
+            "p_delivered": delivered,
+            "p_tokens": tokens,
+        }
+        if user_content is not None:
+            arguments["p_user_content"] = self._learned(user_content)
         try:
-            row = self.store.call(
-                "finish_turn",
-                {
-                    "p_user_id": str(user_id),
-                    "p_user_message_id": user_message_id,
-                    "p_content": storable(reply) or " ",
-                    "p_delivered": delivered,
-                    "p_tokens": tokens,
-                },
-            )
+            row = self.store.call("finish_turn", arguments)
         except StoreUnavailable as exc:
             log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
             return None
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
 
-    def end_attempt(self, user_id: UUID, user_message_id: int, attempt: UUID | None, tokens: int) -> None:
+    def end_attempt(
+        self, user_id: UUID, user_message_id: int, attempt: UUID | None, tokens: int, *, user_content: str | None = None
+    ) -> None:
         """A turn that stored no reply (a fallback, an abandoned stream): count the model's
-        tokens, and make its message owed at once unless another attempt has taken it over."""
+        tokens, and make its message owed at once unless another attempt has taken it over.
+        `user_content` as in finish_turn: a transcript is kept even when the model failed."""
+        arguments: dict[str, Any] = {
+            "p_user_id": str(user_id),
+            "p_user_message_id": user_message_id,
+            "p_attempt": str(attempt) if attempt else None,
+            "p_tokens": tokens,
+        }
+        if user_content is not None:
+            arguments["p_user_content"] = self._learned(user_content)
         try:
-            self.store.call(
-                "end_attempt",
-                {
-                    "p_user_id": str(user_id),
-                    "p_user_message_id": user_message_id,
-                    "p_attempt": str(attempt) if attempt else None,
-                    "p_tokens": tokens,
-                },
-            )
+            self.store.call("end_attempt", arguments)
         except StoreUnavailable as exc:
             log.error("end_attempt failed; its tokens are not counted", extra={"error": str(exc), "tokens": tokens})
+
+    def _learned(self, content: str) -> str:
+        """A message rewritten by its turn, within the message limit (a long transcript is cut)."""
+        cleaned = storable(content).strip() or " "
+        limit = self.limits.max_message_chars
+        return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
 
     def claim_owed_replies(
         self, surfaces: Sequence[Surface], max_age_s: int, answer_within_s: float, limit: int

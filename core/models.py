@@ -8,6 +8,8 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from core.media import message_kind
+
 
 class Surface(StrEnum):
     WEB = "web"
@@ -63,6 +65,7 @@ class StoredMessage:
             "surface": self.surface.value,
             "role": self.role.value,
             "content": self.content,
+            "kind": message_kind(self.content),  # text, image, pdf, voice or file (docs/api.md)
             "created_at": self.created_at.isoformat(),
         }
 

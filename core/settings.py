@@ -121,6 +121,19 @@ class Settings(BaseSettings):
     public_base_url: str | None = None
     whatsapp_model_deadline: float = Field(default=12.0, gt=0)
 
+    # Voice notes, photos and documents (docs/media.md): limits, and the transcription service.
+    media_max_items: int = Field(default=4, ge=1, le=10)
+    image_max_bytes: int = Field(default=3_750_000, ge=1, le=3_750_000)  # Claude: 5 MB of base64
+    pdf_max_bytes: int = Field(default=10_000_000, ge=1, le=20_000_000)  # Telegram serves bots 20 MB
+    pdf_max_pages: int = Field(default=30, ge=1, le=100)  # Claude reads at most 100
+    voice_max_seconds: int = Field(default=120, ge=1, le=600)
+    media_fetch_timeout: float = Field(default=5.0, gt=0)
+    deepgram_api_key: SecretStr | None = None  # unset: voice notes get a polite answer, not a transcript
+    deepgram_api_base: str = "https://api.deepgram.com"
+    deepgram_model: str = "nova-3"
+    transcription_timeout: float = Field(default=8.0, gt=0)
+    media_descriptions: bool = True  # a small model (ANTHROPIC_DIGEST_MODEL) describes photos and PDFs
+
     # Web.
     supabase_jwt_secret: SecretStr | None = None
     supabase_jwks_url: str | None = None

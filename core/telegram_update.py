@@ -3,8 +3,9 @@
 The models accept unknown and missing fields (Telegram adds fields; updates from 2018
 lack some now required). `classify` turns an update into one of three actions:
 
-- `Converse`: a private text message or a captioned file: a turn of the person's thread.
-- `Notice`: a short fixed answer, nothing stored (media we cannot read, groups).
+- `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
+  `media`, fetched by the turn: core/media_turn.py): a turn of the person's thread.
+- `Notice`: a short fixed answer, nothing stored (stickers, videos, locations, groups).
 - `Ignore`: a 200 and nothing else (service updates, edits, queries, channels).
 - `AccountCommand`: `/start CODE`, `/link CODE`, `link CODE`, a code alone, `/unlink`, the Confirm
   button under a link's question (a `callback_query`): linking, never part of the thread.
@@ -14,12 +15,13 @@ The README's table lists every kind.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.forgetting import ForgetRequest
 from core.linking import LinkRequest, UnlinkRequest, link_command, looks_like_code
+from core.media import MediaKind, MediaRef, media_kind, photo_size
 from core.models import Surface
 
 
@@ -83,6 +85,7 @@ class Converse:
     sender_id: str
     text: str
     update_id: int
+    media: tuple[MediaRef, ...] = field(default=())  # then `text` is the caption
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class ForgetCommand:
 
 TelegramAction = Converse | Notice | Ignore | AccountCommand | ForgetCommand
 
-TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
+TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
 PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
 WELCOME = (
     "Hi! I'm your advisor. Write to me here, on WhatsApp or on the web: "
@@ -171,12 +174,39 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         return AccountCommand(message.chat.id, LinkRequest(Surface.TELEGRAM, str(sender.id), code))
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start")
+    if attached := readable_media(message):
+        return Converse(message.chat.id, str(sender.id), (message.caption or "").strip(), update.update_id, attached)
     if text:
         return Converse(message.chat.id, str(sender.id), text, update.update_id)
     media = _media_kind(message)
     if media is not None:
         return Notice(message.chat.id, TEXT_ONLY, media)
     return Ignore("private message without text")
+
+
+def readable_media(message: Message) -> tuple[MediaRef, ...]:
+    """A photo (the size that fits Claude's recommended dimensions), a voice note or an audio
+    file, or a document (an image, a PDF, audio; any other file as one the model cannot read)."""
+    if message.photo:
+        best = photo_size(message.photo)
+        if best is not None and isinstance(best.get("file_id"), str):
+            return (MediaRef(MediaKind.IMAGE, "image/jpeg", str(best["file_id"]), size=_int(best.get("file_size"))),)
+    for sound in (message.voice, message.audio):
+        if sound is not None and isinstance(sound.get("file_id"), str):
+            mime = str(sound.get("mime_type") or "audio/ogg")
+            size, seconds = _int(sound.get("file_size")), _int(sound.get("duration"))
+            return (MediaRef(MediaKind.VOICE, mime, str(sound["file_id"]), size=size, seconds=seconds),)
+    document = message.document
+    if document is not None and isinstance(document.get("file_id"), str):
+        mime = str(document.get("mime_type") or "")
+        kind = media_kind(mime)
+        name = str(document["file_name"]) if document.get("file_name") else None
+        return (MediaRef(kind, mime, str(document["file_id"]), size=_int(document.get("file_size")), name=name),)
+    return ()
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 def _command(text: str, bot_username: str | None) -> tuple[str, str] | None:

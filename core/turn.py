@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,6 +29,8 @@ from core.context import ContextItem, ModelMessage, build_model_messages, client
 from core.errors import ModelUnavailable, StillAnswering
 from core.identity import IdentityPolicy
 from core.llm import Model, ModelReply, Usage
+from core.media import MediaRef, placeholder
+from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
 from core.models import Delivery, Person, Role, Surface, TurnStart
 
@@ -63,6 +65,7 @@ class TurnRequest:
     conversation_id: UUID | None = None
     client_history: Sequence[ContextItem] | None = None
     deadline_s: float = 30.0
+    media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
 
 
 class Outcome(StrEnum):
@@ -73,6 +76,8 @@ class Outcome(StrEnum):
     REFUSED = "refused"
     # The web client went away mid-stream: what the model spent is counted, the message is owed.
     ABANDONED = "abandoned"
+    # Media that could not be used (too large, unreadable, no transcription): a fixed answer, no model.
+    MEDIA_REFUSED = "media_refused"
 
 
 @dataclass
@@ -83,6 +88,7 @@ class TurnFigures:
     output_tokens: int = 0
     cache_creation_tokens: int = 0
     cache_read_tokens: int = 0
+    media_tokens: int = 0  # the description of a photo or PDF (core/media_turn.py)
     context_messages: int = 0
     degraded: bool = False
     owed: bool = False  # this turn answered a message an earlier attempt left unanswered
@@ -91,7 +97,8 @@ class TurnFigures:
     @property
     def model_tokens(self) -> int:
         """Every token the model read or wrote for this turn: what the person's daily budget counts."""
-        return self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
+        answer = self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
+        return answer + self.media_tokens
 
     def add_usage(self, usage: Usage) -> None:
         self.input_tokens = usage.input_tokens
@@ -132,8 +139,10 @@ class Turns:
         identity: IdentityPolicy,
         settings: TurnSettings,
         clock: Callable[[], float] = time.monotonic,
+        media: Callable[[], MediaReader] | None = None,
     ) -> None:
         self.memory = memory
+        self._media = media
         self._model = model
         self._identity = identity
         self._settings = settings
@@ -154,8 +163,12 @@ class Turns:
                 elif result.outcome is Outcome.REDELIVERED:
                     self._send_stored_reply(result, channel)
             return self._logged(request.surface, result, began)
-        messages = self._messages(request, start)
-        return self._answer(request.surface, start, messages, figures, request.deadline_s, channel, began)
+        prepared = self._prepared(request, start)
+        if prepared is not None and prepared.notice is not None:
+            return self._refuse_media(request.surface, start, prepared, figures, channel, began)
+        deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
+        messages = self._messages(request, start, prepared)
+        return self._answer(request.surface, start, messages, figures, max(deadline_s, 1.0), channel, began, prepared)
 
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
@@ -175,12 +188,14 @@ class Turns:
         deadline_s: float,
         channel: ReplyChannel | None,
         began: float,
+        prepared: PreparedMedia | None = None,
     ) -> TurnResult:
         figures.context_messages = len(messages)
         figures.owed = start.owed
         if channel is not None:
             channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
+        described = self._describe(prepared, deadline_s)
         try:
             drafts = channel.draft if channel is not None else None
             answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts)
@@ -192,12 +207,13 @@ class Turns:
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         result = self._result(outcome, text, start, figures)
+        learned = self._learned(prepared, described, figures, began + deadline_s)
         if outcome is Outcome.ANSWERED:
-            self._finish(result, start, text, delivery is Delivery.DELIVERED)
+            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
-            self._end_attempt(start, figures)
+            self._end_attempt(start, figures, learned)
         return self._logged(surface, result, began)
 
     def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
@@ -215,7 +231,13 @@ class Turns:
                 yield result.reply
             yield self._logged(request.surface, result, began)
             return
-        messages = self._messages(request, start)
+        prepared = self._prepared(request, start)
+        if prepared is not None and prepared.notice is not None:
+            yield prepared.notice
+            yield self._refuse_media(request.surface, start, prepared, figures, None, began)
+            return
+        messages = self._messages(request, start, prepared)
+        described = self._describe(prepared, request.deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
         parts: list[str] = []
@@ -243,10 +265,11 @@ class Turns:
                 yield fallback
             text = "".join(parts)
             result = self._result(outcome, text, start, figures)
+            learned = self._learned(prepared, described, figures, began + request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                self._finish(result, start, text, True)
+                self._finish(result, start, text, True, learned)
             else:
-                self._end_attempt(start, figures)
+                self._end_attempt(start, figures, learned)
             ended = True
             yield self._logged(request.surface, result, began)
         finally:
@@ -256,7 +279,7 @@ class Turns:
                     close()
                 figures.error = figures.error or "the client went away before the answer was whole"
                 abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
-                self._end_attempt(start, figures)
+                self._end_attempt(start, figures, prepared.content if prepared is not None else None)
                 self._logged(request.surface, abandoned, began)
 
     # The steps.
@@ -291,7 +314,7 @@ class Turns:
         start = self.memory.begin_turn(
             person,
             request.surface,
-            request.text,
+            placeholder(request.media, request.text) if request.media else request.text,
             request.external_id,
             request.conversation_id,
             sender=request.sender_id,
@@ -317,7 +340,7 @@ class Turns:
             raise ValueError("a turn needs a user_id or a sender_id")
         return self._identity.resolve(request.surface, request.sender_id, request.sender_alias)
 
-    def _messages(self, request: TurnRequest, start: TurnStart) -> list[ModelMessage]:
+    def _messages(self, request: TurnRequest, start: TurnStart, prepared: PreparedMedia | None) -> list[ModelMessage]:
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             items = [*(request.client_history or []), current]
@@ -326,7 +349,64 @@ class Turns:
             items = web_items(start.prepend, start.history, request.client_history, current)
         else:
             items = [ContextItem.from_stored(message) for message in start.history]
+        if prepared is not None and items:
+            # This message as the turn learned it: transcripts in place, its images and PDF attached.
+            at = next((i for i, item in enumerate(items) if item.id is not None and item.id == start.message_id), -1)
+            items[at] = replace(items[at], content=prepared.content, attachments=prepared.attachments)
         return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
+
+    # Media (core/media_turn.py): after begin_turn, so a redelivery fetches and transcribes nothing.
+
+    def _prepared(self, request: TurnRequest, start: TurnStart) -> PreparedMedia | None:
+        if not request.media:
+            return None
+        if self._media is None:
+            raise RuntimeError("a turn with media needs a MediaReader")
+        return self._media().prepare(request.surface, request.media, request.text, request.deadline_s)
+
+    def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
+        """The description of the turn's images and PDFs, written beside the answer."""
+        if prepared is None or not prepared.attachments or self._media is None:
+            return None
+        return self._executor.submit(self._media().describe, prepared, deadline_s)
+
+    def _learned(
+        self, prepared: PreparedMedia | None, described: Future[None] | None, figures: TurnFigures, until: float
+    ) -> str | None:
+        """The message as the memory keeps it, once its description is in (or its time is up)."""
+        if prepared is None:
+            return None
+        if described is not None:
+            try:
+                described.result(timeout=max(until - self._clock(), 0.0))
+            except FuturesTimeout:
+                log.warning("the media description came too late; the message is stored without it")
+            usage = prepared.usage
+            figures.media_tokens = (
+                usage.input_tokens
+                + usage.output_tokens
+                + usage.cache_creation_input_tokens
+                + usage.cache_read_input_tokens
+            )
+        return prepared.stored()
+
+    def _refuse_media(
+        self,
+        surface: Surface,
+        start: TurnStart,
+        prepared: PreparedMedia,
+        figures: TurnFigures,
+        channel: ReplyChannel | None,
+        began: float,
+    ) -> TurnResult:
+        """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
+        rather than asking anything again), and the message is stored as what is known."""
+        assert prepared.notice is not None
+        delivery = channel.send(prepared.notice) if channel is not None else Delivery.DELIVERED
+        result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
+        self._finish(result, start, prepared.notice, delivery is Delivery.DELIVERED, prepared.stored())
+        result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
+        return self._logged(surface, result, began)
 
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
@@ -374,11 +454,13 @@ class Turns:
             stopped.set()
             raise ModelUnavailable(f"no answer within {deadline_s:g} s") from exc
 
-    def _end_attempt(self, start: TurnStart, figures: TurnFigures) -> None:
+    def _end_attempt(self, start: TurnStart, figures: TurnFigures, learned: str | None = None) -> None:
         """A turn that stored no reply: its tokens count, and its message is owed."""
         if start.message_id is None or start.user_id is None:
             return
-        self.memory.end_attempt(start.user_id, start.message_id, start.attempt, figures.model_tokens)
+        self.memory.end_attempt(
+            start.user_id, start.message_id, start.attempt, figures.model_tokens, user_content=learned
+        )
         figures.round_trips += 1
 
     def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel) -> None:
@@ -391,11 +473,18 @@ class Turns:
             result.figures.error = "the stored reply could not be delivered"
         result.reply_owed = delivery is Delivery.OWED
 
-    def _finish(self, result: TurnResult, start: TurnStart, text: str, delivered: bool) -> None:
+    def _finish(
+        self, result: TurnResult, start: TurnStart, text: str, delivered: bool, learned: str | None = None
+    ) -> None:
         if start.message_id is None or start.user_id is None:
             return
         result.reply_id = self.memory.finish_turn(
-            start.user_id, start.message_id, text, delivered=delivered, tokens=result.figures.model_tokens
+            start.user_id,
+            start.message_id,
+            text,
+            delivered=delivered,
+            tokens=result.figures.model_tokens,
+            user_content=learned,
         )
         result.figures.round_trips += 1
         if result.reply_id is None:

@@ -28,12 +28,13 @@ from core.errors import InputError
 from core.forgetting import ForgetRequest
 from core.identity import BSUID, normalise_phone
 from core.linking import LinkRequest, UnlinkRequest, link_command
+from core.media import MediaRef, twilio_media
 from core.models import Delivery, Surface
 from core.splitting import split_message
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
-TEXT_ONLY = "I can only read text for now. Could you tell me in words what you sent?"
+TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
 LOCATION = "Thanks for the location. I can't use locations yet: tell me in words where you are, if it matters."
 EMPTY = "I received an empty message. What would you like to tell me?"
 
@@ -65,6 +66,7 @@ class WhatsAppForm(BaseModel):
     latitude: float | None = Field(default=None, alias="Latitude")
     longitude: float | None = Field(default=None, alias="Longitude")
     media_content_types: list[str] = []
+    media_urls: list[str] = []
 
     @classmethod
     def from_form(cls, form: Mapping[str, str]) -> WhatsAppForm:
@@ -75,6 +77,7 @@ class WhatsAppForm(BaseModel):
             where = ".".join(str(part) for part in first.get("loc", ())) or "form"
             raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
         parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
+        parsed.media_urls = [form.get(f"MediaUrl{index}", "") for index in range(parsed.num_media)]
         return parsed
 
     @property
@@ -109,6 +112,7 @@ class Converse:
     text: str
     message_sid: str
     also_known_as: str | None = None
+    media: tuple[MediaRef, ...] = ()  # then `text` is the caption (fetched from Twilio's host only)
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,8 @@ def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequ
         return UnlinkRequest(Surface.WHATSAPP, form.identity)
     if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):
         return ForgetRequest(Surface.WHATSAPP, form.identity, confirm=forget[1] is not None)
+    if media := twilio_media(form.media_urls, form.media_content_types):
+        return Converse(form.identity, text, form.message_sid, form.also_known_as, media)
     if text:
         return Converse(form.identity, text, form.message_sid, form.also_known_as)
     if form.latitude is not None or form.message_type == "location":

@@ -69,6 +69,19 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_reply_in_webhook",
             "telegram_drafts",
             "telegram_model_deadline",
+            # Photos, PDFs and voice notes (docs/media.md); the describer is ANTHROPIC_DIGEST_MODEL.
+            "media_max_items",
+            "image_max_bytes",
+            "pdf_max_bytes",
+            "pdf_max_pages",
+            "voice_max_seconds",
+            "media_fetch_timeout",
+            "transcription_timeout",
+            "media_descriptions",
+            "anthropic_digest_model",
+            "deepgram_api_key",
+            "deepgram_api_base",
+            "deepgram_model",
         }
     ),
     "whatsapp_webhook": frozenset(
@@ -82,9 +95,39 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "twilio_account_sid",
             "twilio_whatsapp_from",
             "twilio_api_base",
+            # Photos, PDFs and voice notes (docs/media.md); the describer is ANTHROPIC_DIGEST_MODEL.
+            "media_max_items",
+            "image_max_bytes",
+            "pdf_max_bytes",
+            "pdf_max_pages",
+            "voice_max_seconds",
+            "media_fetch_timeout",
+            "transcription_timeout",
+            "media_descriptions",
+            "anthropic_digest_model",
+            "deepgram_api_key",
+            "deepgram_api_base",
+            "deepgram_model",
         }
     ),
-    "web_chat": frozenset({"supabase_jwt_secret", "supabase_jwks_url", "cors_origins", "web_model_deadline"}),
+    "web_chat": frozenset(
+        {
+            "supabase_jwt_secret",
+            "supabase_jwks_url",
+            "cors_origins",
+            "web_model_deadline",
+            # Photos, PDFs and voice notes (docs/media.md); the describer is ANTHROPIC_DIGEST_MODEL.
+            "media_max_items",
+            "image_max_bytes",
+            "pdf_max_bytes",
+            "pdf_max_pages",
+            "voice_max_seconds",
+            "media_fetch_timeout",
+            "transcription_timeout",
+            "media_descriptions",
+            "anthropic_digest_model",
+        }
+    ),
     "memory_digest": frozenset(
         {
             "digest_secret",

@@ -20,6 +20,8 @@ from core.identity import IdentityPolicy
 from core.linking import Linking
 from core.llm import AnthropicModel, Model
 from core.logs import configure_json_logging
+from core.media import MediaLimits
+from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.models import Surface
 from core.offline_model import OfflineModel
@@ -32,6 +34,8 @@ from core.telegram_bot import TelegramBot, TelegramChannel
 from core.turn import ReplyChannel, Turns, TurnSettings
 
 if TYPE_CHECKING:
+    from core.media_fetch import MediaSource
+    from core.transcription import Transcriber
     from core.web_auth import TokenVerifier
     from core.whatsapp import WhatsAppSender
 
@@ -175,7 +179,82 @@ def turns() -> Turns:
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
         ),
+        media=media_reader,  # built on the first photo, PDF or voice note
     )
+
+
+@functools.cache
+def media_reader() -> MediaReader:
+    """Photos, PDFs and voice notes: each app's files, the transcriber and the describer, each
+    built on the first message that needs it (a text turn builds none of them)."""
+    config = settings()
+    limits = MediaLimits(
+        max_items=config.media_max_items,
+        image_max_bytes=config.image_max_bytes,
+        pdf_max_bytes=config.pdf_max_bytes,
+        pdf_max_pages=config.pdf_max_pages,
+        voice_max_seconds=config.voice_max_seconds,
+    )
+    sources = {
+        Surface.TELEGRAM: telegram_files,
+        Surface.WHATSAPP: twilio_media,
+        Surface.WEB: inline_media,
+    }
+    return MediaReader(
+        sources,
+        transcriber,
+        describer,
+        limits,
+        fetch_timeout_s=config.media_fetch_timeout,
+        transcription_timeout_s=config.transcription_timeout,
+    )
+
+
+@functools.cache
+def telegram_files() -> MediaSource:
+    from core.media_fetch import TelegramFiles
+
+    config = settings()
+    token = config.telegram_bot_token.get_secret_value() if config.telegram_bot_token else ""
+    return TelegramFiles(token, config.telegram_api_base)
+
+
+@functools.cache
+def twilio_media() -> MediaSource:
+    from core.media_fetch import TwilioMedia
+
+    config = settings()
+    token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
+    return TwilioMedia(config.twilio_account_sid, token, config.twilio_api_base)
+
+
+@functools.cache
+def inline_media() -> MediaSource:
+    from core.media_fetch import InlineMedia
+
+    return InlineMedia()
+
+
+@functools.cache
+def transcriber() -> Transcriber | None:
+    """Deepgram when DEEPGRAM_API_KEY is set; else none (voice notes get a polite answer)."""
+    config = settings()
+    if config.deepgram_api_key is None:
+        return None
+    from core.transcription import DeepgramTranscriber
+
+    return DeepgramTranscriber(
+        config.deepgram_api_key.get_secret_value(), config.deepgram_model, config.deepgram_api_base
+    )
+
+
+@functools.cache
+def describer() -> Model | None:
+    """The small model that describes photos and PDFs for the memory (none offline)."""
+    config = settings()
+    if config.anthropic_api_key is None or not config.media_descriptions:
+        return None
+    return claude(config, config.anthropic_digest_model, 300, cached=False)
 
 
 @functools.cache
@@ -289,6 +368,12 @@ _CACHED = (
     digest_job,
     owed_replies,
     whatsapp_sender,
+    media_reader,
+    telegram_files,
+    twilio_media,
+    inline_media,
+    transcriber,
+    describer,
 )
 
 
@@ -298,5 +383,10 @@ def reset() -> None:
         store().close()
     if telegram_bot.cache_info().currsize:
         telegram_bot().close()
+    for client in (telegram_files, twilio_media, transcriber):
+        if client.cache_info().currsize and (built := client()) is not None:
+            close = getattr(built, "close", None)
+            if close is not None:
+                close()
     for cached in _CACHED:
         cached.cache_clear()

@@ -70,6 +70,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         str(action.update_id),
         sender_id=action.sender_id,
         deadline_s=config.telegram_model_deadline,
+        media=action.media,
     )
     deadline = time.monotonic() + REPLY_DEADLINE_S
     try:

@@ -12,18 +12,21 @@ OPTIONS *                              CORS preflight, without touching the data
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import re
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Literal
 
 import flask
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from core.context import ContextItem
 from core.errors import CrossmemError
+from core.media import MediaKind, MediaRef
 from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
@@ -44,11 +47,28 @@ class ClientMessage(BaseModel):
     created_at: datetime | None = None
 
 
+class WebAttachment(BaseModel):
+    """An image sent with a message (docs/api.md): its type and its bytes in base64."""
+
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    data: str
+
+    @field_validator("data")
+    @classmethod
+    def base64_data(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except ValueError:
+            raise ValueError("data must be base64") from None
+        return value
+
+
 class SendMessage(BaseModel):
     message: str
     conversation_id: uuid.UUID | None = None
     client_message_id: str | None = Field(default=None, max_length=128)
     history: list[ClientMessage] | None = Field(default=None, max_length=200)
+    attachments: list[WebAttachment] = Field(default=[], max_length=10)
 
 
 class NewConversation(BaseModel):
@@ -103,6 +123,9 @@ def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]
         conversation_id=body.conversation_id,
         client_history=history,
         deadline_s=runtime.settings().web_model_deadline,
+        media=tuple(
+            MediaRef(MediaKind.IMAGE, a.media_type, data=base64.b64decode(a.data)) for a in body.attachments
+        ),
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)

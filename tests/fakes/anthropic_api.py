@@ -37,6 +37,7 @@ class FakeAnthropic:
         self.first_token_s = 0.0  # from a stream's start to its first text
         self.requests: list[dict[str, Any]] = []
         self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
+        self.inputs: list[int] = []  # each request's input tokens (cached or not), in the order of `requests`
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
         self.models = {"claude-sonnet-5-5": "Claude Sonnet 5.5", "claude-haiku-5-5": "Claude Haiku 5.5"}
@@ -72,6 +73,7 @@ class FakeAnthropic:
                     fake.requests.append(body)
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                     usage = fake.cache.request(body, time.time())
+                    fake.inputs.append(usage.total)
                 if self.path != "/v1/messages":
                     error = {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
                     return self.answer_json(404, error)

@@ -4,7 +4,9 @@ Records every method call with its JSON payload and when it came. `fail_with(nam
 method)` makes `sendMessage` (or `method`) answer with one of the real error answers of
 tests/corpus/telegram_botapi_errors/errors.json (`times` answers, or until `recover()`);
 `down` makes every method answer the front proxy's 502 without a JSON body.
-`getWebhookInfo` answers `webhook_info` (a WebhookInfo: no webhook set, until a test sets one).
+
+Files: `files[file_id] = bytes` are what `getFile` knows (an unknown id is the Bot API's 400),
+served at `GET /file/bot<token>/<file_path>`; `downloads` lists the paths downloaded.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ class FakeTelegram:
         self.times: list[float] = []  # when each accepted call arrived (time.monotonic)
         self.refused: list[tuple[str, dict[str, Any]]] = []
         self.webhook_info: dict[str, Any] = {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+        self.files: dict[str, bytes] = {}
+        self.downloads: list[str] = []
         self._failure: str | None = None
         self._failing_method = "sendMessage"
         self._failures_left: int | None = None
+        self._paths: dict[str, str] = {}
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
         self.url = self._http.url
@@ -90,12 +95,36 @@ class FakeTelegram:
                     fake.calls.append((method, payload))
                     fake.times.append(time.monotonic())
                     message_id = len(fake.calls)
-                if method == "getWebhookInfo":
-                    result: Any = fake.webhook_info
+                if method == "getFile":
+                    file_id = str(payload.get("file_id", ""))
+                    if file_id not in fake.files:
+                        error = {"ok": False, "error_code": 400, "description": "Bad Request: invalid file_id"}
+                        return self.answer_json(400, error)
+                    size = len(fake.files[file_id])
+                    path = f"documents/file_{abs(hash(file_id)) % 10**6}.bin"
+                    with fake._lock:
+                        fake._paths[path] = file_id
+                    result: Any = {
+                        "file_id": file_id,
+                        "file_unique_id": "u" + file_id[:8],
+                        "file_size": size,
+                        "file_path": path,
+                    }
+                elif method == "getWebhookInfo":
+                    result = fake.webhook_info
                 elif method == "sendMessage":
                     result = {"message_id": message_id, "chat": {"id": payload.get("chat_id")}, "text": ""}
                 else:
                     result = True
                 self.answer_json(200, {"ok": True, "result": result})
+
+            def do_GET(self) -> None:
+                prefix = f"/file/bot{fake.token}/"
+                file_id = fake._paths.get(self.path.removeprefix(prefix)) if self.path.startswith(prefix) else None
+                if file_id is None:
+                    return self.answer_json(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+                with fake._lock:
+                    fake.downloads.append(self.path.removeprefix(prefix))
+                self.answer_bytes(200, fake.files[file_id], "application/octet-stream")
 
         return Handler

@@ -11,6 +11,11 @@
 account's numbers in `numbers` (phone number -> its SmsUrl, "When a message comes in") as
 Twilio's list resource does: the page's fields and `incoming_phone_numbers`, empty when the
 number is not the account's.
+
+Media: `media[path] = (bytes, content type)` for `GET /2010-04-01/Accounts/{sid}/Messages/{sid}/Media/{sid}`
+(basic auth), answered as Twilio does, with a 302 to its CDN (here `/cdn/...` of the same fake,
+which wants no credentials and records whether any came: `cdn_authorizations`).
+`media_requests` lists the media paths asked for.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class FakeTwilio:
         self.typing: list[dict[str, str]] = []  # typing indicators (POST /v2/Indicators/Typing.json)
         self.failure: tuple[int, int] | None = None
         self.numbers: dict[str, str] = {}
+        self.media: dict[str, tuple[bytes, str]] = {}
+        self.media_requests: list[str] = []
+        self.cdn_authorizations: list[str | None] = []
         self._lock = threading.Lock()
         self._http = LocalServer(self._handler())
         self.url = self._http.url
@@ -47,9 +55,24 @@ class FakeTwilio:
 
         class Handler(QuietHandler):
             def do_GET(self) -> None:
+                if self.path.startswith("/cdn/"):
+                    with fake._lock:
+                        fake.cdn_authorizations.append(self.headers.get("Authorization"))
+                    found = fake.media.get(self.path.removeprefix("/cdn"))
+                    if found is None:
+                        return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
+                    return self.answer_bytes(200, found[0], found[1])
+                media = "/Media/" in self.path
+                if media:
+                    with fake._lock:
+                        fake.media_requests.append(self.path)
                 credentials = base64.b64encode(f"{fake.account_sid}:{fake.auth_token}".encode()).decode()
                 if self.headers.get("Authorization") != f"Basic {credentials}":
                     return self.answer_json(401, {"code": 20003, "message": "Authenticate", "status": 401})
+                if media:
+                    if self.path not in fake.media:
+                        return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
+                    return self.answer_bytes(302, b"", "text/plain", {"Location": "/cdn" + self.path})
                 listing = f"/2010-04-01/Accounts/{fake.account_sid}/IncomingPhoneNumbers.json"
                 path, query = urlsplit(self.path).path, dict(parse_qsl(urlsplit(self.path).query))
                 if path != listing:

@@ -38,6 +38,7 @@ CHROMIUM_FLAGS = [
 TELEGRAM_NOTES = 26  # with their replies, more than the page's first page of 50
 LONG_THREAD_TURNS = 12
 HEBREW = "נפגשים ביום שישי בעשר"
+RECEIPT = Path(__file__).resolve().parents[1] / "corpus" / "media" / "receipt.jpg"
 
 LAYOUT = """() => {
   const box = (id) => document.getElementById(id).getBoundingClientRect();
@@ -207,6 +208,17 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
 
         answer = send_on_the_web(page, "What did I just tell you on Telegram?")
         assert "on telegram" in answer and "My dentist appointment moved to Friday at 10:30" in answer
+
+        # A photo attached (a gallery's or the phone camera's file input), scaled, sent beside the text.
+        page.set_input_files("#photo-input", str(RECEIPT))
+        page.wait_for_selector("#attachment:not([hidden])")
+        send_on_the_web(page, "Here is this morning's receipt")
+        assert page.locator(".message.user img.photo").count() == 1
+        assert page.locator("#attachment").is_hidden()
+        conversation = next(c for c in api.conversations() if c["surface"] == "web" and "planning" in c["title"])
+        listed = httpx.get(f"{api.url}/chat/conversations/{conversation['id']}/messages", headers=api.auth).json()
+        mine = [m for m in listed["messages"] if m["role"] == "user"][-1]
+        assert (mine["kind"], mine["content"]) == ("image", "[photo] Here is this morning's receipt")
         page.screenshot(path=str(SCREENSHOTS[size]))  # the README's pictures, from this run
 
         # Over the limit: not sent, said so in the page's words, the text kept, and a retry.

@@ -26,6 +26,7 @@ SETTING_NAMES = [name.upper() for name in Settings.model_fields]
 SECRETS = {
     "telegram_webhook": "ANTHROPIC_API_KEY=crossmem-anthropic-api-key:latest,"
     "DATABASE_URL=crossmem-database-url:latest,"
+    "DEEPGRAM_API_KEY=crossmem-deepgram-api-key:latest,"
     "SUPABASE_SERVICE_ROLE_KEY=crossmem-supabase-service-role-key:latest,"
     "TELEGRAM_BOT_TOKEN=crossmem-telegram-bot-token:latest,"
     "TELEGRAM_WEBHOOK_SECRET=crossmem-telegram-webhook-secret:latest",

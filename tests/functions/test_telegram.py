@@ -45,14 +45,16 @@ EXPECTED = {
     "18_document_nonlatin_filename_2018.json": "ignore",  # supergroup
 }
 
-# The same group captures, as if sent in a private chat with the bot.
+# The same group captures, as if sent in a private chat with the bot. `media`: a turn of its own
+# (tests/functions/test_media.py); here, with no file in the fake Bot API and no transcriber, its
+# clear answer is stored with the message, once, and no model is asked.
 EXPECTED_IN_PRIVATE = {
-    "05_photo_caption.json": "turn",  # the caption is the text
-    "07_voice.json": "notice",
-    "08_document.json": "turn",
+    "05_photo_caption.json": "media",
+    "07_voice.json": "media",
+    "08_document.json": "media",
     "09_location.json": "notice",
     "10_contact.json": "notice",
-    "18_document_nonlatin_filename_2018.json": "notice",
+    "18_document_nonlatin_filename_2018.json": "media",
 }
 
 
@@ -139,6 +141,9 @@ def test_each_real_update_kind_is_answered_as_the_readme_says(
     if expected == "turn":
         assert [role for role, _ in rows] == ["user", "assistant"]
         assert len(fake_anthropic.requests) == 1 and len(fake_telegram.sent()) == 1
+    elif expected == "media":
+        assert [role for role, _ in rows] == ["user", "assistant"] and rows[0][1].startswith("[")
+        assert fake_anthropic.requests == [] and len(fake_telegram.sent()) == 1
     else:
         assert rows == [] and fake_anthropic.requests == []
         notices = fake_telegram.sent()

@@ -113,7 +113,7 @@ def test_the_sha256_shared_key_algorithm_is_accepted(whatsapp: FlaskClient, envi
 # The README's table: what each kind of real inbound message gets.
 CORPUS_ANSWERS = {
     "01_text_profilename_waid.json": "turn",
-    "02_media_image.json": "text only",
+    "02_media_image.json": "media",  # the media itself: tests/functions/test_media.py
     "03_location_address_label.json": "location",
     "04_reply_profilename_waid.json": "turn",
     "05_location_messagetype.json": "location",
@@ -135,14 +135,17 @@ def test_real_payloads_get_valid_twiml(
     if expected == "turn":
         assert replies == ["Claude heard: " + fake_anthropic.requests[-1]["messages"][-1]["content"][0]["text"]]
         assert stored_with_external_id(database_url, fields["MessageSid"]) == 1
+    elif expected == "media":  # of another account than the tests' (none configured): not fetched
+        assert len(replies) == 1 and replies[0].startswith("Sorry, I couldn't use what you sent")
+        assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 1
     else:
-        assert len(replies) == 1 and ("only read text" if expected == "text only" else "location") in replies[0]
+        assert len(replies) == 1 and ("photos, PDFs" if expected == "text only" else "location") in replies[0]
         assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 0
 
 
-def test_media_with_a_caption_is_a_turn(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
+def test_a_video_with_a_caption_is_a_turn_of_its_caption(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
     fields = form(
-        "this is my new bike", NumMedia="1", MediaUrl0="https://api.twilio.com/x", MediaContentType0="image/jpeg"
+        "this is my new bike", NumMedia="1", MediaUrl0="https://api.twilio.com/x", MediaContentType0="video/mp4"
     )
     assert messages_of(post(whatsapp, fields).get_data(as_text=True))[0].endswith("this is my new bike")
 

@@ -1,0 +1,206 @@
+"""A turn's media, from references to what the model reads and what the memory keeps.
+
+    stored at once:   [voice note, 0:42, not transcribed]       (begin_turn; see core/media.py)
+    prepare:          fetch (its host only, within the limits) -> transcribe a voice note
+                      -> images and PDFs as attachments of the current message
+    answer:           the model, with them; beside it, a small model describes the attachments
+    finish:           the message rewritten as what was learned (finish_turn's p_user_content)
+
+It runs after begin_turn and only when begin_turn found a new (or owed) message, so a
+redelivered voice note is neither fetched nor transcribed again. When nothing usable is left
+(too large, an unreadable type, a failed download, no transcription service), the person gets
+`notice` instead of a model call, and the message stays stored as what is known.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.context import ModelMessage
+from core.errors import MediaUnreadable, ModelUnavailable
+from core.llm import Model, Usage
+from core.media import (
+    IMAGE_TYPES,
+    PDF_TYPE,
+    Attachment,
+    MediaKind,
+    MediaLimits,
+    MediaRef,
+    not_seen,
+    ogg_opus_seconds,
+    pdf_pages,
+    placeholder,
+    seen,
+    sniffed_type,
+    transcribed,
+)
+from core.models import Role, Surface
+
+if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
+    from core.media_fetch import MediaSource
+    from core.transcription import Transcriber
+
+log = logging.getLogger("crossmem.media")
+
+DESCRIBE_PROMPT = (
+    "You write the memory of a chat assistant. Describe what the attached image or document shows, "
+    "in one or two sentences, in the language of the person's caption when there is one, keeping what a "
+    "person would want remembered later (names, amounts, dates, places, what is written). No preamble."
+)
+NO_TRANSCRIBER = "I can't listen to voice notes here yet. Could you write it to me instead?"
+TOO_MANY = "That's more than {limit} files in one message. Could you send at most {limit} at a time?"
+UNREADABLE = "Sorry, I couldn't use what you sent ({reason}). Could you tell me in words what it says?"
+NOT_READABLE_KIND = "I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?"
+
+
+@dataclass
+class PreparedMedia:
+    """What the turn learned of its media. `content` is the message as the model reads it now
+    (transcripts in place; attachments marked, their bytes in `attachments`); `notice`, when set,
+    is the answer instead of the model."""
+
+    content: str
+    attachments: tuple[Attachment, ...] = ()
+    notice: str | None = None
+    described: MediaRef | None = None  # the reference whose marker the description goes in
+    parts: list[str] = field(default_factory=list)
+    caption: str = ""
+    description: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+    def stored(self) -> str:
+        """The message as the memory keeps it: the description, when there is one, in its marker."""
+        parts = list(self.parts)
+        if self.described is not None and self.description:
+            parts[0] = seen(self.described, self.description)
+        caption = f" {self.caption.strip()}" if self.caption.strip() else ""
+        return " ".join(parts) + caption
+
+
+class MediaReader:
+    def __init__(
+        self,
+        sources: Mapping[Surface, Callable[[], MediaSource]],
+        transcriber: Callable[[], Transcriber | None],
+        describer: Callable[[], Model | None],
+        limits: MediaLimits,
+        *,
+        fetch_timeout_s: float = 5.0,
+        transcription_timeout_s: float = 8.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sources = sources
+        self._transcriber = transcriber
+        self._describer = describer
+        self.limits = limits
+        self._fetch_timeout_s = fetch_timeout_s
+        self._transcription_timeout_s = transcription_timeout_s
+        self._clock = clock
+
+    @staticmethod
+    def placeholder(media: Sequence[MediaRef], caption: str) -> str:
+        return placeholder(media, caption)
+
+    def prepare(self, surface: Surface, media: Sequence[MediaRef], caption: str, deadline_s: float) -> PreparedMedia:
+        began = self._clock()
+        limits = self.limits
+        if len(media) > limits.max_items:
+            refused = [not_seen(ref, "too many files in one message") for ref in media]
+            return PreparedMedia(
+                self.placeholder(media, caption),
+                notice=TOO_MANY.format(limit=limits.max_items),
+                parts=refused,
+                caption=caption,
+            )
+        parts: list[str] = []
+        attachments: list[Attachment] = []
+        described: MediaRef | None = None
+        notice: str | None = None
+        for ref in media:
+            try:
+                if ref.kind is MediaKind.OTHER:
+                    notice = notice or NOT_READABLE_KIND.format(what=_what(ref))
+                    raise MediaUnreadable("a type I cannot read")
+                left = max(deadline_s - (self._clock() - began), 0.5)
+                if ref.kind is MediaKind.VOICE:
+                    parts.append(self._transcribe(surface, ref, left))
+                    continue
+                data = self._fetch(surface, ref, left)
+                attachments.append(Attachment(sniffed_type(data) or ref.mime_type, data))
+                described = described or ref
+                parts.append(seen(ref, ""))
+            except MediaUnreadable as exc:
+                reason = str(exc)
+                parts.append(not_seen(ref, reason))
+                if notice is None:
+                    notice = (
+                        NO_TRANSCRIBER if reason == "no transcription service" else UNREADABLE.format(reason=reason)
+                    )
+        caption_part = f" {caption.strip()}" if caption.strip() else ""
+        content = " ".join(parts) + caption_part
+        if notice is not None:
+            return PreparedMedia(content, notice=notice, parts=parts, caption=caption)
+        return PreparedMedia(content, tuple(attachments), None, described, parts, caption)
+
+    def _fetch(self, surface: Surface, ref: MediaRef, timeout_s: float) -> bytes:
+        limit = self.limits.pdf_max_bytes if ref.kind is MediaKind.PDF else self.limits.image_max_bytes
+        if ref.size is not None and ref.size > limit:
+            raise MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB")
+        source = self._sources.get(surface)
+        if source is None:
+            raise MediaUnreadable("this app's files cannot be fetched here")
+        data = source().fetch(ref, limit, min(timeout_s, self._fetch_timeout_s))
+        kind = sniffed_type(data)
+        if ref.kind is MediaKind.IMAGE and kind not in IMAGE_TYPES:
+            raise MediaUnreadable("not a JPEG, PNG, GIF or WebP image")
+        if ref.kind is MediaKind.PDF:
+            if kind != PDF_TYPE:
+                raise MediaUnreadable("not a PDF")
+            if (pages := pdf_pages(data)) > self.limits.pdf_max_pages:
+                raise MediaUnreadable(f"{pages} pages; I read up to {self.limits.pdf_max_pages}")
+        return data
+
+    def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float) -> str:
+        limit_s = self.limits.voice_max_seconds
+        if ref.seconds is not None and ref.seconds > limit_s:
+            raise MediaUnreadable(f"longer than {limit_s // 60}:{limit_s % 60:02d}")
+        transcriber = self._transcriber()
+        if transcriber is None:
+            raise MediaUnreadable("no transcription service")
+        source = self._sources.get(surface)
+        if source is None:
+            raise MediaUnreadable("this app's files cannot be fetched here")
+        audio = source().fetch(ref, self.limits.voice_max_bytes, min(timeout_s, self._fetch_timeout_s))
+        seconds = ref.seconds if ref.seconds is not None else ogg_opus_seconds(audio)
+        if seconds is not None and seconds > limit_s:
+            raise MediaUnreadable(f"longer than {limit_s // 60}:{limit_s % 60:02d}")
+        transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
+        log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
+        return transcribed(seconds if seconds is not None else transcript.seconds, transcript.text)
+
+    def describe(self, prepared: PreparedMedia, timeout_s: float) -> None:
+        """The short description the memory keeps of the attachments (a small model's), into
+        `prepared`; a failure leaves it empty (the marker alone is stored)."""
+        describer = self._describer()
+        if describer is None or not prepared.attachments:
+            return
+        text = "The person's caption: " + prepared.caption.strip() if prepared.caption.strip() else "(no caption)"
+        message = ModelMessage(Role.USER, text, (), prepared.attachments)
+        try:
+            reply = describer.reply(DESCRIBE_PROMPT, [message], timeout_s)
+        except ModelUnavailable as exc:
+            log.warning("the media description failed", extra={"error": str(exc)})
+            return
+        prepared.description = " ".join(reply.text.split())[:600]
+        prepared.usage = reply.usage
+
+
+def _what(ref: MediaRef) -> str:
+    if ref.name and "." in ref.name:
+        return "." + ref.name.rsplit(".", 1)[1].lower() + " files"
+    kind = ref.mime_type.split("/", 1)[0] if ref.mime_type else ""
+    return {"video": "videos"}.get(kind, "this kind of file")

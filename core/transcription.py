@@ -1,0 +1,80 @@
+"""Speech to text: voice notes become the words the model answers. Deepgram, over plain HTTP.
+
+Why Deepgram (the README's "Voice notes and media" has the comparison): its pre-recorded
+endpoint takes the OGG/Opus the apps send as it is (no transcoding here), detects the language
+(`detect_language=true`: Spanish and English among ~35), answers in about a second for a
+minute of audio (inside WhatsApp's 15 s), needs one secret (DEEPGRAM_API_KEY, from Secret
+Manager), and costs less a minute than the alternatives.
+
+`POST {DEEPGRAM_API_BASE}/v1/listen?model=...&detect_language=true&smart_format=true` with the
+audio as the body and `Authorization: Token <key>`. Only this module knows Deepgram; it is
+imported on the first voice note, never by a text turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from core.errors import MediaUnreadable
+
+log = logging.getLogger("crossmem.transcription")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    language: str | None
+    seconds: float | None
+
+
+class Transcriber(Protocol):
+    def transcribe(self, audio: bytes, mime_type: str, timeout_s: float) -> Transcript:
+        """The words of `audio`; raises MediaUnreadable when the service fails or is slow."""
+        ...
+
+
+class DeepgramTranscriber:
+    def __init__(self, api_key: str, model: str = "nova-3", api_base: str = "https://api.deepgram.com") -> None:
+        self._api_key = api_key
+        self._model = model
+        self._base = api_base.rstrip("/")
+        self._http = httpx.Client()
+
+    def transcribe(self, audio: bytes, mime_type: str, timeout_s: float) -> Transcript:
+        params = {"model": self._model, "detect_language": "true", "smart_format": "true"}
+        headers = {"Authorization": f"Token {self._api_key}", "Content-Type": mime_type or "audio/ogg"}
+        try:
+            response = self._http.post(
+                f"{self._base}/v1/listen", params=params, headers=headers, content=audio, timeout=timeout_s
+            )
+        except httpx.TimeoutException:
+            log.warning("the transcription service timed out", extra={"timeout_s": timeout_s})
+            raise MediaUnreadable("the transcription service was too slow") from None
+        except httpx.HTTPError as exc:
+            log.warning("the transcription service could not be reached", extra={"error": type(exc).__name__})
+            raise MediaUnreadable("the transcription service could not be reached") from None
+        if response.status_code != 200:
+            log.warning("the transcription service refused", extra={"status": response.status_code})
+            raise MediaUnreadable(f"the transcription service answered {response.status_code}")
+        try:
+            body = response.json()
+            channel = body["results"]["channels"][0]
+            text = str(channel["alternatives"][0]["transcript"])
+            language = channel.get("detected_language")
+            seconds = body.get("metadata", {}).get("duration")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise MediaUnreadable("the transcription service answered nonsense") from None
+        if not text.strip():
+            raise MediaUnreadable("no words could be heard in it")
+        return Transcript(
+            text.strip(),
+            str(language) if language else None,
+            float(seconds) if isinstance(seconds, int | float) else None,
+        )
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,435 @@
+"""Voice notes, photos and documents end to end: the corpus's real updates and forms drive the
+real functions; Telegram's files, Twilio's media host and Deepgram are local fakes reached
+through their base-URL settings; the fixtures are a real JPEG, PDF and OGG/Opus voice note
+(tests/corpus/media/SOURCES.md).
+
+The corpus's Telegram media updates come from a supergroup: each test moves them into a
+private chat with the same sender (and gives the update and the sender ids of its own, as the
+session's database is shared)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.deepgram_api import FakeDeepgram
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import (
+    CORPUS,
+    PUBLIC_BASE_URL,
+    TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
+    app_client,
+    as_owner,
+    bearer,
+    form,
+    messages_of,
+    rows,
+    signed,
+    stored_turn,
+)
+
+MEDIA = CORPUS / "media"
+RECEIPT = (MEDIA / "receipt.jpg").read_bytes()
+LEASE = (MEDIA / "lease.pdf").read_bytes()
+VOICE = (MEDIA / "voice_note_es.ogg").read_bytes()
+DEEPGRAM_KEY = "deepgram-test-key"
+# The account of the corpus's media form (tests/corpus/twilio/02_media_image.json).
+ACCOUNT_SID = "AC1a03647d811fab342c0ad608e382fab2"
+DESCRIPTION = "A receipt from Bar Pepe: café con leche and a tostada, 5,50 EUR, 12/11/2026."
+TRANSCRIPT = "Hola, mañana tengo cita con el dentista a las diez."
+
+
+def answers(body: dict[str, Any]) -> str:
+    """The reply model answers; the describer (its own system prompt) describes."""
+    if body["system"][0]["text"] == DESCRIBE_PROMPT:
+        return DESCRIPTION
+    last = body["messages"][-1]["content"][-1]["text"]
+    return f"Got it: {last[-60:]}"
+
+
+@pytest.fixture
+def fake_deepgram() -> Iterator[FakeDeepgram]:
+    server = FakeDeepgram(DEEPGRAM_KEY)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def media_env(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_deepgram: FakeDeepgram, fake_twilio: FakeTwilio
+) -> pytest.MonkeyPatch:
+    fake_anthropic.answer = answers
+    environment.setenv("DEEPGRAM_API_KEY", DEEPGRAM_KEY)
+    environment.setenv("DEEPGRAM_API_BASE", fake_deepgram.url)
+    environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    environment.setenv("WHATSAPP_TYPING_INDICATOR", "false")
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    return environment
+
+
+def private(name: str, sender: int | None = None) -> dict[str, Any]:
+    """A corpus update, moved into a private chat with its sender, with ids of this test's own."""
+    body = json.loads((CORPUS / "telegram" / name).read_text())
+    message = dict(body["message"])
+    sender = sender or 700_000_000 + uuid.uuid4().int % 10**8
+    message["from"] = {**message["from"], "id": sender}
+    message["chat"] = {"id": sender, "type": "private", "first_name": message["from"]["first_name"]}
+    return {"update_id": uuid.uuid4().int % 10**9, "message": message}
+
+
+def user_message(database_url: str, external_id: str) -> str:
+    return next(content for role, content in stored_turn(database_url, external_id) if role == "user")
+
+
+def replies(fake_anthropic: FakeAnthropic) -> list[dict[str, Any]]:
+    return [body for body in fake_anthropic.requests if body["system"][0]["text"] != DESCRIBE_PROMPT]
+
+
+def described(fake_anthropic: FakeAnthropic) -> list[dict[str, Any]]:
+    return [body for body in fake_anthropic.requests if body["system"][0]["text"] == DESCRIBE_PROMPT]
+
+
+def telegram_post(client: FlaskClient, body: dict[str, Any]) -> int:
+    return client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code
+
+
+# Photos.
+
+
+def test_a_telegram_photo_reaches_the_model_as_an_image_and_whatsapp_remembers_it(
+    media_env: pytest.MonkeyPatch,
+    owner: uuid.UUID,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    database_url: str,
+) -> None:
+    body = private("05_photo_caption.json")
+    sender = body["message"]["from"]["id"]
+    number = f"+3460{uuid.uuid4().int % 10**6:06d}"
+    as_owner(media_env, owner, telegram=str(sender), whatsapp=number)
+    # The largest of the four sizes within 1568 px and 1.15 megapixels: 720x1280.
+    chosen = body["message"]["photo"][3]["file_id"]
+    fake_telegram.files[chosen] = RECEIPT
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+
+    assert [payload["file_id"] for payload in fake_telegram.sent("getFile")] == [chosen]
+    [asked] = replies(fake_anthropic)
+    image, text = asked["messages"][-1]["content"]
+    assert image == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/jpeg", "data": base64.b64encode(RECEIPT).decode()},
+    }
+    assert text["text"].endswith("[photo] OK - some mages") and "cache_control" not in text
+    assert len(described(fake_anthropic)) == 1
+    assert user_message(database_url, str(body["update_id"])) == f"[photo: {DESCRIPTION}] OK - some mages"
+    assert fake_telegram.sent()[-1]["text"] == "Got it: " + text["text"][-60:]
+
+    # The next turn, on WhatsApp: the description, not the image.
+    fields = form("¿cuánto pagué?", sender=f"whatsapp:{number}")
+    whatsapp = app_client("whatsapp_webhook")
+    assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    later = replies(fake_anthropic)[-1]
+    blocks = [block for message in later["messages"] for block in message["content"]]
+    assert all(block["type"] == "text" for block in blocks)
+    assert f"[photo: {DESCRIPTION}] OK - some mages" in "\n".join(block["text"] for block in blocks)
+
+
+def test_an_image_document_is_read_as_the_image_its_bytes_are(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    body = private("08_document.json")
+    fake_telegram.files[body["message"]["document"]["file_id"]] = RECEIPT  # named .png, a JPEG inside
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    image = replies(fake_anthropic)[0]["messages"][-1]["content"][0]
+    assert image["type"] == "image" and image["source"]["media_type"] == "image/jpeg"
+    assert user_message(database_url, str(body["update_id"])) == f"[photo: {DESCRIPTION}] rrrrrrrrrrrr"
+
+
+def test_a_pdf_reaches_the_model_as_a_document_block(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    body = private("08_document.json")
+    document = body["message"]["document"]
+    body["message"]["document"] = {**document, "mime_type": "application/pdf", "file_name": "lease.pdf"}
+    body["message"]["caption"] = "mi contrato"
+    fake_telegram.files[document["file_id"]] = LEASE
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    block, text = replies(fake_anthropic)[0]["messages"][-1]["content"]
+    assert block == {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(LEASE).decode()},
+    }
+    assert text["text"].endswith('[PDF "lease.pdf"] mi contrato')
+    assert user_message(database_url, str(body["update_id"])) == f'[PDF "lease.pdf": {DESCRIPTION}] mi contrato'
+
+
+def test_twilios_media_form_is_fetched_from_twilio_with_the_accounts_credentials(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str
+) -> None:
+    fields = json.loads((CORPUS / "twilio" / "02_media_image.json").read_text())
+    fields["MessageSid"] = "MM" + uuid.uuid4().hex
+    path = fields["MediaUrl0"].removeprefix("https://api.twilio.com")
+    fake_twilio.media[path] = (RECEIPT, "image/jpeg")
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    assert fake_twilio.media_requests == [path]
+    image, text = replies(fake_anthropic)[0]["messages"][-1]["content"]
+    assert image["source"]["data"] == base64.b64encode(RECEIPT).decode()
+    assert text["text"].endswith("[photo]")
+    assert messages_of(response.text) == ["Got it: " + text["text"][-60:]]
+    assert user_message(database_url, fields["MessageSid"]) == f"[photo: {DESCRIPTION}]"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://media.example.com/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1",
+        "http://api.twilio.com/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1",
+        "https://api.twilio.com.example.com/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1",
+        "https://api.twilio.com/2010-04-01/Accounts/AC00000000000000000000000000000000/Messages/MM1/Media/ME1",
+        "https://api.twilio.com/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1?redirect=https://x.example",
+        "{fake}/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1",
+    ],
+    ids=["other host", "http", "look-alike host", "other account", "query", "the fake itself"],
+)
+def test_a_media_url_off_twilios_media_host_is_never_fetched(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str, url: str
+) -> None:
+    fake_twilio.media["/2010-04-01/Accounts/" + ACCOUNT_SID + "/Messages/MM1/Media/ME1"] = (RECEIPT, "image/jpeg")
+    target = url.format(sid=ACCOUNT_SID, fake=fake_twilio.url)
+    fields = form("", NumMedia="1", MediaUrl0=target, MediaContentType0="image/jpeg")
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    assert fake_twilio.media_requests == [] and fake_anthropic.requests == []
+    assert messages_of(response.text) == [
+        "Sorry, I couldn't use what you sent (it was not on Twilio's media host). "
+        "Could you tell me in words what it says?"
+    ]
+    assert user_message(database_url, fields["MessageSid"]) == "[photo, not read: it was not on Twilio's media host]"
+
+
+# Voice notes.
+
+
+def test_a_voice_note_is_transcribed_once_and_answered_once_however_often_it_is_delivered(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    body = private("07_voice.json")
+    fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
+    client = app_client("telegram_webhook")
+    for _ in range(3):
+        assert telegram_post(client, body) == 200
+    [heard] = fake_deepgram.requests
+    assert heard.audio == VOICE and heard.content_type == "audio/ogg"
+    assert heard.query == {"model": ["nova-3"], "detect_language": ["true"], "smart_format": ["true"]}
+    [asked] = fake_anthropic.requests
+    assert asked["messages"][-1]["content"][-1]["text"].endswith(f"[voice note, 0:03] {TRANSCRIPT}")
+    assert len(fake_telegram.sent()) == 1 and len(fake_telegram.downloads) == 1
+    assert stored_turn(database_url, str(body["update_id"]))[0] == ("user", f"[voice note, 0:03] {TRANSCRIPT}")
+
+
+def test_a_whatsapp_voice_note_says_its_own_length(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str
+) -> None:
+    """Twilio's form gives no duration: the OGG file's own granule position does (3.7 s)."""
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME{uuid.uuid4().hex}"
+    fake_twilio.media[path] = (VOICE, "audio/ogg")
+    fields = form("", NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg")
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200 and len(messages_of(response.text)) == 1
+    assert user_message(database_url, fields["MessageSid"]) == f"[voice note, 0:04] {TRANSCRIPT}"
+
+
+def test_without_a_transcription_service_a_voice_note_gets_a_polite_answer(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    media_env.delenv("DEEPGRAM_API_KEY")
+    body = private("07_voice.json")
+    fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_anthropic.requests == [] and fake_telegram.downloads == []
+    assert [m["text"] for m in fake_telegram.sent()] == [NO_TRANSCRIBER]
+    assert stored_turn(database_url, str(body["update_id"])) == [
+        ("user", "[voice note, 0:03, not transcribed: no transcription service]"),
+        ("assistant", NO_TRANSCRIBER),
+    ]
+
+
+def test_a_failing_transcription_service_is_a_clear_answer_and_never_retried_on_redelivery(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    fake_deepgram.behaviour = "500"
+    body = private("07_voice.json")
+    fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
+    client = app_client("telegram_webhook")
+    assert telegram_post(client, body) == 200
+    assert telegram_post(client, body) == 200
+    assert len(fake_deepgram.requests) == 1 and fake_anthropic.requests == []
+    reason = "the transcription service answered 500"
+    assert stored_turn(database_url, str(body["update_id"]))[0] == (
+        "user",
+        f"[voice note, 0:03, not transcribed: {reason}]",
+    )
+    assert fake_telegram.sent()[0]["text"].startswith(f"Sorry, I couldn't use what you sent ({reason}).")
+
+
+def test_a_slow_transcription_service_is_given_up_within_its_timeout(
+    media_env: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_deepgram: FakeDeepgram, database_url: str
+) -> None:
+    media_env.setenv("TRANSCRIPTION_TIMEOUT", "0.3")
+    fake_deepgram.behaviour, fake_deepgram.slow_s = "slow", 2.0
+    body = private("07_voice.json")
+    fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert user_message(database_url, str(body["update_id"])) == (
+        "[voice note, 0:03, not transcribed: the transcription service was too slow]"
+    )
+
+
+def test_a_voice_note_longer_than_the_limit_is_neither_downloaded_nor_transcribed(
+    media_env: pytest.MonkeyPatch,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    media_env.setenv("VOICE_MAX_SECONDS", "2")
+    body = private("07_voice.json")
+    fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_telegram.downloads == [] and fake_deepgram.requests == []
+    assert user_message(database_url, str(body["update_id"])) == (
+        "[voice note, 0:03, not transcribed: longer than 0:02]"
+    )
+
+
+# Limits and failures.
+
+
+def test_a_photo_over_the_byte_limit_is_refused_before_it_is_downloaded(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    media_env.setenv("IMAGE_MAX_BYTES", "100000")  # the chosen size says 151,590 bytes
+    body = private("05_photo_caption.json")
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_telegram.sent("getFile") == [] and fake_anthropic.requests == []
+    assert fake_telegram.sent()[0]["text"] == (
+        "Sorry, I couldn't use what you sent (larger than 0.1 MB). Could you tell me in words what it says?"
+    )
+    assert user_message(database_url, str(body["update_id"])) == "[photo, not read: larger than 0.1 MB] OK - some mages"
+
+
+def test_a_file_telegram_will_not_give_is_a_clear_answer(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    body = private("05_photo_caption.json")  # no file in the fake: getFile answers 400
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_anthropic.requests == []
+    stored = user_message(database_url, str(body["update_id"]))
+    assert stored == "[photo, not read: Telegram would not give the file] OK - some mages"
+
+
+def test_a_file_the_model_cannot_read_is_named_and_stored_as_such(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    body = private("08_document.json")
+    document = body["message"]["document"]
+    body["message"]["document"] = {**document, "mime_type": "application/msword", "file_name": "cv.doc"}
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_anthropic.requests == [] and fake_telegram.sent("getFile") == []
+    assert fake_telegram.sent()[0]["text"].startswith("I can read photos, PDFs and voice notes, not .doc files.")
+    assert user_message(database_url, str(body["update_id"])) == (
+        "[file application/msword, not read: a type I cannot read] rrrrrrrrrrrr"
+    )
+
+
+def test_a_photo_turn_costs_more_tokens_than_a_text_turn_and_the_budget_counts_them(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    media_env.setenv("TOKENS_PER_DAY", "1000000")  # the budget on: turn_usage counts each turn's tokens
+    client = app_client("telegram_webhook")
+    text = private("05_photo_caption.json")
+    del text["message"]["photo"]
+    text["message"]["text"] = text["message"].pop("caption")
+    photo = private("05_photo_caption.json")
+    fake_telegram.files[photo["message"]["photo"][3]["file_id"]] = RECEIPT
+    assert telegram_post(client, text) == 200
+    assert telegram_post(client, photo) == 200
+    counted = {
+        external_id: tokens
+        for external_id, tokens in rows(
+            database_url,
+            "select m.external_id, u.tokens from turn_usage u join messages m on m.id = u.message_id"
+            " where m.external_id in (%s, %s)",
+            str(text["update_id"]),
+            str(photo["update_id"]),
+        )
+    }
+    # The receipt is 480x640: 409 tokens by Claude's rule (the fake's), in the answer and the description.
+    assert counted[str(photo["update_id"])] - counted[str(text["update_id"])] >= 2 * 409
+
+
+# The web.
+
+
+def test_the_web_takes_an_image_as_base64_and_lists_it_with_its_kind(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, web: FlaskClient, owner: uuid.UUID
+) -> None:
+    attachment = {"media_type": "image/jpeg", "data": base64.b64encode(RECEIPT).decode()}
+    sent = web.post("/", json={"message": "what is this?", "attachments": [attachment]}, headers=bearer(owner))
+    assert sent.status_code == 200, sent.text
+    image = replies(fake_anthropic)[0]["messages"][-1]["content"][0]
+    assert image["source"] == {"type": "base64", **attachment}
+    conversation = sent.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    assert [(m["role"], m["kind"], m["content"]) for m in listed] == [
+        ("user", "image", f"[photo: {DESCRIPTION}] what is this?"),
+        ("assistant", "text", sent.get_json()["reply"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("attachment", "message"),
+    [
+        ({"media_type": "image/tiff", "data": "AAAA"}, "media_type"),
+        ({"media_type": "image/png", "data": "not base64!"}, "base64"),
+    ],
+)
+def test_the_web_refuses_what_it_cannot_read_with_a_400(
+    media_env: pytest.MonkeyPatch, web: FlaskClient, owner: uuid.UUID, attachment: dict[str, str], message: str
+) -> None:
+    sent = web.post("/", json={"message": "hi", "attachments": [attachment]}, headers=bearer(owner))
+    assert sent.status_code == 400 and message in sent.get_json()["message"]
+
+
+def test_fixtures_are_what_their_sources_say() -> None:
+    assert Path(MEDIA / "SOURCES.md").exists()
+    assert VOICE[:4] == b"OggS" and b"OpusHead" in VOICE[:100] and len(VOICE) < 16_000
+    assert RECEIPT[:3] == b"\xff\xd8\xff" and LEASE[:5] == b"%PDF-"
