@@ -21,7 +21,8 @@ SUPABASE = ROOT / "infra" / "deploy" / "node_modules" / ".bin" / "supabase"
 
 def applied_migrations(url: str) -> list[tuple[str, str]]:
     with psycopg.connect(url) as connection:
-        return connection.execute("select version, name from supabase_migrations.schema_migrations order by 1").fetchall()
+        query = "select version, name from supabase_migrations.schema_migrations order by 1"
+        return connection.execute(query).fetchall()
 
 
 def db_push(url: str, home: Path) -> subprocess.CompletedProcess[str]:

@@ -41,3 +41,9 @@ revoke all on all sequences in schema public from public, anon, authenticated;
 
 revoke all on all functions in schema public from public, anon, authenticated;
 grant execute on all functions in schema public to service_role;
+
+-- begin_turn's parts (turn.sql): service_role's alone, and out of PostgREST's reach.
+revoke all on schema crossmem_private from public, anon, authenticated;
+grant usage on schema crossmem_private to service_role;
+revoke all on all functions in schema crossmem_private from public, anon, authenticated;
+grant execute on all functions in schema crossmem_private to service_role;

@@ -21,10 +21,7 @@ create index turn_usage_by_user on public.turn_usage (user_id, at desc);
 -- window: a person at the limit may write again when the oldest turn that keeps them
 -- there leaves the window. Drops the person's rows older than a day as it goes.
 create or replace function public.turn_budget_until(
-    p_user_id uuid,
-    p_turns_per_minute integer,
-    p_turns_per_day integer,
-    p_tokens_per_day integer
+    p_user_id uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer
 ) returns timestamptz language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();

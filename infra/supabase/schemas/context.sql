@@ -1,7 +1,10 @@
 -- The context window: what a turn shows the model of a person's thread.
 
--- How many of the latest p_total messages the stepped window of Telegram and WhatsApp
--- shows (context_window's rule): the rest have left it, in steps of p_step at once.
+-- The window rule: how many of the latest p_total messages the stepped window shows, at most
+-- p_limit; the rest have left it, in steps of p_step at once (a step longer than the window
+-- would empty it: the step is at most the window). context_window and the digest read it here;
+-- core/context.py's stepped_tail applies it to a history the web client sends, and a test
+-- checks the two agree on every case.
 create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
     returns integer language sql immutable set search_path = '' as $$
     select case when p_total <= p_limit then p_total::integer
@@ -13,17 +16,11 @@ $$;
 -- the message at (p_until_at, p_until_id), not older than p_since, oldest first. The
 -- start moves in steps of p_step messages so that consecutive turns share a prefix.
 create or replace function public.context_window(
-    p_user_id uuid,
-    p_conversation_id uuid,
-    p_since timestamptz,
-    p_until_at timestamptz,
-    p_until_id bigint,
-    p_limit integer,
-    p_step integer
+    p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
+    p_limit integer, p_step integer
 ) returns jsonb language plpgsql stable set search_path = '' as $$
 declare
     v_total integer;
-    v_step integer;
     v_keep integer;
     v_window jsonb;
 begin
@@ -34,13 +31,7 @@ begin
        and m.created_at >= p_since
        and (m.created_at, m.id) <= (p_until_at, p_until_id);
 
-    -- A step longer than the window would empty it: the step is at most the window.
-    v_step := greatest(least(p_step, p_limit), 1);
-    v_keep := case
-        when v_total <= p_limit then v_total
-        else v_total - ceil((v_total - p_limit)::numeric / v_step)::integer * v_step
-    end;
-    v_keep := greatest(v_keep, 0);
+    v_keep := greatest(public.window_keeps(v_total, p_limit, p_step), 0);
 
     select coalesce(jsonb_agg(to_jsonb(w) order by w.created_at, w.id), '[]'::jsonb) into v_window
       from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at

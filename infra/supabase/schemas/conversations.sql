@@ -20,7 +20,7 @@ create index conversations_by_user_recent
     on public.conversations (user_id, updated_at desc);
 
 
-create or replace function public.create_conversation(p_user_id uuid, p_title text default '')
+create or replace function public.create_conversation(p_user_id uuid, p_title text)
     returns jsonb language sql set search_path = '' as $$
     insert into public.conversations (user_id, surface, title)
          values (p_user_id, 'web', coalesce(p_title, ''))
@@ -28,7 +28,7 @@ create or replace function public.create_conversation(p_user_id uuid, p_title te
                                    'created_at', created_at, 'updated_at', updated_at);
 $$;
 
-create or replace function public.list_conversations(p_user_id uuid, p_limit integer default 50)
+create or replace function public.list_conversations(p_user_id uuid, p_limit integer)
     returns jsonb language sql stable set search_path = '' as $$
     select coalesce(jsonb_agg(to_jsonb(c) order by c.updated_at desc, c.id), '[]'::jsonb)
       from (select c.id, c.surface, c.title, c.created_at, c.updated_at

@@ -31,7 +31,7 @@ create index forgotten_deliveries_by_age on public.forgotten_deliveries (forgott
 -- cannot store them anew. A conversation the person does not have forgets nothing: no notes,
 -- no deliveries (a frontend that deletes twice keeps the notes).
 -- Returns {"messages", "conversations"}: 0 conversations for someone else's or a missing id.
-create or replace function public.forget_conversations(p_user_id uuid, p_conversation_id uuid default null)
+create or replace function public.forget_conversations(p_user_id uuid, p_conversation_id uuid)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_messages integer;
@@ -72,10 +72,10 @@ $$;
 -- identities, their wrong-code attempts, their ids in the codes they redeemed, who they were
 -- merged from, and their budget's counts.
 -- Returns {"messages", "conversations", "link_codes", "identities"}.
-create or replace function public.forget_person(p_user_id uuid, p_erase_identities boolean default false)
+create or replace function public.forget_person(p_user_id uuid, p_erase_identities boolean)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
-    v_forgotten jsonb := public.forget_conversations(p_user_id);
+    v_forgotten jsonb := public.forget_conversations(p_user_id, null);
     v_codes integer;
     v_identities integer := 0;
 begin
@@ -108,9 +108,9 @@ $$;
 create or replace function public.forget_request(
     p_surface text,
     p_confirm boolean,
-    p_user_id uuid default null,
-    p_sender_id text default null,
-    p_window_minutes integer default 5
+    p_user_id uuid,
+    p_sender_id text,
+    p_window_minutes integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
@@ -146,7 +146,7 @@ begin
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then
         return jsonb_build_object('status', 'expired', 'messages', 0, 'conversations', 0);
     end if;
-    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user);
+    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user, false);
 end;
 $$;
 
@@ -162,10 +162,10 @@ $$;
 create or replace function public.purge_messages(
     p_older_than_seconds bigint,
     p_in_flight_seconds integer,
-    p_limit integer default null,
-    p_dry_run boolean default false,
-    p_below_at timestamptz default null,
-    p_below_id bigint default null
+    p_limit integer,
+    p_dry_run boolean,
+    p_below_at timestamptz,
+    p_below_id bigint
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_older_than_seconds);

@@ -229,8 +229,8 @@ $$;
 -- message; the identity's next message starts a new person.
 create or replace function public.unlink_identities(
     p_surface text,
-    p_user_id uuid default null,
-    p_external_id text default null
+    p_user_id uuid,
+    p_external_id text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_count integer;

@@ -77,9 +77,9 @@ create or replace function public.claim_memory_digests(
     p_window_step integer,
     p_window_hours integer,
     p_lease_seconds integer,
-    p_digest_limit integer default 200,
-    p_user_id uuid default null,
-    p_idle_seconds integer default 300
+    p_digest_limit integer,
+    p_user_id uuid,
+    p_idle_seconds integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();

@@ -52,8 +52,8 @@ create index messages_owed on public.messages (created_at) where role = 'user' a
 create or replace function public.conversation_messages(
     p_user_id uuid,
     p_conversation_id uuid,
-    p_before_id bigint default null,
-    p_limit integer default 50
+    p_before_id bigint,
+    p_limit integer
 ) returns jsonb language sql stable set search_path = '' as $$
     select case when c.id is null then jsonb_build_object('error', 'conversation_not_found')
            else jsonb_build_object(
@@ -73,7 +73,7 @@ create or replace function public.conversation_messages(
 $$;
 
 -- A person's latest messages over every conversation, oldest first (the CLI's history).
-create or replace function public.person_history(p_user_id uuid, p_limit integer default 100)
+create or replace function public.person_history(p_user_id uuid, p_limit integer)
     returns jsonb language sql stable set search_path = '' as $$
     select coalesce(jsonb_agg(to_jsonb(h) order by h.created_at, h.id), '[]'::jsonb)
       from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at

@@ -7,13 +7,8 @@
 -- over (`for update skip locked`: overlapping runs share them out) and returned with the context
 -- it is answered from, as begin_turn would have returned it.
 create or replace function public.claim_owed_replies(
-    p_surfaces text,
-    p_max_age_seconds integer,
-    p_answer_within_seconds integer,
-    p_limit integer,
-    p_window_hours integer,
-    p_max_messages integer,
-    p_window_step integer
+    p_surfaces text, p_max_age_seconds integer, p_answer_within_seconds integer, p_limit integer,
+    p_window_hours integer, p_max_messages integer, p_window_step integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();

@@ -2,200 +2,279 @@
 -- conversation, stores the user message once and returns the context window; finish_turn
 -- (after it) stores the reply. end_attempt closes an attempt that stored no reply.
 
--- One turn's first round trip: resolve the person and the conversation, store the user
--- message once (the delivery's key, looked up once, first), take over an owed message, count
--- the budget, and return the context window and the memory notes. A redelivery (same
--- external_id) stores nothing and returns the reply already stored for it, if any.
-create or replace function public.begin_turn(
-    p_surface text,
-    p_content text,
-    p_external_id text,
-    p_user_id uuid,
-    p_sender_id text,
-    p_conversation_id uuid,
-    p_window_hours integer,
-    p_max_messages integer,
-    p_window_step integer,
-    p_web_prepend integer,
-    p_attempt uuid,
-    p_turns_per_minute integer,
-    p_turns_per_day integer,
-    p_tokens_per_day integer,
-    p_answer_within_seconds integer,
-    p_sender text
-) returns jsonb language plpgsql set search_path = '' as $$
-declare
-    v_user uuid := p_user_id;
-    v_conversation uuid;
-    v_conversation_surface text;
-    v_message_id bigint;
-    v_message_at timestamptz;
-    v_answer_by timestamptz;
-    v_reply jsonb;
-    v_now timestamptz := clock_timestamp();
-    v_since timestamptz := clock_timestamp() - make_interval(hours => p_window_hours);
-    v_history jsonb;
-    v_prepend jsonb := '[]'::jsonb;
-    v_own_attempt boolean := false;
-    v_owed boolean := false;
-    v_limited_until timestamptz;
-begin
-    -- Forgetting (issue #13): a delivery whose message the person has forgotten is answered like a
-    -- duplicate, storing nothing (no conversation, no message), not even an identity.
-    if p_external_id is not null and exists (
+-- The parts of begin_turn, each replaceable on its own. They live in crossmem_private, which
+-- PostgREST does not serve (config.toml's [api] schemas): none is callable over /rest/v1/rpc,
+-- and only service_role (the caller of begin_turn) may use the schema and execute them
+-- (access.sql).
+create schema if not exists crossmem_private;
+
+-- A delivery whose message the person has forgotten (forgetting.sql): answered like a
+-- duplicate, storing nothing (no conversation, no message), not even an identity.
+create or replace function crossmem_private.delivery_forgotten(p_surface text, p_external_id text, p_user_id uuid)
+    returns boolean language sql stable set search_path = '' as $$
+    select p_external_id is not null and exists (
         select from public.forgotten_deliveries f
          where f.surface = p_surface and f.external_id = p_external_id
-           and (p_surface <> 'web' or f.user_id = p_user_id)) then
-        return jsonb_build_object('forgotten', true, 'duplicate', true, 'reply', null,
-                                  'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
-    end if;
+           and (p_surface <> 'web' or f.user_id = p_user_id));
+$$;
 
+-- Who writes: p_user_id, or the person of a Telegram chat or WhatsApp number (a new one for an
+-- identity never seen). `for key share`: a link of this identity (link_identity holds it `for
+-- update`) finishes first, and this turn then belongs to the person it was linked to.
+create or replace function crossmem_private.turn_person(p_surface text, p_user_id uuid, p_sender_id text)
+    returns uuid language plpgsql set search_path = '' as $$
+declare
+    v_user uuid;
+begin
+    if p_user_id is not null then
+        return p_user_id;
+    end if;
+    if p_sender_id is null or p_surface = 'web' then
+        raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
+            using errcode = '22023';
+    end if;
+    select i.user_id into v_user
+      from public.identities i
+     where i.surface = p_surface and i.external_id = p_sender_id
+       for key share;
     if v_user is null then
-        if p_sender_id is null or p_surface = 'web' then
-            raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
-                using errcode = '22023';
-        end if;
-        -- `for key share`: a link of this identity (link_identity holds it `for update`)
-        -- finishes first, and this turn then belongs to the person it was linked to.
+        insert into public.identities (surface, external_id, user_id)
+             values (p_surface, p_sender_id, gen_random_uuid())
+        on conflict (surface, external_id) do nothing;
         select i.user_id into v_user
           from public.identities i
          where i.surface = p_surface and i.external_id = p_sender_id
            for key share;
-        if v_user is null then
-            insert into public.identities (surface, external_id, user_id)
-                 values (p_surface, p_sender_id, gen_random_uuid())
-            on conflict (surface, external_id) do nothing;
-            select i.user_id into v_user
-              from public.identities i
-             where i.surface = p_surface and i.external_id = p_sender_id
-               for key share;
-        end if;
     end if;
+    return v_user;
+end;
+$$;
 
-    -- The delivery's key, looked up once: this very call tried again after its connection
-    -- died (its attempt), or a delivery already stored. Deliveries of one key take turns here.
+-- The delivery's key (messages.sql), looked up once: this very call tried again after its
+-- connection died (its attempt: own_attempt), or a delivery already stored; no row when it is
+-- new. Deliveries of one key take turns here, until the transaction ends.
+create or replace function crossmem_private.stored_delivery(
+    p_user_id uuid, p_surface text, p_external_id text, p_attempt uuid, out message_id bigint,
+    out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean
+) language plpgsql set search_path = '' as $$
+begin
     if p_external_id is not null then
-        perform pg_advisory_xact_lock(hashtextextended('delivery/' || v_user || '/' || p_surface || '/' || p_external_id, 0));
+        perform pg_advisory_xact_lock(
+            hashtextextended('delivery/' || p_user_id || '/' || p_surface || '/' || p_external_id, 0));
     end if;
     select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false)
-      into v_message_id, v_message_at, v_conversation, v_answer_by, v_own_attempt
+      into message_id, created_at, conversation_id, answer_by, own_attempt
       from public.messages m
-     where m.user_id = v_user
+     where m.user_id = p_user_id
        and ((p_attempt is not null and m.attempt = p_attempt)
             or (p_external_id is not null and m.surface = p_surface and m.external_id = p_external_id))
      order by m.attempt = p_attempt desc nulls last
      limit 1;
+end;
+$$;
 
-    if v_message_id is not null and not v_own_attempt then
-        select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
-          into v_reply
-          from public.messages r
-         where r.in_reply_to = v_message_id and r.user_id = v_user;
-        -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (below,
-        -- within the budget: each attempt's tokens count, so retrying an abandoned stream for
-        -- ever runs into TOKENS_PER_DAY).
-        v_owed := v_reply is null and (v_answer_by is null or v_answer_by <= v_now);
-        if not v_owed then
-            return jsonb_build_object(
-                'user_id', v_user, 'conversation_id', v_conversation,
-                'conversation_surface', (select c.surface from public.conversations c where c.id = v_conversation),
-                'message_id', v_message_id, 'duplicate', true, 'reply', v_reply,
-                -- Not answered yet, and its attempt may still answer: ask again after this.
-                'answer_by', case when v_reply is null then v_answer_by end,
-                'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
-        end if;
+-- The reply stored for a user message, or null: {"id", "content", "delivered"}.
+create or replace function crossmem_private.stored_reply(p_message_id bigint, p_user_id uuid)
+    returns jsonb language sql stable set search_path = '' as $$
+    select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
+      from public.messages r
+     where r.in_reply_to = p_message_id and r.user_id = p_user_id;
+$$;
+
+-- The person's budget (budget.sql), when a limit is on: when they may write again, or null.
+-- Their instances count one at a time, so two racing for the last allowed turn cannot both pass.
+create or replace function crossmem_private.turn_limited_until(
+    p_user_id uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer
+) returns timestamptz language plpgsql set search_path = '' as $$
+begin
+    if p_turns_per_minute <= 0 and p_turns_per_day <= 0 and p_tokens_per_day <= 0 then
+        return null;
     end if;
+    perform pg_advisory_xact_lock(hashtextextended('budget/' || p_user_id, 0));
+    return public.turn_budget_until(p_user_id, p_turns_per_minute, p_turns_per_day, p_tokens_per_day);
+end;
+$$;
 
-    if (v_message_id is null or v_owed) and (p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0) then
-        -- The person's budget (budget.sql): their instances count one at a time, so two
-        -- racing for the last allowed turn cannot both pass. Over it, nothing is stored and no
-        -- model is asked. An answered delivery never gets here.
-        perform pg_advisory_xact_lock(hashtextextended('budget/' || v_user, 0));
-        v_limited_until := public.turn_budget_until(v_user, p_turns_per_minute, p_turns_per_day, p_tokens_per_day);
-        if v_limited_until is not null then
-            return jsonb_build_object('user_id', v_user, 'limited_until', v_limited_until);
-        end if;
-    end if;
-
-    if v_owed then
-        update public.messages m
-           set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = p_attempt
-         where m.id = v_message_id;
-    end if;
-
-    if v_message_id is null then
-        if p_surface = 'web' then
-            v_conversation := p_conversation_id;
-            if v_conversation is null then
-                insert into public.conversations (user_id, surface, title)
-                     values (v_user, 'web', left(regexp_replace(p_content, '\s+', ' ', 'g'), 60))
-                  returning id into v_conversation;
-            else
-                select c.id into v_conversation
-                  from public.conversations c
-                 where c.id = v_conversation and c.user_id = v_user;
-                if v_conversation is null then
-                    return jsonb_build_object('error', 'conversation_not_found');
-                end if;
-                -- A conversation started empty takes its first message as its title.
-                update public.conversations c
-                   set title = left(regexp_replace(p_content, '\s+', ' ', 'g'), 60)
-                 where c.id = v_conversation and c.user_id = v_user and c.surface = 'web' and c.title = '';
-            end if;
-        else
+-- The conversation a new message goes to: on the web the one named (null when it is not the
+-- person's; one started empty takes the message as its title) or a new one titled by it;
+-- elsewhere the person's one conversation of that surface (the unique partial index settles a
+-- race between two first messages).
+create or replace function crossmem_private.turn_conversation(
+    p_user_id uuid, p_surface text, p_conversation_id uuid, p_content text
+) returns uuid language plpgsql set search_path = '' as $$
+declare
+    v_conversation uuid;
+begin
+    if p_surface = 'web' and p_conversation_id is null then
+        insert into public.conversations (user_id, surface, title)
+             values (p_user_id, 'web', left(regexp_replace(p_content, '\s+', ' ', 'g'), 60))
+          returning id into v_conversation;
+    elsif p_surface = 'web' then
+        update public.conversations c set title = left(regexp_replace(p_content, '\s+', ' ', 'g'), 60)
+         where c.id = p_conversation_id and c.user_id = p_user_id and c.surface = 'web' and c.title = '';
+        select c.id into v_conversation
+          from public.conversations c where c.id = p_conversation_id and c.user_id = p_user_id;
+    else
+        select c.id into v_conversation
+          from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
+        if v_conversation is null then
+            insert into public.conversations (user_id, surface, title)
+                 values (p_user_id, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
+            on conflict (user_id, surface) where surface <> 'web' do nothing;
             select c.id into v_conversation
-              from public.conversations c
-             where c.user_id = v_user and c.surface = p_surface;
-            if v_conversation is null then
-                -- The unique partial index settles a race between two first messages.
-                insert into public.conversations (user_id, surface, title)
-                     values (v_user, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
-                on conflict (user_id, surface) where surface <> 'web' do nothing;
-                select c.id into v_conversation
-                  from public.conversations c
-                 where c.user_id = v_user and c.surface = p_surface;
-            end if;
-        end if;
-
-        -- The key was looked up under its lock: this insert meets no other delivery of it.
-        insert into public.messages (conversation_id, user_id, surface, role, content, external_id, attempt,
-                                     answer_by, sender)
-             values (v_conversation, v_user, p_surface, 'user', p_content, p_external_id, p_attempt,
-                     v_now + make_interval(secs => p_answer_within_seconds), p_sender)
-          returning id, created_at into v_message_id, v_message_at;
-
-        if p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0 then
-            insert into public.turn_usage (message_id, user_id, at) values (v_message_id, v_user, v_message_at);
+              from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
         end if;
     end if;
+    return v_conversation;
+end;
+$$;
 
-    select c.surface into v_conversation_surface from public.conversations c where c.id = v_conversation;
+-- Store the user message (its key was looked up under its lock: the insert meets no other
+-- delivery of it), counted for the budget when a limit is on.
+create or replace function crossmem_private.store_user_message(
+    p_user_id uuid, p_conversation_id uuid, p_surface text, p_content text,
+    p_external_id text, p_attempt uuid, p_answer_by timestamptz, p_sender text, p_counted boolean,
+    out message_id bigint, out created_at timestamptz
+) language plpgsql set search_path = '' as $$
+begin
+    insert into public.messages (conversation_id, user_id, surface, role, content, external_id, attempt,
+                                 answer_by, sender)
+         values (p_conversation_id, p_user_id, p_surface, 'user', p_content, p_external_id, p_attempt,
+                 p_answer_by, p_sender)
+      returning id, messages.created_at into message_id, created_at;
+    if p_counted then
+        insert into public.turn_usage (message_id, user_id, at) values (message_id, p_user_id, created_at);
+    end if;
+end;
+$$;
+
+-- What the model reads with the message (p_message_id, at p_message_at): on the web the
+-- conversation's own window and, for a web conversation, the latest messages of the person's
+-- other apps since p_since; elsewhere the person's window over every conversation.
+-- Returns {"conversation_surface", "history", "prepend", "notes"}.
+create or replace function crossmem_private.turn_context(
+    p_user_id uuid, p_surface text, p_conversation_id uuid,
+    p_message_id bigint, p_message_at timestamptz, p_since timestamptz,
+    p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer
+) returns jsonb language plpgsql stable set search_path = '' as $$
+declare
+    v_conversation_surface text;
+    v_history jsonb;
+    v_prepend jsonb := '[]'::jsonb;
+begin
+    select c.surface into v_conversation_surface from public.conversations c where c.id = p_conversation_id;
     if p_surface = 'web' then
-        v_history := public.context_window(v_user, v_conversation, '-infinity', v_message_at, v_message_id,
+        v_history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
                                            p_max_messages, p_window_step);
         if v_conversation_surface = 'web' and p_web_prepend > 0 then
             select coalesce(jsonb_agg(to_jsonb(s) order by s.created_at, s.id), '[]'::jsonb) into v_prepend
               from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                       from public.messages m
                       join public.conversations c on c.id = m.conversation_id
-                     where m.user_id = v_user
-                       and c.user_id = v_user
+                     where m.user_id = p_user_id
+                       and c.user_id = p_user_id
                        and c.surface <> 'web'
-                       and m.created_at >= v_since
-                       and (m.created_at, m.id) <= (v_message_at, v_message_id)
+                       and m.created_at >= p_since
+                       and (m.created_at, m.id) <= (p_message_at, p_message_id)
                      order by m.created_at desc, m.id desc
                      limit p_web_prepend) s;
         end if;
     else
-        v_history := public.context_window(v_user, null, v_message_at - make_interval(hours => p_window_hours),
-                                           v_message_at, v_message_id, p_max_messages, p_window_step);
+        v_history := public.context_window(p_user_id, null, p_message_at - make_interval(hours => p_window_hours),
+                                           p_message_at, p_message_id, p_max_messages, p_window_step);
+    end if;
+    return jsonb_build_object(
+        'conversation_surface', v_conversation_surface, 'history', v_history, 'prepend', v_prepend,
+        'notes', (select n.content from public.memory_notes n where n.user_id = p_user_id and n.revision > 0));
+end;
+$$;
+
+
+-- One turn's first round trip, one call in one transaction, of the parts above: who writes,
+-- the delivery's key (a redelivery stores nothing and returns the reply already stored for it,
+-- if any; an owed message is taken over), the budget, the conversation, the message, and the
+-- context the model reads with it. Every setting is an argument (the settings hold the defaults).
+create or replace function public.begin_turn(
+    -- the delivery
+    p_surface text, p_content text, p_external_id text, p_user_id uuid, p_sender_id text, p_conversation_id uuid,
+    -- the context (CONTEXT_WINDOW_HOURS, CONTEXT_MAX_MESSAGES, CONTEXT_WINDOW_STEP, WEB_PREPEND_MESSAGES)
+    p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer,
+    -- this attempt, the budget (TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY), the owed-reply rule
+    p_attempt uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
+    p_answer_within_seconds integer, p_sender text
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_user uuid;
+    v_stored record;
+    v_reply jsonb;
+    v_owed boolean := false;
+    v_limited_until timestamptz;
+    v_conversation uuid;
+    v_message record;
+begin
+    if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
+        return jsonb_build_object('forgotten', true, 'duplicate', true, 'reply', null,
+                                  'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
+    end if;
+    v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id);
+
+    select * into v_stored from crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
+    if v_stored.message_id is not null and not v_stored.own_attempt then
+        v_reply := crossmem_private.stored_reply(v_stored.message_id, v_user);
+        -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (within
+        -- the budget: each attempt's tokens count, so retrying an abandoned stream for ever runs
+        -- into TOKENS_PER_DAY).
+        v_owed := v_reply is null and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
+        if not v_owed then
+            return jsonb_build_object(
+                'user_id', v_user, 'conversation_id', v_stored.conversation_id,
+                'conversation_surface',
+                (select c.surface from public.conversations c where c.id = v_stored.conversation_id),
+                'message_id', v_stored.message_id, 'duplicate', true, 'reply', v_reply,
+                -- Not answered yet, and its attempt may still answer: ask again after this.
+                'answer_by', case when v_reply is null then v_stored.answer_by end,
+                'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
+        end if;
+    end if;
+
+    if v_stored.message_id is null or v_owed then
+        -- Over the budget, nothing is stored and no model is asked. An answered delivery never
+        -- gets here.
+        v_limited_until := crossmem_private.turn_limited_until(v_user, p_turns_per_minute, p_turns_per_day,
+                                                                p_tokens_per_day);
+        if v_limited_until is not null then
+            return jsonb_build_object('user_id', v_user, 'limited_until', v_limited_until);
+        end if;
+    end if;
+
+    if v_stored.message_id is not null then
+        -- This call's own earlier attempt, or an owed message it now answers.
+        if v_owed then
+            update public.messages m
+               set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = p_attempt
+             where m.id = v_stored.message_id;
+        end if;
+        v_conversation := v_stored.conversation_id;
+        select v_stored.message_id as message_id, v_stored.created_at as created_at into v_message;
+    else
+        v_conversation := crossmem_private.turn_conversation(v_user, p_surface, p_conversation_id, p_content);
+        if v_conversation is null then
+            return jsonb_build_object('error', 'conversation_not_found');
+        end if;
+        select * into v_message
+          from crossmem_private.store_user_message(
+                   v_user, v_conversation, p_surface, p_content, p_external_id, p_attempt,
+                   v_now + make_interval(secs => p_answer_within_seconds), p_sender,
+                   p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0);
     end if;
 
     return jsonb_build_object(
-        'user_id', v_user, 'conversation_id', v_conversation,
-        'conversation_surface', v_conversation_surface, 'message_id', v_message_id,
-        'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null, 'history', v_history, 'prepend', v_prepend,
-        'notes', (select n.content from public.memory_notes n where n.user_id = v_user and n.revision > 0));
+        'user_id', v_user, 'conversation_id', v_conversation, 'message_id', v_message.message_id,
+        'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null)
+        || crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
+                                         v_message.created_at, v_now - make_interval(hours => p_window_hours),
+                                         p_window_hours, p_max_messages, p_window_step, p_web_prepend);
 end;
 $$;
 
@@ -208,8 +287,8 @@ create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
     p_content text,
-    p_delivered boolean default true,
-    p_tokens integer default 0
+    p_delivered boolean,
+    p_tokens integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
