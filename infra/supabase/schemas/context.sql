@@ -6,10 +6,12 @@
 -- core/context.py's stepped_tail applies it to a history the web client sends, and a test
 -- checks the two agree on every case.
 create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
-    returns integer language sql immutable set search_path = '' as $$
-    select case when p_total <= p_limit then p_total::integer
+    returns integer language plpgsql immutable set search_path = '' as $$
+begin
+    return case when p_total <= p_limit then p_total::integer
                 else (p_total - ceil((p_total - p_limit)::numeric / greatest(least(p_step, p_limit), 1))
                                 * greatest(least(p_step, p_limit), 1))::integer end;
+end;
 $$;
 
 -- The last `p_limit` messages of a person (or of one conversation) up to and including

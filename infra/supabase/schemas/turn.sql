@@ -2,7 +2,9 @@
 -- conversation, stores the user message once and returns the context window; finish_turn
 -- (after it) stores the reply. end_attempt closes an attempt that stored no reply.
 
--- The parts of begin_turn, each replaceable on its own. They live in crossmem_private, which
+-- The parts of begin_turn, each replaceable on its own. All plpgsql: PL/pgSQL keeps each
+-- statement's plan for the session, where a `language sql` function called on its own (not
+-- inlined: a function with `set search_path` never is) is planned again at every call. They live in crossmem_private, which
 -- PostgREST does not serve (config.toml's [api] schemas): none is callable over /rest/v1/rpc,
 -- and only service_role (the caller of begin_turn) may use the schema and execute them
 -- (access.sql).
@@ -11,11 +13,13 @@ create schema if not exists crossmem_private;
 -- A delivery whose message the person has forgotten (forgetting.sql): answered like a
 -- duplicate, storing nothing (no conversation, no message), not even an identity.
 create or replace function crossmem_private.delivery_forgotten(p_surface text, p_external_id text, p_user_id uuid)
-    returns boolean language sql stable set search_path = '' as $$
-    select p_external_id is not null and exists (
+    returns boolean language plpgsql stable set search_path = '' as $$
+begin
+    return p_external_id is not null and exists (
         select from public.forgotten_deliveries f
          where f.surface = p_surface and f.external_id = p_external_id
            and (p_surface <> 'web' or f.user_id = p_user_id));
+end;
 $$;
 
 -- Who writes: p_user_id, or the person of a Telegram chat or WhatsApp number (a new one for an
@@ -24,10 +28,10 @@ $$;
 create or replace function crossmem_private.turn_person(p_surface text, p_user_id uuid, p_sender_id text)
     returns uuid language plpgsql set search_path = '' as $$
 declare
-    v_user uuid;
+    v_user uuid := p_user_id;
 begin
-    if p_user_id is not null then
-        return p_user_id;
+    if v_user is not null then
+        return v_user;
     end if;
     if p_sender_id is null or p_surface = 'web' then
         raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
@@ -75,10 +79,12 @@ $$;
 
 -- The reply stored for a user message, or null: {"id", "content", "delivered"}.
 create or replace function crossmem_private.stored_reply(p_message_id bigint, p_user_id uuid)
-    returns jsonb language sql stable set search_path = '' as $$
-    select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
-      from public.messages r
-     where r.in_reply_to = p_message_id and r.user_id = p_user_id;
+    returns jsonb language plpgsql stable set search_path = '' as $$
+begin
+    return (select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
+              from public.messages r
+             where r.in_reply_to = p_message_id and r.user_id = p_user_id);
+end;
 $$;
 
 -- The person's budget (budget.sql), when a limit is on: when they may write again, or null.
@@ -99,9 +105,8 @@ $$;
 -- person's; one started empty takes the message as its title) or a new one titled by it;
 -- elsewhere the person's one conversation of that surface (the unique partial index settles a
 -- race between two first messages).
-create or replace function crossmem_private.turn_conversation(
-    p_user_id uuid, p_surface text, p_conversation_id uuid, p_content text
-) returns uuid language plpgsql set search_path = '' as $$
+create or replace function crossmem_private.turn_conversation(p_user_id uuid, p_surface text,
+    p_conversation_id uuid, p_content text) returns uuid language plpgsql set search_path = '' as $$
 declare
     v_conversation uuid;
 begin
