@@ -31,6 +31,7 @@ from core.context import ModelMessage, Source
 from core.errors import ModelUnavailable, StoreUnavailable
 from core.llm import Model
 from core.models import Role, StoredMessage
+from core.settings import setting_default
 from core.store import MemoryStore
 
 log = logging.getLogger("crossmem.digest")
@@ -179,12 +180,12 @@ class DigestLimits:
     max_messages: int
     window_step: int
     window_hours: int
-    batch_size: int = 10
-    time_budget_s: float = 240.0
-    messages_per_digest: int = 200
+    batch_size: int = setting_default("digest_batch_size")
+    time_budget_s: float = setting_default("digest_time_budget")
+    messages_per_digest: int = 200  # not a setting: the most messages one digest reads
     # A person is digested after a pause this long (DIGEST_PAUSE_SECONDS), the prompt cache's
     # lifetime: new notes then cost no cache write that the pause has not already cost.
-    idle_s: int = 300
+    idle_s: int = setting_default("digest_pause_seconds")
 
 
 @dataclass(frozen=True)

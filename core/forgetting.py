@@ -113,7 +113,8 @@ class Forgetting:
     # The web's side: a signed-in person.
 
     def forget_everything(self, user_id: UUID) -> Forgotten:
-        return Forgotten.from_row(self._store.call("forget_person", {"p_user_id": str(user_id)}))
+        row = self._store.call("forget_person", {"p_user_id": str(user_id), "p_erase_identities": False})
+        return Forgotten.from_row(row)
 
     def delete_conversation(self, user_id: UUID, conversation_id: UUID) -> Forgotten:
         """One of the person's conversations and its messages; NotFound for anyone else's."""

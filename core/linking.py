@@ -247,7 +247,9 @@ class Linking:
         self.refuse_under_owner()
         if not surface.is_secondary:
             raise InputError("only telegram and whatsapp can be unlinked")
-        row = self._store.call("unlink_identities", {"p_surface": surface.value, "p_user_id": str(user_id)})
+        row = self._store.call(
+            "unlink_identities", {"p_surface": surface.value, "p_user_id": str(user_id), "p_external_id": None}
+        )
         return int(row["unlinked"])
 
     # The other apps' side: a chat or number that sent a command.
@@ -307,7 +309,8 @@ class Linking:
 
     def unlink(self, surface: Surface, identity_id: str) -> int:
         row = self._store.call(
-            "unlink_identities", {"p_surface": surface.value, "p_external_id": identity_key(surface, identity_id)}
+            "unlink_identities",
+            {"p_surface": surface.value, "p_user_id": None, "p_external_id": identity_key(surface, identity_id)},
         )
         return int(row["unlinked"])
 

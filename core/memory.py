@@ -17,6 +17,7 @@ from uuid import UUID, uuid4
 
 from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
 from core.models import Conversation, ConversationPage, Person, StoredMessage, StoredReply, Surface, TurnStart
+from core.settings import setting_default
 from core.store import MemoryStore
 
 log = logging.getLogger("crossmem.memory")
@@ -24,17 +25,22 @@ log = logging.getLogger("crossmem.memory")
 
 @dataclass(frozen=True)
 class ContextLimits:
-    window_hours: int = 24
-    max_messages: int = 40
-    window_step: int = 24
-    web_prepend: int = 8
-    max_message_chars: int = 16000
-    max_history_chars: int = 4 * 16000
+    """The context rules; each default is the setting's (CONTEXT_WINDOW_HOURS, ...), read from
+    `Settings`, where it lives once."""
+
+    window_hours: int = setting_default("context_window_hours")
+    max_messages: int = setting_default("context_max_messages")
+    window_step: int = setting_default("context_window_step")
+    web_prepend: int = setting_default("web_prepend_messages")
+    max_message_chars: int = setting_default("max_message_chars")
+    max_history_chars: int = 4 * setting_default("max_message_chars")  # MAX_HISTORY_CHARS unset
 
 
 @dataclass(frozen=True)
 class TurnBudget:
-    """A person's turns and model tokens, across all their apps; 0 turns a limit off."""
+    """A person's turns and model tokens, across all their apps; 0 turns a limit off. The zeros
+    are not TURNS_PER_MINUTE's and the others' defaults: a Memory built without a budget (the CLI,
+    a test) has none; the functions always pass all three settings."""
 
     turns_per_minute: int = 0
     turns_per_day: int = 0
@@ -174,9 +180,8 @@ class Memory:
             "p_content": storable(reply) or " ",
             "p_delivered": delivered,
             "p_tokens": tokens,
+            "p_user_content": self._learned(user_content) if user_content is not None else None,
         }
-        if user_content is not None:
-            arguments["p_user_content"] = self._learned(user_content)
         try:
             row = self.store.call("finish_turn", arguments)
         except StoreUnavailable as exc:
@@ -195,9 +200,8 @@ class Memory:
             "p_user_message_id": user_message_id,
             "p_attempt": str(attempt) if attempt else None,
             "p_tokens": tokens,
+            "p_user_content": self._learned(user_content) if user_content is not None else None,
         }
-        if user_content is not None:
-            arguments["p_user_content"] = self._learned(user_content)
         try:
             self.store.call("end_attempt", arguments)
         except StoreUnavailable as exc:

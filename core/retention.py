@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from core.settings import setting_default
 from core.store import MemoryStore
 
 # Past a surface's deadline the turn answers with the fallback, which is not stored; the margin
@@ -67,7 +68,7 @@ class Retention:
         self,
         store: MemoryStore,
         *,
-        batch_size: int = 5000,
+        batch_size: int = setting_default("purge_batch"),
         in_flight: timedelta,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:

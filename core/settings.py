@@ -8,7 +8,7 @@ never print in a log line or a traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -183,3 +183,9 @@ class Settings(BaseSettings):
             return None
         head = self.telegram_bot_token.get_secret_value().split(":", 1)[0]
         return int(head) if head.isdigit() else None
+
+
+def setting_default(name: str) -> Any:
+    """A setting's default, as `Settings` declares it (without reading the environment): the one
+    place a knob's default lives. core's dataclasses that carry a setting take theirs from here."""
+    return Settings.model_fields[name].default

@@ -12,11 +12,51 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
 
 from core.embedded import prepare_database, start_embedded_postgres, stop_embedded_postgres
+
+# The project's schemas: `public` (what PostgREST serves) and the private one its functions are
+# built from. The catalog below reads both.
+SCHEMAS = ["public", "crossmem_private"]
+
+# A database's schema as the catalogs describe it: what a migration path could get wrong.
+CATALOG = {
+    "schemas": "select nspname, coalesce(nspacl::text, '') from pg_namespace where nspname = any(%(schemas)s)",
+    "relations": """select c.relnamespace::regnamespace::text, c.relname, c.relkind, c.relrowsecurity,
+                           c.relforcerowsecurity, coalesce(c.relacl::text, '')
+                      from pg_class c where c.relnamespace::regnamespace::text = any(%(schemas)s)""",
+    "columns": """select a.attrelid::regclass::text, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+                         a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), ''), a.attidentity,
+                         coalesce(a.attacl::text, '')
+                    from pg_attribute a
+                    join pg_class c on c.oid = a.attrelid
+                    left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+                   where c.relnamespace::regnamespace::text = any(%(schemas)s) and a.attnum > 0
+                     and not a.attisdropped""",
+    "constraints": """select conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+                        from pg_constraint where connamespace::regnamespace::text = any(%(schemas)s)""",
+    "indexes": "select schemaname, tablename, indexname, indexdef from pg_indexes where schemaname = any(%(schemas)s)",
+    "policies": """select schemaname, tablename, policyname, permissive, roles::text, cmd, qual, with_check
+                     from pg_policies where schemaname = any(%(schemas)s)""",
+    "functions": """select p.oid::regprocedure::text, pg_get_functiondef(p.oid), coalesce(p.proacl::text, '')
+                      from pg_proc p where p.pronamespace::regnamespace::text = any(%(schemas)s)""",
+    "triggers": """select t.tgrelid::regclass::text, t.tgname, pg_get_triggerdef(t.oid)
+                     from pg_trigger t join pg_class c on c.oid = t.tgrelid
+                    where not t.tgisinternal and c.relnamespace::regnamespace::text = any(%(schemas)s)""",
+}
+
+
+def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table, column (type, default, order), index, constraint, policy, grant, function
+    (body and privileges) and trigger of the project's schemas, sorted."""
+    with psycopg.connect(url) as connection:
+        return {
+            name: sorted(connection.execute(query, {"schemas": SCHEMAS}).fetchall()) for name, query in CATALOG.items()
+        }
 
 
 def with_database(conninfo: str, database: str) -> str:

@@ -6,6 +6,7 @@ import logging
 import socket
 import tempfile
 import time
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_anon_sees_nothing_and_calls_nothing(memory: Memory, database_url: str) 
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 connection.execute(f"select count(*) from {table}")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            connection.execute("select public.person_history(gen_random_uuid())")
+            connection.execute("select public.person_history(gen_random_uuid(), 100)")
 
 
 def test_every_table_has_row_level_security_and_every_function_is_the_service_roles(database_url: str) -> None:
@@ -73,6 +74,37 @@ def test_every_table_has_row_level_security_and_every_function_is_the_service_ro
     assert without_rls == [] and callable_by_others == []
     # conversations, messages, identities, link_codes, link_attempts, forget_requests, forgotten_deliveries
     assert tables is not None and tables[0] >= 7
+
+
+def test_begin_turns_parts_are_out_of_reach_of_anon_and_authenticated(database_url: str) -> None:
+    """The parts live in a schema PostgREST does not serve, and only service_role may run them:
+    never callable over /rest/v1/rpc, not even by a signed-in person's token."""
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "infra" / "supabase" / "config.toml").read_text())
+    assert "crossmem_private" not in config["api"]["schemas"] + config["api"]["extra_search_path"]
+    with psycopg.connect(database_url) as connection:
+        parts = connection.execute(
+            "select p.oid::regprocedure::text, p.proname, p.pronargs from pg_proc p"
+            " where p.pronamespace = 'crossmem_private'::regnamespace order by 1"
+        ).fetchall()
+        granted = connection.execute(
+            "select r.rolname, has_schema_privilege(r.oid, 'crossmem_private', 'usage'),"
+            "       bool_or(has_function_privilege(r.oid, p.oid, 'execute'))"
+            "  from pg_roles r cross join pg_proc p"
+            " where p.pronamespace = 'crossmem_private'::regnamespace"
+            "   and r.rolname in ('anon', 'authenticated', 'service_role') group by r.rolname, r.oid order by 1"
+        ).fetchall()
+    assert len(parts) >= 6  # the person, the delivery, the reply, the budget, the conversation, ...
+    assert granted == [("anon", False, False), ("authenticated", False, False), ("service_role", True, True)]
+    for role in ("anon", "authenticated"):
+        with as_role(database_url, role, sub=uuid.uuid4()) as connection:
+            for _, name, arguments in parts:
+                nulls = ", ".join(["null"] * arguments)
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    connection.execute(f"select crossmem_private.{name}({nulls})")
+    with as_role(database_url, "service_role") as connection:
+        arguments = begin_turn_arguments(p_user_id=uuid.uuid4(), p_external_id="private-parts")
+        started = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+    assert started is not None and started[0]["duplicate"] is False
 
 
 def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url: str) -> None:

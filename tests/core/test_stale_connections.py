@@ -175,18 +175,18 @@ def test_a_finish_turn_whose_answer_was_lost_returns_the_reply_it_stored(
 def test_an_error_that_leaves_the_connection_alive_is_not_retried(
     proxied_store: PostgresStore, proxy: LatencyProxy
 ) -> None:
-    proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4())})  # a warm connection
+    proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50})  # a warm connection
     proxy.reset()
     with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue"):
         proxied_store.call("begin_turn", begin_turn_arguments(p_surface="web", p_content="no person"))
     assert proxy.round_trips == 1
-    assert proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4())}) == []
+    assert proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50}) == []
     assert proxy.round_trips == 2  # and the connection stays in use
 
 
 def test_the_pool_opens_nothing_until_the_first_call(database_url: str, proxy: LatencyProxy) -> None:
     store = PostgresStore(through_proxy(database_url, proxy.port))
     assert proxy.connections == 0
-    assert store.call("list_conversations", {"p_user_id": str(uuid.uuid4())}) == []
+    assert store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50}) == []
     assert proxy.connections == 1
     store.close()

@@ -4,9 +4,10 @@
 -- Tables: forget_requests (a pending `/forget`, which deletes nothing until confirmed within
 -- minutes) and forgotten_deliveries (the delivery ids of messages forgotten in the last two days:
 -- Telegram keeps an unacknowledged update for a day, so a redelivery may arrive after the
--- forget; begin_turn answers it like a duplicate, see 20261130135000). Neither holds any text.
--- Index messages_by_age: the purge reads messages by age, in bounded batches.
--- Every function is executable by service_role only and scoped by person (the purge by age).
+-- forget; begin_turn answers it like a duplicate). Neither holds any text.
+-- Forgetting reaches what was derived from the messages: the memory notes go with them, and
+-- the operator's erasure also takes the budget's counts (turn_usage, which a plain forget
+-- keeps a day so it gives no turns back).
 
 create table public.forget_requests (
     user_id uuid not null,
@@ -24,28 +25,22 @@ create table public.forgotten_deliveries (
 );
 create index forgotten_deliveries_by_age on public.forgotten_deliveries (forgotten_at);
 
-create index messages_by_age on public.messages (created_at, id);
 
-alter table public.forget_requests enable row level security;
-alter table public.forgotten_deliveries enable row level security;
-
-revoke all on table public.forget_requests, public.forgotten_deliveries from anon, authenticated;
-grant select, insert, update, delete on table public.forget_requests, public.forgotten_deliveries to service_role;
--- No policy: `authenticated` reads none of either (they are bookkeeping, not the person's words).
-
-
--- Delete a person's conversations (one, or all of them) and their messages. The delivery ids of
--- the recent ones are kept for two days, so that a webhook delivered again cannot store them anew.
+-- Delete a person's conversations (one, or all of them), their messages and their memory notes.
+-- The delivery ids of the recent ones are kept for two days, so that a webhook delivered again
+-- cannot store them anew. A conversation the person does not have forgets nothing: no notes,
+-- no deliveries (a frontend that deletes twice keeps the notes).
 -- Returns {"messages", "conversations"}: 0 conversations for someone else's or a missing id.
-create function public.forget_conversations(p_user_id uuid, p_conversation_id uuid default null)
-returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+create or replace function public.forget_conversations(p_user_id uuid, p_conversation_id uuid)
+    returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_messages integer;
     v_conversations integer;
 begin
+    if p_conversation_id is not null and not exists (
+        select from public.conversations c where c.id = p_conversation_id and c.user_id = p_user_id) then
+        return jsonb_build_object('messages', 0, 'conversations', 0);
+    end if;
     delete from public.forgotten_deliveries f where f.forgotten_at < clock_timestamp() - interval '2 days';
     insert into public.forgotten_deliveries (surface, external_id, user_id)
     select m.surface, m.external_id, m.user_id
@@ -64,23 +59,23 @@ begin
      where c.user_id = p_user_id
        and (p_conversation_id is null or c.id = p_conversation_id);
     get diagnostics v_conversations = row_count;
+    -- The notes were written from these messages: they go too, and the next digest writes
+    -- them again from whatever remains.
+    delete from public.memory_notes n where n.user_id = p_user_id;
     return jsonb_build_object('messages', v_messages, 'conversations', v_conversations);
 end;
 $$;
 
-
--- Everything of a person: every conversation and message on every surface, their link codes and
--- pending forget requests. Their identities stay (the apps are still one person, who starts from
--- nothing) unless p_erase_identities: the operator's erasure, which also removes the identities,
--- their wrong-code attempts, their ids in the codes they redeemed, and who they were merged from.
+-- Everything of a person: every conversation and message on every surface, their notes, link
+-- codes and pending forget requests. Their identities stay (the apps are still one person, who
+-- starts from nothing) unless p_erase_identities: the operator's erasure, which also removes the
+-- identities, their wrong-code attempts, their ids in the codes they redeemed, who they were
+-- merged from, and their budget's counts.
 -- Returns {"messages", "conversations", "link_codes", "identities"}.
-create function public.forget_person(p_user_id uuid, p_erase_identities boolean default false)
-returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+create or replace function public.forget_person(p_user_id uuid, p_erase_identities boolean)
+    returns jsonb language plpgsql set search_path = '' as $$
 declare
-    v_forgotten jsonb := public.forget_conversations(p_user_id);
+    v_forgotten jsonb := public.forget_conversations(p_user_id, null);
     v_codes integer;
     v_identities integer := 0;
 begin
@@ -99,27 +94,24 @@ begin
         delete from public.identities i where i.user_id = p_user_id;
         get diagnostics v_identities = row_count;
         delete from public.merged_people x where x.from_user_id = p_user_id or x.into_user_id = p_user_id;
+        delete from public.turn_usage u where u.user_id = p_user_id;
     end if;
     return v_forgotten || jsonb_build_object('link_codes', v_codes, 'identities', v_identities);
 end;
 $$;
-
 
 -- `/forget` (p_confirm false) and `/forget confirm` (true) from a Telegram chat or WhatsApp number:
 -- the person is p_user_id (the owner policy) or the identity's. A request is remembered per person
 -- and surface; a confirmation within p_window_minutes of it forgets the person (forget_person).
 -- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"unknown", "messages",
 -- "conversations"}: the counts that will be deleted (requested) or were (forgotten).
-create function public.forget_request(
+create or replace function public.forget_request(
     p_surface text,
     p_confirm boolean,
-    p_user_id uuid default null,
-    p_sender_id text default null,
-    p_window_minutes integer default 5
-) returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+    p_user_id uuid,
+    p_sender_id text,
+    p_window_minutes integer
+) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
     v_requested_at timestamptz;
@@ -154,10 +146,9 @@ begin
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then
         return jsonb_build_object('status', 'expired', 'messages', 0, 'conversations', 0);
     end if;
-    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user);
+    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user, false);
 end;
 $$;
-
 
 -- One batch of the purge by age: at most p_limit messages older than p_older_than_seconds
 -- (p_limit null: no limit), in one statement; the caller loops, each call its own transaction,
@@ -168,17 +159,14 @@ $$;
 -- longest model deadline and then some), while its reply may still be written.
 -- p_dry_run counts and deletes nothing.
 -- Returns {"cutoff", "candidates", "deleted", "below_at", "below_id"}.
-create function public.purge_messages(
+create or replace function public.purge_messages(
     p_older_than_seconds bigint,
     p_in_flight_seconds integer,
-    p_limit integer default null,
-    p_dry_run boolean default false,
-    p_below_at timestamptz default null,
-    p_below_id bigint default null
-) returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+    p_limit integer,
+    p_dry_run boolean,
+    p_below_at timestamptz,
+    p_below_id bigint
+) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_older_than_seconds);
     v_in_flight_since timestamptz := clock_timestamp() - make_interval(secs => p_in_flight_seconds);
@@ -219,18 +207,3 @@ begin
     return v_result;
 end;
 $$;
-
-
-revoke all on function
-    public.forget_conversations(uuid, uuid),
-    public.forget_person(uuid, boolean),
-    public.forget_request(text, boolean, uuid, text, integer),
-    public.purge_messages(bigint, integer, integer, boolean, timestamptz, bigint)
-from public, anon, authenticated;
-
-grant execute on function
-    public.forget_conversations(uuid, uuid),
-    public.forget_person(uuid, boolean),
-    public.forget_request(text, boolean, uuid, text, integer),
-    public.purge_messages(bigint, integer, integer, boolean, timestamptz, bigint)
-to service_role;

@@ -3,12 +3,11 @@
 -- A digest job (never a turn) claims the people who are due, asks a model (or the offline
 -- extractive stand-in) for new notes from their previous notes and the messages that have
 -- left the window, and writes them with the point they cover up to. The next turn's
--- begin_turn returns them (20261130160000_begin_turn_notes.sql) in its one round trip.
+-- begin_turn returns them in its one round trip.
 --
 -- Table: memory_notes, one row per person, reachable by user_id only (forgetting a person
--- deletes it with them). Row-level security like the others: `authenticated` reads its own
--- row, `anon` nothing; the functions below are service_role's only. When linking merges two
--- people, a trigger on identities moves the merged person's notes (fold_memory_notes).
+-- deletes it with them). When linking merges two people, a trigger on identities moves the
+-- merged person's notes (fold_memory_notes).
 
 create table public.memory_notes (
     user_id uuid primary key,
@@ -27,41 +26,20 @@ create table public.memory_notes (
     claimed_until timestamptz
 );
 
-alter table public.memory_notes enable row level security;
-revoke all on table public.memory_notes from anon, authenticated;
-grant select on table public.memory_notes to authenticated;
-grant select, insert, update, delete on table public.memory_notes to service_role;
-create policy memory_notes_owner_reads on public.memory_notes
-    for select to authenticated using (user_id = (select auth.uid()));
-
-
--- How many of the latest p_total messages the stepped window of Telegram and WhatsApp
--- shows (context_window's rule): the rest have left it, in steps of p_step at once.
-create function public.window_keeps(p_total bigint, p_limit integer, p_step integer) returns integer
-language sql immutable
-set search_path = ''
-as $$
-    select case when p_total <= p_limit then p_total::integer
-                else (p_total - ceil((p_total - p_limit)::numeric / greatest(least(p_step, p_limit), 1))
-                                * greatest(least(p_step, p_limit), 1))::integer end;
-$$;
-
 
 -- The messages of one person that have left the window and are not in the notes yet,
 -- oldest first, at most p_limit: everything before the start of the window that Telegram
 -- and WhatsApp show now (the latest messages within p_window_hours, stepped). Coverage is
 -- a prefix of the thread, and the window's start only moves forward, so these are a
 -- prefix of what is not covered.
-create function public.messages_to_digest(
+create or replace function public.messages_to_digest(
     p_user_id uuid,
     p_max_messages integer,
     p_window_step integer,
     p_window_hours integer,
     p_limit integer
 ) returns table (id bigint, conversation_id uuid, surface text, role text, content text, created_at timestamptz)
-language sql stable
-set search_path = ''
-as $$
+    language sql stable set search_path = '' as $$
     with notes as (
         select coalesce(n.covered_until_at, '-infinity'::timestamptz) as at, coalesce(n.covered_until_id, 0) as id
           from (select 1) one
@@ -82,7 +60,6 @@ as $$
      limit p_limit;
 $$;
 
-
 -- Claim up to p_batch people who are due, for p_lease_seconds, and return for each the
 -- claim, their notes and the messages to digest. Due:
 --   at least one window step of their messages has left the window (the window steps:
@@ -94,19 +71,16 @@ $$;
 -- Any number of runs may claim at once: `for update skip locked` and the claim's expiry
 -- give each due person to one of them.
 -- Returns [{"user_id", "claim", "notes", "pending_fold", "messages": [...]}].
-create function public.claim_memory_digests(
+create or replace function public.claim_memory_digests(
     p_batch integer,
     p_max_messages integer,
     p_window_step integer,
     p_window_hours integer,
     p_lease_seconds integer,
-    p_digest_limit integer default 200,
-    p_user_id uuid default null,
-    p_idle_seconds integer default 300
-) returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+    p_digest_limit integer,
+    p_user_id uuid,
+    p_idle_seconds integer
+) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_aged timestamptz := clock_timestamp() - make_interval(hours => p_window_hours);
@@ -184,20 +158,16 @@ begin
 end;
 $$;
 
-
 -- Write a person's new notes, covering up to the message (p_covered_at, p_covered_id), and
 -- let the claim go. Only the holder of the claim may write: a run whose claim expired and
 -- was taken by another writes nothing. Returns {"written": true|false, "revision"}.
-create function public.write_memory_notes(
+create or replace function public.write_memory_notes(
     p_user_id uuid,
     p_claim uuid,
     p_content text,
     p_covered_at timestamptz,
     p_covered_id bigint
-) returns jsonb
-language sql
-set search_path = ''
-as $$
+) returns jsonb language sql set search_path = '' as $$
     with written as (
         update public.memory_notes n
            set content = p_content,
@@ -214,13 +184,10 @@ as $$
     select jsonb_build_object('written', count(*) > 0, 'revision', max(w.revision)) from written w;
 $$;
 
-
 -- A digest that failed (the model was down): the notes stay as they were and the person
 -- stays due for the next run.
-create function public.release_memory_claim(p_user_id uuid, p_claim uuid) returns jsonb
-language sql
-set search_path = ''
-as $$
+create or replace function public.release_memory_claim(p_user_id uuid, p_claim uuid)
+    returns jsonb language sql set search_path = '' as $$
     with released as (
         update public.memory_notes n set claim = null, claimed_until = null
          where n.user_id = p_user_id and n.claim = p_claim
@@ -229,32 +196,29 @@ as $$
     select jsonb_build_object('released', count(*) > 0) from released;
 $$;
 
-
 -- A person's notes and when they were written (the web's GET /memory, the CLI's history).
-create function public.memory_notes_of(p_user_id uuid) returns jsonb
-language sql stable
-set search_path = ''
-as $$
+create or replace function public.memory_notes_of(p_user_id uuid)
+    returns jsonb language sql stable set search_path = '' as $$
     select jsonb_build_object('content', n.content, 'written_at', n.written_at,
                               'covered_until', n.covered_until_at, 'revision', n.revision)
       from public.memory_notes n
      where n.user_id = p_user_id and n.revision > 0;
 $$;
 
-
 -- Move one person's notes into another's (linking merged them): appended, and marked for
 -- the next digest to fold into one. The coverage becomes the earlier of the two, a person
 -- without notes covering nothing: every message the merged thread holds reaches the notes.
-create function public.fold_memory_notes(p_from uuid, p_into uuid) returns void
-language plpgsql
-set search_path = ''
-as $$
+-- The joined notes are cut to the table's limit (the merged person's part, which comes last,
+-- is cut): two full notes never fail a link. The next digest folds them into one within
+-- MEMORY_NOTES_MAX_TOKENS.
+create or replace function public.fold_memory_notes(p_from uuid, p_into uuid)
+    returns void language plpgsql set search_path = '' as $$
 declare
     v_from public.memory_notes;
 begin
     delete from public.memory_notes n where n.user_id = p_from returning n.* into v_from;
     update public.memory_notes n
-       set content = concat_ws(E'\n', nullif(n.content, ''), nullif(v_from.content, '')),
+       set content = left(concat_ws(E'\n', nullif(n.content, ''), nullif(v_from.content, '')), 64000),
            covered_until_at = case
                when v_from.covered_until_id is null then null
                when (v_from.covered_until_at, v_from.covered_until_id) < (n.covered_until_at, n.covered_until_id)
@@ -268,7 +232,6 @@ begin
            pending_fold = true
      where n.user_id = p_into and n.revision > 0;
     if not found and v_from.revision > 0 then
-        -- Only the merged person had notes; the person's own messages were never digested.
         insert into public.memory_notes (user_id, content, revision, written_at, pending_fold)
              values (p_into, v_from.content, 1, v_from.written_at, true)
         on conflict (user_id) do update
@@ -277,15 +240,12 @@ begin
 end;
 $$;
 
-
 -- Linking merges a person `auto` made into another by moving their identities to that person
--- (link_identity): their notes go along. A trigger on that move rather than a new definition of
--- link_identity, so that every definition of it (20261130100000 and those after it) does it.
+-- (link_identity): their notes go along. A trigger on that move rather than a line in
+-- link_identity, so that whatever moves an identity to another person does it.
 -- An identity that was linked (linked_at set) moves alone: its account keeps its notes.
-create function public.fold_notes_of_merged_people() returns trigger
-language plpgsql
-set search_path = ''
-as $$
+create or replace function public.fold_notes_of_merged_people()
+    returns trigger language plpgsql set search_path = '' as $$
 declare
     v_merge record;
 begin
@@ -305,26 +265,3 @@ create trigger identities_merge_memory_notes
     after update on public.identities
     referencing old table as moved_old new table as moved_new
     for each statement execute function public.fold_notes_of_merged_people();
-
-
-revoke all on function
-    public.window_keeps(bigint, integer, integer),
-    public.messages_to_digest(uuid, integer, integer, integer, integer),
-    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
-    public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
-    public.release_memory_claim(uuid, uuid),
-    public.memory_notes_of(uuid),
-    public.fold_memory_notes(uuid, uuid),
-    public.fold_notes_of_merged_people()
-from public, anon, authenticated;
-
-grant execute on function
-    public.window_keeps(bigint, integer, integer),
-    public.messages_to_digest(uuid, integer, integer, integer, integer),
-    public.claim_memory_digests(integer, integer, integer, integer, integer, integer, uuid, integer),
-    public.write_memory_notes(uuid, uuid, text, timestamptz, bigint),
-    public.release_memory_claim(uuid, uuid),
-    public.memory_notes_of(uuid),
-    public.fold_memory_notes(uuid, uuid),
-    public.fold_notes_of_merged_people()
-to service_role;

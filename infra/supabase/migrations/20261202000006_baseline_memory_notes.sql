@@ -1,0 +1,1 @@
+../schemas/memory_notes.sql

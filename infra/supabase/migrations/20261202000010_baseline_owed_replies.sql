@@ -1,0 +1,1 @@
+../schemas/owed_replies.sql

@@ -1,0 +1,49 @@
+-- Who may read and write what, for every table and function of the schema in one place. Last
+-- of the definitions, so it covers them all.
+--
+-- Row-level security on every table: `authenticated` (a web person's token, over PostgREST)
+-- reads only its own rows, `anon` nothing; nobody but `service_role` writes, and it writes
+-- through the functions, which only `service_role` may execute. Supabase grants every new
+-- table, sequence and function in `public` to anon and authenticated by default privileges:
+-- everything is therefore revoked explicitly first.
+
+alter table public.conversations enable row level security;
+alter table public.messages enable row level security;
+alter table public.identities enable row level security;
+alter table public.link_codes enable row level security;
+alter table public.link_attempts enable row level security;
+alter table public.merged_people enable row level security;
+alter table public.memory_notes enable row level security;
+alter table public.turn_usage enable row level security;
+alter table public.forget_requests enable row level security;
+alter table public.forgotten_deliveries enable row level security;
+
+revoke all on all tables in schema public from anon, authenticated;
+grant select, insert, update, delete on all tables in schema public to service_role;
+
+-- What a person reads of their own. link_attempts (a wrong code belongs to nobody yet),
+-- forget_requests and forgotten_deliveries (bookkeeping, not the person's words) have no
+-- policy: `authenticated` reads none of them. merged_people: who was merged into the person.
+grant select on table public.conversations, public.messages, public.identities, public.link_codes,
+    public.merged_people, public.memory_notes, public.turn_usage to authenticated;
+create policy conversations_owner_reads on public.conversations for select to authenticated using (user_id = (select auth.uid()));
+create policy messages_owner_reads on public.messages for select to authenticated using (user_id = (select auth.uid()));
+create policy identities_owner_reads on public.identities for select to authenticated using (user_id = (select auth.uid()));
+create policy link_codes_owner_reads on public.link_codes for select to authenticated using (user_id = (select auth.uid()));
+create policy merged_people_owner_reads on public.merged_people for select to authenticated using (into_user_id = (select auth.uid()));
+create policy memory_notes_owner_reads on public.memory_notes for select to authenticated using (user_id = (select auth.uid()));
+create policy turn_usage_owner_reads on public.turn_usage for select to authenticated using (user_id = (select auth.uid()));
+
+-- With them, `authenticated` could call setval() on messages' identity sequence and make every
+-- later insert fail on the primary key. Nobody but the owner needs a sequence (identity columns
+-- draw their values without a grant on it).
+revoke all on all sequences in schema public from public, anon, authenticated;
+
+revoke all on all functions in schema public from public, anon, authenticated;
+grant execute on all functions in schema public to service_role;
+
+-- begin_turn's parts (turn.sql): service_role's alone, and out of PostgREST's reach.
+revoke all on schema crossmem_private from public, anon, authenticated;
+grant usage on schema crossmem_private to service_role;
+revoke all on all functions in schema crossmem_private from public, anon, authenticated;
+grant execute on all functions in schema crossmem_private to service_role;

@@ -1,0 +1,49 @@
+-- The context window: what a turn shows the model of a person's thread.
+
+-- The window rule: how many of the latest p_total messages the stepped window shows, at most
+-- p_limit; the rest have left it, in steps of p_step at once (a step longer than the window
+-- would empty it: the step is at most the window). context_window and the digest read it here;
+-- core/context.py's stepped_tail applies it to a history the web client sends, and a test
+-- checks the two agree on every case.
+create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
+    returns integer language plpgsql immutable set search_path = '' as $$
+begin
+    return case when p_total <= p_limit then p_total::integer
+                else (p_total - ceil((p_total - p_limit)::numeric / greatest(least(p_step, p_limit), 1))
+                                * greatest(least(p_step, p_limit), 1))::integer end;
+end;
+$$;
+
+-- The last `p_limit` messages of a person (or of one conversation) up to and including
+-- the message at (p_until_at, p_until_id), not older than p_since, oldest first. The
+-- start moves in steps of p_step messages so that consecutive turns share a prefix.
+create or replace function public.context_window(
+    p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
+    p_limit integer, p_step integer
+) returns jsonb language plpgsql stable set search_path = '' as $$
+declare
+    v_total integer;
+    v_keep integer;
+    v_window jsonb;
+begin
+    select count(*) into v_total
+      from public.messages m
+     where m.user_id = p_user_id
+       and (p_conversation_id is null or m.conversation_id = p_conversation_id)
+       and m.created_at >= p_since
+       and (m.created_at, m.id) <= (p_until_at, p_until_id);
+
+    v_keep := greatest(public.window_keeps(v_total, p_limit, p_step), 0);
+
+    select coalesce(jsonb_agg(to_jsonb(w) order by w.created_at, w.id), '[]'::jsonb) into v_window
+      from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+              from public.messages m
+             where m.user_id = p_user_id
+               and (p_conversation_id is null or m.conversation_id = p_conversation_id)
+               and m.created_at >= p_since
+               and (m.created_at, m.id) <= (p_until_at, p_until_id)
+             order by m.created_at desc, m.id desc
+             limit v_keep) w;
+    return v_window;
+end;
+$$;

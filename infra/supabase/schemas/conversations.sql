@@ -1,0 +1,39 @@
+-- Conversations: the web has many per person; every other surface has exactly one per person
+-- (a unique partial index makes the find-or-create of a turn race-free).
+--
+-- Who reads and writes the tables of every file here: access.sql.
+
+create table public.conversations (
+    id uuid primary key default gen_random_uuid(),
+    user_id uuid not null,
+    surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
+    title text not null default '',
+    created_at timestamptz not null default clock_timestamp(),
+    updated_at timestamptz not null default clock_timestamp()
+);
+
+-- Every surface but the web has exactly one conversation per person; the index makes
+-- the find-or-create in begin_turn race-free.
+create unique index conversations_one_per_secondary_surface
+    on public.conversations (user_id, surface) where surface <> 'web';
+create index conversations_by_user_recent
+    on public.conversations (user_id, updated_at desc);
+
+
+create or replace function public.create_conversation(p_user_id uuid, p_title text)
+    returns jsonb language sql set search_path = '' as $$
+    insert into public.conversations (user_id, surface, title)
+         values (p_user_id, 'web', coalesce(p_title, ''))
+      returning jsonb_build_object('id', id, 'surface', surface, 'title', title,
+                                   'created_at', created_at, 'updated_at', updated_at);
+$$;
+
+create or replace function public.list_conversations(p_user_id uuid, p_limit integer)
+    returns jsonb language sql stable set search_path = '' as $$
+    select coalesce(jsonb_agg(to_jsonb(c) order by c.updated_at desc, c.id), '[]'::jsonb)
+      from (select c.id, c.surface, c.title, c.created_at, c.updated_at
+              from public.conversations c
+             where c.user_id = p_user_id
+             order by c.updated_at desc, c.id
+             limit p_limit) c;
+$$;

@@ -1,0 +1,249 @@
+-- Identity linking: one person on every app.
+--
+-- A signed-in web person asks for a link code; a Telegram chat or a WhatsApp number that
+-- sends it becomes theirs. When that identity already had a person of its own (made by
+-- IDENTITY_POLICY=auto for an unknown sender), that person's history moves to the web
+-- person in the same transaction (with their consent when the chat has messages), so
+-- nothing said before the link is lost.
+--
+-- What happens at the same time: a turn reads the identity `for key share`, so a link (which
+-- holds it `for update`) finishes first; a reply written after its question was merged into
+-- another person is accepted (merged_people); a chat linked to one web account is never
+-- moved to another by a code (it must be unlinked first); a first message and a /start CODE
+-- of a new chat arriving together do not collide on the identity's primary key.
+--
+-- Tables: link_codes (only a hash of each code), link_attempts (wrong codes, per identity,
+-- for the hourly limit), merged_people (who was merged into whom).
+
+create table public.link_codes (
+    -- sha256 of the code as typed, upper-cased, without spaces or dashes; never the code.
+    code_hash text primary key check (code_hash ~ '^[0-9a-f]{64}$'),
+    user_id uuid not null,
+    created_at timestamptz not null default clock_timestamp(),
+    expires_at timestamptz not null,
+    used_at timestamptz,
+    used_by_surface text check (used_by_surface in ('telegram', 'whatsapp')),
+    used_by_external_id text,
+    -- The account the code belongs to (masked, as the person's token named it), so that the
+    -- chat that redeems it can be told whose account it joins.
+    account text not null default ''
+);
+create index link_codes_by_user on public.link_codes (user_id);
+
+create table public.link_attempts (
+    surface text not null check (surface in ('telegram', 'whatsapp')),
+    external_id text not null,
+    attempted_at timestamptz not null default clock_timestamp()
+);
+create index link_attempts_by_identity on public.link_attempts (surface, external_id, attempted_at desc);
+
+create table public.merged_people (
+    from_user_id uuid primary key,
+    into_user_id uuid not null,
+    merged_at timestamptz not null default clock_timestamp()
+);
+create index merged_people_into on public.merged_people (into_user_id);
+
+
+-- A new code for a person; their earlier unused codes stop working (the newest one is the
+-- one on their screen).
+create or replace function public.create_link_code(p_user_id uuid, p_code_hash text, p_ttl_minutes integer, p_account text)
+    returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_expires timestamptz := clock_timestamp() + make_interval(mins => greatest(p_ttl_minutes, 1));
+begin
+    delete from public.link_codes c
+     where c.user_id = p_user_id and (c.used_at is null or c.expires_at < clock_timestamp() - interval '1 day');
+    insert into public.link_codes (code_hash, user_id, expires_at, account)
+         values (p_code_hash, p_user_id, v_expires, coalesce(p_account, ''));
+    return jsonb_build_object('expires_at', v_expires);
+end;
+$$;
+
+-- Join an identity to a person (the code's, or an operator's choice).
+--   not known yet        -> a new identity of the person
+--   already the person's -> nothing to do
+--   linked to another    -> {"status": "linked_elsewhere"}: it must be unlinked first
+--   made by `auto`       -> the identity and all of its person's history move to the person;
+--                           a Telegram or WhatsApp conversation the person already has takes
+--                           the other's messages (their created_at keeps the order), so one
+--                           conversation per surface still holds; the merge is recorded in
+--                           merged_people
+-- Returns {"status": "linked"|"already_linked"|"linked_elsewhere", "user_id", "moved_messages"}.
+create or replace function public.link_identity(p_user_id uuid, p_surface text, p_external_id text)
+    returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_previous uuid;
+    v_linked_at timestamptz;
+    v_from record;
+    v_into uuid;
+    v_moved integer := 0;
+    v_count integer;
+begin
+    if p_surface not in ('telegram', 'whatsapp') or coalesce(p_external_id, '') = '' then
+        raise exception 'only a telegram or whatsapp identity with an id is linked' using errcode = '22023';
+    end if;
+    insert into public.identities (surface, external_id, user_id, linked_at)
+         values (p_surface, p_external_id, p_user_id, clock_timestamp())
+    on conflict (surface, external_id) do nothing;
+    if found then
+        return jsonb_build_object('status', 'linked', 'user_id', p_user_id, 'moved_messages', 0);
+    end if;
+    select i.user_id, i.linked_at into v_previous, v_linked_at
+      from public.identities i
+     where i.surface = p_surface and i.external_id = p_external_id
+       for update;
+
+    if v_previous = p_user_id then
+        update public.identities i set linked_at = coalesce(i.linked_at, clock_timestamp())
+         where i.surface = p_surface and i.external_id = p_external_id;
+        return jsonb_build_object('status', 'already_linked', 'user_id', p_user_id, 'moved_messages', 0);
+    end if;
+    if v_linked_at is not null then
+        return jsonb_build_object('status', 'linked_elsewhere');
+    end if;
+
+    -- The previous person was this identity alone: their whole history is the person's now.
+    for v_from in
+        select c.id, c.surface from public.conversations c where c.user_id = v_previous for update
+    loop
+        v_into := null;
+        if v_from.surface <> 'web' then
+            select c.id into v_into
+              from public.conversations c
+             where c.user_id = p_user_id and c.surface = v_from.surface
+               for update;
+        end if;
+        if v_into is null then
+            update public.conversations c set user_id = p_user_id where c.id = v_from.id;
+            update public.messages m set user_id = p_user_id where m.conversation_id = v_from.id;
+            get diagnostics v_count = row_count;
+        else
+            -- A delivery both conversations hold (it cannot happen with Telegram's and
+            -- Twilio's ids, but a constraint is a constraint) is kept once: the person's.
+            delete from public.messages m
+             where m.conversation_id = v_from.id
+               and m.external_id is not null
+               and exists (select from public.messages x
+                            where x.conversation_id = v_into
+                              and x.surface = m.surface and x.external_id = m.external_id);
+            update public.messages m set conversation_id = v_into, user_id = p_user_id
+             where m.conversation_id = v_from.id;
+            get diagnostics v_count = row_count;
+            update public.conversations c
+               set updated_at = greatest(c.updated_at, (select f.updated_at from public.conversations f
+                                                         where f.id = v_from.id))
+             where c.id = v_into;
+            delete from public.conversations c where c.id = v_from.id;
+        end if;
+        v_moved := v_moved + v_count;
+    end loop;
+    update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
+     where i.user_id = v_previous;
+    insert into public.merged_people (from_user_id, into_user_id) values (v_previous, p_user_id)
+    on conflict (from_user_id) do update set into_user_id = excluded.into_user_id, merged_at = clock_timestamp();
+    -- Whoever had been merged into the previous person now lives on in this one.
+    update public.merged_people x set into_user_id = p_user_id where x.into_user_id = v_previous;
+    return jsonb_build_object('status', 'linked', 'user_id', p_user_id, 'moved_messages', v_moved);
+end;
+$$;
+
+-- Redeem a code sent from an identity. One call: the hourly limit, the code (single-use:
+-- of two identities racing for it, exactly one wins), consent, the link and the merge.
+-- Without p_consented, a valid code on a chat whose person has messages links nothing and
+-- spends nothing: it answers {"status": "needs_consent", "account", "messages"}.
+-- Returns {"status": "linked"|"already_linked"|"linked_elsewhere"|"needs_consent"|"invalid"|
+-- "expired"|"used"|"too_many_attempts", ...}; every success names the code's account.
+create or replace function public.redeem_link_code(
+    p_surface text,
+    p_external_id text,
+    p_code_hash text,
+    p_max_attempts integer,
+    p_consented boolean
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_since timestamptz := clock_timestamp() - interval '1 hour';
+    v_failures integer;
+    v_first_failure timestamptz;
+    v_code record;
+    v_status text;
+    v_messages integer;
+begin
+    -- One identity's attempts are counted one at a time, so two at once cannot both pass.
+    perform pg_advisory_xact_lock(hashtextextended('link:' || p_surface || ':' || p_external_id, 0));
+    select count(*), min(a.attempted_at) into v_failures, v_first_failure
+      from public.link_attempts a
+     where a.surface = p_surface and a.external_id = p_external_id and a.attempted_at > v_since;
+    if p_max_attempts > 0 and v_failures >= p_max_attempts then
+        return jsonb_build_object('status', 'too_many_attempts',
+                                  'retry_at', v_first_failure + interval '1 hour');
+    end if;
+
+    -- The row lock makes the code single-use: of two identities racing, the second waits,
+    -- then finds it used.
+    select c.user_id, c.used_at, c.used_by_surface, c.used_by_external_id, c.expires_at, c.account into v_code
+      from public.link_codes c where c.code_hash = p_code_hash
+       for update;
+    v_status := case when v_code.user_id is null then 'invalid'
+                     when v_code.used_at is null and v_code.expires_at > clock_timestamp() then 'valid'
+                     when v_code.used_at is null then 'expired'
+                     when v_code.used_by_surface = p_surface and v_code.used_by_external_id = p_external_id
+                          and exists (select from public.identities i
+                                       where i.surface = p_surface and i.external_id = p_external_id
+                                         and i.user_id = v_code.user_id) then 'already_linked'
+                     else 'used' end;
+    if v_status = 'already_linked' then
+        -- The same identity again (a redelivered /start): it is linked, say so again.
+        return jsonb_build_object('status', 'already_linked', 'user_id', v_code.user_id, 'moved_messages', 0,
+                                  'account', v_code.account);
+    end if;
+    if v_status <> 'valid' then
+        insert into public.link_attempts (surface, external_id) values (p_surface, p_external_id);
+        delete from public.link_attempts a where a.attempted_at < clock_timestamp() - interval '1 day';
+        return jsonb_build_object('status', v_status);
+    end if;
+    if exists (select from public.identities i
+                where i.surface = p_surface and i.external_id = p_external_id
+                  and i.linked_at is not null and i.user_id <> v_code.user_id) then
+        return jsonb_build_object('status', 'linked_elsewhere');
+    end if;
+    if not p_consented then
+        select count(*) into v_messages
+          from public.messages m
+          join public.identities i on i.user_id = m.user_id
+         where i.surface = p_surface and i.external_id = p_external_id and i.user_id <> v_code.user_id;
+        if v_messages > 0 then
+            return jsonb_build_object('status', 'needs_consent', 'account', v_code.account, 'messages', v_messages);
+        end if;
+    end if;
+    update public.link_codes c
+       set used_at = clock_timestamp(), used_by_surface = p_surface, used_by_external_id = p_external_id
+     where c.code_hash = p_code_hash;
+    return public.link_identity(v_code.user_id, p_surface, p_external_id) || jsonb_build_object('account', v_code.account);
+end;
+$$;
+
+-- Unlink: the person's identities on a surface (the web's DELETE /links/<surface>), or one
+-- identity (/unlink on Telegram, `unlink` on WhatsApp, the operator's command). Only linked
+-- identities: one made by `auto` is its person's only way in. The person keeps every
+-- message; the identity's next message starts a new person.
+create or replace function public.unlink_identities(
+    p_surface text,
+    p_user_id uuid,
+    p_external_id text
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_count integer;
+begin
+    if p_user_id is null and p_external_id is null then
+        raise exception 'unlink_identities needs a person or an identity' using errcode = '22023';
+    end if;
+    delete from public.identities i
+     where i.surface = p_surface
+       and i.linked_at is not null
+       and (p_user_id is null or i.user_id = p_user_id)
+       and (p_external_id is null or i.external_id = p_external_id);
+    get diagnostics v_count = row_count;
+    return jsonb_build_object('unlinked', v_count);
+end;
+$$;

@@ -1,0 +1,390 @@
+-- A turn: two round trips. begin_turn (before the model call) resolves the person and the
+-- conversation, stores the user message once and returns the context window; finish_turn
+-- (after it) stores the reply. end_attempt closes an attempt that stored no reply.
+
+-- The parts of begin_turn, each replaceable on its own. All plpgsql: PL/pgSQL keeps each
+-- statement's plan for the session, where a `language sql` function called on its own (not
+-- inlined: a function with `set search_path` never is) is planned again at every call. They live in crossmem_private, which
+-- PostgREST does not serve (config.toml's [api] schemas): none is callable over /rest/v1/rpc,
+-- and only service_role (the caller of begin_turn) may use the schema and execute them
+-- (access.sql).
+create schema if not exists crossmem_private;
+
+-- A delivery whose message the person has forgotten (forgetting.sql): answered like a
+-- duplicate, storing nothing (no conversation, no message), not even an identity.
+create or replace function crossmem_private.delivery_forgotten(p_surface text, p_external_id text, p_user_id uuid)
+    returns boolean language plpgsql stable set search_path = '' as $$
+begin
+    return p_external_id is not null and exists (
+        select from public.forgotten_deliveries f
+         where f.surface = p_surface and f.external_id = p_external_id
+           and (p_surface <> 'web' or f.user_id = p_user_id));
+end;
+$$;
+
+-- Who writes: p_user_id, or the person of a Telegram chat or WhatsApp number (a new one for an
+-- identity never seen). `for key share`: a link of this identity (link_identity holds it `for
+-- update`) finishes first, and this turn then belongs to the person it was linked to.
+create or replace function crossmem_private.turn_person(p_surface text, p_user_id uuid, p_sender_id text)
+    returns uuid language plpgsql set search_path = '' as $$
+declare
+    v_user uuid := p_user_id;
+begin
+    if v_user is not null then
+        return v_user;
+    end if;
+    if p_sender_id is null or p_surface = 'web' then
+        raise exception 'begin_turn needs p_user_id, or p_sender_id on a secondary surface'
+            using errcode = '22023';
+    end if;
+    select i.user_id into v_user
+      from public.identities i
+     where i.surface = p_surface and i.external_id = p_sender_id
+       for key share;
+    if v_user is null then
+        insert into public.identities (surface, external_id, user_id)
+             values (p_surface, p_sender_id, gen_random_uuid())
+        on conflict (surface, external_id) do nothing;
+        select i.user_id into v_user
+          from public.identities i
+         where i.surface = p_surface and i.external_id = p_sender_id
+           for key share;
+    end if;
+    return v_user;
+end;
+$$;
+
+-- The delivery's key (messages.sql), looked up once: this very call tried again after its
+-- connection died (its attempt: own_attempt), or a delivery already stored; no row when it is
+-- new. Deliveries of one key take turns here, until the transaction ends.
+create or replace function crossmem_private.stored_delivery(
+    p_user_id uuid, p_surface text, p_external_id text, p_attempt uuid, out message_id bigint,
+    out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean
+) language plpgsql set search_path = '' as $$
+begin
+    if p_external_id is not null then
+        perform pg_advisory_xact_lock(
+            hashtextextended('delivery/' || p_user_id || '/' || p_surface || '/' || p_external_id, 0));
+    end if;
+    select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false)
+      into message_id, created_at, conversation_id, answer_by, own_attempt
+      from public.messages m
+     where m.user_id = p_user_id
+       and ((p_attempt is not null and m.attempt = p_attempt)
+            or (p_external_id is not null and m.surface = p_surface and m.external_id = p_external_id))
+     order by m.attempt = p_attempt desc nulls last
+     limit 1;
+end;
+$$;
+
+-- The reply stored for a user message, or null: {"id", "content", "delivered"}.
+create or replace function crossmem_private.stored_reply(p_message_id bigint, p_user_id uuid)
+    returns jsonb language plpgsql stable set search_path = '' as $$
+begin
+    return (select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
+              from public.messages r
+             where r.in_reply_to = p_message_id and r.user_id = p_user_id);
+end;
+$$;
+
+-- The person's budget (budget.sql), when a limit is on: when they may write again, or null.
+-- Their instances count one at a time, so two racing for the last allowed turn cannot both pass.
+create or replace function crossmem_private.turn_limited_until(
+    p_user_id uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer
+) returns timestamptz language plpgsql set search_path = '' as $$
+begin
+    if p_turns_per_minute <= 0 and p_turns_per_day <= 0 and p_tokens_per_day <= 0 then
+        return null;
+    end if;
+    perform pg_advisory_xact_lock(hashtextextended('budget/' || p_user_id, 0));
+    return public.turn_budget_until(p_user_id, p_turns_per_minute, p_turns_per_day, p_tokens_per_day);
+end;
+$$;
+
+-- The conversation a new message goes to: on the web the one named (null when it is not the
+-- person's; one started empty takes the message as its title) or a new one titled by it;
+-- elsewhere the person's one conversation of that surface (the unique partial index settles a
+-- race between two first messages).
+create or replace function crossmem_private.turn_conversation(p_user_id uuid, p_surface text,
+    p_conversation_id uuid, p_content text) returns uuid language plpgsql set search_path = '' as $$
+declare
+    v_conversation uuid;
+begin
+    if p_surface = 'web' and p_conversation_id is null then
+        insert into public.conversations (user_id, surface, title)
+             values (p_user_id, 'web', left(regexp_replace(p_content, '\s+', ' ', 'g'), 60))
+          returning id into v_conversation;
+    elsif p_surface = 'web' then
+        update public.conversations c set title = left(regexp_replace(p_content, '\s+', ' ', 'g'), 60)
+         where c.id = p_conversation_id and c.user_id = p_user_id and c.surface = 'web' and c.title = '';
+        select c.id into v_conversation
+          from public.conversations c where c.id = p_conversation_id and c.user_id = p_user_id;
+    else
+        select c.id into v_conversation
+          from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
+        if v_conversation is null then
+            insert into public.conversations (user_id, surface, title)
+                 values (p_user_id, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
+            on conflict (user_id, surface) where surface <> 'web' do nothing;
+            select c.id into v_conversation
+              from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
+        end if;
+    end if;
+    return v_conversation;
+end;
+$$;
+
+-- Store the user message (its key was looked up under its lock: the insert meets no other
+-- delivery of it), counted for the budget when a limit is on.
+create or replace function crossmem_private.store_user_message(
+    p_user_id uuid, p_conversation_id uuid, p_surface text, p_content text,
+    p_external_id text, p_attempt uuid, p_answer_by timestamptz, p_sender text, p_counted boolean,
+    out message_id bigint, out created_at timestamptz
+) language plpgsql set search_path = '' as $$
+begin
+    insert into public.messages (conversation_id, user_id, surface, role, content, external_id, attempt,
+                                 answer_by, sender)
+         values (p_conversation_id, p_user_id, p_surface, 'user', p_content, p_external_id, p_attempt,
+                 p_answer_by, p_sender)
+      returning id, messages.created_at into message_id, created_at;
+    if p_counted then
+        insert into public.turn_usage (message_id, user_id, at) values (message_id, p_user_id, created_at);
+    end if;
+end;
+$$;
+
+-- What the model reads with the message (p_message_id, at p_message_at): on the web the
+-- conversation's own window and, for a web conversation, the latest messages of the person's
+-- other apps since p_since; elsewhere the person's window over every conversation.
+-- Returns {"conversation_surface", "history", "prepend", "notes"}.
+create or replace function crossmem_private.turn_context(
+    p_user_id uuid, p_surface text, p_conversation_id uuid,
+    p_message_id bigint, p_message_at timestamptz, p_since timestamptz,
+    p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer
+) returns jsonb language plpgsql stable set search_path = '' as $$
+declare
+    v_conversation_surface text;
+    v_history jsonb;
+    v_prepend jsonb := '[]'::jsonb;
+begin
+    select c.surface into v_conversation_surface from public.conversations c where c.id = p_conversation_id;
+    if p_surface = 'web' then
+        v_history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
+                                           p_max_messages, p_window_step);
+        if v_conversation_surface = 'web' and p_web_prepend > 0 then
+            select coalesce(jsonb_agg(to_jsonb(s) order by s.created_at, s.id), '[]'::jsonb) into v_prepend
+              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                      from public.messages m
+                      join public.conversations c on c.id = m.conversation_id
+                     where m.user_id = p_user_id
+                       and c.user_id = p_user_id
+                       and c.surface <> 'web'
+                       and m.created_at >= p_since
+                       and (m.created_at, m.id) <= (p_message_at, p_message_id)
+                     order by m.created_at desc, m.id desc
+                     limit p_web_prepend) s;
+        end if;
+    else
+        v_history := public.context_window(p_user_id, null, p_message_at - make_interval(hours => p_window_hours),
+                                           p_message_at, p_message_id, p_max_messages, p_window_step);
+    end if;
+    return jsonb_build_object(
+        'conversation_surface', v_conversation_surface, 'history', v_history, 'prepend', v_prepend,
+        'notes', (select n.content from public.memory_notes n where n.user_id = p_user_id and n.revision > 0));
+end;
+$$;
+
+
+-- One turn's first round trip, one call in one transaction, of the parts above: who writes,
+-- the delivery's key (a redelivery stores nothing and returns the reply already stored for it,
+-- if any; an owed message is taken over), the budget, the conversation, the message, and the
+-- context the model reads with it. Every setting is an argument (the settings hold the defaults).
+create or replace function public.begin_turn(
+    -- the delivery
+    p_surface text, p_content text, p_external_id text, p_user_id uuid, p_sender_id text, p_conversation_id uuid,
+    -- the context (CONTEXT_WINDOW_HOURS, CONTEXT_MAX_MESSAGES, CONTEXT_WINDOW_STEP, WEB_PREPEND_MESSAGES)
+    p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer,
+    -- this attempt, the budget (TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY), the owed-reply rule
+    p_attempt uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
+    p_answer_within_seconds integer, p_sender text
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_user uuid;
+    v_stored record;
+    v_reply jsonb;
+    v_owed boolean := false;
+    v_limited_until timestamptz;
+    v_conversation uuid;
+    v_message record;
+begin
+    if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
+        return jsonb_build_object('forgotten', true, 'duplicate', true, 'reply', null,
+                                  'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
+    end if;
+    v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id);
+
+    select * into v_stored from crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
+    if v_stored.message_id is not null and not v_stored.own_attempt then
+        v_reply := crossmem_private.stored_reply(v_stored.message_id, v_user);
+        -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (within
+        -- the budget: each attempt's tokens count, so retrying an abandoned stream for ever runs
+        -- into TOKENS_PER_DAY).
+        v_owed := v_reply is null and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
+        if not v_owed then
+            return jsonb_build_object(
+                'user_id', v_user, 'conversation_id', v_stored.conversation_id,
+                'conversation_surface',
+                (select c.surface from public.conversations c where c.id = v_stored.conversation_id),
+                'message_id', v_stored.message_id, 'duplicate', true, 'reply', v_reply,
+                -- Not answered yet, and its attempt may still answer: ask again after this.
+                'answer_by', case when v_reply is null then v_stored.answer_by end,
+                'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
+        end if;
+    end if;
+
+    if v_stored.message_id is null or v_owed then
+        -- Over the budget, nothing is stored and no model is asked. An answered delivery never
+        -- gets here.
+        v_limited_until := crossmem_private.turn_limited_until(v_user, p_turns_per_minute, p_turns_per_day,
+                                                                p_tokens_per_day);
+        if v_limited_until is not null then
+            return jsonb_build_object('user_id', v_user, 'limited_until', v_limited_until);
+        end if;
+    end if;
+
+    if v_stored.message_id is not null then
+        -- This call's own earlier attempt, or an owed message it now answers.
+        if v_owed then
+            update public.messages m
+               set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = p_attempt
+             where m.id = v_stored.message_id;
+        end if;
+        v_conversation := v_stored.conversation_id;
+        select v_stored.message_id as message_id, v_stored.created_at as created_at into v_message;
+    else
+        v_conversation := crossmem_private.turn_conversation(v_user, p_surface, p_conversation_id, p_content);
+        if v_conversation is null then
+            return jsonb_build_object('error', 'conversation_not_found');
+        end if;
+        select * into v_message
+          from crossmem_private.store_user_message(
+                   v_user, v_conversation, p_surface, p_content, p_external_id, p_attempt,
+                   v_now + make_interval(secs => p_answer_within_seconds), p_sender,
+                   p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0);
+    end if;
+
+    return jsonb_build_object(
+        'user_id', v_user, 'conversation_id', v_conversation, 'message_id', v_message.message_id,
+        'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null)
+        || crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
+                                         v_message.created_at, v_now - make_interval(hours => p_window_hours),
+                                         p_window_hours, p_max_messages, p_window_step, p_web_prepend);
+end;
+$$;
+
+-- The user message rewritten as its turn learned it (issue #20): begin_turn stored a placeholder
+-- ("[voice note, 0:42, not transcribed]"), the turn that fetched, transcribed or looked at what was
+-- sent stores "[voice note, 0:42] the transcript" or "[photo: what it shows] caption", in the round
+-- trip that ends the turn. Null leaves the message as stored. A redelivery finds the message
+-- answered and fetches nothing: the download and the transcription are part of the turn's
+-- idempotency.
+create or replace function public.rewrite_user_message(p_user_id uuid, p_user_message_id bigint, p_content text)
+    returns void language sql set search_path = '' as $$
+    update public.messages m set content = p_content
+     where p_content is not null and m.id = p_user_message_id and m.role = 'user'
+       and (m.user_id = p_user_id
+            or exists (select from public.merged_people x
+                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+$$;
+
+-- One turn's second round trip: store the reply to a user message (once), touch the
+-- conversation and add the turn's model tokens to what its earlier attempts spent; the user
+-- message rewritten as the turn learned it (p_user_content, null: as stored). A message
+-- whose person has since been merged into another takes the reply; a retried finish_turn whose
+-- first try committed gets the reply's id back; another reply to the same message is refused
+-- (null).
+create or replace function public.finish_turn(
+    p_user_id uuid,
+    p_user_message_id bigint,
+    p_content text,
+    p_delivered boolean,
+    p_tokens integer,
+    p_user_content text
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_reply_id bigint;
+    v_conversation uuid;
+    v_owner uuid;
+begin
+    perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
+    with asked as (
+        select m.id, m.conversation_id, m.user_id, m.surface
+          from public.messages m
+         where m.id = p_user_message_id and m.role = 'user'
+           and (m.user_id = p_user_id
+                or exists (select from public.merged_people x
+                            where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
+    ), stored as (
+        insert into public.messages (conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
+        select a.conversation_id, a.user_id, a.surface, 'assistant', p_content, a.id,
+               case when p_delivered then clock_timestamp() end
+          from asked a
+        on conflict (in_reply_to) where in_reply_to is not null do nothing
+        returning id, conversation_id, user_id
+    )
+    select s.id, s.conversation_id, s.user_id into v_reply_id, v_conversation, v_owner from stored s;
+
+    if v_reply_id is not null then
+        update public.conversations c
+           set updated_at = clock_timestamp()
+         where c.id = v_conversation and c.user_id = v_owner;
+        update public.turn_usage u set tokens = u.tokens + greatest(p_tokens, 0)
+         where u.message_id = p_user_message_id;
+    else
+        select r.id into v_reply_id
+          from public.messages r
+         where r.in_reply_to = p_user_message_id and r.content = p_content
+           and (r.user_id = p_user_id
+                or exists (select from public.merged_people x
+                            where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
+    end if;
+    return jsonb_build_object('reply_id', v_reply_id);
+end;
+$$;
+
+-- A turn that ended without a stored reply (a fallback, an abandoned stream, an error after part
+-- of an answer): what the model spent counts, and the message is owed from now on (unless a reply
+-- was stored meanwhile, or another attempt took it over); what the turn learned of the message
+-- is kept (a transcript survives a model failure). Returns {"owed": boolean}.
+create or replace function public.end_attempt(
+    p_user_id uuid, p_user_message_id bigint, p_attempt uuid, p_tokens integer, p_user_content text
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_owed boolean;
+begin
+    perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
+    update public.turn_usage u set tokens = u.tokens + greatest(p_tokens, 0)
+     where u.message_id = p_user_message_id and u.user_id = p_user_id;
+    update public.messages m set answer_by = clock_timestamp()
+     where m.id = p_user_message_id and m.user_id = p_user_id and m.role = 'user'
+       -- only while no later attempt has taken the message over: never two attempts at once
+       and m.attempt is not distinct from p_attempt
+       and not exists (select from public.messages r where r.in_reply_to = m.id);
+    v_owed := found;
+    return jsonb_build_object('owed', v_owed);
+end;
+$$;
+
+-- A reply stored but not delivered (the surface was down) that a redelivery has now sent; the
+-- message may since belong to the person its sender was merged into.
+create or replace function public.mark_delivered(p_user_id uuid, p_reply_id bigint)
+    returns jsonb language sql set search_path = '' as $$
+    update public.messages m
+       set delivered_at = clock_timestamp()
+     where m.id = p_reply_id and m.delivered_at is null
+       and (m.user_id = p_user_id
+            or exists (select from public.merged_people x
+                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
+    returning jsonb_build_object('reply_id', m.id);
+$$;
