@@ -7,6 +7,7 @@ context, the second to a logged loss of the reply.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
-from core.models import Conversation, ConversationPage, Person, StoredMessage, StoredReply, Surface, TurnStart
+from core.models import Conversation, ConversationPage, FollowUp, Person, StoredMessage, StoredReply, Surface, TurnStart
 from core.store import MemoryStore
 
 log = logging.getLogger("crossmem.memory")
@@ -65,6 +66,9 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         owed=bool(row.get("owed")),
         attempt=UUID(row["attempt"]) if row.get("attempt") else None,
         answer_by=datetime.fromisoformat(row["answer_by"]) if row.get("answer_by") else None,
+        follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
+        timezone=row.get("timezone") or None,
+        delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
     )
 
 
@@ -132,7 +136,8 @@ class Memory:
             "p_sender": sender,
         }
         try:
-            row = self.store.call("begin_turn", arguments)
+            # begin_turn with the person's follow-ups, in the same round trip (20261201130000).
+            row = self.store.call("begin_turn_follow_ups", arguments)
         except StoreUnavailable as exc:
             log.error("begin_turn failed; answering without history", extra={"error": str(exc)})
             return TurnStart(
@@ -155,24 +160,37 @@ class Memory:
         return turn_start(row)
 
     def finish_turn(
-        self, user_id: UUID, user_message_id: int, reply: str, *, delivered: bool = True, tokens: int = 0
+        self,
+        user_id: UUID,
+        user_message_id: int,
+        reply: str,
+        *,
+        delivered: bool = True,
+        tokens: int = 0,
+        follow_ups: dict[str, Any] | None = None,
+        max_follow_ups: int = 0,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
-        budget counts them); the reply's id, or None if it could not be stored."""
+        budget counts them); the reply's id, or None if it could not be stored. `follow_ups`:
+        what the model's tools decided (core/follow_ups.py), written in the same round trip."""
+        arguments: dict[str, Any] = {
+            "p_user_id": str(user_id),
+            "p_user_message_id": user_message_id,
+            "p_content": storable(reply) or " ",
+            "p_delivered": delivered,
+            "p_tokens": tokens,
+        }
+        function = "finish_turn"
+        if follow_ups:
+            function = "finish_turn_follow_ups"
+            arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
         try:
-            row = self.store.call(
-                "finish_turn",
-                {
-                    "p_user_id": str(user_id),
-                    "p_user_message_id": user_message_id,
-                    "p_content": storable(reply) or " ",
-                    "p_delivered": delivered,
-                    "p_tokens": tokens,
-                },
-            )
+            row = self.store.call(function, arguments)
         except StoreUnavailable as exc:
             log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
             return None
+        if row and row.get("refused"):
+            log.warning("follow-ups refused by their limits", extra={"refused": row["refused"]})
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
 
     def end_attempt(self, user_id: UUID, user_message_id: int, attempt: UUID | None, tokens: int) -> None:
