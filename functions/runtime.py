@@ -9,12 +9,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
+from core.follow_up_delivery import FollowUpDelivery, Senders
+from core.follow_ups import FollowUpRules
 from core.forgetting import Forgetting
 from core.identity import IdentityPolicy
 from core.linking import Linking
@@ -37,6 +40,11 @@ if TYPE_CHECKING:
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
+
+
+def now() -> datetime:
+    """The wall clock the follow-ups read ("tomorrow at 9", what is due): tests move it."""
+    return datetime.now(UTC)
 
 
 @functools.cache
@@ -172,7 +180,9 @@ def turns() -> Turns:
             annotate=config.context_annotations,
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
+            follow_ups=FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars),
         ),
+        now=lambda: now(),
     )
 
 
@@ -211,6 +221,22 @@ def owed_replies() -> OwedReplies:
         channels[Surface.WHATSAPP] = whatsapp.channel
     deadlines = {Surface.TELEGRAM: config.telegram_model_deadline, Surface.WHATSAPP: config.whatsapp_model_deadline}
     return OwedReplies(memory(), turns(), channels, deadlines, max_age_s=config.owed_reply_max_age * 60)
+
+
+@functools.cache
+def follow_up_delivery() -> FollowUpDelivery:
+    """The scheduled job's delivery of due follow-ups, on the apps it can reach."""
+    config = settings()
+    telegram = whatsapp = template = None
+    if config.telegram_bot_token is not None:
+        bot = telegram_bot()
+        telegram = bot.send_text
+    sender = whatsapp_sender()
+    if sender is not None and config.twilio_whatsapp_from:
+        whatsapp = sender.send_text
+        if (content_sid := config.twilio_follow_up_content_sid) is not None:
+            template = lambda to, text: sender.send_template(to, content_sid, text)  # noqa: E731
+    return FollowUpDelivery(store(), Senders(telegram, whatsapp, template), identity(), now=lambda: now())
 
 
 @functools.cache
@@ -285,6 +311,7 @@ _CACHED = (
     token_verifier,
     digest_job,
     owed_replies,
+    follow_up_delivery,
     whatsapp_sender,
 )
 

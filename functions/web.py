@@ -7,6 +7,7 @@ GET  /conversations/<id>/messages      one conversation's messages, paged with ?
 *    /links[/<surface>]                linking the person's other apps (functions/links.py)
 DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 GET  /memory                           the person's memory notes (functions/notes.py)
+GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -27,6 +28,7 @@ from core.errors import CrossmemError
 from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
+from functions.follow_up_routes import follow_ups_route
 from functions.forget_routes import forget_route
 from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
 from functions.links import links_route
@@ -49,6 +51,7 @@ class SendMessage(BaseModel):
     conversation_id: uuid.UUID | None = None
     client_message_id: str | None = Field(default=None, max_length=128)
     history: list[ClientMessage] | None = Field(default=None, max_length=200)
+    timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
 
 
 class NewConversation(BaseModel):
@@ -69,6 +72,8 @@ def web_chat(request: flask.Request) -> flask.Response:
         if (answer := forget_route(request, person, cors)) is not None:
             return answer
         if (answer := memory_route(request, person, cors)) is not None:
+            return answer
+        if (answer := follow_ups_route(request, person, cors)) is not None:
             return answer
         path = request.path.rstrip("/") or "/"
         if request.method == "POST" and path in ("/", "/messages"):
@@ -103,6 +108,7 @@ def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]
         conversation_id=body.conversation_id,
         client_history=history,
         deadline_s=runtime.settings().web_model_deadline,
+        timezone=body.timezone,
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)
