@@ -73,10 +73,13 @@ def explain(command: Sequence[str], stderr: str, project: str | None = None) -> 
     elif permission := PERMISSION.search(stderr):
         needed = permission.group(1)
         role = ROLE_OF_PERMISSION.get(needed, "a role that holds it")
-        fix = f"the permission {needed} is missing: grant whoever deploys {role} (README, Deploy: the deployer's roles)"
+        fix = (
+            f"the permission {needed} is missing: grant whoever deploys {role} "
+            f"(README, Deploy: the deployer's roles)"
+        )
     elif "PERMISSION_DENIED" in stderr or "does not have permission" in stderr:
         fix = "a permission is missing: grant whoever deploys the roles README, Deploy lists"
-    elif 'schema "auth" does not exist' in stderr or 'role "anon" does not exist' in stderr:
+    elif "schema \"auth\" does not exist" in stderr or 'role "anon" does not exist' in stderr:
         fix = (
             "this Postgres is not a Supabase project: create the stand-ins first "
             "(`make db-standins DB_URL=…`, or `crossmem migrate --supabase-standins`)"
