@@ -5,6 +5,7 @@ of the test's own (the job delivers every due follow-up it finds)."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -156,7 +157,8 @@ def test_remind_me_tomorrow_at_9_on_telegram_is_said_once_at_9_madrid_time_and_r
     assert follow_ups(job_database)[0][3] == "sent"
     assert rows(
         job_database,
-        "select surface, role, content from messages where user_id = %s and role = 'assistant' order by id desc limit 1",
+        "select surface, role, content from messages where user_id = %s and role = 'assistant'"
+        " order by id desc limit 1",
         person,
     ) == [("telegram", "assistant", "Time to call the dentist.")]
 
@@ -241,9 +243,14 @@ def test_two_job_runs_at_once_send_each_follow_up_once(
         results.append(runtime.follow_up_delivery().run(30).as_json())
 
     runtime.reset()
+    # The second run starts while the first is sending: what the first took is not the second's.
     threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
+    threads[0].start()
+    for _ in range(500):
+        if len(fake_telegram.sent()) > before:
+            break
+        time.sleep(0.01)
+    threads[1].start()
     for thread in threads:
         thread.join()
 
