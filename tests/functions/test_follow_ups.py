@@ -331,3 +331,25 @@ def test_a_delivered_web_follow_up_is_the_agents_message_in_the_conversation(
     assert run_job()["follow_ups_sent"] == 1
     page = web.get(f"/conversations/{conversation_id}/messages", headers=bearer(person)).get_json()
     assert [(m["role"], m["content"]) for m in page["messages"]][-1] == ("assistant", "Stand up and stretch.")
+
+
+def test_the_offline_model_schedules_remind_me_in_n_minutes_and_the_cli_lists_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from functions import cli
+
+    environment.setenv("APP_ENV", "local")
+    environment.delenv("ANTHROPIC_API_KEY")
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    person = uuid.uuid4()
+    sent = web.post("/", json={"message": "remind me in 5 minutes to stretch"}, headers=bearer(person))
+    assert sent.get_json()["reply"] == "(Offline stand-in model.) I will remind you in 5 minutes."
+    capsys.readouterr()
+    assert cli.main(["follow-ups", "--user", str(person)]) == 0
+    # 17:05 UTC is 18:05 in Madrid.
+    assert capsys.readouterr().out == "#1 Wed 2 Dec 2026 18:05 (Europe/Madrid) [web] pending: Reminder: stretch.\n"
+    clock.at += timedelta(minutes=5)
+    assert run_job()["follow_ups_sent"] == 1
+    assert cli.main(["follow-ups", "--user", str(person)]) == 0
+    assert capsys.readouterr().out.endswith("no pending follow-ups\n")
