@@ -280,7 +280,7 @@ def turn_tools(
 ) -> TurnTools:
     """A turn's tools; a web client's Intl timezone, when it differs from the person's, is set."""
     tools = TurnTools(rules, pending, zone, now())
-    if (sent := zone_named(client_zone)) is not None and sent.key != zone.key:
+    if (sent := zone_named(client_zone)) is not None and str(sent) != str(zone):
         tools.zone, tools.timezone = sent, sent.key
     return tools
 

@@ -57,6 +57,8 @@ alter table public.person_timezones enable row level security;
 revoke all on table public.follow_ups, public.person_timezones from anon, authenticated;
 grant select on table public.follow_ups, public.person_timezones to authenticated;
 grant select, insert, update, delete on table public.follow_ups, public.person_timezones to service_role;
+-- As 20261130120000_sequence_grants.sql: Supabase's default privileges grant a new sequence to the API roles.
+revoke all on sequence public.follow_ups_id_seq from public, anon, authenticated;
 create policy follow_ups_owner_reads on public.follow_ups
     for select to authenticated using (user_id = (select auth.uid()));
 create policy person_timezones_owner_reads on public.person_timezones
