@@ -77,7 +77,8 @@ class CacheUsage:
 
 def request_blocks(body: dict[str, Any]) -> tuple[list[str], list[int]]:
     """The texts of a Messages API request's blocks, and which of them are breakpoints."""
-    blocks: list[dict[str, Any]] = []
+    # The cache's order: tools, system, messages (a breakpoint on the system prompt caches the tools).
+    blocks: list[dict[str, Any]] = [{"type": "tool", "tool": tool} for tool in body.get("tools", [])]
     system = body.get("system", [])
     blocks += [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
     for message in body.get("messages", []):

@@ -34,6 +34,26 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A `tool_use` block of the model's answer: which tool, with what input, under which id
+    (the `tool_result` that answers it names it)."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+def plus(spent: Usage, more: Usage) -> Usage:
+    """What two requests of one turn spent together."""
+    return Usage(
+        spent.input_tokens + more.input_tokens,
+        spent.output_tokens + more.output_tokens,
+        spent.cache_creation_input_tokens + more.cache_creation_input_tokens,
+        spent.cache_read_input_tokens + more.cache_read_input_tokens,
+    )
+
+
+@dataclass(frozen=True)
 class ModelReply:
     text: str
     usage: Usage
@@ -42,16 +62,24 @@ class ModelReply:
 class Model(Protocol):
     name: str
 
-    def reply(
-        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
-    ) -> ModelReply: ...
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "") -> ModelReply: ...
 
     def stream(
-        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
-    ) -> Iterator[str | Usage]:
+        self,
+        system: str,
+        messages: Sequence[ModelMessage],
+        timeout_s: float,
+        notes: str = "",
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        continuation: Sequence[dict[str, Any]] = (),
+    ) -> Iterator[str | Usage | ToolCall]:
         """Text as it is written, and `Usage` as the model reports it: what it has spent so
         far each time (the input when it starts, everything at the end), so a stream that is
-        stopped part-way still knows what it cost."""
+        stopped part-way still knows what it cost. With `tools`, the model may also call them:
+        each `tool_use` block comes as a `ToolCall` at the end. `continuation`: raw messages
+        after the context (the model's tool calls and their results), for the request that
+        answers them."""
         ...
 
 
@@ -64,14 +92,17 @@ def messages_request(
     *,
     cached: bool = True,
     effort: str | None = None,
+    tools: Sequence[dict[str, Any]] = (),
+    continuation: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The Messages API request body for a context, with its cache breakpoints: after the
     system prompt, after the person's notes (when there are any), on the last message.
 
     Nothing the current models refuse with a 400: no sampling parameters, no thinking budget
     and no `thinking: disabled` (adaptive thinking is their default), no assistant prefill (the
-    context ends with the person's message), no forced tool choice. `effort` goes out as
-    `output_config.effort` only when given."""
+    context ends with the person's message), no forced tool choice (`tools` go with the default
+    `auto`; `continuation` follows the context: the model's tool calls and their results). `effort`
+    goes out as `output_config.effort` only when given."""
     marker = {"cache_control": CACHE} if cached else {}
     system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system, **marker}]
     if notes.strip():
@@ -88,7 +119,12 @@ def messages_request(
             block.update(marker)
         attached = [attachment.block() for attachment in message.attachments]
         body.append({"role": message.role.value, "content": [*attached, block]})
+    body.extend(continuation)
     request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "system": system_blocks, "messages": body}
+    if tools:
+        # Before the system prompt in the cache's order (tools, system, messages): the system
+        # prompt's breakpoint caches them with it, one prefix, the same in every turn.
+        request["tools"] = list(tools)
     if effort is not None:
         request["output_config"] = {"effort": effort}
     return request
@@ -140,9 +176,7 @@ class AnthropicModel:
         self._client: Any = None
         self._lock = threading.Lock()
 
-    def reply(
-        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
-    ) -> ModelReply:
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "") -> ModelReply:
         import anthropic
 
         request = messages_request(
@@ -159,11 +193,26 @@ class AnthropicModel:
         return ModelReply(text, usage)
 
     def stream(
-        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
-    ) -> Iterator[str | Usage]:
+        self,
+        system: str,
+        messages: Sequence[ModelMessage],
+        timeout_s: float,
+        notes: str = "",
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        continuation: Sequence[dict[str, Any]] = (),
+    ) -> Iterator[str | Usage | ToolCall]:
 
         request = messages_request(
-            self.name, self._max_tokens, system, messages, notes, cached=self._cached, effort=self._effort
+            self.name,
+            self._max_tokens,
+            system,
+            messages,
+            notes,
+            cached=self._cached,
+            effort=self._effort,
+            tools=tools,
+            continuation=continuation,
         )
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
@@ -172,7 +221,11 @@ class AnthropicModel:
                         yield _usage(event.message.usage)
                     elif event.type == "text":
                         yield event.text
-                yield _usage(stream.get_final_message().usage)
+                final = stream.get_final_message()
+                for block in final.content:
+                    if getattr(block, "type", "") == "tool_use":
+                        yield ToolCall(str(block.id), str(block.name), dict(block.input or {}))
+                yield _usage(final.usage)
         # A stream that never started (a JSON body instead of events) fails the SDK's own assertion;
         # one that stalls mid-way raises its HTTP client's timeout, which the SDK does not wrap.
         except Exception as exc:

@@ -7,6 +7,7 @@ context, the second to a logged loss of the reply.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
-from core.models import Conversation, ConversationPage, Person, StoredMessage, StoredReply, Surface, TurnStart
+from core.models import Conversation, ConversationPage, FollowUp, Person, StoredMessage, StoredReply, Surface, TurnStart
 from core.settings import setting_default
 from core.store import MemoryStore
 
@@ -71,6 +72,9 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         owed=bool(row.get("owed")),
         attempt=UUID(row["attempt"]) if row.get("attempt") else None,
         answer_by=datetime.fromisoformat(row["answer_by"]) if row.get("answer_by") else None,
+        follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
+        timezone=row.get("timezone") or None,
+        delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
     )
 
 
@@ -138,7 +142,8 @@ class Memory:
             "p_sender": sender,
         }
         try:
-            row = self.store.call("begin_turn", arguments)
+            # begin_turn with the person's follow-ups, in the same round trip (20261201130000).
+            row = self.store.call("begin_turn_follow_ups", arguments)
         except StoreUnavailable as exc:
             log.error("begin_turn failed; answering without history", extra={"error": str(exc)})
             return TurnStart(
@@ -169,11 +174,14 @@ class Memory:
         delivered: bool = True,
         tokens: int = 0,
         user_content: str | None = None,
+        follow_ups: dict[str, Any] | None = None,
+        max_follow_ups: int = 0,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
         budget counts them); the reply's id, or None if it could not be stored. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
-        photo shows), in the same round trip."""
+        photo shows); `follow_ups`: what the model's tools decided (core/follow_ups.py); both in
+        the same round trip."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -182,11 +190,17 @@ class Memory:
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
         }
+        function = "finish_turn"
+        if follow_ups:
+            function = "finish_turn_follow_ups"
+            arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
         try:
-            row = self.store.call("finish_turn", arguments)
+            row = self.store.call(function, arguments)
         except StoreUnavailable as exc:
             log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
             return None
+        if row and row.get("refused"):
+            log.warning("follow-ups refused by their limits", extra={"refused": row["refused"]})
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
 
     def end_attempt(

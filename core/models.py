@@ -117,6 +117,39 @@ class StoredReply:
 
 
 @dataclass(frozen=True)
+class FollowUp:
+    """Something the agent will say on its own at `due_at` (UTC), as the person asked."""
+
+    id: int
+    content: str
+    due_at: datetime
+    timezone: str
+    surface: Surface
+    status: str = "pending"
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> FollowUp:
+        return cls(
+            id=int(row["id"]),
+            content=str(row["content"]),
+            due_at=datetime.fromisoformat(str(row["due_at"])),
+            timezone=str(row.get("timezone") or "UTC"),
+            surface=Surface(row["surface"]),
+            status=str(row.get("status") or "pending"),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "content": self.content,
+            "due_at": self.due_at.isoformat(),
+            "timezone": self.timezone,
+            "surface": self.surface.value,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
 class TurnStart:
     """What `begin_turn` returns. `degraded` means the store failed: nothing was stored."""
 
@@ -135,6 +168,10 @@ class TurnStart:
     attempt: UUID | None = None  # this attempt's id: what ends it must name it
     # A duplicate not answered yet whose attempt may still answer until then.
     answer_by: datetime | None = None
+    follow_ups: list[FollowUp] = field(default_factory=list)  # the person's pending ones
+    timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
+    # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.
+    delivered_first: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

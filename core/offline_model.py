@@ -6,11 +6,16 @@ messages it sees, from which surfaces, and the latest thing the person said else
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from core.context import ModelMessage
-from core.llm import ModelReply, Usage
+from core.llm import ModelReply, ToolCall, Usage
 from core.models import Role
+
+# "remind me in 5 minutes to stretch": what the stand-in schedules through the follow-up tool.
+REMIND = re.compile(r"remind me in (\d{1,6}) (?:minute|minutes|min|mins) (?:to |that |about )?(.+)", re.IGNORECASE)
 
 
 def _quote(text: str, limit: int = 160) -> str:
@@ -28,8 +33,28 @@ class OfflineModel:
         )
 
     def stream(
-        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = ""
-    ) -> Iterator[str | Usage]:
+        self,
+        system: str,
+        messages: Sequence[ModelMessage],
+        timeout_s: float,
+        notes: str = "",
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        continuation: Sequence[dict[str, Any]] = (),
+    ) -> Iterator[str | Usage | ToolCall]:
+        last = messages[-1].sources[-1].text if messages and messages[-1].sources else ""
+        asked = REMIND.search(last)
+        if continuation:  # the results of its own tool call: say what they were
+            results = [b for b in continuation[-1]["content"] if b.get("type") == "tool_result"]
+            yield "(Offline stand-in model.) " + " ".join(str(r["content"]) for r in results)
+            yield Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=10)
+            return
+        if asked is not None and any(tool["name"] == "schedule_follow_up" for tool in tools):
+            minutes, what = int(asked[1]), asked[2].strip().rstrip(".!")
+            yield f"(Offline stand-in model.) I will remind you in {minutes} minute{'s' if minutes != 1 else ''}."
+            yield ToolCall("offline-1", "schedule_follow_up", {"in_minutes": minutes, "content": f"Reminder: {what}."})
+            yield Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=20)
+            return
         reply = self.reply(system, messages, timeout_s, notes)
         words = reply.text.split(" ")
         for index, word in enumerate(words):

@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     digest_time_budget: float = Field(default=240.0, gt=0)
     digest_pause_seconds: int = Field(default=300, ge=0)  # the prompt cache's lifetime
 
+    # Follow-ups the agent starts (core/follow_ups.py): at most this many pending per person; 0
+    # gives the model no follow-up tools. 20 is a dense week of reminders (about three a day),
+    # keeps the list begin_turn returns short, and bounds what a runaway conversation schedules.
+    follow_ups_per_person: int = Field(default=20, ge=0, le=1000)
+
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
     owner_user_id: UUID | None = None
@@ -114,6 +119,10 @@ class Settings(BaseSettings):
     twilio_account_sid: str | None = None
     twilio_whatsapp_from: str | None = None  # the sender of messages the agent starts: whatsapp:+14155238886
     twilio_api_base: str | None = None  # Twilio's REST API (tests point it at a fake)
+    # An approved WhatsApp template (Content API, HX...) with one variable, {{1}}: the follow-up's
+    # text. Outside the 24-hour window a follow-up goes out through it; unset, it waits for the
+    # person's next WhatsApp message.
+    twilio_follow_up_content_sid: str | None = None
     # "typing…" on WhatsApp while a turn runs (needs TWILIO_ACCOUNT_SID); it marks the message read.
     whatsapp_typing_indicator: bool = True
     twilio_auth_token: SecretStr | None = None

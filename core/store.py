@@ -18,6 +18,12 @@ SQL_FUNCTIONS = frozenset(
     {
         "begin_turn",
         "finish_turn",
+        "begin_turn_follow_ups",
+        "finish_turn_follow_ups",
+        "follow_ups_of",
+        "cancel_follow_up",
+        "claim_due_follow_ups",
+        "finish_follow_up",
         "end_attempt",
         "claim_owed_replies",
         "mark_delivered",

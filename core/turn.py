@@ -25,10 +25,12 @@ from typing import Protocol
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from core import follow_ups
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
+from core.follow_ups import FollowUpRules, TurnTools
 from core.identity import IdentityPolicy
-from core.llm import Model, ModelReply, Usage
+from core.llm import Model, ModelReply, ToolCall, Usage, plus
 from core.media import MediaRef, placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
@@ -66,6 +68,7 @@ class TurnRequest:
     client_history: Sequence[ContextItem] | None = None
     deadline_s: float = 30.0
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
+    timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
 
 
 class Outcome(StrEnum):
@@ -119,6 +122,9 @@ class TurnResult:
     # A stored reply that could not be pushed for a reason that may pass: the surface
     # should ask for a redelivery, which will send it.
     reply_owed: bool = False
+    # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
+    # that answers in its response puts them first.
+    follow_ups_first: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ class TurnSettings:
     annotate: bool = True
     timezone: str = "UTC"
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
+    follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
 
 
 class Turns:
@@ -140,9 +147,11 @@ class Turns:
         settings: TurnSettings,
         clock: Callable[[], float] = time.monotonic,
         media: Callable[[], MediaReader] | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.memory = memory
         self._media = media
+        self._now = now
         self._model = model
         self._identity = identity
         self._settings = settings
@@ -168,7 +177,10 @@ class Turns:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
         messages = self._messages(request, start, prepared)
-        return self._answer(request.surface, start, messages, figures, max(deadline_s, 1.0), channel, began, prepared)
+        tools = self._tools(start, request.timezone)
+        return self._answer(
+            request.surface, start, messages, figures, max(deadline_s, 1.0), channel, began, prepared, tools
+        )
 
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
@@ -189,16 +201,19 @@ class Turns:
         channel: ReplyChannel | None,
         began: float,
         prepared: PreparedMedia | None = None,
+        tools: TurnTools | None = None,
     ) -> TurnResult:
         figures.context_messages = len(messages)
         figures.owed = start.owed
         if channel is not None:
+            for said in start.delivered_first:
+                channel.send(said)
             channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         described = self._describe(prepared, deadline_s)
         try:
             drafts = channel.draft if channel is not None else None
-            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts)
+            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts, tools)
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
@@ -208,8 +223,10 @@ class Turns:
             figures.error = "the reply could not be delivered"
         result = self._result(outcome, text, start, figures)
         learned = self._learned(prepared, described, figures, began + deadline_s)
+        if channel is None:
+            result.follow_ups_first = list(start.delivered_first)
         if outcome is Outcome.ANSWERED:
-            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned)
+            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
@@ -242,7 +259,8 @@ class Turns:
         figures.owed = start.owed
         parts: list[str] = []
         outcome = Outcome.ANSWERED
-        chunks = self._model().stream(self._settings.system_prompt, messages, request.deadline_s, self._notes(start))
+        tools = self._tools(start, request.timezone)
+        chunks = self._model_stream(messages, request.deadline_s, self._notes(start), tools)
         ended = False
         try:
             try:
@@ -267,7 +285,7 @@ class Turns:
             result = self._result(outcome, text, start, figures)
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                self._finish(result, start, text, True, learned)
+                self._finish(result, start, text, True, learned, tools)
             else:
                 self._end_attempt(start, figures, learned)
             ended = True
@@ -408,6 +426,67 @@ class Turns:
         result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
 
+    def _tools(self, start: TurnStart, client_zone: str | None) -> TurnTools | None:
+        """This turn's follow-up tools, in the person's timezone (theirs, else CONTEXT_TIMEZONE)."""
+        rules = self._settings.follow_ups
+        if rules.max_pending <= 0 or start.message_id is None or start.user_id is None:
+            return None
+        zone = follow_ups.zone_named(start.timezone) or self._zone
+        return follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, client_zone)
+
+    def _model_stream(
+        self, messages: list[ModelMessage], deadline_s: float, notes: str, tools: TurnTools | None
+    ) -> Iterator[str | Usage]:
+        """The model's answer as text and `Usage` (all its requests' together). With tools, its
+        calls run (core/follow_ups.py); a second request answers them only when the model needs
+        their results to answer."""
+        model, system = self._model(), self._settings.system_prompt
+        if tools is None:
+            only = model.stream(system, messages, deadline_s, notes)
+            try:
+                for chunk in only:
+                    if not isinstance(chunk, ToolCall):  # none without tools
+                        yield chunk
+            finally:
+                _close(only)
+            return
+        calls: list[ToolCall] = []
+        parts: list[str] = []
+        spent = Usage()
+        first = model.stream(system, messages, deadline_s, notes, tools=follow_ups.TOOLS)
+        try:
+            for chunk in first:
+                if isinstance(chunk, ToolCall):
+                    calls.append(chunk)
+                    continue
+                if isinstance(chunk, Usage):
+                    spent = chunk
+                elif chunk:
+                    parts.append(chunk)
+                yield chunk
+        finally:
+            _close(first)
+        if not calls:
+            return
+        results = [tools.run(call) for call in calls]
+        text = "".join(parts)
+        if not follow_ups.needs_answer(results, text):
+            return
+        more = follow_ups.continuation(text, results)
+        second = model.stream(system, messages, deadline_s, notes, tools=follow_ups.TOOLS, continuation=more)
+        gap = "\n\n" if text.strip() else ""
+        try:
+            for chunk in second:
+                if isinstance(chunk, Usage):
+                    yield plus(spent, chunk)
+                elif isinstance(chunk, ToolCall):
+                    log.warning("a tool call in the answer to tool results was not run", extra={"tool": chunk.name})
+                elif chunk:
+                    yield gap + chunk
+                    gap = ""
+        finally:
+            _close(second)
+
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
 
@@ -418,17 +497,17 @@ class Turns:
         notes: str,
         deadline_s: float,
         drafts: Callable[[str], None] | None = None,
+        tools: TurnTools | None = None,
     ) -> ModelReply:
         """The model's answer within the deadline, streamed: what it reports spending reaches
         `figures` as it goes (its input as soon as it starts), so a turn that ends in the
         fallback still counts what the model read; `drafts` sees the text as it grows."""
-        system = self._settings.system_prompt
         stopped = threading.Event()
 
         def answer() -> ModelReply:
             parts: list[str] = []
             usage = Usage()
-            chunks = self._model().stream(system, messages, deadline_s, notes)
+            chunks = self._model_stream(messages, deadline_s, notes, tools)
             for chunk in chunks:
                 if stopped.is_set():
                     close = getattr(chunks, "close", None)
@@ -474,7 +553,13 @@ class Turns:
         result.reply_owed = delivery is Delivery.OWED
 
     def _finish(
-        self, result: TurnResult, start: TurnStart, text: str, delivered: bool, learned: str | None = None
+        self,
+        result: TurnResult,
+        start: TurnStart,
+        text: str,
+        delivered: bool,
+        learned: str | None = None,
+        tools: TurnTools | None = None,
     ) -> None:
         if start.message_id is None or start.user_id is None:
             return
@@ -485,6 +570,8 @@ class Turns:
             delivered=delivered,
             tokens=result.figures.model_tokens,
             user_content=learned,
+            follow_ups=tools.changes() if tools is not None else None,
+            max_follow_ups=self._settings.follow_ups.max_pending,
         )
         result.figures.round_trips += 1
         if result.reply_id is None:
@@ -518,3 +605,10 @@ class Turns:
             },
         )
         return result
+
+
+def _close(chunks: object) -> None:
+    """Stop reading (and paying for) a model's stream."""
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()

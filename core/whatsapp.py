@@ -13,10 +13,11 @@ line is how it shows. Once, so a flood of forged posts does not flood the logs.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,9 +180,12 @@ def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | N
     return str(RequestValidator(secret).compute_signature(url, form, algorithm))
 
 
-def twiml(text: str | None) -> str:
-    """A TwiML answer: the text in messages of at most 1600 characters, or no message."""
+def twiml(text: str | None, first: Sequence[str] = ()) -> str:
+    """A TwiML answer: the text in messages of at most 1600 characters, or no message; `first`
+    (follow-ups held outside the 24-hour window) before it."""
     response = MessagingResponse()
+    for part in [piece for said in first for piece in split_message(said, WHATSAPP_LIMIT)]:
+        response.message(part)
     for part in split_message(text or "", WHATSAPP_LIMIT):
         response.message(part)
     return str(response)
@@ -221,6 +225,25 @@ class WhatsAppSender:
             except (TwilioException, OSError) as exc:
                 log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
                 return Delivery.OWED
+        return Delivery.DELIVERED
+
+    def send_template(self, to: str, content_sid: str, text: str) -> Delivery:
+        """An approved template (Twilio's Content API: `ContentSid`, `ContentVariables`) with the
+        text as its one variable: what reaches a person outside the 24-hour window."""
+        from twilio.base.exceptions import TwilioException, TwilioRestException
+
+        variables = json.dumps({"1": text[:WHATSAPP_LIMIT]})
+        try:
+            self._rest().messages.create(
+                from_=self._sender, to=to, content_sid=content_sid, content_variables=variables
+            )
+        except TwilioRestException as exc:
+            final = 400 <= exc.status < 500 and exc.status != 429
+            log.error("sending a WhatsApp template failed", extra={"status": exc.status, "code": exc.code})
+            return Delivery.GIVEN_UP if final else Delivery.OWED
+        except (TwilioException, OSError) as exc:
+            log.error("sending a WhatsApp template failed", extra={"error": type(exc).__name__})
+            return Delivery.OWED
         return Delivery.DELIVERED
 
     def show_typing(self, message_sid: str) -> None:

@@ -57,6 +57,24 @@ def history(args: argparse.Namespace) -> int:
     return 0
 
 
+def follow_ups(args: argparse.Namespace) -> int:
+    from zoneinfo import ZoneInfo
+
+    from core.follow_ups import shown, zone_named
+    from functions.follow_up_routes import pending_follow_ups
+
+    pending = pending_follow_ups(uuid.UUID(args.user))
+    if args.json:
+        print(json.dumps([f.as_json() for f in pending], ensure_ascii=False, indent=2))
+        return 0
+    for f in pending:
+        zone = zone_named(f.timezone) or ZoneInfo("UTC")
+        print(f"#{f.id} {shown(f.due_at, zone)} [{f.surface.value}] {f.status}: {f.content}")
+    if not pending:
+        print("no pending follow-ups")
+    return 0
+
+
 def print_notes(user: uuid.UUID) -> None:
     """The person's memory notes, above their messages, when a digest has written any."""
     notes = read_notes(runtime.store(), user)
@@ -179,6 +197,11 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--limit", type=int, default=100)
     command.add_argument("--json", action="store_true", help="JSON instead of lines")
     command.set_defaults(run=history)
+
+    command = commands.add_parser("follow-ups", help="list a person's pending follow-ups, in their timezone")
+    command.add_argument("--user", required=True, help="the person's user id (uuid)")
+    command.add_argument("--json", action="store_true", help="JSON instead of lines")
+    command.set_defaults(run=follow_ups)
 
     command = commands.add_parser("digest", help="write the memory notes of every person who is due, now")
     command.add_argument("--user", help="only this person (uuid)")

@@ -4,7 +4,10 @@ Deployed, it is private: Cloud Run lets through only Cloud Scheduler's OIDC toke
 account given roles/run.invoker on it (`crossmem deploy` sets both up), so no secret travels in
 the job. Served anywhere else (`crossmem dev`, a host without that IAM), DIGEST_SECRET makes it
 require `X-Digest-Secret`, compared in constant time. It answers owed Telegram and WhatsApp
-messages first (the ones no platform will redeliver, core/owed.py), then digests the due people
+messages first (the ones no platform will redeliver, core/owed.py), then delivers the follow-ups
+due (core/follow_up_delivery.py: this job already runs every minute, privately, with the Bot API
+and Twilio at hand; a job of their own would cost a second function and scheduler job for a
+lag no shorter), then digests the due people
 in batches within
 DIGEST_TIME_BUDGET (the function's timeout is above it), purge the messages older than
 MESSAGE_RETENTION_DAYS when it is set (the one scheduled job of the deployment), and answer
@@ -34,6 +37,8 @@ def memory_digest(request: flask.Request) -> flask.Response:
         return json_response({"error": "method_not_allowed", "message": "POST to run the digest"}, 405)
     # Owed replies first: someone may be waiting for them; the notes can wait a minute.
     owed = runtime.owed_replies().run(config.digest_time_budget / 2)
+    # Then the follow-ups due: said on time matters more than the notes (whose run may be long).
+    follow_ups = runtime.follow_up_delivery().run(config.digest_time_budget / 4)
     run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
     purged = 0
     if config.message_retention_days:
@@ -41,6 +46,7 @@ def memory_digest(request: flask.Request) -> flask.Response:
     done = {
         "owed_answered": owed.answered,
         "owed_failed": owed.failed,
+        **follow_ups.as_json(),
         "updated": run.updated,
         "failed": run.failed,
         "memory_notes": config.memory_notes,

@@ -57,6 +57,8 @@ EVERY_FUNCTION = frozenset(
         "system_prompt",
         "fallback_reply",
         "stranger_reply",
+        # The model's follow-up tools, in every turn.
+        "follow_ups_per_person",
     }
 )
 
@@ -151,6 +153,8 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "twilio_whatsapp_from",
             "twilio_api_base",
             "twilio_auth_token",
+            # Follow-ups outside WhatsApp's 24-hour window.
+            "twilio_follow_up_content_sid",
         }
     ),
 }

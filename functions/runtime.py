@@ -9,12 +9,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
+from core.follow_up_delivery import FollowUpDelivery, Senders
+from core.follow_ups import FollowUpRules
 from core.forgetting import Forgetting
 from core.identity import IdentityPolicy
 from core.linking import Linking
@@ -43,6 +46,11 @@ EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
 # The digest's model thinks (adaptively) before it writes: max_tokens bounds both.
 DIGEST_THINKING_TOKENS = 2048
+
+
+def now() -> datetime:
+    """The wall clock the follow-ups read ("tomorrow at 9", what is due): tests move it."""
+    return datetime.now(UTC)
 
 
 @functools.cache
@@ -178,8 +186,10 @@ def turns() -> Turns:
             annotate=config.context_annotations,
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
+            follow_ups=FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars),
         ),
         media=media_reader,  # built on the first photo, PDF or voice note
+        now=lambda: now(),
     )
 
 
@@ -296,6 +306,22 @@ def owed_replies() -> OwedReplies:
 
 
 @functools.cache
+def follow_up_delivery() -> FollowUpDelivery:
+    """The scheduled job's delivery of due follow-ups, on the apps it can reach."""
+    config = settings()
+    telegram = whatsapp = template = None
+    if config.telegram_bot_token is not None:
+        bot = telegram_bot()
+        telegram = bot.send_text
+    sender = whatsapp_sender()
+    if sender is not None and config.twilio_whatsapp_from:
+        whatsapp = sender.send_text
+        if (content_sid := config.twilio_follow_up_content_sid) is not None:
+            template = lambda to, text: sender.send_template(to, content_sid, text)  # noqa: E731
+    return FollowUpDelivery(store(), Senders(telegram, whatsapp, template), identity(), now=lambda: now())
+
+
+@functools.cache
 def whatsapp_sender() -> WhatsAppSender | None:
     """Twilio's REST API for this account (owed replies, typing indicators), when configured."""
     config = settings()
@@ -367,6 +393,7 @@ _CACHED = (
     token_verifier,
     digest_job,
     owed_replies,
+    follow_up_delivery,
     whatsapp_sender,
     media_reader,
     telegram_files,

@@ -7,6 +7,7 @@ GET  /conversations/<id>/messages      one conversation's messages, paged with ?
 *    /links[/<surface>]                linking the person's other apps (functions/links.py)
 DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 GET  /memory                           the person's memory notes (functions/notes.py)
+GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -30,6 +31,7 @@ from core.media import MediaKind, MediaRef
 from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
 from functions import runtime
+from functions.follow_up_routes import follow_ups_route
 from functions.forget_routes import forget_route
 from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
 from functions.links import links_route
@@ -69,6 +71,7 @@ class SendMessage(BaseModel):
     client_message_id: str | None = Field(default=None, max_length=128)
     history: list[ClientMessage] | None = Field(default=None, max_length=200)
     attachments: list[WebAttachment] = Field(default=[], max_length=10)
+    timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
 
 
 class NewConversation(BaseModel):
@@ -89,6 +92,8 @@ def web_chat(request: flask.Request) -> flask.Response:
         if (answer := forget_route(request, person, cors)) is not None:
             return answer
         if (answer := memory_route(request, person, cors)) is not None:
+            return answer
+        if (answer := follow_ups_route(request, person, cors)) is not None:
             return answer
         path = request.path.rstrip("/") or "/"
         if request.method == "POST" and path in ("/", "/messages"):
@@ -126,6 +131,7 @@ def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]
         media=tuple(
             MediaRef(MediaKind.IMAGE, a.media_type, data=base64.b64decode(a.data)) for a in body.attachments
         ),
+        timezone=body.timezone,
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)

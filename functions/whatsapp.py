@@ -9,6 +9,8 @@ once, within the byte and field limits, before the signature is checked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import flask
 
 from core.errors import InputError, OverBudget, StillAnswering
@@ -73,7 +75,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
         sender.show_typing(action.message_sid)
     try:
-        return _twiml(runtime.turns().run(turn).reply)
+        result = runtime.turns().run(turn)
+        return _twiml(result.reply, result.follow_ups_first)
     except OverBudget as exc:
         return _twiml(str(exc))
     except StillAnswering:
@@ -89,5 +92,5 @@ def public_url(base: str, request: flask.Request) -> str:
     return base.rstrip("/") + path + (f"?{query}" if query else "")
 
 
-def _twiml(text: str | None) -> flask.Response:
-    return flask.Response(twiml(text), 200, mimetype="application/xml")
+def _twiml(text: str | None, first: Sequence[str] = ()) -> flask.Response:
+    return flask.Response(twiml(text, first), 200, mimetype="application/xml")

@@ -229,11 +229,12 @@ def test_no_api_role_may_touch_a_sequence(memory: Memory, database_url: str) -> 
                 " where c.relkind = 'S' and n.nspname = 'public' order by 1"
             )
         ]
-    assert sequences == ["messages_id_seq"]
+    assert sequences == ["follow_ups_id_seq", "messages_id_seq"]
     for role in ("anon", "authenticated"):
-        with as_role(database_url, role, sub=uuid.uuid4()) as connection:
-            for call in ("select setval('public.messages_id_seq', 1)", "select nextval('public.messages_id_seq')"):
-                with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                    connection.execute(call)
+        for sequence in sequences:
+            with as_role(database_url, role, sub=uuid.uuid4()) as connection:
+                for call in (f"select setval('public.{sequence}', 1)", f"select nextval('public.{sequence}')"):
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                        connection.execute(call)
     second = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "second", "s2")
     assert second.degraded is False and second.message_id is not None

@@ -6,6 +6,9 @@ cache simulator. `behaviour` makes it fail: "500", "529", "slow" or "malformed";
 `latency_s` (low, high) makes every answer take a random time in that range, as the real
 model's does (the soak). `GET /v1/models/{id}` answers the model object for an id in
 `models`, else Anthropic's 404 `not_found_error`.
+model's does (the soak). An `answer` may return content blocks instead of a text: text blocks
+and `tool_use` blocks (`tool_use(name, input)`), streamed as the API does (`input_json_delta`)
+and ending with `stop_reason: tool_use`.
 """
 
 from __future__ import annotations
@@ -27,8 +30,31 @@ def echo_last_message(body: dict[str, Any]) -> str:
     return f"Claude heard: {text}"
 
 
+Answer = str | list[dict[str, Any]]
+
+
+def tool_use(name: str, arguments: dict[str, Any], id: str | None = None) -> dict[str, Any]:
+    """A `tool_use` content block, as the model writes one."""
+    return {
+        "type": "tool_use",
+        "id": id or f"toolu_{name}_{len(json.dumps(arguments))}",
+        "name": name,
+        "input": arguments,
+    }
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `tool_result` blocks a request ends with (none for a first request)."""
+    last = body["messages"][-1]["content"]
+    return [] if isinstance(last, str) else [b for b in last if b.get("type") == "tool_result"]
+
+
 class FakeAnthropic:
-    def __init__(self, answer: Callable[[dict[str, Any]], str] = echo_last_message) -> None:
+    def __init__(self, answer: Callable[[dict[str, Any]], Answer] = echo_last_message) -> None:
         self.answer = answer
         self.behaviour = "ok"
         self.slow_s = 3.0
@@ -87,7 +113,9 @@ class FakeAnthropic:
                     time.sleep(fake.slow_s)
                 elif fake.latency_s[1] > 0:
                     time.sleep(random.uniform(*fake.latency_s))
-                text = fake.answer(body)
+                answer = fake.answer(body)
+                blocks = [text_block(answer)] if isinstance(answer, str) else answer
+                text = "".join(b["text"] for b in blocks if b["type"] == "text")
                 usage_json = {
                     "input_tokens": usage.input_tokens,
                     "cache_creation_input_tokens": usage.cache_creation_input_tokens,
@@ -101,36 +129,55 @@ class FakeAnthropic:
                 with fake._lock:
                     fake.usages.append({**usage_json, "output_tokens": 1} if body.get("stream") else usage_json)
                 if body.get("stream"):
-                    return self._stream(body, text, usage_json)
-                self.answer_json(200, message(body, text, usage_json))
+                    return self._stream(body, blocks, usage_json)
+                self.answer_json(200, message(body, blocks, usage_json))
 
-            def _stream(self, body: dict[str, Any], text: str, usage: dict[str, int]) -> None:
+            def _stream(self, body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                start = message(body, "", {**usage, "output_tokens": 1})
-                start["content"] = []
+                start = message(body, [], {**usage, "output_tokens": 1})
                 events: list[tuple[str, dict[str, Any]]] = [
                     ("message_start", {"type": "message_start", "message": start}),
-                    (
-                        "content_block_start",
-                        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                    ),
                 ]
-                words = text.split(" ")
-                for index, word in enumerate(words):
-                    piece = word if index == len(words) - 1 else word + " "
-                    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
-                    events.append(("content_block_delta", delta))
+                for index, block in enumerate(blocks):
+                    if block["type"] == "tool_use":
+                        opened = {**block, "input": {}}
+                        events.append(
+                            (
+                                "content_block_start",
+                                {"type": "content_block_start", "index": index, "content_block": opened},
+                            )
+                        )
+                        partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                        events.append(
+                            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": partial})
+                        )
+                    else:
+                        opened = {"type": "text", "text": ""}
+                        events.append(
+                            (
+                                "content_block_start",
+                                {"type": "content_block_start", "index": index, "content_block": opened},
+                            )
+                        )
+                        words = block["text"].split(" ")
+                        for position, word in enumerate(words):
+                            piece = word if position == len(words) - 1 else word + " "
+                            delta = {"type": "text_delta", "text": piece}
+                            events.append(
+                                ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                            )
+                    events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+                stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
                 events += [
-                    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
                     (
                         "message_delta",
                         {
                             "type": "message_delta",
-                            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                            "delta": {"stop_reason": stop, "stop_sequence": None},
                             "usage": {"output_tokens": usage["output_tokens"]},
                         },
                     ),
@@ -151,14 +198,14 @@ class FakeAnthropic:
         return Handler
 
 
-def message(body: dict[str, Any], text: str, usage: dict[str, int]) -> dict[str, Any]:
+def message(body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int]) -> dict[str, Any]:
     return {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",
         "model": body.get("model", "claude"),
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "content": blocks,
+        "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn",
         "stop_sequence": None,
         "usage": usage,
     }

@@ -128,6 +128,10 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
         assert answered.get_json() == {
                 "owed_answered": 0,
                 "owed_failed": 0,
+                "follow_ups_sent": 0,
+                "follow_ups_retried": 0,
+                "follow_ups_held": 0,
+                "follow_ups_given_up": 0,
                 "updated": 1,
                 "failed": 0,
                 "memory_notes": True,
@@ -186,6 +190,10 @@ def test_memory_digest_also_purges_by_age_when_retention_is_set(
         assert answered.get_json() == {
                 "owed_answered": 0,
                 "owed_failed": 0,
+                "follow_ups_sent": 0,
+                "follow_ups_retried": 0,
+                "follow_ups_held": 0,
+                "follow_ups_given_up": 0,
                 "updated": 0,
                 "failed": 0,
                 "memory_notes": False,

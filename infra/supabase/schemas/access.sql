@@ -17,6 +17,8 @@ alter table public.memory_notes enable row level security;
 alter table public.turn_usage enable row level security;
 alter table public.forget_requests enable row level security;
 alter table public.forgotten_deliveries enable row level security;
+alter table public.follow_ups enable row level security;
+alter table public.person_timezones enable row level security;
 
 revoke all on all tables in schema public from anon, authenticated;
 grant select, insert, update, delete on all tables in schema public to service_role;
@@ -25,7 +27,8 @@ grant select, insert, update, delete on all tables in schema public to service_r
 -- forget_requests and forgotten_deliveries (bookkeeping, not the person's words) have no
 -- policy: `authenticated` reads none of them. merged_people: who was merged into the person.
 grant select on table public.conversations, public.messages, public.identities, public.link_codes,
-    public.merged_people, public.memory_notes, public.turn_usage to authenticated;
+    public.merged_people, public.memory_notes, public.turn_usage, public.follow_ups, public.person_timezones
+    to authenticated;
 create policy conversations_owner_reads on public.conversations for select to authenticated using (user_id = (select auth.uid()));
 create policy messages_owner_reads on public.messages for select to authenticated using (user_id = (select auth.uid()));
 create policy identities_owner_reads on public.identities for select to authenticated using (user_id = (select auth.uid()));
@@ -33,6 +36,8 @@ create policy link_codes_owner_reads on public.link_codes for select to authenti
 create policy merged_people_owner_reads on public.merged_people for select to authenticated using (into_user_id = (select auth.uid()));
 create policy memory_notes_owner_reads on public.memory_notes for select to authenticated using (user_id = (select auth.uid()));
 create policy turn_usage_owner_reads on public.turn_usage for select to authenticated using (user_id = (select auth.uid()));
+create policy follow_ups_owner_reads on public.follow_ups for select to authenticated using (user_id = (select auth.uid()));
+create policy person_timezones_owner_reads on public.person_timezones for select to authenticated using (user_id = (select auth.uid()));
 
 -- With them, `authenticated` could call setval() on messages' identity sequence and make every
 -- later insert fail on the primary key. Nobody but the owner needs a sequence (identity columns

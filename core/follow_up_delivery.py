@@ -1,0 +1,170 @@
+"""Delivering due follow-ups, once each, on the app the person asked on: the scheduled job's part.
+
+The job (functions/digest.py, every minute) claims the due ones in the database
+(`claim_due_follow_ups`, `for update skip locked`: two runs at once share them out, never both
+take one) and says each where it was asked:
+
+- Telegram: the Bot API's sendMessage to the chat.
+- WhatsApp: Twilio's Messages API. Free-form inside WhatsApp's 24-hour window (the person's last
+  WhatsApp message); outside it, the approved template TWILIO_FOLLOW_UP_CONTENT_SID with the
+  text as its variable, or, without one, held: begin_turn says it first on their next message.
+- The web: nothing to push; it appears in their conversation as the agent's message.
+- A chat or number unlinked from the person since: it is theirs no longer, so the follow-up is
+  kept with the person who asked and only stored in their thread (the web shows it).
+
+Sent, it is stored in the thread as the agent's message (`finish_follow_up`), so every app's
+memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
+backoff (1, 2, 4 ... minutes, MAX_ATTEMPTS in all); one that cannot (a blocked bot, an unknown
+chat, a refused number) is given up and logged. A run that dies between sending and recording
+leaves its claim to expire; the next run gives it up rather than risk saying it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from core.errors import StoreUnavailable
+from core.identity import IdentityPolicy
+from core.models import Delivery, Surface
+from core.store import MemoryStore
+
+log = logging.getLogger("crossmem.follow_ups")
+
+MAX_ATTEMPTS = 6  # 1 + 2 + 4 + 8 + 16 minutes of retries: a platform outage of half an hour
+LEASE_S = 120  # longer than a batch's sends take; a claim older than this is a run that died
+WHATSAPP_WINDOW = timedelta(hours=24)
+
+
+def backoff(attempts: int) -> timedelta:
+    """How long after its `attempts`-th failed try a follow-up is tried again."""
+    return timedelta(minutes=2 ** max(attempts - 1, 0))
+
+
+@dataclass
+class FollowUpRun:
+    sent: int = 0
+    retried: int = 0
+    held: int = 0
+    given_up: int = 0
+    lost: int = 0  # claims of a run that died mid-send, given up
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "follow_ups_sent": self.sent,
+            "follow_ups_retried": self.retried,
+            "follow_ups_held": self.held,
+            "follow_ups_given_up": self.given_up + self.lost,
+        }
+
+
+@dataclass(frozen=True)
+class Senders:
+    """How the job reaches each app; None where this deployment cannot."""
+
+    telegram: Callable[[int, str], Delivery] | None = None
+    whatsapp: Callable[[str, str], Delivery] | None = None
+    whatsapp_template: Callable[[str, str], Delivery] | None = None  # (to, text): the approved template
+
+
+class FollowUpDelivery:
+    def __init__(
+        self,
+        store: MemoryStore,
+        senders: Senders,
+        identity: IdentityPolicy,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        batch: int = 50,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._senders = senders
+        self._identity = identity
+        self._now = now
+        self._batch = batch
+        self._clock = clock
+
+    def run(self, time_budget_s: float) -> FollowUpRun:
+        """Deliver the due follow-ups in batches while the time budget lasts."""
+        done = FollowUpRun()
+        ends = self._clock() + time_budget_s
+        while self._clock() < ends:
+            now = self._now()
+            try:
+                claimed = self._store.call(
+                    "claim_due_follow_ups",
+                    {"p_now": now.isoformat(), "p_limit": self._batch, "p_lease_seconds": LEASE_S},
+                )
+            except StoreUnavailable as exc:
+                log.error("follow-ups could not be claimed", extra={"error": str(exc)})
+                break
+            if claimed["lost"]:
+                done.lost += int(claimed["lost"])
+                log.error("follow-ups given up: a run died while sending them", extra={"count": claimed["lost"]})
+            for row in claimed["claimed"]:
+                self._deliver(row, now, done)
+            if len(claimed["claimed"]) < self._batch:
+                break
+        return done
+
+    def _deliver(self, row: dict[str, Any], now: datetime, done: FollowUpRun) -> None:
+        surface = Surface(row["surface"])
+        outcome, delivery = "sent", Delivery.DELIVERED
+        if surface is not Surface.WEB and not self._still_theirs(surface, row):
+            log.info("a follow-up's chat is no longer the person's: kept in their thread", extra={"id": row["id"]})
+        elif surface is Surface.TELEGRAM:
+            delivery = (
+                self._senders.telegram(int(row["sender"]), row["content"]) if self._senders.telegram else Delivery.OWED
+            )
+        elif surface is Surface.WHATSAPP:
+            delivery, outcome = self._whatsapp(row, now)
+        if outcome != "held":
+            outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
+        if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
+            outcome = "given_up"
+        retry_at = now + backoff(int(row["attempts"]))
+        try:
+            self._store.call(
+                "finish_follow_up", {"p_id": row["id"], "p_outcome": outcome, "p_retry_at": retry_at.isoformat()}
+            )
+        except StoreUnavailable as exc:
+            # Its claim expires and the next run gives it up: never said twice.
+            log.error("a follow-up's outcome could not be stored", extra={"id": row["id"], "error": str(exc)})
+        due = datetime.fromisoformat(row["due_at"])
+        extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
+        if outcome == "sent":
+            done.sent += 1
+            log.info("follow-up", extra={**extra, "lag_s": round((now - due).total_seconds(), 1)})
+        elif outcome == "retry":
+            done.retried += 1
+            log.warning("follow-up", extra={**extra, "retry_at": retry_at.isoformat()})
+        elif outcome == "held":
+            done.held += 1
+            log.info("follow-up", extra=extra)
+        else:
+            done.given_up += 1
+            log.error("follow-up", extra=extra)
+
+    def _still_theirs(self, surface: Surface, row: dict[str, Any]) -> bool:
+        """Whether the chat or number it was asked from still reaches the person who asked."""
+        if self._identity.mode == "owner":
+            return self._identity.resolve(surface, str(row["sender"])) is not None
+        return row.get("identity_user") is not None and UUID(row["identity_user"]) == UUID(row["user_id"])
+
+    def _whatsapp(self, row: dict[str, Any], now: datetime) -> tuple[Delivery, str]:
+        to = str(row["sender"])
+        to = to if to.startswith("whatsapp:") else f"whatsapp:{to}"
+        last = row.get("last_whatsapp_at")
+        inside = last is not None and now - datetime.fromisoformat(last) < WHATSAPP_WINDOW
+        if inside and self._senders.whatsapp is not None:
+            return self._senders.whatsapp(to, row["content"]), "sent"
+        if not inside and self._senders.whatsapp_template is not None:
+            return self._senders.whatsapp_template(to, row["content"]), "sent"
+        if not inside:
+            return Delivery.DELIVERED, "held"
+        return Delivery.OWED, "retry"  # no Twilio account configured: perhaps after a deploy

@@ -1,0 +1,1 @@
+../schemas/follow_ups.sql

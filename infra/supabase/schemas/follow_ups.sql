@@ -1,0 +1,348 @@
+-- Follow-ups the agent starts (issue #21): "remind me on Friday at 9", delivered once, on the
+-- app the person uses.
+--
+-- 1. `follow_ups`: what the model scheduled through its tools, due at a UTC time, to be said in
+--    the conversation it was asked in (the chat or number kept in `sender`). Pending until the
+--    scheduled job claims it (`claim_due_follow_ups`, `for update skip locked`: overlapping runs
+--    share them out), `sending` while one run delivers it, then `sent` (stored in the thread as
+--    the agent's message), `pending` again with a later `next_attempt_at` (a failure that may
+--    pass), `held` (WhatsApp outside its 24-hour window without a template: delivered first on
+--    the person's next WhatsApp message) or `given_up`. A `sending` row whose run never came back
+--    is given up, never sent again: a follow-up goes out at most once.
+-- 2. A person's timezone (`person_timezones`): "Friday at 9" is resolved in it by the turn.
+-- 3. The two round trips of a turn stay two: `begin_turn_follow_ups` and `finish_turn_follow_ups`
+--    call begin_turn and finish_turn (turn.sql) and add, in the same round trip, what follow-ups
+--    need (see each one); a turn without tools calls those two alone.
+-- 4. Forgetting deletes them (they go with the conversation they were asked in); a link moves
+--    them with the conversation's messages; unlinking keeps them with the person who asked.
+
+create table public.follow_ups (
+    id bigint generated always as identity primary key,
+    user_id uuid not null,
+    conversation_id uuid not null references public.conversations (id) on delete cascade,
+    surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
+    -- The chat id or WhatsApp address to say it to (null on the web).
+    sender text,
+    -- The user message it was asked in, and its place among that turn's follow-ups: a retried
+    -- finish_turn_follow_ups schedules nothing twice.
+    asked_in bigint,
+    asked_order integer not null default 0,
+    content text not null check (char_length(content) between 1 and 200000),
+    due_at timestamptz not null,
+    timezone text not null default 'UTC',
+    status text not null default 'pending' check (status in ('pending', 'sending', 'held', 'sent', 'given_up')),
+    attempts integer not null default 0,
+    next_attempt_at timestamptz not null,
+    claimed_until timestamptz,
+    message_id bigint references public.messages (id) on delete set null,
+    created_at timestamptz not null default clock_timestamp(),
+    sent_at timestamptz,
+    constraint follow_ups_once_per_turn unique (asked_in, asked_order)
+);
+-- What the job scans: the due ones, oldest first (an index of pending rows only).
+create index follow_ups_due on public.follow_ups (next_attempt_at) where status = 'pending';
+create index follow_ups_sending on public.follow_ups (claimed_until) where status = 'sending';
+create index follow_ups_by_user on public.follow_ups (user_id, due_at) where status in ('pending', 'sending', 'held');
+create index follow_ups_by_conversation on public.follow_ups (conversation_id);
+
+create table public.person_timezones (
+    user_id uuid primary key,
+    timezone text not null check (char_length(timezone) between 1 and 64),
+    updated_at timestamptz not null default clock_timestamp()
+);
+
+
+
+-- A link moves a conversation (its owner changes) or its messages (into the person's own
+-- conversation of that surface, and the emptied one is deleted): the follow-ups go with them.
+create function public.follow_ups_follow_their_conversation() returns trigger
+language plpgsql
+set search_path = ''
+as $$
+begin
+    update public.follow_ups f set user_id = new.user_id where f.conversation_id = new.id;
+    return null;
+end;
+$$;
+create trigger follow_ups_follow_their_conversation
+    after update of user_id on public.conversations
+    for each row when (old.user_id is distinct from new.user_id)
+    execute function public.follow_ups_follow_their_conversation();
+
+create function public.follow_ups_follow_their_messages() returns trigger
+language plpgsql
+set search_path = ''
+as $$
+begin
+    update public.follow_ups f set conversation_id = new.conversation_id, user_id = new.user_id
+     where f.conversation_id = old.conversation_id;
+    return null;
+end;
+$$;
+create trigger follow_ups_follow_their_messages
+    after update of conversation_id on public.messages
+    for each row when (old.conversation_id is distinct from new.conversation_id)
+    execute function public.follow_ups_follow_their_messages();
+
+
+-- A person's pending follow-ups (pending, being sent, held), soonest first.
+create function public.follow_ups_of(p_user_id uuid) returns jsonb
+language sql
+stable
+set search_path = ''
+as $$
+    select coalesce(jsonb_agg(jsonb_build_object(
+               'id', f.id, 'content', f.content, 'due_at', f.due_at, 'timezone', f.timezone,
+               'surface', f.surface, 'status', f.status, 'conversation_id', f.conversation_id)
+             order by f.due_at, f.id), '[]'::jsonb)
+      from public.follow_ups f
+     where f.user_id = p_user_id and f.status in ('pending', 'sending', 'held');
+$$;
+
+
+-- begin_turn, and with it (same round trip) what a turn with follow-ups needs: 'follow_ups' (the
+-- person's pending ones, for the model's list and cancel tools and the limit), 'timezone' (theirs,
+-- null when never set), and on WhatsApp 'delivered_first' (the ones held outside the 24-hour
+-- window: the person has just written, so they go out first in this answer, stored in the thread
+-- as the agent's messages). A duplicate, a refusal or an error is begin_turn's answer unchanged.
+create function public.begin_turn_follow_ups(
+    p_surface text,
+    p_content text,
+    p_external_id text,
+    p_user_id uuid,
+    p_sender_id text,
+    p_conversation_id uuid,
+    p_window_hours integer,
+    p_max_messages integer,
+    p_window_step integer,
+    p_web_prepend integer,
+    p_attempt uuid,
+    p_turns_per_minute integer,
+    p_turns_per_day integer,
+    p_tokens_per_day integer,
+    p_answer_within_seconds integer,
+    p_sender text
+) returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_start jsonb;
+    v_user uuid;
+    v_first jsonb := '[]'::jsonb;
+    v_held record;
+    v_message bigint;
+begin
+    v_start := public.begin_turn(p_surface, p_content, p_external_id, p_user_id, p_sender_id, p_conversation_id,
+                                 p_window_hours, p_max_messages, p_window_step, p_web_prepend, p_attempt,
+                                 p_turns_per_minute, p_turns_per_day, p_tokens_per_day, p_answer_within_seconds,
+                                 p_sender);
+    if v_start->>'message_id' is null or coalesce((v_start->>'duplicate')::boolean, false) then
+        return v_start;
+    end if;
+    v_user := (v_start->>'user_id')::uuid;
+    if p_surface = 'whatsapp' then
+        for v_held in
+            select f.id, f.content, f.conversation_id, f.user_id
+              from public.follow_ups f
+             where f.user_id = v_user and f.status = 'held'
+             order by f.due_at, f.id
+               for update skip locked
+        loop
+            insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
+                 values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
+                         clock_timestamp())
+              returning id into v_message;
+            update public.follow_ups f set status = 'sent', sent_at = clock_timestamp(), message_id = v_message
+             where f.id = v_held.id;
+            v_first := v_first || jsonb_build_object('id', v_held.id, 'content', v_held.content);
+        end loop;
+    end if;
+    return v_start || jsonb_build_object(
+        'follow_ups', public.follow_ups_of(v_user),
+        'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_user),
+        'delivered_first', v_first);
+end;
+$$;
+
+
+-- finish_turn, and with it (same round trip) what the model's tools decided in this turn,
+-- p_follow_ups as JSON: {"schedule": [{"content", "due_at", "timezone"}], "cancel": [id],
+-- "timezone": name}. Written only when the reply is stored; a follow-up is said where the
+-- message was written (its conversation and sender). At most p_max_pending pending per person
+-- (counted one turn at a time), never more than a year ahead. Answers finish_turn's result with
+-- 'scheduled' (the new ids), 'refused' (how many the limits refused) and 'cancelled'.
+create function public.finish_turn_follow_ups(
+    p_user_id uuid,
+    p_user_message_id bigint,
+    p_content text,
+    p_delivered boolean,
+    p_tokens integer,
+    p_user_content text,
+    p_follow_ups text,
+    p_max_pending integer
+) returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_tokens,
+                                         p_user_content);
+    v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
+    v_asked record;
+    v_item record;
+    v_pending integer;
+    v_scheduled jsonb := '[]'::jsonb;
+    v_refused integer := 0;
+    v_cancelled integer := 0;
+    v_id bigint;
+    v_now timestamptz := clock_timestamp();
+begin
+    if v_result->>'reply_id' is null then
+        return v_result;
+    end if;
+    select m.id, m.user_id, m.conversation_id, m.surface, m.sender into v_asked
+      from public.messages m
+     where m.id = p_user_message_id and m.role = 'user'
+       and (m.user_id = p_user_id
+            or exists (select from public.merged_people x
+                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+    if v_asked.id is null then
+        return v_result;
+    end if;
+    if coalesce(v_changes->>'timezone', '') <> '' then
+        insert into public.person_timezones (user_id, timezone) values (v_asked.user_id, v_changes->>'timezone')
+        on conflict (user_id) do update set timezone = excluded.timezone, updated_at = v_now;
+    end if;
+    delete from public.follow_ups f
+     where f.user_id = v_asked.user_id and f.status in ('pending', 'held')
+       and f.id in (select value::bigint from jsonb_array_elements_text(coalesce(v_changes->'cancel', '[]')));
+    get diagnostics v_cancelled = row_count;
+
+    perform pg_advisory_xact_lock(hashtextextended('follow_ups/' || v_asked.user_id, 0));
+    select count(*) into v_pending
+      from public.follow_ups f where f.user_id = v_asked.user_id and f.status in ('pending', 'sending', 'held');
+    for v_item in
+        select s.ordinality::integer as position, s.value->>'content' as content,
+               (s.value->>'due_at')::timestamptz as due_at, coalesce(s.value->>'timezone', 'UTC') as timezone
+          from jsonb_array_elements(coalesce(v_changes->'schedule', '[]')) with ordinality s
+    loop
+        if v_pending >= p_max_pending or v_item.due_at > v_now + interval '366 days'
+           or coalesce(v_item.content, '') = '' then
+            v_refused := v_refused + 1;
+            continue;
+        end if;
+        v_id := null;
+        insert into public.follow_ups (user_id, conversation_id, surface, sender, asked_in, asked_order, content,
+                                       due_at, timezone, next_attempt_at)
+             values (v_asked.user_id, v_asked.conversation_id, v_asked.surface, v_asked.sender, v_asked.id,
+                     v_item.position, v_item.content, v_item.due_at, v_item.timezone, v_item.due_at)
+        on conflict (asked_in, asked_order) do nothing
+          returning id into v_id;
+        if v_id is not null then
+            v_pending := v_pending + 1;
+            v_scheduled := v_scheduled || to_jsonb(v_id);
+        end if;
+    end loop;
+    return v_result || jsonb_build_object('scheduled', v_scheduled, 'refused', v_refused, 'cancelled', v_cancelled);
+end;
+$$;
+
+
+-- The web's and the CLI's cancel: {"cancelled": true} when the person had it pending or held.
+create function public.cancel_follow_up(p_user_id uuid, p_id bigint) returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+begin
+    delete from public.follow_ups f where f.id = p_id and f.user_id = p_user_id and f.status in ('pending', 'held');
+    return jsonb_build_object('cancelled', found);
+end;
+$$;
+
+
+-- The scheduled job's share of due follow-ups at p_now (the job's clock): up to p_limit pending
+-- ones due by then, oldest first, each taken (`for update skip locked`) and marked `sending`
+-- until p_now + p_lease_seconds. Each comes with what delivering it needs: `identity_user` (whom
+-- its chat or number belongs to now: an unlinked one is no longer the person's) and
+-- `last_whatsapp_at` (the person's last WhatsApp message: the 24-hour window). First, the ones a
+-- run took and never finished (it died mid-send) are given up: they may have gone out.
+-- Answers {"claimed": [...], "lost": n}.
+create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer)
+returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_lost integer;
+    v_claimed jsonb;
+begin
+    update public.follow_ups f set status = 'given_up', claimed_until = null
+     where f.status = 'sending' and f.claimed_until < p_now;
+    get diagnostics v_lost = row_count;
+    with due as (
+        select f.id
+          from public.follow_ups f
+         where f.status = 'pending' and f.next_attempt_at <= p_now
+         order by f.next_attempt_at, f.id
+         limit p_limit
+           for update skip locked
+    ), taken as (
+        update public.follow_ups f
+           set status = 'sending', claimed_until = p_now + make_interval(secs => p_lease_seconds),
+               attempts = f.attempts + 1
+          from due
+         where f.id = due.id
+        returning f.*
+    )
+    select coalesce(jsonb_agg(jsonb_build_object(
+               'id', t.id, 'user_id', t.user_id, 'conversation_id', t.conversation_id, 'surface', t.surface,
+               'sender', t.sender, 'content', t.content, 'due_at', t.due_at, 'attempts', t.attempts,
+               'identity_user', (select i.user_id from public.identities i
+                                  where i.surface = t.surface and i.external_id = t.sender),
+               'last_whatsapp_at', (select max(m.created_at) from public.messages m
+                                     where m.user_id = t.user_id and m.surface = 'whatsapp' and m.role = 'user'))
+             order by t.next_attempt_at, t.id), '[]'::jsonb)
+      into v_claimed
+      from taken t;
+    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost);
+end;
+$$;
+
+
+-- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
+-- delivered), 'retry' (pending again from p_retry_at), 'held' or 'given_up'. Only while it is
+-- still this run's (`sending`): {"done": boolean, "message_id"}.
+create function public.finish_follow_up(p_id bigint, p_outcome text, p_retry_at timestamptz)
+returns jsonb
+language plpgsql
+set search_path = ''
+as $$
+declare
+    v_follow_up public.follow_ups;
+    v_message bigint;
+begin
+    select * into v_follow_up from public.follow_ups f where f.id = p_id and f.status = 'sending' for update;
+    if v_follow_up.id is null then
+        return jsonb_build_object('done', false);
+    end if;
+    if p_outcome = 'sent' then
+        insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
+             values (v_follow_up.conversation_id, v_follow_up.user_id, v_follow_up.surface, 'assistant',
+                     v_follow_up.content, clock_timestamp())
+          returning id into v_message;
+        update public.conversations c set updated_at = clock_timestamp() where c.id = v_follow_up.conversation_id;
+        update public.follow_ups f
+           set status = 'sent', sent_at = clock_timestamp(), message_id = v_message, claimed_until = null
+         where f.id = p_id;
+    elsif p_outcome = 'retry' then
+        update public.follow_ups f set status = 'pending', next_attempt_at = p_retry_at, claimed_until = null
+         where f.id = p_id;
+    elsif p_outcome in ('held', 'given_up') then
+        update public.follow_ups f set status = p_outcome, claimed_until = null where f.id = p_id;
+    else
+        raise exception 'unknown outcome %', p_outcome using errcode = '22023';
+    end if;
+    return jsonb_build_object('done', true, 'message_id', v_message);
+end;
+$$;

@@ -1,0 +1,121 @@
+"""Time as the person lives it, and the follow-up tools' rules (core/follow_ups.py): a clock the
+test sets, no database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from core.follow_ups import TOOLS, FollowUpRules, InvalidTime, continuation, needs_answer, resolve_when, turn_tools
+from core.llm import ToolCall, messages_request
+from core.models import FollowUp, Surface
+
+MADRID = ZoneInfo("Europe/Madrid")
+
+
+def test_friday_at_9_across_the_end_of_summer_time_is_9_on_the_wall_clock() -> None:
+    """Said on Thursday 22 October 2026 (CEST, UTC+2); Europe falls back on Sunday 25 October.
+    "Tuesday at 9" is 9:00 CET (UTC+1), 08:00 UTC, not 07:00 UTC."""
+    now = datetime(2026, 10, 22, 10, 0, tzinfo=UTC)
+    assert resolve_when(now, MADRID, day="friday", at="09:00") == datetime(2026, 10, 23, 7, 0, tzinfo=UTC)
+    assert resolve_when(now, MADRID, day="tuesday", at="09:00") == datetime(2026, 10, 27, 8, 0, tzinfo=UTC)
+    # Minutes from now are minutes, whatever the clocks do meanwhile.
+    assert resolve_when(now, MADRID, in_minutes=6 * 24 * 60) == datetime(2026, 10, 28, 10, 0, tzinfo=UTC)
+
+
+def test_a_wall_time_summer_time_skips_is_the_same_time_after_the_jump() -> None:
+    now = datetime(2027, 3, 27, 12, 0, tzinfo=UTC)  # Saturday; Madrid springs forward at 02:00 Sunday
+    assert resolve_when(now, MADRID, day="sunday", at="02:30") == datetime(2027, 3, 28, 1, 30, tzinfo=UTC)
+
+
+def test_a_weekday_said_on_that_day_after_the_time_is_next_weeks() -> None:
+    friday_evening = datetime(2026, 12, 4, 19, 0, tzinfo=UTC)
+    assert resolve_when(friday_evening, MADRID, day="Friday", at="9:00") == datetime(2026, 12, 11, 8, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("when", "error"),
+    [
+        ({"day": "yesterday", "at": "09:00"}, "day must be today, tomorrow, a weekday or YYYY-MM-DD"),
+        ({"day": "today", "at": "25:00"}, "give time as HH:MM (24-hour), or in_minutes"),
+        ({"day": "2026-12-01", "at": "09:00"}, "Tue 1 Dec 2026 09:00 (Europe/Madrid) has already passed"),
+        ({"day": "2028-01-01", "at": "09:00"}, "a follow-up can be at most a year ahead"),
+        ({"in_minutes": 0}, "in_minutes must be a whole number of minutes, at least 1"),
+        ({"in_minutes": 600_000}, "a follow-up can be at most a year ahead"),
+    ],
+)
+def test_times_nobody_can_mean_are_said_back(when: dict[str, object], error: str) -> None:
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    with pytest.raises(InvalidTime) as refused:
+        resolve_when(now, MADRID, **when)  # type: ignore[arg-type]
+    assert str(refused.value) == error
+
+
+def pending(n: int) -> list[FollowUp]:
+    due = datetime(2026, 12, 10, 8, 0, tzinfo=UTC)
+    return [FollowUp(i, f"Thing {i}.", due, "Europe/Madrid", Surface.TELEGRAM) for i in range(1, n + 1)]
+
+
+def test_the_limit_counts_what_this_turn_schedules_and_cancels() -> None:
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    tools = turn_tools(FollowUpRules(max_pending=3, max_chars=20), pending(2), MADRID, lambda: now, None)
+    first = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10}))
+    assert (first.content, first.is_error) == ("Scheduled for Wed 2 Dec 2026 18:10 (Europe/Madrid).", False)
+    full = tools.run(ToolCall("b", "schedule_follow_up", {"content": "Call Bo.", "in_minutes": 10}))
+    assert full.is_error and "the most allowed" in full.content
+    assert not tools.run(ToolCall("c", "cancel_follow_up", {"id": 1})).is_error
+    assert not tools.run(ToolCall("d", "schedule_follow_up", {"content": "Call Bo.", "in_minutes": 10})).is_error
+    too_long = tools.run(ToolCall("e", "schedule_follow_up", {"content": "x" * 21, "in_minutes": 10}))
+    assert too_long.content == "Not done: content is longer than 20 characters."
+    assert tools.changes() == {
+        "schedule": [
+            {"content": "Call Ana.", "due_at": "2026-12-02T17:10:00+00:00", "timezone": "Europe/Madrid"},
+            {"content": "Call Bo.", "due_at": "2026-12-02T17:10:00+00:00", "timezone": "Europe/Madrid"},
+        ],
+        "cancel": [1],
+    }
+
+
+def test_a_second_request_only_when_the_model_needs_the_result() -> None:
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    tools = turn_tools(FollowUpRules(), pending(1), MADRID, lambda: now, None)
+    scheduled = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10}))
+    listed = tools.run(ToolCall("b", "list_follow_ups", {}))
+    assert listed.content == (
+        "#1 Thu 10 Dec 2026 09:00 (Europe/Madrid): Thing 1.\n(new) Wed 2 Dec 2026 18:10 (Europe/Madrid): Call Ana."
+    )
+    assert not needs_answer([scheduled], "I'll remind you.")
+    assert needs_answer([scheduled], "")
+    assert needs_answer([listed], "Let me look.")
+    assert continuation("Let me look.", [listed]) == [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "b", "name": "list_follow_ups", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b", "content": listed.content}]},
+    ]
+
+
+def test_the_tools_sit_before_the_system_prompt_in_one_cached_prefix_the_same_every_turn() -> None:
+    from core.context import ModelMessage
+    from core.models import Role
+
+    one = messages_request("m", 10, "system", [ModelMessage(Role.USER, "hi", ())], tools=TOOLS)
+    two = messages_request("m", 10, "system", [ModelMessage(Role.USER, "other", ())], tools=TOOLS)
+    assert one["tools"] == two["tools"] == list(TOOLS)
+    assert all("cache_control" not in tool for tool in one["tools"])  # the system prompt's breakpoint covers them
+    assert one["system"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_a_web_clients_timezone_becomes_the_persons_and_a_bad_one_is_ignored() -> None:
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    sent = turn_tools(FollowUpRules(), [], MADRID, lambda: now, "America/New_York")
+    assert (sent.zone.key, sent.changes()) == ("America/New_York", {"timezone": "America/New_York"})
+    for bad in ("Mars/Olympus", "../etc/passwd", "", None):
+        ignored = turn_tools(FollowUpRules(), [], MADRID, lambda: now, bad)
+        assert (ignored.zone.key, ignored.changes()) == ("Europe/Madrid", {})

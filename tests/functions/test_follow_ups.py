@@ -1,0 +1,355 @@
+"""Follow-ups the agent starts (issue #21), through the real functions: the fake model calls the
+tools, a clock the test moves, the scheduled job against the fake Bot API and Twilio, a database
+of the test's own (the job delivers every due follow-up it finds)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from functions import runtime
+from tests.database import migrated_database
+from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import (
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
+    TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
+    app_client,
+    bearer,
+    execute,
+    form,
+    messages_of,
+    new_code,
+    rows,
+    sent_texts,
+    signed,
+    three_apps,
+    update,
+)
+
+ACCOUNT_SID = "AC" + "1" * 32
+BUSINESS = "whatsapp:+14155238886"
+DIGEST = {"X-Digest-Secret": "digest-secret-for-follow-ups"}
+TEMPLATE = "HX" + "a" * 32
+# Wednesday 2 December 2026, 18:00 in Madrid (17:00 UTC).
+WEDNESDAY_EVENING = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+
+
+class Clock:
+    """The wall clock the follow-ups read (runtime.now), moved by the test."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def clock(environment: pytest.MonkeyPatch) -> Clock:
+    moved = Clock(WEDNESDAY_EVENING)
+    environment.setattr(runtime, "now", moved)
+    return moved
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def job_database(environment: pytest.MonkeyPatch, postgres_server: str, fake_twilio: FakeTwilio) -> Iterator[str]:
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        environment.setenv("CONTEXT_TIMEZONE", "Europe/Madrid")
+        environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+        environment.setenv("MEMORY_NOTES", "false")
+        environment.setenv("TELEGRAM_DRAFTS", "false")
+        environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+        environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+        environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+        environment.setenv("TWILIO_WHATSAPP_FROM", BUSINESS)
+        environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+        environment.setenv("WHATSAPP_TYPING_INDICATOR", "false")
+        yield url
+        runtime.reset()
+
+
+def remind(content: str, **when: Any) -> Any:
+    """The model: schedules a follow-up and says so; given the tool's result, repeats it."""
+
+    def answer(body: dict[str, Any]) -> Any:
+        if results := tool_results(body):
+            return f"Done: {results[0]['content']}"
+        return [text_block("I'll remind you."), tool_use("schedule_follow_up", {"content": content, **when})]
+
+    return answer
+
+
+def run_job() -> dict[str, Any]:
+    job = app_client("memory_digest").post("/", headers=DIGEST)
+    assert job.status_code == 200
+    body: dict[str, Any] = job.get_json()
+    return body
+
+
+def telegram_turn(text: str, chat: int) -> None:
+    answered = app_client("telegram_webhook").post("/", json=update(text, user_id=chat), headers=TELEGRAM_HEADERS)
+    assert answered.status_code == 200
+
+
+def follow_ups(database_url: str) -> list[tuple[Any, ...]]:
+    return rows(database_url, "select content, due_at, surface, status, attempts from follow_ups order by id")
+
+
+def test_remind_me_tomorrow_at_9_on_telegram_is_said_once_at_9_madrid_time_and_remembered_on_whatsapp(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    # One person on Telegram and WhatsApp (linked from the web).
+    for code_text in (f"/start {new_code(apps, person)['code']}",):
+        apps.telegram.post("/", json=update(code_text, user_id=apps.chat), headers=TELEGRAM_HEADERS)
+    fields = form(f"link {new_code(apps, person)['code']}", sender=f"whatsapp:{apps.number}")
+    assert apps.whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    fake_anthropic.answer = remind("Time to call the dentist.", day="tomorrow", time="09:00")
+    asked = len(fake_anthropic.requests)
+
+    telegram_turn("Remind me tomorrow at 9 to call the dentist", apps.chat)
+
+    # One model request: the model said it, the tool only recorded the intent.
+    assert len(fake_anthropic.requests) == asked + 1
+    assert [tool["name"] for tool in fake_anthropic.requests[-1]["tools"]] == [
+        "schedule_follow_up",
+        "list_follow_ups",
+        "cancel_follow_up",
+        "set_timezone",
+    ]
+    # 9:00 in Madrid on Thursday 3 December is 8:00 UTC.
+    assert follow_ups(job_database) == [
+        ("Time to call the dentist.", datetime(2026, 12, 3, 8, 0, tzinfo=UTC), "telegram", "pending", 0)
+    ]
+    before = len(fake_telegram.sent())
+
+    clock.at = datetime(2026, 12, 3, 7, 59, tzinfo=UTC)
+    assert run_job()["follow_ups_sent"] == 0
+    clock.at = datetime(2026, 12, 3, 8, 0, 30, tzinfo=UTC)
+    assert run_job()["follow_ups_sent"] == 1
+    assert run_job()["follow_ups_sent"] == 0
+
+    said = fake_telegram.sent()[before:]
+    assert [(m["chat_id"], m["text"]) for m in said] == [(apps.chat, "Time to call the dentist.")]
+    assert follow_ups(job_database)[0][3] == "sent"
+    assert rows(
+        job_database,
+        "select surface, role, content from messages where user_id = %s and role = 'assistant'"
+        " order by id desc limit 1",
+        person,
+    ) == [("telegram", "assistant", "Time to call the dentist.")]
+
+    fake_anthropic.answer = lambda body: "You're welcome."
+    fields = form("Thanks for the reminder!", sender=f"whatsapp:{apps.number}")
+    assert apps.whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    context = sent_texts(fake_anthropic.requests[-1])
+    # The reply on Telegram and the follow-up after it, one assistant turn (merged), then WhatsApp.
+    assert context[1:] == ["I'll remind you.\n\nTime to call the dentist.", context[2]]
+    assert context[2].endswith("] Thanks for the reminder!")
+
+
+def test_a_whatsapp_follow_up_outside_the_window_goes_through_the_template(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
+    number = "whatsapp:+34611000001"
+    fake_anthropic.answer = remind("Check in about the budget.", day="friday", time="19:30")
+    fields = form("Check in with me on Friday evening about the budget", sender=number)
+    whatsapp = app_client("whatsapp_webhook")
+    assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == ["I'll remind you."]
+    # Friday 4 December 19:30 in Madrid; the person's last message was Wednesday: outside the window.
+    clock.at = datetime(2026, 12, 4, 18, 31, tzinfo=UTC)
+    execute(job_database, "update messages set created_at = %s - interval '2 days'", clock.at)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["To"], m["ContentSid"], m["ContentVariables"]) for m in fake_twilio.messages] == [
+        (number, TEMPLATE, '{"1": "Check in about the budget."}')
+    ]
+    assert "Body" not in fake_twilio.messages[0]
+
+
+def test_without_a_template_it_is_held_and_said_first_on_the_next_whatsapp_message(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    number = "whatsapp:+34611000002"
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
+    fields = form("In two hours tell me to take the pills", sender=number)
+    whatsapp = app_client("whatsapp_webhook")
+    whatsapp.post("/", data=fields, headers=signed(fields))
+    clock.at = WEDNESDAY_EVENING + timedelta(hours=26)  # the window closed two hours ago
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+
+    assert run_job()["follow_ups_held"] == 1
+    assert fake_twilio.messages == []
+    assert follow_ups(job_database)[0][3] == "held"
+
+    fake_anthropic.answer = lambda body: "Good morning!"
+    fields = form("Good morning", sender=number)
+    answered = whatsapp.post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["Take the pills.", "Good morning!"]
+    assert follow_ups(job_database)[0][3] == "sent"
+    again = form("And now?", sender=number)
+    assert messages_of(whatsapp.post("/", data=again, headers=signed(again)).text) == ["Good morning!"]
+
+
+def test_two_job_runs_at_once_send_each_follow_up_once(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    chats = [700000 + n for n in range(12)]
+    for chat in chats:
+        fake_anthropic.answer = remind(f"Ping {chat}.", in_minutes=5)
+        telegram_turn("remind me in 5 minutes", chat)
+    before = len(fake_telegram.sent())
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=6)
+    results: list[dict[str, Any]] = []
+
+    def run() -> None:
+        results.append(runtime.follow_up_delivery().run(30).as_json())
+
+    runtime.reset()
+    # The second run starts while the first is sending: what the first took is not the second's.
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    threads[0].start()
+    for _ in range(500):
+        if len(fake_telegram.sent()) > before:
+            break
+        time.sleep(0.01)
+    threads[1].start()
+    for thread in threads:
+        thread.join()
+
+    said = sorted(m["text"] for m in fake_telegram.sent()[before:])
+    assert said == sorted(f"Ping {chat}." for chat in chats)
+    assert sum(r["follow_ups_sent"] for r in results) == 12
+
+
+def test_a_failure_that_may_pass_is_retried_with_backoff_and_a_blocked_bot_is_given_up(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake_anthropic.answer = remind("Stretch.", in_minutes=1)
+    telegram_turn("remind me in a minute to stretch", 710001)
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
+    fake_telegram.fail_with("gateway")
+    assert run_job()["follow_ups_retried"] == 1
+    assert rows(job_database, "select status, attempts, next_attempt_at from follow_ups") == [
+        ("pending", 1, clock.at + timedelta(minutes=1))
+    ]
+    assert run_job()["follow_ups_retried"] == 0  # not due again yet
+    clock.at += timedelta(minutes=1)
+    fake_telegram.fail_with("blocked_by_user")
+    assert run_job()["follow_ups_given_up"] == 1
+    assert rows(job_database, "select status, attempts from follow_ups") == [("given_up", 2)]
+    fake_telegram.recover()
+    clock.at += timedelta(hours=1)
+    assert run_job()["follow_ups_sent"] == 0
+
+
+def test_the_web_lists_and_cancels_and_forgetting_deletes_them(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    person = uuid.uuid4()
+    fake_anthropic.answer = remind("Water the plants.", day="2026-12-05", time="10:00")
+    sent = web.post(
+        "/", json={"message": "remind me saturday at 10", "timezone": "America/New_York"}, headers=bearer(person)
+    )
+    assert sent.status_code == 200
+    listed = web.get("/follow-ups", headers=bearer(person))
+    assert listed.status_code == 200
+    [pending] = listed.get_json()["follow_ups"]
+    # The browser's timezone became the person's: 10:00 in New York is 15:00 UTC.
+    assert (pending["content"], pending["due_at"], pending["timezone"]) == (
+        "Water the plants.",
+        "2026-12-05T15:00:00+00:00",
+        "America/New_York",
+    )
+    assert rows(job_database, "select timezone from person_timezones where user_id = %s", person) == [
+        ("America/New_York",)
+    ]
+    assert web.delete(f"/follow-ups/{pending['id']}", headers=bearer(uuid.uuid4())).status_code == 404
+    assert web.delete("/follow-ups/99999999999999999999", headers=bearer(person)).status_code == 404
+    assert web.delete(f"/follow-ups/{pending['id']}", headers=bearer(person)).get_json() == {"cancelled": True}
+    assert web.get("/follow-ups", headers=bearer(person)).get_json() == {"follow_ups": []}
+
+    web.post("/", json={"message": "remind me saturday at 10"}, headers=bearer(person))
+    assert len(web.get("/follow-ups", headers=bearer(person)).get_json()["follow_ups"]) == 1
+    assert web.delete("/memory", headers=bearer(person)).status_code in (200, 204)
+    assert rows(job_database, "select count(*) from follow_ups where user_id = %s", person) == [(0,)]
+
+
+def test_a_delivered_web_follow_up_is_the_agents_message_in_the_conversation(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    person = uuid.uuid4()
+    fake_anthropic.answer = remind("Stand up and stretch.", in_minutes=30)
+    conversation = web.post("/", json={"message": "in 30 minutes tell me to stretch"}, headers=bearer(person))
+    conversation_id = conversation.get_json()["conversation_id"]
+    clock.at += timedelta(minutes=31)
+    assert run_job()["follow_ups_sent"] == 1
+    page = web.get(f"/conversations/{conversation_id}/messages", headers=bearer(person)).get_json()
+    assert [(m["role"], m["content"]) for m in page["messages"]][-1] == ("assistant", "Stand up and stretch.")
+
+
+def test_the_offline_model_schedules_remind_me_in_n_minutes_and_the_cli_lists_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from functions import cli
+
+    environment.setenv("APP_ENV", "local")
+    environment.delenv("ANTHROPIC_API_KEY")
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    person = uuid.uuid4()
+    sent = web.post("/", json={"message": "remind me in 5 minutes to stretch"}, headers=bearer(person))
+    assert sent.get_json()["reply"] == "(Offline stand-in model.) I will remind you in 5 minutes."
+    capsys.readouterr()
+    assert cli.main(["follow-ups", "--user", str(person)]) == 0
+    # 17:05 UTC is 18:05 in Madrid.
+    assert capsys.readouterr().out == "#1 Wed 2 Dec 2026 18:05 (Europe/Madrid) [web] pending: Reminder: stretch.\n"
+    clock.at += timedelta(minutes=5)
+    assert run_job()["follow_ups_sent"] == 1
+    assert cli.main(["follow-ups", "--user", str(person)]) == 0
+    assert capsys.readouterr().out.endswith("no pending follow-ups\n")
