@@ -1,24 +1,12 @@
--- Who may read and write what, for every table and function of the schema in one place. Last
--- of the definitions, so it covers them all.
+-- Who may read and write what, for every table and function of the schema in one place; last of
+-- the definitions, so it covers them all (each table enables row-level security where it is
+-- defined).
 --
 -- Row-level security on every table: `authenticated` (a web person's token, over PostgREST)
 -- reads only its own rows, `anon` nothing; nobody but `service_role` writes, and it writes
 -- through the functions, which only `service_role` may execute. Supabase grants every new
 -- table, sequence and function in `public` to anon and authenticated by default privileges:
 -- everything is therefore revoked explicitly first.
-
-alter table public.conversations enable row level security;
-alter table public.messages enable row level security;
-alter table public.identities enable row level security;
-alter table public.link_codes enable row level security;
-alter table public.link_attempts enable row level security;
-alter table public.merged_people enable row level security;
-alter table public.memory_notes enable row level security;
-alter table public.turn_usage enable row level security;
-alter table public.forget_requests enable row level security;
-alter table public.forgotten_deliveries enable row level security;
-alter table public.follow_ups enable row level security;
-alter table public.person_timezones enable row level security;
 
 revoke all on all tables in schema public from anon, authenticated;
 grant select, insert, update, delete on all tables in schema public to service_role;

@@ -14,6 +14,7 @@ create table public.turn_usage (
     at timestamptz not null default clock_timestamp(),
     tokens integer not null default 0
 );
+alter table public.turn_usage enable row level security;  -- who reads what: access.sql
 create index turn_usage_by_user on public.turn_usage (user_id, at desc);
 
 

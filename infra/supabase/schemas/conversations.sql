@@ -11,6 +11,7 @@ create table public.conversations (
     created_at timestamptz not null default clock_timestamp(),
     updated_at timestamptz not null default clock_timestamp()
 );
+alter table public.conversations enable row level security;  -- who reads what: access.sql
 
 -- Every surface but the web has exactly one conversation per person; the index makes
 -- the find-or-create in begin_turn race-free.

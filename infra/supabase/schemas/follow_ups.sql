@@ -39,6 +39,7 @@ create table public.follow_ups (
     sent_at timestamptz,
     constraint follow_ups_once_per_turn unique (asked_in, asked_order)
 );
+alter table public.follow_ups enable row level security;  -- who reads what: access.sql
 -- What the job scans: the due ones, oldest first (an index of pending rows only).
 create index follow_ups_due on public.follow_ups (next_attempt_at) where status = 'pending';
 create index follow_ups_sending on public.follow_ups (claimed_until) where status = 'sending';
@@ -50,39 +51,31 @@ create table public.person_timezones (
     timezone text not null check (char_length(timezone) between 1 and 64),
     updated_at timestamptz not null default clock_timestamp()
 );
+alter table public.person_timezones enable row level security;  -- who reads what: access.sql
 
 
 
 -- A link moves a conversation (its owner changes) or its messages (into the person's own
 -- conversation of that surface, and the emptied one is deleted): the follow-ups go with them.
-create function public.follow_ups_follow_their_conversation() returns trigger
-language plpgsql
-set search_path = ''
-as $$
+create function public.follow_ups_follow_their_thread() returns trigger language plpgsql set search_path = '' as $$
 begin
-    update public.follow_ups f set user_id = new.user_id where f.conversation_id = new.id;
+    if tg_table_name = 'conversations' then
+        update public.follow_ups f set user_id = new.user_id where f.conversation_id = new.id;
+    else
+        update public.follow_ups f set conversation_id = new.conversation_id, user_id = new.user_id
+         where f.conversation_id = old.conversation_id;
+    end if;
     return null;
 end;
 $$;
 create trigger follow_ups_follow_their_conversation
     after update of user_id on public.conversations
     for each row when (old.user_id is distinct from new.user_id)
-    execute function public.follow_ups_follow_their_conversation();
-
-create function public.follow_ups_follow_their_messages() returns trigger
-language plpgsql
-set search_path = ''
-as $$
-begin
-    update public.follow_ups f set conversation_id = new.conversation_id, user_id = new.user_id
-     where f.conversation_id = old.conversation_id;
-    return null;
-end;
-$$;
+    execute function public.follow_ups_follow_their_thread();
 create trigger follow_ups_follow_their_messages
     after update of conversation_id on public.messages
     for each row when (old.conversation_id is distinct from new.conversation_id)
-    execute function public.follow_ups_follow_their_messages();
+    execute function public.follow_ups_follow_their_thread();
 
 
 -- A person's pending follow-ups (pending, being sent, held), soonest first.
@@ -122,10 +115,7 @@ create function public.begin_turn_follow_ups(
     p_tokens_per_day integer,
     p_answer_within_seconds integer,
     p_sender text
-) returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_start jsonb;
     v_user uuid;
@@ -181,10 +171,7 @@ create function public.finish_turn_follow_ups(
     p_user_content text,
     p_follow_ups text,
     p_max_pending integer
-) returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_tokens,
                                          p_user_content);
@@ -250,10 +237,7 @@ $$;
 
 
 -- The web's and the CLI's cancel: {"cancelled": true} when the person had it pending or held.
-create function public.cancel_follow_up(p_user_id uuid, p_id bigint) returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+create function public.cancel_follow_up(p_user_id uuid, p_id bigint) returns jsonb language plpgsql set search_path = '' as $$
 begin
     delete from public.follow_ups f where f.id = p_id and f.user_id = p_user_id and f.status in ('pending', 'held');
     return jsonb_build_object('cancelled', found);
@@ -268,11 +252,7 @@ $$;
 -- `last_whatsapp_at` (the person's last WhatsApp message: the 24-hour window). First, the ones a
 -- run took and never finished (it died mid-send) are given up: they may have gone out.
 -- Answers {"claimed": [...], "lost": n}.
-create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer)
-returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_lost integer;
     v_claimed jsonb;
@@ -313,11 +293,7 @@ $$;
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
 -- delivered), 'retry' (pending again from p_retry_at), 'held' or 'given_up'. Only while it is
 -- still this run's (`sending`): {"done": boolean, "message_id"}.
-create function public.finish_follow_up(p_id bigint, p_outcome text, p_retry_at timestamptz)
-returns jsonb
-language plpgsql
-set search_path = ''
-as $$
+create function public.finish_follow_up(p_id bigint, p_outcome text, p_retry_at timestamptz) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_follow_up public.follow_ups;
     v_message bigint;

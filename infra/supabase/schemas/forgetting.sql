@@ -15,6 +15,7 @@ create table public.forget_requests (
     requested_at timestamptz not null default clock_timestamp(),
     primary key (user_id, surface)
 );
+alter table public.forget_requests enable row level security;  -- who reads what: access.sql
 
 create table public.forgotten_deliveries (
     surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
@@ -23,6 +24,7 @@ create table public.forgotten_deliveries (
     forgotten_at timestamptz not null default clock_timestamp(),
     primary key (surface, external_id, user_id)
 );
+alter table public.forgotten_deliveries enable row level security;  -- who reads what: access.sql
 create index forgotten_deliveries_by_age on public.forgotten_deliveries (forgotten_at);
 
 

@@ -11,6 +11,7 @@ create table public.identities (
     linked_at timestamptz,
     primary key (surface, external_id)
 );
+alter table public.identities enable row level security;  -- who reads what: access.sql
 create index identities_by_user on public.identities (user_id);
 
 

@@ -28,6 +28,7 @@ create table public.link_codes (
     -- chat that redeems it can be told whose account it joins.
     account text not null default ''
 );
+alter table public.link_codes enable row level security;  -- who reads what: access.sql
 create index link_codes_by_user on public.link_codes (user_id);
 
 create table public.link_attempts (
@@ -35,6 +36,7 @@ create table public.link_attempts (
     external_id text not null,
     attempted_at timestamptz not null default clock_timestamp()
 );
+alter table public.link_attempts enable row level security;  -- who reads what: access.sql
 create index link_attempts_by_identity on public.link_attempts (surface, external_id, attempted_at desc);
 
 create table public.merged_people (
@@ -42,6 +44,7 @@ create table public.merged_people (
     into_user_id uuid not null,
     merged_at timestamptz not null default clock_timestamp()
 );
+alter table public.merged_people enable row level security;  -- who reads what: access.sql
 create index merged_people_into on public.merged_people (into_user_id);
 
 

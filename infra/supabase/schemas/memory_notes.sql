@@ -25,6 +25,7 @@ create table public.memory_notes (
     claim uuid,
     claimed_until timestamptz
 );
+alter table public.memory_notes enable row level security;  -- who reads what: access.sql
 
 
 -- The messages of one person that have left the window and are not in the notes yet,

@@ -26,6 +26,7 @@ create table public.messages (
     answer_by timestamptz,
     sender text
 );
+alter table public.messages enable row level security;  -- who reads what: access.sql
 
 -- The hot query: a person's recent messages across all conversations.
 create index messages_by_user_recent
