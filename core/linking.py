@@ -169,6 +169,7 @@ class LinkRequest:
 class UnlinkRequest:
     surface: Surface
     sender_id: str
+    also_known_as: str | None = None  # the same sender's other id (a WhatsApp number beside its BSUID)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,10 @@ class Linking:
         key = identity_key(request.surface, request.sender_id)
         try:
             if isinstance(request, UnlinkRequest):
-                return LinkAnswer(UNLINKED if self.unlink(request.surface, key) else NOT_LINKED)
+                unlinked = self.unlink(request.surface, key)
+                if request.also_known_as:
+                    unlinked += self.unlink(request.surface, identity_key(request.surface, request.also_known_as))
+                return LinkAnswer(UNLINKED if unlinked else NOT_LINKED)
             if not request.code:
                 example = "/link ABC234XYZ" if request.surface is Surface.TELEGRAM else "link ABC234XYZ"
                 return LinkAnswer(NO_CODE.format(example=example))

@@ -140,9 +140,10 @@ class Memory:
             "p_tokens_per_day": self.budget.tokens_per_day,
             "p_answer_within_seconds": math.ceil(answer_within_s),
             "p_sender": sender,
+            "p_sender_alias": person.sender_alias,
         }
         try:
-            # begin_turn with the person's follow-ups, in the same round trip (20261201130000).
+            # begin_turn with the person's follow-ups, in the same round trip (schemas/follow_ups.sql).
             row = self.store.call("begin_turn_follow_ups", arguments)
         except StoreUnavailable as exc:
             log.error("begin_turn failed; answering without history", extra={"error": str(exc)})

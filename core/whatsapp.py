@@ -129,7 +129,7 @@ def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequ
     if (code := link_command(text)) is not None:
         return LinkRequest(Surface.WHATSAPP, form.identity, code)
     if text.lower() == "unlink":
-        return UnlinkRequest(Surface.WHATSAPP, form.identity)
+        return UnlinkRequest(Surface.WHATSAPP, form.identity, form.also_known_as)
     if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):
         return ForgetRequest(Surface.WHATSAPP, form.identity, confirm=forget[1] is not None)
     if media := twilio_media(form.media_urls, form.media_content_types):

@@ -118,6 +118,7 @@ def begin_turn_arguments(**given: object) -> dict[str, object]:
         "p_tokens_per_day": 0,
         "p_answer_within_seconds": 60,
         "p_sender": None,
+        "p_sender_alias": None,
     }
     return {**arguments, **given}
 

@@ -168,3 +168,64 @@ def test_no_log_line_carries_the_senders_bsuid_or_number(
     lines = [JsonLineFormatter().format(record) for record in caplog.records]
     assert any('"message": "turn"' in line for line in lines)
     assert not [line for line in lines if sender in line or "34600111222" in line]
+
+
+def one_thread(database_url: str, *ids: str) -> set[Any]:
+    found = rows(
+        database_url,
+        "select distinct user_id from identities where surface = 'whatsapp' and external_id = any(%s)",
+        list(ids),
+    )
+    return {row[0] for row in found}
+
+
+def test_a_known_number_that_arrives_with_a_bsuid_stays_one_person(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    number, sender = f"+3467{uuid.uuid4().int % 10**7:07d}", fresh_bsuid()
+    before = corpus_form(
+        "01_text_profilename_waid.json", From=f"whatsapp:{number}", WaId=number[1:], Body="Mi hermana es Carmen"
+    )
+    assert whatsapp.post("/", data=before, headers=signed(before)).status_code == 200
+    both = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{sender}", ExternalUserIdentifier=sender, WaId=number[1:]
+    )
+    assert whatsapp.post("/", data=both, headers=signed(both)).status_code == 200
+    only = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{sender}", Body="¿Cómo se llama mi hermana?")
+    assert whatsapp.post("/", data=only, headers=signed(only)).status_code == 200
+    assert len(one_thread(database_url, number, sender)) == 1
+    texts = [block["content"][0]["text"] for block in fake_anthropic.requests[-1]["messages"]]
+    assert any(text.endswith("Mi hermana es Carmen") for text in texts)
+
+
+def test_a_number_first_seen_beside_a_known_bsuid_joins_its_person(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    number, sender = f"+3468{uuid.uuid4().int % 10**7:07d}", fresh_bsuid()
+    first = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{sender}", ExternalUserIdentifier=sender)
+    assert whatsapp.post("/", data=first, headers=signed(first)).status_code == 200
+    both = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{sender}", ExternalUserIdentifier=sender, WaId=number[1:]
+    )
+    assert whatsapp.post("/", data=both, headers=signed(both)).status_code == 200
+    later = corpus_form("01_text_profilename_waid.json", From=f"whatsapp:{number}", WaId=number[1:])
+    assert whatsapp.post("/", data=later, headers=signed(later)).status_code == 200
+    assert len(one_thread(database_url, number, sender)) == 1
+
+
+def test_a_linked_number_keeps_its_link_when_its_bsuid_appears_and_unlink_lets_both_go(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person, number, sender = uuid.uuid4(), f"+3469{uuid.uuid4().int % 10**7:07d}", fresh_bsuid()
+    code = app_client("web_chat").post("/links", headers=bearer(person)).get_json()["code"]
+    link = corpus_form("01_text_profilename_waid.json", From=f"whatsapp:{number}", WaId=number[1:], Body=f"link {code}")
+    assert whatsapp.post("/", data=link, headers=signed(link)).status_code == 200
+    both = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{sender}", ExternalUserIdentifier=sender, WaId=number[1:]
+    )
+    assert whatsapp.post("/", data=both, headers=signed(both)).status_code == 200
+    assert one_thread(database_url, number, sender) == {person}
+    unlink = corpus_form("09_text_bsuid_with_number.json", From=f"whatsapp:{sender}", WaId=number[1:], Body="unlink")
+    answered = whatsapp.post("/", data=unlink, headers=signed(unlink))
+    assert messages_of(answered.text)[0].startswith("Unlinked.")
+    assert rows(database_url, "select count(*) from identities where external_id = any(%s)", [number, sender]) == [(0,)]

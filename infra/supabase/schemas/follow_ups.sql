@@ -114,7 +114,8 @@ create function public.begin_turn_follow_ups(
     p_turns_per_day integer,
     p_tokens_per_day integer,
     p_answer_within_seconds integer,
-    p_sender text
+    p_sender text,
+    p_sender_alias text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_start jsonb;
@@ -126,7 +127,7 @@ begin
     v_start := public.begin_turn(p_surface, p_content, p_external_id, p_user_id, p_sender_id, p_conversation_id,
                                  p_window_hours, p_max_messages, p_window_step, p_web_prepend, p_attempt,
                                  p_turns_per_minute, p_turns_per_day, p_tokens_per_day, p_answer_within_seconds,
-                                 p_sender);
+                                 p_sender, p_sender_alias);
     if v_start->>'message_id' is null or coalesce((v_start->>'duplicate')::boolean, false) then
         return v_start;
     end if;

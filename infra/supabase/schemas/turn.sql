@@ -22,13 +22,19 @@ begin
 end;
 $$;
 
--- Who writes: p_user_id, or the person of a Telegram chat or WhatsApp number (a new one for an
+-- Who writes: p_user_id, or the person of a Telegram chat or WhatsApp sender (a new one for an
 -- identity never seen). `for key share`: a link of this identity (link_identity holds it `for
 -- update`) finishes first, and this turn then belongs to the person it was linked to.
-create or replace function crossmem_private.turn_person(p_surface text, p_user_id uuid, p_sender_id text)
-    returns uuid language plpgsql set search_path = '' as $$
+-- p_sender_alias: the same sender's other id (a WhatsApp number beside its BSUID). One person
+-- across both: a new sender id joins the person its alias already has (linked as the alias is),
+-- and an alias never seen joins the sender's person. When the two name different people, the
+-- sender id (the BSUID) wins: a number can pass to someone else, a BSUID cannot.
+create or replace function crossmem_private.turn_person(
+    p_surface text, p_user_id uuid, p_sender_id text, p_sender_alias text
+) returns uuid language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
+    v_alias public.identities;
 begin
     if v_user is not null then
         return v_user;
@@ -41,14 +47,27 @@ begin
       from public.identities i
      where i.surface = p_surface and i.external_id = p_sender_id
        for key share;
+    if p_sender_alias is not null and p_sender_alias <> p_sender_id then
+        select i.* into v_alias
+          from public.identities i
+         where i.surface = p_surface and i.external_id = p_sender_alias
+           for key share;
+    end if;
     if v_user is null then
-        insert into public.identities (surface, external_id, user_id)
-             values (p_surface, p_sender_id, gen_random_uuid())
+        insert into public.identities (surface, external_id, user_id, linked_at)
+             values (p_surface, p_sender_id, coalesce(v_alias.user_id, gen_random_uuid()), v_alias.linked_at)
         on conflict (surface, external_id) do nothing;
         select i.user_id into v_user
           from public.identities i
          where i.surface = p_surface and i.external_id = p_sender_id
            for key share;
+    end if;
+    if p_sender_alias is not null and p_sender_alias <> p_sender_id and v_alias.user_id is null then
+        insert into public.identities (surface, external_id, user_id, linked_at)
+        select p_surface, p_sender_alias, i.user_id, i.linked_at
+          from public.identities i
+         where i.surface = p_surface and i.external_id = p_sender_id
+        on conflict (surface, external_id) do nothing;
     end if;
     return v_user;
 end;
@@ -206,7 +225,9 @@ create or replace function public.begin_turn(
     p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer,
     -- this attempt, the budget (TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY), the owed-reply rule
     p_attempt uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
-    p_answer_within_seconds integer, p_sender text
+    p_answer_within_seconds integer, p_sender text,
+    -- the sender's other id (a WhatsApp number beside its BSUID), kept as the same person
+    p_sender_alias text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
@@ -222,7 +243,7 @@ begin
         return jsonb_build_object('forgotten', true, 'duplicate', true, 'reply', null,
                                   'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
     end if;
-    v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id);
+    v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
 
     select * into v_stored from crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
     if v_stored.message_id is not null and not v_stored.own_attempt then
