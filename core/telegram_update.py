@@ -1,16 +1,15 @@
 """Telegram's `Update` as it reaches the webhook, and what each kind of update asks of us.
 
 The models accept unknown and missing fields (Telegram adds fields; updates from 2018
-lack some now required). `classify` turns an update into one of three actions:
+lack some now required). `classify` turns an update into one of four actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
   `media`, fetched by the turn: core/media_turn.py): a turn of the person's thread.
 - `Notice`: a short fixed answer, nothing stored (stickers, videos, locations, groups).
 - `Ignore`: a 200 and nothing else (service updates, edits, queries, channels).
-- `AccountCommand`: `/start CODE`, `/link CODE`, `link CODE`, a code alone, `/unlink`, the Confirm
-  button under a link's question (a `callback_query`): linking, never part of the thread.
-- `ForgetCommand`: `/forget`, `/forget confirm`: forgetting, never part of the thread.
-The README's table lists every kind.
+- `Command`: a chat command (core/commands.py: linking, unlinking, forgetting), or the Confirm
+  button under a link's question (a `callback_query`): never part of the thread.
+docs/api.md's table lists every kind.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.forgetting import ForgetRequest
-from core.linking import LinkRequest, UnlinkRequest, link_command, looks_like_code
+from core.commands import ChatCommand, chat_command
+from core.linking import LinkRequest, looks_like_code
 from core.media import MediaKind, MediaRef, media_kind, photo_size
 from core.models import Surface
 
@@ -101,9 +100,11 @@ class Ignore:
 
 
 @dataclass(frozen=True)
-class AccountCommand:
+class Command:
+    """A chat command (core/commands.py): never a message of the thread."""
+
     chat_id: int
-    request: LinkRequest | UnlinkRequest
+    request: ChatCommand
     callback_query_id: str | None = None  # a tapped button, which Telegram wants answered
 
 
@@ -111,13 +112,7 @@ class AccountCommand:
 CONFIRM_LINK = "link:"
 
 
-@dataclass(frozen=True)
-class ForgetCommand:
-    chat_id: int
-    request: ForgetRequest
-
-
-TelegramAction = Converse | Notice | Ignore | AccountCommand | ForgetCommand
+TelegramAction = Converse | Notice | Ignore | Command
 
 TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
 PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
@@ -165,13 +160,8 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
             return Notice(message.chat.id, PRIVATE_ONLY, f"{message.chat.type} message addressed to the bot")
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
-    if message.text and (command := _account_command(text, str(sender.id), bot_username)):
-        return AccountCommand(message.chat.id, command)
-    if message.text and (forget := _forget_command(text, str(sender.id), bot_username)):
-        return ForgetCommand(message.chat.id, forget)
-    if message.text and not text.startswith("/") and (code := link_command(text)) is not None:
-        # `link CODE` or a code on its own, typed: never a message of the thread.
-        return AccountCommand(message.chat.id, LinkRequest(Surface.TELEGRAM, str(sender.id), code))
+    if message.text and (command := chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username)):
+        return Command(message.chat.id, command)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start")
     if attached := readable_media(message):
@@ -209,41 +199,7 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _command(text: str, bot_username: str | None) -> tuple[str, str] | None:
-    """A command's name (lower case) and argument; None for text that is not a command, or a
-    command addressed to another bot (`/cmd@other_bot`)."""
-    if not text.startswith("/"):
-        return None
-    command, *arguments = text.split(maxsplit=1)
-    name, _, addressee = command.lower().partition("@")
-    if addressee and (not bot_username or addressee != bot_username.lower()):
-        return None
-    return name, arguments[0].strip() if arguments else ""
-
-
-def _account_command(text: str, sender_id: str, bot_username: str | None) -> LinkRequest | UnlinkRequest | None:
-    """`/start CODE` (a deep link's payload that is a link code), `/link [CODE]`, `/unlink`."""
-    if (command := _command(text, bot_username)) is None:
-        return None
-    name, argument = command
-    if name == "/start" and argument and looks_like_code(argument):
-        return LinkRequest(Surface.TELEGRAM, sender_id, argument, consented=False)
-    if name == "/link":
-        return LinkRequest(Surface.TELEGRAM, sender_id, argument)
-    if name == "/unlink" and not argument:
-        return UnlinkRequest(Surface.TELEGRAM, sender_id)
-    return None
-
-
-def _forget_command(text: str, sender_id: str, bot_username: str | None) -> ForgetRequest | None:
-    """`/forget` asks what forgetting deletes; `/forget confirm` deletes (any other argument only asks)."""
-    command = _command(text, bot_username)
-    if command is None or command[0] != "/forget":
-        return None
-    return ForgetRequest(Surface.TELEGRAM, sender_id, confirm=command[1].lower() == "confirm")
-
-
-def _confirmed_link(query: dict[str, object]) -> AccountCommand | None:
+def _confirmed_link(query: dict[str, object]) -> Command | None:
     """The Confirm button under a link's question, tapped in a private chat by its person."""
     data, sender, message = query.get("data"), query.get("from"), query.get("message")
     if not (isinstance(data, str) and data.startswith(CONFIRM_LINK)):
@@ -257,4 +213,4 @@ def _confirmed_link(query: dict[str, object]) -> AccountCommand | None:
     if not looks_like_code(code):
         return None
     request = LinkRequest(Surface.TELEGRAM, str(sender["id"]), code, consented=True)
-    return AccountCommand(int(chat["id"]), request, callback_query_id=str(query.get("id", "")))
+    return Command(int(chat["id"]), request, callback_query_id=str(query.get("id", "")))

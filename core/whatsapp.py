@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,10 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
+from core.commands import ChatCommand, chat_command
 from core.errors import InputError
-from core.forgetting import ForgetRequest
 from core.identity import BSUID, normalise_phone
-from core.linking import LinkRequest, UnlinkRequest, link_command
 from core.media import MediaRef, twilio_media
 from core.models import Delivery, Surface
 from core.splitting import split_message
@@ -122,16 +120,13 @@ class Notice:
     reason: str
 
 
-def classify(form: WhatsAppForm) -> Converse | Notice | LinkRequest | UnlinkRequest | ForgetRequest:
+def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
     text = form.body.strip()
-    # `link CODE` (spaces and dashes as typed) or a code alone: even a mistyped code gets a clear
-    # answer, and counts; a code is never a message of the thread.
-    if (code := link_command(text)) is not None:
-        return LinkRequest(Surface.WHATSAPP, form.identity, code)
-    if text.lower() == "unlink":
-        return UnlinkRequest(Surface.WHATSAPP, form.identity, form.also_known_as)
-    if forget := re.fullmatch(r"forget(\s+confirm)?", text, flags=re.IGNORECASE):
-        return ForgetRequest(Surface.WHATSAPP, form.identity, confirm=forget[1] is not None)
+    # A chat command (core/commands.py) is never a message of the thread: `link CODE` with the
+    # code as typed, a code alone (even a mistyped one gets a clear answer, and counts), `unlink`,
+    # `forget`.
+    if command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as):
+        return command
     if media := twilio_media(form.media_urls, form.media_content_types):
         return Converse(form.identity, text, form.message_sid, form.also_known_as, media)
     if text:

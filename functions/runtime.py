@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.commands import Commands
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
@@ -351,6 +352,12 @@ def linking() -> Linking:
 
 
 @functools.cache
+def commands() -> Commands:
+    """The chat commands' one router (core/commands.py)."""
+    return Commands(linking(), forgetting())
+
+
+@functools.cache
 def forgetting() -> Forgetting:
     return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply)
 
@@ -387,6 +394,7 @@ _CACHED = (
     identity,
     turns,
     linking,
+    commands,
     forgetting,
     retention,
     telegram_bot,

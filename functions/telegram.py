@@ -18,9 +18,8 @@ from core.splitting import split_message
 from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
 from core.telegram_update import (
     CONFIRM_LINK,
-    AccountCommand,
+    Command,
     Converse,
-    ForgetCommand,
     Notice,
     TelegramUpdate,
     classify,
@@ -55,13 +54,11 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
     if isinstance(action, Notice):
         return _reply(action.chat_id, action.text, inline=inline)
-    if isinstance(action, AccountCommand):
-        answer = runtime.linking().answer(action.request)
+    if isinstance(action, Command):
+        answer = runtime.commands().answer(action.request)
         if action.callback_query_id and config.telegram_bot_token is not None:
             runtime.telegram_bot().answer_callback_query(action.callback_query_id)
         return _reply(action.chat_id, answer.text, inline=inline, confirm_code=answer.confirm_code)
-    if isinstance(action, ForgetCommand):
-        return _reply(action.chat_id, runtime.forgetting().answer(action.request), inline=inline)
     if not isinstance(action, Converse):
         return json_response({"ok": True, "ignored": action.reason})
     turn = TurnRequest(

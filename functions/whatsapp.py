@@ -57,10 +57,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
-    if isinstance(action, LinkRequest | UnlinkRequest):
-        return _twiml(runtime.linking().answer(action).text)
-    if isinstance(action, ForgetRequest):
-        return _twiml(runtime.forgetting().answer(action))
+    if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
+        return _twiml(runtime.commands().answer(action).text)
     if not isinstance(action, Converse):
         return _twiml(action.text)
     turn = TurnRequest(

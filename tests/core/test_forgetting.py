@@ -25,7 +25,7 @@ from core.linking import Linking
 from core.memory import Memory
 from core.models import Person, Surface
 from core.postgres_store import PostgresStore
-from core.telegram_update import ForgetCommand, TelegramUpdate
+from core.telegram_update import Command, TelegramUpdate
 from core.telegram_update import classify as classify_telegram
 from core.whatsapp import WhatsAppForm
 from core.whatsapp import classify as classify_whatsapp
@@ -252,13 +252,13 @@ def test_telegram_forget_commands_are_classified(text: str, confirm: bool) -> No
         }
     )
     action = classify_telegram(update, bot_username="advisor_bot")
-    assert action == ForgetCommand(55, ForgetRequest(Surface.TELEGRAM, "55", confirm))
+    assert action == Command(55, ForgetRequest(Surface.TELEGRAM, "55", confirm))
 
 
 def test_a_forget_addressed_to_another_bot_is_a_message() -> None:
     message = {"message_id": 1, "chat": {"id": 55, "type": "private"}, "from": {"id": 55}, "text": "/forget@x"}
     update = TelegramUpdate.model_validate({"update_id": 1, "message": message})
-    assert not isinstance(classify_telegram(update, bot_username="advisor_bot"), ForgetCommand)
+    assert not isinstance(classify_telegram(update, bot_username="advisor_bot"), Command)
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from core.linking import (
 from core.memory import Memory
 from core.models import Person, Role, Surface
 from core.postgres_store import PostgresStore
-from core.telegram_update import AccountCommand, TelegramUpdate
+from core.telegram_update import Command, TelegramUpdate
 from core.telegram_update import classify as classify_telegram
 from core.whatsapp import WhatsAppForm
 from core.whatsapp import classify as classify_whatsapp
@@ -321,9 +321,9 @@ def test_telegram_link_commands(text: str, expected: LinkRequest | UnlinkRequest
     )
     action = classify_telegram(update, None, "advisor_bot")
     if expected is None:
-        assert not isinstance(action, AccountCommand)
+        assert not isinstance(action, Command)
     else:
-        assert action == AccountCommand(42, expected)
+        assert action == Command(42, expected)
 
 
 def waiting_on_a_lock(database_url: str, pid: int) -> bool:

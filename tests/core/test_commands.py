@@ -1,0 +1,54 @@
+"""One parser for the chat commands on every surface (core/commands.py): a command is added once,
+and Telegram and WhatsApp read it the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.commands import chat_command
+from core.forgetting import ForgetRequest
+from core.linking import LinkRequest, UnlinkRequest
+from core.models import Surface
+
+SAME_ON_EVERY_SURFACE = [
+    ("link Q63 C6J 332", "link", "Q63 C6J 332"),
+    ("/link q63-c6j-332", "link", "q63-c6j-332"),
+    ("Q63 C6J 332", "link", "Q63 C6J 332"),
+    ("link", "link", ""),
+    ("unlink", "unlink", None),
+    ("/unlink", "unlink", None),
+    ("forget", "forget", False),
+    ("Forget  CONFIRM", "forget", True),
+    ("/forget confirm", "forget", True),
+    ("forget it", None, None),
+    ("link me to the article", None, None),
+    ("yes thanks", None, None),
+    ("unlink everything", None, None),
+]
+
+
+@pytest.mark.parametrize("surface", [Surface.TELEGRAM, Surface.WHATSAPP])
+@pytest.mark.parametrize(("text", "kind", "value"), SAME_ON_EVERY_SURFACE)
+def test_every_surface_reads_a_command_the_same_way(
+    surface: Surface, text: str, kind: str | None, value: object
+) -> None:
+    command = chat_command(surface, "sender", text, bot_username="advisor_bot")
+    if kind is None:
+        assert command is None
+    elif kind == "link":
+        assert command == LinkRequest(surface, "sender", str(value))
+    elif kind == "unlink":
+        assert command == UnlinkRequest(surface, "sender")
+    else:
+        assert command == ForgetRequest(surface, "sender", confirm=bool(value))
+
+
+def test_a_deep_link_asks_first_and_a_command_for_another_bot_is_not_ours() -> None:
+    assert chat_command(Surface.TELEGRAM, "42", "/start ABCDEFGHJ") == LinkRequest(
+        Surface.TELEGRAM, "42", "ABCDEFGHJ", consented=False
+    )
+    assert chat_command(Surface.TELEGRAM, "42", "/start newsletter-2026") is None
+    assert chat_command(Surface.TELEGRAM, "42", "/link@other_bot ABCDEFGHJ", bot_username="advisor_bot") is None
+    assert chat_command(Surface.TELEGRAM, "42", "/link@advisor_bot ABCDEFGHJ", bot_username="advisor_bot") == (
+        LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")
+    )
