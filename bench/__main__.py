@@ -13,7 +13,7 @@ import os
 import platform
 from typing import Any
 
-from bench import caching, fuzz, fuzz_budget, media, purge, recall, soak, telegram_live
+from bench import caching, follow_ups, fuzz, fuzz_budget, media, purge, recall, soak, telegram_live
 from bench.latency_proxy import proxy_process
 from bench.memory_core import (
     context_load_ms_p50,
@@ -62,6 +62,9 @@ def measure(database_url: str) -> dict[str, Any]:
     results["telegram_live"] = telegram_live.run(database_url)
     print(f"fuzzing over budget, {fuzz_budget.CASES} cases ...", flush=True)
     results["fuzz_budget_on"] = fuzz_budget.run(database_url)
+    # Last: it seeds 100,000 follow-ups that no part after it should meet.
+    print(f"follow-ups: {follow_ups.DUE} due, the job every minute, {follow_ups.BACKGROUND:,} pending ...", flush=True)
+    results["follow_ups"] = follow_ups.run(database_url)
     overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
     results["ratios"] = {
         "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
@@ -170,6 +173,16 @@ def table(results: dict[str, Any]) -> str:
                 f"{over['over_budget_reached_model']} / {over['stored']}",
                 "",
                 f"of {over['cases']} cases (`fuzz_budget_on`)",
+            )
+        )
+    if "follow_ups" in results:
+        due = results["follow_ups"]
+        rows.append(
+            (
+                "follow-ups: lag p95 s / longest claim ms",
+                f"{due['delivery_lag_s_p95']} / {due['claim_ms_max']}",
+                "",
+                f"job every minute, {due['setup']['pending']:,} pending (`follow_ups`)",
             )
         )
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]

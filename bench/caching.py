@@ -22,6 +22,7 @@ from typing import Any
 from bench.prompt_cache import CacheUsage, PromptCache, count_tokens
 from core.context import ContextItem, build_model_messages, stepped_tail, web_items
 from core.digest import ExtractiveDigester
+from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
 from core.llm import messages_request
 from core.memory import ContextLimits
 from core.models import Role, StoredMessage, Surface
@@ -43,6 +44,8 @@ MIN_CACHEABLE = {
     "claude-opus-4-5": 4096,
     "claude-opus-4-6": 4096,
 }
+# What every turn of ours sends (FOLLOW_UPS_PER_PERSON > 0): the follow-up tools, first in the cache's order.
+TOOLS: tuple[dict[str, Any], ...] = FOLLOW_UP_TOOLS
 SMALL_CACHE_MODEL = "claude-haiku-4-5"  # a 4,096-token minimum: the system prompt alone caches nothing
 DIGEST_EVERY = timedelta(minutes=15)  # the memory_digest schedule (README, Deploy)
 WINDOW_HOURS = 24
@@ -178,7 +181,7 @@ def ours_requests(conversation: Conversation, window: Window = Window(), notes: 
         else:
             items = stepped_tail([ContextItem.from_stored(m) for m in stored], window.max_messages, window.step)
         messages = build_model_messages(items)
-        bodies.append(messages_request(MODEL, MAX_TOKENS, DEFAULT_SYSTEM_PROMPT, messages, memory.notes))
+        bodies.append(messages_request(MODEL, MAX_TOKENS, DEFAULT_SYSTEM_PROMPT, messages, memory.notes, tools=TOOLS))
         shown.append(len(items))
         stored.append(everything[2 * index + 1])
     return Requests(bodies, shown)

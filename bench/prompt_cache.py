@@ -38,6 +38,8 @@ PDF_PAGE_TOKENS = 2000
 
 def block_tokens(block: dict[str, Any]) -> int:
     """A content block's tokens: text by its length, images by their pixels, PDFs by their pages."""
+    if block.get("type") == "tool":  # a tool's definition, as the JSON it is sent as
+        return count_tokens(json.dumps(block["tool"], sort_keys=True))
     if block.get("type") not in ("image", "document"):
         return count_tokens(str(block.get("text", "")))
     import base64

@@ -133,15 +133,24 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
     return response.status_code, html.unescape("\n".join(messages)) if messages else response.text
 
 
+def run_scheduled_job() -> int:
+    """One run of what Cloud Scheduler starts every minute: the follow-ups due (the demo page
+    shows a web one when it next asks for the open conversation), then the memory digest.
+    Answers how many follow-ups were sent."""
+    sent = runtime.follow_up_delivery().run(time_budget_s=10).sent
+    if runtime.settings().memory_notes:
+        runtime.digest_job().run()
+    return sent
+
+
 def digest_every_minute() -> None:
-    """Cloud Scheduler's part, locally: the memory digest every minute, in the background."""
+    """Cloud Scheduler's part, locally: the scheduled job every minute, in the background."""
     while True:
         time.sleep(60)
         try:
-            if runtime.settings().memory_notes:
-                runtime.digest_job().run()
+            run_scheduled_job()
         except CrossmemError as exc:
-            print(f"memory digest: {exc}", file=sys.stderr)
+            print(f"scheduled job: {exc}", file=sys.stderr)
 
 
 def build_dev_app() -> Any:

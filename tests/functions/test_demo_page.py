@@ -8,6 +8,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -19,7 +20,7 @@ from playwright.sync_api import Page, sync_playwright
 from werkzeug.serving import make_server
 
 from functions import runtime
-from functions.local_dev import DEV_DEFAULTS, build_dev_app
+from functions.local_dev import DEV_DEFAULTS, build_dev_app, run_scheduled_job
 from tests.fakes.local_server import ServingThread
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -38,6 +39,7 @@ CHROMIUM_FLAGS = [
 TELEGRAM_NOTES = 26  # with their replies, more than the page's first page of 50
 LONG_THREAD_TURNS = 12
 HEBREW = "נפגשים ביום שישי בעשר"
+POLL_MS = 10_000  # functions/demo/index.html's
 RECEIPT = Path(__file__).resolve().parents[1] / "corpus" / "media" / "receipt.jpg"
 
 LAYOUT = """() => {
@@ -53,6 +55,10 @@ SCROLL_TOP = "() => document.getElementById('messages').scrollTop"
 WATCH_TYPING = """() => { window.typingSeen = false;
   new MutationObserver(() => { if (document.querySelector('.message.typing')) window.typingSeen = true; })
     .observe(document.getElementById('messages'), { childList: true, subtree: true, attributes: true }); }"""
+# A tab in the background (Chromium's own, headless, is always in front): the page stops polling.
+HIDE_TAB = """() => { Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
+  document.dispatchEvent(new Event('visibilitychange')); }"""
+SHOW_TAB = """() => { delete document.visibilityState; document.dispatchEvent(new Event('visibilitychange')); }"""
 TEXTS_WITHOUT_DIR_AUTO = """() => [...document.querySelectorAll(
   '.message .text, #conversations .title, #say-log .said, #say-log .answer, #message-input, #say-text')]
   .filter((element) => element.dir !== 'auto').length"""
@@ -241,7 +247,9 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
         assert page.locator(".message.user").last.inner_text() == "The short version: Lisbon, 3 to 9 May."
 
         # An hour later, in the same tab: the session is renewed, and a token the server refuses
-        # (here, one that already expired) is renewed once more and the message retried.
+        # (here, one that already expired) is renewed once more and the message retried. The tab
+        # was in the background for that hour: no poll renewed the session meanwhile.
+        page.evaluate(HIDE_TAB)
         page.clock.fast_forward("01:00:00")
         now = int(time.time())
         expired = jwt.encode(
@@ -268,6 +276,7 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
         assert [a[2] for a in after_an_hour if a[1].startswith("/chat/")].count(401) == 1, after_an_hour
         assert [a for a in after_an_hour if a[:2] == ("POST", "/chat/")][-1] == ("POST", "/chat/", 200)
         assert page.evaluate("window.sameDocument") is True
+        page.evaluate(SHOW_TAB)
 
         # The Telegram thread: a note that what is written here stays on the web, the older
         # messages behind "Show earlier", and the panel's deliveries appear in it.
@@ -305,3 +314,34 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
         assert sorted(a for a in answers if a[2] >= 400) == [("POST", "/chat/", 401), ("POST", "/chat/", 413)]
         browser.close()
     assert SCREENSHOTS[size].read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_reload(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
+        page.clock.install()
+        page.goto(dev_server)
+        page.wait_for_selector("body[data-ready=true]")
+        page.evaluate("window.sameDocument = true")
+        answer = send_on_the_web(page, "remind me in 1 minute to stretch")
+        assert answer == "(Offline stand-in model.) I will remind you in 1 minute."
+        assert run_scheduled_job() == 0  # not due yet
+
+        # Two minutes later (the server's clock), the scheduled job of `crossmem dev` says it.
+        later = datetime.now(UTC) + timedelta(minutes=2)
+        monkeypatch.setattr(runtime, "now", lambda: later)
+        assert run_scheduled_job() == 1
+        page.clock.fast_forward(POLL_MS)  # the page's next poll
+        reminder = "[...document.querySelectorAll('.message.assistant .text')].map((t) => t.textContent)"
+        page.wait_for_function(f"{reminder}.includes('Reminder: stretch.')")
+        with page.expect_response(lambda response: response.url.endswith("/messages?limit=50")) as polled:
+            page.clock.fast_forward(POLL_MS)  # and the one after it adds nothing more
+        polled.value.finished()
+        assert page.evaluate(f"{reminder}.slice(-2)") == [answer, "Reminder: stretch."]
+        assert page.evaluate("window.sameDocument") is True
+        browser.close()

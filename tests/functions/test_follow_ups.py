@@ -24,6 +24,7 @@ from tests.helpers import (
     TELEGRAM_HEADERS,
     TWILIO_TOKEN,
     app_client,
+    as_owner,
     bearer,
     execute,
     form,
@@ -353,3 +354,108 @@ def test_the_offline_model_schedules_remind_me_in_n_minutes_and_the_cli_lists_it
     assert run_job()["follow_ups_sent"] == 1
     assert cli.main(["follow-ups", "--user", str(person)]) == 0
     assert capsys.readouterr().out.endswith("no pending follow-ups\n")
+
+
+def test_the_operators_erasure_deletes_the_persons_follow_ups_and_timezone_and_nothing_else(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from functions import cli
+
+    apps = three_apps(environment, fake_anthropic)
+    person, other = uuid.uuid4(), uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    fake_anthropic.answer = remind("Call the bank.", in_minutes=10)
+    telegram_turn("in 10 minutes remind me to call the bank", apps.chat)
+    fake_anthropic.answer = remind("Book the flight.", in_minutes=20)
+    sent = apps.web.post("/", json={"message": "remind me", "timezone": "Asia/Tokyo"}, headers=bearer(person))
+    assert sent.status_code == 200
+    fake_anthropic.answer = remind("Someone else's.", in_minutes=10)
+    assert apps.web.post("/", json={"message": "remind me"}, headers=bearer(other)).status_code == 200
+    assert rows(job_database, "select user_id, surface from follow_ups order by id") == [
+        (person, "telegram"),
+        (person, "web"),
+        (other, "web"),
+    ]
+    assert rows(job_database, "select user_id from person_timezones") == [(person,)]
+    before = len(fake_telegram.sent())
+
+    assert cli.main(["forget", "--user", str(person)]) == 0
+    capsys.readouterr()
+
+    assert rows(job_database, "select user_id, content from follow_ups") == [(other, "Someone else's.")]
+    assert rows(job_database, "select user_id from person_timezones") == []
+    clock.at += timedelta(minutes=30)
+    assert run_job()["follow_ups_sent"] == 1
+    assert fake_telegram.sent()[before:] == []
+
+
+def test_unlinking_keeps_a_follow_up_with_the_person_who_asked_and_off_the_unlinked_chat(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    fake_anthropic.answer = remind("Pick up the keys.", in_minutes=15)
+    telegram_turn("in 15 minutes remind me to pick up the keys", apps.chat)
+    unlinked = apps.web.delete("/links/telegram", headers=bearer(person))
+    assert unlinked.get_json() == {"surface": "telegram", "unlinked": 1}
+    listed = apps.web.get("/follow-ups", headers=bearer(person)).get_json()["follow_ups"]
+    assert [(f["content"], f["surface"]) for f in listed] == [("Pick up the keys.", "telegram")]
+    before = len(fake_telegram.sent())
+
+    clock.at += timedelta(minutes=16)
+    assert run_job()["follow_ups_sent"] == 1
+
+    # Not said to the chat that is no longer theirs; kept in the thread of the person who asked.
+    assert fake_telegram.sent()[before:] == []
+    assert rows(job_database, "select user_id, status from follow_ups") == [(person, "sent")]
+    assert rows(
+        job_database,
+        "select role, content from messages where user_id = %s order by id desc limit 1",
+        person,
+    ) == [("assistant", "Pick up the keys.")]
+    assert rows(
+        job_database,
+        "select count(*) from messages m join identities i on i.user_id = m.user_id"
+        " where i.surface = 'telegram' and i.external_id = %s and m.content = 'Pick up the keys.'",
+        str(apps.chat),
+    ) == [(0,)]
+
+
+def test_under_the_owner_policy_a_strangers_remind_me_is_refused_and_schedules_nothing(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    owner: uuid.UUID,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    as_owner(environment, owner)
+    environment.setenv("STRANGER_REPLY", "This is a private assistant.")
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    fake_anthropic.answer = remind("Ping.", in_minutes=5)
+    asked = len(fake_anthropic.requests)
+
+    telegram_turn("remind me in 5 minutes", 31337)
+    fields = form("remind me in 5 minutes", sender="whatsapp:+34699000111")
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["This is a private assistant."]
+    web = app_client("web_chat")
+    assert web.post("/", json={"message": "remind me"}, headers=bearer(uuid.uuid4())).status_code == 403
+    assert web.get("/follow-ups", headers=bearer(uuid.uuid4())).status_code == 403
+
+    assert fake_telegram.sent()[-1] == {"chat_id": 31337, "text": "This is a private assistant."}
+    assert len(fake_anthropic.requests) == asked
+    assert rows(job_database, "select count(*) from follow_ups") == [(0,)]
+
+    telegram_turn("remind me in 5 minutes", 4242)  # the owner
+    assert rows(job_database, "select user_id, sender from follow_ups") == [(owner, "4242")]

@@ -72,7 +72,7 @@ $$;
 -- codes and pending forget requests. Their identities stay (the apps are still one person, who
 -- starts from nothing) unless p_erase_identities: the operator's erasure, which also removes the
 -- identities, their wrong-code attempts, their ids in the codes they redeemed, who they were
--- merged from, and their budget's counts.
+-- merged from, their budget's counts and their timezone (a follow-up's, where they live).
 -- Returns {"messages", "conversations", "link_codes", "identities"}.
 create or replace function public.forget_person(p_user_id uuid, p_erase_identities boolean)
     returns jsonb language plpgsql set search_path = '' as $$
@@ -97,6 +97,7 @@ begin
         get diagnostics v_identities = row_count;
         delete from public.merged_people x where x.from_user_id = p_user_id or x.into_user_id = p_user_id;
         delete from public.turn_usage u where u.user_id = p_user_id;
+        delete from public.person_timezones t where t.user_id = p_user_id;
     end if;
     return v_forgotten || jsonb_build_object('link_codes', v_codes, 'identities', v_identities);
 end;
