@@ -241,7 +241,9 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
         assert page.locator(".message.assistant").count() == assistant_bubbles
         page.fill("#message-input", "The short version: Lisbon, 3 to 9 May.")
         page.click(".message.user.failed .retry")
-        page.wait_for_function("document.querySelectorAll('.message.assistant.done').length === 3")
+        page.wait_for_function(
+            f"document.querySelectorAll('.message.assistant.done').length === {assistant_bubbles + 1}"
+        )
         page.wait_for_selector("body:not([data-busy])", state="attached")
         assert page.locator(".message.user.failed").count() == 0 and page.input_value("#message-input") == ""
         assert page.locator(".message.user").last.inner_text() == "The short version: Lisbon, 3 to 9 May."
