@@ -17,8 +17,6 @@ from core.models import FollowUp
 from functions import runtime
 from functions.http import json_response
 
-FOLLOW_UP = re.compile(r"^/follow-ups/([0-9]{1,18})/?$")
-
 
 def pending_follow_ups(person: uuid.UUID) -> list[FollowUp]:
     """A person's pending follow-ups (raises StoreUnavailable)."""
@@ -26,15 +24,17 @@ def pending_follow_ups(person: uuid.UUID) -> list[FollowUp]:
     return [FollowUp.from_row(row) for row in rows]
 
 
-def follow_ups_route(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response | None:
-    """The answer to a follow-up route, or None for any other request (other modules own them)."""
-    path = request.path.rstrip("/")
-    if path == "/follow-ups" and request.method == "GET":
-        listed = [f.as_json() for f in pending_follow_ups(person)]
-        return json_response({"follow_ups": listed}, headers=cors)
-    if (match := FOLLOW_UP.match(request.path)) and request.method == "DELETE":
-        done = runtime.store().call("cancel_follow_up", {"p_user_id": str(person), "p_id": int(match[1])})
-        if not done["cancelled"]:
-            return json_response({"error": "not_found", "message": "no such pending follow-up"}, 404, cors)
-        return json_response({"cancelled": True}, headers=cors)
-    return None
+def list_follow_ups(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+) -> flask.Response:
+    listed = [f.as_json() for f in pending_follow_ups(person)]
+    return json_response({"follow_ups": listed}, headers=cors)
+
+
+def cancel_follow_up(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+) -> flask.Response:
+    done = runtime.store().call("cancel_follow_up", {"p_user_id": str(person), "p_id": int(match[1])})
+    if not done["cancelled"]:
+        return json_response({"error": "not_found", "message": "no such pending follow-up"}, 404, cors)
+    return json_response({"cancelled": True}, headers=cors)

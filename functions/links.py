@@ -16,23 +16,22 @@ from core.models import Surface
 from functions import runtime
 from functions.http import json_response
 
-LINKS = re.compile(r"^/links(?:/(telegram|whatsapp))?/?$")
 
-
-def links_route(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response | None:
-    """The answer to a /links request, or None when the path is not one of these routes."""
-    match = LINKS.match(request.path)
-    if match is None:
-        return None
+def new_code(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
     linking = runtime.linking()
     linking.refuse_under_owner()
-    surface = match[1]
-    if surface is None and request.method == "POST":
-        account = runtime.token_verifier().account(request.headers.get("Authorization"))
-        return json_response(linking.new_code(person, account).as_json(), 201, cors)
-    if surface is None and request.method == "GET":
-        return json_response({"links": [item.as_json() for item in linking.identities(person)]}, headers=cors)
-    if surface is not None and request.method == "DELETE":
-        unlinked = linking.unlink_surface(person, Surface(surface))
-        return json_response({"surface": surface, "unlinked": unlinked}, headers=cors)
-    return json_response({"error": "method_not_allowed", "message": f"{request.method} {request.path}"}, 405, cors)
+    account = runtime.token_verifier().account(request.headers.get("Authorization"))
+    return json_response(linking.new_code(person, account).as_json(), 201, cors)
+
+
+def list_links(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+    linking = runtime.linking()
+    linking.refuse_under_owner()
+    return json_response({"links": [item.as_json() for item in linking.identities(person)]}, headers=cors)
+
+
+def unlink(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+    linking = runtime.linking()
+    linking.refuse_under_owner()
+    unlinked = linking.unlink_surface(person, Surface(match[1]))
+    return json_response({"surface": match[1], "unlinked": unlinked}, headers=cors)

@@ -5,6 +5,7 @@ GET /memory    the person's memory notes: 200 {notes, written_at, covered_until}
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import flask
@@ -14,8 +15,7 @@ from functions import runtime
 from functions.http import json_response
 
 
-def memory_route(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response | None:
-    """The answer to GET /memory, or None for any other request (other modules own them)."""
-    if request.method != "GET" or request.path.rstrip("/") != "/memory":
-        return None
+def show_memory(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+) -> flask.Response:
     return json_response(read_notes(runtime.store(), person).as_json(), headers=cors)

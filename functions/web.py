@@ -1,12 +1,13 @@
-"""`web_chat`: the web frontend's fetch calls, routed by method and path in one function.
+"""`web_chat`: the web frontend's fetch calls, routed by method and path in one function, by the
+one route table at the end of this module (`ROUTES`):
 
-POST /                                 send a message; JSON, or SSE with Accept: text/event-stream
+POST /, /messages                      send a message; JSON, or SSE with Accept: text/event-stream
 GET  /conversations                    the person's conversations (web and the other surfaces')
 POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
-*    /links[/<surface>]                linking the person's other apps (functions/links.py)
 DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 GET  /memory                           the person's memory notes (functions/notes.py)
+POST, GET /links; DELETE /links/<surface>   linking the person's other apps (functions/links.py)
 GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
@@ -18,7 +19,8 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -30,15 +32,9 @@ from core.errors import CrossmemError
 from core.media import MediaKind, MediaRef
 from core.models import Role, Surface
 from core.turn import TurnRequest, TurnResult
-from functions import runtime
-from functions.follow_up_routes import follow_ups_route
-from functions.forget_routes import forget_route
+from functions import follow_up_routes, forget_routes, links, notes, runtime
 from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
-from functions.links import links_route
-from functions.notes import memory_route
 from functions.paging import page_query
-
-CONVERSATION_MESSAGES = re.compile(rf"^/conversations/{CONVERSATION_ID}/messages/?$")
 
 
 class ClientMessage(BaseModel):
@@ -87,35 +83,47 @@ def web_chat(request: flask.Request) -> flask.Response:
         return flask.Response(status=204, headers=cors)
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
-        if (answer := links_route(request, person, cors)) is not None:
-            return answer
-        if (answer := forget_route(request, person, cors)) is not None:
-            return answer
-        if (answer := memory_route(request, person, cors)) is not None:
-            return answer
-        if (answer := follow_ups_route(request, person, cors)) is not None:
-            return answer
         path = request.path.rstrip("/") or "/"
-        if request.method == "POST" and path in ("/", "/messages"):
-            return send_message(request, person, cors)
-        if path == "/conversations" and request.method == "GET":
-            listed = runtime.memory().list_conversations(person)
-            return json_response({"conversations": [c.as_json() for c in listed]}, headers=cors)
-        if path == "/conversations" and request.method == "POST":
-            title = read_json(request, NewConversation).title if request.content_length else ""
-            return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
-        if (match := CONVERSATION_MESSAGES.match(request.path)) and request.method == "GET":
-            query = page_query(request.args)
-            page = runtime.memory().conversation_messages(person, uuid.UUID(match[1]), query.before, query.limit)
-            messages = [m.as_json() for m in page.messages]
-            body = {"conversation": page.conversation.as_json(), "messages": messages, "has_more": page.has_more}
-            return json_response(body, headers=cors)
+        matched = [(route, found) for route in ROUTES if (found := route.pattern.fullmatch(path))]
+        for route, found in matched:
+            if route.method == request.method:
+                return route.handler(request, person, cors, found)
+        if matched:
+            allowed = ", ".join(sorted({route.method for route, _ in matched}))
+            message = f"{request.method} {request.path}: this route takes {allowed}"
+            return json_response({"error": "method_not_allowed", "message": message}, 405, {**cors, "Allow": allowed})
         return json_response({"error": "not_found", "message": f"no route {request.method} {request.path}"}, 404, cors)
     except CrossmemError as exc:
         return error_response(exc, cors)
 
 
-def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
+def list_conversations(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+) -> flask.Response:
+    listed = runtime.memory().list_conversations(person)
+    return json_response({"conversations": [c.as_json() for c in listed]}, headers=cors)
+
+
+def create_conversation(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+) -> flask.Response:
+    title = read_json(request, NewConversation).title if request.content_length else ""
+    return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
+
+
+def conversation_messages(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+) -> flask.Response:
+    query = page_query(request.args)
+    page = runtime.memory().conversation_messages(person, uuid.UUID(match[1]), query.before, query.limit)
+    messages = [m.as_json() for m in page.messages]
+    body = {"conversation": page.conversation.as_json(), "messages": messages, "has_more": page.has_more}
+    return json_response(body, headers=cors)
+
+
+def send_message(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str] | None = None
+) -> flask.Response:
     body = read_json(request, SendMessage)
     history = None
     if body.history is not None:
@@ -128,9 +136,7 @@ def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]
         conversation_id=body.conversation_id,
         client_history=history,
         deadline_s=runtime.settings().web_model_deadline,
-        media=tuple(
-            MediaRef(MediaKind.IMAGE, a.media_type, data=base64.b64decode(a.data)) for a in body.attachments
-        ),
+        media=tuple(MediaRef(MediaKind.IMAGE, a.media_type, data=base64.b64decode(a.data)) for a in body.attachments),
         timezone=body.timezone,
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
@@ -173,3 +179,36 @@ def cors_headers(request: flask.Request) -> dict[str, str]:
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",
     }
+
+
+Handler = Callable[[flask.Request, uuid.UUID, dict[str, str], re.Match[str]], flask.Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+
+
+def route(method: str, path: str, handler: Handler) -> Route:
+    return Route(method, re.compile(path), handler)
+
+
+# Every route of `web_chat`, in one table: a new route is one line here (its path without the
+# trailing slash; a path that matches with another method is a 405 naming the allowed ones).
+ROUTES = (
+    route("POST", "/", send_message),
+    route("POST", "/messages", send_message),
+    route("GET", "/conversations", list_conversations),
+    route("POST", "/conversations", create_conversation),
+    route("GET", rf"/conversations/{CONVERSATION_ID}/messages", conversation_messages),
+    route("DELETE", rf"/conversations/{CONVERSATION_ID}", forget_routes.delete_conversation),
+    route("GET", "/memory", notes.show_memory),
+    route("DELETE", "/memory", forget_routes.forget_memory),
+    route("POST", "/links", links.new_code),
+    route("GET", "/links", links.list_links),
+    route("DELETE", "/links/(telegram|whatsapp)", links.unlink),
+    route("GET", "/follow-ups", follow_up_routes.list_follow_ups),
+    route("DELETE", "/follow-ups/([0-9]{1,18})", follow_up_routes.cancel_follow_up),
+)

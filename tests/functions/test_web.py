@@ -184,9 +184,12 @@ def test_bad_input_is_a_4xx_with_a_json_reason(
     assert response.get_json()["error"] == error and response.get_json()["message"]
 
 
-def test_unknown_routes_are_404_json(web: FlaskClient) -> None:
-    response = web.delete("/conversations", headers=bearer(uuid.uuid4()))
+def test_unknown_routes_are_404_json_and_a_known_path_with_another_method_405(web: FlaskClient) -> None:
+    response = web.get("/nowhere", headers=bearer(uuid.uuid4()))
     assert response.status_code == 404 and response.get_json()["error"] == "not_found"
+    wrong = web.delete("/conversations", headers=bearer(uuid.uuid4()))
+    assert wrong.status_code == 405 and wrong.get_json()["error"] == "method_not_allowed"
+    assert wrong.headers["Allow"] == "GET, POST"
 
 
 def test_cors_preflight_is_answered_without_the_database(web: FlaskClient, environment: pytest.MonkeyPatch) -> None:
