@@ -13,9 +13,9 @@ SYNC := $(UV) sync --frozen --inexact --quiet
 
 DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
 SUPABASE := infra/deploy/node_modules/.bin/supabase
-# A deploy tool's failure ends in one line: its own error and the likely fix (functions/tool_failures.py,
+# A deploy tool's failure ends in one line: its own error and the likely fix (functions/tools/tool_failures.py,
 # standard library only, so it runs before the venv exists).
-EXPLAINED = $(PYTHON) -m functions.tool_failures --as
+EXPLAINED = $(PYTHON) -m functions.tools.tool_failures --as
 
 .PHONY: dev test bench soak lint browser requirements upgrade deploy-tools package deploy db-push db-standins
 
@@ -76,7 +76,7 @@ deploy-tools: $(DEPLOY_TOOLS)
 
 # What `make deploy` uploads, by .gcloudignore, in build/function-source/.
 package: $(STAMP)
-	$(BIN)/python -m functions.upload
+	$(BIN)/python -m functions.tools.upload
 
 # Every function of serverless.yml as a 2nd-gen function (`crossmem deploy --dry-run` only prints).
 deploy: $(STAMP)

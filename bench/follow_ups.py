@@ -29,7 +29,7 @@ import psycopg
 
 from bench.results import bench_database, save
 from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
-from core.store import JsonScalar, MemoryStore
+from core.stores.store import JsonScalar, MemoryStore
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram

@@ -20,13 +20,13 @@ import psycopg
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from bench.seed import SeedPattern
 from core.context import ModelMessage
-from core.identity import IdentityPolicy
-from core.linking import Linking
-from core.llm import ModelReply, Usage
+from core.identity.linking import Linking
+from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
+from core.model.llm import ModelReply, Usage
+from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Person, Surface
-from core.postgres_store import PostgresStore
-from core.prompt import DEFAULT_SYSTEM_PROMPT
+from core.stores.postgres_store import PostgresStore
 from core.turn import TurnRequest, Turns, TurnSettings
 
 PEOPLE_PER_DRIVER = 40

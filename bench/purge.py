@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 
 from bench.results import bench_database, save
-from core.postgres_store import PostgresStore
 from core.retention import PurgeBatch, Retention, in_flight_window
+from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
 
 MESSAGES = 1_000_000

@@ -35,7 +35,7 @@ from bench.latency_proxy import ProxyProcess
 from bench.soak_check import check
 from bench.soak_faults import FAULTS, Lab
 from bench.soak_identities import OWNER_DEVICES, telegram_id, whatsapp_sender
-from core.embedded import start_embedded_postgres, stop_embedded_postgres
+from core.stores.embedded import start_embedded_postgres, stop_embedded_postgres
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, echo_last_message
 from tests.fakes.telegram_api import FakeTelegram

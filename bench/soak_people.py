@@ -25,7 +25,7 @@ import jwt
 from locust import HttpUser, between, task
 
 from bench.soak_identities import OWNER_DEVICES, telegram_id, web_user, whatsapp_sender
-from core.whatsapp import sign_form
+from core.channels.whatsapp import sign_form
 
 ENV = os.environ
 RECORDS = ENV.get("SOAK_RECORDS", "soak-records.jsonl")

@@ -29,10 +29,10 @@ from zoneinfo import ZoneInfo
 
 from core.context import ModelMessage, Source
 from core.errors import ModelUnavailable, StoreUnavailable
-from core.llm import Model
+from core.model.llm import Model
 from core.models import Role, StoredMessage
 from core.settings import setting_default
-from core.store import MemoryStore
+from core.stores.store import MemoryStore
 
 log = logging.getLogger("crossmem.digest")
 
@@ -152,7 +152,7 @@ class ExtractiveDigester:
 
 
 class ModelDigester:
-    """The notes written by a model (ANTHROPIC_DIGEST_MODEL, through core/llm.py)."""
+    """The notes written by a model (ANTHROPIC_DIGEST_MODEL, through core/model/llm.py)."""
 
     def __init__(self, model: Model, max_tokens: int, timeout_s: float, zone: ZoneInfo | None = None) -> None:
         self.name = model.name

@@ -30,9 +30,9 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import StoreUnavailable
-from core.identity import IdentityPolicy
+from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Surface
-from core.store import MemoryStore
+from core.stores.store import MemoryStore
 
 log = logging.getLogger("crossmem.follow_ups")
 

@@ -24,7 +24,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.llm import ToolCall
+from core.model.llm import ToolCall
 from core.models import FollowUp
 
 log = logging.getLogger("crossmem.follow_ups")

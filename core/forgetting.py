@@ -18,10 +18,10 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import NotFound, StoreUnavailable
-from core.identity import IdentityPolicy
-from core.linking import UNAVAILABLE
+from core.identity.linking import UNAVAILABLE
+from core.identity.policy import IdentityPolicy
 from core.models import Surface
-from core.store import MemoryStore
+from core.stores.store import MemoryStore
 
 CONFIRM_MINUTES = 5
 

@@ -9,7 +9,7 @@ the notes and the digest know it:
     [PDF "lease.pdf": a rental contract ...] caption
 
 The bytes are never stored: they live for the turn and are gone after it. This module is a
-leaf: limits and formats, no network (core/media_fetch.py, core/transcription.py) and no
+leaf: limits and formats, no network (core/channels/media_fetch.py, core/model/transcription.py) and no
 turn (core/media_turn.py).
 """
 
@@ -81,7 +81,7 @@ class MediaLimits:
 
 def twilio_media(urls: Sequence[str], content_types: Sequence[str]) -> tuple[MediaRef, ...]:
     """A WhatsApp form's media, when any of it is an image, a PDF or audio (a shared contact's
-    vCard alone is not); where each URL may be fetched from is core/media_fetch.py's to say."""
+    vCard alone is not); where each URL may be fetched from is core/channels/media_fetch.py's to say."""
     refs = tuple(MediaRef(media_kind(kind), kind, url) for url, kind in zip(urls, content_types, strict=True))
     return refs if any(ref.kind is not MediaKind.OTHER for ref in refs) else ()
 

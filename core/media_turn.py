@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from core.context import ModelMessage
 from core.errors import MediaUnreadable, ModelUnavailable
-from core.llm import Model, Usage
 from core.media import (
     IMAGE_TYPES,
     PDF_TYPE,
@@ -38,11 +37,12 @@ from core.media import (
     sniffed_type,
     transcribed,
 )
+from core.model.llm import Model, Usage
 from core.models import Role, Surface
 
 if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
-    from core.media_fetch import MediaSource
-    from core.transcription import Transcriber
+    from core.channels.media_fetch import MediaSource
+    from core.model.transcription import Transcriber
 
 log = logging.getLogger("crossmem.media")
 

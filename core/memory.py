@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
 from core.models import Conversation, ConversationPage, FollowUp, Person, StoredMessage, StoredReply, Surface, TurnStart
 from core.settings import setting_default
-from core.store import MemoryStore
+from core.stores.store import MemoryStore
 
 log = logging.getLogger("crossmem.memory")
 

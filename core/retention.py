@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from core.settings import setting_default
-from core.store import MemoryStore
+from core.stores.store import MemoryStore
 
 # Past a surface's deadline the turn answers with the fallback, which is not stored; the margin
 # covers storing a reply that made the deadline (finish_turn's round trip, a connect timeout).

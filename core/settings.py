@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigurationError
-from core.prompt import DEFAULT_SYSTEM_PROMPT
+from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 
 CommaList = Annotated[list[str], NoDecode]
 

@@ -29,11 +29,11 @@ from core import follow_ups
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
 from core.follow_ups import FollowUpRules, TurnTools
-from core.identity import IdentityPolicy
-from core.llm import Model, ModelReply, ToolCall, Usage, plus
+from core.identity.policy import IdentityPolicy
 from core.media import MediaRef, placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
+from core.model.llm import Model, ModelReply, ToolCall, Usage, plus
 from core.models import Delivery, Person, Role, Surface, TurnStart
 
 log = logging.getLogger("crossmem.turn")

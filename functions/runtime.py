@@ -13,35 +13,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.commands import Commands
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
-from core.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.errors import ConfigurationError
 from core.follow_up_delivery import FollowUpDelivery, Senders
 from core.follow_ups import FollowUpRules
 from core.forgetting import Forgetting
-from core.identity import IdentityPolicy
-from core.linking import Linking
-from core.llm import AnthropicModel, Model
+from core.identity.linking import Linking
+from core.identity.policy import IdentityPolicy
 from core.logs import configure_json_logging
 from core.media import MediaLimits
 from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
+from core.model.llm import AnthropicModel, Model
+from core.model.offline_model import OfflineModel
 from core.models import Surface
-from core.offline_model import OfflineModel
 from core.owed import OwedReplies
-from core.postgres_store import PostgresStore
 from core.retention import Retention, in_flight_window
 from core.settings import Settings
-from core.store import MemoryStore, UnavailableStore
-from core.telegram_bot import TelegramBot, TelegramChannel
+from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
+from core.stores.postgres_store import PostgresStore
+from core.stores.store import MemoryStore, UnavailableStore
 from core.turn import ReplyChannel, Turns, TurnSettings
 
 if TYPE_CHECKING:
-    from core.media_fetch import MediaSource
-    from core.transcription import Transcriber
-    from core.web_auth import TokenVerifier
-    from core.whatsapp import WhatsAppSender
+    from core.channels.media_fetch import MediaSource
+    from core.channels.whatsapp import WhatsAppSender
+    from core.identity.web_auth import TokenVerifier
+    from core.model.transcription import Transcriber
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
@@ -107,7 +107,7 @@ def store() -> MemoryStore:
 def build_store(config: Settings) -> MemoryStore:
     kind = store_kind(config)
     if kind == "supabase":
-        from core.supabase_store import SupabaseStore
+        from core.stores.supabase_store import SupabaseStore
 
         if config.supabase_service_role_key is None:
             raise RuntimeError("SUPABASE_URL is set but SUPABASE_SERVICE_ROLE_KEY is not")
@@ -223,7 +223,7 @@ def media_reader() -> MediaReader:
 
 @functools.cache
 def telegram_files() -> MediaSource:
-    from core.media_fetch import TelegramFiles
+    from core.channels.media_fetch import TelegramFiles
 
     config = settings()
     token = config.telegram_bot_token.get_secret_value() if config.telegram_bot_token else ""
@@ -232,7 +232,7 @@ def telegram_files() -> MediaSource:
 
 @functools.cache
 def twilio_media() -> MediaSource:
-    from core.media_fetch import TwilioMedia
+    from core.channels.media_fetch import TwilioMedia
 
     config = settings()
     token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
@@ -241,7 +241,7 @@ def twilio_media() -> MediaSource:
 
 @functools.cache
 def inline_media() -> MediaSource:
-    from core.media_fetch import InlineMedia
+    from core.channels.media_fetch import InlineMedia
 
     return InlineMedia()
 
@@ -252,7 +252,7 @@ def transcriber() -> Transcriber | None:
     config = settings()
     if config.deepgram_api_key is None:
         return None
-    from core.transcription import DeepgramTranscriber
+    from core.model.transcription import DeepgramTranscriber
 
     return DeepgramTranscriber(
         config.deepgram_api_key.get_secret_value(), config.deepgram_model, config.deepgram_api_base
@@ -328,7 +328,7 @@ def whatsapp_sender() -> WhatsAppSender | None:
     config = settings()
     if not config.twilio_account_sid or config.twilio_auth_token is None:
         return None
-    from core.whatsapp import WhatsAppSender  # twilio: only the functions that reach WhatsApp
+    from core.channels.whatsapp import WhatsAppSender  # twilio: only the functions that reach WhatsApp
 
     return WhatsAppSender(
         config.twilio_account_sid,
@@ -379,7 +379,7 @@ def telegram_bot() -> TelegramBot:
 
 @functools.cache
 def token_verifier() -> TokenVerifier:
-    from core.web_auth import TokenVerifier  # PyJWT and cryptography: only the web pays for them
+    from core.identity.web_auth import TokenVerifier  # PyJWT and cryptography: only the web pays for them
 
     config = settings()
     secret = config.supabase_jwt_secret.get_secret_value() if config.supabase_jwt_secret else None

@@ -12,11 +12,9 @@ import time
 
 import flask
 
-from core.errors import InputError, OverBudget, StillAnswering
-from core.models import Surface
-from core.splitting import split_message
-from core.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
-from core.telegram_update import (
+from core.channels.splitting import split_message
+from core.channels.telegram_bot import TELEGRAM_LIMIT, TelegramChannel
+from core.channels.telegram_update import (
     CONFIRM_LINK,
     Command,
     Converse,
@@ -24,6 +22,8 @@ from core.telegram_update import (
     TelegramUpdate,
     classify,
 )
+from core.errors import InputError, OverBudget, StillAnswering
+from core.models import Surface
 from core.turn import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving

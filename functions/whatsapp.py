@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 import flask
 
+from core.channels.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
 from core.errors import InputError, OverBudget, StillAnswering
 from core.forgetting import ForgetRequest
-from core.linking import LinkRequest, UnlinkRequest
+from core.identity.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
 from core.turn import TurnRequest
-from core.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
 from functions import runtime
 from functions.http import error_response, json_response, read_form, serving
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from core.memory import ContextLimits, Memory
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, server_url
 
 

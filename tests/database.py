@@ -17,7 +17,7 @@ from urllib.parse import urlparse, urlunparse
 
 import psycopg
 
-from core.embedded import prepare_database, start_embedded_postgres, stop_embedded_postgres
+from core.stores.embedded import prepare_database, start_embedded_postgres, stop_embedded_postgres
 
 # The project's schemas: `public` (what PostgREST serves) and the private one its functions are
 # built from. The catalog below reads both.

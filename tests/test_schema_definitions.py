@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from core.embedded import MIGRATIONS, SUPABASE_STANDINS, prepare_database
+from core.stores.embedded import MIGRATIONS, SUPABASE_STANDINS, prepare_database
 from tests.database import catalog, fresh_database
 
 SUPABASE = Path(__file__).resolve().parent.parent / "infra" / "supabase"

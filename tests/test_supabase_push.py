@@ -12,8 +12,8 @@ from urllib.parse import urlparse
 import psycopg
 import pytest
 
-from core.embedded import MIGRATIONS, SUPABASE_STANDINS
-from functions.cli import main
+from core.stores.embedded import MIGRATIONS, SUPABASE_STANDINS
+from functions.tools.cli import main
 from tests.database import catalog, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 from core.errors import OverBudget
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.models import Person, Surface
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 from tests.helpers import rows
 
 

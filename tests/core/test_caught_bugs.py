@@ -19,7 +19,7 @@ from core.digest import DigestJob, DigestLimits, ExtractiveDigester, approximate
 from core.errors import MessageTooLong
 from core.memory import ContextLimits, Memory
 from core.models import Person, StoredMessage, Surface
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = ContextLimits(max_messages=4, window_step=2)

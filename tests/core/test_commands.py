@@ -7,7 +7,7 @@ import pytest
 
 from core.commands import chat_command
 from core.forgetting import ForgetRequest
-from core.linking import LinkRequest, UnlinkRequest
+from core.identity.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
 
 SAME_ON_EVERY_SURFACE = [

@@ -13,13 +13,13 @@ import psycopg
 import pytest
 
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, within_budget
-from core.identity import IdentityPolicy
-from core.linking import Linking
-from core.llm import AnthropicModel, messages_request
+from core.identity.linking import Linking
+from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
+from core.model.llm import AnthropicModel, messages_request
+from core.model.prompt import NOTES_PREAMBLE
 from core.models import Person, StoredMessage, Surface
-from core.postgres_store import PostgresStore
-from core.prompt import NOTES_PREAMBLE
+from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import as_role
@@ -256,8 +256,8 @@ def test_notes_are_their_persons_to_read_and_no_one_elses(
 
 def test_the_offline_model_says_what_its_notes_hold() -> None:
     from core.context import ModelMessage, Source
+    from core.model.offline_model import OfflineModel
     from core.models import Role
-    from core.offline_model import OfflineModel
 
     asked = [ModelMessage(Role.USER, "who is my sister?", (Source(Surface.WEB, "who is my sister?"),))]
     notes = "- [telegram · 2026-11-28] my flight is on Tuesday\n- [telegram · 2026-11-29] my sister's name is Ana"

@@ -10,8 +10,8 @@ from core.digest import DigestJob, DigestLimits, ExtractiveDigester
 from core.errors import StoreUnavailable
 from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
-from core.postgres_store import PostgresStore
-from core.store import JsonScalar
+from core.stores.postgres_store import PostgresStore
+from core.stores.store import JsonScalar
 from tests.database import migrated_database
 
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from core.errors import StoreUnavailable
-from core.identity import IdentityPolicy
+from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
+from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Surface, TurnStart
-from core.offline_model import OfflineModel
-from core.postgres_store import PostgresStore
-from core.store import JsonScalar
+from core.stores.postgres_store import PostgresStore
+from core.stores.store import JsonScalar
 from core.turn import Outcome, TurnRequest, Turns, TurnSettings
 from tests.helpers import count, rows
 

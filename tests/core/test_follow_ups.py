@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from core.follow_ups import TOOLS, FollowUpRules, InvalidTime, continuation, needs_answer, resolve_when, turn_tools
-from core.llm import ToolCall, messages_request
+from core.model.llm import ToolCall, messages_request
 from core.models import FollowUp, Surface
 
 MADRID = ZoneInfo("Europe/Madrid")

@@ -9,6 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.channels.telegram_update import Command, TelegramUpdate
+from core.channels.telegram_update import classify as classify_telegram
+from core.channels.whatsapp import WhatsAppForm
+from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import NotFound
 from core.forgetting import (
     EXPIRED,
@@ -20,15 +24,11 @@ from core.forgetting import (
     Forgetting,
     Forgotten,
 )
-from core.identity import IdentityPolicy
-from core.linking import Linking
+from core.identity.linking import Linking
+from core.identity.policy import IdentityPolicy
 from core.memory import Memory
 from core.models import Person, Surface
-from core.postgres_store import PostgresStore
-from core.telegram_update import Command, TelegramUpdate
-from core.telegram_update import classify as classify_telegram
-from core.whatsapp import WhatsAppForm
-from core.whatsapp import classify as classify_whatsapp
+from core.stores.postgres_store import PostgresStore
 
 AUTO = IdentityPolicy.build("auto", None, [], [])
 

@@ -9,9 +9,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.channels.telegram_update import Command, TelegramUpdate
+from core.channels.telegram_update import classify as classify_telegram
+from core.channels.whatsapp import WhatsAppForm
+from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import LinkingNotNeeded
-from core.identity import IdentityPolicy
-from core.linking import (
+from core.identity.linking import (
     CODE_ALPHABET,
     NOT_NEEDED,
     Linking,
@@ -23,13 +26,10 @@ from core.linking import (
     mask,
     normalise_code,
 )
+from core.identity.policy import IdentityPolicy
 from core.memory import Memory
 from core.models import Person, Role, Surface
-from core.postgres_store import PostgresStore
-from core.telegram_update import Command, TelegramUpdate
-from core.telegram_update import classify as classify_telegram
-from core.whatsapp import WhatsAppForm
-from core.whatsapp import classify as classify_whatsapp
+from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql
 from tests.helpers import rows
 

@@ -11,12 +11,12 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import NotFound
 from core.forgetting import NOTHING_STORED, ForgetRequest, Forgetting, Forgotten
-from core.identity import IdentityPolicy
-from core.linking import Linking, LinkStatus
+from core.identity.linking import Linking, LinkStatus
+from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.models import Person, Role, Surface
-from core.postgres_store import PostgresStore
-from core.supabase_store import SupabaseStore
+from core.stores.postgres_store import PostgresStore
+from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
 
 SERVICE_KEY = "sb_secret_test_service_role_key"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from core.errors import EmptyMessage, MessageTooLong
 from core.memory import ContextLimits, Memory
 from core.models import Person, Surface
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 from tests.helpers import count
 
 

@@ -10,9 +10,9 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from core.postgres_store import PostgresStore
 from core.retention import PurgeBatch, Retention, describe_age, in_flight_window, parse_age
-from core.supabase_store import SupabaseStore
+from core.stores.postgres_store import PostgresStore
+from core.stores.supabase_store import SupabaseStore
 from tests.database import migrated_database
 from tests.fakes.postgrest import PostgrestStandIn
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from core.embedded import (
+from core.memory import ContextLimits, Memory
+from core.models import Person, Surface
+from core.stores.embedded import (
     MIGRATIONS,
     SUPABASE_STANDINS,
     prepare_database,
     start_embedded_postgres,
     stop_embedded_postgres,
 )
-from core.memory import ContextLimits, Memory
-from core.models import Person, Surface
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
 from tests.helpers import as_role, free_port
 
@@ -207,7 +207,7 @@ def test_migrations_apply_to_an_empty_database_and_again_change_nothing(postgres
 
 
 def test_an_unreachable_postgrest_degrades_the_same_way(caplog: pytest.LogCaptureFixture) -> None:
-    from core.supabase_store import SupabaseStore
+    from core.stores.supabase_store import SupabaseStore
 
     port = free_port()
     memory = Memory(SupabaseStore(f"http://127.0.0.1:{port}", "sb_secret_key", timeout_s=2), ContextLimits())

@@ -12,11 +12,11 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import StoreUnavailable
-from core.identity import IdentityPolicy
-from core.llm import AnthropicModel
+from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
+from core.model.llm import AnthropicModel
 from core.models import Person, Surface
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 from core.turn import Outcome, TurnRequest, Turns, TurnSettings
 from tests.database import begin_turn_arguments
 from tests.fakes.anthropic_api import FakeAnthropic

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from core.channels.telegram_bot import TelegramBot
 from core.models import Delivery
-from core.telegram_bot import TelegramBot
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import BOT_TOKEN
 

@@ -11,13 +11,13 @@ import psycopg
 import pytest
 
 from core.context import ContextItem, build_model_messages
-from core.identity import IdentityPolicy
-from core.llm import AnthropicModel
+from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
+from core.model.llm import AnthropicModel
+from core.model.offline_model import OfflineModel
+from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Role, Surface
-from core.offline_model import OfflineModel
-from core.postgres_store import PostgresStore
-from core.prompt import DEFAULT_SYSTEM_PROMPT
+from core.stores.postgres_store import PostgresStore
 from core.turn import Outcome, TurnRequest, TurnResult, Turns, TurnSettings
 from tests.fakes.anthropic_api import FakeAnthropic
 

@@ -13,7 +13,7 @@ import threading
 from urllib.parse import quote
 
 from core.errors import StoreUnavailable
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 from tests.fakes.local_server import LocalServer, QuietHandler
 
 

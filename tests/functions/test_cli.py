@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.embedded import MIGRATIONS
 from core.models import Person, Surface
+from core.stores.embedded import MIGRATIONS
 from functions import runtime
-from functions.cli import main
+from functions.tools.cli import main
 from tests.database import fresh_database
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import TELEGRAM_SECRET, free_port
@@ -118,7 +118,7 @@ def test_say_reads_port_like_dev_and_names_the_url_it_could_not_reach(port_from:
     else:
         (tmp_path / ".env").write_text(f"PORT={port}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "functions.cli", "say", "--surface", "telegram", "hello?"],
+        [sys.executable, "-m", "functions.tools.cli", "say", "--surface", "telegram", "hello?"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -20,7 +20,7 @@ from playwright.sync_api import Page, sync_playwright
 from werkzeug.serving import make_server
 
 from functions import runtime
-from functions.local_dev import DEV_DEFAULTS, build_dev_app, run_scheduled_job
+from functions.tools.local_dev import DEV_DEFAULTS, build_dev_app, run_scheduled_job
 from tests.fakes.local_server import ServingThread
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -39,7 +39,7 @@ CHROMIUM_FLAGS = [
 TELEGRAM_NOTES = 26  # with their replies, more than the page's first page of 50
 LONG_THREAD_TURNS = 12
 HEBREW = "נפגשים ביום שישי בעשר"
-POLL_MS = 10_000  # functions/demo/index.html's
+POLL_MS = 10_000  # functions/tools/demo/index.html's
 RECEIPT = Path(__file__).resolve().parents[1] / "corpus" / "media" / "receipt.jpg"
 
 LAYOUT = """() => {

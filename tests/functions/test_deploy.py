@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from core.settings import Settings
-from functions.cli import main
-from functions.deploy import DEPLOYER_ROLES, ENV_FILES, Target, deploy_command, read_description
-from functions.upload import PACKAGE
+from functions.tools.cli import main
+from functions.tools.deploy import DEPLOYER_ROLES, ENV_FILES, Target, deploy_command, read_description
+from functions.tools.upload import PACKAGE
 from tests.fakes.gcloud import ACT_AS_DENIED, API_DISABLED, NOT_LOGGED_IN, PERMISSION_DENIED_SECRETS_LIST, FakeGcloud
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,7 +255,7 @@ def deploy_in_a_process(extra: list[str] | None = None) -> subprocess.CompletedP
     """`crossmem deploy` as a person runs it: a process of its own, so a traceback would show."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "functions.cli", "deploy", *(extra or [])],
+        [sys.executable, "-m", "functions.tools.cli", "deploy", *(extra or [])],
         env=environment,
         cwd=ROOT,
         capture_output=True,

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from core.model.prompt import DEFAULT_SYSTEM_PROMPT, NOTES_PREAMBLE
 from core.models import Surface
-from core.prompt import DEFAULT_SYSTEM_PROMPT, NOTES_PREAMBLE
 from core.turn import Outcome, TurnRequest, TurnResult
 from functions import runtime
-from functions.cli import main
+from functions.tools.cli import main
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import JWT_SECRET, app_client, bearer

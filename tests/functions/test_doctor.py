@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from functions import runtime
-from functions.cli import main
-from functions.deploy import read_description, secret_id
+from functions.tools.cli import main
+from functions.tools.deploy import read_description, secret_id
 from tests.database import fresh_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.cloud_run import FakeCloudRun
@@ -195,7 +195,7 @@ def test_in_a_process_a_failing_check_exits_1_without_a_traceback(live: Live) ->
     live.telegram.webhook_info = {**live.telegram.webhook_info, "url": ""}
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "functions.cli", "doctor"],
+        [sys.executable, "-m", "functions.tools.cli", "doctor"],
         env=environment,
         capture_output=True,
         text=True,

@@ -337,7 +337,7 @@ def test_a_delivered_web_follow_up_is_the_agents_message_in_the_conversation(
 def test_the_offline_model_schedules_remind_me_in_n_minutes_and_the_cli_lists_it(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from functions import cli
+    from functions.tools import cli
 
     environment.setenv("APP_ENV", "local")
     environment.delenv("ANTHROPIC_API_KEY")
@@ -364,7 +364,7 @@ def test_the_operators_erasure_deletes_the_persons_follow_ups_and_timezone_and_n
     fake_telegram: FakeTelegram,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from functions import cli
+    from functions.tools import cli
 
     apps = three_apps(environment, fake_anthropic)
     person, other = uuid.uuid4(), uuid.uuid4()

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from core.forgetting import EXPIRED, FORGOTTEN, WILL_DELETE
-from functions.cli import main
+from functions.tools.cli import main
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram

@@ -1,5 +1,5 @@
 """Each deployed function gets the settings it reads, no more, and every secret from Secret
-Manager: serverless.yml against functions/function_settings.py, and that list against what
+Manager: serverless.yml against functions/tools/function_settings.py, and that list against what
 each function really reads while it serves a turn."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from core.settings import Settings
-from functions.deploy import read_description
-from functions.function_settings import BY_FUNCTION, settings_of, undeclared_settings
+from functions.tools.deploy import read_description
+from functions.tools.function_settings import BY_FUNCTION, settings_of, undeclared_settings
 from tests.helpers import (
     BOT_TOKEN,
     JWT_SECRET,
@@ -52,7 +52,7 @@ def test_the_problems_say_what_to_add_where() -> None:
         "serverless.yml: telegram_webhook reads TELEGRAM_API_BASE but is not given it: add "
         "`TELEGRAM_API_BASE: ${env:TELEGRAM_API_BASE}` under functions.telegram_webhook.environment",
         "serverless.yml gives telegram_webhook TWILIO_AUTH_TOKEN, which it does not read: remove it there "
-        "(or, if it does read it, add 'twilio_auth_token' to its list in functions/function_settings.py)",
+        "(or, if it does read it, add 'twilio_auth_token' to its list in functions/tools/function_settings.py)",
         "serverless.yml: web_chat reads DATABASE_URL but is not given it: add "
         "`DATABASE_URL: crossmem-database-url:latest` under provider.secrets",
         "serverless.yml: whatsapp_webhook's secret TWILIO_AUTH_TOKEN is 'hunter2', not a Secret Manager "
@@ -120,7 +120,7 @@ def test_a_function_reads_only_the_settings_its_list_names(
     unlisted = sorted(settings_read - settings_of(function))
     assert unlisted == [], (
         f"{function} reads {[name.upper() for name in unlisted]}: add {unlisted} to its list in "
-        "functions/function_settings.py (EVERY_FUNCTION when all three do), then give it to the function in "
+        "functions/tools/function_settings.py (EVERY_FUNCTION when all three do), then give it to the function in "
         "serverless.yml (the test above says where)"
     )
     assert settings_read & BY_FUNCTION[function]  # the recording saw the function's own settings

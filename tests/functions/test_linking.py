@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from core.linking import ANSWERS, UNAVAILABLE, UNLINKED, LinkStatus
-from functions.cli import main
+from core.identity.linking import ANSWERS, UNAVAILABLE, UNLINKED, LinkStatus
+from functions.tools.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import (

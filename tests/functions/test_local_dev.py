@@ -18,11 +18,11 @@ import pytest
 from werkzeug.test import Client
 
 from functions import runtime
-from functions.local_dev import DEV_DEFAULTS, apply_dev_defaults, build_dev_app
+from functions.tools.local_dev import DEV_DEFAULTS, apply_dev_defaults, build_dev_app
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-CROSSMEM = [sys.executable, "-m", "functions.cli"]
+CROSSMEM = [sys.executable, "-m", "functions.tools.cli"]
 
 
 @pytest.fixture

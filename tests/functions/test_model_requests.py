@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from core.context import ModelMessage
-from core.llm import messages_request
+from core.model.llm import messages_request
 from core.models import Role
 from core.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic

@@ -1,5 +1,5 @@
 """`make deploy-tools` (npm ci) and `make db-push` (the Supabase CLI) run their tool through
-functions/tool_failures.py: a failure ends in one line naming the target, the tool's own error and
+functions/tools/tool_failures.py: a failure ends in one line naming the target, the tool's own error and
 the likely fix; no traceback, and no flag's value (DB_URL holds the password). The tools here are
 fakes on PATH that fail as the real ones do."""
 

@@ -15,16 +15,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.embedded import MIGRATIONS
-from functions.upload import GCLOUDIGNORE, upload_files
-from functions.upload import build_package as build
+from core.stores.embedded import MIGRATIONS
+from functions.tools.upload import GCLOUDIGNORE, upload_files
+from functions.tools.upload import build_package as build
 from tests.database import fresh_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import TELEGRAM_SECRET, free_port, production_settings, stored_turn, update
 
 ROOT = Path(__file__).resolve().parents[2]
-NEVER_SHIPPED = ("tests/", "bench/", ".venv/", "node_modules/", ".local/", "infra/", "functions/demo/", "build/")
+NEVER_SHIPPED = ("tests/", "bench/", ".venv/", "node_modules/", ".local/", "infra/", "functions/tools/demo/", "build/")
 
 # Every kind of path a checkout holds, beside the ones that ship.
 TREE = [
@@ -33,9 +33,9 @@ TREE = [
     "core/turn.py",
     "core/__pycache__/turn.cpython-311.pyc",
     "functions/telegram.py",
-    "functions/local_dev.py",
-    "functions/deploy.py",
-    "functions/demo/index.html",
+    "functions/tools/local_dev.py",
+    "functions/tools/deploy.py",
+    "functions/tools/demo/index.html",
     "functions/sub/__pycache__/x.pyc",
     "tests/test_x.py",
     "bench/run.py",
@@ -68,8 +68,8 @@ def test_make_package_copies_this_repositorys_upload(tmp_path: Path) -> None:
     assert {path.split("/")[0] for path in shipped} == {"main.py", "requirements.txt", "core", "functions"}
     for path in shipped:
         assert not path.startswith(NEVER_SHIPPED) and path != ".env" and "__pycache__" not in path, path
-    assert "functions/local_dev.py" not in shipped
-    in_core = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "core").glob("*.py"))
+    assert not [path for path in shipped if path.startswith("functions/tools/")]
+    in_core = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "core").rglob("*.py"))
     assert [path for path in shipped if path.startswith("core/")] == in_core
     assert sorted(str(p.relative_to(tmp_path / "package")) for p in (tmp_path / "package").rglob("*.*")) == shipped
 
@@ -173,7 +173,7 @@ def test_an_installed_crossmem_migrates_from_its_package_data_and_fails_loudly_w
     )
     work = tmp_path / "elsewhere"
     work.mkdir()
-    crossmem = [str(venv / "bin" / "python"), "-m", "functions.cli", "migrate"]
+    crossmem = [str(venv / "bin" / "python"), "-m", "functions.tools.cli", "migrate"]
     with fresh_database(postgres_server) as url:
         environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(installed), "DATABASE_URL": url}
         done = subprocess.run(

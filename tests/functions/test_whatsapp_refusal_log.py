@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from twilio.request_validator import RequestValidator
 
-from core.whatsapp import forget_logged_refusal
+from core.channels.whatsapp import forget_logged_refusal
 from tests.helpers import app_client
 
 TOKEN = "twilio-auth-token-for-tests"

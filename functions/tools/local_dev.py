@@ -30,9 +30,9 @@ from pydantic_settings import DotEnvSettingsSource
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import run_simple
 
-from core.embedded import REPOSITORY
 from core.errors import CrossmemError
 from core.settings import Settings
+from core.stores.embedded import REPOSITORY
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
 
@@ -116,7 +116,7 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
         response = httpx.post(f"{base_url}/telegram", json=update, headers=headers, timeout=60)
         body = response.json()
         return response.status_code, str(body.get("text") or json.dumps(body))
-    from core.whatsapp import sign_form
+    from core.channels.whatsapp import sign_form
 
     form = {
         "From": f"whatsapp:{sender or DEMO_WHATSAPP_NUMBER}",

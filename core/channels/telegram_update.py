@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.commands import ChatCommand, chat_command
-from core.linking import LinkRequest, looks_like_code
+from core.identity.linking import LinkRequest, looks_like_code
 from core.media import MediaKind, MediaRef, media_kind, photo_size
 from core.models import Surface
 

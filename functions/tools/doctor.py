@@ -27,12 +27,12 @@ from typing import Any
 
 import httpx
 
-from core.embedded import MIGRATIONS
 from core.errors import DeliveryFailed
 from core.settings import Settings
+from core.stores.embedded import MIGRATIONS
 from functions import runtime
-from functions.deploy import Description, FunctionSpec, Target, function_url, read_description, secret_id
-from functions.tool_failures import ToolFailed, run_tool
+from functions.tools.deploy import Description, FunctionSpec, Target, function_url, read_description, secret_id
+from functions.tools.tool_failures import ToolFailed, run_tool
 
 PROBE_TIMEOUT_S = 10.0
 # google.rpc.Code of a Cloud Scheduler job's last attempt, and what usually causes each.

@@ -14,7 +14,8 @@ from core.digest import read_notes
 from core.errors import CrossmemError, DeliveryFailed
 from core.models import Surface
 from core.settings import Settings
-from functions import forget_commands, runtime
+from functions import runtime
+from functions.tools import forget_commands
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
 
@@ -24,7 +25,7 @@ def migrate(args: argparse.Namespace) -> int:
     if config.database_url is None:
         print("crossmem migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
         return 2
-    from core.embedded import prepare_database
+    from core.stores.embedded import prepare_database
 
     try:
         applied = prepare_database(
@@ -132,7 +133,7 @@ def dev_port(args: argparse.Namespace) -> int:
 
 
 def dev(args: argparse.Namespace) -> int:
-    from functions.local_dev import serve
+    from functions.tools.local_dev import serve
 
     serve(dev_port(args))
     return 0
@@ -140,7 +141,7 @@ def dev(args: argparse.Namespace) -> int:
 
 def say(args: argparse.Namespace) -> int:
     """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
-    from functions.local_dev import apply_dev_defaults, deliver_locally
+    from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 
     port = dev_port(args)
     apply_dev_defaults(port)
@@ -252,7 +253,7 @@ def parser() -> argparse.ArgumentParser:
 
 def add_deploy_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def run(args: argparse.Namespace) -> int:
-        from functions.deploy import deploy  # PyYAML, and only for whoever deploys
+        from functions.tools.deploy import deploy  # PyYAML, and only for whoever deploys
 
         return deploy(args, os.environ)
 
@@ -265,7 +266,7 @@ def add_deploy_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 def add_doctor_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def run(args: argparse.Namespace) -> int:
-        from functions.doctor import doctor  # gcloud, the Bot API, Twilio and Anthropic: only for whoever checks
+        from functions.tools.doctor import doctor  # gcloud, the Bot API, Twilio and Anthropic: only for whoever checks
 
         return doctor(args, os.environ)
 

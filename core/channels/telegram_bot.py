@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 
+from core.channels.live_reply import LiveReply
+from core.channels.splitting import split_message
 from core.errors import DeliveryFailed
-from core.live_reply import LiveReply
 from core.models import Delivery
-from core.splitting import split_message
 
 log = logging.getLogger("crossmem.telegram")
 TELEGRAM_LIMIT = 4096
@@ -131,7 +131,7 @@ class TelegramChannel:
     """A `ReplyChannel` for one chat; replies must be out by `deadline` (a monotonic time).
 
     While the model writes, the person sees "typing…" and, with `drafts`, the text as it grows
-    (core/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage."""
+    (core/channels/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage."""
 
     def __init__(
         self, bot: TelegramBot, chat_id: int, deadline: float | None = None, *, draft_id: int = 0, drafts: bool = False

@@ -24,12 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
+from core.channels.splitting import split_message
 from core.commands import ChatCommand, chat_command
 from core.errors import InputError
-from core.identity import BSUID, normalise_phone
+from core.identity.policy import BSUID, normalise_phone
 from core.media import MediaRef, twilio_media
 from core.models import Delivery, Surface
-from core.splitting import split_message
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.postgres_store import PostgresStore
+from core.stores.postgres_store import PostgresStore
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def _sql_directory(in_checkout: str, installed: str) -> Path:

@@ -11,7 +11,7 @@ deploy gives `provider.schedulerServiceAccount` roles/run.invoker on it and crea
 updates) the Cloud Scheduler job that calls it with that account's OIDC token.
 
 Every gcloud failure ends in one line with gcloud's own error and the likely fix
-(functions/tool_failures.py), never a traceback.
+(functions/tools/tool_failures.py), never a traceback.
 
 Values may use the Framework's variables: `${env:NAME}` (the deploying shell's), with a
 default `${env:NAME, 'value'}`, and `${self:provider.region}`. A setting whose value is unset
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.embedded import REPOSITORY
-from functions.function_settings import deployment_problems
-from functions.tool_failures import ToolFailed, run_tool
-from functions.upload import PACKAGE, build_package
+from core.stores.embedded import REPOSITORY
+from functions.tools.function_settings import deployment_problems
+from functions.tools.tool_failures import ToolFailed, run_tool
+from functions.tools.upload import PACKAGE, build_package
 
 SERVERLESS_YML = REPOSITORY / "serverless.yml"
 ENV_FILES = REPOSITORY / "build" / "env"

@@ -3,7 +3,7 @@
 `owner`: the seed's single-user case made safe. One person, `OWNER_USER_ID`, reachable
 only from allow-listed Telegram ids and WhatsApp numbers; anyone else is a stranger.
 `auto`: every new sender becomes a new person, resolved inside `begin_turn`; a chat or
-number linked with a code (core/linking.py) resolves to the web person who asked for it.
+number linked with a code (core/identity/linking.py) resolves to the web person who asked for it.
 On the web the person is the token's subject; under `owner` only the owner is served.
 """
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import StoreUnavailable
-from core.store import JsonScalar, check_function
+from core.stores.store import JsonScalar, check_function
 
 
 class SupabaseStore:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from core.embedded import REPOSITORY
+from core.stores.embedded import REPOSITORY
 
 GCLOUDIGNORE = ".gcloudignore"
 PACKAGE = REPOSITORY / "build" / "function-source"

@@ -4,7 +4,7 @@ error and the likely fix (log in, enable the API, the missing role by name), nev
 `run_tool` runs a command, and raises `ToolFailed` with that line when it fails or is missing;
 `diagnose` is the rule book, kept beside it so a test can read each rule's fix. The Makefile's
 tool steps (`npm ci`, `supabase db push`) run through this module's `main`, so they end the same
-way: `python -m functions.tool_failures --as "make db-push" -- COMMAND...`.
+way: `python -m functions.tools.tool_failures --as "make db-push" -- COMMAND...`.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def run_tool(
 def main(argv: list[str] | None = None) -> int:
     """Run a tool for a Makefile target: its output as it prints it, and when it fails, one
     last line naming the target, the tool's own error and the likely fix; no traceback."""
-    arguments = argparse.ArgumentParser(prog="python -m functions.tool_failures")
+    arguments = argparse.ArgumentParser(prog="python -m functions.tools.tool_failures")
     arguments.add_argument("--as", dest="target", required=True, help="who runs it: make db-push")
     arguments.add_argument("command", nargs=argparse.REMAINDER, help="-- the tool and its arguments")
     args = arguments.parse_args(argv)

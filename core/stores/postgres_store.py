@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from core.errors import ConfigurationError, StoreUnavailable
-from core.store import JsonScalar, check_function
+from core.stores.store import JsonScalar, check_function
 
 # Supabase's own bookkeeping of applied migrations; `supabase db push` reads the same table.
 _MIGRATIONS_TABLE = """

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from core.context import ModelMessage
 from core.errors import ModelUnavailable
-from core.prompt import NOTES_PREAMBLE
+from core.model.prompt import NOTES_PREAMBLE
 
 CACHE = {"type": "ephemeral"}
 

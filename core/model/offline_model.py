@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from core.context import ModelMessage
-from core.llm import ModelReply, ToolCall, Usage
+from core.model.llm import ModelReply, ToolCall, Usage
 from core.models import Role
 
 # "remind me in 5 minutes to stretch": what the stand-in schedules through the follow-up tool.

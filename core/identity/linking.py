@@ -24,9 +24,9 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
-from core.identity import IdentityPolicy, identity_key
+from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
-from core.store import MemoryStore
+from core.stores.store import MemoryStore
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no I, L, O, 0, 1: nothing to misread
 CODE_LENGTH = 9

@@ -15,7 +15,7 @@ from uuid import UUID
 import jwt
 
 from core.errors import AuthError, ConfigurationError
-from core.linking import mask_account
+from core.identity.linking import mask_account
 
 ASYMMETRIC = ("ES256", "RS256")
 
