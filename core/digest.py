@@ -230,9 +230,6 @@ class DigestJob:
                 break
         return DigestRun(updated, failed)
 
-    def notes(self, user_id: UUID) -> MemoryNotes:
-        return read_notes(self._store, user_id)
-
     def _claim(self, user_id: UUID | None) -> list[DueDigest]:
         limits = self._limits
         rows = self._store.call(

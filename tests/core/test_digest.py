@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 import psycopg
 import pytest
 
-from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, within_budget
+from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, read_notes, within_budget
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
@@ -71,13 +71,13 @@ def test_a_person_is_due_once_a_window_step_has_left_the_window(small: Memory, s
     assert job.run(person).updated == 0
     converse(small, person, ["the appointment moved to Friday", "what time is it?"])  # 6: 2 have left
     assert job.run(person).updated == 1
-    notes = job.notes(person)
+    notes = read_notes(store, person)
     assert notes.content.endswith("] my sister's name is Ana")
     assert notes.content.startswith("- [telegram · ") and notes.written_at is not None
     assert job.run(person).updated == 0  # covered: nothing left to digest
     converse(small, person, ["one more", "and another"])  # 10 messages: 4 more have left
     assert job.run(person).updated == 1
-    lines = job.notes(person).content.splitlines()
+    lines = read_notes(store, person).content.splitlines()
     assert [line.split("] ", 1)[1] for line in lines] == [
         "my sister's name is Ana",
         "the appointment moved to Friday",
@@ -101,7 +101,7 @@ def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
     assert whole_step.run(quiet).updated == 0
     backdate(database_url, quiet, "25 hours")
     assert whole_step.run(quiet).updated == 1
-    assert whole_step.notes(quiet).content.endswith("] my flight is on Tuesday")
+    assert read_notes(store, quiet).content.endswith("] my flight is on Tuesday")
 
 
 def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store: PostgresStore) -> None:
@@ -203,11 +203,11 @@ def test_linking_folds_the_merged_persons_notes_in_at_the_next_digest(small: Mem
 
     linking = Linking(store, IdentityPolicy("auto"), ttl_minutes=10, attempts_per_hour=5)
     assert linking.link(web_person, Surface.TELEGRAM, chat).moved_messages == 6
-    assert job.notes(chat_person).content == ""  # notes are reachable by the person's id only
-    merged = job.notes(web_person).content
+    assert read_notes(store, chat_person).content == ""  # notes are reachable by the person's id only
+    merged = read_notes(store, web_person).content
     assert "my sister's name is Ana" in merged and "my flight is on Tuesday" in merged
     assert job.run(web_person).updated == 1  # the fold: one text, every line once
-    folded = job.notes(web_person).content.splitlines()
+    folded = read_notes(store, web_person).content.splitlines()
     said = [line.split("] ", 1)[1] for line in folded]
     assert sorted(said) == sorted(set(said))
     assert {"my sister's name is Ana", "my flight is on Tuesday"} <= set(said)

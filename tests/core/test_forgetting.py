@@ -280,14 +280,14 @@ def test_whatsapp_sentences_with_forget_are_messages(body: str) -> None:
 def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     forgetting: Forgetting, memory: Memory, database_url: str, how: str
 ) -> None:
-    from core.digest import DigestJob, DigestLimits, ExtractiveDigester
+    from core.digest import DigestJob, DigestLimits, ExtractiveDigester, read_notes
 
     person = uuid.uuid4()
     for index in range(3):
         turn(memory, Person(user_id=person), Surface.TELEGRAM, f"my locker code is 44{index}")
     job = DigestJob(memory.store, ExtractiveDigester(800), DigestLimits(4, 2, 24, idle_s=0))
     assert job.run(person).updated == 1
-    assert "my locker code is 440" in job.notes(person).content
+    assert "my locker code is 440" in read_notes(memory.store, person).content
     telegram = memory.list_conversations(person)[0].id
     with psycopg.connect(database_url) as connection:
         a_turn = "insert into turn_usage (message_id, user_id) values (-(random() * 1e15)::bigint, %s)"
@@ -299,7 +299,7 @@ def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     else:
         forgetting.erase_person(person)
     assert one(database_url, "select count(*) from memory_notes where user_id = %s", person) == 0
-    assert job.notes(person).content == ""
+    assert read_notes(memory.store, person).content == ""
     # The budget's counts hold no text and outlive a forget (no turns given back), not an erasure.
     usage = one(database_url, "select count(*) from turn_usage where user_id = %s", person)
     assert usage == (0 if how == "erasure" else 1)

@@ -14,7 +14,7 @@ import uuid
 import psycopg
 import pytest
 
-from core.digest import approximate_tokens
+from core.digest import approximate_tokens, read_notes
 from core.models import Person, Surface
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -185,7 +185,7 @@ def test_a_deployment_without_a_key_cuts_the_notes_to_memory_notes_max_tokens(
         memory.finish_turn(person, start.message_id, f"reply to {text}")
     job = runtime.digest_job()
     assert job.run(person).updated == 1
-    notes = job.notes(person).content
+    notes = read_notes(runtime.store(), person).content
     assert approximate_tokens(notes) <= 50, f"notes of {len(notes)} characters for MEMORY_NOTES_MAX_TOKENS=50"
     assert notes.startswith("- [telegram · ") and notes.endswith("] " + " ".join(texts[3].split()))
     assert "\n" not in notes
