@@ -202,26 +202,6 @@ def notes_table(results: dict[str, Any]) -> str:
         (f"same, {small}", cost[small]["ours_vs_seed"], 1, "4,096-token minimum"),
         ("planted facts in the request after 3 days", recalled["ours"], recalled["seed"], "share, offline digest"),
     ]
-    if "telegram_live" in results:
-        live = results["telegram_live"]
-        rows.append(
-            (
-                "Telegram: first text / whole reply, ms p50",
-                f"{live['first_text_ms_p50']} / {live['reply_ms_p50']}",
-                "",
-                f"{live['bot_api_calls_per_turn']} Bot API calls a turn (`telegram_live`)",
-            )
-        )
-    if "fuzz_budget_on" in results:
-        over = results["fuzz_budget_on"]
-        rows.append(
-            (
-                "fuzzing over budget: reached the model / stored",
-                f"{over['over_budget_reached_model']} / {over['stored']}",
-                "",
-                f"of {over['cases']} cases (`fuzz_budget_on`)",
-            )
-        )
     lines = ["| figure | ours | seed | note |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {ours} | {seed} | {note} |" for name, ours, seed, note in rows]
     lines += [

@@ -62,8 +62,28 @@ EVERY_FUNCTION = frozenset(
     }
 )
 
+# Photos, PDFs and voice notes (docs/media.md), on Telegram and WhatsApp; the describer is
+# ANTHROPIC_DIGEST_MODEL.
+MEDIA = frozenset(
+    {
+        "media_max_items",
+        "image_max_bytes",
+        "pdf_max_bytes",
+        "pdf_max_pages",
+        "voice_max_seconds",
+        "media_fetch_timeout",
+        "transcription_timeout",
+        "media_descriptions",
+        "anthropic_digest_model",
+        "deepgram_api_key",
+        "deepgram_api_base",
+        "deepgram_model",
+    }
+)
+
 BY_FUNCTION: Mapping[str, frozenset[str]] = {
-    "telegram_webhook": frozenset(
+    "telegram_webhook": MEDIA
+    | frozenset(
         {
             "telegram_bot_token",
             "telegram_webhook_secret",
@@ -71,22 +91,10 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_reply_in_webhook",
             "telegram_drafts",
             "telegram_model_deadline",
-            # Photos, PDFs and voice notes (docs/media.md); the describer is ANTHROPIC_DIGEST_MODEL.
-            "media_max_items",
-            "image_max_bytes",
-            "pdf_max_bytes",
-            "pdf_max_pages",
-            "voice_max_seconds",
-            "media_fetch_timeout",
-            "transcription_timeout",
-            "media_descriptions",
-            "anthropic_digest_model",
-            "deepgram_api_key",
-            "deepgram_api_base",
-            "deepgram_model",
         }
     ),
-    "whatsapp_webhook": frozenset(
+    "whatsapp_webhook": MEDIA
+    | frozenset(
         {
             "twilio_auth_token",
             "twilio_webhook_shared_key",
@@ -97,19 +105,6 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "twilio_account_sid",
             "twilio_whatsapp_from",
             "twilio_api_base",
-            # Photos, PDFs and voice notes (docs/media.md); the describer is ANTHROPIC_DIGEST_MODEL.
-            "media_max_items",
-            "image_max_bytes",
-            "pdf_max_bytes",
-            "pdf_max_pages",
-            "voice_max_seconds",
-            "media_fetch_timeout",
-            "transcription_timeout",
-            "media_descriptions",
-            "anthropic_digest_model",
-            "deepgram_api_key",
-            "deepgram_api_base",
-            "deepgram_model",
         }
     ),
     "web_chat": frozenset(
