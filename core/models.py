@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -38,6 +39,26 @@ class Role(StrEnum):
     ASSISTANT = "assistant"
 
 
+# A turn reads dozens of stored messages (core/memory.py's turn_start), whose conversation ids,
+# surfaces and roles repeat: each parsed once (a lookup instead of UUID() and the enum's call).
+_SURFACES: dict[str, Surface] = {surface.value: surface for surface in Surface}
+_ROLES: dict[str, Role] = {role.value: role for role in Role}
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_uuid(text: str) -> UUID:
+    """UUID(text), remembered: a UUID is immutable, so one object serves every row naming it."""
+    return UUID(text)
+
+
+def parse_surface(value: str) -> Surface:
+    return _SURFACES.get(value) or Surface(value)  # an unknown value raises, as Surface() does
+
+
+def parse_role(value: str) -> Role:
+    return _ROLES.get(value) or Role(value)
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     id: int
@@ -51,9 +72,9 @@ class StoredMessage:
     def from_row(cls, row: dict[str, Any]) -> StoredMessage:
         return cls(
             id=int(row["id"]),
-            conversation_id=UUID(str(row["conversation_id"])),
-            surface=Surface(row["surface"]),
-            role=Role(row["role"]),
+            conversation_id=parse_uuid(str(row["conversation_id"])),
+            surface=parse_surface(row["surface"]),
+            role=parse_role(row["role"]),
             content=str(row["content"]),
             created_at=datetime.fromisoformat(str(row["created_at"])),
         )

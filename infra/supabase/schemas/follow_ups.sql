@@ -78,18 +78,21 @@ create trigger follow_ups_follow_their_messages
     execute function public.follow_ups_follow_their_thread();
 
 
--- A person's pending follow-ups (pending, being sent, held), soonest first.
+-- A person's pending follow-ups (pending, being sent, held), soonest first. plpgsql: every turn
+-- reads it (begin_turn_follow_ups), and its plan is then kept for the session.
 create function public.follow_ups_of(p_user_id uuid) returns jsonb
-language sql
+language plpgsql
 stable
 set search_path = ''
 as $$
-    select coalesce(jsonb_agg(jsonb_build_object(
-               'id', f.id, 'content', f.content, 'due_at', f.due_at, 'timezone', f.timezone,
-               'surface', f.surface, 'status', f.status, 'conversation_id', f.conversation_id)
-             order by f.due_at, f.id), '[]'::jsonb)
-      from public.follow_ups f
-     where f.user_id = p_user_id and f.status in ('pending', 'sending', 'held');
+begin
+    return (select coalesce(jsonb_agg(jsonb_build_object(
+                       'id', f.id, 'content', f.content, 'due_at', f.due_at, 'timezone', f.timezone,
+                       'surface', f.surface, 'status', f.status, 'conversation_id', f.conversation_id)
+                     order by f.due_at, f.id), '[]'::jsonb)
+              from public.follow_ups f
+             where f.user_id = p_user_id and f.status in ('pending', 'sending', 'held'));
+end;
 $$;
 
 

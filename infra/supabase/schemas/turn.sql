@@ -310,13 +310,20 @@ $$;
 -- trip that ends the turn. Null leaves the message as stored. A redelivery finds the message
 -- answered and fetches nothing: the download and the transcription are part of the turn's
 -- idempotency.
+-- plpgsql (its plan kept for the session) and a null content returns at once: every
+-- finish_turn calls it, and a `language sql` one was planned again at each call.
 create or replace function public.rewrite_user_message(p_user_id uuid, p_user_message_id bigint, p_content text)
-    returns void language sql set search_path = '' as $$
+    returns void language plpgsql set search_path = '' as $$
+begin
+    if p_content is null then
+        return;
+    end if;
     update public.messages m set content = p_content
-     where p_content is not null and m.id = p_user_message_id and m.role = 'user'
+     where m.id = p_user_message_id and m.role = 'user'
        and (m.user_id = p_user_id
             or exists (select from public.merged_people x
                         where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+end;
 $$;
 
 -- One turn's second round trip: store the reply to a user message (once), touch the
