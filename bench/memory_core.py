@@ -27,7 +27,8 @@ from core.model.llm import ModelReply, Usage
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import TurnRequest, Turns, TurnSettings
+from core.turn import Turns
+from core.turn_request import TurnRequest, TurnSettings
 
 PEOPLE_PER_DRIVER = 40
 USER_TEXT = "Could you remind me what I said about the budget for the trip, and whether I booked the train?"

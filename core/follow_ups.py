@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.model.llm import ToolCall
+from core.context import ModelMessage
+from core.model.llm import Model, ToolCall, Usage, plus
 from core.models import FollowUp
 
 log = logging.getLogger("crossmem.follow_ups")
@@ -288,3 +289,67 @@ def turn_tools(
 def tools_json() -> str:
     """The definitions as sent (a test pins that they never change between turns)."""
     return json.dumps(TOOLS, sort_keys=True)
+
+
+def answered(
+    model: Model,
+    system: str,
+    messages: Sequence[ModelMessage],
+    deadline_s: float,
+    notes: str,
+    tools: TurnTools | None,
+) -> Iterator[str | Usage]:
+    """The model's answer as text and `Usage` (all its requests' together). With `tools`, its
+    calls run; a second request answers them only when the model needs their results to answer."""
+    if tools is None:
+        only = model.stream(system, messages, deadline_s, notes)
+        try:
+            for chunk in only:
+                if not isinstance(chunk, ToolCall):  # none without tools
+                    yield chunk
+        finally:
+            close(only)
+        return
+    calls: list[ToolCall] = []
+    parts: list[str] = []
+    spent = Usage()
+    first = model.stream(system, messages, deadline_s, notes, tools=TOOLS)
+    try:
+        for chunk in first:
+            if isinstance(chunk, ToolCall):
+                calls.append(chunk)
+                continue
+            if isinstance(chunk, Usage):
+                spent = chunk
+            elif chunk:
+                parts.append(chunk)
+            yield chunk
+    finally:
+        close(first)
+    if not calls:
+        return
+    results = [tools.run(call) for call in calls]
+    text = "".join(parts)
+    if not needs_answer(results, text):
+        return
+    more = continuation(text, results)
+    second = model.stream(system, messages, deadline_s, notes, tools=TOOLS, continuation=more)
+    gap = "\n\n" if text.strip() else ""
+    try:
+        for chunk in second:
+            if isinstance(chunk, Usage):
+                yield plus(spent, chunk)
+            elif isinstance(chunk, ToolCall):
+                log.warning("a tool call in the answer to tool results was not run", extra={"tool": chunk.name})
+            elif chunk:
+                yield gap + chunk
+                gap = ""
+    finally:
+        close(second)
+
+
+def close(chunks: object) -> None:
+    """Stop reading (and paying for) a model's stream."""
+    stop = getattr(chunks, "close", None)
+    if stop is not None:
+        stop()

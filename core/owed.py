@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from core.errors import StoreUnavailable
 from core.memory import Memory
 from core.models import Surface
-from core.turn import ANSWER_MARGIN_S, Outcome, ReplyChannel, Turns
+from core.turn import ANSWER_MARGIN_S, Turns
+from core.turn_request import Outcome, ReplyChannel
 
 log = logging.getLogger("crossmem.owed")
 

@@ -15,127 +15,29 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Protocol
-from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core import follow_ups
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
-from core.follow_ups import FollowUpRules, TurnTools
+from core.follow_ups import TurnTools
 from core.identity.policy import IdentityPolicy
-from core.media import MediaRef, placeholder
+from core.media import placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
-from core.model.llm import Model, ModelReply, ToolCall, Usage, plus
+from core.model.llm import Model, ModelReply, Usage
 from core.models import Delivery, Person, Role, Surface, TurnStart
+from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
 
 log = logging.getLogger("crossmem.turn")
 # How long past its model deadline a turn's attempt may still store a reply (sending it, the
 # second round trip): after it, a message without a reply is owed.
 ANSWER_MARGIN_S = 10.0
-
-
-class ReplyChannel(Protocol):
-    """How a surface that pushes its replies (Telegram's Bot API) reaches the person."""
-
-    def show_typing(self) -> None: ...
-
-    def draft(self, text: str) -> None:
-        """The reply so far, as the model writes it (a preview; never stored)."""
-        ...
-
-    def send(self, text: str) -> Delivery:
-        """Deliver the text; whether it arrived, and if not, whether it is still owed."""
-        ...
-
-
-@dataclass(frozen=True)
-class TurnRequest:
-    surface: Surface
-    text: str
-    external_id: str | None
-    sender_id: str | None = None
-    sender_alias: str | None = None  # the same sender's other id (a WhatsApp number beside a BSUID)
-    user_id: UUID | None = None
-    conversation_id: UUID | None = None
-    client_history: Sequence[ContextItem] | None = None
-    deadline_s: float = 30.0
-    media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
-    timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
-
-
-class Outcome(StrEnum):
-    ANSWERED = "answered"
-    FALLBACK = "fallback"
-    DUPLICATE = "duplicate"
-    REDELIVERED = "redelivered"
-    REFUSED = "refused"
-    # The web client went away mid-stream: what the model spent is counted, the message is owed.
-    ABANDONED = "abandoned"
-    # Media that could not be used (too large, unreadable, no transcription): a fixed answer, no model.
-    MEDIA_REFUSED = "media_refused"
-
-
-@dataclass
-class TurnFigures:
-    latency_ms: float = 0.0
-    round_trips: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_tokens: int = 0
-    cache_read_tokens: int = 0
-    media_tokens: int = 0  # the description of a photo or PDF (core/media_turn.py)
-    context_messages: int = 0
-    degraded: bool = False
-    owed: bool = False  # this turn answered a message an earlier attempt left unanswered
-    error: str | None = None
-
-    @property
-    def model_tokens(self) -> int:
-        """Every token the model read or wrote for this turn: what the person's daily budget counts."""
-        answer = self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
-        return answer + self.media_tokens
-
-    def add_usage(self, usage: Usage) -> None:
-        self.input_tokens = usage.input_tokens
-        self.output_tokens = usage.output_tokens
-        self.cache_creation_tokens = usage.cache_creation_input_tokens
-        self.cache_read_tokens = usage.cache_read_input_tokens
-
-
-@dataclass
-class TurnResult:
-    outcome: Outcome
-    reply: str | None
-    user_id: UUID | None = None
-    conversation_id: UUID | None = None
-    message_id: int | None = None
-    reply_id: int | None = None
-    figures: TurnFigures = field(default_factory=TurnFigures)
-    # A stored reply that could not be pushed for a reason that may pass: the surface
-    # should ask for a redelivery, which will send it.
-    reply_owed: bool = False
-    # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
-    # that answers in its response puts them first.
-    follow_ups_first: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TurnSettings:
-    system_prompt: str
-    fallback_reply: str
-    stranger_reply: str
-    annotate: bool = True
-    timezone: str = "UTC"
-    memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
-    follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
 
 
 class Turns:
@@ -260,7 +162,9 @@ class Turns:
         parts: list[str] = []
         outcome = Outcome.ANSWERED
         tools = self._tools(start, request.timezone)
-        chunks = self._model_stream(messages, request.deadline_s, self._notes(start), tools)
+        chunks = follow_ups.answered(
+            self._model(), self._settings.system_prompt, messages, request.deadline_s, self._notes(start), tools
+        )
         ended = False
         try:
             try:
@@ -292,9 +196,7 @@ class Turns:
             yield self._logged(request.surface, result, began)
         finally:
             if not ended:
-                close = getattr(chunks, "close", None)
-                if close is not None:
-                    close()
+                follow_ups.close(chunks)
                 figures.error = figures.error or "the client went away before the answer was whole"
                 abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
                 self._end_attempt(start, figures, prepared.content if prepared is not None else None)
@@ -434,59 +336,6 @@ class Turns:
         zone = follow_ups.zone_named(start.timezone) or self._zone
         return follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, client_zone)
 
-    def _model_stream(
-        self, messages: list[ModelMessage], deadline_s: float, notes: str, tools: TurnTools | None
-    ) -> Iterator[str | Usage]:
-        """The model's answer as text and `Usage` (all its requests' together). With tools, its
-        calls run (core/follow_ups.py); a second request answers them only when the model needs
-        their results to answer."""
-        model, system = self._model(), self._settings.system_prompt
-        if tools is None:
-            only = model.stream(system, messages, deadline_s, notes)
-            try:
-                for chunk in only:
-                    if not isinstance(chunk, ToolCall):  # none without tools
-                        yield chunk
-            finally:
-                _close(only)
-            return
-        calls: list[ToolCall] = []
-        parts: list[str] = []
-        spent = Usage()
-        first = model.stream(system, messages, deadline_s, notes, tools=follow_ups.TOOLS)
-        try:
-            for chunk in first:
-                if isinstance(chunk, ToolCall):
-                    calls.append(chunk)
-                    continue
-                if isinstance(chunk, Usage):
-                    spent = chunk
-                elif chunk:
-                    parts.append(chunk)
-                yield chunk
-        finally:
-            _close(first)
-        if not calls:
-            return
-        results = [tools.run(call) for call in calls]
-        text = "".join(parts)
-        if not follow_ups.needs_answer(results, text):
-            return
-        more = follow_ups.continuation(text, results)
-        second = model.stream(system, messages, deadline_s, notes, tools=follow_ups.TOOLS, continuation=more)
-        gap = "\n\n" if text.strip() else ""
-        try:
-            for chunk in second:
-                if isinstance(chunk, Usage):
-                    yield plus(spent, chunk)
-                elif isinstance(chunk, ToolCall):
-                    log.warning("a tool call in the answer to tool results was not run", extra={"tool": chunk.name})
-                elif chunk:
-                    yield gap + chunk
-                    gap = ""
-        finally:
-            _close(second)
-
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
 
@@ -507,12 +356,12 @@ class Turns:
         def answer() -> ModelReply:
             parts: list[str] = []
             usage = Usage()
-            chunks = self._model_stream(messages, deadline_s, notes, tools)
+            chunks = follow_ups.answered(
+                self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools
+            )
             for chunk in chunks:
                 if stopped.is_set():
-                    close = getattr(chunks, "close", None)
-                    if close is not None:
-                        close()  # the caller gave up: stop reading (and paying for) the answer
+                    follow_ups.close(chunks)  # the caller gave up: stop reading (and paying for) the answer
                     break
                 if isinstance(chunk, Usage):
                     usage = chunk
@@ -605,10 +454,3 @@ class Turns:
             },
         )
         return result
-
-
-def _close(chunks: object) -> None:
-    """Stop reading (and paying for) a model's stream."""
-    close = getattr(chunks, "close", None)
-    if close is not None:
-        close()

@@ -35,7 +35,8 @@ from core.settings import Settings
 from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import MemoryStore, UnavailableStore
-from core.turn import ReplyChannel, Turns, TurnSettings
+from core.turn import Turns
+from core.turn_request import ReplyChannel, TurnSettings
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource

@@ -24,7 +24,7 @@ from core.channels.telegram_update import (
 )
 from core.errors import InputError, OverBudget, StillAnswering
 from core.models import Surface
-from core.turn import TurnRequest
+from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
 

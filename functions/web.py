@@ -31,7 +31,7 @@ from core.context import ContextItem
 from core.errors import CrossmemError
 from core.media import MediaKind, MediaRef
 from core.models import Role, Surface
-from core.turn import TurnRequest, TurnResult
+from core.turn_request import TurnRequest, TurnResult
 from functions import follow_up_routes, forget_routes, links, notes, runtime
 from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
 from functions.paging import page_query

@@ -18,7 +18,7 @@ from core.errors import InputError, OverBudget, StillAnswering
 from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
-from core.turn import TurnRequest
+from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_form, serving
 

@@ -18,7 +18,8 @@ from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
-from core.turn import Outcome, TurnRequest, Turns, TurnSettings
+from core.turn import Turns
+from core.turn_request import Outcome, TurnRequest, TurnSettings
 from tests.helpers import count, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")

@@ -17,7 +17,8 @@ from core.memory import ContextLimits, Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Outcome, TurnRequest, Turns, TurnSettings
+from core.turn import Turns
+from core.turn_request import Outcome, TurnRequest, TurnSettings
 from tests.database import begin_turn_arguments
 from tests.fakes.anthropic_api import FakeAnthropic
 

@@ -18,7 +18,8 @@ from core.model.offline_model import OfflineModel
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Outcome, TurnRequest, TurnResult, Turns, TurnSettings
+from core.turn import Turns
+from core.turn_request import Outcome, TurnRequest, TurnResult, TurnSettings
 from tests.fakes.anthropic_api import FakeAnthropic
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")

@@ -11,7 +11,7 @@ import pytest
 
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT, NOTES_PREAMBLE
 from core.models import Surface
-from core.turn import Outcome, TurnRequest, TurnResult
+from core.turn_request import Outcome, TurnRequest, TurnResult
 from functions import runtime
 from functions.tools.cli import main
 from tests.database import migrated_database

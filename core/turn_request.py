@@ -1,0 +1,113 @@
+"""What a turn is asked and what it answers: the request a surface makes, the channel a reply goes
+out through, the outcome, the figures of its log line, and the settings a turn reads.
+core/turn.py runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+from uuid import UUID
+
+from core.context import ContextItem
+from core.follow_ups import FollowUpRules
+from core.media import MediaRef
+from core.model.llm import Usage
+from core.models import Delivery, Surface
+
+
+class ReplyChannel(Protocol):
+    """How a surface that pushes its replies (Telegram's Bot API) reaches the person."""
+
+    def show_typing(self) -> None: ...
+
+    def draft(self, text: str) -> None:
+        """The reply so far, as the model writes it (a preview; never stored)."""
+        ...
+
+    def send(self, text: str) -> Delivery:
+        """Deliver the text; whether it arrived, and if not, whether it is still owed."""
+        ...
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    surface: Surface
+    text: str
+    external_id: str | None
+    sender_id: str | None = None
+    sender_alias: str | None = None  # the same sender's other id (a WhatsApp number beside a BSUID)
+    user_id: UUID | None = None
+    conversation_id: UUID | None = None
+    client_history: Sequence[ContextItem] | None = None
+    deadline_s: float = 30.0
+    media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
+    timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
+
+
+class Outcome(StrEnum):
+    ANSWERED = "answered"
+    FALLBACK = "fallback"
+    DUPLICATE = "duplicate"
+    REDELIVERED = "redelivered"
+    REFUSED = "refused"
+    # The web client went away mid-stream: what the model spent is counted, the message is owed.
+    ABANDONED = "abandoned"
+    # Media that could not be used (too large, unreadable, no transcription): a fixed answer, no model.
+    MEDIA_REFUSED = "media_refused"
+
+
+@dataclass
+class TurnFigures:
+    latency_ms: float = 0.0
+    round_trips: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cache_read_tokens: int = 0
+    media_tokens: int = 0  # the description of a photo or PDF (core/media_turn.py)
+    context_messages: int = 0
+    degraded: bool = False
+    owed: bool = False  # this turn answered a message an earlier attempt left unanswered
+    error: str | None = None
+
+    @property
+    def model_tokens(self) -> int:
+        """Every token the model read or wrote for this turn: what the person's daily budget counts."""
+        answer = self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
+        return answer + self.media_tokens
+
+    def add_usage(self, usage: Usage) -> None:
+        self.input_tokens = usage.input_tokens
+        self.output_tokens = usage.output_tokens
+        self.cache_creation_tokens = usage.cache_creation_input_tokens
+        self.cache_read_tokens = usage.cache_read_input_tokens
+
+
+@dataclass
+class TurnResult:
+    outcome: Outcome
+    reply: str | None
+    user_id: UUID | None = None
+    conversation_id: UUID | None = None
+    message_id: int | None = None
+    reply_id: int | None = None
+    figures: TurnFigures = field(default_factory=TurnFigures)
+    # A stored reply that could not be pushed for a reason that may pass: the surface
+    # should ask for a redelivery, which will send it.
+    reply_owed: bool = False
+    # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
+    # that answers in its response puts them first.
+    follow_ups_first: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    system_prompt: str
+    fallback_reply: str
+    stranger_reply: str
+    annotate: bool = True
+    timezone: str = "UTC"
+    memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
+    follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
