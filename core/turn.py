@@ -91,7 +91,7 @@ class Turns:
         figures = TurnFigures(round_trips=1)
         items = [ContextItem.from_stored(message) for message in owed.start.history]
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
-        return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began)
+        return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
 
     def _answer(
         self,
@@ -104,13 +104,19 @@ class Turns:
         began: float,
         prepared: PreparedMedia | None = None,
         tools: TurnTools | None = None,
+        *,
+        waiting: bool = True,
     ) -> TurnResult:
+        """`waiting`: the person is waiting on this turn (a webhook's, the web's): they see "typing…",
+        and the fallback when the model fails. The scheduled job's owed answer has nobody waiting:
+        a failure sends nothing (they had the fallback already) and leaves the message owed."""
         figures.context_messages = len(messages)
         figures.owed = start.owed
         if channel is not None:
             for said in start.delivered_first:
                 channel.send(said)
-            channel.show_typing()
+            if waiting:
+                channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         described = self._describe(prepared, deadline_s)
         try:
@@ -120,7 +126,8 @@ class Turns:
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
-        delivery = channel.send(text) if channel is not None else Delivery.DELIVERED
+        sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
+        delivery = channel.send(text) if channel is not None and sends else Delivery.DELIVERED
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         result = self._result(outcome, text, start, figures)

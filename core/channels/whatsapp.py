@@ -90,8 +90,10 @@ class WhatsAppForm(BaseModel):
     def phone(self) -> str | None:
         if not BSUID.match(self.sender.removeprefix("whatsapp:")):
             return normalise_phone(self.sender)
-        digits = "".join(ch for ch in self.wa_id or "" if ch.isdigit())
-        return f"+{digits}" if 5 <= len(digits) <= 20 else None
+        # A number only as WhatsApp gives one, all digits (E.164: at most 15): never digits
+        # pulled out of something else.
+        wa_id = (self.wa_id or "").strip()
+        return f"+{wa_id}" if wa_id.isdigit() and 5 <= len(wa_id) <= 15 else None
 
     @property
     def identity(self) -> str:

@@ -571,3 +571,26 @@ def test_the_scheduled_job_answers_an_owed_telegram_message_through_the_bot_api(
     again = app_client("memory_digest").post("/", headers=DIGEST)
     assert again.get_json()["owed_answered"] == 0
     assert len(fake_telegram.sent()) == 2
+
+
+def test_while_the_model_is_down_the_job_sends_nothing_and_the_next_run_tries_another_first(
+    environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    owed_environment(environment, fake_twilio)
+    whatsapp = app_client("whatsapp_webhook")
+    fake_anthropic.behaviour = "500"
+    first, second = (
+        form("first question", sender=f"whatsapp:+3470{uuid.uuid4().int % 10**7:07d}"),
+        form("second question", sender=f"whatsapp:+3471{uuid.uuid4().int % 10**7:07d}"),
+    )
+    for fields in (first, second):
+        assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    down = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert (down["owed_answered"], down["owed_failed"]) == (0, 1)
+    assert fake_twilio.messages == []  # they had the fallback already: no apology every minute
+    fake_anthropic.answer = lambda body: "Answered."
+    fake_anthropic.behaviour = "ok"
+    up = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert (up["owed_answered"], up["owed_failed"]) == (2, 0)
+    # The one that failed went behind the other.
+    assert [m["To"] for m in fake_twilio.messages] == [second["From"], first["From"]]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from core.channels.whatsapp import WhatsAppForm
 from core.logs import JsonLineFormatter
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.twilio_api import FakeTwilio
@@ -229,3 +230,25 @@ def test_a_linked_number_keeps_its_link_when_its_bsuid_appears_and_unlink_lets_b
     answered = whatsapp.post("/", data=unlink, headers=signed(unlink))
     assert messages_of(answered.text)[0].startswith("Unlinked.")
     assert rows(database_url, "select count(*) from identities where external_id = any(%s)", [number, sender]) == [(0,)]
+
+
+def test_a_number_passed_to_someone_else_with_a_bsuid_of_their_own_starts_anew(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    number, owner, newcomer = f"+3472{uuid.uuid4().int % 10**7:07d}", fresh_bsuid(), fresh_bsuid()
+    before = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{owner}", ExternalUserIdentifier=owner, WaId=number[1:]
+    )
+    assert whatsapp.post("/", data=before, headers=signed(before)).status_code == 200
+    recycled = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{newcomer}", ExternalUserIdentifier=newcomer, WaId=number[1:]
+    )
+    assert whatsapp.post("/", data=recycled, headers=signed(recycled)).status_code == 200
+    assert len(one_thread(database_url, owner, newcomer)) == 2
+    assert one_thread(database_url, number) == one_thread(database_url, owner)
+
+
+def test_a_wa_id_that_is_not_all_digits_is_no_number() -> None:
+    fields = corpus_form("09_text_bsuid_with_number.json", WaId="US.12025550123")
+    assert WhatsAppForm.from_form(fields).also_known_as is None
+    assert WhatsAppForm.from_form(corpus_form("09_text_bsuid_with_number.json")).also_known_as == "+34600111222"

@@ -24,7 +24,8 @@ begin
            and m.surface = any (string_to_array(p_surfaces, ','))
            and (m.answer_by is null or m.answer_by <= v_now)
            and not exists (select from public.messages r where r.in_reply_to = m.id)
-         order by m.created_at
+         -- the longest owed first: one that just failed again goes behind the others
+         order by m.answer_by nulls first, m.created_at
          limit p_limit
            for update of m skip locked
     loop

@@ -27,8 +27,10 @@ $$;
 -- update`) finishes first, and this turn then belongs to the person it was linked to.
 -- p_sender_alias: the same sender's other id (a WhatsApp number beside its BSUID). One person
 -- across both: a new sender id joins the person its alias already has (linked as the alias is),
--- and an alias never seen joins the sender's person. When the two name different people, the
--- sender id (the BSUID) wins: a number can pass to someone else, a BSUID cannot.
+-- unless that person already writes with another BSUID (then the number has passed to someone
+-- else, who starts anew), and an alias never seen joins the sender's person. When the two name
+-- different people, the sender id (the BSUID) wins: a number can pass to someone else, a BSUID
+-- cannot.
 create or replace function crossmem_private.turn_person(
     p_surface text, p_user_id uuid, p_sender_id text, p_sender_alias text
 ) returns uuid language plpgsql set search_path = '' as $$
@@ -52,6 +54,11 @@ begin
           from public.identities i
          where i.surface = p_surface and i.external_id = p_sender_alias
            for key share;
+        if exists (select from public.identities j
+                    where j.surface = p_surface and j.user_id = v_alias.user_id
+                      and j.external_id <> p_sender_alias and j.external_id ~ '^[A-Z]{2}(\.ENT)?\.') then
+            v_alias := null;  -- the number's person has a BSUID of their own: not this sender
+        end if;
     end if;
     if v_user is null then
         insert into public.identities (surface, external_id, user_id, linked_at)
@@ -92,7 +99,11 @@ begin
        and ((p_attempt is not null and m.attempt = p_attempt)
             or (p_external_id is not null and m.surface = p_surface and m.external_id = p_external_id))
      order by m.attempt = p_attempt desc nulls last
-     limit 1;
+     limit 1
+     -- The row is held until this turn's first transaction ends: a scheduled job claiming it as
+     -- owed at this moment is waited for, and its claim (a later answer_by) then seen, so a
+     -- redelivery and the job never both take the message over.
+       for update of m;
 end;
 $$;
 

@@ -1,0 +1,53 @@
+"""The scheduled job and a redelivery reaching the same owed message at once: one takes it over,
+the other is told it is being answered (two connections on the real database)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import psycopg
+
+from tests.database import begin_turn_arguments, begin_turn_sql
+from tests.helpers import execute
+
+
+def begin(connection: psycopg.Connection[Any], external_id: str, attempt: str, within: int = 60) -> Any:
+    arguments = begin_turn_arguments(
+        p_surface="telegram",
+        p_content="hi",
+        p_external_id=external_id,
+        p_sender_id="race-777",
+        p_attempt=attempt,
+        p_answer_within_seconds=within,
+        p_sender="race-777",
+    )
+    row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_over_too(database_url: str) -> None:
+    external_id = f"upd-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as first:
+        stored = begin(first, external_id, str(uuid.uuid4()))
+    execute(
+        database_url, "update messages set answer_by = now() - interval '1 minute' where id = %s", stored["message_id"]
+    )
+    job = psycopg.connect(database_url)  # the claim's transaction, held open
+    claimed = job.execute("select public.claim_owed_replies('telegram', 600, 60, 100, 24, 40, 24)").fetchone()
+    assert claimed is not None
+    assert stored["message_id"] in [item["message_id"] for item in claimed[0]]
+    redelivered: dict[str, Any] = {}
+    redelivery = psycopg.connect(database_url, autocommit=True)
+    thread = threading.Thread(target=lambda: redelivered.update(row=begin(redelivery, external_id, str(uuid.uuid4()))))
+    thread.start()
+    thread.join(1.0)  # it waits for the job's row lock
+    job.commit()
+    thread.join()
+    job.close()
+    redelivery.close()
+    row = redelivered["row"]
+    assert (row["duplicate"], row.get("owed", False)) == (True, False)
+    assert row["answer_by"] is not None  # still being answered, by the job: ask again later
