@@ -22,18 +22,17 @@ begin
 end;
 $$;
 
--- Who writes: p_user_id, or the person of a Telegram chat or WhatsApp sender (a new one for an
--- identity never seen). `for key share`: a link of this identity (link_identity holds it `for
--- update`) finishes first, and this turn then belongs to the person it was linked to.
--- p_sender_alias: the same sender's other id (a WhatsApp number beside its BSUID). One person
--- across both: a new sender id joins the person its alias already has (linked as the alias is),
--- unless that person already writes with another BSUID (then the number has passed to someone
--- else, who starts anew), and an alias never seen joins the sender's person. When the two name
--- different people, the sender id (the BSUID) wins: a number can pass to someone else, a BSUID
--- cannot.
-create or replace function crossmem_private.turn_person(
-    p_surface text, p_user_id uuid, p_sender_id text, p_sender_alias text
-) returns uuid language plpgsql set search_path = '' as $$
+/* Who writes: p_user_id, or the person of a Telegram chat or WhatsApp sender (a new one for an
+   identity never seen). `for key share`: a link of this identity (link_identity holds it `for
+   update`) finishes first, and this turn then belongs to the person it was linked to.
+
+   p_sender_alias is the same sender's other id (a WhatsApp number beside its BSUID), one person
+   with it: a new sender id joins the person its alias already has (linked as the alias is) unless
+   that person writes with another BSUID (the number has passed to someone else, who starts anew);
+   an alias never seen joins the sender's person. When the two name different people, the BSUID
+   wins: a number can pass to someone else, a BSUID cannot. */
+create or replace function crossmem_private.turn_person(p_surface text, p_user_id uuid, p_sender_id text, p_sender_alias text)
+    returns uuid language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
     v_alias public.identities;
