@@ -15,7 +15,6 @@ bench moves, sending through the fake Bot API (tests/fakes/telegram_api.py) over
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -27,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from bench.results import bench_database, save
+from bench.results import run_alone
 from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
 from core.stores.store import JsonScalar, MemoryStore
 from functions import runtime
@@ -169,10 +168,7 @@ def run(database_url: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    with bench_database() as database_url:
-        figures = run(database_url)
-    save("follow_ups", figures)
-    print(json.dumps(figures))
+    run_alone("follow_ups", run)
 
 
 if __name__ == "__main__":

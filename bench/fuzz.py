@@ -16,7 +16,6 @@ local fakes (tests/functions/hostile_requests.py holds the cases).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
@@ -28,7 +27,7 @@ import psycopg
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from bench.results import bench_database, save
+from bench.results import run_alone
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
@@ -111,10 +110,7 @@ def fuzzer(target: str, jwks: FakeJwks, examples: int, tally: Callable[[Case], N
 
 
 def main() -> None:
-    with bench_database() as database_url:
-        figures = run(database_url)
-    save("fuzz", figures)
-    print(json.dumps(figures))
+    run_alone("fuzz", run)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ bench/results.json.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -38,7 +37,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from twilio.request_validator import RequestValidator
 
-from bench.results import bench_database, save
+from bench.results import run_alone
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -236,10 +235,7 @@ def run(database_url: str, cases: int = CASES) -> dict[str, int]:
 
 
 def main() -> None:
-    with bench_database() as database_url:
-        figures = run(database_url)
-    save("fuzz_budget_on", figures)
-    print(json.dumps(figures))
+    run_alone("fuzz_budget_on", run)
 
 
 if __name__ == "__main__":

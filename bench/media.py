@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cold_start
+from bench.results import bench_database, save
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
@@ -139,14 +140,11 @@ def cold_start_side_by_side(database_url: str) -> dict[str, float]:
 
 
 def main() -> None:
-    from bench.__main__ import RESULTS, bench_database
-
     with bench_database() as database_url:
         figures = run(database_url)
         figures["cold_start_ms"] = cold_start_side_by_side(database_url)
-    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results.update(figures)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    for key, value in figures.items():
+        save(key, value)
     print(json.dumps(figures, indent=2))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,3 +34,11 @@ def save(key: str, figures: Any) -> None:
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results[key] = figures
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def run_alone(key: str, run: Callable[[str], Any]) -> None:
+    """`python -m bench.<part>`: that part alone, on a fresh database, its figures under `key`."""
+    with bench_database() as database_url:
+        figures = run(database_url)
+    save(key, figures)
+    print(json.dumps(figures))

@@ -15,13 +15,12 @@ bench/results.json.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
 import uuid
 
-from bench.results import bench_database, save
+from bench.results import run_alone
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -73,10 +72,7 @@ def run(database_url: str, turns: int = TURNS) -> dict[str, float]:
 
 
 def main() -> None:
-    with bench_database() as database_url:
-        figures = run(database_url)
-    save("telegram_live", figures)
-    print(json.dumps(figures))
+    run_alone("telegram_live", run)
 
 
 if __name__ == "__main__":
