@@ -209,37 +209,31 @@ class WhatsAppSender:
         return WhatsAppChannel(self, to if to.startswith("whatsapp:") else f"whatsapp:{to}")
 
     def send_text(self, to: str, text: str) -> Delivery:
-        from twilio.base.exceptions import TwilioException, TwilioRestException
-
         for part in split_message(text, WHATSAPP_LIMIT):
-            try:
-                self._rest().messages.create(from_=self._sender, to=to, body=part)
-            except TwilioRestException as exc:
-                # 4xx but 429: the request itself is refused (an unknown number, outside the window).
-                final = 400 <= exc.status < 500 and exc.status != 429
-                log.error("sending a WhatsApp message failed", extra={"status": exc.status, "code": exc.code})
-                return Delivery.GIVEN_UP if final else Delivery.OWED
-            except (TwilioException, OSError) as exc:
-                log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
-                return Delivery.OWED
+            delivery = self._create(to=to, body=part)
+            if delivery is not Delivery.DELIVERED:
+                return delivery
         return Delivery.DELIVERED
 
     def send_template(self, to: str, content_sid: str, text: str) -> Delivery:
         """An approved template (Twilio's Content API: `ContentSid`, `ContentVariables`) with the
         text as its one variable: what reaches a person outside the 24-hour window."""
+        variables = json.dumps({"1": text[:WHATSAPP_LIMIT]})
+        return self._create(to=to, content_sid=content_sid, content_variables=variables)
+
+    def _create(self, **message: str) -> Delivery:
+        """One message through Twilio's Messages API, from this sender; what became of it."""
         from twilio.base.exceptions import TwilioException, TwilioRestException
 
-        variables = json.dumps({"1": text[:WHATSAPP_LIMIT]})
         try:
-            self._rest().messages.create(
-                from_=self._sender, to=to, content_sid=content_sid, content_variables=variables
-            )
+            self._rest().messages.create(from_=self._sender, **message)
         except TwilioRestException as exc:
+            # 4xx but 429: the request itself is refused (an unknown number, outside the window).
             final = 400 <= exc.status < 500 and exc.status != 429
-            log.error("sending a WhatsApp template failed", extra={"status": exc.status, "code": exc.code})
+            log.error("sending a WhatsApp message failed", extra={"status": exc.status, "code": exc.code})
             return Delivery.GIVEN_UP if final else Delivery.OWED
         except (TwilioException, OSError) as exc:
-            log.error("sending a WhatsApp template failed", extra={"error": type(exc).__name__})
+            log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
             return Delivery.OWED
         return Delivery.DELIVERED
 
