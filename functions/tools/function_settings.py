@@ -62,7 +62,7 @@ EVERY_FUNCTION = frozenset(
     }
 )
 
-# Photos, PDFs and voice notes (docs/media.md), on Telegram and WhatsApp; the describer is
+# Photos, PDFs and voice notes (docs/media.md), on every chat surface; the describer is
 # ANTHROPIC_DIGEST_MODEL.
 MEDIA = frozenset(
     {
@@ -75,14 +75,14 @@ MEDIA = frozenset(
         "transcription_timeout",
         "media_descriptions",
         "anthropic_digest_model",
-        "deepgram_api_key",
-        "deepgram_api_base",
-        "deepgram_model",
     }
 )
+# Speech to text (Deepgram): the voice notes of Telegram and WhatsApp; the web takes images only.
+SPEECH = frozenset({"deepgram_api_key", "deepgram_api_base", "deepgram_model"})
 
 BY_FUNCTION: Mapping[str, frozenset[str]] = {
     "telegram_webhook": MEDIA
+    | SPEECH
     | frozenset(
         {
             "telegram_bot_token",
@@ -94,6 +94,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
         }
     ),
     "whatsapp_webhook": MEDIA
+    | SPEECH
     | frozenset(
         {
             "twilio_auth_token",
@@ -107,22 +108,13 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "twilio_api_base",
         }
     ),
-    "web_chat": frozenset(
+    "web_chat": MEDIA
+    | frozenset(
         {
             "supabase_jwt_secret",
             "supabase_jwks_url",
             "cors_origins",
             "web_model_deadline",
-            # Photos, PDFs and voice notes (docs/media.md); the describer is ANTHROPIC_DIGEST_MODEL.
-            "media_max_items",
-            "image_max_bytes",
-            "pdf_max_bytes",
-            "pdf_max_pages",
-            "voice_max_seconds",
-            "media_fetch_timeout",
-            "transcription_timeout",
-            "media_descriptions",
-            "anthropic_digest_model",
         }
     ),
     "memory_digest": frozenset(
