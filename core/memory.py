@@ -143,8 +143,7 @@ class Memory:
             "p_sender_alias": person.sender_alias,
         }
         try:
-            # begin_turn with the person's follow-ups, in the same round trip (schemas/follow_ups.sql).
-            row = self.store.call("begin_turn_follow_ups", arguments)
+            row = self.store.call("begin_turn", arguments)
         except StoreUnavailable as exc:
             log.error("begin_turn failed; answering without history", extra={"error": str(exc)})
             return TurnStart(

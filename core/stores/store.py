@@ -18,7 +18,6 @@ SQL_FUNCTIONS = frozenset(
     {
         "begin_turn",
         "finish_turn",
-        "begin_turn_follow_ups",
         "finish_turn_follow_ups",
         "follow_ups_of",
         "cancel_follow_up",

@@ -17,14 +17,16 @@ $$;
 -- The last `p_limit` messages of a person (or of one conversation) up to and including
 -- the message at (p_until_at, p_until_id), not older than p_since, oldest first. The
 -- start moves in steps of p_step messages so that consecutive turns share a prefix.
+-- json, not jsonb: built as text, it costs half (jsonb_agg and to_jsonb build a binary
+-- tree that the answer turns back into text), and every turn reads it.
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer
-) returns jsonb language plpgsql stable set search_path = '' as $$
+) returns json language plpgsql stable set search_path = '' as $$
 declare
     v_total integer;
     v_keep integer;
-    v_window jsonb;
+    v_window json;
 begin
     select count(*) into v_total
       from public.messages m
@@ -35,7 +37,7 @@ begin
 
     v_keep := greatest(public.window_keeps(v_total, p_limit, p_step), 0);
 
-    select coalesce(jsonb_agg(to_jsonb(w) order by w.created_at, w.id), '[]'::jsonb) into v_window
+    select coalesce(json_agg(w order by w.created_at, w.id), '[]'::json) into v_window
       from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
               from public.messages m
              where m.user_id = p_user_id

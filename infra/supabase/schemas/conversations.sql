@@ -17,8 +17,10 @@ alter table public.conversations enable row level security;  -- who reads what: 
 -- the find-or-create in begin_turn race-free.
 create unique index conversations_one_per_secondary_surface
     on public.conversations (user_id, surface) where surface <> 'web';
-create index conversations_by_user_recent
-    on public.conversations (user_id, updated_at desc);
+-- A person's conversations (the web's list sorts the few a person has). Not on updated_at:
+-- every turn touches it, and an update that changes no indexed column stays on its page
+-- (a HOT update) without a new entry in every index.
+create index conversations_by_user on public.conversations (user_id);
 
 
 create or replace function public.create_conversation(p_user_id uuid, p_title text)

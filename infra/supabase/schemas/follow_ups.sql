@@ -10,9 +10,10 @@
 --    the person's next WhatsApp message) or `given_up`. A `sending` row whose run never came back
 --    is given up, never sent again: a follow-up goes out at most once.
 -- 2. A person's timezone (`person_timezones`): "Friday at 9" is resolved in it by the turn.
--- 3. The two round trips of a turn stay two: `begin_turn_follow_ups` and `finish_turn_follow_ups`
---    call begin_turn and finish_turn (turn.sql) and add, in the same round trip, what follow-ups
---    need (see each one); a turn without tools calls those two alone.
+-- 3. The two round trips of a turn stay two: begin_turn (turn.sql) answers with what follow-ups
+--    need (`turn_follow_ups`, one of its parts), and `finish_turn_follow_ups` calls finish_turn
+--    and adds, in the same round trip, what the model's tools decided; a turn whose tools
+--    changed nothing calls finish_turn alone.
 -- 4. Forgetting deletes them (they go with the conversation they were asked in); a link moves
 --    them with the conversation's messages; unlinking keeps them with the person who asked.
 
@@ -79,67 +80,41 @@ create trigger follow_ups_follow_their_messages
 
 
 -- A person's pending follow-ups (pending, being sent, held), soonest first. plpgsql: every turn
--- reads it (begin_turn_follow_ups), and its plan is then kept for the session.
-create function public.follow_ups_of(p_user_id uuid) returns jsonb
+-- reads it (turn_follow_ups), and its plan is then kept for the session.
+create function public.follow_ups_of(p_user_id uuid) returns json
 language plpgsql
 stable
 set search_path = ''
 as $$
 begin
-    return (select coalesce(jsonb_agg(jsonb_build_object(
+    return (select coalesce(json_agg(json_build_object(
                        'id', f.id, 'content', f.content, 'due_at', f.due_at, 'timezone', f.timezone,
                        'surface', f.surface, 'status', f.status, 'conversation_id', f.conversation_id)
-                     order by f.due_at, f.id), '[]'::jsonb)
+                     order by f.due_at, f.id), '[]'::json)
               from public.follow_ups f
              where f.user_id = p_user_id and f.status in ('pending', 'sending', 'held'));
 end;
 $$;
 
 
--- begin_turn, and with it (same round trip) what a turn with follow-ups needs: 'follow_ups' (the
--- person's pending ones, for the model's list and cancel tools and the limit), 'timezone' (theirs,
--- null when never set), and on WhatsApp 'delivered_first' (the ones held outside the 24-hour
--- window: the person has just written, so they go out first in this answer, stored in the thread
--- as the agent's messages). A duplicate, a refusal or an error is begin_turn's answer unchanged.
-create function public.begin_turn_follow_ups(
-    p_surface text,
-    p_content text,
-    p_external_id text,
-    p_user_id uuid,
-    p_sender_id text,
-    p_conversation_id uuid,
-    p_window_hours integer,
-    p_max_messages integer,
-    p_window_step integer,
-    p_web_prepend integer,
-    p_attempt uuid,
-    p_turns_per_minute integer,
-    p_turns_per_day integer,
-    p_tokens_per_day integer,
-    p_answer_within_seconds integer,
-    p_sender text,
-    p_sender_alias text
-) returns jsonb language plpgsql set search_path = '' as $$
+-- begin_turn's part for follow-ups, once a new message is stored: `pending` (the person's pending
+-- ones, for the model's list and cancel tools and the limit), `timezone` (theirs, null when never
+-- set), and on WhatsApp `delivered_first` (the ones held outside the 24-hour window: the person
+-- has just written, so they go out first in this answer, stored in the thread as the agent's
+-- messages).
+create function crossmem_private.turn_follow_ups(
+    p_user_id uuid, p_surface text, out pending json, out timezone text, out delivered_first json
+) language plpgsql set search_path = '' as $$
 declare
-    v_start jsonb;
-    v_user uuid;
     v_first jsonb := '[]'::jsonb;
     v_held record;
     v_message bigint;
 begin
-    v_start := public.begin_turn(p_surface, p_content, p_external_id, p_user_id, p_sender_id, p_conversation_id,
-                                 p_window_hours, p_max_messages, p_window_step, p_web_prepend, p_attempt,
-                                 p_turns_per_minute, p_turns_per_day, p_tokens_per_day, p_answer_within_seconds,
-                                 p_sender, p_sender_alias);
-    if v_start->>'message_id' is null or coalesce((v_start->>'duplicate')::boolean, false) then
-        return v_start;
-    end if;
-    v_user := (v_start->>'user_id')::uuid;
     if p_surface = 'whatsapp' then
         for v_held in
             select f.id, f.content, f.conversation_id, f.user_id
               from public.follow_ups f
-             where f.user_id = v_user and f.status = 'held'
+             where f.user_id = p_user_id and f.status = 'held'
              order by f.due_at, f.id
                for update skip locked
         loop
@@ -152,10 +127,9 @@ begin
             v_first := v_first || jsonb_build_object('id', v_held.id, 'content', v_held.content);
         end loop;
     end if;
-    return v_start || jsonb_build_object(
-        'follow_ups', public.follow_ups_of(v_user),
-        'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_user),
-        'delivered_first', v_first);
+    pending := public.follow_ups_of(p_user_id);
+    timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
+    delivered_first := v_first::json;
 end;
 $$;
 

@@ -40,8 +40,9 @@ create unique index messages_once_per_attempt on public.messages (attempt) where
 -- MessageSid are unique for the whole bot, so per person is the same thing for them; the
 -- web's client_message_id means something only to the person who chose it. The same rule is
 -- the "already stored" answer and the budget's exemption: a key seen before never reaches
--- the model again, whatever conversation it names.
-create unique index messages_once_per_delivery on public.messages (user_id, surface, external_id);
+-- the model again, whatever conversation it names. Replies have no key: they are not in it.
+create unique index messages_once_per_delivery on public.messages (user_id, surface, external_id)
+    where external_id is not null;
 -- The purge reads messages by age, in bounded batches.
 create index messages_by_age on public.messages (created_at, id);
 -- What the owed-replies job scans: unanswered user messages of the last minutes, by age.

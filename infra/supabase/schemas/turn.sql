@@ -184,24 +184,22 @@ $$;
 
 -- What the model reads with the message (p_message_id, at p_message_at): on the web the
 -- conversation's own window and, for a web conversation, the latest messages of the person's
--- other apps since p_since; elsewhere the person's window over every conversation.
--- Returns {"conversation_surface", "history", "prepend", "notes"}.
+-- other apps since p_since; elsewhere the person's window over every conversation; and the
+-- person's notes. Its parts are returned apart, for begin_turn's one answer.
 create or replace function crossmem_private.turn_context(
     p_user_id uuid, p_surface text, p_conversation_id uuid,
     p_message_id bigint, p_message_at timestamptz, p_since timestamptz,
-    p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer
-) returns jsonb language plpgsql stable set search_path = '' as $$
-declare
-    v_conversation_surface text;
-    v_history jsonb;
-    v_prepend jsonb := '[]'::jsonb;
+    p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer,
+    out conversation_surface text, out history json, out prepend json, out notes text
+) language plpgsql stable set search_path = '' as $$
 begin
-    select c.surface into v_conversation_surface from public.conversations c where c.id = p_conversation_id;
+    select c.surface into conversation_surface from public.conversations c where c.id = p_conversation_id;
+    prepend := '[]'::json;
     if p_surface = 'web' then
-        v_history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
-                                           p_max_messages, p_window_step);
-        if v_conversation_surface = 'web' and p_web_prepend > 0 then
-            select coalesce(jsonb_agg(to_jsonb(s) order by s.created_at, s.id), '[]'::jsonb) into v_prepend
+        history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
+                                         p_max_messages, p_window_step);
+        if conversation_surface = 'web' and p_web_prepend > 0 then
+            select coalesce(json_agg(s order by s.created_at, s.id), '[]'::json) into prepend
               from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                       from public.messages m
                       join public.conversations c on c.id = m.conversation_id
@@ -214,20 +212,20 @@ begin
                      limit p_web_prepend) s;
         end if;
     else
-        v_history := public.context_window(p_user_id, null, p_message_at - make_interval(hours => p_window_hours),
-                                           p_message_at, p_message_id, p_max_messages, p_window_step);
+        history := public.context_window(p_user_id, null, p_message_at - make_interval(hours => p_window_hours),
+                                         p_message_at, p_message_id, p_max_messages, p_window_step);
     end if;
-    return jsonb_build_object(
-        'conversation_surface', v_conversation_surface, 'history', v_history, 'prepend', v_prepend,
-        'notes', (select n.content from public.memory_notes n where n.user_id = p_user_id and n.revision > 0));
+    select n.content into notes from public.memory_notes n where n.user_id = p_user_id and n.revision > 0;
 end;
 $$;
 
 
 -- One turn's first round trip, one call in one transaction, of the parts above: who writes,
 -- the delivery's key (a redelivery stores nothing and returns the reply already stored for it,
--- if any; an owed message is taken over), the budget, the conversation, the message, and the
--- context the model reads with it. Every setting is an argument (the settings hold the defaults).
+-- if any; an owed message is taken over), the budget, the conversation, the message, the
+-- context the model reads with it, and what the person's follow-ups need (follow_ups.sql's
+-- turn_follow_ups). Every setting is an argument (the settings hold the defaults). Its answer is
+-- json, built once: every turn reads it.
 create or replace function public.begin_turn(
     -- the delivery
     p_surface text, p_content text, p_external_id text, p_user_id uuid, p_sender_id text, p_conversation_id uuid,
@@ -238,7 +236,7 @@ create or replace function public.begin_turn(
     p_answer_within_seconds integer, p_sender text,
     -- the sender's other id (a WhatsApp number beside its BSUID), kept as the same person
     p_sender_alias text
-) returns jsonb language plpgsql set search_path = '' as $$
+) returns json language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_user uuid;
@@ -248,10 +246,12 @@ declare
     v_limited_until timestamptz;
     v_conversation uuid;
     v_message record;
+    v_context record;
+    v_follow_ups record;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
-        return jsonb_build_object('forgotten', true, 'duplicate', true, 'reply', null,
-                                  'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
+        return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
+                                 'history', '[]'::json, 'prepend', '[]'::json);
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
 
@@ -263,14 +263,14 @@ begin
         -- into TOKENS_PER_DAY).
         v_owed := v_reply is null and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
         if not v_owed then
-            return jsonb_build_object(
+            return json_build_object(
                 'user_id', v_user, 'conversation_id', v_stored.conversation_id,
                 'conversation_surface',
                 (select c.surface from public.conversations c where c.id = v_stored.conversation_id),
                 'message_id', v_stored.message_id, 'duplicate', true, 'reply', v_reply,
                 -- Not answered yet, and its attempt may still answer: ask again after this.
                 'answer_by', case when v_reply is null then v_stored.answer_by end,
-                'history', '[]'::jsonb, 'prepend', '[]'::jsonb);
+                'history', '[]'::json, 'prepend', '[]'::json);
         end if;
     end if;
 
@@ -280,7 +280,7 @@ begin
         v_limited_until := crossmem_private.turn_limited_until(v_user, p_turns_per_minute, p_turns_per_day,
                                                                 p_tokens_per_day);
         if v_limited_until is not null then
-            return jsonb_build_object('user_id', v_user, 'limited_until', v_limited_until);
+            return json_build_object('user_id', v_user, 'limited_until', v_limited_until);
         end if;
     end if;
 
@@ -296,7 +296,7 @@ begin
     else
         v_conversation := crossmem_private.turn_conversation(v_user, p_surface, p_conversation_id, p_content);
         if v_conversation is null then
-            return jsonb_build_object('error', 'conversation_not_found');
+            return json_build_object('error', 'conversation_not_found');
         end if;
         select * into v_message
           from crossmem_private.store_user_message(
@@ -305,12 +305,18 @@ begin
                    p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0);
     end if;
 
-    return jsonb_build_object(
-        'user_id', v_user, 'conversation_id', v_conversation, 'message_id', v_message.message_id,
-        'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null)
-        || crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
+    select * into v_context
+      from crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
                                          v_message.created_at, v_now - make_interval(hours => p_window_hours),
                                          p_window_hours, p_max_messages, p_window_step, p_web_prepend);
+    select * into v_follow_ups from crossmem_private.turn_follow_ups(v_user, p_surface);
+    return json_build_object(
+        'user_id', v_user, 'conversation_id', v_conversation, 'message_id', v_message.message_id,
+        'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null,
+        'conversation_surface', v_context.conversation_surface, 'history', v_context.history,
+        'prepend', v_context.prepend, 'notes', v_context.notes,
+        'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
+        'delivered_first', v_follow_ups.delivered_first);
 end;
 $$;
 
