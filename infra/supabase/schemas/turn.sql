@@ -255,7 +255,7 @@ begin
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
 
-    select * into v_stored from crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
+    v_stored := crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
     if v_stored.message_id is not null and not v_stored.own_attempt then
         v_reply := crossmem_private.stored_reply(v_stored.message_id, v_user);
         -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (within
@@ -298,18 +298,16 @@ begin
         if v_conversation is null then
             return json_build_object('error', 'conversation_not_found');
         end if;
-        select * into v_message
-          from crossmem_private.store_user_message(
-                   v_user, v_conversation, p_surface, p_content, p_external_id, p_attempt,
-                   v_now + make_interval(secs => p_answer_within_seconds), p_sender,
-                   p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0);
+        v_message := crossmem_private.store_user_message(
+            v_user, v_conversation, p_surface, p_content, p_external_id, p_attempt,
+            v_now + make_interval(secs => p_answer_within_seconds), p_sender,
+            p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0);
     end if;
 
-    select * into v_context
-      from crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
-                                         v_message.created_at, v_now - make_interval(hours => p_window_hours),
-                                         p_window_hours, p_max_messages, p_window_step, p_web_prepend);
-    select * into v_follow_ups from crossmem_private.turn_follow_ups(v_user, p_surface);
+    v_context := crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
+                                               v_message.created_at, v_now - make_interval(hours => p_window_hours),
+                                               p_window_hours, p_max_messages, p_window_step, p_web_prepend);
+    v_follow_ups := crossmem_private.turn_follow_ups(v_user, p_surface);
     return json_build_object(
         'user_id', v_user, 'conversation_id', v_conversation, 'message_id', v_message.message_id,
         'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null,
