@@ -325,7 +325,8 @@ $$;
 -- answered and fetches nothing: the download and the transcription are part of the turn's
 -- idempotency.
 -- plpgsql (its plan kept for the session) and a null content returns at once: every
--- finish_turn calls it, and a `language sql` one was planned again at each call.
+-- end_attempt calls it (finish_turn only with a content), and a `language sql` one was planned
+-- again at each call.
 create or replace function public.rewrite_user_message(p_user_id uuid, p_user_message_id bigint, p_content text)
     returns void language plpgsql set search_path = '' as $$
 begin
@@ -356,10 +357,10 @@ create or replace function public.finish_turn(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
-    v_conversation uuid;
-    v_owner uuid;
 begin
-    perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
+    if p_user_content is not null then
+        perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
+    end if;
     with asked as (
         select m.id, m.conversation_id, m.user_id, m.surface
           from public.messages m
@@ -374,13 +375,15 @@ begin
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
         returning id, conversation_id, user_id
-    )
-    select s.id, s.conversation_id, s.user_id into v_reply_id, v_conversation, v_owner from stored s;
-
-    if v_reply_id is not null then
+    ), touched as (
         update public.conversations c
            set updated_at = clock_timestamp()
-         where c.id = v_conversation and c.user_id = v_owner;
+          from stored s
+         where c.id = s.conversation_id and c.user_id = s.user_id
+    )
+    select s.id into v_reply_id from stored s;
+
+    if v_reply_id is not null then
         update public.turn_usage u set tokens = u.tokens + greatest(p_tokens, 0)
          where u.message_id = p_user_message_id;
     else
