@@ -13,32 +13,18 @@ import os
 import platform
 from typing import Any
 
-from bench import caching, follow_ups, fuzz, fuzz_budget, media, purge, recall, soak, telegram_live
-from bench.latency_proxy import proxy_process
-from bench.memory_core import (
-    context_load_ms_p50,
-    round_trips_per_turn,
-    turn_overhead_ms_p50,
-    turns_per_s,
-)
+from bench import caching, follow_ups, fuzz, fuzz_budget, media, purge, recall, soak, telegram_live, turn_speed
+from bench.memory_core import context_load_ms_p50, round_trips_per_turn
 from bench.results import RESULTS, ROOT, bench_database
 
 CHART = ROOT / "docs" / "caching.png"
-RTT = 0.001
 
 
 def measure(database_url: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     print("round trips ...", flush=True)
     results["round_trips_per_turn"] = round_trips_per_turn(database_url)
-    print("turn overhead on loopback ...", flush=True)
-    results["turn_overhead_ms_p50"] = turn_overhead_ms_p50(database_url)
-    print("turn overhead with 1 ms a round trip ...", flush=True)
-    with proxy_process(database_url, RTT) as slow:
-        results["turn_overhead_ms_p50_rtt1"] = turn_overhead_ms_p50(slow, turns=150)
-    print("throughput, 8 threads, 1 ms a round trip ...", flush=True)
-    with proxy_process(database_url, RTT) as slow:
-        results["turns_per_s"] = turns_per_s(slow)
+    results.update(turn_speed.measure(database_url))
     print("prompt caching over 60 turns ...", flush=True)
     results.update(caching.run(CHART))
     # Memory notes (issue 14): the recall of planted facts after three days.
@@ -65,11 +51,8 @@ def measure(database_url: str) -> dict[str, Any]:
     # Last: it seeds 100,000 follow-ups that no part after it should meet.
     print(f"follow-ups: {follow_ups.DUE} due, the job every minute, {follow_ups.BACKGROUND:,} pending ...", flush=True)
     results["follow_ups"] = follow_ups.run(database_url)
-    overhead, slow_overhead = results["turn_overhead_ms_p50"], results["turn_overhead_ms_p50_rtt1"]
     results["ratios"] = {
-        "turn_overhead_seed_over_ours": round(overhead["seed"] / overhead["ours"], 2),
-        "turn_overhead_rtt1_seed_over_ours": round(slow_overhead["seed"] / slow_overhead["ours"], 2),
-        "turns_per_s_ours_over_seed": round(results["turns_per_s"]["ours"] / results["turns_per_s"]["seed"], 2),
+        **turn_speed.ratios(results),
         "context_load_1m_over_10k": round(
             results["context_load_ms_p50"]["1000000"] / results["context_load_ms_p50"]["10000"], 2
         ),
