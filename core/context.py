@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from core.errors import DateOutOfRange, HistoryTooLong
@@ -49,24 +49,27 @@ class ModelMessage:
     attachments: tuple[Attachment, ...] = ()  # before the text, as Claude reads best
 
 
-def tag(item: ContextItem, zone: ZoneInfo, today: datetime | None) -> str:
+def tag(item: ContextItem, zone: ZoneInfo, today: date | None) -> str:
+    """Where and when, `[telegram · 09:12]`; the weekday too when `today` (in `zone`) is another day."""
     if item.created_at is None:
         return f"[{item.surface.value}]"
     local = item.created_at.astimezone(zone)
-    if today is not None and local.date() != today.astimezone(zone).date():
+    if today is not None and local.date() != today:
         return f"[{item.surface.value} · {local:%a %H:%M}]"
-    return f"[{item.surface.value} · {local:%H:%M}]"
+    # The same as %H:%M without strftime, which cost more than the rest of the tag (every turn tags
+    # each of the person's messages in its window).
+    return f"[{item.surface.value} · {local.hour:02}:{local.minute:02}]"
 
 
 def build_model_messages(
     items: Sequence[ContextItem], *, annotate: bool = True, zone: ZoneInfo | None = None
 ) -> list[ModelMessage]:
     zone = zone or ZoneInfo("UTC")
-    kept = [item for item in items if item.content.strip()]
-    today = next((item.created_at for item in reversed(kept) if item.created_at is not None), None)
+    kept = [(item, text) for item in items if (text := item.content.strip())]
+    latest = next((item.created_at for item, _ in reversed(kept) if item.created_at is not None), None)
+    today = latest.astimezone(zone).date() if annotate and latest is not None else None
     merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
-    for item in kept:
-        text = item.content.strip()
+    for item, text in kept:
         rendered = f"{tag(item, zone, today)} {text}" if annotate and item.role is Role.USER else text
         if merged and merged[-1][0] is item.role:
             merged[-1][1].append(rendered)
