@@ -70,13 +70,14 @@ class StoredMessage:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StoredMessage:
+        # The row's JSON already holds the id as a number and the rest as strings.
         return cls(
-            id=int(row["id"]),
-            conversation_id=parse_uuid(str(row["conversation_id"])),
-            surface=parse_surface(row["surface"]),
-            role=parse_role(row["role"]),
-            content=str(row["content"]),
-            created_at=datetime.fromisoformat(str(row["created_at"])),
+            row["id"],
+            parse_uuid(row["conversation_id"]),
+            parse_surface(row["surface"]),
+            parse_role(row["role"]),
+            row["content"],
+            datetime.fromisoformat(row["created_at"]),
         )
 
     def as_json(self) -> dict[str, Any]:
