@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Final
 from zoneinfo import ZoneInfo
 
 from core.errors import DateOutOfRange, HistoryTooLong
@@ -19,26 +20,27 @@ from core.media import Attachment
 from core.models import Role, StoredMessage, Surface
 
 
-@dataclass(frozen=True)
+# ContextItem and Source are immutable as StoredMessage is, and for its reason (core/models.py).
+@dataclass(slots=True, unsafe_hash=True)
 class ContextItem:
     """One message before rendering: stored, or sent by the web client as its history."""
 
-    role: Role
-    content: str
-    surface: Surface
-    created_at: datetime | None = None
-    id: int | None = None
-    attachments: tuple[Attachment, ...] = ()  # this turn's images and PDFs (never stored)
+    role: Final[Role]
+    content: Final[str]
+    surface: Final[Surface]
+    created_at: Final[datetime | None] = None
+    id: Final[int | None] = None
+    attachments: Final[tuple[Attachment, ...]] = ()  # this turn's images and PDFs (never stored)
 
     @classmethod
     def from_stored(cls, message: StoredMessage) -> ContextItem:
         return cls(message.role, message.content, message.surface, message.created_at, message.id)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Source:
-    surface: Surface
-    text: str
+    surface: Final[Surface]
+    text: Final[str]
 
 
 @dataclass(frozen=True)
