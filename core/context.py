@@ -20,7 +20,8 @@ from core.media import Attachment
 from core.models import Role, StoredMessage, Surface
 
 
-# ContextItem and Source are immutable as StoredMessage is, and for its reason (core/models.py).
+# ContextItem, Source and ModelMessage are immutable as StoredMessage is, and for its reason
+# (core/models.py): a turn builds each for every message of its window.
 @dataclass(slots=True, unsafe_hash=True)
 class ContextItem:
     """One message before rendering: stored, or sent by the web client as its history."""
@@ -43,12 +44,12 @@ class Source:
     text: Final[str]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class ModelMessage:
-    role: Role
-    content: str
-    sources: tuple[Source, ...]
-    attachments: tuple[Attachment, ...] = ()  # before the text, as Claude reads best
+    role: Final[Role]
+    content: Final[str]
+    sources: Final[tuple[Source, ...]]
+    attachments: Final[tuple[Attachment, ...]] = ()  # before the text, as Claude reads best
 
 
 def tag(item: ContextItem, zone: ZoneInfo, today: date | None) -> str:
