@@ -59,9 +59,9 @@ def tag(item: ContextItem, zone: ZoneInfo, today: date | None) -> str:
     local = item.created_at.astimezone(zone)
     if today is not None and local.date() != today:
         return f"[{item.surface.value} · {local:%a %H:%M}]"
-    # The same as %H:%M without strftime, which cost more than the rest of the tag (every turn tags
-    # each of the person's messages in its window).
-    return f"[{item.surface.value} · {local.hour:02}:{local.minute:02}]"
+    # %H:%M without strftime, which cost more than the rest of the tag (and every turn tags each of
+    # the person's messages in its window).
+    return f"[{item.surface.value} · {local.time().isoformat('minutes')}]"
 
 
 def build_model_messages(
