@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
+from typing import Final
 from zoneinfo import ZoneInfo
 
 from core.errors import DateOutOfRange, HistoryTooLong
@@ -19,54 +20,59 @@ from core.media import Attachment
 from core.models import Role, StoredMessage, Surface
 
 
-@dataclass(frozen=True)
+# ContextItem, Source and ModelMessage are immutable as StoredMessage is, and for its reason
+# (core/models.py): a turn builds each for every message of its window.
+@dataclass(slots=True, unsafe_hash=True)
 class ContextItem:
     """One message before rendering: stored, or sent by the web client as its history."""
 
-    role: Role
-    content: str
-    surface: Surface
-    created_at: datetime | None = None
-    id: int | None = None
-    attachments: tuple[Attachment, ...] = ()  # this turn's images and PDFs (never stored)
+    role: Final[Role]
+    content: Final[str]
+    surface: Final[Surface]
+    created_at: Final[datetime | None] = None
+    id: Final[int | None] = None
+    attachments: Final[tuple[Attachment, ...]] = ()  # this turn's images and PDFs (never stored)
 
     @classmethod
     def from_stored(cls, message: StoredMessage) -> ContextItem:
         return cls(message.role, message.content, message.surface, message.created_at, message.id)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Source:
-    surface: Surface
-    text: str
+    surface: Final[Surface]
+    text: Final[str]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class ModelMessage:
-    role: Role
-    content: str
-    sources: tuple[Source, ...]
-    attachments: tuple[Attachment, ...] = ()  # before the text, as Claude reads best
+    role: Final[Role]
+    content: Final[str]
+    sources: Final[tuple[Source, ...]]
+    attachments: Final[tuple[Attachment, ...]] = ()  # before the text, as Claude reads best
 
 
-def tag(item: ContextItem, zone: ZoneInfo, today: datetime | None) -> str:
+def tag(item: ContextItem, zone: ZoneInfo, today: date | None) -> str:
+    """Where and when, `[telegram · 09:12]`; the weekday too when `today` (in `zone`) is another day."""
     if item.created_at is None:
         return f"[{item.surface.value}]"
     local = item.created_at.astimezone(zone)
-    if today is not None and local.date() != today.astimezone(zone).date():
+    if today is not None and local.date() != today:
         return f"[{item.surface.value} · {local:%a %H:%M}]"
-    return f"[{item.surface.value} · {local:%H:%M}]"
+    # %H:%M without strftime, which cost more than the rest of the tag (and every turn tags each of
+    # the person's messages in its window).
+    return f"[{item.surface.value} · {local.time().isoformat('minutes')}]"
 
 
 def build_model_messages(
     items: Sequence[ContextItem], *, annotate: bool = True, zone: ZoneInfo | None = None
 ) -> list[ModelMessage]:
     zone = zone or ZoneInfo("UTC")
-    kept = [item for item in items if item.content.strip()]
-    today = next((item.created_at for item in reversed(kept) if item.created_at is not None), None)
+    kept = [(item, text) for item in items if (text := item.content.strip())]
+    latest = next((item.created_at for item, _ in reversed(kept) if item.created_at is not None), None)
+    today = latest.astimezone(zone).date() if annotate and latest is not None else None
     merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
-    for item in kept:
-        text = item.content.strip()
+    for item, text in kept:
         rendered = f"{tag(item, zone, today)} {text}" if annotate and item.role is Role.USER else text
         if merged and merged[-1][0] is item.role:
             merged[-1][1].append(rendered)

@@ -17,7 +17,17 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
-from core.models import Conversation, ConversationPage, FollowUp, Person, StoredMessage, StoredReply, Surface, TurnStart
+from core.models import (
+    Conversation,
+    ConversationPage,
+    FollowUp,
+    Person,
+    StoredMessage,
+    StoredReply,
+    Surface,
+    TurnStart,
+    parse_uuid,
+)
 from core.settings import setting_default
 from core.stores.store import MemoryStore
 
@@ -61,8 +71,8 @@ class OwedMessage:
 def turn_start(row: dict[str, Any]) -> TurnStart:
     reply = row.get("reply")
     return TurnStart(
-        user_id=UUID(row["user_id"]),
-        conversation_id=UUID(row["conversation_id"]),
+        user_id=parse_uuid(row["user_id"]),
+        conversation_id=parse_uuid(row["conversation_id"]),
         message_id=int(row["message_id"]),
         duplicate=bool(row["duplicate"]),
         reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,

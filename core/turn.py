@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -449,7 +449,6 @@ class Turns:
         level = logging.WARNING if result.figures.error else logging.INFO
         if not log.isEnabledFor(level):
             return result
-        figures = asdict(result.figures)
         log.log(
             level,
             "turn",
@@ -457,7 +456,9 @@ class Turns:
                 "surface": surface.value,
                 "outcome": result.outcome.value,
                 "user_id": str(result.user_id) if result.user_id else None,
-                **figures,
+                # The figures are scalars: their fields as asdict() gives them, without its deep
+                # copy of each (which cost a third of the whole line).
+                **vars(result.figures),
             },
         )
         return result
