@@ -52,7 +52,7 @@ class ModelMessage:
     attachments: Final[tuple[Attachment, ...]] = ()  # before the text, as Claude reads best
 
 
-def tag(item: ContextItem, zone: ZoneInfo, today: date | None) -> str:
+def tag(item: ContextItem | StoredMessage, zone: ZoneInfo, today: date | None) -> str:
     """Where and when, `[telegram · 09:12]`; the weekday too when `today` (in `zone`) is another day."""
     if item.created_at is None:
         return f"[{item.surface.value}]"
@@ -65,7 +65,7 @@ def tag(item: ContextItem, zone: ZoneInfo, today: date | None) -> str:
 
 
 def build_model_messages(
-    items: Sequence[ContextItem], *, annotate: bool = True, zone: ZoneInfo | None = None
+    items: Sequence[ContextItem | StoredMessage], *, annotate: bool = True, zone: ZoneInfo | None = None
 ) -> list[ModelMessage]:
     zone = zone or ZoneInfo("UTC")
     kept = [(item, text) for item in items if (text := item.content.strip())]

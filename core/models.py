@@ -6,10 +6,10 @@ import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 from uuid import UUID
 
-from core.media import message_kind
+from core.media import Attachment, message_kind
 
 
 class Surface(StrEnum):
@@ -70,6 +70,9 @@ class StoredMessage:
     role: Final[Role]
     content: Final[str]
     created_at: Final[datetime]
+    # What a turn attached (its images and PDFs) is never stored. Without any, a stored message is
+    # rendered into the model's context as it is (core/context.py), not through a copy each turn.
+    attachments: ClassVar[tuple[Attachment, ...]] = ()
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StoredMessage:

@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import replace
@@ -31,7 +31,7 @@ from core.media import placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
 from core.model.llm import Model, ModelReply, Usage
-from core.models import Delivery, Person, Role, Surface, TurnStart
+from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
 
 log = logging.getLogger("crossmem.turn")
@@ -89,8 +89,7 @@ class Turns:
         context it was stored in; the reply sent through `channel` and stored."""
         began = self._clock()
         figures = TurnFigures(round_trips=1)
-        items = [ContextItem.from_stored(message) for message in owed.start.history]
-        messages = build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
+        messages = build_model_messages(owed.start.history, annotate=self._settings.annotate, zone=self._zone)
         return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
 
     def _answer(
@@ -268,6 +267,7 @@ class Turns:
         return self._identity.resolve(request.surface, request.sender_id, request.sender_alias)
 
     def _messages(self, request: TurnRequest, start: TurnStart, prepared: PreparedMedia | None) -> list[ModelMessage]:
+        items: Sequence[ContextItem | StoredMessage]
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             items = [*(request.client_history or []), current]
@@ -275,11 +275,16 @@ class Turns:
             current = ContextItem.from_stored(start.history[-1])
             items = web_items(start.prepend, start.history, request.client_history, current)
         else:
-            items = [ContextItem.from_stored(message) for message in start.history]
+            items = start.history
         if prepared is not None and items:
             # This message as the turn learned it: transcripts in place, its images and PDF attached.
-            at = next((i for i, item in enumerate(items) if item.id is not None and item.id == start.message_id), -1)
-            items[at] = replace(items[at], content=prepared.content, attachments=prepared.attachments)
+            last = len(items) - 1
+            at = next((i for i, item in enumerate(items) if item.id is not None and item.id == start.message_id), last)
+            message = items[at]
+            learned = ContextItem(
+                message.role, prepared.content, message.surface, message.created_at, message.id, prepared.attachments
+            )
+            items = [*items[:at], learned, *items[at + 1 :]]
         return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
 
     # Media (core/media_turn.py): after begin_turn, so a redelivery fetches and transcribes nothing.
