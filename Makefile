@@ -11,7 +11,9 @@ STAMP := $(VENV)/.installed
 # --inexact: keep uv itself (pip put it there), which the lock does not list.
 SYNC := $(UV) sync --frozen --inexact --quiet
 
-DEPLOY_TOOLS := infra/deploy/node_modules/.package-lock.json
+# Our own stamp, touched once `npm ci` succeeded: an install cut short (npm ci empties
+# node_modules first) leaves none, so the next make installs again.
+DEPLOY_TOOLS := infra/deploy/node_modules/.crossmem-installed
 SUPABASE := infra/deploy/node_modules/.bin/supabase
 # A deploy tool's failure ends in one line: its own error and the likely fix (functions/tools/tool_failures.py,
 # standard library only, so it runs before the venv exists).

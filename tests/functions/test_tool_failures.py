@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOY_TOOLS = "infra/deploy/node_modules/.package-lock.json"
+DEPLOY_TOOLS = "infra/deploy/node_modules/.crossmem-installed"
 
 # npm 10's `npm ci` without a registry (its own lines, the log's path shortened).
 NPM_OFFLINE = "\n".join(
