@@ -5,7 +5,9 @@ builder (breakpoints after the system prompt, after the person's memory notes an
 last message) and the real offline digest writing the notes every DIGEST_EVERY on the due
 rule of the SQL function `claim_memory_digests`. Each person starts with a full budget of
 notes from earlier days. The seed: its sliding window of the last 14 messages, with the
-best its pattern allows, one breakpoint after the system prompt. Anthropic's automatic
+best its pattern allows, one breakpoint after the system prompt, and the same follow-up tools
+as ours (a seed with the same abilities: the comparison is of memory, not of what the tools
+add). Anthropic's automatic
 caching (one top-level `cache_control`, the breakpoint following the conversation) is
 priced on our requests too. All priced with Anthropic's caching rules by
 `bench.prompt_cache`, the minimum cacheable length taken from MIN_CACHEABLE by model.
@@ -44,7 +46,8 @@ MIN_CACHEABLE = {
     "claude-opus-4-5": 4096,
     "claude-opus-4-6": 4096,
 }
-# What every turn of ours sends (FOLLOW_UPS_PER_PERSON > 0): the follow-up tools, first in the cache's order.
+# What every turn sends, ours and the seed's (FOLLOW_UPS_PER_PERSON > 0): the follow-up tools, first
+# in the cache's order.
 TOOLS: tuple[dict[str, Any], ...] = FOLLOW_UP_TOOLS
 SMALL_CACHE_MODEL = "claude-haiku-4-5"  # a 4,096-token minimum: the system prompt alone caches nothing
 DIGEST_EVERY = timedelta(minutes=15)  # the memory_digest schedule (README, Deploy)
@@ -215,6 +218,7 @@ def seed_requests(conversation: Conversation) -> Requests:
             "max_tokens": MAX_TOKENS,
             "system": [{"type": "text", "text": DEFAULT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": role, "content": [{"type": "text", "text": content}]} for _, role, content in window],
+            "tools": list(TOOLS),
         }
         bodies.append(body)
         shown.append(len(window))
