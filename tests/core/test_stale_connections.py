@@ -3,6 +3,7 @@ and a call whose answer is lost after it committed: nothing is lost, nothing dou
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,12 @@ def proxied_store(database_url: str, proxy: LatencyProxy) -> Iterator[PostgresSt
 def kill_idle_connections(database_url: str) -> int:
     """What a restart or a pooler's idle timeout does to the pool: every idle connection dies."""
     with psycopg.connect(database_url, autocommit=True) as admin:
+        # A backend shows 'idle' a moment after its answer has left: under load that moment can
+        # outlast the client's next step, so wait for every one of the pool's to show it.
+        while admin.execute(
+            "select count(*) from pg_stat_activity where application_name = %s and state <> 'idle'", (APPLICATION,)
+        ).fetchone() != (0,):
+            time.sleep(0.01)
         killed = admin.execute(
             "select count(*) filter (where pg_terminate_backend(pid)) from pg_stat_activity"
             " where application_name = %s and state = 'idle'",
