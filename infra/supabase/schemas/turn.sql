@@ -79,30 +79,37 @@ begin
 end;
 $$;
 
--- The delivery's key (messages.sql), looked up once: this very call tried again after its
--- connection died (its attempt: own_attempt), or a delivery already stored; no row when it is
--- new. Deliveries of one key take turns here, until the transaction ends.
+-- The delivery's key (messages.sql): this very call tried again after its connection died (its
+-- attempt: own_attempt), or a delivery already stored; no row when it is new. Two index probes
+-- (the attempt's, then the key's), not one scan of either: a BitmapOr and its sort cost more.
+-- Deliveries of one key take turns here, until the transaction ends.
 create or replace function crossmem_private.stored_delivery(
     p_user_id uuid, p_surface text, p_external_id text, p_attempt uuid, out message_id bigint,
     out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean
 ) language plpgsql set search_path = '' as $$
 begin
+    if p_attempt is not null then
+        select m.id, m.created_at, m.conversation_id, m.answer_by, true
+          into message_id, created_at, conversation_id, answer_by, own_attempt
+          from public.messages m
+         where m.attempt = p_attempt and m.user_id = p_user_id
+           for update of m;
+        if message_id is not null then
+            return;  -- this call's own message: its delivery's key was taken with it
+        end if;
+    end if;
     if p_external_id is not null then
         perform pg_advisory_xact_lock(
             hashtextextended('delivery/' || p_user_id || '/' || p_surface || '/' || p_external_id, 0));
+        -- The row is held until this turn's first transaction ends: a scheduled job claiming it as
+        -- owed at this moment is waited for, and its claim (a later answer_by) then seen, so a
+        -- redelivery and the job never both take the message over.
+        select m.id, m.created_at, m.conversation_id, m.answer_by, false
+          into message_id, created_at, conversation_id, answer_by, own_attempt
+          from public.messages m
+         where m.user_id = p_user_id and m.surface = p_surface and m.external_id = p_external_id
+           for update of m;
     end if;
-    select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false)
-      into message_id, created_at, conversation_id, answer_by, own_attempt
-      from public.messages m
-     where m.user_id = p_user_id
-       and ((p_attempt is not null and m.attempt = p_attempt)
-            or (p_external_id is not null and m.surface = p_surface and m.external_id = p_external_id))
-     order by m.attempt = p_attempt desc nulls last
-     limit 1
-     -- The row is held until this turn's first transaction ends: a scheduled job claiming it as
-     -- owed at this moment is waited for, and its claim (a later answer_by) then seen, so a
-     -- redelivery and the job never both take the message over.
-       for update of m;
 end;
 $$;
 
@@ -193,9 +200,9 @@ create or replace function crossmem_private.turn_context(
     out conversation_surface text, out history json, out prepend json, out notes text
 ) language plpgsql stable set search_path = '' as $$
 begin
-    select c.surface into conversation_surface from public.conversations c where c.id = p_conversation_id;
     prepend := '[]'::json;
     if p_surface = 'web' then
+        select c.surface into conversation_surface from public.conversations c where c.id = p_conversation_id;
         history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
                                          p_max_messages, p_window_step);
         if conversation_surface = 'web' and p_web_prepend > 0 then
@@ -212,6 +219,7 @@ begin
                      limit p_web_prepend) s;
         end if;
     else
+        conversation_surface := p_surface;  -- the person's one conversation of it (turn_conversation)
         history := public.context_window(p_user_id, null, p_message_at - make_interval(hours => p_window_hours),
                                          p_message_at, p_message_id, p_max_messages, p_window_step);
     end if;
