@@ -89,7 +89,8 @@ class Turns:
         context it was stored in; the reply sent through `channel` and stored."""
         began = self._clock()
         figures = TurnFigures(round_trips=1)
-        messages = build_model_messages(owed.start.history, annotate=self._settings.annotate, zone=self._zone)
+        zone = self._zone_of(owed.start)
+        messages = build_model_messages(owed.start.history, annotate=self._settings.annotate, zone=zone)
         return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
 
     def _answer(
@@ -285,7 +286,7 @@ class Turns:
                 message.role, prepared.content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
-        return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone)
+        return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone_of(start))
 
     # Media (core/media_turn.py): after begin_turn, so a redelivery fetches and transcribes nothing.
 
@@ -345,8 +346,12 @@ class Turns:
         rules = self._settings.follow_ups
         if rules.max_pending <= 0 or start.message_id is None or start.user_id is None:
             return None
-        zone = follow_ups.zone_named(start.timezone) or self._zone
-        return follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, client_zone)
+        return follow_ups.turn_tools(rules, start.follow_ups, self._zone_of(start), self._now, client_zone)
+
+    def _zone_of(self, start: TurnStart) -> ZoneInfo:
+        """The person's timezone (theirs, else CONTEXT_TIMEZONE): the context's tags and the
+        follow-up tools read the same clock, the one the person lives by."""
+        return follow_ups.zone_named(start.timezone) or self._zone
 
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""

@@ -6,6 +6,8 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -213,3 +215,28 @@ def test_the_offline_model_shows_the_memory_at_work(store: PostgresStore) -> Non
     assert "2 earlier messages" in reply and "from telegram" in reply
     assert '"my cat is called Mishka"' in reply
     assert OfflineModel.compose([]) == OfflineModel.compose([])
+
+
+def test_the_context_tags_read_the_persons_clock_else_the_configured_one(
+    memory: Memory, fake: FakeAnthropic, database_url: str
+) -> None:
+    """A person with a timezone (set by the web client or a follow-up) sees their messages'
+    times in it, as the follow-up tools read "now"; anyone else in CONTEXT_TIMEZONE."""
+    model = claude(fake)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), replace(SETTINGS, timezone="America/New_York"))
+    abroad, other = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("insert into person_timezones (user_id, timezone) values (%s, 'Asia/Kathmandu')", (abroad,))
+    for person, zone in ((abroad, ZoneInfo("Asia/Kathmandu")), (other, ZoneInfo("America/New_York"))):
+        for text in ("the dentist is at nine", "when is it?"):
+            # A deadline no cold start of the SDK can miss: a fallback would store no reply.
+            result = turns.run(TurnRequest(Surface.TELEGRAM, text, uuid.uuid4().hex, user_id=person, deadline_s=60))
+            assert result.outcome is Outcome.ANSWERED
+        with psycopg.connect(database_url) as connection:
+            row = connection.execute(
+                "select created_at from messages where user_id = %s and content = 'the dentist is at nine'", (person,)
+            ).fetchone()
+        assert row is not None
+        shown = row[0].astimezone(zone)
+        first = fake.requests[-1]["messages"][0]["content"][0]["text"]
+        assert first == f"[telegram · {shown.hour:02d}:{shown.minute:02d}] the dentist is at nine"
