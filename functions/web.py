@@ -46,10 +46,18 @@ class ClientMessage(BaseModel):
 
 
 class WebAttachment(BaseModel):
-    """An image sent with a message (docs/api.md): its type and its bytes in base64."""
+    """An image or a voice note sent with a message (docs/api.md): its type and its bytes in
+    base64; a voice note's length as the recorder measured it (Opus in WebM or MP4 says it
+    nowhere near its start, and the request's size bounds it anyway)."""
 
-    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
     data: str
+    seconds: int | None = Field(default=None, ge=0, le=86_400)
+
+    def media(self) -> MediaRef:
+        if self.media_type.startswith("audio/"):
+            return MediaRef(MediaKind.VOICE, self.media_type, data=base64.b64decode(self.data), seconds=self.seconds)
+        return MediaRef(MediaKind.IMAGE, self.media_type, data=base64.b64decode(self.data))
 
     @field_validator("data")
     @classmethod
@@ -136,7 +144,7 @@ def send_message(
         conversation_id=body.conversation_id,
         client_history=history,
         deadline_s=runtime.settings().web_model_deadline,
-        media=tuple(MediaRef(MediaKind.IMAGE, a.media_type, data=base64.b64decode(a.data)) for a in body.attachments),
+        media=tuple(attachment.media() for attachment in body.attachments),
         timezone=body.timezone,
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):

@@ -4,6 +4,7 @@ answer that knows it, a long thread, a failed send, and a tab left open for an h
 
 from __future__ import annotations
 
+import base64
 import shutil
 import time
 import uuid
@@ -21,6 +22,7 @@ from werkzeug.serving import make_server
 
 from functions import runtime
 from functions.tools.local_dev import DEV_DEFAULTS, build_dev_app, run_scheduled_job
+from tests.fakes.deepgram_api import FakeDeepgram
 from tests.fakes.local_server import ServingThread
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -347,3 +349,53 @@ def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_
         assert page.evaluate(f"{reminder}.slice(-2)") == [answer, "Reminder: stretch."]
         assert page.evaluate("window.sameDocument") is True
         browser.close()
+
+
+def test_a_voice_note_recorded_on_the_page_is_transcribed_and_remembered(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The microphone (Chromium's fake device: a tone) records a voice note; Send posts it with no
+    text; the server transcribes it (a local Deepgram) and stores the transcript."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    deepgram = FakeDeepgram("dev-deepgram-key", transcript="Remind me that the plumber comes on Thursday.")
+    monkeypatch.setenv("DEEPGRAM_API_KEY", "dev-deepgram-key")
+    monkeypatch.setenv("DEEPGRAM_API_BASE", deepgram.url)
+    runtime.reset()
+    flags = [*CHROMIUM_FLAGS, "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=flags)
+            page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
+            page.goto(dev_server)
+            page.wait_for_selector("body[data-ready=true]")
+            page.click("#record")
+            page.wait_for_selector("#record.recording")
+            assert page.get_attribute("#record", "aria-pressed") == "true"
+            page.wait_for_function("document.getElementById('record-time').textContent === '0:02'")
+            page.click("#record")
+            page.wait_for_selector("#attachment:not([hidden])")
+            assert page.inner_text("#attachment-text") == "A voice note (0:02), sent with your message"
+            with page.expect_request(
+                lambda request: request.method == "POST" and request.url.endswith("/chat/")
+            ) as sent:
+                page.click("#send")
+            page.wait_for_function("document.querySelectorAll('.message.assistant.done').length > 0")
+            body = sent.value.post_data_json
+            browser.close()
+        assert body["message"] == ""
+        [voice] = body["attachments"]
+        assert (voice["media_type"], voice["seconds"]) == ("audio/webm", 2)
+        [heard] = deepgram.requests
+        assert heard.content_type == "audio/webm" and heard.audio[:4] == b"\x1a\x45\xdf\xa3"  # EBML: WebM
+        assert heard.audio == base64.b64decode(voice["data"])
+        api = DevApi(dev_server)
+        web = next(c for c in api.conversations() if c["surface"] == "web")
+        stored = httpx.get(f"{dev_server}/chat/conversations/{web['id']}/messages", headers=api.auth).json()
+        assert [(m["role"], m["kind"], m["content"]) for m in stored["messages"]][0] == (
+            "user",
+            "voice",
+            "[voice note, 0:02] Remind me that the plumber comes on Thursday.",
+        )
+    finally:
+        deepgram.close()

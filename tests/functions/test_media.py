@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER
+from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER, UNREADABLE
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
 from tests.fakes.telegram_api import FakeTelegram
@@ -415,10 +415,56 @@ def test_the_web_takes_an_image_as_base64_and_lists_it_with_its_kind(
     ]
 
 
+def test_the_web_takes_a_voice_note_alone_and_remembers_its_transcript(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+) -> None:
+    """The demo page's microphone sends what it recorded with no text: Firefox's Ogg, whose length
+    is read from the file, as WhatsApp's is."""
+    attachment = {"media_type": "audio/ogg", "data": base64.b64encode(VOICE).decode()}
+    sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
+    assert sent.status_code == 200, sent.text
+    assert [(heard.content_type, heard.audio) for heard in fake_deepgram.requests] == [("audio/ogg", VOICE)]
+    assert replies(fake_anthropic)[0]["messages"][-1]["content"][-1]["text"].endswith(
+        f"[voice note, 0:04] {TRANSCRIPT}"
+    )
+    conversation = sent.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    assert [(m["role"], m["kind"], m["content"]) for m in listed][0] == (
+        "user",
+        "voice",
+        f"[voice note, 0:04] {TRANSCRIPT}",
+    )
+
+
+def test_a_web_voice_note_longer_than_the_limit_is_answered_without_transcribing_it(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+) -> None:
+    """Chromium records WebM, whose length the recorder sends: past VOICE_MAX_SECONDS nothing is
+    transcribed and nothing is asked of the model."""
+    attachment = {"media_type": "audio/webm", "data": base64.b64encode(b"\x1aE\xdf\xa3 webm").decode(), "seconds": 300}
+    sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
+    assert sent.status_code == 200, sent.text
+    assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+    assert fake_deepgram.requests == [] and replies(fake_anthropic) == []
+    conversation = sent.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    assert listed[0]["content"] == "[voice note, 5:00, not transcribed: longer than 2:00]"
+
+
 @pytest.mark.parametrize(
     ("attachment", "message"),
     [
         ({"media_type": "image/tiff", "data": "AAAA"}, "media_type"),
+        ({"media_type": "audio/wav", "data": "AAAA"}, "media_type"),
+        ({"media_type": "audio/webm", "data": "AAAA", "seconds": -1}, "seconds"),
         ({"media_type": "image/png", "data": "not base64!"}, "base64"),
     ],
 )
