@@ -116,6 +116,7 @@ def test_a_web_clients_timezone_becomes_the_persons_and_a_bad_one_is_ignored() -
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     sent = turn_tools(FollowUpRules(), [], MADRID, lambda: now, "America/New_York")
     assert (sent.zone.key, sent.changes()) == ("America/New_York", {"timezone": "America/New_York"})
-    for bad in ("Mars/Olympus", "../etc/passwd", "", None):
+    # "America/Argentina" and "America/Indiana" are folders of zones: ZoneInfo raises IsADirectoryError.
+    for bad in ("Mars/Olympus", "../etc/passwd", "America/Argentina", "America/Indiana", "", None):
         ignored = turn_tools(FollowUpRules(), [], MADRID, lambda: now, bad)
         assert (ignored.zone.key, ignored.changes()) == ("Europe/Madrid", {})
