@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -221,6 +222,29 @@ def test_the_scheduled_job_answers_an_owed_whatsapp_message_once_and_leaves_an_o
     redelivered = whatsapp.post("/", data=recent, headers=signed(recent))
     assert messages_of(redelivered.text) == [reply]
     assert len(fake_anthropic.requests) == asked + 1
+
+
+def test_the_scheduled_job_shows_an_owed_message_on_the_persons_clock(
+    environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """The job's context reads the person's timezone as begin_turn's does: the tags agree with
+    the follow-up tools whichever answers."""
+    owed_environment(environment, fake_twilio)
+    whatsapp = app_client("whatsapp_webhook")
+    fields = form("Is the pharmacy open on Sunday?", sender=f"whatsapp:+3461{uuid.uuid4().int % 10**7:07d}")
+    fake_anthropic.behaviour = "500"
+    assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    [(person, created_at)] = rows(
+        job_database, "select user_id, created_at from messages where external_id = %s", fields["MessageSid"]
+    )
+    execute(job_database, "insert into person_timezones (user_id, timezone) values (%s, 'Asia/Kathmandu')", person)
+    fake_anthropic.behaviour = "ok"
+
+    job = app_client("memory_digest").post("/", headers=DIGEST)
+    assert job.get_json()["owed_answered"] == 1
+    shown = created_at.astimezone(ZoneInfo("Asia/Kathmandu"))
+    first = fake_anthropic.requests[-1]["messages"][0]["content"][-1]["text"]
+    assert first == f"[whatsapp · {shown.hour:02d}:{shown.minute:02d}] Is the pharmacy open on Sunday?"
 
 
 def test_two_job_runs_at_once_answer_each_owed_message_once(

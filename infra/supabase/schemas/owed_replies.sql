@@ -42,7 +42,9 @@ begin
                                              v_message.created_at - make_interval(hours => p_window_hours),
                                              v_message.created_at, v_message.id, p_max_messages, p_window_step),
             'notes', (select n.content from public.memory_notes n
-                       where n.user_id = v_message.user_id and n.revision > 0));
+                       where n.user_id = v_message.user_id and n.revision > 0),
+            -- the person's clock, which the context's tags are shown on (follow_ups.sql)
+            'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_message.user_id));
     end loop;
     return v_claimed;
 end;
