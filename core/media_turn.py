@@ -166,8 +166,9 @@ class MediaReader:
 
     def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float) -> str:
         limit_s = self.limits.voice_max_seconds
+        too_long = f"longer than {limit_s // 60}:{limit_s % 60:02d}"
         if ref.seconds is not None and ref.seconds > limit_s:
-            raise MediaUnreadable(f"longer than {limit_s // 60}:{limit_s % 60:02d}")
+            raise MediaUnreadable(too_long)
         transcriber = self._transcriber()
         if transcriber is None:
             raise MediaUnreadable("no transcription service")
@@ -177,10 +178,18 @@ class MediaReader:
         audio = source().fetch(ref, self.limits.voice_max_bytes, min(timeout_s, self._fetch_timeout_s))
         seconds = ref.seconds if ref.seconds is not None else ogg_opus_seconds(audio)
         if seconds is not None and seconds > limit_s:
-            raise MediaUnreadable(f"longer than {limit_s // 60}:{limit_s % 60:02d}")
+            raise MediaUnreadable(too_long)
         transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
+        # The service's length decides when the claim (a web client's `seconds`, a last Ogg page,
+        # forged or not) is off by more than a second, the slack of lengths in whole seconds: past
+        # the limit the transcript is not used, and one that is used carries the length heard.
+        heard = transcript.seconds
+        if heard is not None and (seconds is None or abs(heard - seconds) > 1):
+            seconds = heard
+        if seconds is not None and seconds > limit_s + 1:
+            raise MediaUnreadable(too_long)
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
-        return transcribed(seconds if seconds is not None else transcript.seconds, transcript.text)
+        return transcribed(seconds, transcript.text)
 
     def describe(self, prepared: PreparedMedia, timeout_s: float) -> None:
         """The short description the memory keeps of the attachments (a small model's), into

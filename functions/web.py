@@ -51,7 +51,7 @@ class WebAttachment(BaseModel):
     nowhere near its start, and the request's size bounds it anyway)."""
 
     media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
-    data: str
+    data: str = Field(min_length=4)  # the base64 of one byte at least
     seconds: int | None = Field(default=None, ge=0, le=86_400)
 
     def media(self) -> MediaRef:

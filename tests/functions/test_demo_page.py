@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import httpx
 import jwt
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, Route, sync_playwright
 from werkzeug.serving import make_server
 
 from functions import runtime
@@ -351,51 +351,74 @@ def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_
         browser.close()
 
 
+def record_a_voice_note(page: Page) -> None:
+    """Tap the microphone, let it record two seconds (Chromium's fake device: a tone), tap again."""
+    page.click("#record")
+    page.wait_for_selector("#record.recording")
+    assert page.get_attribute("#record", "aria-pressed") == "true"
+    page.wait_for_function("document.getElementById('record-time').textContent === '0:02'")
+    page.click("#record")
+    page.wait_for_selector("#attachment:not([hidden])")
+    assert page.inner_text("#attachment-text") == "A voice note (0:02), sent with your message"
+
+
 def test_a_voice_note_recorded_on_the_page_is_transcribed_and_remembered(
     dev_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The microphone (Chromium's fake device: a tone) records a voice note; Send posts it with no
-    text; the server transcribes it (a local Deepgram) and stores the transcript."""
+    """The microphone records a voice note; Send posts it with no text; the server transcribes it
+    (a local Deepgram) and stores the transcript. A first send whose answer is lost on the way
+    back (stored, answered, never seen) and a new note recorded after it are two messages."""
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is missing: `make test` installs it"
     deepgram = FakeDeepgram("dev-deepgram-key", transcript="Remind me that the plumber comes on Thursday.")
+    deepgram.duration = 2.2  # what it hears of the two seconds recorded
     monkeypatch.setenv("DEEPGRAM_API_KEY", "dev-deepgram-key")
     monkeypatch.setenv("DEEPGRAM_API_BASE", deepgram.url)
     runtime.reset()
     flags = [*CHROMIUM_FLAGS, "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+    sent: list[Any] = []
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=flags)
             page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
+            page.on(
+                "request",
+                lambda r: sent.append(r.post_data_json) if r.method == "POST" and r.url.endswith("/chat/") else None,
+            )
             page.goto(dev_server)
             page.wait_for_selector("body[data-ready=true]")
-            page.click("#record")
-            page.wait_for_selector("#record.recording")
-            assert page.get_attribute("#record", "aria-pressed") == "true"
-            page.wait_for_function("document.getElementById('record-time').textContent === '0:02'")
-            page.click("#record")
-            page.wait_for_selector("#attachment:not([hidden])")
+            record_a_voice_note(page)
+
+            def answer_lost(route: Route) -> None:
+                route.fetch()  # the server stores and answers it
+                route.abort()  # and the page never hears
+
+            page.route("**/chat/", answer_lost, times=1)
+            page.click("#send")
+            page.wait_for_selector(".message.failed")
             assert page.inner_text("#attachment-text") == "A voice note (0:02), sent with your message"
-            with page.expect_request(
-                lambda request: request.method == "POST" and request.url.endswith("/chat/")
-            ) as sent:
-                page.click("#send")
+            page.click("#remove-photo")
+            record_a_voice_note(page)
+            page.click("#send")
             page.wait_for_function("document.querySelectorAll('.message.assistant.done').length > 0")
-            body = sent.value.post_data_json
             browser.close()
-        assert body["message"] == ""
-        [voice] = body["attachments"]
-        assert (voice["media_type"], voice["seconds"]) == ("audio/webm", 2)
-        [heard] = deepgram.requests
-        assert heard.content_type == "audio/webm" and heard.audio[:4] == b"\x1a\x45\xdf\xa3"  # EBML: WebM
-        assert heard.audio == base64.b64decode(voice["data"])
+        assert [(body["message"], len(body["attachments"])) for body in sent] == [("", 1), ("", 1)]
+        assert sent[0]["client_message_id"] != sent[1]["client_message_id"]
+        voices = [body["attachments"][0] for body in sent]
+        assert [(voice["media_type"], voice["seconds"]) for voice in voices] == [("audio/webm", 2)] * 2
+        assert [heard.content_type for heard in deepgram.requests] == ["audio/webm"] * 2
+        assert [heard.audio for heard in deepgram.requests] == [base64.b64decode(voice["data"]) for voice in voices]
+        assert deepgram.requests[0].audio[:4] == b"\x1a\x45\xdf\xa3"  # EBML: WebM
+        # Each began a conversation (the page never learned the first one's id): one note in each.
         api = DevApi(dev_server)
-        web = next(c for c in api.conversations() if c["surface"] == "web")
-        stored = httpx.get(f"{dev_server}/chat/conversations/{web['id']}/messages", headers=api.auth).json()
-        assert [(m["role"], m["kind"], m["content"]) for m in stored["messages"]][0] == (
-            "user",
-            "voice",
-            "[voice note, 0:02] Remind me that the plumber comes on Thursday.",
-        )
+        stored = [
+            (m["role"], m["kind"], m["content"])
+            for c in api.conversations()
+            for m in httpx.get(f"{dev_server}/chat/conversations/{c['id']}/messages", headers=api.auth).json()[
+                "messages"
+            ]
+            if m["role"] == "user"
+        ]
+        assert stored == [("user", "voice", "[voice note, 0:02] Remind me that the plumber comes on Thursday.")] * 2
     finally:
         deepgram.close()

@@ -422,8 +422,8 @@ def test_the_web_takes_a_voice_note_alone_and_remembers_its_transcript(
     web: FlaskClient,
     owner: uuid.UUID,
 ) -> None:
-    """The demo page's microphone sends what it recorded with no text: Firefox's Ogg, whose length
-    is read from the file, as WhatsApp's is."""
+    """A voice note with no text, as the demo page's microphone sends one: here an Ogg file (a
+    recorder that makes Ogg, or any API client), whose length is read from the file, as WhatsApp's is."""
     attachment = {"media_type": "audio/ogg", "data": base64.b64encode(VOICE).decode()}
     sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
     assert sent.status_code == 200, sent.text
@@ -438,6 +438,33 @@ def test_the_web_takes_a_voice_note_alone_and_remembers_its_transcript(
         "voice",
         f"[voice note, 0:04] {TRANSCRIPT}",
     )
+
+
+@pytest.mark.parametrize(("claimed", "heard", "stored"), [(0, 3.7, "[voice note, 0:04] "), (3, 900.0, None)])
+def test_a_web_voice_notes_claimed_length_gives_way_to_what_the_service_heard(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    claimed: int,
+    heard: float,
+    stored: str | None,
+) -> None:
+    """A client's `seconds` is a claim: Deepgram's length wins when the two disagree, and a note
+    it hears as longer than VOICE_MAX_SECONDS is answered like one that said so."""
+    fake_deepgram.duration = heard
+    attachment = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": claimed}
+    sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
+    assert sent.status_code == 200, sent.text
+    conversation = sent.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    if stored is None:
+        assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+        assert replies(fake_anthropic) == []
+        assert listed[0]["content"] == "[voice note, 0:03, not transcribed: longer than 2:00]"
+    else:
+        assert listed[0]["content"] == stored + TRANSCRIPT
 
 
 def test_a_web_voice_note_longer_than_the_limit_is_answered_without_transcribing_it(
@@ -465,6 +492,7 @@ def test_a_web_voice_note_longer_than_the_limit_is_answered_without_transcribing
         ({"media_type": "image/tiff", "data": "AAAA"}, "media_type"),
         ({"media_type": "audio/wav", "data": "AAAA"}, "media_type"),
         ({"media_type": "audio/webm", "data": "AAAA", "seconds": -1}, "seconds"),
+        ({"media_type": "audio/webm", "data": "", "seconds": 3}, "data"),
         ({"media_type": "image/png", "data": "not base64!"}, "base64"),
     ],
 )
