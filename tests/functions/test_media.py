@@ -440,8 +440,15 @@ def test_the_web_takes_a_voice_note_alone_and_remembers_its_transcript(
     )
 
 
-@pytest.mark.parametrize(("claimed", "heard", "stored"), [(0, 3.7, "[voice note, 0:04] "), (3, 900.0, None)])
-def test_a_web_voice_notes_claimed_length_gives_way_to_what_the_service_heard(
+@pytest.mark.parametrize(
+    ("claimed", "heard", "transcriptions", "stored"),
+    [
+        (0, 3.7, 1, f"[voice note, 0:04] {TRANSCRIPT}"),  # off by more than a second: what was heard
+        (3, 900.0, 1, "[voice note, 0:03, not transcribed: longer than 2:00]"),  # heard too long: unused
+        (300, 3.7, 0, "[voice note, 5:00, not transcribed: longer than 2:00]"),  # said too long: not sent
+    ],
+)
+def test_a_web_voice_notes_claimed_length_is_checked_against_what_the_service_heard(
     media_env: pytest.MonkeyPatch,
     fake_anthropic: FakeAnthropic,
     fake_deepgram: FakeDeepgram,
@@ -449,41 +456,23 @@ def test_a_web_voice_notes_claimed_length_gives_way_to_what_the_service_heard(
     owner: uuid.UUID,
     claimed: int,
     heard: float,
-    stored: str | None,
+    transcriptions: int,
+    stored: str,
 ) -> None:
-    """A client's `seconds` is a claim: Deepgram's length wins when the two disagree, and a note
-    it hears as longer than VOICE_MAX_SECONDS is answered like one that said so."""
+    """Chromium records WebM, whose length the recorder sends: a claim past VOICE_MAX_SECONDS is
+    refused before anything is transcribed; Deepgram's length wins when the two disagree, and a
+    note it hears as too long is answered like one that said so, the model never asked."""
     fake_deepgram.duration = heard
     attachment = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": claimed}
     sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
     assert sent.status_code == 200, sent.text
+    assert len(fake_deepgram.requests) == transcriptions
     conversation = sent.get_json()["conversation_id"]
     listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
-    if stored is None:
+    assert listed[0]["content"] == stored
+    if "not transcribed" in stored:
         assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
         assert replies(fake_anthropic) == []
-        assert listed[0]["content"] == "[voice note, 0:03, not transcribed: longer than 2:00]"
-    else:
-        assert listed[0]["content"] == stored + TRANSCRIPT
-
-
-def test_a_web_voice_note_longer_than_the_limit_is_answered_without_transcribing_it(
-    media_env: pytest.MonkeyPatch,
-    fake_anthropic: FakeAnthropic,
-    fake_deepgram: FakeDeepgram,
-    web: FlaskClient,
-    owner: uuid.UUID,
-) -> None:
-    """Chromium records WebM, whose length the recorder sends: past VOICE_MAX_SECONDS nothing is
-    transcribed and nothing is asked of the model."""
-    attachment = {"media_type": "audio/webm", "data": base64.b64encode(b"\x1aE\xdf\xa3 webm").decode(), "seconds": 300}
-    sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
-    assert sent.status_code == 200, sent.text
-    assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
-    assert fake_deepgram.requests == [] and replies(fake_anthropic) == []
-    conversation = sent.get_json()["conversation_id"]
-    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
-    assert listed[0]["content"] == "[voice note, 5:00, not transcribed: longer than 2:00]"
 
 
 @pytest.mark.parametrize(
