@@ -15,6 +15,7 @@ redelivered voice note is neither fetched nor transcribed again. When nothing us
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from core.models import Role, Surface
 
 if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
     from core.channels.media_fetch import MediaSource
+    from core.listening import Listening
     from core.model.transcription import Transcriber
 
 log = logging.getLogger("crossmem.media")
@@ -54,6 +56,7 @@ DESCRIBE_PROMPT = (
 NO_TRANSCRIBER = "I can't listen to voice notes here yet. Could you write it to me instead?"
 TOO_MANY = "That's more than {limit} files in one message. Could you send at most {limit} at a time?"
 UNREADABLE = "Sorry, I couldn't use what you sent ({reason}). Could you tell me in words what it says?"
+LISTENED_ENOUGH = "today's voice notes are used up"  # VOICE_SECONDS_PER_DAY
 NOT_READABLE_KIND = "I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?"
 
 
@@ -105,7 +108,16 @@ class MediaReader:
     def placeholder(media: Sequence[MediaRef], caption: str) -> str:
         return placeholder(media, caption)
 
-    def prepare(self, surface: Surface, media: Sequence[MediaRef], caption: str, deadline_s: float) -> PreparedMedia:
+    def prepare(
+        self,
+        surface: Surface,
+        media: Sequence[MediaRef],
+        caption: str,
+        deadline_s: float,
+        listening: Listening | None = None,
+    ) -> PreparedMedia:
+        """What the turn learns of its media; `listening` counts its voice notes in the person's
+        day (None: not counted, as when the memory is away)."""
         began = self._clock()
         limits = self.limits
         if len(media) > limits.max_items:
@@ -127,7 +139,7 @@ class MediaReader:
                     raise MediaUnreadable("a type I cannot read")
                 left = max(deadline_s - (self._clock() - began), 0.5)
                 if ref.kind is MediaKind.VOICE:
-                    parts.append(self._transcribe(surface, ref, left))
+                    parts.append(self._transcribe(surface, ref, left, listening))
                     continue
                 data = self._fetch(surface, ref, left)
                 attachments.append(Attachment(sniffed_type(data) or ref.mime_type, data))
@@ -164,7 +176,7 @@ class MediaReader:
                 raise MediaUnreadable(f"{pages} pages; I read up to {self.limits.pdf_max_pages}")
         return data
 
-    def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float) -> str:
+    def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None) -> str:
         limit_s = self.limits.voice_max_seconds
         too_long = f"longer than {limit_s // 60}:{limit_s % 60:02d}"
         if ref.seconds is not None and ref.seconds > limit_s:
@@ -179,13 +191,23 @@ class MediaReader:
         seconds = ref.seconds if ref.seconds is not None else ogg_opus_seconds(audio)
         if seconds is not None and seconds > limit_s:
             raise MediaUnreadable(too_long)
-        transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
+        reserved = math.ceil(seconds) if seconds is not None else limit_s
+        if listening is not None and not listening.reserve(reserved):
+            raise MediaUnreadable(LISTENED_ENOUGH)
+        try:
+            transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
+        except MediaUnreadable:
+            if listening is not None:
+                listening.settle(reserved, 0)
+            raise
         # The service's length decides when the claim (a web client's `seconds`, a last Ogg page,
         # forged or not) is off by more than a second, the slack of lengths in whole seconds: past
         # the limit the transcript is not used, and one that is used carries the length heard.
         heard = transcript.seconds
         if heard is not None and (seconds is None or abs(heard - seconds) > 1):
             seconds = heard
+        if listening is not None:
+            listening.settle(reserved, math.ceil(seconds) if seconds is not None else reserved)
         if seconds is not None and seconds > limit_s + 1:
             raise MediaUnreadable(too_long)
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})

@@ -136,6 +136,7 @@ class Settings(BaseSettings):
     pdf_max_bytes: int = Field(default=10_000_000, ge=1, le=20_000_000)  # Telegram serves bots 20 MB
     pdf_max_pages: int = Field(default=30, ge=1, le=100)  # Claude reads at most 100
     voice_max_seconds: int = Field(default=120, ge=1, le=600)
+    voice_seconds_per_day: int = Field(default=1800, ge=0)  # a person's transcribed voice a day; 0: no limit
     media_fetch_timeout: float = Field(default=5.0, gt=0)
     deepgram_api_key: SecretStr | None = None  # unset: voice notes get a polite answer, not a transcript
     deepgram_api_base: str = "https://api.deepgram.com"

@@ -27,6 +27,7 @@ from core.context import ContextItem, ModelMessage, build_model_messages, client
 from core.errors import ModelUnavailable, StillAnswering
 from core.follow_ups import TurnTools
 from core.identity.policy import IdentityPolicy
+from core.listening import Listening
 from core.media import placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
@@ -295,7 +296,12 @@ class Turns:
             return None
         if self._media is None:
             raise RuntimeError("a turn with media needs a MediaReader")
-        return self._media().prepare(request.surface, request.media, request.text, request.deadline_s)
+        reader = self._media()
+        listening = None
+        if start.user_id is not None and start.message_id is not None:
+            per_day = reader.limits.voice_seconds_per_day
+            listening = Listening(self.memory.store, start.user_id, start.message_id, per_day)
+        return reader.prepare(request.surface, request.media, request.text, request.deadline_s, listening)
 
     def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
         """The description of the turn's images and PDFs, written beside the answer."""

@@ -206,6 +206,7 @@ def media_reader() -> MediaReader:
         pdf_max_bytes=config.pdf_max_bytes,
         pdf_max_pages=config.pdf_max_pages,
         voice_max_seconds=config.voice_max_seconds,
+        voice_seconds_per_day=config.voice_seconds_per_day,
     )
     sources = {
         Surface.TELEGRAM: telegram_files,

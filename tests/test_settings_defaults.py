@@ -13,6 +13,7 @@ import psycopg
 
 from core.context import ContextItem, stepped_tail
 from core.digest import DigestLimits
+from core.media import MediaLimits
 from core.memory import ContextLimits, TurnBudget
 from core.models import Role, Surface
 from core.retention import Retention
@@ -29,6 +30,12 @@ CARRIES = {
     (DigestLimits, "batch_size"): "digest_batch_size",
     (DigestLimits, "time_budget_s"): "digest_time_budget",
     (DigestLimits, "idle_s"): "digest_pause_seconds",
+    (MediaLimits, "max_items"): "media_max_items",
+    (MediaLimits, "image_max_bytes"): "image_max_bytes",
+    (MediaLimits, "pdf_max_bytes"): "pdf_max_bytes",
+    (MediaLimits, "pdf_max_pages"): "pdf_max_pages",
+    (MediaLimits, "voice_max_seconds"): "voice_max_seconds",
+    (MediaLimits, "voice_seconds_per_day"): "voice_seconds_per_day",
 }
 # Defaults that are not a setting's: the zeros of a Memory built without a budget (the functions
 # always pass TURNS_PER_MINUTE, TURNS_PER_DAY and TOKENS_PER_DAY), and bounds no setting names.
@@ -38,6 +45,7 @@ NOT_SETTINGS = {
     (TurnBudget, "tokens_per_day"),
     (DigestLimits, "messages_per_digest"),
     (ContextLimits, "max_history_chars"),  # MAX_HISTORY_CHARS: unset means 4 x MAX_MESSAGE_CHARS
+    (MediaLimits, "voice_max_bytes"),  # a download's bound, no setting's
 }
 
 
@@ -46,7 +54,7 @@ def setting(name: str) -> Any:
 
 
 def test_every_default_of_core_that_carries_a_setting_is_the_settings() -> None:
-    for holder in (ContextLimits, DigestLimits, TurnBudget):
+    for holder in (ContextLimits, DigestLimits, TurnBudget, MediaLimits):
         for field in dataclasses.fields(holder):
             if field.default is dataclasses.MISSING:
                 continue

@@ -43,6 +43,8 @@ SQL_FUNCTIONS = frozenset(
         "write_memory_notes",
         "release_memory_claim",
         "memory_notes_of",
+        "reserve_voice_seconds",
+        "settle_voice_seconds",
     }
 )
 

@@ -71,6 +71,7 @@ MEDIA = frozenset(
         "pdf_max_bytes",
         "pdf_max_pages",
         "voice_max_seconds",
+        "voice_seconds_per_day",
         "media_fetch_timeout",
         "transcription_timeout",
         "media_descriptions",

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER, UNREADABLE
+from core.media_turn import DESCRIBE_PROMPT, LISTENED_ENOUGH, NO_TRANSCRIBER, UNREADABLE
+from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
 from tests.fakes.telegram_api import FakeTelegram
@@ -473,6 +474,46 @@ def test_a_web_voice_notes_claimed_length_is_checked_against_what_the_service_he
     if "not transcribed" in stored:
         assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
         assert replies(fake_anthropic) == []
+
+
+def voice_note(web: FlaskClient, owner: uuid.UUID, seconds: int) -> str:
+    """A WebM voice note from the web, as the demo page sends one: its reply."""
+    attachment = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": seconds}
+    sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
+    assert sent.status_code == 200, sent.text
+    return str(sent.get_json()["reply"])
+
+
+def test_a_persons_day_of_listening_ends_at_voice_seconds_per_day(
+    media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID, database_url: str
+) -> None:
+    """Honest notes of 4 seconds (heard as 3.7) against a day of 10: two are transcribed, the third
+    is answered without being sent to Deepgram, and what was counted is in voice_usage."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "10")
+    runtime.reset()
+    replies_ = [voice_note(web, owner, 4) for _ in range(3)]
+    assert replies_[2] == UNREADABLE.format(reason=LISTENED_ENOUGH)
+    assert LISTENED_ENOUGH not in replies_[0] + replies_[1]
+    assert len(fake_deepgram.requests) == 2
+    assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [(4,), (4,)]
+
+
+def test_a_web_client_that_lies_about_its_notes_pays_for_what_was_heard(
+    media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID, database_url: str
+) -> None:
+    """Notes that say 3 seconds and last 900 (refused once heard, as too long) count 900 each: with a
+    day of 1000, the second is still heard, the third is never sent to Deepgram."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1000")
+    runtime.reset()
+    fake_deepgram.duration = 900.0
+    answers_ = [voice_note(web, owner, 3) for _ in range(3)]
+    assert answers_[:2] == [UNREADABLE.format(reason="longer than 2:00")] * 2
+    assert answers_[2] == UNREADABLE.format(reason=LISTENED_ENOUGH)
+    assert len(fake_deepgram.requests) == 2
+    assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [
+        (900,),
+        (900,),
+    ]
 
 
 @pytest.mark.parametrize(

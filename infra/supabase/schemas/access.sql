@@ -15,8 +15,8 @@ grant select, insert, update, delete on all tables in schema public to service_r
 -- forget_requests and forgotten_deliveries (bookkeeping, not the person's words) have no
 -- policy: `authenticated` reads none of them. merged_people: who was merged into the person.
 grant select on table public.conversations, public.messages, public.identities, public.link_codes,
-    public.merged_people, public.memory_notes, public.turn_usage, public.follow_ups, public.person_timezones
-    to authenticated;
+    public.merged_people, public.memory_notes, public.turn_usage, public.voice_usage, public.follow_ups,
+    public.person_timezones to authenticated;
 create policy conversations_owner_reads on public.conversations for select to authenticated using (user_id = (select auth.uid()));
 create policy messages_owner_reads on public.messages for select to authenticated using (user_id = (select auth.uid()));
 create policy identities_owner_reads on public.identities for select to authenticated using (user_id = (select auth.uid()));
@@ -24,6 +24,7 @@ create policy link_codes_owner_reads on public.link_codes for select to authenti
 create policy merged_people_owner_reads on public.merged_people for select to authenticated using (into_user_id = (select auth.uid()));
 create policy memory_notes_owner_reads on public.memory_notes for select to authenticated using (user_id = (select auth.uid()));
 create policy turn_usage_owner_reads on public.turn_usage for select to authenticated using (user_id = (select auth.uid()));
+create policy voice_usage_owner_reads on public.voice_usage for select to authenticated using (user_id = (select auth.uid()));
 create policy follow_ups_owner_reads on public.follow_ups for select to authenticated using (user_id = (select auth.uid()));
 create policy person_timezones_owner_reads on public.person_timezones for select to authenticated using (user_id = (select auth.uid()));
 

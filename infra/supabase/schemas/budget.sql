@@ -55,3 +55,53 @@ begin
     return v_until;
 end;
 $$;
+
+
+-- Listening, budgeted apart (VOICE_SECONDS_PER_DAY, 0: no limit): the seconds of voice a person
+-- had transcribed in the last day, on any app. A note's seconds are reserved before it is sent to
+-- the transcriber (what the note says it lasts, else the longest a note may be) and settled at
+-- what the transcriber heard, so a client that lies about a note's length pays for what was heard.
+-- Kept a day, per user message (its notes added up), like turn_usage: forgetting gives none back.
+create table public.voice_usage (
+    message_id bigint primary key,
+    user_id uuid not null,
+    at timestamptz not null default clock_timestamp(),
+    seconds integer not null check (seconds >= 0)
+);
+alter table public.voice_usage enable row level security;  -- who reads what: access.sql
+create index voice_usage_by_user on public.voice_usage (user_id, at desc);
+
+-- Reserve p_seconds of the person's day for a note of message p_message_id: true when they fit.
+-- A person's reservations are made one at a time, so two instances cannot both take the last of it.
+create or replace function public.reserve_voice_seconds(
+    p_user_id uuid, p_message_id bigint, p_seconds integer, p_seconds_per_day integer
+) returns boolean language plpgsql set search_path = '' as $$
+declare
+    v_used bigint;
+begin
+    if p_seconds_per_day <= 0 then
+        return true;
+    end if;
+    perform pg_advisory_xact_lock(hashtextextended('voice/' || p_user_id, 0));
+    delete from public.voice_usage v where v.user_id = p_user_id and v.at <= clock_timestamp() - interval '1 day';
+    select coalesce(sum(v.seconds), 0) into v_used from public.voice_usage v where v.user_id = p_user_id;
+    if v_used + greatest(p_seconds, 0) > p_seconds_per_day then
+        return false;
+    end if;
+    insert into public.voice_usage (message_id, user_id, seconds)
+         values (p_message_id, p_user_id, greatest(p_seconds, 0))
+    on conflict (message_id) do update set seconds = public.voice_usage.seconds + excluded.seconds
+        where public.voice_usage.user_id = excluded.user_id;
+    return true;
+end;
+$$;
+
+-- A reservation settled at what was heard (0: nothing was transcribed).
+create or replace function public.settle_voice_seconds(
+    p_user_id uuid, p_message_id bigint, p_reserved integer, p_heard integer
+) returns void language plpgsql set search_path = '' as $$
+begin
+    update public.voice_usage v set seconds = greatest(v.seconds - p_reserved + greatest(p_heard, 0), 0)
+     where v.message_id = p_message_id and v.user_id = p_user_id;
+end;
+$$;
