@@ -3,8 +3,9 @@ VOICE_SECONDS_PER_DAY (infra/supabase/schemas/budget.sql).
 
 A note's seconds are reserved before it goes to the transcriber (what it says it lasts, else the
 longest a note may be) and settled at what the transcriber heard: a client that lies about a
-note's length pays for what was heard. A store that fails lets the note through: the turn goes
-on without memory anyway, and an outage's notes cost little."""
+note's length pays for what was heard, and one note of a person's is at the transcriber at a
+time, so parallel requests cannot each slip a lie under the day. A store that fails lets the
+note through: the turn goes on without memory anyway, and an outage's notes cost little."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ class Listening:
     message_id: int
     seconds_per_day: int
 
-    def reserve(self, seconds: int) -> bool:
-        """Whether a note of `seconds` still fits in the person's day; it is counted if so."""
+    def reserve(self, seconds: int) -> str | None:
+        """None when a note of `seconds` may go to the transcriber (it is then counted, and the
+        person's other notes wait until it is settled); else why not, in the person's words."""
         if self.seconds_per_day <= 0:
-            return True
+            return None
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(self.user_id),
             "p_message_id": self.message_id,
@@ -38,14 +40,15 @@ class Listening:
             "p_seconds_per_day": self.seconds_per_day,
         }
         try:
-            return bool(self.store.call("reserve_voice_seconds", arguments))
+            answer = self.store.call("reserve_voice_seconds", arguments)
         except StoreUnavailable as exc:
             log.warning("reserve_voice_seconds failed; the note is transcribed", extra={"error": str(exc)})
-            return True
+            return None
+        return REFUSALS.get(str(answer))
 
     def settle(self, reserved: int, heard: int) -> None:
-        """The reservation at what the transcriber heard (0: nothing was transcribed)."""
-        if self.seconds_per_day <= 0 or heard == reserved:
+        """The reservation at what the transcriber heard (at what was reserved when it failed)."""
+        if self.seconds_per_day <= 0:
             return
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(self.user_id),
@@ -57,3 +60,10 @@ class Listening:
             self.store.call("settle_voice_seconds", arguments)
         except StoreUnavailable as exc:
             log.warning("settle_voice_seconds failed", extra={"error": str(exc)})
+
+
+# Why a note is not transcribed, as the answer says it ("Sorry, I couldn't use what you sent (…)").
+REFUSALS = {
+    "used_up": "today's voice notes are used up",  # VOICE_SECONDS_PER_DAY
+    "busy": "another of your voice notes is still being transcribed",
+}

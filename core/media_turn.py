@@ -56,7 +56,6 @@ DESCRIBE_PROMPT = (
 NO_TRANSCRIBER = "I can't listen to voice notes here yet. Could you write it to me instead?"
 TOO_MANY = "That's more than {limit} files in one message. Could you send at most {limit} at a time?"
 UNREADABLE = "Sorry, I couldn't use what you sent ({reason}). Could you tell me in words what it says?"
-LISTENED_ENOUGH = "today's voice notes are used up"  # VOICE_SECONDS_PER_DAY
 NOT_READABLE_KIND = "I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?"
 
 
@@ -192,13 +191,13 @@ class MediaReader:
         if seconds is not None and seconds > limit_s:
             raise MediaUnreadable(too_long)
         reserved = math.ceil(seconds) if seconds is not None else limit_s
-        if listening is not None and not listening.reserve(reserved):
-            raise MediaUnreadable(LISTENED_ENOUGH)
+        if listening is not None and (refused := listening.reserve(reserved)) is not None:
+            raise MediaUnreadable(refused)
         try:
             transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
         except MediaUnreadable:
             if listening is not None:
-                listening.settle(reserved, 0)
+                listening.settle(reserved, reserved)  # a failure may have been paid for: it counts as it said
             raise
         # The service's length decides when the claim (a web client's `seconds`, a last Ogg page,
         # forged or not) is off by more than a second, the slack of lengths in whole seconds: past
@@ -210,6 +209,8 @@ class MediaReader:
             listening.settle(reserved, math.ceil(seconds) if seconds is not None else reserved)
         if seconds is not None and seconds > limit_s + 1:
             raise MediaUnreadable(too_long)
+        if not transcript.text:
+            raise MediaUnreadable("no words could be heard in it")
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
         return transcribed(seconds, transcript.text)
 

@@ -33,7 +33,8 @@ class Transcript:
 
 class Transcriber(Protocol):
     def transcribe(self, audio: bytes, mime_type: str, timeout_s: float) -> Transcript:
-        """The words of `audio`; raises MediaUnreadable when the service fails or is slow."""
+        """The words of `audio` (none, when none were heard), and its length as heard; raises
+        MediaUnreadable when the service fails or is slow."""
         ...
 
 
@@ -68,8 +69,7 @@ class DeepgramTranscriber:
             seconds = body.get("metadata", {}).get("duration")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise MediaUnreadable("the transcription service answered nonsense") from None
-        if not text.strip():
-            raise MediaUnreadable("no words could be heard in it")
+        # No words is still an answer: its length counts in the person's day (core/listening.py).
         return Transcript(
             text.strip(),
             str(language) if language else None,

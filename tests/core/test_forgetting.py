@@ -92,13 +92,17 @@ def test_forgetting_a_person_deletes_all_of_theirs_on_every_surface_and_nothing_
         "identities": 1,  # still linked: the chat is still this person, who starts from nothing
         "forget_requests": 0,
     }
-    assert rows_of(database_url, other) == before_other == {
-        "messages": 2,
-        "conversations": 1,
-        "link_codes": 0,
-        "identities": 0,
-        "forget_requests": 0,
-    }
+    assert (
+        rows_of(database_url, other)
+        == before_other
+        == {
+            "messages": 2,
+            "conversations": 1,
+            "link_codes": 0,
+            "identities": 0,
+            "forget_requests": 0,
+        }
+    )
     start = memory.begin_turn(Person(sender_id=telegram_chat), Surface.TELEGRAM, "what do you know?", "after-1")
     assert start.user_id == person
     assert [message.content for message in start.history] == ["what do you know?"]
@@ -292,6 +296,8 @@ def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     with psycopg.connect(database_url) as connection:
         a_turn = "insert into turn_usage (message_id, user_id) values (-(random() * 1e15)::bigint, %s)"
         connection.execute(a_turn, (person,))
+        a_note = "insert into voice_usage (user_id, message_id, seconds) values (%s, -(random() * 1e15)::bigint, 42)"
+        connection.execute(a_note, (person,))
     if how == "everything":
         forgetting.forget_everything(person)
     elif how == "one conversation":
@@ -302,4 +308,5 @@ def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     assert read_notes(memory.store, person).content == ""
     # The budget's counts hold no text and outlive a forget (no turns given back), not an erasure.
     usage = one(database_url, "select count(*) from turn_usage where user_id = %s", person)
-    assert usage == (0 if how == "erasure" else 1)
+    listened = one(database_url, "select count(*) from voice_usage where user_id = %s", person)
+    assert (usage, listened) == ((0, 0) if how == "erasure" else (1, 1))

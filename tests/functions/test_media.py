@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.media_turn import DESCRIBE_PROMPT, LISTENED_ENOUGH, NO_TRANSCRIBER, UNREADABLE
+from core.listening import REFUSALS
+from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER, UNREADABLE
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
@@ -492,8 +493,8 @@ def test_a_persons_day_of_listening_ends_at_voice_seconds_per_day(
     media_env.setenv("VOICE_SECONDS_PER_DAY", "10")
     runtime.reset()
     replies_ = [voice_note(web, owner, 4) for _ in range(3)]
-    assert replies_[2] == UNREADABLE.format(reason=LISTENED_ENOUGH)
-    assert LISTENED_ENOUGH not in replies_[0] + replies_[1]
+    assert replies_[2] == UNREADABLE.format(reason=REFUSALS["used_up"])
+    assert REFUSALS["used_up"] not in replies_[0] + replies_[1]
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [(4,), (4,)]
 
@@ -508,12 +509,32 @@ def test_a_web_client_that_lies_about_its_notes_pays_for_what_was_heard(
     fake_deepgram.duration = 900.0
     answers_ = [voice_note(web, owner, 3) for _ in range(3)]
     assert answers_[:2] == [UNREADABLE.format(reason="longer than 2:00")] * 2
-    assert answers_[2] == UNREADABLE.format(reason=LISTENED_ENOUGH)
+    assert answers_[2] == UNREADABLE.format(reason=REFUSALS["used_up"])
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [
         (900,),
         (900,),
     ]
+
+
+def test_a_note_with_no_words_or_a_failed_transcription_still_counts_in_the_day(
+    media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID, database_url: str
+) -> None:
+    """Deepgram bills what it listened to: 100 s of silence that said 1 s count 100, a transcription
+    that timed out counts what it said; each is settled, so the person's next note may go."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "150")
+    media_env.setenv("TRANSCRIPTION_TIMEOUT", "0.5")
+    runtime.reset()
+    fake_deepgram.transcript, fake_deepgram.duration = "", 100.0
+    assert voice_note(web, owner, 1) == UNREADABLE.format(reason="no words could be heard in it")
+    fake_deepgram.behaviour, fake_deepgram.slow_s = "slow", 1.0
+    assert voice_note(web, owner, 7) == UNREADABLE.format(reason="the transcription service was too slow")
+    assert rows(
+        database_url, "select seconds, in_flight_since from voice_usage where user_id = %s order by at", owner
+    ) == [(100, None), (7, None)]
+    fake_deepgram.behaviour = "ok"
+    assert voice_note(web, owner, 50) == UNREADABLE.format(reason=REFUSALS["used_up"])
+    assert len(fake_deepgram.requests) == 2
 
 
 @pytest.mark.parametrize(

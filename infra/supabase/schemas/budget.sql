@@ -61,47 +61,60 @@ $$;
 -- had transcribed in the last day, on any app. A note's seconds are reserved before it is sent to
 -- the transcriber (what the note says it lasts, else the longest a note may be) and settled at
 -- what the transcriber heard, so a client that lies about a note's length pays for what was heard.
--- Kept a day, per user message (its notes added up), like turn_usage: forgetting gives none back.
+-- One note of a person's is reserved and not yet settled at a time (for at most two minutes, in
+-- case its instance died): requests in parallel cannot each slip a lie under the day before any
+-- is settled. Kept a day, per user message (its notes added up), like turn_usage: forgetting
+-- gives none back; the operator's erasure does (forgetting.sql).
 create table public.voice_usage (
-    message_id bigint primary key,
     user_id uuid not null,
+    message_id bigint not null,
     at timestamptz not null default clock_timestamp(),
-    seconds integer not null check (seconds >= 0)
+    seconds integer not null check (seconds >= 0),
+    -- while a note of this message is at the transcriber: when it was reserved
+    in_flight_since timestamptz,
+    primary key (user_id, message_id)
 );
 alter table public.voice_usage enable row level security;  -- who reads what: access.sql
-create index voice_usage_by_user on public.voice_usage (user_id, at desc);
 
--- Reserve p_seconds of the person's day for a note of message p_message_id: true when they fit.
--- A person's reservations are made one at a time, so two instances cannot both take the last of it.
+-- Reserve p_seconds of the person's day for a note of message p_message_id: 'reserved', or
+-- 'used_up' (the day's seconds would be past), or 'busy' (another of their notes is at the
+-- transcriber). A person's reservations are made one at a time.
 create or replace function public.reserve_voice_seconds(
     p_user_id uuid, p_message_id bigint, p_seconds integer, p_seconds_per_day integer
-) returns boolean language plpgsql set search_path = '' as $$
+) returns text language plpgsql set search_path = '' as $$
 declare
-    v_used bigint;
+    v_now timestamptz := clock_timestamp();
 begin
     if p_seconds_per_day <= 0 then
-        return true;
+        return 'reserved';
     end if;
     perform pg_advisory_xact_lock(hashtextextended('voice/' || p_user_id, 0));
-    delete from public.voice_usage v where v.user_id = p_user_id and v.at <= clock_timestamp() - interval '1 day';
-    select coalesce(sum(v.seconds), 0) into v_used from public.voice_usage v where v.user_id = p_user_id;
-    if v_used + greatest(p_seconds, 0) > p_seconds_per_day then
-        return false;
+    delete from public.voice_usage v where v.user_id = p_user_id and v.at <= v_now - interval '1 day';
+    if exists (select from public.voice_usage v
+                where v.user_id = p_user_id and v.message_id <> p_message_id
+                  and v.in_flight_since > v_now - interval '2 minutes') then
+        return 'busy';
     end if;
-    insert into public.voice_usage (message_id, user_id, seconds)
-         values (p_message_id, p_user_id, greatest(p_seconds, 0))
-    on conflict (message_id) do update set seconds = public.voice_usage.seconds + excluded.seconds
-        where public.voice_usage.user_id = excluded.user_id;
-    return true;
+    if (select coalesce(sum(v.seconds), 0) from public.voice_usage v where v.user_id = p_user_id)
+       + greatest(p_seconds, 0) > p_seconds_per_day then
+        return 'used_up';
+    end if;
+    insert into public.voice_usage (user_id, message_id, seconds, in_flight_since)
+         values (p_user_id, p_message_id, greatest(p_seconds, 0), v_now)
+    on conflict (user_id, message_id) do update
+        set seconds = public.voice_usage.seconds + excluded.seconds, in_flight_since = v_now;
+    return 'reserved';
 end;
 $$;
 
--- A reservation settled at what was heard (0: nothing was transcribed).
+-- A reservation settled at what was heard (what it said, when the transcriber failed: it may
+-- have been paid for all the same); the person's next note may then go.
 create or replace function public.settle_voice_seconds(
     p_user_id uuid, p_message_id bigint, p_reserved integer, p_heard integer
 ) returns void language plpgsql set search_path = '' as $$
 begin
-    update public.voice_usage v set seconds = greatest(v.seconds - p_reserved + greatest(p_heard, 0), 0)
-     where v.message_id = p_message_id and v.user_id = p_user_id;
+    update public.voice_usage v
+       set seconds = greatest(v.seconds - p_reserved + greatest(p_heard, 0), 0), in_flight_since = null
+     where v.user_id = p_user_id and v.message_id = p_message_id;
 end;
 $$;

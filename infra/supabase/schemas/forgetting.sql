@@ -6,8 +6,8 @@
 -- Telegram keeps an unacknowledged update for a day, so a redelivery may arrive after the
 -- forget; begin_turn answers it like a duplicate). Neither holds any text.
 -- Forgetting reaches what was derived from the messages: the memory notes go with them, and
--- the operator's erasure also takes the budget's counts (turn_usage, which a plain forget
--- keeps a day so it gives no turns back).
+-- the operator's erasure also takes the budget's counts (turn_usage and voice_usage, which a
+-- plain forget keeps a day so it gives no turns back).
 
 create table public.forget_requests (
     user_id uuid not null,
@@ -97,6 +97,7 @@ begin
         get diagnostics v_identities = row_count;
         delete from public.merged_people x where x.from_user_id = p_user_id or x.into_user_id = p_user_id;
         delete from public.turn_usage u where u.user_id = p_user_id;
+        delete from public.voice_usage v where v.user_id = p_user_id;
         delete from public.person_timezones t where t.user_id = p_user_id;
     end if;
     return v_forgotten || jsonb_build_object('link_codes', v_codes, 'identities', v_identities);
