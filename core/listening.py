@@ -10,6 +10,7 @@ note through: the turn goes on without memory anyway, and an outage's notes cost
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -17,6 +18,8 @@ from core.errors import StoreUnavailable
 from core.stores.store import JsonScalar, MemoryStore
 
 log = logging.getLogger("crossmem.listening")
+
+WAIT_STEP_S = 0.25  # how often a note behind another asks again
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,11 @@ class Listening:
     message_id: int
     seconds_per_day: int
 
-    def reserve(self, seconds: int) -> str | None:
+    def reserve(self, seconds: int, wait_s: float = 0.0) -> str | None:
         """None when a note of `seconds` may go to the transcriber (it is then counted, and the
-        person's other notes wait until it is settled); else why not, in the person's words."""
+        person's other notes wait until it is settled); else why not, in the person's words. A
+        note behind another of the person's waits for it up to `wait_s` (people send voice notes
+        in a row, and Telegram delivers them in parallel)."""
         if self.seconds_per_day <= 0:
             return None
         arguments: dict[str, JsonScalar] = {
@@ -39,12 +44,16 @@ class Listening:
             "p_seconds": seconds,
             "p_seconds_per_day": self.seconds_per_day,
         }
-        try:
-            answer = self.store.call("reserve_voice_seconds", arguments)
-        except StoreUnavailable as exc:
-            log.warning("reserve_voice_seconds failed; the note is transcribed", extra={"error": str(exc)})
-            return None
-        return REFUSALS.get(str(answer))
+        until = time.monotonic() + wait_s
+        while True:
+            try:
+                answer = str(self.store.call("reserve_voice_seconds", arguments))
+            except StoreUnavailable as exc:
+                log.warning("reserve_voice_seconds failed; the note is transcribed", extra={"error": str(exc)})
+                return None
+            if answer != "busy" or time.monotonic() + WAIT_STEP_S > until:
+                return REFUSALS.get(answer)
+            time.sleep(WAIT_STEP_S)
 
     def settle(self, reserved: int, heard: int) -> None:
         """The reservation at what the transcriber heard (at what was reserved when it failed)."""

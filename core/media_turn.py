@@ -191,8 +191,11 @@ class MediaReader:
         if seconds is not None and seconds > limit_s:
             raise MediaUnreadable(too_long)
         reserved = math.ceil(seconds) if seconds is not None else limit_s
-        if listening is not None and (refused := listening.reserve(reserved)) is not None:
+        # A note behind another of the person's waits for it, within half of what is left.
+        asked = self._clock()
+        if listening is not None and (refused := listening.reserve(reserved, wait_s=timeout_s / 2)) is not None:
             raise MediaUnreadable(refused)
+        timeout_s = max(timeout_s - (self._clock() - asked), 0.5)
         try:
             transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
         except MediaUnreadable:

@@ -73,6 +73,19 @@ def test_a_note_whose_instance_died_holds_the_others_two_minutes_at_most(databas
     store.close()
 
 
+def test_a_note_behind_another_waits_for_it_to_be_settled(database_url: str) -> None:
+    """Voice notes sent in a row, delivered in parallel: the second goes once the first is heard."""
+    person = uuid.uuid4()
+    store = PostgresStore(database_url)
+    first = Listening(store, person, 940_000_001, 100)
+    assert first.reserve(5) is None
+    settled = threading.Timer(0.6, lambda: first.settle(5, 5))
+    settled.start()
+    assert Listening(store, person, 940_000_002, 100).reserve(5, wait_s=5) is None  # busy at first
+    settled.join()
+    store.close()
+
+
 def test_without_a_limit_or_a_store_every_note_is_heard(database_url: str) -> None:
     person = uuid.uuid4()
     store = PostgresStore(database_url)
