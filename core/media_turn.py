@@ -127,6 +127,23 @@ class MediaReader:
                 parts=refused,
                 caption=caption,
             )
+        limit_s = limits.voice_max_seconds
+        said_too_long = [
+            ref.kind is MediaKind.VOICE and ref.seconds is not None and ref.seconds > limit_s for ref in media
+        ]
+        if any(said_too_long):
+            # The answer is that note's, whatever else the message holds: nothing of it is fetched
+            # or transcribed for an answer that would not use it.
+            too_long = longer_than(limit_s)
+            return PreparedMedia(
+                self.placeholder(media, caption),
+                notice=UNREADABLE.format(reason=too_long),
+                parts=[
+                    not_seen(ref, too_long if long else "sent with a voice note too long to hear")
+                    for ref, long in zip(media, said_too_long, strict=True)
+                ],
+                caption=caption,
+            )
         parts: list[str] = []
         attachments: list[Attachment] = []
         described: MediaRef | None = None
@@ -176,10 +193,8 @@ class MediaReader:
         return data
 
     def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None) -> str:
-        limit_s = self.limits.voice_max_seconds
-        too_long = f"longer than {limit_s // 60}:{limit_s % 60:02d}"
-        if ref.seconds is not None and ref.seconds > limit_s:
-            raise MediaUnreadable(too_long)
+        limit_s = self.limits.voice_max_seconds  # a note said to be longer never gets here (prepare)
+        too_long = longer_than(limit_s)
         transcriber = self._transcriber()
         if transcriber is None:
             raise MediaUnreadable("no transcription service")
@@ -232,6 +247,10 @@ class MediaReader:
             return
         prepared.description = " ".join(reply.text.split())[:600]
         prepared.usage = reply.usage
+
+
+def longer_than(limit_s: int) -> str:
+    return f"longer than {limit_s // 60}:{limit_s % 60:02d}"
 
 
 def _what(ref: MediaRef) -> str:

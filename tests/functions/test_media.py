@@ -537,6 +537,24 @@ def test_a_note_with_no_words_or_a_failed_transcription_still_counts_in_the_day(
     assert len(fake_deepgram.requests) == 2
 
 
+def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_deepgram(
+    media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID
+) -> None:
+    data = base64.b64encode(VOICE).decode()
+    notes = [{"media_type": "audio/webm", "data": data, "seconds": seconds} for seconds in (5, 300, 7)]
+    sent = web.post("/", json={"message": "", "attachments": notes}, headers=bearer(owner))
+    assert sent.status_code == 200, sent.text
+    assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+    assert fake_deepgram.requests == []
+    conversation = sent.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    assert listed[0]["content"] == (
+        "[voice note, 0:05, not transcribed: sent with a voice note too long to hear]"
+        " [voice note, 5:00, not transcribed: longer than 2:00]"
+        " [voice note, 0:07, not transcribed: sent with a voice note too long to hear]"
+    )
+
+
 @pytest.mark.parametrize(
     ("attachment", "message"),
     [
