@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from core.errors import StoreUnavailable
@@ -38,16 +39,12 @@ class Listening:
         in a row, and Telegram delivers them in parallel)."""
         if self.seconds_per_day <= 0:
             return None
-        arguments: dict[str, JsonScalar] = {
-            "p_user_id": str(self.user_id),
-            "p_message_id": self.message_id,
-            "p_seconds": seconds,
-            "p_seconds_per_day": self.seconds_per_day,
-        }
         until = time.monotonic() + wait_s
         while True:
             try:
-                answer = str(self.store.call("reserve_voice_seconds", arguments))
+                answer = str(
+                    self._call("reserve_voice_seconds", p_seconds=seconds, p_seconds_per_day=self.seconds_per_day)
+                )
             except StoreUnavailable as exc:
                 log.warning("reserve_voice_seconds failed; the note is transcribed", extra={"error": str(exc)})
                 return None
@@ -59,16 +56,13 @@ class Listening:
         """The reservation at what the transcriber heard (at what was reserved when it failed)."""
         if self.seconds_per_day <= 0:
             return
-        arguments: dict[str, JsonScalar] = {
-            "p_user_id": str(self.user_id),
-            "p_message_id": self.message_id,
-            "p_reserved": reserved,
-            "p_heard": heard,
-        }
         try:
-            self.store.call("settle_voice_seconds", arguments)
+            self._call("settle_voice_seconds", p_reserved=reserved, p_heard=heard)
         except StoreUnavailable as exc:
             log.warning("settle_voice_seconds failed", extra={"error": str(exc)})
+
+    def _call(self, function: str, **values: JsonScalar) -> Any:
+        return self.store.call(function, {"p_user_id": str(self.user_id), "p_message_id": self.message_id, **values})
 
 
 # Why a note is not transcribed, as the answer says it ("Sorry, I couldn't use what you sent (…)").

@@ -47,8 +47,8 @@ class ClientMessage(BaseModel):
 
 class WebAttachment(BaseModel):
     """An image or a voice note sent with a message (docs/api.md): its type and its bytes in
-    base64; a voice note's length as the recorder measured it (Opus in WebM or MP4 says it
-    nowhere near its start, and the request's size bounds it anyway)."""
+    base64; a voice note's length as the recorder measured it (WebM and MP4 say it nowhere near
+    their start), a claim the transcriber's own length checks (core/media_turn.py)."""
 
     media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
     data: str = Field(min_length=4)  # the base64 of one byte at least
