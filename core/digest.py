@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 from core.context import ModelMessage, Source
 from core.errors import ModelUnavailable, StoreUnavailable
+from core.follow_ups import zone_named
 from core.model.llm import Model
 from core.models import Role, StoredMessage
 from core.settings import setting_default
@@ -93,6 +94,7 @@ class DueDigest:
     claim: UUID
     notes: str
     messages: list[StoredMessage]
+    timezone: str | None = None  # theirs (person_timezones), else the digester's CONTEXT_TIMEZONE
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> DueDigest:
@@ -101,14 +103,16 @@ class DueDigest:
             claim=UUID(row["claim"]),
             notes=str(row["notes"]),
             messages=[StoredMessage.from_row(item) for item in row["messages"]],
+            timezone=row.get("timezone"),
         )
 
 
 class Digester(Protocol):
     name: str
 
-    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
-        """The new notes from the previous ones and the messages; ModelUnavailable on failure."""
+    def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
+        """The new notes from the previous ones and the messages, their dates on `zone`'s clock
+        (the person's; else the digester's own); ModelUnavailable on failure."""
         ...
 
 
@@ -140,12 +144,12 @@ class ExtractiveDigester:
         self._max_tokens = max_tokens
         self._zone = zone or ZoneInfo("UTC")
 
-    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+    def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
         lines = [line for line in notes.splitlines() if line.strip()]
         for message in messages:
             if message.role is not Role.USER:
                 continue
-            line = f"- {tagged(message, self._zone)} {' '.join(message.content.split())}"
+            line = f"- {tagged(message, zone or self._zone)} {' '.join(message.content.split())}"
             if line not in lines:  # notes folded after a merge may already hold it
                 lines.append(line)
         return "\n".join(within_budget(lines, self._max_tokens))
@@ -161,9 +165,10 @@ class ModelDigester:
         self._timeout_s = timeout_s
         self._zone = zone or ZoneInfo("UTC")
 
-    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+    def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
+        clock = zone or self._zone
         said = "\n".join(
-            f"{tagged(m, self._zone, with_time=True)} {'person' if m.role is Role.USER else 'assistant'}: {m.content}"
+            f"{tagged(m, clock, with_time=True)} {'person' if m.role is Role.USER else 'assistant'}: {m.content}"
             for m in messages
         )
         text = f"Current notes:\n{notes.strip() or '(none yet)'}\n\nMessages that left the view:\n{said or '(none)'}"
@@ -250,7 +255,7 @@ class DigestJob:
 
     def _digest(self, due: DueDigest) -> bool:
         try:
-            notes = self._digester.digest(due.notes, due.messages)
+            notes = self._digester.digest(due.notes, due.messages, zone_named(due.timezone))
         except ModelUnavailable as exc:
             log.warning("a digest failed; the person stays due", extra={"user_id": str(due.user_id), "error": str(exc)})
             self._release(due)

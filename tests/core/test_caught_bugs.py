@@ -11,6 +11,7 @@ import ast
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -55,7 +56,7 @@ class FixedDigester:
         self.text = text
         self.during = during
 
-    def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+    def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
         if self.during is not None:
             next(self.during, None)
         return self.text

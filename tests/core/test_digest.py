@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -104,6 +105,39 @@ def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
     assert read_notes(store, quiet).content.endswith("] my flight is on Tuesday")
 
 
+def test_the_notes_date_what_was_said_on_the_persons_clock(
+    small: Memory, store: PostgresStore, database_url: str, fake: FakeAnthropic
+) -> None:
+    """Said at 19:00 UTC on 28 November: already the 29th in Kathmandu (UTC+5:45), still the
+    28th for a person with no timezone (CONTEXT_TIMEZONE, here UTC): the same day the turn's
+    context tags show them."""
+    nepali, unknown = uuid.uuid4(), uuid.uuid4()
+    for person in (nepali, unknown):
+        converse(small, person, ["my sister's name is Ana"])
+        with psycopg.connect(database_url) as connection:
+            connection.execute(
+                "update messages set created_at = '2026-11-28 19:00:00+00' where user_id = %s", (person,)
+            )
+    with psycopg.connect(database_url) as connection:
+        connection.execute("insert into person_timezones (user_id, timezone) values (%s, 'Asia/Kathmandu')", (nepali,))
+    job = DigestJob(store, ExtractiveDigester(800, ZoneInfo("UTC")), LIMITS)
+    assert job.run(nepali).updated == 1 and job.run(unknown).updated == 1
+    assert read_notes(store, nepali).content == "- [telegram · 2026-11-29] my sister's name is Ana"
+    assert read_notes(store, unknown).content == "- [telegram · 2026-11-28] my sister's name is Ana"
+
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-haiku-4-5", max_tokens=800, base_url=fake.url, max_retries=0, cached=False
+    )
+    person = uuid.uuid4()
+    converse(small, person, ["the dentist moved to Friday"])
+    with psycopg.connect(database_url) as connection:
+        connection.execute("update messages set created_at = '2026-11-28 19:00:00+00' where user_id = %s", (person,))
+        connection.execute("insert into person_timezones (user_id, timezone) values (%s, 'Asia/Kathmandu')", (person,))
+    assert DigestJob(store, ModelDigester(model, 800, 5, ZoneInfo("UTC")), LIMITS).run(person).updated == 1
+    said = fake.requests[-1]["messages"][0]["content"][0]["text"]
+    assert "\n[telegram · 2026-11-29 00:45] person: the dentist moved to Friday\n" in said
+
+
 def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store: PostgresStore) -> None:
     person = uuid.uuid4()
     converse(small, person, ["my sister's name is Ana", "b", "c"])
@@ -134,11 +168,11 @@ def test_two_runs_at_once_write_each_persons_notes_once(own_database: str) -> No
     start = threading.Barrier(2)
 
     class Recording(ExtractiveDigester):
-        def digest(self, notes: str, messages: Sequence[StoredMessage]) -> str:
+        def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
             with lock:
                 digested[messages[0].conversation_id] += 1
             time.sleep(0.05)  # hold the claim while the other run claims
-            return super().digest(notes, messages)
+            return super().digest(notes, messages, zone)
 
     one_at_a_time = DigestLimits(max_messages=4, window_step=2, window_hours=24, batch_size=1, idle_s=0)
     runs = []

@@ -153,7 +153,8 @@ begin
         end if;
         v_result := v_result || jsonb_build_array(jsonb_build_object(
             'user_id', v_person, 'claim', v_claim, 'notes', v_notes.content,
-            'pending_fold', v_notes.pending_fold, 'messages', v_messages));
+            'pending_fold', v_notes.pending_fold, 'messages', v_messages,
+            'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_person)));
     end loop;
     return v_result;
 end;
