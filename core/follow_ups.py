@@ -140,6 +140,12 @@ def resolve_when(
             target = date.fromisoformat(word)
         except ValueError as exc:
             raise InvalidTime("day must be today, tomorrow, a weekday or YYYY-MM-DD") from exc
+    # Days far off are refused before a clock reads them: 9999-12-31 in New York is past what a
+    # datetime holds once in UTC (and 0001-01-01 in Tokyo before it).
+    if target - today > MAX_AHEAD + timedelta(days=1):
+        raise InvalidTime("a follow-up can be at most a year ahead")
+    if today - target > timedelta(days=1):
+        raise InvalidTime(f"{target.isoformat()} has already passed")
     due = on_wall_clock(target, wall, zone)
     if due <= now:
         raise InvalidTime(f"{shown(due, zone)} has already passed")

@@ -42,6 +42,7 @@ def test_a_weekday_said_on_that_day_after_the_time_is_next_weeks() -> None:
         ({"day": "today", "at": "25:00"}, "give time as HH:MM (24-hour), or in_minutes"),
         ({"day": "2026-12-01", "at": "09:00"}, "Tue 1 Dec 2026 09:00 (Europe/Madrid) has already passed"),
         ({"day": "2028-01-01", "at": "09:00"}, "a follow-up can be at most a year ahead"),
+        ({"day": "2026-11-30", "at": "23:00"}, "2026-11-30 has already passed"),
         ({"in_minutes": 0}, "in_minutes must be a whole number of minutes, at least 1"),
         ({"in_minutes": 600_000}, "a follow-up can be at most a year ahead"),
     ],
@@ -51,6 +52,23 @@ def test_times_nobody_can_mean_are_said_back(when: dict[str, object], error: str
     with pytest.raises(InvalidTime) as refused:
         resolve_when(now, MADRID, **when)  # type: ignore[arg-type]
     assert str(refused.value) == error
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "error"),
+    [
+        # West of UTC the year's last minute is past what a datetime holds on UTC's clock; east of
+        # it, the first day of year 1 is before it. Said back to the model, never a crash (a 500).
+        ("America/New_York", "9999-12-31", "Not done: a follow-up can be at most a year ahead."),
+        ("Asia/Tokyo", "0001-01-01", "Not done: 0001-01-01 has already passed."),
+    ],
+)
+def test_days_no_clock_can_hold_are_said_back_to_the_model(zone: str, day: str, error: str) -> None:
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    tools = turn_tools(FollowUpRules(), [], ZoneInfo(zone), lambda: now, None)
+    said = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Happy new year.", "day": day, "time": "23:59"}))
+    assert (said.content, said.is_error) == (error, True)
+    assert tools.changes() == {}
 
 
 def pending(n: int) -> list[FollowUp]:
