@@ -113,11 +113,9 @@ class Turns:
         a failure sends nothing (they had the fallback already) and leaves the message owed."""
         figures.context_messages = len(messages)
         figures.owed = start.owed
-        if channel is not None:
-            for said in start.delivered_first:
-                channel.send(said)
-            if waiting:
-                channel.show_typing()
+        first = self._say_first(start, channel)
+        if channel is not None and waiting:
+            channel.show_typing()
         outcome, text = Outcome.ANSWERED, ""
         described = self._describe(prepared, deadline_s)
         try:
@@ -132,9 +130,8 @@ class Turns:
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         result = self._result(outcome, text, start, figures)
+        result.follow_ups_first = first
         learned = self._learned(prepared, described, figures, began + deadline_s)
-        if channel is None:
-            result.follow_ups_first = list(start.delivered_first)
         if outcome is Outcome.ANSWERED:
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
@@ -259,6 +256,7 @@ class Turns:
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
         result.reply_id = stored.id
+        result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
         return start, figures, result
 
     def _person(self, request: TurnRequest) -> Person | None:
@@ -341,11 +339,23 @@ class Turns:
         """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
         rather than asking anything again), and the message is stored as what is known."""
         assert prepared.notice is not None
+        first = self._say_first(start, channel)
         delivery = channel.send(prepared.notice) if channel is not None else Delivery.DELIVERED
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
+        result.follow_ups_first = first
         self._finish(result, start, prepared.notice, delivery is Delivery.DELIVERED, prepared.stored())
         result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
+
+    @staticmethod
+    def _say_first(start: TurnStart, channel: ReplyChannel | None) -> list[str]:
+        """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
+        channel that pushes; else returned, for the caller's response to carry first."""
+        if channel is None:
+            return list(start.delivered_first)
+        for said in start.delivered_first:
+            channel.send(said)
+        return []
 
     def _tools(self, start: TurnStart, client_zone: str | None) -> TurnTools | None:
         """This turn's follow-up tools, in the person's timezone (theirs, else CONTEXT_TIMEZONE)."""

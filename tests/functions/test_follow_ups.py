@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from core.channels.whatsapp import Converse, WhatsAppForm, classify
+from core.models import Person, Surface
 from functions import runtime
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
@@ -223,6 +225,92 @@ def test_without_a_template_it_is_held_and_said_first_on_the_next_whatsapp_messa
     assert follow_ups(job_database)[0][3] == "sent"
     again = form("And now?", sender=number)
     assert messages_of(whatsapp.post("/", data=again, headers=signed(again)).text) == ["Good morning!"]
+
+
+def hold_a_follow_up(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> None:
+    """ "Take the pills." held for `number`: asked on WhatsApp, due after its window closed."""
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
+    fields = form("In two hours tell me to take the pills", sender=number)
+    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    clock.at += timedelta(hours=26)  # the window closed two hours ago
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    assert run_job()["follow_ups_held"] == 1
+
+
+def test_a_held_follow_up_is_in_every_answer_to_the_message_that_took_it(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Twilio delivers a message again when our answer did not reach it: the answer repeated is the
+    whole of it. An answer that is a notice about the media carries it too."""
+    number = "whatsapp:+34611000012"
+    hold_a_follow_up(job_database, clock, fake_anthropic, number)
+    fake_anthropic.answer = lambda body: "Good morning!"
+    fields = form("Good morning", sender=number)
+    whatsapp = app_client("whatsapp_webhook")
+    assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == [
+        "Take the pills.",
+        "Good morning!",
+    ]
+    asked = len(fake_anthropic.requests)
+    redelivered = whatsapp.post("/", data=fields, headers=signed(fields))
+    assert messages_of(redelivered.text) == ["Take the pills.", "Good morning!"]
+    assert len(fake_anthropic.requests) == asked
+    assert rows(job_database, "select count(*) from messages where content = 'Take the pills.'") == [(1,)]
+
+    other = "whatsapp:+34611000013"
+    hold_a_follow_up(job_database, clock, fake_anthropic, other)
+    media: dict[str, str] = {"NumMedia": "5"}
+    for index in range(5):
+        media[f"MediaContentType{index}"] = "image/jpeg"
+        media[f"MediaUrl{index}"] = (
+            f"https://api.twilio.com/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM1/Media/ME{index}"
+        )
+    receipts = form("Here are my receipts", sender=other, **media)
+    notice = messages_of(whatsapp.post("/", data=receipts, headers=signed(receipts)).text)
+    assert notice[0] == "Take the pills." and len(notice) == 2 and "more than 4 files" in notice[1]
+
+
+def test_a_held_follow_up_taken_by_an_instance_that_died_goes_out_with_the_owed_answer_once(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """The instance stored the message (and took the held follow-up) and died before answering:
+    the scheduled job's answer says it first. After a fallback that carried it, the job's answer
+    does not say it again."""
+    number = "whatsapp:+34611000014"
+    hold_a_follow_up(job_database, clock, fake_anthropic, number)
+    fields = form("Good morning", sender=number)
+    said = classify(WhatsAppForm.from_form(fields))
+    assert isinstance(said, Converse)
+    # The instance's first round trip, as the webhook makes it; then it dies.
+    started = runtime.memory().begin_turn(
+        Person(sender_id=said.sender), Surface.WHATSAPP, said.text, said.message_sid, sender=said.sender
+    )
+    assert started.delivered_first == ["Take the pills."]
+    execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
+    fake_anthropic.answer = lambda body: "Good morning! Did you take them?"
+    assert run_job()["owed_answered"] == 1
+    assert [m["Body"] for m in fake_twilio.messages] == ["Take the pills.", "Good morning! Did you take them?"]
+    assert run_job()["owed_answered"] == 0 and len(fake_twilio.messages) == 2
+
+    other = "whatsapp:+34611000015"
+    hold_a_follow_up(job_database, clock, fake_anthropic, other)
+    fake_anthropic.behaviour = "500"
+    fields = form("Good morning", sender=other)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text)[0] == "Take the pills." and len(messages_of(answered.text)) == 2
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Good morning! Did you take them?"
+    execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
+    assert run_job()["owed_answered"] == 1
+    assert [m["Body"] for m in fake_twilio.messages[2:]] == ["Good morning! Did you take them?"]
 
 
 def test_two_job_runs_at_once_send_each_follow_up_once(

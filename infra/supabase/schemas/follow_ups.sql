@@ -36,6 +36,9 @@ create table public.follow_ups (
     next_attempt_at timestamptz not null,
     claimed_until timestamptz,
     message_id bigint references public.messages (id) on delete set null,
+    -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
+    -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
+    said_with bigint references public.messages (id) on delete set null,
     created_at timestamptz not null default clock_timestamp(),
     sent_at timestamptz,
     constraint follow_ups_once_per_turn unique (asked_in, asked_order)
@@ -46,6 +49,7 @@ create index follow_ups_due on public.follow_ups (next_attempt_at) where status 
 create index follow_ups_sending on public.follow_ups (claimed_until) where status = 'sending';
 create index follow_ups_by_user on public.follow_ups (user_id, due_at) where status in ('pending', 'sending', 'held');
 create index follow_ups_by_conversation on public.follow_ups (conversation_id);
+create index follow_ups_said_with on public.follow_ups (said_with) where said_with is not null;
 
 create table public.person_timezones (
     user_id uuid primary key,
@@ -97,19 +101,30 @@ end;
 $$;
 
 
--- begin_turn's part for follow-ups, once a new message is stored: `pending` (the person's pending
--- ones, for the model's list and cancel tools and the limit), `timezone` (theirs, null when never
--- set), and on WhatsApp `delivered_first` (the ones held outside the 24-hour window: the person
--- has just written, so they go out first in this answer, stored in the thread as the agent's
--- messages).
+-- The follow-ups said first in the answer to a WhatsApp message (`said_with`), in the order they
+-- were due: what every answer to that message carries before its reply.
+create function crossmem_private.follow_ups_said_with(p_message_id bigint)
+    returns json language sql stable set search_path = '' as $$
+    select coalesce(json_agg(json_build_object('id', f.id, 'content', f.content) order by f.due_at, f.id), '[]'::json)
+      from public.follow_ups f
+     where f.said_with = p_message_id;
+$$;
+
+-- begin_turn's part for follow-ups, once the message (p_message_id) is stored or taken over:
+-- `pending` (the person's pending ones, for the model's list and cancel tools and the limit),
+-- `timezone` (theirs, null when never set), and on WhatsApp `delivered_first` (the ones held
+-- outside the 24-hour window: the person has just written, so they go out first in the answer to
+-- this message, stored in the thread as the agent's messages; with those an earlier attempt at
+-- this message took, so an answer that never arrived loses none of them).
 create function crossmem_private.turn_follow_ups(
-    p_user_id uuid, p_surface text, out pending json, out timezone text, out delivered_first json
+    p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
+    out delivered_first json
 ) language plpgsql set search_path = '' as $$
 declare
-    v_first jsonb := '[]'::jsonb;
     v_held record;
     v_message bigint;
 begin
+    delivered_first := '[]'::json;
     if p_surface = 'whatsapp' then
         for v_held in
             select f.id, f.content, f.conversation_id, f.user_id
@@ -122,14 +137,14 @@ begin
                  values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
                          clock_timestamp())
               returning id into v_message;
-            update public.follow_ups f set status = 'sent', sent_at = clock_timestamp(), message_id = v_message
+            update public.follow_ups f
+               set status = 'sent', sent_at = clock_timestamp(), message_id = v_message, said_with = p_message_id
              where f.id = v_held.id;
-            v_first := v_first || jsonb_build_object('id', v_held.id, 'content', v_held.content);
         end loop;
+        delivered_first := crossmem_private.follow_ups_said_with(p_message_id);
     end if;
     pending := public.follow_ups_of(p_user_id);
     timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
-    delivered_first := v_first::json;
 end;
 $$;
 

@@ -44,7 +44,10 @@ begin
             'notes', (select n.content from public.memory_notes n
                        where n.user_id = v_message.user_id and n.revision > 0),
             -- the person's clock, which the context's tags are shown on (follow_ups.sql)
-            'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_message.user_id));
+            'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_message.user_id),
+            -- held follow-ups an attempt at this WhatsApp message took: said first (follow_ups.sql)
+            'delivered_first', case when v_message.surface = 'whatsapp'
+                                    then crossmem_private.follow_ups_said_with(v_message.id) end);
     end loop;
     return v_claimed;
 end;

@@ -276,6 +276,9 @@ begin
                 'conversation_surface',
                 (select c.surface from public.conversations c where c.id = v_stored.conversation_id),
                 'message_id', v_stored.message_id, 'duplicate', true, 'reply', v_reply,
+                -- a WhatsApp answer repeated: with the held follow-ups it said first
+                'delivered_first', case when p_surface = 'whatsapp'
+                                        then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
                 -- Not answered yet, and its attempt may still answer: ask again after this.
                 'answer_by', case when v_reply is null then v_stored.answer_by end,
                 'history', '[]'::json, 'prepend', '[]'::json);
@@ -315,7 +318,7 @@ begin
     v_context := crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
                                                v_message.created_at, v_now - make_interval(hours => p_window_hours),
                                                p_window_hours, p_max_messages, p_window_step, p_web_prepend);
-    v_follow_ups := crossmem_private.turn_follow_ups(v_user, p_surface);
+    v_follow_ups := crossmem_private.turn_follow_ups(v_user, p_surface, v_message.message_id);
     return json_build_object(
         'user_id', v_user, 'conversation_id', v_conversation, 'message_id', v_message.message_id,
         'duplicate', false, 'owed', v_owed, 'attempt', p_attempt, 'reply', null,
@@ -425,6 +428,10 @@ begin
        and m.attempt is not distinct from p_attempt
        and not exists (select from public.messages r where r.in_reply_to = m.id);
     v_owed := found;
+    -- The answer this attempt returned (a fallback) said the held follow-ups it took: the next
+    -- answer to this message does not say them again.
+    update public.follow_ups f set said_with = null
+     where f.said_with = p_user_message_id and f.user_id = p_user_id;
     return jsonb_build_object('owed', v_owed);
 end;
 $$;
