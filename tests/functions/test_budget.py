@@ -97,3 +97,41 @@ def test_the_models_tokens_count_against_the_day(
     assert row is not None and row[0] > 1000
     refused = client.post("/", json={"message": "again"}, headers=bearer(person))
     assert (refused.status_code, refused.get_json()["error"]) == (429, "over_budget")
+
+
+def test_linking_and_unlinking_a_chat_again_and_again_never_starts_a_new_day(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """A linked chat counts with its web account; unlinked, it leaves with what it spent today. Four
+    rounds of four messages, `/link CODE`, four more, `/unlink`: three turns in all reach the model."""
+    environment.setenv("TURNS_PER_DAY", "3")
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("TELEGRAM_DRAFTS", "false")
+    fake_anthropic.answer = lambda body: "Noted."
+    chat = 710000000 + uuid.uuid4().int % 10**6
+    web_person = uuid.uuid4()
+    telegram, web = app_client("telegram_webhook"), app_client("web_chat")
+
+    def say(text: str) -> None:
+        assert telegram.post("/", json=update(text, user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
+
+    asked = len(fake_anthropic.requests)
+    for round_ in range(4):
+        for index in range(4):
+            say(f"Round {round_}, note {index}")
+        code = web.post("/links", headers=bearer(web_person)).get_json()["code"]
+        say(f"/link {code}")
+        for index in range(4):
+            say(f"Round {round_}, linked note {index}")
+        # Linked, the chat's turns are the web account's: its own message waits too.
+        linked = web.post(
+            "/", json={"message": "hi", "client_message_id": f"linked-{round_}"}, headers=bearer(web_person)
+        )
+        assert linked.status_code == 429
+        say("/unlink")
+    assert len(fake_anthropic.requests) - asked == 3
+    last_note = fake_telegram.sent()[-2]["text"]  # before /unlink's answer
+    assert last_note.startswith("You've written a lot in a short time, so I'm taking a pause. You can write again ")
+    # Unlinked, the web account is a person of its own again, with the day it spent itself: none.
+    alone = web.post("/", json={"message": "hi", "client_message_id": "after-links"}, headers=bearer(web_person))
+    assert alone.status_code == 200

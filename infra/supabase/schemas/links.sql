@@ -141,6 +141,9 @@ begin
         end if;
         v_moved := v_moved + v_count;
     end loop;
+    -- The day's budget goes with them: a linked chat counts with its web account (budget.sql).
+    update public.turn_usage u set user_id = p_user_id where u.user_id = v_previous;
+    update public.voice_usage v set user_id = p_user_id where v.user_id = v_previous;
     update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
      where i.user_id = v_previous;
     insert into public.merged_people (from_user_id, into_user_id) values (v_previous, p_user_id)
@@ -241,12 +244,28 @@ begin
     if p_user_id is null and p_external_id is null then
         raise exception 'unlink_identities needs a person or an identity' using errcode = '22023';
     end if;
-    delete from public.identities i
-     where i.surface = p_surface
-       and i.linked_at is not null
-       and (p_user_id is null or i.user_id = p_user_id)
-       and (p_external_id is null or i.external_id = p_external_id);
-    get diagnostics v_count = row_count;
+    with gone as (
+        delete from public.identities i
+         where i.surface = p_surface
+           and i.linked_at is not null
+           and (p_user_id is null or i.user_id = p_user_id)
+           and (p_external_id is null or i.external_id = p_external_id)
+        returning i.surface, i.external_id, i.user_id
+    ), turns as (
+        -- What the chat spent today leaves with it, for the person its next message makes
+        -- (turn_person): unlinking and linking again never starts a new day.
+        update public.turn_usage u set user_id = crossmem_private.unlinked_person(g.surface, g.external_id)
+          from gone g, public.messages m
+         where u.user_id = g.user_id and u.at > clock_timestamp() - interval '1 day'
+           and m.id = u.message_id and m.surface = g.surface and m.sender = g.external_id
+    ), voice as (
+        update public.voice_usage v set user_id = crossmem_private.unlinked_person(g.surface, g.external_id)
+          from gone g, public.messages m
+         where v.user_id = g.user_id and v.at > clock_timestamp() - interval '1 day'
+           and m.id = v.message_id and m.surface = g.surface and m.sender = g.external_id
+    )
+    select count(*) into v_count from gone;
     return jsonb_build_object('unlinked', v_count);
 end;
 $$;
+

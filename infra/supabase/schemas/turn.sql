@@ -63,6 +63,12 @@ begin
         insert into public.identities (surface, external_id, user_id, linked_at)
              values (p_surface, p_sender_id, coalesce(v_alias.user_id, gen_random_uuid()), v_alias.linked_at)
         on conflict (surface, external_id) do nothing;
+        if found and v_alias.user_id is null then
+            -- a new person: if this chat was unlinked today, what it spent comes back (links.sql)
+            select i.user_id into v_user
+              from public.identities i where i.surface = p_surface and i.external_id = p_sender_id;
+            perform crossmem_private.claim_unlinked_usage(p_surface, p_sender_id, v_user);
+        end if;
         select i.user_id into v_user
           from public.identities i
          where i.surface = p_surface and i.external_id = p_sender_id
@@ -76,6 +82,24 @@ begin
         on conflict (surface, external_id) do nothing;
     end if;
     return v_user;
+end;
+$$;
+
+-- Where an unlinked chat's day of usage waits for the person its next message makes: an id
+-- derived from the chat, never a person's (a person's ids are random).
+create function crossmem_private.unlinked_person(p_surface text, p_external_id text)
+    returns uuid language sql immutable set search_path = '' as $$
+    select md5('unlinked/' || p_surface || '/' || p_external_id)::uuid;
+$$;
+
+-- A new person for a chat takes the usage it left with when it was unlinked (links.sql's unlink_identities).
+create function crossmem_private.claim_unlinked_usage(p_surface text, p_external_id text, p_user_id uuid)
+    returns void language plpgsql set search_path = '' as $$
+declare
+    v_waiting uuid := crossmem_private.unlinked_person(p_surface, p_external_id);
+begin
+    update public.turn_usage u set user_id = p_user_id where u.user_id = v_waiting;
+    update public.voice_usage v set user_id = p_user_id where v.user_id = v_waiting;
 end;
 $$;
 
