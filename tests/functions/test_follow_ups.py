@@ -207,19 +207,13 @@ def test_without_a_template_it_is_held_and_said_first_on_the_next_whatsapp_messa
     fake_twilio: FakeTwilio,
 ) -> None:
     number = "whatsapp:+34611000002"
-    fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
-    fields = form("In two hours tell me to take the pills", sender=number)
-    whatsapp = app_client("whatsapp_webhook")
-    whatsapp.post("/", data=fields, headers=signed(fields))
-    clock.at = WEDNESDAY_EVENING + timedelta(hours=26)  # the window closed two hours ago
-    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
-
-    assert run_job()["follow_ups_held"] == 1
+    hold_a_follow_up(job_database, clock, fake_anthropic, number)
     assert fake_twilio.messages == []
     assert follow_ups(job_database)[0][3] == "held"
 
     fake_anthropic.answer = lambda body: "Good morning!"
     fields = form("Good morning", sender=number)
+    whatsapp = app_client("whatsapp_webhook")
     answered = whatsapp.post("/", data=fields, headers=signed(fields))
     assert messages_of(answered.text) == ["Take the pills.", "Good morning!"]
     assert follow_ups(job_database)[0][3] == "sent"
