@@ -62,17 +62,17 @@ begin
     if v_user is null then
         insert into public.identities (surface, external_id, user_id, linked_at)
              values (p_surface, p_sender_id, coalesce(v_alias.user_id, gen_random_uuid()), v_alias.linked_at)
-        on conflict (surface, external_id) do nothing;
-        if found and v_alias.user_id is null then
-            -- a new person: if this chat was unlinked today, what it spent comes back (links.sql)
+        on conflict (surface, external_id) do nothing
+        returning user_id into v_user;
+        if v_user is null then  -- another delivery of this sender made it first
             select i.user_id into v_user
-              from public.identities i where i.surface = p_surface and i.external_id = p_sender_id;
+              from public.identities i
+             where i.surface = p_surface and i.external_id = p_sender_id
+               for key share;
+        elsif v_alias.user_id is null then
+            -- a new person: if this chat was unlinked today, what it spent comes back (links.sql)
             perform crossmem_private.claim_unlinked_usage(p_surface, p_sender_id, v_user);
         end if;
-        select i.user_id into v_user
-          from public.identities i
-         where i.surface = p_surface and i.external_id = p_sender_id
-           for key share;
     end if;
     if p_sender_alias is not null and p_sender_alias <> p_sender_id and v_alias.user_id is null then
         insert into public.identities (surface, external_id, user_id, linked_at)
