@@ -1,4 +1,5 @@
-"""Retention: messages older than an age are deleted, in bounded batches.
+"""Retention: messages older than an age are deleted, in bounded batches; the budget's counts
+older than a day too (`expire_usage`, every run of the scheduled job).
 
 `crossmem purge --older-than 90d` (or MESSAGE_RETENTION_DAYS, from a scheduled job) calls
 `purge_messages` once per batch: each call is one statement, in its own transaction, that
@@ -117,3 +118,14 @@ class Retention:
                 on_batch(PurgeBatch(batches, deleted, total, seconds))
             if deleted < self._batch_size:
                 return PurgeReport(cutoff, total, batches, False, longest)
+
+    def expire_usage(self) -> int:
+        """Drop the budget's counts older than a day (turn_usage, voice_usage: budget.sql), a batch
+        per call, whoever they belong to; how many rows went."""
+        total = 0
+        while True:
+            row = self._store.call("expire_usage", {"p_limit": self._batch_size})
+            turns, voice = int(row["turn_usage"]), int(row["voice_usage"])
+            total += turns + voice
+            if max(turns, voice) < self._batch_size:
+                return total

@@ -10,7 +10,8 @@ and Twilio at hand; a job of their own would cost a second function and schedule
 lag no shorter), then digests the due people
 in batches within
 DIGEST_TIME_BUDGET (the function's timeout is above it), purge the messages older than
-MESSAGE_RETENTION_DAYS when it is set (the one scheduled job of the deployment), and answer
+MESSAGE_RETENTION_DAYS when it is set (the one scheduled job of the deployment), drop the
+budget's counts older than a day (everyone's: a person's own turn drops only theirs), and answer
 what was done.
 """
 
@@ -43,6 +44,7 @@ def memory_digest(request: flask.Request) -> flask.Response:
     purged = 0
     if config.message_retention_days:
         purged = runtime.retention().purge(timedelta(days=config.message_retention_days)).deleted
+    usage_expired = runtime.retention().expire_usage()
     done = {
         "owed_answered": owed.answered,
         "owed_failed": owed.failed,
@@ -51,5 +53,6 @@ def memory_digest(request: flask.Request) -> flask.Response:
         "failed": run.failed,
         "memory_notes": config.memory_notes,
         "purged": purged,
+        "usage_expired": usage_expired,
     }
     return json_response(done)

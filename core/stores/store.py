@@ -39,6 +39,7 @@ SQL_FUNCTIONS = frozenset(
         "forget_person",
         "forget_request",
         "purge_messages",
+        "expire_usage",
         "claim_memory_digests",
         "write_memory_notes",
         "release_memory_claim",

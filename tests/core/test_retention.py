@@ -180,3 +180,27 @@ def test_other_ages_are_refused(text: str) -> None:
 
 def test_the_in_flight_window_is_the_longest_deadline_and_a_minute() -> None:
     assert in_flight_window(25, 12, 60) == timedelta(seconds=120)
+
+
+def test_the_budgets_counts_older_than_a_day_go_in_batches_whoever_they_belong_to(
+    database: psycopg.Connection, store: PostgresStore
+) -> None:
+    database.execute("truncate turn_usage, voice_usage")
+    gone, kept = uuid.uuid4(), uuid.uuid4()
+    database.execute(
+        "insert into turn_usage (message_id, user_id, at)"
+        " select n, %s, now() - interval '1 day 1 minute' from generate_series(1, 5) n",
+        (gone,),
+    )
+    database.execute(
+        "insert into turn_usage (message_id, user_id, at) values (6, %s, now() - interval '23 hours')", (kept,)
+    )
+    database.execute(
+        "insert into voice_usage (user_id, message_id, seconds, at)"
+        " values (%s, 1, 30, now() - interval '2 days'), (%s, 6, 30, now())",
+        (gone, kept),
+    )
+    assert Retention(store, batch_size=2, in_flight=IN_FLIGHT).expire_usage() == 6
+    assert database.execute("select user_id, message_id from turn_usage").fetchall() == [(kept, 6)]
+    assert database.execute("select user_id, message_id from voice_usage").fetchall() == [(kept, 6)]
+    assert Retention(store, batch_size=2, in_flight=IN_FLIGHT).expire_usage() == 0

@@ -35,7 +35,8 @@ def notes_env(environment: pytest.MonkeyPatch, postgres_server: str) -> Iterator
 
 
 def telegram(text: str, sender: str = "5151") -> TurnResult:
-    return runtime.turns().run(TurnRequest(Surface.TELEGRAM, text, uuid.uuid4().hex, sender_id=sender, deadline_s=5))
+    # A deadline no slow first turn (the SDK imported cold) runs into: the fallback is not stored.
+    return runtime.turns().run(TurnRequest(Surface.TELEGRAM, text, uuid.uuid4().hex, sender_id=sender, deadline_s=30))
 
 
 def paused(user: uuid.UUID | None) -> None:
@@ -125,18 +126,21 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
         fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
         answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
         assert answered.status_code == 200
-        assert answered.get_json() == {
-                "owed_answered": 0,
-                "owed_failed": 0,
-                "follow_ups_sent": 0,
-                "follow_ups_retried": 0,
-                "follow_ups_held": 0,
-                "follow_ups_given_up": 0,
-                "updated": 1,
-                "failed": 0,
-                "memory_notes": True,
-                "purged": 0,
-            }
+        done = answered.get_json()
+        # This database is shared by the tests before this one: how many old counts it held is theirs.
+        assert isinstance(done.pop("usage_expired"), int)
+        assert done == {
+            "owed_answered": 0,
+            "owed_failed": 0,
+            "follow_ups_sent": 0,
+            "follow_ups_retried": 0,
+            "follow_ups_held": 0,
+            "follow_ups_given_up": 0,
+            "updated": 1,
+            "failed": 0,
+            "memory_notes": True,
+            "purged": 0,
+        }
         row = connection.execute("select revision, content from memory_notes where user_id = %s", (said.user_id,))
         assert row.fetchone() == (1, "- [telegram · 2026-11-30] Sister's name is Ana.")
     body = fake_anthropic.requests[-1]
@@ -171,11 +175,12 @@ def test_get_memory_and_crossmem_history_show_the_notes(
     assert lines[2] == "" and lines[3].endswith("user: My sister's name is Ana")
 
 
-def test_memory_digest_also_purges_by_age_when_retention_is_set(
+def test_memory_digest_purges_by_age_when_retention_is_set_and_the_budgets_old_counts_always(
     notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, postgres_server: str
 ) -> None:
     with migrated_database(postgres_server) as database:  # a purge spans everyone: a database of its own
         notes_env.setenv("DATABASE_URL", database)
+        notes_env.setenv("TURNS_PER_DAY", "300")  # a budget on, as deployed: each turn is counted
         runtime.reset()
         old = telegram("An old message, kept past its retention", sender="7272")
         recent = telegram("A message of today", sender="7373")
@@ -183,24 +188,41 @@ def test_memory_digest_also_purges_by_age_when_retention_is_set(
             connection.execute(
                 "update messages set created_at = created_at - interval '3 days' where user_id = %s", (old.user_id,)
             )
+            # The budget's counts live a day, whoever they belong to: the old writer's turn, a note
+            # they had transcribed, and the day a chat left behind when it was unlinked and never
+            # wrote again (links.sql); none of them will write again to drop their own.
+            connection.execute("update turn_usage set at = at - interval '25 hours' where user_id = %s", (old.user_id,))
+            connection.execute(
+                "insert into voice_usage (user_id, message_id, seconds, at)"
+                " values (%s, 1, 40, now() - interval '2 days')",
+                (old.user_id,),
+            )
+            connection.execute(
+                "insert into turn_usage (message_id, user_id, at)"
+                " values (-1, crossmem_private.unlinked_person('telegram', '7474'), now() - interval '30 hours')"
+            )
         notes_env.setenv("MEMORY_NOTES", "false")
         notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
         # As deployed: no DIGEST_SECRET, no header (Cloud Run checked the scheduler's OIDC token).
         answered = app_client("memory_digest").post("/")
         assert answered.status_code == 200
         assert answered.get_json() == {
-                "owed_answered": 0,
-                "owed_failed": 0,
-                "follow_ups_sent": 0,
-                "follow_ups_retried": 0,
-                "follow_ups_held": 0,
-                "follow_ups_given_up": 0,
-                "updated": 0,
-                "failed": 0,
-                "memory_notes": False,
-                "purged": 2,
-            }
+            "owed_answered": 0,
+            "owed_failed": 0,
+            "follow_ups_sent": 0,
+            "follow_ups_retried": 0,
+            "follow_ups_held": 0,
+            "follow_ups_given_up": 0,
+            "updated": 0,
+            "failed": 0,
+            "memory_notes": False,
+            "purged": 2,
+            "usage_expired": 3,
+        }
         with psycopg.connect(database) as connection:
             left = connection.execute("select user_id, count(*) from messages group by user_id").fetchall()
+            counted = connection.execute("select user_id, count(*) from turn_usage group by user_id").fetchall()
+            assert connection.execute("select count(*) from voice_usage").fetchone() == (0,)
         assert left == [(recent.user_id, 2)]
+        assert counted == [(recent.user_id, 1)]
         runtime.reset()

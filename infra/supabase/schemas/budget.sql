@@ -118,3 +118,25 @@ begin
      where v.user_id = p_user_id and v.message_id = p_message_id;
 end;
 $$;
+
+-- Both tables live a day: a person's turn drops their own older rows as it goes, and the scheduled
+-- job drops everyone's here (core/retention.py's expire_usage), so the counts of people who never
+-- write again, and of chats unlinked that never wrote again (links.sql), go too. At most p_limit
+-- rows of each table a call (a scan of a day's rows, no index of its own: every turn would pay for
+-- one); {"turn_usage": n, "voice_usage": n}, what went.
+create or replace function public.expire_usage(p_limit integer) returns jsonb
+    language plpgsql set search_path = '' as $$
+declare
+    v_cutoff timestamptz := clock_timestamp() - interval '1 day';
+    v_turns integer;
+    v_voice integer;
+begin
+    delete from public.turn_usage u
+     where u.ctid = any (array(select o.ctid from public.turn_usage o where o.at <= v_cutoff limit p_limit));
+    get diagnostics v_turns = row_count;
+    delete from public.voice_usage v
+     where v.ctid = any (array(select o.ctid from public.voice_usage o where o.at <= v_cutoff limit p_limit));
+    get diagnostics v_voice = row_count;
+    return jsonb_build_object('turn_usage', v_turns, 'voice_usage', v_voice);
+end;
+$$;
