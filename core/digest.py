@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 from core.context import ModelMessage, Source
 from core.errors import ModelUnavailable, StoreUnavailable
 from core.follow_ups import zone_named
-from core.model.llm import Model
+from core.model.llm import Model, approximate_tokens
 from core.models import Role, StoredMessage
 from core.settings import setting_default
 from core.stores.store import MemoryStore
@@ -50,11 +50,6 @@ One fact a line, each line starting with where and when it was said, like \
 that still holds, merge duplicates, drop what is done or no longer true (a later message \
 wins), and leave out small talk. Write only the notes, in the person's language, at most \
 {max_tokens} tokens."""
-
-
-def approximate_tokens(text: str) -> int:
-    """About four characters a token: Claude's tokenizer is not public, the ratio is."""
-    return len(text) // 4
 
 
 @dataclass(frozen=True)

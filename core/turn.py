@@ -31,7 +31,7 @@ from core.listening import Listening
 from core.media import placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
-from core.model.llm import Model, ModelReply, Usage
+from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
 
@@ -202,6 +202,9 @@ class Turns:
         finally:
             if not ended:
                 follow_ups.close(chunks)
+                # The stream's last event, which says what the model wrote, never came: it wrote at
+                # least what the client was sent.
+                figures.output_tokens = max(figures.output_tokens, approximate_tokens("".join(parts)))
                 figures.error = figures.error or "the client went away before the answer was whole"
                 abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
                 self._end_attempt(start, figures, prepared.content if prepared is not None else None)

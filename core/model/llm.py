@@ -33,6 +33,11 @@ class Usage:
     cache_read_input_tokens: int = 0
 
 
+def approximate_tokens(text: str) -> int:
+    """About four characters a token: Claude's tokenizer is not public, the ratio is."""
+    return len(text) // 4
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """A `tool_use` block of the model's answer: which tool, with what input, under which id

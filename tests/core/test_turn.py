@@ -14,7 +14,7 @@ import pytest
 
 from core.context import ContextItem, build_model_messages
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory
+from core.memory import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT
@@ -204,6 +204,30 @@ def test_streaming_turn_yields_chunks_and_stores_the_streamed_text(
             "select content from messages where user_id = %s and role = 'assistant'", (person,)
         ).fetchone()
     assert stored == ("".join(str(chunk) for chunk in chunks),)
+
+
+def test_a_stream_the_client_leaves_counts_at_least_the_text_it_was_sent(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The stream's last event, which says what the model wrote, never comes: what the client
+    was sent counts (about four characters a token), beside the input the model reported."""
+    model = claude(fake)
+    budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
+    turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    fake.answer = lambda body: "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
+    person = uuid.uuid4()
+    web = budgeted.create_conversation(person)
+    stream = turns.stream(TurnRequest(Surface.WEB, "a long story", "c-left", user_id=person, conversation_id=web.id))
+    assert [next(stream), next(stream), next(stream)] == ["alpha ", "bravo ", "charlie "]
+    stream.close()  # the tab is closed
+    reported = fake.usages[-1]  # message_start's: the input, and 1 output token so far
+    read = reported["input_tokens"] + reported["cache_creation_input_tokens"] + reported["cache_read_input_tokens"]
+    assert reported["output_tokens"] == 1 and read > 0
+    with psycopg.connect(database_url) as connection:
+        counted = connection.execute(
+            "select u.tokens from turn_usage u join messages m on m.id = u.message_id where m.external_id = 'c-left'"
+        ).fetchall()
+    assert counted == [(read + len("alpha bravo charlie ") // 4,)]
 
 
 def test_the_offline_model_shows_the_memory_at_work(store: PostgresStore) -> None:

@@ -14,7 +14,8 @@ import uuid
 import psycopg
 import pytest
 
-from core.digest import approximate_tokens, read_notes
+from core.digest import read_notes
+from core.model.llm import approximate_tokens
 from core.models import Person, Surface
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
