@@ -19,13 +19,19 @@ RESULTS = ROOT / "bench" / "results.json"
 
 
 @contextmanager
-def bench_database() -> Iterator[str]:
-    """A fresh, migrated database on BENCH_DATABASE_URL's server (else TEST_DATABASE_URL's, else
-    the embedded wheel's), dropped afterwards."""
+def bench_server() -> Iterator[str]:
+    """The server of BENCH_DATABASE_URL (else TEST_DATABASE_URL's, else the embedded wheel's)."""
     configured = os.environ.get("BENCH_DATABASE_URL")
     if configured:
         os.environ["TEST_DATABASE_URL"] = configured
-    with server_url() as server, migrated_database(server) as database_url:
+    with server_url() as server:
+        yield server
+
+
+@contextmanager
+def bench_database() -> Iterator[str]:
+    """A fresh, migrated database on bench_server(), dropped afterwards."""
+    with bench_server() as server, migrated_database(server) as database_url:
         yield database_url
 
 

@@ -1,0 +1,33 @@
+"""bench/turn_floor.py's floor: the turn's two functions with the schema's arguments, one row each."""
+
+from __future__ import annotations
+
+import uuid
+
+from bench.memory_core import ours_secondary_turn
+from bench.turn_floor import lay_floor
+from core.memory import ContextLimits, Memory
+from core.stores.postgres_store import PostgresStore
+from tests.database import migrated_database
+from tests.helpers import count, rows
+
+SIGNATURES = (
+    "select p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) from pg_proc p"
+    " where p.pronamespace = 'public'::regnamespace and p.proname in ('begin_turn', 'finish_turn')"
+    " order by p.proname"
+)
+
+
+def test_the_floor_keeps_the_turns_arguments_and_stores_one_row_a_call(postgres_server: str, database_url: str) -> None:
+    with migrated_database(postgres_server) as floor_url:
+        lay_floor(floor_url)
+        assert rows(floor_url, SIGNATURES) == rows(database_url, SIGNATURES)
+        assert len(rows(floor_url, SIGNATURES)) == 2  # one function each, no overload beside it
+        store = PostgresStore(floor_url)
+        try:
+            ours_secondary_turn(Memory(store, ContextLimits()), uuid.uuid4())
+            ours_secondary_turn(Memory(store, ContextLimits()), uuid.uuid4())
+        finally:
+            store.close()
+        assert count(floor_url, "select count(*) from public.floor_turn_rows") == 4
+        assert count(floor_url, "select count(*) from public.messages") == 0
