@@ -15,12 +15,23 @@ take one) and says each where it was asked:
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), so every app's
 memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
 backoff (1, 2, 4 ... minutes, MAX_ATTEMPTS in all); one that cannot (a blocked bot, an unknown
-chat, a refused number) is given up and logged. A run that dies between sending and recording
-leaves its claim to expire; the next run gives it up rather than risk saying it twice.
+chat, a refused number) is given up and logged.
+
+A claim lasts LEASE_S, at least the scheduled function's timeout (serverless.yml; a test checks
+it): a live run never sees its claims expire, whatever its sends take. Only a run that died
+between claiming and recording leaves claims to expire, and the next run gives them up rather
+than risk saying one twice. To keep that loss small, a run checks its time budget before every
+send, not only before every claim: once it is spent, the claimed ones it has not tried go back
+to pending in one round trip (`release_follow_ups`, the claim's attempt taken back), for the
+next run, and so do the ones after a sender that raised. A follow-up sent but no longer this
+run's to record (another run gave its claim up, or the person forgot it meanwhile), or whose
+outcome the database did not take, is logged as not in the thread and counted `unrecorded`,
+never as sent.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -37,7 +48,9 @@ from core.stores.store import MemoryStore
 log = logging.getLogger("crossmem.follow_ups")
 
 MAX_ATTEMPTS = 6  # 1 + 2 + 4 + 8 + 16 minutes of retries: a platform outage of half an hour
-LEASE_S = 120  # longer than a batch's sends take; a claim older than this is a run that died
+# At least the scheduled function's timeout (serverless.yml's memory_digest, 300 s), with a minute
+# for the instances' clocks: a claim older than this is a run that died, never one still sending.
+LEASE_S = 360
 WHATSAPP_WINDOW = timedelta(hours=24)
 
 
@@ -53,13 +66,15 @@ class FollowUpRun:
     held: int = 0
     given_up: int = 0
     lost: int = 0  # claims of a run that died mid-send, given up
+    unrecorded: int = 0  # its outcome not stored (not this run's any more): a sent one is not in the thread
+    released: int = 0  # claimed, never tried (the time budget ran out, a sender raised): pending again
 
     def as_json(self) -> dict[str, int]:
         return {
             "follow_ups_sent": self.sent,
             "follow_ups_retried": self.retried,
             "follow_ups_held": self.held,
-            "follow_ups_given_up": self.given_up + self.lost,
+            "follow_ups_given_up": self.given_up + self.lost + self.unrecorded,
         }
 
 
@@ -106,11 +121,32 @@ class FollowUpDelivery:
             if claimed["lost"]:
                 done.lost += int(claimed["lost"])
                 log.error("follow-ups given up: a run died while sending them", extra={"count": claimed["lost"]})
-            for row in claimed["claimed"]:
-                self._deliver(row, now, done)
-            if len(claimed["claimed"]) < self._batch:
+            rows: list[dict[str, Any]] = claimed["claimed"]
+            tried = 0
+            try:
+                for row in rows:
+                    if self._clock() >= ends:
+                        break
+                    tried += 1
+                    self._deliver(row, self._now(), done)
+            finally:
+                # Never tried: back to pending. The one a raising sender was on may have gone out.
+                if tried < len(rows):
+                    self._release(rows[tried:], done)
+            if tried < len(rows) or len(rows) < self._batch:
                 break
         return done
+
+    def _release(self, rows: list[dict[str, Any]], done: FollowUpRun) -> None:
+        ids = [int(row["id"]) for row in rows]
+        try:
+            released = self._store.call("release_follow_ups", {"p_ids": json.dumps(ids)})
+        except StoreUnavailable as exc:
+            # Their claims expire and the next run gives them up: never said twice.
+            log.error("follow-ups not tried could not be handed back", extra={"ids": ids, "error": str(exc)})
+            return
+        done.released += int(released["released"])
+        log.warning("follow-ups handed back untried, for the next run", extra={"ids": ids})
 
     def _deliver(self, row: dict[str, Any], now: datetime, done: FollowUpRun) -> None:
         surface = Surface(row["surface"])
@@ -128,15 +164,23 @@ class FollowUpDelivery:
         if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
             outcome = "given_up"
         retry_at = now + backoff(int(row["attempts"]))
+        extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
+        why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
-            self._store.call(
+            finished = self._store.call(
                 "finish_follow_up", {"p_id": row["id"], "p_outcome": outcome, "p_retry_at": retry_at.isoformat()}
             )
         except StoreUnavailable as exc:
             # Its claim expires and the next run gives it up: never said twice.
-            log.error("a follow-up's outcome could not be stored", extra={"id": row["id"], "error": str(exc)})
+            finished, why = {"done": False}, str(exc)
+        if not finished["done"]:
+            done.unrecorded += 1
+            if outcome == "sent":
+                log.error("a follow-up was sent but is not stored in its thread", extra={**extra, "reason": why})
+            else:
+                log.error("a follow-up's outcome was not recorded", extra={**extra, "reason": why})
+            return
         due = datetime.fromisoformat(row["due_at"])
-        extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
         if outcome == "sent":
             done.sent += 1
             log.info("follow-up", extra={**extra, "lag_s": round((now - due).total_seconds(), 1)})

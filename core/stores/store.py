@@ -23,6 +23,7 @@ SQL_FUNCTIONS = frozenset(
         "cancel_follow_up",
         "claim_due_follow_ups",
         "finish_follow_up",
+        "release_follow_ups",
         "end_attempt",
         "claim_owed_replies",
         "mark_delivered",

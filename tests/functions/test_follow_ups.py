@@ -4,6 +4,9 @@ of the test's own (the job delivers every due follow-up it finds)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import threading
 import time
 import uuid
@@ -14,8 +17,11 @@ from typing import Any
 import pytest
 
 from core.channels.whatsapp import Converse, WhatsAppForm, classify
-from core.models import Person, Surface
+from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
+from core.models import Delivery, Person, Surface
 from functions import runtime
+from functions.digest import memory_digest
+from functions.tools.deploy import read_description
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
 from tests.fakes.telegram_api import FakeTelegram
@@ -54,6 +60,16 @@ class Clock:
         self.at = at
 
     def __call__(self) -> datetime:
+        return self.at
+
+
+class Stopwatch:
+    """The job run's monotonic clock (FollowUpDelivery's `clock`), in seconds, moved by the test."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def __call__(self) -> float:
         return self.at
 
 
@@ -110,6 +126,14 @@ def run_job() -> dict[str, Any]:
 def telegram_turn(text: str, chat: int) -> None:
     answered = app_client("telegram_webhook").post("/", json=update(text, user_id=chat), headers=TELEGRAM_HEADERS)
     assert answered.status_code == 200
+
+
+def due_on_telegram(fake_anthropic: FakeAnthropic, clock: Clock, chats: list[int]) -> None:
+    """Each chat asks on Telegram for "Ping <chat>." in 5 minutes; the clock moves past it."""
+    for chat in chats:
+        fake_anthropic.answer = remind(f"Ping {chat}.", in_minutes=5)
+        telegram_turn("remind me in 5 minutes", chat)
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=6)
 
 
 def follow_ups(database_url: str) -> list[tuple[Any, ...]]:
@@ -315,11 +339,8 @@ def test_two_job_runs_at_once_send_each_follow_up_once(
     fake_telegram: FakeTelegram,
 ) -> None:
     chats = [700000 + n for n in range(12)]
-    for chat in chats:
-        fake_anthropic.answer = remind(f"Ping {chat}.", in_minutes=5)
-        telegram_turn("remind me in 5 minutes", chat)
+    due_on_telegram(fake_anthropic, clock, chats)
     before = len(fake_telegram.sent())
-    clock.at = WEDNESDAY_EVENING + timedelta(minutes=6)
     results: list[dict[str, Any]] = []
 
     def run() -> None:
@@ -340,6 +361,120 @@ def test_two_job_runs_at_once_send_each_follow_up_once(
     said = sorted(m["text"] for m in fake_telegram.sent()[before:])
     assert said == sorted(f"Ping {chat}." for chat in chats)
     assert sum(r["follow_ups_sent"] for r in results) == 12
+
+
+def test_a_batch_slower_than_the_time_budget_hands_back_what_it_did_not_reach_and_the_next_run_sends_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """Each send takes 30 s (a slow Bot API) and the run has 60 s: it sends two and hands the other
+    three back, their attempt not counted, instead of sending past its budget (and past its
+    claim). The next run sends those: each follow-up said once, stored once, none given up."""
+    chats = [720000 + n for n in range(5)]
+    due_on_telegram(fake_anthropic, clock, chats)
+    stopwatch = Stopwatch()
+    said: list[str] = []
+
+    def slow(chat: int, text: str) -> Delivery:
+        said.append(text)
+        stopwatch.at += 30
+        clock.at += timedelta(seconds=30)
+        return Delivery.DELIVERED
+
+    delivery = FollowUpDelivery(runtime.store(), Senders(telegram=slow), runtime.identity(), now=clock, clock=stopwatch)
+
+    first = delivery.run(60)
+
+    assert (first.sent, first.released, first.given_up + first.lost + first.unrecorded) == (2, 3, 0)
+    assert stopwatch.at == 60  # no send begun once the budget was spent
+    assert rows(job_database, "select status, attempts, claimed_until from follow_ups order by id") == [
+        *[("sent", 1, None)] * 2,
+        *[("pending", 0, None)] * 3,
+    ]
+
+    second = delivery.run(120)
+
+    assert (second.sent, second.released, second.lost) == (3, 0, 0)
+    assert sorted(said) == sorted(f"Ping {chat}." for chat in chats)
+    assert rows(
+        job_database,
+        "select content, count(*) from messages where role = 'assistant' and starts_with(content, 'Ping ')"
+        " group by content order by content",
+    ) == [(f"Ping {chat}.", 1) for chat in sorted(chats)]
+    assert rows(job_database, "select status, attempts from follow_ups order by id") == [("sent", 1)] * 5
+
+
+def test_a_follow_up_given_up_by_another_run_while_it_was_sent_is_logged_as_not_in_the_thread(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another run's claim, made past this run's lease while it sends, gives the follow-up up: the
+    person got it, but it is not in the thread, and this run says so rather than "sent"."""
+    due_on_telegram(fake_anthropic, clock, [730001])
+    said: list[str] = []
+
+    def meanwhile(chat: int, text: str) -> Delivery:
+        later = clock.at + timedelta(seconds=LEASE_S + 1)
+        runtime.store().call(
+            "claim_due_follow_ups", {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+        )
+        said.append(text)
+        return Delivery.DELIVERED
+
+    delivery = FollowUpDelivery(runtime.store(), Senders(telegram=meanwhile), runtime.identity(), now=clock)
+    with caplog.at_level(logging.INFO, logger="crossmem.follow_ups"):
+        run = delivery.run(60)
+
+    assert said == ["Ping 730001."]
+    assert (run.sent, run.unrecorded) == (0, 1)
+    assert run.as_json()["follow_ups_sent"] == 0
+    [logged] = [record for record in caplog.records if record.name == "crossmem.follow_ups"]
+    assert (logged.levelname, logged.getMessage()) == ("ERROR", "a follow-up was sent but is not stored in its thread")
+    assert vars(logged)["outcome"] == "sent" and "another run gave its claim up" in vars(logged)["reason"]
+    assert rows(job_database, "select status, message_id from follow_ups") == [("given_up", None)]
+    assert rows(job_database, "select count(*) from messages where content = 'Ping 730001.'") == [(0,)]
+    # Handing back is only for claims still held: a given-up one is never sent again.
+    [(given_up,)] = rows(job_database, "select id from follow_ups")
+    assert runtime.store().call("release_follow_ups", {"p_ids": json.dumps([given_up])}) == {"released": 0}
+    assert rows(job_database, "select status from follow_ups") == [("given_up",)]
+
+
+def test_a_sender_that_raises_leaves_only_the_follow_up_it_was_sending_claimed(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """The one being sent may have gone out: its claim stays (and expires into given up); the
+    ones after it were never tried and go back to pending."""
+    due_on_telegram(fake_anthropic, clock, [740000 + n for n in range(4)])
+    said: list[str] = []
+
+    def broken(chat: int, text: str) -> Delivery:
+        said.append(text)
+        if len(said) == 2:
+            raise RuntimeError("a bug in a sender")
+        return Delivery.DELIVERED
+
+    delivery = FollowUpDelivery(runtime.store(), Senders(telegram=broken), runtime.identity(), now=clock)
+    with pytest.raises(RuntimeError):
+        delivery.run(60)
+
+    assert rows(job_database, "select status, attempts from follow_ups order by id") == [
+        ("sent", 1),
+        ("sending", 1),
+        ("pending", 0),
+        ("pending", 0),
+    ]
+
+
+def test_a_claim_outlives_the_scheduled_function_that_took_it() -> None:
+    """A run lasts at most its function's timeout: a claim at least that long never expires
+    under a live run, so the next run never gives up what this one is still sending."""
+    [digest] = [spec for spec in read_description().functions if spec.entry_point == memory_digest.__name__]
+    assert digest.schedule is not None
+    timeout = re.fullmatch(r"(\d+)s", digest.timeout)
+    assert timeout is not None, f"serverless.yml: {digest.name}'s timeout {digest.timeout!r} is not in seconds"
+    assert int(timeout[1]) <= LEASE_S
 
 
 def test_a_failure_that_may_pass_is_retried_with_backoff_and_a_blocked_bot_is_given_up(

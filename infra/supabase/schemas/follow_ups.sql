@@ -7,8 +7,10 @@
 --    share them out), `sending` while one run delivers it, then `sent` (stored in the thread as
 --    the agent's message), `pending` again with a later `next_attempt_at` (a failure that may
 --    pass), `held` (WhatsApp outside its 24-hour window without a template: delivered first on
---    the person's next WhatsApp message) or `given_up`. A `sending` row whose run never came back
---    is given up, never sent again: a follow-up goes out at most once.
+--    the person's next WhatsApp message) or `given_up`. A run whose time budget ends before it
+--    tries some of its claimed rows hands them back, pending (`release_follow_ups`). A `sending`
+--    row whose run never came back is given up, never sent again: a follow-up goes out at most
+--    once (a claim outlasts any live run: the job's lease is at least its function's timeout).
 -- 2. A person's timezone (`person_timezones`): "Friday at 9" is resolved in it by the turn.
 -- 3. The two round trips of a turn stay two: begin_turn (turn.sql) answers with what follow-ups
 --    need (`turn_follow_ups`, one of its parts), and `finish_turn_follow_ups` calls finish_turn
@@ -280,6 +282,21 @@ begin
       from taken t;
     return jsonb_build_object('claimed', v_claimed, 'lost', v_lost);
 end;
+$$;
+
+
+-- The claimed follow-ups a run hands back untried (its time budget ran out before their turn):
+-- pending again, due as they were, the attempt their claim counted taken back. Only the ones
+-- still `sending` (one given up meanwhile stays given up). p_ids: their ids, a JSON array.
+-- Answers {"released": n}.
+create function public.release_follow_ups(p_ids text) returns jsonb language sql set search_path = '' as $$
+    with released as (
+        update public.follow_ups f set status = 'pending', attempts = f.attempts - 1, claimed_until = null
+         where f.status = 'sending'
+           and f.id in (select value::bigint from jsonb_array_elements_text(p_ids::jsonb))
+        returning f.id
+    )
+    select jsonb_build_object('released', count(*)) from released;
 $$;
 
 
