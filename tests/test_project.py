@@ -112,6 +112,7 @@ PINNED = {
     "turn_overhead_ms_p50": {"ours", "seed"},
     "turn_overhead_ms_p50_rtt1": {"ours", "seed"},
     "turns_per_s": {"ours", "seed"},
+    "turn_floor": {"schema", "floor"},
     "context_load_ms_p50": {"10000", "1000000"},
     "cache_read_share": {"ours", "seed", "automatic"},
     "input_cost_ratio": {"ours", "seed", "automatic"},
