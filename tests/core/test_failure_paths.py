@@ -80,7 +80,7 @@ def thread_of(database_url: str, person: uuid.UUID) -> list[tuple[str, bool | No
 
 
 def telegram(person: uuid.UUID, update_id: str) -> TurnRequest:
-    return TurnRequest(Surface.TELEGRAM, "hello", update_id, user_id=person, deadline_s=5)
+    return TurnRequest(Surface.TELEGRAM, "hello", update_id, user_id=person, deadline_s=30)
 
 
 def test_a_reply_that_cannot_be_stored_still_goes_out_and_is_not_owed(
@@ -99,7 +99,7 @@ def test_a_reply_that_cannot_be_stored_still_goes_out_and_is_not_owed(
 
 def test_a_reply_that_cannot_be_stored_is_still_the_web_answer(turns: Turns, failing: FailingStore) -> None:
     failing.failing = {"finish_turn"}
-    result = turns.run(TurnRequest(Surface.WEB, "hello", "c1", user_id=uuid.uuid4(), deadline_s=5))
+    result = turns.run(TurnRequest(Surface.WEB, "hello", "c1", user_id=uuid.uuid4(), deadline_s=30))
     assert result.outcome is Outcome.ANSWERED and result.reply and result.reply_id is None
     assert result.figures.error == "the reply could not be stored"
 

@@ -135,7 +135,7 @@ def test_a_turn_whose_begin_turn_committed_but_whose_answer_was_lost_asks_the_mo
         settings = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
         turns = Turns(Memory(proxied_store, ContextLimits()), lambda: model, IdentityPolicy("auto"), settings)
         person = uuid.uuid4()
-        warm = turns.run(TurnRequest(Surface.WHATSAPP, "warm up", "SM-warm", user_id=person, deadline_s=5))
+        warm = turns.run(TurnRequest(Surface.WHATSAPP, "warm up", "SM-warm", user_id=person, deadline_s=30))
         assert warm.outcome is Outcome.ANSWERED
 
         proxy.lose_next_answer()  # begin_turn commits; its answer never arrives

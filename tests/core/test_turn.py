@@ -47,7 +47,7 @@ def turns(memory: Memory, fake: FakeAnthropic) -> Turns:
 
 
 def say(turns: Turns, surface: Surface, text: str, user: uuid.UUID, external_id: str | None = None) -> TurnResult:
-    request = TurnRequest(surface, text, external_id or uuid.uuid4().hex, user_id=user, deadline_s=5)
+    request = TurnRequest(surface, text, external_id or uuid.uuid4().hex, user_id=user, deadline_s=30)
     return turns.run(request)
 
 
@@ -87,7 +87,7 @@ def test_thirty_turns_over_three_surfaces_keep_the_prefix_except_at_steps(turns:
             f"e{turn}",
             user_id=person,
             conversation_id=web.id if surface is Surface.WEB else None,
-            deadline_s=5,
+            deadline_s=30,
         )
         assert turns.run(request).outcome is Outcome.ANSWERED
     limits = turns.memory.limits
