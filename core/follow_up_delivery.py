@@ -26,7 +26,9 @@ to pending in one round trip (`release_follow_ups`, the claim's attempt taken ba
 next run, and so do the ones after a sender that raised. A follow-up sent but no longer this
 run's to record (another run gave its claim up, or the person forgot it meanwhile), or whose
 outcome the database did not take, is logged as not in the thread and counted `unrecorded`,
-never as sent.
+never as sent. Each claim has its id: a run finishes and hands back only what its own claim
+holds, so a call it retries after the connection died (the store tries once more) recognises
+its own recorded outcome and never touches a claim a later run has taken since.
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ class FollowUpRun:
     held: int = 0
     given_up: int = 0
     lost: int = 0  # claims of a run that died mid-send, given up
-    unrecorded: int = 0  # its outcome not stored (not this run's any more): a sent one is not in the thread
+    # Tried, its outcome not recorded (no longer this run's claim, or the database did not take
+    # it): a sent one is not in the thread. Its row is counted where its fate is decided (a later
+    # run gives a claim left `sending` up, as `lost`), so not among this run's given up.
+    unrecorded: int = 0
     released: int = 0  # claimed, never tried (the time budget ran out, a sender raised): pending again
 
     def as_json(self) -> dict[str, int]:
@@ -74,7 +79,9 @@ class FollowUpRun:
             "follow_ups_sent": self.sent,
             "follow_ups_retried": self.retried,
             "follow_ups_held": self.held,
-            "follow_ups_given_up": self.given_up + self.lost + self.unrecorded,
+            "follow_ups_given_up": self.given_up + self.lost,
+            "follow_ups_released": self.released,
+            "follow_ups_unrecorded": self.unrecorded,
         }
 
 
@@ -122,33 +129,37 @@ class FollowUpDelivery:
                 done.lost += int(claimed["lost"])
                 log.error("follow-ups given up: a run died while sending them", extra={"count": claimed["lost"]})
             rows: list[dict[str, Any]] = claimed["claimed"]
+            claim = str(claimed["claim"])
             tried = 0
             try:
                 for row in rows:
                     if self._clock() >= ends:
                         break
                     tried += 1
-                    self._deliver(row, self._now(), done)
+                    self._deliver(row, claim, self._now(), done)
             finally:
                 # Never tried: back to pending. The one a raising sender was on may have gone out.
                 if tried < len(rows):
-                    self._release(rows[tried:], done)
+                    self._release(rows[tried:], claim, done)
             if tried < len(rows) or len(rows) < self._batch:
                 break
         return done
 
-    def _release(self, rows: list[dict[str, Any]], done: FollowUpRun) -> None:
+    def _release(self, rows: list[dict[str, Any]], claim: str, done: FollowUpRun) -> None:
         ids = [int(row["id"]) for row in rows]
         try:
-            released = self._store.call("release_follow_ups", {"p_ids": json.dumps(ids)})
+            released = self._store.call("release_follow_ups", {"p_ids": json.dumps(ids), "p_claim": claim})
         except StoreUnavailable as exc:
             # Their claims expire and the next run gives them up: never said twice.
             log.error("follow-ups not tried could not be handed back", extra={"ids": ids, "error": str(exc)})
             return
         done.released += int(released["released"])
-        log.warning("follow-ups handed back untried, for the next run", extra={"ids": ids})
+        log.warning(
+            "follow-ups handed back untried, for the next run",
+            extra={"ids": ids, "released": int(released["released"])},
+        )
 
-    def _deliver(self, row: dict[str, Any], now: datetime, done: FollowUpRun) -> None:
+    def _deliver(self, row: dict[str, Any], claim: str, now: datetime, done: FollowUpRun) -> None:
         surface = Surface(row["surface"])
         outcome, delivery = "sent", Delivery.DELIVERED
         if surface is not Surface.WEB and not self._still_theirs(surface, row):
@@ -168,7 +179,8 @@ class FollowUpDelivery:
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
             finished = self._store.call(
-                "finish_follow_up", {"p_id": row["id"], "p_outcome": outcome, "p_retry_at": retry_at.isoformat()}
+                "finish_follow_up",
+                {"p_id": row["id"], "p_claim": claim, "p_outcome": outcome, "p_retry_at": retry_at.isoformat()},
             )
         except StoreUnavailable as exc:
             # Its claim expires and the next run gives it up: never said twice.

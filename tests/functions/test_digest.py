@@ -27,6 +27,8 @@ NOTHING_DONE = {
     "follow_ups_retried": 0,
     "follow_ups_held": 0,
     "follow_ups_given_up": 0,
+    "follow_ups_released": 0,
+    "follow_ups_unrecorded": 0,
     "updated": 0,
     "failed": 0,
     "memory_notes": True,

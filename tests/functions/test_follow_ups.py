@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.whatsapp import Converse, WhatsAppForm, classify
 from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
 from core.models import Delivery, Person, Surface
+from core.stores.postgres_store import PostgresStore
 from functions import runtime
 from functions.digest import memory_digest
 from functions.tools.deploy import read_description
@@ -414,11 +416,17 @@ def test_a_follow_up_given_up_by_another_run_while_it_was_sent_is_logged_as_not_
     person got it, but it is not in the thread, and this run says so rather than "sent"."""
     due_on_telegram(fake_anthropic, clock, [730001])
     said: list[str] = []
+    claims: list[str] = []
+    other_runs: list[dict[str, Any]] = []
 
     def meanwhile(chat: int, text: str) -> Delivery:
+        [(claim,)] = rows(job_database, "select claim::text from follow_ups")
+        claims.append(claim)
         later = clock.at + timedelta(seconds=LEASE_S + 1)
-        runtime.store().call(
-            "claim_due_follow_ups", {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+        other_runs.append(
+            runtime.store().call(
+                "claim_due_follow_ups", {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+            )
         )
         said.append(text)
         return Delivery.DELIVERED
@@ -429,7 +437,10 @@ def test_a_follow_up_given_up_by_another_run_while_it_was_sent_is_logged_as_not_
 
     assert said == ["Ping 730001."]
     assert (run.sent, run.unrecorded) == (0, 1)
-    assert run.as_json()["follow_ups_sent"] == 0
+    # Counted given up once, by the run that gave it up; this one says it could not record it.
+    assert [(other["lost"], other["claimed"]) for other in other_runs] == [(1, [])]
+    answer = run.as_json()
+    assert (answer["follow_ups_sent"], answer["follow_ups_given_up"], answer["follow_ups_unrecorded"]) == (0, 0, 1)
     [logged] = [record for record in caplog.records if record.name == "crossmem.follow_ups"]
     assert (logged.levelname, logged.getMessage()) == ("ERROR", "a follow-up was sent but is not stored in its thread")
     assert vars(logged)["outcome"] == "sent" and "another run gave its claim up" in vars(logged)["reason"]
@@ -437,8 +448,68 @@ def test_a_follow_up_given_up_by_another_run_while_it_was_sent_is_logged_as_not_
     assert rows(job_database, "select count(*) from messages where content = 'Ping 730001.'") == [(0,)]
     # Handing back is only for claims still held: a given-up one is never sent again.
     [(given_up,)] = rows(job_database, "select id from follow_ups")
-    assert runtime.store().call("release_follow_ups", {"p_ids": json.dumps([given_up])}) == {"released": 0}
+    handed_back = runtime.store().call("release_follow_ups", {"p_ids": json.dumps([given_up]), "p_claim": claims[0]})
+    assert handed_back == {"released": 0}
     assert rows(job_database, "select status from follow_ups") == [("given_up",)]
+
+
+def test_a_claim_is_finished_and_handed_back_only_by_the_run_that_holds_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """A run's call retried after it committed (the store tries once more when the connection
+    dies) must not take back what a later run has claimed since, and knows its own outcome."""
+    due_on_telegram(fake_anthropic, clock, [760001])
+    store = runtime.store()
+    claiming = {"p_now": clock.at.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+
+    def finish(row: dict[str, Any], claim: str) -> Any:
+        arguments = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
+        return store.call("finish_follow_up", arguments)
+
+    first = store.call("claim_due_follow_ups", claiming)
+    [row] = first["claimed"]
+    ids = json.dumps([row["id"]])
+    assert store.call("release_follow_ups", {"p_ids": ids, "p_claim": first["claim"]}) == {"released": 1}
+    second = store.call("claim_due_follow_ups", claiming)
+    assert [again["id"] for again in second["claimed"]] == [row["id"]] and second["claim"] != first["claim"]
+    # The first run's release and finish, retried: the follow-up is the second run's now.
+    assert store.call("release_follow_ups", {"p_ids": ids, "p_claim": first["claim"]}) == {"released": 0}
+    assert finish(row, first["claim"]) == {"done": False}
+    finished = finish(row, second["claim"])
+    assert finished["done"] is True and finished["message_id"] is not None
+    assert finish(row, second["claim"]) == finished  # retried after it committed: its own outcome
+    assert rows(job_database, "select status, attempts from follow_ups") == [("sent", 1)]
+    assert rows(job_database, "select count(*) from messages where content = 'Ping 760001.'") == [(1,)]
+
+
+def test_a_follow_up_whose_recorded_outcome_never_reached_the_run_is_counted_sent_once(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """finish_follow_up commits, its answer is lost with the connection, the store tries once
+    more: the run recognises its own outcome, so it is sent and stored once, and no error says
+    otherwise."""
+    due_on_telegram(fake_anthropic, clock, [770001])
+    proxy = LatencyProxy(postgres_target(job_database))
+    store = PostgresStore(through_proxy(job_database, proxy.port))
+
+    def sends(chat: int, text: str) -> Delivery:
+        proxy.lose_next_answer()  # the next statement, finish_follow_up, commits unheard
+        return Delivery.DELIVERED
+
+    try:
+        with caplog.at_level(logging.INFO, logger="crossmem.follow_ups"):
+            run = FollowUpDelivery(store, Senders(telegram=sends), runtime.identity(), now=clock).run(60)
+    finally:
+        store.close()
+        proxy.close()
+    assert (run.sent, run.unrecorded, run.given_up) == (1, 0, 0)
+    assert [record.levelname for record in caplog.records if record.name == "crossmem.follow_ups"] == ["INFO"]
+    assert rows(job_database, "select status from follow_ups") == [("sent",)]
+    assert rows(job_database, "select count(*) from messages where content = 'Ping 770001.'") == [(1,)]
 
 
 def test_a_sender_that_raises_leaves_only_the_follow_up_it_was_sending_claimed(

@@ -37,6 +37,10 @@ create table public.follow_ups (
     attempts integer not null default 0,
     next_attempt_at timestamptz not null,
     claimed_until timestamptz,
+    -- The claim (one per claim_due_follow_ups call) that holds it, or last held it: its outcome is
+    -- recorded, and it is handed back, only under that claim, so a retried call of the run that
+    -- claimed it knows its own work and never touches a later run's claim.
+    claim uuid,
     message_id bigint references public.messages (id) on delete set null,
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
@@ -246,13 +250,14 @@ $$;
 -- its chat or number belongs to now: an unlinked one is no longer the person's) and
 -- `last_whatsapp_at` (the person's last WhatsApp message: the 24-hour window). First, the ones a
 -- run took and never finished (it died mid-send) are given up: they may have gone out.
--- Answers {"claimed": [...], "lost": n}.
+-- Answers {"claimed": [...], "lost": n, "claim": the claim's id, for finish and release}.
 create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer) returns jsonb language plpgsql set search_path = '' as $$
 declare
+    v_claim uuid := gen_random_uuid();
     v_lost integer;
     v_claimed jsonb;
 begin
-    update public.follow_ups f set status = 'given_up', claimed_until = null
+    update public.follow_ups f set status = 'given_up', claimed_until = null, claim = null
      where f.status = 'sending' and f.claimed_until < p_now;
     get diagnostics v_lost = row_count;
     with due as (
@@ -265,7 +270,7 @@ begin
     ), taken as (
         update public.follow_ups f
            set status = 'sending', claimed_until = p_now + make_interval(secs => p_lease_seconds),
-               attempts = f.attempts + 1
+               attempts = f.attempts + 1, claim = v_claim
           from due
          where f.id = due.id
         returning f.*
@@ -280,19 +285,20 @@ begin
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
       from taken t;
-    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost);
+    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', v_claim);
 end;
 $$;
 
 
 -- The claimed follow-ups a run hands back untried (its time budget ran out before their turn):
 -- pending again, due as they were, the attempt their claim counted taken back. Only the ones
--- still `sending` (one given up meanwhile stays given up). p_ids: their ids, a JSON array.
--- Answers {"released": n}.
-create function public.release_follow_ups(p_ids text) returns jsonb language sql set search_path = '' as $$
+-- still `sending` under p_claim: one given up meanwhile stays given up, and the same call retried
+-- after it committed finds them pending, or claimed by a later run, and leaves them be. p_ids:
+-- their ids, a JSON array. Answers {"released": n}.
+create function public.release_follow_ups(p_ids text, p_claim uuid) returns jsonb language sql set search_path = '' as $$
     with released as (
         update public.follow_ups f set status = 'pending', attempts = f.attempts - 1, claimed_until = null
-         where f.status = 'sending'
+         where f.status = 'sending' and f.claim = p_claim
            and f.id in (select value::bigint from jsonb_array_elements_text(p_ids::jsonb))
         returning f.id
     )
@@ -302,15 +308,19 @@ $$;
 
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
 -- delivered), 'retry' (pending again from p_retry_at), 'held' or 'given_up'. Only while it is
--- still this run's (`sending`): {"done": boolean, "message_id"}.
-create function public.finish_follow_up(p_id bigint, p_outcome text, p_retry_at timestamptz) returns jsonb language plpgsql set search_path = '' as $$
+-- still p_claim's (`sending`): {"done": boolean, "message_id"}. The same call retried after it
+-- committed (its answer lost with the connection) finds its own outcome and answers it again.
+create function public.finish_follow_up(p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_follow_up public.follow_ups;
     v_message bigint;
 begin
-    select * into v_follow_up from public.follow_ups f where f.id = p_id and f.status = 'sending' for update;
+    select * into v_follow_up from public.follow_ups f where f.id = p_id and f.claim = p_claim for update;
     if v_follow_up.id is null then
-        return jsonb_build_object('done', false);
+        return jsonb_build_object('done', false);  -- given up as a dead run's, forgotten, or claimed again
+    end if;
+    if v_follow_up.status <> 'sending' then
+        return jsonb_build_object('done', true, 'message_id', v_follow_up.message_id);
     end if;
     if p_outcome = 'sent' then
         insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
