@@ -17,15 +17,20 @@ what was done.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 import flask
 
 from core.digest import DigestRun
+from core.errors import StoreUnavailable
 from functions import runtime
 from functions.http import json_response, same_secret, serving
 
 SECRET_HEADER = "X-Digest-Secret"  # noqa: S105 (a header name, not a secret)
+
+log = logging.getLogger("crossmem.digest")
 
 
 @serving
@@ -41,10 +46,11 @@ def memory_digest(request: flask.Request) -> flask.Response:
     # Then the follow-ups due: said on time matters more than the notes (whose run may be long).
     follow_ups = runtime.follow_up_delivery().run(config.digest_time_budget / 4)
     run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
-    purged = 0
+    purged: int | None = 0
     if config.message_retention_days:
-        purged = runtime.retention().purge(timedelta(days=config.message_retention_days)).deleted
-    usage_expired = runtime.retention().expire_usage()
+        age = timedelta(days=config.message_retention_days)
+        purged = housekeeping("purge", lambda: runtime.retention().purge(age).deleted)
+    usage_expired = housekeeping("expire_usage", runtime.retention().expire_usage)
     done = {
         "owed_answered": owed.answered,
         "owed_failed": owed.failed,
@@ -56,3 +62,13 @@ def memory_digest(request: flask.Request) -> flask.Response:
         "usage_expired": usage_expired,
     }
     return json_response(done)
+
+
+def housekeeping(step: str, run: Callable[[], int]) -> int | None:
+    """A step after the run's work (the purge, the budget's old counts): when the database fails
+    it, the answer still says what the run did, with null for it; the next run does it."""
+    try:
+        return run()
+    except StoreUnavailable as exc:
+        log.error("housekeeping failed; the next run tries again", extra={"step": step, "error": str(exc)})
+        return None

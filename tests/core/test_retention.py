@@ -204,3 +204,28 @@ def test_the_budgets_counts_older_than_a_day_go_in_batches_whoever_they_belong_t
     assert database.execute("select user_id, message_id from turn_usage").fetchall() == [(kept, 6)]
     assert database.execute("select user_id, message_id from voice_usage").fetchall() == [(kept, 6)]
     assert Retention(store, batch_size=2, in_flight=IN_FLIGHT).expire_usage() == 0
+
+
+def test_the_expiry_skips_the_old_counts_a_turn_holds_and_never_waits_for_them(
+    database: psycopg.Connection, purge_database: str
+) -> None:
+    """A turn deleting its person's old counts (newest first, by its index) while the job deletes
+    everyone's (in table order): a job that waited could deadlock with it."""
+    database.execute("truncate turn_usage, voice_usage")
+    person = uuid.uuid4()
+    database.execute(
+        "insert into turn_usage (message_id, user_id, at)"
+        " select n, %s, now() - make_interval(hours => 30 - n) from generate_series(1, 3) n",
+        (person,),
+    )
+    turn = psycopg.connect(purge_database)
+    try:
+        turn.execute("select from turn_usage where message_id = 2 for update")
+        with psycopg.connect(purge_database, autocommit=True) as job:
+            job.execute("set lock_timeout = '2s'")  # a job that waited would fail here
+            expired = job.execute("select public.expire_usage(10)").fetchone()
+    finally:
+        turn.rollback()
+        turn.close()
+    assert expired == ({"turn_usage": 2, "voice_usage": 0},)
+    assert database.execute("select message_id from turn_usage").fetchall() == [(2,)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -216,3 +217,16 @@ def test_memory_digest_purges_by_age_when_retention_is_set_and_the_budgets_old_c
         assert left == [(recent.user_id, 2)]
         assert counted == [(recent.user_id, 1)]
         runtime.reset()
+
+
+def test_memory_digest_answers_what_it_did_when_expiring_old_counts_fails(notes_env: pytest.MonkeyPatch) -> None:
+    """The last step, housekeeping, meets a database that will not give it a lock in time (a
+    migration, a VACUUM FULL): the run's answer still comes, with null for that step."""
+    database = runtime.settings().database_url.get_secret_value()  # type: ignore[union-attr]
+    notes_env.setenv("DATABASE_URL", f"{database}?options={quote('-c lock_timeout=300')}")
+    runtime.reset()
+    with psycopg.connect(database) as holder:
+        holder.execute("lock table voice_usage in access exclusive mode")
+        answered = app_client("memory_digest").post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+    assert answered.status_code == 200
+    assert answered.get_json() == {**NOTHING_DONE, "usage_expired": None}

@@ -123,7 +123,9 @@ $$;
 -- job drops everyone's here (core/retention.py's expire_usage), so the counts of people who never
 -- write again, and of chats unlinked that never wrote again (links.sql), go too. At most p_limit
 -- rows of each table a call (a scan of a day's rows, no index of its own: every turn would pay for
--- one); {"turn_usage": n, "voice_usage": n}, what went.
+-- one); {"turn_usage": n, "voice_usage": n}, what went. Rows a turn holds (its own delete, a
+-- link's move) are skipped, never waited for: the job and a turn lock a person's rows in
+-- different orders, and waiting could deadlock them; the next run takes what is left.
 create or replace function public.expire_usage(p_limit integer) returns jsonb
     language plpgsql set search_path = '' as $$
 declare
@@ -132,10 +134,12 @@ declare
     v_voice integer;
 begin
     delete from public.turn_usage u
-     where u.ctid = any (array(select o.ctid from public.turn_usage o where o.at <= v_cutoff limit p_limit));
+     where u.ctid = any (array(select o.ctid from public.turn_usage o where o.at <= v_cutoff
+                                  limit p_limit for update skip locked));
     get diagnostics v_turns = row_count;
     delete from public.voice_usage v
-     where v.ctid = any (array(select o.ctid from public.voice_usage o where o.at <= v_cutoff limit p_limit));
+     where v.ctid = any (array(select o.ctid from public.voice_usage o where o.at <= v_cutoff
+                                  limit p_limit for update skip locked));
     get diagnostics v_voice = row_count;
     return jsonb_build_object('turn_usage', v_turns, 'voice_usage', v_voice);
 end;
