@@ -22,7 +22,8 @@ import psycopg
 
 from bench import turn_speed
 from bench.results import bench_server, save
-from tests.database import migrated_database
+from core.errors import ConfigurationError
+from tests.database import SCRATCH_PREFIX, migrated_database
 
 # The turn's two functions as the least a turn could do in their place: one row each, committed.
 FLOOR_TABLE = """
@@ -47,8 +48,12 @@ FLOOR_BODIES = {
 
 def lay_floor(database_url: str) -> None:
     """Replace begin_turn and finish_turn with the floor's, keeping each one's arguments and result
-    type as the catalog has them (so the schema's next argument reaches the floor too)."""
+    type as the catalog has them (so the schema's next argument reaches the floor too). Only in a
+    database the benchmarks made (tests/database.py's fresh_database names them)."""
     with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute("select current_database()").fetchone()
+        if row is None or not str(row[0]).startswith(SCRATCH_PREFIX):
+            raise ConfigurationError(f"the floor replaces the turn's functions: not in {row and row[0]!r}")
         connection.execute(FLOOR_TABLE)
         for name, body in FLOOR_BODIES.items():
             row = connection.execute(

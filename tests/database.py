@@ -59,9 +59,16 @@ def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
+# The databases the tests and benchmarks make and drop: nothing else is named so.
+SCRATCH_PREFIX = "crossmem_test_"
+
+
 def with_database(conninfo: str, database: str) -> str:
+    """The same server's URI naming `database`. A `dbname` in the query, which libpq lets win over
+    the path, is dropped: a fresh database's URI can reach no other database."""
     parsed = urlparse(conninfo)
-    return urlunparse(parsed._replace(path=f"/{database}"))
+    query = "&".join(part for part in parsed.query.split("&") if part and part.split("=")[0] != "dbname")
+    return urlunparse(parsed._replace(path=f"/{database}", query=query))
 
 
 @contextmanager
@@ -80,7 +87,7 @@ def server_url() -> Iterator[str]:
 
 @contextmanager
 def fresh_database(server: str) -> Iterator[str]:
-    name = f"crossmem_test_{uuid.uuid4().hex[:12]}"
+    name = f"{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f'create database "{name}"')
     url = with_database(server, name)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from bench.memory_core import ours_secondary_turn
 from bench.turn_floor import lay_floor
+from core.errors import ConfigurationError
 from core.memory import ContextLimits, Memory
 from core.stores.postgres_store import PostgresStore
-from tests.database import migrated_database
+from tests.database import migrated_database, with_database
 from tests.helpers import count, rows
 
 SIGNATURES = (
@@ -31,3 +34,17 @@ def test_the_floor_keeps_the_turns_arguments_and_stores_one_row_a_call(postgres_
             store.close()
         assert count(floor_url, "select count(*) from public.floor_turn_rows") == 4
         assert count(floor_url, "select count(*) from public.messages") == 0
+
+
+def test_the_floor_is_laid_only_in_a_database_the_benchmarks_made(postgres_server: str) -> None:
+    with pytest.raises(ConfigurationError, match="the floor replaces the turn's functions"):
+        lay_floor(with_database(postgres_server, "postgres"))
+    assert count(postgres_server, "select count(*) from pg_tables where tablename = 'floor_turn_rows'") == 0
+
+
+def test_a_fresh_databases_uri_names_it_whatever_the_servers_uri_said() -> None:
+    """libpq lets a `dbname` in the query win over the path: it is dropped, the rest kept."""
+    server = "postgresql://postgres@127.0.0.1:5432/postgres?dbname=deployed&sslmode=disable&host=/run/pg"
+    assert with_database(server, "crossmem_test_1") == (
+        "postgresql://postgres@127.0.0.1:5432/crossmem_test_1?sslmode=disable&host=/run/pg"
+    )
