@@ -165,6 +165,7 @@ class Turns:
         figures.context_messages = len(messages)
         figures.owed = start.owed
         parts: list[str] = []
+        unreported: list[str] = []  # the model's text since it last said what it has written
         outcome = Outcome.ANSWERED
         tools = self._tools(start, request.timezone)
         chunks = follow_ups.answered(
@@ -176,10 +177,12 @@ class Turns:
                 for chunk in chunks:
                     if isinstance(chunk, Usage):
                         figures.add_usage(chunk)
+                        unreported.clear()
                         continue
                     if not chunk:
                         continue
                     parts.append(chunk)
+                    unreported.append(chunk)
                     yield chunk
                     if self._clock() - began > request.deadline_s:
                         raise ModelUnavailable(f"no complete answer within {request.deadline_s:g} s")
@@ -203,8 +206,8 @@ class Turns:
             if not ended:
                 follow_ups.close(chunks)
                 # The stream's last event, which says what the model wrote, never came: it wrote at
-                # least what the client was sent.
-                figures.output_tokens = max(figures.output_tokens, approximate_tokens("".join(parts)))
+                # least the text it sent since it last said (not the fallback: that is ours).
+                figures.output_tokens += approximate_tokens("".join(unreported))
                 figures.error = figures.error or "the client went away before the answer was whole"
                 abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
                 self._end_attempt(start, figures, prepared.content if prepared is not None else None)

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from core.context import ContextItem, build_model_messages
+from core.follow_ups import FollowUpRules
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
@@ -22,7 +23,7 @@ from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn import Turns
 from core.turn_request import Outcome, TurnRequest, TurnResult, TurnSettings
-from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -209,8 +210,9 @@ def test_streaming_turn_yields_chunks_and_stores_the_streamed_text(
 def test_a_stream_the_client_leaves_counts_at_least_the_text_it_was_sent(
     store: PostgresStore, fake: FakeAnthropic, database_url: str
 ) -> None:
-    """The stream's last event, which says what the model wrote, never comes: what the client
-    was sent counts (about four characters a token), beside the input the model reported."""
+    """The stream's last event, which says what the model wrote, never comes: the text the client
+    was sent since the model last said counts (about four characters a token), beside what the
+    model reported."""
     model = claude(fake)
     budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
     turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), SETTINGS)
@@ -227,7 +229,58 @@ def test_a_stream_the_client_leaves_counts_at_least_the_text_it_was_sent(
         counted = connection.execute(
             "select u.tokens from turn_usage u join messages m on m.id = u.message_id where m.external_id = 'c-left'"
         ).fetchall()
-    assert counted == [(read + len("alpha bravo charlie ") // 4,)]
+    assert counted == [(read + 1 + len("alpha bravo charlie ") // 4,)]
+
+
+def test_a_stream_left_after_a_tool_call_counts_both_requests_and_the_text_since(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The first request asks for the follow-ups' list and its count arrives; the second streams
+    text and the client leaves: both requests' reported tokens and the text since count."""
+    model = claude(fake)
+    budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
+    tools_on = replace(SETTINGS, follow_ups=FollowUpRules())
+    turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), tools_on)
+    fake.answer = lambda body: (
+        "alpha bravo charlie delta echo foxtrot golf hotel" if tool_results(body) else [tool_use("list_follow_ups", {})]
+    )
+    person = uuid.uuid4()
+    web = budgeted.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, "what is planned?", "c-tools", user_id=person, conversation_id=web.id)
+    stream = turns.stream(asked)
+    assert [next(stream), next(stream)] == ["alpha ", "bravo "]
+    stream.close()
+    assert len(fake.usages) == 2  # each as the stream first reports it: 1 output token so far
+    reported = sum(
+        usage[key]
+        for usage in fake.usages
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+    )
+    with psycopg.connect(database_url) as connection:
+        counted = connection.execute(
+            "select u.tokens from turn_usage u join messages m on m.id = u.message_id where m.external_id = 'c-tools'"
+        ).fetchall()
+    assert counted == [(reported + len("alpha bravo ") // 4,)]
+
+
+def test_a_stream_left_while_the_fallback_is_sent_counts_no_output_for_it(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The model failed before writing (a 500): the fallback is ours, not the model's output."""
+    model = claude(fake)
+    budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
+    turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    fake.behaviour = "500"
+    person = uuid.uuid4()
+    web = budgeted.create_conversation(person)
+    stream = turns.stream(TurnRequest(Surface.WEB, "hello?", "c-down", user_id=person, conversation_id=web.id))
+    assert next(stream) == "FALLBACK"
+    stream.close()
+    with psycopg.connect(database_url) as connection:
+        counted = connection.execute(
+            "select u.tokens from turn_usage u join messages m on m.id = u.message_id where m.external_id = 'c-down'"
+        ).fetchall()
+    assert counted == [(0,)]
 
 
 def test_the_offline_model_shows_the_memory_at_work(store: PostgresStore) -> None:
