@@ -19,16 +19,18 @@ chat, a refused number) is given up and logged.
 
 A claim lasts LEASE_S, at least the scheduled function's timeout (serverless.yml; a test checks
 it): a live run never sees its claims expire, whatever its sends take. Only a run that died
-between claiming and recording leaves claims to expire, and the next run gives them up rather
-than risk saying one twice. To keep that loss small, a run checks its time budget before every
-send, not only before every claim: once it is spent, the claimed ones it has not tried go back
-to pending in one round trip (`release_follow_ups`, the claim's attempt taken back), for the
-next run, and so do the ones after a sender that raised. A follow-up sent but no longer this
-run's to record (another run gave its claim up, or the person forgot it meanwhile), or whose
-outcome the database did not take, is logged as not in the thread and counted `unrecorded`,
-never as sent. Each claim has its id: a run finishes and hands back only what its own claim
-holds, so a call it retries after the connection died (the store tries once more) recognises
-its own recorded outcome and never touches a claim a later run has taken since.
+between claiming and recording leaves claims to expire: the next run gives up the ones it had
+begun to send (each is marked just before its send, `try_follow_up`) rather than risk saying one
+twice, and claims the ones it never reached again. A live run checks its time budget before
+every send, not only before every claim: once it is spent, the claimed ones it has not tried go
+back to pending in one round trip (`release_follow_ups`, the claim's attempt taken back), for the
+next minute's run rather than after the lease, and so do the ones after a sender that raised. A
+follow-up sent but no longer this run's to record (another run gave its claim up, or the person
+forgot it meanwhile), or whose outcome the database did not take, is logged as not in the
+thread and counted `unrecorded`, never as sent. Each claim has its id: a run marks, finishes
+and hands back only what its own claim holds, so a call it retries after the connection died
+(the store tries once more) recognises its own recorded outcome and never touches a claim a
+later run has taken since.
 """
 
 from __future__ import annotations
@@ -136,7 +138,11 @@ class FollowUpDelivery:
                     if self._clock() >= ends:
                         break
                     tried += 1
-                    self._deliver(row, claim, self._now(), done)
+                    if self._still_this_runs(row, claim):
+                        self._deliver(row, claim, self._now(), done)
+            except StoreUnavailable as exc:
+                log.error("a follow-up could not be marked tried; not sent", extra={"error": str(exc)})
+                break
             finally:
                 # Never tried: back to pending. The one a raising sender was on may have gone out.
                 if tried < len(rows):
@@ -144,6 +150,15 @@ class FollowUpDelivery:
             if tried < len(rows) or len(rows) < self._batch:
                 break
         return done
+
+    def _still_this_runs(self, row: dict[str, Any], claim: str) -> bool:
+        """Marked tried just before its send (`try_follow_up`): should the run die from here, it
+        is given up, never said twice; the ones it never reached are due again. False when it is
+        no longer this claim's (a later run took it over, the person forgot it): not sent."""
+        if self._store.call("try_follow_up", {"p_id": row["id"], "p_claim": claim})["ok"]:
+            return True
+        log.warning("a claimed follow-up is no longer this run's: not sent", extra={"id": row["id"]})
+        return False
 
     def _release(self, rows: list[dict[str, Any]], claim: str, done: FollowUpRun) -> None:
         ids = [int(row["id"]) for row in rows]

@@ -24,6 +24,7 @@ SQL_FUNCTIONS = frozenset(
         "claim_due_follow_ups",
         "finish_follow_up",
         "release_follow_ups",
+        "try_follow_up",
         "end_attempt",
         "claim_owed_replies",
         "mark_delivered",

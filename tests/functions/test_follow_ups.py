@@ -18,6 +18,7 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.whatsapp import Converse, WhatsAppForm, classify
+from core.errors import StoreUnavailable
 from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
@@ -510,6 +511,110 @@ def test_a_follow_up_whose_recorded_outcome_never_reached_the_run_is_counted_sen
     assert [record.levelname for record in caplog.records if record.name == "crossmem.follow_ups"] == ["INFO"]
     assert rows(job_database, "select status from follow_ups") == [("sent",)]
     assert rows(job_database, "select count(*) from messages where content = 'Ping 770001.'") == [(1,)]
+
+
+def test_a_run_killed_mid_batch_loses_only_the_follow_up_it_was_sending(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """An instance killed outright (out of memory, a redeploy) after marking its first follow-up:
+    that one may have gone out and is given up; the two it never reached are sent by the next run
+    once the claim expires."""
+    due_on_telegram(fake_anthropic, clock, [780001, 780002, 780003])
+    store = runtime.store()
+    claiming = {"p_now": clock.at.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+    killed = store.call("claim_due_follow_ups", claiming)
+    first = killed["claimed"][0]
+    assert store.call("try_follow_up", {"p_id": first["id"], "p_claim": killed["claim"]}) == {"ok": True}
+    said: list[str] = []
+
+    def sends(chat: int, text: str) -> Delivery:
+        said.append(text)
+        return Delivery.DELIVERED
+
+    clock.at += timedelta(seconds=LEASE_S + 1)
+    run = FollowUpDelivery(store, Senders(telegram=sends), runtime.identity(), now=clock).run(60)
+    assert said == ["Ping 780002.", "Ping 780003."]
+    assert (run.lost, run.sent) == (1, 2)
+    assert rows(job_database, "select content, status, attempts from follow_ups order by id") == [
+        ("Ping 780001.", "given_up", 1),
+        ("Ping 780002.", "sent", 1),
+        ("Ping 780003.", "sent", 1),
+    ]
+    # A claim that is no longer the run's is not marked: the follow-up is not its to send.
+    assert store.call("try_follow_up", {"p_id": first["id"], "p_claim": killed["claim"]}) == {"ok": False}
+
+
+def test_a_follow_up_another_run_took_over_before_its_turn_is_not_sent(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the first is sent, a run past the lease gives it up and claims the second, which
+    this run never reached: this run does not send the second, the other run's claim holds it."""
+    due_on_telegram(fake_anthropic, clock, [790001, 790002])
+    said: list[str] = []
+
+    def meanwhile(chat: int, text: str) -> Delivery:
+        if not said:
+            later = clock.at + timedelta(seconds=LEASE_S + 1)
+            other = runtime.store().call(
+                "claim_due_follow_ups", {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+            )
+            assert (other["lost"], [row["content"] for row in other["claimed"]]) == (1, ["Ping 790002."])
+        said.append(text)
+        return Delivery.DELIVERED
+
+    with caplog.at_level(logging.INFO, logger="crossmem.follow_ups"):
+        run = FollowUpDelivery(runtime.store(), Senders(telegram=meanwhile), runtime.identity(), now=clock).run(60)
+    assert said == ["Ping 790001."]
+    assert (run.sent, run.unrecorded) == (0, 1)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "crossmem.follow_ups"]
+    assert warned == ["a claimed follow-up is no longer this run's: not sent"]
+    assert rows(job_database, "select content, status, tried_at is null from follow_ups order by id") == [
+        ("Ping 790001.", "given_up", False),  # tried: it may have gone out
+        ("Ping 790002.", "sending", True),  # the other run's, not tried yet
+    ]
+
+
+class MarkFails:
+    """The job's store, with try_follow_up failing (the database gone for that call)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def call(self, function: str, arguments: Any) -> Any:
+        if function == "try_follow_up":
+            raise StoreUnavailable("try_follow_up failed: OperationalError")
+        return self.store.call(function, arguments)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_later_once(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """The mark before the first send fails: the run sends nothing and hands the rest back; the
+    first, never marked, is due again when its claim expires. Each goes out once."""
+    due_on_telegram(fake_anthropic, clock, [795001, 795002])
+    said: list[str] = []
+
+    def sends(chat: int, text: str) -> Delivery:
+        said.append(text)
+        return Delivery.DELIVERED
+
+    def run(store: Any) -> Any:
+        return FollowUpDelivery(store, Senders(telegram=sends), runtime.identity(), now=clock).run(60)
+
+    failed = run(MarkFails(runtime.store()))
+    assert (said, failed.sent, failed.released) == ([], 0, 1)
+    assert (run(runtime.store()).sent, said) == (1, ["Ping 795002."])
+    clock.at += timedelta(seconds=LEASE_S + 1)
+    later = run(runtime.store())
+    assert (later.sent, later.lost, said) == (1, 0, ["Ping 795002.", "Ping 795001."])
+    assert rows(job_database, "select status, attempts from follow_ups order by id") == [("sent", 1), ("sent", 1)]
 
 
 def test_a_sender_that_raises_leaves_only_the_follow_up_it_was_sending_claimed(

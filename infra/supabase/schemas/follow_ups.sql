@@ -8,9 +8,11 @@
 --    the agent's message), `pending` again with a later `next_attempt_at` (a failure that may
 --    pass), `held` (WhatsApp outside its 24-hour window without a template: delivered first on
 --    the person's next WhatsApp message) or `given_up`. A run whose time budget ends before it
---    tries some of its claimed rows hands them back, pending (`release_follow_ups`). A `sending`
---    row whose run never came back is given up, never sent again: a follow-up goes out at most
---    once (a claim outlasts any live run: the job's lease is at least its function's timeout).
+--    tries some of its claimed rows hands them back, pending (`release_follow_ups`). A run marks
+--    each row just before it sends it (`try_follow_up`): of a run that never came back, the rows
+--    it tried are given up, never sent again (a follow-up goes out at most once), and the ones it
+--    never reached go back to pending (a claim outlasts any live run: the job's lease is at least
+--    its function's timeout).
 -- 2. A person's timezone (`person_timezones`): "Friday at 9" is resolved in it by the turn.
 -- 3. The two round trips of a turn stay two: begin_turn (turn.sql) answers with what follow-ups
 --    need (`turn_follow_ups`, one of its parts), and `finish_turn_follow_ups` calls finish_turn
@@ -41,6 +43,8 @@ create table public.follow_ups (
     -- recorded, and it is handed back, only under that claim, so a retried call of the run that
     -- claimed it knows its own work and never touches a later run's claim.
     claim uuid,
+    -- When its claim's run began to send it (try_follow_up); null while claimed and not yet tried.
+    tried_at timestamptz,
     message_id bigint references public.messages (id) on delete set null,
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
@@ -257,9 +261,14 @@ declare
     v_lost integer;
     v_claimed jsonb;
 begin
+    -- A dead run's claims: what it tried may have gone out and is given up; what it never
+    -- reached is due again (the attempt its claim counted taken back), and may be claimed now.
     update public.follow_ups f set status = 'given_up', claimed_until = null, claim = null
-     where f.status = 'sending' and f.claimed_until < p_now;
+     where f.status = 'sending' and f.claimed_until < p_now and f.tried_at is not null;
     get diagnostics v_lost = row_count;
+    update public.follow_ups f
+       set status = 'pending', attempts = f.attempts - 1, claimed_until = null, claim = null
+     where f.status = 'sending' and f.claimed_until < p_now;
     with due as (
         select f.id
           from public.follow_ups f
@@ -270,7 +279,7 @@ begin
     ), taken as (
         update public.follow_ups f
            set status = 'sending', claimed_until = p_now + make_interval(secs => p_lease_seconds),
-               attempts = f.attempts + 1, claim = v_claim
+               attempts = f.attempts + 1, claim = v_claim, tried_at = null
           from due
          where f.id = due.id
         returning f.*
@@ -298,11 +307,24 @@ $$;
 create function public.release_follow_ups(p_ids text, p_claim uuid) returns jsonb language sql set search_path = '' as $$
     with released as (
         update public.follow_ups f set status = 'pending', attempts = f.attempts - 1, claimed_until = null
-         where f.status = 'sending' and f.claim = p_claim
+         where f.status = 'sending' and f.claim = p_claim and f.tried_at is null
            and f.id in (select value::bigint from jsonb_array_elements_text(p_ids::jsonb))
         returning f.id
     )
     select jsonb_build_object('released', count(*)) from released;
+$$;
+
+
+-- Just before a run sends a claimed follow-up: marked tried, so that if the run dies from here it
+-- is given up rather than said twice. {"ok": false} when it is no longer p_claim's (a later run
+-- took it over, or the person forgot it): not to be sent.
+create function public.try_follow_up(p_id bigint, p_claim uuid) returns jsonb language sql set search_path = '' as $$
+    with tried as (
+        update public.follow_ups f set tried_at = coalesce(f.tried_at, clock_timestamp())
+         where f.id = p_id and f.claim = p_claim and f.status = 'sending'
+        returning f.id
+    )
+    select jsonb_build_object('ok', exists (select from tried));
 $$;
 
 
