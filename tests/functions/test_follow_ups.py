@@ -66,6 +66,17 @@ class Clock:
         return self.at
 
 
+class Said:
+    """A Telegram sender that delivers every follow-up and keeps what it said (`texts`)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, chat: int, text: str) -> Delivery:
+        self.texts.append(text)
+        return Delivery.DELIVERED
+
+
 class Stopwatch:
     """The job run's monotonic clock (FollowUpDelivery's `clock`), in seconds, moved by the test."""
 
@@ -525,15 +536,11 @@ def test_a_run_killed_mid_batch_loses_only_the_follow_up_it_was_sending(
     killed = store.call("claim_due_follow_ups", claiming)
     first = killed["claimed"][0]
     assert store.call("try_follow_up", {"p_id": first["id"], "p_claim": killed["claim"]}) == {"ok": True}
-    said: list[str] = []
-
-    def sends(chat: int, text: str) -> Delivery:
-        said.append(text)
-        return Delivery.DELIVERED
+    said = Said()
 
     clock.at += timedelta(seconds=LEASE_S + 1)
-    run = FollowUpDelivery(store, Senders(telegram=sends), runtime.identity(), now=clock).run(60)
-    assert said == ["Ping 780002.", "Ping 780003."]
+    run = FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
+    assert said.texts == ["Ping 780002.", "Ping 780003."]
     assert (run.lost, run.sent) == (1, 2)
     assert rows(job_database, "select content, status, attempts from follow_ups order by id") == [
         ("Ping 780001.", "given_up", 1),
@@ -599,21 +606,17 @@ def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_later_onc
     """The mark before the first send fails: the run sends nothing and hands the rest back; the
     first, never marked, is due again when its claim expires. Each goes out once."""
     due_on_telegram(fake_anthropic, clock, [795001, 795002])
-    said: list[str] = []
-
-    def sends(chat: int, text: str) -> Delivery:
-        said.append(text)
-        return Delivery.DELIVERED
+    said = Said()
 
     def run(store: Any) -> Any:
-        return FollowUpDelivery(store, Senders(telegram=sends), runtime.identity(), now=clock).run(60)
+        return FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
 
     failed = run(MarkFails(runtime.store()))
-    assert (said, failed.sent, failed.released) == ([], 0, 1)
-    assert (run(runtime.store()).sent, said) == (1, ["Ping 795002."])
+    assert (said.texts, failed.sent, failed.released) == ([], 0, 1)
+    assert (run(runtime.store()).sent, said.texts) == (1, ["Ping 795002."])
     clock.at += timedelta(seconds=LEASE_S + 1)
     later = run(runtime.store())
-    assert (later.sent, later.lost, said) == (1, 0, ["Ping 795002.", "Ping 795001."])
+    assert (later.sent, later.lost, said.texts) == (1, 0, ["Ping 795002.", "Ping 795001."])
     assert rows(job_database, "select status, attempts from follow_ups order by id") == [("sent", 1), ("sent", 1)]
 
 
