@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 
@@ -136,7 +137,8 @@ def run(database_url: str) -> dict[str, Any]:
         clock.at = START + timedelta(days=40)
         for _ in range(BURST_CLAIMS):
             store.call(
-                "claim_due_follow_ups", {"p_now": clock.at.isoformat(), "p_limit": BATCH, "p_lease_seconds": LEASE_S}
+                "claim_due_follow_ups",
+                {"p_now": clock.at.isoformat(), "p_limit": BATCH, "p_lease_seconds": LEASE_S, "p_claim": str(uuid4())},
             )
     finally:
         quiet.setLevel(level)

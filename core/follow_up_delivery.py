@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from core.errors import StoreUnavailable
 from core.identity.policy import IdentityPolicy
@@ -119,10 +119,11 @@ class FollowUpDelivery:
         ends = self._clock() + time_budget_s
         while self._clock() < ends:
             now = self._now()
+            claim = str(uuid4())  # drawn here: the store's retry of the call finds the same claim
             try:
                 claimed = self._store.call(
                     "claim_due_follow_ups",
-                    {"p_now": now.isoformat(), "p_limit": self._batch, "p_lease_seconds": LEASE_S},
+                    {"p_now": now.isoformat(), "p_limit": self._batch, "p_lease_seconds": LEASE_S, "p_claim": claim},
                 )
             except StoreUnavailable as exc:
                 log.error("follow-ups could not be claimed", extra={"error": str(exc)})
@@ -131,7 +132,6 @@ class FollowUpDelivery:
                 done.lost += int(claimed["lost"])
                 log.error("follow-ups given up: a run died while sending them", extra={"count": claimed["lost"]})
             rows: list[dict[str, Any]] = claimed["claimed"]
-            claim = str(claimed["claim"])
             tried = 0
             try:
                 for row in rows:
@@ -142,6 +142,7 @@ class FollowUpDelivery:
                         self._deliver(row, claim, self._now(), done)
             except StoreUnavailable as exc:
                 log.error("a follow-up could not be marked tried; not sent", extra={"error": str(exc)})
+                tried -= 1  # handed back with the rest, unless its mark did land (then it is kept)
                 break
             finally:
                 # Never tried: back to pending. The one a raising sender was on may have gone out.
@@ -154,8 +155,10 @@ class FollowUpDelivery:
     def _still_this_runs(self, row: dict[str, Any], claim: str) -> bool:
         """Marked tried just before its send (`try_follow_up`): should the run die from here, it
         is given up, never said twice; the ones it never reached are due again. False when it is
-        no longer this claim's (a later run took it over, the person forgot it): not sent."""
-        if self._store.call("try_follow_up", {"p_id": row["id"], "p_claim": claim})["ok"]:
+        no longer this claim's (a later run took it over, the person forgot it, its lease ran out):
+        not sent."""
+        marking = {"p_id": row["id"], "p_claim": claim, "p_now": self._now().isoformat()}
+        if self._store.call("try_follow_up", marking)["ok"]:
             return True
         log.warning("a claimed follow-up is no longer this run's: not sent", extra={"id": row["id"]})
         return False

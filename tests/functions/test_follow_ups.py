@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
@@ -437,7 +438,8 @@ def test_a_follow_up_given_up_by_another_run_while_it_was_sent_is_logged_as_not_
         later = clock.at + timedelta(seconds=LEASE_S + 1)
         other_runs.append(
             runtime.store().call(
-                "claim_due_follow_ups", {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+                "claim_due_follow_ups",
+                {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S, "p_claim": str(uuid.uuid4())},
             )
         )
         said.append(text)
@@ -478,11 +480,11 @@ def test_a_claim_is_finished_and_handed_back_only_by_the_run_that_holds_it(
         arguments = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
         return store.call("finish_follow_up", arguments)
 
-    first = store.call("claim_due_follow_ups", claiming)
+    first = store.call("claim_due_follow_ups", {**claiming, "p_claim": str(uuid.uuid4())})
     [row] = first["claimed"]
     ids = json.dumps([row["id"]])
     assert store.call("release_follow_ups", {"p_ids": ids, "p_claim": first["claim"]}) == {"released": 1}
-    second = store.call("claim_due_follow_ups", claiming)
+    second = store.call("claim_due_follow_ups", {**claiming, "p_claim": str(uuid.uuid4())})
     assert [again["id"] for again in second["claimed"]] == [row["id"]] and second["claim"] != first["claim"]
     # The first run's release and finish, retried: the follow-up is the second run's now.
     assert store.call("release_follow_ups", {"p_ids": ids, "p_claim": first["claim"]}) == {"released": 0}
@@ -533,9 +535,15 @@ def test_a_run_killed_mid_batch_loses_only_the_follow_up_it_was_sending(
     due_on_telegram(fake_anthropic, clock, [780001, 780002, 780003])
     store = runtime.store()
     claiming = {"p_now": clock.at.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
-    killed = store.call("claim_due_follow_ups", claiming)
-    first = killed["claimed"][0]
-    assert store.call("try_follow_up", {"p_id": first["id"], "p_claim": killed["claim"]}) == {"ok": True}
+    killed = store.call("claim_due_follow_ups", {**claiming, "p_claim": str(uuid.uuid4())})
+    first, second = killed["claimed"][0], killed["claimed"][1]
+
+    def mark(row: dict[str, Any], at: datetime) -> Any:
+        return store.call("try_follow_up", {"p_id": row["id"], "p_claim": killed["claim"], "p_now": at.isoformat()})
+
+    assert mark(first, clock.at) == {"ok": True}
+    # The same run resumed after its lease (a frozen thread): it does not start another send.
+    assert mark(second, clock.at + timedelta(seconds=LEASE_S + 1)) == {"ok": False}
     said = Said()
 
     clock.at += timedelta(seconds=LEASE_S + 1)
@@ -548,7 +556,7 @@ def test_a_run_killed_mid_batch_loses_only_the_follow_up_it_was_sending(
         ("Ping 780003.", "sent", 1),
     ]
     # A claim that is no longer the run's is not marked: the follow-up is not its to send.
-    assert store.call("try_follow_up", {"p_id": first["id"], "p_claim": killed["claim"]}) == {"ok": False}
+    assert mark(first, clock.at) == {"ok": False}
 
 
 def test_a_follow_up_another_run_took_over_before_its_turn_is_not_sent(
@@ -567,7 +575,8 @@ def test_a_follow_up_another_run_took_over_before_its_turn_is_not_sent(
         if not said:
             later = clock.at + timedelta(seconds=LEASE_S + 1)
             other = runtime.store().call(
-                "claim_due_follow_ups", {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+                "claim_due_follow_ups",
+                {"p_now": later.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S, "p_claim": str(uuid.uuid4())},
             )
             assert (other["lost"], [row["content"] for row in other["claimed"]]) == (1, ["Ping 790002."])
         said.append(text)
@@ -600,11 +609,11 @@ class MarkFails:
         self.store.close()
 
 
-def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_later_once(
+def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_with_the_next_run_once(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
 ) -> None:
-    """The mark before the first send fails: the run sends nothing and hands the rest back; the
-    first, never marked, is due again when its claim expires. Each goes out once."""
+    """The mark before the first send fails: the run sends nothing and hands back all it claimed,
+    the unmarked one with the rest; the next run sends each once."""
     due_on_telegram(fake_anthropic, clock, [795001, 795002])
     said = Said()
 
@@ -612,12 +621,67 @@ def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_later_onc
         return FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
 
     failed = run(MarkFails(runtime.store()))
-    assert (said.texts, failed.sent, failed.released) == ([], 0, 1)
-    assert (run(runtime.store()).sent, said.texts) == (1, ["Ping 795002."])
-    clock.at += timedelta(seconds=LEASE_S + 1)
+    assert (said.texts, failed.sent, failed.released) == ([], 0, 2)
     later = run(runtime.store())
-    assert (later.sent, later.lost, said.texts) == (1, 0, ["Ping 795002.", "Ping 795001."])
+    assert (later.sent, later.lost, said.texts) == (2, 0, ["Ping 795001.", "Ping 795002."])
     assert rows(job_database, "select status, attempts from follow_ups order by id") == [("sent", 1), ("sent", 1)]
+
+
+def test_a_claim_whose_answer_is_lost_is_retried_under_the_same_claim_and_sent_at_once(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """claim_due_follow_ups commits and its answer is lost with the connection; the store's retry
+    carries the same claim id and gets the same follow-ups, not a claim of nothing while they wait
+    out the lease."""
+    due_on_telegram(fake_anthropic, clock, [796001, 796002])
+    proxy = LatencyProxy(postgres_target(job_database))
+    store = PostgresStore(through_proxy(job_database, proxy.port))
+    said = Said()
+    try:
+        warm = {"p_id": 0, "p_claim": str(uuid.uuid4()), "p_now": clock.at.isoformat()}
+        assert store.call("try_follow_up", warm) == {"ok": False}  # a connection open, as in a warm instance
+        proxy.lose_next_answer()  # the claim commits; its answer never arrives
+        run = FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
+    finally:
+        store.close()
+        proxy.close()
+    assert (run.sent, said.texts) == (2, ["Ping 796001.", "Ping 796002."])
+    assert rows(job_database, "select status, attempts from follow_ups order by id") == [("sent", 1), ("sent", 1)]
+
+
+WAITING_FOR_A_LOCK = (
+    "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()"
+)
+
+
+def test_a_mark_that_lands_while_a_later_run_claims_keeps_the_follow_up_with_the_run_that_marked_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """A run resumed after its lease marks a follow-up at the moment a later run finds the claim
+    expired: the later run waits for the mark, sees it, and neither hands the follow-up to itself
+    nor sends it; only the run that marked it may."""
+    due_on_telegram(fake_anthropic, clock, [797001])
+    store, claim, later = runtime.store(), str(uuid.uuid4()), str(uuid.uuid4())
+    claiming = {"p_now": clock.at.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S}
+    [row] = store.call("claim_due_follow_ups", {**claiming, "p_claim": claim})["claimed"]
+    expired = {**claiming, "p_now": (clock.at + timedelta(seconds=LEASE_S + 1)).isoformat(), "p_claim": later}
+    other: list[Any] = []
+    with psycopg.connect(job_database) as marking:  # by the resumed run's own clock, still in its lease
+        marking.execute("select public.try_follow_up(%s, %s, %s)", (row["id"], claim, clock.at))
+        claiming_thread = threading.Thread(target=lambda: other.append(store.call("claim_due_follow_ups", expired)))
+        claiming_thread.start()
+        for _ in range(200):  # until the later run waits for the mark's row lock
+            if rows(job_database, WAITING_FOR_A_LOCK) == [(1,)]:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the later run's claim never waited for the mark")
+        marking.commit()
+    claiming_thread.join(10)
+    assert other == [{"claimed": [], "lost": 0, "claim": later}]
+    assert rows(job_database, "select status, claim::text, tried_at is not null from follow_ups") == [
+        ("sending", claim, True)
+    ]
 
 
 def test_a_sender_that_raises_leaves_only_the_follow_up_it_was_sending_claimed(

@@ -248,42 +248,43 @@ end;
 $$;
 
 
--- The scheduled job's share of due follow-ups at p_now (the job's clock): up to p_limit pending
--- ones due by then, oldest first, each taken (`for update skip locked`) and marked `sending`
--- until p_now + p_lease_seconds. Each comes with what delivering it needs: `identity_user` (whom
--- its chat or number belongs to now: an unlinked one is no longer the person's) and
--- `last_whatsapp_at` (the person's last WhatsApp message: the 24-hour window). First, the ones a
--- run took and never finished (it died mid-send) are given up: they may have gone out.
--- Answers {"claimed": [...], "lost": n, "claim": the claim's id, for finish and release}.
-create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer) returns jsonb language plpgsql set search_path = '' as $$
+-- The scheduled job's share of due follow-ups at p_now (the job's clock), under the claim id the
+-- run drew (p_claim): up to p_limit pending ones due by then, oldest first, each taken (`for
+-- update skip locked`) and marked `sending` until p_now + p_lease_seconds. Each comes with what
+-- delivering it needs: `identity_user` (whom its chat or number belongs to now: an unlinked one
+-- is no longer the person's) and `last_whatsapp_at` (the person's last WhatsApp message: the
+-- 24-hour window). First, a dead run's claims: the ones it had begun to send (tried) are given
+-- up, as they may have gone out; the ones it never reached are due again. The same call retried
+-- after its first try committed (its answer lost with the connection) answers what p_claim
+-- already holds, and claims nothing more. Answers {"claimed": [...], "lost": n, "claim": p_claim}.
+create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer, p_claim uuid)
+    returns jsonb language plpgsql set search_path = '' as $$
 declare
-    v_claim uuid := gen_random_uuid();
-    v_lost integer;
+    v_lost integer := 0;
     v_claimed jsonb;
 begin
-    -- A dead run's claims: what it tried may have gone out and is given up; what it never
-    -- reached is due again (the attempt its claim counted taken back), and may be claimed now.
-    update public.follow_ups f set status = 'given_up', claimed_until = null, claim = null
-     where f.status = 'sending' and f.claimed_until < p_now and f.tried_at is not null;
-    get diagnostics v_lost = row_count;
-    update public.follow_ups f
-       set status = 'pending', attempts = f.attempts - 1, claimed_until = null, claim = null
-     where f.status = 'sending' and f.claimed_until < p_now;
-    with due as (
-        select f.id
-          from public.follow_ups f
-         where f.status = 'pending' and f.next_attempt_at <= p_now
-         order by f.next_attempt_at, f.id
-         limit p_limit
-           for update skip locked
-    ), taken as (
+    if not exists (select from public.follow_ups f where f.status = 'sending' and f.claim = p_claim) then
+        update public.follow_ups f set status = 'given_up', claimed_until = null, claim = null
+         where f.status = 'sending' and f.claimed_until < p_now and f.tried_at is not null;
+        get diagnostics v_lost = row_count;
+        -- (a late run's mark committed meanwhile makes a row tried: it is left for the next run)
+        update public.follow_ups f
+           set status = 'pending', attempts = f.attempts - 1, claimed_until = null, claim = null
+         where f.status = 'sending' and f.claimed_until < p_now and f.tried_at is null;
+        with due as (
+            select f.id
+              from public.follow_ups f
+             where f.status = 'pending' and f.next_attempt_at <= p_now
+             order by f.next_attempt_at, f.id
+             limit p_limit
+               for update skip locked
+        )
         update public.follow_ups f
            set status = 'sending', claimed_until = p_now + make_interval(secs => p_lease_seconds),
-               attempts = f.attempts + 1, claim = v_claim, tried_at = null
+               attempts = f.attempts + 1, claim = p_claim, tried_at = null
           from due
-         where f.id = due.id
-        returning f.*
-    )
+         where f.id = due.id;
+    end if;
     select coalesce(jsonb_agg(jsonb_build_object(
                'id', t.id, 'user_id', t.user_id, 'conversation_id', t.conversation_id, 'surface', t.surface,
                'sender', t.sender, 'content', t.content, 'due_at', t.due_at, 'attempts', t.attempts,
@@ -293,8 +294,9 @@ begin
                                      where m.user_id = t.user_id and m.surface = 'whatsapp' and m.role = 'user'))
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
-      from taken t;
-    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', v_claim);
+      from public.follow_ups t
+     where t.status = 'sending' and t.claim = p_claim;
+    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', p_claim);
 end;
 $$;
 
@@ -317,11 +319,13 @@ $$;
 
 -- Just before a run sends a claimed follow-up: marked tried, so that if the run dies from here it
 -- is given up rather than said twice. {"ok": false} when it is no longer p_claim's (a later run
--- took it over, or the person forgot it): not to be sent.
-create function public.try_follow_up(p_id bigint, p_claim uuid) returns jsonb language sql set search_path = '' as $$
+-- took it over, or the person forgot it) or its lease has run out by the run's clock (p_now: a
+-- run resumed late never starts a send a later run may make): not to be sent.
+create function public.try_follow_up(p_id bigint, p_claim uuid, p_now timestamptz) returns jsonb
+    language sql set search_path = '' as $$
     with tried as (
         update public.follow_ups f set tried_at = coalesce(f.tried_at, clock_timestamp())
-         where f.id = p_id and f.claim = p_claim and f.status = 'sending'
+         where f.id = p_id and f.claim = p_claim and f.status = 'sending' and f.claimed_until >= p_now
         returning f.id
     )
     select jsonb_build_object('ok', exists (select from tried));
