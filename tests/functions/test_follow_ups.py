@@ -684,6 +684,51 @@ def test_a_mark_that_lands_while_a_later_run_claims_keeps_the_follow_up_with_the
     ]
 
 
+def test_a_follow_up_recorded_while_its_conversation_is_forgotten_neither_deadlocks(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """The run records a follow-up just as the person forgets its conversation: one waits for the
+    other at the conversation, and both succeed (forgetting locks the conversation, then its
+    follow-ups; recording took them the other way round and could deadlock with it)."""
+    due_on_telegram(fake_anthropic, clock, [798001])
+    store, claim = runtime.store(), str(uuid.uuid4())
+    claiming = {"p_now": clock.at.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S, "p_claim": claim}
+    [row] = store.call("claim_due_follow_ups", claiming)["claimed"]
+    outcomes: dict[str, Any] = {}
+
+    def attempt(name: str, function: str, arguments: dict[str, Any]) -> None:
+        try:
+            outcomes[name] = store.call(function, arguments)
+        except StoreUnavailable as exc:
+            outcomes[name] = str(exc)
+
+    def waiting(count: int) -> None:
+        for _ in range(200):
+            if rows(job_database, WAITING_FOR_A_LOCK) == [(count,)]:
+                return
+            time.sleep(0.05)
+        pytest.fail(f"never {count} waiting for a lock")
+
+    recording = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
+    forgetting = {"p_user_id": row["user_id"], "p_conversation_id": None}
+    threads = [
+        threading.Thread(target=attempt, args=("finish", "finish_follow_up", recording)),
+        threading.Thread(target=attempt, args=("forget", "forget_conversations", forgetting)),
+    ]
+    with psycopg.connect(job_database) as holder:  # holds the follow-up a moment, so the two meet
+        holder.execute("select from follow_ups where id = %s for update", (row["id"],))
+        for expected, thread in enumerate(threads, start=1):
+            thread.start()
+            waiting(expected)
+        holder.rollback()
+    for thread in threads:
+        thread.join(10)
+    assert {name: type(outcome) for name, outcome in outcomes.items()} == {"finish": dict, "forget": dict}, outcomes
+    assert outcomes["finish"]["done"] is True
+    assert rows(job_database, "select count(*) from follow_ups") == [(0,)]
+    assert rows(job_database, "select count(*) from conversations") == [(0,)]
+
+
 def test_a_sender_that_raises_leaves_only_the_follow_up_it_was_sending_claimed(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -341,6 +341,11 @@ declare
     v_follow_up public.follow_ups;
     v_message bigint;
 begin
+    -- Its conversation first, as forgetting and linking lock them (the conversation, then its
+    -- follow-ups): in the other order a forget at the same moment could deadlock with this.
+    perform from public.conversations c
+     where c.id = (select f.conversation_id from public.follow_ups f where f.id = p_id)
+       for key share;
     select * into v_follow_up from public.follow_ups f where f.id = p_id and f.claim = p_claim for update;
     if v_follow_up.id is null then
         return jsonb_build_object('done', false);  -- given up as a dead run's, forgotten, or claimed again
