@@ -168,7 +168,7 @@ class FollowUpDelivery:
         try:
             released = self._store.call("release_follow_ups", {"p_ids": json.dumps(ids), "p_claim": claim})
         except StoreUnavailable as exc:
-            # Their claims expire and the next run gives them up: never said twice.
+            # Untried, their claims expire into pending: the first run after the lease sends them.
             log.error("follow-ups not tried could not be handed back", extra={"ids": ids, "error": str(exc)})
             return
         done.released += int(released["released"])
