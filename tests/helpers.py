@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from flask.testing import FlaskClient
 from functions_framework import create_app
 from twilio.request_validator import RequestValidator
 
+from core.errors import StoreUnavailable
+from core.stores.store import JsonScalar, MemoryStore
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -178,6 +181,25 @@ def new_code(apps: Apps, person: uuid.UUID) -> dict[str, Any]:
 def sent_texts(body: dict[str, Any]) -> list[str]:
     """The texts of a request to the model."""
     return [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in body["messages"]]
+
+
+# A store whose named SQL functions fail as a down database does.
+
+
+class FailingStore:
+    """The real store, except that the SQL functions named in `failing` fail as a down database does."""
+
+    def __init__(self, store: MemoryStore, failing: Iterable[str] = ()) -> None:
+        self.store = store
+        self.failing: set[str] = set(failing)
+
+    def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
+        if function in self.failing:
+            raise StoreUnavailable(f"{function} failed: OperationalError")
+        return self.store.call(function, arguments)
+
+    def close(self) -> None:
+        self.store.close()
 
 
 # The database, read directly.

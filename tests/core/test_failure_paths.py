@@ -5,40 +5,21 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
-from core.errors import StoreUnavailable
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
-from core.stores.store import JsonScalar
 from core.turn import Turns
 from core.turn_request import Outcome, TurnRequest, TurnSettings
-from tests.helpers import count, rows
+from tests.helpers import FailingStore, count, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
-
-
-class FailingStore:
-    """The real store, except that the SQL functions named in `failing` fail as a down database does."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-        self.failing: set[str] = set()
-
-    def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
-        if function in self.failing:
-            raise StoreUnavailable(f"{function} failed: OperationalError")
-        return self.store.call(function, arguments)
-
-    def close(self) -> None:
-        self.store.close()
 
 
 class RecordingChannel:

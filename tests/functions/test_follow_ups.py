@@ -35,6 +35,7 @@ from tests.helpers import (
     PUBLIC_BASE_URL,
     TELEGRAM_HEADERS,
     TWILIO_TOKEN,
+    FailingStore,
     app_client,
     as_owner,
     bearer,
@@ -594,21 +595,6 @@ def test_a_follow_up_another_run_took_over_before_its_turn_is_not_sent(
     ]
 
 
-class MarkFails:
-    """The job's store, with try_follow_up failing (the database gone for that call)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    def call(self, function: str, arguments: Any) -> Any:
-        if function == "try_follow_up":
-            raise StoreUnavailable("try_follow_up failed: OperationalError")
-        return self.store.call(function, arguments)
-
-    def close(self) -> None:
-        self.store.close()
-
-
 def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_with_the_next_run_once(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -620,7 +606,7 @@ def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_with_the_
     def run(store: Any) -> Any:
         return FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
 
-    failed = run(MarkFails(runtime.store()))
+    failed = run(FailingStore(runtime.store(), {"try_follow_up"}))
     assert (said.texts, failed.sent, failed.released) == ([], 0, 2)
     later = run(runtime.store())
     assert (later.sent, later.lost, said.texts) == (2, 0, ["Ping 795001.", "Ping 795002."])
