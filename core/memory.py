@@ -21,6 +21,7 @@ from core.models import (
     Conversation,
     ConversationPage,
     FollowUp,
+    MemoryHit,
     Person,
     StoredMessage,
     StoredReply,
@@ -298,3 +299,33 @@ class Memory:
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
         rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})
         return [StoredMessage.from_row(row) for row in rows]
+
+    def search(
+        self,
+        user_id: UUID,
+        query: str,
+        *,
+        surface: Surface | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        limit: int = 8,
+        offset: int = 0,
+    ) -> list[MemoryHit]:
+        """The person's own messages that best match `query` (every surface, all time, or the
+        surface and period given), best first, none of `exclude_ids`. One round trip; raises
+        StoreUnavailable."""
+        rows = self.store.call(
+            "search_memory",
+            {
+                "p_user_id": str(user_id),
+                "p_query": storable(query)[:1000],
+                "p_surface": surface.value if surface is not None else None,
+                "p_since": since.isoformat() if since is not None else None,
+                "p_until": until.isoformat() if until is not None else None,
+                "p_exclude_ids": json.dumps(sorted(set(exclude_ids))),
+                "p_limit": limit,
+                "p_offset": offset,
+            },
+        )
+        return [MemoryHit.from_row(row) for row in rows["hits"]]

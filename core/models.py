@@ -209,3 +209,57 @@ class ConversationPage:
     conversation: Conversation
     messages: list[StoredMessage]
     has_more: bool
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """The message just before or after a search hit in its conversation: what it answered, or
+    what answered it."""
+
+    id: int
+    role: Role
+    content: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any] | None) -> Neighbour | None:
+        if row is None:
+            return None
+        return cls(int(row["id"]), parse_role(row["role"]), row["content"], datetime.fromisoformat(row["created_at"]))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "role": self.role.value, "content": self.content, "created_at": self.created_at.isoformat()}
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """One message memory search found, with its place among the ranker's results (`ranker`,
+    `rank`, `score`: a second ranker's hits are fused by rank, docs/decisions.md)."""
+
+    message: StoredMessage
+    ranker: str
+    rank: int
+    score: float
+    before: Neighbour | None
+    after: Neighbour | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> MemoryHit:
+        return cls(
+            StoredMessage.from_row(row),
+            str(row["ranker"]),
+            int(row["rank"]),
+            float(row["score"]),
+            Neighbour.from_row(row.get("before")),
+            Neighbour.from_row(row.get("after")),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **self.message.as_json(),
+            "ranker": self.ranker,
+            "rank": self.rank,
+            "score": self.score,
+            "before": self.before.as_json() if self.before else None,
+            "after": self.after.as_json() if self.after else None,
+        }

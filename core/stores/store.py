@@ -32,6 +32,7 @@ SQL_FUNCTIONS = frozenset(
         "list_conversations",
         "conversation_messages",
         "person_history",
+        "search_memory",
         "create_link_code",
         "redeem_link_code",
         "link_identity",

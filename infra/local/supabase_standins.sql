@@ -21,6 +21,9 @@ end
 $$;
 
 create schema if not exists auth;
+-- Where a Supabase project keeps its extensions (unaccent, btree_gin: messages.sql).
+create schema if not exists extensions;
+grant usage on schema extensions to anon, authenticated, service_role;
 grant usage on schema auth to anon, authenticated, service_role;
 grant usage on schema public to anon, authenticated, service_role;
 

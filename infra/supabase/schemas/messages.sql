@@ -5,6 +5,25 @@
 -- model deadline plus a margin); after it, or once its attempt is known to have ended
 -- (end_attempt), a message with no reply is owed (owed_replies.sql). `sender` keeps the chat
 -- or number it came from, so the scheduled job knows where to answer.
+--
+-- `search_text` is what memory search reads (search_memory, below): every message a person
+-- ever wrote or was answered, on every surface, found by its words.
+
+-- Supabase keeps extensions in their own schema (the local stand-ins make it on plain Postgres).
+create extension if not exists unaccent with schema extensions;
+create extension if not exists btree_gin with schema extensions;
+create schema if not exists crossmem_private;
+
+-- A text's words as search reads them: unaccented and lower-cased, neither stemmed nor stripped
+-- of stopwords (the `simple` configuration), so Spanish, English and any other language are
+-- stored alike, without guessing which one a message is in (docs/benchmarks.md, Memory search:
+-- the configurations compared). Immutable, as a generated column needs: the dictionary and the
+-- configuration are named, never looked up through a search_path.
+create function crossmem_private.searchable(p_text text) returns tsvector
+    language sql immutable parallel safe set search_path = '' as $$
+    select pg_catalog.to_tsvector('pg_catalog.simple'::regconfig,
+                                  extensions.unaccent('extensions.unaccent'::regdictionary, p_text));
+$$;
 
 create table public.messages (
     id bigint generated always as identity primary key,
@@ -24,7 +43,8 @@ create table public.messages (
     -- connection died recognises its own message and is not a redelivery.
     attempt uuid,
     answer_by timestamptz,
-    sender text
+    sender text,
+    search_text tsvector generated always as (crossmem_private.searchable(content)) stored
 );
 alter table public.messages enable row level security;  -- who reads what: access.sql
 
@@ -43,6 +63,9 @@ create unique index messages_once_per_attempt on public.messages (attempt) where
 -- the model again, whatever conversation it names. Replies have no key: they are not in it.
 create unique index messages_once_per_delivery on public.messages (user_id, surface, external_id)
     where external_id is not null;
+-- Memory search: a person's messages by their words (btree_gin puts user_id in the same index,
+-- so a search reads only that person's entries, as a Citus shard would hold them).
+create index messages_by_user_words on public.messages using gin (user_id, search_text);
 -- The purge reads messages by age, in bounded batches.
 create index messages_by_age on public.messages (created_at, id);
 -- What the owed-replies job scans: unanswered user messages of the last minutes, by age.
@@ -83,4 +106,115 @@ create or replace function public.person_history(p_user_id uuid, p_limit integer
              where m.user_id = p_user_id
              order by m.created_at desc, m.id desc
              limit p_limit) h;
+$$;
+
+
+-- Memory search: the person's own messages, every surface and all time, by their words.
+--
+-- A question as a person asks it ("when did I go to the support group?") is not a keyword
+-- query: its words are ranked, not all required. English and Spanish stopwords are dropped from
+-- the query (never from what is stored), a word of four letters or more also finds its other
+-- endings ("arrives" finds "arrived", "restaurant" finds "restaurante"), and each message scores
+-- the rarity of the words it shares with the question among the person's own messages (BM25's
+-- idf): "the dentist" ranks by "dentist". Recency breaks near-ties. docs/benchmarks.md compares
+-- this with the other configurations on the recall bench.
+create text search dictionary crossmem_private.english_stopwords (
+    template = pg_catalog.simple, stopwords = english, accept = false);
+create text search dictionary crossmem_private.spanish_stopwords (
+    template = pg_catalog.simple, stopwords = spanish, accept = false);
+
+-- The query's words: searchable, distinct, neither a stopword nor a single character.
+create function crossmem_private.search_terms(p_query text) returns text[]
+    language plpgsql stable set search_path = '' as $$
+begin
+    return (select coalesce(array_agg(distinct w order by w), '{}')
+              from unnest(pg_catalog.tsvector_to_array(crossmem_private.searchable(p_query))) w
+             where char_length(w) > 1
+               and pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, w) is null
+               and pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, w) is null);
+end;
+$$;
+
+-- One word as a query: itself, or from four letters on its stem as a prefix (two letters off
+-- past six), which stands in for stemming in any language.
+create function crossmem_private.term_query(p_term text) returns tsquery
+    language sql immutable parallel safe set search_path = '' as $$
+    select case when char_length(p_term) < 4 then pg_catalog.quote_literal(p_term)::tsquery
+                else (pg_catalog.quote_literal(left(p_term, greatest(4, char_length(p_term) - 2))) || ':*')::tsquery
+           end;
+$$;
+
+-- The best matches of p_query among the person's messages (p_surface: one app's; p_since and
+-- p_until: a period), leaving out p_exclude_ids (a JSON array: what the model already sees),
+-- ranked, from p_offset on. Each hit carries the message before and after it in its
+-- conversation, and its rank and score under its ranker, so a second ranker (embeddings) can be
+-- fused in by rank later (docs/decisions.md).
+create or replace function public.search_memory(
+    p_user_id uuid, p_query text, p_surface text, p_since timestamptz, p_until timestamptz,
+    p_exclude_ids text, p_limit integer, p_offset integer
+) returns json language plpgsql stable set search_path = '' as $$
+declare
+    v_terms text[] := crossmem_private.search_terms(p_query);
+    v_any tsquery;
+    v_exclude bigint[] := coalesce((select array_agg(e::bigint) from json_array_elements_text(
+                                        coalesce(nullif(p_exclude_ids, ''), '[]')::json) e), '{}');
+    v_total bigint;
+    v_hits json;
+begin
+    if cardinality(v_terms) = 0 then
+        return json_build_object('terms', '[]'::json, 'hits', '[]'::json);
+    end if;
+    select string_agg(crossmem_private.term_query(t)::text, ' | ')::tsquery into v_any from unnest(v_terms) t;
+    select count(*) into v_total from public.messages m where m.user_id = p_user_id;
+
+    with candidates as materialized (
+        select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at, m.search_text
+          from public.messages m
+         where m.user_id = p_user_id
+           and m.search_text @@ v_any
+           and (p_surface is null or m.surface = p_surface)
+           and (p_since is null or m.created_at >= p_since)
+           and (p_until is null or m.created_at < p_until)
+    ), matched as (
+        select c.id, t.term
+          from candidates c
+          join (select term, crossmem_private.term_query(term) as q from unnest(v_terms) term) t
+            on c.search_text @@ t.q
+    ), rarity as (
+        select term, ln(1 + (v_total - count(*) + 0.5) / (count(*) + 0.5)) as idf from matched group by term
+    ), scored as (
+        select c.*, sum(r.idf) * (1 + 0.2 * exp(-extract(epoch from now() - c.created_at) / (86400 * 60.0))) as score
+          from candidates c
+          join matched mt on mt.id = c.id
+          join rarity r on r.term = mt.term
+         where c.id <> all(v_exclude)
+         group by c.id, c.conversation_id, c.surface, c.role, c.content, c.created_at, c.search_text
+         order by score desc, c.created_at desc, c.id desc
+         limit greatest(p_limit, 0) offset greatest(p_offset, 0)
+    ), ranked as (
+        select s.*, row_number() over (order by s.score desc, s.created_at desc, s.id desc) + greatest(p_offset, 0)
+                    as rank
+          from scored s
+    )
+    select coalesce(json_agg(json_build_object(
+               'id', h.id, 'conversation_id', h.conversation_id, 'surface', h.surface, 'role', h.role,
+               'content', left(h.content, 8000), 'created_at', h.created_at,
+               'ranker', 'fulltext', 'rank', h.rank, 'score', round(h.score::numeric, 4),
+               'before', (select json_build_object('id', b.id, 'role', b.role, 'content', left(b.content, 2000),
+                                                   'created_at', b.created_at)
+                            from public.messages b
+                           where b.conversation_id = h.conversation_id and b.user_id = p_user_id
+                             and (b.created_at, b.id) < (h.created_at, h.id)
+                           order by b.created_at desc, b.id desc limit 1),
+               'after', (select json_build_object('id', a.id, 'role', a.role, 'content', left(a.content, 2000),
+                                                  'created_at', a.created_at)
+                           from public.messages a
+                          where a.conversation_id = h.conversation_id and a.user_id = p_user_id
+                            and (a.created_at, a.id) > (h.created_at, h.id)
+                          order by a.created_at, a.id limit 1))
+             order by h.rank), '[]'::json)
+      into v_hits
+      from ranked h;
+    return json_build_object('terms', to_json(v_terms), 'hits', v_hits);
+end;
 $$;
