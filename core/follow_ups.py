@@ -5,7 +5,7 @@ before the system prompt and never changes): schedule a follow-up, list the pend
 one, set the person's timezone. A tool runs here, on what `begin_turn` brought (the person's
 pending follow-ups and timezone), and only records intent: `finish_turn` writes it, so a turn
 still costs two round trips. A tool call costs a second model request only when the model needs
-its result to answer: a list, a refusal, or a call that came with no text.
+its result to answer: a list, a refusal, or a call that came with no text (core/tool_loop.py).
 
 Time as the person lives it: "Friday at 9" arrives as `day` ("friday") and `time` ("09:00"),
 resolved here in the person's timezone (theirs, else CONTEXT_TIMEZONE) with the clock the turn
@@ -16,19 +16,16 @@ skips moves forward by the gap; one it repeats is the first of the two.
 from __future__ import annotations
 
 import json
-import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.context import ModelMessage
-from core.model.llm import Model, ToolCall, Usage, plus
+from core.model.llm import ToolCall
 from core.models import FollowUp
-
-log = logging.getLogger("crossmem.follow_ups")
+from core.tool_loop import ToolResult
 
 MAX_AHEAD = timedelta(days=365)
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -166,13 +163,6 @@ class FollowUpRules:
     max_chars: int = 16000  # MAX_MESSAGE_CHARS: the text is bounded like a message
 
 
-@dataclass(frozen=True)
-class ToolResult:
-    call: ToolCall
-    content: str
-    is_error: bool = False
-
-
 @dataclass
 class TurnTools:
     """One turn's tools: what they answer the model, and the changes `finish_turn` writes."""
@@ -184,6 +174,12 @@ class TurnTools:
     scheduled: list[dict[str, Any]] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
+    definitions: tuple[dict[str, Any], ...] = TOOLS
+    round_trips: int = 0  # they only record intent: finish_turn writes it
+
+    def must_answer(self, result: ToolResult) -> bool:
+        """A list is for the model to read; a schedule or a cancel is only recorded."""
+        return result.call.name == LIST
 
     def changes(self) -> dict[str, Any]:
         """What finish_turn writes: empty when the tools changed nothing."""
@@ -256,28 +252,6 @@ class TurnTools:
         return f"Timezone set to {zone.key}; it is {self.now.astimezone(zone):%a %H:%M} there now."
 
 
-def needs_answer(results: Sequence[ToolResult], text: str) -> bool:
-    """Whether the model must see its tools' results to answer: it asked for a list, a call
-    failed, or it said nothing yet."""
-    return not text.strip() or any(r.is_error or r.call.name == LIST for r in results)
-
-
-def continuation(text: str, results: Sequence[ToolResult]) -> list[dict[str, Any]]:
-    """The model's answer with its tool calls, and their results: what the second request adds."""
-    said: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
-    calls = [{"type": "tool_use", "id": r.call.id, "name": r.call.name, "input": r.call.input} for r in results]
-    answers: list[dict[str, Any]] = [
-        {
-            "type": "tool_result",
-            "tool_use_id": r.call.id,
-            "content": r.content,
-            **({"is_error": True} if r.is_error else {}),
-        }
-        for r in results
-    ]
-    return [{"role": "assistant", "content": said + calls}, {"role": "user", "content": answers}]
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -295,67 +269,3 @@ def turn_tools(
 def tools_json() -> str:
     """The definitions as sent (a test pins that they never change between turns)."""
     return json.dumps(TOOLS, sort_keys=True)
-
-
-def answered(
-    model: Model,
-    system: str,
-    messages: Sequence[ModelMessage],
-    deadline_s: float,
-    notes: str,
-    tools: TurnTools | None,
-) -> Iterator[str | Usage]:
-    """The model's answer as text and `Usage` (all its requests' together). With `tools`, its
-    calls run; a second request answers them only when the model needs their results to answer."""
-    if tools is None:
-        only = model.stream(system, messages, deadline_s, notes)
-        try:
-            for chunk in only:
-                if not isinstance(chunk, ToolCall):  # none without tools
-                    yield chunk
-        finally:
-            close(only)
-        return
-    calls: list[ToolCall] = []
-    parts: list[str] = []
-    spent = Usage()
-    first = model.stream(system, messages, deadline_s, notes, tools=TOOLS)
-    try:
-        for chunk in first:
-            if isinstance(chunk, ToolCall):
-                calls.append(chunk)
-                continue
-            if isinstance(chunk, Usage):
-                spent = chunk
-            elif chunk:
-                parts.append(chunk)
-            yield chunk
-    finally:
-        close(first)
-    if not calls:
-        return
-    results = [tools.run(call) for call in calls]
-    text = "".join(parts)
-    if not needs_answer(results, text):
-        return
-    more = continuation(text, results)
-    second = model.stream(system, messages, deadline_s, notes, tools=TOOLS, continuation=more)
-    gap = "\n\n" if text.strip() else ""
-    try:
-        for chunk in second:
-            if isinstance(chunk, Usage):
-                yield plus(spent, chunk)
-            elif isinstance(chunk, ToolCall):
-                log.warning("a tool call in the answer to tool results was not run", extra={"tool": chunk.name})
-            elif chunk:
-                yield gap + chunk
-                gap = ""
-    finally:
-        close(second)
-
-
-def close(chunks: object) -> None:
-    """Stop reading (and paying for) a model's stream."""
-    stop = getattr(chunks, "close", None)
-    if stop is not None:
-        stop()

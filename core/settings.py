@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigurationError
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
+from core.model.prompt import DEFAULT_PERSONA
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     digest_batch_size: int = Field(default=10, ge=1)
     digest_time_budget: float = Field(default=240.0, gt=0)
     digest_pause_seconds: int = Field(default=300, ge=0)  # the prompt cache's lifetime
+    # Memory search (core/memory_search.py): the search_memory tool over everything the person
+    # ever said, and the most a search may add to the model's request, in tokens (about 4
+    # characters each), hits with their neighbours, best first.
+    memory_search: bool = True
+    search_max_tokens: int = Field(default=1500, ge=100, le=20000)
+    search_max_hits: int = Field(default=8, ge=1, le=50)
 
     # Follow-ups the agent starts (core/follow_ups.py): at most this many pending per person; 0
     # gives the model no follow-up tools. 20 is a dense week of reminders (about three a day),
@@ -95,7 +101,8 @@ class Settings(BaseSettings):
     # Outside APP_ENV=local, no ANTHROPIC_API_KEY means refusing to serve, unless this says the
     # offline stand-in is wanted (a demo deployment).
     allow_offline_model: bool = False
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # The persona only: the parts of the capabilities that are on follow it (core/model/prompt.py).
+    system_prompt: str = DEFAULT_PERSONA
     fallback_reply: str = (
         "Sorry, I can't think straight right now. I have your message and will remember it; "
         "please try again in a moment."

@@ -22,17 +22,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from core import follow_ups
+from core import follow_ups, tool_loop
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
-from core.follow_ups import TurnTools
 from core.identity.policy import IdentityPolicy
 from core.listening import Listening
 from core.media import placeholder
 from core.media_turn import MediaReader, PreparedMedia
 from core.memory import Memory, OwedMessage, storable
+from core.memory_search import MemorySearchTools
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
+from core.tool_loop import Toolbox, Toolset
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
 
 log = logging.getLogger("crossmem.turn")
@@ -80,7 +81,7 @@ class Turns:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
         messages = self._messages(request, start, prepared)
-        tools = self._tools(start, request.timezone)
+        tools = self._tools(start, request)
         return self._answer(
             request.surface, start, messages, figures, max(deadline_s, 1.0), channel, began, prepared, tools
         )
@@ -104,7 +105,7 @@ class Turns:
         channel: ReplyChannel | None,
         began: float,
         prepared: PreparedMedia | None = None,
-        tools: TurnTools | None = None,
+        tools: Toolbox | None = None,
         *,
         waiting: bool = True,
     ) -> TurnResult:
@@ -125,6 +126,7 @@ class Turns:
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
+        self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
         delivery = channel.send(text) if channel is not None and sends else Delivery.DELIVERED
         if delivery is not Delivery.DELIVERED:
@@ -167,8 +169,8 @@ class Turns:
         parts: list[str] = []
         unreported: list[str] = []  # the model's text since it last said what it has written
         outcome = Outcome.ANSWERED
-        tools = self._tools(start, request.timezone)
-        chunks = follow_ups.answered(
+        tools = self._tools(start, request)
+        chunks = tool_loop.answered(
             self._model(), self._settings.system_prompt, messages, request.deadline_s, self._notes(start), tools
         )
         ended = False
@@ -194,6 +196,7 @@ class Turns:
                 parts.append(fallback)
                 yield fallback
             text = "".join(parts)
+            self._count_tools(figures, tools)
             result = self._result(outcome, text, start, figures)
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
             if outcome is Outcome.ANSWERED:
@@ -204,7 +207,8 @@ class Turns:
             yield self._logged(request.surface, result, began)
         finally:
             if not ended:
-                follow_ups.close(chunks)
+                tool_loop.close(chunks)
+                self._count_tools(figures, tools)
                 # The stream's last event, which says what the model wrote, never came: it wrote at
                 # least the text it sent since it last said (not the fallback: that is ours).
                 figures.output_tokens += approximate_tokens("".join(unreported))
@@ -363,12 +367,27 @@ class Turns:
             channel.send(said)
         return []
 
-    def _tools(self, start: TurnStart, client_zone: str | None) -> TurnTools | None:
-        """This turn's follow-up tools, in the person's timezone (theirs, else CONTEXT_TIMEZONE)."""
-        rules = self._settings.follow_ups
-        if rules.max_pending <= 0 or start.message_id is None or start.user_id is None:
+    def _tools(self, start: TurnStart, request: TurnRequest) -> Toolbox | None:
+        """This turn's tools: those of each capability that is on, in the person's timezone
+        (theirs, else CONTEXT_TIMEZONE); memory search leaves out what the turn already shows."""
+        if start.message_id is None or start.user_id is None:
             return None
-        return follow_ups.turn_tools(rules, start.follow_ups, self._zone_of(start), self._now, client_zone)
+        zone = self._zone_of(start)
+        toolsets: list[Toolset] = []
+        rules = self._settings.follow_ups
+        if rules.max_pending > 0:
+            toolsets.append(follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, request.timezone))
+        if self._settings.search is not None:
+            seen = {m.id for m in (*start.history, *start.prepend)}
+            seen.update(item.id for item in request.client_history or () if item.id is not None)
+            toolsets.append(MemorySearchTools(self.memory, start.user_id, zone, frozenset(seen), self._settings.search))
+        return Toolbox(toolsets) if toolsets else None
+
+    @staticmethod
+    def _count_tools(figures: TurnFigures, tools: Toolbox | None) -> None:
+        """The model requests and the round trips of the tools' calls: the turn's log line and its budget."""
+        figures.model_requests = tools.requests if tools is not None else 1
+        figures.round_trips += tools.round_trips if tools is not None else 0
 
     def _zone_of(self, start: TurnStart) -> ZoneInfo:
         """The person's timezone (theirs, else CONTEXT_TIMEZONE): the context's tags and the
@@ -385,7 +404,7 @@ class Turns:
         notes: str,
         deadline_s: float,
         drafts: Callable[[str], None] | None = None,
-        tools: TurnTools | None = None,
+        tools: Toolbox | None = None,
     ) -> ModelReply:
         """The model's answer within the deadline, streamed: what it reports spending reaches
         `figures` as it goes (its input as soon as it starts), so a turn that ends in the
@@ -395,12 +414,12 @@ class Turns:
         def answer() -> ModelReply:
             parts: list[str] = []
             usage = Usage()
-            chunks = follow_ups.answered(
+            chunks = tool_loop.answered(
                 self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools
             )
             for chunk in chunks:
                 if stopped.is_set():
-                    follow_ups.close(chunks)  # the caller gave up: stop reading (and paying for) the answer
+                    tool_loop.close(chunks)  # the caller gave up: stop reading (and paying for) the answer
                     break
                 if isinstance(chunk, Usage):
                     usage = chunk
@@ -447,7 +466,7 @@ class Turns:
         text: str,
         delivered: bool,
         learned: str | None = None,
-        tools: TurnTools | None = None,
+        tools: Toolbox | None = None,
     ) -> None:
         if start.message_id is None or start.user_id is None:
             return

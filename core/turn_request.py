@@ -13,6 +13,7 @@ from uuid import UUID
 from core.context import ContextItem
 from core.follow_ups import FollowUpRules
 from core.media import MediaRef
+from core.memory_search import SearchRules
 from core.model.llm import Usage
 from core.models import Delivery, Surface
 
@@ -62,6 +63,7 @@ class Outcome(StrEnum):
 class TurnFigures:
     latency_ms: float = 0.0
     round_trips: int = 0
+    model_requests: int = 0  # an answer, then one more for each round of tool results it needed
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_tokens: int = 0
@@ -111,3 +113,4 @@ class TurnSettings:
     timezone: str = "UTC"
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
     follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
+    search: SearchRules | None = None  # MEMORY_SEARCH off: no search tool

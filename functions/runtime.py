@@ -26,8 +26,10 @@ from core.logs import configure_json_logging
 from core.media import MediaLimits
 from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
+from core.memory_search import SearchRules
 from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
+from core.model.prompt import Capabilities, standing_instructions
 from core.models import Surface
 from core.owed import OwedReplies
 from core.retention import Retention, in_flight_window
@@ -174,6 +176,15 @@ def identity() -> IdentityPolicy:
     )
 
 
+def capabilities(config: Settings) -> Capabilities:
+    """What this deployment's agent can do, as its settings switch it: what its prompt says."""
+    return Capabilities(
+        images=True,
+        follow_ups=config.follow_ups_per_person > 0,
+        search=config.memory_search,
+    )
+
+
 @functools.cache
 def turns() -> Turns:
     config = settings()
@@ -182,13 +193,14 @@ def turns() -> Turns:
         model,
         identity(),
         TurnSettings(
-            system_prompt=config.system_prompt,
+            system_prompt=standing_instructions(config.system_prompt, capabilities(config)),
             fallback_reply=config.fallback_reply,
             stranger_reply=config.stranger_reply,
             annotate=config.context_annotations,
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
             follow_ups=FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars),
+            search=SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None,
         ),
         media=media_reader,  # built on the first photo, PDF or voice note
         now=lambda: now(),

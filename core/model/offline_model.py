@@ -1,7 +1,9 @@
 """`OfflineModel`: the stand-in used when no ANTHROPIC_API_KEY is set (and by `make dev`).
 
 No network and no randomness. Its answer shows the memory at work: how many earlier
-messages it sees, from which surfaces, and the latest thing the person said elsewhere.
+messages it sees, from which surfaces, and one line the person said on each app; asked "what did
+I tell you about X?", it searches the memory for X (the search_memory tool) and answers from
+what it found.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from core.models import Role
 
 # "remind me in 5 minutes to stretch": what the stand-in schedules through the follow-up tool.
 REMIND = re.compile(r"remind me in (\d{1,6}) (?:minute|minutes|min|mins) (?:to |that |about )?(.+)", re.IGNORECASE)
+# "what did I tell you about the dentist?", "¿qué te dije sobre el presupuesto?": a search for X.
+RECALL = re.compile(
+    r"(?:what did i (?:tell|say to) you|what did i say|qu[eé] te dije|qu[eé] dije)"
+    r" (?:about|of|on|sobre|de) (.+?)[?.!]*$",
+    re.IGNORECASE,
+)
 
 
 def _quote(text: str, limit: int = 160) -> str:
@@ -49,6 +57,12 @@ class OfflineModel:
             yield "(Offline stand-in model.) " + " ".join(str(r["content"]) for r in results)
             yield Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=10)
             return
+        recall = RECALL.search(last.strip())
+        if recall is not None and any(tool["name"] == "search_memory" for tool in tools):
+            topic = recall[1].strip()
+            yield ToolCall("offline-search-1", "search_memory", {"query": topic})
+            yield Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=10)
+            return
         if asked is not None and any(tool["name"] == "schedule_follow_up" for tool in tools):
             minutes, what = int(asked[1]), asked[2].strip().rstrip(".!")
             yield f"(Offline stand-in model.) I will remind you in {minutes} minute{'s' if minutes != 1 else ''}."
@@ -80,18 +94,14 @@ class OfflineModel:
             )
         else:
             lines.append("I see no earlier messages in our thread yet.")
-        elsewhere = next(
-            (
-                source
-                for role, source in reversed(earlier)
-                if role is Role.USER and source.surface is not current.surface
-            ),
-            None,
-        )
-        if elsewhere is not None:
-            lines.append(
-                f'The last thing you told me elsewhere, on {elsewhere.surface.value}, was: "{_quote(elsewhere.text)}".'
-            )
+        # One line from each app it saw the person write on (the latest there), so "what did I
+        # tell you today?" shows the thread is one across them.
+        latest_on: dict[str, str] = {}
+        for role, source in earlier:
+            if role is Role.USER and source.surface is not current.surface:
+                latest_on[source.surface.value] = source.text
+        for surface in sorted(latest_on):
+            lines.append(f'You told me on {surface}: "{_quote(latest_on[surface])}".')
         remembered = [line for line in notes.splitlines() if line.strip()]
         if remembered:
             lines.append(

@@ -59,6 +59,10 @@ EVERY_FUNCTION = frozenset(
         "stranger_reply",
         # The model's follow-up tools, in every turn.
         "follow_ups_per_person",
+        # Memory search (core/memory_search.py), in every turn.
+        "memory_search",
+        "search_max_tokens",
+        "search_max_hits",
     }
 )
 

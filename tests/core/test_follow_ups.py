@@ -8,9 +8,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.follow_ups import TOOLS, FollowUpRules, InvalidTime, continuation, needs_answer, resolve_when, turn_tools
+from core.follow_ups import TOOLS, FollowUpRules, InvalidTime, resolve_when, turn_tools
 from core.model.llm import ToolCall, messages_request
 from core.models import FollowUp, Surface
+from core.tool_loop import continuation
 
 MADRID = ZoneInfo("Europe/Madrid")
 
@@ -104,9 +105,8 @@ def test_a_second_request_only_when_the_model_needs_the_result() -> None:
     assert listed.content == (
         "#1 Thu 10 Dec 2026 09:00 (Europe/Madrid): Thing 1.\n(new) Wed 2 Dec 2026 18:10 (Europe/Madrid): Call Ana."
     )
-    assert not needs_answer([scheduled], "I'll remind you.")
-    assert needs_answer([scheduled], "")
-    assert needs_answer([listed], "Let me look.")
+    assert not tools.must_answer(scheduled)
+    assert tools.must_answer(listed)
     assert continuation("Let me look.", [listed]) == [
         {
             "role": "assistant",

@@ -182,6 +182,7 @@ def test_remind_me_tomorrow_at_9_on_telegram_is_said_once_at_9_madrid_time_and_r
         "list_follow_ups",
         "cancel_follow_up",
         "set_timezone",
+        "search_memory",
     ]
     # 9:00 in Madrid on Thursday 3 December is 8:00 UTC.
     assert follow_ups(job_database) == [

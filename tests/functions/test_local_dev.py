@@ -65,7 +65,7 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     assert "<title>crossmem" in httpx.get(f"{url}/").text
     crossmem(env, "say", "--surface", "telegram", "My flight is on Tuesday")
     asked = crossmem(env, "say", "--surface", "whatsapp", "When is my flight?")
-    assert 'on telegram, was: "My flight is on Tuesday"' in asked
+    assert 'You told me on telegram: "My flight is on Tuesday".' in asked
     unsigned = httpx.post(f"{url}/telegram", json={"update_id": 1})
     assert unsigned.status_code == 401
     history = crossmem(env, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json")

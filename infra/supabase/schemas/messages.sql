@@ -9,7 +9,9 @@
 -- `search_text` is what memory search reads (search_memory, below): every message a person
 -- ever wrote or was answered, on every surface, found by its words.
 
--- Supabase keeps extensions in their own schema (the local stand-ins make it on plain Postgres).
+-- Supabase keeps extensions in their own schema, there already (the local stand-ins make it, and
+-- grant it as Supabase does, on plain Postgres).
+create schema if not exists extensions;
 create extension if not exists unaccent with schema extensions;
 create extension if not exists btree_gin with schema extensions;
 create schema if not exists crossmem_private;
@@ -115,8 +117,9 @@ $$;
 -- query: its words are ranked, not all required. English and Spanish stopwords are dropped from
 -- the query (never from what is stored), a word of four letters or more also finds its other
 -- endings ("arrives" finds "arrived", "restaurant" finds "restaurante"), and each message scores
--- the rarity of the words it shares with the question among the person's own messages (BM25's
--- idf): "the dentist" ranks by "dentist". Recency breaks near-ties. docs/benchmarks.md compares
+-- as BM25 scores it: the rarity of the words it shares with the question among the person's own
+-- messages ("the dentist" ranks by "dentist"), more for a short message than a long one. Recency
+-- breaks near-ties. docs/benchmarks.md compares
 -- this with the other configurations on the recall bench.
 create text search dictionary crossmem_private.english_stopwords (
     template = pg_catalog.simple, stopwords = english, accept = false);
@@ -152,9 +155,13 @@ $$;
 create or replace function public.search_memory(
     p_user_id uuid, p_query text, p_surface text, p_since timestamptz, p_until timestamptz,
     p_exclude_ids text, p_limit integer, p_offset integer
-) returns json language plpgsql stable set search_path = '' as $$
+) returns json language plpgsql stable set search_path = ''
+  -- A plan for each person's words: a cached generic plan cannot know how many rows a word
+  -- matches, and guessed wrong it scans the person's whole history for every search.
+  set plan_cache_mode = force_custom_plan as $$
 declare
     v_terms text[] := crossmem_private.search_terms(p_query);
+    v_queries tsquery[];
     v_any tsquery;
     v_exclude bigint[] := coalesce((select array_agg(e::bigint) from json_array_elements_text(
                                         coalesce(nullif(p_exclude_ids, ''), '[]')::json) e), '{}');
@@ -164,11 +171,14 @@ begin
     if cardinality(v_terms) = 0 then
         return json_build_object('terms', '[]'::json, 'hits', '[]'::json);
     end if;
-    select string_agg(crossmem_private.term_query(t)::text, ' | ')::tsquery into v_any from unnest(v_terms) t;
+    -- Each word's query once (not once a candidate), and all of them as one.
+    select array_agg(crossmem_private.term_query(t) order by n) into v_queries
+      from unnest(v_terms) with ordinality as w(t, n);
+    select string_agg(q::text, ' | ')::tsquery into v_any from unnest(v_queries) q;
     select count(*) into v_total from public.messages m where m.user_id = p_user_id;
 
     with candidates as materialized (
-        select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at, m.search_text
+        select m.id, m.created_at, m.search_text, pg_catalog.length(m.search_text) as words
           from public.messages m
          where m.user_id = p_user_id
            and m.search_text @@ v_any
@@ -178,28 +188,33 @@ begin
     ), matched as (
         select c.id, t.term
           from candidates c
-          join (select term, crossmem_private.term_query(term) as q from unnest(v_terms) term) t
-            on c.search_text @@ t.q
+          join unnest(v_terms, v_queries) as t(term, q) on c.search_text @@ t.q
     ), rarity as (
         select term, ln(1 + (v_total - count(*) + 0.5) / (count(*) + 0.5)) as idf from matched group by term
+    ), typical as (
+        select greatest(avg(c.words), 1) as words from candidates c
     ), scored as (
-        select c.*, sum(r.idf) * (1 + 0.2 * exp(-extract(epoch from now() - c.created_at) / (86400 * 60.0))) as score
+        -- BM25 with every word counted once: the rarer words it shares, the shorter the message.
+        select c.id, c.created_at,
+               sum(r.idf) * 2.2 / (1 + 1.2 * (0.25 + 0.75 * c.words / t.words))
+                   * (1 + 0.2 * exp(-extract(epoch from now() - c.created_at) / (86400 * 60.0))) as score
           from candidates c
           join matched mt on mt.id = c.id
           join rarity r on r.term = mt.term
+          cross join typical t
          where c.id <> all(v_exclude)
-         group by c.id, c.conversation_id, c.surface, c.role, c.content, c.created_at, c.search_text
+         group by c.id, c.created_at, c.words, t.words
          order by score desc, c.created_at desc, c.id desc
          limit greatest(p_limit, 0) offset greatest(p_offset, 0)
     ), ranked as (
-        select s.*, row_number() over (order by s.score desc, s.created_at desc, s.id desc) + greatest(p_offset, 0)
-                    as rank
+        select s.id, s.score,
+               row_number() over (order by s.score desc, s.created_at desc, s.id desc) + greatest(p_offset, 0) as rank
           from scored s
     )
     select coalesce(json_agg(json_build_object(
                'id', h.id, 'conversation_id', h.conversation_id, 'surface', h.surface, 'role', h.role,
                'content', left(h.content, 8000), 'created_at', h.created_at,
-               'ranker', 'fulltext', 'rank', h.rank, 'score', round(h.score::numeric, 4),
+               'ranker', 'fulltext', 'rank', r.rank, 'score', round(r.score::numeric, 4),
                'before', (select json_build_object('id', b.id, 'role', b.role, 'content', left(b.content, 2000),
                                                    'created_at', b.created_at)
                             from public.messages b
@@ -212,9 +227,10 @@ begin
                           where a.conversation_id = h.conversation_id and a.user_id = p_user_id
                             and (a.created_at, a.id) > (h.created_at, h.id)
                           order by a.created_at, a.id limit 1))
-             order by h.rank), '[]'::json)
+             order by r.rank), '[]'::json)
       into v_hits
-      from ranked h;
+      from ranked r
+      join public.messages h on h.id = r.id and h.user_id = p_user_id;
     return json_build_object('terms', to_json(v_terms), 'hits', v_hits);
 end;
 $$;

@@ -1,0 +1,200 @@
+"""Memory search, the capability: the `search_memory` tool over everything the person ever
+said and was answered, on every surface and all time, beyond the window and the notes.
+
+A search is one round trip (`Memory.search`, the SQL function `search_memory`) and its result
+always goes back to the model, so a turn that searches makes one more database call and one
+more model request than a turn that does not; a turn that does not search costs what it did.
+What the model already sees is left out; the hits come best first, each with its surface, the
+person's local date and time, who said it and the messages around it, within `max_tokens`.
+A search that fails tells the model it could not search: the turn still answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from core.errors import StoreUnavailable
+from core.memory import Memory
+from core.model.llm import ToolCall, approximate_tokens
+from core.models import MemoryHit, Neighbour, Role, Surface
+from core.tool_loop import ToolResult
+
+log = logging.getLogger("crossmem.memory_search")
+
+SEARCH_MEMORY = "search_memory"
+
+TOOL: dict[str, Any] = {
+    "name": SEARCH_MEMORY,
+    "description": (
+        "Search everything the person said, and you answered, on every app and all time: older "
+        "messages than the ones you see. Use it when they refer to something you cannot see. "
+        "query: the words they would have used (their question as they asked it works too). "
+        "Optionally only one app, or a period of their local dates."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for, e.g. 'restaurant in March'"},
+            "surface": {
+                "type": "string",
+                "enum": [surface.value for surface in Surface],
+                "description": "Only what was said on this app",
+            },
+            "from_date": {"type": "string", "description": "YYYY-MM-DD: only from this local day on"},
+            "to_date": {"type": "string", "description": "YYYY-MM-DD: only up to this local day, included"},
+        },
+        "required": ["query"],
+    },
+}
+
+# A hit's text, and a neighbour's, as the model reads them: enough to answer from, not a whole essay.
+HIT_CHARS = 1200
+NEIGHBOUR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class SearchRules:
+    max_tokens: int = 1500  # SEARCH_MAX_TOKENS: the most one search adds to the request
+    max_hits: int = 8  # SEARCH_MAX_HITS
+
+
+class InvalidSearch(ValueError):
+    """A search the model asked for that cannot run, said back to it."""
+
+
+@dataclass
+class MemorySearchTools:
+    """One turn's search tool, for one person, leaving out what the turn already shows."""
+
+    memory: Memory
+    user_id: UUID
+    zone: ZoneInfo
+    seen_ids: frozenset[int]
+    rules: SearchRules = SearchRules()
+    definitions: tuple[dict[str, Any], ...] = (TOOL,)
+    round_trips: int = 0
+    found: list[MemoryHit] = field(default_factory=list)  # every hit shown to the model in this turn
+
+    def must_answer(self, result: ToolResult) -> bool:
+        return True  # what was found is what the answer needs
+
+    def changes(self) -> dict[str, Any]:
+        return {}
+
+    def run(self, call: ToolCall) -> ToolResult:
+        try:
+            query, surface, since, until = self._arguments(call.input)
+        except InvalidSearch as exc:
+            return ToolResult(call, f"Not searched: {exc}.", is_error=True)
+        self.round_trips += 1
+        try:
+            hits = self.memory.search(
+                self.user_id,
+                query,
+                surface=surface,
+                since=since,
+                until=until,
+                exclude_ids=sorted(self.seen_ids),
+                limit=self.rules.max_hits,
+            )
+        except StoreUnavailable as exc:
+            log.error("memory search failed", extra={"error": str(exc)})
+            return ToolResult(
+                call,
+                "Could not search the memory just now. Answer from what you see, and tell the person "
+                "you could not look further back this time.",
+                is_error=True,
+            )
+        shown = rendered(hits, self.zone, self.rules.max_tokens)
+        self.found.extend(hits[: shown.count])
+        return ToolResult(call, shown.text)
+
+    def _arguments(self, given: dict[str, Any]) -> tuple[str, Surface | None, datetime | None, datetime | None]:
+        query = given.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidSearch("query is empty")
+        surface = None
+        if given.get("surface") not in (None, ""):
+            try:
+                surface = Surface(str(given["surface"]))
+            except ValueError:
+                raise InvalidSearch("surface must be one of " + ", ".join(s.value for s in Surface)) from None
+        since = self._local_day(given.get("from_date"), "from_date")
+        last = self._local_day(given.get("to_date"), "to_date")
+        until = last + timedelta(days=1) if last is not None else None
+        if since is not None and until is not None and since >= until:
+            raise InvalidSearch("from_date is after to_date")
+        return query.strip(), surface, since, until
+
+    def _local_day(self, value: object, name: str) -> datetime | None:
+        """The start of that day where the person lives."""
+        if value in (None, ""):
+            return None
+        try:
+            day = date.fromisoformat(str(value))
+        except ValueError:
+            raise InvalidSearch(f"{name} must be YYYY-MM-DD") from None
+        return datetime.combine(day, time(), tzinfo=self.zone)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    count: int  # how many hits it holds
+
+
+def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int) -> Rendered:
+    """The hits as the model reads them, best first, as many as fit in `max_tokens`."""
+    if not hits:
+        return Rendered("Nothing found in older messages.", 0)
+    lines: list[str] = []
+    used = 0
+    for index, hit in enumerate(hits):
+        block = _hit_block(index + 1, hit, zone)
+        cost = approximate_tokens(block)
+        if lines and used + cost > max_tokens:
+            break
+        if not lines and cost > max_tokens:  # the best hit alone is too long: its start
+            block = block[: max_tokens * 4 - 1] + "…"
+            cost = max_tokens
+        lines.append(block)
+        used += cost
+    head = f"Found {len(lines)} older message{'s' if len(lines) != 1 else ''}, best match first"
+    more = len(hits) - len(lines)
+    tail = f"\n({more} more matched; search with other words or a period to see them.)" if more else ""
+    return Rendered(f"{head}:\n\n" + "\n\n".join(lines) + tail, len(lines))
+
+
+def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
+    message = hit.message
+    lines = [f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
+             f"{_cut(message.content, HIT_CHARS)}"]
+    if hit.before is not None:
+        lines.append(f"   just before, {_neighbour(hit.before)}")
+    if hit.after is not None:
+        lines.append(f"   just after, {_neighbour(hit.after)}")
+    return "\n".join(lines)
+
+
+def _neighbour(neighbour: Neighbour) -> str:
+    return f"{_who(neighbour.role)}: {_cut(neighbour.content, NEIGHBOUR_CHARS)}"
+
+
+def _who(role: Role) -> str:
+    return "the person" if role is Role.USER else "you"
+
+
+def _when(moment: datetime, zone: ZoneInfo) -> str:
+    """`Tue 1 Sep 2026 09:12`, where the person lives."""
+    local = moment.astimezone(zone)
+    return f"{local:%a} {local.day} {local:%b %Y %H:%M}"
+
+
+def _cut(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,156 @@
+"""The model's tools in a turn: the toolsets of the capabilities that are on, and the loop that
+runs them.
+
+A toolset (one capability's tools: follow-ups, memory search) gives its definitions, runs a
+call, says whether the model must see a result before it can answer, and what `finish_turn`
+should record. The loop knows no tool by name: it streams the model's answer, runs the calls,
+and asks again with their results only when some result must be seen (or the model said
+nothing yet), for at most `rounds` requests; a call in the last one is not run.
+
+The definitions are the toolsets' in a fixed order: the same bytes in every turn of a
+deployment, before the system prompt in the prompt cache's prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from core.context import ModelMessage
+from core.model.llm import Model, ToolCall, Usage, plus
+
+log = logging.getLogger("crossmem.tools")
+
+ROUNDS = 4  # model requests a turn may make with tools: the first and up to three answers to results
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call: ToolCall
+    content: str
+    is_error: bool = False
+
+
+class Toolset(Protocol):
+    definitions: tuple[dict[str, Any], ...]
+    round_trips: int  # database round trips its calls made in this turn
+
+    def run(self, call: ToolCall) -> ToolResult: ...
+
+    def must_answer(self, result: ToolResult) -> bool:
+        """Whether the model must see this result to answer (a list, a search), not only record it."""
+        ...
+
+    def changes(self) -> dict[str, Any]:
+        """What finish_turn writes for this toolset (empty when nothing)."""
+        ...
+
+
+class Toolbox:
+    """One turn's toolsets, and what the loop did with them."""
+
+    def __init__(self, toolsets: Sequence[Toolset]) -> None:
+        self.toolsets = tuple(toolsets)
+        self.definitions = tuple(definition for toolset in self.toolsets for definition in toolset.definitions)
+        self._owners = {definition["name"]: toolset for toolset in self.toolsets for definition in toolset.definitions}
+        self.requests = 0  # model requests made with these tools
+
+    def run(self, call: ToolCall) -> tuple[ToolResult, bool]:
+        """The call's result, and whether the model must see it."""
+        owner = self._owners.get(call.name)
+        if owner is None:
+            return ToolResult(call, f"Not done: there is no tool {call.name!r}.", is_error=True), True
+        result = owner.run(call)
+        return result, result.is_error or owner.must_answer(result)
+
+    @property
+    def round_trips(self) -> int:
+        return sum(toolset.round_trips for toolset in self.toolsets)
+
+    def changes(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for toolset in self.toolsets:
+            merged.update(toolset.changes())
+        return merged
+
+
+def continuation(text: str, results: Sequence[ToolResult]) -> list[dict[str, Any]]:
+    """The model's answer with its tool calls, and their results: what the next request adds."""
+    said: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    calls = [{"type": "tool_use", "id": r.call.id, "name": r.call.name, "input": r.call.input} for r in results]
+    answers: list[dict[str, Any]] = [
+        {
+            "type": "tool_result",
+            "tool_use_id": r.call.id,
+            "content": r.content,
+            **({"is_error": True} if r.is_error else {}),
+        }
+        for r in results
+    ]
+    return [{"role": "assistant", "content": said + calls}, {"role": "user", "content": answers}]
+
+
+def answered(
+    model: Model,
+    system: str,
+    messages: Sequence[ModelMessage],
+    deadline_s: float,
+    notes: str,
+    tools: Toolbox | None,
+    rounds: int = ROUNDS,
+) -> Iterator[str | Usage]:
+    """The model's answer as text and `Usage` (all its requests' together, as each reports it).
+    With `tools`, its calls run, and their results go back while the model needs them."""
+    if tools is None:
+        only = model.stream(system, messages, deadline_s, notes)
+        try:
+            for chunk in only:
+                if not isinstance(chunk, ToolCall):  # none without tools
+                    yield chunk
+        finally:
+            close(only)
+        return
+    spent = Usage()  # what the requests before this one spent
+    said: list[dict[str, Any]] = []
+    gap = ""
+    for round_ in range(max(rounds, 1)):
+        calls: list[ToolCall] = []
+        parts: list[str] = []
+        latest = Usage()
+        tools.requests += 1
+        request = model.stream(system, messages, deadline_s, notes, tools=tools.definitions, continuation=said)
+        try:
+            for chunk in request:
+                if isinstance(chunk, ToolCall):
+                    calls.append(chunk)
+                elif isinstance(chunk, Usage):
+                    latest = chunk
+                    yield plus(spent, chunk)
+                elif chunk:
+                    yield gap + chunk
+                    gap = ""
+                    parts.append(chunk)
+        finally:
+            close(request)
+        spent = plus(spent, latest)
+        if not calls:
+            return
+        if round_ == rounds - 1:
+            log.warning("tool calls past the last round were not run", extra={"tools": [c.name for c in calls]})
+            return
+        text = "".join(parts)
+        ran = [tools.run(call) for call in calls]
+        if text.strip() and not any(must for _, must in ran):
+            return
+        said = [*said, *continuation(text, [result for result, _ in ran])]
+        if text.strip():
+            gap = "\n\n"
+
+
+def close(chunks: object) -> None:
+    """Stop reading (and paying for) a model's stream."""
+    stop = getattr(chunks, "close", None)
+    if stop is not None:
+        stop()

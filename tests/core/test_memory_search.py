@@ -1,0 +1,303 @@
+"""Memory search: the search_memory tool in a turn (the real SDK against the fake Anthropic
+server), and the SQL function behind it on the real Postgres: privacy, forgetting, ranking."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+
+from core.identity.policy import IdentityPolicy
+from core.memory import ContextLimits, Memory, TurnBudget
+from core.memory_search import SEARCH_MEMORY, TOOL, MemorySearchTools, SearchRules, rendered
+from core.model.llm import AnthropicModel, ToolCall
+from core.model.offline_model import OfflineModel
+from core.model.prompt import DEFAULT_SYSTEM_PROMPT
+from core.models import Surface
+from core.stores.postgres_store import PostgresStore
+from core.turn import Turns
+from core.turn_request import Outcome, TurnRequest, TurnSettings
+from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
+from tests.helpers import FailingStore, as_role, execute, rows
+
+MADRID = ZoneInfo("Europe/Madrid")
+SETTINGS = TurnSettings(
+    system_prompt=DEFAULT_SYSTEM_PROMPT,
+    fallback_reply="FALLBACK",
+    stranger_reply="NO",
+    timezone="Europe/Madrid",
+    search=SearchRules(),
+)
+
+
+def searching(query: str) -> Any:
+    """A model that searches for `query` first, then answers with what the search returned."""
+
+    def answer(body: dict[str, Any]) -> Answer:
+        results = tool_results(body)
+        if results:
+            return "From memory: " + str(results[0]["content"])
+        return [tool_use(SEARCH_MEMORY, {"query": query}, id="toolu_search")]
+
+    return answer
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+def turns_with(memory: Memory, fake: FakeAnthropic, settings: TurnSettings = SETTINGS) -> Turns:
+    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake.url)
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+
+
+def planted(database_url: str, user: uuid.UUID, surface: str, role: str, text: str, days_ago: float) -> int:
+    """A message stored `days_ago` days ago in the person's conversation of that surface."""
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        found = connection.execute(
+            "select id from conversations where user_id = %s and surface = %s and surface <> 'web'", (user, surface)
+        ).fetchone()
+        if found is None:
+            title = "web" if surface == "web" else f"[{surface.title()}]"
+            found = connection.execute(
+                "insert into conversations (user_id, surface, title) values (%s, %s, %s) returning id",
+                (user, surface, title),
+            ).fetchone()
+        assert found is not None
+        inserted = connection.execute(
+            """insert into messages (conversation_id, user_id, surface, role, content, created_at)
+               values (%s, %s, %s, %s, %s, now() - %s * interval '1 day') returning id""",
+            (found[0], user, surface, role, text, days_ago),
+        ).fetchone()
+        assert inserted is not None
+        return int(inserted[0])
+
+
+def created_at(database_url: str, message_id: int) -> datetime:
+    return rows(database_url, "select created_at from messages where id = %s", message_id)[0][0]
+
+
+def test_a_turn_finds_what_was_said_90_days_ago_on_whatsapp_and_counts_both_requests(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=10_000_000))
+    person = uuid.uuid4()
+    before = planted(database_url, person, "whatsapp", "assistant", "How did the appointment go?", 90.001)
+    fact = planted(database_url, person, "whatsapp", "user", "The doctor said 400 mg of ibuprofen, twice a day", 90)
+    after = planted(database_url, person, "whatsapp", "assistant", "Noted: 400 mg twice a day.", 89.999)
+    for day in range(60, 0, -3):
+        planted(database_url, person, "telegram", "user", f"ordinary day {day}, nothing special", day)
+    fake.answer = searching("doctor dose ibuprofen")
+    turns = turns_with(memory, fake)
+
+    with caplog.at_level(logging.INFO, logger="crossmem.turn"):
+        result = turns.run(TurnRequest(Surface.TELEGRAM, "what dose did the doctor give me?", "u-1", user_id=person))
+
+    when = created_at(database_url, fact).astimezone(MADRID)
+    said = f"{when:%a} {when.day} {when:%b %Y %H:%M}"
+    expected = (
+        "Found 1 older message, best match first:\n\n"
+        f"1. [whatsapp · {said}] the person: The doctor said 400 mg of ibuprofen, twice a day\n"
+        "   just before, you: How did the appointment go?\n"
+        "   just after, you: Noted: 400 mg twice a day."
+    )
+    assert tool_results(fake.requests[-1]) == [
+        {"type": "tool_result", "tool_use_id": "toolu_search", "content": expected}
+    ]
+    assert result.outcome is Outcome.ANSWERED and result.reply == "From memory: " + expected
+    assert (before, after) == (fact - 1, fact + 1)
+    figures = result.figures
+    assert (figures.model_requests, figures.round_trips) == (2, 3)  # begin, search, finish
+    # Both requests' tokens are the turn's: its log line and the person's budget.
+    assert figures.input_tokens == sum(usage["input_tokens"] for usage in fake.usages[-2:])
+    line = [record for record in caplog.records if record.getMessage() == "turn"][-1]
+    assert (line.__dict__["model_requests"], line.__dict__["round_trips"]) == (2, 3)
+    tokens = rows(database_url, "select coalesce(sum(tokens), 0) from turn_usage where user_id = %s", person)[0][0]
+    assert tokens == figures.model_tokens
+
+    fake.answer = lambda body: "Fine."
+    quiet = turns.run(TurnRequest(Surface.TELEGRAM, "thanks", "u-2", user_id=person))
+    assert (quiet.figures.model_requests, quiet.figures.round_trips) == (1, 2)
+    # The tool's definition is the same bytes in every turn: the cached prefix holds.
+    assert fake.requests[-1]["tools"] == fake.requests[0]["tools"] == [TOOL]
+
+
+def test_two_people_with_the_same_words_each_find_only_their_own(memory: Memory, database_url: str) -> None:
+    ana, bruno = uuid.uuid4(), uuid.uuid4()
+    mine = planted(database_url, ana, "telegram", "user", "my locker code is 4471 at the swimming pool", 20)
+    theirs = planted(database_url, bruno, "telegram", "user", "my locker code is 9902 at the swimming pool", 20)
+    assert [hit.message.id for hit in memory.search(ana, "swimming pool locker code")] == [mine]
+    assert [hit.message.id for hit in memory.search(bruno, "swimming pool locker code")] == [theirs]
+    # Neighbours too are read by the person's id, not only by the conversation's: a row of Bruno's
+    # filed under Ana's conversation (no constraint forbids it; a Citus shard is chosen by user_id)
+    # is never shown as the message before hers.
+    execute(
+        database_url,
+        """insert into messages (conversation_id, user_id, surface, role, content, created_at)
+           select conversation_id, %s, surface, 'user', 'Bruno''s stray row', created_at - interval '1 minute'
+             from messages where id = %s""",
+        bruno,
+        mine,
+    )
+    hit = memory.search(ana, "swimming pool")[0]
+    assert (hit.message.id, hit.before, hit.after) == (mine, None, None)
+
+
+def test_a_forgotten_conversation_is_never_found(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    planted(database_url, person, "telegram", "user", "the surprise party is at Marta's flat", 10)
+    kept = planted(database_url, person, "whatsapp", "user", "the surprise party needs balloons", 5)
+    conversation = rows(
+        database_url, "select id from conversations where user_id = %s and surface = 'telegram'", person
+    )[0][0]
+    assert len(memory.search(person, "surprise party")) == 2
+    memory.store.call("forget_conversations", {"p_user_id": str(person), "p_conversation_id": str(conversation)})
+    assert [hit.message.id for hit in memory.search(person, "surprise party")] == [kept]
+
+
+def test_what_the_model_already_sees_is_not_repeated(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    old = planted(database_url, person, "web", "user", "the plumber comes on Thursday", 40)
+    recent = planted(database_url, person, "web", "user", "the plumber cancelled", 0.01)
+    assert [hit.message.id for hit in memory.search(person, "plumber")] == [recent, old]
+    assert [hit.message.id for hit in memory.search(person, "plumber", exclude_ids=[recent])] == [old]
+
+
+def test_a_period_and_a_surface_narrow_the_search(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    march = planted(database_url, person, "telegram", "user", "dinner at Casa Pepe was lovely", 100)
+    june = planted(database_url, person, "whatsapp", "user", "dinner at Casa Pepe again", 10)
+    assert [h.message.id for h in memory.search(person, "Casa Pepe", surface=Surface.TELEGRAM)] == [march]
+    since = datetime.now(UTC) - timedelta(days=50)
+    assert [h.message.id for h in memory.search(person, "Casa Pepe", since=since)] == [june]
+    assert [h.message.id for h in memory.search(person, "Casa Pepe", until=since)] == [march]
+
+
+def test_a_question_as_a_person_asks_it_finds_its_message_in_either_language(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    group = planted(database_url, person, "telegram", "user", "Went to the support group on Tuesday evening", 30)
+    sister = planted(database_url, person, "whatsapp", "user", "Mi hermana llega el 14 de marzo en el tren", 60)
+    for day in range(1, 80):
+        planted(database_url, person, "web", "user", f"did you see the news today? I went out, day {day}", day)
+    assert memory.search(person, "when did I go to the support group?")[0].message.id == group
+    assert memory.search(person, "¿cuándo llegaba mi hermana?")[0].message.id == sister
+    # Accents never matter, in the question or the message.
+    assert memory.search(person, "cuando llegó mi HERMANA")[0].message.id == sister
+    # A question of stopwords alone finds nothing rather than everything.
+    assert memory.search(person, "what did I say?") == []
+
+
+def test_a_search_that_fails_tells_the_model_and_the_turn_still_answers(
+    store: PostgresStore, fake: FakeAnthropic
+) -> None:
+    memory = Memory(FailingStore(store, ["search_memory"]), ContextLimits())
+    fake.answer = searching("anything")
+    result = turns_with(memory, fake).run(
+        TurnRequest(Surface.WHATSAPP, "what did I say about the trip?", "f-1", user_id=uuid.uuid4())
+    )
+    sent = tool_results(fake.requests[-1])
+    assert sent[0]["is_error"] is True and sent[0]["content"].startswith("Could not search the memory just now.")
+    assert result.outcome is Outcome.ANSWERED and result.reply is not None
+    assert result.reply.startswith("From memory: Could not search")
+
+
+def test_the_cap_keeps_the_best_hits_and_says_how_many_more(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    for day in range(1, 9):
+        planted(database_url, person, "telegram", "user", f"gym session number {day}: " + "squats " * 40, day)
+    hits = memory.search(person, "gym session")
+    assert len(hits) == 8
+    shown = rendered(hits, MADRID, max_tokens=600)
+    assert shown.count == 2
+    assert shown.text.endswith("\n(6 more matched; search with other words or a period to see them.)")
+    assert len(shown.text) // 4 <= 600 + 30  # the cap, plus the head and the tail lines
+
+
+def test_authenticated_reads_only_its_own_words_and_cannot_call_the_search(memory: Memory, database_url: str) -> None:
+    ana, bruno = uuid.uuid4(), uuid.uuid4()
+    planted(database_url, ana, "telegram", "user", "the key is under the blue flowerpot", 3)
+    planted(database_url, bruno, "telegram", "user", "the key is under the red flowerpot", 3)
+    with as_role(database_url, "authenticated", ana) as connection:
+        found = connection.execute(
+            "select content from messages where search_text @@ 'flowerpot'::tsquery order by content"
+        ).fetchall()
+        assert found == [("the key is under the blue flowerpot",)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute(
+                "select public.search_memory(%s, 'flowerpot', null, null, null, '[]', 8, 0)", (str(bruno),)
+            )
+
+
+def test_the_tool_refuses_bad_arguments_without_a_round_trip(memory: Memory) -> None:
+    tools = MemorySearchTools(memory, uuid.uuid4(), MADRID, frozenset())
+    empty = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "  "}))
+    app = tools.run(ToolCall("b", SEARCH_MEMORY, {"query": "x", "surface": "sms"}))
+    day = tools.run(ToolCall("c", SEARCH_MEMORY, {"query": "x", "from_date": "March"}))
+    assert [r.content for r in (empty, app, day)] == [
+        "Not searched: query is empty.",
+        "Not searched: surface must be one of web, telegram, whatsapp.",
+        "Not searched: from_date must be YYYY-MM-DD.",
+    ]
+    assert all(r.is_error for r in (empty, app, day)) and tools.round_trips == 0
+
+
+def test_a_local_day_is_the_persons_day(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    # 23:30 in Madrid on 1 March is 22:30 UTC: it belongs to 1 March there.
+    late = planted(database_url, person, "telegram", "user", "booked the flight to Lisbon", 0)
+    execute(database_url, "update messages set created_at = '2026-03-01 22:30+00' where id = %s", late)
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+    on_day = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "flight Lisbon", "from_date": "2026-03-01",
+                                                   "to_date": "2026-03-01"}))
+    next_day = tools.run(ToolCall("b", SEARCH_MEMORY, {"query": "flight Lisbon", "from_date": "2026-03-02"}))
+    assert "[telegram · Sun 1 Mar 2026 23:30] the person: booked the flight to Lisbon" in on_day.content
+    assert next_day.content == "Nothing found in older messages."
+    assert tools.round_trips == 2
+
+
+def test_the_offline_stand_in_searches_what_it_is_asked_about(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    planted(database_url, person, "whatsapp", "user", "the dentist moved me to Friday at 10", 45)
+    model = OfflineModel()
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    result = turns.run(TurnRequest(Surface.WEB, "What did I tell you about the dentist?", "o-1", user_id=person))
+    assert result.reply is not None and result.reply.startswith("(Offline stand-in model.) Found 1 older message")
+    assert "the person: the dentist moved me to Friday at 10" in result.reply
+    assert (result.figures.model_requests, result.figures.round_trips) == (2, 3)
+
+
+def test_search_off_gives_the_model_no_search_tool(memory: Memory, fake: FakeAnthropic) -> None:
+    turns = turns_with(memory, fake, replace(SETTINGS, search=None))
+    turns.run(TurnRequest(Surface.TELEGRAM, "hello", "s-1", user_id=uuid.uuid4()))
+    assert "tools" not in fake.requests[-1]
+
+
+def test_a_second_round_of_tools_is_answered(memory: Memory, fake: FakeAnthropic, database_url: str) -> None:
+    person = uuid.uuid4()
+    planted(database_url, person, "telegram", "user", "my niece is called Lola", 50)
+
+    def twice(body: dict[str, Any]) -> Answer:
+        done = len([m for m in body["messages"] if m["role"] == "user" and tool_results({"messages": [m]})])
+        if done == 0:
+            return [tool_use(SEARCH_MEMORY, {"query": "nephew"}, id="t1")]
+        if done == 1:
+            return [text_block("Let me try another word."), tool_use(SEARCH_MEMORY, {"query": "niece"}, id="t2")]
+        return "Your niece is Lola."
+
+    fake.answer = twice
+    asked = TurnRequest(Surface.TELEGRAM, "what's my niece's name?", "r-1", user_id=person)
+    result = turns_with(memory, fake).run(asked)
+    assert result.reply == "Let me try another word.\n\nYour niece is Lola."
+    assert (result.figures.model_requests, result.figures.round_trips) == (3, 4)
+    assert json.dumps(fake.requests[-1]["messages"][-1]).count("Lola") == 1

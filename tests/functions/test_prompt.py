@@ -1,0 +1,77 @@
+"""The system prompt tells the truth: built from the settings that switch a capability, it claims
+exactly what is on and denies nothing that is (the fake and offline models never read it)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
+from core.memory_search import TOOL as SEARCH_TOOL
+from core.model.prompt import DEFAULT_PERSONA, DEFAULT_SYSTEM_PROMPT, Capabilities, standing_instructions
+from core.settings import Settings
+from functions.runtime import capabilities
+
+# What the prompt of every configuration must never say: the agent does see photos and PDFs.
+NEVER = ("see attachments", "you only learn that they sent one", "ask them to tell you in words")
+TOOL_NAMES = {tool["name"] for tool in (*FOLLOW_UP_TOOLS, SEARCH_TOOL)}
+
+SWITCHES = list(
+    itertools.product(
+        ["0", "20"],  # FOLLOW_UPS_PER_PERSON
+        ["true", "false"],  # MEMORY_SEARCH
+        ["true", "false"],  # MEDIA_DESCRIPTIONS
+        [None, "dg-key"],  # DEEPGRAM_API_KEY
+    )
+)
+
+
+@pytest.mark.parametrize(("follow_ups", "search", "descriptions", "deepgram"), SWITCHES)
+def test_the_prompt_claims_what_is_on_and_denies_nothing_that_is(
+    monkeypatch: pytest.MonkeyPatch, follow_ups: str, search: str, descriptions: str, deepgram: str | None
+) -> None:
+    monkeypatch.setenv("FOLLOW_UPS_PER_PERSON", follow_ups)
+    monkeypatch.setenv("MEMORY_SEARCH", search)
+    monkeypatch.setenv("MEDIA_DESCRIPTIONS", descriptions)
+    if deepgram is None:
+        monkeypatch.delenv("DEEPGRAM_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("DEEPGRAM_API_KEY", deepgram)
+    config = Settings(_env_file=None)  # type: ignore[call-arg]
+    on = capabilities(config)
+    prompt = standing_instructions(config.system_prompt, on)
+
+    assert (on.follow_ups, on.search) == (follow_ups != "0", search == "true")
+    for phrase in NEVER:
+        assert phrase not in prompt
+    assert "You see the photos and PDFs the person sends" in prompt
+    assert "A voice note reaches you as its transcript" in prompt
+    # Follow-ups: the tools and when to use them, or a plain "cannot".
+    assert ("schedule_follow_up" in prompt) is on.follow_ups
+    assert ("You cannot set reminders" in prompt) is not on.follow_ups
+    # Memory search: search before saying you do not know, or ask to be reminded.
+    assert ("search_memory finds it" in prompt) is on.search
+    assert ("ask them to remind you" in prompt) is not on.search
+    # Every tool the prompt names is one the turn sends, and only those.
+    named = {word for word in re.findall(r"[a-z]+(?:_[a-z]+)+", prompt) if word in TOOL_NAMES}
+    sent = ({tool["name"] for tool in FOLLOW_UP_TOOLS} if on.follow_ups else set()) | (
+        {SEARCH_TOOL["name"]} if on.search else set()
+    )
+    assert named <= sent
+    assert ("schedule_follow_up" in named) is on.follow_ups and ("search_memory" in named) is on.search
+
+
+def test_system_prompt_replaces_the_persona_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SYSTEM_PROMPT", "You are Pip, a cheerful gardening helper.")
+    config = Settings(_env_file=None)  # type: ignore[call-arg]
+    prompt = standing_instructions(config.system_prompt, capabilities(config))
+    assert prompt.startswith("You are Pip, a cheerful gardening helper.\n\nHow the conversation reaches you\n")
+    assert "schedule_follow_up" in prompt and "search_memory" in prompt
+    assert "personal advisor" not in prompt
+
+
+def test_the_default_prompt_is_the_one_with_everything_on() -> None:
+    assert standing_instructions(DEFAULT_PERSONA, Capabilities(follow_ups=True, search=True)) == DEFAULT_SYSTEM_PROMPT
+    assert standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None))) == DEFAULT_SYSTEM_PROMPT  # type: ignore[call-arg]
