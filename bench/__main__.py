@@ -13,7 +13,19 @@ import os
 import platform
 from typing import Any
 
-from bench import caching, follow_ups, fuzz, fuzz_budget, media, purge, recall, soak, telegram_live, turn_speed
+from bench import (
+    caching,
+    follow_ups,
+    fuzz,
+    fuzz_budget,
+    media,
+    memory_recall,
+    purge,
+    recall,
+    soak,
+    telegram_live,
+    turn_speed,
+)
 from bench.memory_core import context_load_ms_p50, round_trips_per_turn
 from bench.results import RESULTS, ROOT, bench_database
 
@@ -204,6 +216,10 @@ def notes_table(results: dict[str, Any]) -> str:
 def main() -> None:
     with bench_database() as database_url:
         results = measure(database_url)
+    # On a database of its own: its 1,000,000 messages are the only ones there.
+    print("memory search: recall over four months, and latency at 1,000,000 messages ...", flush=True)
+    with bench_database() as database_url:
+        results.update(memory_recall.measure(database_url))
     print("load and faults (make soak) ...", flush=True)
     results.update(soak.measure())
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
