@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.context import ModelMessage
-from core.model.llm import Model, ToolCall, Usage, plus
+from core.model.llm import AssistantContent, Model, ToolCall, Usage, plus
 
 log = logging.getLogger("crossmem.tools")
 
@@ -76,10 +76,11 @@ class Toolbox:
         return merged
 
 
-def continuation(text: str, results: Sequence[ToolResult]) -> list[dict[str, Any]]:
-    """The model's answer with its tool calls, and their results: what the next request adds."""
-    said: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
-    calls = [{"type": "tool_use", "id": r.call.id, "name": r.call.name, "input": r.call.input} for r in results]
+def continuation(
+    text: str, results: Sequence[ToolResult], answer: AssistantContent | None = None
+) -> list[dict[str, Any]]:
+    """The model's answer with its tool calls, and their results: what the next request adds.
+    The answer goes back as the model gave it (`answer`), else rebuilt from its text and calls."""
     answers: list[dict[str, Any]] = [
         {
             "type": "tool_result",
@@ -89,6 +90,10 @@ def continuation(text: str, results: Sequence[ToolResult]) -> list[dict[str, Any
         }
         for r in results
     ]
+    if answer is not None:
+        return [{"role": "assistant", "content": list(answer.blocks)}, {"role": "user", "content": answers}]
+    said: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    calls = [{"type": "tool_use", "id": r.call.id, "name": r.call.name, "input": r.call.input} for r in results]
     return [{"role": "assistant", "content": said + calls}, {"role": "user", "content": answers}]
 
 
@@ -107,7 +112,7 @@ def answered(
         only = model.stream(system, messages, deadline_s, notes)
         try:
             for chunk in only:
-                if not isinstance(chunk, ToolCall):  # none without tools
+                if isinstance(chunk, str | Usage):  # no tool calls without tools
                     yield chunk
         finally:
             close(only)
@@ -119,12 +124,15 @@ def answered(
         calls: list[ToolCall] = []
         parts: list[str] = []
         latest = Usage()
+        answer: AssistantContent | None = None
         tools.requests += 1
         request = model.stream(system, messages, deadline_s, notes, tools=tools.definitions, continuation=said)
         try:
             for chunk in request:
                 if isinstance(chunk, ToolCall):
                     calls.append(chunk)
+                elif isinstance(chunk, AssistantContent):
+                    answer = chunk
                 elif isinstance(chunk, Usage):
                     latest = chunk
                     yield plus(spent, chunk)
@@ -144,7 +152,7 @@ def answered(
         ran = [tools.run(call) for call in calls]
         if text.strip() and not any(must for _, must in ran):
             return
-        said = [*said, *continuation(text, [result for result, _ in ran])]
+        said = [*said, *continuation(text, [result for result, _ in ran], answer)]
         if text.strip():
             gap = "\n\n"
 

@@ -48,6 +48,15 @@ class ToolCall:
     input: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class AssistantContent:
+    """An answer's content blocks exactly as the API returned them (thinking blocks with their
+    signatures, text, tool calls): what a tool loop sends back, unchanged, with the results.
+    Current models refuse a rebuilt turn, or lose its thinking (docs/research/model-changes-2026.md)."""
+
+    blocks: tuple[dict[str, Any], ...]
+
+
 def plus(spent: Usage, more: Usage) -> Usage:
     """What two requests of one turn spent together."""
     return Usage(
@@ -78,13 +87,14 @@ class Model(Protocol):
         *,
         tools: Sequence[dict[str, Any]] = (),
         continuation: Sequence[dict[str, Any]] = (),
-    ) -> Iterator[str | Usage | ToolCall]:
+    ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
         """Text as it is written, and `Usage` as the model reports it: what it has spent so
         far each time (the input when it starts, everything at the end), so a stream that is
         stopped part-way still knows what it cost. With `tools`, the model may also call them:
-        each `tool_use` block comes as a `ToolCall` at the end. `continuation`: raw messages
-        after the context (the model's tool calls and their results), for the request that
-        answers them."""
+        each `tool_use` block comes as a `ToolCall` at the end, then the whole answer as an
+        `AssistantContent` (a model that has none leaves it out: the loop then rebuilds the
+        turn from the text and the calls). `continuation`: raw messages after the context (the
+        model's answers and the tools' results), for the request that answers them."""
         ...
 
 
@@ -206,7 +216,7 @@ class AnthropicModel:
         *,
         tools: Sequence[dict[str, Any]] = (),
         continuation: Sequence[dict[str, Any]] = (),
-    ) -> Iterator[str | Usage | ToolCall]:
+    ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
 
         request = messages_request(
             self.name,
@@ -227,9 +237,11 @@ class AnthropicModel:
                     elif event.type == "text":
                         yield event.text
                 final = stream.get_final_message()
-                for block in final.content:
-                    if getattr(block, "type", "") == "tool_use":
-                        yield ToolCall(str(block.id), str(block.name), dict(block.input or {}))
+                calls = [block for block in final.content if getattr(block, "type", "") == "tool_use"]
+                for block in calls:
+                    yield ToolCall(str(block.id), str(block.name), dict(block.input or {}))
+                if calls:
+                    yield AssistantContent(tuple(block.model_dump(exclude_none=True) for block in final.content))
                 yield _usage(final.usage)
         # A stream that never started (a JSON body instead of events) fails the SDK's own assertion;
         # one that stalls mid-way raises its HTTP client's timeout, which the SDK does not wrap.

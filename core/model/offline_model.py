@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from core.context import ModelMessage
-from core.model.llm import ModelReply, ToolCall, Usage
+from core.model.llm import AssistantContent, ModelReply, ToolCall, Usage
 from core.models import Role
 
 # "remind me in 5 minutes to stretch": what the stand-in schedules through the follow-up tool.
@@ -49,7 +49,7 @@ class OfflineModel:
         *,
         tools: Sequence[dict[str, Any]] = (),
         continuation: Sequence[dict[str, Any]] = (),
-    ) -> Iterator[str | Usage | ToolCall]:
+    ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
         last = messages[-1].sources[-1].text if messages and messages[-1].sources else ""
         asked = REMIND.search(last)
         if continuation:  # the results of its own tool call: say what they were

@@ -9,10 +9,17 @@ model's does (the soak). `GET /v1/models/{id}` answers the model object for an i
 model's does (the soak). An `answer` may return content blocks instead of a text: text blocks
 and `tool_use` blocks (`tool_use(name, input)`), streamed as the API does (`input_json_delta`)
 and ending with `stop_reason: tool_use`.
+
+The 2026 models (`THINKING_MODELS`: Sonnet 5.5, Haiku 5.5) behave as their pages say
+(docs/research/model-changes-2026.md): every answer begins with a `thinking` block (empty at the
+default display, with a signature bound to the request's prefix), a continuation must carry such
+a block back unchanged (a rebuilt turn, or a block whose prefix changed, answers 400), and Sonnet
+5.5 answers 400 to a forced `tool_choice` and to `thinking.type` `disabled` or `enabled`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import threading
@@ -51,6 +58,51 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The `tool_result` blocks a request ends with (none for a first request)."""
     last = body["messages"][-1]["content"]
     return [] if isinstance(last, str) else [b for b in last if b.get("type") == "tool_result"]
+
+
+THINKING_MODELS = frozenset({"claude-sonnet-5-5", "claude-haiku-5-5"})
+FORCED_TOOL = 'tool_choice: type "tool" and "any" are not supported for this model.'
+THINKING_DISABLED = (
+    '"thinking.type.disabled" is not supported for this model. Use "thinking.type.between_tools" for the lowest'
+    ' thinking setting, or "thinking.type.adaptive" and "output_config.effort" to control thinking behavior.'
+)
+THINKING_ENABLED = (
+    '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and'
+    ' "output_config.effort" to control thinking behavior.'
+)
+
+
+def signature(body: dict[str, Any], before: int) -> str:
+    """A thinking block's signature: bound to the model, the system prompt, the tools and the
+    messages before the answer it opens (index `before`)."""
+    prefix = [body.get("model"), body.get("system"), body.get("tools"), body["messages"][:before]]
+    return hashlib.sha256(json.dumps(prefix, sort_keys=True).encode()).hexdigest()
+
+
+def refusal(body: dict[str, Any]) -> str | None:
+    """What a 2026 model answers 400 to in this request, or None."""
+    model = body.get("model")
+    if model not in THINKING_MODELS:
+        return None
+    choice = (body.get("tool_choice") or {}).get("type")
+    thinking = (body.get("thinking") or {}).get("type")
+    if model == "claude-sonnet-5-5" and choice in ("any", "tool"):
+        return FORCED_TOOL
+    if model == "claude-sonnet-5-5" and thinking == "disabled":
+        return THINKING_DISABLED
+    if thinking == "enabled":
+        return THINKING_ENABLED
+    for index, message in enumerate(body["messages"]):
+        # An earlier turn is text (rebuilt from the store each time): only an answer that called a
+        # tool, sent back within its turn, must be the model's own, thinking block first.
+        if message["role"] != "assistant" or isinstance(message["content"], str):
+            continue
+        if not any(block.get("type") == "tool_use" for block in message["content"]):
+            continue
+        first = message["content"][0] if message["content"] else {}
+        if first.get("type") != "thinking" or first.get("signature") != signature(body, index):
+            return f"messages.{index}.content.0: this turn's thinking block is missing or not of this conversation"
+    return None
 
 
 class FakeAnthropic:
@@ -109,12 +161,20 @@ class FakeAnthropic:
                     # No retry from the SDK: each behaviour is one request, and the test counts them.
                     data = json.dumps(error).encode()
                     return self.answer_bytes(int(fake.behaviour), data, "application/json", {"x-should-retry": "false"})
+                refused = refusal(body)
+                if refused is not None:
+                    error = {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}
+                    data = json.dumps(error).encode()
+                    return self.answer_bytes(400, data, "application/json", {"x-should-retry": "false"})
                 if fake.behaviour == "slow" and not body.get("stream"):
                     time.sleep(fake.slow_s)
                 elif fake.latency_s[1] > 0:
                     time.sleep(random.uniform(*fake.latency_s))
                 answer = fake.answer(body)
                 blocks = [text_block(answer)] if isinstance(answer, str) else answer
+                if body.get("model") in THINKING_MODELS:
+                    opened = {"type": "thinking", "thinking": "", "signature": signature(body, len(body["messages"]))}
+                    blocks = [opened, *blocks]
                 text = "".join(b["text"] for b in blocks if b["type"] == "text")
                 usage_json = {
                     "input_tokens": usage.input_tokens,
@@ -143,7 +203,13 @@ class FakeAnthropic:
                     ("message_start", {"type": "message_start", "message": start}),
                 ]
                 for index, block in enumerate(blocks):
-                    if block["type"] == "tool_use":
+                    if block["type"] == "thinking":  # at the default display: no text, one signature
+                        opened = {"type": "thinking", "thinking": "", "signature": ""}
+                        signed = {"type": "signature_delta", "signature": block["signature"]}
+                        start_event = {"type": "content_block_start", "index": index, "content_block": opened}
+                        delta_event = {"type": "content_block_delta", "index": index, "delta": signed}
+                        events += [("content_block_start", start_event), ("content_block_delta", delta_event)]
+                    elif block["type"] == "tool_use":
                         opened = {**block, "input": {}}
                         events.append(
                             (
