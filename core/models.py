@@ -228,7 +228,12 @@ class Neighbour:
         return cls(int(row["id"]), parse_role(row["role"]), row["content"], datetime.fromisoformat(row["created_at"]))
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "role": self.role.value, "content": self.content, "created_at": self.created_at.isoformat()}
+        return {
+            "id": self.id,
+            "role": self.role.value,
+            "content": self.content,
+            "created_at": self.created_at.isoformat(),
+        }
 
 
 @dataclass(frozen=True)
