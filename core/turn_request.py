@@ -14,7 +14,7 @@ from core.context import ContextItem
 from core.follow_ups import FollowUpRules
 from core.media import MediaRef
 from core.model.llm import Usage
-from core.models import Delivery, Surface
+from core.models import Delivery, PlatformMessage, Surface
 
 
 class ReplyChannel(Protocol):
@@ -44,6 +44,7 @@ class TurnRequest:
     deadline_s: float = 30.0
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
+    platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
 
 
 class Outcome(StrEnum):
