@@ -165,3 +165,14 @@ def test_a_purged_message_leaves_its_replies_without_a_reference(memory: Memory,
         None,
         None,
     )
+
+
+def test_an_owed_reply_taken_over_by_its_redelivery_still_says_what_it_quotes(memory: Memory) -> None:
+    person = Person(user_id=uuid.uuid4())
+    platform = PlatformMessage("6:2", reply_to="6:1", quoted="the plan")
+    first = memory.begin_turn(person, Surface.TELEGRAM, "is it still on?", "u6", platform=platform)
+    assert first.user_id is not None and first.message_id is not None
+    memory.end_attempt(first.user_id, first.message_id, first.attempt, 0)  # the model failed: owed
+    again = memory.begin_turn(person, Surface.TELEGRAM, "is it still on?", "u6", platform=platform)
+    assert (again.owed, again.message_id, again.quoted) == (True, first.message_id, "the plan")
+    assert again.history[-1].content == '[replying to: "the plan"] is it still on?'

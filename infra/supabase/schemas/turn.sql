@@ -324,6 +324,7 @@ declare
     v_context record;
     v_follow_ups record;
     v_quote record;
+    v_quoted text;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
         return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
@@ -372,6 +373,7 @@ begin
         end if;
         v_conversation := v_stored.conversation_id;
         select v_stored.message_id as message_id, v_stored.created_at as created_at into v_message;
+        select m.quoted into v_quoted from public.messages m where m.id = v_stored.message_id;
     else
         v_conversation := crossmem_private.turn_conversation(v_user, p_surface, p_conversation_id, p_content);
         if v_conversation is null then
@@ -383,6 +385,7 @@ begin
             v_now + make_interval(secs => p_answer_within_seconds), p_sender,
             p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0,
             p_platform_ref, v_quote.replied_to, v_quote.quoted);
+        v_quoted := v_quote.quoted;
     end if;
 
     v_context := crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
@@ -395,7 +398,7 @@ begin
         'conversation_surface', v_context.conversation_surface, 'history', v_context.history,
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
-        'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quote.quoted);
+        'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted);
 end;
 $$;
 
