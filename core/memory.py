@@ -23,6 +23,7 @@ from core.models import (
     FollowUp,
     MemoryHit,
     Person,
+    PlatformMessage,
     StoredMessage,
     StoredReply,
     Surface,
@@ -69,6 +70,16 @@ class OwedMessage:
     start: TurnStart
 
 
+@dataclass(frozen=True)
+class EditResult:
+    """What an edit found: the person's message it names (`found`), and whether its text changed
+    (not for a redelivered or an older edit)."""
+
+    found: bool
+    edited: bool
+    message_id: int | None = None
+
+
 def turn_start(row: dict[str, Any]) -> TurnStart:
     reply = row.get("reply")
     return TurnStart(
@@ -86,7 +97,19 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
         timezone=row.get("timezone") or None,
         delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
+        quoted=row.get("quoted"),
     )
+
+
+def platform_arguments(platform: PlatformMessage | None) -> dict[str, Any]:
+    """begin_turn's and edit_message's arguments naming a message and what it replies to."""
+    if platform is None:
+        return {"p_platform_ref": None, "p_reply_ref": None, "p_quoted": None}
+    return {
+        "p_platform_ref": storable(platform.ref),
+        "p_reply_ref": storable(platform.reply_to) if platform.reply_to is not None else None,
+        "p_quoted": storable(platform.quoted) if platform.quoted is not None else None,
+    }
 
 
 def storable(text: str) -> str:
@@ -120,12 +143,15 @@ class Memory:
         *,
         sender: str | None = None,
         answer_within_s: float = 60.0,
+        platform: PlatformMessage | None = None,
     ) -> TurnStart:
         """Store the person's message once and return the context to answer it with.
 
         `sender` is the chat or number to answer later if this turn cannot (kept with the
         message); `answer_within_s` how long its attempt may still answer (the surface's model
-        deadline plus a margin): after it, the message is owed.
+        deadline plus a margin): after it, the message is owed. `platform`: the platform's name
+        for the message (what an edit finds it by) and the message it replies to, whose quote
+        the stored message begins with (the stored one's words when the platform gives none).
 
         Raises InputError for a message we cannot store, NotFound for someone else's
         conversation and OverBudget for a person past their budget (nothing stored); a store
@@ -152,6 +178,7 @@ class Memory:
             "p_answer_within_seconds": math.ceil(answer_within_s),
             "p_sender": sender,
             "p_sender_alias": person.sender_alias,
+            **platform_arguments(platform),
         }
         try:
             row = self.store.call("begin_turn", arguments)
@@ -263,6 +290,25 @@ class Memory:
             self.store.call("mark_delivered", {"p_user_id": str(user_id), "p_reply_id": reply_id})
         except StoreUnavailable as exc:
             log.error("mark_delivered failed", extra={"error": str(exc)})
+
+    def edit_message(
+        self, person: Person, surface: Surface, platform: PlatformMessage, text: str, edited_at: datetime
+    ) -> EditResult:
+        """Replace the text of the person's own stored message that `platform.ref` names, as the
+        person corrected it at `edited_at` (the platform's time of the edit): once, and never with
+        an older edit. One round trip; raises InputError for a text we cannot store and
+        StoreUnavailable."""
+        arguments: dict[str, Any] = {
+            "p_user_id": str(person.user_id) if person.user_id else None,
+            "p_sender_id": person.sender_id,
+            "p_surface": surface.value,
+            **platform_arguments(platform),
+            "p_content": clean_text(text, self.limits.max_message_chars),
+            "p_edited_at": edited_at.isoformat(),
+        }
+        row = self.store.call("edit_message", arguments)
+        message_id = row.get("message_id")
+        return EditResult(bool(row["found"]), bool(row["edited"]), int(message_id) if message_id else None)
 
     # What the web needs besides turns. These raise StoreUnavailable: a page can say so.
 

@@ -138,6 +138,17 @@ class Person:
 
 
 @dataclass(frozen=True)
+class PlatformMessage:
+    """How the platform names a person's message, and the message it replies to: what lets an edit
+    find the stored message again and a reply show the model what it answers (docs/decisions.md,
+    Corrections and replies)."""
+
+    ref: str  # Telegram "chat_id:message_id", Twilio's MessageSid
+    reply_to: str | None = None  # the platform's name for the message replied to
+    quoted: str | None = None  # the text it quotes, when the platform gives it (Telegram does)
+
+
+@dataclass(frozen=True)
 class StoredReply:
     id: int
     content: str
@@ -200,6 +211,8 @@ class TurnStart:
     timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
     # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.
     delivered_first: list[str] = field(default_factory=list)
+    # What this message quotes, when it is a reply (its stored content begins with it).
+    quoted: str | None = None
 
 
 @dataclass(frozen=True)

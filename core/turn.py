@@ -254,6 +254,7 @@ class Turns:
             request.conversation_id,
             sender=request.sender_id,
             answer_within_s=request.deadline_s + ANSWER_MARGIN_S,
+            platform=request.platform,
         )
         figures.round_trips, figures.degraded = 1, start.degraded
         if not start.duplicate:

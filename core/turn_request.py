@@ -15,7 +15,7 @@ from core.follow_ups import FollowUpRules
 from core.media import MediaRef
 from core.memory_search import SearchRules
 from core.model.llm import Usage
-from core.models import Delivery, Surface
+from core.models import Delivery, PlatformMessage, Surface
 
 
 class ReplyChannel(Protocol):
@@ -45,6 +45,7 @@ class TurnRequest:
     deadline_s: float = 30.0
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
+    platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
 
 
 class Outcome(StrEnum):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.commands import Commands
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
+from core.edits import Corrections
 from core.errors import ConfigurationError
 from core.follow_up_delivery import FollowUpDelivery, Senders
 from core.follow_ups import FollowUpRules
@@ -372,6 +373,12 @@ def commands() -> Commands:
 
 
 @functools.cache
+def corrections() -> Corrections:
+    """Edited messages (core/edits.py)."""
+    return Corrections(memory(), identity())
+
+
+@functools.cache
 def forgetting() -> Forgetting:
     return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply)
 
@@ -409,6 +416,7 @@ _CACHED = (
     turns,
     linking,
     commands,
+    corrections,
     forgetting,
     retention,
     telegram_bot,

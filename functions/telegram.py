@@ -1,7 +1,8 @@
 """`telegram_webhook`: Telegram's webhook deliveries, `POST /telegram`.
 
 Verify the secret token, parse the update, run the turn (the reply goes out through the
-Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200. When the
+Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200; an edited
+message corrects the stored one and is not answered. When the
 stored reply could not be sent for a reason that may pass, answer 503: Telegram redelivers
 an update whose webhook answered anything but 2xx, and the redelivery sends that reply.
 """
@@ -22,6 +23,7 @@ from core.channels.telegram_update import (
     TelegramUpdate,
     classify,
 )
+from core.edits import MessageEdit
 from core.errors import InputError, OverBudget, StillAnswering
 from core.models import Surface
 from core.turn_request import TurnRequest
@@ -54,6 +56,9 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
     if isinstance(action, Notice):
         return _reply(action.chat_id, action.text, inline=inline)
+    if isinstance(action, MessageEdit):
+        # No answer: the person corrected what they said; the next turn reads it (core/edits.py).
+        return json_response({"ok": True, "edit": runtime.corrections().apply(action).value})
     if isinstance(action, Command):
         answer = runtime.commands().answer(action.request)
         if action.callback_query_id and config.telegram_bot_token is not None:
@@ -68,6 +73,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         sender_id=action.sender_id,
         deadline_s=config.telegram_model_deadline,
         media=action.media,
+        platform=action.platform,
     )
     deadline = time.monotonic() + REPLY_DEADLINE_S
     try:

@@ -69,6 +69,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         sender_alias=action.also_known_as,
         deadline_s=config.whatsapp_model_deadline,
         media=action.media,
+        platform=action.platform,
     )
     if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
         sender.show_typing(action.message_sid)

@@ -126,6 +126,9 @@ def begin_turn_arguments(**given: object) -> dict[str, object]:
         "p_answer_within_seconds": 60,
         "p_sender": None,
         "p_sender_alias": None,
+        "p_platform_ref": None,
+        "p_reply_ref": None,
+        "p_quoted": None,
     }
     return {**arguments, **given}
 

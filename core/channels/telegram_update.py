@@ -1,12 +1,16 @@
 """Telegram's `Update` as it reaches the webhook, and what each kind of update asks of us.
 
 The models accept unknown and missing fields (Telegram adds fields; updates from 2018
-lack some now required). `classify` turns an update into one of four actions:
+lack some now required). `classify` turns an update into one of five actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
-  `media`, fetched by the turn: core/media_turn.py): a turn of the person's thread.
+  `media`, fetched by the turn: core/media_turn.py): a turn of the person's thread. Its
+  `platform` names it ("chat_id:message_id") and, for a reply, the message replied to and the
+  text quoted (`quote`, the part the person picked, else the replied message's text or caption).
+- `MessageEdit`: the person corrected the text of a private message: its stored text is replaced
+  (core/edits.py), and nothing is answered.
 - `Notice`: a short fixed answer, nothing stored (stickers, videos, locations, groups).
-- `Ignore`: a 200 and nothing else (service updates, edits, queries, channels).
+- `Ignore`: a 200 and nothing else (service updates, edited captions, queries, channels).
 - `Command`: a chat command (core/commands.py: linking, unlinking, forgetting), or the Confirm
   button under a link's question (a `callback_query`): never part of the thread.
 docs/api.md's table lists every kind.
@@ -15,13 +19,15 @@ docs/api.md's table lists every kind.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.commands import ChatCommand, chat_command
+from core.edits import MessageEdit
 from core.identity.linking import LinkRequest, looks_like_code
 from core.media import MediaKind, MediaRef, media_kind, photo_size
-from core.models import Surface
+from core.models import PlatformMessage, Surface
 
 
 class _Tolerant(BaseModel):
@@ -46,6 +52,12 @@ class MessageEntity(_Tolerant):
     length: int = 0
 
 
+class TextQuote(_Tolerant):
+    """The part of the replied message the person quoted (Bot API 7.0's `quote`)."""
+
+    text: str = ""
+
+
 class Message(_Tolerant):
     message_id: int
     chat: Chat
@@ -54,6 +66,8 @@ class Message(_Tolerant):
     caption: str | None = None
     entities: list[MessageEntity] = []
     reply_to_message: Message | None = None
+    quote: TextQuote | None = None
+    edit_date: int | None = None
     photo: list[dict[str, object]] | None = None
     sticker: dict[str, object] | None = None
     voice: dict[str, object] | None = None
@@ -85,6 +99,7 @@ class Converse:
     text: str
     update_id: int
     media: tuple[MediaRef, ...] = field(default=())  # then `text` is the caption
+    platform: PlatformMessage | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,7 @@ class Command:
 CONFIRM_LINK = "link:"
 
 
-TelegramAction = Converse | Notice | Ignore | Command
+TelegramAction = Converse | MessageEdit | Notice | Ignore | Command
 
 TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
 PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
@@ -143,8 +158,10 @@ def _addressed_to_bot(message: Message, bot_id: int | None, bot_username: str | 
 def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: str | None = None) -> TelegramAction:
     if update.callback_query is not None:
         return _confirmed_link(update.callback_query) or Ignore("callback_query")
+    if update.message is None and update.edited_message is not None:
+        return _edit(update.edited_message)
     if update.message is None:
-        for kind in ("edited_message", "channel_post", "edited_channel_post", "callback_query", "inline_query"):
+        for kind in ("channel_post", "edited_channel_post", "callback_query", "inline_query"):
             if getattr(update, kind) is not None:
                 return Ignore(kind)
         if update.my_chat_member is not None:
@@ -164,14 +181,48 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         return Command(message.chat.id, command)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start")
+    platform = platform_message(message)
     if attached := readable_media(message):
-        return Converse(message.chat.id, str(sender.id), (message.caption or "").strip(), update.update_id, attached)
+        caption = (message.caption or "").strip()
+        return Converse(message.chat.id, str(sender.id), caption, update.update_id, attached, platform)
     if text:
-        return Converse(message.chat.id, str(sender.id), text, update.update_id)
+        return Converse(message.chat.id, str(sender.id), text, update.update_id, platform=platform)
     media = _media_kind(message)
     if media is not None:
         return Notice(message.chat.id, TEXT_ONLY, media)
     return Ignore("private message without text")
+
+
+def platform_message(message: Message) -> PlatformMessage:
+    """The message as Telegram names it, with the one it replies to and what it quotes: the part
+    the person picked (`quote`), else the replied message's text or caption. A replied message
+    without either (a voice note) is quoted from memory, when it is the person's (begin_turn)."""
+    replied = message.reply_to_message
+    quoted = message.quote.text if message.quote is not None and message.quote.text.strip() else None
+    if replied is not None and quoted is None:
+        quoted = replied.text or replied.caption or None
+    reply_to = f"{replied.chat.id}:{replied.message_id}" if replied is not None else None
+    return PlatformMessage(f"{message.chat.id}:{message.message_id}", reply_to, quoted)
+
+
+def _edit(message: Message) -> MessageEdit | Ignore:
+    """A person's edit of a private text message. An edited caption is left alone: its stored
+    message is what the turn learned of the photo or file, which the caption alone would lose."""
+    sender = message.from_
+    if sender is None or sender.is_bot or message.chat.type != "private":
+        return Ignore("edited_message")
+    text = (message.text or "").strip()
+    if not text:
+        return Ignore("edited_message without text")
+    return MessageEdit(Surface.TELEGRAM, str(sender.id), text, platform_message(message), _edited_at(message.edit_date))
+
+
+def _edited_at(edit_date: int | None) -> datetime:
+    """Telegram's edit_date (Unix time); now when it is missing or no date at all."""
+    try:
+        return datetime.fromtimestamp(edit_date, UTC) if edit_date else datetime.now(UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.now(UTC)
 
 
 def readable_media(message: Message) -> tuple[MediaRef, ...]:

@@ -29,7 +29,7 @@ from core.commands import ChatCommand, chat_command
 from core.errors import InputError
 from core.identity.policy import BSUID, normalise_phone
 from core.media import MediaRef, twilio_media
-from core.models import Delivery, Surface
+from core.models import Delivery, PlatformMessage, Surface
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
@@ -64,6 +64,9 @@ class WhatsAppForm(BaseModel):
     message_type: str | None = Field(default=None, alias="MessageType")
     latitude: float | None = Field(default=None, alias="Latitude")
     longitude: float | None = Field(default=None, alias="Longitude")
+    # A reply: the Sid of the message replied to (the person's own, or one of ours) and who sent it.
+    replied_sid: str | None = Field(default=None, alias="OriginalRepliedMessageSid", max_length=64)
+    replied_sender: str | None = Field(default=None, alias="OriginalRepliedMessageSender", max_length=140)
     media_content_types: list[str] = []
     media_urls: list[str] = []
 
@@ -78,6 +81,13 @@ class WhatsAppForm(BaseModel):
         parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
         parsed.media_urls = [form.get(f"MediaUrl{index}", "") for index in range(parsed.num_media)]
         return parsed
+
+    @property
+    def platform(self) -> PlatformMessage:
+        """The message as Twilio names it, and the one it replies to: only its Sid comes, so what
+        it says is looked up among the person's stored messages (begin_turn). One of ours is not
+        stored by a Sid (a TwiML answer's is never told us): it is not found, and nothing quoted."""
+        return PlatformMessage(self.message_sid, self.replied_sid or None)
 
     @property
     def bsuid(self) -> str | None:
@@ -114,6 +124,7 @@ class Converse:
     message_sid: str
     also_known_as: str | None = None
     media: tuple[MediaRef, ...] = ()  # then `text` is the caption (fetched from Twilio's host only)
+    platform: PlatformMessage | None = None
 
 
 @dataclass(frozen=True)
@@ -130,9 +141,9 @@ def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
     if command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as):
         return command
     if media := twilio_media(form.media_urls, form.media_content_types):
-        return Converse(form.identity, text, form.message_sid, form.also_known_as, media)
+        return Converse(form.identity, text, form.message_sid, form.also_known_as, media, form.platform)
     if text:
-        return Converse(form.identity, text, form.message_sid, form.also_known_as)
+        return Converse(form.identity, text, form.message_sid, form.also_known_as, platform=form.platform)
     if form.latitude is not None or form.message_type == "location":
         return Notice(LOCATION, "location")
     if form.num_media:

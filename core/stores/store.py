@@ -28,6 +28,7 @@ SQL_FUNCTIONS = frozenset(
         "end_attempt",
         "claim_owed_replies",
         "mark_delivered",
+        "edit_message",
         "create_conversation",
         "list_conversations",
         "conversation_messages",

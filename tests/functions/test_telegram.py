@@ -28,7 +28,7 @@ EXPECTED = {
     "01_private_text.json": "turn",
     "02_start_deeplink.json": "notice",
     "03_emoji_nonlatin_text.json": "turn",
-    "04_edited_message.json": "ignore",
+    "04_edited_message.json": "ignore",  # an edit of a message never stored (tests/functions/test_telegram_edits.py)
     "05_photo_caption.json": "ignore",  # a supergroup, not addressed to the bot
     "06_sticker.json": "notice",
     "07_voice.json": "ignore",  # supergroup
@@ -43,6 +43,8 @@ EXPECTED = {
     "16_forward_origin.json": "turn",
     "17_inline_query.json": "ignore",
     "18_document_nonlatin_filename_2018.json": "ignore",  # supergroup
+    "19_private_reply_with_quote.json": "turn",  # its quote: tests/functions/test_replies.py
+    "20_edited_reply_with_quote.json": "ignore",  # an edit: the reply to the original stands
 }
 
 # The same group captures, as if sent in a private chat with the bot. `media`: a turn of its own

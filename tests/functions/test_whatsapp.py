@@ -119,6 +119,7 @@ CORPUS_ANSWERS = {
     "05_location_messagetype.json": "location",
     "06_contact_vcard_media.json": "text only",
     "07_text_basic_2019.json": "turn",
+    "10_reply_to_own_message.json": "turn",  # its quote: tests/functions/test_replies.py
 }
 
 

@@ -8,6 +8,12 @@
 --
 -- `search_text` is what memory search reads (search_memory, below): every message a person
 -- ever wrote or was answered, on every surface, found by its words.
+--
+-- Corrections and replies (turn.sql's edit_message and reply_quote; docs/decisions.md): a user
+-- message keeps the platform's own name for it (`platform_ref`), which an edit or a reply names
+-- it by; a reply keeps the stored message it answers (`replied_to`, when it is the person's) and
+-- the text it quotes (`quoted`), which its content begins with; an edit replaces the content
+-- and keeps when the platform says it was made (`edited_at`).
 
 -- Supabase keeps extensions in their own schema, there already (the local stand-ins make it, and
 -- grant it as Supabase does, on plain Postgres).
@@ -46,6 +52,12 @@ create table public.messages (
     attempt uuid,
     answer_by timestamptz,
     sender text,
+    -- Telegram "chat_id:message_id", Twilio's MessageSid: an edit has a delivery of its own
+    -- (a new update_id) but names the message it corrects this way.
+    platform_ref text,
+    replied_to bigint references public.messages (id) on delete set null,
+    quoted text,
+    edited_at timestamptz,
     search_text tsvector generated always as (crossmem_private.searchable(content)) stored
 );
 alter table public.messages enable row level security;  -- who reads what: access.sql
@@ -65,6 +77,9 @@ create unique index messages_once_per_attempt on public.messages (attempt) where
 -- the model again, whatever conversation it names. Replies have no key: they are not in it.
 create unique index messages_once_per_delivery on public.messages (user_id, surface, external_id)
     where external_id is not null;
+-- An edit or a reply finds the person's message by the platform's name for it.
+create index messages_by_platform_ref on public.messages (user_id, surface, platform_ref)
+    where platform_ref is not null;
 -- Memory search: a person's messages by their words (btree_gin puts user_id in the same index,
 -- so a search reads only that person's entries, as a Citus shard would hold them).
 create index messages_by_user_words on public.messages using gin (user_id, search_text);

@@ -194,18 +194,59 @@ begin
 end;
 $$;
 
+-- A reply as the model reads it and memory keeps it: the text it quotes, then its own. Stored so,
+-- every later turn shows it alike (the prompt's prefix stays the same) and memory search, the
+-- digest and the web read what the model read, as a photo's `[photo: …] caption` is stored.
+create or replace function crossmem_private.quoting(p_quoted text, p_content text) returns text
+    language sql immutable parallel safe set search_path = '' as $$
+    select case when p_quoted is null then p_content else '[replying to: "' || p_quoted || '"] ' || p_content end;
+$$;
+
+-- What a reply quotes and the stored message it answers: p_reply_ref is the platform's name for
+-- the message replied to, looked up among this person's own messages of the surface (never
+-- anyone else's); p_quoted the text the platform gave (Telegram's quote, or the replied message's
+-- text), else the stored message's own words (a WhatsApp reply carries only a Sid), without its
+-- own quote or edit mark. One line, at most 300 characters: enough to know which message is meant.
+create or replace function crossmem_private.reply_quote(
+    p_user_id uuid, p_surface text, p_reply_ref text, p_quoted text, out replied_to bigint, out quoted text
+) language plpgsql stable set search_path = '' as $$
+declare
+    v_words text;
+begin
+    if p_reply_ref is null and p_quoted is null then
+        return;  -- not a reply: most messages
+    end if;
+    if p_reply_ref is not null then
+        select m.id, substr(case when m.edited_at is null then m.content
+                                 else regexp_replace(m.content, ' \(edited\)$', '') end,
+                            char_length(crossmem_private.quoting(m.quoted, '')) + 1)
+          into replied_to, v_words
+          from public.messages m
+         where m.user_id = p_user_id and m.surface = p_surface and m.platform_ref = p_reply_ref
+         order by m.id desc
+         limit 1;
+    end if;
+    quoted := nullif(btrim(regexp_replace(coalesce(nullif(btrim(p_quoted), ''), v_words, ''), '\s+', ' ', 'g')), '');
+    if char_length(quoted) > 300 then
+        quoted := left(quoted, 299) || '…';
+    end if;
+end;
+$$;
+
 -- Store the user message (its key was looked up under its lock: the insert meets no other
 -- delivery of it), counted for the budget when a limit is on.
 create or replace function crossmem_private.store_user_message(
     p_user_id uuid, p_conversation_id uuid, p_surface text, p_content text,
     p_external_id text, p_attempt uuid, p_answer_by timestamptz, p_sender text, p_counted boolean,
+    p_platform_ref text, p_replied_to bigint, p_quoted text,
     out message_id bigint, out created_at timestamptz
 ) language plpgsql set search_path = '' as $$
 begin
     insert into public.messages (conversation_id, user_id, surface, role, content, external_id, attempt,
-                                 answer_by, sender)
-         values (p_conversation_id, p_user_id, p_surface, 'user', p_content, p_external_id, p_attempt,
-                 p_answer_by, p_sender)
+                                 answer_by, sender, platform_ref, replied_to, quoted)
+         values (p_conversation_id, p_user_id, p_surface, 'user',
+                 crossmem_private.quoting(p_quoted, p_content), p_external_id, p_attempt,
+                 p_answer_by, p_sender, p_platform_ref, p_replied_to, p_quoted)
       returning id, messages.created_at into message_id, created_at;
     if p_counted then
         insert into public.turn_usage (message_id, user_id, at) values (message_id, p_user_id, created_at);
@@ -267,7 +308,9 @@ create or replace function public.begin_turn(
     p_attempt uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
     p_answer_within_seconds integer, p_sender text,
     -- the sender's other id (a WhatsApp number beside its BSUID), kept as the same person
-    p_sender_alias text
+    p_sender_alias text,
+    -- the platform's name for this message, and for the one it replies to with the text it quotes
+    p_platform_ref text, p_reply_ref text, p_quoted text
 ) returns json language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
@@ -280,6 +323,8 @@ declare
     v_message record;
     v_context record;
     v_follow_ups record;
+    v_quote record;
+    v_quoted text;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
         return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
@@ -328,15 +373,19 @@ begin
         end if;
         v_conversation := v_stored.conversation_id;
         select v_stored.message_id as message_id, v_stored.created_at as created_at into v_message;
+        select m.quoted into v_quoted from public.messages m where m.id = v_stored.message_id;
     else
         v_conversation := crossmem_private.turn_conversation(v_user, p_surface, p_conversation_id, p_content);
         if v_conversation is null then
             return json_build_object('error', 'conversation_not_found');
         end if;
+        v_quote := crossmem_private.reply_quote(v_user, p_surface, p_reply_ref, p_quoted);
         v_message := crossmem_private.store_user_message(
             v_user, v_conversation, p_surface, p_content, p_external_id, p_attempt,
             v_now + make_interval(secs => p_answer_within_seconds), p_sender,
-            p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0);
+            p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0,
+            p_platform_ref, v_quote.replied_to, v_quote.quoted);
+        v_quoted := v_quote.quoted;
     end if;
 
     v_context := crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
@@ -349,7 +398,7 @@ begin
         'conversation_surface', v_context.conversation_surface, 'history', v_context.history,
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
-        'delivered_first', v_follow_ups.delivered_first);
+        'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted);
 end;
 $$;
 
@@ -368,7 +417,7 @@ begin
     if p_content is null then
         return;
     end if;
-    update public.messages m set content = p_content
+    update public.messages m set content = crossmem_private.quoting(m.quoted, p_content)
      where m.id = p_user_message_id and m.role = 'user'
        and (m.user_id = p_user_id
             or exists (select from public.merged_people x
@@ -471,4 +520,46 @@ create or replace function public.mark_delivered(p_user_id uuid, p_reply_id bigi
             or exists (select from public.merged_people x
                         where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
     returning jsonb_build_object('reply_id', m.id);
+$$;
+
+-- A person's correction of their own message (a Telegram edited_message): its text replaced, with
+-- what it quotes, marked ` (edited)` for the model (its earlier answer was to the old words); memory
+-- search then finds the new words, not the old (search_text follows content). The message is the
+-- person's own, named by the platform (p_platform_ref): p_user_id, else the person of p_sender_id
+-- (never an identity made here: an edit of a chat never seen finds nothing). An edit the message
+-- already has, or an older one (its p_edited_at, the platform's edit_date, is not later than the
+-- stored one), changes nothing: a redelivery, or edits delivered out of order. No answer follows,
+-- and nothing is counted (docs/decisions.md). Returns {"found", "edited", "message_id"}.
+create or replace function public.edit_message(
+    p_user_id uuid, p_sender_id text, p_surface text, p_platform_ref text, p_content text,
+    p_reply_ref text, p_quoted text, p_edited_at timestamptz
+) returns json language plpgsql set search_path = '' as $$
+declare
+    v_user uuid := p_user_id;
+    v_message record;
+    v_quote record;
+begin
+    if v_user is null then
+        select i.user_id into v_user
+          from public.identities i where i.surface = p_surface and i.external_id = p_sender_id;
+    end if;
+    select m.id, m.edited_at into v_message
+      from public.messages m
+     where m.user_id = v_user and m.surface = p_surface and m.platform_ref = p_platform_ref and m.role = 'user'
+     order by m.id desc
+     limit 1
+       for update of m;
+    if v_message.id is null then
+        return json_build_object('found', false, 'edited', false, 'message_id', null);
+    end if;
+    if v_message.edited_at >= p_edited_at then
+        return json_build_object('found', true, 'edited', false, 'message_id', v_message.id);
+    end if;
+    v_quote := crossmem_private.reply_quote(v_user, p_surface, p_reply_ref, p_quoted);
+    update public.messages m
+       set content = crossmem_private.quoting(v_quote.quoted, p_content) || ' (edited)',
+           quoted = v_quote.quoted, replied_to = v_quote.replied_to, edited_at = p_edited_at
+     where m.id = v_message.id and m.user_id = v_user;
+    return json_build_object('found', true, 'edited', true, 'message_id', v_message.id);
+end;
 $$;

@@ -1,0 +1,178 @@
+"""Edits and replies in the memory (turn.sql's edit_message and reply_quote), on real Postgres:
+an edit corrects only the person's own message, once; a reply keeps what it answers and quotes it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from core.memory import EditResult, Memory
+from core.models import Person, PlatformMessage, Surface
+from tests.helpers import execute, rows
+
+EDITED_AT = datetime(2026, 11, 30, 9, 15, tzinfo=UTC)
+
+
+def stored(database_url: str, message_id: int | None) -> tuple[object, ...]:
+    """A message's content, quote, reply and edit time."""
+    found = rows(database_url, "select content, quoted, replied_to, edited_at from messages where id = %s", message_id)
+    assert len(found) == 1
+    return found[0]
+
+
+def said(memory: Memory, person: Person, text: str, ref: str, **reply: str) -> int:
+    """A Telegram message of `person`, stored by a turn's begin_turn and answered; its id."""
+    start = memory.begin_turn(person, Surface.TELEGRAM, text, uuid.uuid4().hex, platform=PlatformMessage(ref, **reply))
+    assert start.message_id is not None and start.user_id is not None
+    memory.finish_turn(start.user_id, start.message_id, "Noted.")
+    return start.message_id
+
+
+def test_an_edit_replaces_the_persons_own_message_once(memory: Memory, database_url: str) -> None:
+    person = Person(user_id=uuid.uuid4())
+    message = said(memory, person, "The dentist is on Tuesday", "42:7")
+    edit = memory.edit_message(
+        person, Surface.TELEGRAM, PlatformMessage("42:7"), "The dentist is on Thursday", EDITED_AT
+    )
+    assert edit == EditResult(found=True, edited=True, message_id=message)
+    assert stored(database_url, message) == ("The dentist is on Thursday (edited)", None, None, EDITED_AT)
+    # Delivered again, the same edit changes nothing; nor does an older one arriving late.
+    again = memory.edit_message(
+        person, Surface.TELEGRAM, PlatformMessage("42:7"), "The dentist is on Thursday", EDITED_AT
+    )
+    older = memory.edit_message(
+        person,
+        Surface.TELEGRAM,
+        PlatformMessage("42:7"),
+        "The dentist is on Wednesday",
+        EDITED_AT - timedelta(minutes=1),
+    )
+    assert again == older == EditResult(found=True, edited=False, message_id=message)
+    assert stored(database_url, message) == ("The dentist is on Thursday (edited)", None, None, EDITED_AT)
+    # A later one replaces it again.
+    later = EDITED_AT + timedelta(minutes=2)
+    memory.edit_message(person, Surface.TELEGRAM, PlatformMessage("42:7"), "The dentist is on Friday", later)
+    assert stored(database_url, message) == ("The dentist is on Friday (edited)", None, None, later)
+
+
+def test_an_edit_never_touches_another_persons_message_of_the_same_name(memory: Memory, database_url: str) -> None:
+    """edit_message filters by the person: without it, the newest message of that name (the other
+    person's, stored second) would be the one corrected."""
+    ana, bruno = Person(user_id=uuid.uuid4()), Person(user_id=uuid.uuid4())
+    hers = said(memory, ana, "My budget is 900", "7:1")
+    his = said(memory, bruno, "My budget is 400", "7:1")
+    edit = memory.edit_message(ana, Surface.TELEGRAM, PlatformMessage("7:1"), "My budget is 950", EDITED_AT)
+    assert edit == EditResult(found=True, edited=True, message_id=hers)
+    assert stored(database_url, hers)[0] == "My budget is 950 (edited)"
+    assert stored(database_url, his) == ("My budget is 400", None, None, None)
+    # Nor does a stranger's edit find anything, on any surface or name.
+    stranger = Person(sender_id=f"stranger-{uuid.uuid4().hex}")
+    missed = memory.edit_message(stranger, Surface.TELEGRAM, PlatformMessage("7:1"), "mine now", EDITED_AT)
+    assert missed == EditResult(found=False, edited=False, message_id=None)
+    elsewhere = memory.edit_message(ana, Surface.WHATSAPP, PlatformMessage("7:1"), "on WhatsApp", EDITED_AT)
+    assert elsewhere == EditResult(found=False, edited=False, message_id=None)
+    assert stored(database_url, his) == ("My budget is 400", None, None, None)
+
+
+def test_memory_search_finds_an_edited_message_by_its_new_words_only(memory: Memory) -> None:
+    person = Person(user_id=uuid.uuid4())
+    message = said(memory, person, "Dinner with Marguerite at the Lisboa restaurant", "9:3")
+    assert [hit.message.id for hit in memory.search(person.user_id, "Marguerite Lisboa")] == [message]  # type: ignore[arg-type]
+    memory.edit_message(
+        person, Surface.TELEGRAM, PlatformMessage("9:3"), "Dinner with Philippa at the Oporto tavern", EDITED_AT
+    )
+    assert person.user_id is not None
+    hits = memory.search(person.user_id, "Philippa Oporto")
+    assert [(hit.message.id, hit.message.content) for hit in hits] == [
+        (message, "Dinner with Philippa at the Oporto tavern (edited)")
+    ]
+    assert memory.search(person.user_id, "Marguerite Lisboa") == []
+
+
+def test_a_reply_keeps_the_message_it_answers_and_quotes_its_words(memory: Memory, database_url: str) -> None:
+    person = Person(user_id=uuid.uuid4())
+    first = said(memory, person, "Luna's booster is due on the 14th", "SM1")
+    # WhatsApp gives only the Sid: the words are the stored message's.
+    start = memory.begin_turn(
+        person, Surface.TELEGRAM, "Can you remind me?", "u2", platform=PlatformMessage("SM2", reply_to="SM1")
+    )
+    assert start.quoted == "Luna's booster is due on the 14th"
+    assert stored(database_url, start.message_id) == (
+        '[replying to: "Luna\'s booster is due on the 14th"] Can you remind me?',
+        "Luna's booster is due on the 14th",
+        first,
+        None,
+    )
+    assert start.history[-1].content == '[replying to: "Luna\'s booster is due on the 14th"] Can you remind me?'
+    # A reply to that reply quotes its own words, not the quote inside them, nor an edit's mark.
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(start.user_id, start.message_id, "Sure.")
+    memory.edit_message(person, Surface.TELEGRAM, PlatformMessage("SM2"), "Remind me the day before?", EDITED_AT)
+    nested = memory.begin_turn(
+        person, Surface.TELEGRAM, "At 9, please", "u3", platform=PlatformMessage("SM3", reply_to="SM2")
+    )
+    assert nested.quoted == "Remind me the day before?"
+
+
+def test_a_reply_quotes_the_platforms_text_in_one_line_of_at_most_300_characters(
+    memory: Memory, database_url: str
+) -> None:
+    person = Person(user_id=uuid.uuid4())
+    long_text = "word  \n" * 100
+    start = memory.begin_turn(
+        person, Surface.TELEGRAM, "this one", "u1", platform=PlatformMessage("1:2", reply_to="1:1", quoted=long_text)
+    )
+    assert start.quoted == ("word " * 60)[:299] + "…"
+    content, quoted, replied_to, _ = stored(database_url, start.message_id)
+    assert (content, quoted, replied_to) == (f'[replying to: "{start.quoted}"] this one', start.quoted, None)
+
+
+def test_a_reply_never_finds_another_persons_message(memory: Memory, database_url: str) -> None:
+    ana, bruno = Person(user_id=uuid.uuid4()), Person(user_id=uuid.uuid4())
+    said(memory, ana, "my secret plan", "SMshared")
+    start = memory.begin_turn(
+        bruno, Surface.TELEGRAM, "what was that?", "u1", platform=PlatformMessage("SMmine", reply_to="SMshared")
+    )
+    assert start.quoted is None
+    assert stored(database_url, start.message_id) == ("what was that?", None, None, None)
+
+
+def test_what_a_turn_learns_of_a_reply_keeps_its_quote(memory: Memory, database_url: str) -> None:
+    """A voice note sent as a reply: its transcript replaces the placeholder, after the quote."""
+    person = Person(user_id=uuid.uuid4())
+    start = memory.begin_turn(
+        person,
+        Surface.TELEGRAM,
+        "[voice note, 0:05, not transcribed]",
+        "u1",
+        platform=PlatformMessage("5:2", reply_to="5:1", quoted="the list"),
+    )
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(start.user_id, start.message_id, "Got it.", user_content="[voice note, 0:05] add milk")
+    assert stored(database_url, start.message_id)[0] == '[replying to: "the list"] [voice note, 0:05] add milk'
+
+
+def test_a_purged_message_leaves_its_replies_without_a_reference(memory: Memory, database_url: str) -> None:
+    person = Person(user_id=uuid.uuid4())
+    first = said(memory, person, "the old plan", "8:1")
+    start = memory.begin_turn(
+        person, Surface.TELEGRAM, "still on?", "u2", platform=PlatformMessage("8:2", reply_to="8:1")
+    )
+    execute(database_url, "delete from messages where id = %s", first)
+    assert stored(database_url, start.message_id) == (
+        '[replying to: "the old plan"] still on?',
+        "the old plan",
+        None,
+        None,
+    )
+
+
+def test_an_owed_reply_taken_over_by_its_redelivery_still_says_what_it_quotes(memory: Memory) -> None:
+    person = Person(user_id=uuid.uuid4())
+    platform = PlatformMessage("6:2", reply_to="6:1", quoted="the plan")
+    first = memory.begin_turn(person, Surface.TELEGRAM, "is it still on?", "u6", platform=platform)
+    assert first.user_id is not None and first.message_id is not None
+    memory.end_attempt(first.user_id, first.message_id, first.attempt, 0)  # the model failed: owed
+    again = memory.begin_turn(person, Surface.TELEGRAM, "is it still on?", "u6", platform=platform)
+    assert (again.owed, again.message_id, again.quoted) == (True, first.message_id, "the plan")
+    assert again.history[-1].content == '[replying to: "the plan"] is it still on?'

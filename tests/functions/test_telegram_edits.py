@@ -1,0 +1,130 @@
+"""Telegram edits end to end: the real function, real Postgres, the fake Bot API and Anthropic.
+
+An `edited_message` of the person's own stored message replaces its text once (a redelivery
+changes nothing), marked ` (edited)`, and gets no answer: the next turn reads the corrected text."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, rows, sent_texts, update
+
+TELEGRAM = CORPUS / "telegram"
+CORPUS_CHAT = 1111111  # files 04, 19 and 20's chat and sender
+
+
+def corpus_update(name: str, chat: int) -> dict[str, Any]:
+    """A corpus update as if from `chat`, this test's own (the database is shared by the session)."""
+    body: dict[str, Any] = json.loads((TELEGRAM / name).read_text().replace(str(CORPUS_CHAT), str(chat)))
+    return body
+
+
+def original_of(edit: dict[str, Any], text: str) -> dict[str, Any]:
+    """The message an edited_message corrects, as it first arrived (its own update_id)."""
+    message = {key: value for key, value in edit["edited_message"].items() if key != "edit_date"}
+    return {"update_id": edit["update_id"] - 1, "message": {**message, "text": text}}
+
+
+def stored(database_url: str, chat: int, message_id: int) -> list[tuple[Any, ...]]:
+    return rows(
+        database_url,
+        "select content, edited_at, quoted from messages where platform_ref = %s and role = 'user'",
+        f"{chat}:{message_id}",
+    )
+
+
+@pytest.fixture
+def chat() -> int:
+    return 610000000 + uuid.uuid4().int % 10**8
+
+
+def test_an_edit_replaces_the_stored_text_once_and_gets_no_answer(
+    environment: pytest.MonkeyPatch,
+    chat: int,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake_anthropic.answer = lambda body: "Noted."  # the person's words appear only where they wrote them
+    client = app_client("telegram_webhook")
+    edit = corpus_update("04_edited_message.json", chat)
+    assert client.post("/", json=original_of(edit, "Original text"), headers=TELEGRAM_HEADERS).status_code == 200
+    assert stored(database_url, chat, 1365) == [("Original text", None, None)]
+    calls_before = len(fake_telegram.calls)
+    answers = []
+    for _ in range(2):  # the second is Telegram's redelivery of the same update_id
+        response = client.post("/", json=edit, headers=TELEGRAM_HEADERS)
+        assert response.status_code == 200
+        answers.append(response.get_json())
+    assert answers == [{"ok": True, "edit": "edited"}, {"ok": True, "edit": "unchanged"}]
+    edited_at = datetime.fromtimestamp(1441646600, UTC)
+    assert stored(database_url, chat, 1365) == [("Edited text (edited)", edited_at, None)]
+    # No answer to the edit, not even "typing…": one model call and one reply, the original's.
+    assert len(fake_anthropic.requests) == 1 and len(fake_telegram.sent()) == 1
+    assert fake_telegram.calls[calls_before:] == []
+    # The next turn shows the model the corrected text, marked, and not the old one.
+    assert client.post("/", json=update("And now?", user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert texts[0].endswith("] Edited text (edited)") and texts[1:] == ["Noted.", texts[2]]
+    assert texts[2].endswith("] And now?") and not any("Original" in text for text in texts)
+
+
+def test_an_edit_of_a_message_never_stored_changes_nothing(
+    environment: pytest.MonkeyPatch,
+    chat: int,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    client = app_client("telegram_webhook")
+    edit = corpus_update("04_edited_message.json", chat)
+    response = client.post("/", json=edit, headers=TELEGRAM_HEADERS)
+    assert response.status_code == 200 and response.get_json() == {"ok": True, "edit": "not_found"}
+    assert stored(database_url, chat, 1365) == []
+    assert rows(database_url, "select count(*) from identities where external_id = %s", str(chat)) == [(0,)]
+    assert fake_anthropic.requests == [] and fake_telegram.calls == []
+
+
+def test_an_edited_caption_or_group_message_is_left_alone(
+    environment: pytest.MonkeyPatch, chat: int, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    client = app_client("telegram_webhook")
+    caption = corpus_update("04_edited_message.json", chat)
+    message = caption["edited_message"]
+    message["caption"] = message.pop("text")
+    message["photo"] = [{"file_id": "photo-1", "width": 800, "height": 600}]
+    group = corpus_update("04_edited_message.json", chat)
+    group["edited_message"]["chat"] = {"id": -100 - chat, "type": "supergroup", "title": "Friends"}
+    answers = [client.post("/", json=body, headers=TELEGRAM_HEADERS).get_json() for body in (caption, group)]
+    assert answers == [
+        {"ok": True, "ignored": "edited_message without text"},
+        {"ok": True, "ignored": "edited_message"},
+    ]
+    assert fake_anthropic.requests == [] and fake_telegram.calls == []
+
+
+def test_an_edited_reply_keeps_its_quote(
+    environment: pytest.MonkeyPatch, chat: int, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    client = app_client("telegram_webhook")
+    reply = corpus_update("19_private_reply_with_quote.json", chat)
+    assert client.post("/", json=reply, headers=TELEGRAM_HEADERS).status_code == 200
+    assert stored(database_url, chat, 1366) == [('[replying to: "Edited"] Reply with a quote', None, "Edited")]
+    edit = corpus_update("20_edited_reply_with_quote.json", chat)
+    response = client.post("/", json=edit, headers=TELEGRAM_HEADERS)
+    assert response.get_json() == {"ok": True, "edit": "edited"}
+    assert stored(database_url, chat, 1366) == [
+        (
+            '[replying to: "Edited"] Edited reply with a quote (edited)',
+            datetime.fromtimestamp(1441646800, UTC),
+            "Edited",
+        )
+    ]
+    assert len(fake_anthropic.requests) == 1
