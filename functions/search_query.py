@@ -71,12 +71,14 @@ def surface_named(args: Mapping[str, str]) -> Surface | None:
 
 
 def moment(args: Mapping[str, str], name: str) -> datetime | None:
+    """`since` or `until` from a query string, as `parse_moment` reads it; None when absent."""
+    return parse_moment(name, args[name]) if name in args else None
+
+
+def parse_moment(name: str, value: str) -> datetime:
     """`since` or `until` as a UTC time: an ISO 8601 date and time (UTC without an offset), or a
     day, which is that day's midnight UTC for `since` and the next one for `until`, so that
-    `since=2026-03-01&until=2026-03-31` is the whole of March."""
-    if name not in args:
-        return None
-    value = args[name]
+    `since=2026-03-01&until=2026-03-31` is the whole of March. InputError when it is neither."""
     expected = f"{name} must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00)"
     try:
         parsed = datetime.fromisoformat(value) if len(value) <= 40 else None
