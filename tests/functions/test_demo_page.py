@@ -1,7 +1,7 @@
 """The demo page in a real browser (Debian's Chromium, driven by Playwright), used as people
 use it, on a phone and on a desktop: a web message, a delivery from another app, the web
-answer that knows it, a long thread, a failed send, a tab left open for an hour, and a stored photo
-and voice note shown by their kind."""
+answer that knows it, a long thread, a failed send, a tab left open for an hour, a stored photo
+and voice note shown by their kind, and the search box finding what was said on another app."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from zoneinfo import ZoneInfo
 
 import httpx
 import jwt
@@ -512,3 +513,54 @@ def test_a_stored_photo_and_voice_note_show_by_their_kind_not_their_marker(
     finally:
         deepgram.close()
 
+
+def test_the_search_box_finds_what_was_said_on_another_app(dev_server: str) -> None:
+    """Said on WhatsApp, searched on the web page: the hit shows its app, its time in the
+    browser's zone, who said it and the text, and opens its conversation."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    api = DevApi(dev_server)
+    api.say("The plumber, Ezequiel, comes on Thursday at 8", surface="whatsapp")
+    api.chat("Let's plan the week.")
+    whatsapp = next(c for c in api.conversations() if c["surface"] == "whatsapp")
+    said = next(m for m in api.messages(whatsapp["id"]) if m["role"] == "user")
+    in_madrid = datetime.fromisoformat(said["created_at"]).astimezone(ZoneInfo("Europe/Madrid"))
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["desktop"], timezone_id="Europe/Madrid", locale="en-GB")  # type: ignore[arg-type]
+        page.add_init_script(RECORD_FETCHES)
+        page.goto(dev_server)
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.is_hidden("#search-results")
+
+        page.fill("#search-input", "when does the plumber come?")
+        page.press("#search-input", "Enter")
+        page.wait_for_selector("#hits li.hit")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        # The offline stand-in's answers quote the person: they are hits too, "Your advisor"'s.
+        hit = page.locator("#hits li.hit:has(.who:text-is('You'))")
+        assert hit.count() == 1
+        assert hit.get_attribute("data-surface") == "whatsapp"
+        assert hit.locator(".surface").inner_text() == "WhatsApp"
+        assert hit.locator(".text").inner_text() == "The plumber, Ezequiel, comes on Thursday at 8"
+        assert hit.locator("time").get_attribute("datetime") == said["created_at"]
+        assert f"{in_madrid:%H:%M}" in hit.locator("time").inner_text()
+        assert str(in_madrid.day) in hit.locator("time").inner_text()
+        assert page.inner_text("#search-summary").endswith("for “when does the plumber come?”")
+
+        hit.click()  # opens the WhatsApp conversation it was said in
+        page.wait_for_selector("#conversations li.active[data-surface=whatsapp]")
+        assert page.is_visible("#surface-note")
+        page.locator("#messages").get_by_text("The plumber, Ezequiel, comes on Thursday at 8", exact=True).wait_for()
+
+        page.fill("#search-input", "flamingo")
+        page.press("#search-input", "Enter")
+        page.wait_for_function("document.getElementById('search-summary').textContent.startsWith('Nothing found')")
+        assert page.locator("#hits li").count() == 0
+        page.click("#clear-search")
+        assert page.is_hidden("#search-results") and page.input_value("#search-input") == ""
+        assert page.evaluate(TEXTS_WITHOUT_DIR_AUTO) == 0
+        assert [a for a in fetched(page) if a[2] >= 400] == []
+        assert ("GET", "/chat/search", 200) in fetched(page)
+        browser.close()
