@@ -1,4 +1,5 @@
-"""The paging query of `GET /conversations/<id>/messages`: `?before=<message id>&limit=<n>`.
+"""The paging query of `GET /conversations/<id>/messages`: `?before=<message id>&limit=<n>`
+(and the whole numbers of other queries: functions/search_query.py).
 
 A value that is not what the README promises is refused with the reason, never guessed at:
 a frontend that sends `limit=abc` has a bug it should hear about.
@@ -31,11 +32,13 @@ def page_query(args: Mapping[str, str]) -> PageQuery:
     return PageQuery(before, DEFAULT_LIMIT if limit is None else limit)
 
 
-def bounded_number(args: Mapping[str, str], name: str, largest: int, expected: str) -> int | None:
-    """The whole number `name` from 1 to `largest`; None when it is absent."""
+def bounded_number(
+    args: Mapping[str, str], name: str, largest: int, expected: str, smallest: int = 1
+) -> int | None:
+    """The whole number `name` from `smallest` to `largest`; None when it is absent."""
     if name not in args:
         return None
     value = args[name]
-    if not WHOLE_NUMBER.fullmatch(value) or not 1 <= int(value) <= largest:
+    if not WHOLE_NUMBER.fullmatch(value) or not smallest <= int(value) <= largest:
         raise InputError(f"{name} must be {expected}, not {value[:40]!r}")
     return int(value)

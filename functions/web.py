@@ -9,6 +9,7 @@ DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 GET  /memory                           the person's memory notes (functions/notes.py)
 POST, GET /links; DELETE /links/<surface>   linking the person's other apps (functions/links.py)
 GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
+GET  /search?q=                        searching the person's own messages (functions/search_routes.py)
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -32,7 +33,7 @@ from core.errors import CrossmemError
 from core.media import MediaKind, MediaRef
 from core.models import Role, Surface
 from core.turn_request import TurnRequest, TurnResult
-from functions import follow_up_routes, forget_routes, links, notes, runtime
+from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes
 from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
 from functions.paging import page_query
 
@@ -219,4 +220,5 @@ ROUTES = (
     route("DELETE", "/links/(telegram|whatsapp)", links.unlink),
     route("GET", "/follow-ups", follow_up_routes.list_follow_ups),
     route("DELETE", "/follow-ups/([0-9]{1,18})", follow_up_routes.cancel_follow_up),
+    route("GET", "/search", search_routes.search_messages),
 )

@@ -1,10 +1,12 @@
 """The demo page in a real browser (Debian's Chromium, driven by Playwright), used as people
 use it, on a phone and on a desktop: a web message, a delivery from another app, the web
-answer that knows it, a long thread, a failed send, and a tab left open for an hour."""
+answer that knows it, a long thread, a failed send, a tab left open for an hour, a stored photo
+and voice note shown by their kind, and the search box finding what was said on another app."""
 
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import time
 import uuid
@@ -13,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from zoneinfo import ZoneInfo
 
 import httpx
 import jwt
@@ -22,6 +25,7 @@ from werkzeug.serving import make_server
 
 from functions import runtime
 from functions.tools.local_dev import DEV_DEFAULTS, build_dev_app, run_scheduled_job
+from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
 from tests.fakes.local_server import ServingThread
 
@@ -43,6 +47,7 @@ LONG_THREAD_TURNS = 12
 HEBREW = "נפגשים ביום שישי בעשר"
 POLL_MS = 10_000  # functions/tools/demo/index.html's
 RECEIPT = Path(__file__).resolve().parents[1] / "corpus" / "media" / "receipt.jpg"
+VOICE_NOTE = Path(__file__).resolve().parents[1] / "corpus" / "media" / "voice_note_es.ogg"
 
 LAYOUT = """() => {
   const box = (id) => document.getElementById(id).getBoundingClientRect();
@@ -83,12 +88,20 @@ class DevApi:
         self.url = url
         self.auth = {"Authorization": f"Bearer {httpx.post(f'{url}/dev/token').json()['access_token']}"}
 
-    def say(self, text: str) -> None:
-        assert httpx.post(f"{self.url}/dev/say", json={"surface": "telegram", "text": text}).json()["status"] == 200
+    def say(self, text: str, surface: str = "telegram") -> None:
+        assert httpx.post(f"{self.url}/dev/say", json={"surface": surface, "text": text}).json()["status"] == 200
 
-    def chat(self, text: str, conversation_id: str | None = None) -> str:
-        body = {"message": text, "conversation_id": conversation_id}
-        return str(httpx.post(f"{self.url}/chat/", json=body, headers=self.auth, timeout=30).json()["conversation_id"])
+    def chat(
+        self, text: str, conversation_id: str | None = None, attachments: list[dict[str, Any]] | None = None
+    ) -> str:
+        body = {"message": text, "conversation_id": conversation_id, "attachments": attachments or []}
+        answer = httpx.post(f"{self.url}/chat/", json=body, headers=self.auth, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["conversation_id"])
+
+    def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        page = httpx.get(f"{self.url}/chat/conversations/{conversation_id}/messages", headers=self.auth)
+        return list(page.json()["messages"])
 
     def conversations(self) -> list[dict[str, Any]]:
         return list(httpx.get(f"{self.url}/chat/conversations", headers=self.auth).json()["conversations"])
@@ -435,3 +448,119 @@ def test_a_voice_note_recorded_on_the_page_is_transcribed_and_remembered(
         assert stored == [("user", "voice", "[voice note, 0:02] Remind me that the plumber comes on Thursday.")] * 2
     finally:
         deepgram.close()
+
+
+def attached(path: Path, media_type: str, **extra: Any) -> dict[str, Any]:
+    return {"media_type": media_type, "data": base64.b64encode(path.read_bytes()).decode(), **extra}
+
+
+def described(body: dict[str, Any]) -> str:
+    """The fake model: a description when the memory asks for one, else a short answer."""
+    if "Describe what the attached image" in json.dumps(body.get("system")):
+        return "A till receipt from Café Central: two coffees, 4.80 EUR, 3 May 2026."
+    return "Got it."
+
+
+def test_a_stored_photo_and_voice_note_show_by_their_kind_not_their_marker(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """Sent earlier (here through the API), then read on a freshly loaded page: each shows its icon
+    and what the memory kept of it (the description, the voice note's length), then its words."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    deepgram = FakeDeepgram("dev-deepgram-key", transcript="The plumber comes on Thursday.")
+    fake_anthropic.answer = described
+    for name, value in {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+        "DEEPGRAM_API_KEY": "dev-deepgram-key",
+        "DEEPGRAM_API_BASE": deepgram.url,
+    }.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+    try:
+        api = DevApi(dev_server)
+        conversation = api.chat("Here is this morning's receipt", attachments=[attached(RECEIPT, "image/jpeg")])
+        api.chat("", conversation, attachments=[attached(VOICE_NOTE, "audio/ogg")])
+        photo, voice = [m for m in api.messages(conversation) if m["role"] == "user"]
+        assert (photo["kind"], photo["content"]) == (
+            "image",
+            "[photo: A till receipt from Café Central: two coffees, 4.80 EUR, 3 May 2026.]"
+            " Here is this morning's receipt",
+        )
+        assert voice["kind"] == "voice" and voice["content"].endswith("] The plumber comes on Thursday.")
+        length = voice["content"].removeprefix("[voice note, ").split("]")[0]
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
+            page.goto(dev_server)
+            page.wait_for_selector("body[data-ready=true]")
+            mine = page.locator(".message.user")
+            assert mine.count() == 2
+            assert mine.nth(0).locator(".media.image svg").count() == 1
+            assert mine.nth(0).locator(".media.image").inner_text() == (
+                "Photo: A till receipt from Café Central: two coffees, 4.80 EUR, 3 May 2026."
+            )
+            assert mine.nth(0).locator(".text").inner_text() == "Here is this morning's receipt"
+            assert mine.nth(1).locator(".media.voice svg").count() == 1
+            assert mine.nth(1).locator(".media.voice").inner_text() == f"Voice note, {length}"
+            assert mine.nth(1).locator(".text").inner_text() == "The plumber comes on Thursday."
+            shown = page.inner_text("#messages")
+            assert "[photo" not in shown and "[voice note" not in shown
+            browser.close()
+    finally:
+        deepgram.close()
+
+
+def test_the_search_box_finds_what_was_said_on_another_app(dev_server: str) -> None:
+    """Said on WhatsApp, searched on the web page: the hit shows its app, its time in the
+    browser's zone, who said it and the text, and opens its conversation."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    api = DevApi(dev_server)
+    api.say("The plumber, Ezequiel, comes on Thursday at 8", surface="whatsapp")
+    api.chat("Let's plan the week.")
+    whatsapp = next(c for c in api.conversations() if c["surface"] == "whatsapp")
+    said = next(m for m in api.messages(whatsapp["id"]) if m["role"] == "user")
+    in_madrid = datetime.fromisoformat(said["created_at"]).astimezone(ZoneInfo("Europe/Madrid"))
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["desktop"], timezone_id="Europe/Madrid", locale="en-GB")  # type: ignore[arg-type]
+        page.add_init_script(RECORD_FETCHES)
+        page.goto(dev_server)
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.is_hidden("#search-results")
+
+        page.fill("#search-input", "when does the plumber come?")
+        page.press("#search-input", "Enter")
+        page.wait_for_selector("#hits li.hit")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        # The offline stand-in's answers quote the person: they are hits too, "Your advisor"'s.
+        hit = page.locator("#hits li.hit:has(.who:text-is('You'))")
+        assert hit.count() == 1
+        assert hit.get_attribute("data-surface") == "whatsapp"
+        assert hit.locator(".surface").inner_text() == "WhatsApp"
+        assert hit.locator(".text").inner_text() == "The plumber, Ezequiel, comes on Thursday at 8"
+        assert hit.locator("time").get_attribute("datetime") == said["created_at"]
+        assert f"{in_madrid:%H:%M}" in hit.locator("time").inner_text()
+        assert str(in_madrid.day) in hit.locator("time").inner_text()
+        assert page.inner_text("#search-summary").endswith("for “when does the plumber come?”")
+
+        hit.click()  # opens the WhatsApp conversation it was said in
+        page.wait_for_selector("#conversations li.active[data-surface=whatsapp]")
+        assert page.is_visible("#surface-note")
+        page.locator("#messages").get_by_text("The plumber, Ezequiel, comes on Thursday at 8", exact=True).wait_for()
+
+        page.fill("#search-input", "flamingo")
+        page.press("#search-input", "Enter")
+        page.wait_for_function("document.getElementById('search-summary').textContent.startsWith('Nothing found')")
+        assert page.locator("#hits li").count() == 0
+        page.click("#clear-search")
+        assert page.is_hidden("#search-results") and page.input_value("#search-input") == ""
+        assert page.evaluate(TEXTS_WITHOUT_DIR_AUTO) == 0
+        assert [a for a in fetched(page) if a[2] >= 400] == []
+        assert ("GET", "/chat/search", 200) in fetched(page)
+        browser.close()
