@@ -15,7 +15,7 @@ from core.errors import CrossmemError, DeliveryFailed
 from core.models import Surface
 from core.settings import Settings
 from functions import runtime
-from functions.tools import forget_commands
+from functions.tools import forget_commands, search_command
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
 
@@ -225,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
     command.set_defaults(run=unlink)
 
     forget_commands.add_commands(commands)
+    search_command.add_commands(commands)
 
     command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
     command.add_argument("--port", type=int, help="default: PORT, from the environment or .env (else 8080)")
