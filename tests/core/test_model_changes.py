@@ -1,0 +1,78 @@
+"""The 2026 models as their pages describe them (docs/research/model-changes-2026.md), through the
+real SDK against the fake Anthropic server: a tool turn sends each answer back as the model gave
+it, thinking blocks included; crossmem never forces a tool nor turns thinking off."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from core.identity.policy import IdentityPolicy
+from core.memory import Memory
+from core.memory_search import SEARCH_MEMORY, SearchRules
+from core.model.llm import AnthropicModel
+from core.model.prompt import DEFAULT_SYSTEM_PROMPT
+from core.models import Surface
+from core.turn import Turns
+from core.turn_request import Outcome, TurnRequest, TurnSettings
+from tests.fakes.anthropic_api import FORCED_TOOL, FakeAnthropic, tool_results, tool_use
+
+SONNET = "claude-sonnet-5-5"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+def sdk(fake: FakeAnthropic) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key="sk-ant-test", base_url=fake.url, max_retries=0)
+
+
+def test_a_tool_turn_sends_the_answer_back_as_the_model_gave_it(memory: Memory, fake: FakeAnthropic) -> None:
+    def answer(body: dict[str, Any]) -> Any:
+        return "Nothing older about that." if tool_results(body) else [tool_use(SEARCH_MEMORY, {"query": "x"}, "t1")]
+
+    fake.answer = answer
+    model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, max_retries=0)
+    settings = TurnSettings(DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", search=SearchRules())
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+    result = turns.run(TurnRequest(Surface.TELEGRAM, "what did I say about x?", "m-1", user_id=uuid.uuid4()))
+
+    assert result.outcome is Outcome.ANSWERED and result.reply == "Nothing older about that."
+    first, second = fake.requests[-2:]
+    sent_back = second["messages"][len(first["messages"])]
+    thinking = sent_back["content"][0]
+    assert sent_back["role"] == "assistant" and thinking["type"] == "thinking" and thinking["thinking"] == ""
+    assert len(thinking["signature"]) == 64  # the one the fake issued for the first request's prefix
+    called = {"type": "tool_use", "id": "t1", "name": SEARCH_MEMORY, "input": {"query": "x"}}
+    assert sent_back["content"][1:] == [called]
+    # Never forced, never switched off: the 2026 models refuse both.
+    assert all("tool_choice" not in body and "thinking" not in body for body in fake.requests)
+
+
+def test_the_fake_refuses_a_rebuilt_turn_and_a_forced_tool(fake: FakeAnthropic) -> None:
+    fake.answer = lambda body: [tool_use(SEARCH_MEMORY, {"query": "x"}, "t1")]
+    client = sdk(fake)
+    tools = [{"name": SEARCH_MEMORY, "description": "d", "input_schema": {"type": "object", "properties": {}}}]
+    asked = [{"role": "user", "content": "hello"}]
+    client.messages.create(model=SONNET, max_tokens=50, messages=asked, tools=tools)  # type: ignore[arg-type]
+    rebuilt = [
+        *asked,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": SEARCH_MEMORY, "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "none"}]},
+    ]
+    with pytest.raises(anthropic.BadRequestError) as dropped:
+        client.messages.create(model=SONNET, max_tokens=50, messages=rebuilt, tools=tools)  # type: ignore[arg-type]
+    assert "thinking block is missing" in str(dropped.value)
+    with pytest.raises(anthropic.BadRequestError) as forced:
+        client.messages.create(
+            model=SONNET, max_tokens=50, messages=asked, tools=tools, tool_choice={"type": "any"}  # type: ignore[arg-type]
+        )
+    assert FORCED_TOOL in str(forced.value)
