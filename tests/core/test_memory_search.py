@@ -301,3 +301,21 @@ def test_a_second_round_of_tools_is_answered(memory: Memory, fake: FakeAnthropic
     assert result.reply == "Let me try another word.\n\nYour niece is Lola."
     assert (result.figures.model_requests, result.figures.round_trips) == (3, 4)
     assert json.dumps(fake.requests[-1]["messages"][-1]).count("Lola") == 1
+
+
+def test_what_a_link_merged_into_the_person_is_found_and_no_longer_by_the_chat(memory: Memory) -> None:
+    from core.identity.linking import Linking
+    from core.models import Person
+
+    chat, web_person = f"{uuid.uuid4().int % 10**9}", uuid.uuid4()
+    start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "my gym locker is number 212", "g-1")
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(start.user_id, start.message_id, "Locker 212, noted.")
+    chat_person = start.user_id
+    Linking(memory.store, IdentityPolicy.build("auto", None, [], [])).link(web_person, Surface.TELEGRAM, chat)
+    found = memory.search(web_person, "gym locker")
+    assert [(hit.message.content, hit.message.surface) for hit in found] == [
+        ("my gym locker is number 212", Surface.TELEGRAM),
+        ("Locker 212, noted.", Surface.TELEGRAM),
+    ]
+    assert memory.search(chat_person, "gym locker") == []
