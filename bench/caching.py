@@ -39,8 +39,9 @@ MIN_CACHEABLE = {
     "claude-sonnet-4-5": 1024,
     "claude-sonnet-4-6": 1024,
     "claude-sonnet-5": 1024,
-    # Not stated on the Sonnet 5.5 pages read (2026): taken as Sonnet 5's, which it succeeds.
-    "claude-sonnet-5-5": 1024,
+    # Both 5.5 models cache from 512 tokens (their model pages, read 2 December 2026; docs/research/).
+    "claude-sonnet-5-5": 512,
+    "claude-haiku-5-5": 512,
     "claude-opus-4-7": 2048,
     "claude-haiku-4-5": 4096,
     "claude-opus-4-5": 4096,

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LOOKBACK_BLOCKS = 20
-READ_PRICE, WRITE_PRICE = 0.1, 1.25
+# Sonnet 5.5's cache reads cost 0.05x its input since 7 October 2026 (Anthropic's release notes,
+# read 2 December 2026: $0.10 instead of $0.20 a million); a 5-minute write 1.25x.
+READ_PRICE, WRITE_PRICE = 0.05, 1.25
 
 
 def count_tokens(text: str) -> int:
