@@ -2,6 +2,10 @@
 
 Each test run gets a database of its own, made like a Supabase project (stand-ins, then
 migrations) and dropped at the end, so runs never see each other's rows.
+
+A connection string made from another (another database, an added option) is made with
+psycopg.conninfo, never by pasting strings: the embedded server's URI already has a query
+(`?host=<socket directory>`), and a password may hold any character.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from core.stores.embedded import prepare_database, start_embedded_postgres, stop_embedded_postgres
 
@@ -64,11 +69,14 @@ SCRATCH_PREFIX = "crossmem_test_"
 
 
 def with_database(conninfo: str, database: str) -> str:
-    """The same server's URI naming `database`. A `dbname` in the query, which libpq lets win over
-    the path, is dropped: a fresh database's URI can reach no other database."""
-    parsed = urlparse(conninfo)
-    query = "&".join(part for part in parsed.query.split("&") if part and part.split("=")[0] != "dbname")
-    return urlunparse(parsed._replace(path=f"/{database}", query=query))
+    """The same server's connection string naming `database`, in the form it was given (the
+    Supabase CLI takes only a URI). A `dbname` in a URI's query, which libpq lets win over its
+    path, is dropped: a fresh database's connection string can reach no other database."""
+    if not conninfo.startswith(("postgresql://", "postgres://")):
+        return make_conninfo(conninfo, dbname=database)
+    uri = urlsplit(conninfo)
+    query = [(name, value) for name, value in parse_qsl(uri.query, keep_blank_values=True) if name != "dbname"]
+    return urlunsplit(uri._replace(path="/" + quote(database), query=urlencode(query, safe="/", quote_via=quote)))
 
 
 @contextmanager
