@@ -4,6 +4,11 @@ The database: BENCH_DATABASE_URL (or TEST_DATABASE_URL) when set, else the embed
 wheel; either way a fresh, migrated database that is dropped afterwards. The soak
 (bench/soak.py, also `make soak`) always runs on an embedded server of its own, which it
 restarts on purpose.
+
+`python -m bench --quick` runs every part (not the soak: `python -m bench.soak --quick`) at
+QUICK's sizes, in well under a minute, and prints the tables; it writes nothing. `make test` runs
+the same (tests/test_bench_quick.py), so a part that breaks fails CI. A new part takes its sizes
+as parameters, joins PARTS and gets a QUICK entry.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from bench import (
@@ -26,51 +34,83 @@ from bench import (
     telegram_live,
     turn_speed,
 )
-from bench.memory_core import context_load_ms_p50, round_trips_per_turn
+from bench.memory_core import CONTEXT_SIZES, context_load_ms_p50, round_trips_per_turn
 from bench.results import RESULTS, ROOT, bench_database
+from tests.database import over_tcp
 
 CHART = ROOT / "docs" / "caching.png"
+# The parts of `make bench`, each measured by `measure` in this order (the soak after them).
+PARTS = (
+    "round_trips",
+    "turn_speed",
+    "caching",
+    "recall",
+    "cold_start",
+    "media",
+    "context_load",
+    "purge",
+    "fuzz",
+    "telegram_live",
+    "fuzz_budget",
+    "follow_ups",
+)
 
 
-def measure(database_url: str) -> dict[str, Any]:
+# Every part at the size that makes its figures (each part's own defaults).
+FULL: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
+# `python -m bench --quick`, and tests/test_bench_quick.py in `make test`: every part at a size that
+# runs in seconds, so a change that breaks a part fails CI. Its figures mean nothing: none is kept.
+QUICK: dict[str, dict[str, Any]] = {
+    "round_trips": {},
+    "turn_speed": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
+    "caching": {"people": 1, "windows": caching.WINDOWS[:1]},
+    "recall": {},
+    "cold_start": {"runs": 1, "warm": False},
+    "media": {"voice_turns": 1},
+    "context_load": {"sizes": (1_000, 4_000), "samples": 4},
+    "purge": {"messages": 2_000, "people": 20, "batch": 300},
+    "fuzz": {"cases": 2 * len(fuzz.TARGETS)},
+    "telegram_live": {"turns": 1, "words": 6},
+    "fuzz_budget": {"cases": 6},
+    "follow_ups": {"people": 20, "background": 200, "due": 10, "window_min": 3, "burst_claims": 2},
+}
+
+
+def measure(database_url: str, sizes: dict[str, dict[str, Any]] = FULL, chart: Path = CHART) -> dict[str, Any]:
     results: dict[str, Any] = {}
     print("round trips ...", flush=True)
-    results["round_trips_per_turn"] = round_trips_per_turn(database_url)
-    results.update(turn_speed.measure(database_url))
+    results["round_trips_per_turn"] = round_trips_per_turn(database_url, **sizes["round_trips"])
+    results.update(turn_speed.measure(database_url, **sizes["turn_speed"]))
     print("prompt caching over 60 turns ...", flush=True)
-    results.update(caching.run(CHART))
+    results.update(caching.run(chart, **sizes["caching"]))
     # Memory notes (issue 14): the recall of planted facts after three days.
     print("recall after three days ...", flush=True)
-    results.update(recall.run())
+    results.update(recall.run(**sizes["recall"]))
     print("cold start, beside the commit before media ...", flush=True)
-    results["cold_start_ms"] = media.cold_start_side_by_side(database_url)
+    results["cold_start_ms"] = media.cold_start_side_by_side(database_url, **sizes["cold_start"])
     print("photos and voice notes ...", flush=True)
-    results.update(media.run(database_url))
-    print("context load at 10,000 and 1,000,000 stored messages ...", flush=True)
-    load = context_load_ms_p50(database_url)
-    sizes = ("10000", "1000000")
-    results["context_load_ms_p50"] = {size: load[f"load_{size}"] for size in sizes}
-    results["begin_turn_ms_p50"] = {size: load[f"turn_{size}"] for size in sizes}
-    results["context_load_plan"] = {size: load[f"plan_{size}"] for size in sizes}
-    print("crossmem purge on 1,000,000 messages ...", flush=True)
-    results.update(purge.run(database_url))
-    print(f"fuzzing, {fuzz.CASES} hostile and fuzzed requests ...", flush=True)
-    results["fuzz"] = fuzz.run(database_url)
-    print(f"Telegram replies you can watch, {telegram_live.TURNS} turns ...", flush=True)
-    results["telegram_live"] = telegram_live.run(database_url)
-    print(f"fuzzing over budget, {fuzz_budget.CASES} cases ...", flush=True)
-    results["fuzz_budget_on"] = fuzz_budget.run(database_url)
+    results.update(media.run(database_url, **sizes["media"]))
+    load_sizes = sizes["context_load"].get("sizes", CONTEXT_SIZES)
+    print(f"context load at {' and '.join(f'{size:,}' for size in load_sizes)} stored messages ...", flush=True)
+    load = context_load_ms_p50(database_url, **sizes["context_load"])
+    results["context_load_ms_p50"] = {str(size): load[f"load_{size}"] for size in load_sizes}
+    results["begin_turn_ms_p50"] = {str(size): load[f"turn_{size}"] for size in load_sizes}
+    results["context_load_plan"] = {str(size): load[f"plan_{size}"] for size in load_sizes}
+    print("crossmem purge ...", flush=True)
+    results.update(purge.run(database_url, **sizes["purge"]))
+    print("fuzzing, hostile and fuzzed requests ...", flush=True)
+    results["fuzz"] = fuzz.run(database_url, **sizes["fuzz"])
+    print("Telegram replies you can watch ...", flush=True)
+    results["telegram_live"] = telegram_live.run(database_url, **sizes["telegram_live"])
+    print("fuzzing over budget ...", flush=True)
+    results["fuzz_budget_on"] = fuzz_budget.run(database_url, **sizes["fuzz_budget"])
     # Last: it seeds 100,000 follow-ups that no part after it should meet.
-    print(f"follow-ups: {follow_ups.DUE} due, the job every minute, {follow_ups.BACKGROUND:,} pending ...", flush=True)
-    results["follow_ups"] = follow_ups.run(database_url)
+    print("follow-ups: the job every minute of a moved clock ...", flush=True)
+    results["follow_ups"] = follow_ups.run(database_url, **sizes["follow_ups"])
     results["ratios"] = {
         **turn_speed.ratios(results),
-        "context_load_1m_over_10k": round(
-            results["context_load_ms_p50"]["1000000"] / results["context_load_ms_p50"]["10000"], 2
-        ),
-        "begin_turn_1m_over_10k": round(
-            results["begin_turn_ms_p50"]["1000000"] / results["begin_turn_ms_p50"]["10000"], 2
-        ),
+        "context_load_1m_over_10k": largest_over_smallest(results["context_load_ms_p50"]),
+        "begin_turn_1m_over_10k": largest_over_smallest(results["begin_turn_ms_p50"]),
     }
     results["machine"] = {
         "cpus": os.cpu_count(),
@@ -80,18 +120,25 @@ def measure(database_url: str) -> dict[str, Any]:
     return results
 
 
+def largest_over_smallest(by_size: dict[str, float]) -> float:
+    """The figure at the largest table over the one at the smallest (sizes in the order measured)."""
+    figures = list(by_size.values())
+    return round(figures[-1] / figures[0], 2)
+
+
 def describe(database_url: str) -> str:
-    return "embedded Postgres (unix socket)" if "host=/" in database_url else "Postgres over TCP loopback"
+    return "Postgres over TCP loopback" if over_tcp(database_url) else "embedded Postgres (unix socket)"
 
 
 def table(results: dict[str, Any]) -> str:
     rt, ov, slow, tps = (
         results[k] for k in ("round_trips_per_turn", "turn_overhead_ms_p50", "turn_overhead_ms_p50_rtt1", "turns_per_s")
     )
-    first = results["begin_turn_ms_p50"]
-    cache, cost, cold, load, ratios = (
-        results[k] for k in ("cache_read_share", "input_cost_ratio", "cold_start_ms", "context_load_ms_p50", "ratios")
+    cache, cost, cold, ratios = (
+        results[k] for k in ("cache_read_share", "input_cost_ratio", "cold_start_ms", "ratios")
     )
+    load = " / ".join(str(ms) for ms in results["context_load_ms_p50"].values())
+    first = " / ".join(str(ms) for ms in results["begin_turn_ms_p50"].values())
     rows = [
         ("round trips, Telegram/WhatsApp turn", rt["ours_secondary"], rt["seed_secondary"], ""),
         ("round trips, web turn", rt["ours_web"], rt["seed_web"], ""),
@@ -117,13 +164,13 @@ def table(results: dict[str, Any]) -> str:
         ("input cost vs. no caching, 60 turns", cost["ours"], cost["seed"], "ratio"),
         (
             "context load p50 ms, 10k / 1M messages",
-            f"{load['10000']} / {load['1000000']}",
+            load,
             "",
             f"1M/10k {ratios['context_load_1m_over_10k']}",
         ),
         (
             "whole begin_turn p50 ms, 10k / 1M messages",
-            f"{first['10000']} / {first['1000000']}",
+            first,
             "",
             f"1M/10k {ratios['begin_turn_1m_over_10k']}",
         ),
@@ -214,6 +261,9 @@ def notes_table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    if "--quick" in sys.argv[1:]:
+        quick()
+        return
     with bench_database() as database_url:
         results = measure(database_url)
     # On a database of its own: its 1,000,000 messages are the only ones there.
@@ -230,6 +280,17 @@ def main() -> None:
     print()
     print(notes_table(results))
     print(f"\nwritten to {RESULTS.relative_to(ROOT)} and {CHART.relative_to(ROOT)}")
+
+
+def quick() -> dict[str, Any]:
+    """`python -m bench --quick`: every part at QUICK's sizes and the tables built from them;
+    nothing written (the chart goes to a scratch directory)."""
+    with bench_database() as database_url, tempfile.TemporaryDirectory(prefix="crossmem-bench-quick-") as scratch:
+        results = measure(database_url, QUICK, chart=Path(scratch) / "caching.png")
+        results.update(memory_recall.measure(database_url, quick=True))
+        printed = "\n\n".join((table(results), notes_table(results)))
+    print(f"\n{printed}\n\nquick run: every part ran, at sizes too small for its figures to mean anything")
+    return results
 
 
 if __name__ == "__main__":

@@ -271,9 +271,9 @@ class Pooled:
         return round(sum(self.shown[design]) / len(self.shown[design]), 1)
 
 
-def pooled(switch_rate: float, window: Window = Window(), model: str = MODEL) -> Pooled:
+def pooled(switch_rate: float, window: Window = Window(), model: str = MODEL, people: int = PEOPLE) -> Pooled:
     result = Pooled({"ours": [], "seed": [], "automatic": []}, {"ours": [], "seed": []}, {})
-    for person in range(1, PEOPLE + 1):
+    for person in range(1, people + 1):
         conversation = Conversation.generate(seed=person, switch_rate=switch_rate)
         ours = ours_requests(conversation, window, earlier_notes(person))
         seed = seed_requests(conversation)
@@ -312,17 +312,18 @@ WINDOWS = (
 )
 
 
-def run(chart: Path | None = None) -> dict[str, Any]:
-    main = pooled(SWITCH_RATE)
+def run(chart: Path | None = None, people: int = PEOPLE, windows: tuple[Window, ...] = WINDOWS) -> dict[str, Any]:
+    main = pooled(SWITCH_RATE, people=people)
     if chart is not None:
         draw(main.first["ours"], main.first["seed"], chart)
     sensitivity = {}
     for rate in (0.05, 0.15, 0.3):
-        at_rate = main if rate == SWITCH_RATE else pooled(rate)
+        at_rate = main if rate == SWITCH_RATE else pooled(rate, people=people)
         sensitivity[str(rate)] = {"ours": at_rate.summary("ours"), "seed": at_rate.summary("seed")}
     by_window = []
-    for window in WINDOWS:
-        default, small = pooled(SWITCH_RATE, window), pooled(SWITCH_RATE, window, SMALL_CACHE_MODEL)
+    for window in windows:
+        default = pooled(SWITCH_RATE, window, people=people)
+        small = pooled(SWITCH_RATE, window, SMALL_CACHE_MODEL, people=people)
         by_window.append(
             {
                 "max_messages": window.max_messages,
@@ -333,7 +334,7 @@ def run(chart: Path | None = None) -> dict[str, Any]:
                 SMALL_CACHE_MODEL: costs(small),
             }
         )
-    small = pooled(SWITCH_RATE, model=SMALL_CACHE_MODEL)
+    small = pooled(SWITCH_RATE, model=SMALL_CACHE_MODEL, people=people)
     return {
         "cache_read_share": {
             "ours": main.summary("ours")["cache_read_share"],
@@ -349,7 +350,7 @@ def run(chart: Path | None = None) -> dict[str, Any]:
         "input_cost_vs_seed": round(main.cost("ours") / main.cost("seed"), 3),
         "input_cost_by_model": {MODEL: costs(main), SMALL_CACHE_MODEL: costs(small)},
         "caching_setup": {
-            "people": PEOPLE,
+            "people": people,
             "turns_each": 60,
             "surface_switch_rate": SWITCH_RATE,
             "system_prompt_tokens": count_tokens(DEFAULT_SYSTEM_PROMPT),

@@ -44,8 +44,9 @@ def _wall_ms(code: str, env: dict[str, str], until: str | None = None) -> float:
     return elapsed * 1000
 
 
-def run(database_url: str, runs: int = 5, main: str = MAIN) -> dict[str, float]:
-    """`main`: another tree's main.py (the bench's side-by-side figure of an earlier commit)."""
+def run(database_url: str, runs: int = 5, main: str = MAIN, warm: bool = True) -> dict[str, float]:
+    """`main`: another tree's main.py (the bench's side-by-side figure of an earlier commit).
+    `warm`: a first, unmeasured run fills the bytecode cache (off in the quick run: no figure)."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "APP_ENV": "local",
@@ -54,7 +55,8 @@ def run(database_url: str, runs: int = 5, main: str = MAIN) -> dict[str, float]:
         "IDENTITY_POLICY": "auto",
     }
     code = TELEGRAM.format(main=main)
-    _wall_ms(code, env, "answered")  # the first run fills the bytecode cache, as a deploy's build step does
+    if warm:
+        _wall_ms(code, env, "answered")  # the first run fills the bytecode cache, as a deploy's build step does
     telegram = [_wall_ms(code, env, "answered") for _ in range(runs)]
     anthropic = [_wall_ms("import anthropic", env) for _ in range(runs)]
     python = [_wall_ms("pass", env) for _ in range(runs)]

@@ -10,6 +10,10 @@ bench moves, sending through the fake Bot API (tests/fakes/telegram_api.py) over
 - `claim_ms_max`: the longest `claim_due_follow_ups` (a batch of 50) with 100,000 pending,
   over the minute runs and then `BURST_CLAIMS` claims with all 100,000 due at once.
 
+`make bench` runs this part last, in a database the other parts have filled (20,000 conversations
+of the context-load part among them): every follow-up is seeded on one of this part's own chats,
+found by its chat id, and the seed fails at once when it did not store every one it was given.
+
 `python -m bench.follow_ups` runs this part alone and updates `follow_ups` in bench/results.json.
 """
 
@@ -55,13 +59,14 @@ with people as (
 )
 insert into conversations (user_id, surface) select user_id, 'telegram' from chats
 """
+# The n-th follow-up goes to chat first_chat + 1 + (n - 1) mod people: one this part made.
 FOLLOW_UPS = """
 insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, timezone, next_attempt_at)
 select c.user_id, c.id, 'telegram', i.external_id, %(prefix)s || s.n, s.due, 'Europe/Madrid', s.due
   from unnest(%(due)s::timestamptz[]) with ordinality s(due, n)
-  join (select row_number() over (order by c.id) - 1 as slot, c.* from conversations c) c
-    on c.slot = (s.n - 1) %% %(people)s
-  join identities i on i.user_id = c.user_id
+  join identities i
+    on i.surface = 'telegram' and i.external_id = (%(first_chat)s + 1 + (s.n - 1) %% %(people)s)::text
+  join conversations c on c.user_id = i.user_id and c.surface = 'telegram'
 """
 
 
@@ -91,22 +96,32 @@ class MovedClock:
         return self.at
 
 
-def seed(database_url: str, due: list[datetime]) -> None:
-    """PEOPLE Telegram people; BACKGROUND follow-ups 2 to 30 days ahead; the `due` ones."""
+def seed(database_url: str, due: list[datetime], people: int = PEOPLE, background: int = BACKGROUND) -> None:
+    """`people` Telegram people; `background` follow-ups 2 to 30 days ahead; the `due` ones."""
     rng = random.Random(21)
-    later = [START + timedelta(days=2, seconds=rng.randrange(28 * 86400)) for _ in range(BACKGROUND)]
+    later = [START + timedelta(days=2, seconds=rng.randrange(28 * 86400)) for _ in range(background)]
     with psycopg.connect(database_url) as connection:
-        connection.execute(SEED, {"people": PEOPLE, "first_chat": FIRST_CHAT})
-        connection.execute(FOLLOW_UPS, {"prefix": "Later ", "due": later, "people": PEOPLE})
-        connection.execute(FOLLOW_UPS, {"prefix": "Due ", "due": due, "people": PEOPLE})
+        connection.execute(SEED, {"people": people, "first_chat": FIRST_CHAT})
+        for prefix, at in (("Later ", later), ("Due ", due)):
+            stored = connection.execute(
+                FOLLOW_UPS, {"prefix": prefix, "due": at, "people": people, "first_chat": FIRST_CHAT}
+            ).rowcount
+            assert stored == len(at), f"{stored} of {len(at)} follow-ups ({prefix.strip()}) seeded"
         connection.execute("analyze follow_ups")
 
 
-def run(database_url: str) -> dict[str, Any]:
+def run(
+    database_url: str,
+    people: int = PEOPLE,
+    background: int = BACKGROUND,
+    due: int = DUE,
+    window_min: int = WINDOW_MIN,
+    burst_claims: int = BURST_CLAIMS,
+) -> dict[str, Any]:
     rng = random.Random(2026)
-    due = sorted(START + timedelta(seconds=rng.uniform(0, WINDOW_MIN * 60)) for _ in range(DUE))
-    due_of = {f"Due {n}": at for n, at in enumerate(due, start=1)}
-    seed(database_url, due)
+    due_at = sorted(START + timedelta(seconds=rng.uniform(0, window_min * 60)) for _ in range(due))
+    due_of = {f"Due {n}": at for n, at in enumerate(due_at, start=1)}
+    seed(database_url, due_at, people, background)
     anthropic, telegram = FakeAnthropic(), FakeTelegram(BOT_TOKEN)
     saved = dict(os.environ)
     os.environ.update(production_settings(database_url, anthropic, telegram))
@@ -122,7 +137,7 @@ def run(database_url: str) -> dict[str, Any]:
         delivery = FollowUpDelivery(
             store, Senders(telegram=runtime.telegram_bot().send_text), runtime.identity(), now=clock, batch=BATCH
         )
-        while len(lags) < DUE and runs <= WINDOW_MIN + 2:
+        while len(lags) < due and runs <= window_min + 2:
             before = len(telegram.calls)
             began = time.monotonic()
             delivery.run(time_budget_s=45)
@@ -135,7 +150,7 @@ def run(database_url: str) -> dict[str, Any]:
         during_runs = list(store.claims_ms)
         # Then every one of the 100,000 due at once: the claim takes the oldest 50 of them.
         clock.at = START + timedelta(days=40)
-        for _ in range(BURST_CLAIMS):
+        for _ in range(burst_claims):
             store.call(
                 "claim_due_follow_ups",
                 {"p_now": clock.at.isoformat(), "p_limit": BATCH, "p_lease_seconds": LEASE_S, "p_claim": str(uuid4())},
@@ -147,7 +162,7 @@ def run(database_url: str) -> dict[str, Any]:
         os.environ.update(saved)
         anthropic.close()
         telegram.close()
-    assert len(lags) == DUE, f"{len(lags)} of {DUE} follow-ups sent"
+    assert len(lags) == due, f"{len(lags)} of {due} follow-ups sent"
     burst = store.claims_ms[len(during_runs) :]
     return {
         "delivery_lag_s_p95": round(statistics.quantiles(lags, n=20)[-1], 1),
@@ -157,10 +172,10 @@ def run(database_url: str) -> dict[str, Any]:
         "claim_ms_p50": round(statistics.median(store.claims_ms), 1),
         "claim_ms_max_all_due": round(max(burst), 1),
         "setup": {
-            "due": DUE,
-            "over_minutes": WINDOW_MIN,
-            "pending": BACKGROUND,
-            "people": PEOPLE,
+            "due": due,
+            "over_minutes": window_min,
+            "pending": background,
+            "people": people,
             "job_every_s": int(JOB_EVERY.total_seconds()),
             "job_runs": runs,
             "batch": BATCH,

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 @dataclass
@@ -30,21 +31,20 @@ class _Counter:
 
 
 def postgres_target(conninfo: str) -> tuple[int, object]:
-    """(address family, address) of the server a `postgresql://` URI points at."""
-    parsed = urlparse(conninfo)
-    host = parsed.hostname or parse_qs(parsed.query).get("host", ["127.0.0.1"])[0]
-    port = parsed.port or 5432
+    """(address family, address) of the server a connection string (URI or key=value) points at,
+    as libpq reads it: a host in a URI's query (the embedded server's socket) wins over its netloc."""
+    parameters = conninfo_to_dict(conninfo)
+    host = str(parameters.get("host") or "127.0.0.1")
+    port = int(parameters.get("port") or 5432)
     if host.startswith("/"):
         return socket.AF_UNIX, f"{host}/.s.PGSQL.{port}"
     return socket.AF_INET, (host, port)
 
 
 def through_proxy(conninfo: str, proxy_port: int) -> str:
-    """The same URI, aimed at the proxy on 127.0.0.1."""
-    parsed = urlparse(conninfo)
-    user = parsed.username or "postgres"
-    database = parsed.path.lstrip("/") or "postgres"
-    return f"postgresql://{user}@127.0.0.1:{proxy_port}/{database}"
+    """The same connection string (user, password, database, options), aimed at the proxy on
+    127.0.0.1."""
+    return make_conninfo(conninfo, host="127.0.0.1", hostaddr=None, port=str(proxy_port))
 
 
 class LatencyProxy:

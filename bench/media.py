@@ -49,7 +49,7 @@ def _message(chat: int, **content: Any) -> dict[str, Any]:
     }
 
 
-def run(database_url: str) -> dict[str, Any]:
+def run(database_url: str, voice_turns: int = VOICE_TURNS) -> dict[str, Any]:
     anthropic, telegram, deepgram = FakeAnthropic(), FakeTelegram(BOT_TOKEN), FakeDeepgram("bench-key")
     anthropic.answer = lambda body: (
         "A café receipt from Bar Pepe, 5,50 EUR."
@@ -87,7 +87,7 @@ def run(database_url: str) -> dict[str, Any]:
         telegram.files["bench-voice"] = VOICE
         voice_ms: list[float] = []
         text_ms: list[float] = []
-        for _ in range(VOICE_TURNS):
+        for _ in range(voice_turns):
             chat = 930000000 + uuid.uuid4().int % 10**8
             voice = {"file_id": "bench-voice", "file_size": len(VOICE), "duration": 4, "mime_type": "audio/ogg"}
             began = time.perf_counter()
@@ -97,7 +97,7 @@ def run(database_url: str) -> dict[str, Any]:
             body = _message(chat + 1, text="Hola, mañana tengo cita con el dentista a las diez.")
             assert client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
             text_ms.append((time.perf_counter() - began) * 1000)
-        assert len(deepgram.requests) == VOICE_TURNS
+        assert len(deepgram.requests) == voice_turns
     finally:
         runtime.reset()
         os.environ.clear()
@@ -120,18 +120,18 @@ def run(database_url: str) -> dict[str, Any]:
             "transcriber_ms": TRANSCRIBER_S * 1000,
             "text_turn_ms_p50": round(text_p50, 1),
             "ours_ms_p50": round(voice_p50 - TRANSCRIBER_S * 1000 - text_p50, 1),
-            "turns": VOICE_TURNS,
+            "turns": voice_turns,
         },
     }
 
 
-def cold_start_side_by_side(database_url: str) -> dict[str, float]:
+def cold_start_side_by_side(database_url: str, runs: int = 5, warm: bool = True) -> dict[str, float]:
     """This tree's Telegram cold start and the commit before media's, measured in the same run."""
-    now = cold_start.run(database_url)
+    now = cold_start.run(database_url, runs, warm=warm)
     with tempfile.TemporaryDirectory(prefix="crossmem-before-media-") as directory:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE_MEDIA], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", directory], input=archive.stdout, check=True)
-        before = cold_start.run(database_url, main=str(Path(directory) / "main.py"))
+        before = cold_start.run(database_url, runs, main=str(Path(directory) / "main.py"), warm=warm)
     return {
         **now,
         "telegram_before_media": before["telegram"],

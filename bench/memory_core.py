@@ -115,12 +115,14 @@ def people(count: int = PEOPLE_PER_DRIVER) -> Iterator[uuid.UUID]:
     return itertools.cycle([uuid.uuid4() for _ in range(count)])
 
 
-def turn_overhead_ms_p50(database_url: str, turns: int = 300) -> dict[str, float]:
+def turn_overhead_ms_p50(
+    database_url: str, turns: int = 300, people_per_driver: int = PEOPLE_PER_DRIVER
+) -> dict[str, float]:
     """One Telegram turn's database work, ours and the seed's interleaved."""
     memory = Memory(PostgresStore(database_url), ContextLimits())
     seed = SeedPattern(database_url)
-    speakers = people()
-    for person in itertools.islice(speakers, PEOPLE_PER_DRIVER):  # warm: singletons exist, statements prepared
+    speakers = people(people_per_driver)
+    for person in itertools.islice(speakers, people_per_driver):  # warm: singletons exist, statements prepared
         ours_secondary_turn(memory, person)
         seed.telegram_turn(person, USER_TEXT, seed_answer)
     ours_times, seed_times = [], []
@@ -136,41 +138,49 @@ def turn_overhead_ms_p50(database_url: str, turns: int = 300) -> dict[str, float
     return {"ours": ms(statistics.median(ours_times)), "seed": ms(statistics.median(seed_times))}
 
 
-def turns_per_s(database_url: str, threads: int = 8, seconds: float = 3.0) -> dict[str, float]:
+def turns_per_s(
+    database_url: str,
+    threads: int = 8,
+    seconds: float = 3.0,
+    rounds: int = 3,
+    people_per_driver: int = PEOPLE_PER_DRIVER,
+) -> dict[str, float]:
     """Whole turns (zero-latency model) completed per second by `threads` threads; and
     ours without the turn around it (begin_turn and finish_turn only), for comparison."""
     memory = Memory(PostgresStore(database_url, max_connections=threads), ContextLimits())
     turns = Turns(memory, InstantModel, IdentityPolicy("auto"), TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no"))
 
     def ours(worker: int) -> Callable[[], None]:
-        speakers = people()
+        speakers = people(people_per_driver)
         return lambda: _run(turns, next(speakers))
 
     def seed(worker: int) -> Callable[[], None]:
-        pattern, speakers = SeedPattern(database_url), people()
+        pattern, speakers = SeedPattern(database_url), people(people_per_driver)
         return lambda: pattern.telegram_turn(next(speakers), USER_TEXT, seed_answer)
 
     def ours_memory_only(worker: int) -> Callable[[], None]:
-        speakers = people()
+        speakers = people(people_per_driver)
         return lambda: ours_secondary_turn(memory, next(speakers))
 
-    rounds: dict[str, list[float]] = {"ours": [], "seed": [], "ours_database_work_only": []}
+    done: dict[str, list[float]] = {"ours": [], "seed": [], "ours_database_work_only": []}
     drivers = {"ours": ours, "seed": seed, "ours_database_work_only": ours_memory_only}
-    for _ in range(3):  # alternating rounds, the median of each: this machine's noise is large
+    for _ in range(rounds):  # alternating rounds, the median of each: this machine's noise is large
         for name, driver in drivers.items():
-            rounds[name].append(_throughput(driver, threads, seconds))
+            done[name].append(_throughput(driver, threads, seconds, people_per_driver))
     memory.store.close()
-    return {name: statistics.median(values) for name, values in rounds.items()}
+    return {name: statistics.median(values) for name, values in done.items()}
 
 
 def _run(turns: Turns, person: uuid.UUID) -> None:
     turns.run(TurnRequest(Surface.TELEGRAM, USER_TEXT, uuid.uuid4().hex, user_id=person, deadline_s=30))
 
 
-def _throughput(make_worker: Callable[[int], Callable[[], None]], threads: int, seconds: float) -> float:
+def _throughput(
+    make_worker: Callable[[int], Callable[[], None]], threads: int, seconds: float, people_per_driver: int
+) -> float:
     workers = [make_worker(index) for index in range(threads)]
     for work in workers:
-        for _ in range(PEOPLE_PER_DRIVER):
+        for _ in range(people_per_driver):
             work()  # warm: every person's singleton exists
     done = [0] * threads
     stop = time.perf_counter() + seconds
@@ -222,9 +232,11 @@ def fill(database_url: str, messages: int, per_person: int = 50) -> None:
 CONTEXT_QUERY = "select public.context_window(%s, null, now() - interval '24 hours', now(), 9223372036854775807, 16, 8)"
 
 
-def context_load_ms_p50(
-    database_url: str, sizes: Sequence[int] = (10_000, 1_000_000), samples: int = 300
-) -> dict[str, Any]:
+# The table sizes the context load is measured at (the README's "10k / 1M messages").
+CONTEXT_SIZES = (10_000, 1_000_000)
+
+
+def context_load_ms_p50(database_url: str, sizes: Sequence[int] = CONTEXT_SIZES, samples: int = 300) -> dict[str, Any]:
     """As the table grows: the context query alone (the hot query), the whole begin_turn
     (which also stores the message), and the plan of the hot query."""
     figures: dict[str, Any] = {}

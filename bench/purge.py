@@ -42,7 +42,7 @@ insert into messages (conversation_id, user_id, surface, role, content, external
 select p.id, p.user_id, 'telegram', 'user',
        'a message of a person, long enough to look like a real one, number ' || n,
        (p.person * %(turns)s + n)::text,
-       now() - ((p.person * %(turns)s + n) %% (%(days)s * 24 * 60)) * interval '1 minute'
+       now() - ((p.person * %(turns)s + n) * %(minutes_apart)s %% (%(days)s * 24 * 60)) * interval '1 minute'
   from numbered p cross join generate_series(1, %(turns)s) n
 """
 
@@ -60,10 +60,13 @@ select count(*) from messages m
 """
 
 
-def fill(database_url: str) -> int:
-    turns = MESSAGES // 2 // PEOPLE
+def fill(database_url: str, messages: int = MESSAGES, people: int = PEOPLE) -> int:
+    turns = messages // 2 // people
+    # A minute apart, wrapping around the DAYS (1,000,000 messages); further apart when fewer, so
+    # a small table spans the DAYS too and the purge still has old messages to delete.
+    minutes_apart = max(1, DAYS * 24 * 60 // (turns * people))
     with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute(FILL, {"people": PEOPLE, "turns": turns, "days": DAYS})
+        connection.execute(FILL, {"people": people, "turns": turns, "days": DAYS, "minutes_apart": minutes_apart})
         connection.execute(REPLIES)
         connection.execute("vacuum (analyze) conversations")  # as autovacuum would after a bulk load
         connection.execute("vacuum (analyze) messages")
@@ -72,13 +75,13 @@ def fill(database_url: str) -> int:
     return int(row[0])
 
 
-def run(database_url: str) -> dict[str, Any]:
+def run(database_url: str, messages: int = MESSAGES, people: int = PEOPLE, batch: int = BATCH) -> dict[str, Any]:
     """Measure on a fresh database beside `database_url`'s (dropped afterwards)."""
     with migrated_database(database_url) as url:
-        stored = fill(url)
+        stored = fill(url, messages, people)
         store = PostgresStore(url)
         batches: list[PurgeBatch] = []
-        retention = Retention(store, batch_size=BATCH, in_flight=in_flight_window(25, 12, 60))
+        retention = Retention(store, batch_size=batch, in_flight=in_flight_window(25, 12, 60))
         began = time.perf_counter()
         report = retention.purge(AGE, on_batch=batches.append)
         elapsed = time.perf_counter() - began
@@ -89,14 +92,14 @@ def run(database_url: str) -> dict[str, Any]:
         assert left is not None and old is not None
         # The right rows: nothing older than the age is left but a message whose reply is younger.
         assert (left[0], old[0]) == (stored - report.deleted, 0), (left, old, stored, report)
-        assert max(batch.deleted for batch in batches) <= BATCH
+        assert report.deleted > 0 and max(done.deleted for done in batches) <= batch
     return {
         "purge_max_statement_ms": round(report.longest_statement_s * 1000, 1),
         "purge_rows_per_s": round(report.deleted / elapsed),
         "purge_setup": {
             "messages": stored,
             "deleted": report.deleted,
-            "batch": BATCH,
+            "batch": batch,
             "batches": report.batches,
             "older_than_days": AGE.days,
             "statement_ms_p50": round(statistics.median(batch.seconds for batch in batches) * 1000, 1),

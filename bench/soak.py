@@ -14,6 +14,10 @@ What runs, all on this machine:
 
 The timeline: warm-up, `load`, then each fault in its own window (bench/soak_faults.py),
 then a drain in which only retries are sent. bench/soak_check.py reads the database.
+
+`python -m bench.soak --quick` (and tests/test_soak_quick.py in `make test`) runs all of it at
+QUICK's timeline: a few people, each fault in a tenth of its window, in about half a minute. Its
+figures mean nothing and are not written.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.latency_proxy import ProxyProcess
 from bench.soak_check import check
-from bench.soak_faults import FAULTS, Lab
+from bench.soak_faults import FAULTS, Fault, Lab
 from bench.soak_identities import OWNER_DEVICES, telegram_id, whatsapp_sender
 from core.stores.embedded import start_embedded_postgres, stop_embedded_postgres
 from tests.database import migrated_database
@@ -42,16 +47,34 @@ from tests.fakes.telegram_api import FakeTelegram
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
-PEOPLE = 200  # the owner (on three devices at once) and 199 `auto` people
 OWNER = str(uuid.uuid5(uuid.NAMESPACE_URL, "crossmem-soak-owner"))
 BOT_TOKEN = "123456789:SOAK-token"
 SECRETS = {"telegram": "soak-telegram-secret", "twilio": "soak-twilio-token", "jwt": "soak-jwt-secret-32-bytes-long-xx"}
 PUBLIC_BASE_URL = "https://soak.example.com/whatsapp_webhook"
 FALLBACK = "Sorry, I can't answer right now."
 DEADLINE_S = "4"  # the model's deadline on every surface; `model_slow` answers in 6 s
-WORKERS = "2"
-WARM_UP_S, LOAD_S, DRAIN_S = 45.0, 30.0, 25.0
 MODEL_LATENCY_S = (0.3, 1.5)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Who writes, how long each phase lasts, and how many workers serve each function."""
+
+    people: int = 200  # the owner (on three devices at once) and people - 1 `auto` people
+    warm_up_s: float = 45.0
+    load_s: float = 30.0
+    drain_s: float = 25.0
+    pace: float = 1.0  # the faults' windows and the people's pauses, scaled by it
+    workers: int = 2
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return tuple(fault.paced(self.pace) for fault in FAULTS)
+
+
+FULL = Timeline()
+# Every piece runs (the servers, locust, each fault, the check), too briefly to measure anything.
+QUICK = Timeline(people=3, warm_up_s=3.0, load_s=2.0, drain_s=5.0, pace=0.1, workers=1)
 
 
 def answer_with_context_size(body: dict[str, Any]) -> str:
@@ -73,32 +96,48 @@ def free_port() -> int:
 
 
 @contextmanager
-def function_server(target: str, environment: dict[str, str], log: Path) -> Iterator[str]:
-    """One function under functions-framework's gunicorn server, as Cloud Functions runs it."""
-    port = free_port()
-    command = [str(Path(sys.executable).parent / "functions-framework"), "--target", target, "--source", "main.py"]
-    with open(log, "w") as output:
-        process = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=environment,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+def function_servers(deployed: dict[str, tuple[str, dict[str, str]]], logs: Path) -> Iterator[dict[str, str]]:
+    """Each function under functions-framework's gunicorn server, as Cloud Functions runs it:
+    `deployed` names each (target, environment); yields each one's URL once all accept
+    connections. Started and stopped side by side: a gunicorn takes seconds either way."""
+    command = [str(Path(sys.executable).parent / "functions-framework"), "--source", "main.py", "--host", "127.0.0.1"]
+    ports: dict[str, int] = {}
+    processes: list[subprocess.Popen[bytes]] = []
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/"
+        for name, (target, environment) in deployed.items():
+            ports[name] = free_port()
+            with open(logs / f"{name.replace('/', '-')}.log", "w") as output:
+                processes.append(
+                    subprocess.Popen(
+                        [*command, "--target", target, "--port", str(ports[name])],
+                        cwd=ROOT,
+                        env=environment,
+                        stdout=output,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        yield {name: listening(port) for name, port in ports.items()}
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=20)
 
 
-def deployment_environment(database_url: str, model: FakeAnthropic, bot: FakeTelegram, policy: str) -> dict[str, str]:
+def listening(port: int) -> str:
+    """The server's URL, once it accepts connections (20 s at most)."""
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return f"http://127.0.0.1:{port}/"
+
+
+def deployment_environment(
+    database_url: str, model: FakeAnthropic, bot: FakeTelegram, policy: str, workers: int
+) -> dict[str, str]:
     return {
         **os.environ,
         "APP_ENV": "production",
@@ -121,7 +160,7 @@ def deployment_environment(database_url: str, model: FakeAnthropic, bot: FakeTel
         "TELEGRAM_MODEL_DEADLINE": DEADLINE_S,
         "WHATSAPP_MODEL_DEADLINE": DEADLINE_S,
         "WEB_MODEL_DEADLINE": DEADLINE_S,
-        "WORKERS": WORKERS,
+        "WORKERS": str(workers),
         "THREADS": "8",
         # The owner writes from three devices at once here, past a person's 12 turns a minute;
         # the soak measures loss under load and faults, the budget has tests of its own.
@@ -129,7 +168,7 @@ def deployment_environment(database_url: str, model: FakeAnthropic, bot: FakeTel
     }
 
 
-def run(work: Path) -> dict[str, Any]:
+def run(work: Path, timeline: Timeline = FULL) -> dict[str, Any]:
     data = work / "pgdata"
     server_url = start_embedded_postgres(data, delete_on_exit=True)
     try:
@@ -141,19 +180,20 @@ def run(work: Path) -> dict[str, Any]:
             stack.callback(model.close)
             stack.callback(bot.close)
             proxied = proxy.url
-            urls: dict[str, str] = {}
+            deployed: dict[str, tuple[str, dict[str, str]]] = {}
             for policy in ("auto", "owner"):
-                environment = deployment_environment(proxied, model, bot, policy)
+                environment = deployment_environment(proxied, model, bot, policy, timeline.workers)
                 targets = ("telegram_webhook", "whatsapp_webhook", "web_chat") if policy == "auto" else (
                     "telegram_webhook",
                     "whatsapp_webhook",
                 )
                 for target in targets:
-                    log = work / f"{policy}-{target}.log"
-                    urls[f"{policy}/{target}"] = stack.enter_context(function_server(target, environment, log))
+                    deployed[f"{policy}/{target}"] = (target, environment)
+            urls = stack.enter_context(function_servers(deployed, work))
             lab = Lab(proxy=proxy, model=model, bot=bot, database_url=database_url, pgdata=data)
             records = work / "records.jsonl"
-            phases, load_average = drive(lab, urls, records)
+            phases, load_average = drive(lab, urls, records, timeline)
+            assert not lab.failed_actions, f"faults not done as planned: {lab.failed_actions}"
             sent = [json.loads(line) for line in records.read_text().splitlines()]
             results = check(database_url, sent, bot, phases, owner=OWNER)
             # The machine is shared: how busy it was says how far the latencies can be trusted.
@@ -163,15 +203,18 @@ def run(work: Path) -> dict[str, Any]:
         stop_embedded_postgres(data)
 
 
-def drive(lab: Lab, urls: dict[str, str], records: Path) -> tuple[dict[str, tuple[float, float]], float]:
+def drive(
+    lab: Lab, urls: dict[str, str], records: Path, timeline: Timeline
+) -> tuple[dict[str, tuple[float, float]], float]:
     """Start locust, run the timeline, wait for it; the phases' (start, end) epoch times,
     and the machine's load average at the end of the `load` phase."""
     began = time.time()
-    fault_time = sum(fault.window_s for fault in FAULTS)
-    stop_at = began + WARM_UP_S + LOAD_S + fault_time
-    give_up_at = stop_at + DRAIN_S - 5
+    faults = timeline.faults
+    stop_at = began + timeline.warm_up_s + timeline.load_s + sum(fault.window_s for fault in faults)
+    give_up_at = stop_at + timeline.drain_s - 5
     environment = {
         **os.environ,
+        "SOAK_PACE": str(timeline.pace),
         "SOAK_RECORDS": str(records),
         "SOAK_STOP_AT": str(stop_at),
         "SOAK_GIVE_UP_AT": str(give_up_at),
@@ -186,7 +229,7 @@ def drive(lab: Lab, urls: dict[str, str], records: Path) -> tuple[dict[str, tupl
         "SOAK_JWT_SECRET": SECRETS["jwt"],
         "SOAK_PUBLIC_BASE_URL": PUBLIC_BASE_URL,
     }
-    run_time = int(stop_at + DRAIN_S - began)
+    run_time = int(stop_at + timeline.drain_s - began)
     locust = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "locust"),
@@ -194,7 +237,7 @@ def drive(lab: Lab, urls: dict[str, str], records: Path) -> tuple[dict[str, tupl
             str(ROOT / "bench" / "soak_people.py"),
             "--headless",
             "--users",
-            str(PEOPLE - 1 + OWNER_DEVICES),
+            str(timeline.people - 1 + OWNER_DEVICES),
             "--spawn-rate",
             "50",
             "--run-time",
@@ -211,20 +254,20 @@ def drive(lab: Lab, urls: dict[str, str], records: Path) -> tuple[dict[str, tupl
         stderr=subprocess.DEVNULL,
     )
     phases: dict[str, tuple[float, float]] = {}
-    _sleep_until(began + WARM_UP_S)
+    _sleep_until(began + timeline.warm_up_s)
     start = time.time()
-    print(f"load: {LOAD_S:g} s, the model answering at once", flush=True)
-    _sleep_until(start + LOAD_S)
+    print(f"load: {timeline.load_s:g} s, the model answering at once", flush=True)
+    _sleep_until(start + timeline.load_s)
     phases["load"] = (start, time.time())
     load_average = os.getloadavg()[0]
     lab.model.latency_s = MODEL_LATENCY_S
-    for fault in FAULTS:
+    for fault in faults:
         start = time.time()
         print(f"{fault.name}: {fault.window_s:g} s, the model answering in 0.3-1.5 s", flush=True)
         fault.run(lab, start)
         _sleep_until(start + fault.window_s)
         phases[fault.name] = (start, time.time())
-    print(f"drain: {DRAIN_S:g} s, retries only", flush=True)
+    print(f"drain: {timeline.drain_s:g} s, retries only", flush=True)
     locust.wait(timeout=run_time + 120)
     return phases, load_average
 
@@ -253,17 +296,21 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def measure(keep: Path | None = None) -> dict[str, Any]:
+def measure(keep: Path | None = None, timeline: Timeline = FULL) -> dict[str, Any]:
     """The whole soak: `load`, `load_detail`, `faults`, `faults_detail`, `soak_totals`. Its
     records and the functions' logs go to a scratch directory, or to `keep`."""
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-        return run(keep)
+        return run(keep, timeline)
     with tempfile.TemporaryDirectory(prefix="crossmem-soak-") as directory:
-        return run(Path(directory))
+        return run(Path(directory), timeline)
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--quick"]:
+        print(table(measure(timeline=QUICK)))
+        print("\nquick run: every piece ran, too briefly for its figures to mean anything (nothing written)")
+        return
     keep = Path(sys.argv[2]) if sys.argv[1:2] == ["--keep"] and len(sys.argv) > 2 else None
     results = measure(keep)
     stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}

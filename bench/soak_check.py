@@ -169,7 +169,8 @@ def summarise(
     stored: dict[str, list[tuple[Any, ...]]],
     replies: dict[int, tuple[Any, ...]],
     deliveries: Counter[str],
-) -> dict[str, int]:
+) -> Counter[str]:
+    """A phase's counts; 0 for what none of its messages did (the quick soak's phases may be empty)."""
     figures: Counter[str] = Counter()
     for record in records:
         token = record["token"]
@@ -192,4 +193,4 @@ def summarise(
             figures["telegram_replies_delivered_once"] += count == 1 and bool(reply[6])
             figures["telegram_replies_undelivered"] += count == 0
             figures["telegram_replies_delivered_twice"] += count > 1
-    return dict(figures)
+    return figures

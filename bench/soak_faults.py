@@ -1,7 +1,8 @@
 """The soak's faults: each one is done to the running system, then undone, in its window.
 
 Every action runs on a timer thread, so the timeline keeps its pace while a restart or an
-outage is under way.
+outage is under way. An action that raises is noted in the lab (a timer thread's exception would
+only be printed): the soak then fails, rather than report figures for a fault that never happened.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -26,6 +27,7 @@ class Lab:
     bot: FakeTelegram
     database_url: str
     pgdata: Path
+    failed_actions: list[str] = field(default_factory=list)
 
 
 def restart_postgres(lab: Lab) -> None:
@@ -77,11 +79,21 @@ class Fault:
     window_s: float
     actions: tuple[tuple[float, Callable[[Lab], None]], ...]  # (seconds into the window, action)
 
+    def paced(self, pace: float) -> Fault:
+        """The same fault in a window `pace` times as long, each action as far into it."""
+        return Fault(self.name, self.window_s * pace, tuple((offset * pace, action) for offset, action in self.actions))
+
     def run(self, lab: Lab, start: float) -> None:
         for offset, action in self.actions:
-            timer = threading.Timer(max(0.0, start + offset - time.time()), action, args=(lab,))
+            timer = threading.Timer(max(0.0, start + offset - time.time()), self._act, args=(action, lab))
             timer.daemon = True
             timer.start()
+
+    def _act(self, action: Callable[[Lab], None], lab: Lab) -> None:
+        try:
+            action(lab)
+        except Exception as exc:
+            lab.failed_actions.append(f"{self.name}: {action.__name__} raised {exc!r}")
 
 
 FAULTS = (

@@ -32,13 +32,14 @@ RECORDS = ENV.get("SOAK_RECORDS", "soak-records.jsonl")
 STOP_AT = float(ENV.get("SOAK_STOP_AT", "0"))  # epoch seconds: no new message after this
 GIVE_UP_AT = float(ENV.get("SOAK_GIVE_UP_AT", "0"))  # epoch seconds: no retry after this
 TIMEOUT_S = {"telegram": 20.0, "whatsapp": 15.0, "web": 30.0}  # Twilio waits 15 s
+PACE = float(ENV.get("SOAK_PACE", "1"))  # a person's pauses, scaled (the quick soak's are a tenth)
 WORDS = "budget flight dentist Friday sister Carmen train museum lunch invoice garden".split()
 
 _numbers = itertools.count()
 
 
 class Person(HttpUser):
-    wait_time = between(10, 30)
+    wait_time = between(10 * PACE, 30 * PACE)
     host = ENV.get("SOAK_WEB_URL", "http://127.0.0.1:1")
 
     def on_start(self) -> None:
@@ -55,7 +56,7 @@ class Person(HttpUser):
         # thread has history, so an answer shown only its new message was made without memory.
         surfaces = [self.surface] if self.owner else random.sample(("telegram", "whatsapp", "web"), 3)
         for surface in surfaces:
-            gevent.sleep(random.uniform(0, 10))
+            gevent.sleep(random.uniform(0, 10 * PACE))
             self.surface = surface
             self.say_something()
 

@@ -32,9 +32,9 @@ WORD_S = 0.025
 WORDS = 120
 
 
-def run(database_url: str, turns: int = TURNS) -> dict[str, float]:
+def run(database_url: str, turns: int = TURNS, words: int = WORDS) -> dict[str, float]:
     anthropic, telegram = FakeAnthropic(), FakeTelegram(BOT_TOKEN)
-    anthropic.answer = lambda body: " ".join(f"word{index}" for index in range(WORDS))
+    anthropic.answer = lambda body: " ".join(f"word{index}" for index in range(words))
     anthropic.first_token_s, anthropic.delta_pause_s = FIRST_TOKEN_S, WORD_S
     saved = dict(os.environ)
     os.environ.update(production_settings(database_url, anthropic, telegram))
@@ -67,7 +67,7 @@ def run(database_url: str, turns: int = TURNS) -> dict[str, float]:
         "bot_api_calls_per_turn": round(calls / turns, 2),
         "model_first_token_ms": FIRST_TOKEN_S * 1000,
         "model_ms_per_word": WORD_S * 1000,
-        "words": WORDS,
+        "words": words,
     }
 
 

@@ -11,21 +11,28 @@ import sys
 from typing import Any
 
 from bench.latency_proxy import proxy_process
-from bench.memory_core import turn_overhead_ms_p50, turns_per_s
+from bench.memory_core import PEOPLE_PER_DRIVER, turn_overhead_ms_p50, turns_per_s
 from bench.results import RESULTS, bench_database, save
 
 RTT = 0.001  # a round trip between a function and its database in one region
 
 
-def measure(database_url: str) -> dict[str, Any]:
+def measure(
+    database_url: str,
+    turns: int = 300,
+    turns_rtt1: int = 150,
+    seconds: float = 3.0,
+    rounds: int = 3,
+    people_per_driver: int = PEOPLE_PER_DRIVER,
+) -> dict[str, Any]:
     print("turn overhead on loopback ...", flush=True)
-    results = {"turn_overhead_ms_p50": turn_overhead_ms_p50(database_url)}
+    results = {"turn_overhead_ms_p50": turn_overhead_ms_p50(database_url, turns, people_per_driver)}
     print("turn overhead with 1 ms a round trip ...", flush=True)
     with proxy_process(database_url, RTT) as slow:
-        results["turn_overhead_ms_p50_rtt1"] = turn_overhead_ms_p50(slow, turns=150)
+        results["turn_overhead_ms_p50_rtt1"] = turn_overhead_ms_p50(slow, turns_rtt1, people_per_driver)
     print("throughput, 8 threads, 1 ms a round trip ...", flush=True)
     with proxy_process(database_url, RTT) as slow:
-        results["turns_per_s"] = turns_per_s(slow)
+        results["turns_per_s"] = turns_per_s(slow, seconds=seconds, rounds=rounds, people_per_driver=people_per_driver)
     return results
 
 

@@ -1,7 +1,14 @@
 """The database under test: TEST_DATABASE_URL's server, or the embedded wheel.
 
 Each test run gets a database of its own, made like a Supabase project (stand-ins, then
-migrations) and dropped at the end, so runs never see each other's rows.
+migrations) and dropped at the end, so runs never see each other's rows. The one test that needs
+a server over TCP (the Supabase CLI's push: it cannot use the embedded server's socket) takes
+TEST_SUPABASE_PUSH_DATABASE_URL's, so a run on the embedded wheel (a fresh machine's, CI's) still
+pushes to a real server when one is at hand.
+
+A connection string made from another (another database, an added option) is made with
+psycopg.conninfo, never by pasting strings: the embedded server's URI already has a query
+(`?host=<socket directory>`), and a password may hold any character.
 """
 
 from __future__ import annotations
@@ -13,9 +20,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from core.stores.embedded import prepare_database, start_embedded_postgres, stop_embedded_postgres
 
@@ -64,11 +72,35 @@ SCRATCH_PREFIX = "crossmem_test_"
 
 
 def with_database(conninfo: str, database: str) -> str:
-    """The same server's URI naming `database`. A `dbname` in the query, which libpq lets win over
-    the path, is dropped: a fresh database's URI can reach no other database."""
-    parsed = urlparse(conninfo)
-    query = "&".join(part for part in parsed.query.split("&") if part and part.split("=")[0] != "dbname")
-    return urlunparse(parsed._replace(path=f"/{database}", query=query))
+    """The same server's connection string naming `database`, in the form it was given (the
+    Supabase CLI takes only a URI). A `dbname` in a URI's query, which libpq lets win over its
+    path, is dropped: a fresh database's connection string can reach no other database."""
+    if not conninfo.startswith(("postgresql://", "postgres://")):
+        return make_conninfo(conninfo, dbname=database)
+    uri = urlsplit(conninfo)
+    query = [(name, value) for name, value in parse_qsl(uri.query, keep_blank_values=True) if name != "dbname"]
+    return urlunsplit(uri._replace(path="/" + quote(database), query=urlencode(query, safe="/", quote_via=quote)))
+
+
+# The server the Supabase CLI push test uses (tests/test_supabase_push.py); docs/testing.md.
+SUPABASE_PUSH_VARIABLE = "TEST_SUPABASE_PUSH_DATABASE_URL"
+
+
+def over_tcp(conninfo: str) -> bool:
+    """Whether libpq reaches this server over TCP (a host name or address, not a socket directory)."""
+    parameters = conninfo_to_dict(conninfo)
+    host = str(parameters.get("host") or "")
+    return bool(parameters.get("hostaddr")) or (host != "" and not host.startswith("/"))
+
+
+def supabase_push_server() -> str | None:
+    """The server the Supabase CLI pushes to: TEST_SUPABASE_PUSH_DATABASE_URL's, else
+    TEST_DATABASE_URL's when that one is reached over TCP; None when there is none."""
+    dedicated = os.environ.get(SUPABASE_PUSH_VARIABLE)
+    if dedicated:
+        return dedicated
+    shared = os.environ.get("TEST_DATABASE_URL")
+    return shared if shared and over_tcp(shared) else None
 
 
 @contextmanager

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from urllib.parse import urlparse
 
 import psycopg
 import pytest
 
 from core.stores.embedded import MIGRATIONS, SUPABASE_STANDINS
 from functions.tools.cli import main
-from tests.database import catalog, fresh_database
+from tests.database import SUPABASE_PUSH_VARIABLE, catalog, fresh_database, over_tcp, supabase_push_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPABASE = ROOT / "infra" / "deploy" / "node_modules" / ".bin" / "supabase"
@@ -38,12 +37,15 @@ def db_push(url: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_supabase_db_push_makes_the_schema_crossmem_migrate_makes(
-    postgres_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     if not SUPABASE.exists():
         pytest.fail("the Supabase CLI is not installed: `make deploy-tools` (make test runs it) installs it")
-    if urlparse(postgres_server).hostname is None:
-        pytest.skip("the Supabase CLI reaches Postgres over TCP only; TEST_DATABASE_URL gives such a server (CI's)")
+    postgres_server = supabase_push_server()
+    if postgres_server is None:
+        pytest.skip(f"the Supabase CLI reaches Postgres over TCP only: {SUPABASE_PUSH_VARIABLE} gives it one (CI's)")
+    if not over_tcp(postgres_server):
+        pytest.fail(f"{SUPABASE_PUSH_VARIABLE} names a server on a socket: the Supabase CLI needs one over TCP")
     migrations = [path.name for path in sorted(MIGRATIONS.glob("*.sql"))]
     with fresh_database(postgres_server) as pushed, fresh_database(postgres_server) as migrated:
         with psycopg.connect(pushed, autocommit=True) as connection:

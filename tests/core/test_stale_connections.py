@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import StoreUnavailable
@@ -34,7 +35,7 @@ def proxy(database_url: str) -> Iterator[LatencyProxy]:
 
 @pytest.fixture
 def proxied_store(database_url: str, proxy: LatencyProxy) -> Iterator[PostgresStore]:
-    store = PostgresStore(f"{through_proxy(database_url, proxy.port)}?application_name={APPLICATION}")
+    store = PostgresStore(make_conninfo(through_proxy(database_url, proxy.port), application_name=APPLICATION))
     yield store
     store.close()
 

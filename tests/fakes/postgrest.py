@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hmac
 import threading
-from urllib.parse import quote
+
+from psycopg.conninfo import make_conninfo
 
 from core.errors import StoreUnavailable
 from core.stores.postgres_store import PostgresStore
@@ -19,9 +20,7 @@ from tests.fakes.local_server import LocalServer, QuietHandler
 
 class PostgrestStandIn:
     def __init__(self, database_url: str, service_role_key: str) -> None:
-        options = quote("-c role=service_role")
-        separator = "&" if "?" in database_url else "?"
-        self.store = PostgresStore(f"{database_url}{separator}options={options}")
+        self.store = PostgresStore(make_conninfo(database_url, options="-c role=service_role"))
         self.key = service_role_key
         self.requests = 0
         self._lock = threading.Lock()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT, NOTES_PREAMBLE
 from core.models import Surface
@@ -223,7 +223,9 @@ def test_memory_digest_answers_what_it_did_when_expiring_old_counts_fails(notes_
     """The last step, housekeeping, meets a database that will not give it a lock in time (a
     migration, a VACUUM FULL): the run's answer still comes, with null for that step."""
     database = runtime.settings().database_url.get_secret_value()  # type: ignore[union-attr]
-    notes_env.setenv("DATABASE_URL", f"{database}?options={quote('-c lock_timeout=300')}")
+    # Built by libpq's rules, not by appending: the URI may already carry a query (the embedded
+    # server's `?host=<socket directory>`).
+    notes_env.setenv("DATABASE_URL", make_conninfo(database, options="-c lock_timeout=300"))
     runtime.reset()
     with psycopg.connect(database) as holder:
         holder.execute("lock table voice_usage in access exclusive mode")
