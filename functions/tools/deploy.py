@@ -102,7 +102,11 @@ def read_description(path: Path = SERVERLESS_YML) -> Description:
     try:
         import yaml
     except ImportError:
-        raise DescriptionError("reading serverless.yml needs PyYAML: pip install 'crossmem[deploy]'") from None
+        # crossmem is not on PyPI: its `deploy` extra is installed from the checkout, or PyYAML alone.
+        raise DescriptionError(
+            f"reading serverless.yml needs PyYAML, which {sys.executable} does not have: `make dev` installs it in "
+            f".venv (the `deploy` extra); here, `{sys.executable} -m pip install 'pyyaml>=6'`"
+        ) from None
     raw = yaml.safe_load(path.read_text())
     provider = raw["provider"]
     functions = []

@@ -9,10 +9,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from core.settings import Settings
 from functions.tools.cli import main
@@ -21,6 +24,7 @@ from functions.tools.upload import PACKAGE
 from tests.fakes.gcloud import ACT_AS_DENIED, API_DISABLED, NOT_LOGGED_IN, PERMISSION_DENIED_SECRETS_LIST, FakeGcloud
 
 ROOT = Path(__file__).resolve().parents[2]
+EXTRA = re.compile(r"--extra ([a-z]+)")
 
 SETTING_NAMES = [name.upper() for name in Settings.model_fields]
 SECRETS = {
@@ -341,3 +345,17 @@ def test_the_readme_lists_the_role_every_deploy_command_needs(
     for kind in sorted(kinds):
         for role in DEPLOYER_ROLES[kind]:
             assert f"`{role}`" in documented, f"{' '.join(kind)} needs {role}: list it in README, Deploy"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_dev_installs_what_deploy_and_doctor_read_serverless_yml_with() -> None:
+    """`make dev` alone is enough for `crossmem deploy --dry-run` and `crossmem doctor`: the extras
+    its `uv sync` names hold PyYAML (crossmem is not on PyPI: `pip install 'crossmem[deploy]'` cannot)."""
+    shown = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "dev"], capture_output=True, text=True, check=True)
+    extras = {extra for line in shown.stdout.splitlines() if " sync " in line for extra in EXTRA.findall(line)}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    installed = [
+        *project["dependencies"],
+        *(line for extra in extras for line in project["optional-dependencies"][extra]),
+    ]
+    assert "pyyaml" in {canonicalize_name(Requirement(line).name) for line in installed}, extras
