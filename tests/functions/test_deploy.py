@@ -274,9 +274,8 @@ def test_secrets_list_refused_names_the_permission_and_the_role_in_one_line(fake
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == (
         "crossmem deploy: `gcloud secrets list` failed: the permission secretmanager.secrets.list is missing: "
-        "grant whoever deploys roles/secretmanager.viewer (README, Deploy: the deployer's roles). It said: "
-        + PERMISSION_DENIED_SECRETS_LIST.strip()
-        + "\n"
+        "grant whoever deploys roles/secretmanager.viewer (the deployer's roles: "
+        "docs/deploy.md#2-the-google-cloud-project). It said: " + PERMISSION_DENIED_SECRETS_LIST.strip() + "\n"
     )
     assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr
     assert fake_gcloud.calls == [["secrets", "list", "--project=advisor-prod", "--format=value(name.basename())"]]
@@ -285,8 +284,16 @@ def test_secrets_list_refused_names_the_permission_and_the_role_in_one_line(fake
 @pytest.mark.parametrize(
     ("said", "fix"),
     [
-        (NOT_LOGGED_IN, "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again"),
-        (API_DISABLED, "enable the API: `gcloud services enable secretmanager.googleapis.com --project=advisor-prod`"),
+        (
+            NOT_LOGGED_IN,
+            "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again "
+            "(docs/deploy.md#2-the-google-cloud-project)",
+        ),
+        (
+            API_DISABLED,
+            "enable the API: `gcloud services enable secretmanager.googleapis.com --project=advisor-prod` "
+            "(docs/deploy.md#2-the-google-cloud-project)",
+        ),
     ],
 )
 def test_not_logged_in_or_the_api_off_says_what_to_run(
@@ -328,7 +335,8 @@ def test_a_refused_function_deploy_names_the_missing_role_and_stops(
     err = capsys.readouterr().err
     assert err.endswith(
         "crossmem deploy: `gcloud functions deploy telegram_webhook` failed: the permission iam.serviceAccounts.actAs "
-        "is missing: grant whoever deploys roles/iam.serviceAccountUser (README, Deploy: the deployer's roles). "
+        "is missing: grant whoever deploys roles/iam.serviceAccountUser (the deployer's roles: "
+        "docs/deploy.md#2-the-google-cloud-project). "
         "It said: " + ACT_AS_DENIED.strip() + "\n"
     )
     assert [call[:3] for call in fake_gcloud.calls][-1] == ["functions", "deploy", "telegram_webhook"]
@@ -344,7 +352,7 @@ def test_the_readme_lists_the_role_every_deploy_command_needs(
     assert kinds <= set(DEPLOYER_ROLES)
     for kind in sorted(kinds):
         for role in DEPLOYER_ROLES[kind]:
-            assert f"`{role}`" in documented, f"{' '.join(kind)} needs {role}: list it in README, Deploy"
+            assert f"`{role}`" in documented, f"{' '.join(kind)} needs {role}: list it in docs/deploy.md"
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
