@@ -62,6 +62,14 @@ class DescriptionError(ValueError):
     """serverless.yml cannot be turned into commands; the message says what to change."""
 
 
+class TargetNotSet(DescriptionError):
+    """The deploying shell does not say which project (or region) serverless.yml's functions are in."""
+
+    def __init__(self, message: str, unset: list[str]) -> None:
+        super().__init__(message)
+        self.unset = unset  # the shell's variables to set, GCP_PROJECT first
+
+
 @dataclass(frozen=True)
 class Schedule:
     job: str
@@ -158,6 +166,15 @@ def resolve(template: object, shell: Mapping[str, str], raw: Mapping[str, Any]) 
     return text
 
 
+def unset_variables(template: object, shell: Mapping[str, str]) -> list[str]:
+    """The `${env:NAME}` of `template` that the shell leaves unset and that have no default."""
+    return [
+        name
+        for kind, name, default in INNERMOST_VARIABLE.findall(str(template))
+        if kind == "env" and not shell.get(name) and not default
+    ]
+
+
 def function_url(region: str, project: str, function: str) -> str:
     return f"https://{region}-{project}.cloudfunctions.net/{function}"
 
@@ -190,9 +207,15 @@ class Target:
         project = resolve(provider["project"], shell, description.raw)
         region = resolve(provider["region"], shell, description.raw)
         if project is None or region is None:
-            raise DescriptionError(
+            unset = [
+                name
+                for template in (provider["project"], provider["region"])
+                for name in unset_variables(template, shell)
+            ]
+            raise TargetNotSet(
                 f"serverless.yml's provider.project is {provider['project']} and provider.region is "
-                f"{provider['region']}: set them in the shell that deploys"
+                f"{provider['region']}: set {' and '.join(unset) or 'them'} in the shell that deploys",
+                unset,
             )
         service_account = resolve(provider.get("serviceAccount", ""), shell, description.raw)
         scheduler = resolve(provider.get("schedulerServiceAccount", ""), shell, description.raw)
