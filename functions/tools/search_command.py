@@ -1,5 +1,8 @@
 """`crossmem search --user ID QUERY`: a person's memory as memory search finds it (the same SQL
-function as `GET /search` on the web), for the operator who wants to see what the agent could find."""
+function as `GET /search` on the web), for the operator who wants to see what the agent could find.
+
+Only the standard library at import: `crossmem --help` builds this parser, and stays fast
+(tests/functions/test_cli_imports.py); the rest is imported by the command when it runs."""
 
 from __future__ import annotations
 
@@ -7,18 +10,21 @@ import argparse
 import json
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.errors import InputError
-from core.models import MemoryHit, Surface
-from functions import runtime
-from functions.search_query import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS, parse_moment
+if TYPE_CHECKING:
+    from core.models import MemoryHit
 
 
 def search(args: argparse.Namespace) -> int:
     """Print the person's best hits for the query, one a line: local date and time, surface,
     role, text. `args`: user, query (words), surface, since, until, limit, timezone, json."""
+    from core.errors import InputError
+    from core.models import Surface
+    from functions import runtime
+    from functions.search_query import DEFAULT_LIMIT, MAX_QUERY_CHARS, surface_named
+
     query = " ".join(args.query).strip()
     if not query:
         raise InputError("say what to search for: crossmem search --user ID WORDS")
@@ -27,13 +33,14 @@ def search(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since >= args.until:
         raise InputError("--since must be before --until")
     zone: ZoneInfo = args.timezone or ZoneInfo(runtime.settings().context_timezone)
+    surface: Surface | None = surface_named({"surface": args.surface}) if args.surface else None
     hits = runtime.memory().search(
         uuid.UUID(args.user),
         query,
-        surface=Surface(args.surface) if args.surface else None,
+        surface=surface,
         since=args.since,
         until=args.until,
-        limit=args.limit,
+        limit=args.limit or DEFAULT_LIMIT,
     )
     if args.json:
         print(json.dumps([hit.as_json() for hit in hits], ensure_ascii=False, indent=2))
@@ -68,6 +75,9 @@ def until_option(text: str) -> datetime:
 
 def moment_option(name: str, text: str) -> datetime:
     """--since or --until as GET /search reads them; argparse's own error when it is neither."""
+    from core.errors import InputError
+    from functions.search_query import parse_moment
+
     try:
         return parse_moment(name, text)
     except InputError as exc:
@@ -82,6 +92,8 @@ def timezone_option(text: str) -> ZoneInfo:
 
 
 def limit_option(text: str) -> int:
+    from functions.search_query import MAX_LIMIT
+
     if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_LIMIT}, not {text!r}")
     return int(text)
@@ -91,10 +103,10 @@ def add_commands(commands: Any) -> None:
     """Register `search` on the `crossmem` parser's subcommands."""
     command = commands.add_parser("search", help="search a person's messages on every surface, as the agent can")
     command.add_argument("--user", required=True, help="the person's user id (uuid)")
-    command.add_argument("--surface", choices=[surface.value for surface in Surface], help="only this surface's")
+    command.add_argument("--surface", help="only this surface's: web, telegram or whatsapp")
     command.add_argument("--since", type=since_option, help="from this ISO date or date and time (UTC)")
     command.add_argument("--until", type=until_option, help="before this ISO date and time; a date: included")
-    command.add_argument("--limit", type=limit_option, default=DEFAULT_LIMIT, help=f"hits, 1 to {MAX_LIMIT}")
+    command.add_argument("--limit", type=limit_option, help="how many hits, as GET /search's limit")
     command.add_argument("--timezone", type=timezone_option, help="show times in this zone (default: CONTEXT_TIMEZONE)")
     command.add_argument("--json", action="store_true", help="JSON (each hit as GET /search gives it) instead of lines")
     command.add_argument("query", nargs="+", help="the words to search for, or a question as the person would ask it")

@@ -15,7 +15,10 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-# The role that carries each permission the deploy uses (README, Deploy: whoever deploys).
+from functions.tools.doc_links import DATABASE, DEPLOY, GOOGLE_CLOUD
+
+# The role that carries each permission the deploy uses (docs/deploy.md#2-the-google-cloud-project,
+# whoever deploys).
 ROLE_OF_PERMISSION = {
     "secretmanager.secrets.list": "roles/secretmanager.viewer",
     "secretmanager.secrets.get": "roles/secretmanager.viewer",
@@ -87,36 +90,54 @@ def diagnose(command: Sequence[str], stderr: str, project: str | None = None) ->
     for_project = f" --project={project}" if project else ""
     tool = command[0].rsplit("/", 1)[-1]
     if any(marker in stderr for marker in NOT_LOGGED_IN):
-        return "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again"
+        return (
+            f"log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again ({GOOGLE_CLOUD})"
+        )
     if "SERVICE_DISABLED" in stderr or "has not been used in project" in stderr or "API has not been" in stderr:
         api = DISABLED_API.search(stderr)
         name = api.group(1) if api else "the API it names"
-        return f"enable the API: `gcloud services enable {name}{for_project}` (README, Deploy, step 2)"
+        return f"enable the API: `gcloud services enable {name}{for_project}` ({GOOGLE_CLOUD})"
     if permission := PERMISSION.search(stderr):
         needed = permission.group(1)
         role = ROLE_OF_PERMISSION.get(needed, "a role that holds it")
         return (
-            f"the permission {needed} is missing: grant whoever deploys {role} (README, Deploy: the deployer's roles)"
+            f"the permission {needed} is missing: grant whoever deploys {role} (the deployer's roles: {GOOGLE_CLOUD})"
         )
     if "PERMISSION_DENIED" in stderr or "does not have permission" in stderr:
-        return "a permission is missing: grant whoever deploys the roles README, Deploy lists"
+        return f"a permission is missing: grant whoever deploys the roles {GOOGLE_CLOUD} lists"
     if 'schema "auth" does not exist' in stderr or 'role "anon" does not exist' in stderr:
         return (
             "this Postgres is not a Supabase project: create the stand-ins first "
-            "(`make db-standins DB_URL=…`, or `crossmem migrate --supabase-standins`)"
+            f"(`make db-standins DB_URL=…`, or `crossmem migrate --supabase-standins`; {DATABASE})"
         )
     if "password authentication failed" in stderr:
-        return "the database refused the password in DB_URL: check it (Supabase: Project Settings, Database)"
+        return (
+            f"the database refused the password in DB_URL: check it (Supabase: Project Settings, Database; {DATABASE})"
+        )
     if "connection refused" in stderr.lower() or "could not translate host name" in stderr:
-        return "nothing answers at DB_URL's host and port: check the URL (and that the database runs)"
+        return f"nothing answers at DB_URL's host and port: check the URL (and that the database runs; {DATABASE})"
     if tool == "npm" and ("in sync" in stderr or "EUSAGE" in stderr):
         return (
             "infra/deploy/package.json and package-lock.json disagree: "
-            "`npm install --prefix infra/deploy`, then commit the lock"
+            f"`npm install --prefix infra/deploy`, then commit the lock ({DATABASE})"
         )
     if tool == "npm":
-        return "npm could not install the pinned tools: check the registry is reachable (npm config get registry)"
-    return "see the tool's message"
+        return (
+            "npm could not install the pinned tools: check the registry is reachable "
+            f"(npm config get registry; {DATABASE})"
+        )
+    return f"see the tool's message ({DEPLOY})"
+
+
+def how_to_install(tool: str) -> str:
+    name = tool.rsplit("/", 1)[-1]
+    if name == "gcloud":
+        return f"install the Google Cloud CLI ({GOOGLE_CLOUD})"
+    if name == "supabase":
+        return f"`make deploy-tools` installs the pinned Supabase CLI ({DATABASE})"
+    if name == "npm":
+        return f"install Node.js and npm (Debian: `apt-get install npm`), then `make deploy-tools` ({DATABASE})"
+    return f"install it ({DEPLOY})"
 
 
 def explain(command: Sequence[str], stderr: str, project: str | None = None) -> str:
@@ -133,7 +154,7 @@ def run_tool(
             list(command), stdout=subprocess.PIPE if capture_stdout else None, stderr=subprocess.PIPE, text=True
         )
     except FileNotFoundError:
-        fix = "install it (README, Deploy, says how)"
+        fix = how_to_install(command[0])
         raise ToolFailed(f"{command[0]} is not on PATH: {fix}", fix, f"{command[0]}: not found") from None
     if not capture_stdout and done.stderr:
         sys.stderr.write(done.stderr)

@@ -5,6 +5,8 @@
 `detected_language` and first alternative's `transcript`. Records each request (its query,
 content type and bytes). `behaviour`: "500" answers an error, "slow" waits `slow_s` first;
 `latency_s` makes every answer take that long (the bench: a fixed transcriber time).
+`GET /v1/auth/token`, Deepgram's own test of a key (what `crossmem doctor` asks): the key's
+details when it is the fake's, 401 otherwise.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ class FakeDeepgram:
         fake = self
 
         class Handler(QuietHandler):
+            def do_GET(self) -> None:
+                if self.headers.get("Authorization") != f"Token {fake.api_key}":
+                    return self.answer_json(401, {"err_code": "INVALID_AUTH", "err_msg": "Invalid credentials."})
+                if urlsplit(self.path).path != "/v1/auth/token":
+                    return self.answer_json(404, {"err_code": "NOT_FOUND"})
+                self.answer_json(200, {"scopes": ["member"], "accessor": "fake-accessor"})
+
             def do_POST(self) -> None:
                 audio = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 parts = urlsplit(self.path)

@@ -9,10 +9,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from core.settings import Settings
 from functions.tools.cli import main
@@ -21,6 +24,7 @@ from functions.tools.upload import PACKAGE
 from tests.fakes.gcloud import ACT_AS_DENIED, API_DISABLED, NOT_LOGGED_IN, PERMISSION_DENIED_SECRETS_LIST, FakeGcloud
 
 ROOT = Path(__file__).resolve().parents[2]
+EXTRA = re.compile(r"--extra ([a-z]+)")
 
 SETTING_NAMES = [name.upper() for name in Settings.model_fields]
 SECRETS = {
@@ -270,9 +274,8 @@ def test_secrets_list_refused_names_the_permission_and_the_role_in_one_line(fake
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == (
         "crossmem deploy: `gcloud secrets list` failed: the permission secretmanager.secrets.list is missing: "
-        "grant whoever deploys roles/secretmanager.viewer (README, Deploy: the deployer's roles). It said: "
-        + PERMISSION_DENIED_SECRETS_LIST.strip()
-        + "\n"
+        "grant whoever deploys roles/secretmanager.viewer (the deployer's roles: "
+        "docs/deploy.md#2-the-google-cloud-project). It said: " + PERMISSION_DENIED_SECRETS_LIST.strip() + "\n"
     )
     assert "Traceback" not in done.stderr and "CalledProcessError" not in done.stderr
     assert fake_gcloud.calls == [["secrets", "list", "--project=advisor-prod", "--format=value(name.basename())"]]
@@ -281,8 +284,16 @@ def test_secrets_list_refused_names_the_permission_and_the_role_in_one_line(fake
 @pytest.mark.parametrize(
     ("said", "fix"),
     [
-        (NOT_LOGGED_IN, "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again"),
-        (API_DISABLED, "enable the API: `gcloud services enable secretmanager.googleapis.com --project=advisor-prod`"),
+        (
+            NOT_LOGGED_IN,
+            "log in: `gcloud auth login`, then `gcloud config set project PROJECT`, and run it again "
+            "(docs/deploy.md#2-the-google-cloud-project)",
+        ),
+        (
+            API_DISABLED,
+            "enable the API: `gcloud services enable secretmanager.googleapis.com --project=advisor-prod` "
+            "(docs/deploy.md#2-the-google-cloud-project)",
+        ),
     ],
 )
 def test_not_logged_in_or_the_api_off_says_what_to_run(
@@ -324,7 +335,8 @@ def test_a_refused_function_deploy_names_the_missing_role_and_stops(
     err = capsys.readouterr().err
     assert err.endswith(
         "crossmem deploy: `gcloud functions deploy telegram_webhook` failed: the permission iam.serviceAccounts.actAs "
-        "is missing: grant whoever deploys roles/iam.serviceAccountUser (README, Deploy: the deployer's roles). "
+        "is missing: grant whoever deploys roles/iam.serviceAccountUser (the deployer's roles: "
+        "docs/deploy.md#2-the-google-cloud-project). "
         "It said: " + ACT_AS_DENIED.strip() + "\n"
     )
     assert [call[:3] for call in fake_gcloud.calls][-1] == ["functions", "deploy", "telegram_webhook"]
@@ -340,4 +352,18 @@ def test_the_readme_lists_the_role_every_deploy_command_needs(
     assert kinds <= set(DEPLOYER_ROLES)
     for kind in sorted(kinds):
         for role in DEPLOYER_ROLES[kind]:
-            assert f"`{role}`" in documented, f"{' '.join(kind)} needs {role}: list it in README, Deploy"
+            assert f"`{role}`" in documented, f"{' '.join(kind)} needs {role}: list it in docs/deploy.md"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_dev_installs_what_deploy_and_doctor_read_serverless_yml_with() -> None:
+    """`make dev` alone is enough for `crossmem deploy --dry-run` and `crossmem doctor`: the extras
+    its `uv sync` names hold PyYAML (crossmem is not on PyPI: `pip install 'crossmem[deploy]'` cannot)."""
+    shown = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "dev"], capture_output=True, text=True, check=True)
+    extras = {extra for line in shown.stdout.splitlines() if " sync " in line for extra in EXTRA.findall(line)}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    installed = [
+        *project["dependencies"],
+        *(line for extra in extras for line in project["optional-dependencies"][extra]),
+    ]
+    assert "pyyaml" in {canonicalize_name(Requirement(line).name) for line in installed}, extras

@@ -1,11 +1,14 @@
 """`crossmem doctor` against a live deployment made of fakes: gcloud on PATH (functions, secrets,
-the scheduler job), the functions' front door, the Bot API, Twilio's REST API and Anthropic's
-models endpoint, each reached as the real tool or SDK reaches it; the database is the tests' own."""
+the scheduler job), the functions' front door, the Bot API, Twilio's REST API, Anthropic's
+models endpoint and Deepgram's key test, each reached as the real tool or SDK reaches it; the
+database is the tests' own. Every fix a report carries names a page and heading of docs/ that
+exist (tests/functions/test_fix_links.py follows them)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,11 +18,13 @@ from typing import Any
 import pytest
 
 from functions import runtime
+from functions.tools import doc_links
 from functions.tools.cli import main
 from functions.tools.deploy import read_description, secret_id
 from tests.database import fresh_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.cloud_run import FakeCloudRun
+from tests.fakes.deepgram_api import FakeDeepgram
 from tests.fakes.gcloud import (
     FUNCTION_NOT_FOUND,
     JOB_NOT_FOUND,
@@ -36,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT, REGION = "advisor-prod", "us-central1"
 ACCOUNT_SID = "AC" + "0" * 32
 NUMBER = "+14155550100"
+DEEPGRAM_KEY = "deepgram-test-key"
 FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "web_chat", "memory_digest"]
 # What each function answers a call without credentials (the private one: Cloud Run's IAM).
 ANSWERS = {"telegram_webhook": 401, "whatsapp_webhook": 405, "web_chat": 401, "memory_digest": 403}
@@ -47,8 +53,13 @@ CHECKS = [
     "twilio inbound url",
     "model",
     "digest model",
+    "deepgram",
     "scheduler job crossmem-memory-digest",
 ]
+# The checks that ask gcloud: skipped, with the reason, when it cannot be asked.
+THROUGH_GCLOUD = ["secrets", *(f"function {name}" for name in FUNCTIONS), "scheduler job crossmem-memory-digest"]
+DOC_LINKS = {value for name, value in vars(doc_links).items() if name.isupper()}
+LINK = re.compile(r"docs/[\w.-]+\.md#[\w-]+")
 SECRET_IDS = sorted(
     {secret_id(reference) for spec in read_description().functions for reference in spec.secrets.values()}
 )
@@ -57,6 +68,13 @@ SECRET_IDS = sorted(
 @pytest.fixture
 def fake_twilio() -> Iterator[FakeTwilio]:
     server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_deepgram() -> Iterator[FakeDeepgram]:
+    server = FakeDeepgram(DEEPGRAM_KEY)
     yield server
     server.close()
 
@@ -101,6 +119,7 @@ def live(
     fake_telegram: FakeTelegram,
     fake_twilio: FakeTwilio,
     fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
 ) -> Live:
     """Everything healthy: deployed and active, secrets present, webhooks pointing at us."""
     gcloud = FakeGcloud(tmp_path / "bin")
@@ -113,6 +132,8 @@ def live(
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
     environment.setenv("TWILIO_WHATSAPP_FROM", f"whatsapp:{NUMBER}")
     environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    environment.setenv("DEEPGRAM_API_KEY", DEEPGRAM_KEY)
+    environment.setenv("DEEPGRAM_API_BASE", fake_deepgram.url)
     deployed = Live(gcloud, cloud_run, fake_telegram, fake_twilio, fake_anthropic)
     environment.setenv("PUBLIC_BASE_URL", deployed.url("whatsapp_webhook"))
     for function in FUNCTIONS:
@@ -131,7 +152,19 @@ def live(
 
 def doctor_json(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code = main(["doctor", "--json"])
-    return code, json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)
+    assert_fixes_link_the_docs(report)
+    return code, report
+
+
+def assert_fixes_link_the_docs(report: dict[str, Any]) -> None:
+    """Every fix names a page and heading of docs/ (one of doc_links', which a test follows)."""
+    for check in report["checks"]:
+        if check["fix"] is not None:
+            links = LINK.findall(check["fix"])
+            assert links and set(links) <= DOC_LINKS, check
+        assert (check["status"] == "fail") == (check["fix"] is not None), check
+    assert report["ok"] == all(check["status"] != "fail" for check in report["checks"])
 
 
 def by_check(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -165,7 +198,8 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     )
     assert lines[8] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
     assert lines[9] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
-    assert lines[10] == (
+    assert lines[10] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
+    assert lines[11] == (
         "ok    scheduler job crossmem-memory-digest: enabled, * * * * *; its last run, at "
         "2026-12-01T12:00:00.123456Z, succeeded"
     )
@@ -185,7 +219,7 @@ def test_json_lists_every_check_and_a_webhook_that_is_not_ours_fails_with_its_fi
             "check": "telegram webhook",
             "status": "fail",
             "detail": f"Telegram calls https://bots.elsewhere.example/hook, not ours ({live.url('telegram_webhook')})",
-            "fix": f"`crossmem telegram set-webhook --url {live.url('telegram_webhook')}`",
+            "fix": f"`crossmem telegram set-webhook --url {live.url('telegram_webhook')}` ({doc_links.WEBHOOKS})",
         }
     }
     assert {check["status"] for name, check in by_check(report).items() if name != "telegram webhook"} == {"ok"}
@@ -203,9 +237,7 @@ def test_in_a_process_a_failing_check_exits_1_without_a_traceback(live: Live) ->
     )
     assert done.returncode == 1
     assert done.stderr == "crossmem doctor: 1 check(s) failed\n"
-    assert (
-        f"FAIL  telegram webhook: Telegram calls (no webhook), not ours ({live.url('telegram_webhook')})" in done.stdout
-    )
+    assert "FAIL  telegram webhook: Telegram calls no webhook: the bot gets no message. Fix: " in done.stdout
     # No secret of the shell's reaches the output.
     for secret in (TWILIO_TOKEN, "sk-ant-test", TELEGRAM_HEADERS["X-Telegram-Bot-Api-Secret-Token"]):
         assert secret not in done.stdout + done.stderr
@@ -238,13 +270,15 @@ def test_migrations_not_applied_and_a_database_that_does_not_answer(
         code, report = doctor_json(capsys)
     assert code == 1 and list(failed(report)) == ["database"]
     assert failed(report)["database"]["detail"].startswith(f"reachable; {count} of {count} migrations not applied: ")
-    assert failed(report)["database"]["fix"] == "`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL)"
+    assert failed(report)["database"]["fix"] == (
+        f"`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL; {doc_links.DATABASE})"
+    )
     environment.setenv("DATABASE_URL", f"postgresql://postgres:hunter2-password@127.0.0.1:{free_port()}/postgres")
     runtime.reset()
     code, report = doctor_json(capsys)
     check = failed(report)["database"]
     assert check["detail"].startswith("not reachable: ") and "hunter2" not in json.dumps(report)
-    assert check["fix"] == "check DATABASE_URL, and that the database accepts connections"
+    assert check["fix"] == f"check DATABASE_URL, and that the database accepts connections ({doc_links.DATABASE})"
 
 
 def test_a_referenced_secret_missing_from_secret_manager(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,8 +290,8 @@ def test_a_referenced_secret_missing_from_secret_manager(live: Live, capsys: pyt
         "status": "fail",
         "detail": "referenced but not in Secret Manager: crossmem-database-url (by telegram_webhook, "
         "whatsapp_webhook, web_chat, memory_digest); a new instance cannot start",
-        "fix": "`printf %s VALUE | gcloud secrets create crossmem-database-url --data-file=-` (README, Deploy, 3), "
-        "or `make deploy` to drop the reference",
+        "fix": "`printf %s VALUE | gcloud secrets create crossmem-database-url --data-file=-` "
+        f"({doc_links.SECRETS}), or `make deploy` to drop the reference",
     }
 
 
@@ -267,7 +301,7 @@ def test_secrets_list_refused_names_the_role(live: Live, capsys: pytest.CaptureF
     assert code == 1
     assert failed(report)["secrets"]["fix"] == (
         "the permission secretmanager.secrets.list is missing: grant whoever deploys roles/secretmanager.viewer "
-        "(README, Deploy: the deployer's roles)"
+        f"(the deployer's roles: {doc_links.GOOGLE_CLOUD})"
     )
 
 
@@ -288,7 +322,7 @@ def test_functions_not_deployed_refused_by_cloud_run_or_public_when_private(
         "function whatsapp_webhook",
     ]
     assert problems["function web_chat"]["detail"] == "not deployed"
-    assert problems["function web_chat"]["fix"] == "`make deploy`"
+    assert problems["function web_chat"]["fix"] == f"`make deploy` ({doc_links.FUNCTIONS})"
     assert problems["function telegram_webhook"]["detail"] == (
         f"{live.url('telegram_webhook')} answers 403: Cloud Run refuses callers without a Google identity"
     )
@@ -296,7 +330,7 @@ def test_functions_not_deployed_refused_by_cloud_run_or_public_when_private(
         f"{live.url('memory_digest')} answers 405 to a call without a token: it is public"
     )
     assert problems["function memory_digest"]["fix"] == (
-        "`make deploy` (it deploys memory_digest with --no-allow-unauthenticated)"
+        f"`make deploy` (it deploys memory_digest with --no-allow-unauthenticated: {doc_links.SCHEDULE})"
     )
     assert problems["function whatsapp_webhook"]["detail"] == (
         f"{live.url('whatsapp_webhook')} answers 503: not_configured: the function's 503"
@@ -343,7 +377,8 @@ def test_a_model_the_key_cannot_use(
             "check": "model",
             "status": "fail",
             "detail": "claude-sonnet-4-0-retired is not available to this key",
-            "fix": "set ANTHROPIC_MODEL to a model `GET /v1/models` lists for the key, then `make deploy`",
+            "fix": "set ANTHROPIC_MODEL to a model `GET /v1/models` lists for the key, then `make deploy` "
+            f"({doc_links.CONFIGURATION})",
         }
     }
 
@@ -357,7 +392,7 @@ def test_the_scheduler_job_missing_paused_or_failing(live: Live, capsys: pytest.
     )
     assert failed(report)[name]["fix"] == (
         "the scheduler's account may not invoke the function: `make deploy` grants it; "
-        "`gcloud functions logs read memory_digest --region=us-central1`"
+        f"`gcloud functions logs read memory_digest --region=us-central1` ({doc_links.SCHEDULE})"
     )
     live.gcloud.fail(["scheduler", "jobs", "describe"], JOB_NOT_FOUND)
     code, report = doctor_json(capsys)
@@ -366,7 +401,7 @@ def test_the_scheduler_job_missing_paused_or_failing(live: Live, capsys: pytest.
         "check": name,
         "status": "fail",
         "detail": "does not exist",
-        "fix": "`make deploy` (it creates the job)",
+        "fix": f"`make deploy` (it creates the job: {doc_links.SCHEDULE})",
     }
 
 
@@ -377,3 +412,150 @@ def test_the_fake_front_door_answers_as_the_real_functions_do(environment: pytes
     environment.setenv("SUPABASE_JWT_SECRET", "web-jwt-secret-for-tests-32-bytes-long")
     for function in ("telegram_webhook", "whatsapp_webhook", "web_chat"):
         assert app_client(function).get("/").status_code == ANSWERS[function], function
+
+
+# Without a project, without gcloud, without settings that parse: the rest still runs.
+
+
+def test_without_a_project_every_check_that_needs_none_runs_and_the_cloud_ones_are_skipped(
+    live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environment.delenv("GCP_PROJECT")
+    code, report = doctor_json(capsys)
+    assert code == 0 and report["ok"] is True
+    checks = by_check(report)
+    assert [check["check"] for check in report["checks"]] == CHECKS
+    for name in THROUGH_GCLOUD:
+        assert checks[name] == {
+            "check": name,
+            "status": "skip",
+            "detail": f"GCP_PROJECT is not set here: set it to ask gcloud ({doc_links.FUNCTIONS})",
+            "fix": None,
+        }
+    assert {name: check["status"] for name, check in checks.items() if name not in THROUGH_GCLOUD} == {
+        "database": "ok",
+        "telegram webhook": "ok",
+        "twilio inbound url": "ok",  # PUBLIC_BASE_URL says which URL is ours
+        "model": "ok",
+        "digest model": "ok",
+        "deepgram": "ok",
+    }
+    assert checks["telegram webhook"]["detail"] == (
+        f"Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting; "
+        "not compared with telegram_webhook's URL, which only gcloud can tell"
+    )
+    assert live.gcloud.calls == [] and live.run.calls == []
+    # Nor does Twilio's check guess our URL when nothing says it.
+    environment.delenv("PUBLIC_BASE_URL")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    assert code == 0
+    assert by_check(report)["twilio inbound url"] == {
+        "check": "twilio inbound url",
+        "status": "skip",
+        "detail": f"Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}; set PUBLIC_BASE_URL "
+        "(or let gcloud be asked) to compare it with the URL the function checks signatures against",
+        "fix": None,
+    }
+
+
+def test_without_gcloud_the_cloud_checks_say_to_install_it(
+    live: Live, environment: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environment.setenv("PATH", str(tmp_path / "empty"))
+    code, report = doctor_json(capsys)
+    assert code == 0, failed(report)
+    for name in THROUGH_GCLOUD:
+        assert by_check(report)[name]["detail"] == (
+            f"gcloud is not on PATH: install the Google Cloud CLI to ask it ({doc_links.GOOGLE_CLOUD})"
+        )
+    assert by_check(report)["telegram webhook"]["status"] == "ok"
+
+
+def doctor_process(environment: dict[str, str], tmp_path: Path, pythonpath: str = str(ROOT)) -> tuple[int, Any]:
+    """`crossmem doctor --json` in a shell with only `environment`, no gcloud, no .env: its exit
+    code and its stdout read as JSON."""
+    shell = {"PATH": str(tmp_path / "no-tools"), "HOME": str(tmp_path), "PYTHONPATH": pythonpath, **environment}
+    done = subprocess.run(
+        [sys.executable, "-m", "functions.tools.cli", "doctor", "--json"],
+        env=shell,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    assert_fixes_link_the_docs(report)
+    return done.returncode, report
+
+
+def test_json_from_a_bare_shell_skips_everything_and_exits_0_and_1_only_for_a_failed_check(tmp_path: Path) -> None:
+    code, report = doctor_process({}, tmp_path)
+    assert code == 0 and report["ok"] is True
+    assert [check["check"] for check in report["checks"]] == CHECKS
+    assert {check["status"] for check in report["checks"]} == {"skip"}
+    assert by_check(report)["database"]["detail"] == (
+        "DATABASE_URL is not set here: set it to the session pooler's URL to check the database and its "
+        f"migrations ({doc_links.DATABASE})"
+    )
+    code, report = doctor_process({"DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"}, tmp_path)
+    assert code == 1 and report["ok"] is False
+    assert list(failed(report)) == ["database"]
+
+
+def test_json_even_when_a_setting_does_not_parse(tmp_path: Path) -> None:
+    code, report = doctor_process({"PORT": "eighty"}, tmp_path)
+    assert code == 1
+    ((check),) = report["checks"]
+    assert check == {
+        "check": "settings",
+        "status": "fail",
+        "detail": "invalid configuration: PORT: Input should be a valid integer, unable to parse string as an integer",
+        "fix": f"correct the setting it names ({doc_links.CONFIGURATION})",
+    }
+
+
+def test_json_even_without_pyyaml_and_every_check_that_needs_no_serverless_yml_runs(tmp_path: Path) -> None:
+    # An environment without PyYAML: importing it fails as it would when it is not installed.
+    blocker = tmp_path / "no-pyyaml"
+    blocker.mkdir()
+    (blocker / "yaml.py").write_text("raise ImportError(\"No module named 'yaml'\")\n")
+    code, report = doctor_process({}, tmp_path, pythonpath=f"{blocker}{os.pathsep}{ROOT}")
+    assert code == 1
+    unreadable = report["checks"][0]
+    assert unreadable["check"] == "serverless.yml" and unreadable["status"] == "fail"
+    assert unreadable["detail"].startswith("reading serverless.yml needs PyYAML, which ")
+    assert "-m pip install 'pyyaml>=6'" in unreadable["detail"] and "crossmem[deploy]" not in unreadable["detail"]
+    # The functions are unknown, so none is listed; every check that needs none still answers.
+    assert [check["check"] for check in report["checks"][1:]] == [
+        name for name in CHECKS if not name.startswith(("function ", "scheduler job "))
+    ]
+
+
+def test_a_deepgram_key_that_is_refused(
+    live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environment.setenv("DEEPGRAM_API_KEY", "a-key-deepgram-never-made")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report) == {
+        "deepgram": {
+            "check": "deepgram",
+            "status": "fail",
+            "detail": "the key is refused (401)",
+            "fix": f"check DEEPGRAM_API_KEY (crossmem-deepgram-api-key; {doc_links.SECRETS})",
+        }
+    }
+    assert "a-key-deepgram-never-made" not in json.dumps(report)
+
+
+def test_a_check_that_breaks_is_one_failed_line_and_the_others_still_answer(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live.telegram.webhook_info = ["not", "an", "object"]  # type: ignore[assignment]  # Telegram answering nonsense
+    code, report = doctor_json(capsys)
+    assert code == 1 and list(failed(report)) == ["telegram webhook"]
+    assert failed(report)["telegram webhook"]["detail"].startswith("the check itself failed: AttributeError")
+    assert [check["check"] for check in report["checks"]] == CHECKS

@@ -88,13 +88,15 @@ def our_line(stderr: str, target: str) -> str:
         (
             NPM_OFFLINE,
             "make deploy-tools: `npm ci` failed: npm could not install the pinned tools: check the registry is "
-            "reachable (npm config get registry). It said: npm error network request to https://registry.npmjs.org/"
+            "reachable (npm config get registry; docs/deploy.md#1-the-database-a-supabase-project). "
+            "It said: npm error network request to https://registry.npmjs.org/"
             "supabase/-/supabase-3.1.0.tgz failed, reason: getaddrinfo ENOTFOUND registry.npmjs.org",
         ),
         (
             NPM_OUT_OF_SYNC,
             "make deploy-tools: `npm ci` failed: infra/deploy/package.json and package-lock.json disagree: "
-            "`npm install --prefix infra/deploy`, then commit the lock. It said: npm error `npm ci` can only install "
+            "`npm install --prefix infra/deploy`, then commit the lock "
+            "(docs/deploy.md#1-the-database-a-supabase-project). It said: npm error `npm ci` can only install "
             "packages when your package.json and package-lock.json or npm-shrinkwrap.json are in sync. Please update "
             "your lock file with `npm install` before continuing.",
         ),
@@ -117,7 +119,8 @@ def test_db_push_with_a_wrong_password_says_so_without_the_url(tmp_path: Path) -
     assert done.returncode != 0
     assert our_line(done.stderr, "make db-push") == (
         "make db-push: `supabase db push` failed: the database refused the password in DB_URL: check it "
-        "(Supabase: Project Settings, Database). It said: failed to connect to postgres: failed to connect to "
+        "(Supabase: Project Settings, Database; docs/deploy.md#1-the-database-a-supabase-project). It said: failed to "
+        "connect to postgres: failed to connect to "
         "`host=127.0.0.1 user=postgres database=postgres`: failed SASL auth (FATAL: password authentication failed "
         'for user "postgres" (SQLSTATE 28P01))'
     )
@@ -128,5 +131,6 @@ def test_a_tool_that_is_not_installed(tmp_path: Path) -> None:
     done = make(["-o", DEPLOY_TOOLS, "db-push", f"SUPABASE={tmp_path / 'missing' / 'supabase'}"], tmp_path)
     assert done.returncode != 0
     assert our_line(done.stderr, "make db-push") == (
-        f"make db-push: {tmp_path / 'missing' / 'supabase'} is not on PATH: install it (README, Deploy, says how)"
+        f"make db-push: {tmp_path / 'missing' / 'supabase'} is not on PATH: `make deploy-tools` installs the pinned "
+        "Supabase CLI (docs/deploy.md#1-the-database-a-supabase-project)"
     )
