@@ -11,19 +11,21 @@ import json
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:
-    from core.models import MemoryHit
+    from zoneinfo import ZoneInfo
+
+    from core.models import MemoryHit, Surface
 
 
 def search(args: argparse.Namespace) -> int:
     """Print the person's best hits for the query, one a line: local date and time, surface,
     role, text. `args`: user, query (words), surface, since, until, limit, timezone, json."""
+    from zoneinfo import ZoneInfo
+
     from core.errors import InputError
-    from core.models import Surface
     from functions import runtime
-    from functions.search_query import DEFAULT_LIMIT, MAX_QUERY_CHARS, surface_named
+    from functions.search_query import DEFAULT_LIMIT, MAX_QUERY_CHARS
 
     query = " ".join(args.query).strip()
     if not query:
@@ -33,11 +35,10 @@ def search(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since >= args.until:
         raise InputError("--since must be before --until")
     zone: ZoneInfo = args.timezone or ZoneInfo(runtime.settings().context_timezone)
-    surface: Surface | None = surface_named({"surface": args.surface}) if args.surface else None
     hits = runtime.memory().search(
         uuid.UUID(args.user),
         query,
-        surface=surface,
+        surface=args.surface,
         since=args.since,
         until=args.until,
         limit=args.limit or DEFAULT_LIMIT,
@@ -85,10 +86,22 @@ def moment_option(name: str, text: str) -> datetime:
 
 
 def timezone_option(text: str) -> ZoneInfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of zones ("America")
         raise argparse.ArgumentTypeError(f"{text!r} is not an IANA timezone (Europe/Madrid, UTC)") from None
+
+
+def surface_option(text: str) -> Surface:
+    from core.models import Surface
+
+    try:
+        return Surface(text)
+    except ValueError:
+        names = ", ".join(surface.value for surface in Surface)
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {names})") from None
 
 
 def limit_option(text: str) -> int:
@@ -103,7 +116,7 @@ def add_commands(commands: Any) -> None:
     """Register `search` on the `crossmem` parser's subcommands."""
     command = commands.add_parser("search", help="search a person's messages on every surface, as the agent can")
     command.add_argument("--user", required=True, help="the person's user id (uuid)")
-    command.add_argument("--surface", help="only this surface's: web, telegram or whatsapp")
+    command.add_argument("--surface", type=surface_option, help="only this surface's (web, telegram, whatsapp)")
     command.add_argument("--since", type=since_option, help="from this ISO date or date and time (UTC)")
     command.add_argument("--until", type=until_option, help="before this ISO date and time; a date: included")
     command.add_argument("--limit", type=limit_option, help="how many hits, as GET /search's limit")
