@@ -18,6 +18,5 @@ FUNCTIONS = "docs/deploy.md#4-the-functions"
 WEBHOOKS = "docs/deploy.md#5-telegram-twilio-the-web"
 SCHEDULE = "docs/deploy.md#6-the-memory-digest-on-a-schedule"
 DOCTOR = "docs/deploy.md#7-check-it-crossmem-doctor"
-# docs/configuration.md: every setting, and every command.
+# docs/configuration.md: every setting.
 CONFIGURATION = "docs/configuration.md#configuration"
-COMMANDS = "docs/configuration.md#commands"
