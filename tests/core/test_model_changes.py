@@ -76,3 +76,31 @@ def test_the_fake_refuses_a_rebuilt_turn_and_a_forced_tool(fake: FakeAnthropic) 
             model=SONNET, max_tokens=50, messages=asked, tools=tools, tool_choice={"type": "any"}  # type: ignore[arg-type]
         )
     assert FORCED_TOOL in str(forced.value)
+
+
+def test_a_long_note_before_a_tool_call_lost_to_thinking_still_ends_in_an_answer(
+    memory: Memory, fake: FakeAnthropic
+) -> None:
+    """Sonnet 5.5 returns such a note as an empty thinking block: the turn has no text yet, so the
+    loop asks again with the tool's result, and the person gets the model's answer to it."""
+    from core.follow_ups import FollowUpRules
+
+    note = "Sure. I will set that up for you now. It will come on this app. Give me a second."
+
+    def answer(body: dict[str, Any]) -> Any:
+        if tool_results(body):
+            return "Done: I'll remind you in 30 minutes."
+        scheduled = tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 30})
+        return [{"type": "text", "text": note}, scheduled]
+
+    fake.answer = answer
+    model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, max_retries=0)
+    settings = TurnSettings(DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", follow_ups=FollowUpRules(max_pending=5))
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+    asked = TurnRequest(Surface.TELEGRAM, "remind me in 30 minutes to stretch", "n-1", user_id=uuid.uuid4())
+    result = turns.run(asked)
+
+    assert result.reply == "Done: I'll remind you in 30 minutes."
+    assert result.figures.model_requests == 2
+    first_answer = fake.requests[-1]["messages"][-2]["content"]
+    assert [block["type"] for block in first_answer] == ["thinking", "thinking", "tool_use"]

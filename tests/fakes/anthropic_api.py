@@ -105,6 +105,17 @@ def refusal(body: dict[str, Any]) -> str | None:
     return None
 
 
+def between_tools(blocks: list[dict[str, Any]], signed: str) -> list[dict[str, Any]]:
+    """A 2026 model's answer: a note of more than a sentence or two before a tool call comes back
+    as a `thinking` block, empty at the default display; a short remark stays text."""
+    shaped = []
+    for index, block in enumerate(blocks):
+        calls_next = index + 1 < len(blocks) and blocks[index + 1]["type"] == "tool_use"
+        long_note = block["type"] == "text" and block["text"].count(". ") >= 2
+        shaped.append({"type": "thinking", "thinking": "", "signature": signed} if calls_next and long_note else block)
+    return shaped
+
+
 class FakeAnthropic:
     def __init__(self, answer: Callable[[dict[str, Any]], Answer] = echo_last_message) -> None:
         self.answer = answer
@@ -173,8 +184,8 @@ class FakeAnthropic:
                 answer = fake.answer(body)
                 blocks = [text_block(answer)] if isinstance(answer, str) else answer
                 if body.get("model") in THINKING_MODELS:
-                    opened = {"type": "thinking", "thinking": "", "signature": signature(body, len(body["messages"]))}
-                    blocks = [opened, *blocks]
+                    signed = signature(body, len(body["messages"]))
+                    blocks = [{"type": "thinking", "thinking": "", "signature": signed}, *between_tools(blocks, signed)]
                 text = "".join(b["text"] for b in blocks if b["type"] == "text")
                 usage_json = {
                     "input_tokens": usage.input_tokens,
