@@ -51,6 +51,7 @@ EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
 # The digest's model thinks (adaptively) before it writes: max_tokens bounds both.
 DIGEST_THINKING_TOKENS = 2048
+DESCRIPTION_TOKENS = 300  # what a photo's or a PDF's description may say
 
 
 def now() -> datetime:
@@ -280,7 +281,10 @@ def describer() -> Model | None:
     config = settings()
     if config.anthropic_api_key is None or not config.media_descriptions:
         return None
-    return claude(config, config.anthropic_digest_model, 300, cached=False)
+    # Haiku 5.5 thinks by default, and its thinking counts toward max_tokens: 300 alone could end
+    # after a thinking block with no description (docs/research/model-changes-2026.md, 3.5).
+    room = DESCRIPTION_TOKENS + DIGEST_THINKING_TOKENS
+    return claude(config, config.anthropic_digest_model, room, cached=False, effort=config.anthropic_digest_effort)
 
 
 @functools.cache

@@ -76,6 +76,20 @@ def test_the_digests_request_is_one_the_current_haiku_accepts_without_a_cache_ma
     assert all("cache_control" not in block for block in body["system"])
 
 
+def test_the_media_describers_request_leaves_haiku_room_to_think_before_it_describes(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    from functions import runtime
+
+    describer = runtime.describer()
+    assert describer is not None
+    describer.reply("describe", [ModelMessage(Role.USER, "a photo of a receipt", ())], 5.0)
+    (body,) = fake_anthropic.requests
+    assert body["model"] == "claude-haiku-5-5" and body["output_config"] == {"effort": "low"}
+    assert body["max_tokens"] == 300 + 2048
+    assert refusals(body) == []
+
+
 def test_the_rules_catch_what_a_current_model_refuses() -> None:
     messages = [ModelMessage(Role.USER, "hi", ()), ModelMessage(Role.ASSISTANT, "Sure,", ())]
     body = messages_request("claude-sonnet-5-5", 1024, "s", messages, effort="lowest")
