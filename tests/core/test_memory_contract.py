@@ -265,3 +265,14 @@ def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: Counte
     assert again.notes.endswith("] fact 0") and again.message_id is not None
     memory.finish_turn(person, again.message_id, "you told me fact 0")
     assert counted.round_trips() == 2  # a turn with notes still costs two
+
+
+def test_a_search_costs_one_round_trip_on_every_store(counted: CountedMemory) -> None:
+    start = counted.memory.begin_turn(sender(), Surface.TELEGRAM, "the spare key is with Rosa", "search-1")
+    assert start.user_id is not None and start.message_id is not None
+    counted.memory.finish_turn(start.user_id, start.message_id, "Noted: Rosa has the spare key.")
+    counted.reset()
+    hits = counted.memory.search(start.user_id, "who has my spare key?")
+    # The same words, as long: the later one first.
+    assert [hit.message.content for hit in hits] == ["Noted: Rosa has the spare key.", "the spare key is with Rosa"]
+    assert counted.round_trips() == 1

@@ -319,3 +319,14 @@ def test_what_a_link_merged_into_the_person_is_found_and_no_longer_by_the_chat(m
         ("Locker 212, noted.", Surface.TELEGRAM),
     ]
     assert memory.search(chat_person, "gym locker") == []
+
+
+def test_a_purged_message_is_never_found(memory: Memory, database_url: str) -> None:
+    from core.retention import Retention
+
+    person = uuid.uuid4()
+    planted(database_url, person, "telegram", "user", "the old tax office was on Calle Alcalá 12", 800)
+    kept = planted(database_url, person, "telegram", "user", "the new tax office is near the station", 3)
+    assert len(memory.search(person, "tax office")) == 2
+    Retention(memory.store, batch_size=5000, in_flight=timedelta(minutes=5)).purge(timedelta(days=700))
+    assert [hit.message.id for hit in memory.search(person, "tax office")] == [kept]
