@@ -54,7 +54,12 @@ class OfflineModel:
         asked = REMIND.search(last)
         if continuation:  # the results of its own tool call: say what they were
             results = [b for b in continuation[-1]["content"] if b.get("type") == "tool_result"]
-            yield "(Offline stand-in model.) " + " ".join(str(r["content"]) for r in results)
+            said = " ".join(str(r["content"]) for r in results)
+            recall = RECALL.search(last.strip())
+            if recall is not None and said.startswith("Nothing found"):
+                # The search leaves out what the turn already shows: the answer may be right here.
+                said = self.seen(messages, recall[1]) or said
+            yield "(Offline stand-in model.) " + said
             yield Usage(input_tokens=sum(len(m.content) for m in messages) // 4, output_tokens=10)
             return
         recall = RECALL.search(last.strip())
@@ -74,6 +79,16 @@ class OfflineModel:
         for index, word in enumerate(words):
             yield word if index == len(words) - 1 else word + " "
         yield reply.usage
+
+    @staticmethod
+    def seen(messages: Sequence[ModelMessage], topic: str) -> str | None:
+        """The latest earlier thing the person said that shares a word with `topic`, as an answer."""
+        words = {word for word in re.findall(r"\w{4,}", topic.lower())}
+        earlier = [(m.role, source) for m in messages for source in m.sources][:-1]
+        for role, source in reversed(earlier):
+            if role is Role.USER and words & set(re.findall(r"\w{4,}", source.text.lower())):
+                return f'You told me on {source.surface.value}: "{_quote(source.text)}".'
+        return None
 
     @staticmethod
     def compose(messages: Sequence[ModelMessage], notes: str = "") -> str:

@@ -330,3 +330,16 @@ def test_a_purged_message_is_never_found(memory: Memory, database_url: str) -> N
     assert len(memory.search(person, "tax office")) == 2
     Retention(memory.store, batch_size=5000, in_flight=timedelta(minutes=5)).purge(timedelta(days=700))
     assert [hit.message.id for hit in memory.search(person, "tax office")] == [kept]
+
+
+def test_the_offline_stand_in_answers_from_the_window_when_the_search_has_nothing_older(
+    memory: Memory, database_url: str
+) -> None:
+    person = uuid.uuid4()
+    model = OfflineModel()
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns.run(TurnRequest(Surface.TELEGRAM, "I moved my dentist appointment to Friday", "w-1", user_id=person))
+    result = turns.run(TurnRequest(Surface.WEB, "what did I tell you about the dentist?", "w-2", user_id=person))
+    assert result.reply == (
+        '(Offline stand-in model.) You told me on telegram: "I moved my dentist appointment to Friday".'
+    )
