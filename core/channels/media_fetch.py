@@ -77,7 +77,12 @@ class TelegramFiles:
                 if response.status_code != 200:
                     raise MediaUnreadable(f"the download failed ({response.status_code})")
                 return read_capped(response, max_bytes)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        except MediaUnreadable:
+            raise
+        # Whatever the Bot API answers, a file that cannot be fetched is an answer to the person,
+        # never a 500 that Telegram would redeliver into the same failure: a file_path with a
+        # control character or 70,000 characters makes httpx raise InvalidURL, no HTTPError.
+        except Exception as exc:
             log.warning("a Telegram file could not be fetched", extra={"error": type(exc).__name__})
             raise MediaUnreadable("the download failed") from None
 

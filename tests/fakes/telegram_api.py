@@ -34,6 +34,7 @@ class FakeTelegram:
         self.refused: list[tuple[str, dict[str, Any]]] = []
         self.webhook_info: dict[str, Any] = {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
         self.files: dict[str, bytes] = {}
+        self.file_paths: dict[str, str] = {}  # a file_path getFile answers for that file_id, odd or not
         self.downloads: list[str] = []
         self._failure: str | None = None
         self._failing_method = "sendMessage"
@@ -101,7 +102,7 @@ class FakeTelegram:
                         error = {"ok": False, "error_code": 400, "description": "Bad Request: invalid file_id"}
                         return self.answer_json(400, error)
                     size = len(fake.files[file_id])
-                    path = f"documents/file_{abs(hash(file_id)) % 10**6}.bin"
+                    path = fake.file_paths.get(file_id) or f"documents/file_{abs(hash(file_id)) % 10**6}.bin"
                     with fake._lock:
                         fake._paths[path] = file_id
                     result: Any = {

@@ -358,6 +358,18 @@ def test_a_file_telegram_will_not_give_is_a_clear_answer(
     assert stored == "[photo, not read: Telegram would not give the file] OK - some mages"
 
 
+@pytest.mark.parametrize("odd_path", ["photos/file\x07.jpg", "photos/" + "a" * 70_000], ids=["control", "70000"])
+def test_a_file_path_httpx_cannot_use_is_a_clear_answer_not_a_500(
+    media_env: pytest.MonkeyPatch, fake_telegram: FakeTelegram, database_url: str, odd_path: str
+) -> None:
+    body = private("05_photo_caption.json")
+    chosen = body["message"]["photo"][3]["file_id"]
+    fake_telegram.files[chosen] = RECEIPT
+    fake_telegram.file_paths[chosen] = odd_path
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert user_message(database_url, str(body["update_id"])) == "[photo, not read: the download failed] OK - some mages"
+
+
 def test_a_file_the_model_cannot_read_is_named_and_stored_as_such(
     media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
 ) -> None:
