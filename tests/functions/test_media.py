@@ -367,7 +367,8 @@ def test_a_file_path_httpx_cannot_use_is_a_clear_answer_not_a_500(
     fake_telegram.files[chosen] = RECEIPT
     fake_telegram.file_paths[chosen] = odd_path
     assert telegram_post(app_client("telegram_webhook"), body) == 200
-    assert user_message(database_url, str(body["update_id"])) == "[photo, not read: the download failed] OK - some mages"
+    stored = user_message(database_url, str(body["update_id"]))
+    assert stored == "[photo, not read: the download failed] OK - some mages"
 
 
 def test_a_file_the_model_cannot_read_is_named_and_stored_as_such(
