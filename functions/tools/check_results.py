@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.logs import redacted
 from functions.tools.doc_links import DOCTOR
 
 
@@ -17,6 +18,10 @@ class Check:
     status: str  # "ok", "fail" or "skip"
     detail: str
     fix: str | None = None
+
+    def __post_init__(self) -> None:
+        # A driver's error can quote the connection string it could not parse, password and all.
+        object.__setattr__(self, "detail", redacted(self.detail))
 
     def line(self) -> str:
         fix = f". Fix: {self.fix}" if self.fix else ""
