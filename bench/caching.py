@@ -270,6 +270,17 @@ class Pooled:
     def mean_shown(self, design: str) -> float:
         return round(sum(self.shown[design]) / len(self.shown[design]), 1)
 
+    def tokens_per_turn(self, design: str) -> dict[str, float]:
+        """A turn's input tokens, mean: all of them, and those read from and written to the cache
+        (what docs/deploy.md's cost per 1,000 turns multiplies by the prices)."""
+        usages, count = self.usages[design], len(self.usages[design])
+        return {
+            "input": round(sum(u.total for u in usages) / count, 1),
+            "cache_read": round(sum(u.cache_read_input_tokens for u in usages) / count, 1),
+            "cache_write": round(sum(u.cache_creation_input_tokens for u in usages) / count, 1),
+            "uncached": round(sum(u.input_tokens for u in usages) / count, 1),
+        }
+
 
 def pooled(switch_rate: float, window: Window = Window(), model: str = MODEL, people: int = PEOPLE) -> Pooled:
     result = Pooled({"ours": [], "seed": [], "automatic": []}, {"ours": [], "seed": []}, {})
@@ -347,6 +358,7 @@ def run(chart: Path | None = None, people: int = PEOPLE, windows: tuple[Window, 
             "automatic": main.summary("automatic")["input_cost_ratio"],
         },
         "context_messages_mean": {"ours": main.mean_shown("ours"), "seed": main.mean_shown("seed")},
+        "input_tokens_per_turn": {"ours": main.tokens_per_turn("ours"), "seed": main.tokens_per_turn("seed")},
         "input_cost_vs_seed": round(main.cost("ours") / main.cost("seed"), 3),
         "input_cost_by_model": {MODEL: costs(main), SMALL_CACHE_MODEL: costs(small)},
         "caching_setup": {

@@ -120,6 +120,7 @@ PINNED = {
     "fact_recall_after_3_days": {"ours", "seed"},
     "cold_start_ms": {"telegram", "anthropic_import"},
     "fuzz": {"cases", "status_500", "stored_unauthenticated", "reached_turn"},
+    "memory_recall": {"with_search", "notes_only", "setup"},
 }
 
 
@@ -134,6 +135,8 @@ def test_the_benchmark_results_carry_the_pinned_keys_and_the_docs_show_them() ->
     assert fuzzed["reached_turn"] * 2 >= fuzzed["authenticated"]
     assert "`input_cost_vs_seed`" in DOCS and results["input_cost_vs_seed"] <= 0.6
     assert "make bench" in DOCS
+    assert results["memory_recall"]["with_search"] >= 0.9
+    assert all(f"`{key}`" in DOCS and results[key] > 0 for key in ("search_ms_p50", "search_ms_p95"))
     shown = {target.resolve() for page in PAGES for target in images(page)}
     for picture in ("docs/caching.png", "docs/demo.png"):
         assert (ROOT / picture).is_file() and (ROOT / picture).resolve() in shown, picture
