@@ -16,7 +16,7 @@ import urllib.error
 import uuid
 import warnings
 
-from functions.tools import forget_commands, search_command
+from functions.tools import confirmation, forget_commands, search_command
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
 
@@ -128,6 +128,9 @@ def link(args: argparse.Namespace) -> int:
     from core.models import Surface
     from functions import runtime
 
+    question = f"Join {args.surface} {args.external_id} to {args.user}, moving its messages there?"
+    if not confirmation.confirmed(args, question):
+        return 1
     outcome = runtime.linking().link(uuid.UUID(args.user), Surface(args.surface), args.external_id)
     print(
         f"{outcome.status.value}: {args.surface} {args.external_id} -> {outcome.user_id}"
@@ -243,6 +246,7 @@ def parser() -> argparse.ArgumentParser:
     command.add_argument("--user", required=True, help="the person's user id (uuid)")
     command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
     command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
+    confirmation.add_yes(command)
     command.set_defaults(run=link)
 
     command = commands.add_parser("unlink", help="let a linked chat or number go (the person keeps its messages)")

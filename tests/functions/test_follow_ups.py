@@ -876,7 +876,7 @@ def test_the_operators_erasure_deletes_the_persons_follow_ups_and_timezone_and_n
     assert rows(job_database, "select user_id from person_timezones") == [(person,)]
     before = len(fake_telegram.sent())
 
-    assert cli.main(["forget", "--user", str(person)]) == 0
+    assert cli.main(["forget", "--user", str(person), "--yes"]) == 0
     capsys.readouterr()
 
     assert rows(job_database, "select user_id, content from follow_ups") == [(other, "Someone else's.")]

@@ -177,7 +177,7 @@ def test_crossmem_forget_erases_the_person_identities_included(
     apps: Apps, capsys: pytest.CaptureFixture[str], database_url: str
 ) -> None:
     person = linked_person_with_a_thread(apps)
-    assert main(["forget", "--user", str(person)]) == 0
+    assert main(["forget", "--user", str(person), "--yes"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"erased {person}: 6 message(s), 3 conversation(s), 2 link code(s), 2 identity(ies)"  # both codes were used
     )
@@ -215,9 +215,11 @@ def test_crossmem_purge_by_age_in_batches_and_dry_run(
     assert len(output) == 1 and output[0].startswith("dry run: 10 message(s) older than 90d (before ")
     assert messages_left(purge_database) == 100
 
-    assert main(["purge", "--older-than", "2160h"]) == 0
+    assert main(["purge", "--older-than", "2160h", "--yes"]) == 0
     output = capsys.readouterr().out.splitlines()
-    assert [line.split(" (")[0] for line in output[:-1]] == [
+    # What it will delete, said before it deletes.
+    assert output[0].startswith("10 message(s) older than 90d (before ") and output[0].endswith(" will be deleted.")
+    assert [line.split(" (")[0] for line in output[1:-1]] == [
         "batch 1: 4 deleted, 4 so far",
         "batch 2: 4 deleted, 8 so far",
         "batch 3: 2 deleted, 10 so far",
@@ -231,11 +233,11 @@ def test_crossmem_purge_by_age_in_batches_and_dry_run(
 def test_crossmem_purge_without_an_age_uses_message_retention_days(
     purge_database: str, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["purge"]) == 0
+    assert main(["purge", "--yes"]) == 0
     assert capsys.readouterr().out == "MESSAGE_RETENTION_DAYS is 0: messages are kept forever; nothing purged\n"
     assert messages_left(purge_database) == 100
     environment.setenv("MESSAGE_RETENTION_DAYS", "30")
-    assert main(["purge"]) == 0
+    assert main(["purge", "--yes"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("purged 70 message(s) older than 30d")
     assert messages_left(purge_database) == 30
 
@@ -248,3 +250,31 @@ def test_crossmem_purge_refuses_an_age_that_is_not_days_or_hours(
         main(["purge", "--older-than", age])
     assert exited.value.code == 2
     assert "is not an age like 90d or 36h" in capsys.readouterr().err
+
+
+def test_deleting_commands_ask_first_and_without_a_terminal_do_nothing_without_yes(
+    purge_database: str, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    environment.setattr("sys.stdin", io.StringIO(""))  # a script, a pipe: no terminal to ask
+    assert main(["purge", "--older-than", "90d"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("10 message(s) older than 90d (before ")
+    assert "Not done: run it again with --yes" in captured.err
+    person = uuid.uuid4()
+    assert main(["forget", "--user", str(person)]) == 1
+    assert main(["link", "--user", str(person), "--surface", "telegram", "--external-id", "7373"]) == 1
+    assert capsys.readouterr().err.count("Not done: run it again with --yes") == 2
+    assert messages_left(purge_database) == 100
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    environment.setattr("sys.stdin", Terminal("n\n"))
+    assert main(["purge", "--older-than", "90d"]) == 1
+    assert messages_left(purge_database) == 100
+    environment.setattr("sys.stdin", Terminal("y\n"))
+    assert main(["purge", "--older-than", "90d"]) == 0
+    assert messages_left(purge_database) == 90

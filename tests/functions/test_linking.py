@@ -198,7 +198,7 @@ def test_operator_commands_link_list_and_unlink(
 ) -> None:
     person = uuid.uuid4()
     telegram(apps, "before the operator links me", chat=6262)
-    assert main(["link", "--user", str(person), "--surface", "telegram", "--external-id", "6262"]) == 0
+    assert main(["link", "--user", str(person), "--surface", "telegram", "--external-id", "6262", "--yes"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"linked: telegram 6262 -> {person} (2 message(s) moved)"
     assert main(["identities", "--user", str(person), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
