@@ -12,7 +12,7 @@ A search that fails tells the model it could not search: the turn still answers.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from uuid import UUID
@@ -78,7 +78,6 @@ class MemorySearchTools:
     rules: SearchRules = SearchRules()
     definitions: tuple[dict[str, Any], ...] = (TOOL,)
     round_trips: int = 0
-    found: list[MemoryHit] = field(default_factory=list)  # every hit shown to the model in this turn
 
     def must_answer(self, result: ToolResult) -> bool:
         return True  # what was found is what the answer needs
@@ -110,9 +109,7 @@ class MemorySearchTools:
                 "you could not look further back this time.",
                 is_error=True,
             )
-        shown = rendered(hits, self.zone, self.rules.max_tokens)
-        self.found.extend(hits[: shown.count])
-        return ToolResult(call, shown.text)
+        return ToolResult(call, rendered(hits, self.zone, self.rules.max_tokens).text)
 
     def _arguments(self, given: dict[str, Any]) -> tuple[str, Surface | None, datetime | None, datetime | None]:
         query = given.get("query")
