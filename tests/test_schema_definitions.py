@@ -87,3 +87,19 @@ def test_the_baseline_links_to_every_definition_in_their_order() -> None:
     later = migrations[len(baseline) :]
     assert migrations[: len(baseline)] == baseline
     assert not any(path.is_symlink() for path in later)
+
+
+def test_every_foreign_key_is_indexed_where_it_points_from(two_databases: tuple[str, str]) -> None:
+    """Deleting a row (a purge, forgetting) looks up the rows that point at it: without an index on
+    the referencing column, each deleted row scans the whole table (a purge of 1M rows never ends)."""
+    with psycopg.connect(two_databases[0]) as connection:
+        unindexed = connection.execute(
+            """select c.conrelid::regclass::text, a.attname
+                 from pg_constraint c
+                 join pg_attribute a on a.attrelid = c.conrelid and a.attnum = c.conkey[1]
+                where c.contype = 'f' and c.connamespace = 'public'::regnamespace
+                  and not exists (select from pg_index i
+                                   where i.indrelid = c.conrelid and i.indkey[0] = c.conkey[1])
+                order by 1, 2"""
+        ).fetchall()
+    assert unindexed == []

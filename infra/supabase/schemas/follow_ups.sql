@@ -60,6 +60,8 @@ create index follow_ups_sending on public.follow_ups (claimed_until) where statu
 create index follow_ups_by_user on public.follow_ups (user_id, due_at) where status in ('pending', 'sending', 'held');
 create index follow_ups_by_conversation on public.follow_ups (conversation_id);
 create index follow_ups_said_with on public.follow_ups (said_with) where said_with is not null;
+-- Deleting a message (a purge, forgetting) sets the follow-ups stored as it to null: found by this.
+create index follow_ups_by_message on public.follow_ups (message_id) where message_id is not null;
 
 create table public.person_timezones (
     user_id uuid primary key,

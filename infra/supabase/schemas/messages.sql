@@ -69,6 +69,9 @@ create index messages_by_conversation_recent
     on public.messages (conversation_id, created_at desc, id desc);
 create unique index messages_one_reply
     on public.messages (in_reply_to) where in_reply_to is not null;
+-- The reference a reply keeps: deleting a message (a purge, forgetting) sets its replies' to null,
+-- and without this index each deleted row would scan the whole table for them.
+create index messages_replies_to on public.messages (replied_to) where replied_to is not null;
 create unique index messages_once_per_attempt on public.messages (attempt) where attempt is not null;
 -- A delivery's key is (person, surface, external_id). Telegram's update_id and Twilio's
 -- MessageSid are unique for the whole bot, so per person is the same thing for them; the
