@@ -34,6 +34,8 @@ from core.settings import setting_default
 from core.stores.store import MemoryStore
 
 log = logging.getLogger("crossmem.memory")
+# The longest question a search takes (the web's GET /search refuses a longer one; the model's is cut).
+SEARCH_QUERY_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -365,7 +367,7 @@ class Memory:
             "search_memory",
             {
                 "p_user_id": str(user_id),
-                "p_query": storable(query)[:1000],
+                "p_query": storable(query)[:SEARCH_QUERY_CHARS],
                 "p_surface": surface.value if surface is not None else None,
                 "p_since": since.isoformat() if since is not None else None,
                 "p_until": until.isoformat() if until is not None else None,

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from core.errors import InputError
+from core.memory import SEARCH_QUERY_CHARS
 from core.models import Surface
 from functions.paging import bounded_number
 
 # Memory.search reads at most this much of a query: a longer one is refused, not cut unseen.
-MAX_QUERY_CHARS = 1000
+MAX_QUERY_CHARS = SEARCH_QUERY_CHARS
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50  # a hit carries up to 12,000 characters with its neighbours
 MAX_OFFSET = 10_000
