@@ -42,7 +42,8 @@ class EditOutcome(StrEnum):
     UNCHANGED = "unchanged"  # the message has this edit, or a later one: a redelivery
     NOT_FOUND = "not_found"  # no stored message of this person by that name
     REFUSED = "refused"  # a sender the owner policy turns away
-    FAILED = "failed"  # the database failed, or the text cannot be stored
+    UNUSABLE = "unusable"  # the new text cannot be stored (empty, too long): the old one stays
+    FAILED = "failed"  # the database failed
 
 
 class Corrections:
@@ -57,7 +58,10 @@ class Corrections:
             return EditOutcome.REFUSED
         try:
             result = self._memory.edit_message(person, edit.surface, edit.platform, edit.text, edit.edited_at)
-        except (StoreUnavailable, InputError) as exc:
+        except InputError as exc:  # the person's input, not our failure: no error line for it
+            log.info("an edit that cannot be stored was dropped", extra={"error": str(exc)})
+            return EditOutcome.UNUSABLE
+        except StoreUnavailable as exc:
             log.error("an edit was not stored", extra={"surface": edit.surface.value, "error": str(exc)})
             return EditOutcome.FAILED
         outcome = (

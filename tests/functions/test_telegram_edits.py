@@ -128,3 +128,17 @@ def test_an_edited_reply_keeps_its_quote(
         )
     ]
     assert len(fake_anthropic.requests) == 1
+
+
+@pytest.mark.parametrize("text", ["\x00\x00", "x" * 16_001], ids=["nul-only", "too-long"])
+def test_an_edit_whose_text_cannot_be_stored_keeps_the_old_text_and_is_no_error(
+    environment: pytest.MonkeyPatch, chat: int, database_url: str, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    client = app_client("telegram_webhook")
+    edit = corpus_update("04_edited_message.json", chat)
+    assert client.post("/", json=original_of(edit, "Original text"), headers=TELEGRAM_HEADERS).status_code == 200
+    edit["edited_message"]["text"] = text
+    response = client.post("/", json=edit, headers=TELEGRAM_HEADERS)
+    assert (response.status_code, response.get_json()) == (200, {"ok": True, "edit": "unusable"})
+    assert stored(database_url, chat, 1365) == [("Original text", None, None)]
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
