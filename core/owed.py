@@ -53,7 +53,8 @@ class OwedReplies:
 
     def run(self, time_budget_s: float) -> OwedRun:
         """Answer owed messages one at a time, oldest first, while the time budget lasts. One
-        that fails (the model is down) ends the run: the next run tries again."""
+        that fails (the model is down) ends the run: the next run tries again. One that cannot be
+        used (its sender cannot be reached) is skipped and logged, and the run goes on."""
         answered = failed = 0
         if not self._channels or self._max_age_s <= 0:
             return OwedRun(0, 0)
@@ -69,7 +70,18 @@ class OwedReplies:
             if not claimed:
                 break
             owed = claimed[0]
-            channel = self._channels[owed.surface](owed.sender)
+            try:
+                channel = self._channels[owed.surface](owed.sender)
+            except ValueError as exc:
+                # A row no channel can reach (a Telegram sender that is not a chat id): skipped, said
+                # once for this claim, and the others still answered. Its claim holds it until
+                # answer_by, so this run does not take it again.
+                log.error(
+                    "an owed message could not be answered: its sender cannot be reached",
+                    extra={"surface": owed.surface.value, "message_id": str(owed.start.message_id), "error": str(exc)},
+                )
+                failed += 1
+                continue
             result = self._turns.answer_owed(owed, channel, self._deadlines[owed.surface])
             if result.outcome is Outcome.ANSWERED and result.reply_id is not None:
                 answered += 1

@@ -597,6 +597,37 @@ def test_the_scheduled_job_answers_an_owed_telegram_message_through_the_bot_api(
     assert len(fake_telegram.sent()) == 2
 
 
+def test_an_owed_message_whose_sender_cannot_be_reached_is_skipped_and_the_others_answered(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 30: one malformed owed row (a Telegram sender that is not a chat id) made the whole
+    job raise, and every other person's owed reply waited behind it."""
+    environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+    environment.setenv("MEMORY_NOTES", "false")
+    fake_anthropic.behaviour = "500"
+    broken, fine = update("Is it broken?", user_id=640000011), update("Is it fine?", user_id=640000012)
+    telegram = app_client("telegram_webhook")
+    for delivery in (broken, fine):
+        assert telegram.post("/", json=delivery, headers=TELEGRAM_HEADERS).status_code == 200
+    execute(job_database, "update messages set sender = 'not-a-chat' where external_id = %s", str(broken["update_id"]))
+    sent = len(fake_telegram.sent())
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Yes, it is."
+    with caplog.at_level(logging.ERROR, logger="crossmem.owed"):
+        job = app_client("memory_digest").post("/", headers=DIGEST)
+    assert job.status_code == 200
+    assert (job.get_json()["owed_answered"], job.get_json()["owed_failed"]) == (1, 1)
+    assert fake_telegram.sent()[sent:] == [{"chat_id": 640000012, "text": "Yes, it is."}]
+    assert stored_turn(job_database, str(fine["update_id"])) == [("user", "Is it fine?"), ("assistant", "Yes, it is.")]
+    assert stored_turn(job_database, str(broken["update_id"])) == [("user", "Is it broken?")]
+    skipped = [r for r in caplog.records if r.getMessage().startswith("an owed message could not be answered")]
+    assert len(skipped) == 1 and skipped[0].__dict__["surface"] == "telegram"
+
+
 def test_while_the_model_is_down_the_job_sends_nothing_and_the_next_run_tries_another_first(
     environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
