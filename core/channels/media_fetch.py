@@ -6,16 +6,21 @@ Telegram: `getFile` gives a `file_path`, downloaded from `{api}/file/bot<token>/
 Twilio: the form names `MediaUrl{N}`. Only a URL on Twilio's API host, of this account's
 messages, is fetched (with the account SID and auth token, basic auth); anything else a form
 names, however it is signed, is refused before a byte is requested. Twilio answers with a
-redirect to its media CDN, which is followed without the credentials (httpx drops the
-Authorization header when a redirect leaves the host).
+redirect to its media CDN, which is followed without the credentials, and only over https to
+the CDN's hosts (`TWILIO_CDN_ORIGINS`: mms.twiliocdn.com for media behind HTTP auth, the older
+s3-external-1.amazonaws.com for public media, as Twilio's "Protect Media Access with HTTP Basic
+Authentication" article names them); a redirect anywhere else is refused.
 
-Every read stops at the limit it was given: a file larger than it is never read whole.
+Every read stops at the limit it was given: a file larger than it is never read whole, and a
+download that is still arriving when its time is up (a server trickling a byte at a time, each
+read inside the per-read timeout) is cut there: the time given is for the whole download.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -26,6 +31,9 @@ from core.media import MediaRef
 
 log = logging.getLogger("crossmem.media")
 TWILIO_MEDIA_ORIGIN = "https://api.twilio.com"
+TWILIO_CDN_ORIGINS = frozenset({"https://mms.twiliocdn.com", "https://s3-external-1.amazonaws.com"})
+# Twilio's media answer redirects once; a chain longer than this is not Twilio's.
+MAX_REDIRECTS = 3
 _TWILIO_MEDIA_PATH = re.compile(
     r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Messages/[A-Za-z0-9]{2,64}/Media/[A-Za-z0-9]{2,64}$"
 )
@@ -41,7 +49,8 @@ def too_large(limit: int) -> MediaUnreadable:
     return MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB")
 
 
-def read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+def read_capped(response: httpx.Response, max_bytes: int, ends: float) -> bytes:
+    """The body, at most `max_bytes`, read before the monotonic time `ends` (else MediaUnreadable)."""
     declared = response.headers.get("Content-Length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise too_large(max_bytes)
@@ -51,8 +60,14 @@ def read_capped(response: httpx.Response, max_bytes: int) -> bytes:
         total += len(chunk)
         if total > max_bytes:
             raise too_large(max_bytes)
+        if time.monotonic() > ends:
+            raise MediaUnreadable("the download took too long")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def origin(url: httpx.URL) -> str:
+    return f"{url.scheme}://{url.netloc.decode('ascii')}"
 
 
 class TelegramFiles:
@@ -73,10 +88,11 @@ class TelegramFiles:
                 log.warning("getFile refused", extra={"description": str(answer.get("description", ""))[:200]})
                 raise MediaUnreadable("Telegram would not give the file")
             url = f"{self._base}/file/bot{self._token}/{path}"
+            ends = time.monotonic() + timeout_s
             with self._http.stream("GET", url, timeout=timeout_s) as response:
                 if response.status_code != 200:
                     raise MediaUnreadable(f"the download failed ({response.status_code})")
-                return read_capped(response, max_bytes)
+                return read_capped(response, max_bytes, ends)
         except MediaUnreadable:
             raise
         # Whatever the Bot API answers, a file that cannot be fetched is an answer to the person,
@@ -106,19 +122,35 @@ class TwilioMedia:
         self._account_sid = account_sid
         self._auth = (account_sid or "", auth_token)
         self._base = (api_base or TWILIO_MEDIA_ORIGIN).rstrip("/")
-        self._http = httpx.Client(follow_redirects=True)
+        # Where a redirect may lead: the CDN's hosts, and the API's own origin (the tests' fake
+        # serves its "CDN" there).
+        self._redirects_to = TWILIO_CDN_ORIGINS | {origin(httpx.URL(self._base))}
+        self._http = httpx.Client(follow_redirects=False)
 
     def fetch(self, ref: MediaRef, max_bytes: int, timeout_s: float) -> bytes:
         if not twilio_media_allowed(ref.source, self._account_sid):
             log.warning("a media URL outside Twilio's media host was not fetched")
             raise MediaUnreadable("it was not on Twilio's media host")
-        url = self._base + urlsplit(ref.source).path
+        url = httpx.URL(self._base + urlsplit(ref.source).path)
+        ends = time.monotonic() + timeout_s
         try:
-            with self._http.stream("GET", url, auth=self._auth, timeout=timeout_s) as response:
-                if response.status_code != 200:
-                    raise MediaUnreadable(f"the download failed ({response.status_code})")
-                return read_capped(response, max_bytes)
-        except httpx.HTTPError as exc:
+            for _ in range(MAX_REDIRECTS + 1):
+                # The credentials go to Twilio's API only, never to where it redirects.
+                auth = self._auth if origin(url) == origin(httpx.URL(self._base)) else None
+                with self._http.stream("GET", url, auth=auth, timeout=timeout_s) as response:
+                    if response.is_redirect:
+                        url = response.url.join(response.headers.get("Location", ""))
+                        if origin(url) not in self._redirects_to:
+                            log.warning("a Twilio media redirect outside its CDN was not followed")
+                            raise MediaUnreadable("Twilio's answer pointed outside its media host")
+                        continue
+                    if response.status_code != 200:
+                        raise MediaUnreadable(f"the download failed ({response.status_code})")
+                    return read_capped(response, max_bytes, ends)
+            raise MediaUnreadable("the download failed (too many redirects)")
+        except MediaUnreadable:
+            raise
+        except Exception as exc:  # an odd Location (httpx.InvalidURL) as much as a network error
             log.warning("a Twilio media file could not be fetched", extra={"error": type(exc).__name__})
             raise MediaUnreadable("the download failed") from None
 
