@@ -135,3 +135,18 @@ def race_last_turn(database_url: str, person: uuid.UUID) -> list[str]:
     for thread in threads:
         thread.join()
     return outcomes
+
+
+def test_the_days_tokens_reached_exactly_are_the_limit_and_one_below_is_not(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Issue 30, finding 9: TOKENS_PER_DAY reached exactly must refuse; one token under must pass.
+    A second person's tokens count for them alone."""
+    memory, person, other = budgeted(store, tokens_per_day=100), uuid.uuid4(), uuid.uuid4()
+    turn(memory, other, Surface.TELEGRAM, "other-1", tokens=500)
+    turn(memory, person, Surface.TELEGRAM, "b1", tokens=99)
+    turn(memory, person, Surface.WEB, "b2", tokens=1)  # 99 < 100: this turn may start
+    assert rows(database_url, "select sum(tokens) from turn_usage where user_id = %s", person) == [(100,)]
+    with pytest.raises(OverBudget):
+        memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "at the limit", "b3")
+    assert stored(database_url, person) == 4
