@@ -78,7 +78,11 @@ class PreparedMedia:
         """The message as the memory keeps it: the description, when there is one, in its marker."""
         parts = list(self.parts)
         if self.described is not None and self.description:
-            parts[0] = seen(self.described, self.description)
+            # The described file's own marker, wherever it stands (a voice note or a contact card
+            # may come before it); it is the first of its kind that was read.
+            marker = seen(self.described, "")
+            at = parts.index(marker) if marker in parts else 0
+            parts[at] = seen(self.described, self.description)
         caption = f" {self.caption.strip()}" if self.caption.strip() else ""
         return " ".join(parts) + caption
 
@@ -148,10 +152,13 @@ class MediaReader:
         attachments: list[Attachment] = []
         described: MediaRef | None = None
         notice: str | None = None
+        # A file of a kind the model cannot read (a contact's vCard, a .docx) beside ones it can is
+        # named in the message as not read, and the rest is answered; alone, it is the answer.
+        unreadable_kind: MediaRef | None = None
         for ref in media:
             try:
                 if ref.kind is MediaKind.OTHER:
-                    notice = notice or NOT_READABLE_KIND.format(what=_what(ref))
+                    unreadable_kind = unreadable_kind or ref
                     raise MediaUnreadable("a type I cannot read")
                 left = max(deadline_s - (self._clock() - began), 0.5)
                 if ref.kind is MediaKind.VOICE:
@@ -164,10 +171,12 @@ class MediaReader:
             except MediaUnreadable as exc:
                 reason = str(exc)
                 parts.append(not_seen(ref, reason))
-                if notice is None:
+                if ref.kind is not MediaKind.OTHER and notice is None:
                     notice = (
                         NO_TRANSCRIBER if reason == "no transcription service" else UNREADABLE.format(reason=reason)
                     )
+        if unreadable_kind is not None and notice is None and all(ref.kind is MediaKind.OTHER for ref in media):
+            notice = NOT_READABLE_KIND.format(what=_what(unreadable_kind))
         caption_part = f" {caption.strip()}" if caption.strip() else ""
         content = " ".join(parts) + caption_part
         if notice is not None:

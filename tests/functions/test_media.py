@@ -202,6 +202,33 @@ def test_twilios_media_form_is_fetched_from_twilio_with_the_accounts_credentials
     assert user_message(database_url, fields["MessageSid"]) == f"[photo: {DESCRIPTION}]"
 
 
+def test_a_contact_card_beside_a_photo_is_named_and_the_photo_still_answered(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str
+) -> None:
+    """Issue 30, finding 8: a vCard beside an image answered "not this kind of file" and dropped the image."""
+    card = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM1/Media/ME1"
+    photo = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM1/Media/ME2"
+    fake_twilio.media[card] = (b"BEGIN:VCARD\nFN:Ana\nEND:VCARD\n", "text/vcard")
+    fake_twilio.media[photo] = (RECEIPT, "image/jpeg")
+    fields = form(
+        "who is this and what is this?",
+        NumMedia="2",
+        MediaUrl0="https://api.twilio.com" + card,
+        MediaContentType0="text/vcard",
+        MediaUrl1="https://api.twilio.com" + photo,
+        MediaContentType1="image/jpeg",
+    )
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    assert fake_twilio.media_requests == [photo]  # the card is not fetched: nothing could read it
+    image, text = replies(fake_anthropic)[0]["messages"][-1]["content"]
+    assert image["source"]["data"] == base64.b64encode(RECEIPT).decode()
+    assert messages_of(response.text) == ["Got it: " + text["text"][-60:]]
+    assert user_message(database_url, fields["MessageSid"]) == (
+        f"[file text/vcard, not read: a type I cannot read] [photo: {DESCRIPTION}] who is this and what is this?"
+    )
+
+
 @pytest.mark.parametrize(
     "url",
     [
