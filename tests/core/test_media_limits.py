@@ -1,0 +1,44 @@
+"""The media limits at their boundaries, through the real MediaReader and the web's inline source:
+exactly at a limit passes, one past is refused (issue 30, finding 9)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.channels.media_fetch import InlineMedia
+from core.media import MediaKind, MediaLimits, MediaRef
+from core.media_turn import TOO_MANY, UNREADABLE, MediaReader
+from core.models import Surface
+
+RECEIPT = (Path(__file__).parent.parent / "corpus" / "media" / "receipt.jpg").read_bytes()
+
+
+def reader(**limits: int) -> MediaReader:
+    return MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: None, MediaLimits(**limits))
+
+
+def photo(data: bytes = RECEIPT) -> MediaRef:
+    return MediaRef(MediaKind.IMAGE, "image/jpeg", data=data)
+
+
+def test_media_max_items_exactly_passes_and_one_more_is_refused() -> None:
+    at_limit = reader(max_items=3).prepare(Surface.WEB, [photo()] * 3, "", 5.0)
+    assert at_limit.notice is None and len(at_limit.attachments) == 3
+    past = reader(max_items=3).prepare(Surface.WEB, [photo()] * 4, "", 5.0)
+    assert past.notice == TOO_MANY.format(limit=3)
+    assert past.attachments == ()
+
+
+def test_an_image_of_exactly_image_max_bytes_passes_and_one_byte_more_is_refused() -> None:
+    limit = len(RECEIPT)
+    exactly = reader(image_max_bytes=limit).prepare(Surface.WEB, [photo()], "", 5.0)
+    assert exactly.notice is None and [a.data for a in exactly.attachments] == [RECEIPT]
+    over = reader(image_max_bytes=limit - 1).prepare(Surface.WEB, [photo()], "", 5.0)
+    assert over.notice == UNREADABLE.format(reason=f"larger than {(limit - 1) / 1_000_000:.1f} MB")
+    assert over.attachments == ()
+
+
+def test_bytes_of_no_known_image_type_are_never_attached_as_an_image() -> None:
+    prepared = reader().prepare(Surface.WEB, [photo(b"MZ\x90\x00 not an image at all")], "", 5.0)
+    assert prepared.notice == UNREADABLE.format(reason="not a JPEG, PNG, GIF or WebP image")
+    assert prepared.attachments == ()
