@@ -20,7 +20,7 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.whatsapp import Converse, WhatsAppForm, classify
 from core.errors import StoreUnavailable
-from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
+from core.follow_up_delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery, Senders
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from functions import runtime
@@ -775,6 +775,27 @@ def test_a_failure_that_may_pass_is_retried_with_backoff_and_a_blocked_bot_is_gi
     fake_telegram.recover()
     clock.at += timedelta(hours=1)
     assert run_job()["follow_ups_sent"] == 0
+
+
+def test_a_follow_up_is_tried_exactly_max_attempts_times_before_it_is_given_up(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """Issue 30, finding 9: MAX_ATTEMPTS off by one passed every test. A failure that may pass is
+    retried until the MAX_ATTEMPTS-th try, which gives it up; the one before is still pending."""
+    fake_anthropic.answer = remind("Stretch.", in_minutes=1)
+    telegram_turn("remind me in a minute to stretch", 710002)
+    fake_telegram.fail_with("gateway")
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
+    for tried in range(1, MAX_ATTEMPTS):
+        assert run_job()["follow_ups_retried"] == 1
+        assert rows(job_database, "select status, attempts from follow_ups") == [("pending", tried)]
+        clock.at += timedelta(hours=1)
+    assert run_job()["follow_ups_given_up"] == 1
+    assert rows(job_database, "select status, attempts from follow_ups") == [("given_up", MAX_ATTEMPTS)]
 
 
 def test_the_web_lists_and_cancels_and_forgetting_deletes_them(
