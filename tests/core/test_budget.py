@@ -150,3 +150,30 @@ def test_the_days_tokens_reached_exactly_are_the_limit_and_one_below_is_not(
     with pytest.raises(OverBudget):
         memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "at the limit", "b3")
     assert stored(database_url, person) == 4
+
+
+def test_an_attempt_that_ends_leaves_alone_a_message_another_attempt_took_over(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Issue 30, finding 9: `end_attempt` must touch only its own attempt. An earlier attempt that
+    gives up after a redelivery (or the job) took the message over must not make it owed at once,
+    or a third attempt would answer it beside the one now running."""
+    memory, person = budgeted(store, tokens_per_day=1000), uuid.uuid4()
+    start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "are you there?", "taken-over")
+    assert start.message_id is not None and start.attempt is not None
+    later = uuid.uuid4()
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set attempt = %s, answer_by = now() + interval '1 hour' where id = %s",
+            (later, start.message_id),
+        )
+    memory.end_attempt(person, start.message_id, start.attempt, 7)
+    assert rows(
+        database_url,
+        "select attempt, answer_by > now() + interval '59 minutes' from messages where id = %s",
+        start.message_id,
+    ) == [(later, True)]
+    # Its own attempt's end does make it owed at once; its tokens count either way.
+    memory.end_attempt(person, start.message_id, later, 5)
+    assert rows(database_url, "select answer_by <= now() from messages where id = %s", start.message_id) == [(True,)]
+    assert rows(database_url, "select tokens from turn_usage where message_id = %s", start.message_id) == [(12,)]
