@@ -9,7 +9,10 @@ from typing import Any
 
 import psycopg
 
-from tests.database import begin_turn_arguments, begin_turn_sql
+from core.memory import ContextLimits, Memory
+from core.models import Person, Surface
+from core.stores.postgres_store import PostgresStore
+from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
 from tests.helpers import execute
 
 
@@ -51,3 +54,22 @@ def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_ove
     row = redelivered["row"]
     assert (row["duplicate"], row.get("owed", False)) == (True, False)
     assert row["answer_by"] is not None  # still being answered, by the job: ask again later
+
+
+def test_the_job_never_claims_a_message_that_has_a_reply(postgres_server: str) -> None:
+    """Issue 30, finding 9: the claim's "no reply yet" rule had no test. Two people's messages,
+    both past their attempt's time: the one with a stored reply is not owed, the other is."""
+    with migrated_database(postgres_server) as url:
+        store = PostgresStore(url)
+        try:
+            memory = Memory(store, ContextLimits())
+            answered, owed = uuid.uuid4(), uuid.uuid4()
+            first = memory.begin_turn(Person(user_id=answered), Surface.TELEGRAM, "hi", "has-reply", sender="101")
+            second = memory.begin_turn(Person(user_id=owed), Surface.TELEGRAM, "hello?", "no-reply", sender="202")
+            assert first.message_id is not None and second.message_id is not None
+            memory.finish_turn(answered, first.message_id, "hi!")
+            execute(url, "update messages set answer_by = now() - interval '1 second' where role = 'user'")
+            claimed = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10)
+            assert [(c.sender, c.start.message_id) for c in claimed] == [("202", second.message_id)]
+        finally:
+            store.close()
