@@ -15,6 +15,8 @@ turn (core/media_turn.py).
 
 from __future__ import annotations
 
+import io
+import logging
 import re
 import struct
 from collections.abc import Sequence
@@ -200,13 +202,17 @@ def sniffed_type(data: bytes) -> str | None:
     return None
 
 
-_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+def pdf_pages(data: bytes) -> int | None:
+    """The pages of a PDF as a real parser reads its page tree (pypdf, imported only here: a turn
+    without a PDF never loads it), names written with `#xx` escapes and comments included; None
+    for a PDF it cannot read."""
+    from pypdf import PdfReader
 
-
-def pdf_pages(data: bytes) -> int:
-    """The page objects a PDF declares in the clear. PDFs that keep them in compressed object
-    streams show none here: for those, Claude's own limit (100 pages) is the guard."""
-    return len(_PAGE.findall(data))
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # a damaged PDF's repairs are not our log's
+    try:
+        return len(PdfReader(io.BytesIO(data)).pages)
+    except Exception:  # pypdf raises its own errors and, on some damage, plain ones
+        return None
 
 
 def ogg_opus_seconds(data: bytes) -> float | None:

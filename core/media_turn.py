@@ -197,7 +197,10 @@ class MediaReader:
         if ref.kind is MediaKind.PDF:
             if kind != PDF_TYPE:
                 raise MediaUnreadable("not a PDF")
-            if (pages := pdf_pages(data)) > self.limits.pdf_max_pages:
+            pages = pdf_pages(data)
+            if pages is None:
+                raise MediaUnreadable("a PDF I cannot open")
+            if pages > self.limits.pdf_max_pages:
                 raise MediaUnreadable(f"{pages} pages; I read up to {self.limits.pdf_max_pages}")
         return data
 

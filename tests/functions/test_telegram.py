@@ -264,7 +264,7 @@ def test_reply_inside_the_webhook_response(
     assert fake_telegram.calls == []
 
 
-def test_an_offline_telegram_turn_never_imports_anthropic_or_twilio(database_url: str, tmp_path: Path) -> None:
+def test_an_offline_telegram_turn_never_imports_anthropic_twilio_or_pypdf(database_url: str, tmp_path: Path) -> None:
     script = f"""
 import json, sys
 from functions_framework import create_app
@@ -273,7 +273,8 @@ update = {{"update_id": 77, "message": {{"message_id": 1, "chat": {{"id": 9, "ty
           "from": {{"id": 9, "is_bot": False, "first_name": "A"}}, "text": "hello offline"}}}}
 response = client.post("/", json=update)
 print(json.dumps({{"status": response.status_code, "body": response.get_json(),
-                  "anthropic": "anthropic" in sys.modules, "twilio": "twilio" in sys.modules}}))
+                  "anthropic": "anthropic" in sys.modules, "twilio": "twilio" in sys.modules,
+                  "pypdf": "pypdf" in sys.modules}}))
 """
     env = {
         "PATH": "/usr/bin:/bin",
@@ -286,7 +287,7 @@ print(json.dumps({{"status": response.status_code, "body": response.get_json(),
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == 200 and "offline stand-in" in result["body"]["text"].lower()
-    assert result["anthropic"] is False and result["twilio"] is False
+    assert result["anthropic"] is False and result["twilio"] is False and result["pypdf"] is False
 
 
 def test_an_instance_without_any_database_still_answers(
