@@ -56,9 +56,12 @@ def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_ove
     assert row["answer_by"] is not None  # still being answered, by the job: ask again later
 
 
-def test_the_job_never_claims_a_message_that_has_a_reply(postgres_server: str) -> None:
-    """Issue 30, finding 9: the claim's "no reply yet" rule had no test. Two people's messages,
-    both past their attempt's time: the one with a stored reply is not owed, the other is."""
+def test_the_job_never_claims_a_message_that_has_a_reply_and_reads_only_its_persons_notes(
+    postgres_server: str,
+) -> None:
+    """Issue 30, finding 9: the claim's "no reply yet" rule and its notes filter had no test. Two
+    people's messages, both past their attempt's time: the one with a stored reply is not owed, the
+    other is, with its own person's notes and never the other's."""
     with migrated_database(postgres_server) as url:
         store = PostgresStore(url)
         try:
@@ -69,7 +72,16 @@ def test_the_job_never_claims_a_message_that_has_a_reply(postgres_server: str) -
             assert first.message_id is not None and second.message_id is not None
             memory.finish_turn(answered, first.message_id, "hi!")
             execute(url, "update messages set answer_by = now() - interval '1 second' where role = 'user'")
+            for who, notes in ((answered, "- the other person's secret"), (owed, "- likes tea")):
+                execute(
+                    url,
+                    "insert into memory_notes (user_id, content, revision, written_at) values (%s, %s, 1, now())",
+                    who,
+                    notes,
+                )
             claimed = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10)
             assert [(c.sender, c.start.message_id) for c in claimed] == [("202", second.message_id)]
+            # The owed answer is made from this person's notes only.
+            assert claimed[0].start.notes == "- likes tea"
         finally:
             store.close()
