@@ -4,13 +4,16 @@ The models accept unknown and missing fields (Telegram adds fields; updates from
 lack some now required). `classify` turns an update into one of five actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
-  `media`, fetched by the turn: core/media_turn.py): a turn of the person's thread. Its
+  `media`, fetched by the turn: core/media_turn.py), or a shared location, venue or contact (as
+  a line of text: core/channels/places.py): a turn of the person's thread. Its
   `platform` names it ("chat_id:message_id") and, for a reply, the message replied to and the
   text quoted (`quote`, the part the person picked, else the replied message's text or caption).
 - `MessageEdit`: the person corrected the text of a private message: its stored text is replaced
   (core/edits.py), and nothing is answered.
-- `Notice`: a short fixed answer, nothing stored (stickers, videos, locations, groups).
-- `Ignore`: a 200 and nothing else (service updates, edited captions, queries, channels).
+- `Notice`: a short fixed answer, nothing stored (stickers, videos, groups).
+- `Ignore`: a 200 and nothing else (service updates, edited captions, a live location's new
+  positions, queries, channels, and every update kind this code does not know: Bot API 10.x
+  added `guest_message`, `managed_bot`, `subscription`..., docs/decisions.md, Bot API 10.x).
 - `Command`: a chat command (core/commands.py: linking, unlinking, forgetting), or the Confirm
   button under a link's question (a `callback_query`): never part of the thread.
 docs/api.md's table lists every kind.
@@ -18,11 +21,13 @@ docs/api.md's table lists every kind.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.channels.places import contact_text, location_text
 from core.commands import ChatCommand, chat_command
 from core.edits import MessageEdit
 from core.identity.linking import LinkRequest, looks_like_code
@@ -76,6 +81,7 @@ class Message(_Tolerant):
     video_note: dict[str, object] | None = None
     document: dict[str, object] | None = None
     location: dict[str, object] | None = None
+    venue: dict[str, object] | None = None
     contact: dict[str, object] | None = None
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -123,6 +129,8 @@ class Command:
     callback_query_id: str | None = None  # a tapped button, which Telegram wants answered
 
 
+UPDATE_KIND = re.compile(r"[a-z][a-z_]{0,63}")
+
 # The data of the button that confirms a link (at most 64 bytes: the prefix and a 9-character code).
 CONFIRM_LINK = "link:"
 
@@ -138,14 +146,24 @@ WELCOME = (
 
 
 def _media_kind(message: Message) -> str | None:
-    for kind in ("photo", "sticker", "voice", "audio", "video", "video_note", "document", "location", "contact"):
+    kinds = ("photo", "sticker", "voice", "audio", "video", "video_note", "document", "location", "venue", "contact")
+    for kind in kinds:
         if getattr(message, kind) is not None:
             return kind
     extra = message.model_extra or {}
-    for kind in ("animation", "poll", "venue", "dice", "game", "story"):
+    for kind in ("animation", "poll", "dice", "game", "story"):
         if kind in extra:
             return kind
     return None
+
+
+def _unknown_kind(update: TelegramUpdate) -> str:
+    """The name of an update kind this code does not know (Bot API 10.x added several), for the
+    answer and the log: a field name as Telegram writes them, else a generic one."""
+    for name in update.model_extra or {}:
+        if UPDATE_KIND.fullmatch(name):
+            return name
+    return "unhandled update kind"
 
 
 def _addressed_to_bot(message: Message, bot_id: int | None, bot_username: str | None) -> bool:
@@ -167,7 +185,7 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         if update.my_chat_member is not None:
             status = update.my_chat_member.get("new_chat_member", {})
             return Ignore(f"my_chat_member:{status.get('status', '?') if isinstance(status, dict) else '?'}")
-        return Ignore("unhandled update kind")
+        return Ignore(_unknown_kind(update))
     message = update.message
     sender = message.from_
     if sender is None or sender.is_bot:
@@ -187,6 +205,8 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         return Converse(message.chat.id, str(sender.id), caption, update.update_id, attached, platform)
     if text:
         return Converse(message.chat.id, str(sender.id), text, update.update_id, platform=platform)
+    if shared := shared_place_or_contact(message):
+        return Converse(message.chat.id, str(sender.id), shared, update.update_id, platform=platform)
     media = _media_kind(message)
     if media is not None:
         return Notice(message.chat.id, TEXT_ONLY, media)
@@ -211,6 +231,9 @@ def _edit(message: Message) -> MessageEdit | Ignore:
     sender = message.from_
     if sender is None or sender.is_bot or message.chat.type != "private":
         return Ignore("edited_message")
+    if message.location is not None:
+        # A live location moving (or stopped): its first position was the message, answered once.
+        return Ignore("live location update")
     text = (message.text or "").strip()
     if not text:
         return Ignore("edited_message without text")
@@ -223,6 +246,22 @@ def _edited_at(edit_date: int | None) -> datetime:
         return datetime.fromtimestamp(edit_date, UTC) if edit_date else datetime.now(UTC)
     except (OverflowError, OSError, ValueError):
         return datetime.now(UTC)
+
+
+def shared_place_or_contact(message: Message) -> str | None:
+    """A location, a venue (with its title and address) or a contact card, as the line of text
+    the thread keeps (core/channels/places.py: a contact's name, never its number). None for
+    anything else, or a location without usable coordinates."""
+    if message.venue is not None:
+        where = message.venue.get("location")
+        point = where if isinstance(where, dict) else (message.location or {})
+        title, address = message.venue.get("title"), message.venue.get("address")
+        return location_text(point.get("latitude"), point.get("longitude"), title, address)
+    if message.location is not None:
+        return location_text(message.location.get("latitude"), message.location.get("longitude"))
+    if message.contact is not None:
+        return contact_text(message.contact.get("first_name"), message.contact.get("last_name"))
+    return None
 
 
 def readable_media(message: Message) -> tuple[MediaRef, ...]:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
+from core.channels.places import location_text
 from core.channels.splitting import split_message
 from core.commands import ChatCommand, chat_command
 from core.errors import InputError
@@ -64,6 +65,9 @@ class WhatsAppForm(BaseModel):
     message_type: str | None = Field(default=None, alias="MessageType")
     latitude: float | None = Field(default=None, alias="Latitude")
     longitude: float | None = Field(default=None, alias="Longitude")
+    # A shared place's name and address, when WhatsApp has them (core/channels/places.py).
+    label: str | None = Field(default=None, alias="Label")
+    address: str | None = Field(default=None, alias="Address")
     # A reply: the Sid of the message replied to (the person's own, or one of ours) and who sent it.
     replied_sid: str | None = Field(default=None, alias="OriginalRepliedMessageSid", max_length=64)
     replied_sender: str | None = Field(default=None, alias="OriginalRepliedMessageSender", max_length=140)
@@ -145,6 +149,8 @@ def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
     if text:
         return Converse(form.identity, text, form.message_sid, form.also_known_as, platform=form.platform)
     if form.latitude is not None or form.message_type == "location":
+        if place := location_text(form.latitude, form.longitude, form.label, form.address):
+            return Converse(form.identity, place, form.message_sid, form.also_known_as, platform=form.platform)
         return Notice(LOCATION, "location")
     if form.num_media:
         return Notice(TEXT_ONLY, "media:" + ",".join(form.media_content_types))

@@ -114,9 +114,9 @@ def test_the_sha256_shared_key_algorithm_is_accepted(whatsapp: FlaskClient, envi
 CORPUS_ANSWERS = {
     "01_text_profilename_waid.json": "turn",
     "02_media_image.json": "media",  # the media itself: tests/functions/test_media.py
-    "03_location_address_label.json": "location",
+    "03_location_address_label.json": "turn",  # as text: tests/functions/test_places.py
     "04_reply_profilename_waid.json": "turn",
-    "05_location_messagetype.json": "location",
+    "05_location_messagetype.json": "turn",
     "06_contact_vcard_media.json": "text only",
     "07_text_basic_2019.json": "turn",
     "10_reply_to_own_message.json": "turn",  # its quote: tests/functions/test_replies.py
@@ -140,7 +140,7 @@ def test_real_payloads_get_valid_twiml(
         assert len(replies) == 1 and replies[0].startswith("Sorry, I couldn't use what you sent")
         assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 1
     else:
-        assert len(replies) == 1 and ("photos, PDFs" if expected == "text only" else "location") in replies[0]
+        assert len(replies) == 1 and "photos, PDFs" in replies[0]
         assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 0
 
 
