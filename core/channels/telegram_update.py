@@ -129,6 +129,7 @@ class Command:
     callback_query_id: str | None = None  # a tapped button, which Telegram wants answered
 
 
+# How Telegram names its update kinds: an unknown kind is named in our answer only when it looks so.
 UPDATE_KIND = re.compile(r"[a-z][a-z_]{0,63}")
 
 # The data of the button that confirms a link (at most 64 bytes: the prefix and a 9-character code).
