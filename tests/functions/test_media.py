@@ -595,6 +595,114 @@ def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_de
     )
 
 
+# Issue 30, finding 6: voice paid at what was heard, and once.
+
+
+def voice_seconds_of(database_url: str, external_id: str) -> list[tuple[int]]:
+    return [
+        (int(seconds),)
+        for (seconds,) in rows(
+            database_url,
+            "select v.seconds from voice_usage v join messages m on m.id = v.message_id where m.external_id = %s",
+            external_id,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("file_size_said", "downloads", "reason"),
+    [
+        (True, 0, "larger than a 0:01 voice note can be"),  # refused before the download
+        (False, 1, "larger than 0.2 MB"),  # the download stops at 1 s of Opus at 510 kbit/s
+    ],
+    ids=["size said", "size unsaid"],
+)
+def test_a_telegram_voice_note_heavier_than_its_length_never_reaches_deepgram(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+    file_size_said: bool,
+    downloads: int,
+    reason: str,
+) -> None:
+    """`duration: 1` and 4.9 MB (about 108 minutes of Opus at 6 kbit/s): on 8281e8c it went whole
+    to Deepgram and counted 6,500 s against a day of 1,800. One second of Opus is at most 510 kbit/s
+    (RFC 6716) plus its headers: the note is refused, nothing is sent to Deepgram or counted."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1800")
+    runtime.reset()
+    fake_deepgram.duration = 6500.0
+    body = private("07_voice.json")
+    heavy = VOICE + bytes(4_900_000 - len(VOICE))
+    voice = {**body["message"]["voice"], "duration": 1, "file_size": len(heavy)}
+    if not file_size_said:
+        del voice["file_size"]
+    body["message"]["voice"] = voice
+    fake_telegram.files[voice["file_id"]] = heavy
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_deepgram.requests == [] and fake_anthropic.requests == []
+    assert len(fake_telegram.downloads) == downloads
+    assert [m["text"] for m in fake_telegram.sent()] == [UNREADABLE.format(reason=reason)]
+    assert user_message(database_url, str(body["update_id"])) == f"[voice note, 0:01, not transcribed: {reason}]"
+    assert voice_seconds_of(database_url, str(body["update_id"])) == []
+
+
+@pytest.mark.parametrize("claimed", [0, None], ids=["0 s", "unsaid"])
+def test_web_notes_that_say_no_length_count_what_their_bytes_imply_when_deepgram_fails(
+    media_env: pytest.MonkeyPatch,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+    claimed: int | None,
+) -> None:
+    """Three WebM notes of 300,000 bytes saying `seconds: 0` (or nothing), Deepgram too slow each
+    time: on 8281e8c each was uploaded and counted 0 s (120 s when unsaid). The bytes imply at
+    least (300,000 - 65,536 bytes of headers) / 63,750 bytes a second of Opus = 3.7 s: 4 each."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1800")
+    media_env.setenv("TRANSCRIPTION_TIMEOUT", "0.3")
+    runtime.reset()
+    fake_deepgram.behaviour, fake_deepgram.slow_s = "slow", 1.0
+    audio = b"\x1aE\xdf\xa3" + bytes(300_000 - 4)  # WebM's magic: no length anywhere near its start
+    attachment: dict[str, Any] = {"media_type": "audio/webm", "data": base64.b64encode(audio).decode()}
+    if claimed is not None:
+        attachment["seconds"] = claimed
+    for _ in range(3):
+        sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
+        assert sent.get_json()["reply"] == UNREADABLE.format(reason="the transcription service was too slow")
+    assert [len(heard.audio) for heard in fake_deepgram.requests] == [300_000] * 3
+    assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,), (4,), (4,)]
+
+
+def test_an_owed_voice_turn_is_answered_from_its_stored_transcript_never_transcribed_again(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+) -> None:
+    """The model fails after the transcription (the fallback answers, end_attempt keeps the
+    transcript, the message is owed); the client's retry takes it over. On 8281e8c the retry
+    transcribed again and counted the note twice (8 s); now it answers from the stored transcript."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1800")
+    runtime.reset()
+    attachment = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": 4}
+    payload = {"message": "", "attachments": [attachment], "client_message_id": f"voice-{uuid.uuid4()}"}
+    fake_anthropic.behaviour = "500"
+    first = web.post("/", json=payload, headers=bearer(owner)).get_json()
+    assert first["outcome"] == "fallback"
+    fake_anthropic.behaviour = "ok"
+    again = web.post("/", json=payload, headers=bearer(owner)).get_json()
+    assert again["outcome"] == "answered" and again["message_id"] == first["message_id"]
+    assert len(fake_deepgram.requests) == 1
+    asked = replies(fake_anthropic)[-1]["messages"][-1]["content"][-1]["text"]
+    assert asked.endswith(f"[voice note, 0:04] {TRANSCRIPT}")
+    assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,)]
+    assert user_message(database_url, payload["client_message_id"]) == f"[voice note, 0:04] {TRANSCRIPT}"
+
+
 @pytest.mark.parametrize(
     ("attachment", "message"),
     [
