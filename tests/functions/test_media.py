@@ -36,6 +36,7 @@ from tests.helpers import (
     bearer,
     form,
     messages_of,
+    ogg_lasting,
     rows,
     signed,
     stored_turn,
@@ -648,6 +649,27 @@ def test_a_telegram_voice_note_heavier_than_its_length_never_reaches_deepgram(
     assert voice_seconds_of(database_url, str(body["update_id"])) == []
 
 
+def test_a_whatsapp_ogg_whose_last_page_says_a_second_is_never_sent_heavier(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    """Twilio says no length: the OGG file's own last page does, a claim like any, and its bytes
+    are bounded by it (1 s of Opus: at most 193,036 bytes with its headers; this one is 400,000)."""
+    heavy = ogg_lasting(VOICE, 1.0) + bytes(400_000 - len(VOICE))
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME{uuid.uuid4().hex}"
+    fake_twilio.media[path] = (heavy, "audio/ogg")
+    fields = form("", NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg")
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    reason = "larger than a 0:01 voice note can be"
+    assert messages_of(response.text) == [UNREADABLE.format(reason=reason)]
+    assert fake_deepgram.requests == [] and fake_anthropic.requests == []
+    assert user_message(database_url, fields["MessageSid"]) == f"[voice note, 0:00, not transcribed: {reason}]"
+
+
 @pytest.mark.parametrize("claimed", [0, None], ids=["0 s", "unsaid"])
 def test_web_notes_that_say_no_length_count_what_their_bytes_imply_when_deepgram_fails(
     media_env: pytest.MonkeyPatch,
@@ -701,6 +723,63 @@ def test_an_owed_voice_turn_is_answered_from_its_stored_transcript_never_transcr
     assert asked.endswith(f"[voice note, 0:04] {TRANSCRIPT}")
     assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,)]
     assert user_message(database_url, payload["client_message_id"]) == f"[voice note, 0:04] {TRANSCRIPT}"
+
+
+def test_an_owed_telegram_voice_reply_taken_over_by_its_redelivery_keeps_one_quote(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    """A voice note replying to a message: its stored content begins with the quote, which the
+    takeover's answer does not quote again; Deepgram hears it once."""
+    body = private("07_voice.json")
+    message = body["message"]
+    message["reply_to_message"] = {
+        "message_id": message["message_id"] - 1,
+        "from": message["from"],
+        "chat": message["chat"],
+        "date": message["date"] - 60,
+        "text": "Is the dentist on Friday?",
+    }
+    fake_telegram.files[message["voice"]["file_id"]] = VOICE
+    client = app_client("telegram_webhook")
+    fake_anthropic.behaviour = "500"
+    assert telegram_post(client, body) == 200  # the fallback answers; the message is owed
+    fake_anthropic.behaviour = "ok"
+    assert telegram_post(client, body) == 200  # a redelivery takes it over
+    assert len(fake_deepgram.requests) == 1 and len(fake_telegram.downloads) == 1
+    stored = f'[replying to: "Is the dentist on Friday?"] [voice note, 0:03] {TRANSCRIPT}'
+    assert user_message(database_url, str(body["update_id"])) == stored
+    asked = replies(fake_anthropic)[-1]["messages"][-1]["content"][-1]["text"]
+    assert asked.endswith(f"[voice note, 0:03] {TRANSCRIPT}")
+    assert len(fake_telegram.sent()) == 2
+
+
+def test_an_owed_photo_and_voice_note_are_read_again_and_the_voice_not_heard_again(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+) -> None:
+    """A photo beside a voice note, owed: the model reads the photo again (its bytes are in the
+    retry), the voice note's transcript comes from memory, and nothing is described twice."""
+    image = {"media_type": "image/jpeg", "data": base64.b64encode(RECEIPT).decode()}
+    voice = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": 4}
+    payload = {"message": "what's this?", "attachments": [image, voice], "client_message_id": f"m-{uuid.uuid4()}"}
+    fake_anthropic.behaviour = "500"
+    assert web.post("/", json=payload, headers=bearer(owner)).get_json()["outcome"] == "fallback"
+    descriptions = len(described(fake_anthropic))
+    fake_anthropic.behaviour = "ok"
+    assert web.post("/", json=payload, headers=bearer(owner)).get_json()["outcome"] == "answered"
+    assert len(fake_deepgram.requests) == 1 and len(described(fake_anthropic)) == descriptions
+    stored = f"[photo] [voice note, 0:04] {TRANSCRIPT} what's this?"
+    block, text = replies(fake_anthropic)[-1]["messages"][-1]["content"]
+    assert block["source"] == {"type": "base64", **image} and text["text"].endswith(stored)
+    assert user_message(database_url, payload["client_message_id"]) == stored
 
 
 @pytest.mark.parametrize(
