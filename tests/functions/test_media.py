@@ -458,6 +458,28 @@ def test_the_web_takes_an_image_as_base64_and_lists_it_with_its_kind(
     ]
 
 
+def test_a_web_image_of_exactly_image_max_bytes_is_read_and_one_byte_more_is_refused(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, web: FlaskClient, owner: uuid.UUID
+) -> None:
+    """The web's images come in the request, not from a platform: IMAGE_MAX_BYTES holds for them
+    too (issue 30, finding 9), through the function's own settings."""
+    attachment = {"media_type": "image/jpeg", "data": base64.b64encode(RECEIPT).decode()}
+    media_env.setenv("IMAGE_MAX_BYTES", str(len(RECEIPT)))
+    runtime.reset()
+    exactly = web.post("/", json={"message": "and this?", "attachments": [attachment]}, headers=bearer(owner))
+    assert exactly.get_json()["outcome"] == "answered"
+    assert replies(fake_anthropic)[0]["messages"][-1]["content"][0]["source"]["data"] == attachment["data"]
+    media_env.setenv("IMAGE_MAX_BYTES", str(len(RECEIPT) - 1))
+    runtime.reset()
+    past = web.post("/", json={"message": "and this?", "attachments": [attachment]}, headers=bearer(owner))
+    limit = f"{(len(RECEIPT) - 1) / 1_000_000:.1f}"
+    assert past.get_json()["reply"] == UNREADABLE.format(reason=f"larger than {limit} MB")
+    assert len(replies(fake_anthropic)) == 1
+    conversation = past.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    assert listed[0]["content"] == f"[photo, not read: larger than {limit} MB] and this?"
+
+
 def test_the_web_takes_a_voice_note_alone_and_remembers_its_transcript(
     media_env: pytest.MonkeyPatch,
     fake_anthropic: FakeAnthropic,
