@@ -258,26 +258,12 @@ class MediaReader:
         transcriber = self._transcriber()
         if transcriber is None:
             raise MediaUnreadable("no transcription service")
-        source = self._sources.get(surface)
-        if source is None:
-            raise MediaUnreadable("this app's files cannot be fetched here")
-        # What a note says it lasts (0 is saying nothing) bounds its bytes: no more reaches the
-        # transcriber than that length at its codec's highest bitrate, refused before the download
-        # when the platform says the size, else the download stops there.
-        said: float | None = ref.seconds or None
-        size = ref.size if ref.size is not None else (len(ref.data) if ref.data is not None else None)
-        if size is not None:
-            self._check_weight(ref.mime_type, said, size)
-        most = min(self.limits.voice_max_bytes, most_bytes(ref.mime_type, said or limit_s))
-        audio = source().fetch(ref, most, min(timeout_s, self._fetch_timeout_s))
-        said = said or ogg_opus_seconds(audio) or None  # an OGG file's own length: a claim like any
-        self._check_weight(ref.mime_type, said, len(audio))
-        if said is not None and said > limit_s:
+        audio, seconds = self._audio(surface, ref, timeout_s)
+        if seconds is not None and seconds > limit_s:
             raise MediaUnreadable(too_long)
-        seconds = said
         # Counted at what it says, and never less than its bytes imply: a note that says nothing,
         # or too little, pays for the shortest its size can last, heard or not.
-        reserved = max(math.ceil(said or 0), least_seconds(ref.mime_type, len(audio)))
+        reserved = max(math.ceil(seconds or 0), least_seconds(ref.mime_type, len(audio)))
         # A note behind another of the person's waits for it, within half of what is left.
         asked = self._clock()
         if listening is not None and (refused := listening.reserve(reserved, wait_s=timeout_s / 2)) is not None:
@@ -304,6 +290,24 @@ class MediaReader:
             raise MediaUnreadable("no words could be heard in it")
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
         return transcribed(seconds, transcript.text)
+
+    def _audio(self, surface: Surface, ref: MediaRef, timeout_s: float) -> tuple[bytes, float | None]:
+        """A voice note's bytes and the length it says (None: it says none). What it says (0 is
+        saying nothing) bounds its bytes: no more reaches the transcriber than that length at its
+        codec's highest bitrate, refused before the download when the platform says the size,
+        else the download stops there."""
+        source = self._sources.get(surface)
+        if source is None:
+            raise MediaUnreadable("this app's files cannot be fetched here")
+        said: float | None = ref.seconds or None
+        size = ref.size if ref.size is not None else (len(ref.data) if ref.data is not None else None)
+        if size is not None:
+            self._check_weight(ref.mime_type, said, size)
+        most = min(self.limits.voice_max_bytes, most_bytes(ref.mime_type, said or self.limits.voice_max_seconds))
+        audio = source().fetch(ref, most, min(timeout_s, self._fetch_timeout_s))
+        said = said or ogg_opus_seconds(audio) or None  # an OGG file's own length: a claim like any
+        self._check_weight(ref.mime_type, said, len(audio))
+        return audio, said
 
     def _check_weight(self, mime_type: str, said: float | None, size: int) -> None:
         """Refuse a note of `size` bytes heavier than what it says it lasts can be (one that says
