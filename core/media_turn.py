@@ -7,7 +7,9 @@
     finish:           the message rewritten as what was learned (finish_turn's p_user_content)
 
 It runs after begin_turn and only when begin_turn found a new (or owed) message, so a
-redelivered voice note is neither fetched nor transcribed again. When nothing usable is left
+redelivered voice note is neither fetched nor transcribed again; an owed message whose earlier
+attempt stored its transcripts (end_attempt, the model having failed after them) is answered from
+them, its voice notes neither fetched, transcribed nor counted again. When nothing usable is left
 (too large, an unreadable type, a failed download, no transcription service), the person gets
 `notice` instead of a model call, and the message stays stored as what is known.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from core.media import (
     MediaKind,
     MediaLimits,
     MediaRef,
+    minutes,
     not_seen,
     ogg_opus_seconds,
     pdf_pages,
@@ -39,7 +43,7 @@ from core.media import (
     transcribed,
 )
 from core.model.llm import Model, Usage
-from core.models import Role, Surface
+from core.models import Role, Surface, TurnStart
 
 if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
     from core.channels.media_fetch import MediaSource
@@ -57,6 +61,27 @@ NO_TRANSCRIBER = "I can't listen to voice notes here yet. Could you write it to 
 TOO_MANY = "That's more than {limit} files in one message. Could you send at most {limit} at a time?"
 UNREADABLE = "Sorry, I couldn't use what you sent ({reason}). Could you tell me in words what it says?"
 NOT_READABLE_KIND = "I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?"
+
+# The most a second of a voice note can weigh: its codec's highest plausible bitrate, by the type
+# the platform names (docs/media.md has the figures' sources). Opus (Telegram's and WhatsApp's
+# notes, Chromium's and Firefox's recorder): 510 kbit/s, RFC 6716's ceiling; MP3: 320 kbit/s,
+# MPEG-1 Layer III's highest; anything else (Safari's AAC, AMR, WAV): uncompressed 16-bit stereo
+# PCM at 48 kHz, 1,536 kbit/s, more than any compressed codec.
+OPUS_BYTES_PER_S = 510_000 // 8
+MP3_BYTES_PER_S = 320_000 // 8
+PCM_BYTES_PER_S = 48_000 * 2 * 2
+_BYTES_PER_S = {
+    "audio/ogg": OPUS_BYTES_PER_S,
+    "audio/opus": OPUS_BYTES_PER_S,
+    "audio/webm": OPUS_BYTES_PER_S,
+    "audio/mpeg": MP3_BYTES_PER_S,
+    "audio/mp3": MP3_BYTES_PER_S,
+}
+# Beside the sound: the container's headers and tags (OpusTags or an ID3 tag with a small cover).
+CONTAINER_BYTES = 64 * 1024
+# A voice marker the turn wrote with a transcript, and one it wrote without (core/media.py's).
+_TRANSCRIBED = re.compile(r"\[voice note, \d+:\d\d\] ")
+_NOT_TRANSCRIBED = re.compile(r"\[voice note, \d+:\d\d, not transcribed")
 
 
 @dataclass
@@ -118,9 +143,13 @@ class MediaReader:
         caption: str,
         deadline_s: float,
         listening: Listening | None = None,
+        remembered: str | None = None,
     ) -> PreparedMedia:
         """What the turn learns of its media; `listening` counts its voice notes in the person's
-        day (None: not counted, as when the memory is away)."""
+        day (None: not counted, as when the memory is away). `remembered`: the message as an
+        earlier attempt of an owed turn stored it, transcripts in place (`remembered_content`)."""
+        if remembered is not None:
+            return self._recalled(surface, media, remembered, deadline_s)
         began = self._clock()
         limits = self.limits
         if len(media) > limits.max_items:
@@ -183,6 +212,25 @@ class MediaReader:
             return PreparedMedia(content, notice=notice, parts=parts, caption=caption)
         return PreparedMedia(content, tuple(attachments), None, described, parts, caption)
 
+    def _recalled(
+        self, surface: Surface, media: Sequence[MediaRef], remembered: str, deadline_s: float
+    ) -> PreparedMedia:
+        """An owed message taken over: its voice notes as the earlier attempt heard them (never
+        fetched, transcribed or counted again), its images and PDFs fetched again for the model
+        to read; their descriptions are in the text already, so none is written again."""
+        began = self._clock()
+        attachments: list[Attachment] = []
+        for ref in media:
+            if ref.kind not in (MediaKind.IMAGE, MediaKind.PDF):
+                continue
+            try:
+                data = self._fetch(surface, ref, max(deadline_s - (self._clock() - began), 0.5))
+            except MediaUnreadable as exc:  # the stored description stands in for it
+                log.warning("an owed message's file could not be fetched again", extra={"error": str(exc)})
+                continue
+            attachments.append(Attachment(sniffed_type(data) or ref.mime_type, data))
+        return PreparedMedia(remembered, tuple(attachments), parts=[remembered])
+
     def _fetch(self, surface: Surface, ref: MediaRef, timeout_s: float) -> bytes:
         limit = self.limits.pdf_max_bytes if ref.kind is MediaKind.PDF else self.limits.image_max_bytes
         if ref.size is not None and ref.size > limit:
@@ -210,14 +258,12 @@ class MediaReader:
         transcriber = self._transcriber()
         if transcriber is None:
             raise MediaUnreadable("no transcription service")
-        source = self._sources.get(surface)
-        if source is None:
-            raise MediaUnreadable("this app's files cannot be fetched here")
-        audio = source().fetch(ref, self.limits.voice_max_bytes, min(timeout_s, self._fetch_timeout_s))
-        seconds = ref.seconds if ref.seconds is not None else ogg_opus_seconds(audio)
+        audio, seconds = self._audio(surface, ref, timeout_s)
         if seconds is not None and seconds > limit_s:
             raise MediaUnreadable(too_long)
-        reserved = math.ceil(seconds) if seconds is not None else limit_s
+        # Counted at what it says, and never less than its bytes imply: a note that says nothing,
+        # or too little, pays for the shortest its size can last, heard or not.
+        reserved = max(math.ceil(seconds or 0), least_seconds(ref.mime_type, len(audio)))
         # A note behind another of the person's waits for it, within half of what is left.
         asked = self._clock()
         if listening is not None and (refused := listening.reserve(reserved, wait_s=timeout_s / 2)) is not None:
@@ -227,7 +273,8 @@ class MediaReader:
             transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
         except MediaUnreadable:
             if listening is not None:
-                listening.settle(reserved, reserved)  # a failure may have been paid for: it counts as it said
+                # A failure may have been paid for: it counts as it said, at least what its bytes imply.
+                listening.settle(reserved, reserved)
             raise
         # The service's length decides when the claim (a web client's `seconds`, a last Ogg page,
         # forged or not) is off by more than a second, the slack of lengths in whole seconds: past
@@ -244,11 +291,38 @@ class MediaReader:
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
         return transcribed(seconds, transcript.text)
 
+    def _audio(self, surface: Surface, ref: MediaRef, timeout_s: float) -> tuple[bytes, float | None]:
+        """A voice note's bytes and the length it says (None: it says none). What it says (0 is
+        saying nothing) bounds its bytes: no more reaches the transcriber than that length at its
+        codec's highest bitrate, refused before the download when the platform says the size,
+        else the download stops there."""
+        source = self._sources.get(surface)
+        if source is None:
+            raise MediaUnreadable("this app's files cannot be fetched here")
+        said: float | None = ref.seconds or None
+        size = ref.size if ref.size is not None else (len(ref.data) if ref.data is not None else None)
+        if size is not None:
+            self._check_weight(ref.mime_type, said, size)
+        most = min(self.limits.voice_max_bytes, most_bytes(ref.mime_type, said or self.limits.voice_max_seconds))
+        audio = source().fetch(ref, most, min(timeout_s, self._fetch_timeout_s))
+        said = said or ogg_opus_seconds(audio) or None  # an OGG file's own length: a claim like any
+        self._check_weight(ref.mime_type, said, len(audio))
+        return audio, said
+
+    def _check_weight(self, mime_type: str, said: float | None, size: int) -> None:
+        """Refuse a note of `size` bytes heavier than what it says it lasts can be (one that says
+        nothing: than VOICE_MAX_SECONDS can be, so its bytes imply it is too long)."""
+        if size <= most_bytes(mime_type, said or self.limits.voice_max_seconds):
+            return
+        if said is None:
+            raise MediaUnreadable(longer_than(self.limits.voice_max_seconds))
+        raise MediaUnreadable(f"larger than a {minutes(said)} voice note can be")
+
     def describe(self, prepared: PreparedMedia, timeout_s: float) -> None:
         """The short description the memory keeps of the attachments (a small model's), into
         `prepared`; a failure leaves it empty (the marker alone is stored)."""
         describer = self._describer()
-        if describer is None or not prepared.attachments:
+        if describer is None or prepared.described is None:  # nothing read now, or described before
             return
         text = "The person's caption: " + prepared.caption.strip() if prepared.caption.strip() else "(no caption)"
         message = ModelMessage(Role.USER, text, (), prepared.attachments)
@@ -259,6 +333,35 @@ class MediaReader:
             return
         prepared.description = " ".join(reply.text.split())[:600]
         prepared.usage = reply.usage
+
+
+def most_bytes(mime_type: str, seconds: float) -> int:
+    """The most a voice note of `seconds` can weigh (lengths are said in whole seconds: one more)."""
+    return math.ceil((seconds + 1) * _bytes_per_s(mime_type)) + CONTAINER_BYTES
+
+
+def least_seconds(mime_type: str, size: int) -> int:
+    """The shortest a voice note of `size` bytes can last: what its bytes imply."""
+    return math.ceil(max(size - CONTAINER_BYTES, 0) / _bytes_per_s(mime_type))
+
+
+def _bytes_per_s(mime_type: str) -> int:
+    return _BYTES_PER_S.get(mime_type.split(";", 1)[0].strip().lower(), PCM_BYTES_PER_S)
+
+
+def remembered_content(start: TurnStart) -> str | None:
+    """An owed message as its earlier attempt stored it, when that attempt transcribed its voice
+    notes (end_attempt keeps the transcripts when the model fails after them); None otherwise."""
+    if not start.owed or start.message_id is None:
+        return None
+    stored = next((m.content for m in start.history if m.id == start.message_id), None)
+    if stored is None:
+        return None
+    if start.quoted is not None:  # begin_turn's quote before the content (turn.sql's quoting)
+        stored = stored.removeprefix(f'[replying to: "{start.quoted}"] ')
+    if _TRANSCRIBED.search(stored) is None or _NOT_TRANSCRIBED.search(stored) is not None:
+        return None
+    return stored
 
 
 def longer_than(limit_s: int) -> str:

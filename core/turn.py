@@ -28,7 +28,7 @@ from core.errors import ModelUnavailable, StillAnswering
 from core.identity.policy import IdentityPolicy
 from core.listening import Listening
 from core.media import placeholder
-from core.media_turn import MediaReader, PreparedMedia
+from core.media_turn import MediaReader, PreparedMedia, remembered_content
 from core.memory import Memory, OwedMessage, storable
 from core.memory_search import MemorySearchTools
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
@@ -310,7 +310,8 @@ class Turns:
         if start.user_id is not None and start.message_id is not None:
             per_day = reader.limits.voice_seconds_per_day
             listening = Listening(self.memory.store, start.user_id, start.message_id, per_day)
-        return reader.prepare(request.surface, request.media, request.text, request.deadline_s, listening)
+        remembered = remembered_content(start)  # an owed takeover's transcripts, heard once
+        return reader.prepare(request.surface, request.media, request.text, request.deadline_s, listening, remembered)
 
     def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
         """The description of the turn's images and PDFs, written beside the answer."""

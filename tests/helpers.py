@@ -261,3 +261,12 @@ def execute(database_url: str, query: str, *params: Any) -> None:
     """One statement, committed: a test's own change to the world (the clock moved, a row aged)."""
     with psycopg.connect(database_url) as connection:
         connection.execute(query, params)
+
+
+def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
+    """An OGG/Opus file whose last page says it lasts `seconds` (its granule position, at 48 kHz,
+    less the head's pre-skip): the length core/media.py reads, forged or not (the CRC is left)."""
+    head, last = ogg.find(b"OpusHead"), ogg.rfind(b"OggS")
+    pre_skip = int.from_bytes(ogg[head + 10 : head + 12], "little")
+    granule = round(seconds * 48_000) + pre_skip
+    return ogg[: last + 6] + granule.to_bytes(8, "little", signed=True) + ogg[last + 14 :]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,16 @@ from pypdf import PdfWriter
 
 from core.channels.media_fetch import InlineMedia
 from core.media import MediaKind, MediaLimits, MediaRef
-from core.media_turn import TOO_MANY, UNREADABLE, MediaReader
+from core.media_turn import TOO_MANY, UNREADABLE, MediaReader, most_bytes
+from core.model.transcription import DeepgramTranscriber
 from core.models import Surface
+from tests.fakes.deepgram_api import FakeDeepgram
+from tests.helpers import ogg_lasting
 
-RECEIPT = (Path(__file__).parent.parent / "corpus" / "media" / "receipt.jpg").read_bytes()
+MEDIA = Path(__file__).parent.parent / "corpus" / "media"
+RECEIPT = (MEDIA / "receipt.jpg").read_bytes()
+VOICE = (MEDIA / "voice_note_es.ogg").read_bytes()  # 3.7 s of OGG/Opus
+DEEPGRAM_KEY = "deepgram-test-key"
 
 
 def reader(**limits: int) -> MediaReader:
@@ -86,3 +93,62 @@ def test_a_pdf_no_parser_can_open_is_refused_with_a_clear_answer() -> None:
     refused = reader().prepare(Surface.WEB, [a_pdf(b"%PDF-1.7\n garbage, no objects, no trailer")], "", 5.0)
     assert refused.notice == UNREADABLE.format(reason="a PDF I cannot open")
     assert refused.attachments == ()
+
+
+# Voice notes: VOICE_MAX_SECONDS and the bytes a length may hold, through the real Deepgram client.
+
+
+@pytest.fixture
+def deepgram() -> Iterator[FakeDeepgram]:
+    server = FakeDeepgram(DEEPGRAM_KEY)
+    yield server
+    server.close()
+
+
+def listener(deepgram: FakeDeepgram, **limits: int) -> MediaReader:
+    transcriber = DeepgramTranscriber(DEEPGRAM_KEY, api_base=deepgram.url)
+    return MediaReader({Surface.WEB: InlineMedia}, lambda: transcriber, lambda: None, MediaLimits(**limits))
+
+
+def note(data: bytes = VOICE, seconds: int | None = None, mime_type: str = "audio/webm") -> MediaRef:
+    return MediaRef(MediaKind.VOICE, mime_type, data=data, seconds=seconds)
+
+
+def test_a_voice_note_said_to_last_exactly_voice_max_seconds_is_heard_and_one_second_more_is_not(
+    deepgram: FakeDeepgram,
+) -> None:
+    deepgram.duration = 3.0
+    exactly = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [note(seconds=3)], "", 5.0)
+    assert (exactly.notice, exactly.content) == (None, f"[voice note, 0:03] {deepgram.transcript}")
+    past = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [note(seconds=4)], "", 5.0)
+    assert past.notice == UNREADABLE.format(reason="longer than 0:03")
+    assert len(deepgram.requests) == 1  # the note said too long was never sent
+
+
+def test_an_ogg_file_lasting_exactly_voice_max_seconds_is_heard_and_one_second_more_is_not(
+    deepgram: FakeDeepgram,
+) -> None:
+    """WhatsApp's notes say no length: the OGG file's last page does."""
+    deepgram.duration = 3.0
+    ogg = note(ogg_lasting(VOICE, 3.0), mime_type="audio/ogg")
+    exactly = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [ogg], "", 5.0)
+    assert (exactly.notice, exactly.content) == (None, f"[voice note, 0:03] {deepgram.transcript}")
+    longer = note(ogg_lasting(VOICE, 4.0), mime_type="audio/ogg")
+    past = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [longer], "", 5.0)
+    assert past.notice == UNREADABLE.format(reason="longer than 0:03")
+    assert len(deepgram.requests) == 1
+
+
+def test_a_note_of_exactly_the_bytes_its_length_may_hold_is_heard_and_one_byte_more_is_not(
+    deepgram: FakeDeepgram,
+) -> None:
+    """A note saying 1 s holds at most 2 s of Opus at 510 kbit/s and 64 KiB of headers: 193,036
+    bytes (issue 30, finding 6: `duration: 1` and 4.9 MB went whole to Deepgram)."""
+    deepgram.duration = 1.0
+    most = most_bytes("audio/webm", 1)
+    assert most == 2 * 63_750 + 65_536
+    exactly = listener(deepgram).prepare(Surface.WEB, [note(VOICE + bytes(most - len(VOICE)), 1)], "", 5.0)
+    assert exactly.notice is None and [len(heard.audio) for heard in deepgram.requests] == [most]
+    past = listener(deepgram).prepare(Surface.WEB, [note(VOICE + bytes(most + 1 - len(VOICE)), 1)], "", 5.0)
+    assert past.notice == UNREADABLE.format(reason="larger than a 0:01 voice note can be")
+    assert len(deepgram.requests) == 1

@@ -36,6 +36,7 @@ from tests.helpers import (
     bearer,
     form,
     messages_of,
+    ogg_lasting,
     rows,
     signed,
     stored_turn,
@@ -457,6 +458,28 @@ def test_the_web_takes_an_image_as_base64_and_lists_it_with_its_kind(
     ]
 
 
+def test_a_web_image_of_exactly_image_max_bytes_is_read_and_one_byte_more_is_refused(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, web: FlaskClient, owner: uuid.UUID
+) -> None:
+    """The web's images come in the request, not from a platform: IMAGE_MAX_BYTES holds for them
+    too (issue 30, finding 9), through the function's own settings."""
+    attachment = {"media_type": "image/jpeg", "data": base64.b64encode(RECEIPT).decode()}
+    media_env.setenv("IMAGE_MAX_BYTES", str(len(RECEIPT)))
+    runtime.reset()
+    exactly = web.post("/", json={"message": "and this?", "attachments": [attachment]}, headers=bearer(owner))
+    assert exactly.get_json()["outcome"] == "answered"
+    assert replies(fake_anthropic)[0]["messages"][-1]["content"][0]["source"]["data"] == attachment["data"]
+    media_env.setenv("IMAGE_MAX_BYTES", str(len(RECEIPT) - 1))
+    runtime.reset()
+    past = web.post("/", json={"message": "and this?", "attachments": [attachment]}, headers=bearer(owner))
+    limit = f"{(len(RECEIPT) - 1) / 1_000_000:.1f}"
+    assert past.get_json()["reply"] == UNREADABLE.format(reason=f"larger than {limit} MB")
+    assert len(replies(fake_anthropic)) == 1
+    conversation = past.get_json()["conversation_id"]
+    listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
+    assert listed[0]["content"] == f"[photo, not read: larger than {limit} MB] and this?"
+
+
 def test_the_web_takes_a_voice_note_alone_and_remembers_its_transcript(
     media_env: pytest.MonkeyPatch,
     fake_anthropic: FakeAnthropic,
@@ -593,6 +616,192 @@ def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_de
         " [voice note, 5:00, not transcribed: longer than 2:00]"
         " [voice note, 0:07, not transcribed: sent with a voice note too long to hear]"
     )
+
+
+# Issue 30, finding 6: voice paid at what was heard, and once.
+
+
+def voice_seconds_of(database_url: str, external_id: str) -> list[tuple[int]]:
+    return [
+        (int(seconds),)
+        for (seconds,) in rows(
+            database_url,
+            "select v.seconds from voice_usage v join messages m on m.id = v.message_id where m.external_id = %s",
+            external_id,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("file_size_said", "downloads", "reason"),
+    [
+        (True, 0, "larger than a 0:01 voice note can be"),  # refused before the download
+        (False, 1, "larger than 0.2 MB"),  # the download stops at 1 s of Opus at 510 kbit/s
+    ],
+    ids=["size said", "size unsaid"],
+)
+def test_a_telegram_voice_note_heavier_than_its_length_never_reaches_deepgram(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+    file_size_said: bool,
+    downloads: int,
+    reason: str,
+) -> None:
+    """`duration: 1` and 4.9 MB (about 108 minutes of Opus at 6 kbit/s): on 8281e8c it went whole
+    to Deepgram and counted 6,500 s against a day of 1,800. One second of Opus is at most 510 kbit/s
+    (RFC 6716) plus its headers: the note is refused, nothing is sent to Deepgram or counted."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1800")
+    runtime.reset()
+    fake_deepgram.duration = 6500.0
+    body = private("07_voice.json")
+    heavy = VOICE + bytes(4_900_000 - len(VOICE))
+    voice = {**body["message"]["voice"], "duration": 1, "file_size": len(heavy)}
+    if not file_size_said:
+        del voice["file_size"]
+    body["message"]["voice"] = voice
+    fake_telegram.files[voice["file_id"]] = heavy
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    assert fake_deepgram.requests == [] and fake_anthropic.requests == []
+    assert len(fake_telegram.downloads) == downloads
+    assert [m["text"] for m in fake_telegram.sent()] == [UNREADABLE.format(reason=reason)]
+    assert user_message(database_url, str(body["update_id"])) == f"[voice note, 0:01, not transcribed: {reason}]"
+    assert voice_seconds_of(database_url, str(body["update_id"])) == []
+
+
+def test_a_whatsapp_ogg_whose_last_page_says_a_second_is_never_sent_heavier(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    """Twilio says no length: the OGG file's own last page does, a claim like any, and its bytes
+    are bounded by it (1 s of Opus: at most 193,036 bytes with its headers; this one is 400,000)."""
+    heavy = ogg_lasting(VOICE, 1.0) + bytes(400_000 - len(VOICE))
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME{uuid.uuid4().hex}"
+    fake_twilio.media[path] = (heavy, "audio/ogg")
+    fields = form("", NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg")
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    reason = "larger than a 0:01 voice note can be"
+    assert messages_of(response.text) == [UNREADABLE.format(reason=reason)]
+    assert fake_deepgram.requests == [] and fake_anthropic.requests == []
+    assert user_message(database_url, fields["MessageSid"]) == f"[voice note, 0:00, not transcribed: {reason}]"
+
+
+@pytest.mark.parametrize("claimed", [0, None], ids=["0 s", "unsaid"])
+def test_web_notes_that_say_no_length_count_what_their_bytes_imply_when_deepgram_fails(
+    media_env: pytest.MonkeyPatch,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+    claimed: int | None,
+) -> None:
+    """Three WebM notes of 300,000 bytes saying `seconds: 0` (or nothing), Deepgram too slow each
+    time: on 8281e8c each was uploaded and counted 0 s (120 s when unsaid). The bytes imply at
+    least (300,000 - 65,536 bytes of headers) / 63,750 bytes a second of Opus = 3.7 s: 4 each."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1800")
+    media_env.setenv("TRANSCRIPTION_TIMEOUT", "0.3")
+    runtime.reset()
+    fake_deepgram.behaviour, fake_deepgram.slow_s = "slow", 1.0
+    audio = b"\x1aE\xdf\xa3" + bytes(300_000 - 4)  # WebM's magic: no length anywhere near its start
+    attachment: dict[str, Any] = {"media_type": "audio/webm", "data": base64.b64encode(audio).decode()}
+    if claimed is not None:
+        attachment["seconds"] = claimed
+    for _ in range(3):
+        sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
+        assert sent.get_json()["reply"] == UNREADABLE.format(reason="the transcription service was too slow")
+    assert [len(heard.audio) for heard in fake_deepgram.requests] == [300_000] * 3
+    assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,), (4,), (4,)]
+
+
+def test_an_owed_voice_turn_is_answered_from_its_stored_transcript_never_transcribed_again(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+) -> None:
+    """The model fails after the transcription (the fallback answers, end_attempt keeps the
+    transcript, the message is owed); the client's retry takes it over. On 8281e8c the retry
+    transcribed again and counted the note twice (8 s); now it answers from the stored transcript."""
+    media_env.setenv("VOICE_SECONDS_PER_DAY", "1800")
+    runtime.reset()
+    attachment = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": 4}
+    payload = {"message": "", "attachments": [attachment], "client_message_id": f"voice-{uuid.uuid4()}"}
+    fake_anthropic.behaviour = "500"
+    first = web.post("/", json=payload, headers=bearer(owner)).get_json()
+    assert first["outcome"] == "fallback"
+    fake_anthropic.behaviour = "ok"
+    again = web.post("/", json=payload, headers=bearer(owner)).get_json()
+    assert again["outcome"] == "answered" and again["message_id"] == first["message_id"]
+    assert len(fake_deepgram.requests) == 1
+    asked = replies(fake_anthropic)[-1]["messages"][-1]["content"][-1]["text"]
+    assert asked.endswith(f"[voice note, 0:04] {TRANSCRIPT}")
+    assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,)]
+    assert user_message(database_url, payload["client_message_id"]) == f"[voice note, 0:04] {TRANSCRIPT}"
+
+
+def test_an_owed_telegram_voice_reply_taken_over_by_its_redelivery_keeps_one_quote(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    """A voice note replying to a message: its stored content begins with the quote, which the
+    takeover's answer does not quote again; Deepgram hears it once."""
+    body = private("07_voice.json")
+    message = body["message"]
+    message["reply_to_message"] = {
+        "message_id": message["message_id"] - 1,
+        "from": message["from"],
+        "chat": message["chat"],
+        "date": message["date"] - 60,
+        "text": "Is the dentist on Friday?",
+    }
+    fake_telegram.files[message["voice"]["file_id"]] = VOICE
+    client = app_client("telegram_webhook")
+    fake_anthropic.behaviour = "500"
+    assert telegram_post(client, body) == 200  # the fallback answers; the message is owed
+    fake_anthropic.behaviour = "ok"
+    assert telegram_post(client, body) == 200  # a redelivery takes it over
+    assert len(fake_deepgram.requests) == 1 and len(fake_telegram.downloads) == 1
+    stored = f'[replying to: "Is the dentist on Friday?"] [voice note, 0:03] {TRANSCRIPT}'
+    assert user_message(database_url, str(body["update_id"])) == stored
+    asked = replies(fake_anthropic)[-1]["messages"][-1]["content"][-1]["text"]
+    assert asked.endswith(f"[voice note, 0:03] {TRANSCRIPT}")
+    assert len(fake_telegram.sent()) == 2
+
+
+def test_an_owed_photo_and_voice_note_are_read_again_and_the_voice_not_heard_again(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+) -> None:
+    """A photo beside a voice note, owed: the model reads the photo again (its bytes are in the
+    retry), the voice note's transcript comes from memory, and nothing is described twice."""
+    image = {"media_type": "image/jpeg", "data": base64.b64encode(RECEIPT).decode()}
+    voice = {"media_type": "audio/webm", "data": base64.b64encode(VOICE).decode(), "seconds": 4}
+    payload = {"message": "what's this?", "attachments": [image, voice], "client_message_id": f"m-{uuid.uuid4()}"}
+    fake_anthropic.behaviour = "500"
+    assert web.post("/", json=payload, headers=bearer(owner)).get_json()["outcome"] == "fallback"
+    descriptions = len(described(fake_anthropic))
+    fake_anthropic.behaviour = "ok"
+    assert web.post("/", json=payload, headers=bearer(owner)).get_json()["outcome"] == "answered"
+    assert len(fake_deepgram.requests) == 1 and len(described(fake_anthropic)) == descriptions
+    stored = f"[photo] [voice note, 0:04] {TRANSCRIPT} what's this?"
+    block, text = replies(fake_anthropic)[-1]["messages"][-1]["content"]
+    assert block["source"] == {"type": "base64", **image} and text["text"].endswith(stored)
+    assert user_message(database_url, payload["client_message_id"]) == stored
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ $$;
 
 -- Listening, budgeted apart (VOICE_SECONDS_PER_DAY, 0: no limit): the seconds of voice a person
 -- had transcribed in the last day, on any app. A note's seconds are reserved before it is sent to
--- the transcriber (what the note says it lasts, else the longest a note may be) and settled at
+-- the transcriber (what the note says it lasts, never less than its bytes imply) and settled at
 -- what the transcriber heard, so a client that lies about a note's length pays for what was heard.
 -- One note of a person's is reserved and not yet settled at a time (for at most two minutes, in
 -- case its instance died): requests in parallel cannot each slip a lie under the day before any
