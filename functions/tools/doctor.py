@@ -74,13 +74,22 @@ def check_database(config: Settings) -> Check:
             f"DATABASE_URL is not set here{using}: set it to the session pooler's URL to check the database "
             f"and its migrations ({DATABASE})",
         )
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = config.database_url.get_secret_value()
+    try:  # parsed before use: a mistyped URL is named as such, not as a database that does not answer
+        conninfo_to_dict(url)
+    except Exception as exc:  # psycopg quotes the string, password and all: Check masks it
+        return fail(
+            name,
+            f"DATABASE_URL is not a connection string: {str(exc).strip()}",
+            f"write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE ({DATABASE})",
+        )
     migrations = sorted(MIGRATIONS.glob("*.sql"))
     wanted = [path.stem.partition("_")[0] for path in migrations]
     try:
-        applied, missing = read_schema(
-            config.database_url.get_secret_value(), config.database_connect_timeout, migrations
-        )
-    except Exception as exc:  # the driver's error: its first line says what (never the password)
+        applied, missing = read_schema(url, config.database_connect_timeout, migrations)
+    except Exception as exc:  # the driver's error: its first line says what (Check masks a password in it)
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return fail(
             name,
