@@ -18,4 +18,12 @@ def confirmed(args: argparse.Namespace, question: str) -> bool:
     if not sys.stdin.isatty():
         print(f"crossmem {args.command}: {question} Not done: run it again with --yes", file=sys.stderr)
         return False
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:  # Ctrl-D at the question: no answer is a no, not a traceback
+        print()
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print(f"crossmem {args.command}: not done", file=sys.stderr)
+    return False

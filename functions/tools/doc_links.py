@@ -18,5 +18,6 @@ FUNCTIONS = "docs/deploy.md#4-the-functions"
 WEBHOOKS = "docs/deploy.md#5-telegram-twilio-the-web"
 SCHEDULE = "docs/deploy.md#6-the-memory-digest-on-a-schedule"
 DOCTOR = "docs/deploy.md#7-check-it-crossmem-doctor"
+PARTLY_MIGRATED = "docs/deploy.md#a-partly-migrated-database"
 # docs/configuration.md: every setting.
 CONFIGURATION = "docs/configuration.md#configuration"

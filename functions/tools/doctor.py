@@ -3,7 +3,8 @@ fails (every fix names its page of docs/); `--json` for scripts, JSON even when 
 exit 1 when a check fails, and only then (a check skipped is not a failure).
 
 What it asks, and whom: the database (`DATABASE_URL`: reachable, every migration of
-infra/supabase/migrations applied); Secret Manager (`gcloud secrets list`: every secret the
+infra/supabase/migrations applied, and every table and SQL function they define there:
+functions/tools/schema_objects.py); Secret Manager (`gcloud secrets list`: every secret the
 deployed functions reference exists); each function (`gcloud functions describe`: deployed and
 ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
 or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
@@ -28,6 +29,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +40,15 @@ from core.stores.embedded import MIGRATIONS
 from functions import runtime
 from functions.tools.check_results import Check, fail, guarded, ok, skip
 from functions.tools.deploy import DescriptionError, read_description
-from functions.tools.doc_links import CONFIGURATION, DATABASE, DOCTOR, FUNCTIONS, SECRETS, WEBHOOKS
+from functions.tools.doc_links import (
+    CONFIGURATION,
+    DATABASE,
+    DOCTOR,
+    FUNCTIONS,
+    PARTLY_MIGRATED,
+    SECRETS,
+    WEBHOOKS,
+)
 from functions.tools.gcloud_checks import (
     PROBE_TIMEOUT_S,
     Cloud,
@@ -48,6 +58,7 @@ from functions.tools.gcloud_checks import (
     check_secrets,
     describe,
 )
+from functions.tools.schema_objects import SchemaObject, defined_objects, missing_objects
 
 # The database.
 
@@ -63,10 +74,22 @@ def check_database(config: Settings) -> Check:
             f"DATABASE_URL is not set here{using}: set it to the session pooler's URL to check the database "
             f"and its migrations ({DATABASE})",
         )
-    wanted = sorted(path.stem.partition("_")[0] for path in MIGRATIONS.glob("*.sql"))
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = config.database_url.get_secret_value()
+    try:  # parsed before use: a mistyped URL is named as such, not as a database that does not answer
+        conninfo_to_dict(url)
+    except Exception as exc:  # psycopg quotes the string, password and all: Check masks it
+        return fail(
+            name,
+            f"DATABASE_URL is not a connection string: {str(exc).strip()}",
+            f"write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE ({DATABASE})",
+        )
+    migrations = sorted(MIGRATIONS.glob("*.sql"))
+    wanted = [path.stem.partition("_")[0] for path in migrations]
     try:
-        applied = applied_migrations(config.database_url.get_secret_value(), config.database_connect_timeout)
-    except Exception as exc:  # the driver's error: its first line says what (never the password)
+        applied, missing = read_schema(url, config.database_connect_timeout, migrations)
+    except Exception as exc:  # the driver's error: its first line says what (Check masks a password in it)
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return fail(
             name,
@@ -80,18 +103,30 @@ def check_database(config: Settings) -> Check:
             f"reachable; {len(pending)} of {len(wanted)} migrations not applied: {', '.join(pending)}",
             f"`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL; {DATABASE})",
         )
-    return ok(name, f"reachable; all {len(wanted)} migrations applied")
+    if missing:
+        return fail(
+            name,
+            f"partly migrated: all {len(wanted)} migrations are recorded as applied, but {len(missing)} of what "
+            f"they define is missing: {', '.join(str(thing) for thing in missing)}",
+            f"create each again from its definition in infra/supabase/schemas/ ({PARTLY_MIGRATED})",
+        )
+    return ok(
+        name, f"reachable; all {len(wanted)} migrations applied, every table and SQL function they define present"
+    )
 
 
-def applied_migrations(url: str, connect_timeout_s: int) -> set[str]:
-    """The versions recorded in Supabase's bookkeeping table (empty when it does not exist)."""
+def read_schema(url: str, connect_timeout_s: int, migrations: list[Path]) -> tuple[set[str], list[SchemaObject]]:
+    """The versions recorded in Supabase's bookkeeping table (empty when it does not exist), and
+    the tables and functions the applied ones define that the database lacks."""
     import psycopg
 
     with psycopg.connect(url, connect_timeout=connect_timeout_s, autocommit=True) as connection:
         table = connection.execute("select to_regclass('supabase_migrations.schema_migrations')").fetchone()
         if table is None or table[0] is None:
-            return set()
-        return {row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")}
+            return set(), []
+        applied = {row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")}
+        ran = [path for path in migrations if path.stem.partition("_")[0] in applied]
+        return applied, missing_objects(connection, defined_objects(ran))
 
 
 # Telegram and Twilio: no project needed, though only a project says which URLs are ours.

@@ -211,7 +211,13 @@ def check_schedule(spec: FunctionSpec, deployed: Deployed | None, target: Target
         return fail(name, f"`gcloud scheduler jobs describe` failed: {exc.said}", exc.fix)
     state = described.get("state")
     if state != "ENABLED":
-        return fail(name, f"{state}", f"`gcloud scheduler jobs resume {job} --location={target.region}` ({SCHEDULE})")
+        # PAUSED (by hand, or `gcloud scheduler jobs pause`), DISABLED (by the system), UPDATE_FAILED.
+        said = "paused" if state == "PAUSED" else f"not enabled (state {state})"
+        return fail(
+            name,
+            f"{said}: it calls {spec.name} no more, so owed replies, due follow-ups and memory notes wait",
+            f"`gcloud scheduler jobs resume {job} --location={target.region}` ({SCHEDULE})",
+        )
     uri = described.get("httpTarget", {}).get("uri")
     ours = deployed.urls(target) if deployed else [function_url(target.region, target.project, spec.name)]
     if uri not in ours:

@@ -78,7 +78,8 @@ def described_function(project: str, region: str, name: str, url: str, secrets: 
 
 def described_job(project: str, region: str, job: str, uri: str, **fields: Any) -> str:
     """`gcloud scheduler jobs describe JOB --format=json`: enabled, last run at 12:00:00 UTC,
-    succeeded (an empty `status`); `fields` replace any of them (`status={"code": 7}`)."""
+    succeeded (an empty `status`); `fields` replace any of them (`status={"code": 7}`; a job
+    `gcloud scheduler jobs pause` paused: `state="PAUSED"`)."""
     described: dict[str, Any] = {
         "name": f"projects/{project}/locations/{region}/jobs/{job}",
         "schedule": "* * * * *",

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from core.models import Person, Surface
 from core.stores.embedded import MIGRATIONS
 from functions import runtime
 from functions.tools.cli import main
-from tests.database import fresh_database
+from tests.database import fresh_database, migrated_database
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import TELEGRAM_SECRET, free_port
+from tests.helpers import TELEGRAM_SECRET, count, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,3 +131,116 @@ def test_say_reads_port_like_dev_and_names_the_url_it_could_not_reach(port_from:
     assert done.returncode == 1 and done.stdout == ""
     assert f"could not reach the dev server at http://127.0.0.1:{port} " in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# The commands that delete or move a person's memory: asked first, and a purge counts first.
+
+
+class Terminal(io.StringIO):
+    """An operator at a terminal, who will type what it holds."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def two_threads(environment: pytest.MonkeyPatch, postgres_server: str) -> Iterator[tuple[str, uuid.UUID, uuid.UUID]]:
+    """A database of its own (a purge spans everyone): a web person with a message a day for 100 days
+    (0.5 to 99.5 days old: none on a boundary), and a Telegram chat 7373 with 4 messages of its own
+    person. Yields (url, the web person, the chat's person)."""
+    person, chat_person = uuid.uuid4(), uuid.uuid4()
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        runtime.reset()
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(
+                """with c as (insert into conversations (user_id, surface) values (%s, 'web') returning id, user_id)
+                   insert into messages (conversation_id, user_id, surface, role, content, created_at)
+                   select c.id, c.user_id, 'web', 'user', 'said ' || age || ' days ago',
+                          now() - (age - 0.5) * interval '1 day'
+                     from c cross join generate_series(1, 100) age""",
+                (person,),
+            )
+            connection.execute(
+                "insert into identities (surface, external_id, user_id) values ('telegram', '7373', %s)", (chat_person,)
+            )
+            connection.execute(
+                """with c as (insert into conversations (user_id, surface) values (%s, 'telegram')
+                              returning id, user_id)
+                   insert into messages (conversation_id, user_id, surface, role, content)
+                   select c.id, c.user_id, 'telegram', 'user', 'chat message ' || n
+                     from c cross join generate_series(1, 4) n""",
+                (chat_person,),
+            )
+        yield url, person, chat_person
+
+
+def messages_of(url: str, person: uuid.UUID) -> int:
+    return count(url, "select count(*) from messages where user_id = %s", person)
+
+
+def test_a_purge_typed_9d_for_90d_says_how_many_it_will_delete_before_it_asks_and_a_no_deletes_nothing(
+    two_threads: tuple[str, uuid.UUID, uuid.UUID], environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, person, chat_person = two_threads
+    environment.setattr("sys.stdin", Terminal("n\n"))
+    assert main(["purge", "--older-than", "9d"]) == 1
+    said = capsys.readouterr().out
+    count_line, question = said.split("\n", 1)
+    assert count_line.startswith("91 message(s) older than 9d (before ") and count_line.endswith(" will be deleted.")
+    assert question.startswith("91 message(s) older than 9d") and question.endswith(" Delete them? [y/N] ")
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 4)
+
+    environment.setattr("sys.stdin", Terminal("y\n"))
+    assert main(["purge", "--older-than", "90d"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("10 message(s) older than 90d (before ")
+    assert said.splitlines()[-1].startswith("purged 10 message(s) older than 90d")
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (90, 4)
+
+
+def test_forget_and_link_at_a_terminal_act_only_on_a_yes_and_without_one_touch_nothing(
+    two_threads: tuple[str, uuid.UUID, uuid.UUID], environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, person, chat_person = two_threads
+    link = ["link", "--user", str(person), "--surface", "telegram", "--external-id", "7373"]
+    for answer in ("n\n", "\n", ""):  # no, Enter (the default is no), end of input
+        environment.setattr("sys.stdin", Terminal(answer))
+        assert main(["forget", "--user", str(person)]) == 1
+        assert main(link) == 1
+    said, complained = capsys.readouterr()
+    assert complained.splitlines() == ["crossmem forget: not done", "crossmem link: not done"] * 3
+    assert said.count(f"Erase {person}: every conversation, message, link code and identity? [y/N] ") == 3
+    assert said.count(f"Join telegram 7373 to {person}, moving its messages there? [y/N] ") == 3
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 4)
+
+    environment.setattr("sys.stdin", Terminal("y\n"))
+    assert main(link) == 0
+    assert capsys.readouterr().out.endswith(f"linked: telegram 7373 -> {person} (4 message(s) moved)\n")
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (104, 0)
+    environment.setattr("sys.stdin", Terminal("yes\n"))
+    assert main(["forget", "--user", str(person)]) == 0
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (0, 0)
+
+
+def test_without_a_terminal_the_deleting_commands_need_yes(
+    two_threads: tuple[str, uuid.UUID, uuid.UUID], environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, person, chat_person = two_threads
+    environment.setattr("sys.stdin", io.StringIO("y\n"))  # a pipe: its "y" is not an operator's
+    assert main(["forget", "--user", str(person)]) == 1
+    assert main(["purge", "--older-than", "9d"]) == 1
+    assert main(["link", "--user", str(person), "--surface", "telegram", "--external-id", "7373"]) == 1
+    forget_line, purge_line, link_line = capsys.readouterr().err.splitlines()
+    assert forget_line == (
+        f"crossmem forget: Erase {person}: every conversation, message, link code and identity? "
+        "Not done: run it again with --yes"
+    )
+    assert purge_line.startswith("crossmem purge: 91 message(s) older than 9d (before ")
+    assert purge_line.endswith(" UTC) will be deleted. Delete them? Not done: run it again with --yes")
+    assert link_line == (
+        f"crossmem link: Join telegram 7373 to {person}, moving its messages there? Not done: run it again with --yes"
+    )
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 4)
+    assert main(["forget", "--user", str(chat_person), "--yes"]) == 0
+    assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 0)

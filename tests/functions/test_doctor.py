@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from functions import runtime
 from functions.tools import doc_links
 from functions.tools.cli import main
 from functions.tools.deploy import read_description, secret_id
-from tests.database import fresh_database
+from tests.database import fresh_database, migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.cloud_run import FakeCloudRun
 from tests.fakes.deepgram_api import FakeDeepgram
@@ -179,9 +180,9 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     assert main(["doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":", 1)[0] for line in lines] == [f"ok    {check}" for check in CHECKS]
-    assert lines[0] == "ok    database: reachable; all {} migrations applied".format(
-        len(list((ROOT / "infra" / "supabase" / "migrations").glob("*.sql")))
-    )
+    assert lines[0] == (
+        "ok    database: reachable; all {} migrations applied, every table and SQL function they define present"
+    ).format(len(list((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))))
     assert lines[1] == f"ok    secrets: all {len(SECRET_IDS)} referenced secrets exist in Secret Manager"
     assert lines[2] == (
         f"ok    function telegram_webhook: {live.url('telegram_webhook')} answers 401 without credentials, "
@@ -279,6 +280,44 @@ def test_migrations_not_applied_and_a_database_that_does_not_answer(
     check = failed(report)["database"]
     assert check["detail"].startswith("not reachable: ") and "hunter2" not in json.dumps(report)
     assert check["fix"] == f"check DATABASE_URL, and that the database accepts connections ({doc_links.DATABASE})"
+
+
+def test_a_partly_migrated_database_names_what_is_missing_and_where_it_is_defined(
+    live: Live, environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every migration recorded as applied, but one SQL function and one table gone (a hand-run
+    drop, a migration recorded by `migration repair` without running it): the doctor says which."""
+    migrations = sorted((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        runtime.reset()
+        code, report = doctor_json(capsys)
+        assert code == 0 and by_check(report)["database"]["status"] == "ok"
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("drop function public.finish_turn")
+            code, report = doctor_json(capsys)
+            assert code == 1 and list(failed(report)) == ["database"]
+            assert failed(report)["database"] == {
+                "check": "database",
+                "status": "fail",
+                "detail": f"partly migrated: all {len(migrations)} migrations are recorded as applied, but 1 of "
+                "what they define is missing: function public.finish_turn (turn.sql)",
+                "fix": "create each again from its definition in infra/supabase/schemas/ "
+                f"({doc_links.PARTLY_MIGRATED})",
+            }
+            connection.execute("drop table public.link_attempts")
+            _, report = doctor_json(capsys)
+            assert failed(report)["database"]["detail"].endswith(
+                "but 2 of what they define is missing: table public.link_attempts (links.sql), "
+                "function public.finish_turn (turn.sql)"
+            )
+            # A migration not recorded (its objects are not looked for: it is the one to push).
+            connection.execute("delete from supabase_migrations.schema_migrations where name = 'baseline_turn'")
+            _, report = doctor_json(capsys)
+            turn_version = next(path.stem.partition("_")[0] for path in migrations if path.stem.endswith("_turn"))
+            assert failed(report)["database"]["detail"] == (
+                f"reachable; 1 of {len(migrations)} migrations not applied: {turn_version}"
+            )
 
 
 def test_a_referenced_secret_missing_from_secret_manager(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
@@ -393,6 +432,20 @@ def test_the_scheduler_job_missing_paused_or_failing(live: Live, capsys: pytest.
     assert failed(report)[name]["fix"] == (
         "the scheduler's account may not invoke the function: `make deploy` grants it; "
         f"`gcloud functions logs read memory_digest --region=us-central1` ({doc_links.SCHEDULE})"
+    )
+    live.job(state="PAUSED")
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report)[name] == {
+        "check": name,
+        "status": "fail",
+        "detail": "paused: it calls memory_digest no more, so owed replies, due follow-ups and memory notes wait",
+        "fix": f"`gcloud scheduler jobs resume crossmem-memory-digest --location=us-central1` ({doc_links.SCHEDULE})",
+    }
+    live.job(state="UPDATE_FAILED")
+    _, report = doctor_json(capsys)
+    assert failed(report)[name]["detail"].startswith(
+        "not enabled (state UPDATE_FAILED): it calls memory_digest no more"
     )
     live.gcloud.fail(["scheduler", "jobs", "describe"], JOB_NOT_FOUND)
     code, report = doctor_json(capsys)

@@ -355,3 +355,44 @@ def test_without_a_bot_token_locally_a_long_reply_comes_back_cut_not_crashed(
     assert response.status_code == 200
     text = response.get_json()["text"]
     assert len(text) <= 4096 and text.endswith(" …")
+
+
+@pytest.mark.parametrize(
+    "odd_path",
+    ["photos/file\x07.jpg", "photos/file\n.jpg", "photos/" + "a" * 70_000],
+    ids=["bell", "newline", "70000-characters"],
+)
+def test_a_get_file_path_no_url_can_hold_is_a_clear_answer_once_never_a_500(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
+    odd_path: str,
+) -> None:
+    """httpx refuses such a path with InvalidURL, no HTTPError: the person is told, the message is
+    stored with the reason, and Telegram's redelivery finds it answered (a 500 would have it
+    redeliver into the same crash)."""
+    body = json.loads((CORPUS / "05_photo_caption.json").read_text())
+    body["update_id"] = uuid.uuid4().int % 10**9  # ids of this test's own: the database is the module's
+    message = body["message"]
+    message["from"]["id"] = 700_000_000 + uuid.uuid4().int % 10**8
+    message["chat"] = {"id": message["from"]["id"], "type": "private", "first_name": "Mark"}
+    chosen = message["photo"][-1]["file_id"]
+    fake_telegram.files[chosen] = (CORPUS.parent / "media" / "receipt.jpg").read_bytes()
+    fake_telegram.file_paths[chosen] = odd_path
+    client = app_client("telegram_webhook")
+    with caplog.at_level(logging.WARNING, logger="crossmem"):
+        statuses = [client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code for _ in range(2)]
+    assert statuses == [200, 200], statuses
+    assert [sent["text"] for sent in fake_telegram.sent()] == [
+        "Sorry, I couldn't use what you sent (the download failed). Could you tell me in words what it says?"
+    ]
+    assert [call[0] for call in fake_telegram.calls if call[0] == "getFile"] == ["getFile"]
+    assert fake_anthropic.requests == []
+    assert stored_turn(database_url, str(body["update_id"])) == [
+        ("user", "[photo, not read: the download failed] OK - some mages"),
+        ("assistant", fake_telegram.sent()[0]["text"]),
+    ]
+    fetch_failures = [r for r in caplog.records if r.getMessage() == "a Telegram file could not be fetched"]
+    assert [r.__dict__["error"] for r in fetch_failures] == ["InvalidURL"]

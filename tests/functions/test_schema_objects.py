@@ -1,0 +1,39 @@
+"""What `crossmem doctor` expects of a migrated database: the tables and SQL functions the
+migrations leave behind, read from their statements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.stores.embedded import MIGRATIONS
+from functions.tools.schema_objects import SchemaObject, defined_objects
+
+
+def test_what_a_later_migration_drops_is_not_expected_and_what_it_makes_again_is(tmp_path: Path) -> None:
+    first, second = tmp_path / "1_first.sql", tmp_path / "2_second.sql"
+    first.write_text(
+        "create table public.notes (id bigint);\n"
+        "create or replace function public.old_name(p int) returns int language sql as $$ select p $$;\n"
+        "create function crossmem_private.helper() returns int language sql as $$ select 1 $$;\n"
+        "-- create table public.only_in_a_comment (id int);\n"
+    )
+    second.write_text(
+        "drop function if exists public.old_name(int);\n"
+        "drop function crossmem_private.helper();\n"
+        "create or replace function crossmem_private.helper() returns int language sql as $$ select 2 $$;\n"
+        "create table if not exists public.tags (id bigint);\n"
+    )
+    assert defined_objects([first, second]) == [
+        SchemaObject("table", "public", "notes", "1_first.sql"),
+        SchemaObject("function", "crossmem_private", "helper", "2_second.sql"),
+        SchemaObject("table", "public", "tags", "2_second.sql"),
+    ]
+
+
+def test_the_baseline_defines_every_table_and_the_turns_functions_where_their_file_says() -> None:
+    found = {(o.kind, f"{o.schema}.{o.name}"): o.defined_in for o in defined_objects(sorted(MIGRATIONS.glob("*.sql")))}
+    assert found[("table", "public.messages")] == "messages.sql"
+    assert found[("function", "public.begin_turn")] == "turn.sql"
+    assert found[("function", "crossmem_private.store_user_message")] == "turn.sql"
+    tables = sorted(name for kind, name in found if kind == "table")
+    assert len(tables) == 13 and "public.follow_ups" in tables
