@@ -39,7 +39,9 @@ def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_ove
         database_url, "update messages set answer_by = now() - interval '1 minute' where id = %s", stored["message_id"]
     )
     job = psycopg.connect(database_url)  # the claim's transaction, held open
-    claimed = job.execute("select public.claim_owed_replies('telegram', 600, 60, 100, 24, 40, 24)").fetchone()
+    claimed = job.execute(
+        "select public.claim_owed_replies('telegram', 600, 60, 100, '', 0, 0, 0, 24, 40, 24)"
+    ).fetchone()
     assert claimed is not None
     assert stored["message_id"] in [item["message_id"] for item in claimed[0]]
     redelivered: dict[str, Any] = {}
@@ -83,5 +85,33 @@ def test_the_job_never_claims_a_message_that_has_a_reply_and_reads_only_its_pers
             assert [(c.sender, c.start.message_id) for c in claimed] == [("202", second.message_id)]
             # The owed answer is made from this person's notes only.
             assert claimed[0].start.notes == "- likes tea"
+        finally:
+            store.close()
+
+
+def test_a_message_the_job_has_tried_goes_behind_one_it_has_not_whatever_their_age(postgres_server: str) -> None:
+    """Issue 30, finding 2: the claim took the longest owed first, so a message the job kept
+    failing was taken before a newer one every run. Two people: the one tried once, owed longer,
+    is claimed after the one never tried; each claim counts its try."""
+    with migrated_database(postgres_server) as url:
+        store = PostgresStore(url)
+        try:
+            memory = Memory(store, ContextLimits())
+            tried, fresh = uuid.uuid4(), uuid.uuid4()
+            old = memory.begin_turn(Person(user_id=tried), Surface.TELEGRAM, "an essay", "tried-once", sender="301")
+            new = memory.begin_turn(Person(user_id=fresh), Surface.TELEGRAM, "hello?", "never-tried", sender="302")
+            execute(url, "update messages set answer_by = now() - interval '1 minute' where id = %s", old.message_id)
+            execute(url, "update messages set answer_by = now() - interval '1 second' where id = %s", new.message_id)
+            execute(url, "update messages set owed_tries = 1 where id = %s", old.message_id)
+            first = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=1)
+            second = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=1)
+            assert [(c.start.message_id, c.tries) for c in (*first, *second)] == [
+                (new.message_id, 1),
+                (old.message_id, 2),
+            ]
+            # A person the run has had its share of is skipped.
+            execute(url, "update messages set answer_by = now() - interval '1 second' where role = 'user'")
+            skipped = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=2, skip_users=[fresh])
+            assert [c.start.message_id for c in skipped] == [old.message_id]
         finally:
             store.close()
