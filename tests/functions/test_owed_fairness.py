@@ -1,7 +1,7 @@
-"""Owed replies fair and bounded (issue 30, finding 2): the scheduled job (`memory_digest`)
-against the real Postgres, the Anthropic SDK at its fake and Twilio's Messages API at its fake.
-Each WhatsApp message here first fails in its webhook (the model answers 500: the person gets
-the fallback, the message is owed)."""
+"""Owed replies fair and bounded (issue 30, finding 2), and an owed photo answered knowing it was
+not seen (finding 8): the scheduled job (`memory_digest`) against the real Postgres, the
+Anthropic SDK at its fake and Twilio's Messages API at its fake. Each WhatsApp message here first
+fails in its webhook (the model answers 500: the person gets the fallback, the message is owed)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from core.media import UNREAD_NOTICE
 from functions import runtime
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
+    CORPUS,
     PUBLIC_BASE_URL,
     TWILIO_TOKEN,
     app_client,
@@ -189,3 +191,31 @@ def test_the_jobs_retry_is_refused_by_the_budget_as_a_turn_is(
     execute(job, "update turn_usage set tokens = 99999 where tokens = 100000")
     assert run_the_job() == (1, 0)
     assert fake_twilio.messages[1:] == [{"From": BUSINESS, "To": spent, "Body": "Answered."}]
+
+
+def test_an_owed_photo_is_answered_knowing_it_was_not_seen(
+    job: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Finding 8: a photo whose attempt failed is stored as its placeholder, and the job never has
+    its bytes. The model is told plainly it was sent and not read (docs/media.md), so it does not
+    answer as if it had seen it; a second person's text message gets no such notice."""
+    sender, other = number(), number()
+    photo = form("what is this?", sender=sender, NumMedia="1", MediaContentType0="image/jpeg")
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/{photo['MessageSid']}/Media/ME{uuid.uuid4().hex}"
+    photo["MediaUrl0"] = "https://api.twilio.com" + path
+    fake_twilio.media[path] = ((CORPUS / "media" / "receipt.jpg").read_bytes(), "image/jpeg")
+    text = form("and what about this?", sender=other)
+    owed(fake_anthropic, photo, text)
+    assert stored_turn(job, photo["MessageSid"]) == [("user", "[photo] what is this?")]
+    fake_anthropic.answer = lambda body: "I couldn't see it; could you send it again?"
+    asked = len(fake_anthropic.requests)
+
+    assert run_the_job() == (2, 0)
+    photo_request, text_request = fake_anthropic.requests[asked:]
+    notice = UNREAD_NOTICE.format(what="a photo")
+    blocks = photo_request["messages"][-1]["content"]
+    assert [block["type"] for block in blocks] == ["text"]  # no image: its bytes were never kept
+    assert blocks[-1]["text"].endswith("] [photo] what is this?\n" + notice)
+    assert "not read for this answer" not in json.dumps(text_request["messages"])
+    # The notice is the model's, never the memory's.
+    assert stored_turn(job, photo["MessageSid"])[0] == ("user", "[photo] what is this?")
