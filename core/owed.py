@@ -9,15 +9,16 @@ sends the reply through the Bot API or Twilio's Messages API and stores it. Olde
 left to the person's next message, as a reply minutes late reads as an answer and one an
 hour late as a stranger's.
 
-Fair and bounded. Nobody waits on the job, so its model call has what is left of the run's
-time, not the webhook's deadline (a long answer that missed 12 s on WhatsApp gets written
-now). A message it could not answer goes behind every message tried fewer times, and after
-OWED_REPLY_MAX_TRIES tries gets the fallback, once, sent and stored: it is no longer owed. At
-most PER_PERSON_PER_RUN of one person's messages a run, and none more after one of theirs
-failed, so one person's cannot hold everyone else's. One message failing does not end the run
-(it may be that message: an answer too long for any deadline); the model failing for two people
-in a row does (it is down for everyone: the next run tries again, at the cost of two calls a
-minute). A person past their budget is not asked for (the claim checks it as begin_turn does).
+Fair and bounded. Nobody waits on the job, so its model call is not given the webhook's
+deadline again but up to half the run's time (a long answer that missed 12 s on WhatsApp gets
+written now; one that never comes leaves the other half to everyone else). A message it could
+not answer goes behind every message tried fewer times, and its person behind every person tried
+less; after OWED_REPLY_MAX_TRIES tries it gets the fallback, once, sent and stored: it is no
+longer owed. At most PER_PERSON_PER_RUN of one person's messages a run, and none more after one
+of theirs failed, so one person's cannot hold everyone else's. One message failing does not end
+the run (it may be that message: an answer too long for any deadline); the model failing for two
+people in a row does (it is down for everyone: the next run tries again, at the cost of two calls
+a minute). A person past their budget is not asked for (the claim checks it as begin_turn does).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class OwedReplies:
 
     def run(self, time_budget_s: float) -> OwedRun:
         """Answer owed messages one at a time, the least tried first, while the time budget lasts
-        (each with what is left of it). One that cannot be used (its sender cannot be reached) is
+        (each with up to half of it). One that cannot be used (its sender cannot be reached) is
         skipped and logged, and the run goes on."""
         answered = failed = 0
         if not self._channels or self._max_age_s <= 0:
@@ -81,6 +82,7 @@ class OwedReplies:
         ends = self._clock() + time_budget_s
         surfaces = sorted(self._channels)
         least = max(self._deadlines[surface] for surface in surfaces) + ANSWER_MARGIN_S
+        longest = time_budget_s / 2  # one try's most: an answer that never comes leaves half the run
         taken: Counter[UUID] = Counter()
         resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
         failing: UUID | None = None  # whose message the model last failed, with no answer since
@@ -88,7 +90,7 @@ class OwedReplies:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
             try:
                 claimed = self._memory.claim_owed_replies(
-                    surfaces, self._max_age_s, left, limit=1, skip_users=sorted(done)
+                    surfaces, self._max_age_s, min(left, longest + ANSWER_MARGIN_S), limit=1, skip_users=sorted(done)
                 )
             except StoreUnavailable as exc:
                 log.error("owed replies could not be claimed", extra={"error": str(exc)})
@@ -117,7 +119,7 @@ class OwedReplies:
                 failed += 1
                 resting.add(person)
                 continue
-            result = self._turns.answer_owed(owed, channel, left - ANSWER_MARGIN_S)
+            result = self._turns.answer_owed(owed, channel, min(left - ANSWER_MARGIN_S, longest))
             if result.outcome is Outcome.ANSWERED and result.reply_id is not None:
                 answered, failing = answered + 1, None
                 continue

@@ -322,8 +322,8 @@ def owed_replies() -> OwedReplies:
     if whatsapp is not None and config.twilio_whatsapp_from:
         channels[Surface.WHATSAPP] = whatsapp.channel
     deadlines = {Surface.TELEGRAM: config.telegram_model_deadline, Surface.WHATSAPP: config.whatsapp_model_deadline}
-    # Each try's deadline is what is left of the run's share of DIGEST_TIME_BUDGET (functions/digest.py),
-    # which the function's timeout (serverless.yml: 300 s) is above: nobody waits on the job.
+    # Nobody waits on the job: a try's deadline is up to half the run's share of DIGEST_TIME_BUDGET
+    # (functions/digest.py: 120 s of 240), which the function's timeout (serverless.yml: 300 s) is above.
     return OwedReplies(
         memory(),
         turns(),

@@ -89,29 +89,33 @@ def test_the_job_never_claims_a_message_that_has_a_reply_and_reads_only_its_pers
             store.close()
 
 
-def test_a_message_the_job_has_tried_goes_behind_one_it_has_not_whatever_their_age(postgres_server: str) -> None:
+def test_a_message_the_job_has_tried_goes_behind_and_so_does_its_person(postgres_server: str) -> None:
     """Issue 30, finding 2: the claim took the longest owed first, so a message the job kept
-    failing was taken before a newer one every run. Two people: the one tried once, owed longer,
-    is claimed after the one never tried; each claim counts its try."""
+    failing was taken before a newer one every run. One person has a message the job tried once
+    (owed longest) and a newer one, another person one message owed the shortest: the other
+    person's goes first, then the untried one, then the tried one; each claim counts its try."""
     with migrated_database(postgres_server) as url:
         store = PostgresStore(url)
         try:
             memory = Memory(store, ContextLimits())
-            tried, fresh = uuid.uuid4(), uuid.uuid4()
-            old = memory.begin_turn(Person(user_id=tried), Surface.TELEGRAM, "an essay", "tried-once", sender="301")
-            new = memory.begin_turn(Person(user_id=fresh), Surface.TELEGRAM, "hello?", "never-tried", sender="302")
-            execute(url, "update messages set answer_by = now() - interval '1 minute' where id = %s", old.message_id)
-            execute(url, "update messages set answer_by = now() - interval '1 second' where id = %s", new.message_id)
-            execute(url, "update messages set owed_tries = 1 where id = %s", old.message_id)
-            first = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=1)
-            second = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=1)
-            assert [(c.start.message_id, c.tries) for c in (*first, *second)] == [
-                (new.message_id, 1),
-                (old.message_id, 2),
+            failing, other = uuid.uuid4(), uuid.uuid4()
+            stored = [
+                memory.begin_turn(Person(user_id=who), Surface.TELEGRAM, text, key, sender=sender).message_id
+                for who, text, key, sender in (
+                    (failing, "an essay", "tried-once", "301"),
+                    (failing, "and another", "not-tried", "301"),
+                    (other, "hello?", "other-person", "302"),
+                )
             ]
+            tried, untried, others = stored
+            for message_id, ago in ((tried, "1 minute"), (untried, "20 seconds"), (others, "1 second")):
+                execute(url, "update messages set answer_by = now() - %s::interval where id = %s", ago, message_id)
+            execute(url, "update messages set owed_tries = 1 where id = %s", tried)
+            claimed = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=3)
+            assert [(c.start.message_id, c.tries) for c in claimed] == [(others, 1), (untried, 1), (tried, 2)]
             # A person the run has had its share of is skipped.
             execute(url, "update messages set answer_by = now() - interval '1 second' where role = 'user'")
-            skipped = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=2, skip_users=[fresh])
-            assert [c.start.message_id for c in skipped] == [old.message_id]
+            skipped = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=3, skip_users=[failing])
+            assert [c.start.message_id for c in skipped] == [others]
         finally:
             store.close()

@@ -8,9 +8,9 @@
 -- p_answer_within_seconds from now, its try counted (`owed_tries`), and returned with the context
 -- it is answered from, as begin_turn would have returned it, and `tries` (this one included).
 --
--- Fair: the messages the job has tried least go first (one it could not answer goes behind every
--- other), then the longest owed; p_skip_users (comma-separated) are people the run has already
--- answered its share of. Within the budget: a person past it (budget.sql's turn_budget_until, with
+-- Fair: the people whose owed messages the job has tried least go first (one whose message it
+-- could not answer goes behind everyone else), then the messages it has tried least, then the
+-- longest owed; p_skip_users (comma-separated) are people the run has already had its share of. Within the budget: a person past it (budget.sql's turn_budget_until, with
 -- TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY, as begin_turn checks a redelivery's) is left
 -- alone, untried, until the budget frees or the message ages out, as their own message would be
 -- refused.
@@ -24,6 +24,7 @@ declare
     v_budgeted boolean := p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0;
     v_claimed jsonb := '[]'::jsonb;
     v_count integer := 0;
+    v_candidate record;
     v_message record;
     v_attempt uuid;
     v_tries integer;
@@ -31,18 +32,30 @@ begin
     if p_limit <= 0 then
         return v_claimed;
     end if;
-    for v_message in
-        select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at
-          from public.messages m
-         where m.role = 'user' and m.sender is not null
-           and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
-           and m.surface = any (string_to_array(p_surfaces, ','))
-           and (m.answer_by is null or m.answer_by <= v_now)
-           and not exists (select from public.messages r where r.in_reply_to = m.id)
-           and m.user_id::text <> all (string_to_array(p_skip_users, ','))
-         order by m.owed_tries, m.answer_by nulls first, m.created_at
-           for update of m skip locked
+    -- The order needs every candidate's person (a window), which `for update` cannot be read
+    -- with: each is locked on its own below, and skipped when another run holds it or has since
+    -- answered it.
+    for v_candidate in
+        select c.id
+          from (select m.id, m.owed_tries, m.answer_by, m.created_at,
+                       sum(m.owed_tries) over (partition by m.user_id) as person_tries
+                  from public.messages m
+                 where m.role = 'user' and m.sender is not null
+                   and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
+                   and m.surface = any (string_to_array(p_surfaces, ','))
+                   and (m.answer_by is null or m.answer_by <= v_now)
+                   and not exists (select from public.messages r where r.in_reply_to = m.id)
+                   and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
+         order by c.person_tries, c.owed_tries, c.answer_by nulls first, c.created_at
     loop
+        select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at into v_message
+          from public.messages m
+         where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
+           and not exists (select from public.messages r where r.in_reply_to = m.id)
+           for update of m skip locked;
+        if not found then
+            continue;
+        end if;
         if v_budgeted and public.turn_budget_until(v_message.user_id, p_turns_per_minute, p_turns_per_day,
                                                    p_tokens_per_day) is not null then
             continue;
