@@ -132,6 +132,27 @@ def _unseen(ref: MediaRef) -> str:
     return f"[file {ref.mime_type or 'of unknown type'}, not read]"
 
 
+# What a placeholder (or a marker with nothing learned in it) says no model has read: an attempt
+# that died mid-turn, or whose model failed before a description, left it so.
+_UNREAD = (
+    ("a photo", re.compile(r"\[photo\]")),
+    ("a PDF", re.compile(r'\[PDF(?: "[^"\]]*")?\]')),
+    ("a voice note", re.compile(r"\[voice note, \d+:\d\d, not transcribed\]")),
+)
+UNREAD_NOTICE = (
+    "[Sent with this message: {what}, not read for this answer: you do not know what is in it. "
+    "Say so plainly and ask for it again if it matters; never guess.]"
+)
+
+
+def unread_notice(content: str) -> str | None:
+    """What the model is told beside a stored message whose media it never read (the scheduled
+    job answers from what was stored, and the media's bytes never are): that it was sent and
+    could not be read, so the answer does not pretend. None when nothing of it is unread."""
+    unread = [what for what, marker in _UNREAD if marker.search(content)]
+    return UNREAD_NOTICE.format(what=" and ".join(unread)) if unread else None
+
+
 def seen(ref: MediaRef, description: str) -> str:
     """An image or PDF with what it shows (the description), for the stored message."""
     what = "photo" if ref.kind is MediaKind.IMAGE else (f'PDF "{ref.name}"' if ref.name else "PDF")

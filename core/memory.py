@@ -70,6 +70,7 @@ class OwedMessage:
     surface: Surface
     sender: str
     start: TurnStart
+    tries: int  # the job's tries at it, this one included
 
 
 @dataclass(frozen=True)
@@ -268,10 +269,16 @@ class Memory:
         return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
 
     def claim_owed_replies(
-        self, surfaces: Sequence[Surface], max_age_s: int, answer_within_s: float, limit: int
+        self,
+        surfaces: Sequence[Surface],
+        max_age_s: int,
+        answer_within_s: float,
+        limit: int,
+        skip_users: Sequence[UUID] = (),
     ) -> list[OwedMessage]:
         """Owed messages of `surfaces` younger than `max_age_s`, each taken over for one attempt
-        (until `answer_within_s` from now) with the context to answer it from. Raises
+        (until `answer_within_s` from now) with the context to answer it from: the least tried
+        first, none of `skip_users`' and none of a person past the budget. Raises
         StoreUnavailable."""
         rows = self.store.call(
             "claim_owed_replies",
@@ -280,12 +287,18 @@ class Memory:
                 "p_max_age_seconds": max_age_s,
                 "p_answer_within_seconds": math.ceil(answer_within_s),
                 "p_limit": limit,
+                "p_skip_users": ",".join(str(user) for user in skip_users),
+                "p_turns_per_minute": self.budget.turns_per_minute,
+                "p_turns_per_day": self.budget.turns_per_day,
+                "p_tokens_per_day": self.budget.tokens_per_day,
                 "p_window_hours": self.limits.window_hours,
                 "p_max_messages": self.limits.max_messages,
                 "p_window_step": self.limits.window_step,
             },
         )
-        return [OwedMessage(Surface(row["surface"]), str(row["sender"]), turn_start(row)) for row in rows]
+        return [
+            OwedMessage(Surface(row["surface"]), str(row["sender"]), turn_start(row), int(row["tries"])) for row in rows
+        ]
 
     def mark_delivered(self, user_id: UUID, reply_id: int) -> None:
         try:

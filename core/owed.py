@@ -8,22 +8,38 @@ takes each over in the database (one attempt at a time, whoever asks), asks the 
 sends the reply through the Bot API or Twilio's Messages API and stores it. Older ones are
 left to the person's next message, as a reply minutes late reads as an answer and one an
 hour late as a stranger's.
+
+Fair and bounded. Nobody waits on the job, so its model call is not given the webhook's
+deadline again but up to half the run's time (a long answer that missed 12 s on WhatsApp gets
+written now; one that never comes leaves the other half to everyone else). A message it could
+not answer goes behind every message tried fewer times, and its person behind every person tried
+less; after OWED_REPLY_MAX_TRIES tries it gets the fallback, once, sent and stored: it is no
+longer owed. At most PER_PERSON_PER_RUN of one person's messages a run, and none more after one
+of theirs failed, so one person's cannot hold everyone else's. One message failing does not end
+the run (it may be that message: an answer too long for any deadline); the model failing for two
+people in a row does (it is down for everyone: the next run tries again, at the cost of two calls
+a minute). A person past their budget is not asked for (the claim checks it as begin_turn does).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from uuid import UUID
 
 from core.errors import StoreUnavailable
-from core.memory import Memory
-from core.models import Surface
+from core.memory import Memory, OwedMessage
+from core.models import Delivery, Surface
 from core.turn import ANSWER_MARGIN_S, Turns
 from core.turn_request import Outcome, ReplyChannel
 
 log = logging.getLogger("crossmem.owed")
+# The most of one person's owed messages a run answers: the rest wait for the next run, behind
+# everyone else's.
+PER_PERSON_PER_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -40,36 +56,51 @@ class OwedReplies:
         channels: Mapping[Surface, Callable[[str], ReplyChannel]],
         deadlines: Mapping[Surface, float],
         max_age_s: int,
+        max_tries: int,
+        fallback_reply: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`channels`: for each surface the job can reach, the channel to a sender (a chat id,
-        a `whatsapp:` address); a surface without one is left alone."""
+        a `whatsapp:` address); a surface without one is left alone. `deadlines`: each surface's
+        webhook deadline, the least time a try is worth starting with."""
         self._memory = memory
         self._turns = turns
         self._channels = channels
         self._deadlines = deadlines
         self._max_age_s = max_age_s
+        self._max_tries = max_tries
+        self._fallback_reply = fallback_reply
         self._clock = clock
 
     def run(self, time_budget_s: float) -> OwedRun:
-        """Answer owed messages one at a time, oldest first, while the time budget lasts. One
-        that fails (the model is down) ends the run: the next run tries again. One that cannot be
-        used (its sender cannot be reached) is skipped and logged, and the run goes on."""
+        """Answer owed messages one at a time, the least tried first, while the time budget lasts
+        (each with up to half of it). One that cannot be used (its sender cannot be reached) is
+        skipped and logged, and the run goes on."""
         answered = failed = 0
         if not self._channels or self._max_age_s <= 0:
             return OwedRun(0, 0)
         ends = self._clock() + time_budget_s
         surfaces = sorted(self._channels)
-        answer_within = max(self._deadlines[surface] for surface in surfaces) + ANSWER_MARGIN_S
-        while self._clock() + answer_within < ends:
+        least = max(self._deadlines[surface] for surface in surfaces) + ANSWER_MARGIN_S
+        longest = time_budget_s / 2  # one try's most: an answer that never comes leaves half the run
+        taken: Counter[UUID] = Counter()
+        resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
+        failing: UUID | None = None  # whose message the model last failed, with no answer since
+        while (left := ends - self._clock()) >= least:
+            done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
             try:
-                claimed = self._memory.claim_owed_replies(surfaces, self._max_age_s, answer_within, limit=1)
+                claimed = self._memory.claim_owed_replies(
+                    surfaces, self._max_age_s, min(left, longest + ANSWER_MARGIN_S), limit=1, skip_users=sorted(done)
+                )
             except StoreUnavailable as exc:
                 log.error("owed replies could not be claimed", extra={"error": str(exc)})
                 break
             if not claimed:
                 break
             owed = claimed[0]
+            person = owed.start.user_id
+            assert person is not None  # a claimed message is a stored one
+            taken[person] += 1
             try:
                 channel = self._channels[owed.surface](owed.sender)
             except ValueError as exc:
@@ -81,11 +112,36 @@ class OwedReplies:
                     extra={"surface": owed.surface.value, "message_id": str(owed.start.message_id), "error": str(exc)},
                 )
                 failed += 1
+                resting.add(person)
                 continue
-            result = self._turns.answer_owed(owed, channel, self._deadlines[owed.surface])
-            if result.outcome is Outcome.ANSWERED and result.reply_id is not None:
-                answered += 1
-            else:
+            if owed.tries > self._max_tries:  # its last try ended with the job's instance
+                self._give_up(owed, channel)
                 failed += 1
-                break
+                resting.add(person)
+                continue
+            result = self._turns.answer_owed(owed, channel, min(left - ANSWER_MARGIN_S, longest))
+            if result.outcome is Outcome.ANSWERED and result.reply_id is not None:
+                answered, failing = answered + 1, None
+                continue
+            failed += 1
+            resting.add(person)
+            if owed.tries >= self._max_tries:
+                self._give_up(owed, channel)
+            if result.outcome is Outcome.FALLBACK:
+                if failing is not None and failing != person:
+                    break
+                failing = person
         return OwedRun(answered, failed)
+
+    def _give_up(self, owed: OwedMessage, channel: ReplyChannel) -> None:
+        """The fallback, once: sent, and stored as the reply, so the message is no longer owed."""
+        start = owed.start
+        assert start.user_id is not None and start.message_id is not None
+        delivery = channel.send(self._fallback_reply)
+        self._memory.finish_turn(
+            start.user_id, start.message_id, self._fallback_reply, delivered=delivery is Delivery.DELIVERED
+        )
+        log.warning(
+            "an owed message was given up: the fallback was sent",
+            extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
+        )

@@ -121,6 +121,10 @@ class Settings(BaseSettings):
     # Owed replies: the scheduled job answers Telegram and WhatsApp messages left unanswered
     # (an instance died mid-turn) while they are younger than this many minutes (0: never).
     owed_reply_max_age: int = Field(default=10, ge=0, le=1440)
+    # How many times the job asks the model for one owed message before it sends the fallback
+    # instead (stored, so the message is no longer owed): a message the model never answers in time
+    # costs a bounded number of calls, and gets an answer.
+    owed_reply_max_tries: int = Field(default=3, ge=1, le=20)
 
     # WhatsApp through Twilio.
     twilio_account_sid: str | None = None

@@ -27,7 +27,7 @@ from core.context import ContextItem, ModelMessage, build_model_messages, client
 from core.errors import ModelUnavailable, StillAnswering
 from core.identity.policy import IdentityPolicy
 from core.listening import Listening
-from core.media import placeholder
+from core.media import placeholder, unread_notice
 from core.media_turn import MediaReader, PreparedMedia, remembered_content
 from core.memory import Memory, OwedMessage, storable
 from core.memory_search import MemorySearchTools
@@ -92,7 +92,14 @@ class Turns:
         began = self._clock()
         figures = TurnFigures(round_trips=1)
         zone = self._zone_of(owed.start)
-        messages = build_model_messages(owed.start.history, annotate=self._settings.annotate, zone=zone)
+        items: list[ContextItem | StoredMessage] = list(owed.start.history)
+        for at, item in enumerate(items):
+            # Its media's bytes were never stored: the model is told it cannot see them (docs/media.md).
+            notice = unread_notice(item.content) if item.id == owed.start.message_id else None
+            if notice is not None:
+                told = f"{item.content}\n{notice}"
+                items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
+        messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
         return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
 
     def _answer(

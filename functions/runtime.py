@@ -322,7 +322,17 @@ def owed_replies() -> OwedReplies:
     if whatsapp is not None and config.twilio_whatsapp_from:
         channels[Surface.WHATSAPP] = whatsapp.channel
     deadlines = {Surface.TELEGRAM: config.telegram_model_deadline, Surface.WHATSAPP: config.whatsapp_model_deadline}
-    return OwedReplies(memory(), turns(), channels, deadlines, max_age_s=config.owed_reply_max_age * 60)
+    # Nobody waits on the job: a try's deadline is up to half the run's share of DIGEST_TIME_BUDGET
+    # (functions/digest.py: 120 s of 240), which the function's timeout (serverless.yml: 300 s) is above.
+    return OwedReplies(
+        memory(),
+        turns(),
+        channels,
+        deadlines,
+        max_age_s=config.owed_reply_max_age * 60,
+        max_tries=config.owed_reply_max_tries,
+        fallback_reply=config.fallback_reply,
+    )
 
 
 @functools.cache

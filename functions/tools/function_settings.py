@@ -139,6 +139,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "web_model_deadline",
             # Owed replies (core/owed.py): the Bot API and Twilio's Messages API.
             "owed_reply_max_age",
+            "owed_reply_max_tries",
             "telegram_bot_token",
             "telegram_api_base",
             "twilio_account_sid",

@@ -39,7 +39,9 @@ def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_ove
         database_url, "update messages set answer_by = now() - interval '1 minute' where id = %s", stored["message_id"]
     )
     job = psycopg.connect(database_url)  # the claim's transaction, held open
-    claimed = job.execute("select public.claim_owed_replies('telegram', 600, 60, 100, 24, 40, 24)").fetchone()
+    claimed = job.execute(
+        "select public.claim_owed_replies('telegram', 600, 60, 100, '', 0, 0, 0, 24, 40, 24)"
+    ).fetchone()
     assert claimed is not None
     assert stored["message_id"] in [item["message_id"] for item in claimed[0]]
     redelivered: dict[str, Any] = {}
@@ -83,5 +85,37 @@ def test_the_job_never_claims_a_message_that_has_a_reply_and_reads_only_its_pers
             assert [(c.sender, c.start.message_id) for c in claimed] == [("202", second.message_id)]
             # The owed answer is made from this person's notes only.
             assert claimed[0].start.notes == "- likes tea"
+        finally:
+            store.close()
+
+
+def test_a_message_the_job_has_tried_goes_behind_and_so_does_its_person(postgres_server: str) -> None:
+    """Issue 30, finding 2: the claim took the longest owed first, so a message the job kept
+    failing was taken before a newer one every run. One person has a message the job tried once
+    (owed longest) and a newer one, another person one message owed the shortest: the other
+    person's goes first, then the untried one, then the tried one; each claim counts its try."""
+    with migrated_database(postgres_server) as url:
+        store = PostgresStore(url)
+        try:
+            memory = Memory(store, ContextLimits())
+            failing, other = uuid.uuid4(), uuid.uuid4()
+            stored = [
+                memory.begin_turn(Person(user_id=who), Surface.TELEGRAM, text, key, sender=sender).message_id
+                for who, text, key, sender in (
+                    (failing, "an essay", "tried-once", "301"),
+                    (failing, "and another", "not-tried", "301"),
+                    (other, "hello?", "other-person", "302"),
+                )
+            ]
+            tried, untried, others = stored
+            for message_id, ago in ((tried, "1 minute"), (untried, "20 seconds"), (others, "1 second")):
+                execute(url, "update messages set answer_by = now() - %s::interval where id = %s", ago, message_id)
+            execute(url, "update messages set owed_tries = 1 where id = %s", tried)
+            claimed = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=3)
+            assert [(c.start.message_id, c.tries) for c in claimed] == [(others, 1), (untried, 1), (tried, 2)]
+            # A person the run has had its share of is skipped.
+            execute(url, "update messages set answer_by = now() - interval '1 second' where role = 'user'")
+            skipped = memory.claim_owed_replies([Surface.TELEGRAM], 600, 0, limit=3, skip_users=[failing])
+            assert [c.start.message_id for c in skipped] == [others]
         finally:
             store.close()

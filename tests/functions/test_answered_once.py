@@ -634,18 +634,22 @@ def test_while_the_model_is_down_the_job_sends_nothing_and_the_next_run_tries_an
     owed_environment(environment, fake_twilio)
     whatsapp = app_client("whatsapp_webhook")
     fake_anthropic.behaviour = "500"
-    first, second = (
+    first, second, third = (
         form("first question", sender=f"whatsapp:+3470{uuid.uuid4().int % 10**7:07d}"),
         form("second question", sender=f"whatsapp:+3471{uuid.uuid4().int % 10**7:07d}"),
+        form("third question", sender=f"whatsapp:+3472{uuid.uuid4().int % 10**7:07d}"),
     )
-    for fields in (first, second):
+    for fields in (first, second, third):
         assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    asked = len(fake_anthropic.requests)
     down = app_client("memory_digest").post("/", headers=DIGEST).get_json()
-    assert (down["owed_answered"], down["owed_failed"]) == (0, 1)
+    # The model failing for two people in a row is down for everyone: the run ends there (core/owed.py).
+    assert (down["owed_answered"], down["owed_failed"]) == (0, 2)
+    assert len(fake_anthropic.requests) == asked + 2
     assert fake_twilio.messages == []  # they had the fallback already: no apology every minute
     fake_anthropic.answer = lambda body: "Answered."
     fake_anthropic.behaviour = "ok"
     up = app_client("memory_digest").post("/", headers=DIGEST).get_json()
-    assert (up["owed_answered"], up["owed_failed"]) == (2, 0)
-    # The one that failed went behind the other.
-    assert [m["To"] for m in fake_twilio.messages] == [second["From"], first["From"]]
+    assert (up["owed_answered"], up["owed_failed"]) == (3, 0)
+    # The ones that failed went behind the one not tried yet.
+    assert [m["To"] for m in fake_twilio.messages] == [third["From"], first["From"], second["From"]]

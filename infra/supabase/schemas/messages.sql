@@ -4,7 +4,8 @@
 -- A user message carries `answer_by`: until then its attempt may still answer (the surface's
 -- model deadline plus a margin); after it, or once its attempt is known to have ended
 -- (end_attempt), a message with no reply is owed (owed_replies.sql). `sender` keeps the chat
--- or number it came from, so the scheduled job knows where to answer.
+-- or number it came from, so the scheduled job knows where to answer, and `owed_tries` how often
+-- the job has tried.
 --
 -- `search_text` is what memory search reads (search_memory, below): every message a person
 -- ever wrote or was answered, on every surface, found by its words.
@@ -52,6 +53,9 @@ create table public.messages (
     attempt uuid,
     answer_by timestamptz,
     sender text,
+    -- How many times the scheduled job has taken it over (owed_replies.sql): its later tries go
+    -- behind the messages it has tried less, and past OWED_REPLY_MAX_TRIES it gets the fallback.
+    owed_tries smallint not null default 0,
     -- Telegram "chat_id:message_id", Twilio's MessageSid: an edit has a delivery of its own
     -- (a new update_id) but names the message it corrects this way.
     platform_ref text,

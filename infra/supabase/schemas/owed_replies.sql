@@ -3,37 +3,69 @@
 -- for Telegram and WhatsApp, which no platform redelivers for long.
 
 -- The scheduled job's share of owed messages: Telegram's and WhatsApp's (p_surfaces, comma-separated) stored in
--- the last p_max_age_seconds with no reply and no attempt that may still answer. Each is taken
--- over (`for update skip locked`: overlapping runs share them out) and returned with the context
--- it is answered from, as begin_turn would have returned it.
+-- the last p_max_age_seconds with no reply and no attempt that may still answer, at most p_limit.
+-- Each is taken over (`for update skip locked`: overlapping runs share them out) until
+-- p_answer_within_seconds from now, its try counted (`owed_tries`), and returned with the context
+-- it is answered from, as begin_turn would have returned it, and `tries` (this one included).
+--
+-- Fair: the people whose owed messages the job has tried least go first (one whose message it
+-- could not answer goes behind everyone else), then the messages it has tried least, then the
+-- longest owed; p_skip_users (comma-separated) are people the run has already had its share of. Within the budget: a person past it (budget.sql's turn_budget_until, with
+-- TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY, as begin_turn checks a redelivery's) is left
+-- alone, untried, until the budget frees or the message ages out, as their own message would be
+-- refused.
 create or replace function public.claim_owed_replies(
     p_surfaces text, p_max_age_seconds integer, p_answer_within_seconds integer, p_limit integer,
+    p_skip_users text, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
     p_window_hours integer, p_max_messages integer, p_window_step integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
+    v_budgeted boolean := p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0;
     v_claimed jsonb := '[]'::jsonb;
+    v_count integer := 0;
+    v_candidate record;
     v_message record;
     v_attempt uuid;
+    v_tries integer;
 begin
-    for v_message in
-        select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at
-          from public.messages m
-         where m.role = 'user' and m.sender is not null
-           and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
-           and m.surface = any (string_to_array(p_surfaces, ','))
-           and (m.answer_by is null or m.answer_by <= v_now)
-           and not exists (select from public.messages r where r.in_reply_to = m.id)
-         -- the longest owed first: one that just failed again goes behind the others
-         order by m.answer_by nulls first, m.created_at
-         limit p_limit
-           for update of m skip locked
+    if p_limit <= 0 then
+        return v_claimed;
+    end if;
+    -- The order needs every candidate's person (a window), which `for update` cannot be read
+    -- with: each is locked on its own below, and skipped when another run holds it or has since
+    -- answered it.
+    for v_candidate in
+        select c.id
+          from (select m.id, m.owed_tries, m.answer_by, m.created_at,
+                       sum(m.owed_tries) over (partition by m.user_id) as person_tries
+                  from public.messages m
+                 where m.role = 'user' and m.sender is not null
+                   and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
+                   and m.surface = any (string_to_array(p_surfaces, ','))
+                   and (m.answer_by is null or m.answer_by <= v_now)
+                   and not exists (select from public.messages r where r.in_reply_to = m.id)
+                   and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
+         order by c.person_tries, c.owed_tries, c.answer_by nulls first, c.created_at
     loop
+        select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at into v_message
+          from public.messages m
+         where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
+           and not exists (select from public.messages r where r.in_reply_to = m.id)
+           for update of m skip locked;
+        if not found then
+            continue;
+        end if;
+        if v_budgeted and public.turn_budget_until(v_message.user_id, p_turns_per_minute, p_turns_per_day,
+                                                   p_tokens_per_day) is not null then
+            continue;
+        end if;
         update public.messages m
-           set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = gen_random_uuid()
+           set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = gen_random_uuid(),
+               owed_tries = m.owed_tries + 1
          where m.id = v_message.id
-        returning m.attempt into v_attempt;
-        v_claimed := v_claimed || jsonb_build_object('attempt', v_attempt,
+        returning m.attempt, m.owed_tries into v_attempt, v_tries;
+        v_claimed := v_claimed || jsonb_build_object('attempt', v_attempt, 'tries', v_tries,
             'user_id', v_message.user_id, 'conversation_id', v_message.conversation_id,
             'conversation_surface', v_message.surface, 'message_id', v_message.id,
             'surface', v_message.surface, 'sender', v_message.sender, 'created_at', v_message.created_at,
@@ -48,6 +80,8 @@ begin
             -- held follow-ups an attempt at this WhatsApp message took: said first (follow_ups.sql)
             'delivered_first', case when v_message.surface = 'whatsapp'
                                     then crossmem_private.follow_ups_said_with(v_message.id) end);
+        v_count := v_count + 1;
+        exit when v_count >= p_limit;
     end loop;
     return v_claimed;
 end;
