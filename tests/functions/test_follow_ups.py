@@ -1038,3 +1038,93 @@ def test_an_owners_follow_up_whose_ids_are_all_unlisted_since_reaches_nobody_and
     assert fake_twilio.messages == []
     assert rows(job_database, "select status, message_id from follow_ups") == [("given_up", None)]
     assert rows(job_database, "select count(*) from messages where content = 'Call the plumber.'") == [(0,)]
+
+
+def test_a_held_follow_up_is_said_only_in_its_own_persons_answer(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Issue 30, finding 9: held WhatsApp follow-ups taken without the person's filter would be
+    said in whoever wrote next. Two people each have one held; each hears only their own."""
+    first, second = "whatsapp:+34611000021", "whatsapp:+34611000022"
+    hold_a_follow_up(job_database, clock, fake_anthropic, first)
+    fake_anthropic.answer = remind("Feed the cat.", in_minutes=120)
+    fields = form("In two hours tell me to feed the cat", sender=second)
+    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    clock.at += timedelta(hours=26)
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    assert run_job()["follow_ups_held"] == 1
+
+    fake_anthropic.answer = lambda body: "Good morning!"
+    morning = form("Good morning", sender=first)
+    answered = app_client("whatsapp_webhook").post("/", data=morning, headers=signed(morning))
+    assert messages_of(answered.text) == ["Take the pills.", "Good morning!"]
+    assert rows(job_database, "select content, status from follow_ups order by id") == [
+        ("Take the pills.", "sent"),
+        ("Feed the cat.", "held"),
+    ]
+    evening = form("Good evening", sender=second)
+    answered = app_client("whatsapp_webhook").post("/", data=evening, headers=signed(evening))
+    assert messages_of(answered.text) == ["Feed the cat.", "Good morning!"]
+
+
+def test_the_window_counts_only_the_persons_own_messages(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Issue 30, finding 9: WhatsApp's 24-hour window opens with the person's message, never the
+    agent's. The person wrote 25 hours ago and the agent an hour ago: outside it, so held (no
+    template), never sent free-form."""
+    number = "whatsapp:+34611000023"
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
+    fields = form("In two hours tell me to take the pills", sender=number)
+    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    clock.at += timedelta(hours=26)
+    execute(job_database, "update messages set created_at = %s - interval '25 hours' where role = 'user'", clock.at)
+    execute(job_database, "update messages set created_at = %s - interval '1 hour' where role = 'assistant'", clock.at)
+
+    assert run_job()["follow_ups_held"] == 1
+
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select status from follow_ups") == [("held",)]
+
+
+def test_the_list_tool_and_the_web_show_only_the_persons_own_follow_ups(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """Issue 30, finding 9: `follow_ups_of` without its person's filter would show everyone's in
+    the model's list tool and GET /follow-ups. A second person's is in neither, and the model's
+    cancel of its id cancels nothing."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    person, other = uuid.uuid4(), uuid.uuid4()
+    fake_anthropic.answer = remind("Someone else's.", in_minutes=30)
+    assert web.post("/", json={"message": "remind me"}, headers=bearer(other)).status_code == 200
+    fake_anthropic.answer = remind("Mine.", in_minutes=60)
+    assert web.post("/", json={"message": "remind me"}, headers=bearer(person)).status_code == 200
+    [(theirs,)] = rows(job_database, "select id from follow_ups where user_id = %s", other)
+
+    listed = web.get("/follow-ups", headers=bearer(person)).get_json()["follow_ups"]
+    assert [f["content"] for f in listed] == ["Mine."]
+
+    def list_then_cancel(body: dict[str, Any]) -> Any:
+        if not tool_results(body):
+            return [tool_use("list_follow_ups", {}), tool_use("cancel_follow_up", {"id": theirs})]
+        return "Here they are."
+
+    fake_anthropic.answer = list_then_cancel
+    assert web.post("/", json={"message": "what's pending?"}, headers=bearer(person)).status_code == 200
+    results = tool_results(fake_anthropic.requests[-1])
+    assert [result["content"] for result in results] == [
+        "#2 Wed 2 Dec 2026 19:00 (Europe/Madrid): Mine.",
+        f"Not done: no pending follow-up #{theirs}.",
+    ]
+    assert rows(job_database, "select content, status from follow_ups where user_id = %s", other) == [
+        ("Someone else's.", "pending")
+    ]
