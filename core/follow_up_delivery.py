@@ -9,8 +9,12 @@ take one) and says each where it was asked:
   WhatsApp message); outside it, the approved template TWILIO_FOLLOW_UP_CONTENT_SID with the
   text as its variable, or, without one, held: begin_turn says it first on their next message.
 - The web: nothing to push; it appears in their conversation as the agent's message.
-- A chat or number unlinked from the person since: it is theirs no longer, so the follow-up is
-  kept with the person who asked and only stored in their thread (the web shows it).
+
+Said to the chat or number the person last wrote from on that app (a WhatsApp user may write by
+number one day and by business-scoped id the next), if it is still theirs, else to the one it was
+asked from, if that still is: linked to them (`auto`), or in the owner's allow-list (`owner`).
+When neither is (unlinked since, passed to someone else, dropped from the allow-list), it reaches
+nobody: given up and logged, never stored in the thread nor counted as sent.
 
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), so every app's
 memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
@@ -180,20 +184,21 @@ class FollowUpDelivery:
     def _deliver(self, row: dict[str, Any], claim: str, now: datetime, done: FollowUpRun) -> None:
         surface = Surface(row["surface"])
         outcome, delivery = "sent", Delivery.DELIVERED
-        if surface is not Surface.WEB and not self._still_theirs(surface, row):
-            log.info("a follow-up's chat is no longer the person's: kept in their thread", extra={"id": row["id"]})
-        elif surface is Surface.TELEGRAM:
-            delivery = (
-                self._senders.telegram(int(row["sender"]), row["content"]) if self._senders.telegram else Delivery.OWED
-            )
-        elif surface is Surface.WHATSAPP:
-            delivery, outcome = self._whatsapp(row, now)
+        to = None if surface is Surface.WEB else self._reachable(surface, row)
+        if surface is not Surface.WEB and to is None:
+            delivery = Delivery.GIVEN_UP
+        elif surface is Surface.TELEGRAM and to is not None:
+            delivery = self._senders.telegram(int(to), row["content"]) if self._senders.telegram else Delivery.OWED
+        elif surface is Surface.WHATSAPP and to is not None:
+            delivery, outcome = self._whatsapp(to, row, now)
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
         if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
             outcome = "given_up"
         retry_at = now + backoff(int(row["attempts"]))
         extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
+        if surface is not Surface.WEB and to is None:
+            extra["reason"] = "no chat or number of the person's reaches them any more: said to nobody"
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
             finished = self._store.call(
@@ -224,14 +229,26 @@ class FollowUpDelivery:
             done.given_up += 1
             log.error("follow-up", extra=extra)
 
-    def _still_theirs(self, surface: Surface, row: dict[str, Any]) -> bool:
-        """Whether the chat or number it was asked from still reaches the person who asked."""
-        if self._identity.mode == "owner":
-            return self._identity.resolve(surface, str(row["sender"])) is not None
-        return row.get("identity_user") is not None and UUID(row["identity_user"]) == UUID(row["user_id"])
+    def _reachable(self, surface: Surface, row: dict[str, Any]) -> str | None:
+        """The chat or number to say it to: the one the person last wrote from on its app, else
+        the one it was asked from, whichever still reaches the person who asked; None for neither."""
+        for sender, owned_by in (
+            (row.get("last_sender"), row.get("last_sender_user")),
+            (row["sender"], row.get("identity_user")),
+        ):
+            if sender and self._still_theirs(surface, str(sender), owned_by, UUID(row["user_id"])):
+                return str(sender)
+        return None
 
-    def _whatsapp(self, row: dict[str, Any], now: datetime) -> tuple[Delivery, str]:
-        to = str(row["sender"])
+    def _still_theirs(self, surface: Surface, sender: str, owned_by: str | None, user_id: UUID) -> bool:
+        """Whether a chat or number reaches `user_id`: under `owner`, the owner's allow-list names it
+        and the follow-up is the owner's; under `auto`, it is linked to them (`owned_by`)."""
+        if self._identity.mode == "owner":
+            person = self._identity.resolve(surface, sender)
+            return person is not None and person.user_id == user_id
+        return owned_by is not None and UUID(owned_by) == user_id
+
+    def _whatsapp(self, to: str, row: dict[str, Any], now: datetime) -> tuple[Delivery, str]:
         to = to if to.startswith("whatsapp:") else f"whatsapp:{to}"
         last = row.get("last_whatsapp_at")
         inside = last is not None and now - datetime.fromisoformat(last) < WHATSAPP_WINDOW

@@ -1,7 +1,10 @@
 """Who is writing: maps a sender on a secondary surface to the person whose memory it is.
 
 `owner`: the seed's single-user case made safe. One person, `OWNER_USER_ID`, reachable
-only from allow-listed Telegram ids and WhatsApp numbers; anyone else is a stranger.
+only from allow-listed Telegram ids and WhatsApp numbers; anyone else is a stranger. A WhatsApp
+sender known by a business-scoped user id (BSUID) is the owner only when that BSUID is listed:
+a number that comes beside it (`WaId`) never makes it the owner's, since a number passes to
+someone else, who writes with a BSUID of their own (SECURITY.md, Linking and owner mode).
 `auto`: every new sender becomes a new person, resolved inside `begin_turn`; a chat or
 number linked with a code (core/identity/linking.py) resolves to the web person who asked for it.
 On the web the person is the token's subject; under `owner` only the owner is served.
@@ -9,6 +12,7 @@ On the web the person is the token's subject; under `owner` only the owner is se
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,6 +21,8 @@ from uuid import UUID
 
 from core.errors import ConfigurationError, Forbidden
 from core.models import Person, Surface
+
+log = logging.getLogger("crossmem.identity")
 
 # Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
@@ -66,14 +72,22 @@ class IdentityPolicy:
 
     def resolve(self, surface: Surface, sender_id: str, also_known_as: str | None = None) -> Person | None:
         """The person behind a sender, or None for a stranger the owner policy turns away.
-        `also_known_as`: the same sender's other id (a WhatsApp number beside its BSUID)."""
+        `also_known_as`: the same sender's other id (a WhatsApp number beside its BSUID): under
+        `auto` kept as the same person; under `owner` it admits no one (only `sender_id` does)."""
         sender_id = identity_key(surface, sender_id)
         alias = identity_key(surface, also_known_as) if also_known_as else None
         if self.mode == "auto":
             return Person(sender_id=sender_id, sender_alias=alias)
         allowed = self.owner_telegram_ids if surface is Surface.TELEGRAM else self.owner_whatsapp_numbers
-        if sender_id in allowed or (alias is not None and alias in allowed):
+        if sender_id in allowed:
             return Person(user_id=self.owner_user_id)
+        if alias is not None and alias in allowed:
+            # The owner's number beside a BSUID that is not listed: perhaps the owner's new one,
+            # perhaps whoever has their old number now. Only the operator can tell; no ids logged.
+            log.warning(
+                "a WhatsApp sender with a business-scoped id not in OWNER_WHATSAPP_NUMBERS came with a listed "
+                "number: refused as a stranger (if it is the owner, list the BSUID: Twilio's message log shows it)"
+            )
         return None
 
     def admit_web(self, user_id: UUID) -> UUID:

@@ -138,3 +138,57 @@ def test_a_web_clients_timezone_becomes_the_persons_and_a_bad_one_is_ignored() -
     for bad in ("Mars/Olympus", "../etc/passwd", "America/Argentina", "America/Indiana", "", None):
         ignored = turn_tools(FollowUpRules(), [], MADRID, lambda: now, bad)
         assert (ignored.zone.key, ignored.changes()) == ("Europe/Madrid", {})
+
+
+@pytest.mark.parametrize(
+    ("zone", "now", "day", "at", "due"),
+    [
+        # 11:00 UTC on Wednesday 2 December is 01:00 on Thursday 3 December at UTC+14.
+        (
+            "Pacific/Kiritimati",
+            datetime(2026, 12, 2, 11, 0, tzinfo=UTC),
+            "today",
+            "09:00",
+            datetime(2026, 12, 2, 19, 0, tzinfo=UTC),
+        ),
+        (
+            "Pacific/Kiritimati",
+            datetime(2026, 12, 2, 11, 0, tzinfo=UTC),
+            "tomorrow",
+            "09:00",
+            datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+        ),
+        # 08:00 UTC on Thursday 3 December is 21:00 on Wednesday 2 December at UTC-11.
+        (
+            "Pacific/Pago_Pago",
+            datetime(2026, 12, 3, 8, 0, tzinfo=UTC),
+            "today",
+            "22:00",
+            datetime(2026, 12, 3, 9, 0, tzinfo=UTC),
+        ),
+        (
+            "Pacific/Pago_Pago",
+            datetime(2026, 12, 3, 8, 0, tzinfo=UTC),
+            "wednesday",
+            "23:00",
+            datetime(2026, 12, 3, 10, 0, tzinfo=UTC),
+        ),
+    ],
+)
+def test_today_is_the_persons_date_not_utcs(zone: str, now: datetime, day: str, at: str, due: datetime) -> None:
+    """Issue 30, finding 9: "today" taken as the UTC date passed every test. Far east of UTC the
+    person's today is UTC's tomorrow (UTC's date would make "today at 9" a time already passed);
+    far west, UTC's yesterday (UTC's date would make it tomorrow evening)."""
+    assert resolve_when(now, ZoneInfo(zone), day=day, at=at) == due
+
+
+def test_the_cancel_tool_refuses_an_id_that_is_not_among_the_persons_pending_ones() -> None:
+    """Issue 30, finding 9: the model's cancel matched by id alone. A second person's id (anything
+    not in this person's pending list) is said back as not done and never reaches finish_turn."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    tools = turn_tools(FollowUpRules(), pending(2), MADRID, lambda: now, None)
+    someone_elses = tools.run(ToolCall("a", "cancel_follow_up", {"id": 3}))
+    assert (someone_elses.content, someone_elses.is_error) == ("Not done: no pending follow-up #3.", True)
+    own = tools.run(ToolCall("b", "cancel_follow_up", {"id": 2}))
+    assert (own.content, own.is_error) == ("Cancelled #2 (Thu 10 Dec 2026 09:00 (Europe/Madrid)).", False)
+    assert tools.changes() == {"cancel": [2]}

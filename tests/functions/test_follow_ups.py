@@ -913,7 +913,12 @@ def test_unlinking_keeps_a_follow_up_with_the_person_who_asked_and_off_the_unlin
     clock: Clock,
     fake_anthropic: FakeAnthropic,
     fake_telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Issue 30, finding 4: a follow-up that reached nobody was counted and stored as sent. Its
+    chat, unlinked, now belongs to a second person (its next message made them): the follow-up is
+    not said there, nor stored in anyone's thread, and is given up with a logged reason (finding 9:
+    the "chat still theirs" check accepting any identity sent it to the second person)."""
     apps = three_apps(environment, fake_anthropic)
     person = uuid.uuid4()
     telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
@@ -923,25 +928,26 @@ def test_unlinking_keeps_a_follow_up_with_the_person_who_asked_and_off_the_unlin
     assert unlinked.get_json() == {"surface": "telegram", "unlinked": 1}
     listed = apps.web.get("/follow-ups", headers=bearer(person)).get_json()["follow_ups"]
     assert [(f["content"], f["surface"]) for f in listed] == [("Pick up the keys.", "telegram")]
+    fake_anthropic.answer = lambda body: "Hello, stranger."
+    telegram_turn("hello?", apps.chat)  # the chat is a new person's now
+    [(second,)] = rows(job_database, "select user_id from identities where external_id = %s", str(apps.chat))
+    assert second != person
     before = len(fake_telegram.sent())
+    caplog.set_level(logging.INFO, logger="crossmem.follow_ups")
 
     clock.at += timedelta(minutes=16)
-    assert run_job()["follow_ups_sent"] == 1
+    job = run_job()
 
-    # Not said to the chat that is no longer theirs; kept in the thread of the person who asked.
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (0, 1)
     assert fake_telegram.sent()[before:] == []
-    assert rows(job_database, "select user_id, status from follow_ups") == [(person, "sent")]
-    assert rows(
-        job_database,
-        "select role, content from messages where user_id = %s order by id desc limit 1",
-        person,
-    ) == [("assistant", "Pick up the keys.")]
-    assert rows(
-        job_database,
-        "select count(*) from messages m join identities i on i.user_id = m.user_id"
-        " where i.surface = 'telegram' and i.external_id = %s and m.content = 'Pick up the keys.'",
-        str(apps.chat),
-    ) == [(0,)]
+    assert rows(job_database, "select user_id, status, message_id from follow_ups") == [(person, "given_up", None)]
+    assert rows(job_database, "select count(*) from messages where content = 'Pick up the keys.'") == [(0,)]
+    [line] = [record for record in caplog.records if record.getMessage() == "follow-up"]
+    assert (line.levelname, vars(line)["outcome"], vars(line)["reason"]) == (
+        "ERROR",
+        "given_up",
+        "no chat or number of the person's reaches them any more: said to nobody",
+    )
 
 
 def test_under_the_owner_policy_a_strangers_remind_me_is_refused_and_schedules_nothing(
@@ -972,3 +978,153 @@ def test_under_the_owner_policy_a_strangers_remind_me_is_refused_and_schedules_n
 
     telegram_turn("remind me in 5 minutes", 4242)  # the owner
     assert rows(job_database, "select user_id, sender from follow_ups") == [(owner, "4242")]
+
+
+OWNER_NUMBER, OWNER_BSUID = "+15550001111", "US.13491208655302741918"
+
+
+def owner_on_whatsapp(text: str, sender: str) -> list[str]:
+    """The owner writes on WhatsApp: by number, or by BSUID with the number beside it (`WaId`)."""
+    extra = {"ExternalUserIdentifier": sender, "WaId": OWNER_NUMBER[1:]} if sender == OWNER_BSUID else {}
+    fields = form(text, sender=f"whatsapp:{sender}", **extra)
+    return messages_of(app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).text)
+
+
+@pytest.mark.parametrize(("asked_from", "last_from"), [(OWNER_NUMBER, OWNER_BSUID), (OWNER_BSUID, OWNER_NUMBER)])
+def test_an_owners_whatsapp_follow_up_goes_to_the_id_they_last_wrote_with(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    owner: uuid.UUID,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    asked_from: str,
+    last_from: str,
+) -> None:
+    """Issue 30, finding 4: the owner asked as a BSUID, and delivery, looking for the owner by it
+    alone, kept the follow-up in the thread and counted it sent; nothing reached Twilio."""
+    as_owner(environment, owner, whatsapp=f"{OWNER_NUMBER}, {OWNER_BSUID}")
+    fake_anthropic.answer = remind("Call the plumber.", in_minutes=5)
+    assert owner_on_whatsapp("in 5 minutes remind me to call the plumber", asked_from) == ["I'll remind you."]
+    fake_anthropic.answer = lambda body: "Noted."
+    assert owner_on_whatsapp("and buy milk", last_from) == ["Noted."]
+    clock.at += timedelta(minutes=6)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(f"whatsapp:{last_from}", "Call the plumber.")]
+    assert rows(job_database, "select user_id, sender, status from follow_ups") == [(owner, asked_from, "sent")]
+
+
+def test_an_owners_follow_up_whose_ids_are_all_unlisted_since_reaches_nobody_and_is_given_up(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    owner: uuid.UUID,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Issue 30, finding 4: a follow-up that reached nobody was counted `sent`, stored as the
+    agent's message and marked `sent`. Now it is given up, said nowhere, stored nowhere."""
+    as_owner(environment, owner, whatsapp=OWNER_BSUID)
+    fake_anthropic.answer = remind("Call the plumber.", in_minutes=5)
+    assert owner_on_whatsapp("in 5 minutes remind me to call the plumber", OWNER_BSUID) == ["I'll remind you."]
+    as_owner(environment, owner, whatsapp=OWNER_NUMBER)  # the operator lists the number only
+    clock.at += timedelta(minutes=6)
+
+    job = run_job()
+
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (0, 1)
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select status, message_id from follow_ups") == [("given_up", None)]
+    assert rows(job_database, "select count(*) from messages where content = 'Call the plumber.'") == [(0,)]
+
+
+def test_a_held_follow_up_is_said_only_in_its_own_persons_answer(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Issue 30, finding 9: held WhatsApp follow-ups taken without the person's filter would be
+    said in whoever wrote next. Two people each have one held; each hears only their own."""
+    first, second = "whatsapp:+34611000021", "whatsapp:+34611000022"
+    hold_a_follow_up(job_database, clock, fake_anthropic, first)
+    fake_anthropic.answer = remind("Feed the cat.", in_minutes=120)
+    fields = form("In two hours tell me to feed the cat", sender=second)
+    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    clock.at += timedelta(hours=26)
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    assert run_job()["follow_ups_held"] == 1
+
+    fake_anthropic.answer = lambda body: "Good morning!"
+    morning = form("Good morning", sender=first)
+    answered = app_client("whatsapp_webhook").post("/", data=morning, headers=signed(morning))
+    assert messages_of(answered.text) == ["Take the pills.", "Good morning!"]
+    assert rows(job_database, "select content, status from follow_ups order by id") == [
+        ("Take the pills.", "sent"),
+        ("Feed the cat.", "held"),
+    ]
+    evening = form("Good evening", sender=second)
+    answered = app_client("whatsapp_webhook").post("/", data=evening, headers=signed(evening))
+    assert messages_of(answered.text) == ["Feed the cat.", "Good morning!"]
+
+
+def test_the_window_counts_only_the_persons_own_messages(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Issue 30, finding 9: WhatsApp's 24-hour window opens with the person's message, never the
+    agent's. The person wrote 25 hours ago and the agent an hour ago: outside it, so held (no
+    template), never sent free-form."""
+    number = "whatsapp:+34611000023"
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
+    fields = form("In two hours tell me to take the pills", sender=number)
+    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    clock.at += timedelta(hours=26)
+    execute(job_database, "update messages set created_at = %s - interval '25 hours' where role = 'user'", clock.at)
+    execute(job_database, "update messages set created_at = %s - interval '1 hour' where role = 'assistant'", clock.at)
+
+    assert run_job()["follow_ups_held"] == 1
+
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select status from follow_ups") == [("held",)]
+
+
+def test_the_list_tool_and_the_web_show_only_the_persons_own_follow_ups(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """Issue 30, finding 9: `follow_ups_of` without its person's filter would show everyone's in
+    the model's list tool and GET /follow-ups. A second person's is in neither, and the model's
+    cancel of its id cancels nothing."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    person, other = uuid.uuid4(), uuid.uuid4()
+    fake_anthropic.answer = remind("Someone else's.", in_minutes=30)
+    assert web.post("/", json={"message": "remind me"}, headers=bearer(other)).status_code == 200
+    fake_anthropic.answer = remind("Mine.", in_minutes=60)
+    assert web.post("/", json={"message": "remind me"}, headers=bearer(person)).status_code == 200
+    [(theirs,)] = rows(job_database, "select id from follow_ups where user_id = %s", other)
+
+    listed = web.get("/follow-ups", headers=bearer(person)).get_json()["follow_ups"]
+    assert [f["content"] for f in listed] == ["Mine."]
+
+    def list_then_cancel(body: dict[str, Any]) -> Any:
+        if not tool_results(body):
+            return [tool_use("list_follow_ups", {}), tool_use("cancel_follow_up", {"id": theirs})]
+        return "Here they are."
+
+    fake_anthropic.answer = list_then_cancel
+    assert web.post("/", json={"message": "what's pending?"}, headers=bearer(person)).status_code == 200
+    results = tool_results(fake_anthropic.requests[-1])
+    assert [result["content"] for result in results] == [
+        "#2 Wed 2 Dec 2026 19:00 (Europe/Madrid): Mine.",
+        f"Not done: no pending follow-up #{theirs}.",
+    ]
+    assert rows(job_database, "select content, status from follow_ups where user_id = %s", other) == [
+        ("Someone else's.", "pending")
+    ]

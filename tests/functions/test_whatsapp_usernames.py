@@ -252,3 +252,67 @@ def test_a_wa_id_that_is_not_all_digits_is_no_number() -> None:
     fields = corpus_form("09_text_bsuid_with_number.json", WaId="US.12025550123")
     assert WhatsAppForm.from_form(fields).also_known_as is None
     assert WhatsAppForm.from_form(corpus_form("09_text_bsuid_with_number.json")).also_known_as == "+34600111222"
+
+
+OWNER_NUMBER = "+15550001111"
+PRIVATE = "Sorry, this is a private assistant and I can't talk with you."
+
+
+def test_under_the_owner_policy_a_bsuid_not_listed_is_a_stranger_whatever_number_it_carries(
+    environment: pytest.MonkeyPatch,
+    whatsapp: Any,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 30, finding 4: a BSUID carrying the owner's number (`WaId`, or the number as `From`
+    beside an `ExternalUserIdentifier`) was served as the owner. The number alone still is."""
+    owner, someone = uuid.uuid4(), fresh_bsuid()
+    as_owner(environment, owner, whatsapp=OWNER_NUMBER)
+    client = app_client("whatsapp_webhook")
+    asked = len(fake_anthropic.requests)
+    caplog.set_level(logging.WARNING, logger="crossmem.identity")
+    carried = corpus_form(
+        "09_text_bsuid_with_number.json",
+        From=f"whatsapp:{someone}",
+        ExternalUserIdentifier=someone,
+        WaId=OWNER_NUMBER[1:],
+    )
+    assert messages_of(client.post("/", data=carried, headers=signed(carried)).text) == [PRIVATE]
+    beside = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{OWNER_NUMBER}", ExternalUserIdentifier=someone, WaId=""
+    )
+    assert messages_of(client.post("/", data=beside, headers=signed(beside)).text) == [PRIVATE]
+    assert len(fake_anthropic.requests) == asked
+    assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(0,)]
+    warned = [JsonLineFormatter().format(record) for record in caplog.records if record.name == "crossmem.identity"]
+    assert len(warned) == 2 and "list the BSUID" in warned[0]
+    assert not [line for line in warned if someone in line or OWNER_NUMBER[1:] in line]
+
+    alone = corpus_form("01_text_profilename_waid.json", From=f"whatsapp:{OWNER_NUMBER}", WaId=OWNER_NUMBER[1:])
+    assert messages_of(client.post("/", data=alone, headers=signed(alone)).text) == ["Noted."]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(2,)]
+
+
+def test_under_the_owner_policy_a_listed_bsuid_is_the_owner_with_or_without_a_number(
+    environment: pytest.MonkeyPatch, whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The other direction: the listed BSUID is the owner's, carrying the listed number, another
+    number or none, and another BSUID carrying the listed number is not (the owner's thread is not
+    shown to it: no model request)."""
+    owner, listed, other = uuid.uuid4(), fresh_bsuid(), fresh_bsuid()
+    as_owner(environment, owner, whatsapp=f"{OWNER_NUMBER}, {listed}")
+    client = app_client("whatsapp_webhook")
+    for wa_id in (OWNER_NUMBER[1:], "34600123123", ""):
+        fields = corpus_form(
+            "09_text_bsuid_with_number.json", From=f"whatsapp:{listed}", ExternalUserIdentifier=listed, WaId=wa_id
+        )
+        assert messages_of(client.post("/", data=fields, headers=signed(fields)).text) == ["Noted."]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(6,)]
+    asked = len(fake_anthropic.requests)
+    impostor = corpus_form(
+        "09_text_bsuid_with_number.json", From=f"whatsapp:{other}", ExternalUserIdentifier=other, WaId=OWNER_NUMBER[1:]
+    )
+    assert messages_of(client.post("/", data=impostor, headers=signed(impostor)).text) == [PRIVATE]
+    assert len(fake_anthropic.requests) == asked
+    assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(6,)]

@@ -254,9 +254,12 @@ $$;
 -- run drew (p_claim): up to p_limit pending ones due by then, oldest first, each taken (`for
 -- update skip locked`) and marked `sending` until p_now + p_lease_seconds. Each comes with what
 -- delivering it needs: `identity_user` (whom its chat or number belongs to now: an unlinked one
--- is no longer the person's) and `last_whatsapp_at` (the person's last WhatsApp message: the
--- 24-hour window). First, a dead run's claims: the ones it had begun to send (tried) are given
--- up, as they may have gone out; the ones it never reached are due again. The same call retried
+-- is no longer the person's), `last_sender` and `last_sender_user` (the chat or number the person
+-- last wrote from on its app, a WhatsApp BSUID or number, and whom that belongs to now: said
+-- there, whichever id they wrote with) and `last_whatsapp_at` (the person's last WhatsApp
+-- message, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
+-- had begun to send (tried) are given up, as they may have gone out; the ones it never reached
+-- are due again. The same call retried
 -- after its first try committed (its answer lost with the connection) answers what p_claim
 -- already holds, and claims nothing more. Answers {"claimed": [...], "lost": n, "claim": p_claim}.
 create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer, p_claim uuid)
@@ -292,11 +295,20 @@ begin
                'sender', t.sender, 'content', t.content, 'due_at', t.due_at, 'attempts', t.attempts,
                'identity_user', (select i.user_id from public.identities i
                                   where i.surface = t.surface and i.external_id = t.sender),
+               'last_sender', l.sender,
+               'last_sender_user', (select i.user_id from public.identities i
+                                     where i.surface = t.surface and i.external_id = l.sender),
                'last_whatsapp_at', (select max(m.created_at) from public.messages m
                                      where m.user_id = t.user_id and m.surface = 'whatsapp' and m.role = 'user'))
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
       from public.follow_ups t
+      left join lateral (select m.sender
+                           from public.messages m
+                          where m.user_id = t.user_id and m.surface = t.surface and m.role = 'user'
+                            and m.sender is not null
+                          order by m.created_at desc, m.id desc
+                          limit 1) l on true
      where t.status = 'sending' and t.claim = p_claim;
     return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', p_claim);
 end;

@@ -1,0 +1,127 @@
+"""The database's rules for the follow-ups a turn writes (issue 30, finding 9): each test fails
+when its one rule is broken, and the privacy ones have a second person whose rows must not move.
+`finish_turn_follow_ups` is called as the turn calls it, on the real database."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from core.memory import Memory
+from core.models import Person, Surface
+from core.stores.postgres_store import PostgresStore
+from tests.helpers import rows
+
+IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+
+
+def asked(memory: Memory, person: uuid.UUID, text: str = "remind me") -> int:
+    """A web message of `person`'s, stored by begin_turn: what follow-ups are asked in."""
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, text, f"web-{uuid.uuid4().hex}")
+    assert start.message_id is not None
+    return start.message_id
+
+
+def finish(
+    store: PostgresStore,
+    person: uuid.UUID,
+    message_id: int,
+    changes: dict[str, Any],
+    reply: str = "Done.",
+    max_pending: int = 2,
+) -> dict[str, Any]:
+    """The turn's second round trip with what its tools decided, at FOLLOW_UPS_PER_PERSON 2."""
+    answer: dict[str, Any] = store.call(
+        "finish_turn_follow_ups",
+        {
+            "p_user_id": str(person),
+            "p_user_message_id": message_id,
+            "p_content": reply,
+            "p_delivered": True,
+            "p_tokens": 10,
+            "p_user_content": None,
+            "p_follow_ups": json.dumps(changes),
+            "p_max_pending": max_pending,
+        },
+    )
+    return answer
+
+
+def schedule(*contents: str) -> dict[str, Any]:
+    return {"schedule": [{"content": text, "due_at": IN_AN_HOUR, "timezone": "UTC"} for text in contents]}
+
+
+def contents_of(database_url: str, person: uuid.UUID) -> list[tuple[str, str]]:
+    return rows(database_url, "select content, status from follow_ups where user_id = %s order by id", person)
+
+
+def test_a_retried_finish_turn_follow_ups_schedules_nothing_twice(
+    store: PostgresStore, memory: Memory, database_url: str
+) -> None:
+    """The once-per-turn key (`follow_ups_once_per_turn`): the same call again, as the store
+    retries it after a connection died with its answer, finds the reply and adds no follow-up."""
+    person = uuid.uuid4()
+    message = asked(memory, person)
+    first = finish(store, person, message, schedule("Water the plants.", "Call mum."), max_pending=20)
+    again = finish(store, person, message, schedule("Water the plants.", "Call mum."), max_pending=20)
+    assert again["reply_id"] == first["reply_id"] is not None
+    assert (len(first["scheduled"]), again["scheduled"], again["refused"]) == (2, [], 0)
+    assert contents_of(database_url, person) == [("Water the plants.", "pending"), ("Call mum.", "pending")]
+
+
+def test_no_follow_up_is_written_when_the_reply_is_refused(
+    store: PostgresStore, memory: Memory, database_url: str
+) -> None:
+    """A second attempt at a message already answered stores no reply (finish_turn refuses it):
+    what its model scheduled is not written either."""
+    person = uuid.uuid4()
+    message = asked(memory, person)
+    assert memory.finish_turn(person, message, "The first attempt's answer.") is not None
+    late = finish(store, person, message, schedule("Water the plants."), reply="A second answer.")
+    assert late == {"reply_id": None}
+    assert contents_of(database_url, person) == []
+
+
+def test_the_database_holds_follow_ups_per_person_exactly_at_the_limit(
+    store: PostgresStore, memory: Memory, database_url: str
+) -> None:
+    """FOLLOW_UPS_PER_PERSON (2 here), counted in the database whatever the model's tool said: one
+    pending and two asked, the second is refused (it would be the third); at the limit, one more
+    is refused; a second person at the limit takes nothing from the first's."""
+    person, other = uuid.uuid4(), uuid.uuid4()
+    finish(store, other, asked(memory, other), schedule("Other's first.", "Other's second."))
+    finish(store, person, asked(memory, person), schedule("First."))
+    answer = finish(store, person, asked(memory, person), schedule("Second.", "Third."))
+    assert (len(answer["scheduled"]), answer["refused"]) == (1, 1)
+    past = finish(store, person, asked(memory, person), schedule("Fourth."))
+    assert (past["scheduled"], past["refused"]) == ([], 1)
+    assert contents_of(database_url, person) == [("First.", "pending"), ("Second.", "pending")]
+    assert contents_of(database_url, other) == [("Other's first.", "pending"), ("Other's second.", "pending")]
+
+
+def test_a_turns_cancel_deletes_only_its_own_persons_follow_up(
+    store: PostgresStore, memory: Memory, database_url: str
+) -> None:
+    """The cancel a turn's tools decided names ids: another person's id among them cancels
+    nothing of theirs; the person's own is cancelled."""
+    person, other = uuid.uuid4(), uuid.uuid4()
+    [theirs] = finish(store, other, asked(memory, other), schedule("Other's."))["scheduled"]
+    [mine] = finish(store, person, asked(memory, person), schedule("Mine."))["scheduled"]
+    answer = finish(store, person, asked(memory, person), {"cancel": [theirs, mine]})
+    assert answer["cancelled"] == 1
+    assert contents_of(database_url, person) == []
+    assert contents_of(database_url, other) == [("Other's.", "pending")]
+
+
+def test_a_persons_pending_follow_ups_are_only_theirs(store: PostgresStore, memory: Memory) -> None:
+    """`follow_ups_of`, what begin_turn gives the model's list tool and what GET /follow-ups
+    shows: a second person's pending follow-up is never among them."""
+    person, other = uuid.uuid4(), uuid.uuid4()
+    finish(store, other, asked(memory, other), schedule("Other's."))
+    finish(store, person, asked(memory, person), schedule("Mine."))
+    listed = store.call("follow_ups_of", {"p_user_id": str(person)})
+    assert [item["content"] for item in listed] == ["Mine."]
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, "what's pending?", f"web-{uuid.uuid4().hex}")
+    assert [f.content for f in start.follow_ups] == ["Mine."]
