@@ -215,7 +215,9 @@ class Turns:
                 figures.output_tokens += approximate_tokens("".join(unreported))
                 figures.error = figures.error or "the client went away before the answer was whole"
                 abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
-                self._end_attempt(start, figures, prepared.content if prepared is not None else None)
+                # The description was asked beside the answer: what it spent counts too.
+                learned = self._learned(prepared, described, figures, began + request.deadline_s)
+                self._end_attempt(start, figures, learned)
                 self._logged(request.surface, abandoned, began)
 
     # The steps.

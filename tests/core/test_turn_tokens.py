@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from core import tool_loop
+from core.channels.media_fetch import InlineMedia
 from core.follow_ups import FollowUpRules
 from core.identity.policy import IdentityPolicy
 from core.media import MediaKind, MediaLimits, MediaRef
+from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT
@@ -71,6 +73,41 @@ def test_a_two_request_tool_turn_charges_both_requests(
     written = 1 + len(answer) // 4  # the first request wrote only its call: the fake's one token
     assert usage_of(database_url, "tools-2") == [(read + written, 0)]
     assert result.figures.reserved_tokens > tool_loop.ROUNDS * 321
+
+
+def test_an_abandoned_stream_with_a_photo_counts_the_descriptions_tokens(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """Issue 30, finding 8: the web client leaves while the answer streams; the photo's description,
+    asked beside the answer, counts with what the answer read and the text the client was sent."""
+    describing = FakeAnthropic()  # a server of its own: its usage is the description's alone
+    try:
+        describing.answer = lambda body: "A shop receipt for 42 euros, dated in March."
+        describer = claude(describing, "claude-describe-1")
+        reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, MediaLimits())
+        model = claude(fake)
+        memory = budgeted(store)
+        turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
+        fake.answer = lambda body: "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
+        person = uuid.uuid4()
+        web = memory.create_conversation(person)
+        photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
+        asked = TurnRequest(
+            Surface.WEB, "what is this?", "left-photo", user_id=person, conversation_id=web.id, media=(photo,)
+        )
+        stream = turns.stream(asked)
+        assert [next(stream), next(stream)] == ["alpha ", "bravo "]
+        stream.close()  # the tab is closed
+        [description] = describing.usages
+    finally:
+        describing.close()
+    [answer] = fake.usages  # message_start's: its input, and 1 output token so far
+    described = sum(description[key] for key in (*READ, "output_tokens"))
+    assert described > 0 and description["output_tokens"] == len("A shop receipt for 42 euros, dated in March.") // 4
+    counted = sum(answer[key] for key in READ) + 1 + len("alpha bravo ") // 4 + described
+    assert usage_of(database_url, "left-photo") == [(counted, 0)]
+    stored = rows(database_url, "select content from messages where external_id = 'left-photo'")
+    assert stored == [("[photo: A shop receipt for 42 euros, dated in March.] what is this?",)]
 
 
 def test_the_estimate_reads_the_prompt_the_tools_the_client_history_and_the_media_at_their_largest() -> None:
