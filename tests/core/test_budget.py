@@ -190,11 +190,12 @@ def usage_of(database_url: str, message_id: int) -> list[tuple[int, int]]:
 def test_eleven_turns_started_at_once_pass_the_day_by_at_most_one_turns_output(
     store: PostgresStore, database_url: str
 ) -> None:
-    """Issue 30, finding 3, scaled down a thousand times: at 1,000 of 2,000 tokens, eleven turns start
-    at once, each reading 300 and writing 100. Each reserves its 400 as it starts, so only the turns
-    whose input still fits start (1,000 + 300 and 1,400 + 300 stay under 2,000; 1,800 + 300 does not)
-    and the day ends at 1,800, never past 2,000 + 100. Seen failing with begin_turn reserving nothing:
-    all eleven answered, 5,400 counted."""
+    """Issue 30, finding 3, scaled down (there: 1.9 M of 2 M tokens, eleven turns of 400 k, all
+    answered, 6.3 M counted). Here, at 1,000 of 2,000 tokens, eleven turns start at once, each
+    reading 300 and writing 100. Each reserves its 400 as it starts, so only the turns whose input
+    still fits start (1,000 + 300 and 1,400 + 300 stay under 2,000; 1,800 + 300 does not) and the
+    day ends at 1,800, never past 2,000 + 100. Seen failing with begin_turn reserving nothing: all
+    eleven answered, 5,400 counted."""
     person, other = uuid.uuid4(), uuid.uuid4()
     seeded = reserving(store, 2000, 100)
     turn(seeded, person, Surface.WEB, "spent-before", tokens=1000)
