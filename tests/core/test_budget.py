@@ -294,3 +294,23 @@ def test_a_reservation_whose_instance_died_counts_beside_the_attempt_that_takes_
     assert usage_of(database_url, first.message_id) == [(121 + 122, 121 + 122)]
     memory.finish_turn(person, first.message_id, "hi", tokens=70, reserved=again.reserved_tokens)
     assert usage_of(database_url, first.message_id) == [(121 + 70, 121)]
+
+
+def test_a_slow_attempt_whose_message_was_taken_over_still_settles_its_own_reservation(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Each attempt settles what it reserved: the one that took the message over answers it; the slow
+    first one, ending after, finds its reply refused, and what it spent counts all the same."""
+    memory, person = reserving(store, 100_000, 100), uuid.uuid4()
+    first = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "slow", estimate=TurnEstimate(20))
+    assert first.message_id is not None and first.reserved_tokens == 121
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set answer_by = now() - interval '1 second' where id = %s", (first.message_id,)
+        )
+    second = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "slow", estimate=TurnEstimate(20))
+    assert second.owed and second.reserved_tokens == 122
+    assert memory.finish_turn(person, first.message_id, "from the second", tokens=70, reserved=122) is not None
+    assert usage_of(database_url, first.message_id) == [(121 + 70, 121)]
+    assert memory.finish_turn(person, first.message_id, "from the first", tokens=90, reserved=121) is None
+    assert usage_of(database_url, first.message_id) == [(70 + 90, 0)]
