@@ -9,6 +9,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import OverBudget
 from core.memory import ContextLimits, Memory, TurnBudget, TurnEstimate
 from core.models import Person, Surface
@@ -314,3 +315,22 @@ def test_a_slow_attempt_whose_message_was_taken_over_still_settles_its_own_reser
     assert usage_of(database_url, first.message_id) == [(121 + 70, 121)]
     assert memory.finish_turn(person, first.message_id, "from the first", tokens=90, reserved=121) is None
     assert usage_of(database_url, first.message_id) == [(70 + 90, 0)]
+
+
+def test_a_begin_turn_whose_answer_was_lost_reserves_once_and_its_end_settles_it(database_url: str) -> None:
+    """begin_turn commits its reservation and its answer is lost: the store's retry is the same
+    attempt, which reserves nothing more and answers what the first try reserved."""
+    with LatencyProxy(postgres_target(database_url)) as proxy:
+        store = PostgresStore(through_proxy(database_url, proxy.port))
+        try:
+            memory, person = reserving(store, 100_000, 100), uuid.uuid4()
+            memory.list_conversations(person)  # a warm connection
+            proxy.lose_next_answer()
+            asked = Person(user_id=person)
+            start = memory.begin_turn(asked, Surface.TELEGRAM, "hello", "lost", estimate=TurnEstimate(20))
+            assert not start.degraded and start.message_id is not None and start.reserved_tokens == 20 + 1 + 100
+            assert usage_of(database_url, start.message_id) == [(121, 121)]
+            memory.finish_turn(person, start.message_id, "hi", tokens=33, reserved=start.reserved_tokens)
+            assert usage_of(database_url, start.message_id) == [(33, 0)]
+        finally:
+            store.close()
