@@ -55,11 +55,23 @@ class ContextLimits:
 class TurnBudget:
     """A person's turns and model tokens, across all their apps; 0 turns a limit off. The zeros
     are not TURNS_PER_MINUTE's and the others' defaults: a Memory built without a budget (the CLI,
-    a test) has none; the functions always pass all three settings."""
+    a test) has none; the functions always pass all three settings. `reply_tokens`: the most one
+    model request writes (ANTHROPIC_MAX_TOKENS), what a turn reserves for each answer."""
 
     turns_per_minute: int = 0
     turns_per_day: int = 0
     tokens_per_day: int = 0
+    reply_tokens: int = setting_default("anthropic_max_tokens")
+
+
+@dataclass(frozen=True)
+class TurnEstimate:
+    """What a turn knows it will read before it starts, for the tokens it reserves (begin_turn adds
+    the window and the notes, which only the database knows): `input_tokens` each model request
+    reads besides those, and the most `requests` it may make (tool rounds, a media description)."""
+
+    input_tokens: int
+    requests: int = 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         timezone=row.get("timezone") or None,
         delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
         quoted=row.get("quoted"),
+        reserved_tokens=int(row.get("reserved") or 0),
     )
 
 
@@ -147,6 +160,7 @@ class Memory:
         sender: str | None = None,
         answer_within_s: float = 60.0,
         platform: PlatformMessage | None = None,
+        estimate: TurnEstimate | None = None,
     ) -> TurnStart:
         """Store the person's message once and return the context to answer it with.
 
@@ -155,6 +169,8 @@ class Memory:
         deadline plus a margin): after it, the message is owed. `platform`: the platform's name
         for the message (what an edit finds it by) and the message it replies to, whose quote
         the stored message begins with (the stored one's words when the platform gives none).
+        `estimate`: what the turn will read, for the tokens it reserves of the person's day
+        (none without it); the start says how many (`reserved_tokens`), for its end to settle.
 
         Raises InputError for a message we cannot store, NotFound for someone else's
         conversation and OverBudget for a person past their budget (nothing stored); a store
@@ -182,6 +198,9 @@ class Memory:
             "p_sender": sender,
             "p_sender_alias": person.sender_alias,
             **platform_arguments(platform),
+            "p_input_tokens": estimate.input_tokens if estimate is not None else 0,
+            "p_output_tokens": self.budget.reply_tokens,
+            "p_requests": estimate.requests if estimate is not None else 0,
         }
         try:
             row = self.store.call("begin_turn", arguments)
@@ -217,9 +236,11 @@ class Memory:
         user_content: str | None = None,
         follow_ups: dict[str, Any] | None = None,
         max_follow_ups: int = 0,
+        reserved: int = 0,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
-        budget counts them); the reply's id, or None if it could not be stored. `user_content`:
+        budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id,
+        or None if it could not be stored. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups.py); both in
         the same round trip."""
@@ -230,6 +251,7 @@ class Memory:
             "p_delivered": delivered,
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
+            "p_reserved": reserved,
         }
         function = "finish_turn"
         if follow_ups:
@@ -245,17 +267,26 @@ class Memory:
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
 
     def end_attempt(
-        self, user_id: UUID, user_message_id: int, attempt: UUID | None, tokens: int, *, user_content: str | None = None
+        self,
+        user_id: UUID,
+        user_message_id: int,
+        attempt: UUID | None,
+        tokens: int,
+        *,
+        user_content: str | None = None,
+        reserved: int = 0,
     ) -> None:
         """A turn that stored no reply (a fallback, an abandoned stream): count the model's
-        tokens, and make its message owed at once unless another attempt has taken it over.
-        `user_content` as in finish_turn: a transcript is kept even when the model failed."""
+        tokens (in place of the `reserved` its begin_turn reserved), and make its message owed at
+        once unless another attempt has taken it over. `user_content` as in finish_turn: a
+        transcript is kept even when the model failed."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
             "p_attempt": str(attempt) if attempt else None,
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
+            "p_reserved": reserved,
         }
         try:
             self.store.call("end_attempt", arguments)

@@ -213,6 +213,8 @@ class TurnStart:
     delivered_first: list[str] = field(default_factory=list)
     # What this message quotes, when it is a reply (its stored content begins with it).
     quoted: str | None = None
+    # The tokens this attempt reserved of the person's day (TOKENS_PER_DAY), which its end settles.
+    reserved_tokens: int = 0
 
 
 @dataclass(frozen=True)

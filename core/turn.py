@@ -34,6 +34,7 @@ from core.memory_search import MemorySearchTools
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
 from core.tool_loop import Toolbox, Toolset
+from core.turn_estimate import turn_estimate
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
 
 log = logging.getLogger("crossmem.turn")
@@ -221,7 +222,9 @@ class Turns:
                 figures.output_tokens += approximate_tokens("".join(unreported))
                 figures.error = figures.error or "the client went away before the answer was whole"
                 abandoned = self._result(Outcome.ABANDONED, "".join(parts), start, figures)
-                self._end_attempt(start, figures, prepared.content if prepared is not None else None)
+                # The description was asked beside the answer: what it spent counts too.
+                learned = self._learned(prepared, described, figures, began + request.deadline_s)
+                self._end_attempt(start, figures, learned)
                 self._logged(request.surface, abandoned, began)
 
     # The steps.
@@ -253,6 +256,7 @@ class Turns:
         if person is None:
             nobody = TurnStart(None, None, None, duplicate=False, reply=None)
             return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
+        media = self._media().limits if request.media and self._media is not None else None
         start = self.memory.begin_turn(
             person,
             request.surface,
@@ -262,8 +266,10 @@ class Turns:
             sender=request.sender_id,
             answer_within_s=request.deadline_s + ANSWER_MARGIN_S,
             platform=request.platform,
+            estimate=turn_estimate(self._settings, request, media),
         )
         figures.round_trips, figures.degraded = 1, start.degraded
+        figures.reserved_tokens = start.reserved_tokens
         if not start.duplicate:
             return start, figures, None
         stored = start.reply
@@ -423,9 +429,7 @@ class Turns:
         def answer() -> ModelReply:
             parts: list[str] = []
             usage = Usage()
-            chunks = tool_loop.answered(
-                self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools
-            )
+            chunks = tool_loop.answered(self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools)
             for chunk in chunks:
                 if stopped.is_set():
                     tool_loop.close(chunks)  # the caller gave up: stop reading (and paying for) the answer
@@ -454,7 +458,12 @@ class Turns:
         if start.message_id is None or start.user_id is None:
             return
         self.memory.end_attempt(
-            start.user_id, start.message_id, start.attempt, figures.model_tokens, user_content=learned
+            start.user_id,
+            start.message_id,
+            start.attempt,
+            figures.model_tokens,
+            user_content=learned,
+            reserved=start.reserved_tokens,
         )
         figures.round_trips += 1
 
@@ -488,6 +497,7 @@ class Turns:
             user_content=learned,
             follow_ups=tools.changes() if tools is not None else None,
             max_follow_ups=self._settings.follow_ups.max_pending,
+            reserved=start.reserved_tokens,
         )
         result.figures.round_trips += 1
         if result.reply_id is None:

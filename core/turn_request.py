@@ -70,6 +70,7 @@ class TurnFigures:
     cache_creation_tokens: int = 0
     cache_read_tokens: int = 0
     media_tokens: int = 0  # the description of a photo or PDF (core/media_turn.py)
+    reserved_tokens: int = 0  # what begin_turn reserved of TOKENS_PER_DAY, settled to model_tokens
     context_messages: int = 0
     degraded: bool = False
     owed: bool = False  # this turn answered a message an earlier attempt left unanswered

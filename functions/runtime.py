@@ -142,7 +142,9 @@ def memory() -> Memory:
         max_message_chars=config.max_message_chars,
         max_history_chars=config.history_chars_limit,
     )
-    budget = TurnBudget(config.turns_per_minute, config.turns_per_day, config.tokens_per_day)
+    budget = TurnBudget(
+        config.turns_per_minute, config.turns_per_day, config.tokens_per_day, config.anthropic_max_tokens
+    )
     return Memory(store(), limits, budget)
 
 

@@ -161,6 +161,9 @@ def begin_turn_arguments(**given: object) -> dict[str, object]:
         "p_platform_ref": None,
         "p_reply_ref": None,
         "p_quoted": None,
+        "p_input_tokens": 0,
+        "p_output_tokens": 0,
+        "p_requests": 0,
     }
     return {**arguments, **given}
 

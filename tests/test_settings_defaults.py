@@ -36,6 +36,7 @@ CARRIES = {
     (MediaLimits, "pdf_max_pages"): "pdf_max_pages",
     (MediaLimits, "voice_max_seconds"): "voice_max_seconds",
     (MediaLimits, "voice_seconds_per_day"): "voice_seconds_per_day",
+    (TurnBudget, "reply_tokens"): "anthropic_max_tokens",
 }
 # Defaults that are not a setting's: the zeros of a Memory built without a budget (the functions
 # always pass TURNS_PER_MINUTE, TURNS_PER_DAY and TOKENS_PER_DAY), and bounds no setting names.

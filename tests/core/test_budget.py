@@ -9,8 +9,9 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import OverBudget
-from core.memory import ContextLimits, Memory, TurnBudget
+from core.memory import ContextLimits, Memory, TurnBudget, TurnEstimate
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import rows
@@ -177,3 +178,159 @@ def test_an_attempt_that_ends_leaves_alone_a_message_another_attempt_took_over(
     memory.end_attempt(person, start.message_id, later, 5)
     assert rows(database_url, "select answer_by <= now() from messages where id = %s", start.message_id) == [(True,)]
     assert rows(database_url, "select tokens from turn_usage where message_id = %s", start.message_id) == [(12,)]
+
+
+def reserving(store: PostgresStore, tokens_per_day: int, reply_tokens: int) -> Memory:
+    return Memory(store, ContextLimits(), TurnBudget(tokens_per_day=tokens_per_day, reply_tokens=reply_tokens))
+
+
+def usage_of(database_url: str, message_id: int) -> list[tuple[int, int]]:
+    return rows(database_url, "select tokens, reserved from turn_usage where message_id = %s", message_id)
+
+
+def test_eleven_turns_started_at_once_pass_the_day_by_at_most_one_turns_output(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Issue 30, finding 3, scaled down (there: 1.9 M of 2 M tokens, eleven turns of 400 k, all
+    answered, 6.3 M counted). Here, at 1,000 of 2,000 tokens, eleven turns start at once, each
+    reading 300 and writing 100. Each reserves its 400 as it starts, so only the turns whose input
+    still fits start (1,000 + 300 and 1,400 + 300 stay under 2,000; 1,800 + 300 does not) and the
+    day ends at 1,800, never past 2,000 + 100. Seen failing with begin_turn reserving nothing: all
+    eleven answered, 5,400 counted."""
+    person, other = uuid.uuid4(), uuid.uuid4()
+    seeded = reserving(store, 2000, 100)
+    turn(seeded, person, Surface.WEB, "spent-before", tokens=1000)
+    turn(seeded, other, Surface.WEB, "theirs", tokens=1900)  # another person's day is theirs alone
+    barrier = threading.Barrier(11)
+    started: list[tuple[Memory, int, int]] = []
+    refused: list[OverBudget] = []
+    instances: list[PostgresStore] = []
+    lock = threading.Lock()
+
+    def begin(index: int) -> None:
+        instance = PostgresStore(database_url)  # each turn an instance of its own
+        with lock:
+            instances.append(instance)
+        memory = reserving(instance, 2000, 100)
+        memory.list_conversations(person)  # connect before the start line
+        barrier.wait()
+        try:
+            start = memory.begin_turn(
+                Person(user_id=person), Surface.WEB, "x" * 40, f"at-once-{index}", estimate=TurnEstimate(290)
+            )
+        except OverBudget as exc:
+            with lock:
+                refused.append(exc)
+            return
+        assert start.message_id is not None
+        with lock:
+            started.append((memory, start.message_id, start.reserved_tokens))
+
+    threads = [threading.Thread(target=begin, args=(index,)) for index in range(11)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert (len(started), len(refused)) == (2, 9)
+        assert [reserved for _, _, reserved in started] == [400, 400]  # 290 + 40 characters / 4, and 100
+        for memory, message_id, reserved in started:  # each answered, spending what it reserved
+            memory.finish_turn(person, message_id, "ok", tokens=400, reserved=reserved)
+    finally:
+        for instance in instances:
+            instance.close()
+    day = rows(database_url, "select sum(tokens), sum(reserved) from turn_usage where user_id = %s", person)[0]
+    assert day == (1800, 0)
+    assert day[0] <= 2000 + 100
+    assert rows(database_url, "select sum(tokens) from turn_usage where user_id = %s", other) == [(1900,)]
+
+
+def test_a_reservation_is_settled_to_what_the_turn_spent_and_its_input_must_fit_the_day(
+    store: PostgresStore, database_url: str
+) -> None:
+    """A turn reserves its requests' input and output when it starts; finish_turn, or end_attempt,
+    puts what it spent in its place. A turn may start while the day with its input stays under the
+    budget: reached exactly is refused, one token under passes."""
+    memory, person = reserving(store, 1000, 50), uuid.uuid4()
+    start = memory.begin_turn(
+        Person(user_id=person), Surface.WEB, "y" * 80, "settled", estimate=TurnEstimate(80, requests=2)
+    )
+    assert start.message_id is not None and start.reserved_tokens == 2 * (80 + 80 // 4 + 50) == 300
+    assert usage_of(database_url, start.message_id) == [(300, 300)]
+    memory.finish_turn(person, start.message_id, "ok", tokens=123, reserved=start.reserved_tokens)
+    assert usage_of(database_url, start.message_id) == [(123, 0)]
+
+    ended = memory.begin_turn(Person(user_id=person), Surface.WEB, "z" * 4, "ended", estimate=TurnEstimate(9))
+    assert ended.message_id is not None and ended.reserved_tokens == 9 + 1 + 50
+    memory.end_attempt(person, ended.message_id, ended.attempt, 45, reserved=ended.reserved_tokens)
+    assert usage_of(database_url, ended.message_id) == [(45, 0)]
+    # Retried (its first call's answer lost), it gives nothing back twice.
+    memory.end_attempt(person, ended.message_id, ended.attempt, 0, reserved=ended.reserved_tokens)
+    assert usage_of(database_url, ended.message_id) == [(45, 0)]
+
+    # 168 spent: an input of 832 reaches 1,000 exactly and is refused, 831 starts.
+    with pytest.raises(OverBudget):
+        memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "too-much", estimate=TurnEstimate(832))
+    fits = memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "just-fits", estimate=TurnEstimate(831))
+    assert fits.reserved_tokens == 831 + 50
+    assert stored(database_url, person) == 4  # a turn answered, one ended, the one that fits; not the refused
+
+
+def test_a_reservation_whose_instance_died_counts_beside_the_attempt_that_takes_it_over(
+    store: PostgresStore, database_url: str
+) -> None:
+    """An attempt that never ends (its instance died) never settles: its reservation counts as spent
+    until the row leaves the day. The redelivery that takes the message over reserves its own and
+    settles only that."""
+    memory, person = reserving(store, 100_000, 100), uuid.uuid4()
+    first = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "died", estimate=TurnEstimate(20))
+    assert first.message_id is not None and first.reserved_tokens == 20 + 1 + 100
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set answer_by = now() - interval '1 second' where id = %s", (first.message_id,)
+        )
+    again = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "died", estimate=TurnEstimate(20))
+    # its window now holds the stored message too: 10 characters, 2 tokens
+    assert again.owed and again.message_id == first.message_id and again.reserved_tokens == 20 + 2 + 100
+    assert usage_of(database_url, first.message_id) == [(121 + 122, 121 + 122)]
+    memory.finish_turn(person, first.message_id, "hi", tokens=70, reserved=again.reserved_tokens)
+    assert usage_of(database_url, first.message_id) == [(121 + 70, 121)]
+
+
+def test_a_slow_attempt_whose_message_was_taken_over_still_settles_its_own_reservation(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Each attempt settles what it reserved: the one that took the message over answers it; the slow
+    first one, ending after, finds its reply refused, and what it spent counts all the same."""
+    memory, person = reserving(store, 100_000, 100), uuid.uuid4()
+    first = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "slow", estimate=TurnEstimate(20))
+    assert first.message_id is not None and first.reserved_tokens == 121
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set answer_by = now() - interval '1 second' where id = %s", (first.message_id,)
+        )
+    second = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "slow", estimate=TurnEstimate(20))
+    assert second.owed and second.reserved_tokens == 122
+    assert memory.finish_turn(person, first.message_id, "from the second", tokens=70, reserved=122) is not None
+    assert usage_of(database_url, first.message_id) == [(121 + 70, 121)]
+    assert memory.finish_turn(person, first.message_id, "from the first", tokens=90, reserved=121) is None
+    assert usage_of(database_url, first.message_id) == [(70 + 90, 0)]
+
+
+def test_a_begin_turn_whose_answer_was_lost_reserves_once_and_its_end_settles_it(database_url: str) -> None:
+    """begin_turn commits its reservation and its answer is lost: the store's retry is the same
+    attempt, which reserves nothing more and answers what the first try reserved."""
+    with LatencyProxy(postgres_target(database_url)) as proxy:
+        store = PostgresStore(through_proxy(database_url, proxy.port))
+        try:
+            memory, person = reserving(store, 100_000, 100), uuid.uuid4()
+            memory.list_conversations(person)  # a warm connection
+            proxy.lose_next_answer()
+            asked = Person(user_id=person)
+            start = memory.begin_turn(asked, Surface.TELEGRAM, "hello", "lost", estimate=TurnEstimate(20))
+            assert not start.degraded and start.message_id is not None and start.reserved_tokens == 20 + 1 + 100
+            assert usage_of(database_url, start.message_id) == [(121, 121)]
+            memory.finish_turn(person, start.message_id, "hi", tokens=33, reserved=start.reserved_tokens)
+            assert usage_of(database_url, start.message_id) == [(33, 0)]
+        finally:
+            store.close()

@@ -13,11 +13,12 @@ from core.errors import NotFound
 from core.forgetting import NOTHING_STORED, ForgetRequest, Forgetting, Forgotten
 from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory, TurnBudget
+from core.memory import ContextLimits, Memory, TurnBudget, TurnEstimate
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
+from tests.helpers import rows
 
 SERVICE_KEY = "sb_secret_test_service_role_key"
 
@@ -75,14 +76,31 @@ def test_web_turn_costs_two_round_trips(counted: CountedMemory) -> None:
     assert counted.round_trips() == 2
 
 
-def test_with_the_budget_on_a_turn_still_costs_two_round_trips(counted: CountedMemory) -> None:
-    memory = Memory(counted.memory.store, ContextLimits(), TurnBudget(12, 300, 2_000_000))
+def test_with_the_budget_on_a_turn_reserves_and_settles_its_tokens_in_its_two_round_trips(
+    counted: CountedMemory, database_url: str
+) -> None:
+    """begin_turn reserves two requests of the estimated input (1,000, and "hello": 1) and output (100);
+    finish_turn, or end_attempt, puts what was spent in its place: no round trip more."""
+    memory = Memory(counted.memory.store, ContextLimits(), TurnBudget(12, 300, 2_000_000, reply_tokens=100))
     person = uuid.uuid4()
     counted.reset()
-    start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "hello", "update-budget")
-    assert start.message_id is not None
-    memory.finish_turn(person, start.message_id, "hi there", tokens=1234)
+    start = memory.begin_turn(
+        Person(user_id=person), Surface.TELEGRAM, "hello", "update-budget", estimate=TurnEstimate(1000, requests=2)
+    )
+    assert start.message_id is not None and start.reserved_tokens == 2 * (1000 + 1 + 100)
+    memory.finish_turn(person, start.message_id, "hi there", tokens=1234, reserved=start.reserved_tokens)
     assert counted.round_trips() == 2
+    counted.reset()
+    ended = memory.begin_turn(
+        Person(user_id=person), Surface.TELEGRAM, "again", "update-ended", estimate=TurnEstimate(9)
+    )
+    assert ended.message_id is not None and ended.reserved_tokens > 0
+    memory.end_attempt(person, ended.message_id, ended.attempt, 56, reserved=ended.reserved_tokens)
+    assert counted.round_trips() == 2
+    assert rows(database_url, "select tokens, reserved from turn_usage where user_id = %s order by at", person) == [
+        (1234, 0),
+        (56, 0),
+    ]
 
 
 def test_a_linked_persons_turn_costs_two_round_trips_and_linking_one(counted: CountedMemory) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import psycopg
@@ -135,3 +136,31 @@ def test_linking_and_unlinking_a_chat_again_and_again_never_starts_a_new_day(
     # Unlinked, the web account is a person of its own again, with the day it spent itself: none.
     alone = web.post("/", json={"message": "hi", "client_message_id": "after-links"}, headers=bearer(web_person))
     assert alone.status_code == 200
+
+
+def test_a_turn_through_the_function_settles_its_reservation_to_what_the_model_reported(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30, finding 3: the web function's turn reserves when it starts (its log line says how
+    much) and leaves in the person's day exactly what the model reported, JSON or streamed."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("TOKENS_PER_DAY", "2000000")
+    fake_anthropic.answer = lambda body: "Noted, and kept."
+    caplog.set_level(logging.INFO, logger="crossmem.turn")
+    client, person = app_client("web_chat"), uuid.uuid4()
+    for index, accept in enumerate(("application/json", "text/event-stream")):
+        headers = {**bearer(person), "Accept": accept}
+        sent = client.post("/", json={"message": "remember this", "client_message_id": f"s-{index}"}, headers=headers)
+        assert sent.status_code == 200
+        sent.get_data()  # a stream is read to its end
+    read = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    reported = [sum(usage[key] for key in read) + len("Noted, and kept.") // 4 for usage in fake_anthropic.usages]
+    with psycopg.connect(database_url) as connection:
+        counted = connection.execute(
+            "select tokens, reserved from turn_usage where user_id = %s order by at", (person,)
+        ).fetchall()
+    assert counted == [(reported[0], 0), (reported[1], 0)]
+    lines = [record.__dict__ for record in caplog.records if record.getMessage() == "turn"]
+    # at least the input it read and ANTHROPIC_MAX_TOKENS for its answer
+    spent = ("input_tokens", "cache_creation_tokens", "cache_read_tokens")
+    assert len(lines) == 2 and all(line["reserved_tokens"] > sum(line[key] for key in spent) + 4096 for line in lines)

@@ -4,6 +4,14 @@
 -- end_attempt's, added, never written over. Over it, begin_turn stores nothing and answers
 -- {"limited_until"}.
 --
+-- The tokens are a ceiling, not a tally after the fact: a turn reserves what it may spend when
+-- it starts (begin_turn, turn.sql: its input, estimated before the model is asked, and the most
+-- the model may write, for each request it may make) and settles to what it spent when it ends
+-- (finish_turn or end_attempt give the reservation back and add the tokens). `tokens` holds both,
+-- `reserved` the part not settled yet, so the budget's check sees the turns still running. A
+-- reservation whose instance died is never settled: it counts, as if spent, until its row leaves
+-- the day.
+--
 -- turn_usage holds one row per stored turn and no text, and lives a day: forgetting a
 -- conversation does not give its turns back, and the purge of old messages does not touch
 -- it. Its rows are kept with no foreign key, so a deleted message leaves its count behind.
@@ -12,7 +20,9 @@ create table public.turn_usage (
     message_id bigint primary key,
     user_id uuid not null,
     at timestamptz not null default clock_timestamp(),
-    tokens integer not null default 0
+    tokens integer not null default 0,
+    -- of `tokens`, what turns of this message reserved and have not settled yet
+    reserved integer not null default 0
 );
 alter table public.turn_usage enable row level security;  -- who reads what: access.sql
 create index turn_usage_by_user on public.turn_usage (user_id, at desc);

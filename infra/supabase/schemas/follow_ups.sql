@@ -175,11 +175,12 @@ create function public.finish_turn_follow_ups(
     p_tokens integer,
     p_user_content text,
     p_follow_ups text,
-    p_max_pending integer
+    p_max_pending integer,
+    p_reserved integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_tokens,
-                                         p_user_content);
+                                         p_user_content, p_reserved);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
     v_asked record;
     v_item record;

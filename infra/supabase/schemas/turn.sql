@@ -161,6 +161,56 @@ begin
 end;
 $$;
 
+-- What a turn's model request reads, in tokens, estimated before the model is asked (about four
+-- characters a token, as core/model/llm.py's approximate_tokens): p_fixed_tokens (what the caller
+-- knows: the system prompt, the tools, the web client's history, an allowance for media), the
+-- message, the person's notes and the stored messages its window may hold: on the web the
+-- conversation's latest and the other apps' latest since p_since, elsewhere the person's latest
+-- since p_since. An estimate of the window, not the window (turn_context): it is read before the
+-- message is stored, for the budget's check, and reads at most as many rows as the window.
+create or replace function crossmem_private.turn_input_tokens(
+    p_user_id uuid, p_surface text, p_conversation_id uuid, p_content text, p_since timestamptz,
+    p_max_messages integer, p_web_prepend integer, p_fixed_tokens integer
+) returns integer language plpgsql stable set search_path = '' as $$
+declare
+    v_chars bigint;
+begin
+    if p_surface = 'web' then
+        select coalesce(sum(char_length(w.content)), 0) into v_chars
+          from (select m.content from public.messages m
+                 where m.user_id = p_user_id and m.conversation_id = p_conversation_id
+                 order by m.created_at desc, m.id desc limit p_max_messages) w;
+        v_chars := v_chars + (select coalesce(sum(char_length(w.content)), 0)
+                                from (select m.content from public.messages m
+                                       where m.user_id = p_user_id and m.surface <> 'web' and m.created_at >= p_since
+                                       order by m.created_at desc, m.id desc limit p_web_prepend) w);
+    else
+        select coalesce(sum(char_length(w.content)), 0) into v_chars
+          from (select m.content from public.messages m
+                 where m.user_id = p_user_id and m.created_at >= p_since
+                 order by m.created_at desc, m.id desc limit p_max_messages) w;
+    end if;
+    v_chars := v_chars + char_length(p_content)
+               + coalesce((select char_length(n.content) from public.memory_notes n
+                            where n.user_id = p_user_id and n.revision > 0), 0);
+    return least(greatest(p_fixed_tokens, 0) + v_chars / 4, 2000000000);
+end;
+$$;
+
+-- What a turn's attempt spent, settled (budget.sql): the tokens it reserved (p_reserved, never
+-- more than is still reserved: a retried call gives nothing back twice) given back, and what it
+-- spent added. p_user_id, when given, is whose count it must be.
+create or replace function crossmem_private.settle_turn_tokens(
+    p_message_id bigint, p_user_id uuid, p_reserved integer, p_tokens integer
+) returns void language plpgsql set search_path = '' as $$
+begin
+    update public.turn_usage u
+       set tokens = greatest(u.tokens - least(greatest(p_reserved, 0), u.reserved), 0) + greatest(p_tokens, 0),
+           reserved = u.reserved - least(greatest(p_reserved, 0), u.reserved)
+     where u.message_id = p_message_id and (p_user_id is null or u.user_id = p_user_id);
+end;
+$$;
+
 -- The conversation a new message goes to: on the web the one named (null when it is not the
 -- person's; one started empty takes the message as its title) or a new one titled by it;
 -- elsewhere the person's one conversation of that surface (the unique partial index settles a
@@ -234,11 +284,11 @@ end;
 $$;
 
 -- Store the user message (its key was looked up under its lock: the insert meets no other
--- delivery of it), counted for the budget when a limit is on.
+-- delivery of it), counted for the budget when a limit is on, with the tokens its turn reserves.
 create or replace function crossmem_private.store_user_message(
     p_user_id uuid, p_conversation_id uuid, p_surface text, p_content text,
     p_external_id text, p_attempt uuid, p_answer_by timestamptz, p_sender text, p_counted boolean,
-    p_platform_ref text, p_replied_to bigint, p_quoted text,
+    p_platform_ref text, p_replied_to bigint, p_quoted text, p_reserved integer,
     out message_id bigint, out created_at timestamptz
 ) language plpgsql set search_path = '' as $$
 begin
@@ -249,7 +299,8 @@ begin
                  p_answer_by, p_sender, p_platform_ref, p_replied_to, p_quoted)
       returning id, messages.created_at into message_id, created_at;
     if p_counted then
-        insert into public.turn_usage (message_id, user_id, at) values (message_id, p_user_id, created_at);
+        insert into public.turn_usage (message_id, user_id, at, tokens, reserved)
+             values (message_id, p_user_id, created_at, p_reserved, p_reserved);
     end if;
 end;
 $$;
@@ -299,6 +350,14 @@ $$;
 -- context the model reads with it, and what the person's follow-ups need (follow_ups.sql's
 -- turn_follow_ups). Every setting is an argument (the settings hold the defaults). Its answer is
 -- json, built once: every turn reads it.
+--
+-- With TOKENS_PER_DAY on, the turn's tokens are reserved here (budget.sql), in the budget's lock:
+-- its input is estimated (turn_input_tokens: p_input_tokens, what the caller knows, and the window
+-- and notes it will read), and the turn may start while the person's day (spent, and reserved by
+-- their turns still running) with that input stays under TOKENS_PER_DAY; it then reserves
+-- p_requests times its input and p_output_tokens (the most a request writes), answered as
+-- 'reserved', which finish_turn or end_attempt settle. Concurrent turns thus pass the day by at
+-- most one turn's output (when each spends within its reservation). p_requests 0 reserves nothing.
 create or replace function public.begin_turn(
     -- the delivery
     p_surface text, p_content text, p_external_id text, p_user_id uuid, p_sender_id text, p_conversation_id uuid,
@@ -310,7 +369,10 @@ create or replace function public.begin_turn(
     -- the sender's other id (a WhatsApp number beside its BSUID), kept as the same person
     p_sender_alias text,
     -- the platform's name for this message, and for the one it replies to with the text it quotes
-    p_platform_ref text, p_reply_ref text, p_quoted text
+    p_platform_ref text, p_reply_ref text, p_quoted text,
+    -- the turn's reservation: what each request reads besides the window and the notes, the most it
+    -- writes (ANTHROPIC_MAX_TOKENS), and how many requests it may make
+    p_input_tokens integer, p_output_tokens integer, p_requests integer
 ) returns json language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
@@ -325,6 +387,8 @@ declare
     v_follow_ups record;
     v_quote record;
     v_quoted text;
+    v_input integer := 0;
+    v_reserved integer := 0;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
         return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
@@ -356,9 +420,18 @@ begin
 
     if v_stored.message_id is null or v_owed then
         -- Over the budget, nothing is stored and no model is asked. An answered delivery never
-        -- gets here.
-        v_limited_until := crossmem_private.turn_limited_until(v_user, p_turns_per_minute, p_turns_per_day,
-                                                                p_tokens_per_day);
+        -- gets here. The day's tokens with this turn's input must stay under the budget: the
+        -- check is the budget's own, against what is left of it once the input is read (at least
+        -- one token: an input past the whole day may start only on a day with nothing counted).
+        if p_tokens_per_day > 0 and p_requests > 0 then
+            v_input := crossmem_private.turn_input_tokens(
+                v_user, p_surface, coalesce(v_stored.conversation_id, p_conversation_id), p_content,
+                v_now - make_interval(hours => p_window_hours), p_max_messages, p_web_prepend, p_input_tokens);
+            v_reserved := least(p_requests::bigint * (v_input + greatest(p_output_tokens, 0)), 2000000000);
+        end if;
+        v_limited_until := crossmem_private.turn_limited_until(
+            v_user, p_turns_per_minute, p_turns_per_day,
+            case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - v_input, 1) else 0 end);
         if v_limited_until is not null then
             return json_build_object('user_id', v_user, 'limited_until', v_limited_until);
         end if;
@@ -370,6 +443,16 @@ begin
             update public.messages m
                set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = p_attempt
              where m.id = v_stored.message_id;
+            -- This attempt's reservation beside the earlier attempt's, which stays: that attempt
+            -- may have spent it before its instance died, or still settles it when it ends.
+            update public.turn_usage u set tokens = u.tokens + v_reserved, reserved = u.reserved + v_reserved
+             where u.message_id = v_stored.message_id;
+            if not found then
+                v_reserved := 0;  -- stored when no limit was on: nothing to count it in
+            end if;
+        else
+            -- This call's own first try, which committed: what it reserved is this attempt's.
+            select u.reserved into v_reserved from public.turn_usage u where u.message_id = v_stored.message_id;
         end if;
         v_conversation := v_stored.conversation_id;
         select v_stored.message_id as message_id, v_stored.created_at as created_at into v_message;
@@ -384,7 +467,7 @@ begin
             v_user, v_conversation, p_surface, p_content, p_external_id, p_attempt,
             v_now + make_interval(secs => p_answer_within_seconds), p_sender,
             p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0,
-            p_platform_ref, v_quote.replied_to, v_quote.quoted);
+            p_platform_ref, v_quote.replied_to, v_quote.quoted, v_reserved);
         v_quoted := v_quote.quoted;
     end if;
 
@@ -398,7 +481,8 @@ begin
         'conversation_surface', v_context.conversation_surface, 'history', v_context.history,
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
-        'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted);
+        'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted,
+        'reserved', coalesce(v_reserved, 0));
 end;
 $$;
 
@@ -426,18 +510,19 @@ end;
 $$;
 
 -- One turn's second round trip: store the reply to a user message (once), touch the
--- conversation and add the turn's model tokens to what its earlier attempts spent; the user
--- message rewritten as the turn learned it (p_user_content, null: as stored). A message
--- whose person has since been merged into another takes the reply; a retried finish_turn whose
--- first try committed gets the reply's id back; another reply to the same message is refused
--- (null).
+-- conversation and settle the turn's model tokens (p_tokens spent, p_reserved given back) beside
+-- what its earlier attempts spent; the user message rewritten as the turn learned it
+-- (p_user_content, null: as stored). A message whose person has since been merged into another
+-- takes the reply; a retried finish_turn whose first try committed gets the reply's id back (and
+-- counts nothing again); another reply to the same message is refused (null), its tokens settled.
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
     p_content text,
     p_delivered boolean,
     p_tokens integer,
-    p_user_content text
+    p_user_content text,
+    p_reserved integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
@@ -468,8 +553,7 @@ begin
     select s.id into v_reply_id from stored s;
 
     if v_reply_id is not null then
-        update public.turn_usage u set tokens = u.tokens + greatest(p_tokens, 0)
-         where u.message_id = p_user_message_id;
+        perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens);
     else
         select r.id into v_reply_id
           from public.messages r
@@ -477,24 +561,29 @@ begin
            and (r.user_id = p_user_id
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
+        if v_reply_id is null then
+            -- another attempt's reply came first: what this one spent counts all the same
+            perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
+        end if;
     end if;
     return jsonb_build_object('reply_id', v_reply_id);
 end;
 $$;
 
 -- A turn that ended without a stored reply (a fallback, an abandoned stream, an error after part
--- of an answer): what the model spent counts, and the message is owed from now on (unless a reply
--- was stored meanwhile, or another attempt took it over); what the turn learned of the message
--- is kept (a transcript survives a model failure). Returns {"owed": boolean}.
+-- of an answer): what the model spent counts (p_tokens, its reservation p_reserved given back),
+-- and the message is owed from now on (unless a reply was stored meanwhile, or another attempt
+-- took it over); what the turn learned of the message is kept (a transcript survives a model
+-- failure). Returns {"owed": boolean}.
 create or replace function public.end_attempt(
-    p_user_id uuid, p_user_message_id bigint, p_attempt uuid, p_tokens integer, p_user_content text
+    p_user_id uuid, p_user_message_id bigint, p_attempt uuid, p_tokens integer, p_user_content text,
+    p_reserved integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
 begin
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
-    update public.turn_usage u set tokens = u.tokens + greatest(p_tokens, 0)
-     where u.message_id = p_user_message_id and u.user_id = p_user_id;
+    perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
     update public.messages m set answer_by = clock_timestamp()
      where m.id = p_user_message_id and m.user_id = p_user_id and m.role = 'user'
        -- only while no later attempt has taken the message over: never two attempts at once

@@ -1,0 +1,45 @@
+"""What a turn will read, estimated before it starts: the part of its token reservation only the
+caller knows (begin_turn adds the window and the notes it returns, infra/supabase/schemas/turn.sql).
+
+A reservation is a ceiling on what concurrent turns may together spend of TOKENS_PER_DAY, not a
+bill: the turn's end settles it to what the model reported. So it errs high: every request the
+turn may make (the tool rounds, the media description) reads the whole input again.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from core import follow_ups, tool_loop
+from core.media import MediaKind, MediaLimits
+from core.memory import TurnEstimate
+from core.memory_search import TOOL as SEARCH_TOOL
+from core.model.llm import approximate_tokens
+from core.turn_request import TurnRequest, TurnSettings
+
+# Claude's vision guide: an image is scaled to at most about 1.15 megapixels, about 1,600 tokens.
+IMAGE_TOKENS = 1_600
+# Claude's PDF guide: each page is read as its text (1,500 to 3,000 tokens) and as an image.
+PDF_PAGE_TOKENS = 3_000 + IMAGE_TOKENS
+
+
+def turn_estimate(settings: TurnSettings, request: TurnRequest, media: MediaLimits | None) -> TurnEstimate:
+    """What each of the turn's model requests reads besides the window and the notes: the system
+    prompt and the tools, the web client's history, and its images and PDFs at their largest
+    (`media`: the limits a PDF's pages are counted by); and how many requests it may make."""
+    tools = _tool_tokens(settings.follow_ups.max_pending > 0, settings.search is not None)
+    read = approximate_tokens(settings.system_prompt) + tools
+    read += sum(approximate_tokens(item.content) for item in request.client_history or ())
+    attached = [ref for ref in request.media if ref.kind in (MediaKind.IMAGE, MediaKind.PDF)]
+    pages = media.pdf_max_pages if media is not None else 1
+    read += sum(IMAGE_TOKENS if ref.kind is MediaKind.IMAGE else pages * PDF_PAGE_TOKENS for ref in attached)
+    requests = tool_loop.ROUNDS if tools else 1
+    return TurnEstimate(read, requests + (1 if attached else 0))
+
+
+@functools.cache
+def _tool_tokens(follow_ups_on: bool, search_on: bool) -> int:
+    """The tools' definitions as sent: the same bytes every turn, so counted once."""
+    definitions = [*(follow_ups.TOOLS if follow_ups_on else ()), *((SEARCH_TOOL,) if search_on else ())]
+    return approximate_tokens(json.dumps(definitions)) if definitions else 0
