@@ -44,6 +44,7 @@ def finish(
             "p_user_content": None,
             "p_follow_ups": json.dumps(changes),
             "p_max_pending": max_pending,
+            "p_reserved": 0,
         },
     )
     return answer
