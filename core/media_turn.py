@@ -357,8 +357,7 @@ def remembered_content(start: TurnStart) -> str | None:
     stored = next((m.content for m in start.history if m.id == start.message_id), None)
     if stored is None:
         return None
-    if start.quoted is not None:  # begin_turn's quote before the content (turn.sql's quoting)
-        stored = stored.removeprefix(f'[replying to: "{start.quoted}"] ')
+    stored = stored.removeprefix(start.quoting(""))  # begin_turn's quote before the content
     if _TRANSCRIBED.search(stored) is None or _NOT_TRANSCRIBED.search(stored) is not None:
         return None
     return stored

@@ -216,6 +216,11 @@ class TurnStart:
     # The tokens this attempt reserved of the person's day (TOKENS_PER_DAY), which its end settles.
     reserved_tokens: int = 0
 
+    def quoting(self, content: str) -> str:
+        """`content` as begin_turn stores this message (turn.sql's quoting): after the text it
+        quotes, when it is a reply, so the model reads what the person answered."""
+        return content if self.quoted is None else f'[replying to: "{self.quoted}"] {content}'
+
 
 @dataclass(frozen=True)
 class ConversationPage:

@@ -305,8 +305,9 @@ class Turns:
             last = len(items) - 1
             at = next((i for i, item in enumerate(items) if item.id is not None and item.id == start.message_id), last)
             message = items[at]
+            content = start.quoting(prepared.content)
             learned = ContextItem(
-                message.role, prepared.content, message.surface, message.created_at, message.id, prepared.attachments
+                message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
         return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone_of(start))

@@ -775,8 +775,34 @@ def test_an_owed_telegram_voice_reply_taken_over_by_its_redelivery_keeps_one_quo
     stored = f'[replying to: "Is the dentist on Friday?"] [voice note, 0:03] {TRANSCRIPT}'
     assert user_message(database_url, str(body["update_id"])) == stored
     asked = replies(fake_anthropic)[-1]["messages"][-1]["content"][-1]["text"]
-    assert asked.endswith(f"[voice note, 0:03] {TRANSCRIPT}")
+    assert asked.endswith(f"] {stored}")  # the model reads the quote once, as it was stored
     assert len(fake_telegram.sent()) == 2
+
+
+def test_a_voice_note_replying_to_a_message_shows_the_model_what_it_answers(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_deepgram: FakeDeepgram,
+    database_url: str,
+) -> None:
+    """A reply with media: the model's view of the message is its transcript after the quote, as
+    a text reply's is, not the transcript alone."""
+    body = private("07_voice.json")
+    message = body["message"]
+    message["reply_to_message"] = {
+        "message_id": message["message_id"] - 1,
+        "from": message["from"],
+        "chat": message["chat"],
+        "date": message["date"] - 60,
+        "text": "Is the dentist on Friday?",
+    }
+    fake_telegram.files[message["voice"]["file_id"]] = VOICE
+    assert telegram_post(app_client("telegram_webhook"), body) == 200
+    stored = f'[replying to: "Is the dentist on Friday?"] [voice note, 0:03] {TRANSCRIPT}'
+    assert user_message(database_url, str(body["update_id"])) == stored
+    asked = replies(fake_anthropic)[-1]["messages"][-1]["content"][-1]["text"]
+    assert asked.endswith(f"] {stored}")
 
 
 def test_an_owed_photo_and_voice_note_are_read_again_and_the_voice_not_heard_again(
