@@ -19,16 +19,21 @@ from core.models import Delivery, PlatformMessage, Surface
 
 
 class ReplyChannel(Protocol):
-    """How a surface that pushes its replies (Telegram's Bot API) reaches the person."""
+    """How a surface that pushes its replies (Telegram's Bot API) reaches the person.
 
-    def show_typing(self) -> None: ...
+    `until` is the moment the turn's attempt must have sent by, on the turn's clock (the
+    monotonic one): past it the message may be owed and answered by someone else (core/owed.py),
+    so nothing a channel does (typing, drafts, a 429's wait, an HTTP timeout, the send itself)
+    runs past it. A reply that cannot go out by then is not sent: `send` answers OWED."""
+
+    def show_typing(self, until: float) -> None: ...
 
     def draft(self, text: str) -> None:
         """The reply so far, as the model writes it (a preview; never stored)."""
         ...
 
-    def send(self, text: str) -> Delivery:
-        """Deliver the text; whether it arrived, and if not, whether it is still owed."""
+    def send(self, text: str, until: float) -> Delivery:
+        """Deliver the text by `until`; whether it arrived, and if not, whether it is still owed."""
         ...
 
 
@@ -97,8 +102,9 @@ class TurnResult:
     message_id: int | None = None
     reply_id: int | None = None
     figures: TurnFigures = field(default_factory=TurnFigures)
-    # A stored reply that could not be pushed for a reason that may pass: the surface
-    # should ask for a redelivery, which will send it.
+    # A stored reply that could not be pushed for a reason that may pass, or a message handed over
+    # unanswered because the attempt's time ran out: the surface should ask for a redelivery,
+    # which sends the stored reply, or answers the message (unless the scheduled job has).
     reply_owed: bool = False
     # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
     # that answers in its response puts them first.
