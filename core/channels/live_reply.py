@@ -74,13 +74,13 @@ class LiveReply:
             self._changed.notify()
 
     def stop(self) -> None:
-        """No more drafts or typing; waits for a call in flight (each has its timeout), so none
-        reaches Telegram after what follows."""
+        """No more drafts or typing; waits for a call in flight (its connecting and its reading
+        each take at most half of DRAFT_TIMEOUT_S), so none reaches Telegram after what follows."""
         with self._changed:
             self._stopped = True
             self._changed.notify()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(2 * DRAFT_TIMEOUT_S)
 
     def _run(self) -> None:
         if self._clock() >= self._ends:
