@@ -72,6 +72,9 @@ class Turns:
         caller answers with `result.reply` in its response."""
         began = self._clock()
         until = self._send_by(began, request.deadline_s)  # begin_turn's answer_by is later than this
+        if channel is None:
+            # The caller answers in its response: bounded by the platform's wait, when it has one.
+            until = min(until, began + request.reply_within_s) if request.reply_within_s is not None else math.inf
         request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=channel is not None)
         if result is not None:
@@ -145,12 +148,16 @@ class Turns:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
         self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
-        delivery = channel.send(text, until) if channel is not None and sends else Delivery.DELIVERED
+        delivery = Delivery.DELIVERED
+        if channel is not None and sends:
+            delivery = channel.send(text, until)
+        elif channel is None and self._clock() >= until:
+            delivery = Delivery.OWED  # the caller's response would come after the platform stopped waiting
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         handed_over = self._handed_over(delivery, until, figures)
-        result = self._result(outcome, text, start, figures)
-        result.follow_ups_first = first
+        result = self._result(outcome, None if handed_over else text, start, figures)
+        result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
         if outcome is Outcome.ANSWERED and not handed_over:
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)

@@ -51,6 +51,10 @@ class TurnRequest:
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
     platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
+    # A surface that answers in its HTTP response to a platform that stops waiting (Twilio: 15 s):
+    # how long after the turn's start the response is still taken. Past it the reply is not given
+    # (nor stored): the attempt ends and the message is owed (core/owed.py answers it).
+    reply_within_s: float | None = None
 
 
 class Outcome(StrEnum):
