@@ -41,6 +41,10 @@ log = logging.getLogger("crossmem.turn")
 # How long past its model deadline a turn's attempt may still store a reply (sending it, the
 # second round trip): after it, a message without a reply is owed.
 ANSWER_MARGIN_S = 10.0
+# Of that margin, what storing the reply is left: an attempt's reply goes out by its answer_by
+# less this, or not at all (the message is handed over), so that no reply is stored, nor any
+# sent, once the message may be someone else's to answer.
+STORE_MARGIN_S = 2.0
 
 
 class Turns:
@@ -68,23 +72,36 @@ class Turns:
         """A whole turn. With a channel the reply is sent through it; without one the
         caller answers with `result.reply` in its response."""
         began = self._clock()
+        until = self._send_by(began, request.deadline_s)  # begin_turn's answer_by is later than this
+        if channel is None:
+            # The caller answers in its response: bounded by the platform's wait, when it has one.
+            until = min(until, began + request.reply_within_s) if request.reply_within_s is not None else math.inf
         request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=channel is not None)
         if result is not None:
             if channel is not None and result.reply is not None:
                 if result.outcome is Outcome.REFUSED:
-                    channel.send(result.reply)
+                    channel.send(result.reply, until)
                 elif result.outcome is Outcome.REDELIVERED:
-                    self._send_stored_reply(result, channel)
+                    self._send_stored_reply(result, channel, until)
             return self._logged(request.surface, result, began)
         prepared = self._prepared(request, start)
         if prepared is not None and prepared.notice is not None:
-            return self._refuse_media(request.surface, start, prepared, figures, channel, began)
+            return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
         messages = self._messages(request, start, prepared)
         tools = self._tools(start, request)
         return self._answer(
-            request.surface, start, messages, figures, max(deadline_s, 1.0), channel, began, prepared, tools
+            request.surface,
+            start,
+            messages,
+            figures,
+            max(deadline_s, 1.0),
+            channel,
+            began,
+            prepared,
+            tools,
+            until=until,
         )
 
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
@@ -116,15 +133,18 @@ class Turns:
         tools: Toolbox | None = None,
         *,
         waiting: bool = True,
+        until: float | None = None,
     ) -> TurnResult:
         """`waiting`: the person is waiting on this turn (a webhook's, the web's): they see "typing…",
         and the fallback when the model fails. The scheduled job's owed answer has nobody waiting:
-        a failure sends nothing (they had the fallback already) and leaves the message owed."""
+        a failure sends nothing (they had the fallback already) and leaves the message owed.
+        `until`: when the attempt must have sent by (default: from `began` and `deadline_s`)."""
+        until = until if until is not None else self._send_by(began, deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
-        first = self._say_first(start, channel)
+        first = self._say_first(start, channel, until)
         if channel is not None and waiting:
-            channel.show_typing()
+            channel.show_typing(until)
         outcome, text = Outcome.ANSWERED, ""
         described = self._describe(prepared, deadline_s)
         try:
@@ -136,18 +156,25 @@ class Turns:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
         self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
-        delivery = channel.send(text) if channel is not None and sends else Delivery.DELIVERED
+        delivery = Delivery.DELIVERED
+        if channel is not None and sends:
+            delivery = channel.send(text, until)
+        elif channel is None and self._clock() >= until:
+            delivery = Delivery.OWED  # the caller's response would come after the platform stopped waiting
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
-        result = self._result(outcome, text, start, figures)
-        result.follow_ups_first = first
+        handed_over = self._handed_over(delivery, until, figures)
+        result = self._result(outcome, None if handed_over else text, start, figures)
+        result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
-        if outcome is Outcome.ANSWERED:
+        if outcome is Outcome.ANSWERED and not handed_over:
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
             self._end_attempt(start, figures, learned)
+            # Handed over: the redelivery this asks for answers the message, unless the job has.
+            result.reply_owed = handed_over and outcome is Outcome.ANSWERED
         return self._logged(surface, result, began)
 
     def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
@@ -361,27 +388,48 @@ class Turns:
         figures: TurnFigures,
         channel: ReplyChannel | None,
         began: float,
+        until: float = math.inf,
     ) -> TurnResult:
         """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
         rather than asking anything again), and the message is stored as what is known."""
         assert prepared.notice is not None
-        first = self._say_first(start, channel)
-        delivery = channel.send(prepared.notice) if channel is not None else Delivery.DELIVERED
+        first = self._say_first(start, channel, until)
+        delivery = channel.send(prepared.notice, until) if channel is not None else Delivery.DELIVERED
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
         result.follow_ups_first = first
+        if self._handed_over(delivery, until, figures):
+            self._end_attempt(start, figures, prepared.stored())
+            result.reply_owed = True
+            return self._logged(surface, result, began)
         self._finish(result, start, prepared.notice, delivery is Delivery.DELIVERED, prepared.stored())
         result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
 
     @staticmethod
-    def _say_first(start: TurnStart, channel: ReplyChannel | None) -> list[str]:
+    def _say_first(start: TurnStart, channel: ReplyChannel | None, until: float) -> list[str]:
         """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
         channel that pushes; else returned, for the caller's response to carry first."""
         if channel is None:
             return list(start.delivered_first)
         for said in start.delivered_first:
-            channel.send(said)
+            channel.send(said, until)
         return []
+
+    @staticmethod
+    def _send_by(began: float, deadline_s: float) -> float:
+        """When an attempt that began at `began` must have sent its reply by: its answer_by, less
+        the time to store the reply (STORE_MARGIN_S)."""
+        return began + deadline_s + ANSWER_MARGIN_S - STORE_MARGIN_S
+
+    def _handed_over(self, delivery: Delivery, until: float, figures: TurnFigures) -> bool:
+        """Whether the reply is left unsent because the attempt's time is up: nothing of it is
+        stored, the attempt ends, and the message is owed (its redelivery or the scheduled job
+        answers it once). A reply the channel could not send in time for a reason that may pass
+        is stored, undelivered, for the redelivery to send: its storing still fits."""
+        if delivery is not Delivery.OWED or self._clock() < until:
+            return False
+        figures.error = "the attempt's time ran out before its reply went out; the message is owed"
+        return True
 
     def _tools(self, start: TurnStart, request: TurnRequest) -> Toolbox | None:
         """This turn's tools: those of each capability that is on, in the person's timezone
@@ -468,9 +516,9 @@ class Turns:
         )
         figures.round_trips += 1
 
-    def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel) -> None:
+    def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel, until: float) -> None:
         assert result.reply is not None and result.user_id is not None and result.reply_id is not None
-        delivery = channel.send(result.reply)
+        delivery = channel.send(result.reply, until)
         if delivery is Delivery.DELIVERED:
             self.memory.mark_delivered(result.user_id, result.reply_id)
             result.figures.round_trips += 1

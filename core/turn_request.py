@@ -19,16 +19,21 @@ from core.models import Delivery, PlatformMessage, Surface
 
 
 class ReplyChannel(Protocol):
-    """How a surface that pushes its replies (Telegram's Bot API) reaches the person."""
+    """How a surface that pushes its replies (Telegram's Bot API) reaches the person.
 
-    def show_typing(self) -> None: ...
+    `until` is the moment the turn's attempt must have sent by, on the turn's clock (the
+    monotonic one): past it the message may be owed and answered by someone else (core/owed.py),
+    so nothing a channel does (typing, drafts, a 429's wait, an HTTP timeout, the send itself)
+    runs past it. A reply that cannot go out by then is not sent: `send` answers OWED."""
+
+    def show_typing(self, until: float) -> None: ...
 
     def draft(self, text: str) -> None:
         """The reply so far, as the model writes it (a preview; never stored)."""
         ...
 
-    def send(self, text: str) -> Delivery:
-        """Deliver the text; whether it arrived, and if not, whether it is still owed."""
+    def send(self, text: str, until: float) -> Delivery:
+        """Deliver the text by `until`; whether it arrived, and if not, whether it is still owed."""
         ...
 
 
@@ -46,6 +51,10 @@ class TurnRequest:
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
     platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
+    # A surface that answers in its HTTP response to a platform that stops waiting (Twilio: 15 s):
+    # how long after the turn's start the response is still taken. Past it the reply is not given
+    # (nor stored): the attempt ends and the message is owed (core/owed.py answers it).
+    reply_within_s: float | None = None
 
 
 class Outcome(StrEnum):
@@ -98,8 +107,9 @@ class TurnResult:
     message_id: int | None = None
     reply_id: int | None = None
     figures: TurnFigures = field(default_factory=TurnFigures)
-    # A stored reply that could not be pushed for a reason that may pass: the surface
-    # should ask for a redelivery, which will send it.
+    # A stored reply that could not be pushed for a reason that may pass, or a message handed over
+    # unanswered because the attempt's time ran out: the surface should ask for a redelivery,
+    # which sends the stored reply, or answers the message (unless the scheduled job has).
     reply_owed: bool = False
     # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
     # that answers in its response puts them first.

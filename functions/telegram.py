@@ -4,7 +4,9 @@ Verify the secret token, parse the update, run the turn (the reply goes out thro
 Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200; an edited
 message corrects the stored one and is not answered. When the
 stored reply could not be sent for a reason that may pass, answer 503: Telegram redelivers
-an update whose webhook answered anything but 2xx, and the redelivery sends that reply.
+an update whose webhook answered anything but 2xx, and the redelivery sends that reply. So too
+when the turn's time ran out before its reply went out (nothing is stored then): the
+redelivery, or the scheduled job before it, answers the message once.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name, not a secret)
-# Replies must be out before the function's own 60 s timeout (serverless.yml).
+# Replies must be out before the function's own 60 s timeout (serverless.yml); the turn's own
+# time (its answer_by, core/turn.py) ends sooner.
 REPLY_DEADLINE_S = 50.0
 
 

@@ -24,6 +24,8 @@ from functions.http import error_response, json_response, read_form, serving
 
 # Twilio's inbound message has about 20 fields, plus two for each of at most 10 media.
 MAX_FORM_FIELDS = 100
+# Twilio waits 15 s for the TwiML answer; a second of it is the way here and back.
+TWIML_WITHIN_S = 14.0
 
 
 @serving
@@ -70,6 +72,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         deadline_s=config.whatsapp_model_deadline,
         media=action.media,
         platform=action.platform,
+        reply_within_s=TWIML_WITHIN_S,
     )
     if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
         sender.show_typing(action.message_sid)

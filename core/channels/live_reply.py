@@ -9,12 +9,15 @@ Everything here runs on a thread of its own and never holds the turn up: the mod
 handed over as it grows (`show`), and the thread sends the newest text at most once a
 `DRAFT_INTERVAL_S` (Telegram's bot FAQ: about one message a second in a chat). A 429 skips
 drafts until its `retry_after` has passed; any other failure ends the drafts (the reply still
-goes out). `stop` ends the thread before the reply is sent, so no draft follows the message.
+goes out). `stop` ends the thread, and waits for a call in flight, before the reply is sent, so
+no draft follows the message; nor does the thread outlive the turn's attempt (`start(until)`):
+past it, the message may be someone else's to answer.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -43,7 +46,8 @@ class LiveReply:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`call(method, payload, timeout_s)`: one Bot API call, raising DeliveryFailed.
-        `lasts_s`: the thread ends by itself after this, should nobody stop it."""
+        `lasts_s`: the thread ends by itself after this, should nobody stop it; `clock`: the
+        one `start`'s `until` is read on."""
         self._call = call
         self._chat_id = chat_id
         self._draft_id = draft_id or 1  # must be non-zero
@@ -56,7 +60,9 @@ class LiveReply:
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="live-reply", daemon=True)
 
-    def start(self) -> None:
+    def start(self, until: float = math.inf) -> None:
+        """Typing at once, then the drafts, until `stop` or `until` (a `clock` time), whichever first."""
+        self._ends = min(self._ends, until)
         self._thread.start()
 
     def show(self, text: str) -> None:
@@ -67,15 +73,18 @@ class LiveReply:
             self._text = text
             self._changed.notify()
 
-    def stop(self, wait_s: float = DRAFT_TIMEOUT_S) -> None:
-        """No more drafts or typing; waits for a call in flight (at most `wait_s`)."""
+    def stop(self) -> None:
+        """No more drafts or typing; waits for a call in flight (its connecting and its reading
+        each take at most half of DRAFT_TIMEOUT_S), so none reaches Telegram after what follows."""
         with self._changed:
             self._stopped = True
             self._changed.notify()
         if self._thread.is_alive():
-            self._thread.join(wait_s)
+            self._thread.join(2 * DRAFT_TIMEOUT_S)
 
     def _run(self) -> None:
+        if self._clock() >= self._ends:
+            return
         self._send_typing()  # first, whatever the model has written by now
         typing_at, draft_at = self._clock() + TYPING_RENEW_S, self._clock()
         while True:
@@ -102,7 +111,7 @@ class LiveReply:
         shown = text[:DRAFT_LIMIT]
         payload: dict[str, object] = {"chat_id": self._chat_id, "draft_id": self._draft_id, "text": shown}
         try:
-            self._call("sendMessageDraft", payload, DRAFT_TIMEOUT_S)
+            self._call("sendMessageDraft", payload, self._timeout_s())
         except DeliveryFailed as exc:
             if exc.retry_after_s is not None:
                 log.warning("drafts paused: Too Many Requests", extra={"retry_after_s": exc.retry_after_s})
@@ -116,6 +125,11 @@ class LiveReply:
 
     def _send_typing(self) -> None:
         try:
-            self._call("sendChatAction", {"chat_id": self._chat_id, "action": "typing"}, DRAFT_TIMEOUT_S)
+            self._call("sendChatAction", {"chat_id": self._chat_id, "action": "typing"}, self._timeout_s())
         except DeliveryFailed as exc:
             log.warning("typing action failed", extra={"error": str(exc)})
+
+    def _timeout_s(self) -> float:
+        """A call's HTTP timeout: connecting and reading each get half, so that a call started
+        before the thread's end is over by then."""
+        return max(min(DRAFT_TIMEOUT_S, self._ends - self._clock()) / 2, 0.01)

@@ -7,12 +7,16 @@ A reply that could not be sent is told apart by whether trying again may help: a
 (chat not found, USER_IS_BLOCKED) or 403 (blocked, cannot initiate) will not, so the
 reply is given up; a 429, a 5xx (often without a JSON body), a network failure or a
 timeout may pass, so the reply is owed and the webhook asks Telegram to redeliver. A 429
-is waited out here when its `retry_after` ends before the reply's deadline.
+is waited out here when its `retry_after` ends before the reply's deadline; nothing here runs
+past that deadline (the moment the turn's attempt must have sent by: core/turn_request.py's
+`ReplyChannel`), neither a wait nor an HTTP call, and a reply that cannot go out by then is not
+sent at all.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -53,6 +57,11 @@ class TelegramBot:
         self._http: httpx.Client = httpx.Client(timeout=timeout_s)
         self._clock = clock
         self._sleep = sleep
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock deadlines are read on (`time.monotonic`, as the turn's)."""
+        return self._clock
 
     def call(self, method: str, payload: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """One Bot API method; raises `DeliveryFailed` unless Telegram answers ok."""
@@ -110,10 +119,12 @@ class TelegramBot:
             self.call("sendMessage", payload, timeout_s=self._time_left(deadline))
 
     def _time_left(self, deadline: float) -> float:
+        """The HTTP timeout of a call that must end by `deadline`: httpx's applies to connecting
+        and to reading each, so each gets half of what is left and the two never end past it."""
         left = deadline - self._clock()
         if left <= 0:
             raise DeliveryFailed("sendMessage: no time left before the deadline")
-        return min(left, self._timeout_s)
+        return min(left / 2, self._timeout_s)
 
     def answer_callback_query(self, callback_query_id: str) -> None:
         """Stop the tapped button's spinner; the answer itself goes out as a message."""
@@ -135,7 +146,8 @@ def _retry_after(body: dict[str, Any]) -> float | None:
 
 
 class TelegramChannel:
-    """A `ReplyChannel` for one chat; replies must be out by `deadline` (a monotonic time).
+    """A `ReplyChannel` for one chat. Replies must be out by the turn's `until`, and by `deadline`
+    (the function's own limit), both times on the bot's clock.
 
     While the model writes, the person sees "typing…" and, with `drafts`, the text as it grows
     (core/channels/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage."""
@@ -145,15 +157,15 @@ class TelegramChannel:
     ) -> None:
         self._bot = bot
         self._chat_id = chat_id
-        self._deadline = deadline
-        self._live = LiveReply(bot.call, chat_id, draft_id, drafts=drafts)
+        self._deadline = deadline if deadline is not None else math.inf
+        self._live = LiveReply(bot.call, chat_id, draft_id, drafts=drafts, clock=bot.clock)
 
-    def show_typing(self) -> None:
-        self._live.start()
+    def show_typing(self, until: float) -> None:
+        self._live.start(min(until, self._deadline))
 
     def draft(self, text: str) -> None:
         self._live.show(text)
 
-    def send(self, text: str) -> Delivery:
-        self._live.stop()
-        return self._bot.send_text(self._chat_id, text, self._deadline)
+    def send(self, text: str, until: float) -> Delivery:
+        self._live.stop()  # no draft after the message, nor after the attempt's time
+        return self._bot.send_text(self._chat_id, text, min(until, self._deadline))

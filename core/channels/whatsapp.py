@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -287,11 +288,14 @@ class WhatsAppChannel:
         self._sender = sender
         self._to = to
 
-    def show_typing(self) -> None:
+    def show_typing(self, until: float) -> None:
         pass  # an owed reply: nobody is watching the chat for it
 
     def draft(self, text: str) -> None:
         pass  # WhatsApp has no drafts
 
-    def send(self, text: str) -> Delivery:
+    def send(self, text: str, until: float) -> Delivery:
+        # Not started past the attempt's time (core/turn_request.py); once started, every part goes.
+        if time.monotonic() >= until:
+            return Delivery.OWED
         return self._sender.send_text(self._to, text)

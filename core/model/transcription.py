@@ -13,7 +13,9 @@ imported on the first voice note, never by a text turn.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,23 +48,27 @@ class DeepgramTranscriber:
         self._http = httpx.Client()
 
     def transcribe(self, audio: bytes, mime_type: str, timeout_s: float) -> Transcript:
+        """`timeout_s` bounds the whole answer, not only each read: httpx's timeout is per read,
+        and an answer that trickles in would hold the turn past its attempt's time."""
         params = {"model": self._model, "detect_language": "true", "smart_format": "true"}
         headers = {"Authorization": f"Token {self._api_key}", "Content-Type": mime_type or "audio/ogg"}
+        ends = time.monotonic() + timeout_s
         try:
-            response = self._http.post(
-                f"{self._base}/v1/listen", params=params, headers=headers, content=audio, timeout=timeout_s
-            )
+            with self._http.stream(
+                "POST", f"{self._base}/v1/listen", params=params, headers=headers, content=audio, timeout=timeout_s
+            ) as response:
+                status, answer = response.status_code, _read_before(response, ends)
         except httpx.TimeoutException:
             log.warning("the transcription service timed out", extra={"timeout_s": timeout_s})
             raise MediaUnreadable("the transcription service was too slow") from None
         except httpx.HTTPError as exc:
             log.warning("the transcription service could not be reached", extra={"error": type(exc).__name__})
             raise MediaUnreadable("the transcription service could not be reached") from None
-        if response.status_code != 200:
-            log.warning("the transcription service refused", extra={"status": response.status_code})
-            raise MediaUnreadable(f"the transcription service answered {response.status_code}")
+        if status != 200:
+            log.warning("the transcription service refused", extra={"status": status})
+            raise MediaUnreadable(f"the transcription service answered {status}")
         try:
-            body = response.json()
+            body = json.loads(answer)
             channel = body["results"]["channels"][0]
             text = str(channel["alternatives"][0]["transcript"])
             language = channel.get("detected_language")
@@ -78,3 +84,14 @@ class DeepgramTranscriber:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _read_before(response: httpx.Response, ends: float) -> bytes:
+    """The answer's body, read before the monotonic time `ends`, else MediaUnreadable."""
+    chunks: list[bytes] = []
+    for chunk in response.iter_bytes():
+        if time.monotonic() > ends:
+            log.warning("the transcription service answered too slowly")
+            raise MediaUnreadable("the transcription service was too slow")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -27,13 +27,13 @@ class RecordingChannel:
         self.delivery = delivery
         self.sent: list[str] = []
 
-    def show_typing(self) -> None:
+    def show_typing(self, until: float) -> None:
         pass
 
     def draft(self, text: str) -> None:
         pass
 
-    def send(self, text: str) -> Delivery:
+    def send(self, text: str, until: float) -> Delivery:
         self.sent.append(text)
         return self.delivery
 

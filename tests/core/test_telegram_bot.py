@@ -89,3 +89,11 @@ def test_an_unreachable_bot_api_is_owed(clock: FakeClock) -> None:
     bot = TelegramBot(BOT_TOKEN, "http://127.0.0.1:1", clock=clock, sleep=clock.sleep)
     assert bot.send_text(42, "hello") is Delivery.OWED
     bot.close()
+
+
+def test_a_reply_whose_deadline_has_passed_is_owed_and_never_reaches_telegram(
+    bot: TelegramBot, fake: FakeTelegram, clock: FakeClock
+) -> None:
+    """Issue 30, finding 1: past the moment its attempt must have sent by, a reply is not sent late."""
+    assert bot.send_text(42, "hello", deadline=clock.now) is Delivery.OWED
+    assert fake.calls == [] and fake.refused == [] and clock.slept == []

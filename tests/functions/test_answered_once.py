@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -24,12 +24,18 @@ import httpx
 import pytest
 from werkzeug.serving import make_server
 
+from core.channels.telegram_bot import TelegramBot, TelegramChannel
+from core.models import Surface
+from core.turn import Turns
+from core.turn_request import TurnRequest, TurnSettings
 from functions import runtime
+from functions.telegram import REPLY_DEADLINE_S
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
+    BOT_TOKEN,
     JWT_SECRET,
     MAIN,
     PUBLIC_BASE_URL,
@@ -653,3 +659,134 @@ def test_while_the_model_is_down_the_job_sends_nothing_and_the_next_run_tries_an
     assert (up["owed_answered"], up["owed_failed"]) == (3, 0)
     # The ones that failed went behind the one not tried yet.
     assert [m["To"] for m in fake_twilio.messages] == [third["From"], first["From"], second["From"]]
+
+
+# No answer after answer_by (issue 30, finding 1).
+
+
+class FakeClock:
+    """The first attempt's clock (time.monotonic's stand-in, shared by its turn and its bot):
+    time passes only when the model thinks or the bot waits; `meanwhile` runs while it waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+        self.meanwhile: list[Callable[[], None]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        for happening in self.meanwhile:
+            happening()
+
+
+def first_attempt(clock: FakeClock) -> tuple[Turns, TelegramBot]:
+    """The webhook's turn and bot as functions/telegram.py builds them, on the fake clock."""
+    bot = TelegramBot(BOT_TOKEN, runtime.settings().telegram_api_base, clock=clock, sleep=clock.sleep)
+    settings = TurnSettings("be brief", "FALLBACK", "NO", memory_notes=False)
+    return Turns(runtime.memory(), runtime.model, runtime.identity(), settings, clock=clock), bot
+
+
+def test_a_reply_held_up_by_a_429_past_answer_by_is_not_sent_late_and_the_message_is_answered_once(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """The repro: the model answers at 5 s (inside TELEGRAM_MODEL_DEADLINE's 25 s), sendMessage
+    gets a 429 with retry_after 41, which ends inside the channel's 50 s; meanwhile the message
+    is owed (its answer_by, 35 s) and the scheduled job runs. On 8281e8c the bot waited the 41 s,
+    the job answered, and the first attempt sent too: two answers to one message."""
+    environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+    environment.setenv("MEMORY_NOTES", "false")
+    job, telegram = app_client("memory_digest"), app_client("telegram_webhook")
+    clock = FakeClock()
+    answers = iter(["Your train leaves at 8:15.", "The 8:15 train, from platform 4."])
+
+    def thinking(body: dict[str, Any]) -> str:
+        if clock.now == 1000.0:
+            clock.advance(5.0)  # the first attempt's model
+        return next(answers)
+
+    fake_anthropic.answer = thinking
+    delivery = update("When does my train leave?", user_id=640000021)
+    update_id = str(delivery["update_id"])
+    jobs: list[dict[str, Any]] = []
+
+    def the_job_runs() -> None:
+        pass_the_deadline(job_database, update_id)
+        jobs.append(job.post("/", headers=DIGEST).get_json())
+
+    clock.meanwhile.append(the_job_runs)
+    fake_telegram.fail_with("too_many_requests", times=1)  # retry after 41 s
+    turns, bot = first_attempt(clock)
+    request = TurnRequest(
+        Surface.TELEGRAM, "When does my train leave?", update_id, sender_id="640000021", deadline_s=25.0
+    )
+    channel = TelegramChannel(bot, 640000021, clock() + REPLY_DEADLINE_S, draft_id=int(update_id))
+    result = turns.run(request, channel)
+    bot.close()
+    the_job_runs()  # 35 s: the message's answer_by
+    telegram.post("/", json=delivery, headers=TELEGRAM_HEADERS)  # Telegram redelivers (the webhook answered 503)
+
+    assert fake_telegram.sent() == [{"chat_id": 640000021, "text": "Your train leaves at 8:15."}]
+    assert len(fake_anthropic.requests) == 1
+    assert stored_turn(job_database, update_id) == [
+        ("user", "When does my train leave?"),
+        ("assistant", "Your train leaves at 8:15."),
+    ]
+    assert rows(job_database, "select count(*) from messages where delivered_at is not null") == [(1,)]
+    # The 41 s would have ended past the attempt's time: not waited. Its reply, stored before
+    # answer_by, is sent by the redelivery; the job finds the message answered.
+    assert clock.slept == [] and result.reply_owed
+    assert [(run["owed_answered"], run["owed_failed"]) for run in jobs] == [(0, 0)]
+
+
+def test_an_attempt_whose_time_ran_out_before_it_sent_hands_the_message_over_and_it_is_answered_once(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """The answer comes when the attempt can no longer send it before its answer_by (less the time
+    to store it): it is neither sent nor stored, the attempt ends and the message is owed at once;
+    the job answers it, and Telegram's redelivery (the webhook answered 503) finds it answered."""
+    environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+    environment.setenv("MEMORY_NOTES", "false")
+    job, telegram = app_client("memory_digest"), app_client("telegram_webhook")
+    clock = FakeClock()
+    answers = iter(["Too late to say.", "Yes, the gym opens at 7."])
+
+    def thinking(body: dict[str, Any]) -> str:
+        if clock.now == 1000.0:
+            clock.advance(34.0)  # past the attempt's 25 + 10 - 2 s
+        return next(answers)
+
+    fake_anthropic.answer = thinking
+    delivery = update("Is the gym open early?", user_id=640000022)
+    update_id = str(delivery["update_id"])
+    turns, bot = first_attempt(clock)
+    request = TurnRequest(Surface.TELEGRAM, "Is the gym open early?", update_id, sender_id="640000022", deadline_s=25.0)
+    result = turns.run(request, TelegramChannel(bot, 640000022, clock() + REPLY_DEADLINE_S))
+    bot.close()
+
+    assert result.reply_owed and result.reply_id is None
+    assert fake_telegram.sent() == [] and fake_telegram.refused == []
+    assert stored_turn(job_database, update_id) == [("user", "Is the gym open early?")]
+
+    run = job.post("/", headers=DIGEST).get_json()  # owed at once: no answer_by to wait for
+    assert (run["owed_answered"], run["owed_failed"]) == (1, 0)
+    again = telegram.post("/", json=delivery, headers=TELEGRAM_HEADERS)
+    assert again.get_json() == {"ok": True, "outcome": "duplicate"}
+    assert fake_telegram.sent() == [{"chat_id": 640000022, "text": "Yes, the gym opens at 7."}]
+    assert stored_turn(job_database, update_id) == [
+        ("user", "Is the gym open early?"),
+        ("assistant", "Yes, the gym opens at 7."),
+    ]
+    assert len(fake_anthropic.requests) == 2

@@ -1,0 +1,111 @@
+"""Telegram's live reply (core/channels/live_reply.py) against the fake Bot API, on a clock the
+test moves (issue 30, finding 9): a 429 pauses the drafts until its `retry_after` and they go on;
+`stop()` ends the thread, so nothing follows the message."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from core.channels.live_reply import LiveReply
+from core.channels.telegram_bot import TelegramBot, TelegramChannel
+from core.models import Delivery
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import BOT_TOKEN
+
+
+class MovedClock:
+    """A monotonic clock that moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTelegram]:
+    server = FakeTelegram(BOT_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def clock() -> MovedClock:
+    return MovedClock()
+
+
+@pytest.fixture
+def bot(fake: FakeTelegram, clock: MovedClock) -> Iterator[TelegramBot]:
+    client = TelegramBot(BOT_TOKEN, fake.url, clock=clock)
+    yield client
+    client.close()
+
+
+def eventually(condition: Callable[[], bool]) -> None:
+    """Wait for the live reply's thread to have done something (never a figure about time)."""
+    for _ in range(500):
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError("the live reply's thread never got there")
+
+
+def methods(fake: FakeTelegram) -> list[str]:
+    return [method for method, _ in fake.calls]
+
+
+def test_a_429_on_drafts_pauses_them_until_its_retry_after_and_then_they_go_on(
+    fake: FakeTelegram, bot: TelegramBot, clock: MovedClock
+) -> None:
+    fake.fail_with("too_many_requests", times=1, method="sendMessageDraft")  # retry after 41 s
+    live = LiveReply(bot.call, 42, 7, clock=clock, lasts_s=120)
+    live.start(clock.now + 120)
+    live.show("Hello")
+    eventually(lambda: len(fake.refused) == 1)
+
+    clock.now += 40  # still inside the 41 s
+    live.show("Hello there")
+    time.sleep(0.3)  # what the thread would take to send a draft it wanted
+    assert fake.sent("sendMessageDraft") == []
+
+    clock.now += 1.5
+    live.show("Hello there, Ana")
+    eventually(lambda: bool(fake.sent("sendMessageDraft")))
+    live.stop()
+    assert fake.sent("sendMessageDraft") == [{"chat_id": 42, "draft_id": 7, "text": "Hello there, Ana"}]
+
+
+def test_stop_ends_the_drafts_and_nothing_reaches_telegram_after_the_message(
+    fake: FakeTelegram, bot: TelegramBot, clock: MovedClock
+) -> None:
+    channel = TelegramChannel(bot, 42, draft_id=7, drafts=True)
+    channel.show_typing(clock.now + 60)
+    channel.draft("Hel")
+    eventually(lambda: bool(fake.sent("sendMessageDraft")))
+    channel.draft("Hello")  # waits for the next draft's turn, a second later
+    assert channel.send("Hello, Ana.", clock.now + 60) is Delivery.DELIVERED
+
+    clock.now += 10  # a thread still running would now send its draft, and typing
+    channel.draft("Hello, Ana.")  # as a late piece of the model's text would wake it
+    time.sleep(0.3)
+    called = methods(fake)
+    assert called[-1] == "sendMessage"
+    assert called.count("sendMessage") == 1
+    assert fake.sent("sendMessageDraft") == [{"chat_id": 42, "draft_id": 7, "text": "Hel"}]
+
+
+def test_the_drafts_end_with_the_attempts_time(fake: FakeTelegram, bot: TelegramBot, clock: MovedClock) -> None:
+    """Past the moment the attempt must have sent by, the message may be someone else's to answer."""
+    channel = TelegramChannel(bot, 42, draft_id=7, drafts=True)
+    channel.show_typing(clock.now + 30)
+    channel.draft("Hel")
+    eventually(lambda: bool(fake.sent("sendMessageDraft")))
+    clock.now += 31
+    channel.draft("Hello")
+    time.sleep(0.3)
+    assert channel.send("Hello, Ana.", clock.now - 1) is Delivery.OWED
+    assert [method for method in methods(fake) if method != "sendChatAction"] == ["sendMessageDraft"]
