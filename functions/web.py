@@ -1,7 +1,9 @@
 """`web_chat`: the web frontend's fetch calls, routed by method and path in one function, by the
 one route table at the end of this module (`ROUTES`):
 
-POST /, /messages                      send a message; JSON, or SSE with Accept: text/event-stream
+POST /, /messages                      send a message; JSON, or SSE with Accept: text/event-stream;
+                                       the AI SDK's useChat body, answered with its UI message stream
+GET  /<conversation>/stream            useChat's resume of that stream (functions/ui_chat.py)
 GET  /conversations                    the person's conversations (web and the other surfaces')
 POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
@@ -15,72 +17,31 @@ OPTIONS *                              CORS preflight, without touching the data
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
 
 import flask
-from pydantic import BaseModel, Field, field_validator
 
 from core.context import ContextItem
 from core.errors import CrossmemError
-from core.media import MediaKind, MediaRef
-from core.models import Role, Surface
+from core.models import Surface
 from core.turn_request import TurnRequest, TurnResult
-from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes
-from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
+from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes, ui_chat
+from functions.http import (
+    CONVERSATION_ID,
+    error_response,
+    json_response,
+    parse_json,
+    read_json,
+    read_json_body,
+    serving,
+)
 from functions.paging import page_query
-
-
-class ClientMessage(BaseModel):
-    id: int | None = None
-    role: Role
-    content: str = Field(max_length=200_000)
-    surface: Surface = Surface.WEB
-    created_at: datetime | None = None
-
-
-class WebAttachment(BaseModel):
-    """An image or a voice note sent with a message (docs/api.md): its type and its bytes in
-    base64; a voice note's length as the recorder measured it (WebM and MP4 say it nowhere near
-    their start), a claim the transcriber's own length checks (core/media_turn.py)."""
-
-    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
-    data: str = Field(min_length=4)  # the base64 of one byte at least
-    seconds: int | None = Field(default=None, ge=0, le=86_400)
-
-    def media(self) -> MediaRef:
-        if self.media_type.startswith("audio/"):
-            return MediaRef(MediaKind.VOICE, self.media_type, data=base64.b64decode(self.data), seconds=self.seconds)
-        return MediaRef(MediaKind.IMAGE, self.media_type, data=base64.b64decode(self.data))
-
-    @field_validator("data")
-    @classmethod
-    def base64_data(cls, value: str) -> str:
-        try:
-            base64.b64decode(value, validate=True)
-        except ValueError:
-            raise ValueError("data must be base64") from None
-        return value
-
-
-class SendMessage(BaseModel):
-    message: str
-    conversation_id: uuid.UUID | None = None
-    client_message_id: str | None = Field(default=None, max_length=128)
-    history: list[ClientMessage] | None = Field(default=None, max_length=200)
-    attachments: list[WebAttachment] = Field(default=[], max_length=10)
-    timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
-
-
-class NewConversation(BaseModel):
-    title: str = Field(default="", max_length=200)
+from functions.web_models import NewConversation, SendMessage
 
 
 @serving
@@ -133,7 +94,10 @@ def conversation_messages(
 def send_message(
     request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str] | None = None
 ) -> flask.Response:
-    body = read_json(request, SendMessage)
+    raw = read_json_body(request)
+    if ui_chat.is_ui_chat(json_object(raw)):
+        return ui_chat.send_ui_chat(raw, person, cors)
+    body = parse_json(raw, SendMessage)
     history = None
     if body.history is not None:
         history = [ContextItem(m.role, m.content, m.surface, m.created_at, m.id) for m in body.history]
@@ -155,6 +119,14 @@ def send_message(
     return flask.Response(
         sse(first, events), headers={**cors, "Cache-Control": "no-cache"}, mimetype="text/event-stream"
     )
+
+
+def json_object(raw: bytes) -> object:
+    """The body parsed only to tell its shape (None when it is not JSON: the model's parse says why)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def sse(first: TurnResult | str, rest: Iterator[TurnResult | str]) -> Iterator[str]:
@@ -221,4 +193,5 @@ ROUTES = (
     route("GET", "/follow-ups", follow_up_routes.list_follow_ups),
     route("DELETE", "/follow-ups/([0-9]{1,18})", follow_up_routes.cancel_follow_up),
     route("GET", "/search", search_routes.search_messages),
+    route("GET", rf"/{CONVERSATION_ID}/stream", ui_chat.resume),
 )
