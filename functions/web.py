@@ -12,6 +12,7 @@ GET  /memory                           the person's memory notes (functions/note
 POST, GET /links; DELETE /links/<surface>   linking the person's other apps (functions/links.py)
 GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
 GET  /search?q=                        searching the person's own messages (functions/search_routes.py)
+GET  /openapi.json                     this function's OpenAPI 3.1 document (functions/web_openapi.py), unauthenticated
 OPTIONS *                              CORS preflight, without touching the database
 """
 
@@ -30,7 +31,7 @@ from core.context import ContextItem
 from core.errors import CrossmemError
 from core.models import Surface
 from core.turn_request import TurnRequest, TurnResult
-from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes, ui_chat
+from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes, ui_chat, web_openapi
 from functions.http import (
     CONVERSATION_ID,
     error_response,
@@ -51,6 +52,8 @@ def web_chat(request: flask.Request) -> flask.Response:
         if not cors:  # said in JSON for whoever debugs it with curl; a browser only sees the 403
             return json_response({"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}, 403)
         return flask.Response(status=204, headers=cors)
+    if request.method == "GET" and request.path.rstrip("/") == "/openapi.json":  # public, like docs/openapi.json
+        return json_response(web_openapi.document(), headers=cors)
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         path = request.path.rstrip("/") or "/"
