@@ -19,6 +19,12 @@ the header `x-vercel-ai-ui-message-stream: v1` (its `UI_MESSAGE_STREAM_HEADERS`)
 
 A turn's errors before its first event (input, ownership, budget) are answered with their HTTP
 status by the caller: a stream is only started once the turn has begun.
+
+The useChat body always gets it; today's body gets it when it asks with `Accept: text/event-stream`
+and the request header `x-vercel-ai-ui-message-stream: v1` (the demo page does, keeping the
+voice recorder's `seconds`, which a UI file part has no place for); without that header today's
+body keeps today's `delta` / `done` events (functions/web.py's `sse`), for the clients written
+against them.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ from core.errors import CrossmemError
 from core.turn_request import Outcome, TurnResult
 from functions.http import error_status
 
+UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 HEADERS = {
-    "x-vercel-ai-ui-message-stream": "v1",
+    UI_STREAM_HEADER: "v1",
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",  # a proxy that buffers would hold the text until the end
 }

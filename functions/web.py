@@ -1,7 +1,8 @@
 """`web_chat`: the web frontend's fetch calls, routed by method and path in one function, by the
 one route table at the end of this module (`ROUTES`):
 
-POST /, /messages                      send a message; JSON, or SSE with Accept: text/event-stream;
+POST /, /messages                      send a message; JSON, or SSE with Accept: text/event-stream
+                                       (the UI message stream with x-vercel-ai-ui-message-stream: v1);
                                        the AI SDK's useChat body, answered with its UI message stream
 GET  /<conversation>/stream            useChat's resume of that stream (functions/ui_chat.py)
 GET  /conversations                    the person's conversations (web and the other surfaces')
@@ -42,6 +43,7 @@ from functions.http import (
     serving,
 )
 from functions.paging import page_query
+from functions.ui_message_stream import UI_STREAM_HEADER
 from functions.web_models import NewConversation, SendMessage
 
 
@@ -117,6 +119,8 @@ def send_message(
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)
+    if request.headers.get(UI_STREAM_HEADER) == "v1":  # today's body, answered as useChat's is (the demo page)
+        return ui_chat.streamed(runtime.turns().stream(turn), cors)
     events = runtime.turns().stream(turn)
     first = next(events)  # errors of input, ownership and auth surface here, before any byte is sent
     return flask.Response(
@@ -158,7 +162,7 @@ def cors_headers(request: flask.Request) -> dict[str, str]:
         return {}
     return {
         "Access-Control-Allow-Origin": origin,
-        "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept",
+        "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, {UI_STREAM_HEADER}",
         "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -82,3 +83,9 @@ def test_the_ai_sdk_reads_the_stream_of_crossmem_dev(dev_server: tuple[str, str]
     assert done.returncode == 0, done.stdout + done.stderr
     print(done.stdout)
     assert "ℹ pass 4\n" in done.stdout and "ℹ fail 0\n" in done.stdout, done.stdout
+
+
+def test_docs_frontend_shows_the_client_the_node_test_runs() -> None:
+    doc = (NODE_TESTS.parents[1] / "docs" / "frontend.md").read_text()
+    blocks = re.findall(r"```js\n(.*?)```", doc, flags=re.DOTALL)
+    assert blocks == [(NODE_TESTS / "crossmem-chat.mjs").read_text()]

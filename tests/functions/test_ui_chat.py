@@ -23,7 +23,7 @@ from core.models import Surface
 from core.turn_request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import CORPUS, JWT_SECRET, app_client, bearer, rows, stored_count
+from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, bearer, rows, stored_count
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
 
@@ -351,3 +351,31 @@ def test_a_follow_up_scheduled_in_the_turn_travels_as_a_data_part(
         )
     )
     assert "data-follow-ups" not in [part["type"] for part in plain if isinstance(part, dict)]
+
+
+def test_todays_body_gets_the_ui_message_stream_only_when_it_asks_for_it(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.answer = lambda body: ANSWER
+    person = uuid.uuid4()
+    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+    response = web.post("/", json={"message": "hello", "client_message_id": "d-1"}, headers=asking)
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    parts = parts_of(response.get_data(as_text=True))
+    turn = next(part for part in parts if isinstance(part, dict) and part["type"] == "data-turn")["data"]
+    stored = rows(database_url, "select id, conversation_id from messages where user_id = %s order by id", person)
+    assert turn == {
+        "conversationId": str(stored[0][1]),
+        "messageId": stored[0][0],
+        "replyId": stored[1][0],
+        "outcome": "answered",
+    }
+    legacy = web.post(
+        "/",
+        json={"message": "hello", "client_message_id": "d-1"},
+        headers={**bearer(person), "Accept": "text/event-stream"},
+    )
+    assert "x-vercel-ai-ui-message-stream" not in legacy.headers
+    assert legacy.get_data(as_text=True).startswith("event: delta\ndata: ")
+    preflight = web.options("/", headers={"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "POST"})
+    assert "x-vercel-ai-ui-message-stream" in preflight.headers["Access-Control-Allow-Headers"]
