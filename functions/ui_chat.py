@@ -86,7 +86,7 @@ def attachment(part: UIFilePart) -> WebAttachment:
     found = DATA_URL.fullmatch(part.url)
     if found is None:
         raise InputError("a file part must be a base64 data: URL (useChat sends a FileList so)")
-    if found[1] != part.mediaType:
+    if found[1] != part.mediaType.split(";")[0].strip():  # a recording's says `audio/webm;codecs=opus`
         raise InputError(f"the file part says {part.mediaType} and its data URL {found[1]}")
     try:
         base64.b64decode(found[2], validate=True)

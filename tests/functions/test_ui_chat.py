@@ -19,9 +19,12 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
+from core.errors import InputError
 from core.models import Surface
 from core.turn_request import TurnRequest
 from functions import runtime
+from functions.ui_chat import attachment
+from functions.web_models import UIFilePart
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, bearer, rows, stored_count
 
@@ -379,3 +382,22 @@ def test_todays_body_gets_the_ui_message_stream_only_when_it_asks_for_it(
     assert legacy.get_data(as_text=True).startswith("event: delta\ndata: ")
     preflight = web.options("/", headers={"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "POST"})
     assert "x-vercel-ai-ui-message-stream" in preflight.headers["Access-Control-Allow-Headers"]
+
+
+@pytest.mark.parametrize(
+    ("media_type", "url", "taken"),
+    [
+        ("audio/webm;codecs=opus", "data:audio/webm;codecs=opus;base64,GkXfow==", "audio/webm"),
+        ("image/png", "data:image/png;base64,iVBORw0KGgo=", "image/png"),
+        ("image/png", "data:image/jpeg;base64,/9j/4A==", None),
+        ("image/png", "data:image/png,not-base64", None),
+        ("image/png", "data:image/png;base64,***", None),
+    ],
+)
+def test_a_file_parts_data_url_is_taken_with_todays_rules(media_type: str, url: str, taken: str | None) -> None:
+    part = UIFilePart(type="file", mediaType=media_type, url=url)
+    if taken is None:
+        with pytest.raises(InputError):
+            attachment(part)
+    else:
+        assert attachment(part).media_type == taken
