@@ -129,10 +129,11 @@ def send_message(
 
 
 def json_object(raw: bytes) -> object:
-    """The body parsed only to tell its shape (None when it is not JSON: the model's parse says why)."""
+    """The body parsed only to tell its shape (None when it is not JSON, or nested past Python's
+    recursion limit: the model's parse then says why, as a 400)."""
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -401,3 +401,9 @@ def test_a_file_parts_data_url_is_taken_with_todays_rules(media_type: str, url: 
             attachment(part)
     else:
         assert attachment(part).media_type == taken
+
+
+def test_a_body_nested_past_the_recursion_limit_is_a_400(web: FlaskClient) -> None:
+    for body in ("[" * 100_000, '{"messages": ' + "[" * 100_000):
+        response = web.post("/", data=body, content_type="application/json", headers=bearer(uuid.uuid4()))
+        assert (response.status_code, response.get_json()["error"]) == (400, "bad_request")
