@@ -26,7 +26,7 @@ from functions import runtime
 from functions.ui_chat import attachment
 from functions.web_models import UIFilePart
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, bearer, rows, stored_count
+from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
 
@@ -407,3 +407,30 @@ def test_a_body_nested_past_the_recursion_limit_is_a_400(web: FlaskClient) -> No
     for body in ("[" * 100_000, '{"messages": ' + "[" * 100_000):
         response = web.post("/", data=body, content_type="application/json", headers=bearer(uuid.uuid4()))
         assert (response.status_code, response.get_json()["error"]) == (400, "bad_request")
+
+
+def test_auth_is_answered_before_any_stream(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    owner, stranger = uuid.uuid4(), uuid.uuid4()
+    as_owner(environment, owner)
+    runtime.reset()
+    web = app_client("web_chat")
+    chat = new_conversation(web, owner)
+    body = chat_body(chat, ui_message("u-1", "user", "hi"))
+    answers = [
+        web.post("/", json=body),
+        web.post("/", json=body, headers=bearer(owner, exp=int(time.time()) - 3600)),
+        web.post("/", json=body, headers=bearer(stranger)),
+        web.get(f"/{chat}/stream"),
+        web.get(f"/{chat}/stream", headers=bearer(stranger)),
+    ]
+    assert [(a.status_code, a.mimetype, a.get_json()["error"]) for a in answers] == [
+        (401, "application/json", "unauthorized"),
+        (401, "application/json", "unauthorized"),
+        (403, "application/json", "forbidden"),
+        (401, "application/json", "unauthorized"),
+        (403, "application/json", "forbidden"),
+    ]
+    assert stored_count(database_url, owner) == 0 and stored_count(database_url, stranger) == 0
+    assert fake_anthropic.requests == []
