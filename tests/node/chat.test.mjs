@@ -111,6 +111,8 @@ test("a resume after an abort yields the reply once", async () => {
   const stored = await loadMessages(api, async () => token, chat.id);
   assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
   assert.equal(textOf(message), textOf(stored[1]));
+  // Answered anew (its first attempt ended with the abort): the stored reply's id comes with the turn.
+  assert.equal(message.parts.find((part) => part.type === "data-turn").data.replyId, Number(stored[1].id));
   assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null); // once
 });
 
