@@ -14,6 +14,9 @@ SYNC := $(UV) sync --frozen --inexact --quiet
 # Our own stamp, touched once `npm ci` succeeded: an install cut short (npm ci empties
 # node_modules first) leaves none, so the next make installs again.
 DEPLOY_TOOLS := infra/deploy/node_modules/.crossmem-installed
+# The AI SDK's client for the test of the web's UI message stream (tests/node, `ai` 6 as its
+# package-lock.json pins it), installed the same way.
+NODE_CLIENT := tests/node/node_modules/.crossmem-installed
 SUPABASE := infra/deploy/node_modules/.bin/supabase
 # A deploy tool's failure ends in one line: its own error and the likely fix (functions/tools/tool_failures.py,
 # standard library only, so it runs before the venv exists).
@@ -41,7 +44,7 @@ $(STAMP): $(RUN_STAMP)
 dev: $(RUN_STAMP)
 	$(BIN)/crossmem dev
 
-test: $(STAMP) browser $(DEPLOY_TOOLS)
+test: $(STAMP) browser $(DEPLOY_TOOLS) $(NODE_CLIENT)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -n 2 --dist loadfile
@@ -77,6 +80,11 @@ $(DEPLOY_TOOLS): infra/deploy/package-lock.json
 	touch $(DEPLOY_TOOLS)
 
 deploy-tools: $(DEPLOY_TOOLS)
+
+$(NODE_CLIENT): tests/node/package-lock.json
+	@echo "npm ci --prefix tests/node --no-audit --no-fund --loglevel=error"
+	@$(EXPLAINED) "make test" -- npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+	touch $(NODE_CLIENT)
 
 # What `make deploy` uploads, by .gcloudignore, in build/function-source/.
 package: $(STAMP)

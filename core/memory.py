@@ -388,6 +388,18 @@ class Memory:
             has_more=len(messages) > limit,
         )
 
+    def unanswered_message(self, user_id: UUID, conversation_id: UUID) -> tuple[str, str] | None:
+        """The conversation's newest message when it is the person's web message and has no reply
+        yet: its client's id and its text (the web's resume sends it again). NotFound for a
+        conversation that is not theirs."""
+        row = self.store.call(
+            "unanswered_message", {"p_user_id": str(user_id), "p_conversation_id": str(conversation_id)}
+        )
+        if row.get("error") == "conversation_not_found":
+            raise NotFound("no such conversation")
+        message = row.get("message")
+        return (str(message["external_id"]), str(message["content"])) if message else None
+
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
         rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})
         return [StoredMessage.from_row(row) for row in rows]

@@ -537,6 +537,7 @@ class Turns:
     ) -> None:
         if start.message_id is None or start.user_id is None:
             return
+        changes = tools.changes() if tools is not None else None
         result.reply_id = self.memory.finish_turn(
             start.user_id,
             start.message_id,
@@ -544,11 +545,13 @@ class Turns:
             delivered=delivered,
             tokens=result.figures.model_tokens,
             user_content=learned,
-            follow_ups=tools.changes() if tools is not None else None,
+            follow_ups=changes,
             max_follow_ups=self._settings.follow_ups.max_pending,
             reserved=start.reserved_tokens,
         )
         result.figures.round_trips += 1
+        if result.reply_id is not None and changes:
+            result.follow_ups_scheduled = list(changes.get("schedule", []))
         if result.reply_id is None:
             result.figures.error = result.figures.error or "the reply could not be stored"
 

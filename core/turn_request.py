@@ -114,6 +114,9 @@ class TurnResult:
     # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
     # that answers in its response puts them first.
     follow_ups_first: list[str] = field(default_factory=list)
+    # The follow-ups this turn's reply was stored with ({"content", "due_at", "timezone"}): the web
+    # stream tells the page, which can show them without asking.
+    follow_ups_scheduled: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -96,13 +96,19 @@ def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[fla
     return serve
 
 
-def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:
+def error_status(exc: CrossmemError) -> tuple[int, str]:
+    """The HTTP status and the error code of `exc`, by the table."""
     for kind, status, code in HTTP_ERRORS:
         if isinstance(exc, kind):
-            if isinstance(exc, StillAnswering):
-                headers = {**(headers or {}), "Retry-After": str(exc.retry_after_s)}
-            return json_response({"error": code, "message": str(exc)}, status, headers)
-    return json_response({"error": "error", "message": str(exc)}, 400, headers)
+            return status, code
+    return 400, "error"
+
+
+def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:
+    status, code = error_status(exc)
+    if isinstance(exc, StillAnswering):
+        headers = {**(headers or {}), "Retry-After": str(exc.retry_after_s)}
+    return json_response({"error": code, "message": str(exc)}, status, headers)
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> flask.Response:
@@ -124,9 +130,18 @@ def read_body(request: flask.Request) -> bytes:
 
 def read_json(request: flask.Request, shape: type[Model]) -> Model:
     """The body as `shape`; InputError with the reason when it is not."""
+    return parse_json(read_json_body(request), shape)
+
+
+def read_json_body(request: flask.Request) -> bytes:
+    """The bytes of a body that says it is JSON; InputError when it does not."""
     if request.mimetype != "application/json":
         raise InputError("the body must be application/json")
-    raw = read_body(request)
+    return read_body(request)
+
+
+def parse_json(raw: bytes, shape: type[Model]) -> Model:
+    """`raw` as `shape`; InputError with the reason when it is not."""
     try:
         return shape.model_validate_json(raw)
     except ValidationError as exc:

@@ -2,6 +2,9 @@
 one route table at the end of this module (`ROUTES`):
 
 POST /, /messages                      send a message; JSON, or SSE with Accept: text/event-stream
+                                       (the UI message stream with x-vercel-ai-ui-message-stream: v1);
+                                       the AI SDK's useChat body, answered with its UI message stream
+GET  /<conversation>/stream            useChat's resume of that stream (functions/ui_chat.py)
 GET  /conversations                    the person's conversations (web and the other surfaces')
 POST /conversations                    start a web conversation
 GET  /conversations/<id>/messages      one conversation's messages, paged with ?before=<id>&limit=
@@ -10,77 +13,38 @@ GET  /memory                           the person's memory notes (functions/note
 POST, GET /links; DELETE /links/<surface>   linking the person's other apps (functions/links.py)
 GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
 GET  /search?q=                        searching the person's own messages (functions/search_routes.py)
+GET  /openapi.json                     this function's OpenAPI 3.1 document (functions/web_openapi.py), unauthenticated
 OPTIONS *                              CORS preflight, without touching the database
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
 
 import flask
-from pydantic import BaseModel, Field, field_validator
 
 from core.context import ContextItem
 from core.errors import CrossmemError
-from core.media import MediaKind, MediaRef
-from core.models import Role, Surface
+from core.models import Surface
 from core.turn_request import TurnRequest, TurnResult
-from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes
-from functions.http import CONVERSATION_ID, error_response, json_response, read_json, serving
+from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes, ui_chat, web_openapi
+from functions.http import (
+    CONVERSATION_ID,
+    error_response,
+    json_response,
+    parse_json,
+    read_json,
+    read_json_body,
+    serving,
+)
 from functions.paging import page_query
-
-
-class ClientMessage(BaseModel):
-    id: int | None = None
-    role: Role
-    content: str = Field(max_length=200_000)
-    surface: Surface = Surface.WEB
-    created_at: datetime | None = None
-
-
-class WebAttachment(BaseModel):
-    """An image or a voice note sent with a message (docs/api.md): its type and its bytes in
-    base64; a voice note's length as the recorder measured it (WebM and MP4 say it nowhere near
-    their start), a claim the transcriber's own length checks (core/media_turn.py)."""
-
-    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
-    data: str = Field(min_length=4)  # the base64 of one byte at least
-    seconds: int | None = Field(default=None, ge=0, le=86_400)
-
-    def media(self) -> MediaRef:
-        if self.media_type.startswith("audio/"):
-            return MediaRef(MediaKind.VOICE, self.media_type, data=base64.b64decode(self.data), seconds=self.seconds)
-        return MediaRef(MediaKind.IMAGE, self.media_type, data=base64.b64decode(self.data))
-
-    @field_validator("data")
-    @classmethod
-    def base64_data(cls, value: str) -> str:
-        try:
-            base64.b64decode(value, validate=True)
-        except ValueError:
-            raise ValueError("data must be base64") from None
-        return value
-
-
-class SendMessage(BaseModel):
-    message: str
-    conversation_id: uuid.UUID | None = None
-    client_message_id: str | None = Field(default=None, max_length=128)
-    history: list[ClientMessage] | None = Field(default=None, max_length=200)
-    attachments: list[WebAttachment] = Field(default=[], max_length=10)
-    timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
-
-
-class NewConversation(BaseModel):
-    title: str = Field(default="", max_length=200)
+from functions.ui_message_stream import UI_STREAM_HEADER
+from functions.web_models import NewConversation, SendMessage
 
 
 @serving
@@ -90,6 +54,8 @@ def web_chat(request: flask.Request) -> flask.Response:
         if not cors:  # said in JSON for whoever debugs it with curl; a browser only sees the 403
             return json_response({"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}, 403)
         return flask.Response(status=204, headers=cors)
+    if request.method == "GET" and request.path.rstrip("/") == "/openapi.json":  # public, like docs/openapi.json
+        return json_response(web_openapi.document(), headers=cors)
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         path = request.path.rstrip("/") or "/"
@@ -133,7 +99,10 @@ def conversation_messages(
 def send_message(
     request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str] | None = None
 ) -> flask.Response:
-    body = read_json(request, SendMessage)
+    raw = read_json_body(request)
+    if ui_chat.is_ui_chat(json_object(raw)):
+        return ui_chat.send_ui_chat(raw, person, cors)
+    body = parse_json(raw, SendMessage)
     history = None
     if body.history is not None:
         history = [ContextItem(m.role, m.content, m.surface, m.created_at, m.id) for m in body.history]
@@ -150,11 +119,22 @@ def send_message(
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)
+    if request.headers.get(UI_STREAM_HEADER) == "v1":  # today's body, answered as useChat's is (the demo page)
+        return ui_chat.streamed(runtime.turns().stream(turn), cors)
     events = runtime.turns().stream(turn)
     first = next(events)  # errors of input, ownership and auth surface here, before any byte is sent
     return flask.Response(
         sse(first, events), headers={**cors, "Cache-Control": "no-cache"}, mimetype="text/event-stream"
     )
+
+
+def json_object(raw: bytes) -> object:
+    """The body parsed only to tell its shape (None when it is not JSON, or nested past Python's
+    recursion limit: the model's parse then says why, as a 400)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 def sse(first: TurnResult | str, rest: Iterator[TurnResult | str]) -> Iterator[str]:
@@ -183,7 +163,7 @@ def cors_headers(request: flask.Request) -> dict[str, str]:
         return {}
     return {
         "Access-Control-Allow-Origin": origin,
-        "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept",
+        "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, {UI_STREAM_HEADER}",
         "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",
@@ -221,4 +201,5 @@ ROUTES = (
     route("GET", "/follow-ups", follow_up_routes.list_follow_ups),
     route("DELETE", "/follow-ups/([0-9]{1,18})", follow_up_routes.cancel_follow_up),
     route("GET", "/search", search_routes.search_messages),
+    route("GET", rf"/{CONVERSATION_ID}/stream", ui_chat.resume),
 )

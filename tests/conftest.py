@@ -31,3 +31,16 @@ def store(database_url: str) -> Iterator[PostgresStore]:
 @pytest.fixture
 def memory(store: PostgresStore) -> Memory:
     return Memory(store, ContextLimits())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What a test said with `record_property("summary", ...)`, after the run: `pytest -n 2` shows
+    no passing test's own output (Schemathesis's number of cases, tests/functions/test_web_openapi.py)."""
+    said = [
+        value
+        for report in terminalreporter.getreports("passed")
+        for name, value in report.user_properties
+        if name == "summary"
+    ]
+    for line in said:
+        terminalreporter.write_line(str(line))

@@ -32,6 +32,7 @@ SQL_FUNCTIONS = frozenset(
         "create_conversation",
         "list_conversations",
         "conversation_messages",
+        "unanswered_message",
         "person_history",
         "search_memory",
         "create_link_code",

@@ -121,6 +121,27 @@ create or replace function public.conversation_messages(
       left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id;
 $$;
 
+-- The newest message of one of the person's conversations when it is their web message and
+-- nothing answers it yet (its turn still running, or left by a client that went away): the
+-- web's resume route (functions/ui_chat.py) sends it again by its client's id, which answers it
+-- once (begin_turn: the stored reply, a wait for the running attempt, or a new one).
+create or replace function public.unanswered_message(p_user_id uuid, p_conversation_id uuid)
+    returns jsonb language sql stable set search_path = '' as $$
+    select case when c.id is null then jsonb_build_object('error', 'conversation_not_found')
+           else jsonb_build_object('message', (
+               select jsonb_build_object('id', n.id, 'external_id', n.external_id, 'content', n.content)
+                 from (select m.id, m.role, m.surface, m.external_id, m.content
+                         from public.messages m
+                        where m.conversation_id = c.id and m.user_id = p_user_id
+                        order by m.created_at desc, m.id desc
+                        limit 1) n
+                where n.role = 'user' and n.surface = 'web' and n.external_id is not null
+                  and not exists (select from public.messages r where r.in_reply_to = n.id)))
+           end
+      from (select 1) one
+      left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id;
+$$;
+
 -- A person's latest messages over every conversation, oldest first (the CLI's history).
 create or replace function public.person_history(p_user_id uuid, p_limit integer)
     returns jsonb language sql stable set search_path = '' as $$

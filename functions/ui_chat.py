@@ -1,0 +1,127 @@
+"""`useChat` on the web function (docs/frontend.md): the AI SDK's request turned into the same turn
+today's body makes, answered with its UI message stream (functions/ui_message_stream.py), and
+the chat's stream resumed after a dropped connection.
+
+    POST /                      `{"id", "messages", "trigger"}` as DefaultChatTransport posts it
+    GET  /<conversation>/stream its `reconnectToStream` (`${api}/${chatId}/stream`): 204, or the reply
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+import uuid
+from collections.abc import Iterator
+
+import flask
+from pydantic import ValidationError
+
+from core.context import ContextItem
+from core.errors import InputError, StillAnswering
+from core.models import Role, Surface
+from core.turn import ANSWER_MARGIN_S
+from core.turn_request import TurnRequest, TurnResult
+from functions import runtime
+from functions.http import parse_json
+from functions.ui_message_stream import HEADERS, turn_events
+from functions.web_models import UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
+
+DATA_URL = re.compile(r"data:([^;,]+)(?:;[^;,=]+=[^;,]*)*;base64,(.*)", re.DOTALL)
+# How often a resume asks again while another attempt is answering the message.
+RESUME_POLL_S = 1.0
+
+
+def is_ui_chat(body: object) -> bool:
+    """Whether a parsed JSON body is the AI SDK's (its `messages`) rather than today's (`message`)."""
+    return isinstance(body, dict) and "messages" in body and "message" not in body
+
+
+def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
+    body = parse_json(raw, UIChatRequest)
+    return streamed(runtime.turns().stream(ui_turn(body, person)), cors)
+
+
+def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
+    """The turn of a `useChat` request: its last message the person's new one (its id the
+    idempotency key, as `client_message_id`), the earlier ones the client's history."""
+    *earlier, last = body.messages
+    if last.role != "user":
+        raise InputError("the last message must be the person's (role user), as useChat sends it")
+    history = [item for message in earlier if (item := history_item(message)) is not None]
+    return TurnRequest(
+        Surface.WEB,
+        words(last),
+        last.id,
+        user_id=person,
+        conversation_id=body.id,
+        client_history=history,
+        deadline_s=runtime.settings().web_model_deadline,
+        media=tuple(attachment(part).media() for part in last.parts if isinstance(part, UIFilePart)),
+        timezone=body.timezone,
+    )
+
+
+def words(message: UIMessage) -> str:
+    return "\n\n".join(part.text for part in message.parts if isinstance(part, UITextPart))
+
+
+def history_item(message: UIMessage) -> ContextItem | None:
+    """An earlier message as the context reads it; a message with no words (only data parts, a
+    system message) is left out. An id that is a stored message's (as the history route and
+    the stream's `start` give them) keeps the other apps' messages from being shown twice."""
+    text = words(message)
+    if message.role == "system" or not text:
+        return None
+    metadata = message.metadata
+    surface = metadata.surface if metadata is not None else Surface.WEB
+    created_at = metadata.createdAt if metadata is not None else None
+    stored_id = int(message.id) if message.id.isdigit() and len(message.id) < 19 else None
+    return ContextItem(Role(message.role), text, surface, created_at, stored_id)
+
+
+def attachment(part: UIFilePart) -> WebAttachment:
+    """A file part's data URL as today's attachment, with today's rules (types, base64)."""
+    found = DATA_URL.fullmatch(part.url)
+    if found is None:
+        raise InputError("a file part must be a base64 data: URL (useChat sends a FileList so)")
+    if found[1] != part.mediaType.split(";")[0].strip():  # a recording's says `audio/webm;codecs=opus`
+        raise InputError(f"the file part says {part.mediaType} and its data URL {found[1]}")
+    try:
+        base64.b64decode(found[2], validate=True)
+        return WebAttachment(media_type=found[1], data=found[2])  # type: ignore[arg-type]
+    except (binascii.Error, ValidationError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "data must be base64"
+        raise InputError(f"invalid file part: {reason}") from None
+
+
+def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+    """The chat's stream again: 204 when its newest message is answered (nothing running, nothing
+    owed); else that message sent again by its client's id, which gives the stored reply, waits
+    for the attempt still answering it, or answers it anew when its client went away. Once
+    answered, the next resume is a 204: the reply is shown once."""
+    conversation = uuid.UUID(match[1])
+    unanswered = runtime.memory().unanswered_message(person, conversation)
+    if unanswered is None:
+        return flask.Response(status=204, headers=cors)
+    client_id, text = unanswered
+    deadline_s = runtime.settings().web_model_deadline
+    turn = TurnRequest(
+        Surface.WEB, text, client_id, user_id=person, conversation_id=conversation, deadline_s=deadline_s
+    )
+    give_up_at = time.monotonic() + deadline_s + ANSWER_MARGIN_S
+    while True:
+        try:
+            return streamed(runtime.turns().stream(turn), cors)
+        except StillAnswering:
+            if time.monotonic() + RESUME_POLL_S > give_up_at:
+                raise
+            time.sleep(RESUME_POLL_S)
+
+
+def streamed(events: Iterator[TurnResult | str], cors: dict[str, str]) -> flask.Response:
+    """The UI message stream of a turn, started only once its first event came: its errors of
+    input, ownership, budget and auth are answered with their status, before any byte."""
+    first = next(events)
+    return flask.Response(turn_events(first, events), headers={**cors, **HEADERS}, mimetype="text/event-stream")

@@ -1,0 +1,118 @@
+"""The bodies of the web function's routes, as pydantic models: what each route validates with,
+and what its OpenAPI document is generated from (functions/web_openapi.py), one source for both.
+
+Today's send (`SendMessage`), and the AI SDK's `useChat` request (`UIChatRequest`: the chat's id
+and its UI messages, as `DefaultChatTransport` posts them; the `ai` package's `UIMessage`)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.media import MediaKind, MediaRef
+from core.models import Role, Surface
+
+
+class ClientMessage(BaseModel):
+    id: int | None = None
+    role: Role
+    content: str = Field(max_length=200_000)
+    surface: Surface = Surface.WEB
+    created_at: datetime | None = None
+
+
+class WebAttachment(BaseModel):
+    """An image or a voice note sent with a message (docs/api.md): its type and its bytes in
+    base64; a voice note's length as the recorder measured it (WebM and MP4 say it nowhere near
+    their start), a claim the transcriber's own length checks (core/media_turn.py)."""
+
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
+    data: str = Field(min_length=4)  # the base64 of one byte at least
+    seconds: int | None = Field(default=None, ge=0, le=86_400)
+
+    def media(self) -> MediaRef:
+        if self.media_type.startswith("audio/"):
+            return MediaRef(MediaKind.VOICE, self.media_type, data=base64.b64decode(self.data), seconds=self.seconds)
+        return MediaRef(MediaKind.IMAGE, self.media_type, data=base64.b64decode(self.data))
+
+    @field_validator("data")
+    @classmethod
+    def base64_data(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except ValueError:
+            raise ValueError("data must be base64") from None
+        return value
+
+
+class SendMessage(BaseModel):
+    message: str
+    conversation_id: uuid.UUID | None = None
+    client_message_id: str | None = Field(default=None, max_length=128)
+    history: list[ClientMessage] | None = Field(default=None, max_length=200)
+    attachments: list[WebAttachment] = Field(default=[], max_length=10)
+    timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
+
+
+class NewConversation(BaseModel):
+    title: str = Field(default="", max_length=200)
+
+
+# The AI SDK's request (`ai` 6: HttpChatTransport.sendMessages posts `{...body, id, messages,
+# trigger, messageId}`; a UIMessage is `{id, role, metadata?, parts}`).
+
+
+class UITextPart(BaseModel):
+    type: Literal["text"]
+    text: str = Field(max_length=200_000)
+
+
+class UIFilePart(BaseModel):
+    """A file the person attached: `useChat` sends it as a data URL (`data:image/png;base64,...`)."""
+
+    type: Literal["file"]
+    mediaType: str = Field(max_length=100)
+    url: str
+    filename: str | None = Field(default=None, max_length=1_000)
+
+
+class UIOtherPart(BaseModel):
+    """Any other part (`step-start`, `reasoning`, `data-*`, `tool-*`): not words the model reads."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=200)
+
+
+UIPart = Annotated[UITextPart | UIFilePart | UIOtherPart, Field(union_mode="left_to_right")]
+
+
+class UIMessageMetadata(BaseModel):
+    """What a page that built its messages from `GET /conversations/<id>/messages` may keep of each:
+    where and when it was said (the context shows both). Anything else is the page's own."""
+
+    model_config = ConfigDict(extra="allow")
+    surface: Surface = Surface.WEB
+    createdAt: datetime | None = None
+
+
+class UIMessage(BaseModel):
+    id: str = Field(max_length=128)
+    role: Literal["system", "user", "assistant"]
+    parts: list[UIPart] = Field(max_length=100)
+    metadata: UIMessageMetadata | None = None
+
+
+class UIChatRequest(BaseModel):
+    """`useChat`'s body: the chat's id is the conversation's (make it with `POST /conversations`),
+    its last message the person's new one, the earlier ones the client's history."""
+
+    model_config = ConfigDict(extra="allow")  # a page's own `body` fields ride along
+    id: uuid.UUID
+    messages: list[UIMessage] = Field(min_length=1, max_length=201)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = Field(default=None, max_length=128)
+    timezone: str | None = Field(default=None, max_length=64)  # as SendMessage's, sent in `body`

@@ -1,0 +1,436 @@
+"""`useChat` on the web function (functions/ui_chat.py, functions/ui_message_stream.py): the AI
+SDK's request body as `DefaultChatTransport` posts it, answered with its UI message stream, and the
+chat's stream resumed. Real function, real JWTs, real Postgres, fake Anthropic; the SDK's own
+parser reads the same stream in tests/functions/test_ai_sdk_client.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from flask.testing import FlaskClient
+from werkzeug.serving import make_server
+
+from core.errors import InputError
+from core.models import Surface
+from core.turn_request import TurnRequest
+from functions import runtime
+from functions.ui_chat import attachment
+from functions.web_models import UIFilePart
+from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
+
+ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
+
+
+def ui_message(message_id: str, role: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}], **extra}
+
+
+def chat_body(chat_id: str, *messages: dict[str, Any]) -> dict[str, Any]:
+    """What DefaultChatTransport posts (ai 6's HttpChatTransport.sendMessages)."""
+    return {"id": chat_id, "messages": list(messages), "trigger": "submit-message"}
+
+
+def parts_of(text: str) -> list[Any]:
+    """The stream's `data:` payloads in order, `[DONE]` as the string."""
+    blocks = [block for block in text.split("\n\n") if block]
+    assert all(block.startswith("data: ") for block in blocks), blocks
+    return [block[6:] if block == "data: [DONE]" else json.loads(block[6:]) for block in blocks]
+
+
+def new_conversation(web: FlaskClient, person: uuid.UUID) -> str:
+    return str(web.post("/conversations", headers=bearer(person)).get_json()["id"])
+
+
+def test_a_use_chat_request_is_answered_with_the_ui_message_stream_and_stored_once(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.answer = lambda body: ANSWER
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    body = chat_body(chat, ui_message("u-1", "user", "stream please"))
+    response = web.post("/", json=body, headers=bearer(person))
+    assert response.status_code == 200 and response.mimetype == "text/event-stream"
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    parts = parts_of(response.get_data(as_text=True))
+    kinds = [part if isinstance(part, str) else part["type"] for part in parts]
+    deltas = kinds.count("text-delta")
+    assert deltas > 1
+    assert kinds == ["start", "text-start", *["text-delta"] * deltas, "text-end", "data-turn", "finish", "[DONE]"]
+    assert parts[0] == {"type": "start"}  # the reply is stored only once its text is whole
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    stored = rows(database_url, "select id, role, content from messages where user_id = %s order by id", person)
+    assert [(role, content) for _, role, content in stored] == [("user", "stream please"), ("assistant", ANSWER)]
+    assert text == ANSWER
+    assert parts[-3]["data"] == {
+        "conversationId": chat,
+        "messageId": stored[0][0],
+        "replyId": stored[1][0],
+        "outcome": "answered",
+    }
+    assert parts[-2] == {"type": "finish", "finishReason": "stop"}
+    assert rows(database_url, "select external_id from messages where id = %s", stored[0][0]) == [("u-1",)]
+
+    again = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+    assert again[0] == {"type": "start", "messageId": str(stored[1][0])}  # the stored reply, named
+    assert again[2] == {"type": "text-delta", "id": "text-1", "delta": ANSWER}
+    assert again[4]["data"]["outcome"] == "redelivered"
+    assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
+
+
+def test_the_earlier_messages_are_the_clients_history_each_once(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    environment.setenv("OWNER_USER_ID", str(person))
+    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    runtime.reset()
+    web = app_client("web_chat")
+    fake_anthropic.answer = lambda body: "Noted."
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "On Telegram: I'm allergic to penicillin", "9", "4242"))
+    chat = new_conversation(web, person)
+    telegram = {"surface": "telegram"}
+    body = chat_body(
+        chat,
+        ui_message(str(said.message_id), "user", "On Telegram: I'm allergic to penicillin", metadata=telegram),
+        ui_message(str(said.reply_id), "assistant", "Noted.", metadata=telegram),
+        {"id": "sys", "role": "system", "parts": [{"type": "text", "text": "ignored"}]},
+        ui_message("client-only", "user", "I like green tea"),
+        {"id": "a-2", "role": "assistant", "parts": [{"type": "step-start"}, {"type": "text", "text": "Tea noted."}]},
+        ui_message("u-3", "user", "Which antibiotics should I avoid?"),
+    )
+    response = web.post("/", json=body, headers=bearer(person))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    sent = fake_anthropic.requests[-1]["messages"]
+    assert json.dumps(sent).count("allergic to penicillin") == 1  # the prepend leaves out what the client sent
+    texts = [block["text"] for message in sent for block in message["content"] if block["type"] == "text"]
+    assert "ignored" not in json.dumps(sent)
+    assert [text.split("] ", 1)[-1] for text in texts] == [
+        "On Telegram: I'm allergic to penicillin",
+        "Noted.",
+        "I like green tea",
+        "Tea noted.",
+        "Which antibiotics should I avoid?",
+    ]
+    assert texts[0].startswith("[telegram] ") and texts[-1].startswith("[web · ")  # no time: none was sent
+
+
+def test_a_file_part_is_the_messages_attachment(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    photo = base64.b64encode((CORPUS / "media" / "receipt.jpg").read_bytes()).decode()
+    message = {
+        "id": "u-photo",
+        "role": "user",
+        "parts": [
+            {
+                "type": "file",
+                "mediaType": "image/jpeg",
+                "filename": "receipt.jpg",
+                "url": f"data:image/jpeg;base64,{photo}",
+            },
+            {"type": "text", "text": "What did I pay?"},
+        ],
+    }
+    response = web.post("/", json=chat_body(chat, message), headers=bearer(person))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    images = [
+        block
+        for request in fake_anthropic.requests
+        for turn in request["messages"]
+        for block in turn["content"]
+        if block["type"] == "image"
+    ]
+    assert images and images[0]["source"] == {"type": "base64", "media_type": "image/jpeg", "data": photo}
+    stored = rows(database_url, "select content from messages where user_id = %s and role = 'user'", person)
+    assert stored[0][0].startswith("[photo") and stored[0][0].endswith("What did I pay?")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error", "reason"),
+    [
+        ({"id": "not-a-uuid", "messages": [ui_message("u", "user", "hi")]}, 400, "bad_request", "invalid body at id"),
+        ({"id": "CHAT", "messages": []}, 400, "bad_request", "invalid body at messages"),
+        ({"id": "CHAT", "messages": [ui_message("a", "assistant", "hi")]}, 400, "bad_request", "role user"),
+        ({"id": "CHAT", "messages": [ui_message("u", "user", "")]}, 400, "empty_message", ""),
+        ({"id": "CHAT", "messages": [ui_message("u", "user", "x" * 20_000)]}, 413, "message_too_long", ""),
+        (
+            {"id": "CHAT", "messages": [ui_message(f"h{i}", "user", "y" * 5_000) for i in range(40)]},
+            413,
+            "history_too_long",
+            "",
+        ),
+        (
+            {
+                "id": "CHAT",
+                "messages": [
+                    {
+                        "id": "u",
+                        "role": "user",
+                        "parts": [{"type": "file", "mediaType": "image/png", "url": "https://example.com/a.png"}],
+                    }
+                ],
+            },
+            400,
+            "bad_request",
+            "data: URL",
+        ),
+        (
+            {
+                "id": "CHAT",
+                "messages": [
+                    {
+                        "id": "u",
+                        "role": "user",
+                        "parts": [{"type": "file", "mediaType": "video/mp4", "url": "data:video/mp4;base64,AAAA"}],
+                    }
+                ],
+            },
+            400,
+            "bad_request",
+            "invalid file part",
+        ),
+        ({"id": str(uuid.uuid4()), "messages": [ui_message("u", "user", "hi")]}, 404, "not_found", ""),
+    ],
+    ids=[
+        "chat-id",
+        "no-messages",
+        "last-not-user",
+        "empty",
+        "too-long",
+        "history",
+        "remote-file",
+        "video",
+        "unknown-chat",
+    ],
+)
+def test_a_bad_use_chat_request_is_answered_with_its_status_before_any_stream(
+    web: FlaskClient,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    body: dict[str, Any],
+    status: int,
+    error: str,
+    reason: str,
+) -> None:
+    person = uuid.uuid4()
+    if body["id"] == "CHAT":
+        body = {**body, "id": new_conversation(web, person)}
+    response = web.post("/", json=body, headers=bearer(person))
+    assert (response.status_code, response.mimetype) == (status, "application/json")
+    assert response.get_json()["error"] == error and reason in response.get_json()["message"]
+    assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
+
+
+def test_over_budget_and_someone_elses_chat_are_refused_before_any_stream(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TURNS_PER_MINUTE", "1")
+    runtime.reset()
+    web = app_client("web_chat")
+    alice, mallory = uuid.uuid4(), uuid.uuid4()
+    chat = new_conversation(web, alice)
+    first = web.post("/", json=chat_body(chat, ui_message("a-1", "user", "my plan")), headers=bearer(alice))
+    assert first.status_code == 200 and first.get_data(as_text=True).endswith("data: [DONE]\n\n")
+    stolen = web.post("/", json=chat_body(chat, ui_message("m-1", "user", "hi")), headers=bearer(mallory))
+    assert stolen.status_code == 404 and "my plan" not in stolen.get_data(as_text=True)
+    assert web.get(f"/{chat}/stream", headers=bearer(mallory)).status_code == 404
+    limited = web.post("/", json=chat_body(chat, ui_message("a-2", "user", "more")), headers=bearer(alice))
+    assert (limited.status_code, limited.get_json()["error"]) == (429, "over_budget")
+    assert "x-vercel-ai-ui-message-stream" not in limited.headers
+    assert stored_count(database_url, alice) == 2 and stored_count(database_url, mallory) == 0
+
+
+def test_a_model_that_fails_mid_stream_ends_in_an_error_part_with_our_code(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    fake_anthropic.behaviour = "500"
+    response = web.post("/", json=chat_body(chat, ui_message("u-1", "user", "hello?")), headers=bearer(person))
+    assert response.status_code == 200
+    parts = parts_of(response.get_data(as_text=True))
+    kinds = [part if isinstance(part, str) else part["type"] for part in parts]
+    assert kinds == ["start", "text-start", "text-delta", "text-end", "data-turn", "error", "finish", "[DONE]"]
+    assert parts[2]["delta"] == runtime.settings().fallback_reply  # what the person reads
+    assert parts[4]["data"]["outcome"] == "fallback" and parts[4]["data"]["replyId"] is None
+    assert parts[5]["errorText"].startswith("model_unavailable: ")
+    assert parts[6] == {"type": "finish", "finishReason": "error"}
+    assert rows(database_url, "select role from messages where user_id = %s", person) == [("user",)]
+
+
+def test_the_chat_stream_resumes_an_abandoned_turn_once(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    story = "one two three four five six seven eight nine ten eleven twelve"
+    fake_anthropic.answer = lambda body: story
+    fake_anthropic.delta_pause_s = 0.1
+    person, other = uuid.uuid4(), uuid.uuid4()
+    chat = new_conversation(web, person)
+    assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204  # nothing sent yet
+    server = make_server("127.0.0.1", 0, web.application, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    caplog.set_level(logging.INFO, logger="crossmem.turn")
+    try:
+        url = f"http://127.0.0.1:{server.port}/"
+        body = chat_body(chat, ui_message("u-story", "user", "Tell me a long story"))
+        seen = 0
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", url, json=body, headers=bearer(person)) as stream,
+        ):
+            for line in stream.iter_lines():
+                seen += '"text-delta"' in line
+                if seen == 2:
+                    break  # the tab is closed
+        for _ in range(100):
+            if any(getattr(r, "outcome", None) == "abandoned" for r in caplog.records):
+                break
+            time.sleep(0.05)
+        assert [getattr(r, "outcome", None) for r in caplog.records if r.getMessage() == "turn"] == ["abandoned"]
+        assert web.get(f"/{chat}/stream", headers=bearer(other)).status_code == 404
+        fake_anthropic.delta_pause_s = 0.0
+        resumed = web.get(f"/{chat}/stream", headers=bearer(person))
+        assert resumed.status_code == 200 and resumed.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        parts = parts_of(resumed.get_data(as_text=True))
+        text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+        assert text == story and parts[-1] == "[DONE]"
+        reply = rows(database_url, "select id, content from messages where user_id = %s and role = 'assistant'", person)
+        assert reply == [(reply[0][0], story)]
+        assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204  # once
+    finally:
+        server.shutdown()
+
+
+def test_a_follow_up_scheduled_in_the_turn_travels_as_a_data_part(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    def answer(body: dict[str, Any]) -> Any:
+        if results := tool_results(body):
+            return f"Done: {results[0]['content']}"
+        return [
+            text_block("I'll remind you."),
+            tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 30}),
+        ]
+
+    fake_anthropic.answer = answer
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    response = web.post(
+        "/", json=chat_body(chat, ui_message("u-1", "user", "remind me in 30 min")), headers=bearer(person)
+    )
+    parts = parts_of(response.get_data(as_text=True))
+    [follow_ups] = [part for part in parts if isinstance(part, dict) and part["type"] == "data-follow-ups"]
+    due = rows(database_url, "select content, due_at from follow_ups where user_id = %s", person)
+    assert len(due) == 1 and follow_ups["data"]["scheduled"] == [
+        {
+            "content": "Stretch.",
+            "due_at": due[0][1].isoformat(),
+            "timezone": follow_ups["data"]["scheduled"][0]["timezone"],
+        }
+    ]
+    assert [part["type"] for part in parts if isinstance(part, dict)][-3:] == ["data-turn", "data-follow-ups", "finish"]
+    fake_anthropic.answer = lambda body: "You're welcome."
+    plain = parts_of(
+        web.post("/", json=chat_body(chat, ui_message("u-2", "user", "thanks")), headers=bearer(person)).get_data(
+            as_text=True
+        )
+    )
+    assert "data-follow-ups" not in [part["type"] for part in plain if isinstance(part, dict)]
+
+
+def test_todays_body_gets_the_ui_message_stream_only_when_it_asks_for_it(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.answer = lambda body: ANSWER
+    person = uuid.uuid4()
+    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+    response = web.post("/", json={"message": "hello", "client_message_id": "d-1"}, headers=asking)
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    parts = parts_of(response.get_data(as_text=True))
+    turn = next(part for part in parts if isinstance(part, dict) and part["type"] == "data-turn")["data"]
+    stored = rows(database_url, "select id, conversation_id from messages where user_id = %s order by id", person)
+    assert turn == {
+        "conversationId": str(stored[0][1]),
+        "messageId": stored[0][0],
+        "replyId": stored[1][0],
+        "outcome": "answered",
+    }
+    legacy = web.post(
+        "/",
+        json={"message": "hello", "client_message_id": "d-1"},
+        headers={**bearer(person), "Accept": "text/event-stream"},
+    )
+    assert "x-vercel-ai-ui-message-stream" not in legacy.headers
+    assert legacy.get_data(as_text=True).startswith("event: delta\ndata: ")
+    preflight = web.options("/", headers={"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "POST"})
+    assert "x-vercel-ai-ui-message-stream" in preflight.headers["Access-Control-Allow-Headers"]
+
+
+@pytest.mark.parametrize(
+    ("media_type", "url", "taken"),
+    [
+        ("audio/webm;codecs=opus", "data:audio/webm;codecs=opus;base64,GkXfow==", "audio/webm"),
+        ("image/png", "data:image/png;base64,iVBORw0KGgo=", "image/png"),
+        ("image/png", "data:image/jpeg;base64,/9j/4A==", None),
+        ("image/png", "data:image/png,not-base64", None),
+        ("image/png", "data:image/png;base64,***", None),
+    ],
+)
+def test_a_file_parts_data_url_is_taken_with_todays_rules(media_type: str, url: str, taken: str | None) -> None:
+    part = UIFilePart(type="file", mediaType=media_type, url=url)
+    if taken is None:
+        with pytest.raises(InputError):
+            attachment(part)
+    else:
+        assert attachment(part).media_type == taken
+
+
+def test_a_body_nested_past_the_recursion_limit_is_a_400(web: FlaskClient) -> None:
+    for body in ("[" * 100_000, '{"messages": ' + "[" * 100_000):
+        response = web.post("/", data=body, content_type="application/json", headers=bearer(uuid.uuid4()))
+        assert (response.status_code, response.get_json()["error"]) == (400, "bad_request")
+
+
+def test_auth_is_answered_before_any_stream(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    owner, stranger = uuid.uuid4(), uuid.uuid4()
+    as_owner(environment, owner)
+    runtime.reset()
+    web = app_client("web_chat")
+    chat = new_conversation(web, owner)
+    body = chat_body(chat, ui_message("u-1", "user", "hi"))
+    answers = [
+        web.post("/", json=body),
+        web.post("/", json=body, headers=bearer(owner, exp=int(time.time()) - 3600)),
+        web.post("/", json=body, headers=bearer(stranger)),
+        web.get(f"/{chat}/stream"),
+        web.get(f"/{chat}/stream", headers=bearer(stranger)),
+    ]
+    assert [(a.status_code, a.mimetype, a.get_json()["error"]) for a in answers] == [
+        (401, "application/json", "unauthorized"),
+        (401, "application/json", "unauthorized"),
+        (403, "application/json", "forbidden"),
+        (401, "application/json", "unauthorized"),
+        (403, "application/json", "forbidden"),
+    ]
+    assert stored_count(database_url, owner) == 0 and stored_count(database_url, stranger) == 0
+    assert fake_anthropic.requests == []

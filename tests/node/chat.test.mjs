@@ -1,0 +1,129 @@
+// The AI SDK's own client (`ai` 6: DefaultChatTransport, the parser useChat reads with, and
+// readUIMessageStream) against a running crossmem web function. Started by
+// tests/functions/test_ai_sdk_client.py, which sets CROSSMEM_API, CROSSMEM_TOKEN and
+// CROSSMEM_OVER_BUDGET_TOKEN (a person past their day's tokens).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { readUIMessageStream } from "ai";
+import { crossmemTransport, listConversations, loadMessages, newConversation } from "./crossmem-chat.mjs";
+
+const api = process.env.CROSSMEM_API;
+
+// What the transport's fetch was answered: status, the stream's header, and the raw bytes the
+// SDK's parser read (passed through unchanged).
+function recordingFetch() {
+  const seen = [];
+  const recording = async (url, init) => {
+    const response = await fetch(url, init);
+    const answer = { status: response.status, header: response.headers.get("x-vercel-ai-ui-message-stream"), raw: "" };
+    seen.push(answer);
+    if (!response.body) return response;
+    const decoder = new TextDecoder();
+    const body = response.body.pipeThrough(new TransformStream({
+      transform(chunk, controller) { answer.raw += decoder.decode(chunk, { stream: true }); controller.enqueue(chunk); },
+    }));
+    return new Response(body, { status: response.status, headers: response.headers });
+  };
+  return { seen, fetch: recording };
+}
+
+function userMessage(id, text) {
+  return { id, role: "user", parts: [{ type: "text", text }] };
+}
+
+async function send(transport, chatId, messages, abortSignal) {
+  return transport.sendMessages({ chatId, messages, trigger: "submit-message", messageId: undefined, abortSignal });
+}
+
+// Every chunk, in order, and the message the SDK assembles from them (and the errors it reports).
+async function assemble(stream) {
+  const [forChunks, forMessage] = stream.tee();
+  const chunks = [];
+  const reading = (async () => { for await (const chunk of forChunks) chunks.push(chunk); })();
+  const errors = [];
+  let message;
+  for await (const snapshot of readUIMessageStream({ stream: forMessage, onError: (error) => errors.push(error) })) {
+    message = snapshot;
+  }
+  await reading;
+  return { chunks, message, errors };
+}
+
+const textOf = (message) => message.parts.filter((part) => part.type === "text").map((part) => part.text).join("");
+
+test("a turn's text, assembled by the SDK, is the stored reply", async () => {
+  const token = process.env.CROSSMEM_TOKEN;
+  const recorder = recordingFetch();
+  const transport = crossmemTransport({ api, accessToken: async () => token, fetch: recorder.fetch });
+  const chat = await newConversation(api, async () => token, "the SDK's chat");
+  const { chunks, message, errors } = await assemble(await send(transport, chat.id, [userMessage("u-1", "Tell me a story")]));
+
+  assert.deepEqual(errors, []);
+  const [answer] = recorder.seen;
+  assert.equal(answer.status, 200);
+  assert.equal(answer.header, "v1");
+  assert.ok(answer.raw.endsWith("data: [DONE]\n\n"), "the stream ends with [DONE]");
+  const kinds = chunks.map((chunk) => chunk.type);
+  const deltas = kinds.filter((kind) => kind === "text-delta").length;
+  assert.ok(deltas > 1);
+  assert.deepEqual(kinds, ["start", "text-start", ...Array(deltas).fill("text-delta"), "text-end", "data-turn", "finish"]);
+
+  const stored = await loadMessages(api, async () => token, chat.id);
+  assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
+  assert.equal(textOf(message), textOf(stored[1]));
+  const turn = message.parts.find((part) => part.type === "data-turn").data;
+  assert.deepEqual(turn, { conversationId: chat.id, messageId: Number(stored[0].id), replyId: Number(stored[1].id), outcome: "answered" });
+  assert.ok((await listConversations(api, async () => token)).some((c) => c.id === chat.id));
+
+  // The next turn sends the thread back as the SDK keeps it: the reply under the stored id.
+  const thread = [...stored, userMessage("u-2", "And then?")];
+  const next = await assemble(await send(transport, chat.id, thread));
+  assert.equal(textOf(next.message), textOf((await loadMessages(api, async () => token, chat.id))[3]));
+});
+
+test("a turn whose model fails yields the SDK's error with our code", async () => {
+  const token = process.env.CROSSMEM_TOKEN;
+  const transport = crossmemTransport({ api, accessToken: async () => token });
+  const chat = await newConversation(api, async () => token);
+  const { chunks, errors } = await assemble(await send(transport, chat.id, [userMessage("u-fail", "please say nothing")]));
+  assert.equal(errors.length, 1);
+  assert.match(errors[0].message, /^model_unavailable: /);
+  assert.deepEqual(chunks.slice(-2).map((chunk) => chunk.type), ["error", "finish"]);
+});
+
+test("a resume after an abort yields the reply once", async () => {
+  const token = process.env.CROSSMEM_TOKEN;
+  const transport = crossmemTransport({ api, accessToken: async () => token });
+  const chat = await newConversation(api, async () => token);
+  assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null); // 204: nothing to resume
+
+  const aborting = new AbortController();
+  const stream = await send(transport, chat.id, [userMessage("u-abort", "Tell me a long story")], aborting.signal);
+  const reader = stream.getReader();
+  for (let chunk = await reader.read(); chunk.value.type !== "text-delta"; chunk = await reader.read());
+  aborting.abort(); // the tab is closed after the first words
+  await reader.cancel().catch(() => {});
+
+  const resumed = await transport.reconnectToStream({ chatId: chat.id });
+  assert.notEqual(resumed, null);
+  const { message, errors } = await assemble(resumed);
+  assert.deepEqual(errors, []);
+  const stored = await loadMessages(api, async () => token, chat.id);
+  assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
+  assert.equal(textOf(message), textOf(stored[1]));
+  // Answered anew (its first attempt ended with the abort): the stored reply's id comes with the turn.
+  assert.equal(message.parts.find((part) => part.type === "data-turn").data.replyId, Number(stored[1].id));
+  assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null); // once
+});
+
+test("an over-budget turn answers 429 before any stream", async () => {
+  const token = process.env.CROSSMEM_OVER_BUDGET_TOKEN;
+  const recorder = recordingFetch();
+  const transport = crossmemTransport({ api, accessToken: async () => token, fetch: recorder.fetch });
+  const chat = await newConversation(api, async () => token);
+  await assert.rejects(send(transport, chat.id, [userMessage("u-over", "one more")]), (error) => {
+    assert.equal(JSON.parse(error.message).error, "over_budget");
+    return true;
+  });
+  assert.deepEqual(recorder.seen.map((answer) => [answer.status, answer.header]), [[429, null]]);
+});

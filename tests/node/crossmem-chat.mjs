@@ -1,0 +1,47 @@
+// useChat against the crossmem web function: the transport, and the routes a chat page needs
+// beside it. docs/frontend.md shows this file as it is (a test compares them); chat.test.mjs runs
+// it against a real server.
+import { DefaultChatTransport } from "ai";
+
+// `api`: the function's root, with its trailing slash: https://REGION-PROJECT.cloudfunctions.net/web_chat/
+// deployed, http://127.0.0.1:8080/chat/ under `make dev`. `accessToken`: the Supabase session's
+// access token, asked at every request (supabase-js renews it before it expires).
+export function crossmemTransport({ api, accessToken, fetch }) {
+  return new DefaultChatTransport({
+    api, // POST `${api}` sends a turn; GET `${api}${chatId}/stream` resumes it
+    headers: async () => ({ Authorization: `Bearer ${await accessToken()}` }),
+    body: () => ({ timezone: Intl.DateTimeFormat().resolvedOptions().timeZone }),
+    fetch,
+  });
+}
+
+async function call(api, accessToken, path, init = {}) {
+  const response = await fetch(new URL(path, api), {
+    ...init,
+    headers: { Authorization: `Bearer ${await accessToken()}`, "Content-Type": "application/json" },
+  });
+  if (!response.ok) throw new Error(`${response.status} ${await response.text()}`);
+  return response.status === 204 ? null : response.json();
+}
+
+// A chat's id is its conversation's: make one before the first message.
+export async function newConversation(api, accessToken, title = "") {
+  return call(api, accessToken, "conversations", { method: "POST", body: JSON.stringify({ title }) });
+}
+
+// The person's conversations, newest first: web ones and their [Telegram] / [WhatsApp] threads.
+export async function listConversations(api, accessToken) {
+  return (await call(api, accessToken, "conversations")).conversations;
+}
+
+// A conversation's stored messages as useChat's `messages`: ids and metadata kept, so the next
+// turn's history names each stored message once.
+export async function loadMessages(api, accessToken, conversationId, limit = 50) {
+  const page = await call(api, accessToken, `conversations/${conversationId}/messages?limit=${limit}`);
+  return page.messages.map((message) => ({
+    id: String(message.id),
+    role: message.role,
+    parts: [{ type: "text", text: message.content }],
+    metadata: { surface: message.surface, createdAt: message.created_at, kind: message.kind },
+  }));
+}
