@@ -32,7 +32,7 @@ from uuid import uuid4
 import psycopg
 
 from bench.results import run_alone
-from core.follow_up_delivery import LEASE_S, FollowUpDelivery, Senders
+from core.follow_up_delivery import LEASE_S, FollowUpDelivery
 from core.stores.store import JsonScalar, MemoryStore
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -134,9 +134,7 @@ def run(
         runtime.reset()
         store = TimedStore(runtime.store())
         clock = MovedClock(START)
-        delivery = FollowUpDelivery(
-            store, Senders(telegram=runtime.telegram_bot().send_text), runtime.identity(), now=clock, batch=BATCH
-        )
+        delivery = FollowUpDelivery(store, runtime.surfaces(), runtime.identity(), now=clock, batch=BATCH)
         while len(lags) < due and runs <= window_min + 2:
             before = len(telegram.calls)
             began = time.monotonic()

@@ -91,7 +91,7 @@ def round_trips_per_turn(database_url: str) -> dict[str, int]:
         web = memory.create_conversation(person)
         # The person is linked, as one on every app is: their Telegram chat resolves to them.
         chat = f"bench-{uuid.uuid4().hex[:10]}"
-        Linking(memory.store, IdentityPolicy.build("auto", None, [], [])).link(person, Surface.TELEGRAM, chat)
+        Linking(memory.store, IdentityPolicy.build("auto", None, {})).link(person, Surface.TELEGRAM, chat)
         measured: dict[str, Callable[[], Any]] = {
             "ours_secondary": lambda: ours_linked_turn(memory, chat, person),
             "ours_web": lambda: ours_web_turn(memory, person, web.id),

@@ -2,13 +2,16 @@
 
 The job (functions/digest.py, every minute) claims the due ones in the database
 (`claim_due_follow_ups`, `for update skip locked`: two runs at once share them out, never both
-take one) and says each where it was asked:
+take one) and says each where it was asked, through its surface's adapter (core/surfaces/):
 
 - Telegram: the Bot API's sendMessage to the chat.
 - WhatsApp: Twilio's Messages API. Free-form inside WhatsApp's 24-hour window (the person's last
   WhatsApp message); outside it, the approved template TWILIO_FOLLOW_UP_CONTENT_SID with the
   text as its variable, or, without one, held: begin_turn says it first on their next message.
 - The web: nothing to push; it appears in their conversation as the agent's message.
+
+The registry names every surface (core/surfaces/`registry`): a follow-up on a surface without
+an adapter cannot be recorded as sent, since there is no such delivery to build.
 
 Said to the chat or number the person last wrote from on that app (a WhatsApp user may write by
 number one day and by business-scoped id the next), if it is still theirs, else to the one it was
@@ -52,6 +55,7 @@ from core.errors import StoreUnavailable
 from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Surface
 from core.stores.store import MemoryStore
+from core.surfaces import Surfaces, complete
 
 log = logging.getLogger("crossmem.follow_ups")
 
@@ -59,7 +63,6 @@ MAX_ATTEMPTS = 6  # 1 + 2 + 4 + 8 + 16 minutes of retries: a platform outage of 
 # At least the scheduled function's timeout (serverless.yml's memory_digest, 300 s), with a minute
 # for the instances' clocks: a claim older than this is a run that died, never one still sending.
 LEASE_S = 360
-WHATSAPP_WINDOW = timedelta(hours=24)
 
 
 def backoff(attempts: int) -> timedelta:
@@ -91,27 +94,18 @@ class FollowUpRun:
         }
 
 
-@dataclass(frozen=True)
-class Senders:
-    """How the job reaches each app; None where this deployment cannot."""
-
-    telegram: Callable[[int, str], Delivery] | None = None
-    whatsapp: Callable[[str, str], Delivery] | None = None
-    whatsapp_template: Callable[[str, str], Delivery] | None = None  # (to, text): the approved template
-
-
 class FollowUpDelivery:
     def __init__(
         self,
         store: MemoryStore,
-        senders: Senders,
+        surfaces: Surfaces,
         identity: IdentityPolicy,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         batch: int = 50,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
-        self._senders = senders
+        self._surfaces = complete(surfaces, "the surface registry")
         self._identity = identity
         self._now = now
         self._batch = batch
@@ -183,21 +177,20 @@ class FollowUpDelivery:
 
     def _deliver(self, row: dict[str, Any], claim: str, now: datetime, done: FollowUpRun) -> None:
         surface = Surface(row["surface"])
-        outcome, delivery = "sent", Delivery.DELIVERED
-        to = None if surface is Surface.WEB else self._reachable(surface, row)
-        if surface is not Surface.WEB and to is None:
-            delivery = Delivery.GIVEN_UP
-        elif surface is Surface.TELEGRAM and to is not None:
-            delivery = self._senders.telegram(int(to), row["content"]) if self._senders.telegram else Delivery.OWED
-        elif surface is Surface.WHATSAPP and to is not None:
-            delivery, outcome = self._whatsapp(to, row, now)
+        # A secondary surface's follow-up goes to a chat or number that still reaches the person;
+        # the web's is said in their thread.
+        to = self._reachable(surface, row) if surface.is_secondary else None
+        if surface.is_secondary and to is None:
+            outcome, delivery = "given_up", Delivery.GIVEN_UP
+        else:
+            delivery, outcome = self._surfaces[surface].say_follow_up(to, row, now)
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
         if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
             outcome = "given_up"
         retry_at = now + backoff(int(row["attempts"]))
         extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
-        if surface is not Surface.WEB and to is None:
+        if surface.is_secondary and to is None:
             extra["reason"] = "no chat or number of the person's reaches them any more: said to nobody"
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
@@ -247,15 +240,3 @@ class FollowUpDelivery:
             person = self._identity.resolve(surface, sender)
             return person is not None and person.user_id == user_id
         return owned_by is not None and UUID(owned_by) == user_id
-
-    def _whatsapp(self, to: str, row: dict[str, Any], now: datetime) -> tuple[Delivery, str]:
-        to = to if to.startswith("whatsapp:") else f"whatsapp:{to}"
-        last = row.get("last_whatsapp_at")
-        inside = last is not None and now - datetime.fromisoformat(last) < WHATSAPP_WINDOW
-        if inside and self._senders.whatsapp is not None:
-            return self._senders.whatsapp(to, row["content"]), "sent"
-        if not inside and self._senders.whatsapp_template is not None:
-            return self._senders.whatsapp_template(to, row["content"]), "sent"
-        if not inside:
-            return Delivery.DELIVERED, "held"
-        return Delivery.OWED, "retry"  # no Twilio account configured: perhaps after a deploy

@@ -22,6 +22,7 @@ from core.identity.linking import UNAVAILABLE
 from core.identity.policy import IdentityPolicy
 from core.models import Surface
 from core.stores.store import MemoryStore
+from core.surfaces import rules
 
 CONFIRM_MINUTES = 5
 
@@ -82,7 +83,7 @@ class Forgetting:
         person = self._identity.resolve(request.surface, request.sender_id)
         if person is None:
             return self._stranger_reply
-        command = "/forget" if request.surface is Surface.TELEGRAM else "forget"
+        command = rules(request.surface).command("forget")
         try:
             row = self._store.call(
                 "forget_request",

@@ -10,28 +10,9 @@ from typing import Any, ClassVar, Final
 from uuid import UUID
 
 from core.media import Attachment, message_kind
-
-
-class Surface(StrEnum):
-    WEB = "web"
-    TELEGRAM = "telegram"
-    WHATSAPP = "whatsapp"
-
-    @property
-    def is_secondary(self) -> bool:
-        return self is not Surface.WEB
-
-    @property
-    def label(self) -> str:
-        return {"web": "Web", "telegram": "Telegram", "whatsapp": "WhatsApp"}[self.value]
-
-
-class Delivery(StrEnum):
-    """What became of a reply pushed to a surface."""
-
-    DELIVERED = "delivered"
-    GIVEN_UP = "given_up"  # retrying cannot help: the person blocked the bot, the chat is gone
-    OWED = "owed"  # may pass (5xx, 429, network, timeout): a redelivery of the update sends it
+from core.surfaces import Delivery as Delivery
+from core.surfaces import Surface as Surface
+from core.surfaces import rules
 
 
 class Role(StrEnum):
@@ -120,7 +101,7 @@ class Conversation:
         return {
             "id": str(self.id),
             "surface": self.surface.value,
-            "title": self.title or f"[{self.surface.label}]",
+            "title": self.title or rules(self.surface).title(),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
         }

@@ -137,7 +137,8 @@ class OwedReplies:
         """The fallback, once: sent, and stored as the reply, so the message is no longer owed."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
-        delivery = channel.send(self._fallback_reply)
+        # The channel's clock is the turn's (monotonic); the fallback has the margin a reply has.
+        delivery = channel.send(self._fallback_reply, time.monotonic() + ANSWER_MARGIN_S)
         self._memory.finish_turn(
             start.user_id, start.message_id, self._fallback_reply, delivered=delivery is Delivery.DELIVERED
         )

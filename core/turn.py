@@ -322,7 +322,7 @@ class Turns:
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             items = [*(request.client_history or []), current]
-        elif request.surface is Surface.WEB:
+        elif not request.surface.is_secondary:  # the web client sends its thread's history
             current = ContextItem.from_stored(start.history[-1])
             items = web_items(start.prepend, start.history, request.client_history, current)
         else:

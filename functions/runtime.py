@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from core.commands import Commands
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.edits import Corrections
 from core.errors import ConfigurationError
-from core.follow_up_delivery import FollowUpDelivery, Senders
+from core.follow_up_delivery import FollowUpDelivery
 from core.follow_ups import FollowUpRules
 from core.forgetting import Forgetting
 from core.identity.linking import Linking
@@ -31,15 +30,19 @@ from core.memory_search import SearchRules
 from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
 from core.model.prompt import Capabilities, standing_instructions
-from core.models import Surface
+from core.models import Delivery, Surface
 from core.owed import OwedReplies
 from core.retention import Retention, in_flight_window
 from core.settings import Settings
 from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import MemoryStore, UnavailableStore
+from core.surfaces import Registry, SayFollowUp, SurfaceAdapter, Surfaces, not_pushed, registry
+from core.surfaces import telegram as telegram_surface
+from core.surfaces import web as web_surface
+from core.surfaces import whatsapp as whatsapp_surface
 from core.turn import Turns
-from core.turn_request import ReplyChannel, TurnSettings
+from core.turn_request import TurnSettings
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource
@@ -175,8 +178,65 @@ def claude(
 @functools.cache
 def identity() -> IdentityPolicy:
     config = settings()
-    return IdentityPolicy.build(
-        config.identity_policy, config.owner_user_id, config.owner_telegram_ids, config.owner_whatsapp_numbers
+    # Each surface's list read when a sender of that surface is first resolved.
+    owners = Registry({surface: functools.partial(owner_ids, surface) for surface in surfaces()})
+    return IdentityPolicy(config.identity_policy, config.owner_user_id, owners)
+
+
+def owner_ids(surface: Surface) -> frozenset[str]:
+    return surfaces()[surface].owner_ids
+
+
+@functools.cache
+def surfaces() -> Surfaces:
+    """Every surface as this deployment reaches it (core/surfaces/): the one registry the rest asks."""
+    config = settings()
+    return registry(
+        {
+            Surface.WEB: lambda: web(config),
+            Surface.TELEGRAM: lambda: telegram(config),
+            Surface.WHATSAPP: lambda: whatsapp(config),
+        }
+    )
+
+
+def web(config: Settings) -> SurfaceAdapter:
+    return SurfaceAdapter(web_surface.WebRules, config.web_model_deadline, inline_media, web_surface.say_follow_up)
+
+
+def telegram(config: Settings) -> SurfaceAdapter:
+    """Telegram: pushed through the Bot API when TELEGRAM_BOT_TOKEN is set (the bot built on the
+    first push, not here: a turn that pushes nothing builds no client)."""
+    say: SayFollowUp = not_pushed
+    channel = None
+    if config.telegram_bot_token is not None:
+        say = telegram_surface.say_follow_up(lambda chat, text: telegram_bot().send_text(chat, text))
+        channel = lambda sender: TelegramChannel(telegram_bot(), int(sender))  # noqa: E731
+    return SurfaceAdapter(
+        telegram_surface.TelegramRules,
+        config.telegram_model_deadline,
+        telegram_files,
+        say,
+        frozenset(telegram_surface.TelegramRules.key(sender) for sender in config.owner_telegram_ids),
+        channel,
+    )
+
+
+def whatsapp(config: Settings) -> SurfaceAdapter:
+    """WhatsApp: pushed through Twilio's Messages API when the account and TWILIO_WHATSAPP_FROM
+    are set (twilio imported on the first push: a Telegram invocation never imports it)."""
+    send_text = template = channel = None
+    if config.twilio_whatsapp_from and whatsapp_configured(config):
+        send_text = lambda to, text: twilio_sender().send_text(to, text)  # noqa: E731
+        channel = lambda to: twilio_sender().channel(to)  # noqa: E731
+        template = lambda to, text: follow_up_template(config, to, text)  # noqa: E731
+    return SurfaceAdapter(
+        whatsapp_surface.WhatsAppRules,
+        config.whatsapp_model_deadline,
+        twilio_media,
+        whatsapp_surface.say_follow_up(send_text, template),
+        frozenset(whatsapp_surface.WhatsAppRules.key(sender) for sender in config.owner_whatsapp_numbers),
+        channel,
     )
 
 
@@ -224,19 +284,18 @@ def media_reader() -> MediaReader:
         voice_max_seconds=config.voice_max_seconds,
         voice_seconds_per_day=config.voice_seconds_per_day,
     )
-    sources = {
-        Surface.TELEGRAM: telegram_files,
-        Surface.WHATSAPP: twilio_media,
-        Surface.WEB: inline_media,
-    }
     return MediaReader(
-        sources,
+        {surface: functools.partial(media_source, surface) for surface in surfaces()},
         transcriber,
         describer,
         limits,
         fetch_timeout_s=config.media_fetch_timeout,
         transcription_timeout_s=config.transcription_timeout,
     )
+
+
+def media_source(surface: Surface) -> MediaSource:
+    return surfaces()[surface].media()
 
 
 @functools.cache
@@ -316,14 +375,8 @@ def digest_job() -> DigestJob:
 def owed_replies() -> OwedReplies:
     """The scheduled job's answers to owed messages, on the surfaces it can reach."""
     config = settings()
-    channels: dict[Surface, Callable[[str], ReplyChannel]] = {}
-    if config.telegram_bot_token is not None:
-        bot = telegram_bot()
-        channels[Surface.TELEGRAM] = lambda sender: TelegramChannel(bot, int(sender))
-    whatsapp = whatsapp_sender()
-    if whatsapp is not None and config.twilio_whatsapp_from:
-        channels[Surface.WHATSAPP] = whatsapp.channel
-    deadlines = {Surface.TELEGRAM: config.telegram_model_deadline, Surface.WHATSAPP: config.whatsapp_model_deadline}
+    channels = {surface: adapter.reply_channel for surface, adapter in surfaces().items() if adapter.reply_channel}
+    deadlines = {surface: adapter.deadline_s for surface, adapter in surfaces().items()}
     # Nobody waits on the job: a try's deadline is up to half the run's share of DIGEST_TIME_BUDGET
     # (functions/digest.py: 120 s of 240), which the function's timeout (serverless.yml: 300 s) is above.
     return OwedReplies(
@@ -340,17 +393,27 @@ def owed_replies() -> OwedReplies:
 @functools.cache
 def follow_up_delivery() -> FollowUpDelivery:
     """The scheduled job's delivery of due follow-ups, on the apps it can reach."""
-    config = settings()
-    telegram = whatsapp = template = None
-    if config.telegram_bot_token is not None:
-        bot = telegram_bot()
-        telegram = bot.send_text
+    return FollowUpDelivery(store(), surfaces(), identity(), now=lambda: now())
+
+
+def follow_up_template(config: Settings, to: str, text: str) -> Delivery | None:
+    """A follow-up outside WhatsApp's 24-hour window through TWILIO_FOLLOW_UP_CONTENT_SID, read
+    here (only the scheduled job has it); None without one."""
+    if (content_sid := config.twilio_follow_up_content_sid) is None:
+        return None
+    return twilio_sender().send_template(to, content_sid, text)
+
+
+def whatsapp_configured(config: Settings) -> bool:
+    return bool(config.twilio_account_sid) and config.twilio_auth_token is not None
+
+
+def twilio_sender() -> WhatsAppSender:
+    """Twilio's REST API, where the settings have already said it is configured."""
     sender = whatsapp_sender()
-    if sender is not None and config.twilio_whatsapp_from:
-        whatsapp = sender.send_text
-        if (content_sid := config.twilio_follow_up_content_sid) is not None:
-            template = lambda to, text: sender.send_template(to, content_sid, text)  # noqa: E731
-    return FollowUpDelivery(store(), Senders(telegram, whatsapp, template), identity(), now=lambda: now())
+    if sender is None:
+        raise ConfigurationError("TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN are not set")
+    return sender
 
 
 @functools.cache
@@ -402,7 +465,7 @@ def forgetting() -> Forgetting:
 @functools.cache
 def retention() -> Retention:
     config = settings()
-    deadlines = (config.telegram_model_deadline, config.whatsapp_model_deadline, config.web_model_deadline)
+    deadlines = (adapter.deadline_s for adapter in surfaces().values())
     return Retention(store(), batch_size=config.purge_batch, in_flight=in_flight_window(*deadlines))
 
 
@@ -429,6 +492,7 @@ _CACHED = (
     memory,
     model,
     identity,
+    surfaces,
     turns,
     linking,
     commands,

@@ -74,7 +74,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         action.text,
         str(action.update_id),
         sender_id=action.sender_id,
-        deadline_s=config.telegram_model_deadline,
+        deadline_s=runtime.surfaces()[Surface.TELEGRAM].deadline_s,
         media=action.media,
         platform=action.platform,
     )

@@ -113,7 +113,7 @@ def send_message(
         user_id=person,
         conversation_id=body.conversation_id,
         client_history=history,
-        deadline_s=runtime.settings().web_model_deadline,
+        deadline_s=runtime.surfaces()[Surface.WEB].deadline_s,
         media=tuple(attachment.media() for attachment in body.attachments),
         timezone=body.timezone,
     )

@@ -69,7 +69,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         action.message_sid,
         sender_id=action.sender,
         sender_alias=action.also_known_as,
-        deadline_s=config.whatsapp_model_deadline,
+        deadline_s=runtime.surfaces()[Surface.WHATSAPP].deadline_s,
         media=action.media,
         platform=action.platform,
         reply_within_s=TWIML_WITHIN_S,

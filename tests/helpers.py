@@ -10,8 +10,8 @@ import socket
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from twilio.request_validator import RequestValidator
 
 from core.errors import StoreUnavailable
 from core.stores.store import JsonScalar, MemoryStore
+from core.surfaces import Delivery, Surface, SurfaceAdapter
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -270,3 +271,12 @@ def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
     pre_skip = int.from_bytes(ogg[head + 10 : head + 12], "little")
     granule = round(seconds * 48_000) + pre_skip
     return ogg[: last + 6] + granule.to_bytes(8, "little", signed=True) + ogg[last + 14 :]
+
+
+def saying_on_telegram(send_text: Callable[[int, str], Delivery]) -> dict[Surface, SurfaceAdapter]:
+    """The deployment's surface registry, with Telegram's follow-ups said by `send_text`."""
+    from core.surfaces import telegram
+
+    registry = dict(runtime.surfaces())
+    registry[Surface.TELEGRAM] = replace(registry[Surface.TELEGRAM], say_follow_up=telegram.say_follow_up(send_text))
+    return registry

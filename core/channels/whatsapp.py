@@ -29,9 +29,9 @@ from core.channels.places import location_text
 from core.channels.splitting import split_message
 from core.commands import ChatCommand, chat_command
 from core.errors import InputError
-from core.identity.policy import BSUID, normalise_phone
 from core.media import MediaRef, twilio_media
 from core.models import Delivery, PlatformMessage, Surface
+from core.surfaces.whatsapp import BSUID, normalise_phone
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600

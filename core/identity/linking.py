@@ -27,6 +27,7 @@ from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
 from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
 from core.stores.store import MemoryStore
+from core.surfaces import rules
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no I, L, O, 0, 1: nothing to misread
 CODE_LENGTH = 9
@@ -85,10 +86,8 @@ def code_hash(code: str) -> str:
 
 
 def mask(surface: Surface, value: str) -> str:
-    """Enough of a chat id or number to recognise it, not enough to use it."""
-    if surface is Surface.WHATSAPP:
-        return value[:3] + "•" * max(len(value) - 7, 0) + value[-4:] if len(value) > 7 else "•" * len(value)
-    return "•" * max(len(value) - 4, 0) + value[-4:]
+    """Enough of a chat id or number to recognise it, not enough to use it (its surface's rule)."""
+    return rules(surface).mask(value)
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,8 @@ class Linking:
     def unlink_surface(self, user_id: UUID, surface: Surface) -> int:
         self.refuse_under_owner()
         if not surface.is_secondary:
-            raise InputError("only telegram and whatsapp can be unlinked")
+            linkable = " and ".join(each.value for each in Surface if each.is_secondary)
+            raise InputError(f"only {linkable} can be unlinked")
         row = self._store.call(
             "unlink_identities", {"p_surface": surface.value, "p_user_id": str(user_id), "p_external_id": None}
         )
@@ -268,13 +268,13 @@ class Linking:
                     unlinked += self.unlink(request.surface, identity_key(request.surface, request.also_known_as))
                 return LinkAnswer(UNLINKED if unlinked else NOT_LINKED)
             if not request.code:
-                example = "/link ABC234XYZ" if request.surface is Surface.TELEGRAM else "link ABC234XYZ"
+                example = rules(request.surface).command("link ABC234XYZ")
                 return LinkAnswer(NO_CODE.format(example=example))
             outcome = self.redeem(request.surface, key, request.code, consented=request.consented)
         except StoreUnavailable:
             return LinkAnswer(UNAVAILABLE)
         retry = f"{outcome.retry_at.astimezone(UTC):%H:%M} UTC" if outcome.retry_at else "an hour"
-        unlink = "/unlink" if request.surface is Surface.TELEGRAM else "send: unlink"
+        unlink = rules(request.surface).send_command("unlink")
         code = normalise_code(request.code)
         text = ANSWERS[outcome.status].format(
             retry=retry,

@@ -13,62 +13,44 @@ On the web the person is the token's subject; under `owner` only the owner is se
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 from uuid import UUID
 
 from core.errors import ConfigurationError, Forbidden
 from core.models import Person, Surface
+from core.surfaces import rules
 
 log = logging.getLogger("crossmem.identity")
 
-# Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
-# (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
-BSUID = re.compile(r"^[A-Z]{2}(?:\.ENT)?\.[A-Za-z0-9]{1,128}$")
-
-
-def normalise_phone(number: str) -> str:
-    """`whatsapp:+34 600-000-000` -> `+34600000000`."""
-    digits = "".join(ch for ch in number.removeprefix("whatsapp:") if ch.isdigit())
-    return f"+{digits}" if digits else ""
-
-
-def whatsapp_key(sender: str) -> str:
-    """A WhatsApp sender as `identities` keys it: a BSUID exactly as received, a number as `+digits`."""
-    bare = sender.strip().removeprefix("whatsapp:")
-    return bare if BSUID.match(bare) else normalise_phone(bare)
-
 
 def identity_key(surface: Surface, sender_id: str) -> str:
-    """A sender as `identities` keys it: WhatsApp's by `whatsapp_key`, a Telegram id as sent."""
-    return whatsapp_key(sender_id) if surface is Surface.WHATSAPP else sender_id.strip()
+    """A sender as `identities` keys it, by its surface's rules (a WhatsApp number as `+digits`)."""
+    return rules(surface).key(sender_id)
 
 
 @dataclass(frozen=True)
 class IdentityPolicy:
     mode: Literal["owner", "auto"]
     owner_user_id: UUID | None = None
-    owner_telegram_ids: frozenset[str] = frozenset()
-    owner_whatsapp_numbers: frozenset[str] = frozenset()
+    # Per surface, its senders that are the owner, as `identity_key` keys them; a surface without
+    # an entry has none (its senders are strangers, never checked against another surface's list).
+    owners: Mapping[Surface, frozenset[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode == "owner" and self.owner_user_id is None:
+            raise ConfigurationError("invalid configuration: IDENTITY_POLICY=owner needs OWNER_USER_ID")
 
     @classmethod
     def build(
         cls,
         mode: Literal["owner", "auto"],
         owner_user_id: UUID | None,
-        telegram_ids: Iterable[str],
-        whatsapp_numbers: Iterable[str],
+        owners: Mapping[Surface, Iterable[str]],
     ) -> IdentityPolicy:
-        if mode == "owner" and owner_user_id is None:
-            raise ConfigurationError("invalid configuration: IDENTITY_POLICY=owner needs OWNER_USER_ID")
-        return cls(
-            mode=mode,
-            owner_user_id=owner_user_id,
-            owner_telegram_ids=frozenset(value.strip() for value in telegram_ids),
-            owner_whatsapp_numbers=frozenset(whatsapp_key(value) for value in whatsapp_numbers),
-        )
+        keyed = {surface: frozenset(identity_key(surface, value) for value in ids) for surface, ids in owners.items()}
+        return cls(mode=mode, owner_user_id=owner_user_id, owners=keyed)
 
     def resolve(self, surface: Surface, sender_id: str, also_known_as: str | None = None) -> Person | None:
         """The person behind a sender, or None for a stranger the owner policy turns away.
@@ -78,7 +60,7 @@ class IdentityPolicy:
         alias = identity_key(surface, also_known_as) if also_known_as else None
         if self.mode == "auto":
             return Person(sender_id=sender_id, sender_alias=alias)
-        allowed = self.owner_telegram_ids if surface is Surface.TELEGRAM else self.owner_whatsapp_numbers
+        allowed = self.owners.get(surface, frozenset())
         if sender_id in allowed:
             return Person(user_id=self.owner_user_id)
         if alias is not None and alias in allowed:

@@ -30,7 +30,7 @@ from core.memory import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 
-AUTO = IdentityPolicy.build("auto", None, [], [])
+AUTO = IdentityPolicy.build("auto", None, {})
 
 
 @pytest.fixture
@@ -210,7 +210,7 @@ def test_a_stranger_under_the_owner_policy_gets_the_stranger_reply_and_nothing_i
     memory: Memory, store: PostgresStore, database_url: str
 ) -> None:
     owner = uuid.uuid4()
-    policy = IdentityPolicy.build("owner", owner, ["4242"], [])
+    policy = IdentityPolicy.build("owner", owner, {Surface.TELEGRAM: ["4242"]})
     forgetting = Forgetting(store, policy, stranger_reply="Who are you?")
     turn(memory, Person(user_id=owner), Surface.TELEGRAM, "the owner's words")
     forgetting.answer(ForgetRequest(Surface.TELEGRAM, "4242", False))

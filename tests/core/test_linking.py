@@ -33,7 +33,7 @@ from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql
 from tests.helpers import rows
 
-AUTO = IdentityPolicy.build("auto", None, [], [])
+AUTO = IdentityPolicy.build("auto", None, {})
 
 
 @pytest.fixture
@@ -263,7 +263,7 @@ def test_identities_list_and_mask(linking: Linking) -> None:
 
 def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
     owner = uuid.uuid4()
-    policy = IdentityPolicy.build("owner", owner, ["4242"], ["+34600111222"])
+    policy = IdentityPolicy.build("owner", owner, {Surface.TELEGRAM: ["4242"], Surface.WHATSAPP: ["+34600111222"]})
     linking = Linking(store, policy, stranger_reply="Private assistant.")
     with pytest.raises(LinkingNotNeeded):
         linking.new_code(owner)

@@ -105,7 +105,7 @@ def test_with_the_budget_on_a_turn_reserves_and_settles_its_tokens_in_its_two_ro
 
 def test_a_linked_persons_turn_costs_two_round_trips_and_linking_one(counted: CountedMemory) -> None:
     person = uuid.uuid4()
-    linking = Linking(counted.memory.store, IdentityPolicy.build("auto", None, [], []))
+    linking = Linking(counted.memory.store, IdentityPolicy.build("auto", None, {}))
     code = linking.new_code(person).code
     chat = f"tg-{uuid.uuid4().hex[:10]}"
     counted.reset()
@@ -248,7 +248,7 @@ def test_a_web_message_in_the_telegram_thread_is_not_taken_for_a_redelivery(coun
 def test_forgetting_is_one_round_trip_and_a_forgotten_redelivery_stores_nothing(counted: CountedMemory) -> None:
     memory, person = counted.memory, sender()
     assert person.sender_id is not None
-    forgetting = Forgetting(memory.store, IdentityPolicy.build("auto", None, [], []))
+    forgetting = Forgetting(memory.store, IdentityPolicy.build("auto", None, {}))
     delivery = f"forgotten-{uuid.uuid4().hex}"
     start = memory.begin_turn(person, Surface.TELEGRAM, "forget me", delivery)
     assert start.user_id is not None and start.message_id is not None

@@ -312,7 +312,7 @@ def test_what_a_link_merged_into_the_person_is_found_and_no_longer_by_the_chat(m
     assert start.user_id is not None and start.message_id is not None
     memory.finish_turn(start.user_id, start.message_id, "Locker 212, noted.")
     chat_person = start.user_id
-    Linking(memory.store, IdentityPolicy.build("auto", None, [], [])).link(web_person, Surface.TELEGRAM, chat)
+    Linking(memory.store, IdentityPolicy.build("auto", None, {})).link(web_person, Surface.TELEGRAM, chat)
     found = memory.search(web_person, "gym locker")
     assert [(hit.message.content, hit.message.surface) for hit in found] == [
         ("my gym locker is number 212", Surface.TELEGRAM),

@@ -20,7 +20,7 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.whatsapp import Converse, WhatsAppForm, classify
 from core.errors import StoreUnavailable
-from core.follow_up_delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery, Senders
+from core.follow_up_delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from functions import runtime
@@ -44,6 +44,7 @@ from tests.helpers import (
     messages_of,
     new_code,
     rows,
+    saying_on_telegram,
     sent_texts,
     signed,
     three_apps,
@@ -397,7 +398,8 @@ def test_a_batch_slower_than_the_time_budget_hands_back_what_it_did_not_reach_an
         clock.at += timedelta(seconds=30)
         return Delivery.DELIVERED
 
-    delivery = FollowUpDelivery(runtime.store(), Senders(telegram=slow), runtime.identity(), now=clock, clock=stopwatch)
+    surfaces = saying_on_telegram(slow)
+    delivery = FollowUpDelivery(runtime.store(), surfaces, runtime.identity(), now=clock, clock=stopwatch)
 
     first = delivery.run(60)
 
@@ -447,7 +449,7 @@ def test_a_follow_up_given_up_by_another_run_while_it_was_sent_is_logged_as_not_
         said.append(text)
         return Delivery.DELIVERED
 
-    delivery = FollowUpDelivery(runtime.store(), Senders(telegram=meanwhile), runtime.identity(), now=clock)
+    delivery = FollowUpDelivery(runtime.store(), saying_on_telegram(meanwhile), runtime.identity(), now=clock)
     with caplog.at_level(logging.INFO, logger="crossmem.follow_ups"):
         run = delivery.run(60)
 
@@ -518,7 +520,7 @@ def test_a_follow_up_whose_recorded_outcome_never_reached_the_run_is_counted_sen
 
     try:
         with caplog.at_level(logging.INFO, logger="crossmem.follow_ups"):
-            run = FollowUpDelivery(store, Senders(telegram=sends), runtime.identity(), now=clock).run(60)
+            run = FollowUpDelivery(store, saying_on_telegram(sends), runtime.identity(), now=clock).run(60)
     finally:
         store.close()
         proxy.close()
@@ -549,7 +551,7 @@ def test_a_run_killed_mid_batch_loses_only_the_follow_up_it_was_sending(
     said = Said()
 
     clock.at += timedelta(seconds=LEASE_S + 1)
-    run = FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
+    run = FollowUpDelivery(store, saying_on_telegram(said), runtime.identity(), now=clock).run(60)
     assert said.texts == ["Ping 780002.", "Ping 780003."]
     assert (run.lost, run.sent) == (1, 2)
     assert rows(job_database, "select content, status, attempts from follow_ups order by id") == [
@@ -585,7 +587,7 @@ def test_a_follow_up_another_run_took_over_before_its_turn_is_not_sent(
         return Delivery.DELIVERED
 
     with caplog.at_level(logging.INFO, logger="crossmem.follow_ups"):
-        run = FollowUpDelivery(runtime.store(), Senders(telegram=meanwhile), runtime.identity(), now=clock).run(60)
+        run = FollowUpDelivery(runtime.store(), saying_on_telegram(meanwhile), runtime.identity(), now=clock).run(60)
     assert said == ["Ping 790001."]
     assert (run.sent, run.unrecorded) == (0, 1)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "crossmem.follow_ups"]
@@ -605,7 +607,7 @@ def test_a_follow_up_that_could_not_be_marked_is_not_sent_and_goes_out_with_the_
     said = Said()
 
     def run(store: Any) -> Any:
-        return FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
+        return FollowUpDelivery(store, saying_on_telegram(said), runtime.identity(), now=clock).run(60)
 
     failed = run(FailingStore(runtime.store(), {"try_follow_up"}))
     assert (said.texts, failed.sent, failed.released) == ([], 0, 2)
@@ -628,7 +630,7 @@ def test_a_claim_whose_answer_is_lost_is_retried_under_the_same_claim_and_sent_a
         warm = {"p_id": 0, "p_claim": str(uuid.uuid4()), "p_now": clock.at.isoformat()}
         assert store.call("try_follow_up", warm) == {"ok": False}  # a connection open, as in a warm instance
         proxy.lose_next_answer()  # the claim commits; its answer never arrives
-        run = FollowUpDelivery(store, Senders(telegram=said), runtime.identity(), now=clock).run(60)
+        run = FollowUpDelivery(store, saying_on_telegram(said), runtime.identity(), now=clock).run(60)
     finally:
         store.close()
         proxy.close()
@@ -730,7 +732,7 @@ def test_a_sender_that_raises_leaves_only_the_follow_up_it_was_sending_claimed(
             raise RuntimeError("a bug in a sender")
         return Delivery.DELIVERED
 
-    delivery = FollowUpDelivery(runtime.store(), Senders(telegram=broken), runtime.identity(), now=clock)
+    delivery = FollowUpDelivery(runtime.store(), saying_on_telegram(broken), runtime.identity(), now=clock)
     with pytest.raises(RuntimeError):
         delivery.run(60)
 

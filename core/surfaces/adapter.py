@@ -1,0 +1,104 @@
+"""What a surface is, and how this deployment reaches it: the one interface every surface implements.
+
+`SurfaceRules` (no settings, no I/O): the conversation's title, how a sender is keyed and masked,
+how a chat command is spelled, whether the sender is a chat or number a person links to their web
+account. `SurfaceAdapter` (built once in functions/runtime.py from the settings): those rules, the
+model's deadline, the owner's ids under IDENTITY_POLICY=owner, where its media is fetched, the
+channel an owed reply goes through, and how a due follow-up is said. The rest of the code asks the
+registry (core/surfaces/__init__.py) and never names a surface.
+
+`Surface` and `Delivery` live here, below everything, so that the adapters import nothing from
+the package but this module (core/models.py re-exports both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from core.channels.media_fetch import MediaSource
+    from core.turn_request import ReplyChannel
+
+
+class Surface(StrEnum):
+    WEB = "web"
+    TELEGRAM = "telegram"
+    WHATSAPP = "whatsapp"
+
+    @property
+    def is_secondary(self) -> bool:
+        """A chat or number beside the person's web account (the SQL keeps one thread of each)."""
+        return self is not Surface.WEB
+
+
+class Delivery(StrEnum):
+    """What became of a reply pushed to a surface."""
+
+    DELIVERED = "delivered"
+    GIVEN_UP = "given_up"  # retrying cannot help: the person blocked the bot, the chat is gone
+    OWED = "owed"  # may pass (5xx, 429, network, timeout): a redelivery of the update sends it
+
+
+class SurfaceRules:
+    """What a surface is, the same in every deployment. Subclassed once per surface."""
+
+    surface: ClassVar[Surface]
+    label: ClassVar[str]  # its name to people: the conversation's title is `[label]`
+    command_prefix: ClassVar[str] = ""  # Telegram's commands start with a slash
+
+    @classmethod
+    def key(cls, sender: str) -> str:
+        """A sender as `identities` keys it."""
+        return sender.strip()
+
+    @classmethod
+    def mask(cls, key: str) -> str:
+        """Enough of a chat id or number to recognise it, not enough to use it."""
+        return "•" * max(len(key) - 4, 0) + key[-4:]
+
+    @classmethod
+    def command(cls, name: str) -> str:
+        """A chat command as the person types it: `/forget` on Telegram, `forget` elsewhere."""
+        return cls.command_prefix + name
+
+    @classmethod
+    def send_command(cls, name: str) -> str:
+        """How an answer tells the person to send a command."""
+        return cls.command(name) if cls.command_prefix else f"send: {cls.command(name)}"
+
+    @classmethod
+    def title(cls) -> str:
+        return f"[{cls.label}]"
+
+
+# A due follow-up said on a surface: (the chat or number it goes to, None on the web; the stored
+# row; now) -> what became of it and the outcome to record ("sent", "held" or "retry").
+SayFollowUp = Callable[[str | None, Mapping[str, Any], datetime], tuple[Delivery, str]]
+
+
+@dataclass(frozen=True)
+class SurfaceAdapter:
+    """One surface as this deployment reaches it."""
+
+    rules: type[SurfaceRules]
+    deadline_s: float  # the model's, for a turn on this surface
+    media: Callable[[], MediaSource]  # built on the first message with a photo, PDF or voice note
+    say_follow_up: SayFollowUp
+    owner_ids: frozenset[str] = frozenset()  # under IDENTITY_POLICY=owner, as `rules.key` keys them
+    # The channel an owed reply goes through, to a sender as stored; None: this deployment cannot
+    # push to the surface (no token, no sender), so its owed messages wait.
+    reply_channel: Callable[[str], ReplyChannel] | None = None
+
+    @property
+    def surface(self) -> Surface:
+        return self.rules.surface
+
+
+def not_pushed(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+    """A follow-up on a surface this deployment cannot push to: tried again later (a deploy may
+    bring its token), never recorded as sent."""
+    return Delivery.OWED, "retry"

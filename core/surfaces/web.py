@@ -1,0 +1,19 @@
+"""The web: the person is the token's subject, and what the agent says appears in their thread."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+from core.surfaces.adapter import Delivery, Surface, SurfaceRules
+
+
+class WebRules(SurfaceRules):
+    surface: ClassVar[Surface] = Surface.WEB
+    label: ClassVar[str] = "Web"
+
+
+def say_follow_up(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+    """Nothing to push: stored in the thread, it appears in their conversation."""
+    return Delivery.DELIVERED, "sent"

@@ -1,0 +1,96 @@
+"""One adapter per surface (core/surfaces/): every registry, settings group and docs table names
+every member of `Surface`, and a surface left out of the registry fails where it is built, never
+silently later (a follow-up recorded as sent unsaid, a sender checked against another surface's
+owners, a conversation titled after another surface)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigurationError
+from core.follow_up_delivery import FollowUpDelivery
+from core.identity.policy import IdentityPolicy
+from core.memory import ContextLimits, Memory
+from core.models import Person
+from core.settings import Settings
+from core.stores.postgres_store import PostgresStore
+from core.surfaces import RULES, Surface, registry, rules
+from functions import runtime
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+API = (REPOSITORY / "docs" / "api.md").read_text()
+CONFIGURATION = (REPOSITORY / "docs" / "configuration.md").read_text()
+
+
+def test_every_surface_has_its_rules_and_its_adapter_in_the_deployments_registry(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    assert set(RULES) == set(Surface)
+    assert all(rules.surface is surface for surface, rules in RULES.items())
+    adapters = runtime.surfaces()
+    assert list(adapters) == list(Surface)  # registry() orders them as the enum does
+    assert all(adapter.surface is surface for surface, adapter in adapters.items())
+    assert set(runtime.identity().owners) == set(Surface)
+    assert [adapter.deadline_s for adapter in adapters.values()] == [
+        runtime.settings().web_model_deadline,
+        runtime.settings().telegram_model_deadline,
+        runtime.settings().whatsapp_model_deadline,
+    ]
+
+
+def test_every_surface_has_its_setting_and_its_rows_in_the_docs_tables() -> None:
+    listed = re.search(r"`surface` one of ([^;]+);", API)
+    assert listed is not None
+    searchable = set(re.findall(r"`(\w+)`", listed[1]))
+    conversations = next(line for line in API.splitlines() if line.startswith("| `GET /conversations` |"))
+    for surface in Surface:
+        assert f"{surface.value}_model_deadline" in Settings.model_fields, surface
+        assert f"| `{surface.value.upper()}_MODEL_DEADLINE` |" in CONFIGURATION, surface
+        assert surface.value in searchable, surface
+        if surface.is_secondary:
+            assert f"`{rules(surface).title()}`" in conversations, surface
+
+
+def test_a_registry_without_a_surface_is_refused_where_it_is_built(environment: pytest.MonkeyPatch) -> None:
+    adapters = runtime.surfaces()
+    without = {surface: adapter for surface, adapter in adapters.items() if surface is not Surface.WHATSAPP}
+    with pytest.raises(ConfigurationError, match="the surface registry has no entry for: whatsapp"):
+        registry({surface: lambda adapter=adapter: adapter for surface, adapter in without.items()})
+    with pytest.raises(ConfigurationError, match="the surface registry has no entry for: whatsapp"):
+        FollowUpDelivery(runtime.store(), without, runtime.identity())
+
+
+def test_a_sender_is_the_owners_only_on_the_surface_that_lists_them() -> None:
+    owner = uuid.uuid4()
+    policy = IdentityPolicy.build("owner", owner, {Surface.WHATSAPP: ["+34 600 111 222"]})
+    assert policy.resolve(Surface.WHATSAPP, "whatsapp:+34600111222") == Person(user_id=owner)
+    assert policy.resolve(Surface.TELEGRAM, "+34600111222") is None  # never another surface's list
+    assert policy.resolve(Surface.TELEGRAM, "34600111222") is None
+
+
+def test_each_secondary_conversation_is_titled_by_its_surfaces_rules(store: PostgresStore) -> None:
+    memory = Memory(store, ContextLimits())
+    for surface in Surface:
+        if not surface.is_secondary:
+            continue
+        sender = f"+346001{len(surface.value):05d}"
+        start = memory.begin_turn(Person(sender_id=sender), surface, "hi", uuid.uuid4().hex)
+        assert start.user_id is not None and start.message_id is not None
+        memory.finish_turn(start.user_id, start.message_id, "hello")
+        other = memory.begin_turn(Person(sender_id="+34600999999"), surface, "hi", uuid.uuid4().hex)
+        assert other.user_id is not None and other.user_id != start.user_id
+        [conversation] = memory.list_conversations(start.user_id)
+        assert (conversation.surface, conversation.title) == (surface, rules(surface).title())
+        assert conversation.as_json()["title"] == f"[{rules(surface).label}]"
+
+
+def test_the_webs_untitled_conversation_is_titled_by_its_rules() -> None:
+    from core.models import Conversation
+
+    now = datetime.now(UTC)
+    assert Conversation(uuid.uuid4(), Surface.WEB, "", now, now).as_json()["title"] == "[Web]"
