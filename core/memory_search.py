@@ -169,10 +169,8 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int) -> Rendered
 
 def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
     message = hit.message
-    lines = [
-        f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
-        f"{_cut(message.content, HIT_CHARS)}"
-    ]
+    lines = [f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
+             f"{_cut(message.content, HIT_CHARS)}"]
     if hit.before is not None:
         lines.append(f"   just before, {_neighbour(hit.before)}")
     if hit.after is not None:
