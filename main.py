@@ -25,6 +25,13 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
 
 
 @functions_framework.http
+def sms_webhook(request: flask.Request) -> flask.Response:
+    from functions.sms import sms_webhook as handle
+
+    return handle(request)
+
+
+@functions_framework.http
 def web_chat(request: flask.Request) -> flask.Response:
     from functions.web import web_chat as handle
 

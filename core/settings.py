@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     owner_user_id: UUID | None = None
     owner_telegram_ids: CommaList = []
     owner_whatsapp_numbers: CommaList = []
+    owner_sms_numbers: CommaList = []
     link_code_ttl_minutes: int = Field(default=10, ge=1, le=1440)
     link_attempts_per_hour: int = Field(default=5, ge=0)
 
@@ -141,6 +142,10 @@ class Settings(BaseSettings):
     public_base_url: str | None = None
     whatsapp_model_deadline: float = Field(default=12.0, gt=0)
 
+    # SMS through Twilio (the account, token and shared key above).
+    twilio_sms_from: str | None = None  # the number of messages the agent starts: +14155238886
+    sms_model_deadline: float = Field(default=12.0, gt=0)
+
     # Voice notes, photos and documents (docs/media.md): limits, and the transcription service.
     media_max_items: int = Field(default=4, ge=1, le=10)
     image_max_bytes: int = Field(default=3_750_000, ge=1, le=3_750_000)  # Claude: 5 MB of base64
@@ -161,7 +166,7 @@ class Settings(BaseSettings):
     cors_origins: CommaList = []
     web_model_deadline: float = Field(default=60.0, gt=0)
 
-    @field_validator("owner_telegram_ids", "owner_whatsapp_numbers", "cors_origins", mode="before")
+    @field_validator("owner_telegram_ids", "owner_whatsapp_numbers", "owner_sms_numbers", "cors_origins", mode="before")
     @classmethod
     def split_commas(cls, value: object) -> object:
         if isinstance(value, str):

@@ -38,6 +38,7 @@ from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_po
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import MemoryStore, UnavailableStore
 from core.surfaces import Registry, SayFollowUp, SurfaceAdapter, Surfaces, not_pushed, registry
+from core.surfaces import sms as sms_surface
 from core.surfaces import telegram as telegram_surface
 from core.surfaces import web as web_surface
 from core.surfaces import whatsapp as whatsapp_surface
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from core.channels.whatsapp import WhatsAppSender
     from core.identity.web_auth import TokenVerifier
     from core.model.transcription import Transcriber
+    from core.turn_request import ReplyChannel
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
@@ -196,6 +198,7 @@ def surfaces() -> Surfaces:
             Surface.WEB: lambda: web(config),
             Surface.TELEGRAM: lambda: telegram(config),
             Surface.WHATSAPP: lambda: whatsapp(config),
+            Surface.SMS: lambda: sms(config),
         }
     )
 
@@ -396,6 +399,41 @@ def follow_up_delivery() -> FollowUpDelivery:
     return FollowUpDelivery(store(), surfaces(), identity(), now=lambda: now())
 
 
+def sms(config: Settings) -> SurfaceAdapter:
+    """SMS: replies in the webhook's TwiML; owed replies and follow-ups through Twilio's Messages
+    API from TWILIO_SMS_FROM, when it and the account are set."""
+    say: SayFollowUp = not_pushed
+    channel = None
+    if config.twilio_sms_from and whatsapp_configured(config):
+        say = sms_surface.say_follow_up(lambda to, text: sms_sender().send_text(to, text))
+        channel = sms_channel
+    return SurfaceAdapter(
+        sms_surface.SmsRules,
+        config.sms_model_deadline,
+        twilio_media,
+        say,
+        frozenset(sms_surface.SmsRules.key(sender) for sender in config.owner_sms_numbers),
+        channel,
+    )
+
+
+@functools.cache
+def sms_sender() -> WhatsAppSender:
+    """Twilio's Messages API from the SMS number (the same client as WhatsApp's, another sender)."""
+    from core.channels.whatsapp import WhatsAppSender  # twilio: only the functions that reach Twilio
+
+    config = settings()
+    assert config.twilio_account_sid and config.twilio_auth_token is not None and config.twilio_sms_from
+    token = config.twilio_auth_token.get_secret_value()
+    return WhatsAppSender(config.twilio_account_sid, token, config.twilio_sms_from, config.twilio_api_base)
+
+
+def sms_channel(to: str) -> ReplyChannel:
+    from core.channels.whatsapp import WhatsAppChannel
+
+    return WhatsAppChannel(sms_sender(), to)  # a number as Twilio's SMS takes it: +14155550123
+
+
 def follow_up_template(config: Settings, to: str, text: str) -> Delivery | None:
     """A follow-up outside WhatsApp's 24-hour window through TWILIO_FOLLOW_UP_CONTENT_SID, read
     here (only the scheduled job has it); None without one."""
@@ -505,6 +543,7 @@ _CACHED = (
     owed_replies,
     follow_up_delivery,
     whatsapp_sender,
+    sms_sender,
     media_reader,
     telegram_files,
     twilio_media,

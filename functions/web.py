@@ -197,7 +197,7 @@ ROUTES = (
     route("DELETE", "/memory", forget_routes.forget_memory),
     route("POST", "/links", links.new_code),
     route("GET", "/links", links.list_links),
-    route("DELETE", "/links/(telegram|whatsapp)", links.unlink),
+    route("DELETE", f"/links/({'|'.join(web_openapi.LINKABLE)})", links.unlink),
     route("GET", "/follow-ups", follow_up_routes.list_follow_ups),
     route("DELETE", "/follow-ups/([0-9]{1,18})", follow_up_routes.cancel_follow_up),
     route("GET", "/search", search_routes.search_messages),

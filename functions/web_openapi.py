@@ -15,11 +15,14 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core.models import Role, Surface
 from core.turn_request import Outcome
 from functions.web_models import NewConversation, SendMessage, UIChatRequest
+
+# The surfaces a person links to their web account (and unlinks): every one but the web.
+LINKABLE = [surface.value for surface in Surface if surface.is_secondary]
 
 
 class ErrorAnswer(BaseModel):
@@ -109,7 +112,7 @@ class LinkList(BaseModel):
 
 
 class UnlinkAnswer(BaseModel):
-    surface: Literal["telegram", "whatsapp"]
+    surface: str = Field(json_schema_extra={"enum": [value for value in LINKABLE]})
     unlinked: int
 
 
@@ -261,9 +264,7 @@ def paths() -> dict[str, Any]:
         "/links/{surface}": {
             "delete": {
                 "summary": "Unlink a surface",
-                "parameters": [
-                    {"name": "surface", "in": "path", "required": True, "schema": {"enum": ["telegram", "whatsapp"]}}
-                ],
+                "parameters": [{"name": "surface", "in": "path", "required": True, "schema": {"enum": LINKABLE}}],
                 "responses": answered("200", UnlinkAnswer, "how many were unlinked"),
             }
         },
@@ -292,7 +293,7 @@ def paths() -> dict[str, Any]:
                 "summary": "Search the person's own messages",
                 "parameters": [
                     query("q", {"type": "string", "minLength": 1, "maxLength": 1000}, "the words", required=True),
-                    query("surface", {"enum": ["web", "telegram", "whatsapp"]}, "only this surface"),
+                    query("surface", {"enum": [surface.value for surface in Surface]}, "only this surface"),
                     query("since", {"type": "string"}, "an ISO 8601 date, or date and time"),
                     query("until", {"type": "string"}, "an ISO 8601 date, or date and time"),
                     query("limit", {"type": "integer", "minimum": 1, "maximum": 50}, "how many (default 20)"),

@@ -9,7 +9,7 @@ once, within the byte and field limits, before the signature is checked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import flask
 
@@ -18,6 +18,7 @@ from core.errors import InputError, OverBudget, StillAnswering
 from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
+from core.settings import Settings
 from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_form, serving
@@ -31,6 +32,50 @@ TWIML_WITHIN_S = 14.0
 @serving
 def whatsapp_webhook(request: flask.Request) -> flask.Response:
     config = runtime.settings()
+    fields = twilio_form(request, config)
+    if isinstance(fields, flask.Response):
+        return fields
+    try:
+        form = WhatsAppForm.from_form(fields)
+    except InputError as exc:
+        return json_response({"error": "bad_request", "message": str(exc)}, 400)
+    action = classify(form)
+    if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
+        return twiml_response(runtime.commands().answer(action).text)
+    if not isinstance(action, Converse):
+        return twiml_response(action.text)
+    turn = TurnRequest(
+        Surface.WHATSAPP,
+        action.text,
+        action.message_sid,
+        sender_id=action.sender,
+        sender_alias=action.also_known_as,
+        deadline_s=runtime.surfaces()[Surface.WHATSAPP].deadline_s,
+        media=action.media,
+        platform=action.platform,
+        reply_within_s=TWIML_WITHIN_S,
+    )
+    if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
+        sender.show_typing(action.message_sid)
+    return answered_in_twiml(turn)
+
+
+def answered_in_twiml(turn: TurnRequest) -> flask.Response:
+    """The turn's reply as Twilio's webhook answer (WhatsApp's or SMS's)."""
+    try:
+        result = runtime.turns().run(turn)
+        return twiml_response(result.reply, result.follow_ups_first)
+    except OverBudget as exc:
+        return twiml_response(str(exc))
+    except StillAnswering:
+        return twiml_response(None)  # the first attempt, or the scheduled job once it cannot, answers
+    except InputError as exc:
+        return twiml_response(f"Sorry, I couldn't take that message: {exc}.")
+
+
+def twilio_form(request: flask.Request, config: Settings) -> Mapping[str, str] | flask.Response:
+    """The form of a Twilio webhook (WhatsApp's or SMS's) whose signature is valid, or the answer
+    refusing it."""
     if config.twilio_auth_token is None or not config.public_base_url:
         return json_response({"error": "not_configured", "message": "set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL"}, 503)
     if request.method != "POST":
@@ -54,37 +99,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
     ):
         return json_response({"error": "forbidden", "message": "invalid Twilio signature"}, 403)
-    try:
-        form = WhatsAppForm.from_form(fields)
-    except InputError as exc:
-        return json_response({"error": "bad_request", "message": str(exc)}, 400)
-    action = classify(form)
-    if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
-        return _twiml(runtime.commands().answer(action).text)
-    if not isinstance(action, Converse):
-        return _twiml(action.text)
-    turn = TurnRequest(
-        Surface.WHATSAPP,
-        action.text,
-        action.message_sid,
-        sender_id=action.sender,
-        sender_alias=action.also_known_as,
-        deadline_s=runtime.surfaces()[Surface.WHATSAPP].deadline_s,
-        media=action.media,
-        platform=action.platform,
-        reply_within_s=TWIML_WITHIN_S,
-    )
-    if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
-        sender.show_typing(action.message_sid)
-    try:
-        result = runtime.turns().run(turn)
-        return _twiml(result.reply, result.follow_ups_first)
-    except OverBudget as exc:
-        return _twiml(str(exc))
-    except StillAnswering:
-        return _twiml(None)  # the first attempt, or the scheduled job once it cannot, answers
-    except InputError as exc:
-        return _twiml(f"Sorry, I couldn't take that message: {exc}.")
+    return fields
 
 
 def public_url(base: str, request: flask.Request) -> str:
@@ -94,5 +109,5 @@ def public_url(base: str, request: flask.Request) -> str:
     return base.rstrip("/") + path + (f"?{query}" if query else "")
 
 
-def _twiml(text: str | None, first: Sequence[str] = ()) -> flask.Response:
+def twiml_response(text: str | None, first: Sequence[str] = ()) -> flask.Response:
     return flask.Response(twiml(text, first), 200, mimetype="application/xml")

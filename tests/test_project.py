@@ -103,7 +103,7 @@ def test_serverless_deploys_the_functions_of_main() -> None:
     handlers = {spec["handler"] for spec in config["functions"].values()}
     tree = ast.parse((ROOT / "main.py").read_text())
     exported = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    assert handlers == exported == {"telegram_webhook", "whatsapp_webhook", "web_chat", "memory_digest"}
+    assert handlers == exported == {"telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat", "memory_digest"}
     assert config["provider"]["runtime"] == "python311"
 
 

@@ -20,6 +20,7 @@ from typing import Final, TypeVar
 
 from core.errors import ConfigurationError
 from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceAdapter, SurfaceRules, not_pushed
+from core.surfaces.sms import SmsRules
 from core.surfaces.telegram import TelegramRules
 from core.surfaces.web import WebRules
 from core.surfaces.whatsapp import WhatsAppRules
@@ -51,7 +52,7 @@ def complete(table: Mapping[Surface, T], what: str) -> Mapping[Surface, T]:
 
 
 RULES: Final[Mapping[Surface, type[SurfaceRules]]] = complete(
-    {rules.surface: rules for rules in (WebRules, TelegramRules, WhatsAppRules)}, "the surfaces' rules"
+    {rules.surface: rules for rules in (WebRules, TelegramRules, WhatsAppRules, SmsRules)}, "the surfaces' rules"
 )
 
 

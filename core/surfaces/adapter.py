@@ -28,6 +28,7 @@ class Surface(StrEnum):
     WEB = "web"
     TELEGRAM = "telegram"
     WHATSAPP = "whatsapp"
+    SMS = "sms"
 
     @property
     def is_secondary(self) -> bool:
@@ -73,6 +74,11 @@ class SurfaceRules:
     @classmethod
     def title(cls) -> str:
         return f"[{cls.label}]"
+
+
+def mask_number(key: str) -> str:
+    """A phone number (or an id as long) with its country code and last four digits shown."""
+    return key[:3] + "•" * max(len(key) - 7, 0) + key[-4:] if len(key) > 7 else "•" * len(key)
 
 
 # A due follow-up said on a surface: (the chat or number it goes to, None on the web; the stored

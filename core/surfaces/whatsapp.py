@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules
+from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
 
 # Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
@@ -38,7 +38,7 @@ class WhatsAppRules(SurfaceRules):
 
     @classmethod
     def mask(cls, key: str) -> str:
-        return key[:3] + "•" * max(len(key) - 7, 0) + key[-4:] if len(key) > 7 else "•" * len(key)
+        return mask_number(key)
 
 
 def say_follow_up(

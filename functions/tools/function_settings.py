@@ -43,6 +43,7 @@ EVERY_FUNCTION = frozenset(
         "owner_user_id",
         "owner_telegram_ids",
         "owner_whatsapp_numbers",
+        "owner_sms_numbers",
         "link_code_ttl_minutes",
         "link_attempts_per_hour",
         "telegram_bot_username",
@@ -113,6 +114,20 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "twilio_api_base",
         }
     ),
+    "sms_webhook": MEDIA
+    | SPEECH
+    | frozenset(
+        {
+            "twilio_auth_token",
+            "twilio_webhook_shared_key",
+            "public_base_url",
+            "sms_model_deadline",
+            # Its adapter: owed replies and follow-ups go from this number (the job sends them).
+            "twilio_account_sid",
+            "twilio_sms_from",
+            "twilio_api_base",
+        }
+    ),
     "web_chat": MEDIA
     | frozenset(
         {
@@ -137,6 +152,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_model_deadline",
             "whatsapp_model_deadline",
             "web_model_deadline",
+            "sms_model_deadline",
             # Owed replies (core/owed.py): the Bot API and Twilio's Messages API.
             "owed_reply_max_age",
             "owed_reply_max_tries",
@@ -144,6 +160,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "telegram_api_base",
             "twilio_account_sid",
             "twilio_whatsapp_from",
+            "twilio_sms_from",
             "twilio_api_base",
             "twilio_auth_token",
             # Follow-ups outside WhatsApp's 24-hour window.

@@ -99,7 +99,7 @@ def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
     assert main(["deploy", "--dry-run"]) == 0
     output = capsys.readouterr().out
     commands = printed_commands(output)
-    assert sorted(commands) == ["memory_digest", "telegram_webhook", "web_chat", "whatsapp_webhook"]
+    assert sorted(commands) == ["memory_digest", "sms_webhook", "telegram_webhook", "web_chat", "whatsapp_webhook"]
     assert commands["telegram_webhook"] == [
         "gcloud",
         "functions",
@@ -312,15 +312,16 @@ def test_a_deploy_runs_every_command_then_creates_the_job_and_updates_it_the_nex
     fake_gcloud.answer(["secrets", "list"], "crossmem-database-url\ncrossmem-anthropic-api-key\n")
     assert main(["deploy"]) == 0
     calls = fake_gcloud.calls
-    assert [call[:4] for call in calls[:5]] == [
+    assert [call[:4] for call in calls[:6]] == [
         ["secrets", "list", "--project=advisor-prod", "--format=value(name.basename())"],
         ["functions", "deploy", "telegram_webhook", "--gen2"],
         ["functions", "deploy", "whatsapp_webhook", "--gen2"],
+        ["functions", "deploy", "sms_webhook", "--gen2"],
         ["functions", "deploy", "web_chat", "--gen2"],
         ["functions", "deploy", "memory_digest", "--gen2"],
     ]
     listing = ["scheduler", "jobs", "list", "--project=advisor-prod", "--location=us-central1"]
-    assert calls[5:] == [INVOKER[1:], [*listing, "--format=value(name.basename())"], scheduler_job("create")[1:]]
+    assert calls[6:] == [INVOKER[1:], [*listing, "--format=value(name.basename())"], scheduler_job("create")[1:]]
     assert "# memory_digest: " + DIGEST_URL in capsys.readouterr().out
     fake_gcloud.answer(["scheduler", "jobs", "list"], "crossmem-memory-digest\n")
     assert main(["deploy"]) == 0

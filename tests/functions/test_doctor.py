@@ -43,9 +43,9 @@ PROJECT, REGION = "advisor-prod", "us-central1"
 ACCOUNT_SID = "AC" + "0" * 32
 NUMBER = "+14155550100"
 DEEPGRAM_KEY = "deepgram-test-key"
-FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "web_chat", "memory_digest"]
+FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat", "memory_digest"]
 # What each function answers a call without credentials (the private one: Cloud Run's IAM).
-ANSWERS = {"telegram_webhook": 401, "whatsapp_webhook": 405, "web_chat": 401, "memory_digest": 403}
+ANSWERS = {"telegram_webhook": 401, "whatsapp_webhook": 405, "sms_webhook": 405, "web_chat": 401, "memory_digest": 403}
 CHECKS = [
     "database",
     "secrets",
@@ -188,19 +188,19 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
         f"ok    function telegram_webhook: {live.url('telegram_webhook')} answers 401 without credentials, "
         "as the function does"
     )
-    assert lines[5] == (
+    assert lines[6] == (
         f"ok    function memory_digest: {live.url('memory_digest')} refuses a call without a token (403): "
         "private, as it should be"
     )
-    assert lines[6] == f"ok    telegram webhook: Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting"
-    assert lines[7] == (
+    assert lines[7] == f"ok    telegram webhook: Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting"
+    assert lines[8] == (
         f"ok    twilio inbound url: Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}, "
         "which is PUBLIC_BASE_URL"
     )
-    assert lines[8] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
-    assert lines[9] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
-    assert lines[10] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
-    assert lines[11] == (
+    assert lines[9] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
+    assert lines[10] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
+    assert lines[11] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
+    assert lines[12] == (
         "ok    scheduler job crossmem-memory-digest: enabled, * * * * *; its last run, at "
         "2026-12-01T12:00:00.123456Z, succeeded"
     )
@@ -328,7 +328,7 @@ def test_a_referenced_secret_missing_from_secret_manager(live: Live, capsys: pyt
         "check": "secrets",
         "status": "fail",
         "detail": "referenced but not in Secret Manager: crossmem-database-url (by telegram_webhook, "
-        "whatsapp_webhook, web_chat, memory_digest); a new instance cannot start",
+        "whatsapp_webhook, sms_webhook, web_chat, memory_digest); a new instance cannot start",
         "fix": "`printf %s VALUE | gcloud secrets create crossmem-database-url --data-file=-` "
         f"({doc_links.SECRETS}), or `make deploy` to drop the reference",
     }

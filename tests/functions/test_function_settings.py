@@ -37,13 +37,14 @@ def test_serverless_yml_gives_each_function_what_it_reads_and_every_secret_from_
 
 def test_the_problems_say_what_to_add_where() -> None:
     description = read_description()
-    telegram, whatsapp, web, digest = description.functions
+    telegram, whatsapp, sms, web, digest = description.functions
     environment = {name: value for name, value in telegram.environment.items() if name != "TELEGRAM_API_BASE"}
     changed = dataclasses.replace(
         description,
         functions=[
             dataclasses.replace(telegram, environment={**environment, "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}"}),
             dataclasses.replace(whatsapp, secrets={**whatsapp.secrets, "TWILIO_AUTH_TOKEN": "hunter2"}),
+            sms,
             dataclasses.replace(web, secrets={name: r for name, r in web.secrets.items() if name != "DATABASE_URL"}),
             digest,
         ],
@@ -62,13 +63,13 @@ def test_the_problems_say_what_to_add_where() -> None:
 
 def test_a_secret_given_as_a_plain_value_is_named() -> None:
     description = read_description()
-    web = description.functions[2]
+    web = description.functions[3]
     plain = dataclasses.replace(
         web,
         environment={**web.environment, "SUPABASE_JWT_SECRET": "${env:SUPABASE_JWT_SECRET}"},
         secrets={name: ref for name, ref in web.secrets.items() if name != "SUPABASE_JWT_SECRET"},
     )
-    functions = [*description.functions[:2], plain, *description.functions[3:]]
+    functions = [*description.functions[:3], plain, *description.functions[4:]]
     problems = dataclasses.replace(description, functions=functions).problems()
     assert problems == [
         "serverless.yml: SUPABASE_JWT_SECRET is a secret: move it from environment to secrets, "
@@ -100,6 +101,11 @@ def serve_one_turn(function: str, environment: pytest.MonkeyPatch) -> int:
         environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
         environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
         fields = form("hello")
+        return app_client(function).post("/", data=fields, headers=signed(fields)).status_code
+    if function == "sms_webhook":
+        environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+        environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+        fields = {"From": "+34600111222", "To": "+14155238886", "Body": "hello", "MessageSid": "SM" + "0" * 32}
         return app_client(function).post("/", data=fields, headers=signed(fields)).status_code
     if function == "memory_digest":
         environment.setenv("DIGEST_SECRET", "digest-secret-for-tests")

@@ -40,6 +40,7 @@ def test_every_surface_has_its_rules_and_its_adapter_in_the_deployments_registry
         runtime.settings().web_model_deadline,
         runtime.settings().telegram_model_deadline,
         runtime.settings().whatsapp_model_deadline,
+        runtime.settings().sms_model_deadline,
     ]
 
 

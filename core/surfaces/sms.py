@@ -1,0 +1,67 @@
+"""SMS through Twilio: a sender by number, replies and follow-ups through the Messages API.
+
+Who is writing: an SMS number is its own identity (`+digits`, keyed as Twilio's `From` gives it),
+never the same person as a WhatsApp sender with that number: the two reach the agent through
+different apps, and a number passes to someone else on one and not the other. Under `auto` a new
+number is a new person until it is linked to a web account with a code (`link ABC234XYZ`), as a
+Telegram chat or a WhatsApp sender is; under `owner` it is the owner only when OWNER_SMS_NUMBERS
+lists it.
+
+How long a reply may be: Twilio takes a message body of at most 1,600 characters, and carriers
+carry it as concatenated segments (153 GSM-7 characters each, or 67 when any character is outside
+GSM-7: an emoji, most accented capitals); the phone shows one message. A longer reply is split
+into messages of at most 1,600 characters at paragraph, line or sentence ends
+(core/channels/splitting.py), each sent in order; Twilio bills each segment.
+
+Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
+Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
+no turn, no reply (any answer to STOP would be refused, error 21610), nothing stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import ClassVar
+
+from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
+from core.surfaces.whatsapp import normalise_phone
+
+SMS_LIMIT = 1600  # characters in one Twilio message body
+# Twilio's default opt-out, opt-in and help keywords: a body that is exactly one of them, in any
+# case, with spaces around it ("stop please" is a message). With Advanced Opt-Out, `OptOutType`
+# names the kind as well.
+KEYWORDS = frozenset(
+    {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
+    | {"START", "YES", "UNSTOP"}
+    | {"HELP", "INFO"}
+)
+
+
+def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
+    """Whether Twilio handles this message itself (it has answered it already)."""
+    return bool(opt_out_type) or body.strip().upper() in KEYWORDS
+
+
+class SmsRules(SurfaceRules):
+    surface: ClassVar[Surface] = Surface.SMS
+    label: ClassVar[str] = "SMS"
+
+    @classmethod
+    def key(cls, sender: str) -> str:
+        return normalise_phone(sender)
+
+    @classmethod
+    def mask(cls, key: str) -> str:
+        return mask_number(key)
+
+
+def say_follow_up(send_text: Callable[[str, str], Delivery]) -> SayFollowUp:
+    """Free-form at any time (SMS has no window): the Messages API, split as a reply is."""
+
+    def say(to: str | None, row: Mapping[str, object], now: datetime) -> tuple[Delivery, str]:
+        if to is None:
+            raise ValueError("an SMS follow-up needs a number")
+        return send_text(to, str(row["content"])), "sent"
+
+    return say

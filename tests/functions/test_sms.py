@@ -1,0 +1,217 @@
+"""sms_webhook end to end, the fourth surface added through core/surfaces/: the real function,
+signatures computed with the twilio SDK, Twilio's REST API the local fake."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from core.forgetting import FORGOTTEN, WILL_DELETE
+from functions import runtime
+from tests.database import migrated_database
+from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import TWILIO_TOKEN, app_client, messages_of, rows, sent_texts, signed, stored_turn
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+SMS_URL = "https://advisor.example.com/sms"
+ACCOUNT_SID = "AC" + "2" * 32
+SMS_FROM = "+14155238886"
+DIGEST = {"X-Digest-Secret": "digest-secret-for-sms"}
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sms_database(environment: pytest.MonkeyPatch, postgres_server: str, fake_twilio: FakeTwilio) -> Iterator[str]:
+    """A database of the test's own (the job answers whatever it finds), SMS through the fake Twilio."""
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+        environment.setenv("PUBLIC_BASE_URL", SMS_URL)
+        environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+        environment.setenv("TWILIO_SMS_FROM", SMS_FROM)
+        environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+        environment.setenv("DIGEST_SECRET", DIGEST["X-Digest-Secret"])
+        environment.setenv("MEMORY_NOTES", "false")
+        environment.setenv("OWED_REPLY_MAX_AGE", "10")
+        yield url
+        runtime.reset()
+
+
+def number() -> str:
+    return f"+3466{uuid.uuid4().int % 10**7:07d}"
+
+
+def sms(body: str, sender: str, **extra: str) -> dict[str, str]:
+    """The fields of Twilio's webhook for an SMS (an MMS adds NumMedia, MediaUrl0...)."""
+    return {
+        "From": sender,
+        "To": SMS_FROM,
+        "Body": body,
+        "MessageSid": "SM" + uuid.uuid4().hex,
+        "NumSegments": "1",
+        "NumMedia": "0",
+        **extra,
+    }
+
+
+def send(fields: dict[str, str]) -> list[str]:
+    client: FlaskClient = app_client("sms_webhook")
+    answered = client.post("/", data=fields, headers=signed(fields, SMS_URL))
+    assert answered.status_code == 200 and answered.mimetype == "application/xml"
+    return messages_of(answered.text)
+
+
+def run_the_job() -> dict[str, Any]:
+    job = app_client("memory_digest").post("/", headers=DIGEST)
+    assert job.status_code == 200
+    body: dict[str, Any] = job.get_json()
+    return body
+
+
+def test_a_signed_sms_is_answered_in_twiml_and_kept_in_its_own_thread(
+    sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    sender, other = number(), number()
+    fake_anthropic.answer = lambda body: "Noted: the dentist on Tuesday."
+    fields = sms("The dentist moved to Tuesday", sender)
+    assert send(fields) == ["Noted: the dentist on Tuesday."]
+    assert send(sms("My own note", other)) == ["Noted: the dentist on Tuesday."]
+    assert sent_texts(fake_anthropic.requests[0])[-1].startswith("[sms · ")
+    assert stored_turn(sms_database, fields["MessageSid"]) == [
+        ("user", "The dentist moved to Tuesday"),
+        ("assistant", "Noted: the dentist on Tuesday."),
+    ]
+    titles = rows(sms_database, "select surface, title from conversations order by created_at")
+    assert titles == [("sms", "[SMS]"), ("sms", "[SMS]")]  # one thread each: the two numbers are two people
+    forged = app_client("sms_webhook").post("/", data=fields, headers=signed(fields, SMS_URL, token="not-the-token"))
+    assert forged.status_code == 403 and len(fake_anthropic.requests) == 2
+
+
+def test_a_long_reply_goes_in_messages_of_at_most_1600_characters(
+    sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    paragraph = "A sentence about the week's plans, written out in full. " * 20  # 1,120 characters
+    fake_anthropic.answer = lambda body: f"{paragraph.strip()}\n\n{paragraph.strip()}"
+    said = send(sms("Plan my week", number()))
+    assert [len(part) for part in said] == [len(paragraph.strip())] * 2
+    assert all(len(part) <= 1600 for part in said)
+
+
+@pytest.mark.parametrize(
+    ("body", "extra"),
+    [("STOP", {}), (" stop ", {}), ("Unsubscribe", {}), ("START", {}), ("yes", {}), ("HELP", {}), ("info", {})]
+    + [("Arrêt", {"OptOutType": "STOP"})],
+)
+def test_twilios_keywords_are_left_to_twilio(
+    sms_database: str, fake_anthropic: FakeAnthropic, body: str, extra: dict[str, str]
+) -> None:
+    """Twilio answers STOP, START and HELP itself and still posts them: no reply of ours, no turn,
+    nothing stored (docs/api.md, SMS)."""
+    fields = sms(body, number(), **extra)
+    assert send(fields) == []
+    assert fake_anthropic.requests == []
+    assert rows(sms_database, "select count(*) from messages") == [(0,)]
+
+
+def test_stop_within_a_sentence_is_a_message(sms_database: str, fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.answer = lambda body: "Understood."
+    assert send(sms("stop reminding me about the gym", number())) == ["Understood."]
+
+
+def test_an_mms_photo_is_read_from_twilios_media_host(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    fields = sms("what does this receipt say?", number(), NumMedia="1", MediaContentType0="image/jpeg")
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/{fields['MessageSid']}/Media/ME{uuid.uuid4().hex}"
+    fields["MediaUrl0"] = "https://api.twilio.com" + path
+    fake_twilio.media[path] = ((CORPUS / "media" / "receipt.jpg").read_bytes(), "image/jpeg")
+    fake_anthropic.answer = lambda body: "It says 12.40 EUR."
+    assert send(fields) == ["It says 12.40 EUR."]
+    assert fake_twilio.media_requests == [path]
+    blocks = fake_anthropic.requests[0]["messages"][-1]["content"]
+    assert [block["type"] for block in blocks] == ["image", "text"]
+    # The photo's description (the small model, here the same fake) is what the memory keeps of it.
+    assert stored_turn(sms_database, fields["MessageSid"])[0] == (
+        "user",
+        "[photo: It says 12.40 EUR.] what does this receipt say?",
+    )
+
+
+def test_an_owed_sms_reply_goes_through_the_messages_api(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    sender = number()
+    fake_anthropic.behaviour = "500"
+    send(sms("Is the pharmacy open on Sunday?", sender))  # the fallback now; the message is owed
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
+    assert run_the_job()["owed_answered"] == 1
+    assert fake_twilio.messages == [{"From": SMS_FROM, "To": sender, "Body": "Yes, from 10 to 14."}]
+
+
+def remind(content: str) -> Any:
+    def answer(body: dict[str, Any]) -> Any:
+        if results := tool_results(body):
+            return f"Done: {results[0]['content']}"
+        return [text_block("I'll remind you."), tool_use("schedule_follow_up", {"content": content, "in_minutes": 5})]
+
+    return answer
+
+
+def test_a_follow_up_asked_by_sms_is_said_through_the_messages_api(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    assert send(sms("remind me in 5 minutes to take the pills", sender))[0] == "I'll remind you."
+    now += timedelta(minutes=6)  # SMS has no window: however long since their last message
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert fake_twilio.messages == [{"From": SMS_FROM, "To": sender, "Body": "Take the pills."}]
+    stored = rows(sms_database, "select role, content from messages where role = 'assistant' order by id")
+    assert stored[-1] == ("assistant", "Take the pills.")
+
+
+def test_forget_on_sms_erases_that_person_and_nobody_else(sms_database: str, fake_anthropic: FakeAnthropic) -> None:
+    person, other = number(), number()
+    fake_anthropic.answer = lambda body: "Noted."
+    for text in ("My sister is Eva", "I live in Madrid"):
+        send(sms(text, person))
+    send(sms("My cat is Tom", other))
+    assert send(sms("Forget", person)) == [WILL_DELETE.format(messages=4, conversations=1, confirm="forget confirm")]
+    assert send(sms("forget confirm", person)) == [FORGOTTEN.format(messages=4)]
+    left = rows(sms_database, "select content from messages order by id")
+    assert left == [("My cat is Tom",), ("Noted.",)]
+
+
+def test_an_sms_number_is_not_the_owners_whatsapp_number(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Under `owner`, OWNER_WHATSAPP_NUMBERS admits no SMS sender: only OWNER_SMS_NUMBERS does."""
+    owner, sender = uuid.uuid4(), number()
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_WHATSAPP_NUMBERS", sender)
+    environment.setenv("STRANGER_REPLY", "This assistant is private.")
+    assert send(sms("hello", sender)) == ["This assistant is private."]
+    assert fake_anthropic.requests == []
+    environment.setenv("OWNER_SMS_NUMBERS", sender)
+    fake_anthropic.answer = lambda body: "Hello again."
+    assert send(sms("hello", sender)) == ["Hello again."]
+    assert rows(sms_database, "select user_id from conversations") == [(owner,)]
+    assert json.dumps(fake_anthropic.requests[0]).count("hello") >= 1
