@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from bench.caching import NotesSimulation, Window
+from bench.caching import SURFACES, NotesSimulation, Window
 from core.context import ContextItem, build_model_messages, stepped_tail
 from core.memory import ContextLimits, Memory
 from core.memory_search import SearchRules, rendered
@@ -42,6 +42,7 @@ from core.model.llm import messages_request
 from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Role, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
+from core.surfaces import rules as surface_rules
 
 DAYS = 120
 SESSIONS_A_DAY = 3
@@ -204,8 +205,8 @@ def live(connection: psycopg.Connection[Any], person: int, days: int = DAYS, fac
     rng = random.Random(29_000 + person)
     user = uuid.UUID(int=rng.getrandbits(128), version=4)
     conversations = {}
-    for surface in Surface:
-        title = "" if surface is Surface.WEB else f"[{surface.label}]"
+    for surface in SURFACES:
+        title = "" if surface is Surface.WEB else surface_rules(surface).title()
         row = connection.execute(
             "insert into conversations (user_id, surface, title) values (%s, %s, %s) returning id",
             (user, surface.value, title),
@@ -222,7 +223,7 @@ def live(connection: psycopg.Connection[Any], person: int, days: int = DAYS, fac
     for day in range(days):
         for session in range(SESSIONS_A_DAY):
             at = start + timedelta(days=day, hours=8 + 5 * session, minutes=rng.randint(0, 50))
-            surface = rng.choice(list(Surface))
+            surface = rng.choice(SURFACES)
             for _ in range(TURNS_A_SESSION):
                 at += timedelta(seconds=rng.randint(60, 300))
                 text = ordinary(rng)

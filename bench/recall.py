@@ -28,6 +28,7 @@ from bench.caching import (
     DEFAULTS,
     SEED_WINDOW,
     SINGLETONS,
+    SURFACES,
     WEB_ID,
     NotesSimulation,
     Window,
@@ -83,10 +84,10 @@ def generate(person: int) -> Thread:
     for day in range(DAYS):
         for hour, minute in SESSIONS:
             at = first + timedelta(days=day, hours=hour, minutes=minute)
-            surface = rng.choice(list(Surface))
+            surface = rng.choice(SURFACES)
             for _ in range(TURNS_PER_SESSION):
                 if rng.random() < SWITCH_RATE:
-                    surface = rng.choice([s for s in Surface if s is not surface])
+                    surface = rng.choice([s for s in SURFACES if s is not surface])
                 at += timedelta(seconds=rng.randint(120, 240))
                 text = planted.get(turn) or ordinary(rng)
                 conversation = WEB_ID if surface is Surface.WEB else SINGLETONS[surface]
@@ -168,7 +169,7 @@ def run() -> dict[str, Any]:
     by_day = {"ours": [0] * DAYS, "seed": [0] * DAYS}
     for person in range(1, PEOPLE + 1):
         thread = generate(person)
-        for surface in Surface:
+        for surface in SURFACES:
             asked += len(thread.facts)
             for design, body in (("ours", ours_request(thread, surface)), ("seed", seed_request(thread, surface))):
                 found[design] += recalled(body, thread.facts)

@@ -242,11 +242,11 @@ def test_authenticated_reads_only_its_own_words_and_cannot_call_the_search(memor
 def test_the_tool_refuses_bad_arguments_without_a_round_trip(memory: Memory) -> None:
     tools = MemorySearchTools(memory, uuid.uuid4(), MADRID, frozenset())
     empty = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "  "}))
-    app = tools.run(ToolCall("b", SEARCH_MEMORY, {"query": "x", "surface": "sms"}))
+    app = tools.run(ToolCall("b", SEARCH_MEMORY, {"query": "x", "surface": "fax"}))
     day = tools.run(ToolCall("c", SEARCH_MEMORY, {"query": "x", "from_date": "March"}))
     assert [r.content for r in (empty, app, day)] == [
         "Not searched: query is empty.",
-        "Not searched: surface must be one of web, telegram, whatsapp.",
+        "Not searched: surface must be one of web, telegram, whatsapp, sms.",
         "Not searched: from_date must be YYYY-MM-DD.",
     ]
     assert all(r.is_error for r in (empty, app, day)) and tools.round_trips == 0

@@ -88,7 +88,7 @@ def test_search_json_gives_each_hit_as_the_web_does(person: uuid.UUID, capsys: p
         ("--until", "2026-02-30", "argument --until: must be an ISO 8601 date"),
         ("--timezone", "Mars/Olympus", "argument --timezone: 'Mars/Olympus' is not an IANA timezone"),
         ("--limit", "0", "argument --limit: must be a whole number from 1 to 50, not '0'"),
-        ("--surface", "sms", "argument --surface: invalid choice: 'sms'"),
+        ("--surface", "fax", "argument --surface: invalid choice: 'fax'"),
     ],
 )
 def test_bad_options_are_refused_by_argparse_with_the_reason(

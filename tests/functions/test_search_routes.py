@@ -158,8 +158,8 @@ def test_search_pages_by_offset_and_says_whether_more_are_left(web: FlaskClient)
         ("q=kiwi&limit=abc", "limit must be a whole number from 1 to 50, not 'abc'"),
         ("q=kiwi&offset=-1", "offset must be a whole number from 0 to 10000, not '-1'"),
         ("q=kiwi&offset=10001", "offset must be a whole number from 0 to 10000, not '10001'"),
-        ("q=kiwi&surface=sms", "surface must be one of web, telegram, whatsapp, not 'sms'"),
-        ("q=kiwi&surface=", "surface must be one of web, telegram, whatsapp, not ''"),
+        ("q=kiwi&surface=fax", "surface must be one of web, telegram, whatsapp, sms, not 'fax'"),
+        ("q=kiwi&surface=", "surface must be one of web, telegram, whatsapp, sms, not ''"),
         (
             "q=kiwi&since=yesterday",
             "since must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00), not 'yesterday'",

@@ -215,3 +215,19 @@ def test_an_sms_number_is_not_the_owners_whatsapp_number(
     assert send(sms("hello", sender)) == ["Hello again."]
     assert rows(sms_database, "select user_id from conversations") == [(owner,)]
     assert json.dumps(fake_anthropic.requests[0]).count("hello") >= 1
+
+
+def test_an_sms_past_the_budget_gets_a_polite_answer_and_nothing_stored(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TURNS_PER_MINUTE", "2")
+    sender, other = number(), number()
+    fake_anthropic.answer = lambda body: "Noted."
+    for text in ("one", "two"):
+        assert send(sms(text, sender)) == ["Noted."]
+    asked = len(fake_anthropic.requests)
+    fields = sms("three", sender)
+    [answer] = send(fields)
+    assert answer.startswith("You've written a lot in a short time, so I'm taking a pause. You can write again in ")
+    assert len(fake_anthropic.requests) == asked and stored_turn(sms_database, fields["MessageSid"]) == []
+    assert send(sms("mine", other)) == ["Noted."]  # another number's budget is its own
