@@ -18,6 +18,7 @@ NO_MODEL = "no model: set ANTHROPIC_API_KEY, or ALLOW_OFFLINE_MODEL=true to answ
 ROUTES = [
     ("telegram_webhook", "POST", "/"),
     ("whatsapp_webhook", "POST", "/"),
+    ("sms_webhook", "POST", "/"),
     ("web_chat", "POST", "/"),
     ("web_chat", "GET", "/conversations"),
     ("web_chat", "OPTIONS", "/"),
