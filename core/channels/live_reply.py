@@ -114,8 +114,9 @@ class LiveReply:
             self._call("sendMessageDraft", payload, self._timeout_s())
         except DeliveryFailed as exc:
             if exc.retry_after_s is not None:
+                resumes_at = self._clock() + exc.retry_after_s
                 log.warning("drafts paused: Too Many Requests", extra={"retry_after_s": exc.retry_after_s})
-                return self._clock() + exc.retry_after_s
+                return resumes_at
             log.warning("drafts stopped", extra={"error": str(exc)})
             self._drafts = False
             return float("inf")
