@@ -30,6 +30,7 @@ from core.media import (
     MediaKind,
     MediaLimits,
     MediaRef,
+    minutes,
     not_seen,
     ogg_opus_seconds,
     pdf_pages,
@@ -40,6 +41,7 @@ from core.media import (
 )
 from core.model.llm import Model, Usage
 from core.models import Role, Surface
+from core.phrases.catalogue import Catalogue, Phrases
 
 if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
     from core.channels.media_fetch import MediaSource
@@ -53,10 +55,6 @@ DESCRIBE_PROMPT = (
     "in one or two sentences, in the language of the person's caption when there is one, keeping what a "
     "person would want remembered later (names, amounts, dates, places, what is written). No preamble."
 )
-NO_TRANSCRIBER = "I can't listen to voice notes here yet. Could you write it to me instead?"
-TOO_MANY = "That's more than {limit} files in one message. Could you send at most {limit} at a time?"
-UNREADABLE = "Sorry, I couldn't use what you sent ({reason}). Could you tell me in words what it says?"
-NOT_READABLE_KIND = "I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?"
 
 
 @dataclass
@@ -118,16 +116,19 @@ class MediaReader:
         caption: str,
         deadline_s: float,
         listening: Listening | None = None,
+        phrases: Phrases | None = None,
     ) -> PreparedMedia:
         """What the turn learns of its media; `listening` counts its voice notes in the person's
-        day (None: not counted, as when the memory is away)."""
+        day (None: not counted, as when the memory is away); `phrases`: the notice's language
+        (None: the default's)."""
+        phrases = phrases or Catalogue().phrases()
         began = self._clock()
         limits = self.limits
         if len(media) > limits.max_items:
             refused = [not_seen(ref, "too many files in one message") for ref in media]
             return PreparedMedia(
                 self.placeholder(media, caption),
-                notice=TOO_MANY.format(limit=limits.max_items),
+                notice=phrases.say("media.too_many", limit=limits.max_items),
                 parts=refused,
                 caption=caption,
             )
@@ -141,7 +142,7 @@ class MediaReader:
             too_long = longer_than(limit_s)
             return PreparedMedia(
                 self.placeholder(media, caption),
-                notice=UNREADABLE.format(reason=too_long),
+                notice=phrases.say("media.unreadable", reason=said_reason(phrases, voice_too_long(limit_s))),
                 parts=[
                     not_seen(ref, too_long if long else "sent with a voice note too long to hear")
                     for ref, long in zip(media, said_too_long, strict=True)
@@ -173,10 +174,12 @@ class MediaReader:
                 parts.append(not_seen(ref, reason))
                 if ref.kind is not MediaKind.OTHER and notice is None:
                     notice = (
-                        NO_TRANSCRIBER if reason == "no transcription service" else UNREADABLE.format(reason=reason)
+                        phrases.say("media.no_transcriber")
+                        if reason == "no transcription service"
+                        else phrases.say("media.unreadable", reason=said_reason(phrases, exc, ref.kind))
                     )
         if unreadable_kind is not None and notice is None and all(ref.kind is MediaKind.OTHER for ref in media):
-            notice = NOT_READABLE_KIND.format(what=_what(unreadable_kind))
+            notice = phrases.say("media.not_readable_kind", what=_what(phrases, unreadable_kind))
         caption_part = f" {caption.strip()}" if caption.strip() else ""
         content = " ".join(parts) + caption_part
         if notice is not None:
@@ -186,27 +189,31 @@ class MediaReader:
     def _fetch(self, surface: Surface, ref: MediaRef, timeout_s: float) -> bytes:
         limit = self.limits.pdf_max_bytes if ref.kind is MediaKind.PDF else self.limits.image_max_bytes
         if ref.size is not None and ref.size > limit:
-            raise MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB")
+            raise MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB", "too_large", size=limit)
         source = self._sources.get(surface)
         if source is None:
             raise MediaUnreadable("this app's files cannot be fetched here")
         data = source().fetch(ref, limit, min(timeout_s, self._fetch_timeout_s))
         kind = sniffed_type(data)
         if ref.kind is MediaKind.IMAGE and kind not in IMAGE_TYPES:
-            raise MediaUnreadable("not a JPEG, PNG, GIF or WebP image")
+            raise MediaUnreadable("not a JPEG, PNG, GIF or WebP image", "not_an_image")
         if ref.kind is MediaKind.PDF:
             if kind != PDF_TYPE:
-                raise MediaUnreadable("not a PDF")
+                raise MediaUnreadable("not a PDF", "not_a_pdf")
             pages = pdf_pages(data)
             if pages is None:
-                raise MediaUnreadable("a PDF I cannot open")
+                raise MediaUnreadable("a PDF I cannot open", "pdf_unreadable")
             if pages > self.limits.pdf_max_pages:
-                raise MediaUnreadable(f"{pages} pages; I read up to {self.limits.pdf_max_pages}")
+                raise MediaUnreadable(
+                    f"{pages} pages; I read up to {self.limits.pdf_max_pages}",
+                    "too_many_pages",
+                    pages=pages,
+                    limit=self.limits.pdf_max_pages,
+                )
         return data
 
     def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None) -> str:
         limit_s = self.limits.voice_max_seconds  # a note said to be longer never gets here (prepare)
-        too_long = longer_than(limit_s)
         transcriber = self._transcriber()
         if transcriber is None:
             raise MediaUnreadable("no transcription service")
@@ -216,12 +223,12 @@ class MediaReader:
         audio = source().fetch(ref, self.limits.voice_max_bytes, min(timeout_s, self._fetch_timeout_s))
         seconds = ref.seconds if ref.seconds is not None else ogg_opus_seconds(audio)
         if seconds is not None and seconds > limit_s:
-            raise MediaUnreadable(too_long)
+            raise voice_too_long(limit_s)
         reserved = math.ceil(seconds) if seconds is not None else limit_s
         # A note behind another of the person's waits for it, within half of what is left.
         asked = self._clock()
         if listening is not None and (refused := listening.reserve(reserved, wait_s=timeout_s / 2)) is not None:
-            raise MediaUnreadable(refused)
+            raise refused
         timeout_s = max(timeout_s - (self._clock() - asked), 0.5)
         try:
             transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
@@ -238,9 +245,9 @@ class MediaReader:
         if listening is not None:
             listening.settle(reserved, math.ceil(seconds) if seconds is not None else reserved)
         if seconds is not None and seconds > limit_s + 1:
-            raise MediaUnreadable(too_long)
+            raise voice_too_long(limit_s)
         if not transcript.text:
-            raise MediaUnreadable("no words could be heard in it")
+            raise MediaUnreadable("no words could be heard in it", "no_words")
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
         return transcribed(seconds, transcript.text)
 
@@ -262,11 +269,29 @@ class MediaReader:
 
 
 def longer_than(limit_s: int) -> str:
-    return f"longer than {limit_s // 60}:{limit_s % 60:02d}"
+    return f"longer than {minutes(limit_s)}"
 
 
-def _what(ref: MediaRef) -> str:
+def voice_too_long(limit_s: int) -> MediaUnreadable:
+    return MediaUnreadable(longer_than(limit_s), "voice_too_long", seconds=limit_s)
+
+
+def said_reason(phrases: Phrases, refused: MediaUnreadable, kind: MediaKind | None = None) -> str:
+    """Why media was refused, as the person reads it: `size` in bytes said in MB, `seconds` as m:ss;
+    a voice note the transcription service failed on (core/model/transcription.py names no phrase)
+    says so."""
+    if refused.phrase == "unusable" and kind is MediaKind.VOICE:
+        return phrases.say("media.reason.transcription_failed")
+    values = dict(refused.values)
+    if isinstance(size := values.pop("size", None), int):
+        values["size"] = phrases.megabytes(size)
+    if isinstance(seconds := values.pop("seconds", None), int):
+        values["duration"] = minutes(seconds)
+    return phrases.say(f"media.reason.{refused.phrase}", **values)
+
+
+def _what(phrases: Phrases, ref: MediaRef) -> str:
     if ref.name and "." in ref.name:
-        return "." + ref.name.rsplit(".", 1)[1].lower() + " files"
+        return phrases.say("media.what.extension", extension="." + ref.name.rsplit(".", 1)[1].lower())
     kind = ref.mime_type.split("/", 1)[0] if ref.mime_type else ""
-    return {"video": "videos"}.get(kind, "this kind of file")
+    return phrases.say("media.what.videos" if kind == "video" else "media.what.other")

@@ -213,6 +213,8 @@ class TurnStart:
     delivered_first: list[str] = field(default_factory=list)
     # What this message quotes, when it is a reply (its stored content begins with it).
     quoted: str | None = None
+    # The language of the turn's fixed phrases (TurnRequest.language; not yet remembered per person).
+    language: str | None = None
 
 
 @dataclass(frozen=True)

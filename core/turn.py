@@ -125,7 +125,7 @@ class Turns:
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
-            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
+            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
         self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
         delivery = channel.send(text) if channel is not None and sends else Delivery.DELIVERED
@@ -192,7 +192,7 @@ class Turns:
                     raise ModelUnavailable("the model answered with no text")
             except ModelUnavailable as exc:
                 outcome, figures.error = Outcome.FALLBACK, str(exc)
-                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
+                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback(request.language)
                 parts.append(fallback)
                 yield fallback
             text = "".join(parts)
@@ -245,7 +245,11 @@ class Turns:
         person = self._person(request)
         if person is None:
             nobody = TurnStart(None, None, None, duplicate=False, reply=None)
-            return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
+            return (
+                nobody,
+                figures,
+                TurnResult(Outcome.REFUSED, self._settings.stranger(request.language), figures=figures),
+            )
         start = self.memory.begin_turn(
             person,
             request.surface,
@@ -255,6 +259,7 @@ class Turns:
             sender=request.sender_id,
             answer_within_s=request.deadline_s + ANSWER_MARGIN_S,
             platform=request.platform,
+            language=request.language,
         )
         figures.round_trips, figures.degraded = 1, start.degraded
         if not start.duplicate:
@@ -310,7 +315,14 @@ class Turns:
         if start.user_id is not None and start.message_id is not None:
             per_day = reader.limits.voice_seconds_per_day
             listening = Listening(self.memory.store, start.user_id, start.message_id, per_day)
-        return reader.prepare(request.surface, request.media, request.text, request.deadline_s, listening)
+        return reader.prepare(
+            request.surface,
+            request.media,
+            request.text,
+            request.deadline_s,
+            listening,
+            self._settings.phrases(request.language),
+        )
 
     def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
         """The description of the turn's images and PDFs, written beside the answer."""

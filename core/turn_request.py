@@ -16,6 +16,7 @@ from core.media import MediaRef
 from core.memory_search import SearchRules
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface
+from core.phrases.catalogue import Catalogue, Phrases
 
 
 class ReplyChannel(Protocol):
@@ -46,6 +47,7 @@ class TurnRequest:
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
     platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
+    language: str | None = None  # the fixed phrases' (core/phrases/); None: DEFAULT_LANGUAGE
 
 
 class Outcome(StrEnum):
@@ -108,6 +110,8 @@ class TurnResult:
 @dataclass(frozen=True)
 class TurnSettings:
     system_prompt: str
+    # FALLBACK_REPLY and STRANGER_REPLY: set, they are said in every language; empty, the
+    # catalogue's phrase in the turn's language (docs/decisions.md).
     fallback_reply: str
     stranger_reply: str
     annotate: bool = True
@@ -115,3 +119,15 @@ class TurnSettings:
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
     follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
     search: SearchRules | None = None  # MEMORY_SEARCH off: no search tool
+    catalogue: Catalogue = field(default_factory=Catalogue)
+
+    def phrases(self, language: str | None) -> Phrases:
+        return self.catalogue.phrases(language)
+
+    def fallback(self, language: str | None) -> str:
+        """What a person waiting is told when the model fails."""
+        return self.fallback_reply or self.phrases(language).say("turn.fallback")
+
+    def stranger(self, language: str | None) -> str:
+        """What a sender the identity policy turns away is told."""
+        return self.stranger_reply or self.phrases(language).say("turn.stranger")

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.listening import REFUSALS
-from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER, UNREADABLE
+from core.media_turn import DESCRIBE_PROMPT
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
@@ -28,6 +27,7 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
     CORPUS,
+    ENGLISH,
     PUBLIC_BASE_URL,
     TELEGRAM_HEADERS,
     TWILIO_TOKEN,
@@ -301,10 +301,10 @@ def test_without_a_transcription_service_a_voice_note_gets_a_polite_answer(
     fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
     assert telegram_post(app_client("telegram_webhook"), body) == 200
     assert fake_anthropic.requests == [] and fake_telegram.downloads == []
-    assert [m["text"] for m in fake_telegram.sent()] == [NO_TRANSCRIBER]
+    assert [m["text"] for m in fake_telegram.sent()] == [ENGLISH.say("media.no_transcriber")]
     assert stored_turn(database_url, str(body["update_id"])) == [
         ("user", "[voice note, 0:03, not transcribed: no transcription service]"),
-        ("assistant", NO_TRANSCRIBER),
+        ("assistant", ENGLISH.say("media.no_transcriber")),
     ]
 
 
@@ -327,7 +327,7 @@ def test_a_failing_transcription_service_is_a_clear_answer_and_never_retried_on_
         "user",
         f"[voice note, 0:03, not transcribed: {reason}]",
     )
-    assert fake_telegram.sent()[0]["text"].startswith(f"Sorry, I couldn't use what you sent ({reason}).")
+    assert fake_telegram.sent()[0]["text"] == unreadable("the transcription service failed")
 
 
 def test_a_slow_transcription_service_is_given_up_within_its_timeout(
@@ -513,7 +513,7 @@ def test_a_web_voice_notes_claimed_length_is_checked_against_what_the_service_he
     listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
     assert listed[0]["content"] == stored
     if "not transcribed" in stored:
-        assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+        assert sent.get_json()["reply"] == unreadable("longer than 2:00")
         assert replies(fake_anthropic) == []
 
 
@@ -533,8 +533,8 @@ def test_a_persons_day_of_listening_ends_at_voice_seconds_per_day(
     media_env.setenv("VOICE_SECONDS_PER_DAY", "10")
     runtime.reset()
     replies_ = [voice_note(web, owner, 4) for _ in range(3)]
-    assert replies_[2] == UNREADABLE.format(reason=REFUSALS["used_up"])
-    assert REFUSALS["used_up"] not in replies_[0] + replies_[1]
+    assert replies_[2] == unreadable("today's voice notes are used up")
+    assert "used up" not in replies_[0] + replies_[1]
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [(4,), (4,)]
 
@@ -548,8 +548,8 @@ def test_a_web_client_that_lies_about_its_notes_pays_for_what_was_heard(
     runtime.reset()
     fake_deepgram.duration = 900.0
     answers_ = [voice_note(web, owner, 3) for _ in range(3)]
-    assert answers_[:2] == [UNREADABLE.format(reason="longer than 2:00")] * 2
-    assert answers_[2] == UNREADABLE.format(reason=REFUSALS["used_up"])
+    assert answers_[:2] == [unreadable("longer than 2:00")] * 2
+    assert answers_[2] == unreadable("today's voice notes are used up")
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [
         (900,),
@@ -566,14 +566,14 @@ def test_a_note_with_no_words_or_a_failed_transcription_still_counts_in_the_day(
     media_env.setenv("TRANSCRIPTION_TIMEOUT", "0.5")
     runtime.reset()
     fake_deepgram.transcript, fake_deepgram.duration = "", 100.0
-    assert voice_note(web, owner, 1) == UNREADABLE.format(reason="no words could be heard in it")
+    assert voice_note(web, owner, 1) == unreadable("no words could be heard in it")
     fake_deepgram.behaviour, fake_deepgram.slow_s = "slow", 1.0
-    assert voice_note(web, owner, 7) == UNREADABLE.format(reason="the transcription service was too slow")
+    assert voice_note(web, owner, 7) == unreadable("the transcription service failed")
     assert rows(
         database_url, "select seconds, in_flight_since from voice_usage where user_id = %s order by at", owner
     ) == [(100, None), (7, None)]
     fake_deepgram.behaviour = "ok"
-    assert voice_note(web, owner, 50) == UNREADABLE.format(reason=REFUSALS["used_up"])
+    assert voice_note(web, owner, 50) == unreadable("today's voice notes are used up")
     assert len(fake_deepgram.requests) == 2
 
 
@@ -584,7 +584,7 @@ def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_de
     notes = [{"media_type": "audio/webm", "data": data, "seconds": seconds} for seconds in (5, 300, 7)]
     sent = web.post("/", json={"message": "", "attachments": notes}, headers=bearer(owner))
     assert sent.status_code == 200, sent.text
-    assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+    assert sent.get_json()["reply"] == unreadable("longer than 2:00")
     assert fake_deepgram.requests == []
     conversation = sent.get_json()["conversation_id"]
     listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
@@ -616,3 +616,7 @@ def test_fixtures_are_what_their_sources_say() -> None:
     assert Path(MEDIA / "SOURCES.md").exists()
     assert VOICE[:4] == b"OggS" and b"OpusHead" in VOICE[:100] and len(VOICE) < 16_000
     assert RECEIPT[:3] == b"\xff\xd8\xff" and LEASE[:5] == b"%PDF-"
+
+
+def unreadable(reason: str) -> str:
+    return ENGLISH.say("media.unreadable", reason=reason)
