@@ -77,6 +77,7 @@ class SendMessage(BaseModel):
     history: list[ClientMessage] | None = Field(default=None, max_length=200)
     attachments: list[WebAttachment] = Field(default=[], max_length=10)
     timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
+    language: str | None = Field(default=None, max_length=35)  # navigator.language: the fixed answers'
 
 
 class NewConversation(BaseModel):
@@ -147,6 +148,7 @@ def send_message(
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment.media() for attachment in body.attachments),
         timezone=body.timezone,
+        language=runtime.catalogue().choose(body.language, body.message),
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)

@@ -18,12 +18,19 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import (
     CORPUS,
     ENGLISH,
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
     SPANISH,
     TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
     Apps,
     app_client,
+    bearer,
     forgotten,
+    form,
+    messages_of,
     new_code,
+    signed,
     update,
     will_delete,
 )
@@ -190,3 +197,32 @@ def test_an_operators_fallback_reply_is_said_in_every_language(
     client, chat = app_client("telegram_webhook"), a_chat()
     said(client, update("¿Cómo se llamaba mi hermana?", user_id=chat), "es")
     assert last_text(fake_telegram, chat) == "Back in a moment."
+
+
+def test_whatsapp_has_no_language_field_so_the_words_choose(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TURNS_PER_MINUTE", "1")
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    client, number = app_client("whatsapp_webhook"), f"whatsapp:+3461{uuid.uuid4().int % 10**7:07d}"
+    for text in ("hola", "¿Me recuerdas qué te dije ayer de mi hermana?"):
+        fields = form(text, sender=number)
+        answered = messages_of(client.post("/", data=fields, headers=signed(fields)).get_data(as_text=True))
+    pauses = {SPANISH.say("budget.pause", when=SPANISH.count("budget.in_seconds", n)) for n in range(1, 61)}
+    assert len(answered) == 1 and answered[0] in pauses
+    fields = form("", sender=number)
+    answered = messages_of(client.post("/", data=fields, headers=signed(fields)).get_data(as_text=True))
+    assert answered == [ENGLISH.say("whatsapp.empty")]  # nothing to go by: DEFAULT_LANGUAGE
+
+
+def test_the_web_clients_language_chooses_the_fallback(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    fake_anthropic.behaviour = "500"
+    client, person = app_client("web_chat"), uuid.uuid4()
+    body = {"message": "What was my sister's name?", "language": "es-ES"}
+    assert client.post("/", json=body, headers=bearer(person)).get_json()["reply"] == SPANISH.say("turn.fallback")
+    body = {"message": "What was my sister's name?"}
+    assert client.post("/", json=body, headers=bearer(person)).get_json()["reply"] == ENGLISH.say("turn.fallback")
