@@ -4,6 +4,9 @@ writes them, and the language of a turn is chosen by the rule of docs/decisions.
 
 from __future__ import annotations
 
+import ast
+import re
+import string
 from pathlib import Path
 
 import pytest
@@ -123,3 +126,73 @@ def test_what_the_heuristic_cannot_tell() -> None:
     assert written_in("the la") is None  # a tie says nothing
     assert written_in("Ciao, come stai? Che cosa fai oggi?") is None
     assert written_in("Eu quero saber mais, está bem?") == "es"  # Portuguese may read as Spanish
+
+
+# Where an English phrase may still be written in code, and why.
+ALLOWED_IN_CODE = {
+    # The web's 429 JSON says OverBudget's message (functions/http.py's error table); the chat
+    # surfaces say `budget.pause` in the person's language (core/phrases/refusals.py).
+    ("core/errors.py", "budget.pause"),
+}
+# Phrases whose English is also, by design, the code's own words: the reasons a file could not be
+# used, kept in the thread in English for the model like the prompt (core/media_turn.py,
+# core/channels/media_fetch.py); the reasons a message is refused, also the web's 400 JSON
+# (core/errors.py); and the counted nouns, too short to tell from other words.
+ALSO_THE_CODES_OWN = ("media.reason.", "turn.reason.", "count.")
+# Words that begin a sentence said to a person, never to a log, an error or the model.
+SAID_TO_A_PERSON = re.compile(r"\b(Sorry|Could you|Please|Thanks|I can't|Hi!)\b")
+
+
+def code_strings() -> dict[str, list[str]]:
+    """Every string in the code of core/ and functions/ that is not a docstring, by file; the
+    prompts (core/model/) and the operator's tools (functions/tools/) left out."""
+    root = Path(__file__).parent.parent.parent
+    found: dict[str, list[str]] = {}
+    for path in sorted([*(root / "core").rglob("*.py"), *(root / "functions").rglob("*.py")]):
+        name = str(path.relative_to(root))
+        if name.startswith(("core/model/", "functions/tools/")):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        found[name] = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        ]
+    return found
+
+
+def test_no_fixed_phrase_is_left_in_code() -> None:
+    """Each English phrase's longest fixed part (between placeholders) is in no string of the
+    code; and no string of the code begins a sentence to a person ("Sorry", "Could you"...)."""
+    strings = code_strings()
+    assert "core/identity/linking.py" in strings and "functions/telegram.py" in strings
+    left = []
+    for phrase, entry in Catalogue().entries("en").items():
+        if phrase.startswith(ALSO_THE_CODES_OWN):
+            continue
+        templates = [entry] if isinstance(entry, str) else list(entry.values())
+        for template in templates:
+            fixed = max((text for text, *_ in string.Formatter().parse(template)), key=len)
+            if len(fixed.strip()) < 12:
+                continue
+            left += [
+                f"{name}: {phrase}"
+                for name, constants in strings.items()
+                if (name, phrase) not in ALLOWED_IN_CODE and any(fixed in constant for constant in constants)
+            ]
+    assert left == []
+    addressed = [
+        f"{name}: {constant!r}"
+        for name, constants in strings.items()
+        for constant in constants
+        if SAID_TO_A_PERSON.search(constant) and name != "core/errors.py"  # its OverBudget: ALLOWED_IN_CODE
+    ]
+    assert addressed == []
