@@ -26,7 +26,7 @@ def over_budget(phrases: Phrases, refused: OverBudget) -> str:
 
 
 def input_refused(phrases: Phrases, refused: InputError) -> str:
-    """ "Sorry, I couldn't take that message: it has 4100 characters; the limit is 4000."."""
+    """ "Sorry, I couldn't take that message: the message has 4100 characters; the limit is 4000."."""
     if isinstance(refused, MessageTooLong):
         reason = phrases.say("turn.reason.too_long", length=refused.length, limit=refused.limit)
     elif isinstance(refused, EmptyMessage):
