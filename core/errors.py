@@ -103,6 +103,7 @@ class OverBudget(CrossmemError):
             when = f"{day}after {until.astimezone(UTC):%H:%M} UTC"
         super().__init__(f"You've written a lot in a short time, so I'm taking a pause. You can write again {when}.")
         self.until = until
+        self.now = now  # the chat surfaces say it in the person's language: core/phrases/refusals.py
 
 
 class StoreUnavailable(CrossmemError):
@@ -126,8 +127,14 @@ class DeliveryFailed(CrossmemError):
 
 
 class MediaUnreadable(CrossmemError):
-    """Media we could not use; the message says why in words the person may read
-    ("larger than 3.8 MB", "the download failed"), never a URL or a token."""
+    """Media we could not use; the message says why ("larger than 3.8 MB", "the download
+    failed"), never a URL or a token: it is what the thread keeps. The person reads `phrase`
+    (core/phrases/*.toml's `media.reason` table) filled with `values`, in their language."""
+
+    def __init__(self, message: str, phrase: str = "unusable", **values: object) -> None:
+        super().__init__(message)
+        self.phrase = phrase
+        self.values = values
 
 
 class ConfigurationError(CrossmemError):

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -161,6 +161,7 @@ class Memory:
         answer_within_s: float = 60.0,
         platform: PlatformMessage | None = None,
         estimate: TurnEstimate | None = None,
+        language: str | None = None,
     ) -> TurnStart:
         """Store the person's message once and return the context to answer it with.
 
@@ -213,6 +214,7 @@ class Memory:
                 duplicate=False,
                 reply=None,
                 degraded=True,
+                language=language,
             )
         if row.get("error") == "conversation_not_found":
             raise NotFound("no such conversation")
@@ -223,7 +225,7 @@ class Memory:
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
             return TurnStart(None, None, None, duplicate=True, reply=None)
-        return turn_start(row)
+        return replace(turn_start(row), language=language)
 
     def finish_turn(
         self,

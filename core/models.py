@@ -220,6 +220,8 @@ class TurnStart:
         """`content` as begin_turn stores this message (turn.sql's quoting): after the text it
         quotes, when it is a reply, so the model reads what the person answered."""
         return content if self.quoted is None else f'[replying to: "{self.quoted}"] {content}'
+    # The language of the turn's fixed phrases (TurnRequest.language; not yet remembered per person).
+    language: str | None = None
 
 
 @dataclass(frozen=True)

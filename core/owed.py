@@ -57,7 +57,6 @@ class OwedReplies:
         deadlines: Mapping[Surface, float],
         max_age_s: int,
         max_tries: int,
-        fallback_reply: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`channels`: for each surface the job can reach, the channel to a sender (a chat id,
@@ -69,7 +68,6 @@ class OwedReplies:
         self._deadlines = deadlines
         self._max_age_s = max_age_s
         self._max_tries = max_tries
-        self._fallback_reply = fallback_reply
         self._clock = clock
 
     def run(self, time_budget_s: float) -> OwedRun:
@@ -140,10 +138,10 @@ class OwedReplies:
         """The fallback, once: sent, and stored as the reply, so the message is no longer owed."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
-        delivery = channel.send(self._fallback_reply, send_by)
-        self._memory.finish_turn(
-            start.user_id, start.message_id, self._fallback_reply, delivered=delivery is Delivery.DELIVERED
-        )
+        said = next((m.content for m in start.history if m.id == start.message_id), "")
+        fallback = self._turns.fallback_reply(said)
+        delivery = channel.send(fallback, send_by)
+        self._memory.finish_turn(start.user_id, start.message_id, fallback, delivered=delivery is Delivery.DELIVERED)
         log.warning(
             "an owed message was given up: the fallback was sent",
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},

@@ -103,11 +103,9 @@ class Settings(BaseSettings):
     allow_offline_model: bool = False
     # The persona only: the parts of the capabilities that are on follow it (core/model/prompt.py).
     system_prompt: str = DEFAULT_PERSONA
-    fallback_reply: str = (
-        "Sorry, I can't think straight right now. I have your message and will remember it; "
-        "please try again in a moment."
-    )
-    stranger_reply: str = "Sorry, this is a private assistant and I can't talk with you."
+    fallback_reply: str = ""  # empty: core/phrases/'s, in the person's language; set: in every language
+    stranger_reply: str = ""  # the same
+    default_language: str = "en"  # the fixed phrases' when a turn names no language we have a file for
 
     # Telegram.
     telegram_bot_token: SecretStr | None = None

@@ -104,6 +104,11 @@ class Turns:
             until=until,
         )
 
+    def fallback_reply(self, said: str) -> str:
+        """The fallback in the language of what the person said: for the scheduled job, which has
+        no request to say it."""
+        return self._settings.fallback(self._settings.catalogue.choose(None, said))
+
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
         context it was stored in; the reply sent through `channel` and stored."""
@@ -153,7 +158,7 @@ class Turns:
             text = answer.text
             figures.add_usage(answer.usage)
         except ModelUnavailable as exc:
-            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
+            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
         self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
         delivery = Delivery.DELIVERED
@@ -227,7 +232,7 @@ class Turns:
                     raise ModelUnavailable("the model answered with no text")
             except ModelUnavailable as exc:
                 outcome, figures.error = Outcome.FALLBACK, str(exc)
-                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
+                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback(request.language)
                 parts.append(fallback)
                 yield fallback
             text = "".join(parts)
@@ -282,7 +287,11 @@ class Turns:
         person = self._person(request)
         if person is None:
             nobody = TurnStart(None, None, None, duplicate=False, reply=None)
-            return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
+            return (
+                nobody,
+                figures,
+                TurnResult(Outcome.REFUSED, self._settings.stranger(request.language), figures=figures),
+            )
         media = self._media().limits if request.media and self._media is not None else None
         start = self.memory.begin_turn(
             person,
@@ -294,6 +303,7 @@ class Turns:
             answer_within_s=request.deadline_s + ANSWER_MARGIN_S,
             platform=request.platform,
             estimate=turn_estimate(self._settings, request, media),
+            language=request.language,
         )
         figures.round_trips, figures.degraded = 1, start.degraded
         figures.reserved_tokens = start.reserved_tokens
@@ -352,7 +362,15 @@ class Turns:
             per_day = reader.limits.voice_seconds_per_day
             listening = Listening(self.memory.store, start.user_id, start.message_id, per_day)
         remembered = remembered_content(start)  # an owed takeover's transcripts, heard once
-        return reader.prepare(request.surface, request.media, request.text, request.deadline_s, listening, remembered)
+        return reader.prepare(
+            request.surface,
+            request.media,
+            request.text,
+            request.deadline_s,
+            listening,
+            self._settings.phrases(request.language),
+            remembered,
+        )
 
     def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
         """The description of the turn's images and PDFs, written beside the answer."""

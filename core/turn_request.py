@@ -16,6 +16,7 @@ from core.media import MediaRef
 from core.memory_search import SearchRules
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface
+from core.phrases.catalogue import Catalogue, Phrases
 
 
 class ReplyChannel(Protocol):
@@ -55,6 +56,7 @@ class TurnRequest:
     # how long after the turn's start the response is still taken. Past it the reply is not given
     # (nor stored): the attempt ends and the message is owed (core/owed.py answers it).
     reply_within_s: float | None = None
+    language: str | None = None  # the fixed phrases' (core/phrases/); None: DEFAULT_LANGUAGE
 
 
 class Outcome(StrEnum):
@@ -122,6 +124,8 @@ class TurnResult:
 @dataclass(frozen=True)
 class TurnSettings:
     system_prompt: str
+    # FALLBACK_REPLY and STRANGER_REPLY: set, they are said in every language; empty, the
+    # catalogue's phrase in the turn's language (docs/decisions.md).
     fallback_reply: str
     stranger_reply: str
     annotate: bool = True
@@ -129,3 +133,15 @@ class TurnSettings:
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
     follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
     search: SearchRules | None = None  # MEMORY_SEARCH off: no search tool
+    catalogue: Catalogue = field(default_factory=Catalogue)
+
+    def phrases(self, language: str | None) -> Phrases:
+        return self.catalogue.phrases(language)
+
+    def fallback(self, language: str | None) -> str:
+        """What a person waiting is told when the model fails."""
+        return self.fallback_reply or self.phrases(language).say("turn.fallback")
+
+    def stranger(self, language: str | None) -> str:
+        """What a sender the identity policy turns away is told."""
+        return self.stranger_reply or self.phrases(language).say("turn.stranger")

@@ -33,6 +33,7 @@ from core.model.offline_model import OfflineModel
 from core.model.prompt import Capabilities, standing_instructions
 from core.models import Surface
 from core.owed import OwedReplies
+from core.phrases.catalogue import Catalogue
 from core.retention import Retention, in_flight_window
 from core.settings import Settings
 from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
@@ -205,6 +206,7 @@ def turns() -> Turns:
             memory_notes=config.memory_notes,
             follow_ups=FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars),
             search=SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None,
+            catalogue=catalogue(),
         ),
         media=media_reader,  # built on the first photo, PDF or voice note
         now=lambda: now(),
@@ -333,7 +335,6 @@ def owed_replies() -> OwedReplies:
         deadlines,
         max_age_s=config.owed_reply_max_age * 60,
         max_tries=config.owed_reply_max_tries,
-        fallback_reply=config.fallback_reply,
     )
 
 
@@ -379,7 +380,14 @@ def linking() -> Linking:
         attempts_per_hour=config.link_attempts_per_hour,
         telegram_bot_username=config.telegram_bot_username,
         stranger_reply=config.stranger_reply,
+        catalogue=catalogue(),
     )
+
+
+@functools.cache
+def catalogue() -> Catalogue:
+    """The fixed phrases in every language (core/phrases/), each file read when first needed."""
+    return Catalogue(settings().default_language)
 
 
 @functools.cache
@@ -396,7 +404,7 @@ def corrections() -> Corrections:
 
 @functools.cache
 def forgetting() -> Forgetting:
-    return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply)
+    return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply, catalogue=catalogue())
 
 
 @functools.cache
@@ -431,6 +439,7 @@ _CACHED = (
     identity,
     turns,
     linking,
+    catalogue,
     commands,
     corrections,
     forgetting,

@@ -18,6 +18,7 @@ from core.errors import InputError, OverBudget, StillAnswering
 from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
+from core.phrases.refusals import input_refused, over_budget
 from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_form, serving
@@ -59,10 +60,13 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
+    # Twilio says nothing of the person's language: their words do, else DEFAULT_LANGUAGE.
+    catalogue = runtime.catalogue()
+    phrases = catalogue.phrases(catalogue.choose(None, form.body))
     if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
-        return _twiml(runtime.commands().answer(action).text)
+        return _twiml(runtime.commands().answer(action, phrases.language).text)
     if not isinstance(action, Converse):
-        return _twiml(action.text)
+        return _twiml(phrases.say(action.phrase))
     turn = TurnRequest(
         Surface.WHATSAPP,
         action.text,
@@ -73,6 +77,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         media=action.media,
         platform=action.platform,
         reply_within_s=TWIML_WITHIN_S,
+        language=phrases.language,
     )
     if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
         sender.show_typing(action.message_sid)
@@ -80,11 +85,11 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         result = runtime.turns().run(turn)
         return _twiml(result.reply, result.follow_ups_first)
     except OverBudget as exc:
-        return _twiml(str(exc))
+        return _twiml(over_budget(phrases, exc))
     except StillAnswering:
         return _twiml(None)  # the first attempt, or the scheduled job once it cannot, answers
     except InputError as exc:
-        return _twiml(f"Sorry, I couldn't take that message: {exc}.")
+        return _twiml(input_refused(phrases, exc))
 
 
 def public_url(base: str, request: flask.Request) -> str:

@@ -23,6 +23,7 @@ from functions_framework import create_app
 from twilio.request_validator import RequestValidator
 
 from core.errors import StoreUnavailable
+from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -270,3 +271,22 @@ def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
     pre_skip = int.from_bytes(ogg[head + 10 : head + 12], "little")
     granule = round(seconds * 48_000) + pre_skip
     return ogg[: last + 6] + granule.to_bytes(8, "little", signed=True) + ogg[last + 14 :]
+# The fixed phrases as a person reads them (core/phrases/), for exact asserts in either language.
+ENGLISH = Catalogue().phrases("en")
+SPANISH = Catalogue().phrases("es")
+
+
+def will_delete(phrases: Phrases, messages: int, conversations: int, confirm: str) -> str:
+    """What `/forget` (or `forget`) answers before anything is deleted."""
+    return phrases.say(
+        "forget.will_delete",
+        messages=phrases.count("count.messages", messages),
+        conversations=phrases.count("count.conversations", conversations),
+        confirm=confirm,
+        minutes=5,
+    )
+
+
+def forgotten(phrases: Phrases, messages: int) -> str:
+    """What `/forget confirm` answers once everything is deleted."""
+    return phrases.say("forget.forgotten", messages=phrases.count("count.messages", messages))

@@ -16,6 +16,7 @@ from core.digest import DigestLimits
 from core.media import MediaLimits
 from core.memory import ContextLimits, TurnBudget
 from core.models import Role, Surface
+from core.phrases.catalogue import Catalogue
 from core.retention import Retention
 from core.settings import Settings
 from tests.database import SCHEMAS
@@ -93,3 +94,10 @@ def test_the_window_rule_is_the_same_in_sql_and_in_python(database_url: str) -> 
         if sql != len(stepped_tail(messages[:total], limit, step))
     ]
     assert len(kept) == 151 * 61 * 71 and differ == []
+
+
+def test_the_catalogues_default_language_is_the_settings() -> None:
+    """A Catalogue built without DEFAULT_LANGUAGE (a core object made in a test, Linking's own)
+    speaks the setting's default."""
+    assert inspect.signature(Catalogue.__init__).parameters["default_language"].default == setting("default_language")
+    assert Catalogue().default_language == "en"

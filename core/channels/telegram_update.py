@@ -10,7 +10,7 @@ lack some now required). `classify` turns an update into one of five actions:
   text quoted (`quote`, the part the person picked, else the replied message's text or caption).
 - `MessageEdit`: the person corrected the text of a private message: its stored text is replaced
   (core/edits.py), and nothing is answered.
-- `Notice`: a short fixed answer, nothing stored (stickers, videos, groups).
+- `Notice`: a short fixed answer (a phrase, core/phrases/), nothing stored (stickers, videos, groups).
 - `Ignore`: a 200 and nothing else (service updates, edited captions, a live location's new
   positions, queries, channels, and every update kind this code does not know: Bot API 10.x
   added `guest_message`, `managed_bot`, `subscription`..., docs/decisions.md, Bot API 10.x).
@@ -44,6 +44,7 @@ class User(_Tolerant):
     is_bot: bool = False
     first_name: str = ""
     username: str | None = None
+    language_code: str | None = None  # the person's app language (IETF tag), when Telegram says it
 
 
 class Chat(_Tolerant):
@@ -106,13 +107,17 @@ class Converse:
     update_id: int
     media: tuple[MediaRef, ...] = field(default=())  # then `text` is the caption
     platform: PlatformMessage | None = None
+    language_code: str | None = None  # the sender's `from.language_code`
 
 
 @dataclass(frozen=True)
 class Notice:
+    """A fixed answer: the id of its phrase (core/phrases/*.toml), said in the sender's language."""
+
     chat_id: int
-    text: str
+    phrase: str
     reason: str
+    language_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class Command:
     chat_id: int
     request: ChatCommand
     callback_query_id: str | None = None  # a tapped button, which Telegram wants answered
+    language_code: str | None = None  # the sender's `from.language_code`
 
 
 # How Telegram names its update kinds: an unknown kind is named in our answer only when it looks so.
@@ -138,12 +144,9 @@ CONFIRM_LINK = "link:"
 
 TelegramAction = Converse | MessageEdit | Notice | Ignore | Command
 
-TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
-PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
-WELCOME = (
-    "Hi! I'm your advisor. Write to me here, on WhatsApp or on the web: "
-    "I remember our one conversation across all of them."
-)
+TEXT_ONLY = "media.text_only"
+PRIVATE_ONLY = "telegram.private_only"
+WELCOME = "telegram.welcome"
 
 
 def _media_kind(message: Message) -> str | None:
@@ -191,26 +194,29 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     sender = message.from_
     if sender is None or sender.is_bot:
         return Ignore("not from a person")
+    language = sender.language_code
     if message.chat.type != "private":
         if _addressed_to_bot(message, bot_id, bot_username):
-            return Notice(message.chat.id, PRIVATE_ONLY, f"{message.chat.type} message addressed to the bot")
+            reason = f"{message.chat.type} message addressed to the bot"
+            return Notice(message.chat.id, PRIVATE_ONLY, reason, language)
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
     if message.text and (command := chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username)):
-        return Command(message.chat.id, command)
+        return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
-        return Notice(message.chat.id, WELCOME, "start")
+        return Notice(message.chat.id, WELCOME, "start", language)
     platform = platform_message(message)
+    chat, person, update_id = message.chat.id, str(sender.id), update.update_id
     if attached := readable_media(message):
         caption = (message.caption or "").strip()
-        return Converse(message.chat.id, str(sender.id), caption, update.update_id, attached, platform)
+        return Converse(chat, person, caption, update_id, attached, platform, language)
     if text:
-        return Converse(message.chat.id, str(sender.id), text, update.update_id, platform=platform)
+        return Converse(chat, person, text, update_id, platform=platform, language_code=language)
     if shared := shared_place_or_contact(message):
-        return Converse(message.chat.id, str(sender.id), shared, update.update_id, platform=platform)
+        return Converse(chat, person, shared, update_id, platform=platform, language_code=language)
     media = _media_kind(message)
     if media is not None:
-        return Notice(message.chat.id, TEXT_ONLY, media)
+        return Notice(message.chat.id, TEXT_ONLY, media, language)
     return Ignore("private message without text")
 
 
@@ -304,4 +310,10 @@ def _confirmed_link(query: dict[str, object]) -> Command | None:
     if not looks_like_code(code):
         return None
     request = LinkRequest(Surface.TELEGRAM, str(sender["id"]), code, consented=True)
-    return Command(int(chat["id"]), request, callback_query_id=str(query.get("id", "")))
+    language = sender.get("language_code")
+    return Command(
+        int(chat["id"]),
+        request,
+        callback_query_id=str(query.get("id", "")),
+        language_code=language if isinstance(language, str) else None,
+    )

@@ -57,6 +57,7 @@ EVERY_FUNCTION = frozenset(
         "system_prompt",
         "fallback_reply",
         "stranger_reply",
+        "default_language",
         # The model's follow-up tools, in every turn.
         "follow_ups_per_person",
         # Memory search (core/memory_search.py), in every turn.

@@ -26,7 +26,7 @@ from functions import runtime
 from functions.ui_chat import attachment
 from functions.web_models import UIFilePart
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
+from tests.helpers import CORPUS, CORS_ORIGIN, ENGLISH, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
 
@@ -263,7 +263,7 @@ def test_a_model_that_fails_mid_stream_ends_in_an_error_part_with_our_code(
     parts = parts_of(response.get_data(as_text=True))
     kinds = [part if isinstance(part, str) else part["type"] for part in parts]
     assert kinds == ["start", "text-start", "text-delta", "text-end", "data-turn", "error", "finish", "[DONE]"]
-    assert parts[2]["delta"] == runtime.settings().fallback_reply  # what the person reads
+    assert parts[2]["delta"] == ENGLISH.say("turn.fallback")  # what the person reads
     assert parts[4]["data"]["outcome"] == "fallback" and parts[4]["data"]["replyId"] is None
     assert parts[5]["errorText"].startswith("model_unavailable: ")
     assert parts[6] == {"type": "finish", "finishReason": "error"}

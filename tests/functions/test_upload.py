@@ -69,7 +69,10 @@ def test_make_package_copies_this_repositorys_upload(tmp_path: Path) -> None:
     for path in shipped:
         assert not path.startswith(NEVER_SHIPPED) and path != ".env" and "__pycache__" not in path, path
     assert not [path for path in shipped if path.startswith("functions/tools/")]
-    in_core = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "core").rglob("*.py"))
+    # The code, and the catalogues of fixed phrases (core/phrases/*.toml).
+    in_core = sorted(
+        path.relative_to(ROOT).as_posix() for kind in ("*.py", "*.toml") for path in (ROOT / "core").rglob(kind)
+    )
     assert [path for path in shipped if path.startswith("core/")] == in_core
     assert sorted(str(p.relative_to(tmp_path / "package")) for p in (tmp_path / "package").rglob("*.*")) == shipped
 
