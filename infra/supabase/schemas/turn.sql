@@ -234,7 +234,7 @@ begin
           from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
         if v_conversation is null then
             insert into public.conversations (user_id, surface, title)
-                 values (p_user_id, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
+                 values (p_user_id, p_surface, public.conversation_title(p_surface))
             on conflict (user_id, surface) where surface <> 'web' do nothing;
             select c.id into v_conversation
               from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
