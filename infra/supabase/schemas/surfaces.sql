@@ -7,8 +7,11 @@
 -- in conversation_title (tests/test_schema_definitions.py makes that edit and stores an SMS turn,
 -- identity, link and forget request). A name listed without a title fails loudly: its first
 -- conversation's insert meets the title's `not null`. On a deployed database the migration is
--- `alter domain public.surface drop constraint surface_known`, `add constraint … not valid` (no
--- scan of the tables) and `create or replace function public.conversation_title`.
+-- `alter domain public.surface drop constraint surface_known`, then `add constraint` with the new
+-- list, and `create or replace function public.conversation_title`. (`add constraint` checks
+-- every stored surface, holding off writes to those tables meanwhile; on a large messages table
+-- add it `not valid`, as the old surfaces are all in the new list, and say so here too, or the
+-- catalog test sees the two differ.)
 --
 -- Why domains, and not a table of surfaces that every surface column references: a foreign key
 -- checks every message stored against one shared row and locks it (`for key share`), so every
