@@ -131,8 +131,9 @@ def sms_turn(connection: psycopg.Connection[Any], sender: str, content: str, sid
     arguments = begin_turn_arguments(
         p_surface="sms", p_sender_id=sender, p_sender=sender, p_content=content, p_external_id=sid
     )
-    turn: dict[str, Any] = connection.execute(begin_turn_sql(arguments), arguments).fetchone()[0]  # type: ignore[index]
-    return turn
+    row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+    assert row is not None
+    return dict(row[0])
 
 
 def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str) -> None:
