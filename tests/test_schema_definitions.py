@@ -3,16 +3,21 @@ derive from it (the baseline links to it), and a database built from either is t
 
 from __future__ import annotations
 
+import json
 import tomllib
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from core.models import Surface
 from core.stores.embedded import MIGRATIONS, SUPABASE_STANDINS, prepare_database
-from tests.database import catalog, fresh_database
+from tests.database import begin_turn_arguments, begin_turn_sql, catalog, fresh_database
+from tests.helpers import rows
 
 SUPABASE = Path(__file__).resolve().parent.parent / "infra" / "supabase"
 DEFINITIONS = SUPABASE / "schemas"
@@ -24,12 +29,14 @@ def definition_files() -> list[Path]:
     return [(SUPABASE / path).resolve() for path in config["db"]["migrations"]["schema_paths"]]
 
 
-def build_from_definitions(url: str) -> None:
+def build_from_definitions(url: str, edited: dict[str, str] | None = None) -> None:
+    """A database made from the definitions; `edited` gives some files' text as edited (by name)."""
+    edited = edited or {}
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(SUPABASE_STANDINS.read_text())
         for path in definition_files():
             with connection.transaction():
-                connection.execute(path.read_text())
+                connection.execute(edited.get(path.name, path.read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +110,126 @@ def test_every_foreign_key_is_indexed_where_it_points_from(two_databases: tuple[
                 order by 1, 2"""
         ).fetchall()
     assert unindexed == []
+
+
+# The surfaces are defined once (surfaces.sql). A fourth one is this edit of that file, and no other.
+SMS = [
+    ("in ('web', 'telegram', 'whatsapp')", "in ('web', 'telegram', 'whatsapp', 'sms')"),
+    ("when 'whatsapp' then '[WhatsApp]'", "when 'whatsapp' then '[WhatsApp]'\n               when 'sms' then '[SMS]'"),
+]
+
+
+def surfaces_sql_with(edits: list[tuple[str, str]]) -> dict[str, str]:
+    text = (DEFINITIONS / "surfaces.sql").read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return {"surfaces.sql": text}
+
+
+def sms_turn(connection: psycopg.Connection[Any], sender: str, content: str, sid: str) -> dict[str, Any]:
+    arguments = begin_turn_arguments(
+        p_surface="sms", p_sender_id=sender, p_sender=sender, p_content=content, p_external_id=sid
+    )
+    row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+    assert row is not None
+    return dict(row[0])
+
+
+def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str) -> None:
+    with fresh_database(postgres_server) as url:
+        build_from_definitions(url, surfaces_sql_with(SMS))
+        with psycopg.connect(url, autocommit=True) as connection:
+            first = sms_turn(connection, "+34600111222", "hola por sms", "SM1")
+            other = sms_turn(connection, "+34600999888", "otra persona", "SM2")
+            due = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+            follow_up = {"schedule": [{"content": "el viernes", "due_at": due, "timezone": "UTC"}]}
+            connection.execute(
+                "select public.finish_turn_follow_ups(%s, %s, 'te aviso el viernes', true, 10, null, %s, 5, 0)",
+                (first["user_id"], first["message_id"], json.dumps(follow_up)),
+            )
+            person = first["user_id"]
+            assert rows(url, "select surface, title from public.conversations where user_id = %s", person) == [
+                ("sms", "[SMS]")
+            ]
+            assert rows(
+                url, "select surface, title from public.conversations where user_id = %s", other["user_id"]
+            ) == [("sms", "[SMS]")]
+            assert rows(
+                url, "select surface, role, content from public.messages where user_id = %s order by id", person
+            ) == [
+                ("sms", "user", "hola por sms"),
+                ("sms", "assistant", "te aviso el viernes"),
+            ]
+            assert rows(url, "select surface, external_id from public.identities where user_id = %s", person) == [
+                ("sms", "+34600111222")
+            ]
+            assert rows(url, "select surface, sender, content from public.follow_ups where user_id = %s", person) == [
+                ("sms", "+34600111222", "el viernes")
+            ]
+            # A wrong code, a link to a web account, a forget request: each table of chats takes it.
+            wrong = connection.execute(
+                "select public.redeem_link_code('sms', '+34600999888', %s, 5, false)", ("0" * 64,)
+            ).fetchone()
+            assert wrong is not None and wrong[0] == {"status": "invalid"}
+            web_person = uuid.uuid4()
+            linked = connection.execute(
+                "select public.link_identity(%s, 'sms', '+34600111222')", (web_person,)
+            ).fetchone()
+            assert linked is not None and linked[0]["status"] == "linked" and linked[0]["moved_messages"] == 2
+            requested = connection.execute(
+                "select public.forget_request('sms', false, null, '+34600111222', 5)"
+            ).fetchone()
+            assert requested is not None and requested[0]["status"] == "requested"
+            assert rows(url, "select surface, external_id from public.link_attempts") == [("sms", "+34600999888")]
+            assert rows(url, "select surface from public.forget_requests where user_id = %s", web_person) == [("sms",)]
+            forgotten = connection.execute(
+                "select public.forget_request('sms', true, null, '+34600111222', 5)"
+            ).fetchone()
+            assert forgotten is not None and forgotten[0]["status"] == "forgotten"
+            assert rows(
+                url, "select surface, external_id from public.forgotten_deliveries where user_id = %s", web_person
+            ) == [("sms", "SM1")]
+            # The other SMS sender keeps everything.
+            assert rows(url, "select surface, content from public.messages where user_id = %s", other["user_id"]) == [
+                ("sms", "otra persona")
+            ]
+
+
+def test_without_that_edit_no_table_takes_the_surface(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        with pytest.raises(psycopg.errors.CheckViolation, match="surface_known"):
+            sms_turn(connection, "+15550001111", "hola por sms", "SM-unknown")
+        with pytest.raises(psycopg.errors.CheckViolation, match="chat_surface_not_web"):
+            connection.execute(
+                "insert into public.identities (surface, external_id, user_id) values ('web', 'x', %s)", (uuid.uuid4(),)
+            )
+    # The turn stored nothing: its identity went with the transaction that failed.
+    assert rows(database_url, "select count(*) from public.identities where external_id = '+15550001111'") == [(0,)]
+    assert rows(database_url, "select count(*) from public.messages where external_id = 'SM-unknown'") == [(0,)]
+
+
+def test_a_surface_listed_without_a_title_fails_at_its_first_conversation(postgres_server: str) -> None:
+    """Half the edit is never half working: the conversation's title is `not null`."""
+    with fresh_database(postgres_server) as url:
+        build_from_definitions(url, surfaces_sql_with(SMS[:1]))
+        with (
+            psycopg.connect(url, autocommit=True) as connection,
+            pytest.raises(psycopg.errors.NotNullViolation, match='"title"'),
+        ):
+            sms_turn(connection, "+34600111222", "hola por sms", "SM1")
+        assert rows(url, "select count(*) from public.messages") == [(0,)]
+
+
+def test_every_surface_python_knows_is_listed_and_every_chat_has_a_title(database_url: str) -> None:
+    listed = [
+        value
+        for (value,) in rows(
+            database_url,
+            r"""select (regexp_matches(pg_get_constraintdef(c.oid), '''(\w+)''', 'g'))[1]
+                  from pg_constraint c where c.contypid = 'public.surface'::regtype and c.conname = 'surface_known'""",
+        )
+    ]
+    assert sorted(listed) == sorted(surface.value for surface in Surface)
+    titles = dict(rows(database_url, "select s, public.conversation_title(s) from unnest(%s::text[]) s", listed))
+    assert titles == {"web": None, "telegram": "[Telegram]", "whatsapp": "[WhatsApp]"}

@@ -25,7 +25,7 @@ create table public.follow_ups (
     id bigint generated always as identity primary key,
     user_id uuid not null,
     conversation_id uuid not null references public.conversations (id) on delete cascade,
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
+    surface public.surface not null,
     -- The chat id or WhatsApp address to say it to (null on the web).
     sender text,
     -- The user message it was asked in, and its place among that turn's follow-ups: a retried

@@ -11,14 +11,14 @@
 
 create table public.forget_requests (
     user_id uuid not null,
-    surface text not null check (surface in ('telegram', 'whatsapp')),
+    surface public.chat_surface not null,
     requested_at timestamptz not null default clock_timestamp(),
     primary key (user_id, surface)
 );
 alter table public.forget_requests enable row level security;  -- who reads what: access.sql
 
 create table public.forgotten_deliveries (
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
+    surface public.surface not null,
     external_id text not null,
     user_id uuid not null,
     forgotten_at timestamptz not null default clock_timestamp(),

@@ -22,7 +22,7 @@ create table public.link_codes (
     created_at timestamptz not null default clock_timestamp(),
     expires_at timestamptz not null,
     used_at timestamptz,
-    used_by_surface text check (used_by_surface in ('telegram', 'whatsapp')),
+    used_by_surface public.chat_surface,
     used_by_external_id text,
     -- The account the code belongs to (masked, as the person's token named it), so that the
     -- chat that redeems it can be told whose account it joins.
@@ -32,7 +32,7 @@ alter table public.link_codes enable row level security;  -- who reads what: acc
 create index link_codes_by_user on public.link_codes (user_id);
 
 create table public.link_attempts (
-    surface text not null check (surface in ('telegram', 'whatsapp')),
+    surface public.chat_surface not null,
     external_id text not null,
     attempted_at timestamptz not null default clock_timestamp()
 );
@@ -83,8 +83,9 @@ declare
     v_moved integer := 0;
     v_count integer;
 begin
-    if p_surface not in ('telegram', 'whatsapp') or coalesce(p_external_id, '') = '' then
-        raise exception 'only a telegram or whatsapp identity with an id is linked' using errcode = '22023';
+    -- A name that is no surface at all is refused by the identity's type (surfaces.sql).
+    if p_surface is null or p_surface = 'web' or coalesce(p_external_id, '') = '' then
+        raise exception 'only a chat''s identity (not the web''s) with an id is linked' using errcode = '22023';
     end if;
     insert into public.identities (surface, external_id, user_id, linked_at)
          values (p_surface, p_external_id, p_user_id, clock_timestamp())

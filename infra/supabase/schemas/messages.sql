@@ -38,7 +38,7 @@ create table public.messages (
     id bigint generated always as identity primary key,
     conversation_id uuid not null references public.conversations (id) on delete cascade,
     user_id uuid not null,
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp')),
+    surface public.surface not null,
     role text not null check (role in ('user', 'assistant')),
     content text not null check (char_length(content) between 1 and 200000),
     -- Telegram update_id, Twilio MessageSid, web client message id.

@@ -205,8 +205,8 @@ create or replace function crossmem_private.settle_turn_tokens(
 ) returns void language plpgsql set search_path = '' as $$
 begin
     update public.turn_usage u
-       set tokens = greatest(u.tokens - least(greatest(p_reserved, 0), u.reserved), 0) + greatest(p_tokens, 0),
-           reserved = u.reserved - least(greatest(p_reserved, 0), u.reserved)
+       set tokens = crossmem_private.settled(u.tokens, u.reserved, p_reserved, p_tokens),
+           reserved = crossmem_private.settled(u.reserved, u.reserved, p_reserved, 0)
      where u.message_id = p_message_id and (p_user_id is null or u.user_id = p_user_id);
 end;
 $$;
@@ -234,7 +234,7 @@ begin
           from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
         if v_conversation is null then
             insert into public.conversations (user_id, surface, title)
-                 values (p_user_id, p_surface, case p_surface when 'telegram' then '[Telegram]' else '[WhatsApp]' end)
+                 values (p_user_id, p_surface, public.conversation_title(p_surface))
             on conflict (user_id, surface) where surface <> 'web' do nothing;
             select c.id into v_conversation
               from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
