@@ -204,14 +204,15 @@ def test_forget_and_link_at_a_terminal_act_only_on_a_yes_and_without_one_touch_n
 ) -> None:
     url, person, chat_person = two_threads
     link = ["link", "--user", str(person), "--surface", "telegram", "--external-id", "7373"]
-    for answer in ("n\n", "\n", ""):  # no, Enter (the default is no), end of input
-        environment.setattr("sys.stdin", Terminal(answer))
-        assert main(["forget", "--user", str(person)]) == 1
-        assert main(link) == 1
+    # no, Enter (the default is no), end of input, and anything else: asked once, never again
+    for answer in ("n\n", "\n", "", "maybe\ny\n"):
+        for command in (["forget", "--user", str(person)], link):
+            environment.setattr("sys.stdin", Terminal(answer))
+            assert main(command) == 1
     said, complained = capsys.readouterr()
-    assert complained.splitlines() == ["crossmem forget: not done", "crossmem link: not done"] * 3
-    assert said.count(f"Erase {person}: every conversation, message, link code and identity? [y/N] ") == 3
-    assert said.count(f"Join telegram 7373 to {person}, moving its messages there? [y/N] ") == 3
+    assert complained.splitlines() == ["crossmem forget: not done", "crossmem link: not done"] * 4
+    assert said.count(f"Erase {person}: every conversation, message, link code and identity? [y/N] ") == 4
+    assert said.count(f"Join telegram 7373 to {person}, moving its messages there? [y/N] ") == 4
     assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 4)
 
     environment.setattr("sys.stdin", Terminal("y\n"))
