@@ -24,7 +24,6 @@ functions/tools/gcloud_checks.py, a check's answer in functions/tools/check_resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -344,10 +343,10 @@ def every_check(shell: Mapping[str, str]) -> list[Check]:
     return run_checks(config, Cloud.of(description, shell))
 
 
-def doctor(args: argparse.Namespace, shell: Mapping[str, str]) -> int:
+def doctor(as_json: bool, shell: Mapping[str, str]) -> int:
     checks = every_check(shell)
     failed = [check for check in checks if check.status == "fail"]
-    if args.json:
+    if as_json:
         print(json.dumps({"ok": not failed, "checks": [asdict(check) for check in checks]}, indent=2))
     else:
         for check in checks:
