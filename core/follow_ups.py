@@ -1,4 +1,5 @@
-"""Follow-ups the agent starts: the model's tools, the person's time, and the rules.
+"""Follow-ups, the capability: the agent messages the person later on its own. Its tools, its
+part of the system prompt, the rules, and the person's time.
 
 The model gets four tools in every turn (`TOOLS`, a constant: it sits in the cached prefix
 before the system prompt and never changes): schedule a follow-up, list the pending ones, cancel
@@ -6,6 +7,7 @@ one, set the person's timezone. A tool runs here, on what `begin_turn` brought (
 pending follow-ups and timezone), and only records intent: `finish_turn` writes it, so a turn
 still costs two round trips. A tool call costs a second model request only when the model needs
 its result to answer: a list, a refusal, or a call that came with no text (core/tool_loop.py).
+FOLLOW_UPS_PER_PERSON=0 switches it off: no tools, and the prompt says the agent cannot.
 
 Time as the person lives it: "Friday at 9" arrives as `day` ("friday") and `time` ("09:00"),
 resolved here in the person's timezone (theirs, else CONTEXT_TIMEZONE) with the clock the turn
@@ -15,17 +17,18 @@ skips moves forward by the gap; one it repeats is the first of the two.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.model.llm import ToolCall
 from core.models import FollowUp
 from core.tool_loop import ToolResult
+
+if TYPE_CHECKING:
+    from core.capabilities import TurnState
 
 MAX_AHEAD = timedelta(days=365)
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -84,6 +87,21 @@ TOOLS: tuple[dict[str, Any], ...] = (
         },
     },
 )
+
+
+INSTRUCTIONS = """\
+Reminders and follow-ups
+- You can message the person later on your own: schedule_follow_up sends them what you write, \
+at the time they asked (their timezone), on the app they use. Use it when they ask for a \
+reminder or a check-in, and say when it will come. list_follow_ups and cancel_follow_up show \
+and cancel the pending ones; set_timezone records where they live when they tell you.
+"""
+
+SWITCHED_OFF = """\
+Reminders and follow-ups
+- You cannot set reminders or message the person later on your own: say so, and suggest they \
+set one on their phone.
+"""
 
 
 class InvalidTime(ValueError):
@@ -181,6 +199,11 @@ class TurnTools:
         """A list is for the model to read; a schedule or a cancel is only recorded."""
         return result.call.name == LIST
 
+    def recorded(self) -> dict[str, Any]:
+        """finish_turn's arguments for what the tools changed, within the person's limit."""
+        changes = self.changes()
+        return {"follow_ups": changes, "max_follow_ups": self.rules.max_pending} if changes else {}
+
     def changes(self) -> dict[str, Any]:
         """What finish_turn writes: empty when the tools changed nothing."""
         changes: dict[str, Any] = {}
@@ -257,15 +280,30 @@ def _text(value: object) -> str | None:
 
 
 def turn_tools(
-    rules: FollowUpRules, pending: list[FollowUp], zone: ZoneInfo, now: Callable[[], datetime], client_zone: str | None
+    rules: FollowUpRules, pending: list[FollowUp], zone: ZoneInfo, now: datetime, client_zone: str | None
 ) -> TurnTools:
     """A turn's tools; a web client's Intl timezone, when it differs from the person's, is set."""
-    tools = TurnTools(rules, pending, zone, now())
+    tools = TurnTools(rules, pending, zone, now)
     if (sent := zone_named(client_zone)) is not None and str(sent) != str(zone):
         tools.zone, tools.timezone = sent, sent.key
     return tools
 
 
-def tools_json() -> str:
-    """The definitions as sent (a test pins that they never change between turns)."""
-    return json.dumps(TOOLS, sort_keys=True)
+@dataclass(frozen=True, eq=False)
+class FollowUps:
+    """The capability (core/capabilities.py), on while `rules.max_pending` is above 0."""
+
+    rules: FollowUpRules
+
+    @property
+    def instructions(self) -> str:
+        return INSTRUCTIONS if self.rules.max_pending > 0 else SWITCHED_OFF
+
+    @property
+    def definitions(self) -> tuple[dict[str, Any], ...]:
+        return TOOLS if self.rules.max_pending > 0 else ()
+
+    def toolset(self, turn: TurnState) -> TurnTools | None:
+        if self.rules.max_pending <= 0:
+            return None
+        return turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from core import follow_ups, tool_loop
+from core.capabilities import TurnState
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
 from core.identity.policy import IdentityPolicy
@@ -30,10 +31,9 @@ from core.listening import Listening
 from core.media import placeholder, unread_notice
 from core.media_turn import MediaReader, PreparedMedia, remembered_content
 from core.memory import Memory, OwedMessage, storable
-from core.memory_search import MemorySearchTools
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
-from core.tool_loop import Toolbox, Toolset
+from core.tool_loop import Toolbox
 from core.turn_estimate import turn_estimate
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
 
@@ -383,20 +383,21 @@ class Turns:
         return []
 
     def _tools(self, start: TurnStart, request: TurnRequest) -> Toolbox | None:
-        """This turn's tools: those of each capability that is on, in the person's timezone
-        (theirs, else CONTEXT_TIMEZONE); memory search leaves out what the turn already shows."""
+        """This turn's tools: each capability's that is on, from what begin_turn brought, in the
+        person's timezone (theirs, else CONTEXT_TIMEZONE)."""
         if start.message_id is None or start.user_id is None:
             return None
-        zone = self._zone_of(start)
-        toolsets: list[Toolset] = []
-        rules = self._settings.follow_ups
-        if rules.max_pending > 0:
-            toolsets.append(follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, request.timezone))
-        if self._settings.search is not None:
-            seen = {m.id for m in (*start.history, *start.prepend)}
-            seen.update(item.id for item in request.client_history or () if item.id is not None)
-            toolsets.append(MemorySearchTools(self.memory, start.user_id, zone, frozenset(seen), self._settings.search))
-        return Toolbox(toolsets) if toolsets else None
+        turn = TurnState(
+            self.memory,
+            start.user_id,
+            start,
+            self._zone_of(start),
+            self._now(),
+            client_zone=request.timezone,
+            client_history=request.client_history or (),
+        )
+        toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
+        return Toolbox(toolsets, self._settings.tool_rounds) if toolsets else None
 
     @staticmethod
     def _count_tools(figures: TurnFigures, tools: Toolbox | None) -> None:
@@ -495,9 +496,8 @@ class Turns:
             delivered=delivered,
             tokens=result.figures.model_tokens,
             user_content=learned,
-            follow_ups=tools.changes() if tools is not None else None,
-            max_follow_ups=self._settings.follow_ups.max_pending,
             reserved=start.reserved_tokens,
+            **(tools.recorded() if tools is not None else {}),
         )
         result.figures.round_trips += 1
         if result.reply_id is None:

@@ -1,0 +1,170 @@
+"""EXTRA_TOOLS: a tool an operator adds by setting, without editing core (docs/extending.md).
+The docs' own example, loaded by `crossmem dev` in its own process as `make dev` runs it, is
+called by the model (the real SDK against the fake Anthropic) in a turn; an entry that cannot be
+loaded refuses to serve, naming it, with nothing stored."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.errors import ConfigurationError
+from functions.extra_tools import extra_tools
+from tests.fakes.anthropic_api import Answer, FakeAnthropic, tool_results, tool_use
+from tests.helpers import TELEGRAM_SECRET, app_client, count, free_port, update
+
+ROOT = Path(__file__).resolve().parents[2]
+CROSSMEM = [sys.executable, "-m", "functions.tools.cli"]
+
+
+def docs_example() -> str:
+    """The first Python block of docs/extending.md: the example tool, as an operator copies it."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    found = re.search(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert found is not None, "docs/extending.md has no Python example"
+    return found[1]
+
+
+@pytest.fixture
+def dev(tmp_path: Path, database_url: str, fake_anthropic: FakeAnthropic) -> Iterator[dict[str, str]]:
+    """`crossmem dev` with the docs' example on its path and named by EXTRA_TOOLS, on the test's
+    database, the model being the fake Anthropic."""
+    (tmp_path / "my_tools.py").write_text(docs_example())
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "PORT": str(port),
+        "HOME": str(tmp_path),
+        "DATABASE_URL": database_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "EXTRA_TOOLS": "my_tools:opening_hours",
+    }
+    server = subprocess.Popen(
+        [*CROSSMEM, "dev"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    else:
+        server.kill()
+        pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))
+    yield env
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+def test_the_docs_example_tool_is_called_by_the_model_in_a_turn_through_crossmem_dev(
+    dev: dict[str, str], fake_anthropic: FakeAnthropic
+) -> None:
+    def pharmacy(body: dict[str, Any]) -> Answer:
+        results = tool_results(body)
+        if results:
+            return "Yes: " + str(results[0]["content"])
+        return [tool_use("opening_hours", {"shop": "pharmacy"}, id="toolu_hours")]
+
+    fake_anthropic.answer = pharmacy
+    said = subprocess.run(
+        [*CROSSMEM, "say", "--surface", "telegram", "is the pharmacy open tonight?"],
+        env=dev,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert said.returncode == 0, said.stderr
+    assert "Yes: The pharmacy is open every day 9:00-21:00." in said.stdout
+
+    first, second = fake_anthropic.requests
+    assert first["tools"][-1] == {
+        "name": "opening_hours",
+        "description": "When a shop near the person is open: the bakery or the pharmacy.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"shop": {"type": "string", "enum": ["bakery", "pharmacy"]}},
+            "required": ["shop"],
+        },
+    }
+    assert [tool["name"] for tool in first["tools"][:-1]] == [
+        "schedule_follow_up",
+        "list_follow_ups",
+        "cancel_follow_up",
+        "set_timezone",
+        "search_memory",
+    ]
+    system = first["system"][0]["text"]
+    assert "Shops nearby\n- opening_hours knows when the bakery and the pharmacy are open" in system
+    assert system.index("Your memory") < system.index("Shops nearby") < system.index("What you cannot do")
+    assert tool_results(second) == [
+        {"type": "tool_result", "tool_use_id": "toolu_hours", "content": "The pharmacy is open every day 9:00-21:00."}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ("no_such_module:tool", "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)"),
+        ("json:no_such_thing", "EXTRA_TOOLS: json:no_such_thing could not be loaded (AttributeError)"),
+        ("json", "EXTRA_TOOLS: json is not package.module:callable"),
+        ("json:__doc__", "EXTRA_TOOLS: json:__doc__ is not callable"),
+        ("json:dumps", 'EXTRA_TOOLS: json:dumps needs an input_schema, a JSON schema of "type": "object"'),
+    ],
+)
+def test_an_entry_that_describes_no_tool_is_refused_naming_it(entry: str, error: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        extra_tools([entry])
+    assert str(refused.value) == error
+
+
+def test_a_tool_named_like_a_built_in_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.settings import Settings
+    from functions.runtime import capabilities
+
+    (tmp_path / "clash.py").write_text(
+        "def search_memory(arguments):\n"
+        '    """Search elsewhere."""\n'
+        '    return "nothing"\n'
+        'search_memory.input_schema = {"type": "object", "properties": {}}\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EXTRA_TOOLS", "clash:search_memory")
+    with pytest.raises(ConfigurationError) as refused:
+        capabilities(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert str(refused.value) == "two tools share a name: search_memory"
+
+
+def test_a_function_whose_extra_tool_cannot_load_answers_503_and_stores_nothing(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("EXTRA_TOOLS", "no_such_module:tool")
+    client = app_client("telegram_webhook")
+    response = client.post(
+        "/",
+        json=update("hello with a tool missing", user_id=7001),
+        headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET},
+    )
+    assert (response.status_code, response.get_json()) == (
+        503,
+        {
+            "error": "not_configured",
+            "message": "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)",
+        },
+    )
+    assert (
+        count(database_url, "select count(*) from messages where content = %s", "hello with a tool missing") == 0
+        and fake_anthropic.requests == []
+    )
