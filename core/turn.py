@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from core import follow_ups, tool_loop
+from core import tool_loop
 from core.capabilities import TurnState
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
@@ -36,6 +36,7 @@ from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStar
 from core.tool_loop import Toolbox
 from core.turn_estimate import turn_estimate
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
+from core.wall_clock import zone_named
 
 log = logging.getLogger("crossmem.turn")
 # How long past its model deadline a turn's attempt may still store a reply (sending it, the
@@ -408,7 +409,7 @@ class Turns:
     def _zone_of(self, start: TurnStart) -> ZoneInfo:
         """The person's timezone (theirs, else CONTEXT_TIMEZONE): the context's tags and the
         follow-up tools read the same clock, the one the person lives by."""
-        return follow_ups.zone_named(start.timezone) or self._zone
+        return zone_named(start.timezone) or self._zone
 
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""

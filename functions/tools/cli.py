@@ -66,7 +66,7 @@ def history(args: argparse.Namespace) -> int:
 def follow_ups(args: argparse.Namespace) -> int:
     from zoneinfo import ZoneInfo
 
-    from core.follow_ups import shown, zone_named
+    from core.wall_clock import shown, zone_named
     from functions.follow_up_routes import pending_follow_ups
 
     pending = pending_follow_ups(uuid.UUID(args.user))

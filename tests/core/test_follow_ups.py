@@ -1,5 +1,5 @@
-"""Time as the person lives it, and the follow-up tools' rules (core/follow_ups.py): a clock the
-test sets, no database."""
+"""Time as the person lives it (core/wall_clock.py), and the follow-up tools' rules
+(core/follow_ups.py): a clock the test sets, no database."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.follow_ups import TOOLS, FollowUpRules, InvalidTime, resolve_when, turn_tools
+from core.follow_ups import TOOLS, FollowUpRules, turn_tools
 from core.model.llm import ToolCall, messages_request
 from core.models import FollowUp, Surface
 from core.tool_loop import continuation
+from core.wall_clock import InvalidTime, resolve_when
 
 MADRID = ZoneInfo("Europe/Madrid")
 
