@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import psycopg
 import pytest
@@ -270,3 +273,25 @@ def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
     pre_skip = int.from_bytes(ogg[head + 10 : head + 12], "little")
     granule = round(seconds * 48_000) + pre_skip
     return ogg[: last + 6] + granule.to_bytes(8, "little", signed=True) + ogg[last + 14 :]
+
+
+def crossmem_dev(env: dict[str, str], cwd: Path, port: int) -> subprocess.Popen[str]:
+    """`crossmem dev` in its own process, as `make dev` runs it, once it answers /healthz (or the
+    test fails with what it printed). The caller stops it with SIGTERM, as a process manager would."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "functions.tools.cli", "dev"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    server.kill()
+    pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))

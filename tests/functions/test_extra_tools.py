@@ -10,18 +10,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from core.errors import ConfigurationError
 from functions.extra_tools import extra_tools
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, tool_results, tool_use
-from tests.helpers import TELEGRAM_SECRET, app_client, count, free_port, update
+from tests.helpers import TELEGRAM_SECRET, app_client, count, crossmem_dev, free_port, update
 
 ROOT = Path(__file__).resolve().parents[2]
 CROSSMEM = [sys.executable, "-m", "functions.tools.cli"]
@@ -51,19 +49,7 @@ def dev(tmp_path: Path, database_url: str, fake_anthropic: FakeAnthropic) -> Ite
         "ANTHROPIC_BASE_URL": fake_anthropic.url,
         "EXTRA_TOOLS": "my_tools:opening_hours",
     }
-    server = subprocess.Popen(
-        [*CROSSMEM, "dev"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        server.kill()
-        pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))
+    server = crossmem_dev(env, tmp_path, port)
     yield env
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)
