@@ -12,6 +12,7 @@ nothing; what it raises is logged and said back to the model as not done, and th
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import re
@@ -74,9 +75,9 @@ class OperatorTools:
     def instructions(self) -> str:
         return "\n".join(tool.instructions.strip("\n") + "\n" for tool in self.tools if tool.instructions.strip())
 
-    @property
+    @functools.cached_property
     def definitions(self) -> tuple[dict[str, Any], ...]:
-        return tuple(tool.definition for tool in self.tools)
+        return tuple(tool.definition for tool in self.tools)  # built once: the same bytes every turn
 
     def toolset(self, turn: TurnState) -> OperatorToolset | None:
         return OperatorToolset(self.tools, self.definitions) if self.tools else None
