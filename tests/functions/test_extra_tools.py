@@ -1,7 +1,8 @@
-"""EXTRA_TOOLS: a tool an operator adds by setting, without editing core (docs/extending.md).
-The docs' own example, loaded by `crossmem dev` in its own process as `make dev` runs it, is
-called by the model (the real SDK against the fake Anthropic) in a turn; an entry that cannot be
-loaded refuses to serve, naming it, with nothing stored."""
+"""The model's tools as the settings give them. EXTRA_TOOLS: a tool an operator adds without
+editing core (docs/extending.md); the docs' own example, loaded by `crossmem dev` in its own
+process as `make dev` runs it, is called by the model (the real SDK against the fake Anthropic)
+in a turn; an entry that cannot be loaded refuses to serve, naming it, with nothing stored.
+TOOL_ROUNDS: the deployed function runs that many rounds."""
 
 from __future__ import annotations
 
@@ -154,3 +155,22 @@ def test_a_function_whose_extra_tool_cannot_load_answers_503_and_stores_nothing(
         count(database_url, "select count(*) from messages where content = %s", "hello with a tool missing") == 0
         and fake_anthropic.requests == []
     )
+
+
+def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TOOL_ROUNDS", "1")
+
+    def listing(body: dict[str, Any]) -> Answer:
+        if body.get("tool_choice") == {"type": "none"}:
+            return "Nothing is planned."
+        return [tool_use("list_follow_ups", {}, id=f"l{len(body['messages'])}")]
+
+    fake_anthropic.answer = listing
+    client = app_client("telegram_webhook")
+    response = client.post(
+        "/", json=update("what is planned?", user_id=7002), headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+    )
+    assert response.status_code == 200
+    assert [body.get("tool_choice") for body in fake_anthropic.requests] == [None, {"type": "none"}]
