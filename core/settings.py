@@ -75,6 +75,14 @@ class Settings(BaseSettings):
     # keeps the list begin_turn returns short, and bounds what a runaway conversation schedules.
     follow_ups_per_person: int = Field(default=20, ge=0, le=1000)
 
+    # The model's tools (core/tool_loop.py): rounds of tool calls a turn runs (a search, then a
+    # narrower one, then a list...) before the model must answer without tools. Each round is one
+    # more model request, and a turn reserves its tokens for every one of them.
+    tool_rounds: int = Field(default=4, ge=1, le=20)
+    # Tools an operator adds without editing core: comma-separated `package.module:callable`
+    # (core/operator_tools.py says what a callable carries; docs/extending.md has an example).
+    extra_tools: CommaList = []
+
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
     owner_user_id: UUID | None = None
@@ -159,7 +167,7 @@ class Settings(BaseSettings):
     cors_origins: CommaList = []
     web_model_deadline: float = Field(default=60.0, gt=0)
 
-    @field_validator("owner_telegram_ids", "owner_whatsapp_numbers", "cors_origins", mode="before")
+    @field_validator("owner_telegram_ids", "owner_whatsapp_numbers", "cors_origins", "extra_tools", mode="before")
     @classmethod
     def split_commas(cls, value: object) -> object:
         if isinstance(value, str):

@@ -22,7 +22,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from core import follow_ups, tool_loop
+from core import tool_loop
+from core.capabilities import TurnState
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
 from core.identity.policy import IdentityPolicy
@@ -30,12 +31,12 @@ from core.listening import Listening
 from core.media import placeholder, unread_notice
 from core.media_turn import MediaReader, PreparedMedia, remembered_content
 from core.memory import Memory, OwedMessage, storable
-from core.memory_search import MemorySearchTools
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
-from core.tool_loop import Toolbox, Toolset
+from core.tool_loop import Toolbox
 from core.turn_estimate import turn_estimate
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
+from core.wall_clock import zone_named
 
 log = logging.getLogger("crossmem.turn")
 # How long past its model deadline a turn's attempt may still store a reply (sending it, the
@@ -450,20 +451,21 @@ class Turns:
         return True
 
     def _tools(self, start: TurnStart, request: TurnRequest) -> Toolbox | None:
-        """This turn's tools: those of each capability that is on, in the person's timezone
-        (theirs, else CONTEXT_TIMEZONE); memory search leaves out what the turn already shows."""
+        """This turn's tools: each capability's that is on, from what begin_turn brought, in the
+        person's timezone (theirs, else CONTEXT_TIMEZONE)."""
         if start.message_id is None or start.user_id is None:
             return None
-        zone = self._zone_of(start)
-        toolsets: list[Toolset] = []
-        rules = self._settings.follow_ups
-        if rules.max_pending > 0:
-            toolsets.append(follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, request.timezone))
-        if self._settings.search is not None:
-            seen = {m.id for m in (*start.history, *start.prepend)}
-            seen.update(item.id for item in request.client_history or () if item.id is not None)
-            toolsets.append(MemorySearchTools(self.memory, start.user_id, zone, frozenset(seen), self._settings.search))
-        return Toolbox(toolsets) if toolsets else None
+        turn = TurnState(
+            self.memory,
+            start.user_id,
+            start,
+            self._zone_of(start),
+            self._now(),
+            client_zone=request.timezone,
+            client_history=request.client_history or (),
+        )
+        toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
+        return Toolbox(toolsets, self._settings.tool_rounds) if toolsets else None
 
     @staticmethod
     def _count_tools(figures: TurnFigures, tools: Toolbox | None) -> None:
@@ -474,7 +476,7 @@ class Turns:
     def _zone_of(self, start: TurnStart) -> ZoneInfo:
         """The person's timezone (theirs, else CONTEXT_TIMEZONE): the context's tags and the
         follow-up tools read the same clock, the one the person lives by."""
-        return follow_ups.zone_named(start.timezone) or self._zone
+        return zone_named(start.timezone) or self._zone
 
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
@@ -555,7 +557,7 @@ class Turns:
     ) -> None:
         if start.message_id is None or start.user_id is None:
             return
-        changes = tools.changes() if tools is not None else None
+        recorded = tools.recorded() if tools is not None else {}
         result.reply_id = self.memory.finish_turn(
             start.user_id,
             start.message_id,
@@ -563,13 +565,13 @@ class Turns:
             delivered=delivered,
             tokens=result.figures.model_tokens,
             user_content=learned,
-            follow_ups=changes,
-            max_follow_ups=self._settings.follow_ups.max_pending,
             reserved=start.reserved_tokens,
+            **recorded,
         )
         result.figures.round_trips += 1
-        if result.reply_id is not None and changes:
-            result.follow_ups_scheduled = list(changes.get("schedule", []))
+        if result.reply_id is not None and recorded.get("follow_ups"):
+            # The web's stream tells the page what the turn scheduled (functions/ui_message_stream.py).
+            result.follow_ups_scheduled = list(recorded["follow_ups"].get("schedule", []))
         if result.reply_id is None:
             result.figures.error = result.figures.error or "the reply could not be stored"
 

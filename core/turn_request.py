@@ -7,16 +7,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 from core.context import ContextItem
-from core.follow_ups import FollowUpRules
 from core.media import MediaRef
-from core.memory_search import SearchRules
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface
 from core.phrases.catalogue import Catalogue, Phrases
+
+if TYPE_CHECKING:
+    from core.capabilities import Capability
 
 
 class ReplyChannel(Protocol):
@@ -131,8 +132,9 @@ class TurnSettings:
     annotate: bool = True
     timezone: str = "UTC"
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
-    follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
-    search: SearchRules | None = None  # MEMORY_SEARCH off: no search tool
+    # What the agent can do (core/capabilities.py): their tools go with every turn, in this order.
+    capabilities: tuple[Capability, ...] = ()
+    tool_rounds: int = 4  # TOOL_ROUNDS: rounds of tool calls a turn runs before it must answer
     catalogue: Catalogue = field(default_factory=Catalogue)
 
     def phrases(self, language: str | None) -> Phrases:

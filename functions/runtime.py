@@ -13,24 +13,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.capabilities import Capability, checked, standing_instructions
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.commands import Commands
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.edits import Corrections
 from core.errors import ConfigurationError
 from core.follow_up_delivery import FollowUpDelivery, Senders
-from core.follow_ups import FollowUpRules
+from core.follow_ups import FollowUpRules, FollowUps
 from core.forgetting import Forgetting
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.logs import configure_json_logging
 from core.media import MediaLimits
+from core.media_capability import Media
 from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
-from core.memory_search import SearchRules
+from core.memory_search import MemorySearch, SearchRules
 from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
-from core.model.prompt import Capabilities, standing_instructions
 from core.models import Surface
 from core.owed import OwedReplies
 from core.phrases.catalogue import Catalogue
@@ -41,6 +42,7 @@ from core.stores.postgres_store import PostgresStore
 from core.stores.store import MemoryStore, UnavailableStore
 from core.turn import Turns
 from core.turn_request import ReplyChannel, TurnSettings
+from functions.extra_tools import extra_tools
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource
@@ -181,31 +183,37 @@ def identity() -> IdentityPolicy:
     )
 
 
-def capabilities(config: Settings) -> Capabilities:
-    """What this deployment's agent can do, as its settings switch it: what its prompt says."""
-    return Capabilities(
-        images=True,
-        follow_ups=config.follow_ups_per_person > 0,
-        search=config.memory_search,
+def capabilities(config: Settings) -> tuple[Capability, ...]:
+    """What this deployment's agent can do, as its settings switch it, in the prompt's order:
+    each says its part of the prompt (what it can, or cannot, do) and brings its tools."""
+    search = SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None
+    return checked(
+        (
+            Media(),
+            FollowUps(FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars)),
+            MemorySearch(search),
+            extra_tools(config.extra_tools),  # EXTRA_TOOLS: the operator's own (docs/extending.md)
+        )
     )
 
 
 @functools.cache
 def turns() -> Turns:
     config = settings()
+    able = capabilities(config)
     return Turns(
         memory(),
         model,
         identity(),
         TurnSettings(
-            system_prompt=standing_instructions(config.system_prompt, capabilities(config)),
+            system_prompt=standing_instructions(config.system_prompt, able),
             fallback_reply=config.fallback_reply,
             stranger_reply=config.stranger_reply,
             annotate=config.context_annotations,
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
-            follow_ups=FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars),
-            search=SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None,
+            capabilities=able,
+            tool_rounds=config.tool_rounds,
             catalogue=catalogue(),
         ),
         media=media_reader,  # built on the first photo, PDF or voice note

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import psycopg
 import pytest
@@ -290,3 +293,25 @@ def will_delete(phrases: Phrases, messages: int, conversations: int, confirm: st
 def forgotten(phrases: Phrases, messages: int) -> str:
     """What `/forget confirm` answers once everything is deleted."""
     return phrases.say("forget.forgotten", messages=phrases.count("count.messages", messages))
+
+
+def crossmem_dev(env: dict[str, str], cwd: Path, port: int) -> subprocess.Popen[str]:
+    """`crossmem dev` in its own process, as `make dev` runs it, once it answers /healthz (or the
+    test fails with what it printed). The caller stops it with SIGTERM, as a process manager would."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "functions.tools.cli", "dev"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    server.kill()
+    pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))

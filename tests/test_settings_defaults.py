@@ -19,6 +19,7 @@ from core.models import Role, Surface
 from core.phrases.catalogue import Catalogue
 from core.retention import Retention
 from core.settings import Settings
+from core.turn_request import TurnSettings
 from tests.database import SCHEMAS
 
 # A field of core that carries a setting -> the setting.
@@ -38,6 +39,10 @@ CARRIES = {
     (MediaLimits, "voice_max_seconds"): "voice_max_seconds",
     (MediaLimits, "voice_seconds_per_day"): "voice_seconds_per_day",
     (TurnBudget, "reply_tokens"): "anthropic_max_tokens",
+    (TurnSettings, "annotate"): "context_annotations",
+    (TurnSettings, "timezone"): "context_timezone",
+    (TurnSettings, "memory_notes"): "memory_notes",
+    (TurnSettings, "tool_rounds"): "tool_rounds",
 }
 # Defaults that are not a setting's: the zeros of a Memory built without a budget (the functions
 # always pass TURNS_PER_MINUTE, TURNS_PER_DAY and TOKENS_PER_DAY), and bounds no setting names.
@@ -48,6 +53,7 @@ NOT_SETTINGS = {
     (DigestLimits, "messages_per_digest"),
     (ContextLimits, "max_history_chars"),  # MAX_HISTORY_CHARS: unset means 4 x MAX_MESSAGE_CHARS
     (MediaLimits, "voice_max_bytes"),  # a download's bound, no setting's
+    (TurnSettings, "capabilities"),  # built from several settings by functions/runtime.py
 }
 
 
@@ -56,7 +62,7 @@ def setting(name: str) -> Any:
 
 
 def test_every_default_of_core_that_carries_a_setting_is_the_settings() -> None:
-    for holder in (ContextLimits, DigestLimits, TurnBudget, MediaLimits):
+    for holder in (ContextLimits, DigestLimits, TurnBudget, MediaLimits, TurnSettings):
         for field in dataclasses.fields(holder):
             if field.default is dataclasses.MISSING:
                 continue

@@ -116,7 +116,7 @@ def history(user: str, limit: int, as_json: bool) -> int:
 def follow_ups(user: str, as_json: bool) -> int:
     from zoneinfo import ZoneInfo
 
-    from core.follow_ups import shown, zone_named
+    from core.wall_clock import shown, zone_named
     from functions.follow_up_routes import pending_follow_ups
 
     pending = pending_follow_ups(uuid.UUID(user))
