@@ -64,6 +64,9 @@ EVERY_FUNCTION = frozenset(
         "memory_search",
         "search_max_tokens",
         "search_max_hits",
+        # The tool loop and the operator's own tools (core/capabilities.py), in every turn.
+        "tool_rounds",
+        "extra_tools",
     }
 )
 
