@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from core.errors import ConfigurationError, StoreUnavailable
@@ -52,6 +53,19 @@ def _call_query(function: str, names: tuple[str, ...]) -> str:
     )
 
 
+def parsed(conninfo: str) -> str:
+    """The connection string, once it parses: a mistyped one (`postgres:S3cret@host/x`, a missing
+    scheme) is a ConfigurationError naming DATABASE_URL and quoting nothing of it, raised before
+    any connection is tried, so no pool retries it (and logs it) on every turn."""
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise ConfigurationError(
+            "DATABASE_URL is not a connection string: write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        ) from None
+    return conninfo
+
+
 class PostgresStore:
     """The SQL functions over a small psycopg_pool pool, opened at the first call.
 
@@ -71,11 +85,11 @@ class PostgresStore:
         max_connections: int = 8,
         max_idle_s: float = MAX_IDLE_S,
     ) -> None:
-        self._conninfo = conninfo
+        self._conninfo = parsed(conninfo)
         self._connect_timeout_s = connect_timeout_s
         self._prepared_statements = prepared_statements
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            conninfo,
+            self._conninfo,
             kwargs=self._connection_options(),
             min_size=0,
             max_size=max_connections,
