@@ -274,6 +274,8 @@ def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
     pre_skip = int.from_bytes(ogg[head + 10 : head + 12], "little")
     granule = round(seconds * 48_000) + pre_skip
     return ogg[: last + 6] + granule.to_bytes(8, "little", signed=True) + ogg[last + 14 :]
+
+
 # The fixed phrases as a person reads them (core/phrases/), for exact asserts in either language.
 ENGLISH = Catalogue().phrases("en")
 SPANISH = Catalogue().phrases("es")
@@ -315,3 +317,19 @@ def crossmem_dev(env: dict[str, str], cwd: Path, port: int) -> subprocess.Popen[
             time.sleep(0.3)
     server.kill()
     pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))
+
+
+class MovedClock:
+    """A monotonic clock (time.monotonic's stand-in) that moves only when the test moves it, or
+    when something sleeps on it (`sleep`, as the Telegram bot waits out a 429)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
