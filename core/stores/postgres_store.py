@@ -54,6 +54,7 @@ MAX_IDLE_S = 120.0
 
 # The types whose answer is read as JSON; any other (a `text`, a `void`) as psycopg reads it.
 _JSON_TYPES = frozenset({114, 3802})  # json, jsonb
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,11 @@ class PostgresStore:
                 raise psycopg.errors.error_from_result(prepared, encoding=connection.info.encoding)
             uses[call.statement] = used + 1
         # A None is a NULL, as for exec_params (psycopg's stub leaves it out of exec_prepared's type).
-        return pgconn.exec_prepared(call.statement, parameters)  # type: ignore[arg-type]
+        result = pgconn.exec_prepared(call.statement, parameters)  # type: ignore[arg-type]
+        if result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
+            # Deallocated behind our back (a DISCARD ALL): this call fails, the next starts over.
+            uses[call.statement] = 0
+        return result
 
     def apply_migrations(self, directory: Path) -> list[str]:
         """Apply each `<version>_<name>.sql` not applied yet, in order; return the versions applied."""

@@ -57,6 +57,25 @@ def test_the_prepared_statement_lives_on_the_connection_that_ran_the_call(databa
         store.close()
 
 
+def test_a_statement_deallocated_behind_the_stores_back_fails_one_call_and_is_prepared_again(
+    database_url: str,
+) -> None:
+    store = PostgresStore(database_url, max_connections=1)
+    arguments = {"p_user_id": str(uuid.uuid4()), "p_limit": 5}
+    try:
+        for _ in range(PREPARE_AFTER_USES + 1):
+            store.call("list_conversations", arguments)
+        connection = store._pool.getconn()
+        connection.execute("deallocate all")
+        store._pool.putconn(connection)
+        with pytest.raises(StoreUnavailable, match="list_conversations failed: InvalidSqlStatementName"):
+            store.call("list_conversations", arguments)
+        answers = [store.call("list_conversations", arguments) for _ in range(PREPARE_AFTER_USES + 2)]
+        assert answers == [[]] * (PREPARE_AFTER_USES + 2)
+    finally:
+        store.close()
+
+
 def test_answers_are_read_as_psycopg_read_them_json_text_and_void(database_url: str) -> None:
     store = PostgresStore(database_url)
     try:
