@@ -41,11 +41,11 @@ import psycopg
 
 from bench.memory_core import PEOPLE_PER_DRIVER, USER_TEXT, InstantModel, ours_secondary_turn, people
 from bench.results import bench_database, save
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.context import build_model_messages
 from core.identity.policy import IdentityPolicy
 from core.logs import JsonLineFormatter
 from core.memory import ContextLimits, Memory, turn_start
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
