@@ -182,8 +182,12 @@ class Turns:
             result.reply_owed = handed_over and outcome is Outcome.ANSWERED
         return self._logged(surface, result, began)
 
-    def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
-        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`.
+    def stream(
+        self, request: TurnRequest, begun: Callable[[TurnStart], None] | None = None
+    ) -> Iterator[TurnResult | str]:
+        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`;
+        `begun` is given the turn's start before the first of them (the reply's id, for the UI
+        message stream's `start`).
 
         Closed before its end (the client went away), it stops the model there: after a
         response Cloud Run gives an instance no CPU to finish it with. What the model reported
@@ -192,6 +196,8 @@ class Turns:
         began = self._clock()
         request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=False)
+        if begun is not None:
+            begun(start)
         if result is not None:
             if result.reply:
                 yield result.reply
@@ -566,6 +572,7 @@ class Turns:
             follow_ups=changes,
             max_follow_ups=self._settings.follow_ups.max_pending,
             reserved=start.reserved_tokens,
+            reply_id=start.reply_id,
         )
         result.figures.round_trips += 1
         if result.reply_id is not None and changes:
