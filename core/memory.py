@@ -114,6 +114,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
         quoted=row.get("quoted"),
         reserved_tokens=int(row.get("reserved") or 0),
+        reply_id=int(reply["id"]) if reply else int(row["reply_id"]) if row.get("reply_id") is not None else None,
     )
 
 
@@ -239,10 +240,12 @@ class Memory:
         follow_ups: dict[str, Any] | None = None,
         max_follow_ups: int = 0,
         reserved: int = 0,
+        reply_id: int | None = None,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
-        budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id,
-        or None if it could not be stored. `user_content`:
+        budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
+        (`reply_id`, the one its begin_turn reserved, else the next), or None if it could not be
+        stored. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups.py); both in
         the same round trip."""
@@ -254,6 +257,7 @@ class Memory:
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
             "p_reserved": reserved,
+            "p_reply_id": reply_id,
         }
         function = "finish_turn"
         if follow_ups:

@@ -215,11 +215,15 @@ class TurnStart:
     quoted: str | None = None
     # The tokens this attempt reserved of the person's day (TOKENS_PER_DAY), which its end settles.
     reserved_tokens: int = 0
+    # The reply's id before its text exists: the stored reply's, or the one begin_turn reserved for
+    # the reply this attempt stores (finish_turn), unused when it stores none. None when degraded.
+    reply_id: int | None = None
 
     def quoting(self, content: str) -> str:
         """`content` as begin_turn stores this message (turn.sql's quoting): after the text it
         quotes, when it is a reply, so the model reads what the person answered."""
         return content if self.quoted is None else f'[replying to: "{self.quoted}"] {content}'
+
     # The language of the turn's fixed phrases (TurnRequest.language; not yet remembered per person).
     language: str | None = None
 

@@ -183,8 +183,12 @@ class Turns:
             result.reply_owed = handed_over and outcome is Outcome.ANSWERED
         return self._logged(surface, result, began)
 
-    def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
-        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`.
+    def stream(
+        self, request: TurnRequest, begun: Callable[[TurnStart], None] | None = None
+    ) -> Iterator[TurnResult | str]:
+        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`;
+        `begun` is given the turn's start before the first of them (the reply's id, for the UI
+        message stream's `start`).
 
         Closed before its end (the client went away), it stops the model there: after a
         response Cloud Run gives an instance no CPU to finish it with. What the model reported
@@ -193,6 +197,8 @@ class Turns:
         began = self._clock()
         request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=False)
+        if begun is not None:
+            begun(start)
         if result is not None:
             if result.reply:
                 yield result.reply
@@ -567,6 +573,7 @@ class Turns:
             user_content=learned,
             reserved=start.reserved_tokens,
             **recorded,
+            reply_id=start.reply_id,
         )
         result.figures.round_trips += 1
         if result.reply_id is not None and recorded.get("follow_ups"):

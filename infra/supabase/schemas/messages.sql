@@ -96,8 +96,10 @@ create index messages_by_age on public.messages (created_at, id);
 create index messages_owed on public.messages (created_at) where role = 'user' and sender is not null;
 
 
--- One conversation's messages, newest page first when paging back with p_before_id;
--- each page is returned oldest first.
+-- One conversation's messages, newest page first when paging back with p_before_id (the
+-- messages before that one in the order of every message, (created_at, id): a reply's id is
+-- drawn when its turn begins, so a message stored meanwhile has a higher id and comes before it;
+-- a cursor since forgotten pages by its id alone); each page is returned oldest first.
 create or replace function public.conversation_messages(
     p_user_id uuid,
     p_conversation_id uuid,
@@ -113,12 +115,15 @@ create or replace function public.conversation_messages(
                      from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                              from public.messages m
                             where m.conversation_id = c.id and m.user_id = p_user_id
-                              and (p_before_id is null or m.id < p_before_id)
+                              and (p_before_id is null
+                                   or (m.created_at, m.id) < (b.created_at, b.id)
+                                   or b.id is null and m.id < p_before_id)
                             order by m.created_at desc, m.id desc
                             limit p_limit) p))
            end
       from (select 1) one
-      left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id;
+      left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id
+      left join public.messages b on b.id = p_before_id and b.conversation_id = c.id and b.user_id = p_user_id;
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and

@@ -482,7 +482,12 @@ begin
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
         'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted,
-        'reserved', coalesce(v_reserved, 0));
+        'reserved', coalesce(v_reserved, 0),
+        -- The id finish_turn stores this attempt's reply under, drawn now so that the web's
+        -- stream names the reply before its first word. An attempt that stores none leaves a gap,
+        -- and a reply stored later than a message with a higher id is ordered by its time, as
+        -- every message is: (created_at, id).
+        'reply_id', nextval('public.messages_id_seq'));
 end;
 $$;
 
@@ -509,12 +514,14 @@ begin
 end;
 $$;
 
--- One turn's second round trip: store the reply to a user message (once), touch the
+-- One turn's second round trip: store the reply to a user message (once), under the id its
+-- begin_turn reserved (p_reply_id; null, the next one: the scheduled job's replies), touch the
 -- conversation and settle the turn's model tokens (p_tokens spent, p_reserved given back) beside
 -- what its earlier attempts spent; the user message rewritten as the turn learned it
 -- (p_user_content, null: as stored). A message whose person has since been merged into another
 -- takes the reply; a retried finish_turn whose first try committed gets the reply's id back (and
--- counts nothing again); another reply to the same message is refused (null), its tokens settled.
+-- counts nothing again); another reply to the same message (another attempt's, under its own
+-- reserved id) is refused (null), its tokens settled.
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
@@ -522,7 +529,8 @@ create or replace function public.finish_turn(
     p_delivered boolean,
     p_tokens integer,
     p_user_content text,
-    p_reserved integer
+    p_reserved integer,
+    p_reply_id bigint
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
@@ -538,9 +546,11 @@ begin
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
     ), stored as (
-        insert into public.messages (conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
-        select a.conversation_id, a.user_id, a.surface, 'assistant', p_content, a.id,
-               case when p_delivered then clock_timestamp() end
+        -- `overriding system value`: the id is the identity's own, drawn earlier (begin_turn).
+        insert into public.messages (id, conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
+        overriding system value
+        select coalesce(p_reply_id, nextval('public.messages_id_seq')), a.conversation_id, a.user_id, a.surface,
+               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
         returning id, conversation_id, user_id
@@ -557,7 +567,8 @@ begin
     else
         select r.id into v_reply_id
           from public.messages r
-         where r.in_reply_to = p_user_message_id and r.content = p_content
+         where r.in_reply_to = p_user_message_id
+           and (r.id = p_reply_id or p_reply_id is null and r.content = p_content)
            and (r.user_id = p_user_id
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
