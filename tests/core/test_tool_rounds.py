@@ -152,13 +152,13 @@ class Drafts:
         self.drafts: list[str] = []
         self.sent: list[str] = []
 
-    def show_typing(self) -> None:
+    def show_typing(self, until: float) -> None:
         pass
 
     def draft(self, text: str) -> None:
         self.drafts.append(text)
 
-    def send(self, text: str) -> Delivery:
+    def send(self, text: str, until: float) -> Delivery:
         self.sent.append(text)
         return Delivery.DELIVERED
 
