@@ -45,6 +45,7 @@ def finish(
             "p_follow_ups": json.dumps(changes),
             "p_max_pending": max_pending,
             "p_reserved": 0,
+            "p_language": None,
         },
     )
     return answer
