@@ -145,6 +145,22 @@ def test_the_remembered_language_survives_a_cold_start_because_it_is_stored(
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("turn.fallback")}
 
 
+def test_over_the_budget_the_pause_is_said_in_the_remembered_language(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
+) -> None:
+    """begin_turn answers the person's language when it refuses a turn: an "ok" from an app that
+    states none, past the budget, pauses in the Spanish stated before; another person's in English."""
+    environment.setenv("TURNS_PER_MINUTE", "1")
+    apps.telegram = app_client("telegram_webhook")
+    other_chat = apps.chat + 1
+    telegram_says(apps, "Hola", "es")
+    telegram_says(apps, "Hello", None, chat=other_chat)
+    telegram_says(apps, "ok", None)
+    assert fake_telegram.sent()[-1]["text"].startswith("Has escrito mucho en poco tiempo, así que hago una pausa.")
+    telegram_says(apps, "ok", None, chat=other_chat)
+    assert fake_telegram.sent()[-1]["text"].startswith("You've written a lot in a short time")
+
+
 def test_forgetting_removes_the_remembered_language_and_only_the_persons(
     apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
 ) -> None:
