@@ -95,6 +95,8 @@ class PreparedMedia:
     caption: str = ""
     description: str = ""
     usage: Usage = field(default_factory=Usage)
+    # The language the transcription service heard in its voice notes (the first that said one).
+    heard_language: str | None = None
 
     def stored(self) -> str:
         """The message as the memory keeps it: the description, when there is one, in its marker."""
@@ -181,6 +183,7 @@ class MediaReader:
         attachments: list[Attachment] = []
         described: MediaRef | None = None
         notice: str | None = None
+        heard_language: str | None = None
         # A file of a kind the model cannot read (a contact's vCard, a .docx) beside ones it can is
         # named in the message as not read, and the rest is answered; alone, it is the answer.
         unreadable_kind: MediaRef | None = None
@@ -191,7 +194,9 @@ class MediaReader:
                     raise MediaUnreadable("a type I cannot read")
                 left = max(deadline_s - (self._clock() - began), 0.5)
                 if ref.kind is MediaKind.VOICE:
-                    parts.append(self._transcribe(surface, ref, left, listening))
+                    part, heard = self._transcribe(surface, ref, left, listening)
+                    parts.append(part)
+                    heard_language = heard_language or heard
                     continue
                 data = self._fetch(surface, ref, left)
                 attachments.append(Attachment(sniffed_type(data) or ref.mime_type, data))
@@ -211,8 +216,10 @@ class MediaReader:
         caption_part = f" {caption.strip()}" if caption.strip() else ""
         content = " ".join(parts) + caption_part
         if notice is not None:
-            return PreparedMedia(content, notice=notice, parts=parts, caption=caption)
-        return PreparedMedia(content, tuple(attachments), None, described, parts, caption)
+            return PreparedMedia(content, notice=notice, parts=parts, caption=caption, heard_language=heard_language)
+        return PreparedMedia(
+            content, tuple(attachments), None, described, parts, caption, heard_language=heard_language
+        )
 
     def _recalled(
         self, surface: Surface, media: Sequence[MediaRef], remembered: str, deadline_s: float
@@ -259,7 +266,11 @@ class MediaReader:
                 )
         return data
 
-    def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None) -> str:
+    def _transcribe(
+        self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None
+    ) -> tuple[str, str | None]:
+        """The note's part of the message ("[voice note, 0:42] the words") and the language the
+        service heard in it (None: it said none)."""
         limit_s = self.limits.voice_max_seconds  # a note said to be longer never gets here (prepare)
         transcriber = self._transcriber()
         if transcriber is None:
@@ -295,7 +306,7 @@ class MediaReader:
         if not transcript.text:
             raise MediaUnreadable("no words could be heard in it", "no_words")
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
-        return transcribed(seconds, transcript.text)
+        return transcribed(seconds, transcript.text), transcript.language
 
     def _audio(self, surface: Surface, ref: MediaRef, timeout_s: float) -> tuple[bytes, float | None]:
         """A voice note's bytes and the length it says (None: it says none). What it says (0 is

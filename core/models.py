@@ -218,14 +218,17 @@ class TurnStart:
     # The reply's id before its text exists: the stored reply's, or the one begin_turn reserved for
     # the reply this attempt stores (finish_turn), unused when it stores none. None when degraded.
     reply_id: int | None = None
+    # The person's language: as begin_turn returns it, the one remembered (person_languages); once
+    # the turn has chosen (core/turn.py), the one its fixed phrases are said in.
+    language: str | None = None
+    # The language the turn heard in a voice note when the request stated none: kept as the
+    # person's by the round trip that ends the turn (docs/decisions.md, "The person's language").
+    heard_language: str | None = None
 
     def quoting(self, content: str) -> str:
         """`content` as begin_turn stores this message (turn.sql's quoting): after the text it
         quotes, when it is a reply, so the model reads what the person answered."""
         return content if self.quoted is None else f'[replying to: "{self.quoted}"] {content}'
-
-    # The language of the turn's fixed phrases (TurnRequest.language; not yet remembered per person).
-    language: str | None = None
 
 
 @dataclass(frozen=True)

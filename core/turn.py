@@ -33,6 +33,7 @@ from core.media_turn import MediaReader, PreparedMedia, remembered_content
 from core.memory import Memory, OwedMessage, storable
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
+from core.phrases.language import language_tag
 from core.tool_loop import Toolbox
 from core.turn_estimate import turn_estimate
 from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
@@ -87,6 +88,7 @@ class Turns:
                     self._send_stored_reply(result, channel, until)
             return self._logged(request.surface, result, began)
         prepared = self._prepared(request, start)
+        start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
@@ -205,6 +207,7 @@ class Turns:
             yield self._logged(request.surface, result, began)
             return
         prepared = self._prepared(request, start)
+        start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
             yield prepared.notice
             yield self._refuse_media(request.surface, start, prepared, figures, None, began)
@@ -239,7 +242,7 @@ class Turns:
                     raise ModelUnavailable("the model answered with no text")
             except ModelUnavailable as exc:
                 outcome, figures.error = Outcome.FALLBACK, str(exc)
-                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback(request.language)
+                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback(start.language)
                 parts.append(fallback)
                 yield fallback
             text = "".join(parts)
@@ -297,7 +300,7 @@ class Turns:
             return (
                 nobody,
                 figures,
-                TurnResult(Outcome.REFUSED, self._settings.stranger(request.language), figures=figures),
+                TurnResult(Outcome.REFUSED, self._settings.stranger(self._language(request)), figures=figures),
             )
         media = self._media().limits if request.media and self._media is not None else None
         start = self.memory.begin_turn(
@@ -326,6 +329,21 @@ class Turns:
         result.reply_id = stored.id
         result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
         return start, figures, result
+
+    def _language(self, request: TurnRequest, start: TurnStart | None = None, heard: str | None = None) -> str:
+        """The language of the turn's fixed phrases: stated by the request, else the person's as
+        remembered, else heard in its voice note, else its words, else DEFAULT_LANGUAGE
+        (core/phrases/language.py)."""
+        remembered = start.language if start is not None else None
+        return self._settings.catalogue.choose(request.language, request.text, remembered=remembered, heard=heard)
+
+    def _spoken(self, request: TurnRequest, start: TurnStart, prepared: PreparedMedia | None) -> TurnStart:
+        """The start in the language its fixed phrases are said in from here on (the fallback),
+        with what its voice note was heard in, to keep as the person's when the request stated
+        no language (the turn's end keeps it: no round trip of its own)."""
+        heard = prepared.heard_language if prepared is not None else None
+        kept = heard if language_tag(request.language) is None else None
+        return replace(start, language=self._language(request, start, heard), heard_language=kept)
 
     def _person(self, request: TurnRequest) -> Person | None:
         if request.user_id is not None:
@@ -375,7 +393,7 @@ class Turns:
             request.text,
             request.deadline_s,
             listening,
-            self._settings.phrases(request.language),
+            self._settings.phrases(self._language(request, start)),
             remembered,
         )
 
@@ -539,6 +557,7 @@ class Turns:
             figures.model_tokens,
             user_content=learned,
             reserved=start.reserved_tokens,
+            language=start.heard_language,
         )
         figures.round_trips += 1
 
@@ -572,6 +591,7 @@ class Turns:
             tokens=result.figures.model_tokens,
             user_content=learned,
             reserved=start.reserved_tokens,
+            language=start.heard_language,
             **recorded,
             reply_id=start.reply_id,
         )

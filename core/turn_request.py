@@ -57,7 +57,9 @@ class TurnRequest:
     # how long after the turn's start the response is still taken. Past it the reply is not given
     # (nor stored): the attempt ends and the message is owed (core/owed.py answers it).
     reply_within_s: float | None = None
-    language: str | None = None  # the fixed phrases' (core/phrases/); None: DEFAULT_LANGUAGE
+    # The language the request states (a BCP 47 tag: Telegram's language_code, the web's
+    # navigator.language; None: it states none), first of the fixed phrases' rule (core/phrases/).
+    language: str | None = None
 
 
 class Outcome(StrEnum):

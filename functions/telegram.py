@@ -84,7 +84,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         deadline_s=config.telegram_model_deadline,
         media=action.media,
         platform=action.platform,
-        language=phrases.language,
+        language=action.language_code,
     )
     deadline = time.monotonic() + REPLY_DEADLINE_S
     try:

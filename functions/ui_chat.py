@@ -59,7 +59,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment(part).media() for part in last.parts if isinstance(part, UIFilePart)),
         timezone=body.timezone,
-        language=runtime.catalogue().choose(body.language, words(last)),
+        language=body.language,
     )
 
 

@@ -116,7 +116,7 @@ def send_message(
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment.media() for attachment in body.attachments),
         timezone=body.timezone,
-        language=runtime.catalogue().choose(body.language, body.message),
+        language=body.language,
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)

@@ -60,7 +60,8 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
-    # Twilio says nothing of the person's language: their words do, else DEFAULT_LANGUAGE.
+    # Twilio says nothing of the person's language: a command's answer goes by the words, else
+    # DEFAULT_LANGUAGE; a turn's by the person's remembered language first (core/turn.py).
     catalogue = runtime.catalogue()
     phrases = catalogue.phrases(catalogue.choose(None, form.body))
     if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
@@ -77,7 +78,6 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
         media=action.media,
         platform=action.platform,
         reply_within_s=TWIML_WITHIN_S,
-        language=phrases.language,
     )
     if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
         sender.show_typing(action.message_sid)

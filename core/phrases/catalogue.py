@@ -40,9 +40,12 @@ class Catalogue:
         self.default_language = default_language
         self._entries: dict[str, dict[str, Entry]] = {}
 
-    def choose(self, stated: str | None, text: str = "") -> str:
-        """The language of a turn (core/phrases/language.py's rule)."""
-        return choose_language(stated, text, self.languages, self.default_language)
+    def choose(
+        self, stated: str | None, text: str = "", *, remembered: str | None = None, heard: str | None = None
+    ) -> str:
+        """The language of a turn (core/phrases/language.py's rule): `stated` by the request,
+        `remembered` as the person's, `heard` in its voice note, the words of `text`."""
+        return choose_language(stated, text, self.languages, self.default_language, remembered=remembered, heard=heard)
 
     def phrases(self, language: str | None = None) -> Phrases:
         """The phrases of `language` (a language we have no file for, or None: the default's)."""

@@ -2,10 +2,13 @@
 
 The rule (docs/decisions.md, "The person's language"), first that names a language we have:
 
-1. what the request says: Telegram's `from.language_code`, the web client's `language`
-   (navigator.language), the language the transcription service heard in a voice note;
-2. the language the message itself is written in (`written_in`: Spanish or English only);
-3. `DEFAULT_LANGUAGE`.
+1. what the request states: Telegram's `from.language_code`, the web client's `language`
+   (navigator.language);
+2. the person's language as remembered (person_languages: what a request of theirs last stated,
+   on any app, or what the transcription service last heard when nothing was stated);
+3. the language the transcription service heard in this turn's voice note;
+4. the language the message itself is written in (`written_in`: Spanish or English only);
+5. `DEFAULT_LANGUAGE`.
 
 A tag is read as its primary language ("es-MX" and "es_419" are "es"): a catalogue is one
 file per language, not per region.
@@ -52,10 +55,18 @@ def written_in(text: str) -> str | None:
     return "es" if spanish > english else "en"
 
 
-def choose_language(stated: str | None, text: str, known: Collection[str], default: str) -> str:
-    """The language to answer in: the stated one, else the text's, else `default` (each only
-    when a catalogue for it exists)."""
-    for candidate in (language_tag(stated), written_in(text)):
+def choose_language(
+    stated: str | None,
+    text: str,
+    known: Collection[str],
+    default: str,
+    *,
+    remembered: str | None = None,
+    heard: str | None = None,
+) -> str:
+    """The language to answer in: the stated one, else the remembered one, else the one heard,
+    else the text's, else `default` (each only when a catalogue for it exists)."""
+    for candidate in (language_tag(stated), language_tag(remembered), language_tag(heard), written_in(text)):
         if candidate is not None and candidate in known:
             return candidate
     return default

@@ -14,7 +14,12 @@ SECONDS_UNTIL_S = 120
 
 
 def over_budget(phrases: Phrases, refused: OverBudget) -> str:
-    """ "You can write again in 40 seconds", "... tomorrow after 09:00 UTC"."""
+    """ "You can write again in 40 seconds", "... tomorrow after 09:00 UTC": in the person's
+    remembered language when there is a catalogue for it (begin_turn keeps a stated one before it
+    refuses, so the remembered one is the stated one when the request states one), else in
+    `phrases`' (the request's words, else DEFAULT_LANGUAGE)."""
+    if refused.language in phrases.catalogue.languages:
+        phrases = phrases.catalogue.phrases(refused.language)
     wait_s = (refused.until - refused.now).total_seconds()
     if wait_s < SECONDS_UNTIL_S:
         when = phrases.count("budget.in_seconds", max(int(wait_s) + 1, 1))

@@ -46,6 +46,7 @@ def finish(
             "p_max_pending": max_pending,
             "p_reserved": 0,
             "p_reply_id": None,
+            "p_language": None,
         },
     )
     return answer

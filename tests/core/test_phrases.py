@@ -115,6 +115,25 @@ def test_the_language_of_a_turn(stated: str | None, text: str, chosen: str) -> N
     assert choose_language(stated, text, {"en", "es"}, "en") == chosen
 
 
+@pytest.mark.parametrize(
+    ("stated", "remembered", "heard", "text", "chosen"),
+    [
+        ("en-US", "es", "es", "hola, ¿qué tal estás?", "en"),  # stated first: the person's choice now
+        (None, "es", "en", "hello, how are you today?", "es"),  # then remembered, over what was heard
+        ("fr", "es", None, "hello, how are you today?", "es"),  # a stated one without a file says nothing
+        (None, None, "es", "hello, how are you today?", "es"),  # then heard, over the words
+        (None, "pt", "es-419", "ok", "es"),  # a remembered one without a file says nothing
+        (None, "pt", None, "hello, how are you today?", "en"),  # then the words
+        (None, None, None, "ok", "en"),  # then DEFAULT_LANGUAGE
+    ],
+)
+def test_stated_then_remembered_then_heard_then_the_words(
+    stated: str | None, remembered: str | None, heard: str | None, text: str, chosen: str
+) -> None:
+    assert choose_language(stated, text, {"en", "es"}, "en", remembered=remembered, heard=heard) == chosen
+    assert Catalogue().choose(stated, text, remembered=remembered, heard=heard) == chosen
+
+
 def test_the_default_language_is_the_settings() -> None:
     assert choose_language(None, "ok", {"en", "es"}, "es") == "es"
     assert Catalogue("es").phrases("fr").language == "es"

@@ -216,13 +216,18 @@ def test_whatsapp_has_no_language_field_so_the_words_choose(
     assert answered == [ENGLISH.say("whatsapp.empty")]  # nothing to go by: DEFAULT_LANGUAGE
 
 
-def test_the_web_clients_language_chooses_the_fallback(
+def test_the_web_clients_language_chooses_the_fallback_and_is_remembered(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
+    """Stated once, remembered: the same person's next request, which states none, is answered in
+    it over the English of its words; another person's is not."""
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     fake_anthropic.behaviour = "500"
-    client, person = app_client("web_chat"), uuid.uuid4()
+    client, person, other = app_client("web_chat"), uuid.uuid4(), uuid.uuid4()
     body = {"message": "What was my sister's name?", "language": "es-ES"}
     assert client.post("/", json=body, headers=bearer(person)).get_json()["reply"] == SPANISH.say("turn.fallback")
     body = {"message": "What was my sister's name?"}
+    assert client.post("/", json=body, headers=bearer(person)).get_json()["reply"] == SPANISH.say("turn.fallback")
+    assert client.post("/", json=body, headers=bearer(other)).get_json()["reply"] == ENGLISH.say("turn.fallback")
+    body = {"message": "What was my sister's name?", "language": "en-US"}  # stated again: it changes
     assert client.post("/", json=body, headers=bearer(person)).get_json()["reply"] == ENGLISH.say("turn.fallback")

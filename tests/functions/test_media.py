@@ -556,7 +556,11 @@ def test_a_persons_day_of_listening_ends_at_voice_seconds_per_day(
     media_env.setenv("VOICE_SECONDS_PER_DAY", "10")
     runtime.reset()
     replies_ = [voice_note(web, owner, 4) for _ in range(3)]
-    assert replies_[2] == unreadable("today's voice notes are used up")
+    # In Spanish: the first two were heard in Spanish, remembered as the person's language.
+    assert replies_[2] == (
+        "Perdona, no he podido usar lo que me has enviado (ya has usado las notas de voz de hoy). "
+        "¿Me cuentas con palabras qué dice?"
+    )
     assert "used up" not in replies_[0] + replies_[1]
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [(4,), (4,)]
@@ -683,7 +687,10 @@ def test_a_whatsapp_ogg_whose_last_page_says_a_second_is_never_sent_heavier(
     heavy = ogg_lasting(VOICE, 1.0) + bytes(400_000 - len(VOICE))
     path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME{uuid.uuid4().hex}"
     fake_twilio.media[path] = (heavy, "audio/ogg")
-    fields = form("", NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg")
+    sender = f"whatsapp:+3460{uuid.uuid4().int % 10**7:07d}"  # a number no Spanish note was heard from
+    fields = form(
+        "", sender=sender, NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg"
+    )
     response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
     assert response.status_code == 200
     reason = "larger than a 0:01 voice note can be"

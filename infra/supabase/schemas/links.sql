@@ -145,6 +145,12 @@ begin
     -- The day's budget goes with them: a linked chat counts with its web account (budget.sql).
     update public.turn_usage u set user_id = p_user_id where u.user_id = v_previous;
     update public.voice_usage v set user_id = p_user_id where v.user_id = v_previous;
+    -- The language too, unless the person has one learned later (person_languages, follow_ups.sql).
+    insert into public.person_languages (user_id, language, updated_at)
+    select p_user_id, l.language, l.updated_at from public.person_languages l where l.user_id = v_previous
+    on conflict (user_id) do update set language = excluded.language, updated_at = excluded.updated_at
+     where person_languages.updated_at < excluded.updated_at;
+    delete from public.person_languages l where l.user_id = v_previous;
     update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
      where i.user_id = v_previous;
     insert into public.merged_people (from_user_id, into_user_id) values (v_previous, p_user_id)

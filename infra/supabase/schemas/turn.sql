@@ -372,7 +372,9 @@ create or replace function public.begin_turn(
     p_platform_ref text, p_reply_ref text, p_quoted text,
     -- the turn's reservation: what each request reads besides the window and the notes, the most it
     -- writes (ANTHROPIC_MAX_TOKENS), and how many requests it may make
-    p_input_tokens integer, p_output_tokens integer, p_requests integer
+    p_input_tokens integer, p_output_tokens integer, p_requests integer,
+    -- the language the request states (a primary tag; null: it states none), kept as the person's
+    p_language text
 ) returns json language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
@@ -389,12 +391,14 @@ declare
     v_quoted text;
     v_input integer := 0;
     v_reserved integer := 0;
+    v_language text;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
         return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
                                  'history', '[]'::json, 'prepend', '[]'::json);
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
+    v_language := crossmem_private.remember_language(v_user, p_language);  -- follow_ups.sql
 
     v_stored := crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
     if v_stored.message_id is not null and not v_stored.own_attempt then
@@ -433,7 +437,7 @@ begin
             v_user, p_turns_per_minute, p_turns_per_day,
             case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - v_input, 1) else 0 end);
         if v_limited_until is not null then
-            return json_build_object('user_id', v_user, 'limited_until', v_limited_until);
+            return json_build_object('user_id', v_user, 'limited_until', v_limited_until, 'language', v_language);
         end if;
     end if;
 
@@ -482,7 +486,7 @@ begin
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
         'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted,
-        'reserved', coalesce(v_reserved, 0),
+        'reserved', coalesce(v_reserved, 0), 'language', v_language,
         -- The id finish_turn stores this attempt's reply under, drawn now so that the web's
         -- stream names the reply before its first word. An attempt that stores none leaves a gap,
         -- and a reply stored later than a message with a higher id is ordered by its time, as
@@ -530,11 +534,13 @@ create or replace function public.finish_turn(
     p_tokens integer,
     p_user_content text,
     p_reserved integer,
-    p_reply_id bigint
+    p_reply_id bigint,
+    p_language text  -- the language the turn heard, kept as the person's (null: none)
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
 begin
+    perform crossmem_private.remember_language(p_user_id, p_language);
     if p_user_content is not null then
         perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     end if;
@@ -588,11 +594,12 @@ $$;
 -- failure). Returns {"owed": boolean}.
 create or replace function public.end_attempt(
     p_user_id uuid, p_user_message_id bigint, p_attempt uuid, p_tokens integer, p_user_content text,
-    p_reserved integer
+    p_reserved integer, p_language text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
 begin
+    perform crossmem_private.remember_language(p_user_id, p_language);  -- as finish_turn
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
     update public.messages m set answer_by = clock_timestamp()
