@@ -1,7 +1,7 @@
 """Telegram's `Update` as it reaches the webhook, and what each kind of update asks of us.
 
 The models accept unknown and missing fields (Telegram adds fields; updates from 2018
-lack some now required). `classify` turns an update into one of five actions:
+lack some now required). `classify` turns an update into one of six actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
   `media`, fetched by the turn: core/media_turn.py), or a shared location, venue or contact (as

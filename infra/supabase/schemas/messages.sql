@@ -322,8 +322,8 @@ begin
 end;
 $$;
 
--- Whether the person of chat p_chat stopped the draft p_draft_id: what a writing turn asks, one
--- primary-key read, at most once a draft (core/channels/live_reply.py).
+-- Whether the person of chat p_chat stopped the draft p_draft_id: what a writing turn asks, at
+-- most once a draft (core/channels/live_reply.py); three index reads, one round trip.
 create or replace function public.generation_stopped(p_chat text, p_draft_id text)
     returns boolean language plpgsql stable set search_path = '' as $$
 begin
