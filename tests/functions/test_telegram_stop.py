@@ -24,7 +24,9 @@ from flask.testing import FlaskClient
 
 from core.channels.telegram_update import WEBHOOK_UPDATES
 from core.model.llm import approximate_tokens
+from functions import runtime
 from functions.tools.cli import main
+from functions.tools.doctor import check_telegram
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, count, rows, stored_turn, update
@@ -249,3 +251,21 @@ def test_a_running_turn_on_another_thread_hears_the_stop_only_through_the_databa
     assert fake_telegram.sent() == [{"chat_id": ANA, "text": shown}]
     assert stored_turn(database_url, str(draft))[-1] == ("assistant", shown)
     assert len(shown) < len(ANSWER) // 2
+
+
+def test_the_doctor_fails_a_webhook_that_never_gets_the_stop_button(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
+) -> None:
+    """A webhook set before Bot API 10.3 (or by another tool) lists its kinds without the stop."""
+    ours = "https://advisor.example.com/telegram_webhook"
+    before = ["message", "edited_message", "callback_query", "my_chat_member"]
+    fake_telegram.webhook_info = {"url": ours, "pending_update_count": 0, "allowed_updates": before}
+    check = check_telegram(runtime.settings(), [ours], "europe-west1")
+    assert (check.status, check.detail) == (
+        "fail",
+        "Telegram sends no stopped_message_generation update (allowed_updates)",
+    )
+    assert check.fix is not None and f"crossmem telegram set-webhook --url {ours}" in check.fix
+
+    fake_telegram.webhook_info["allowed_updates"] = list(WEBHOOK_UPDATES)
+    assert check_telegram(runtime.settings(), [ours], "europe-west1").status == "ok"
