@@ -36,7 +36,15 @@ from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStar
 from core.phrases.language import language_tag
 from core.tool_loop import Toolbox
 from core.turn_estimate import turn_estimate
-from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
+from core.turn_request import (
+    Outcome,
+    ReplyChannel,
+    StopButton,
+    TurnFigures,
+    TurnRequest,
+    TurnResult,
+    TurnSettings,
+)
 from core.wall_clock import zone_named
 
 log = logging.getLogger("crossmem.turn")
@@ -155,34 +163,40 @@ class Turns:
             channel.show_typing(until)
         outcome, text = Outcome.ANSWERED, ""
         described = self._describe(prepared, deadline_s)
+        # Telegram's stop button: what the person was shown when they tapped it is the reply.
+        stop = channel.stopped if isinstance(channel, StopButton) else None
         try:
             drafts = channel.draft if channel is not None else None
-            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts, tools)
+            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts, tools, stop)
             text = answer.text
             figures.add_usage(answer.usage)
+            if stop is not None and (shown := stop()) is not None:
+                outcome, text = Outcome.STOPPED, shown
         except ModelUnavailable as exc:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
         self._count_tools(figures, tools)
-        sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
+        sends = channel is not None and (waiting or outcome is not Outcome.FALLBACK)
         delivery = Delivery.DELIVERED
         if channel is not None and sends:
             delivery = channel.send(text, until)
         elif channel is None and self._clock() >= until:
             delivery = Delivery.OWED  # the caller's response would come after the platform stopped waiting
+        if isinstance(channel, StopButton):
+            figures.round_trips += channel.checks  # its drafts thread's questions: was it stopped?
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         handed_over = self._handed_over(delivery, until, figures)
         result = self._result(outcome, None if handed_over else text, start, figures)
         result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
-        if outcome is Outcome.ANSWERED and not handed_over:
+        if outcome is not Outcome.FALLBACK and not handed_over:
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
             self._end_attempt(start, figures, learned)
             # Handed over: the redelivery this asks for answers the message, unless the job has.
-            result.reply_owed = handed_over and outcome is Outcome.ANSWERED
+            result.reply_owed = handed_over and outcome is not Outcome.FALLBACK
         return self._logged(surface, result, began)
 
     def stream(
@@ -513,25 +527,35 @@ class Turns:
         deadline_s: float,
         drafts: Callable[[str], None] | None = None,
         tools: Toolbox | None = None,
+        stop: Callable[[], str | None] | None = None,
     ) -> ModelReply:
         """The model's answer within the deadline, streamed: what it reports spending reaches
         `figures` as it goes (its input as soon as it starts), so a turn that ends in the
-        fallback still counts what the model read; `drafts` sees the text as it grows."""
+        fallback still counts what the model read; `drafts` sees the text as it grows. Once
+        `stop` says the person stopped it, the answer so far, with what it wrote since it last
+        said what it spent (as the web's abandoned stream counts it)."""
         stopped = threading.Event()
 
         def answer() -> ModelReply:
             parts: list[str] = []
+            unreported: list[str] = []  # the model's text since it last said what it has written
             usage = Usage()
             chunks = tool_loop.answered(self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools)
             for chunk in chunks:
                 if stopped.is_set():
                     tool_loop.close(chunks)  # the caller gave up: stop reading (and paying for) the answer
                     break
+                if stop is not None and stop() is not None:
+                    tool_loop.close(chunks)  # the person stopped it: the same, at once
+                    spent = usage.output_tokens + approximate_tokens("".join(unreported))
+                    return ModelReply("".join(parts), replace(usage, output_tokens=spent))
                 if isinstance(chunk, Usage):
                     usage = chunk
                     figures.add_usage(chunk)
+                    unreported.clear()
                 elif chunk:
                     parts.append(chunk)
+                    unreported.append(chunk)
                     if drafts is not None:
                         drafts("".join(parts))
             text = "".join(parts)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from uuid import UUID
 
 from core.context import ContextItem
@@ -36,6 +36,21 @@ class ReplyChannel(Protocol):
 
     def send(self, text: str, until: float) -> Delivery:
         """Deliver the text by `until`; whether it arrived, and if not, whether it is still owed."""
+        ...
+
+
+@runtime_checkable
+class StopButton(Protocol):
+    """A `ReplyChannel` whose person can stop the reply while it is written (Telegram's drafts,
+    Bot API 10.3: core/stopped_generation.py)."""
+
+    def stopped(self) -> str | None:
+        """The text the person was shown when they stopped the reply; None while they have not."""
+        ...
+
+    @property
+    def checks(self) -> int:
+        """How often the channel asked the database whether they stopped it: a round trip each."""
         ...
 
 
@@ -72,6 +87,9 @@ class Outcome(StrEnum):
     ABANDONED = "abandoned"
     # Media that could not be used (too large, unreadable, no transcription): a fixed answer, no model.
     MEDIA_REFUSED = "media_refused"
+    # The person stopped the reply as it was written (Telegram's stop button): what they were shown
+    # is the reply, sent and stored; what the model spent is counted.
+    STOPPED = "stopped"
 
 
 @dataclass

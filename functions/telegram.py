@@ -2,7 +2,8 @@
 
 Verify the secret token, parse the update, run the turn (the reply goes out through the
 Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200; an edited
-message corrects the stored one and is not answered. When the
+message corrects the stored one and is not answered; a tap on a draft's stop button is recorded
+for the turn writing it, wherever it runs (core/stopped_generation.py). When the
 stored reply could not be sent for a reason that may pass, answer 503: Telegram redelivers
 an update whose webhook answered anything but 2xx, and the redelivery sends that reply. So too
 when the turn's time ran out before its reply went out (nothing is stored then): the
@@ -22,6 +23,7 @@ from core.channels.telegram_update import (
     Command,
     Converse,
     Notice,
+    StopGeneration,
     TelegramUpdate,
     classify,
 )
@@ -30,6 +32,7 @@ from core.errors import InputError, OverBudget, StillAnswering
 from core.models import Surface
 from core.phrases.catalogue import Phrases
 from core.phrases.refusals import input_refused, over_budget
+from core.stopped_generation import StoppedGenerations
 from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
@@ -63,6 +66,10 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     if isinstance(action, Notice):
         phrases = catalogue.phrases(catalogue.choose(action.language_code))
         return _reply(action.chat_id, phrases.say(action.phrase), inline=inline)
+    if isinstance(action, StopGeneration):
+        # Never a turn, never an answer: the turn writing that draft stops, and sends what was shown.
+        stopped = StoppedGenerations(runtime.store()).record(action.chat_id, action.draft_id)
+        return json_response({"ok": True, "stopped": stopped})
     if isinstance(action, MessageEdit):
         # No answer: the person corrected what they said; the next turn reads it (core/edits.py).
         return json_response({"ok": True, "edit": runtime.corrections().apply(action).value})
@@ -92,7 +99,12 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         if not inline:
             drafts = config.telegram_drafts
             channel = TelegramChannel(
-                runtime.telegram_bot(), action.chat_id, deadline, draft_id=action.update_id, drafts=drafts
+                runtime.telegram_bot(),
+                action.chat_id,
+                deadline,
+                draft_id=action.update_id,
+                drafts=drafts,
+                stops=StoppedGenerations(runtime.store()),
             )
         result = runtime.turns().run(turn, channel)
     except OverBudget as exc:

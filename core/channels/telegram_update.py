@@ -1,7 +1,7 @@
 """Telegram's `Update` as it reaches the webhook, and what each kind of update asks of us.
 
 The models accept unknown and missing fields (Telegram adds fields; updates from 2018
-lack some now required). `classify` turns an update into one of five actions:
+lack some now required). `classify` turns an update into one of six actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
   `media`, fetched by the turn: core/media_turn.py), or a shared location, venue or contact (as
@@ -16,7 +16,9 @@ lack some now required). `classify` turns an update into one of five actions:
   added `guest_message`, `managed_bot`, `subscription`..., docs/decisions.md, Bot API 10.x).
 - `Command`: a chat command (core/commands.py: linking, unlinking, forgetting), or the Confirm
   button under a link's question (a `callback_query`): never part of the thread.
-docs/api.md's table lists every kind.
+- `StopGeneration`: the person tapped the stop button under a reply's draft (Bot API 10.3's
+  `stopped_message_generation`): the turn writing it stops (core/stopped_generation.py).
+docs/api.md's table lists every kind; `WEBHOOK_UPDATES` the kinds the webhook is set up to get.
 """
 
 from __future__ import annotations
@@ -88,6 +90,14 @@ class Message(_Tolerant):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+class MessageGenerationStopped(_Tolerant):
+    """Bot API 10.3: "a user asked the bot to stop the generation of a message" (its draft's)."""
+
+    chat: Chat
+    draft_id: int
+    message_thread_id: int | None = None
+
+
 class TelegramUpdate(_Tolerant):
     update_id: int
     message: Message | None = None
@@ -97,6 +107,7 @@ class TelegramUpdate(_Tolerant):
     callback_query: dict[str, object] | None = None
     inline_query: dict[str, object] | None = None
     my_chat_member: dict[str, object] | None = None
+    stopped_message_generation: MessageGenerationStopped | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,18 @@ class Command:
     language_code: str | None = None  # the sender's `from.language_code`
 
 
+@dataclass(frozen=True)
+class StopGeneration:
+    """The stop button under the draft `draft_id` (the update_id of the message being answered)."""
+
+    chat_id: int
+    draft_id: int
+
+
+# The update kinds the webhook asks Telegram for (setWebhook's `allowed_updates`): the ones
+# `classify` acts on. Any other is a 200 and nothing else, should it come.
+WEBHOOK_UPDATES = ("message", "edited_message", "callback_query", "my_chat_member", "stopped_message_generation")
+
 # How Telegram names its update kinds: an unknown kind is named in our answer only when it looks so.
 UPDATE_KIND = re.compile(r"[a-z][a-z_]{0,63}")
 
@@ -142,7 +165,7 @@ UPDATE_KIND = re.compile(r"[a-z][a-z_]{0,63}")
 CONFIRM_LINK = "link:"
 
 
-TelegramAction = Converse | MessageEdit | Notice | Ignore | Command
+TelegramAction = Converse | MessageEdit | Notice | Ignore | Command | StopGeneration
 
 TEXT_ONLY = "media.text_only"
 PRIVATE_ONLY = "telegram.private_only"
@@ -178,6 +201,8 @@ def _addressed_to_bot(message: Message, bot_id: int | None, bot_username: str | 
 
 
 def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: str | None = None) -> TelegramAction:
+    if (stopped := update.stopped_message_generation) is not None:
+        return StopGeneration(stopped.chat.id, stopped.draft_id)
     if update.callback_query is not None:
         return _confirmed_link(update.callback_query) or Ignore("callback_query")
     if update.message is None and update.edited_message is not None:

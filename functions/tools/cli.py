@@ -270,6 +270,7 @@ def telegram() -> None:
 @click.option("--url", required=True)
 @click.option("--drop-pending-updates", is_flag=True)
 def set_webhook(url: str, drop_pending_updates: bool) -> int:
+    from core.channels.telegram_update import WEBHOOK_UPDATES
     from functions import runtime
 
     bot = runtime.telegram_bot()
@@ -280,7 +281,7 @@ def set_webhook(url: str, drop_pending_updates: bool) -> int:
     payload = {
         "url": url,
         "secret_token": secret.get_secret_value(),
-        "allowed_updates": ["message", "edited_message", "callback_query", "my_chat_member"],
+        "allowed_updates": list(WEBHOOK_UPDATES),  # stopped_message_generation comes only when asked for
         "drop_pending_updates": drop_pending_updates,
     }
     bot.call("setWebhook", payload)

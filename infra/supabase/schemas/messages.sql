@@ -282,3 +282,60 @@ begin
     return json_build_object('terms', to_json(v_terms), 'hits', v_hits);
 end;
 $$;
+
+
+-- Stopped generations: Telegram's stop button under a draft (Bot API 10.3). The person tapped it
+-- while a turn was writing its reply; Telegram tells the bot with a `stopped_message_generation`
+-- update, which may reach another instance than the one writing. That webhook records the stop
+-- here (stop_generation); the writing turn's drafts thread reads it (generation_stopped), stops
+-- reading the model and keeps what the person was shown (docs/decisions.md, Bot API 10.x). A row
+-- goes with its message (a purge, forgetting).
+create table public.stopped_generations (
+    message_id bigint not null references public.messages (id) on delete cascade,
+    user_id uuid not null,
+    stopped_at timestamptz not null default clock_timestamp(),
+    primary key (message_id, user_id)
+);
+alter table public.stopped_generations enable row level security;  -- who reads what: access.sql
+
+-- The person whose private chat is p_chat stopped the draft p_draft_id: the update_id of their
+-- message the turn answers (functions/telegram.py's draft_id). Recorded only while that message
+-- has no reply (a stop for a finished turn changes nothing), once (a redelivered stop changes
+-- nothing); true when this call recorded it. A chat or draft that is nobody's records nothing.
+create or replace function public.stop_generation(p_chat text, p_draft_id text)
+    returns boolean language plpgsql set search_path = '' as $$
+declare
+    v_user uuid;
+    v_message bigint;
+begin
+    select i.user_id into v_user
+      from public.identities i
+     where i.surface = 'telegram' and i.external_id = p_chat;
+    if not found then
+        return false;
+    end if;
+    select m.id into v_message
+      from public.messages m
+     where m.user_id = v_user and m.surface = 'telegram' and m.external_id = p_draft_id and m.role = 'user'
+       and not exists (select from public.messages r where r.in_reply_to = m.id);
+    if not found then
+        return false;
+    end if;
+    insert into public.stopped_generations (message_id, user_id) values (v_message, v_user)
+        on conflict do nothing;
+    return found;
+end;
+$$;
+
+-- Whether the person of chat p_chat stopped the draft p_draft_id: what a writing turn asks, at
+-- most once a draft (core/channels/live_reply.py); three index reads, one round trip.
+create or replace function public.generation_stopped(p_chat text, p_draft_id text)
+    returns boolean language plpgsql stable set search_path = '' as $$
+begin
+    return exists (
+        select from public.identities i
+          join public.messages m on m.user_id = i.user_id and m.surface = 'telegram' and m.external_id = p_draft_id
+          join public.stopped_generations s on s.message_id = m.id and s.user_id = m.user_id
+         where i.surface = 'telegram' and i.external_id = p_chat);
+end;
+$$;
