@@ -83,13 +83,15 @@ class BareCalls:
         self.begin_arguments = [_text(value) for value in begin.values()]
         self.finish_arguments = [_text(value) for value in finish.values()]
         pgconn = self.connection.pgconn
-        pgconn.prepare(b"bare_begin", _bare_query("begin_turn", self.begin_names, "r->>'message_id', r::text"))
+        columns = "r->>'message_id', r->>'reply_id', r::text"
+        pgconn.prepare(b"bare_begin", _bare_query("begin_turn", self.begin_names, columns))
         pgconn.prepare(b"bare_finish", _bare_query("finish_turn", self.finish_names, "r::text"))
         self._user = self.begin_names.index("p_user_id")
         self._external = self.begin_names.index("p_external_id")
         self._attempt = self.begin_names.index("p_attempt")
         self._finish_user = self.finish_names.index("p_user_id")
         self._finish_message = self.finish_names.index("p_user_message_id")
+        self._finish_reply = self.finish_names.index("p_reply_id")  # the id this begin_turn drew for it
 
     def turn(self, person: uuid.UUID) -> None:
         pgconn, user = self.connection.pgconn, str(person).encode()
@@ -99,6 +101,7 @@ class BareCalls:
         started = pgconn.exec_prepared(b"bare_begin", begin)
         finish = self.finish_arguments
         finish[self._finish_user], finish[self._finish_message] = user, started.get_value(0, 0)
+        finish[self._finish_reply] = started.get_value(0, 1)
         finished = pgconn.exec_prepared(b"bare_finish", finish)
         assert started.status == finished.status == psycopg.pq.ExecStatus.TUPLES_OK, pgconn.get_error_message()
 
