@@ -15,17 +15,7 @@ from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.errors import StoreUnavailable
 from core.models import Delivery
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import BOT_TOKEN
-
-
-class MovedClock:
-    """A monotonic clock that moves only when the test says."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import BOT_TOKEN, MovedClock
 
 
 @pytest.fixture
@@ -52,6 +42,17 @@ def eventually(condition: Callable[[], bool]) -> None:
     for _ in range(500):
         if condition():
             return
+        time.sleep(0.01)
+    raise AssertionError("the live reply's thread never got there")
+
+
+def moved_until(clock: MovedClock, condition: Callable[[], bool]) -> None:
+    """Move the clock a little at a time until the thread has done something: the thread reads the
+    clock after each call it makes, so one big step could land before or after that read."""
+    for _ in range(400):
+        if condition():
+            return
+        clock.now += 0.25
         time.sleep(0.01)
     raise AssertionError("the live reply's thread never got there")
 
@@ -126,9 +127,8 @@ def test_a_tap_on_stop_ends_the_drafts_at_the_one_shown(
     eventually(lambda: bool(fake.sent("sendMessageDraft")))
     assert live.checks == 0  # no button before the first draft: nothing to ask
     tapped.append(True)
-    clock.now += 1.5
     live.show("Hello, Ana. ")
-    eventually(lambda: live.stopped() is not None)
+    moved_until(clock, lambda: live.stopped() is not None)
     clock.now += 10  # a thread still running would now send its draft
     live.show("Hello, Ana. How was")
     time.sleep(0.3)
@@ -150,12 +150,10 @@ def test_a_stop_check_that_fails_ends_the_checks_and_the_button_not_the_drafts(
     live.start(clock.now + 120)
     live.show("Hel")
     eventually(lambda: len(fake.sent("sendMessageDraft")) == 1)
-    clock.now += 1.5
     live.show("Hello")
-    eventually(lambda: len(fake.sent("sendMessageDraft")) == 2)
-    clock.now += 1.5
+    moved_until(clock, lambda: len(fake.sent("sendMessageDraft")) == 2)
     live.show("Hello, Ana")
-    eventually(lambda: len(fake.sent("sendMessageDraft")) == 3)
+    moved_until(clock, lambda: len(fake.sent("sendMessageDraft")) == 3)
     live.stop()
     assert live.checks == 1 and live.stopped() is None
     # A button nobody can hear is not shown again.
