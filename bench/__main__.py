@@ -32,6 +32,8 @@ from bench import (
     recall,
     soak,
     telegram_live,
+    turn_cpu,
+    turn_floor,
     turn_speed,
 )
 from bench.memory_core import CONTEXT_SIZES, context_load_ms_p50, round_trips_per_turn
@@ -39,12 +41,12 @@ from bench.results import RESULTS, ROOT, bench_database
 from tests.database import over_tcp
 
 CHART = ROOT / "docs" / "caching.png"
-# Keys of bench/results.json that `make bench` does not measure but keeps.
-WRITTEN_ELSEWHERE = ("turn_floor",)
 # The parts of `make bench`, each measured by `measure` in this order (the soak after them).
 PARTS = (
     "round_trips",
     "turn_speed",
+    "turn_floor",
+    "turn_cpu",
     "caching",
     "recall",
     "cold_start",
@@ -65,6 +67,8 @@ FULL: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
 QUICK: dict[str, dict[str, Any]] = {
     "round_trips": {},
     "turn_speed": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
+    "turn_floor": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
+    "turn_cpu": {"turns": 5, "rounds": 1, "people_per_driver": 2},
     "caching": {"people": 1, "windows": caching.WINDOWS[:1]},
     "recall": {},
     "cold_start": {"runs": 1, "warm": False},
@@ -83,6 +87,13 @@ def measure(database_url: str, sizes: dict[str, dict[str, Any]] = FULL, chart: P
     print("round trips ...", flush=True)
     results["round_trips_per_turn"] = round_trips_per_turn(database_url, **sizes["round_trips"])
     results.update(turn_speed.measure(database_url, **sizes["turn_speed"]))
+    # The floor right after, on the same server: the turn is compared with it in this run (issue 33).
+    print("the floor: the turn's two functions as one insert each ...", flush=True)
+    schema = {key: results[key] for key in turn_speed.FIGURES}
+    floor = turn_floor.measure_floor(database_url, **sizes["turn_floor"])
+    results["turn_floor"] = {"schema": {**schema, "ratios": turn_speed.ratios(schema)}, "floor": floor}
+    print("the turn's CPU around its two calls, part by part ...", flush=True)
+    results["turn_cpu"] = turn_cpu.measure(database_url, **sizes["turn_cpu"])
     print("prompt caching over 60 turns ...", flush=True)
     results.update(caching.run(chart, **sizes["caching"]))
     # Memory notes (issue 14): the recall of planted facts after three days.
@@ -111,6 +122,7 @@ def measure(database_url: str, sizes: dict[str, dict[str, Any]] = FULL, chart: P
     results["follow_ups"] = follow_ups.run(database_url, **sizes["follow_ups"])
     results["ratios"] = {
         **turn_speed.ratios(results),
+        **turn_floor.floor_ratios(results, floor),
         "context_load_1m_over_10k": largest_over_smallest(results["context_load_ms_p50"]),
         "begin_turn_1m_over_10k": largest_over_smallest(results["begin_turn_ms_p50"]),
     }
@@ -139,6 +151,7 @@ def table(results: dict[str, Any]) -> str:
     cache, cost, cold, ratios = (
         results[k] for k in ("cache_read_share", "input_cost_ratio", "cold_start_ms", "ratios")
     )
+    floor = results["turn_floor"]["floor"]
     load = " / ".join(str(ms) for ms in results["context_load_ms_p50"].values())
     first = " / ".join(str(ms) for ms in results["begin_turn_ms_p50"].values())
     rows = [
@@ -161,6 +174,18 @@ def table(results: dict[str, Any]) -> str:
             tps["ours"],
             tps["seed"],
             f"ours/seed {ratios['turns_per_s_ours_over_seed']}",
+        ),
+        (
+            "the floor (two one-row inserts): +1 ms p50 ms / turns/s",
+            f"{floor['turn_overhead_ms_p50_rtt1']['ours']} / {floor['turns_per_s']['ours']}",
+            "",
+            f"turn/floor {ratios['turn_over_floor_rtt1']} at 1 ms, {ratios['turns_per_s_over_floor']} in turns/s",
+        ),
+        (
+            "client CPU µs a turn around its two calls",
+            results["turn_cpu"]["around_calls"],
+            "",
+            f"whole turn {results['turn_cpu']['whole_turn']}, the calls alone {results['turn_cpu']['bare_calls']}",
         ),
         ("input tokens read from cache, 60 turns", cache["ours"], cache["seed"], "share"),
         ("input cost vs. no caching, 60 turns", cost["ours"], cost["seed"], "ratio"),
@@ -274,9 +299,6 @@ def main() -> None:
         results.update(memory_recall.measure(database_url))
     print("load and faults (make soak) ...", flush=True)
     results.update(soak.measure())
-    # Kept from the file: what another command writes (`python -m bench.turn_floor --save`).
-    written = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results.update({key: written[key] for key in WRITTEN_ELSEWHERE if key in written})
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print()
     print(table(results))

@@ -19,12 +19,12 @@ import psycopg
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from bench.seed import SeedPattern
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.context import ModelMessage
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory
 from core.model.llm import ModelReply, Usage
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn import Turns

@@ -35,11 +35,11 @@ from zoneinfo import ZoneInfo
 import psycopg
 
 from bench.caching import SURFACES, NotesSimulation, Window
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.context import ContextItem, build_model_messages, stepped_tail
 from core.memory import ContextLimits, Memory
 from core.memory_search import SearchRules, rendered
 from core.model.llm import messages_request
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Role, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces import rules as surface_rules

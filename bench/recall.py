@@ -35,9 +35,9 @@ from bench.caching import (
     message,
     sentence,
 )
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.context import ContextItem, build_model_messages, stepped_tail, web_items
 from core.model.llm import messages_request
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Role, StoredMessage, Surface
 
 PEOPLE = 8

@@ -10,6 +10,10 @@ The floor is what no SQL of ours can beat on the machine it runs on: the turn's 
 round trips and our Python turn around them, the seed's eight statements measured beside it in
 the same window. A ratio target above the floor's ratio cannot be met by any change to the SQL.
 With `--save`, the figures go to bench/results.json under `turn_floor`.
+
+`make bench` measures the floor too, right after bench/turn_speed.py's figures on its own
+database (`measure_floor`, on a fresh database of the same server): `turn_floor` then holds both,
+and `ratios` the turn over its floor (`floor_ratios`), so the two are compared in one run.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import psycopg
 from bench import turn_speed
 from bench.results import bench_server, save
 from core.errors import ConfigurationError
-from tests.database import SCRATCH_PREFIX, migrated_database
+from tests.database import SCRATCH_PREFIX, migrated_database, with_database
 
 # The turn's two functions as the least a turn could do in their place: one row each, committed.
 FLOOR_TABLE = """
@@ -67,6 +71,25 @@ def lay_floor(database_url: str) -> None:
                 f"create or replace function public.{name}({arguments}) returns {result}"
                 f" language sql set search_path = '' as $floor${body}$floor$"
             )
+
+
+def measure_floor(database_url: str, **sizes: Any) -> dict[str, Any]:
+    """turn_speed's figures on the floor: a fresh database of `database_url`'s server, dropped after."""
+    with migrated_database(with_database(database_url, "postgres")) as floor_url:
+        lay_floor(floor_url)
+        results = turn_speed.measure(floor_url, **sizes)
+    return {**results, "ratios": turn_speed.ratios(results)}
+
+
+def floor_ratios(schema: dict[str, Any], floor: dict[str, Any]) -> dict[str, float]:
+    """The turn against its floor, measured in one run: at 1 ms a round trip (target at most 1.2)
+    and in turns a second (target at least 0.75)."""
+    return {
+        "turn_over_floor_rtt1": round(
+            schema["turn_overhead_ms_p50_rtt1"]["ours"] / floor["turn_overhead_ms_p50_rtt1"]["ours"], 2
+        ),
+        "turns_per_s_over_floor": round(schema["turns_per_s"]["ours"] / floor["turns_per_s"]["ours"], 2),
+    }
 
 
 def measure() -> dict[str, Any]:

@@ -15,6 +15,8 @@ from bench.memory_core import PEOPLE_PER_DRIVER, turn_overhead_ms_p50, turns_per
 from bench.results import RESULTS, bench_database, save
 
 RTT = 0.001  # a round trip between a function and its database in one region
+# The keys `measure` answers with.
+FIGURES = ("turn_overhead_ms_p50", "turn_overhead_ms_p50_rtt1", "turns_per_s")
 
 
 def measure(

@@ -93,8 +93,9 @@ class Commands:
         self._linking = linking
         self._forgetting = forgetting
 
-    def answer(self, command: ChatCommand) -> CommandAnswer:
+    def answer(self, command: ChatCommand, language: str | None = None) -> CommandAnswer:
+        """The answer in `language` (None: DEFAULT_LANGUAGE)."""
         if isinstance(command, ForgetRequest):
-            return CommandAnswer(self._forgetting.answer(command))
-        answered: LinkAnswer = self._linking.answer(command)
+            return CommandAnswer(self._forgetting.answer(command, language))
+        answered: LinkAnswer = self._linking.answer(command, language)
         return CommandAnswer(answered.text, answered.confirm_code)

@@ -94,7 +94,7 @@ class OverBudget(CrossmemError):
     """A person past their budget of turns or tokens: no model call, nothing stored. The
     message is the polite answer, saying when they can write again."""
 
-    def __init__(self, until: datetime, now: datetime) -> None:
+    def __init__(self, until: datetime, now: datetime, language: str | None = None) -> None:
         wait_s = (until - now).total_seconds()
         if wait_s < 120:
             when = f"in {max(int(wait_s) + 1, 1)} seconds"
@@ -103,6 +103,8 @@ class OverBudget(CrossmemError):
             when = f"{day}after {until.astimezone(UTC):%H:%M} UTC"
         super().__init__(f"You've written a lot in a short time, so I'm taking a pause. You can write again {when}.")
         self.until = until
+        self.now = now  # the chat surfaces say it in the person's language: core/phrases/refusals.py
+        self.language = language  # the person's, as remembered (person_languages), when known
 
 
 class StoreUnavailable(CrossmemError):
@@ -126,8 +128,14 @@ class DeliveryFailed(CrossmemError):
 
 
 class MediaUnreadable(CrossmemError):
-    """Media we could not use; the message says why in words the person may read
-    ("larger than 3.8 MB", "the download failed"), never a URL or a token."""
+    """Media we could not use; the message says why ("larger than 3.8 MB", "the download
+    failed"), never a URL or a token: it is what the thread keeps. The person reads `phrase`
+    (core/phrases/*.toml's `media.reason` table) filled with `values`, in their language."""
+
+    def __init__(self, message: str, phrase: str = "unusable", **values: object) -> None:
+        super().__init__(message)
+        self.phrase = phrase
+        self.values = values
 
 
 class ConfigurationError(CrossmemError):

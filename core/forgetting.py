@@ -18,9 +18,9 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import NotFound, StoreUnavailable
-from core.identity.linking import UNAVAILABLE
 from core.identity.policy import IdentityPolicy
 from core.models import Surface
+from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
 from core.surfaces import rules
 
@@ -55,34 +55,29 @@ class Forgotten:
         )
 
 
-WILL_DELETE = (
-    "This deletes everything I remember of you: every message you sent me and every answer I gave, "
-    "on Telegram, WhatsApp and the web ({messages} messages in {conversations} conversations). "
-    "Your linked apps stay linked, and I start again from nothing. "
-    f"To delete it all, send {{confirm}} within {CONFIRM_MINUTES} minutes; to keep it, do nothing."
-)
-FORGOTTEN = "Done: I have forgotten everything ({messages} messages). Your next message starts a new conversation."
-NOTHING_STORED = "I have nothing stored from you, so there is nothing to forget."
-NO_REQUEST = "There is nothing to confirm. Send {request} first: I will tell you what it deletes."
-EXPIRED = (
-    f"That confirmation came more than {CONFIRM_MINUTES} minutes after {{request}}, so nothing was deleted. "
-    "Send {request} again if you still want to."
-)
-
-
 class Forgetting:
-    def __init__(self, store: MemoryStore, identity: IdentityPolicy, *, stranger_reply: str = "") -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        identity: IdentityPolicy,
+        *,
+        stranger_reply: str = "",
+        catalogue: Catalogue | None = None,
+    ) -> None:
         self._store = store
         self._identity = identity
         self._stranger_reply = stranger_reply
+        self._catalogue = catalogue or Catalogue()
 
     # The other apps' side: a chat or number that sent /forget or /forget confirm.
 
-    def answer(self, request: ForgetRequest) -> str:
-        """What to tell the person who sent the command (it is never part of the thread)."""
+    def answer(self, request: ForgetRequest, language: str | None = None) -> str:
+        """What to tell the person who sent the command (it is never part of the thread), in
+        `language` (None: DEFAULT_LANGUAGE)."""
+        phrases = self._catalogue.phrases(language)
         person = self._identity.resolve(request.surface, request.sender_id)
         if person is None:
-            return self._stranger_reply
+            return self._stranger_reply or phrases.say("turn.stranger")
         command = rules(request.surface).command("forget")
         try:
             row = self._store.call(
@@ -96,20 +91,24 @@ class Forgetting:
                 },
             )
         except StoreUnavailable:
-            return UNAVAILABLE
+            return phrases.say("link.unavailable")
         counts = Forgotten.from_row(row)
         status = row["status"]
         if status == "requested" and counts.messages + counts.conversations > 0:
-            return WILL_DELETE.format(
-                messages=counts.messages, conversations=counts.conversations, confirm=f"{command} confirm"
+            return phrases.say(
+                "forget.will_delete",
+                messages=phrases.count("count.messages", counts.messages),
+                conversations=phrases.count("count.conversations", counts.conversations),
+                confirm=f"{command} confirm",
+                minutes=CONFIRM_MINUTES,
             )
         if status == "forgotten":
-            return FORGOTTEN.format(messages=counts.messages)
+            return phrases.say("forget.forgotten", messages=phrases.count("count.messages", counts.messages))
         if status == "expired":
-            return EXPIRED.format(request=command)
+            return phrases.say("forget.expired", request=command, minutes=CONFIRM_MINUTES)
         if status == "no_request":
-            return NO_REQUEST.format(request=command)
-        return NOTHING_STORED
+            return phrases.say("forget.no_request", request=command)
+        return phrases.say("forget.nothing_stored")
 
     # The web's side: a signed-in person.
 

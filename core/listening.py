@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from core.errors import StoreUnavailable
+from core.errors import MediaUnreadable, StoreUnavailable
 from core.stores.store import JsonScalar, MemoryStore
 
 log = logging.getLogger("crossmem.listening")
@@ -33,9 +33,9 @@ class Listening:
     message_id: int
     seconds_per_day: int
 
-    def reserve(self, seconds: int, wait_s: float = 0.0) -> str | None:
+    def reserve(self, seconds: int, wait_s: float = 0.0) -> MediaUnreadable | None:
         """None when a note of `seconds` may go to the transcriber (it is then counted, and the
-        person's other notes wait until it is settled); else why not, in the person's words. A
+        person's other notes wait until it is settled); else why not, to raise. A
         note behind another of the person's waits for it up to `wait_s` (people send voice notes
         in a row, and Telegram delivers them in parallel)."""
         if self.seconds_per_day <= 0:
@@ -50,7 +50,7 @@ class Listening:
                 log.warning("reserve_voice_seconds failed; the note is transcribed", extra={"error": str(exc)})
                 return None
             if answer != "busy" or time.monotonic() + WAIT_STEP_S > until:
-                return REFUSALS.get(answer)
+                return refusal(answer)
             time.sleep(WAIT_STEP_S)
 
     def settle(self, reserved: int, heard: int) -> None:
@@ -66,8 +66,17 @@ class Listening:
         return self.store.call(function, {"p_user_id": str(self.user_id), "p_message_id": self.message_id, **values})
 
 
-# Why a note is not transcribed, as the answer says it ("Sorry, I couldn't use what you sent (…)").
+# Why a note is not transcribed: as the thread keeps it, and the phrase the person reads
+# (core/phrases/*.toml's media.reason table, in "Sorry, I couldn't use what you sent (…)").
 REFUSALS = {
-    "used_up": "today's voice notes are used up",  # VOICE_SECONDS_PER_DAY
-    "busy": "another of your voice notes is still being transcribed",
+    "used_up": ("today's voice notes are used up", "voice_used_up"),  # VOICE_SECONDS_PER_DAY
+    "busy": ("another of your voice notes is still being transcribed", "voice_busy"),
 }
+
+
+def refusal(answer: str) -> MediaUnreadable | None:
+    """reserve_voice_seconds' answer as the refusal it is, None when it is not one."""
+    if answer not in REFUSALS:
+        return None
+    reason, phrase = REFUSALS[answer]
+    return MediaUnreadable(reason, phrase)

@@ -44,6 +44,7 @@ from core.media import (
 )
 from core.model.llm import Model, Usage
 from core.models import Role, Surface, TurnStart
+from core.phrases.catalogue import Catalogue, Phrases
 
 if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
     from core.channels.media_fetch import MediaSource
@@ -57,10 +58,6 @@ DESCRIBE_PROMPT = (
     "in one or two sentences, in the language of the person's caption when there is one, keeping what a "
     "person would want remembered later (names, amounts, dates, places, what is written). No preamble."
 )
-NO_TRANSCRIBER = "I can't listen to voice notes here yet. Could you write it to me instead?"
-TOO_MANY = "That's more than {limit} files in one message. Could you send at most {limit} at a time?"
-UNREADABLE = "Sorry, I couldn't use what you sent ({reason}). Could you tell me in words what it says?"
-NOT_READABLE_KIND = "I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?"
 
 # The most a second of a voice note can weigh: its codec's highest plausible bitrate, by the type
 # the platform names (docs/media.md has the figures' sources). Opus (Telegram's and WhatsApp's
@@ -98,6 +95,8 @@ class PreparedMedia:
     caption: str = ""
     description: str = ""
     usage: Usage = field(default_factory=Usage)
+    # The language the transcription service heard in its voice notes (the first that said one).
+    heard_language: str | None = None
 
     def stored(self) -> str:
         """The message as the memory keeps it: the description, when there is one, in its marker."""
@@ -143,11 +142,14 @@ class MediaReader:
         caption: str,
         deadline_s: float,
         listening: Listening | None = None,
+        phrases: Phrases | None = None,
         remembered: str | None = None,
     ) -> PreparedMedia:
         """What the turn learns of its media; `listening` counts its voice notes in the person's
-        day (None: not counted, as when the memory is away). `remembered`: the message as an
-        earlier attempt of an owed turn stored it, transcripts in place (`remembered_content`)."""
+        day (None: not counted, as when the memory is away); `phrases`: the notice's language
+        (None: the default's). `remembered`: the message as an earlier attempt of an owed turn
+        stored it, transcripts in place (`remembered_content`)."""
+        phrases = phrases or Catalogue().phrases()
         if remembered is not None:
             return self._recalled(surface, media, remembered, deadline_s)
         began = self._clock()
@@ -156,7 +158,7 @@ class MediaReader:
             refused = [not_seen(ref, "too many files in one message") for ref in media]
             return PreparedMedia(
                 self.placeholder(media, caption),
-                notice=TOO_MANY.format(limit=limits.max_items),
+                notice=phrases.say("media.too_many", limit=limits.max_items),
                 parts=refused,
                 caption=caption,
             )
@@ -170,7 +172,7 @@ class MediaReader:
             too_long = longer_than(limit_s)
             return PreparedMedia(
                 self.placeholder(media, caption),
-                notice=UNREADABLE.format(reason=too_long),
+                notice=phrases.say("media.unreadable", reason=said_reason(phrases, voice_too_long(limit_s))),
                 parts=[
                     not_seen(ref, too_long if long else "sent with a voice note too long to hear")
                     for ref, long in zip(media, said_too_long, strict=True)
@@ -181,6 +183,7 @@ class MediaReader:
         attachments: list[Attachment] = []
         described: MediaRef | None = None
         notice: str | None = None
+        heard_language: str | None = None
         # A file of a kind the model cannot read (a contact's vCard, a .docx) beside ones it can is
         # named in the message as not read, and the rest is answered; alone, it is the answer.
         unreadable_kind: MediaRef | None = None
@@ -191,7 +194,9 @@ class MediaReader:
                     raise MediaUnreadable("a type I cannot read")
                 left = max(deadline_s - (self._clock() - began), 0.5)
                 if ref.kind is MediaKind.VOICE:
-                    parts.append(self._transcribe(surface, ref, left, listening))
+                    part, heard = self._transcribe(surface, ref, left, listening)
+                    parts.append(part)
+                    heard_language = heard_language or heard
                     continue
                 data = self._fetch(surface, ref, left)
                 attachments.append(Attachment(sniffed_type(data) or ref.mime_type, data))
@@ -202,15 +207,19 @@ class MediaReader:
                 parts.append(not_seen(ref, reason))
                 if ref.kind is not MediaKind.OTHER and notice is None:
                     notice = (
-                        NO_TRANSCRIBER if reason == "no transcription service" else UNREADABLE.format(reason=reason)
+                        phrases.say("media.no_transcriber")
+                        if reason == "no transcription service"
+                        else phrases.say("media.unreadable", reason=said_reason(phrases, exc, ref.kind))
                     )
         if unreadable_kind is not None and notice is None and all(ref.kind is MediaKind.OTHER for ref in media):
-            notice = NOT_READABLE_KIND.format(what=_what(unreadable_kind))
+            notice = phrases.say("media.not_readable_kind", what=_what(phrases, unreadable_kind))
         caption_part = f" {caption.strip()}" if caption.strip() else ""
         content = " ".join(parts) + caption_part
         if notice is not None:
-            return PreparedMedia(content, notice=notice, parts=parts, caption=caption)
-        return PreparedMedia(content, tuple(attachments), None, described, parts, caption)
+            return PreparedMedia(content, notice=notice, parts=parts, caption=caption, heard_language=heard_language)
+        return PreparedMedia(
+            content, tuple(attachments), None, described, parts, caption, heard_language=heard_language
+        )
 
     def _recalled(
         self, surface: Surface, media: Sequence[MediaRef], remembered: str, deadline_s: float
@@ -234,40 +243,48 @@ class MediaReader:
     def _fetch(self, surface: Surface, ref: MediaRef, timeout_s: float) -> bytes:
         limit = self.limits.pdf_max_bytes if ref.kind is MediaKind.PDF else self.limits.image_max_bytes
         if ref.size is not None and ref.size > limit:
-            raise MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB")
+            raise MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB", "too_large", size=limit)
         source = self._sources.get(surface)
         if source is None:
             raise MediaUnreadable("this app's files cannot be fetched here")
         data = source().fetch(ref, limit, min(timeout_s, self._fetch_timeout_s))
         kind = sniffed_type(data)
         if ref.kind is MediaKind.IMAGE and kind not in IMAGE_TYPES:
-            raise MediaUnreadable("not a JPEG, PNG, GIF or WebP image")
+            raise MediaUnreadable("not a JPEG, PNG, GIF or WebP image", "not_an_image")
         if ref.kind is MediaKind.PDF:
             if kind != PDF_TYPE:
-                raise MediaUnreadable("not a PDF")
+                raise MediaUnreadable("not a PDF", "not_a_pdf")
             pages = pdf_pages(data)
             if pages is None:
-                raise MediaUnreadable("a PDF I cannot open")
+                raise MediaUnreadable("a PDF I cannot open", "pdf_unreadable")
             if pages > self.limits.pdf_max_pages:
-                raise MediaUnreadable(f"{pages} pages; I read up to {self.limits.pdf_max_pages}")
+                raise MediaUnreadable(
+                    f"{pages} pages; I read up to {self.limits.pdf_max_pages}",
+                    "too_many_pages",
+                    pages=pages,
+                    limit=self.limits.pdf_max_pages,
+                )
         return data
 
-    def _transcribe(self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None) -> str:
+    def _transcribe(
+        self, surface: Surface, ref: MediaRef, timeout_s: float, listening: Listening | None
+    ) -> tuple[str, str | None]:
+        """The note's part of the message ("[voice note, 0:42] the words") and the language the
+        service heard in it (None: it said none)."""
         limit_s = self.limits.voice_max_seconds  # a note said to be longer never gets here (prepare)
-        too_long = longer_than(limit_s)
         transcriber = self._transcriber()
         if transcriber is None:
             raise MediaUnreadable("no transcription service")
         audio, seconds = self._audio(surface, ref, timeout_s)
         if seconds is not None and seconds > limit_s:
-            raise MediaUnreadable(too_long)
+            raise voice_too_long(limit_s)
         # Counted at what it says, and never less than its bytes imply: a note that says nothing,
         # or too little, pays for the shortest its size can last, heard or not.
         reserved = max(math.ceil(seconds or 0), least_seconds(ref.mime_type, len(audio)))
         # A note behind another of the person's waits for it, within half of what is left.
         asked = self._clock()
         if listening is not None and (refused := listening.reserve(reserved, wait_s=timeout_s / 2)) is not None:
-            raise MediaUnreadable(refused)
+            raise refused
         timeout_s = max(timeout_s - (self._clock() - asked), 0.5)
         try:
             transcript = transcriber.transcribe(audio, ref.mime_type, min(timeout_s, self._transcription_timeout_s))
@@ -285,11 +302,11 @@ class MediaReader:
         if listening is not None:
             listening.settle(reserved, math.ceil(seconds) if seconds is not None else reserved)
         if seconds is not None and seconds > limit_s + 1:
-            raise MediaUnreadable(too_long)
+            raise voice_too_long(limit_s)
         if not transcript.text:
-            raise MediaUnreadable("no words could be heard in it")
+            raise MediaUnreadable("no words could be heard in it", "no_words")
         log.info("voice note transcribed", extra={"seconds": seconds, "language": transcript.language})
-        return transcribed(seconds, transcript.text)
+        return transcribed(seconds, transcript.text), transcript.language
 
     def _audio(self, surface: Surface, ref: MediaRef, timeout_s: float) -> tuple[bytes, float | None]:
         """A voice note's bytes and the length it says (None: it says none). What it says (0 is
@@ -315,8 +332,10 @@ class MediaReader:
         if size <= most_bytes(mime_type, said or self.limits.voice_max_seconds):
             return
         if said is None:
-            raise MediaUnreadable(longer_than(self.limits.voice_max_seconds))
-        raise MediaUnreadable(f"larger than a {minutes(said)} voice note can be")
+            raise voice_too_long(self.limits.voice_max_seconds)
+        raise MediaUnreadable(
+            f"larger than a {minutes(said)} voice note can be", "voice_too_heavy", seconds=math.ceil(said)
+        )
 
     def describe(self, prepared: PreparedMedia, timeout_s: float) -> None:
         """The short description the memory keeps of the attachments (a small model's), into
@@ -364,11 +383,29 @@ def remembered_content(start: TurnStart) -> str | None:
 
 
 def longer_than(limit_s: int) -> str:
-    return f"longer than {limit_s // 60}:{limit_s % 60:02d}"
+    return f"longer than {minutes(limit_s)}"
 
 
-def _what(ref: MediaRef) -> str:
+def voice_too_long(limit_s: int) -> MediaUnreadable:
+    return MediaUnreadable(longer_than(limit_s), "voice_too_long", seconds=limit_s)
+
+
+def said_reason(phrases: Phrases, refused: MediaUnreadable, kind: MediaKind | None = None) -> str:
+    """Why media was refused, as the person reads it: `size` in bytes said in MB, `seconds` as m:ss;
+    a voice note the transcription service failed on (core/model/transcription.py names no phrase)
+    says so."""
+    if refused.phrase == "unusable" and kind is MediaKind.VOICE:
+        return phrases.say("media.reason.transcription_failed")
+    values = dict(refused.values)
+    if isinstance(size := values.pop("size", None), int):
+        values["size"] = phrases.megabytes(size)
+    if isinstance(seconds := values.pop("seconds", None), int):
+        values["duration"] = minutes(seconds)
+    return phrases.say(f"media.reason.{refused.phrase}", **values)
+
+
+def _what(phrases: Phrases, ref: MediaRef) -> str:
     if ref.name and "." in ref.name:
-        return "." + ref.name.rsplit(".", 1)[1].lower() + " files"
+        return phrases.say("media.what.extension", extension="." + ref.name.rsplit(".", 1)[1].lower())
     kind = ref.mime_type.split("/", 1)[0] if ref.mime_type else ""
-    return {"video": "videos"}.get(kind, "this kind of file")
+    return phrases.say("media.what.videos" if kind == "video" else "media.what.other")

@@ -30,6 +30,7 @@ from core.models import (
     TurnStart,
     parse_uuid,
 )
+from core.phrases.language import language_tag
 from core.settings import setting_default
 from core.stores.store import MemoryStore
 
@@ -114,6 +115,8 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
         quoted=row.get("quoted"),
         reserved_tokens=int(row.get("reserved") or 0),
+        reply_id=int(reply["id"]) if reply else int(row["reply_id"]) if row.get("reply_id") is not None else None,
+        language=row.get("language") or None,
     )
 
 
@@ -161,6 +164,7 @@ class Memory:
         answer_within_s: float = 60.0,
         platform: PlatformMessage | None = None,
         estimate: TurnEstimate | None = None,
+        language: str | None = None,
     ) -> TurnStart:
         """Store the person's message once and return the context to answer it with.
 
@@ -171,6 +175,8 @@ class Memory:
         the stored message begins with (the stored one's words when the platform gives none).
         `estimate`: what the turn will read, for the tokens it reserves of the person's day
         (none without it); the start says how many (`reserved_tokens`), for its end to settle.
+        `language`: what the request states (a BCP 47 tag, None: nothing), kept as the person's;
+        the start's `language` is the person's as remembered, this one included.
 
         Raises InputError for a message we cannot store, NotFound for someone else's
         conversation and OverBudget for a person past their budget (nothing stored); a store
@@ -201,6 +207,7 @@ class Memory:
             "p_input_tokens": estimate.input_tokens if estimate is not None else 0,
             "p_output_tokens": self.budget.reply_tokens,
             "p_requests": estimate.requests if estimate is not None else 0,
+            "p_language": language_tag(language),
         }
         try:
             row = self.store.call("begin_turn", arguments)
@@ -219,7 +226,7 @@ class Memory:
         if row.get("limited_until"):
             until = datetime.fromisoformat(row["limited_until"])
             log.info("over budget; no turn", extra={"user_id": row["user_id"], "until": until.isoformat()})
-            raise OverBudget(until, datetime.now(UTC))
+            raise OverBudget(until, datetime.now(UTC), language=row.get("language"))
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
             return TurnStart(None, None, None, duplicate=True, reply=None)
@@ -237,13 +244,16 @@ class Memory:
         follow_ups: dict[str, Any] | None = None,
         max_follow_ups: int = 0,
         reserved: int = 0,
+        reply_id: int | None = None,
+        language: str | None = None,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
-        budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id,
-        or None if it could not be stored. `user_content`:
+        budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
+        (`reply_id`, the one its begin_turn reserved, else the next), or None if it could not be
+        stored. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
-        photo shows); `follow_ups`: what the model's tools decided (core/follow_ups.py); both in
-        the same round trip."""
+        photo shows); `follow_ups`: what the model's tools decided (core/follow_ups.py); `language`:
+        the language the turn heard, kept as the person's; all in the same round trip."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -252,6 +262,8 @@ class Memory:
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
             "p_reserved": reserved,
+            "p_reply_id": reply_id,
+            "p_language": language_tag(language),
         }
         function = "finish_turn"
         if follow_ups:
@@ -275,11 +287,13 @@ class Memory:
         *,
         user_content: str | None = None,
         reserved: int = 0,
+        language: str | None = None,
     ) -> None:
         """A turn that stored no reply (a fallback, an abandoned stream): count the model's
         tokens (in place of the `reserved` its begin_turn reserved), and make its message owed at
-        once unless another attempt has taken it over. `user_content` as in finish_turn: a
-        transcript is kept even when the model failed."""
+        once unless another attempt has taken it over. `user_content` and `language` as in
+        finish_turn: a transcript, and the language heard in it, are kept even when the model
+        failed."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -287,6 +301,7 @@ class Memory:
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
             "p_reserved": reserved,
+            "p_language": language_tag(language),
         }
         try:
             self.store.call("end_attempt", arguments)

@@ -7,6 +7,8 @@ more model request than a turn that does not; a turn that does not search costs 
 What the model already sees is left out; the hits come best first, each with its surface, the
 person's local date and time, who said it and the messages around it, within `max_tokens`.
 A search that fails tells the model it could not search: the turn still answers.
+MEMORY_SEARCH=false switches it off: no tool, and the prompt says older messages may be out of
+sight.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
@@ -23,6 +25,9 @@ from core.memory import Memory
 from core.model.llm import ToolCall, approximate_tokens
 from core.models import MemoryHit, Neighbour, Role, Surface
 from core.tool_loop import ToolResult
+
+if TYPE_CHECKING:
+    from core.capabilities import TurnState
 
 log = logging.getLogger("crossmem.memory_search")
 
@@ -51,6 +56,23 @@ TOOL: dict[str, Any] = {
         "required": ["query"],
     },
 }
+
+INSTRUCTIONS = """\
+Your memory
+- What you see is the recent part of the thread, and your notes. Everything older that the \
+person said, and you answered, on any app, is still stored: search_memory finds it. When they \
+refer to something you cannot see ("what was that restaurant?", "when did I say my sister \
+arrives?"), search before you answer, with the words they would have used; narrow it to an \
+app or a period when they say one. Say where and when it was said. If the search finds \
+nothing, say so plainly; never invent what they said.
+"""
+
+SWITCHED_OFF = """\
+Your memory
+- The conversation you see is the recent part of a longer thread across all the apps. Older \
+messages may have been left out. If the person refers to something you cannot see, say so \
+plainly and ask them to remind you; never invent what they said.
+"""
 
 # A hit's text, and a neighbour's, as the model reads them: enough to answer from, not a whole essay.
 HIT_CHARS = 1200
@@ -82,8 +104,8 @@ class MemorySearchTools:
     def must_answer(self, result: ToolResult) -> bool:
         return True  # what was found is what the answer needs
 
-    def changes(self) -> dict[str, Any]:
-        return {}
+    def recorded(self) -> dict[str, Any]:
+        return {}  # a search changes nothing
 
     def run(self, call: ToolCall) -> ToolResult:
         try:
@@ -139,6 +161,30 @@ class MemorySearchTools:
         return datetime.combine(day, time(), tzinfo=self.zone)
 
 
+@dataclass(frozen=True, eq=False)
+class MemorySearch:
+    """The capability (core/capabilities.py), on with `rules` (MEMORY_SEARCH), off without."""
+
+    rules: SearchRules | None
+
+    @property
+    def instructions(self) -> str:
+        return INSTRUCTIONS if self.rules is not None else SWITCHED_OFF
+
+    @property
+    def definitions(self) -> tuple[dict[str, Any], ...]:
+        return (TOOL,) if self.rules is not None else ()
+
+    def toolset(self, turn: TurnState) -> MemorySearchTools | None:
+        """The turn's search, leaving out what the model already sees: the window, what the web
+        puts before it, and the web client's own history."""
+        if self.rules is None:
+            return None
+        seen = {message.id for message in (*turn.start.history, *turn.start.prepend)}
+        seen.update(item.id for item in turn.client_history if item.id is not None)
+        return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules)
+
+
 @dataclass(frozen=True)
 class Rendered:
     text: str
@@ -169,8 +215,10 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int) -> Rendered
 
 def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
     message = hit.message
-    lines = [f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
-             f"{_cut(message.content, HIT_CHARS)}"]
+    lines = [
+        f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
+        f"{_cut(message.content, HIT_CHARS)}"
+    ]
     if hit.before is not None:
         lines.append(f"   just before, {_neighbour(hit.before)}")
     if hit.after is not None:

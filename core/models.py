@@ -196,6 +196,15 @@ class TurnStart:
     quoted: str | None = None
     # The tokens this attempt reserved of the person's day (TOKENS_PER_DAY), which its end settles.
     reserved_tokens: int = 0
+    # The reply's id before its text exists: the stored reply's, or the one begin_turn reserved for
+    # the reply this attempt stores (finish_turn), unused when it stores none. None when degraded.
+    reply_id: int | None = None
+    # The person's language: as begin_turn returns it, the one remembered (person_languages); once
+    # the turn has chosen (core/turn.py), the one its fixed phrases are said in.
+    language: str | None = None
+    # The language the turn heard in a voice note when the request stated none: kept as the
+    # person's by the round trip that ends the turn (docs/decisions.md, "The person's language").
+    heard_language: str | None = None
 
     def quoting(self, content: str) -> str:
         """`content` as begin_turn stores this message (turn.sql's quoting): after the text it

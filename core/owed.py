@@ -33,7 +33,7 @@ from uuid import UUID
 from core.errors import StoreUnavailable
 from core.memory import Memory, OwedMessage
 from core.models import Delivery, Surface
-from core.turn import ANSWER_MARGIN_S, Turns
+from core.turn import ANSWER_MARGIN_S, STORE_MARGIN_S, Turns
 from core.turn_request import Outcome, ReplyChannel
 
 log = logging.getLogger("crossmem.owed")
@@ -57,7 +57,6 @@ class OwedReplies:
         deadlines: Mapping[Surface, float],
         max_age_s: int,
         max_tries: int,
-        fallback_reply: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`channels`: for each surface the job can reach, the channel to a sender (a chat id,
@@ -69,7 +68,6 @@ class OwedReplies:
         self._deadlines = deadlines
         self._max_age_s = max_age_s
         self._max_tries = max_tries
-        self._fallback_reply = fallback_reply
         self._clock = clock
 
     def run(self, time_budget_s: float) -> OwedRun:
@@ -88,9 +86,12 @@ class OwedReplies:
         failing: UUID | None = None  # whose message the model last failed, with no answer since
         while (left := ends - self._clock()) >= least:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
+            claimed_at, answer_within = self._clock(), min(left, longest + ANSWER_MARGIN_S)
+            # What the job sends for a claim goes out while the claim holds, as a turn's reply does.
+            send_by = claimed_at + answer_within - STORE_MARGIN_S
             try:
                 claimed = self._memory.claim_owed_replies(
-                    surfaces, self._max_age_s, min(left, longest + ANSWER_MARGIN_S), limit=1, skip_users=sorted(done)
+                    surfaces, self._max_age_s, answer_within, limit=1, skip_users=sorted(done)
                 )
             except StoreUnavailable as exc:
                 log.error("owed replies could not be claimed", extra={"error": str(exc)})
@@ -115,7 +116,7 @@ class OwedReplies:
                 resting.add(person)
                 continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
-                self._give_up(owed, channel)
+                self._give_up(owed, channel, send_by)
                 failed += 1
                 resting.add(person)
                 continue
@@ -126,22 +127,21 @@ class OwedReplies:
             failed += 1
             resting.add(person)
             if owed.tries >= self._max_tries:
-                self._give_up(owed, channel)
+                self._give_up(owed, channel, send_by)
             if result.outcome is Outcome.FALLBACK:
                 if failing is not None and failing != person:
                     break
                 failing = person
         return OwedRun(answered, failed)
 
-    def _give_up(self, owed: OwedMessage, channel: ReplyChannel) -> None:
+    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> None:
         """The fallback, once: sent, and stored as the reply, so the message is no longer owed."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
-        # The channel's clock is the turn's (monotonic); the fallback has the margin a reply has.
-        delivery = channel.send(self._fallback_reply, time.monotonic() + ANSWER_MARGIN_S)
-        self._memory.finish_turn(
-            start.user_id, start.message_id, self._fallback_reply, delivered=delivery is Delivery.DELIVERED
-        )
+        said = next((m.content for m in start.history if m.id == start.message_id), "")
+        fallback = self._turns.fallback_reply(said)
+        delivery = channel.send(fallback, send_by)
+        self._memory.finish_turn(start.user_id, start.message_id, fallback, delivered=delivery is Delivery.DELIVERED)
         log.warning(
             "an owed message was given up: the fallback was sent",
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},

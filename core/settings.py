@@ -75,6 +75,14 @@ class Settings(BaseSettings):
     # keeps the list begin_turn returns short, and bounds what a runaway conversation schedules.
     follow_ups_per_person: int = Field(default=20, ge=0, le=1000)
 
+    # The model's tools (core/tool_loop.py): rounds of tool calls a turn runs (a search, then a
+    # narrower one, then a list...) before the model must answer without tools. Each round is one
+    # more model request, and a turn reserves its tokens for every one of them.
+    tool_rounds: int = Field(default=4, ge=1, le=20)
+    # Tools an operator adds without editing core: comma-separated `package.module:callable`
+    # (core/operator_tools.py says what a callable carries; docs/extending.md has an example).
+    extra_tools: CommaList = []
+
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
     owner_user_id: UUID | None = None
@@ -104,11 +112,9 @@ class Settings(BaseSettings):
     allow_offline_model: bool = False
     # The persona only: the parts of the capabilities that are on follow it (core/model/prompt.py).
     system_prompt: str = DEFAULT_PERSONA
-    fallback_reply: str = (
-        "Sorry, I can't think straight right now. I have your message and will remember it; "
-        "please try again in a moment."
-    )
-    stranger_reply: str = "Sorry, this is a private assistant and I can't talk with you."
+    fallback_reply: str = ""  # empty: core/phrases/'s, in the person's language; set: in every language
+    stranger_reply: str = ""  # the same
+    default_language: str = "en"  # the fixed phrases' when a turn names no language we have a file for
 
     # Telegram.
     telegram_bot_token: SecretStr | None = None
@@ -166,7 +172,14 @@ class Settings(BaseSettings):
     cors_origins: CommaList = []
     web_model_deadline: float = Field(default=60.0, gt=0)
 
-    @field_validator("owner_telegram_ids", "owner_whatsapp_numbers", "owner_sms_numbers", "cors_origins", mode="before")
+    @field_validator(
+        "owner_telegram_ids",
+        "owner_whatsapp_numbers",
+        "owner_sms_numbers",
+        "cors_origins",
+        "extra_tools",
+        mode="before",
+    )
     @classmethod
     def split_commas(cls, value: object) -> object:
         if isinstance(value, str):

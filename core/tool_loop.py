@@ -1,11 +1,13 @@
 """The model's tools in a turn: the toolsets of the capabilities that are on, and the loop that
 runs them.
 
-A toolset (one capability's tools: follow-ups, memory search) gives its definitions, runs a
-call, says whether the model must see a result before it can answer, and what `finish_turn`
-should record. The loop knows no tool by name: it streams the model's answer, runs the calls,
-and asks again with their results only when some result must be seen (or the model said
-nothing yet), for at most `rounds` requests; a call in the last one is not run.
+A toolset (one capability's tools for one turn, core/capabilities.py) gives its definitions,
+runs a call, says whether the model must see a result before it can answer, and what
+`finish_turn` should record. The loop knows no tool by name: it streams the model's answer,
+runs the calls, and asks again with their results only when some result must be seen (or the
+model said nothing yet). A call in the answer to results runs too, for up to `rounds` rounds
+(TOOL_ROUNDS); past the last one the model is asked once more with `tool_choice` none, to
+answer with what it has. Each request's tokens count (`Usage`, all of them together).
 
 The definitions are the toolsets' in a fixed order: the same bytes in every turn of a
 deployment, before the system prompt in the prompt cache's prefix.
@@ -22,8 +24,6 @@ from core.context import ModelMessage
 from core.model.llm import AssistantContent, Model, ToolCall, Usage, plus
 
 log = logging.getLogger("crossmem.tools")
-
-ROUNDS = 4  # model requests a turn may make with tools: the first and up to three answers to results
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,17 @@ class Toolset(Protocol):
         """Whether the model must see this result to answer (a list, a search), not only record it."""
         ...
 
-    def changes(self) -> dict[str, Any]:
-        """What finish_turn writes for this toolset (empty when nothing)."""
+    def recorded(self) -> dict[str, Any]:
+        """What finish_turn records for this toolset: its keyword arguments (empty when nothing)."""
         ...
 
 
 class Toolbox:
-    """One turn's toolsets, and what the loop did with them."""
+    """One turn's toolsets, how many rounds of calls it may run, and what the loop did with them."""
 
-    def __init__(self, toolsets: Sequence[Toolset]) -> None:
+    def __init__(self, toolsets: Sequence[Toolset], rounds: int) -> None:
         self.toolsets = tuple(toolsets)
+        self.rounds = rounds
         self.definitions = tuple(definition for toolset in self.toolsets for definition in toolset.definitions)
         self._owners = {definition["name"]: toolset for toolset in self.toolsets for definition in toolset.definitions}
         self.requests = 0  # model requests made with these tools
@@ -69,10 +70,10 @@ class Toolbox:
     def round_trips(self) -> int:
         return sum(toolset.round_trips for toolset in self.toolsets)
 
-    def changes(self) -> dict[str, Any]:
+    def recorded(self) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         for toolset in self.toolsets:
-            merged.update(toolset.changes())
+            merged.update(toolset.recorded())
         return merged
 
 
@@ -104,10 +105,10 @@ def answered(
     deadline_s: float,
     notes: str,
     tools: Toolbox | None,
-    rounds: int = ROUNDS,
 ) -> Iterator[str | Usage]:
     """The model's answer as text and `Usage` (all its requests' together, as each reports it).
-    With `tools`, its calls run, and their results go back while the model needs them."""
+    With `tools`, its calls run, and their results go back while the model needs them, for at
+    most `tools.rounds` rounds; then it answers without tools."""
     if tools is None:
         only = model.stream(system, messages, deadline_s, notes)
         try:
@@ -120,13 +121,23 @@ def answered(
     spent = Usage()  # what the requests before this one spent
     said: list[dict[str, Any]] = []
     gap = ""
-    for round_ in range(max(rounds, 1)):
+    for round_ in range(tools.rounds + 1):
+        # Past the last round: the tools stay defined (the results before refer to them), unusable.
+        last = round_ == tools.rounds
         calls: list[ToolCall] = []
         parts: list[str] = []
         latest = Usage()
         answer: AssistantContent | None = None
         tools.requests += 1
-        request = model.stream(system, messages, deadline_s, notes, tools=tools.definitions, continuation=said)
+        request = model.stream(
+            system,
+            messages,
+            deadline_s,
+            notes,
+            tools=tools.definitions,
+            continuation=said,
+            tool_choice="none" if last else "auto",
+        )
         try:
             for chunk in request:
                 if isinstance(chunk, ToolCall):
@@ -145,7 +156,7 @@ def answered(
         spent = plus(spent, latest)
         if not calls:
             return
-        if round_ == rounds - 1:
+        if last:
             log.warning("tool calls past the last round were not run", extra={"tools": [c.name for c in calls]})
             return
         text = "".join(parts)

@@ -22,7 +22,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from core import follow_ups, tool_loop
+from core import tool_loop
+from core.capabilities import TurnState
 from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
 from core.identity.policy import IdentityPolicy
@@ -30,12 +31,21 @@ from core.listening import Listening
 from core.media import placeholder, unread_notice
 from core.media_turn import MediaReader, PreparedMedia, remembered_content
 from core.memory import Memory, OwedMessage, storable
-from core.memory_search import MemorySearchTools
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
-from core.tool_loop import Toolbox, Toolset
+from core.phrases.language import language_tag
+from core.tool_loop import Toolbox
 from core.turn_estimate import turn_estimate
-from core.turn_request import Outcome, ReplyChannel, TurnFigures, TurnRequest, TurnResult, TurnSettings
+from core.turn_request import (
+    Outcome,
+    ReplyChannel,
+    StopButton,
+    TurnFigures,
+    TurnRequest,
+    TurnResult,
+    TurnSettings,
+)
+from core.wall_clock import zone_named
 
 log = logging.getLogger("crossmem.turn")
 # How long past its model deadline a turn's attempt may still store a reply (sending it, the
@@ -86,6 +96,7 @@ class Turns:
                     self._send_stored_reply(result, channel, until)
             return self._logged(request.surface, result, began)
         prepared = self._prepared(request, start)
+        start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
@@ -103,6 +114,11 @@ class Turns:
             tools,
             until=until,
         )
+
+    def fallback_reply(self, said: str) -> str:
+        """The fallback in the language of what the person said: for the scheduled job, which has
+        no request to say it."""
+        return self._settings.fallback(self._settings.catalogue.choose(None, said))
 
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
@@ -147,38 +163,48 @@ class Turns:
             channel.show_typing(until)
         outcome, text = Outcome.ANSWERED, ""
         described = self._describe(prepared, deadline_s)
+        # Telegram's stop button: what the person was shown when they tapped it is the reply.
+        stop = channel.stopped if isinstance(channel, StopButton) else None
         try:
             drafts = channel.draft if channel is not None else None
-            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts, tools)
+            answer = self._ask(figures, messages, self._notes(start), deadline_s, drafts, tools, stop)
             text = answer.text
             figures.add_usage(answer.usage)
+            if stop is not None and (shown := stop()) is not None:
+                outcome, text = Outcome.STOPPED, shown
         except ModelUnavailable as exc:
-            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback_reply, str(exc)
+            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
         self._count_tools(figures, tools)
-        sends = channel is not None and (waiting or outcome is Outcome.ANSWERED)
+        sends = channel is not None and (waiting or outcome is not Outcome.FALLBACK)
         delivery = Delivery.DELIVERED
         if channel is not None and sends:
             delivery = channel.send(text, until)
         elif channel is None and self._clock() >= until:
             delivery = Delivery.OWED  # the caller's response would come after the platform stopped waiting
+        if isinstance(channel, StopButton):
+            figures.round_trips += channel.checks  # its drafts thread's questions: was it stopped?
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
         handed_over = self._handed_over(delivery, until, figures)
         result = self._result(outcome, None if handed_over else text, start, figures)
         result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
-        if outcome is Outcome.ANSWERED and not handed_over:
+        if outcome is not Outcome.FALLBACK and not handed_over:
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
             self._end_attempt(start, figures, learned)
             # Handed over: the redelivery this asks for answers the message, unless the job has.
-            result.reply_owed = handed_over and outcome is Outcome.ANSWERED
+            result.reply_owed = handed_over and outcome is not Outcome.FALLBACK
         return self._logged(surface, result, began)
 
-    def stream(self, request: TurnRequest) -> Iterator[TurnResult | str]:
-        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`.
+    def stream(
+        self, request: TurnRequest, begun: Callable[[TurnStart], None] | None = None
+    ) -> Iterator[TurnResult | str]:
+        """The web's streamed turn: text chunks as the model writes, then the `TurnResult`;
+        `begun` is given the turn's start before the first of them (the reply's id, for the UI
+        message stream's `start`).
 
         Closed before its end (the client went away), it stops the model there: after a
         response Cloud Run gives an instance no CPU to finish it with. What the model reported
@@ -187,12 +213,15 @@ class Turns:
         began = self._clock()
         request = self._admitted(request)
         start, figures, result = self._begin(request, pushes=False)
+        if begun is not None:
+            begun(start)
         if result is not None:
             if result.reply:
                 yield result.reply
             yield self._logged(request.surface, result, began)
             return
         prepared = self._prepared(request, start)
+        start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
             yield prepared.notice
             yield self._refuse_media(request.surface, start, prepared, figures, None, began)
@@ -227,7 +256,7 @@ class Turns:
                     raise ModelUnavailable("the model answered with no text")
             except ModelUnavailable as exc:
                 outcome, figures.error = Outcome.FALLBACK, str(exc)
-                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback_reply
+                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback(start.language)
                 parts.append(fallback)
                 yield fallback
             text = "".join(parts)
@@ -282,7 +311,11 @@ class Turns:
         person = self._person(request)
         if person is None:
             nobody = TurnStart(None, None, None, duplicate=False, reply=None)
-            return nobody, figures, TurnResult(Outcome.REFUSED, self._settings.stranger_reply, figures=figures)
+            return (
+                nobody,
+                figures,
+                TurnResult(Outcome.REFUSED, self._settings.stranger(self._language(request)), figures=figures),
+            )
         media = self._media().limits if request.media and self._media is not None else None
         start = self.memory.begin_turn(
             person,
@@ -294,6 +327,7 @@ class Turns:
             answer_within_s=request.deadline_s + ANSWER_MARGIN_S,
             platform=request.platform,
             estimate=turn_estimate(self._settings, request, media),
+            language=request.language,
         )
         figures.round_trips, figures.degraded = 1, start.degraded
         figures.reserved_tokens = start.reserved_tokens
@@ -309,6 +343,21 @@ class Turns:
         result.reply_id = stored.id
         result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
         return start, figures, result
+
+    def _language(self, request: TurnRequest, start: TurnStart | None = None, heard: str | None = None) -> str:
+        """The language of the turn's fixed phrases: stated by the request, else the person's as
+        remembered, else heard in its voice note, else its words, else DEFAULT_LANGUAGE
+        (core/phrases/language.py)."""
+        remembered = start.language if start is not None else None
+        return self._settings.catalogue.choose(request.language, request.text, remembered=remembered, heard=heard)
+
+    def _spoken(self, request: TurnRequest, start: TurnStart, prepared: PreparedMedia | None) -> TurnStart:
+        """The start in the language its fixed phrases are said in from here on (the fallback),
+        with what its voice note was heard in, to keep as the person's when the request stated
+        no language (the turn's end keeps it: no round trip of its own)."""
+        heard = prepared.heard_language if prepared is not None else None
+        kept = heard if language_tag(request.language) is None else None
+        return replace(start, language=self._language(request, start, heard), heard_language=kept)
 
     def _person(self, request: TurnRequest) -> Person | None:
         if request.user_id is not None:
@@ -352,7 +401,15 @@ class Turns:
             per_day = reader.limits.voice_seconds_per_day
             listening = Listening(self.memory.store, start.user_id, start.message_id, per_day)
         remembered = remembered_content(start)  # an owed takeover's transcripts, heard once
-        return reader.prepare(request.surface, request.media, request.text, request.deadline_s, listening, remembered)
+        return reader.prepare(
+            request.surface,
+            request.media,
+            request.text,
+            request.deadline_s,
+            listening,
+            self._settings.phrases(self._language(request, start)),
+            remembered,
+        )
 
     def _describe(self, prepared: PreparedMedia | None, deadline_s: float) -> Future[None] | None:
         """The description of the turn's images and PDFs, written beside the answer."""
@@ -432,20 +489,21 @@ class Turns:
         return True
 
     def _tools(self, start: TurnStart, request: TurnRequest) -> Toolbox | None:
-        """This turn's tools: those of each capability that is on, in the person's timezone
-        (theirs, else CONTEXT_TIMEZONE); memory search leaves out what the turn already shows."""
+        """This turn's tools: each capability's that is on, from what begin_turn brought, in the
+        person's timezone (theirs, else CONTEXT_TIMEZONE)."""
         if start.message_id is None or start.user_id is None:
             return None
-        zone = self._zone_of(start)
-        toolsets: list[Toolset] = []
-        rules = self._settings.follow_ups
-        if rules.max_pending > 0:
-            toolsets.append(follow_ups.turn_tools(rules, start.follow_ups, zone, self._now, request.timezone))
-        if self._settings.search is not None:
-            seen = {m.id for m in (*start.history, *start.prepend)}
-            seen.update(item.id for item in request.client_history or () if item.id is not None)
-            toolsets.append(MemorySearchTools(self.memory, start.user_id, zone, frozenset(seen), self._settings.search))
-        return Toolbox(toolsets) if toolsets else None
+        turn = TurnState(
+            self.memory,
+            start.user_id,
+            start,
+            self._zone_of(start),
+            self._now(),
+            client_zone=request.timezone,
+            client_history=request.client_history or (),
+        )
+        toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
+        return Toolbox(toolsets, self._settings.tool_rounds) if toolsets else None
 
     @staticmethod
     def _count_tools(figures: TurnFigures, tools: Toolbox | None) -> None:
@@ -456,7 +514,7 @@ class Turns:
     def _zone_of(self, start: TurnStart) -> ZoneInfo:
         """The person's timezone (theirs, else CONTEXT_TIMEZONE): the context's tags and the
         follow-up tools read the same clock, the one the person lives by."""
-        return follow_ups.zone_named(start.timezone) or self._zone
+        return zone_named(start.timezone) or self._zone
 
     def _notes(self, start: TurnStart) -> str:
         return start.notes if self._settings.memory_notes else ""
@@ -469,25 +527,35 @@ class Turns:
         deadline_s: float,
         drafts: Callable[[str], None] | None = None,
         tools: Toolbox | None = None,
+        stop: Callable[[], str | None] | None = None,
     ) -> ModelReply:
         """The model's answer within the deadline, streamed: what it reports spending reaches
         `figures` as it goes (its input as soon as it starts), so a turn that ends in the
-        fallback still counts what the model read; `drafts` sees the text as it grows."""
+        fallback still counts what the model read; `drafts` sees the text as it grows. Once
+        `stop` says the person stopped it, the answer so far, with what it wrote since it last
+        said what it spent (as the web's abandoned stream counts it)."""
         stopped = threading.Event()
 
         def answer() -> ModelReply:
             parts: list[str] = []
+            unreported: list[str] = []  # the model's text since it last said what it has written
             usage = Usage()
             chunks = tool_loop.answered(self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools)
             for chunk in chunks:
                 if stopped.is_set():
                     tool_loop.close(chunks)  # the caller gave up: stop reading (and paying for) the answer
                     break
+                if stop is not None and stop() is not None:
+                    tool_loop.close(chunks)  # the person stopped it: the same, at once
+                    spent = usage.output_tokens + approximate_tokens("".join(unreported))
+                    return ModelReply("".join(parts), replace(usage, output_tokens=spent))
                 if isinstance(chunk, Usage):
                     usage = chunk
                     figures.add_usage(chunk)
+                    unreported.clear()
                 elif chunk:
                     parts.append(chunk)
+                    unreported.append(chunk)
                     if drafts is not None:
                         drafts("".join(parts))
             text = "".join(parts)
@@ -513,6 +581,7 @@ class Turns:
             figures.model_tokens,
             user_content=learned,
             reserved=start.reserved_tokens,
+            language=start.heard_language,
         )
         figures.round_trips += 1
 
@@ -537,7 +606,7 @@ class Turns:
     ) -> None:
         if start.message_id is None or start.user_id is None:
             return
-        changes = tools.changes() if tools is not None else None
+        recorded = tools.recorded() if tools is not None else {}
         result.reply_id = self.memory.finish_turn(
             start.user_id,
             start.message_id,
@@ -545,13 +614,15 @@ class Turns:
             delivered=delivered,
             tokens=result.figures.model_tokens,
             user_content=learned,
-            follow_ups=changes,
-            max_follow_ups=self._settings.follow_ups.max_pending,
             reserved=start.reserved_tokens,
+            language=start.heard_language,
+            **recorded,
+            reply_id=start.reply_id,
         )
         result.figures.round_trips += 1
-        if result.reply_id is not None and changes:
-            result.follow_ups_scheduled = list(changes.get("schedule", []))
+        if result.reply_id is not None and recorded.get("follow_ups"):
+            # The web's stream tells the page what the turn scheduled (functions/ui_message_stream.py).
+            result.follow_ups_scheduled = list(recorded["follow_ups"].get("schedule", []))
         if result.reply_id is None:
             result.figures.error = result.figures.error or "the reply could not be stored"
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import TYPE_CHECKING
 
-from core import follow_ups, tool_loop
 from core.media import MediaKind, MediaLimits
 from core.memory import TurnEstimate
-from core.memory_search import TOOL as SEARCH_TOOL
 from core.model.llm import approximate_tokens
 from core.turn_request import TurnRequest, TurnSettings
+
+if TYPE_CHECKING:
+    from core.capabilities import Capability
 
 # Claude's vision guide: an image is scaled to at most about 1.15 megapixels, about 1,600 tokens.
 IMAGE_TOKENS = 1_600
@@ -28,18 +30,19 @@ def turn_estimate(settings: TurnSettings, request: TurnRequest, media: MediaLimi
     """What each of the turn's model requests reads besides the window and the notes: the system
     prompt and the tools, the web client's history, and its images and PDFs at their largest
     (`media`: the limits a PDF's pages are counted by); and how many requests it may make."""
-    tools = _tool_tokens(settings.follow_ups.max_pending > 0, settings.search is not None)
+    tools = _tool_tokens(settings.capabilities)
     read = approximate_tokens(settings.system_prompt) + tools
     read += sum(approximate_tokens(item.content) for item in request.client_history or ())
     attached = [ref for ref in request.media if ref.kind in (MediaKind.IMAGE, MediaKind.PDF)]
     pages = media.pdf_max_pages if media is not None else 1
     read += sum(IMAGE_TOKENS if ref.kind is MediaKind.IMAGE else pages * PDF_PAGE_TOKENS for ref in attached)
-    requests = tool_loop.ROUNDS if tools else 1
+    requests = settings.tool_rounds + 1 if tools else 1  # the rounds, then the answer without tools
     return TurnEstimate(read, requests + (1 if attached else 0))
 
 
 @functools.cache
-def _tool_tokens(follow_ups_on: bool, search_on: bool) -> int:
-    """The tools' definitions as sent: the same bytes every turn, so counted once."""
-    definitions = [*(follow_ups.TOOLS if follow_ups_on else ()), *((SEARCH_TOOL,) if search_on else ())]
+def _tool_tokens(capabilities: tuple[Capability, ...]) -> int:
+    """The tools' definitions as sent: the same bytes every turn, so counted once (a capability
+    hashes as itself)."""
+    definitions = [definition for capability in capabilities for definition in capability.definitions]
     return approximate_tokens(json.dumps(definitions)) if definitions else 0

@@ -7,15 +7,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from uuid import UUID
 
 from core.context import ContextItem
-from core.follow_ups import FollowUpRules
 from core.media import MediaRef
-from core.memory_search import SearchRules
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface
+from core.phrases.catalogue import Catalogue, Phrases
+
+if TYPE_CHECKING:
+    from core.capabilities import Capability
 
 
 class ReplyChannel(Protocol):
@@ -37,6 +39,21 @@ class ReplyChannel(Protocol):
         ...
 
 
+@runtime_checkable
+class StopButton(Protocol):
+    """A `ReplyChannel` whose person can stop the reply while it is written (Telegram's drafts,
+    Bot API 10.3: core/stopped_generation.py)."""
+
+    def stopped(self) -> str | None:
+        """The text the person was shown when they stopped the reply; None while they have not."""
+        ...
+
+    @property
+    def checks(self) -> int:
+        """How often the channel asked the database whether they stopped it: a round trip each."""
+        ...
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     surface: Surface
@@ -55,6 +72,9 @@ class TurnRequest:
     # how long after the turn's start the response is still taken. Past it the reply is not given
     # (nor stored): the attempt ends and the message is owed (core/owed.py answers it).
     reply_within_s: float | None = None
+    # The language the request states (a BCP 47 tag: Telegram's language_code, the web's
+    # navigator.language; None: it states none), first of the fixed phrases' rule (core/phrases/).
+    language: str | None = None
 
 
 class Outcome(StrEnum):
@@ -67,6 +87,9 @@ class Outcome(StrEnum):
     ABANDONED = "abandoned"
     # Media that could not be used (too large, unreadable, no transcription): a fixed answer, no model.
     MEDIA_REFUSED = "media_refused"
+    # The person stopped the reply as it was written (Telegram's stop button): what they were shown
+    # is the reply, sent and stored; what the model spent is counted.
+    STOPPED = "stopped"
 
 
 @dataclass
@@ -122,10 +145,25 @@ class TurnResult:
 @dataclass(frozen=True)
 class TurnSettings:
     system_prompt: str
+    # FALLBACK_REPLY and STRANGER_REPLY: set, they are said in every language; empty, the
+    # catalogue's phrase in the turn's language (docs/decisions.md).
     fallback_reply: str
     stranger_reply: str
     annotate: bool = True
     timezone: str = "UTC"
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
-    follow_ups: FollowUpRules = FollowUpRules(max_pending=0)  # max_pending 0: no tools
-    search: SearchRules | None = None  # MEMORY_SEARCH off: no search tool
+    # What the agent can do (core/capabilities.py): their tools go with every turn, in this order.
+    capabilities: tuple[Capability, ...] = ()
+    tool_rounds: int = 4  # TOOL_ROUNDS: rounds of tool calls a turn runs before it must answer
+    catalogue: Catalogue = field(default_factory=Catalogue)
+
+    def phrases(self, language: str | None) -> Phrases:
+        return self.catalogue.phrases(language)
+
+    def fallback(self, language: str | None) -> str:
+        """What a person waiting is told when the model fails."""
+        return self.fallback_reply or self.phrases(language).say("turn.fallback")
+
+    def stranger(self, language: str | None) -> str:
+        """What a sender the identity policy turns away is told."""
+        return self.stranger_reply or self.phrases(language).say("turn.stranger")

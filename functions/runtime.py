@@ -12,26 +12,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.capabilities import Capability, checked, standing_instructions
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.commands import Commands
 from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.edits import Corrections
 from core.errors import ConfigurationError
 from core.follow_up_delivery import FollowUpDelivery
-from core.follow_ups import FollowUpRules
+from core.follow_ups import FollowUpRules, FollowUps
 from core.forgetting import Forgetting
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.logs import configure_json_logging
 from core.media import MediaLimits
+from core.media_capability import Media
 from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
-from core.memory_search import SearchRules
+from core.memory_search import MemorySearch, SearchRules
 from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
-from core.model.prompt import Capabilities, standing_instructions
 from core.models import Delivery, Surface
 from core.owed import OwedReplies
+from core.phrases.catalogue import Catalogue
 from core.retention import Retention, in_flight_window
 from core.settings import Settings
 from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
@@ -44,6 +46,7 @@ from core.surfaces import web as web_surface
 from core.surfaces import whatsapp as whatsapp_surface
 from core.turn import Turns
 from core.turn_request import TurnSettings
+from functions.extra_tools import extra_tools
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource
@@ -243,31 +246,38 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
     )
 
 
-def capabilities(config: Settings) -> Capabilities:
-    """What this deployment's agent can do, as its settings switch it: what its prompt says."""
-    return Capabilities(
-        images=True,
-        follow_ups=config.follow_ups_per_person > 0,
-        search=config.memory_search,
+def capabilities(config: Settings) -> tuple[Capability, ...]:
+    """What this deployment's agent can do, as its settings switch it, in the prompt's order:
+    each says its part of the prompt (what it can, or cannot, do) and brings its tools."""
+    search = SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None
+    return checked(
+        (
+            Media(),
+            FollowUps(FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars)),
+            MemorySearch(search),
+            extra_tools(config.extra_tools),  # EXTRA_TOOLS: the operator's own (docs/extending.md)
+        )
     )
 
 
 @functools.cache
 def turns() -> Turns:
     config = settings()
+    able = capabilities(config)
     return Turns(
         memory(),
         model,
         identity(),
         TurnSettings(
-            system_prompt=standing_instructions(config.system_prompt, capabilities(config)),
+            system_prompt=standing_instructions(config.system_prompt, able),
             fallback_reply=config.fallback_reply,
             stranger_reply=config.stranger_reply,
             annotate=config.context_annotations,
             timezone=config.context_timezone,
             memory_notes=config.memory_notes,
-            follow_ups=FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars),
-            search=SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None,
+            capabilities=able,
+            tool_rounds=config.tool_rounds,
+            catalogue=catalogue(),
         ),
         media=media_reader,  # built on the first photo, PDF or voice note
         now=lambda: now(),
@@ -389,7 +399,6 @@ def owed_replies() -> OwedReplies:
         deadlines,
         max_age_s=config.owed_reply_max_age * 60,
         max_tries=config.owed_reply_max_tries,
-        fallback_reply=config.fallback_reply,
     )
 
 
@@ -480,7 +489,14 @@ def linking() -> Linking:
         attempts_per_hour=config.link_attempts_per_hour,
         telegram_bot_username=config.telegram_bot_username,
         stranger_reply=config.stranger_reply,
+        catalogue=catalogue(),
     )
+
+
+@functools.cache
+def catalogue() -> Catalogue:
+    """The fixed phrases in every language (core/phrases/), each file read when first needed."""
+    return Catalogue(settings().default_language)
 
 
 @functools.cache
@@ -497,7 +513,7 @@ def corrections() -> Corrections:
 
 @functools.cache
 def forgetting() -> Forgetting:
-    return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply)
+    return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply, catalogue=catalogue())
 
 
 @functools.cache
@@ -533,6 +549,7 @@ _CACHED = (
     surfaces,
     turns,
     linking,
+    catalogue,
     commands,
     corrections,
     forgetting,

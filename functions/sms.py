@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import flask
 
-from core.channels.sms import SmsForm, classify
+from core.channels.sms import Keyword, SmsForm, classify
 from core.channels.whatsapp import Converse
 from core.errors import InputError
 from core.forgetting import ForgetRequest
@@ -18,7 +18,7 @@ from core.models import Surface
 from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import json_response, serving
-from functions.whatsapp import TWIML_WITHIN_S, answered_in_twiml, twilio_form, twiml_response
+from functions.whatsapp import TWIML_WITHIN_S, answered_in_twiml, said_in, twilio_form, twiml_response
 
 
 @serving
@@ -31,10 +31,13 @@ def sms_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
+    if isinstance(action, Keyword):
+        return twiml_response(None)
+    phrases = said_in(form.body)
     if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
-        return twiml_response(runtime.commands().answer(action).text)
+        return twiml_response(runtime.commands().answer(action, phrases.language).text)
     if not isinstance(action, Converse):
-        return twiml_response(action.text or None)
+        return twiml_response(phrases.say(action.phrase))
     turn = TurnRequest(
         Surface.SMS,
         action.text,
@@ -45,4 +48,4 @@ def sms_webhook(request: flask.Request) -> flask.Response:
         platform=action.platform,
         reply_within_s=TWIML_WITHIN_S,
     )
-    return answered_in_twiml(turn)
+    return answered_in_twiml(turn, phrases)

@@ -2,7 +2,8 @@
 
 Verify the secret token, parse the update, run the turn (the reply goes out through the
 Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200; an edited
-message corrects the stored one and is not answered. When the
+message corrects the stored one and is not answered; a tap on a draft's stop button is recorded
+for the turn writing it, wherever it runs (core/stopped_generation.py). When the
 stored reply could not be sent for a reason that may pass, answer 503: Telegram redelivers
 an update whose webhook answered anything but 2xx, and the redelivery sends that reply. So too
 when the turn's time ran out before its reply went out (nothing is stored then): the
@@ -22,12 +23,16 @@ from core.channels.telegram_update import (
     Command,
     Converse,
     Notice,
+    StopGeneration,
     TelegramUpdate,
     classify,
 )
 from core.edits import MessageEdit
 from core.errors import InputError, OverBudget, StillAnswering
 from core.models import Surface
+from core.phrases.catalogue import Phrases
+from core.phrases.refusals import input_refused, over_budget
+from core.stopped_generation import StoppedGenerations
 from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
@@ -57,18 +62,27 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     # Without a bot token (local development) every answer travels in the response.
     inline = config.telegram_reply_in_webhook or config.telegram_bot_token is None
     action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
+    catalogue = runtime.catalogue()
     if isinstance(action, Notice):
-        return _reply(action.chat_id, action.text, inline=inline)
+        phrases = catalogue.phrases(catalogue.choose(action.language_code))
+        return _reply(action.chat_id, phrases.say(action.phrase), inline=inline)
+    if isinstance(action, StopGeneration):
+        # Never a turn, never an answer: the turn writing that draft stops, and sends what was shown.
+        stopped = StoppedGenerations(runtime.store()).record(action.chat_id, action.draft_id)
+        return json_response({"ok": True, "stopped": stopped})
     if isinstance(action, MessageEdit):
         # No answer: the person corrected what they said; the next turn reads it (core/edits.py).
         return json_response({"ok": True, "edit": runtime.corrections().apply(action).value})
     if isinstance(action, Command):
-        answer = runtime.commands().answer(action.request)
+        phrases = catalogue.phrases(catalogue.choose(action.language_code))
+        answer = runtime.commands().answer(action.request, phrases.language)
         if action.callback_query_id and config.telegram_bot_token is not None:
             runtime.telegram_bot().answer_callback_query(action.callback_query_id)
-        return _reply(action.chat_id, answer.text, inline=inline, confirm_code=answer.confirm_code)
+        button = confirm_button(answer.confirm_code, phrases) if answer.confirm_code else None
+        return _reply(action.chat_id, answer.text, inline=inline, markup=button)
     if not isinstance(action, Converse):
         return json_response({"ok": True, "ignored": action.reason})
+    phrases = catalogue.phrases(catalogue.choose(action.language_code, action.text))
     turn = TurnRequest(
         Surface.TELEGRAM,
         action.text,
@@ -77,6 +91,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         deadline_s=runtime.surfaces()[Surface.TELEGRAM].deadline_s,
         media=action.media,
         platform=action.platform,
+        language=action.language_code,
     )
     deadline = time.monotonic() + REPLY_DEADLINE_S
     try:
@@ -84,17 +99,22 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         if not inline:
             drafts = config.telegram_drafts
             channel = TelegramChannel(
-                runtime.telegram_bot(), action.chat_id, deadline, draft_id=action.update_id, drafts=drafts
+                runtime.telegram_bot(),
+                action.chat_id,
+                deadline,
+                draft_id=action.update_id,
+                drafts=drafts,
+                stops=StoppedGenerations(runtime.store()),
             )
         result = runtime.turns().run(turn, channel)
     except OverBudget as exc:
-        return _reply(action.chat_id, str(exc), inline=inline)
+        return _reply(action.chat_id, over_budget(phrases, exc), inline=inline)
     except StillAnswering as exc:
         # A redelivery while the first attempt may still answer: Telegram tries again later, and
         # once that attempt can no longer answer, the redelivery answers (the message is owed).
         return json_response({"error": "still_answering", "message": str(exc)}, 503)
     except InputError as exc:
-        return _reply(action.chat_id, f"Sorry, I couldn't take that message: {exc}.", inline=inline)
+        return _reply(action.chat_id, input_refused(phrases, exc), inline=inline)
     if inline and result.reply:
         return _reply(action.chat_id, result.reply, inline=True)
     if result.reply_owed:
@@ -102,11 +122,10 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     return json_response({"ok": True, "outcome": result.outcome.value})
 
 
-def _reply(chat_id: int, text: str, *, inline: bool, confirm_code: str | None = None) -> flask.Response:
+def _reply(chat_id: int, text: str, *, inline: bool, markup: dict[str, object] | None = None) -> flask.Response:
     """An answer in this response (one outbound call fewer), or through the Bot API when it
     is longer than one message; with no bot token (local development) only its first part.
-    `confirm_code`: under the text, a button that confirms linking with that code."""
-    markup = confirm_button(confirm_code) if confirm_code else None
+    `markup`: the buttons under the text."""
     if inline and (len(text) <= TELEGRAM_LIMIT or runtime.settings().telegram_bot_token is None):
         first = split_message(text, TELEGRAM_LIMIT - 2)[0]
         shown = first if first == text.strip() else first + " …"
@@ -118,5 +137,7 @@ def _reply(chat_id: int, text: str, *, inline: bool, confirm_code: str | None = 
     return json_response({"ok": True})
 
 
-def confirm_button(code: str) -> dict[str, object]:
-    return {"inline_keyboard": [[{"text": "Confirm", "callback_data": CONFIRM_LINK + code}]]}
+def confirm_button(code: str, phrases: Phrases) -> dict[str, object]:
+    """The button that confirms linking with `code`."""
+    label = phrases.say("telegram.confirm_button")
+    return {"inline_keyboard": [[{"text": label, "callback_data": CONFIRM_LINK + code}]]}

@@ -13,16 +13,15 @@ import binascii
 import re
 import time
 import uuid
-from collections.abc import Iterator
 
 import flask
 from pydantic import ValidationError
 
 from core.context import ContextItem
 from core.errors import InputError, StillAnswering
-from core.models import Role, Surface
+from core.models import Role, Surface, TurnStart
 from core.turn import ANSWER_MARGIN_S
-from core.turn_request import TurnRequest, TurnResult
+from core.turn_request import TurnRequest
 from functions import runtime
 from functions.http import parse_json
 from functions.ui_message_stream import HEADERS, turn_events
@@ -40,7 +39,7 @@ def is_ui_chat(body: object) -> bool:
 
 def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     body = parse_json(raw, UIChatRequest)
-    return streamed(runtime.turns().stream(ui_turn(body, person)), cors)
+    return streamed(ui_turn(body, person), cors)
 
 
 def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
@@ -60,6 +59,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment(part).media() for part in last.parts if isinstance(part, UIFilePart)),
         timezone=body.timezone,
+        language=body.language,
     )
 
 
@@ -113,15 +113,21 @@ def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], matc
     give_up_at = time.monotonic() + deadline_s + ANSWER_MARGIN_S
     while True:
         try:
-            return streamed(runtime.turns().stream(turn), cors)
+            return streamed(turn, cors)
         except StillAnswering:
             if time.monotonic() + RESUME_POLL_S > give_up_at:
                 raise
             time.sleep(RESUME_POLL_S)
 
 
-def streamed(events: Iterator[TurnResult | str], cors: dict[str, str]) -> flask.Response:
+def streamed(turn: TurnRequest, cors: dict[str, str]) -> flask.Response:
     """The UI message stream of a turn, started only once its first event came: its errors of
-    input, ownership, budget and auth are answered with their status, before any byte."""
+    input, ownership, budget and auth are answered with their status, before any byte. By then
+    the turn has begun, and its start knows the id its reply is stored under."""
+    begun: list[TurnStart] = []
+    events = runtime.turns().stream(turn, begun.append)
     first = next(events)
-    return flask.Response(turn_events(first, events), headers={**cors, **HEADERS}, mimetype="text/event-stream")
+    reply_id = begun[0].reply_id if begun else None
+    return flask.Response(
+        turn_events(reply_id, first, events), headers={**cors, **HEADERS}, mimetype="text/event-stream"
+    )

@@ -6,7 +6,8 @@ server-sent events whose `data` is one JSON part each, validated by its `uiMessa
 the header `x-vercel-ai-ui-message-stream: v1` (its `UI_MESSAGE_STREAM_HEADERS`), and a last
 `data: [DONE]` (its `JsonToSseTransformStream`). A turn is sent as
 
-    start            messageId: the stored reply's id, when the reply is whole before its text goes
+    start            messageId: the id the reply is stored under (reserved when the turn began;
+                     none when the database was down)
     text-start       id "text-1"
     text-delta ...   the model's text as it writes
     text-end
@@ -52,29 +53,21 @@ def event(chunk: dict[str, Any]) -> str:
     return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
 
-def turn_events(first: TurnResult | str, rest: Iterator[TurnResult | str]) -> Iterator[str]:
+def turn_events(reply_id: int | None, first: TurnResult | str, rest: Iterator[TurnResult | str]) -> Iterator[str]:
     """The UI message stream of a turn's events (`Turns.stream`: text, then the result), the
     first of them already taken (its errors are answered with their status, before any byte).
 
-    `start` waits for the first piece of text and what follows it: when that is the result (a
-    redelivery, a resume, an answer written in one piece) the reply is stored already and `start`
-    names it. Closed early (the client went away), it closes `rest`, which counts the turn
-    abandoned; an error after the first event is an `error` part."""
+    `start` names `reply_id`, the id its reply is stored under (the stored reply's, for a
+    redelivery or a resume): the SDK keeps the message under it, as the history route gives it.
+    Closed early (the client went away), it closes `rest`, which counts the turn abandoned; an
+    error after the first event is an `error` part."""
     try:
-        held: str | None = None
-        started = False
+        yield event({"type": "start", "messageId": str(reply_id)} if reply_id is not None else {"type": "start"})
+        yield event({"type": "text-start", "id": TEXT_ID})
         for item in itertools.chain([first], rest):
             if isinstance(item, TurnResult):
-                if not started:
-                    yield from opening(item.reply_id, held)
                 yield from closing(item)
                 return
-            if not started and held is None:
-                held = item
-                continue
-            if not started:
-                yield from opening(None, held)
-                started = True
             yield event({"type": "text-delta", "id": TEXT_ID, "delta": item})
     except CrossmemError as exc:
         yield event({"type": "error", "errorText": error_text(exc)})
@@ -83,13 +76,6 @@ def turn_events(first: TurnResult | str, rest: Iterator[TurnResult | str]) -> It
     finally:
         if isinstance(rest, Generator):  # Turns.stream's: closing it ends the turn as abandoned
             rest.close()
-
-
-def opening(reply_id: int | None, text: str | None) -> Iterator[str]:
-    yield event({"type": "start", "messageId": str(reply_id)} if reply_id is not None else {"type": "start"})
-    yield event({"type": "text-start", "id": TEXT_ID})
-    if text:
-        yield event({"type": "text-delta", "id": TEXT_ID, "delta": text})
 
 
 def closing(result: TurnResult) -> Iterator[str]:

@@ -116,11 +116,12 @@ def send_message(
         deadline_s=runtime.surfaces()[Surface.WEB].deadline_s,
         media=tuple(attachment.media() for attachment in body.attachments),
         timezone=body.timezone,
+        language=body.language,
     )
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)
     if request.headers.get(UI_STREAM_HEADER) == "v1":  # today's body, answered as useChat's is (the demo page)
-        return ui_chat.streamed(runtime.turns().stream(turn), cors)
+        return ui_chat.streamed(turn, cors)
     events = runtime.turns().stream(turn)
     first = next(events)  # errors of input, ownership and auth surface here, before any byte is sent
     return flask.Response(

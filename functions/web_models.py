@@ -56,6 +56,7 @@ class SendMessage(BaseModel):
     history: list[ClientMessage] | None = Field(default=None, max_length=200)
     attachments: list[WebAttachment] = Field(default=[], max_length=10)
     timezone: str | None = Field(default=None, max_length=64)  # the browser's Intl timezone
+    language: str | None = Field(default=None, max_length=35)  # navigator.language: the fixed answers'
 
 
 class NewConversation(BaseModel):
@@ -116,3 +117,4 @@ class UIChatRequest(BaseModel):
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=128)
     timezone: str | None = Field(default=None, max_length=64)  # as SendMessage's, sent in `body`
+    language: str | None = Field(default=None, max_length=35)  # as SendMessage's, sent in `body`

@@ -18,6 +18,8 @@ from core.errors import InputError, OverBudget, StillAnswering
 from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
 from core.models import Surface
+from core.phrases.catalogue import Phrases
+from core.phrases.refusals import input_refused, over_budget
 from core.settings import Settings
 from core.turn_request import TurnRequest
 from functions import runtime
@@ -40,10 +42,11 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
+    phrases = said_in(form.body)
     if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
-        return twiml_response(runtime.commands().answer(action).text)
+        return twiml_response(runtime.commands().answer(action, phrases.language).text)
     if not isinstance(action, Converse):
-        return twiml_response(action.text)
+        return twiml_response(phrases.say(action.phrase))
     turn = TurnRequest(
         Surface.WHATSAPP,
         action.text,
@@ -57,20 +60,28 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     )
     if config.whatsapp_typing_indicator and (sender := runtime.whatsapp_sender()) is not None:
         sender.show_typing(action.message_sid)
-    return answered_in_twiml(turn)
+    return answered_in_twiml(turn, phrases)
 
 
-def answered_in_twiml(turn: TurnRequest) -> flask.Response:
+def said_in(body: str) -> Phrases:
+    """The phrases to answer a Twilio message in. Twilio says nothing of the person's language: a
+    command's answer goes by the words, else DEFAULT_LANGUAGE; a turn's by the person's remembered
+    language first (core/turn.py)."""
+    catalogue = runtime.catalogue()
+    return catalogue.phrases(catalogue.choose(None, body))
+
+
+def answered_in_twiml(turn: TurnRequest, phrases: Phrases) -> flask.Response:
     """The turn's reply as Twilio's webhook answer (WhatsApp's or SMS's)."""
     try:
         result = runtime.turns().run(turn)
         return twiml_response(result.reply, result.follow_ups_first)
     except OverBudget as exc:
-        return twiml_response(str(exc))
+        return twiml_response(over_budget(phrases, exc))
     except StillAnswering:
         return twiml_response(None)  # the first attempt, or the scheduled job once it cannot, answers
     except InputError as exc:
-        return twiml_response(f"Sorry, I couldn't take that message: {exc}.")
+        return twiml_response(input_refused(phrases, exc))
 
 
 def twilio_form(request: flask.Request, config: Settings) -> Mapping[str, str] | flask.Response:

@@ -164,6 +164,7 @@ def begin_turn_arguments(**given: object) -> dict[str, object]:
         "p_input_tokens": 0,
         "p_output_tokens": 0,
         "p_requests": 0,
+        "p_language": None,
     }
     return {**arguments, **given}
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -15,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import psycopg
 import pytest
@@ -23,6 +26,7 @@ from functions_framework import create_app
 from twilio.request_validator import RequestValidator
 
 from core.errors import StoreUnavailable
+from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from core.surfaces import Delivery, Surface, SurfaceAdapter
 from functions import runtime
@@ -280,3 +284,62 @@ def saying_on_telegram(send_text: Callable[[int, str], Delivery]) -> dict[Surfac
     registry = dict(runtime.surfaces())
     registry[Surface.TELEGRAM] = replace(registry[Surface.TELEGRAM], say_follow_up=telegram.say_follow_up(send_text))
     return registry
+
+
+# The fixed phrases as a person reads them (core/phrases/), for exact asserts in either language.
+ENGLISH = Catalogue().phrases("en")
+SPANISH = Catalogue().phrases("es")
+
+
+def will_delete(phrases: Phrases, messages: int, conversations: int, confirm: str) -> str:
+    """What `/forget` (or `forget`) answers before anything is deleted."""
+    return phrases.say(
+        "forget.will_delete",
+        messages=phrases.count("count.messages", messages),
+        conversations=phrases.count("count.conversations", conversations),
+        confirm=confirm,
+        minutes=5,
+    )
+
+
+def forgotten(phrases: Phrases, messages: int) -> str:
+    """What `/forget confirm` answers once everything is deleted."""
+    return phrases.say("forget.forgotten", messages=phrases.count("count.messages", messages))
+
+
+def crossmem_dev(env: dict[str, str], cwd: Path, port: int) -> subprocess.Popen[str]:
+    """`crossmem dev` in its own process, as `make dev` runs it, once it answers /healthz (or the
+    test fails with what it printed). The caller stops it with SIGTERM, as a process manager would."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "functions.tools.cli", "dev"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    server.kill()
+    pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))
+
+
+class MovedClock:
+    """A monotonic clock (time.monotonic's stand-in) that moves only when the test moves it, or
+    when something sleeps on it (`sleep`, as the Telegram bot waits out a 429)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds

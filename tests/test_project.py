@@ -14,13 +14,14 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from core.settings import Settings
-from functions.tools.cli import parser
+from functions.tools.cli import crossmem
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -70,10 +71,9 @@ def test_the_example_configuration_is_the_defaults(tmp_path: Path, monkeypatch: 
 
 def commands() -> list[str]:
     found = []
-    for action in parser()._subparsers._group_actions:  # type: ignore[union-attr]
-        for name, sub in action.choices.items():
-            nested = [a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction"]
-            found += [f"crossmem {name} {child}" for a in nested for child in a.choices] or [f"crossmem {name}"]
+    for name, command in crossmem.commands.items():
+        nested = command.commands if isinstance(command, click.Group) else {}
+        found += [f"crossmem {name} {child}" for child in nested] or [f"crossmem {name}"]
     return found
 
 

@@ -16,8 +16,10 @@ from core.digest import DigestLimits
 from core.media import MediaLimits
 from core.memory import ContextLimits, TurnBudget
 from core.models import Role, Surface
+from core.phrases.catalogue import Catalogue
 from core.retention import Retention
 from core.settings import Settings
+from core.turn_request import TurnSettings
 from tests.database import SCHEMAS
 
 # A field of core that carries a setting -> the setting.
@@ -37,6 +39,10 @@ CARRIES = {
     (MediaLimits, "voice_max_seconds"): "voice_max_seconds",
     (MediaLimits, "voice_seconds_per_day"): "voice_seconds_per_day",
     (TurnBudget, "reply_tokens"): "anthropic_max_tokens",
+    (TurnSettings, "annotate"): "context_annotations",
+    (TurnSettings, "timezone"): "context_timezone",
+    (TurnSettings, "memory_notes"): "memory_notes",
+    (TurnSettings, "tool_rounds"): "tool_rounds",
 }
 # Defaults that are not a setting's: the zeros of a Memory built without a budget (the functions
 # always pass TURNS_PER_MINUTE, TURNS_PER_DAY and TOKENS_PER_DAY), and bounds no setting names.
@@ -47,6 +53,7 @@ NOT_SETTINGS = {
     (DigestLimits, "messages_per_digest"),
     (ContextLimits, "max_history_chars"),  # MAX_HISTORY_CHARS: unset means 4 x MAX_MESSAGE_CHARS
     (MediaLimits, "voice_max_bytes"),  # a download's bound, no setting's
+    (TurnSettings, "capabilities"),  # built from several settings by functions/runtime.py
 }
 
 
@@ -55,7 +62,7 @@ def setting(name: str) -> Any:
 
 
 def test_every_default_of_core_that_carries_a_setting_is_the_settings() -> None:
-    for holder in (ContextLimits, DigestLimits, TurnBudget, MediaLimits):
+    for holder in (ContextLimits, DigestLimits, TurnBudget, MediaLimits, TurnSettings):
         for field in dataclasses.fields(holder):
             if field.default is dataclasses.MISSING:
                 continue
@@ -93,3 +100,10 @@ def test_the_window_rule_is_the_same_in_sql_and_in_python(database_url: str) -> 
         if sql != len(stepped_tail(messages[:total], limit, step))
     ]
     assert len(kept) == 151 * 61 * 71 and differ == []
+
+
+def test_the_catalogues_default_language_is_the_settings() -> None:
+    """A Catalogue built without DEFAULT_LANGUAGE (a core object made in a test, Linking's own)
+    speaks the setting's default."""
+    assert inspect.signature(Catalogue.__init__).parameters["default_language"].default == setting("default_language")
+    assert Catalogue().default_language == "en"

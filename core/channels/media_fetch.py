@@ -46,7 +46,7 @@ class MediaSource(Protocol):
 
 
 def too_large(limit: int) -> MediaUnreadable:
-    return MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB")
+    return MediaUnreadable(f"larger than {limit / 1_000_000:.1f} MB", "too_large", size=limit)
 
 
 def read_capped(response: httpx.Response, max_bytes: int, ends: float) -> bytes:
@@ -91,7 +91,7 @@ class TelegramFiles:
             ends = time.monotonic() + timeout_s
             with self._http.stream("GET", url, timeout=timeout_s) as response:
                 if response.status_code != 200:
-                    raise MediaUnreadable(f"the download failed ({response.status_code})")
+                    raise MediaUnreadable(f"the download failed ({response.status_code})", "download_failed")
                 return read_capped(response, max_bytes, ends)
         except MediaUnreadable:
             raise
@@ -100,7 +100,7 @@ class TelegramFiles:
         # control character or 70,000 characters makes httpx raise InvalidURL, no HTTPError.
         except Exception as exc:
             log.warning("a Telegram file could not be fetched", extra={"error": type(exc).__name__})
-            raise MediaUnreadable("the download failed") from None
+            raise MediaUnreadable("the download failed", "download_failed") from None
 
     def close(self) -> None:
         self._http.close()
@@ -130,7 +130,7 @@ class TwilioMedia:
     def fetch(self, ref: MediaRef, max_bytes: int, timeout_s: float) -> bytes:
         if not twilio_media_allowed(ref.source, self._account_sid):
             log.warning("a media URL outside Twilio's media host was not fetched")
-            raise MediaUnreadable("it was not on Twilio's media host")
+            raise MediaUnreadable("it was not on Twilio's media host", "not_on_media_host")
         url = httpx.URL(self._base + urlsplit(ref.source).path)
         ends = time.monotonic() + timeout_s
         try:
@@ -145,14 +145,14 @@ class TwilioMedia:
                             raise MediaUnreadable("Twilio's answer pointed outside its media host")
                         continue
                     if response.status_code != 200:
-                        raise MediaUnreadable(f"the download failed ({response.status_code})")
+                        raise MediaUnreadable(f"the download failed ({response.status_code})", "download_failed")
                     return read_capped(response, max_bytes, ends)
-            raise MediaUnreadable("the download failed (too many redirects)")
+            raise MediaUnreadable("the download failed (too many redirects)", "download_failed")
         except MediaUnreadable:
             raise
         except Exception as exc:  # an odd Location (httpx.InvalidURL) as much as a network error
             log.warning("a Twilio media file could not be fetched", extra={"error": type(exc).__name__})
-            raise MediaUnreadable("the download failed") from None
+            raise MediaUnreadable("the download failed", "download_failed") from None
 
     def close(self) -> None:
         self._http.close()

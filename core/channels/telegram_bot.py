@@ -26,6 +26,7 @@ from core.channels.live_reply import LiveReply
 from core.channels.splitting import split_message
 from core.errors import DeliveryFailed
 from core.models import Delivery
+from core.stopped_generation import StoppedGenerations
 
 if TYPE_CHECKING:
     import httpx
@@ -150,21 +151,38 @@ class TelegramChannel:
     (the function's own limit), both times on the bot's clock.
 
     While the model writes, the person sees "typing…" and, with `drafts`, the text as it grows
-    (core/channels/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage."""
+    (core/channels/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage.
+    With `stops` the drafts carry the stop button (a `StopButton`: core/turn_request.py), and a
+    tap recorded there ends the model's answer at the draft the person saw."""
 
     def __init__(
-        self, bot: TelegramBot, chat_id: int, deadline: float | None = None, *, draft_id: int = 0, drafts: bool = False
+        self,
+        bot: TelegramBot,
+        chat_id: int,
+        deadline: float | None = None,
+        *,
+        draft_id: int = 0,
+        drafts: bool = False,
+        stops: StoppedGenerations | None = None,
     ) -> None:
         self._bot = bot
         self._chat_id = chat_id
         self._deadline = deadline if deadline is not None else math.inf
-        self._live = LiveReply(bot.call, chat_id, draft_id, drafts=drafts, clock=bot.clock)
+        asked = (lambda: stops.asked(chat_id, draft_id)) if stops is not None and drafts else None
+        self._live = LiveReply(bot.call, chat_id, draft_id, drafts=drafts, clock=bot.clock, stop_asked=asked)
 
     def show_typing(self, until: float) -> None:
         self._live.start(min(until, self._deadline))
 
     def draft(self, text: str) -> None:
         self._live.show(text)
+
+    def stopped(self) -> str | None:
+        return self._live.stopped()
+
+    @property
+    def checks(self) -> int:
+        return self._live.checks
 
     def send(self, text: str, until: float) -> Delivery:
         self._live.stop()  # no draft after the message, nor after the attempt's time

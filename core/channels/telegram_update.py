@@ -1,7 +1,7 @@
 """Telegram's `Update` as it reaches the webhook, and what each kind of update asks of us.
 
 The models accept unknown and missing fields (Telegram adds fields; updates from 2018
-lack some now required). `classify` turns an update into one of five actions:
+lack some now required). `classify` turns an update into one of six actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
   `media`, fetched by the turn: core/media_turn.py), or a shared location, venue or contact (as
@@ -10,13 +10,15 @@ lack some now required). `classify` turns an update into one of five actions:
   text quoted (`quote`, the part the person picked, else the replied message's text or caption).
 - `MessageEdit`: the person corrected the text of a private message: its stored text is replaced
   (core/edits.py), and nothing is answered.
-- `Notice`: a short fixed answer, nothing stored (stickers, videos, groups).
+- `Notice`: a short fixed answer (a phrase, core/phrases/), nothing stored (stickers, videos, groups).
 - `Ignore`: a 200 and nothing else (service updates, edited captions, a live location's new
   positions, queries, channels, and every update kind this code does not know: Bot API 10.x
   added `guest_message`, `managed_bot`, `subscription`..., docs/decisions.md, Bot API 10.x).
 - `Command`: a chat command (core/commands.py: linking, unlinking, forgetting), or the Confirm
   button under a link's question (a `callback_query`): never part of the thread.
-docs/api.md's table lists every kind.
+- `StopGeneration`: the person tapped the stop button under a reply's draft (Bot API 10.3's
+  `stopped_message_generation`): the turn writing it stops (core/stopped_generation.py).
+docs/api.md's table lists every kind; `WEBHOOK_UPDATES` the kinds the webhook is set up to get.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class User(_Tolerant):
     is_bot: bool = False
     first_name: str = ""
     username: str | None = None
+    language_code: str | None = None  # the person's app language (IETF tag), when Telegram says it
 
 
 class Chat(_Tolerant):
@@ -87,6 +90,14 @@ class Message(_Tolerant):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+class MessageGenerationStopped(_Tolerant):
+    """Bot API 10.3: "a user asked the bot to stop the generation of a message" (its draft's)."""
+
+    chat: Chat
+    draft_id: int
+    message_thread_id: int | None = None
+
+
 class TelegramUpdate(_Tolerant):
     update_id: int
     message: Message | None = None
@@ -96,6 +107,7 @@ class TelegramUpdate(_Tolerant):
     callback_query: dict[str, object] | None = None
     inline_query: dict[str, object] | None = None
     my_chat_member: dict[str, object] | None = None
+    stopped_message_generation: MessageGenerationStopped | None = None
 
 
 @dataclass(frozen=True)
@@ -106,13 +118,17 @@ class Converse:
     update_id: int
     media: tuple[MediaRef, ...] = field(default=())  # then `text` is the caption
     platform: PlatformMessage | None = None
+    language_code: str | None = None  # the sender's `from.language_code`
 
 
 @dataclass(frozen=True)
 class Notice:
+    """A fixed answer: the id of its phrase (core/phrases/*.toml), said in the sender's language."""
+
     chat_id: int
-    text: str
+    phrase: str
     reason: str
+    language_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +143,20 @@ class Command:
     chat_id: int
     request: ChatCommand
     callback_query_id: str | None = None  # a tapped button, which Telegram wants answered
+    language_code: str | None = None  # the sender's `from.language_code`
 
+
+@dataclass(frozen=True)
+class StopGeneration:
+    """The stop button under the draft `draft_id` (the update_id of the message being answered)."""
+
+    chat_id: int
+    draft_id: int
+
+
+# The update kinds the webhook asks Telegram for (setWebhook's `allowed_updates`): the ones
+# `classify` acts on. Any other is a 200 and nothing else, should it come.
+WEBHOOK_UPDATES = ("message", "edited_message", "callback_query", "my_chat_member", "stopped_message_generation")
 
 # How Telegram names its update kinds: an unknown kind is named in our answer only when it looks so.
 UPDATE_KIND = re.compile(r"[a-z][a-z_]{0,63}")
@@ -136,14 +165,11 @@ UPDATE_KIND = re.compile(r"[a-z][a-z_]{0,63}")
 CONFIRM_LINK = "link:"
 
 
-TelegramAction = Converse | MessageEdit | Notice | Ignore | Command
+TelegramAction = Converse | MessageEdit | Notice | Ignore | Command | StopGeneration
 
-TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
-PRIVATE_ONLY = "I keep our conversations private, so I only talk in a direct chat with you. Message me there."
-WELCOME = (
-    "Hi! I'm your advisor. Write to me here, on WhatsApp or on the web: "
-    "I remember our one conversation across all of them."
-)
+TEXT_ONLY = "media.text_only"
+PRIVATE_ONLY = "telegram.private_only"
+WELCOME = "telegram.welcome"
 
 
 def _media_kind(message: Message) -> str | None:
@@ -175,6 +201,8 @@ def _addressed_to_bot(message: Message, bot_id: int | None, bot_username: str | 
 
 
 def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: str | None = None) -> TelegramAction:
+    if (stopped := update.stopped_message_generation) is not None:
+        return StopGeneration(stopped.chat.id, stopped.draft_id)
     if update.callback_query is not None:
         return _confirmed_link(update.callback_query) or Ignore("callback_query")
     if update.message is None and update.edited_message is not None:
@@ -191,26 +219,29 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     sender = message.from_
     if sender is None or sender.is_bot:
         return Ignore("not from a person")
+    language = sender.language_code
     if message.chat.type != "private":
         if _addressed_to_bot(message, bot_id, bot_username):
-            return Notice(message.chat.id, PRIVATE_ONLY, f"{message.chat.type} message addressed to the bot")
+            reason = f"{message.chat.type} message addressed to the bot"
+            return Notice(message.chat.id, PRIVATE_ONLY, reason, language)
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
     if message.text and (command := chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username)):
-        return Command(message.chat.id, command)
+        return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
-        return Notice(message.chat.id, WELCOME, "start")
+        return Notice(message.chat.id, WELCOME, "start", language)
     platform = platform_message(message)
+    chat, person, update_id = message.chat.id, str(sender.id), update.update_id
     if attached := readable_media(message):
         caption = (message.caption or "").strip()
-        return Converse(message.chat.id, str(sender.id), caption, update.update_id, attached, platform)
+        return Converse(chat, person, caption, update_id, attached, platform, language)
     if text:
-        return Converse(message.chat.id, str(sender.id), text, update.update_id, platform=platform)
+        return Converse(chat, person, text, update_id, platform=platform, language_code=language)
     if shared := shared_place_or_contact(message):
-        return Converse(message.chat.id, str(sender.id), shared, update.update_id, platform=platform)
+        return Converse(chat, person, shared, update_id, platform=platform, language_code=language)
     media = _media_kind(message)
     if media is not None:
-        return Notice(message.chat.id, TEXT_ONLY, media)
+        return Notice(message.chat.id, TEXT_ONLY, media, language)
     return Ignore("private message without text")
 
 
@@ -304,4 +335,10 @@ def _confirmed_link(query: dict[str, object]) -> Command | None:
     if not looks_like_code(code):
         return None
     request = LinkRequest(Surface.TELEGRAM, str(sender["id"]), code, consented=True)
-    return Command(int(chat["id"]), request, callback_query_id=str(query.get("id", "")))
+    language = sender.get("language_code")
+    return Command(
+        int(chat["id"]),
+        request,
+        callback_query_id=str(query.get("id", "")),
+        language_code=language if isinstance(language, str) else None,
+    )

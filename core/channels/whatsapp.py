@@ -35,9 +35,9 @@ from core.surfaces.whatsapp import BSUID, normalise_phone
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
-TEXT_ONLY = "I can read text, photos, PDFs and voice notes, not this. Could you tell me in words what you sent?"
-LOCATION = "Thanks for the location. I can't use locations yet: tell me in words where you are, if it matters."
-EMPTY = "I received an empty message. What would you like to tell me?"
+TEXT_ONLY = "media.text_only"  # phrase ids: core/phrases/*.toml
+LOCATION = "whatsapp.location"
+EMPTY = "whatsapp.empty"
 
 log = logging.getLogger("crossmem.whatsapp")
 # Per instance, like the clients' cache: whether this instance has logged a refused signature.
@@ -134,7 +134,7 @@ class Converse:
 
 @dataclass(frozen=True)
 class Notice:
-    text: str
+    phrase: str  # said in the sender's language (core/phrases/)
     reason: str
 
 

@@ -26,6 +26,7 @@ from uuid import UUID
 from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
 from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
+from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
 from core.surfaces import rules
 
@@ -179,25 +180,17 @@ class LinkAnswer:
     confirm_code: str | None = None
 
 
+# The phrase (core/phrases/*.toml) that answers each outcome.
 ANSWERS = {
-    LinkStatus.LINKED: "Linked to the web account {account}! This chat and that account now share one "
-    "conversation: what you say here, I remember there, and the other way round.",
-    LinkStatus.ALREADY_LINKED: "This chat is already linked to your web account: we share one conversation.",
-    LinkStatus.INVALID: "That code isn't valid. Check it, or ask for a new one on the web.",
-    LinkStatus.EXPIRED: "That code has expired. Ask for a new one on the web.",
-    LinkStatus.USED: "That code has already been used. Ask for a new one on the web.",
-    LinkStatus.TOO_MANY_ATTEMPTS: "Too many wrong codes. Please try again after {retry}.",
-    LinkStatus.LINKED_ELSEWHERE: "This chat is linked to another web account. Unlink it first ({unlink}), "
-    "then send the code again.",
-    LinkStatus.NEEDS_CONSENT: "This code would join this chat to the web account {account}, and move our "
-    "{messages} messages here to it: whoever signs in there would read them. Only if that account is yours, "
-    "tap Confirm, or send: /link {code}",
+    LinkStatus.LINKED: "link.linked",
+    LinkStatus.ALREADY_LINKED: "link.already_linked",
+    LinkStatus.INVALID: "link.invalid",
+    LinkStatus.EXPIRED: "link.expired",
+    LinkStatus.USED: "link.used",
+    LinkStatus.TOO_MANY_ATTEMPTS: "link.too_many_attempts",
+    LinkStatus.LINKED_ELSEWHERE: "link.linked_elsewhere",
+    LinkStatus.NEEDS_CONSENT: "link.needs_consent",
 }
-NOT_NEEDED = "No need to link anything: this assistant serves one person, and already knows you here."
-NO_CODE = "Send the code from the web page after the command, like this: {example}"
-UNAVAILABLE = "I couldn't do that just now. Please send it again in a minute."
-UNLINKED = "Unlinked. From your next message this chat starts fresh: it no longer shares your web account's memory."
-NOT_LINKED = "This chat isn't linked to a web account, so there is nothing to unlink."
 
 
 class Linking:
@@ -210,8 +203,10 @@ class Linking:
         attempts_per_hour: int = 5,
         telegram_bot_username: str | None = None,
         stranger_reply: str = "",
+        catalogue: Catalogue | None = None,
     ) -> None:
         self._store = store
+        self._catalogue = catalogue or Catalogue()
         self._identity = identity
         self._ttl_minutes = ttl_minutes
         self._attempts_per_hour = attempts_per_hour
@@ -255,32 +250,40 @@ class Linking:
 
     # The other apps' side: a chat or number that sent a command.
 
-    def answer(self, request: LinkRequest | UnlinkRequest) -> LinkAnswer:
-        """What to tell the person who sent the command (it is never part of the thread)."""
+    def answer(self, request: LinkRequest | UnlinkRequest, language: str | None = None) -> LinkAnswer:
+        """What to tell the person who sent the command (it is never part of the thread), in
+        `language` (None: DEFAULT_LANGUAGE)."""
+        phrases = self._catalogue.phrases(language)
         if self._identity.mode == "owner":
             known = self._identity.resolve(request.surface, request.sender_id) is not None
-            return LinkAnswer(NOT_NEEDED if known else self._stranger_reply)
+            return LinkAnswer(
+                phrases.say("link.not_needed") if known else self._stranger_reply or phrases.say("turn.stranger")
+            )
         key = identity_key(request.surface, request.sender_id)
         try:
             if isinstance(request, UnlinkRequest):
                 unlinked = self.unlink(request.surface, key)
                 if request.also_known_as:
                     unlinked += self.unlink(request.surface, identity_key(request.surface, request.also_known_as))
-                return LinkAnswer(UNLINKED if unlinked else NOT_LINKED)
+                return LinkAnswer(phrases.say("link.unlinked" if unlinked else "link.not_linked"))
             if not request.code:
                 example = rules(request.surface).command("link ABC234XYZ")
-                return LinkAnswer(NO_CODE.format(example=example))
+                return LinkAnswer(phrases.say("link.no_code", example=example))
             outcome = self.redeem(request.surface, key, request.code, consented=request.consented)
         except StoreUnavailable:
-            return LinkAnswer(UNAVAILABLE)
-        retry = f"{outcome.retry_at.astimezone(UTC):%H:%M} UTC" if outcome.retry_at else "an hour"
-        unlink = rules(request.surface).send_command("unlink")
+            return LinkAnswer(phrases.say("link.unavailable"))
+        if outcome.retry_at:
+            retry = phrases.say("link.retry_at", time=f"{outcome.retry_at.astimezone(UTC):%H:%M}")
+        else:
+            retry = phrases.say("link.retry_in_an_hour")
+        unlink = rules(request.surface).send_command("unlink", phrases.say("link.send_unlink"))
         code = normalise_code(request.code)
-        text = ANSWERS[outcome.status].format(
+        text = phrases.say(
+            ANSWERS[outcome.status],
             retry=retry,
             unlink=unlink,
-            account=outcome.account or "you signed in with",
-            messages=outcome.messages,
+            account=outcome.account or phrases.say("link.unknown_account"),
+            messages=phrases.count("count.messages", outcome.messages),
             code=code,
         )
         return LinkAnswer(text, code if outcome.status is LinkStatus.NEEDS_CONSENT else None)

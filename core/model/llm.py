@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from core.context import ModelMessage
 from core.errors import ModelUnavailable
 from core.model.prompt import NOTES_PREAMBLE
 
 CACHE = {"type": "ephemeral"}
+ToolChoice = Literal["auto", "none"]  # never a forced tool: the current models refuse it
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Model(Protocol):
         *,
         tools: Sequence[dict[str, Any]] = (),
         continuation: Sequence[dict[str, Any]] = (),
+        tool_choice: ToolChoice = "auto",
     ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
         """Text as it is written, and `Usage` as the model reports it: what it has spent so
         far each time (the input when it starts, everything at the end), so a stream that is
@@ -94,7 +96,8 @@ class Model(Protocol):
         each `tool_use` block comes as a `ToolCall` at the end, then the whole answer as an
         `AssistantContent` (a model that has none leaves it out: the loop then rebuilds the
         turn from the text and the calls). `continuation`: raw messages after the context (the
-        model's answers and the tools' results), for the request that answers them."""
+        model's answers and the tools' results), for the request that answers them;
+        `tool_choice` "none": the tools stay defined but the model must answer in text."""
         ...
 
 
@@ -109,6 +112,7 @@ def messages_request(
     effort: str | None = None,
     tools: Sequence[dict[str, Any]] = (),
     continuation: Sequence[dict[str, Any]] = (),
+    tool_choice: ToolChoice = "auto",
 ) -> dict[str, Any]:
     """The Messages API request body for a context, with its cache breakpoints: after the
     system prompt, after the person's notes (when there are any), on the last message.
@@ -116,8 +120,9 @@ def messages_request(
     Nothing the current models refuse with a 400: no sampling parameters, no thinking budget
     and no `thinking: disabled` (adaptive thinking is their default), no assistant prefill (the
     context ends with the person's message), no forced tool choice (`tools` go with the default
-    `auto`; `continuation` follows the context: the model's tool calls and their results). `effort`
-    goes out as `output_config.effort` only when given."""
+    `auto`, or `none` once a turn's tool rounds are spent; `continuation` follows the context: the
+    model's tool calls and their results). `effort` goes out as `output_config.effort` only when
+    given."""
     marker = {"cache_control": CACHE} if cached else {}
     system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system, **marker}]
     if notes.strip():
@@ -140,6 +145,8 @@ def messages_request(
         # Before the system prompt in the cache's order (tools, system, messages): the system
         # prompt's breakpoint caches them with it, one prefix, the same in every turn.
         request["tools"] = list(tools)
+        if tool_choice != "auto":
+            request["tool_choice"] = {"type": tool_choice}
     if effort is not None:
         request["output_config"] = {"effort": effort}
     return request
@@ -216,6 +223,7 @@ class AnthropicModel:
         *,
         tools: Sequence[dict[str, Any]] = (),
         continuation: Sequence[dict[str, Any]] = (),
+        tool_choice: ToolChoice = "auto",
     ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
 
         request = messages_request(
@@ -228,6 +236,7 @@ class AnthropicModel:
             effort=self._effort,
             tools=tools,
             continuation=continuation,
+            tool_choice=tool_choice,
         )
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from core.context import ModelMessage
-from core.model.llm import AssistantContent, ModelReply, ToolCall, Usage
+from core.model.llm import AssistantContent, ModelReply, ToolCall, ToolChoice, Usage
 from core.models import Role
 
 # "remind me in 5 minutes to stretch": what the stand-in schedules through the follow-up tool.
@@ -49,6 +49,7 @@ class OfflineModel:
         *,
         tools: Sequence[dict[str, Any]] = (),
         continuation: Sequence[dict[str, Any]] = (),
+        tool_choice: ToolChoice = "auto",  # "none" comes only after results, which it never answers with a call
     ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
         last = messages[-1].sources[-1].text if messages and messages[-1].sources else ""
         asked = REMIND.search(last)

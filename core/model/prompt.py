@@ -1,15 +1,13 @@
-"""The system prompt: the agent's standing instructions, the stable cached prefix; and the
-heading of the person's memory notes, the block after it.
+"""The system prompt's parts that belong to no capability: the persona (SYSTEM_PROMPT replaces
+only it), how the conversation reaches the agent, and what it can never do; and the heading of
+the person's memory notes, the block after it.
 
-The instructions are built from what is switched on (`Capabilities`), so the prompt never
-denies what the agent can do nor claims what it cannot: the persona (SYSTEM_PROMPT replaces only
-it), how the conversation reaches the agent, then one part per capability that is on, and last
-what the agent cannot do. A deployment's prompt is the same bytes in every turn (the cache's prefix).
+core/capabilities.py builds the whole prompt from these and each capability's own part, so it
+never denies what the agent can do nor claims what it cannot. A deployment's prompt is the same
+bytes in every turn (the cache's prefix).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 # Who the agent is and how it answers: what SYSTEM_PROMPT replaces.
 DEFAULT_PERSONA = """\
@@ -84,86 +82,11 @@ Answer all of what they asked.
 
 """
 
-IMAGES = """\
-Photos and documents
-- You see the photos and PDFs the person sends: they come with their message. Read them and \
-answer about what they show; in later turns you see a short note of what was sent instead.
-"""
-
-# The same whether DEEPGRAM_API_KEY is set or not: a note that cannot be transcribed never reaches
-# the model (the person is told at once), and the web and the digest, which hold no Deepgram key,
-# send the same prompt as Telegram and WhatsApp (docs/decisions.md, The prompt).
-VOICE = """\
-Voice notes
-- A voice note reaches you as its transcript, marked as a voice note. Answer what was said; if \
-the transcript looks garbled, say what you understood and ask.
-"""
-
-FOLLOW_UPS = """\
-Reminders and follow-ups
-- You can message the person later on your own: schedule_follow_up sends them what you write, \
-at the time they asked (their timezone), on the app they use. Use it when they ask for a \
-reminder or a check-in, and say when it will come. list_follow_ups and cancel_follow_up show \
-and cancel the pending ones; set_timezone records where they live when they tell you.
-"""
-
-NO_FOLLOW_UPS = """\
-- You cannot set reminders or message the person later on your own: say so, and suggest they \
-set one on their phone.
-"""
-
-SEARCH = """\
-Your memory
-- What you see is the recent part of the thread, and your notes. Everything older that the \
-person said, and you answered, on any app, is still stored: search_memory finds it. When they \
-refer to something you cannot see ("what was that restaurant?", "when did I say my sister \
-arrives?"), search before you answer, with the words they would have used; narrow it to an \
-app or a period when they say one. Say where and when it was said. If the search finds \
-nothing, say so plainly; never invent what they said.
-"""
-
-NO_SEARCH = """\
-Your memory
-- The conversation you see is the recent part of a longer thread across all the apps. Older \
-messages may have been left out. If the person refers to something you cannot see, say so \
-plainly and ask them to remind you; never invent what they said.
-"""
-
 CANNOT = """\
 What you cannot do
 - Do not claim to have done things you cannot do: you cannot send emails, make calls or \
 browse the web.
 """
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the agent can do in this deployment, as its settings switch it."""
-
-    images: bool = True  # photos and PDFs reach the model as blocks (always, within MEDIA_* limits)
-    follow_ups: bool = False  # FOLLOW_UPS_PER_PERSON > 0: the follow-up tools
-    search: bool = False  # MEMORY_SEARCH: the search_memory tool
-
-
-def standing_instructions(persona: str, on: Capabilities) -> str:
-    """The whole system prompt: the persona, the mechanics, each capability's part that is on,
-    and what the agent cannot do (including each capability that is off)."""
-    parts = [persona.strip() + "\n", MECHANICS]
-    if on.images:
-        parts.append(IMAGES)
-    parts.append(VOICE)
-    if on.follow_ups:
-        parts.append(FOLLOW_UPS)
-    parts.append(SEARCH if on.search else NO_SEARCH)
-    cannot = [CANNOT]
-    if not on.follow_ups:
-        cannot.append(NO_FOLLOW_UPS)
-    parts.append("".join(cannot))
-    return "\n".join(part.strip("\n") + "\n" for part in parts)
-
-
-# The prompt of a deployment with everything on: what the benchmarks measure.
-DEFAULT_SYSTEM_PROMPT = standing_instructions(DEFAULT_PERSONA, Capabilities(follow_ups=True, search=True))
 
 
 # Heads the person's memory notes (core/digest.py) in their own block after the system prompt.

@@ -4,18 +4,30 @@ Connections are kept between calls in a psycopg_pool pool, so a warm serverless 
 reuses them. Each call runs one `select public.fn(...)` in autocommit: one round trip.
 Prepared statements are switchable off for Supabase's transaction pooler (port 6543),
 which cannot keep them.
+
+A call goes to libpq through psycopg's `pgconn` (its documented low-level connection), not
+through a cursor: its arguments are JSON scalars, sent as text for the server to type from the
+function's signature, and its answer is one JSON value, read with `json.loads`. A cursor's
+adapters and its non-blocking wait cost about three times libpq's own call in client CPU (issue
+33, docs/benchmarks.md's turn CPU); libpq's blocking call releases the GIL as the wait does.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import threading
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
+from psycopg.adapt import Transformer
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from core.errors import ConfigurationError, StoreUnavailable
@@ -32,24 +44,68 @@ create table if not exists supabase_migrations.schema_migrations (
 """
 
 
+# A statement is prepared on a connection at its sixth use there, as psycopg's own
+# prepare_threshold (5) does: a call that runs once costs no round trip to prepare.
+PREPARE_AFTER_USES = 5
+
 # Idle connections are closed after this long, before a pooler or a NAT drops them
 # (Supabase's pooler, PgBouncer's client_idle_timeout, cloud NATs: minutes, not seconds).
 MAX_IDLE_S = 120.0
 
 
+# The types whose answer is read as JSON; any other (a `text`, a `void`) as psycopg reads it.
+_JSON_TYPES = frozenset({114, 3802})  # json, jsonb
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name
+
+
+@dataclass(frozen=True)
+class _Call:
+    query: bytes
+    statement: bytes  # its prepared statement's name on a connection
+
+
 @functools.lru_cache(maxsize=64)
-def _call_query(function: str, names: tuple[str, ...]) -> str:
-    """`select public.fn(a => %(a)s, ...)`, composed (and quoted) once per function and argument names."""
-    return (
+def _call_query(function: str, names: tuple[str, ...]) -> _Call:
+    """`select public.fn(a => $1, ...)`, composed (and quoted) once per function and argument names."""
+    query = (
         sql.SQL("select public.{}({})")
         .format(
             sql.Identifier(function),
             sql.SQL(", ").join(
-                sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in names
+                sql.SQL("{} => ").format(sql.Identifier(name)) + sql.SQL(f"${at}")
+                for at, name in enumerate(names, start=1)
             ),
         )
         .as_string(None)
+        .encode()
     )
+    return _Call(query, b"crossmem_" + hashlib.blake2s(query, digest_size=8).hexdigest().encode())
+
+
+def _parameter(value: JsonScalar) -> bytes | None:
+    """An argument as libpq's text; its type is the function's parameter's (sent as unknown)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, str):
+        if "\x00" in value:  # as psycopg refuses it: libpq would cut the text there
+            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        return value.encode()
+    return repr(value).encode()
+
+
+def parsed(conninfo: str) -> str:
+    """The connection string, once it parses: a mistyped one (`postgres:S3cret@host/x`, a missing
+    scheme) is a ConfigurationError naming DATABASE_URL and quoting nothing of it, raised before
+    any connection is tried, so no pool retries it (and logs it) on every turn."""
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise ConfigurationError(
+            "DATABASE_URL is not a connection string: write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        ) from None
+    return conninfo
 
 
 class PostgresStore:
@@ -71,11 +127,11 @@ class PostgresStore:
         max_connections: int = 8,
         max_idle_s: float = MAX_IDLE_S,
     ) -> None:
-        self._conninfo = conninfo
+        self._conninfo = parsed(conninfo)
         self._connect_timeout_s = connect_timeout_s
         self._prepared_statements = prepared_statements
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            conninfo,
+            self._conninfo,
             kwargs=self._connection_options(),
             min_size=0,
             max_size=max_connections,
@@ -90,27 +146,33 @@ class PostgresStore:
         )
         self._open_lock = threading.Lock()
         self._opened = False
+        # Each connection's uses of each statement, for preparing it (a connection is one
+        # thread's at a time; the map is shared, so it is reached under the lock).
+        self._uses: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[bytes, int]] = weakref.WeakKeyDictionary()
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
         check_function(function)
-        query = _call_query(function, tuple(arguments))
+        call = _call_query(function, tuple(arguments))
         try:
+            parameters = [_parameter(value) for value in arguments.values()]
             try:
-                return self._run(query, arguments)
+                return self._run(call, parameters)
             except _DeadConnection:
-                return self._run(query, arguments)
+                return self._run(call, parameters)
         except (_DeadConnection, psycopg.Error) as exc:
             cause = exc.__cause__ if isinstance(exc, _DeadConnection) else exc
             raise StoreUnavailable(f"{function} failed: {type(cause).__name__}") from exc
 
-    def _run(self, query: str, arguments: Mapping[str, JsonScalar]) -> Any:
+    def _run(self, call: _Call, parameters: list[bytes | None]) -> Any:
         pool = self._open_pool()
         try:
             connection = pool.getconn()
         except PoolTimeout as exc:
             raise StoreUnavailable("no database connection within the connect timeout") from exc
         try:
-            row = connection.execute(query, dict(arguments)).fetchone()
+            result = self._execute(connection, call, parameters)
+            if result.status != pq.ExecStatus.TUPLES_OK:
+                raise psycopg.errors.error_from_result(result, encoding=connection.info.encoding)
         except psycopg.Error as exc:
             if connection.broken or connection.closed:
                 # Its idle siblings of the same age (a restart, a pooler's idle timeout) are
@@ -120,7 +182,42 @@ class PostgresStore:
             raise
         finally:
             pool.putconn(connection)
-        return row[0] if row else None
+        if result.ntuples == 0:
+            return None
+        value = result.get_value(0, 0)
+        if value is None:
+            return None
+        if result.ftype(0) in _JSON_TYPES:
+            return json.loads(value)
+        loader = Transformer(connection)  # a `text` or a `void` answer, as psycopg reads it
+        loader.set_pgresult(result)
+        return loader.load_row(0, tuple)[0]
+
+    def _execute(
+        self, connection: psycopg.Connection[Any], call: _Call, parameters: list[bytes | None]
+    ) -> pq.abc.PGresult:
+        """One round trip, as psycopg's cursor would make it: an unnamed statement, prepared on
+        this connection at its sixth use (one round trip more, once), then run by its name."""
+        pgconn = connection.pgconn
+        if not self._prepared_statements:
+            return pgconn.exec_params(call.query, parameters)
+        with self._open_lock:
+            uses = self._uses.setdefault(connection, {})
+        used = uses.get(call.statement, 0)
+        if used < PREPARE_AFTER_USES:
+            uses[call.statement] = used + 1
+            return pgconn.exec_params(call.query, parameters)
+        if used == PREPARE_AFTER_USES:
+            prepared = pgconn.prepare(call.statement, call.query)
+            if prepared.status != pq.ExecStatus.COMMAND_OK:
+                raise psycopg.errors.error_from_result(prepared, encoding=connection.info.encoding)
+            uses[call.statement] = used + 1
+        # A None is a NULL, as for exec_params (psycopg's stub leaves it out of exec_prepared's type).
+        result = pgconn.exec_prepared(call.statement, parameters)  # type: ignore[arg-type]
+        if result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
+            # Deallocated behind our back (a DISCARD ALL): this call fails, the next starts over.
+            uses[call.statement] = 0
+        return result
 
     def apply_migrations(self, directory: Path) -> list[str]:
         """Apply each `<version>_<name>.sql` not applied yet, in order; return the versions applied."""

@@ -28,6 +28,8 @@ SQL_FUNCTIONS = frozenset(
         "end_attempt",
         "claim_owed_replies",
         "mark_delivered",
+        "stop_generation",
+        "generation_stopped",
         "edit_message",
         "create_conversation",
         "list_conversations",

@@ -67,9 +67,10 @@ class SurfaceRules:
         return cls.command_prefix + name
 
     @classmethod
-    def send_command(cls, name: str) -> str:
-        """How an answer tells the person to send a command."""
-        return cls.command(name) if cls.command_prefix else f"send: {cls.command(name)}"
+    def send_command(cls, name: str, told: str) -> str:
+        """How an answer tells the person to send a command: the command itself where it has a
+        prefix (`/unlink`), else `told`, the phrase saying it in the person's language."""
+        return cls.command(name) if cls.command_prefix else told
 
     @classmethod
     def title(cls) -> str:

@@ -1,27 +1,70 @@
-"""`crossmem`: the command line. `crossmem --help` lists the commands.
+"""`crossmem`: the command line, on click. `crossmem --help` lists the commands.
 
-Every module beyond the standard library is imported inside the command that needs it: pydantic,
-psycopg, httpx and the SDKs cost seconds to import together, and `--help`, `say` or `history`
-should answer in well under one (docs/configuration.md#commands has the figures;
+Every module beyond the standard library and click is imported inside the command that needs it:
+pydantic, psycopg, httpx and the SDKs cost seconds to import together, and `--help`, `say` or
+`history` should answer in well under one (docs/configuration.md#commands has the figures;
 tests/functions/test_cli_imports.py checks what each one imports).
+
+A command returns its exit code. A usage error exits 2 with click's message; a command that ends
+in one of our errors prints it as one line, `crossmem COMMAND: what went wrong`, and exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import urllib.error
 import uuid
 import warnings
+from typing import Any
 
-from functions.tools import confirmation, forget_commands, search_command
+import click
+
+from functions.tools import forget_commands, search_command
+from functions.tools.confirmation import confirmed, yes_option
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
+SURFACES_TO_LINK = click.Choice(["telegram", "whatsapp"])
+USER = click.option("--user", required=True, help="the person's user id (uuid)")
+AS_JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of lines")
 
 
-def migrate(args: argparse.Namespace) -> int:
+class Commands(click.Group):
+    """A group of crossmem's commands: listed in the order they were added, each with its whole
+    help line (click would cut it short to fit the terminal's width)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.short_help = cmd.short_help or (cmd.help or "").split("\n\n")[0]
+        super().add_command(cmd, name)
+
+
+class Crossmem(Commands):
+    """`crossmem` itself: a command that ends in one of our errors says it in one line."""
+
+    group_class = Commands
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort):  # click's own (RuntimeErrors, as some of ours): `--help`, Ctrl-C
+            raise
+        except expected_errors() as exc:
+            print(f"crossmem {ctx.invoked_subcommand}: {exc}", file=sys.stderr)
+            return 1
+
+
+@click.group(cls=Crossmem, help="One memory thread per person, on every surface.")
+def crossmem() -> None:
+    """Nothing to do before a command."""
+
+
+@crossmem.command(help="apply infra/supabase/migrations to DATABASE_URL (idempotent)")
+@click.option("--supabase-standins", is_flag=True, help="first create the roles and auth schema Supabase provides")
+def migrate(supabase_standins: bool) -> int:
     from functions import runtime
 
     config = runtime.settings()
@@ -33,12 +76,12 @@ def migrate(args: argparse.Namespace) -> int:
     try:
         applied = prepare_database(
             config.database_url.get_secret_value(),
-            supabase_standins=args.supabase_standins,
+            supabase_standins=supabase_standins,
             connect_timeout_s=config.database_connect_timeout,
         )
     except Exception as exc:  # the driver's error, whose class only the store module may name
         missing = next((part for part in SUPABASE_PARTS if part in str(exc)), None)
-        if missing is None or args.supabase_standins:
+        if missing is None or supabase_standins:
             raise
         print(
             f"crossmem migrate: {missing}: this Postgres is not a Supabase project. Run "
@@ -50,27 +93,34 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def history(args: argparse.Namespace) -> int:
+@crossmem.command(help="print a person's latest messages over every surface")
+@USER
+@click.option("--limit", type=int, default=100)
+@AS_JSON
+def history(user: str, limit: int, as_json: bool) -> int:
     from functions import runtime
 
-    messages = runtime.memory().person_history(uuid.UUID(args.user), limit=args.limit)
-    if args.json:
+    messages = runtime.memory().person_history(uuid.UUID(user), limit=limit)
+    if as_json:
         print(json.dumps([message.as_json() for message in messages], ensure_ascii=False, indent=2))
         return 0
-    print_notes(uuid.UUID(args.user))
+    print_notes(uuid.UUID(user))
     for message in messages:
         print(f"{message.created_at:%Y-%m-%d %H:%M} [{message.surface.value}] {message.role.value}: {message.content}")
     return 0
 
 
-def follow_ups(args: argparse.Namespace) -> int:
+@crossmem.command("follow-ups", help="list a person's pending follow-ups, in their timezone")
+@USER
+@AS_JSON
+def follow_ups(user: str, as_json: bool) -> int:
     from zoneinfo import ZoneInfo
 
-    from core.follow_ups import shown, zone_named
+    from core.wall_clock import shown, zone_named
     from functions.follow_up_routes import pending_follow_ups
 
-    pending = pending_follow_ups(uuid.UUID(args.user))
-    if args.json:
+    pending = pending_follow_ups(uuid.UUID(user))
+    if as_json:
         print(json.dumps([f.as_json() for f in pending], ensure_ascii=False, indent=2))
         return 0
     for f in pending:
@@ -96,23 +146,28 @@ def print_notes(user: uuid.UUID) -> None:
     print()
 
 
-def digest(args: argparse.Namespace) -> int:
+@crossmem.command(help="write the memory notes of every person who is due, now")
+@click.option("--user", help="only this person (uuid)")
+def digest(user: str | None) -> int:
     from functions import runtime
 
     if not runtime.settings().memory_notes:
         print("updated 0 people (MEMORY_NOTES is false)")
         return 0
-    run = runtime.digest_job().run(uuid.UUID(args.user) if args.user else None)
+    run = runtime.digest_job().run(uuid.UUID(user) if user else None)
     failed = f"; {run.failed} failed and stay due" if run.failed else ""
     print(f"updated {run.updated} {'person' if run.updated == 1 else 'people'}{failed}")
     return 1 if run.failed else 0
 
 
-def identities(args: argparse.Namespace) -> int:
+@crossmem.command(help="list a person's Telegram chats and WhatsApp numbers")
+@USER
+@AS_JSON
+def identities(user: str, as_json: bool) -> int:
     from functions import runtime
 
-    linked = runtime.linking().identities(uuid.UUID(args.user))
-    if args.json:
+    linked = runtime.linking().identities(uuid.UUID(user))
+    if as_json:
         rows = [
             {"surface": item.surface.value, "external_id": item.external_id, "linked_at": item.linked_at.isoformat()}
             for item in linked
@@ -124,55 +179,76 @@ def identities(args: argparse.Namespace) -> int:
     return 0
 
 
-def link(args: argparse.Namespace) -> int:
+EXTERNAL_ID = click.option("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
+
+
+@crossmem.command(help="join a Telegram chat or WhatsApp number to a person, without a code")
+@USER
+@click.option("--surface", type=SURFACES_TO_LINK, required=True)
+@EXTERNAL_ID
+@yes_option
+def link(user: str, surface: str, external_id: str, yes: bool) -> int:
     from core.models import Surface
     from functions import runtime
 
-    question = f"Join {args.surface} {args.external_id} to {args.user}, moving its messages there?"
-    if not confirmation.confirmed(args, question):
+    if not confirmed(yes, f"Join {surface} {external_id} to {user}, moving its messages there?"):
         return 1
-    outcome = runtime.linking().link(uuid.UUID(args.user), Surface(args.surface), args.external_id)
-    print(
-        f"{outcome.status.value}: {args.surface} {args.external_id} -> {outcome.user_id}"
-        f" ({outcome.moved_messages} message(s) moved)"
-    )
+    outcome = runtime.linking().link(uuid.UUID(user), Surface(surface), external_id)
+    moved = f"({outcome.moved_messages} message(s) moved)"
+    print(f"{outcome.status.value}: {surface} {external_id} -> {outcome.user_id} {moved}")
     return 0
 
 
-def unlink(args: argparse.Namespace) -> int:
+@crossmem.command(help="let a linked chat or number go (the person keeps its messages)")
+@click.option("--surface", type=SURFACES_TO_LINK, required=True)
+@EXTERNAL_ID
+def unlink(surface: str, external_id: str) -> int:
     from core.models import Surface
     from functions import runtime
 
-    unlinked = runtime.linking().unlink(Surface(args.surface), args.external_id)
-    print(f"unlinked {unlinked} identity" if unlinked else f"{args.surface} {args.external_id} is not linked")
+    unlinked = runtime.linking().unlink(Surface(surface), external_id)
+    print(f"unlinked {unlinked} identity" if unlinked else f"{surface} {external_id} is not linked")
     return 0 if unlinked else 1
 
 
-def dev_port(args: argparse.Namespace) -> int:
+crossmem.add_command(forget_commands.forget)
+crossmem.add_command(forget_commands.purge)
+crossmem.add_command(search_command.search)
+
+
+def dev_port(port: int | None) -> int:
     """--port, else PORT from the environment or .env: `dev` and `say` agree on it."""
     from core.settings import Settings
 
-    return int(args.port) if args.port is not None else Settings.from_environment().port
+    return port if port is not None else Settings.from_environment().port
 
 
-def dev(args: argparse.Namespace) -> int:
+@crossmem.command(help="serve every function, the demo page and /healthz on 127.0.0.1")
+@click.option("--port", type=int, help="default: PORT, from the environment or .env (else 8080)")
+def dev(port: int | None) -> int:
     from functions.tools.local_dev import serve
 
-    serve(dev_port(args))
+    serve(dev_port(port))
     return 0
 
 
-def say(args: argparse.Namespace) -> int:
+@crossmem.command(help="send a signed Telegram or WhatsApp message to the dev server")
+@click.option("--surface", type=SURFACES_TO_LINK, required=True)
+@click.option("--from", "sender", help="Telegram user id or WhatsApp number (default: the demo owner)")
+@click.option("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
+@click.option("--url", help="server base URL (default http://127.0.0.1:PORT)")
+@click.argument("text")
+def say(surface: str, sender: str | None, port: int | None, url: str | None, text: str) -> int:
     """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
     from core.settings import Settings
     from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 
-    port = dev_port(args)
+    port = dev_port(port)
     apply_dev_defaults(port)
-    url = args.url or f"http://127.0.0.1:{port}"
+    url = url or f"http://127.0.0.1:{port}"
     try:
         # Settings of its own, not runtime's: the runtime module imports the whole server.
-        status, reply = deliver_locally(url, args.surface, args.text, Settings.from_environment(), args.sender)
+        status, reply = deliver_locally(url, surface, text, Settings.from_environment(), sender)
     except OSError as exc:
         said = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         print(
@@ -185,127 +261,56 @@ def say(args: argparse.Namespace) -> int:
     return 0 if status == 200 else 1
 
 
-def telegram(args: argparse.Namespace) -> int:
-    from core.errors import DeliveryFailed
+@crossmem.group(help="set up Telegram's webhook through the Bot API")
+def telegram() -> None:
+    """Nothing to do before its action. A Bot API failure (DeliveryFailed) ends in `crossmem telegram: ...`."""
+
+
+@telegram.command("set-webhook", help="point the bot at URL, with the secret token")
+@click.option("--url", required=True)
+@click.option("--drop-pending-updates", is_flag=True)
+def set_webhook(url: str, drop_pending_updates: bool) -> int:
+    from core.channels.telegram_update import WEBHOOK_UPDATES
     from functions import runtime
 
     bot = runtime.telegram_bot()
-    config = runtime.settings()
-    try:
-        if args.action == "info":
-            print(json.dumps(bot.call("getWebhookInfo", {})["result"], indent=2))
-            return 0
-        if config.telegram_webhook_secret is None:
-            print("crossmem telegram set-webhook: set TELEGRAM_WEBHOOK_SECRET first", file=sys.stderr)
-            return 2
-        payload = {
-            "url": args.url,
-            "secret_token": config.telegram_webhook_secret.get_secret_value(),
-            "allowed_updates": ["message", "edited_message", "callback_query", "my_chat_member"],
-            "drop_pending_updates": args.drop_pending_updates,
-        }
-        bot.call("setWebhook", payload)
-    except DeliveryFailed as exc:
-        print(f"crossmem telegram: {exc}", file=sys.stderr)
-        return 1
-    print(f"webhook set to {args.url}")
+    secret = runtime.settings().telegram_webhook_secret
+    if secret is None:
+        print("crossmem telegram set-webhook: set TELEGRAM_WEBHOOK_SECRET first", file=sys.stderr)
+        return 2
+    payload = {
+        "url": url,
+        "secret_token": secret.get_secret_value(),
+        "allowed_updates": list(WEBHOOK_UPDATES),  # stopped_message_generation comes only when asked for
+        "drop_pending_updates": drop_pending_updates,
+    }
+    bot.call("setWebhook", payload)
+    print(f"webhook set to {url}")
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="crossmem", description="One memory thread per person, on every surface.")
-    commands = root.add_subparsers(dest="command", required=True)
+@telegram.command(help="print getWebhookInfo")
+def info() -> int:
+    from functions import runtime
 
-    command = commands.add_parser("migrate", help="apply infra/supabase/migrations to DATABASE_URL (idempotent)")
-    command.add_argument(
-        "--supabase-standins", action="store_true", help="first create the roles and auth schema Supabase provides"
-    )
-    command.set_defaults(run=migrate)
-
-    command = commands.add_parser("history", help="print a person's latest messages over every surface")
-    command.add_argument("--user", required=True, help="the person's user id (uuid)")
-    command.add_argument("--limit", type=int, default=100)
-    command.add_argument("--json", action="store_true", help="JSON instead of lines")
-    command.set_defaults(run=history)
-
-    command = commands.add_parser("follow-ups", help="list a person's pending follow-ups, in their timezone")
-    command.add_argument("--user", required=True, help="the person's user id (uuid)")
-    command.add_argument("--json", action="store_true", help="JSON instead of lines")
-    command.set_defaults(run=follow_ups)
-
-    command = commands.add_parser("digest", help="write the memory notes of every person who is due, now")
-    command.add_argument("--user", help="only this person (uuid)")
-    command.set_defaults(run=digest)
-
-    command = commands.add_parser("identities", help="list a person's Telegram chats and WhatsApp numbers")
-    command.add_argument("--user", required=True, help="the person's user id (uuid)")
-    command.add_argument("--json", action="store_true", help="JSON instead of lines")
-    command.set_defaults(run=identities)
-
-    command = commands.add_parser("link", help="join a Telegram chat or WhatsApp number to a person, without a code")
-    command.add_argument("--user", required=True, help="the person's user id (uuid)")
-    command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
-    command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
-    confirmation.add_yes(command)
-    command.set_defaults(run=link)
-
-    command = commands.add_parser("unlink", help="let a linked chat or number go (the person keeps its messages)")
-    command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
-    command.add_argument("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
-    command.set_defaults(run=unlink)
-
-    forget_commands.add_commands(commands)
-    search_command.add_commands(commands)
-
-    command = commands.add_parser("dev", help="serve every function, the demo page and /healthz on 127.0.0.1")
-    command.add_argument("--port", type=int, help="default: PORT, from the environment or .env (else 8080)")
-    command.set_defaults(run=dev)
-
-    command = commands.add_parser("say", help="send a signed Telegram or WhatsApp message to the dev server")
-    command.add_argument("--surface", choices=["telegram", "whatsapp"], required=True)
-    command.add_argument("--from", dest="sender", help="Telegram user id or WhatsApp number (default: the demo owner)")
-    command.add_argument("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
-    command.add_argument("--url", help="server base URL (default http://127.0.0.1:PORT)")
-    command.add_argument("text")
-    command.set_defaults(run=say)
-
-    command = commands.add_parser("telegram", help="set up Telegram's webhook through the Bot API")
-    actions = command.add_subparsers(dest="action", required=True)
-    set_webhook = actions.add_parser("set-webhook", help="point the bot at URL, with the secret token")
-    set_webhook.add_argument("--url", required=True)
-    set_webhook.add_argument("--drop-pending-updates", action="store_true")
-    actions.add_parser("info", help="print getWebhookInfo")
-    command.set_defaults(run=telegram)
-
-    add_deploy_command(commands)
-    add_doctor_command(commands)
-    return root
+    print(json.dumps(runtime.telegram_bot().call("getWebhookInfo", {})["result"], indent=2))
+    return 0
 
 
-def add_deploy_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def run(args: argparse.Namespace) -> int:
-        from functions.tools.deploy import deploy  # PyYAML, and only for whoever deploys
+@crossmem.command(help="deploy serverless.yml's functions as 2nd-gen functions with gcloud")
+@click.option("--dry-run", is_flag=True, help="print the gcloud commands; needs neither gcloud nor credentials")
+def deploy(dry_run: bool) -> int:
+    from functions.tools.deploy import deploy as deploy_functions  # PyYAML, and only for whoever deploys
 
-        return deploy(args, os.environ)
-
-    command = commands.add_parser("deploy", help="deploy serverless.yml's functions as 2nd-gen functions with gcloud")
-    command.add_argument(
-        "--dry-run", action="store_true", help="print the gcloud commands; needs neither gcloud nor credentials"
-    )
-    command.set_defaults(run=run)
+    return deploy_functions(dry_run, os.environ)
 
 
-def add_doctor_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def run(args: argparse.Namespace) -> int:
-        from functions.tools.doctor import doctor  # gcloud, the Bot API, Twilio and Anthropic: only for whoever checks
+@crossmem.command(help="check the live deployment: database, secrets, URLs, webhooks, model, scheduled job")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of lines; exit 1 when a check fails")
+def doctor(as_json: bool) -> int:
+    from functions.tools.doctor import doctor as check  # gcloud, the Bot API, Twilio, Anthropic: for whoever checks
 
-        return doctor(args, os.environ)
-
-    command = commands.add_parser(
-        "doctor", help="check the live deployment: database, secrets, URLs, webhooks, model, scheduled job"
-    )
-    command.add_argument("--json", action="store_true", help="JSON instead of lines; exit 1 when a check fails")
-    command.set_defaults(run=run)
+    return check(as_json, os.environ)
 
 
 def expected_errors() -> tuple[type[Exception], ...]:
@@ -328,13 +333,17 @@ def quiet_runtime_dir_warning() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """`crossmem ARGS`: the command's exit code. A usage error raises SystemExit(2) after click's
+    message, as the console script should end; `--help` answers 0."""
     quiet_runtime_dir_warning()
     try:
-        code: int = args.run(args)
-    except expected_errors() as exc:
-        print(f"crossmem {args.command}: {exc}", file=sys.stderr)
-        code = 1
+        code: int = crossmem.main(argv, prog_name="crossmem", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except click.Abort:  # Ctrl-C or the end of input where a command reads it
+        print("Aborted!", file=sys.stderr)
+        return 1
     finally:
         # Only a command that used the runtime has its clients (and an embedded Postgres) to close.
         if "functions.runtime" in sys.modules:

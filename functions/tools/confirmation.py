@@ -3,27 +3,30 @@ a `9d` typed for `90d`, or the wrong user id pasted, should cost a "no", not a t
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+import click
 
-def add_yes(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--yes", action="store_true", help="do it without asking (scripts)")
+yes_option = click.option("--yes", is_flag=True, help="do it without asking (scripts)")
 
 
-def confirmed(args: argparse.Namespace, question: str) -> bool:
-    """`--yes`, or the operator's "y" at a terminal; without a terminal to ask, no."""
-    if args.yes:
+def confirmed(yes: bool, question: str) -> bool:
+    """`--yes`, or the operator's "y" at a terminal; without a terminal to ask, no.
+
+    click.prompt, not click.confirm: confirm asks again after an answer it does not know, and the
+    rule (docs/configuration.md#commands) is that anything but `y` or `yes` is a no."""
+    command = click.get_current_context().info_name
+    if yes:
         return True
     if not sys.stdin.isatty():
-        print(f"crossmem {args.command}: {question} Not done: run it again with --yes", file=sys.stderr)
+        print(f"crossmem {command}: {question} Not done: run it again with --yes", file=sys.stderr)
         return False
     try:
-        answer = input(f"{question} [y/N] ")
-    except EOFError:  # Ctrl-D at the question: no answer is a no, not a traceback
+        answer = click.prompt(f"{question} [y/N]", default="", show_default=False, prompt_suffix=" ")
+    except click.Abort:  # Ctrl-D or Ctrl-C at the question: no answer is a no, not a traceback
         print()
         answer = ""
     if answer.strip().lower() in ("y", "yes"):
         return True
-    print(f"crossmem {args.command}: not done", file=sys.stderr)
+    print(f"crossmem {command}: not done", file=sys.stderr)
     return False

@@ -20,7 +20,6 @@ is left out, so the function uses its own default (docs/configuration.md#configu
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import shutil
@@ -354,10 +353,10 @@ def secrets_in_project(project: str) -> set[str]:
     return set(listed.stdout.split())
 
 
-def deploy(args: argparse.Namespace, shell: Mapping[str, str]) -> int:
+def deploy(dry_run: bool, shell: Mapping[str, str]) -> int:
     description = read_description()
     target = Target.of(description, shell)
-    if args.dry_run:
+    if dry_run:
         steps = plan(description, target, shell, None)
         print("# --dry-run: every secret in serverless.yml is taken as present in Secret Manager")
     elif shutil.which("gcloud") is None:
@@ -373,10 +372,10 @@ def deploy(args: argparse.Namespace, shell: Mapping[str, str]) -> int:
         if step.secrets_left_out:
             print(f"# {step.function.name}: not in Secret Manager, so left out: {', '.join(step.secrets_left_out)}")
         try:
-            run_step(step.command, args.dry_run, target)
+            run_step(step.command, dry_run, target)
             print(f"# {step.function.name}: {function_url(target.region, target.project, step.function.name)}")
             if step.function.schedule is not None:
-                schedule(step.function, target, args.dry_run)
+                schedule(step.function, target, dry_run)
         except ToolFailed as exc:
             print(f"crossmem deploy: {exc}", file=sys.stderr)
             return 1

@@ -8,9 +8,10 @@ functions/tools/schema_objects.py); Secret Manager (`gcloud secrets list`: every
 deployed functions reference exists); each function (`gcloud functions describe`: deployed and
 ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
 or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
-telegram_webhook's, no failing deliveries); Twilio (the IncomingPhoneNumbers resource: the
-sender's SmsUrl, "A message comes in", is PUBLIC_BASE_URL); Anthropic (`GET /v1/models/{id}`:
-the turn's and the digest's models are available to the key); Deepgram (`GET /v1/auth/token`,
+telegram_webhook's, no failing deliveries, every update kind the webhook acts on asked for);
+Twilio (the IncomingPhoneNumbers resource: the sender's SmsUrl, "A message comes in", is
+PUBLIC_BASE_URL); Anthropic (`GET /v1/models/{id}`: the turn's and the digest's models are
+available to the key); Deepgram (`GET /v1/auth/token`,
 its own test of a key: the voice notes' key is accepted); Cloud Scheduler (`gcloud scheduler
 jobs describe`: the job exists, is enabled, and its last run succeeded).
 
@@ -24,7 +25,6 @@ functions/tools/gcloud_checks.py, a check's answer in functions/tools/check_resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from core.channels.telegram_update import WEBHOOK_UPDATES
 from core.errors import ConfigurationError, DeliveryFailed
 from core.settings import Settings
 from core.stores.embedded import MIGRATIONS
@@ -160,6 +161,12 @@ def check_telegram(config: Settings, ours: list[str], region: str | None) -> Che
             f"again; else read the logs: `gcloud functions logs read telegram_webhook --region={region or 'REGION'}` "
             f"({WEBHOOKS})",
         )
+    # Absent, Telegram sends its default kinds; a list that lacks one of ours (a webhook set before
+    # the stop button, or by another tool) never brings it.
+    asked = info.get("allowed_updates")
+    missing = [kind for kind in WEBHOOK_UPDATES if isinstance(asked, list) and kind not in asked]
+    if missing:
+        return fail(name, f"Telegram sends no {', '.join(missing)} update (allowed_updates)", set_webhook)
     earlier = f"; an earlier error: {last_error!r}" if last_error else ""
     unchecked = "" if ours else "; not compared with telegram_webhook's URL, which only gcloud can tell"
     return ok(name, f"Telegram calls {url}; {pending} update(s) waiting{earlier}{unchecked}")
@@ -344,10 +351,10 @@ def every_check(shell: Mapping[str, str]) -> list[Check]:
     return run_checks(config, Cloud.of(description, shell))
 
 
-def doctor(args: argparse.Namespace, shell: Mapping[str, str]) -> int:
+def doctor(as_json: bool, shell: Mapping[str, str]) -> int:
     checks = every_check(shell)
     failed = [check for check in checks if check.status == "fail"]
-    if args.json:
+    if as_json:
         print(json.dumps({"ok": not failed, "checks": [asdict(check) for check in checks]}, indent=2))
     else:
         for check in checks:

@@ -58,12 +58,16 @@ EVERY_FUNCTION = frozenset(
         "system_prompt",
         "fallback_reply",
         "stranger_reply",
+        "default_language",
         # The model's follow-up tools, in every turn.
         "follow_ups_per_person",
         # Memory search (core/memory_search.py), in every turn.
         "memory_search",
         "search_max_tokens",
         "search_max_hits",
+        # The tool loop and the operator's own tools (core/capabilities.py), in every turn.
+        "tool_rounds",
+        "extra_tools",
     }
 )
 

@@ -17,19 +17,9 @@ from core.models import Surface
 from core.turn import Turns
 from core.turn_request import Outcome, TurnRequest, TurnSettings
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import rows, stored_turn
+from tests.helpers import MovedClock, rows, stored_turn
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO", memory_notes=False)
-
-
-class MovedClock:
-    """The turn's monotonic clock, moved by the model's thinking."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

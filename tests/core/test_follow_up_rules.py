@@ -45,6 +45,8 @@ def finish(
             "p_follow_ups": json.dumps(changes),
             "p_max_pending": max_pending,
             "p_reserved": 0,
+            "p_reply_id": None,
+            "p_language": None,
         },
     )
     return answer

@@ -1,5 +1,5 @@
-"""Time as the person lives it, and the follow-up tools' rules (core/follow_ups.py): a clock the
-test sets, no database."""
+"""Time as the person lives it (core/wall_clock.py), and the follow-up tools' rules
+(core/follow_ups.py): a clock the test sets, no database."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.follow_ups import TOOLS, FollowUpRules, InvalidTime, resolve_when, turn_tools
+from core.follow_ups import TOOLS, FollowUpRules, turn_tools
 from core.model.llm import ToolCall, messages_request
 from core.models import FollowUp, Surface
 from core.tool_loop import continuation
+from core.wall_clock import InvalidTime, resolve_when
 
 MADRID = ZoneInfo("Europe/Madrid")
 
@@ -66,7 +67,7 @@ def test_times_nobody_can_mean_are_said_back(when: dict[str, object], error: str
 )
 def test_days_no_clock_can_hold_are_said_back_to_the_model(zone: str, day: str, error: str) -> None:
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
-    tools = turn_tools(FollowUpRules(), [], ZoneInfo(zone), lambda: now, None)
+    tools = turn_tools(FollowUpRules(), [], ZoneInfo(zone), now, None)
     said = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Happy new year.", "day": day, "time": "23:59"}))
     assert (said.content, said.is_error) == (error, True)
     assert tools.changes() == {}
@@ -79,7 +80,7 @@ def pending(n: int) -> list[FollowUp]:
 
 def test_the_limit_counts_what_this_turn_schedules_and_cancels() -> None:
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
-    tools = turn_tools(FollowUpRules(max_pending=3, max_chars=20), pending(2), MADRID, lambda: now, None)
+    tools = turn_tools(FollowUpRules(max_pending=3, max_chars=20), pending(2), MADRID, now, None)
     first = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10}))
     assert (first.content, first.is_error) == ("Scheduled for Wed 2 Dec 2026 18:10 (Europe/Madrid).", False)
     full = tools.run(ToolCall("b", "schedule_follow_up", {"content": "Call Bo.", "in_minutes": 10}))
@@ -99,7 +100,7 @@ def test_the_limit_counts_what_this_turn_schedules_and_cancels() -> None:
 
 def test_a_second_request_only_when_the_model_needs_the_result() -> None:
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
-    tools = turn_tools(FollowUpRules(), pending(1), MADRID, lambda: now, None)
+    tools = turn_tools(FollowUpRules(), pending(1), MADRID, now, None)
     scheduled = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10}))
     listed = tools.run(ToolCall("b", "list_follow_ups", {}))
     assert listed.content == (
@@ -132,11 +133,11 @@ def test_the_tools_sit_before_the_system_prompt_in_one_cached_prefix_the_same_ev
 
 def test_a_web_clients_timezone_becomes_the_persons_and_a_bad_one_is_ignored() -> None:
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
-    sent = turn_tools(FollowUpRules(), [], MADRID, lambda: now, "America/New_York")
+    sent = turn_tools(FollowUpRules(), [], MADRID, now, "America/New_York")
     assert (sent.zone.key, sent.changes()) == ("America/New_York", {"timezone": "America/New_York"})
     # "America/Argentina" and "America/Indiana" are folders of zones: ZoneInfo raises IsADirectoryError.
     for bad in ("Mars/Olympus", "../etc/passwd", "America/Argentina", "America/Indiana", "", None):
-        ignored = turn_tools(FollowUpRules(), [], MADRID, lambda: now, bad)
+        ignored = turn_tools(FollowUpRules(), [], MADRID, now, bad)
         assert (ignored.zone.key, ignored.changes()) == ("Europe/Madrid", {})
 
 
@@ -186,7 +187,7 @@ def test_the_cancel_tool_refuses_an_id_that_is_not_among_the_persons_pending_one
     """Issue 30, finding 9: the model's cancel matched by id alone. A second person's id (anything
     not in this person's pending list) is said back as not done and never reaches finish_turn."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
-    tools = turn_tools(FollowUpRules(), pending(2), MADRID, lambda: now, None)
+    tools = turn_tools(FollowUpRules(), pending(2), MADRID, now, None)
     someone_elses = tools.run(ToolCall("a", "cancel_follow_up", {"id": 3}))
     assert (someone_elses.content, someone_elses.is_error) == ("Not done: no pending follow-up #3.", True)
     own = tools.run(ToolCall("b", "cancel_follow_up", {"id": 2}))

@@ -15,11 +15,6 @@ from core.channels.whatsapp import WhatsAppForm
 from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import NotFound
 from core.forgetting import (
-    EXPIRED,
-    FORGOTTEN,
-    NO_REQUEST,
-    NOTHING_STORED,
-    WILL_DELETE,
     ForgetRequest,
     Forgetting,
     Forgotten,
@@ -29,6 +24,7 @@ from core.identity.policy import IdentityPolicy
 from core.memory import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
+from tests.helpers import ENGLISH, forgotten, will_delete
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -159,8 +155,8 @@ def test_forget_asks_first_and_only_a_confirmation_within_five_minutes_deletes(
     person = turn(memory, Person(sender_id=sender), Surface.TELEGRAM, "keep this")
     ask, confirm = ForgetRequest(Surface.TELEGRAM, sender, False), ForgetRequest(Surface.TELEGRAM, sender, True)
 
-    assert forgetting.answer(confirm) == NO_REQUEST.format(request="/forget")
-    assert forgetting.answer(ask) == WILL_DELETE.format(messages=2, conversations=1, confirm="/forget confirm")
+    assert forgetting.answer(confirm) == ENGLISH.say("forget.no_request", request="/forget")
+    assert forgetting.answer(ask) == will_delete(ENGLISH, 2, 1, "/forget confirm")
     assert rows_of(database_url, person)["messages"] == 2 and rows_of(database_url, person)["forget_requests"] == 1
 
     with psycopg.connect(database_url) as connection:
@@ -168,18 +164,20 @@ def test_forget_asks_first_and_only_a_confirmation_within_five_minutes_deletes(
             "update forget_requests set requested_at = now() - interval '5 minutes 1 second' where user_id = %s",
             (person,),
         )
-    assert forgetting.answer(confirm) == EXPIRED.format(request="/forget")
+    assert forgetting.answer(confirm) == ENGLISH.say("forget.expired", request="/forget", minutes=5)
     assert rows_of(database_url, person)["messages"] == 2
-    assert forgetting.answer(confirm) == NO_REQUEST.format(request="/forget")  # the expired request is gone
+    assert forgetting.answer(confirm) == ENGLISH.say(
+        "forget.no_request", request="/forget"
+    )  # the expired request is gone
 
     forgetting.answer(ask)
     # A request made on Telegram is confirmed on Telegram, not from the person's WhatsApp.
     number = f"+3461{uuid.uuid4().int % 10**7:07d}"
     Linking(store, AUTO).link(person, Surface.WHATSAPP, number)
-    assert forgetting.answer(ForgetRequest(Surface.WHATSAPP, f"whatsapp:{number}", True)) == NO_REQUEST.format(
-        request="forget"
+    assert forgetting.answer(ForgetRequest(Surface.WHATSAPP, f"whatsapp:{number}", True)) == ENGLISH.say(
+        "forget.no_request", request="forget"
     )
-    assert forgetting.answer(confirm) == FORGOTTEN.format(messages=2)
+    assert forgetting.answer(confirm) == forgotten(ENGLISH, 2)
     assert rows_of(database_url, person) == {
         "messages": 0,
         "conversations": 0,
@@ -187,7 +185,7 @@ def test_forget_asks_first_and_only_a_confirmation_within_five_minutes_deletes(
         "identities": 2,
         "forget_requests": 0,
     }
-    assert forgetting.answer(ask) == NOTHING_STORED
+    assert forgetting.answer(ask) == ENGLISH.say("forget.nothing_stored")
 
 
 def test_requests_nobody_confirmed_are_kept_a_day_at_most(
@@ -216,7 +214,7 @@ def test_a_stranger_under_the_owner_policy_gets_the_stranger_reply_and_nothing_i
     forgetting.answer(ForgetRequest(Surface.TELEGRAM, "4242", False))
     assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, "999", True)) == "Who are you?"
     assert rows_of(database_url, owner)["messages"] == 2
-    assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, "4242", True)) == FORGOTTEN.format(messages=2)
+    assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, "4242", True)) == forgotten(ENGLISH, 2)
     assert rows_of(database_url, owner)["messages"] == 0
 
 

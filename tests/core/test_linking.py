@@ -16,7 +16,6 @@ from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import LinkingNotNeeded
 from core.identity.linking import (
     CODE_ALPHABET,
-    NOT_NEEDED,
     Linking,
     LinkRequest,
     LinkStatus,
@@ -31,7 +30,7 @@ from core.memory import Memory
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql
-from tests.helpers import rows
+from tests.helpers import ENGLISH, rows
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -267,7 +266,7 @@ def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
     linking = Linking(store, policy, stranger_reply="Private assistant.")
     with pytest.raises(LinkingNotNeeded):
         linking.new_code(owner)
-    assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")).text == NOT_NEEDED
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")).text == ENGLISH.say("link.not_needed")
     assert linking.answer(UnlinkRequest(Surface.TELEGRAM, "9999")).text == "Private assistant."
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 import uuid
 
-from core.listening import REFUSALS, Listening
+from core.errors import MediaUnreadable
+from core.listening import Listening
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import UnavailableStore
 from tests.helpers import execute, rows
@@ -24,7 +25,7 @@ def test_two_instances_cannot_both_send_a_note_to_the_transcriber(database_url: 
     def note(store: PostgresStore, message_id: int) -> None:
         Listening(store, uuid.uuid4(), message_id + 1000, 10).reserve(0)  # its connection open before the race
         start.wait()
-        results.append(Listening(store, person, message_id, 100).reserve(6))
+        results.append(phrase(Listening(store, person, message_id, 100).reserve(6)))
 
     threads = [threading.Thread(target=note, args=(store, 900_000_000 + index)) for index, store in enumerate(stores)]
     for thread in threads:
@@ -33,7 +34,7 @@ def test_two_instances_cannot_both_send_a_note_to_the_transcriber(database_url: 
         thread.join()
     for store in stores:
         store.close()
-    assert sorted(results, key=lambda result: result is not None) == [None, REFUSALS["busy"]]
+    assert sorted(results, key=lambda result: result is not None) == [None, "voice_busy"]
     assert rows(database_url, "select seconds from voice_usage where user_id = %s", person) == [(6,)]
 
 
@@ -49,7 +50,7 @@ def test_a_reservation_is_settled_at_what_was_heard_and_leaves_after_a_day(datab
         (90, None)
     ]
     second = Listening(store, person, 910_000_002, 100)
-    assert second.reserve(11) == REFUSALS["used_up"]
+    assert phrase(second.reserve(11)) == "voice_used_up"
     execute(database_url, "update voice_usage set at = at - interval '25 hours' where user_id = %s", person)
     assert second.reserve(11) is None
     assert rows(database_url, "select message_id, seconds from voice_usage where user_id = %s", person) == [
@@ -63,7 +64,7 @@ def test_a_note_whose_instance_died_holds_the_others_two_minutes_at_most(databas
     store = PostgresStore(database_url)
     assert Listening(store, person, 930_000_001, 100).reserve(5) is None  # never settled
     waiting = Listening(store, person, 930_000_002, 100)
-    assert waiting.reserve(5) == REFUSALS["busy"]
+    assert phrase(waiting.reserve(5)) == "voice_busy"
     execute(
         database_url,
         "update voice_usage set in_flight_since = in_flight_since - interval '3 minutes' where user_id = %s",
@@ -95,3 +96,8 @@ def test_without_a_limit_or_a_store_every_note_is_heard(database_url: str) -> No
     away = Listening(UnavailableStore("the database is away"), person, 920_000_002, 10)
     assert away.reserve(10_000) is None
     away.settle(10_000, 5)  # logged, never raised
+
+
+def phrase(refused: MediaUnreadable | None) -> str | None:
+    """The refusal's phrase (core/phrases/*.toml's media.reason), None for no refusal."""
+    return refused.phrase if refused is not None else None

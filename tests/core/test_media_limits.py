@@ -13,11 +13,11 @@ from pypdf import PdfWriter
 
 from core.channels.media_fetch import InlineMedia
 from core.media import MediaKind, MediaLimits, MediaRef
-from core.media_turn import TOO_MANY, UNREADABLE, MediaReader, most_bytes
+from core.media_turn import MediaReader, most_bytes
 from core.model.transcription import DeepgramTranscriber
 from core.models import Surface
 from tests.fakes.deepgram_api import FakeDeepgram
-from tests.helpers import ogg_lasting
+from tests.helpers import ENGLISH, ogg_lasting
 
 MEDIA = Path(__file__).parent.parent / "corpus" / "media"
 RECEIPT = (MEDIA / "receipt.jpg").read_bytes()
@@ -37,7 +37,7 @@ def test_media_max_items_exactly_passes_and_one_more_is_refused() -> None:
     at_limit = reader(max_items=3).prepare(Surface.WEB, [photo()] * 3, "", 5.0)
     assert at_limit.notice is None and len(at_limit.attachments) == 3
     past = reader(max_items=3).prepare(Surface.WEB, [photo()] * 4, "", 5.0)
-    assert past.notice == TOO_MANY.format(limit=3)
+    assert past.notice == ENGLISH.say("media.too_many", limit=3)
     assert past.attachments == ()
 
 
@@ -46,13 +46,13 @@ def test_an_image_of_exactly_image_max_bytes_passes_and_one_byte_more_is_refused
     exactly = reader(image_max_bytes=limit).prepare(Surface.WEB, [photo()], "", 5.0)
     assert exactly.notice is None and [a.data for a in exactly.attachments] == [RECEIPT]
     over = reader(image_max_bytes=limit - 1).prepare(Surface.WEB, [photo()], "", 5.0)
-    assert over.notice == UNREADABLE.format(reason=f"larger than {(limit - 1) / 1_000_000:.1f} MB")
+    assert over.notice == ENGLISH.say("media.unreadable", reason=f"larger than {(limit - 1) / 1_000_000:.1f} MB")
     assert over.attachments == ()
 
 
 def test_bytes_of_no_known_image_type_are_never_attached_as_an_image() -> None:
     prepared = reader().prepare(Surface.WEB, [photo(b"MZ\x90\x00 not an image at all")], "", 5.0)
-    assert prepared.notice == UNREADABLE.format(reason="not a JPEG, PNG, GIF or WebP image")
+    assert prepared.notice == ENGLISH.say("media.unreadable", reason="not a JPEG, PNG, GIF or WebP image")
     assert prepared.attachments == ()
 
 
@@ -73,7 +73,7 @@ def test_pdf_max_pages_exactly_passes_and_one_more_page_is_refused() -> None:
     at_limit = reader(pdf_max_pages=3).prepare(Surface.WEB, [a_pdf(pdf(3))], "", 5.0)
     assert at_limit.notice is None and len(at_limit.attachments) == 1
     past = reader(pdf_max_pages=3).prepare(Surface.WEB, [a_pdf(pdf(4))], "", 5.0)
-    assert past.notice == UNREADABLE.format(reason="4 pages; I read up to 3")
+    assert past.notice == ENGLISH.say("media.unreadable", reason="4 pages; I read up to 3")
 
 
 @pytest.mark.parametrize(
@@ -86,12 +86,12 @@ def test_pages_written_to_hide_from_a_pattern_are_counted(disguise: bytes) -> No
     hidden = re.sub(rb"/Type\s*/Page(?![A-Za-z])", lambda _: disguise, pdf(5))
     assert re.findall(rb"/Type\s*/Page(?![A-Za-z])", hidden) == []
     refused = reader(pdf_max_pages=3).prepare(Surface.WEB, [a_pdf(hidden)], "", 5.0)
-    assert refused.notice == UNREADABLE.format(reason="5 pages; I read up to 3")
+    assert refused.notice == ENGLISH.say("media.unreadable", reason="5 pages; I read up to 3")
 
 
 def test_a_pdf_no_parser_can_open_is_refused_with_a_clear_answer() -> None:
     refused = reader().prepare(Surface.WEB, [a_pdf(b"%PDF-1.7\n garbage, no objects, no trailer")], "", 5.0)
-    assert refused.notice == UNREADABLE.format(reason="a PDF I cannot open")
+    assert refused.notice == ENGLISH.say("media.unreadable", reason="a PDF I cannot open")
     assert refused.attachments == ()
 
 
@@ -121,7 +121,7 @@ def test_a_voice_note_said_to_last_exactly_voice_max_seconds_is_heard_and_one_se
     exactly = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [note(seconds=3)], "", 5.0)
     assert (exactly.notice, exactly.content) == (None, f"[voice note, 0:03] {deepgram.transcript}")
     past = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [note(seconds=4)], "", 5.0)
-    assert past.notice == UNREADABLE.format(reason="longer than 0:03")
+    assert past.notice == ENGLISH.say("media.unreadable", reason="longer than 0:03")
     assert len(deepgram.requests) == 1  # the note said too long was never sent
 
 
@@ -135,7 +135,7 @@ def test_an_ogg_file_lasting_exactly_voice_max_seconds_is_heard_and_one_second_m
     assert (exactly.notice, exactly.content) == (None, f"[voice note, 0:03] {deepgram.transcript}")
     longer = note(ogg_lasting(VOICE, 4.0), mime_type="audio/ogg")
     past = listener(deepgram, voice_max_seconds=3).prepare(Surface.WEB, [longer], "", 5.0)
-    assert past.notice == UNREADABLE.format(reason="longer than 0:03")
+    assert past.notice == ENGLISH.say("media.unreadable", reason="longer than 0:03")
     assert len(deepgram.requests) == 1
 
 
@@ -150,5 +150,5 @@ def test_a_note_of_exactly_the_bytes_its_length_may_hold_is_heard_and_one_byte_m
     exactly = listener(deepgram).prepare(Surface.WEB, [note(VOICE + bytes(most - len(VOICE)), 1)], "", 5.0)
     assert exactly.notice is None and [len(heard.audio) for heard in deepgram.requests] == [most]
     past = listener(deepgram).prepare(Surface.WEB, [note(VOICE + bytes(most + 1 - len(VOICE)), 1)], "", 5.0)
-    assert past.notice == UNREADABLE.format(reason="larger than a 0:01 voice note can be")
+    assert past.notice == ENGLISH.say("media.unreadable", reason="larger than a 0:01 voice note can be")
     assert len(deepgram.requests) == 1

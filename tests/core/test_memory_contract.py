@@ -10,7 +10,7 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import NotFound
-from core.forgetting import NOTHING_STORED, ForgetRequest, Forgetting, Forgotten
+from core.forgetting import ForgetRequest, Forgetting, Forgotten
 from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory, TurnBudget, TurnEstimate
@@ -18,7 +18,7 @@ from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
-from tests.helpers import rows
+from tests.helpers import ENGLISH, rows
 
 SERVICE_KEY = "sb_secret_test_service_role_key"
 
@@ -261,7 +261,9 @@ def test_forgetting_is_one_round_trip_and_a_forgotten_redelivery_stores_nothing(
     assert (again.duplicate, again.message_id, again.reply) == (True, None, None)
     assert counted.round_trips() == 1
     counted.reset()
-    assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, person.sender_id, False)) == NOTHING_STORED
+    assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, person.sender_id, False)) == ENGLISH.say(
+        "forget.nothing_stored"
+    )
     assert counted.round_trips() == 1
 
 

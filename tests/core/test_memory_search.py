@@ -15,12 +15,12 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory, TurnBudget
-from core.memory_search import SEARCH_MEMORY, TOOL, MemorySearchTools, SearchRules, rendered
+from core.memory_search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTools, SearchRules, rendered
 from core.model.llm import AnthropicModel, ToolCall
 from core.model.offline_model import OfflineModel
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn import Turns
@@ -34,7 +34,7 @@ SETTINGS = TurnSettings(
     fallback_reply="FALLBACK",
     stranger_reply="NO",
     timezone="Europe/Madrid",
-    search=SearchRules(),
+    capabilities=(MemorySearch(SearchRules()),),
 )
 
 
@@ -278,7 +278,7 @@ def test_the_offline_stand_in_searches_what_it_is_asked_about(memory: Memory, da
 
 
 def test_search_off_gives_the_model_no_search_tool(memory: Memory, fake: FakeAnthropic) -> None:
-    turns = turns_with(memory, fake, replace(SETTINGS, search=None))
+    turns = turns_with(memory, fake, replace(SETTINGS, capabilities=(MemorySearch(None),)))
     turns.run(TurnRequest(Surface.TELEGRAM, "hello", "s-1", user_id=uuid.uuid4()))
     assert "tools" not in fake.requests[-1]
 

@@ -11,11 +11,11 @@ from typing import Any
 import anthropic
 import pytest
 
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.identity.policy import IdentityPolicy
 from core.memory import Memory
-from core.memory_search import SEARCH_MEMORY, SearchRules
+from core.memory_search import SEARCH_MEMORY, MemorySearch, SearchRules
 from core.model.llm import AnthropicModel
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Surface
 from core.turn import Turns
 from core.turn_request import Outcome, TurnRequest, TurnSettings
@@ -41,7 +41,7 @@ def test_a_tool_turn_sends_the_answer_back_as_the_model_gave_it(memory: Memory, 
 
     fake.answer = answer
     model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, max_retries=0)
-    settings = TurnSettings(DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", search=SearchRules())
+    settings = TurnSettings(DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", capabilities=(MemorySearch(SearchRules()),))
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
     result = turns.run(TurnRequest(Surface.TELEGRAM, "what did I say about x?", "m-1", user_id=uuid.uuid4()))
 
@@ -83,7 +83,7 @@ def test_a_long_note_before_a_tool_call_lost_to_thinking_still_ends_in_an_answer
 ) -> None:
     """Sonnet 5.5 returns such a note as an empty thinking block: the turn has no text yet, so the
     loop asks again with the tool's result, and the person gets the model's answer to it."""
-    from core.follow_ups import FollowUpRules
+    from core.follow_ups import FollowUpRules, FollowUps
 
     note = "Sure. I will set that up for you now. It will come on this app. Give me a second."
 
@@ -95,7 +95,9 @@ def test_a_long_note_before_a_tool_call_lost_to_thinking_still_ends_in_an_answer
 
     fake.answer = answer
     model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, max_retries=0)
-    settings = TurnSettings(DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", follow_ups=FollowUpRules(max_pending=5))
+    settings = TurnSettings(
+        DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", capabilities=(FollowUps(FollowUpRules(max_pending=5)),)
+    )
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
     asked = TurnRequest(Surface.TELEGRAM, "remind me in 30 minutes to stretch", "n-1", user_id=uuid.uuid4())
     result = turns.run(asked)

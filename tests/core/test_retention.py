@@ -28,7 +28,8 @@ def purge_database(postgres_server: str) -> Iterator[str]:
 @pytest.fixture
 def database(purge_database: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(purge_database, autocommit=True) as connection:
-        connection.execute("truncate messages, conversations, follow_ups")
+        # cascade: and whatever refers to a message (the stop button's rows, say)
+        connection.execute("truncate messages, conversations, follow_ups cascade")
         yield connection
 
 

@@ -12,13 +12,13 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.context import ContextItem, build_model_messages
-from core.follow_ups import FollowUpRules
+from core.follow_ups import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn import Turns
@@ -239,7 +239,7 @@ def test_a_stream_left_after_a_tool_call_counts_both_requests_and_the_text_since
     text and the client leaves: both requests' reported tokens and the text since count."""
     model = claude(fake)
     budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
-    tools_on = replace(SETTINGS, follow_ups=FollowUpRules())
+    tools_on = replace(SETTINGS, capabilities=(FollowUps(FollowUpRules()),))
     turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), tools_on)
     fake.answer = lambda body: (
         "alpha bravo charlie delta echo foxtrot golf hotel" if tool_results(body) else [tool_use("list_follow_ups", {})]

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from core import tool_loop
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.channels.media_fetch import InlineMedia
-from core.follow_ups import FollowUpRules
+from core.follow_ups import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.media import MediaKind, MediaLimits, MediaRef
 from core.media_turn import MediaReader
 from core.memory import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn import Turns
@@ -60,10 +59,12 @@ def test_a_two_request_tool_turn_charges_both_requests(
     store: PostgresStore, fake: FakeAnthropic, database_url: str
 ) -> None:
     """Issue 30, finding 9: the model lists the follow-ups, then answers; what both requests read
-    and wrote is the turn's, in place of its reservation (ROUNDS requests of its input and output).
-    Seen failing with the tool loop reporting only the latest request's usage."""
+    and wrote is the turn's, in place of its reservation (TOOL_ROUNDS requests and the answer after
+    them, each of its input and output). Seen failing with the tool loop reporting only the
+    latest request's usage."""
     model = claude(fake)
-    turns = Turns(budgeted(store), lambda: model, IdentityPolicy("auto"), replace(SETTINGS, follow_ups=FollowUpRules()))
+    tools_on = replace(SETTINGS, capabilities=(FollowUps(FollowUpRules()),))
+    turns = Turns(budgeted(store), lambda: model, IdentityPolicy("auto"), tools_on)
     answer = "Nothing is planned for you yet."
     fake.answer = lambda body: answer if tool_results(body) else [tool_use("list_follow_ups", {})]
     result = turns.run(TurnRequest(Surface.TELEGRAM, "what is planned?", "tools-2", user_id=uuid.uuid4()))
@@ -72,7 +73,7 @@ def test_a_two_request_tool_turn_charges_both_requests(
     read = sum(usage[key] for usage in fake.usages for key in READ)
     written = 1 + len(answer) // 4  # the first request wrote only its call: the fake's one token
     assert usage_of(database_url, "tools-2") == [(read + written, 0)]
-    assert result.figures.reserved_tokens > tool_loop.ROUNDS * 321
+    assert result.figures.reserved_tokens > (SETTINGS.tool_rounds + 1) * 321
 
 
 def test_an_abandoned_stream_with_a_photo_counts_the_descriptions_tokens(
@@ -116,9 +117,9 @@ def test_the_estimate_reads_the_prompt_the_tools_the_client_history_and_the_medi
     plain = turn_estimate(SETTINGS, TurnRequest(Surface.TELEGRAM, "hi", "e-1"), None)
     assert (plain.input_tokens, plain.requests) == (len(DEFAULT_SYSTEM_PROMPT) // 4, 1)
     tools = turn_estimate(
-        replace(SETTINGS, follow_ups=FollowUpRules()), TurnRequest(Surface.TELEGRAM, "hi", "e-2"), None
+        replace(SETTINGS, capabilities=(FollowUps(FollowUpRules()),)), TurnRequest(Surface.TELEGRAM, "hi", "e-2"), None
     )
-    assert tools.requests == tool_loop.ROUNDS and tools.input_tokens > plain.input_tokens
+    assert tools.requests == SETTINGS.tool_rounds + 1 and tools.input_tokens > plain.input_tokens
     photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
     pdf = MediaRef(MediaKind.PDF, "application/pdf", data=b"%PDF-1.7")
     media = turn_estimate(

@@ -5,7 +5,8 @@ message, or server-sent events when `stream` is true, with usage computed by the
 cache simulator. `behaviour` makes it fail: "500", "529", "slow" or "malformed";
 `latency_s` (low, high) makes every answer take a random time in that range, as the real
 model's does (the soak). `GET /v1/models/{id}` answers the model object for an id in
-`models`, else Anthropic's 404 `not_found_error`.
+`models`, else Anthropic's 404 `not_found_error`. `stream_ends` says how each stream ended:
+"whole", or "cut" when the client closed it early (a write found the connection gone).
 model's does (the soak). An `answer` may return content blocks instead of a text: text blocks
 and `tool_use` blocks (`tool_use(name, input)`), streamed as the API does (`input_json_delta`)
 and ending with `stop_reason: tool_use`.
@@ -126,6 +127,9 @@ class FakeAnthropic:
         self.first_token_s = 0.0  # from a stream's start to its first text
         self.requests: list[dict[str, Any]] = []
         self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
+        # How each stream ended: "whole", or "cut" when the client closed it before its last event
+        # (a write that found the connection gone).
+        self.stream_ends: list[str] = []
         self.inputs: list[int] = []  # each request's input tokens (cached or not), in the order of `requests`
         self.headers: list[dict[str, str]] = []
         self.cache = PromptCache(min_tokens=1024)
@@ -260,16 +264,22 @@ class FakeAnthropic:
                     ),
                     ("message_stop", {"type": "message_stop"}),
                 ]
-                for name, data in events:
-                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                    self.wfile.flush()
-                    if name == "message_start" and fake.behaviour == "slow":
-                        # A slow model has read the request (and says what it cost) but writes late.
-                        time.sleep(fake.slow_s)
-                    elif name == "message_start" and fake.first_token_s:
-                        time.sleep(fake.first_token_s)
-                    if name == "content_block_delta" and fake.delta_pause_s:
-                        time.sleep(fake.delta_pause_s)
+                ended = "whole"
+                try:
+                    for name, data in events:
+                        self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                        self.wfile.flush()
+                        if name == "message_start" and fake.behaviour == "slow":
+                            # A slow model has read the request (and says what it cost) but writes late.
+                            time.sleep(fake.slow_s)
+                        elif name == "message_start" and fake.first_token_s:
+                            time.sleep(fake.first_token_s)
+                        if name == "content_block_delta" and fake.delta_pause_s:
+                            time.sleep(fake.delta_pause_s)
+                except (BrokenPipeError, ConnectionResetError):
+                    ended = "cut"
+                with fake._lock:
+                    fake.stream_ends.append(ended)
                 self.close_connection = True
 
         return Handler

@@ -3,7 +3,9 @@
 Records every method call with its JSON payload and when it came. `fail_with(name, times,
 method)` makes `sendMessage` (or `method`) answer with one of the real error answers of
 tests/corpus/telegram_botapi_errors/errors.json (`times` answers, or until `recover()`);
-`down` makes every method answer the front proxy's 502 without a JSON body.
+`down` makes every method answer the front proxy's 502 without a JSON body. `before_answer(method,
+payload)`, when set, runs before an accepted call is answered: what the person does while a call
+is in flight (tapping a draft's stop button) happens before the bot hears back.
 
 Files: `files[file_id] = bytes` are what `getFile` knows (an unknown id is the Bot API's 400),
 served at `GET /file/bot<token>/<file_path>`; `downloads` lists the paths downloaded.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ class FakeTelegram:
         self.files: dict[str, bytes] = {}
         self.file_paths: dict[str, str] = {}  # a file_path getFile answers for that file_id, odd or not
         self.downloads: list[str] = []
+        self.before_answer: Callable[[str, dict[str, Any]], None] | None = None
         self._failure: str | None = None
         self._failing_method = "sendMessage"
         self._failures_left: int | None = None
@@ -96,6 +100,8 @@ class FakeTelegram:
                     fake.calls.append((method, payload))
                     fake.times.append(time.monotonic())
                     message_id = len(fake.calls)
+                if fake.before_answer is not None:
+                    fake.before_answer(method, payload)
                 if method == "getFile":
                     file_id = str(payload.get("file_id", ""))
                     if file_id not in fake.files:

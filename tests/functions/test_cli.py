@@ -204,14 +204,15 @@ def test_forget_and_link_at_a_terminal_act_only_on_a_yes_and_without_one_touch_n
 ) -> None:
     url, person, chat_person = two_threads
     link = ["link", "--user", str(person), "--surface", "telegram", "--external-id", "7373"]
-    for answer in ("n\n", "\n", ""):  # no, Enter (the default is no), end of input
-        environment.setattr("sys.stdin", Terminal(answer))
-        assert main(["forget", "--user", str(person)]) == 1
-        assert main(link) == 1
+    # no, Enter (the default is no), end of input, and anything else: asked once, never again
+    for answer in ("n\n", "\n", "", "maybe\ny\n"):
+        for command in (["forget", "--user", str(person)], link):
+            environment.setattr("sys.stdin", Terminal(answer))
+            assert main(command) == 1
     said, complained = capsys.readouterr()
-    assert complained.splitlines() == ["crossmem forget: not done", "crossmem link: not done"] * 3
-    assert said.count(f"Erase {person}: every conversation, message, link code and identity? [y/N] ") == 3
-    assert said.count(f"Join telegram 7373 to {person}, moving its messages there? [y/N] ") == 3
+    assert complained.splitlines() == ["crossmem forget: not done", "crossmem link: not done"] * 4
+    assert said.count(f"Erase {person}: every conversation, message, link code and identity? [y/N] ") == 4
+    assert said.count(f"Join telegram 7373 to {person}, moving its messages there? [y/N] ") == 4
     assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 4)
 
     environment.setattr("sys.stdin", Terminal("y\n"))
@@ -244,3 +245,50 @@ def test_without_a_terminal_the_deleting_commands_need_yes(
     assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 4)
     assert main(["forget", "--user", str(chat_person), "--yes"]) == 0
     assert (messages_of(url, person), messages_of(url, chat_person)) == (100, 0)
+
+
+HELP_LINES = [
+    ("migrate", "apply infra/supabase/migrations to DATABASE_URL (idempotent)"),
+    ("history", "print a person's latest messages over every surface"),
+    ("follow-ups", "list a person's pending follow-ups, in their timezone"),
+    ("digest", "write the memory notes of every person who is due, now"),
+    ("identities", "list a person's Telegram chats and WhatsApp numbers"),
+    ("link", "join a Telegram chat or WhatsApp number to a person, without a code"),
+    ("unlink", "let a linked chat or number go (the person keeps its messages)"),
+    ("forget", "erase a person: every conversation, message and identity"),
+    ("purge", "delete messages older than an age, in batches of PURGE_BATCH"),
+    ("search", "search a person's messages on every surface, as the agent can"),
+    ("dev", "serve every function, the demo page and /healthz on 127.0.0.1"),
+    ("say", "send a signed Telegram or WhatsApp message to the dev server"),
+    ("telegram", "set up Telegram's webhook through the Bot API"),
+    ("deploy", "deploy serverless.yml's functions as 2nd-gen functions with gcloud"),
+    ("doctor", "check the live deployment: database, secrets, URLs, webhooks, model, scheduled job"),
+]
+
+
+def test_help_lists_every_command_in_its_order_with_its_whole_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    listing = capsys.readouterr().out.split("\nCommands:\n", 1)[1]
+    assert " ".join(listing.split()) == " ".join(f"{name} {line}" for name, line in HELP_LINES)
+    assert main(["telegram", "--help"]) == 0
+    listing = capsys.readouterr().out.split("\nCommands:\n", 1)[1]
+    assert " ".join(listing.split()) == (
+        "set-webhook point the bot at URL, with the secret token info print getWebhookInfo"
+    )
+
+
+def test_a_usage_error_exits_2_and_an_error_of_ours_is_one_line_naming_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--limit", "many"])
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1] == "Error: Invalid value for '--limit': 'many' is not a valid integer."
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["link", "--user", "x", "--surface", "web", "--external-id", "1", "--yes"])
+    assert exited.value.code == 2
+    assert "Invalid value for '--surface': 'web' is not one of 'telegram', 'whatsapp'." in capsys.readouterr().err
+    assert main(["forget", "--user", "not-a-uuid", "--yes"]) == 1
+    assert capsys.readouterr().err == "crossmem forget: badly formed hexadecimal UUID string\n"

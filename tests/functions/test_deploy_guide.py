@@ -46,7 +46,7 @@ DEPLOY_NAMES = {"GCP_PROJECT", "GCP_REGION", "GCP_SERVICE_ACCOUNT", "GCP_SCHEDUL
 PAGE_NAMES = {"SESSION_URL", "TRANSACTION_URL"}
 # The secrets the page creates only for some deployments (it says which), so need not export.
 OPTIONAL_SECRETS = {"SUPABASE_JWT_SECRET", "SUPABASE_SERVICE_ROLE_KEY", "TWILIO_WEBHOOK_SHARED_KEY"}
-FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "web_chat", "memory_digest"]
+FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat", "memory_digest"]
 SERVERLESS_SECRETS = {secret_id(ref) for spec in read_description().functions for ref in spec.secrets.values()}
 # The headings other pages and `crossmem doctor`'s fix texts link to: renaming one breaks them.
 STABLE_ANCHORS = {

@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from core.model.prompt import DEFAULT_SYSTEM_PROMPT, NOTES_PREAMBLE
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.model.prompt import NOTES_PREAMBLE
 from core.models import Surface
 from core.turn_request import Outcome, TurnRequest, TurnResult
 from functions import runtime

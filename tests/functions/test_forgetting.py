@@ -9,23 +9,25 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from core.forgetting import EXPIRED, FORGOTTEN, WILL_DELETE
 from functions.tools.cli import main
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import (
+    ENGLISH,
     TELEGRAM_HEADERS,
     Apps,
     app_client,
     as_owner,
     bearer,
     count,
+    forgotten,
     new_code,
     sent_texts,
     telegram,
     update,
     whatsapp,
+    will_delete,
 )
 
 MESSAGES = "select count(*) from messages where user_id = %s"
@@ -63,14 +65,14 @@ def test_forget_then_confirm_on_telegram_deletes_the_whole_thread_and_nothing_el
     assert counts_of(database_url, person) == (8, 3) and counts_of(database_url, other) == (2, 1)
 
     telegram(apps, "/forget")
-    expected = WILL_DELETE.format(messages=8, conversations=3, confirm="/forget confirm")
+    expected = will_delete(ENGLISH, 8, 3, "/forget confirm")
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": expected}
     assert counts_of(database_url, person) == (8, 3)  # asking deletes nothing, and is not in the thread
     said_forget = "select count(*) from messages where user_id = %s and content ilike '%%forget%%'"
     assert count(database_url, said_forget, person) == 0
 
     telegram(apps, "/forget confirm")
-    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": FORGOTTEN.format(messages=8)}
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": forgotten(ENGLISH, 8)}
     assert counts_of(database_url, person) == (0, 0)
     assert counts_of(database_url, other) == (2, 1)
 
@@ -95,10 +97,10 @@ def test_forget_then_confirm_on_whatsapp_in_any_case(
 ) -> None:
     person = linked_person_with_a_thread(apps)
     other = someone_else(apps)
-    expected = WILL_DELETE.format(messages=6, conversations=3, confirm="forget confirm")
+    expected = will_delete(ENGLISH, 6, 3, "forget confirm")
     assert whatsapp(apps, "Forget") == [expected]
     assert counts_of(database_url, person) == (6, 3)
-    assert whatsapp(apps, " FORGET Confirm ") == [FORGOTTEN.format(messages=6)]
+    assert whatsapp(apps, " FORGET Confirm ") == [forgotten(ENGLISH, 6)]
     assert counts_of(database_url, person) == (0, 0) and counts_of(database_url, other) == (2, 1)
     telegram(apps, "What do you know about me?")
     texts = sent_texts(fake_anthropic.requests[-1])
@@ -132,7 +134,7 @@ def test_forget_without_confirming_or_confirmed_too_late_deletes_nothing(
             (person,),
         )
     telegram(apps, "/forget confirm")
-    assert fake_telegram.sent()[-1]["text"] == EXPIRED.format(request="/forget")
+    assert fake_telegram.sent()[-1]["text"] == ENGLISH.say("forget.expired", request="/forget", minutes=5)
     assert counts_of(database_url, person) == (8, 3)
 
 
@@ -169,7 +171,7 @@ def test_under_the_owner_policy_a_stranger_deletes_nothing(
     assert web.delete("/memory", headers=bearer(uuid.uuid4())).status_code == 403
     assert count(database_url, MESSAGES, owner) == 2
     assert bot.post("/", json=update("/forget confirm", user_id=4242), headers=TELEGRAM_HEADERS).status_code == 200
-    assert fake_telegram.sent()[-1] == {"chat_id": 4242, "text": FORGOTTEN.format(messages=2)}
+    assert fake_telegram.sent()[-1] == {"chat_id": 4242, "text": forgotten(ENGLISH, 2)}
     assert count(database_url, MESSAGES, owner) == 0
 
 

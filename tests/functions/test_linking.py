@@ -8,12 +8,13 @@ import uuid
 
 import pytest
 
-from core.identity.linking import ANSWERS, UNAVAILABLE, UNLINKED, LinkStatus
+from core.identity.linking import ANSWERS, LinkStatus
 from functions.tools.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import (
     CORPUS,
+    ENGLISH,
     TELEGRAM_HEADERS,
     Apps,
     app_client,
@@ -32,7 +33,7 @@ CALLBACK_QUERY = json.loads((CORPUS / "telegram" / "11_callback_query.json").rea
 
 
 def linked() -> str:
-    return ANSWERS[LinkStatus.LINKED].format(account=ACCOUNT)
+    return ENGLISH.say(ANSWERS[LinkStatus.LINKED], account=ACCOUNT)
 
 
 def tap(apps: Apps, data: str, chat: int | None = None) -> None:
@@ -140,8 +141,8 @@ def test_unlink_from_telegram_and_from_whatsapp(apps: Apps, fake_telegram: FakeT
     telegram(apps, f"/start {new_code(apps, person)['code']}")
     whatsapp(apps, f"link {new_code(apps, person)['code']}")
     telegram(apps, "/unlink")
-    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": UNLINKED}
-    assert whatsapp(apps, "UNLINK") == [UNLINKED]
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("link.unlinked")}
+    assert whatsapp(apps, "UNLINK") == [ENGLISH.say("link.unlinked")]
     assert apps.web.get("/links", headers=bearer(person)).get_json() == {"links": []}
 
 
@@ -149,7 +150,7 @@ def test_a_wrong_code_on_telegram_is_answered_and_links_nothing(
     apps: Apps, fake_telegram: FakeTelegram, database_url: str
 ) -> None:
     telegram(apps, "/link ABCDEFGHJ")
-    assert fake_telegram.sent()[-1]["text"] == ANSWERS[LinkStatus.INVALID]
+    assert fake_telegram.sent()[-1]["text"] == ENGLISH.say(ANSWERS[LinkStatus.INVALID])
     linked = "select count(*) from identities where external_id = %s and linked_at is not null"
     assert count(database_url, linked, str(apps.chat)) == 0
     # A deep link whose payload is not a code (a campaign tag, say) is only a welcome.
@@ -231,5 +232,5 @@ def test_with_the_database_down_linking_answers_and_never_fails(
     assert (response.status_code, response.get_json()["error"]) == (503, "store_unavailable")
     assert down.web.get("/links", headers=bearer(uuid.uuid4())).status_code == 503
     telegram(down, "/start ABCDEFGHJ")
-    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": UNAVAILABLE}
-    assert whatsapp(down, "unlink") == [UNAVAILABLE]
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("link.unavailable")}
+    assert whatsapp(down, "unlink") == [ENGLISH.say("link.unavailable")]

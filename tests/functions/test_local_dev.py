@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from werkzeug.test import Client
 
 from functions import runtime
 from functions.tools.local_dev import DEV_DEFAULTS, apply_dev_defaults, build_dev_app
-from tests.helpers import free_port
+from tests.helpers import crossmem_dev, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CROSSMEM = [sys.executable, "-m", "functions.tools.cli"]
@@ -35,20 +34,8 @@ def dev(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
         "EMBEDDED_DATA_DIR": str(tmp_path / "pgdata"),
         "HOME": str(tmp_path),
     }
-    server = subprocess.Popen(
-        [*CROSSMEM, "dev"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    server = crossmem_dev(env, tmp_path, port)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        server.kill()
-        pytest.fail("crossmem dev did not answer /healthz: " + (server.stdout.read() if server.stdout else ""))
     yield url, env
     server.send_signal(signal.SIGTERM)  # as a process manager would: the embedded Postgres stops with it
     server.wait(timeout=30)

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.listening import REFUSALS
-from core.media_turn import DESCRIBE_PROMPT, NO_TRANSCRIBER, UNREADABLE
+from core.media_turn import DESCRIBE_PROMPT
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
@@ -28,6 +27,7 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
     CORPUS,
+    ENGLISH,
     PUBLIC_BASE_URL,
     TELEGRAM_HEADERS,
     TWILIO_TOKEN,
@@ -302,10 +302,10 @@ def test_without_a_transcription_service_a_voice_note_gets_a_polite_answer(
     fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
     assert telegram_post(app_client("telegram_webhook"), body) == 200
     assert fake_anthropic.requests == [] and fake_telegram.downloads == []
-    assert [m["text"] for m in fake_telegram.sent()] == [NO_TRANSCRIBER]
+    assert [m["text"] for m in fake_telegram.sent()] == [ENGLISH.say("media.no_transcriber")]
     assert stored_turn(database_url, str(body["update_id"])) == [
         ("user", "[voice note, 0:03, not transcribed: no transcription service]"),
-        ("assistant", NO_TRANSCRIBER),
+        ("assistant", ENGLISH.say("media.no_transcriber")),
     ]
 
 
@@ -328,7 +328,7 @@ def test_a_failing_transcription_service_is_a_clear_answer_and_never_retried_on_
         "user",
         f"[voice note, 0:03, not transcribed: {reason}]",
     )
-    assert fake_telegram.sent()[0]["text"].startswith(f"Sorry, I couldn't use what you sent ({reason}).")
+    assert fake_telegram.sent()[0]["text"] == unreadable("the transcription service failed")
 
 
 def test_a_slow_transcription_service_is_given_up_within_its_timeout(
@@ -473,7 +473,7 @@ def test_a_web_image_of_exactly_image_max_bytes_is_read_and_one_byte_more_is_ref
     runtime.reset()
     past = web.post("/", json={"message": "and this?", "attachments": [attachment]}, headers=bearer(owner))
     limit = f"{(len(RECEIPT) - 1) / 1_000_000:.1f}"
-    assert past.get_json()["reply"] == UNREADABLE.format(reason=f"larger than {limit} MB")
+    assert past.get_json()["reply"] == ENGLISH.say("media.unreadable", reason=f"larger than {limit} MB")
     assert len(replies(fake_anthropic)) == 1
     conversation = past.get_json()["conversation_id"]
     listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
@@ -536,7 +536,7 @@ def test_a_web_voice_notes_claimed_length_is_checked_against_what_the_service_he
     listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
     assert listed[0]["content"] == stored
     if "not transcribed" in stored:
-        assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+        assert sent.get_json()["reply"] == unreadable("longer than 2:00")
         assert replies(fake_anthropic) == []
 
 
@@ -556,8 +556,12 @@ def test_a_persons_day_of_listening_ends_at_voice_seconds_per_day(
     media_env.setenv("VOICE_SECONDS_PER_DAY", "10")
     runtime.reset()
     replies_ = [voice_note(web, owner, 4) for _ in range(3)]
-    assert replies_[2] == UNREADABLE.format(reason=REFUSALS["used_up"])
-    assert REFUSALS["used_up"] not in replies_[0] + replies_[1]
+    # In Spanish: the first two were heard in Spanish, remembered as the person's language.
+    assert replies_[2] == (
+        "Perdona, no he podido usar lo que me has enviado (ya has usado las notas de voz de hoy). "
+        "¿Me cuentas con palabras qué dice?"
+    )
+    assert "used up" not in replies_[0] + replies_[1]
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [(4,), (4,)]
 
@@ -571,8 +575,8 @@ def test_a_web_client_that_lies_about_its_notes_pays_for_what_was_heard(
     runtime.reset()
     fake_deepgram.duration = 900.0
     answers_ = [voice_note(web, owner, 3) for _ in range(3)]
-    assert answers_[:2] == [UNREADABLE.format(reason="longer than 2:00")] * 2
-    assert answers_[2] == UNREADABLE.format(reason=REFUSALS["used_up"])
+    assert answers_[:2] == [unreadable("longer than 2:00")] * 2
+    assert answers_[2] == unreadable("today's voice notes are used up")
     assert len(fake_deepgram.requests) == 2
     assert rows(database_url, "select seconds from voice_usage where user_id = %s order by at", owner) == [
         (900,),
@@ -589,14 +593,14 @@ def test_a_note_with_no_words_or_a_failed_transcription_still_counts_in_the_day(
     media_env.setenv("TRANSCRIPTION_TIMEOUT", "0.5")
     runtime.reset()
     fake_deepgram.transcript, fake_deepgram.duration = "", 100.0
-    assert voice_note(web, owner, 1) == UNREADABLE.format(reason="no words could be heard in it")
+    assert voice_note(web, owner, 1) == unreadable("no words could be heard in it")
     fake_deepgram.behaviour, fake_deepgram.slow_s = "slow", 1.0
-    assert voice_note(web, owner, 7) == UNREADABLE.format(reason="the transcription service was too slow")
+    assert voice_note(web, owner, 7) == unreadable("the transcription service failed")
     assert rows(
         database_url, "select seconds, in_flight_since from voice_usage where user_id = %s order by at", owner
     ) == [(100, None), (7, None)]
     fake_deepgram.behaviour = "ok"
-    assert voice_note(web, owner, 50) == UNREADABLE.format(reason=REFUSALS["used_up"])
+    assert voice_note(web, owner, 50) == unreadable("today's voice notes are used up")
     assert len(fake_deepgram.requests) == 2
 
 
@@ -607,7 +611,7 @@ def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_de
     notes = [{"media_type": "audio/webm", "data": data, "seconds": seconds} for seconds in (5, 300, 7)]
     sent = web.post("/", json={"message": "", "attachments": notes}, headers=bearer(owner))
     assert sent.status_code == 200, sent.text
-    assert sent.get_json()["reply"] == UNREADABLE.format(reason="longer than 2:00")
+    assert sent.get_json()["reply"] == unreadable("longer than 2:00")
     assert fake_deepgram.requests == []
     conversation = sent.get_json()["conversation_id"]
     listed = web.get(f"/conversations/{conversation}/messages", headers=bearer(owner)).get_json()["messages"]
@@ -666,7 +670,7 @@ def test_a_telegram_voice_note_heavier_than_its_length_never_reaches_deepgram(
     assert telegram_post(app_client("telegram_webhook"), body) == 200
     assert fake_deepgram.requests == [] and fake_anthropic.requests == []
     assert len(fake_telegram.downloads) == downloads
-    assert [m["text"] for m in fake_telegram.sent()] == [UNREADABLE.format(reason=reason)]
+    assert [m["text"] for m in fake_telegram.sent()] == [ENGLISH.say("media.unreadable", reason=reason)]
     assert user_message(database_url, str(body["update_id"])) == f"[voice note, 0:01, not transcribed: {reason}]"
     assert voice_seconds_of(database_url, str(body["update_id"])) == []
 
@@ -683,11 +687,14 @@ def test_a_whatsapp_ogg_whose_last_page_says_a_second_is_never_sent_heavier(
     heavy = ogg_lasting(VOICE, 1.0) + bytes(400_000 - len(VOICE))
     path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME{uuid.uuid4().hex}"
     fake_twilio.media[path] = (heavy, "audio/ogg")
-    fields = form("", NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg")
+    sender = f"whatsapp:+3460{uuid.uuid4().int % 10**7:07d}"  # a number no Spanish note was heard from
+    fields = form(
+        "", sender=sender, NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0="audio/ogg"
+    )
     response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
     assert response.status_code == 200
     reason = "larger than a 0:01 voice note can be"
-    assert messages_of(response.text) == [UNREADABLE.format(reason=reason)]
+    assert messages_of(response.text) == [ENGLISH.say("media.unreadable", reason=reason)]
     assert fake_deepgram.requests == [] and fake_anthropic.requests == []
     assert user_message(database_url, fields["MessageSid"]) == f"[voice note, 0:00, not transcribed: {reason}]"
 
@@ -714,7 +721,9 @@ def test_web_notes_that_say_no_length_count_what_their_bytes_imply_when_deepgram
         attachment["seconds"] = claimed
     for _ in range(3):
         sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
-        assert sent.get_json()["reply"] == UNREADABLE.format(reason="the transcription service was too slow")
+        assert sent.get_json()["reply"] == ENGLISH.say(
+            "media.unreadable", reason="the transcription service failed"
+        )
     assert [len(heard.audio) for heard in fake_deepgram.requests] == [300_000] * 3
     assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,), (4,), (4,)]
 
@@ -851,3 +860,7 @@ def test_fixtures_are_what_their_sources_say() -> None:
     assert Path(MEDIA / "SOURCES.md").exists()
     assert VOICE[:4] == b"OggS" and b"OpusHead" in VOICE[:100] and len(VOICE) < 16_000
     assert RECEIPT[:3] == b"\xff\xd8\xff" and LEASE[:5] == b"%PDF-"
+
+
+def unreadable(reason: str) -> str:
+    return ENGLISH.say("media.unreadable", reason=reason)

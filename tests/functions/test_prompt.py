@@ -8,9 +8,10 @@ import re
 
 import pytest
 
+from core.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, standing_instructions
 from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
 from core.memory_search import TOOL as SEARCH_TOOL
-from core.model.prompt import DEFAULT_PERSONA, DEFAULT_SYSTEM_PROMPT, Capabilities, standing_instructions
+from core.model.prompt import DEFAULT_PERSONA
 from core.settings import Settings
 from functions.runtime import capabilities
 
@@ -40,27 +41,29 @@ def test_the_prompt_claims_what_is_on_and_denies_nothing_that_is(
     else:
         monkeypatch.setenv("DEEPGRAM_API_KEY", deepgram)
     config = Settings(_env_file=None)  # type: ignore[call-arg]
-    on = capabilities(config)
-    prompt = standing_instructions(config.system_prompt, on)
+    able = capabilities(config)
+    prompt = standing_instructions(config.system_prompt, able)
+    sent = {definition["name"] for capability in able for definition in capability.definitions}
+    on_follow_ups, on_search = "schedule_follow_up" in sent, "search_memory" in sent
 
-    assert (on.follow_ups, on.search) == (follow_ups != "0", search == "true")
+    assert (on_follow_ups, on_search) == (follow_ups != "0", search == "true")
     for phrase in NEVER:
         assert phrase not in prompt
     assert "You see the photos and PDFs the person sends" in prompt
     assert "A voice note reaches you as its transcript" in prompt
     # Follow-ups: the tools and when to use them, or a plain "cannot".
-    assert ("schedule_follow_up" in prompt) is on.follow_ups
-    assert ("You cannot set reminders" in prompt) is not on.follow_ups
+    assert ("schedule_follow_up" in prompt) is on_follow_ups
+    assert ("You cannot set reminders" in prompt) is not on_follow_ups
     # Memory search: search before saying you do not know, or ask to be reminded.
-    assert ("search_memory finds it" in prompt) is on.search
-    assert ("ask them to remind you" in prompt) is not on.search
-    # Every tool the prompt names is one the turn sends, and only those.
+    assert ("search_memory finds it" in prompt) is on_search
+    assert ("ask them to remind you" in prompt) is not on_search
+    # Every tool the prompt names is one the turn sends, and only those; each tool's group whole.
     named = {word for word in re.findall(r"[a-z]+(?:_[a-z]+)+", prompt) if word in TOOL_NAMES}
-    sent = ({tool["name"] for tool in FOLLOW_UP_TOOLS} if on.follow_ups else set()) | (
-        {SEARCH_TOOL["name"]} if on.search else set()
-    )
     assert named <= sent
-    assert ("schedule_follow_up" in named) is on.follow_ups and ("search_memory" in named) is on.search
+    assert ("schedule_follow_up" in named) is on_follow_ups and ("search_memory" in named) is on_search
+    assert sent == ({tool["name"] for tool in FOLLOW_UP_TOOLS} if on_follow_ups else set()) | (
+        {SEARCH_TOOL["name"]} if on_search else set()
+    )
 
 
 def test_system_prompt_replaces_the_persona_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,5 +76,5 @@ def test_system_prompt_replaces_the_persona_only(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_default_prompt_is_the_one_with_everything_on() -> None:
-    assert standing_instructions(DEFAULT_PERSONA, Capabilities(follow_ups=True, search=True)) == DEFAULT_SYSTEM_PROMPT
+    assert standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES) == DEFAULT_SYSTEM_PROMPT
     assert standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None))) == DEFAULT_SYSTEM_PROMPT  # type: ignore[call-arg]

@@ -1,8 +1,7 @@
-"""`crossmem search`, parsed by its own argparse lines and run against the real database."""
+"""`crossmem search`, parsed by its own click command and run against the real database."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import uuid
 
@@ -11,18 +10,16 @@ import pytest
 from core.errors import InputError
 from core.models import Person, Surface
 from functions import runtime
-from functions.tools.search_command import add_commands
+from functions.tools.cli import main
+from functions.tools.search_command import search
 from tests.helpers import rows
 
 MARCH_2 = "2026-03-02 09:12:00+00"  # 10:12 in Madrid, 22:12 in Auckland
 
 
 def crossmem(*argv: str) -> int:
-    """The `crossmem` parser with the search command alone, run on argv as cli.main runs a command."""
-    root = argparse.ArgumentParser(prog="crossmem")
-    add_commands(root.add_subparsers(dest="command", required=True))
-    args = root.parse_args(argv)
-    code: int = args.run(args)
+    """`crossmem search ARGS` (argv without `search`): the command alone, so its errors reach the test."""
+    code: int = search.main(list(argv), prog_name="crossmem search", standalone_mode=False)
     return code
 
 
@@ -51,30 +48,30 @@ def test_search_prints_the_persons_hits_in_their_local_time(
     person: uuid.UUID, capsys: pytest.CaptureFixture[str]
 ) -> None:
     question = ["when", "does", "my", "sister", "land?"]
-    assert crossmem("search", "--user", str(person), "--timezone", "Europe/Madrid", *question) == 0
+    assert crossmem("--user", str(person), "--timezone", "Europe/Madrid", *question) == 0
     assert capsys.readouterr().out.splitlines() == [
         "1 hit(s) for 'when does my sister land?', best first, times in Europe/Madrid:",
         "2026-03-02 10:12 [whatsapp] user: My sister lands at Barajas on the 14th",
     ]
     # Without --timezone, in CONTEXT_TIMEZONE (UTC here); the question in one argument works as well.
-    assert crossmem("search", "--user", str(person), "when does my sister land?") == 0
+    assert crossmem("--user", str(person), "when does my sister land?") == 0
     hit = capsys.readouterr().out.splitlines()[1]
     assert hit == "2026-03-02 09:12 [whatsapp] user: My sister lands at Barajas on the 14th"
 
 
 def test_search_filters_by_surface_and_period(person: uuid.UUID, capsys: pytest.CaptureFixture[str]) -> None:
-    assert crossmem("search", "--user", str(person), "--surface", "web", "sister") == 0
+    assert crossmem("--user", str(person), "--surface", "web", "sister") == 0
     assert capsys.readouterr().out == f"no message of {person} matches 'sister'\n"
-    assert crossmem("search", "--user", str(person), "--since", "2026-03-03", "sister") == 0
+    assert crossmem("--user", str(person), "--since", "2026-03-03", "sister") == 0
     assert capsys.readouterr().out.startswith("no message")
-    assert crossmem("search", "--user", str(person), "--since", "2026-03-02", "--until", "2026-03-02", "sister") == 0
+    assert crossmem("--user", str(person), "--since", "2026-03-02", "--until", "2026-03-02", "sister") == 0
     assert capsys.readouterr().out.startswith("1 hit(s)")
-    assert crossmem("search", "--user", str(person), "--limit", "1", "sister", "taxi") == 0
+    assert crossmem("--user", str(person), "--limit", "1", "sister", "taxi") == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
 def test_search_json_gives_each_hit_as_the_web_does(person: uuid.UUID, capsys: pytest.CaptureFixture[str]) -> None:
-    assert crossmem("search", "--user", str(person), "--json", "airport") == 0
+    assert crossmem("--user", str(person), "--json", "airport") == 0
     [hit] = json.loads(capsys.readouterr().out)
     assert (hit["surface"], hit["role"], hit["kind"]) == ("web", "user", "text")
     assert hit["content"] == "Book a taxi for the airport"
@@ -84,27 +81,30 @@ def test_search_json_gives_each_hit_as_the_web_does(person: uuid.UUID, capsys: p
 @pytest.mark.parametrize(
     ("option", "value", "complaint"),
     [
-        ("--since", "yesterday", "argument --since: must be an ISO 8601 date"),
-        ("--until", "2026-02-30", "argument --until: must be an ISO 8601 date"),
-        ("--timezone", "Mars/Olympus", "argument --timezone: 'Mars/Olympus' is not an IANA timezone"),
-        ("--limit", "0", "argument --limit: must be a whole number from 1 to 50, not '0'"),
-        ("--surface", "fax", "argument --surface: invalid choice: 'fax'"),
+        ("--since", "yesterday", "Invalid value for '--since': must be an ISO 8601 date"),
+        ("--until", "2026-02-30", "Invalid value for '--until': must be an ISO 8601 date"),
+        ("--timezone", "Mars/Olympus", "Invalid value for '--timezone': 'Mars/Olympus' is not an IANA timezone"),
+        ("--limit", "0", "Invalid value for '--limit': must be a whole number from 1 to 50, not '0'"),
+        ("--surface", "fax", "Invalid value for '--surface': invalid choice: 'fax' (choose from web, telegram,"),
     ],
 )
-def test_bad_options_are_refused_by_argparse_with_the_reason(
+def test_bad_options_are_refused_as_usage_errors_with_the_reason(
     environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], option: str, value: str, complaint: str
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        crossmem("search", "--user", str(uuid.uuid4()), option, value, "sister")
-    assert exited.value.code == 2 and complaint in capsys.readouterr().err
+        main(["search", "--user", str(uuid.uuid4()), option, value, "sister"])
+    said = capsys.readouterr()
+    assert exited.value.code == 2 and said.out == ""
+    assert said.err.startswith("Usage: crossmem search [OPTIONS] QUERY...\n")
+    assert said.err.splitlines()[-1].startswith(f"Error: {complaint}")
 
 
 def test_an_empty_query_or_a_period_that_ends_before_it_starts_is_an_input_error(
     environment: pytest.MonkeyPatch,
 ) -> None:
     with pytest.raises(InputError, match="say what to search for"):
-        crossmem("search", "--user", str(uuid.uuid4()), "  ")
+        crossmem("--user", str(uuid.uuid4()), "  ")
     with pytest.raises(InputError, match="--since must be before --until"):
-        crossmem("search", "--user", str(uuid.uuid4()), "--since", "2026-03-02", "--until", "2026-03-01", "sister")
+        crossmem("--user", str(uuid.uuid4()), "--since", "2026-03-02", "--until", "2026-03-01", "sister")
     with pytest.raises(InputError, match="the query has 1001 characters; the limit is 1000"):
-        crossmem("search", "--user", str(uuid.uuid4()), "a" * 1001)
+        crossmem("--user", str(uuid.uuid4()), "a" * 1001)

@@ -13,12 +13,22 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.forgetting import FORGOTTEN, WILL_DELETE
 from functions import runtime
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
 from tests.fakes.twilio_api import FakeTwilio
-from tests.helpers import TWILIO_TOKEN, app_client, messages_of, rows, sent_texts, signed, stored_turn
+from tests.helpers import (
+    ENGLISH,
+    TWILIO_TOKEN,
+    app_client,
+    forgotten,
+    messages_of,
+    rows,
+    sent_texts,
+    signed,
+    stored_turn,
+    will_delete,
+)
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 SMS_URL = "https://advisor.example.com/sms"
@@ -193,8 +203,8 @@ def test_forget_on_sms_erases_that_person_and_nobody_else(sms_database: str, fak
     for text in ("My sister is Eva", "I live in Madrid"):
         send(sms(text, person))
     send(sms("My cat is Tom", other))
-    assert send(sms("Forget", person)) == [WILL_DELETE.format(messages=4, conversations=1, confirm="forget confirm")]
-    assert send(sms("forget confirm", person)) == [FORGOTTEN.format(messages=4)]
+    assert send(sms("Forget", person)) == [will_delete(ENGLISH, 4, 1, "forget confirm")]
+    assert send(sms("forget confirm", person)) == [forgotten(ENGLISH, 4)]
     left = rows(sms_database, "select content from messages order by id")
     assert left == [("My cat is Tom",), ("Noted.",)]
 

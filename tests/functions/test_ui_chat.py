@@ -26,7 +26,7 @@ from functions import runtime
 from functions.ui_chat import attachment
 from functions.web_models import UIFilePart
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import CORPUS, CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
+from tests.helpers import CORPUS, CORS_ORIGIN, ENGLISH, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
 
@@ -66,10 +66,11 @@ def test_a_use_chat_request_is_answered_with_the_ui_message_stream_and_stored_on
     deltas = kinds.count("text-delta")
     assert deltas > 1
     assert kinds == ["start", "text-start", *["text-delta"] * deltas, "text-end", "data-turn", "finish", "[DONE]"]
-    assert parts[0] == {"type": "start"}  # the reply is stored only once its text is whole
     text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
     stored = rows(database_url, "select id, role, content from messages where user_id = %s order by id", person)
     assert [(role, content) for _, role, content in stored] == [("user", "stream please"), ("assistant", ANSWER)]
+    # Named before its first word: the id begin_turn reserved, which finish_turn stored it under.
+    assert parts[0] == {"type": "start", "messageId": str(stored[1][0])}
     assert text == ANSWER
     assert parts[-3]["data"] == {
         "conversationId": chat,
@@ -263,11 +264,13 @@ def test_a_model_that_fails_mid_stream_ends_in_an_error_part_with_our_code(
     parts = parts_of(response.get_data(as_text=True))
     kinds = [part if isinstance(part, str) else part["type"] for part in parts]
     assert kinds == ["start", "text-start", "text-delta", "text-end", "data-turn", "error", "finish", "[DONE]"]
-    assert parts[2]["delta"] == runtime.settings().fallback_reply  # what the person reads
+    assert parts[2]["delta"] == ENGLISH.say("turn.fallback")  # what the person reads
     assert parts[4]["data"]["outcome"] == "fallback" and parts[4]["data"]["replyId"] is None
     assert parts[5]["errorText"].startswith("model_unavailable: ")
     assert parts[6] == {"type": "finish", "finishReason": "error"}
     assert rows(database_url, "select role from messages where user_id = %s", person) == [("user",)]
+    # The fallback is not stored: the id its start named (reserved when the turn began) names nothing.
+    assert rows(database_url, "select count(*) from messages where id = %s", int(parts[0]["messageId"])) == [(0,)]
 
 
 def test_the_chat_stream_resumes_an_abandoned_turn_once(
@@ -314,6 +317,7 @@ def test_the_chat_stream_resumes_an_abandoned_turn_once(
         assert text == story and parts[-1] == "[DONE]"
         reply = rows(database_url, "select id, content from messages where user_id = %s and role = 'assistant'", person)
         assert reply == [(reply[0][0], story)]
+        assert parts[0] == {"type": "start", "messageId": str(reply[0][0])}
         assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204  # once
     finally:
         server.shutdown()
@@ -434,3 +438,20 @@ def test_auth_is_answered_before_any_stream(
     ]
     assert stored_count(database_url, owner) == 0 and stored_count(database_url, stranger) == 0
     assert fake_anthropic.requests == []
+
+
+def test_with_the_database_down_the_start_names_no_reply(
+    web: FlaskClient, environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.answer = lambda body: ANSWER
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    down = app_client("web_chat")
+    chat = str(uuid.uuid4())
+    response = down.post(
+        "/", json=chat_body(chat, ui_message("u-1", "user", "still there?")), headers=bearer(uuid.uuid4())
+    )
+    parts = parts_of(response.get_data(as_text=True))
+    assert parts[0] == {"type": "start"}  # nothing was stored, and nothing will be
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    assert text == ANSWER
+    assert parts[-3]["data"] == {"conversationId": chat, "messageId": None, "replyId": None, "outcome": "answered"}

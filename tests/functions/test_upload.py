@@ -48,18 +48,50 @@ TREE = [
     "build/function-source/main.py",
 ]
 
+# .gitignore's syntax beyond what our own .gcloudignore uses: `**` at the front and in the middle,
+# a file taken back by `!` below a `**` rule, a directory-only rule at any depth.
+STARRED_IGNORE = "**/fixtures/\ncore/**/*.md\n!core/**/README.md\n*.log\n!keep.log\n"
+STARRED_TREE = [
+    "main.py",
+    "core/turn.py",
+    "core/notes.md",
+    "core/fixtures/big.bin",
+    "core/deep/fixtures/case.py",
+    "core/deep/er/notes.md",
+    "core/deep/er/README.md",
+    "debug.log",
+    "logs/keep.log",
+    "logs/other.log",
+]
+
+
+def planted(root: Path, tree: list[str]) -> Path:
+    for relative in tree:
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text("x")
+    return root
+
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    for relative in TREE:
-        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / relative).write_text("x")
+    planted(tmp_path, TREE)
     shutil.copy(ROOT / GCLOUDIGNORE, tmp_path / GCLOUDIGNORE)
     return tmp_path
 
 
+@pytest.fixture
+def starred(tmp_path: Path) -> Path:
+    root = planted(tmp_path / "starred", STARRED_TREE)
+    (root / GCLOUDIGNORE).write_text(STARRED_IGNORE)
+    return root
+
+
 def test_the_upload_holds_the_functions_and_nothing_of_a_developers_machine(checkout: Path) -> None:
     assert upload_files(checkout) == ["core/turn.py", "functions/telegram.py", "main.py", "requirements.txt"]
+
+
+def test_a_double_star_and_a_negation_take_files_out_and_back_at_any_depth(starred: Path) -> None:
+    assert upload_files(starred) == [GCLOUDIGNORE, "core/deep/er/README.md", "core/turn.py", "logs/keep.log", "main.py"]
 
 
 def test_make_package_copies_this_repositorys_upload(tmp_path: Path) -> None:
@@ -69,15 +101,18 @@ def test_make_package_copies_this_repositorys_upload(tmp_path: Path) -> None:
     for path in shipped:
         assert not path.startswith(NEVER_SHIPPED) and path != ".env" and "__pycache__" not in path, path
     assert not [path for path in shipped if path.startswith("functions/tools/")]
-    in_core = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "core").rglob("*.py"))
+    # The code, and the catalogues of fixed phrases (core/phrases/*.toml).
+    in_core = sorted(
+        path.relative_to(ROOT).as_posix() for kind in ("*.py", "*.toml") for path in (ROOT / "core").rglob(kind)
+    )
     assert [path for path in shipped if path.startswith("core/")] == in_core
     assert sorted(str(p.relative_to(tmp_path / "package")) for p in (tmp_path / "package").rglob("*.*")) == shipped
 
 
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="the Google Cloud CLI is not installed")
-@pytest.mark.parametrize("where", ["checkout", "repository"])
-def test_our_reading_of_gcloudignore_is_gclouds(where: str, checkout: Path, tmp_path: Path) -> None:
-    root = checkout if where == "checkout" else ROOT
+@pytest.mark.parametrize("where", ["checkout", "repository", "starred"])
+def test_our_reading_of_gcloudignore_is_gclouds(where: str, checkout: Path, starred: Path, tmp_path: Path) -> None:
+    root = {"checkout": checkout, "repository": ROOT, "starred": starred}[where]
     config = tmp_path / "gcloud-config"
     config.mkdir()
     (config / "gce").write_text("False")  # no lookup of the metadata server

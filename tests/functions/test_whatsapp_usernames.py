@@ -21,6 +21,7 @@ from tests.helpers import (
     CORPUS,
     JWT_SECRET,
     PUBLIC_BASE_URL,
+    SPANISH,
     TWILIO_TOKEN,
     app_client,
     as_owner,
@@ -103,7 +104,8 @@ def test_under_the_owner_policy_a_bsuid_in_the_allow_list_is_the_owner(
     assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(2,)]
     stranger = corpus_form("08_text_bsuid_username.json", From=f"whatsapp:{fresh_bsuid()}")
     refused = client.post("/", data=stranger, headers=signed(stranger))
-    assert messages_of(refused.text) == ["Sorry, this is a private assistant and I can't talk with you."]
+    # "Hola, ¿me recuerdas?": a stranger who writes Spanish is refused in Spanish (core/phrases/).
+    assert messages_of(refused.text) == [SPANISH.say("turn.stranger")]
     assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(2,)]
 
 

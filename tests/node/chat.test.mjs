@@ -71,6 +71,10 @@ test("a turn's text, assembled by the SDK, is the stored reply", async () => {
   const stored = await loadMessages(api, async () => token, chat.id);
   assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
   assert.equal(textOf(message), textOf(stored[1]));
+  // A live turn: the SDK keeps the message under the id the reply was stored with, named by
+  // `start` before the first word, as the history route gives it.
+  assert.equal(message.id, stored[1].id);
+  assert.deepEqual(chunks[0], { type: "start", messageId: stored[1].id });
   const turn = message.parts.find((part) => part.type === "data-turn").data;
   assert.deepEqual(turn, { conversationId: chat.id, messageId: Number(stored[0].id), replyId: Number(stored[1].id), outcome: "answered" });
   assert.ok((await listConversations(api, async () => token)).some((c) => c.id === chat.id));
@@ -78,7 +82,9 @@ test("a turn's text, assembled by the SDK, is the stored reply", async () => {
   // The next turn sends the thread back as the SDK keeps it: the reply under the stored id.
   const thread = [...stored, userMessage("u-2", "And then?")];
   const next = await assemble(await send(transport, chat.id, thread));
-  assert.equal(textOf(next.message), textOf((await loadMessages(api, async () => token, chat.id))[3]));
+  const reply = (await loadMessages(api, async () => token, chat.id))[3];
+  assert.equal(textOf(next.message), textOf(reply));
+  assert.equal(next.message.id, reply.id);
 });
 
 test("a turn whose model fails yields the SDK's error with our code", async () => {
@@ -111,7 +117,9 @@ test("a resume after an abort yields the reply once", async () => {
   const stored = await loadMessages(api, async () => token, chat.id);
   assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
   assert.equal(textOf(message), textOf(stored[1]));
-  // Answered anew (its first attempt ended with the abort): the stored reply's id comes with the turn.
+  // Answered anew (its first attempt ended with the abort, its reserved id unused): the message
+  // is the stored reply, under its id.
+  assert.equal(message.id, stored[1].id);
   assert.equal(message.parts.find((part) => part.type === "data-turn").data.replyId, Number(stored[1].id));
   assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null); // once
 });

@@ -16,7 +16,7 @@ grant select, insert, update, delete on all tables in schema public to service_r
 -- policy: `authenticated` reads none of them. merged_people: who was merged into the person.
 grant select on table public.conversations, public.messages, public.identities, public.link_codes,
     public.merged_people, public.memory_notes, public.turn_usage, public.voice_usage, public.follow_ups,
-    public.person_timezones to authenticated;
+    public.person_timezones, public.person_languages to authenticated;
 create policy conversations_owner_reads on public.conversations for select to authenticated using (user_id = (select auth.uid()));
 create policy messages_owner_reads on public.messages for select to authenticated using (user_id = (select auth.uid()));
 create policy identities_owner_reads on public.identities for select to authenticated using (user_id = (select auth.uid()));
@@ -27,6 +27,7 @@ create policy turn_usage_owner_reads on public.turn_usage for select to authenti
 create policy voice_usage_owner_reads on public.voice_usage for select to authenticated using (user_id = (select auth.uid()));
 create policy follow_ups_owner_reads on public.follow_ups for select to authenticated using (user_id = (select auth.uid()));
 create policy person_timezones_owner_reads on public.person_timezones for select to authenticated using (user_id = (select auth.uid()));
+create policy person_languages_owner_reads on public.person_languages for select to authenticated using (user_id = (select auth.uid()));
 
 -- With them, `authenticated` could call setval() on messages' identity sequence and make every
 -- later insert fail on the primary key. Nobody but the owner needs a sequence (identity columns

@@ -117,6 +117,16 @@ begin
 end;
 $$;
 
+-- A count once a reservation in it is settled, the one rule of the day's tokens (turn.sql's
+-- settle_turn_tokens) and of its seconds of listening (below): what was reserved given back, never
+-- more than p_unsettled (what is still reserved: a retried call gives nothing back twice) and
+-- never below zero, and what was spent added. A SQL-standard body, bound when it is created (no
+-- search_path can change what it calls), so the planner inlines it into each update: a `set
+-- search_path` would make it a call planned again at every turn.
+create function crossmem_private.settled(p_count integer, p_unsettled integer, p_reserved integer, p_spent integer)
+    returns integer language sql immutable parallel safe
+    return greatest(p_count - least(greatest(p_reserved, 0), p_unsettled), 0) + greatest(p_spent, 0);
+
 -- A reservation settled at what was heard (what it said, when the transcriber failed: it may
 -- have been paid for all the same); the person's next note may then go.
 create or replace function public.settle_voice_seconds(
@@ -124,7 +134,7 @@ create or replace function public.settle_voice_seconds(
 ) returns void language plpgsql set search_path = '' as $$
 begin
     update public.voice_usage v
-       set seconds = greatest(v.seconds - p_reserved + greatest(p_heard, 0), 0), in_flight_since = null
+       set seconds = crossmem_private.settled(v.seconds, v.seconds, p_reserved, p_heard), in_flight_since = null
      where v.user_id = p_user_id and v.message_id = p_message_id;
 end;
 $$;

@@ -6,7 +6,7 @@
 create table public.conversations (
     id uuid primary key default gen_random_uuid(),
     user_id uuid not null,
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp', 'sms')),
+    surface public.surface not null,
     title text not null default '',
     created_at timestamptz not null default clock_timestamp(),
     updated_at timestamptz not null default clock_timestamp()

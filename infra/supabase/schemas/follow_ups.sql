@@ -13,7 +13,8 @@
 --    it tried are given up, never sent again (a follow-up goes out at most once), and the ones it
 --    never reached go back to pending (a claim outlasts any live run: the job's lease is at least
 --    its function's timeout).
--- 2. A person's timezone (`person_timezones`): "Friday at 9" is resolved in it by the turn.
+-- 2. A person's timezone (`person_timezones`): "Friday at 9" is resolved in it by the turn; and
+--    their language (`person_languages`), which the fixed phrases are said in.
 -- 3. The two round trips of a turn stay two: begin_turn (turn.sql) answers with what follow-ups
 --    need (`turn_follow_ups`, one of its parts), and `finish_turn_follow_ups` calls finish_turn
 --    and adds, in the same round trip, what the model's tools decided; a turn whose tools
@@ -25,7 +26,7 @@ create table public.follow_ups (
     id bigint generated always as identity primary key,
     user_id uuid not null,
     conversation_id uuid not null references public.conversations (id) on delete cascade,
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp', 'sms')),
+    surface public.surface not null,
     -- The chat id or WhatsApp address to say it to (null on the web).
     sender text,
     -- The user message it was asked in, and its place among that turn's follow-ups: a retried
@@ -69,6 +70,38 @@ create table public.person_timezones (
     updated_at timestamptz not null default clock_timestamp()
 );
 alter table public.person_timezones enable row level security;  -- who reads what: access.sql
+
+-- A person's language (docs/decisions.md, "The person's language"): the primary tag of what a
+-- request last stated (Telegram's language_code, the web's navigator.language), or of what the
+-- transcription service last heard when nothing was stated. begin_turn keeps it and answers it
+-- (turn.sql), so a WhatsApp "ok" after Spanish on Telegram is answered in Spanish. Beside the
+-- timezone: the same owner, the same fate when forgotten (forgetting.sql) or merged (links.sql).
+create table public.person_languages (
+    user_id uuid primary key,
+    language text not null check (language ~ '^[a-z]{2,3}$'),
+    updated_at timestamptz not null default clock_timestamp()
+);
+alter table public.person_languages enable row level security;  -- who reads what: access.sql
+
+-- The person's language, after keeping p_language (a primary tag, or null: nothing learned) as
+-- theirs, or as that of the person they have since been merged into (a turn's end may come after
+-- a link). Written only when it differs: the same language again is a read, and takes no lock
+-- that would make the person's turns wait for each other.
+create function crossmem_private.remember_language(p_user_id uuid, p_language text)
+    returns text language plpgsql set search_path = '' as $$
+declare
+    v_user uuid := coalesce(
+        (select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id), p_user_id);
+    v_language text := (select l.language from public.person_languages l where l.user_id = v_user);
+begin
+    if p_language is null or v_language is not distinct from p_language then
+        return v_language;
+    end if;
+    insert into public.person_languages (user_id, language) values (v_user, p_language)
+    on conflict (user_id) do update set language = excluded.language, updated_at = clock_timestamp();
+    return p_language;
+end;
+$$;
 
 
 
@@ -176,11 +209,13 @@ create function public.finish_turn_follow_ups(
     p_user_content text,
     p_follow_ups text,
     p_max_pending integer,
-    p_reserved integer
+    p_reserved integer,
+    p_reply_id bigint,
+    p_language text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_tokens,
-                                         p_user_content, p_reserved);
+                                         p_user_content, p_reserved, p_reply_id, p_language);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
     v_asked record;
     v_item record;

@@ -11,14 +11,14 @@
 
 create table public.forget_requests (
     user_id uuid not null,
-    surface text not null check (surface in ('telegram', 'whatsapp', 'sms')),
+    surface public.chat_surface not null,
     requested_at timestamptz not null default clock_timestamp(),
     primary key (user_id, surface)
 );
 alter table public.forget_requests enable row level security;  -- who reads what: access.sql
 
 create table public.forgotten_deliveries (
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp', 'sms')),
+    surface public.surface not null,
     external_id text not null,
     user_id uuid not null,
     forgotten_at timestamptz not null default clock_timestamp(),
@@ -68,9 +68,9 @@ begin
 end;
 $$;
 
--- Everything of a person: every conversation and message on every surface, their notes, link
--- codes and pending forget requests. Their identities stay (the apps are still one person, who
--- starts from nothing) unless p_erase_identities: the operator's erasure, which also removes the
+-- Everything of a person: every conversation and message on every surface, their notes, their
+-- language, link codes and pending forget requests. Their identities stay (the apps are still one
+-- person, who starts from nothing) unless p_erase_identities: the operator's erasure, which also removes the
 -- identities, their wrong-code attempts, their ids in the codes they redeemed, who they were
 -- merged from, their budget's counts and their timezone (a follow-up's, where they live).
 -- Returns {"messages", "conversations", "link_codes", "identities"}.
@@ -84,6 +84,8 @@ begin
     delete from public.link_codes c where c.user_id = p_user_id;
     get diagnostics v_codes = row_count;
     delete from public.forget_requests r where r.user_id = p_user_id;
+    -- Learned from what they said or sent (a voice note's): gone with it; their app says it again.
+    delete from public.person_languages l where l.user_id = p_user_id;
     if p_erase_identities then
         update public.link_codes c
            set used_by_external_id = null

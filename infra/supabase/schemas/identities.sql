@@ -4,7 +4,7 @@
 -- IDENTITY_POLICY=auto made for an unknown sender (its person exists only through it).
 
 create table public.identities (
-    surface text not null check (surface in ('telegram', 'whatsapp', 'sms')),
+    surface public.chat_surface not null,
     external_id text not null,
     user_id uuid not null,
     created_at timestamptz not null default clock_timestamp(),

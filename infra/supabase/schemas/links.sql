@@ -22,7 +22,7 @@ create table public.link_codes (
     created_at timestamptz not null default clock_timestamp(),
     expires_at timestamptz not null,
     used_at timestamptz,
-    used_by_surface text check (used_by_surface in ('telegram', 'whatsapp', 'sms')),
+    used_by_surface public.chat_surface,
     used_by_external_id text,
     -- The account the code belongs to (masked, as the person's token named it), so that the
     -- chat that redeems it can be told whose account it joins.
@@ -32,7 +32,7 @@ alter table public.link_codes enable row level security;  -- who reads what: acc
 create index link_codes_by_user on public.link_codes (user_id);
 
 create table public.link_attempts (
-    surface text not null check (surface in ('telegram', 'whatsapp', 'sms')),
+    surface public.chat_surface not null,
     external_id text not null,
     attempted_at timestamptz not null default clock_timestamp()
 );
@@ -83,8 +83,9 @@ declare
     v_moved integer := 0;
     v_count integer;
 begin
-    if p_surface not in ('telegram', 'whatsapp', 'sms') or coalesce(p_external_id, '') = '' then
-        raise exception 'only a telegram or whatsapp identity with an id is linked' using errcode = '22023';
+    -- A name that is no surface at all is refused by the identity's type (surfaces.sql).
+    if p_surface is null or p_surface = 'web' or coalesce(p_external_id, '') = '' then
+        raise exception 'only a chat''s identity (not the web''s) with an id is linked' using errcode = '22023';
     end if;
     insert into public.identities (surface, external_id, user_id, linked_at)
          values (p_surface, p_external_id, p_user_id, clock_timestamp())
@@ -144,6 +145,12 @@ begin
     -- The day's budget goes with them: a linked chat counts with its web account (budget.sql).
     update public.turn_usage u set user_id = p_user_id where u.user_id = v_previous;
     update public.voice_usage v set user_id = p_user_id where v.user_id = v_previous;
+    -- The language too, unless the person has one learned later (person_languages, follow_ups.sql).
+    insert into public.person_languages (user_id, language, updated_at)
+    select p_user_id, l.language, l.updated_at from public.person_languages l where l.user_id = v_previous
+    on conflict (user_id) do update set language = excluded.language, updated_at = excluded.updated_at
+     where person_languages.updated_at < excluded.updated_at;
+    delete from public.person_languages l where l.user_id = v_previous;
     update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
      where i.user_id = v_previous;
     insert into public.merged_people (from_user_id, into_user_id) values (v_previous, p_user_id)

@@ -38,7 +38,7 @@ create table public.messages (
     id bigint generated always as identity primary key,
     conversation_id uuid not null references public.conversations (id) on delete cascade,
     user_id uuid not null,
-    surface text not null check (surface in ('web', 'telegram', 'whatsapp', 'sms')),
+    surface public.surface not null,
     role text not null check (role in ('user', 'assistant')),
     content text not null check (char_length(content) between 1 and 200000),
     -- Telegram update_id, Twilio MessageSid, web client message id.
@@ -96,8 +96,10 @@ create index messages_by_age on public.messages (created_at, id);
 create index messages_owed on public.messages (created_at) where role = 'user' and sender is not null;
 
 
--- One conversation's messages, newest page first when paging back with p_before_id;
--- each page is returned oldest first.
+-- One conversation's messages, newest page first when paging back with p_before_id (the
+-- messages before that one in the order of every message, (created_at, id): a reply's id is
+-- drawn when its turn begins, so a message stored meanwhile has a higher id and comes before it;
+-- a cursor since forgotten pages by its id alone); each page is returned oldest first.
 create or replace function public.conversation_messages(
     p_user_id uuid,
     p_conversation_id uuid,
@@ -113,12 +115,15 @@ create or replace function public.conversation_messages(
                      from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                              from public.messages m
                             where m.conversation_id = c.id and m.user_id = p_user_id
-                              and (p_before_id is null or m.id < p_before_id)
+                              and (p_before_id is null
+                                   or (m.created_at, m.id) < (b.created_at, b.id)
+                                   or b.id is null and m.id < p_before_id)
                             order by m.created_at desc, m.id desc
                             limit p_limit) p))
            end
       from (select 1) one
-      left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id;
+      left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id
+      left join public.messages b on b.id = p_before_id and b.conversation_id = c.id and b.user_id = p_user_id;
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and
@@ -275,5 +280,62 @@ begin
       from ranked r
       join public.messages h on h.id = r.id and h.user_id = p_user_id;
     return json_build_object('terms', to_json(v_terms), 'hits', v_hits);
+end;
+$$;
+
+
+-- Stopped generations: Telegram's stop button under a draft (Bot API 10.3). The person tapped it
+-- while a turn was writing its reply; Telegram tells the bot with a `stopped_message_generation`
+-- update, which may reach another instance than the one writing. That webhook records the stop
+-- here (stop_generation); the writing turn's drafts thread reads it (generation_stopped), stops
+-- reading the model and keeps what the person was shown (docs/decisions.md, Bot API 10.x). A row
+-- goes with its message (a purge, forgetting).
+create table public.stopped_generations (
+    message_id bigint not null references public.messages (id) on delete cascade,
+    user_id uuid not null,
+    stopped_at timestamptz not null default clock_timestamp(),
+    primary key (message_id, user_id)
+);
+alter table public.stopped_generations enable row level security;  -- who reads what: access.sql
+
+-- The person whose private chat is p_chat stopped the draft p_draft_id: the update_id of their
+-- message the turn answers (functions/telegram.py's draft_id). Recorded only while that message
+-- has no reply (a stop for a finished turn changes nothing), once (a redelivered stop changes
+-- nothing); true when this call recorded it. A chat or draft that is nobody's records nothing.
+create or replace function public.stop_generation(p_chat text, p_draft_id text)
+    returns boolean language plpgsql set search_path = '' as $$
+declare
+    v_user uuid;
+    v_message bigint;
+begin
+    select i.user_id into v_user
+      from public.identities i
+     where i.surface = 'telegram' and i.external_id = p_chat;
+    if not found then
+        return false;
+    end if;
+    select m.id into v_message
+      from public.messages m
+     where m.user_id = v_user and m.surface = 'telegram' and m.external_id = p_draft_id and m.role = 'user'
+       and not exists (select from public.messages r where r.in_reply_to = m.id);
+    if not found then
+        return false;
+    end if;
+    insert into public.stopped_generations (message_id, user_id) values (v_message, v_user)
+        on conflict do nothing;
+    return found;
+end;
+$$;
+
+-- Whether the person of chat p_chat stopped the draft p_draft_id: what a writing turn asks, at
+-- most once a draft (core/channels/live_reply.py); three index reads, one round trip.
+create or replace function public.generation_stopped(p_chat text, p_draft_id text)
+    returns boolean language plpgsql stable set search_path = '' as $$
+begin
+    return exists (
+        select from public.identities i
+          join public.messages m on m.user_id = i.user_id and m.surface = 'telegram' and m.external_id = p_draft_id
+          join public.stopped_generations s on s.message_id = m.id and s.user_id = m.user_id
+         where i.surface = 'telegram' and i.external_id = p_chat);
 end;
 $$;

@@ -205,8 +205,8 @@ create or replace function crossmem_private.settle_turn_tokens(
 ) returns void language plpgsql set search_path = '' as $$
 begin
     update public.turn_usage u
-       set tokens = greatest(u.tokens - least(greatest(p_reserved, 0), u.reserved), 0) + greatest(p_tokens, 0),
-           reserved = u.reserved - least(greatest(p_reserved, 0), u.reserved)
+       set tokens = crossmem_private.settled(u.tokens, u.reserved, p_reserved, p_tokens),
+           reserved = crossmem_private.settled(u.reserved, u.reserved, p_reserved, 0)
      where u.message_id = p_message_id and (p_user_id is null or u.user_id = p_user_id);
 end;
 $$;
@@ -234,7 +234,7 @@ begin
           from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
         if v_conversation is null then
             insert into public.conversations (user_id, surface, title)
-                 values (p_user_id, p_surface, case p_surface when 'telegram' then '[Telegram]' when 'whatsapp' then '[WhatsApp]' when 'sms' then '[SMS]' end)
+                 values (p_user_id, p_surface, public.conversation_title(p_surface))
             on conflict (user_id, surface) where surface <> 'web' do nothing;
             select c.id into v_conversation
               from public.conversations c where c.user_id = p_user_id and c.surface = p_surface;
@@ -372,7 +372,9 @@ create or replace function public.begin_turn(
     p_platform_ref text, p_reply_ref text, p_quoted text,
     -- the turn's reservation: what each request reads besides the window and the notes, the most it
     -- writes (ANTHROPIC_MAX_TOKENS), and how many requests it may make
-    p_input_tokens integer, p_output_tokens integer, p_requests integer
+    p_input_tokens integer, p_output_tokens integer, p_requests integer,
+    -- the language the request states (a primary tag; null: it states none), kept as the person's
+    p_language text
 ) returns json language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
@@ -389,12 +391,14 @@ declare
     v_quoted text;
     v_input integer := 0;
     v_reserved integer := 0;
+    v_language text;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
         return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
                                  'history', '[]'::json, 'prepend', '[]'::json);
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
+    v_language := crossmem_private.remember_language(v_user, p_language);  -- follow_ups.sql
 
     v_stored := crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
     if v_stored.message_id is not null and not v_stored.own_attempt then
@@ -433,7 +437,7 @@ begin
             v_user, p_turns_per_minute, p_turns_per_day,
             case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - v_input, 1) else 0 end);
         if v_limited_until is not null then
-            return json_build_object('user_id', v_user, 'limited_until', v_limited_until);
+            return json_build_object('user_id', v_user, 'limited_until', v_limited_until, 'language', v_language);
         end if;
     end if;
 
@@ -482,7 +486,12 @@ begin
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
         'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted,
-        'reserved', coalesce(v_reserved, 0));
+        'reserved', coalesce(v_reserved, 0), 'language', v_language,
+        -- The id finish_turn stores this attempt's reply under, drawn now so that the web's
+        -- stream names the reply before its first word. An attempt that stores none leaves a gap,
+        -- and a reply stored later than a message with a higher id is ordered by its time, as
+        -- every message is: (created_at, id).
+        'reply_id', nextval('public.messages_id_seq'));
 end;
 $$;
 
@@ -509,12 +518,14 @@ begin
 end;
 $$;
 
--- One turn's second round trip: store the reply to a user message (once), touch the
+-- One turn's second round trip: store the reply to a user message (once), under the id its
+-- begin_turn reserved (p_reply_id; null, the next one: the scheduled job's replies), touch the
 -- conversation and settle the turn's model tokens (p_tokens spent, p_reserved given back) beside
 -- what its earlier attempts spent; the user message rewritten as the turn learned it
 -- (p_user_content, null: as stored). A message whose person has since been merged into another
 -- takes the reply; a retried finish_turn whose first try committed gets the reply's id back (and
--- counts nothing again); another reply to the same message is refused (null), its tokens settled.
+-- counts nothing again); another reply to the same message (another attempt's, under its own
+-- reserved id) is refused (null), its tokens settled.
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
@@ -522,11 +533,14 @@ create or replace function public.finish_turn(
     p_delivered boolean,
     p_tokens integer,
     p_user_content text,
-    p_reserved integer
+    p_reserved integer,
+    p_reply_id bigint,
+    p_language text  -- the language the turn heard, kept as the person's (null: none)
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
 begin
+    perform crossmem_private.remember_language(p_user_id, p_language);
     if p_user_content is not null then
         perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     end if;
@@ -538,9 +552,11 @@ begin
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
     ), stored as (
-        insert into public.messages (conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
-        select a.conversation_id, a.user_id, a.surface, 'assistant', p_content, a.id,
-               case when p_delivered then clock_timestamp() end
+        -- `overriding system value`: the id is the identity's own, drawn earlier (begin_turn).
+        insert into public.messages (id, conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
+        overriding system value
+        select coalesce(p_reply_id, nextval('public.messages_id_seq')), a.conversation_id, a.user_id, a.surface,
+               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
         returning id, conversation_id, user_id
@@ -557,7 +573,8 @@ begin
     else
         select r.id into v_reply_id
           from public.messages r
-         where r.in_reply_to = p_user_message_id and r.content = p_content
+         where r.in_reply_to = p_user_message_id
+           and (r.id = p_reply_id or p_reply_id is null and r.content = p_content)
            and (r.user_id = p_user_id
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
@@ -577,11 +594,12 @@ $$;
 -- failure). Returns {"owed": boolean}.
 create or replace function public.end_attempt(
     p_user_id uuid, p_user_message_id bigint, p_attempt uuid, p_tokens integer, p_user_content text,
-    p_reserved integer
+    p_reserved integer, p_language text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
 begin
+    perform crossmem_private.remember_language(p_user_id, p_language);  -- as finish_turn
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
     update public.messages m set answer_by = clock_timestamp()

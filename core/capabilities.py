@@ -1,0 +1,86 @@
+"""A capability: one thing the agent can do, one module behind one small protocol.
+
+    instructions     its part of the system prompt: what the agent can do with it, or, switched
+                     off, what it cannot (so the prompt never denies what is on, nor claims what
+                     is not); empty when it has nothing to say
+    definitions      its tools as the model sees them (name, description, input_schema): the
+                     same bytes in every turn of a deployment, in the prompt cache's prefix
+    toolset(turn)    its tools for one turn, from what `begin_turn` brought (`TurnState`), or
+                     None; a toolset runs the calls and says what `finish_turn` records
+                     (core/tool_loop.py's `Toolset`)
+
+The capabilities are the follow-ups (core/follow_ups.py), the memory search
+(core/memory_search.py), media (core/media_capability.py: a part of the prompt, no tools) and the
+tools an operator adds by setting (core/operator_tools.py). The turn asks each one in order and
+knows none by name; `functions/runtime.py` builds the list from the settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from core.errors import ConfigurationError
+from core.follow_ups import FollowUpRules, FollowUps
+from core.media_capability import Media
+from core.memory_search import MemorySearch, SearchRules
+from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS
+
+if TYPE_CHECKING:
+    from core.context import ContextItem
+    from core.memory import Memory
+    from core.models import TurnStart
+    from core.tool_loop import Toolset
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """What one turn's tools start from: the person, what `begin_turn` brought for them (their
+    pending follow-ups, their timezone, the messages the model already sees) and the request's
+    own (the web client's timezone and history), read on the turn's clock."""
+
+    memory: Memory
+    user_id: UUID
+    start: TurnStart
+    zone: ZoneInfo  # the person's (theirs, else CONTEXT_TIMEZONE)
+    now: datetime
+    client_zone: str | None = None  # the web client's Intl timezone
+    client_history: Sequence[ContextItem] = ()
+
+
+class Capability(Protocol):
+    @property
+    def instructions(self) -> str: ...
+
+    @property
+    def definitions(self) -> tuple[dict[str, Any], ...]: ...
+
+    def toolset(self, turn: TurnState) -> Toolset | None: ...
+
+
+def standing_instructions(persona: str, capabilities: Sequence[Capability]) -> str:
+    """The whole system prompt: the persona (SYSTEM_PROMPT), how the conversation reaches the
+    agent, each capability's part in order, and what no capability lets it do."""
+    parts = [persona.strip() + "\n", MECHANICS]
+    parts += [capability.instructions for capability in capabilities if capability.instructions]
+    parts.append(CANNOT)
+    return "\n".join(part.strip("\n") + "\n" for part in parts)
+
+
+def checked(capabilities: Sequence[Capability]) -> tuple[Capability, ...]:
+    """The capabilities, once no two of their tools share a name (the model could not say which
+    one it calls): a ConfigurationError names them."""
+    names = [definition["name"] for capability in capabilities for definition in capability.definitions]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigurationError("two tools share a name: " + ", ".join(twice))
+    return tuple(capabilities)
+
+
+# Everything on, at its defaults: the prompt the benchmarks measure.
+DEFAULT_CAPABILITIES: tuple[Capability, ...] = (Media(), FollowUps(FollowUpRules()), MemorySearch(SearchRules()))
+DEFAULT_SYSTEM_PROMPT = standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES)

@@ -1,0 +1,111 @@
+"""Tools an operator adds by setting, without editing this package: the capability of the
+model's tools that live elsewhere (EXTRA_TOOLS names them; functions/extra_tools.py imports
+them; docs/extending.md has an example).
+
+A tool is a Python callable that takes the model's arguments (a dict, as its schema describes
+them) and returns the text the model reads. What the model is told about it sits on the callable
+itself: `input_schema` (a JSON schema of an object, required), `description` (else its
+docstring), `name` (else its `__name__`) and `instructions` (its part of the system prompt, when
+to use it; optional). Its result always goes back to the model, cut to `RESULT_CHARS`; it records
+nothing; what it raises is logged and said back to the model as not done, and the turn answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ConfigurationError
+from core.model.llm import ToolCall
+from core.tool_loop import ToolResult
+
+if TYPE_CHECKING:
+    from core.capabilities import TurnState
+
+log = logging.getLogger("crossmem.tools")
+
+NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # the Messages API's rule for a tool's name
+RESULT_CHARS = 8000  # what one call may add to the model's request (about 2,000 tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class OperatorTool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    run: Callable[[dict[str, Any]], str]
+    instructions: str = ""
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+def described(target: object, entry: str) -> OperatorTool:
+    """The tool `target` describes, or a ConfigurationError naming `entry` and what it lacks."""
+    if not callable(target):
+        raise ConfigurationError(f"EXTRA_TOOLS: {entry} is not callable")
+    name = getattr(target, "name", None) or getattr(target, "__name__", "")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s name must be 1 to 64 letters, digits, _ or -")
+    description = getattr(target, "description", None) or inspect.getdoc(target)
+    if not isinstance(description, str) or not description.strip():
+        raise ConfigurationError(f"EXTRA_TOOLS: {entry} needs a description (or a docstring)")
+    schema = getattr(target, "input_schema", None)
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ConfigurationError(f'EXTRA_TOOLS: {entry} needs an input_schema, a JSON schema of "type": "object"')
+    instructions = getattr(target, "instructions", "")
+    if not isinstance(instructions, str):
+        raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s instructions must be text")
+    return OperatorTool(name, description.strip(), schema, target, instructions)
+
+
+@dataclass(frozen=True, eq=False)
+class OperatorTools:
+    """The capability (core/capabilities.py): on when EXTRA_TOOLS names at least one tool."""
+
+    tools: tuple[OperatorTool, ...] = ()
+
+    @property
+    def instructions(self) -> str:
+        return "\n".join(tool.instructions.strip("\n") + "\n" for tool in self.tools if tool.instructions.strip())
+
+    @functools.cached_property
+    def definitions(self) -> tuple[dict[str, Any], ...]:
+        return tuple(tool.definition for tool in self.tools)  # built once: the same bytes every turn
+
+    def toolset(self, turn: TurnState) -> OperatorToolset | None:
+        return OperatorToolset(self.tools, self.definitions) if self.tools else None
+
+
+class OperatorToolset:
+    """One turn's operator tools: each call runs the callable, its text goes back to the model."""
+
+    round_trips = 0  # none of ours: what the tool does is its own
+
+    def __init__(self, tools: tuple[OperatorTool, ...], definitions: tuple[dict[str, Any], ...]) -> None:
+        self.definitions = definitions
+        self._tools = {tool.name: tool for tool in tools}
+
+    def run(self, call: ToolCall) -> ToolResult:
+        tool = self._tools[call.name]  # the toolbox only hands this toolset its own tools' calls
+        try:
+            text = tool.run(dict(call.input))
+        except Exception as exc:  # an operator's code: whatever it raises, the turn still answers
+            log.error("an operator's tool failed", extra={"tool": call.name, "error": f"{type(exc).__name__}: {exc}"})
+            return ToolResult(call, f"Not done: {call.name} failed. Answer without it.", is_error=True)
+        if not isinstance(text, str):
+            log.error("an operator's tool answered no text", extra={"tool": call.name, "type": type(text).__name__})
+            return ToolResult(call, f"Not done: {call.name} answered no text. Answer without it.", is_error=True)
+        return ToolResult(call, text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…")
+
+    def must_answer(self, result: ToolResult) -> bool:
+        return True  # what the tool found is for the model to read
+
+    def recorded(self) -> dict[str, Any]:
+        return {}

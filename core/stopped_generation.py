@@ -1,0 +1,39 @@
+"""Telegram's stop button (Bot API 10.3): the person stops a reply while it is being written.
+
+Drafts go out with `can_stop` (core/channels/live_reply.py), so Telegram shows a stop button
+under them; a tap reaches the webhook as a `stopped_message_generation` update naming the chat
+and the draft. The turn writing that draft may run on another instance, so the stop travels
+through the database: the webhook records it (`record`, SQL `stop_generation`), and the writing
+turn's drafts thread asks before each draft after the first (`asked`, SQL `generation_stopped`):
+one round trip a check, made beside the model's stream, never on the reply's way. The draft's id
+is the update_id of the message the turn answers (functions/telegram.py), which is that message's
+`external_id`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from core.errors import StoreUnavailable
+from core.stores.store import MemoryStore
+
+log = logging.getLogger("crossmem.telegram")
+
+
+class StoppedGenerations:
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def record(self, chat_id: int, draft_id: int) -> bool:
+        """The person of `chat_id` tapped stop under the draft `draft_id`: whether this recorded it
+        (False for a redelivered stop, a finished turn, a chat or draft that is nobody's, or a
+        database that failed: then the turn writes on, as it would have without the button)."""
+        try:
+            return bool(self._store.call("stop_generation", {"p_chat": str(chat_id), "p_draft_id": str(draft_id)}))
+        except StoreUnavailable as exc:
+            log.error("recording a stop failed", extra={"error": str(exc)})
+            return False
+
+    def asked(self, chat_id: int, draft_id: int) -> bool:
+        """Whether the person of `chat_id` stopped the draft `draft_id`; raises StoreUnavailable."""
+        return bool(self._store.call("generation_stopped", {"p_chat": str(chat_id), "p_draft_id": str(draft_id)}))

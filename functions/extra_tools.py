@@ -1,0 +1,26 @@
+"""EXTRA_TOOLS: the model's tools an operator adds without editing core (docs/extending.md),
+each named `package.module:callable` and imported once per instance, when its turns are built."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+from core.errors import ConfigurationError
+from core.operator_tools import OperatorTools, described
+
+
+def extra_tools(entries: Sequence[str]) -> OperatorTools:
+    """The tools the entries name; a ConfigurationError (503 `not_configured`) when one cannot be
+    loaded or does not describe itself, so a typo never serves a model without its tool."""
+    tools = []
+    for entry in entries:
+        module, _, attribute = entry.partition(":")
+        if not module or not attribute:
+            raise ConfigurationError(f"EXTRA_TOOLS: {entry} is not package.module:callable")
+        try:
+            target = getattr(importlib.import_module(module), attribute)
+        except Exception as exc:  # an operator's module: missing, or failing as it imports
+            raise ConfigurationError(f"EXTRA_TOOLS: {entry} could not be loaded ({type(exc).__name__})") from None
+        tools.append(described(target, entry))
+    return OperatorTools(tuple(tools))

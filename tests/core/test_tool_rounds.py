@@ -1,0 +1,200 @@
+"""The tool loop's rounds (core/tool_loop.py, TOOL_ROUNDS): a call in the answer to tool results
+runs too; past the last round the model answers with `tool_choice` none; every request's tokens
+count; the answer streams (the web) and drafts (Telegram) across rounds. Through `Turns`, the
+real Anthropic SDK against the local fake as Sonnet 5.5 (a continuation must carry its thinking
+back), and real Postgres."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from core.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.identity.policy import IdentityPolicy
+from core.memory import ContextLimits, Memory, TurnBudget
+from core.model.llm import AnthropicModel
+from core.models import Delivery, Surface
+from core.operator_tools import OperatorTool, OperatorTools
+from core.stores.postgres_store import PostgresStore
+from core.turn import Turns
+from core.turn_request import Outcome, TurnRequest, TurnResult, TurnSettings
+from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
+from tests.helpers import rows
+
+SONNET = "claude-sonnet-5-5"
+READ = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+class Weather:
+    """A tool that records each call it runs."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def __call__(self, arguments: dict[str, Any]) -> str:
+        self.asked.append(arguments["city"])
+        return f"{arguments['city']}: 21 degrees, clear."
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def weather() -> Weather:
+    return Weather()
+
+
+def turns_with(
+    store: PostgresStore, fake: FakeAnthropic, weather: Callable[[dict[str, Any]], str], rounds: int = 4
+) -> Turns:
+    tool = OperatorTool("weather", "Today's weather in a city.", SCHEMA, weather)
+    settings = TurnSettings(
+        DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", capabilities=(OperatorTools((tool,)),), tool_rounds=rounds
+    )
+    model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=321, base_url=fake.url, max_retries=0)
+    memory = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=10_000_000, reply_tokens=321))
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+
+
+def rounds_done(body: dict[str, Any]) -> int:
+    """How many rounds of tool results the request carries."""
+    return sum(1 for m in body["messages"] if m["role"] == "user" and tool_results({"messages": [m]}))
+
+
+def spent(fake: FakeAnthropic, *texts: str) -> int:
+    """Every token of the requests: what each read, and what each wrote (the fake counts a text's
+    characters / 4, and one token for an answer that only calls a tool)."""
+    return sum(usage[key] for usage in fake.usages for key in READ) + sum(max(1, len(t) // 4) for t in texts)
+
+
+def stored_tokens(database_url: str, external_id: str) -> list[tuple[int, int]]:
+    return rows(
+        database_url,
+        "select u.tokens, u.reserved from turn_usage u join messages m on m.id = u.message_id where m.external_id = %s",
+        external_id,
+    )
+
+
+def madrid_then_lisbon(body: dict[str, Any]) -> Answer:
+    done = rounds_done(body)
+    if done == 0:
+        return [tool_use("weather", {"city": "Madrid"}, id="w1")]
+    if done == 1:  # the answer to the first results calls the tool again
+        return [text_block("Madrid is warm. And Lisbon:"), tool_use("weather", {"city": "Lisbon"}, id="w2")]
+    return "Both are sunny today."
+
+
+def test_a_tool_call_in_the_answer_to_tool_results_runs_in_a_second_round(
+    store: PostgresStore, fake: FakeAnthropic, weather: Weather, database_url: str
+) -> None:
+    """Seen failing with the loop ending after one round (the second call dropped, as before
+    issue 33): the reply was "Madrid is warm. And Lisbon:" and Lisbon's weather never asked."""
+    fake.answer = madrid_then_lisbon
+    result = turns_with(store, fake, weather).run(
+        TurnRequest(Surface.TELEGRAM, "weather in Madrid and Lisbon?", "r2-1", user_id=uuid.uuid4())
+    )
+    assert result.outcome is Outcome.ANSWERED
+    assert result.reply == "Madrid is warm. And Lisbon:\n\nBoth are sunny today."
+    assert weather.asked == ["Madrid", "Lisbon"]
+    assert [tool_results(body) for body in fake.requests] == [
+        [],
+        [{"type": "tool_result", "tool_use_id": "w1", "content": "Madrid: 21 degrees, clear."}],
+        [{"type": "tool_result", "tool_use_id": "w2", "content": "Lisbon: 21 degrees, clear."}],
+    ]
+    assert all("tool_choice" not in body for body in fake.requests)  # rounds left: the default, auto
+    # Three requests, every one's tokens the turn's; two database round trips (the tool is not ours).
+    assert (result.figures.model_requests, result.figures.round_trips) == (3, 2)
+    written = ("", "Madrid is warm. And Lisbon:", "Both are sunny today.")
+    assert result.figures.model_tokens == spent(fake, *written)
+    assert stored_tokens(database_url, "r2-1") == [(spent(fake, *written), 0)]
+
+
+def test_a_model_that_always_calls_a_tool_gets_tool_rounds_rounds_then_answers_without_tools(
+    store: PostgresStore, fake: FakeAnthropic, weather: Weather, database_url: str
+) -> None:
+    """TOOL_ROUNDS=2: two rounds run, then one request with tool_choice none (the tools still
+    defined: the results refer to them) whose text is the answer. Seen failing with that last
+    request taken out (the turn answered "the model answered with no text": the fallback), and
+    with the rounds not capped (a fourth request, the tool asked a third time)."""
+
+    def always(body: dict[str, Any]) -> Answer:
+        if body.get("tool_choice") == {"type": "none"}:
+            return "From what I found: warm in both."
+        return [tool_use("weather", {"city": f"City {rounds_done(body)}"}, id=f"c{rounds_done(body)}")]
+
+    fake.answer = always
+    result = turns_with(store, fake, weather, rounds=2).run(
+        TurnRequest(Surface.TELEGRAM, "weather everywhere?", "cap-1", user_id=uuid.uuid4())
+    )
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, "From what I found: warm in both.")
+    assert weather.asked == ["City 0", "City 1"]
+    assert [body.get("tool_choice") for body in fake.requests] == [None, None, {"type": "none"}]
+    assert all(body["tools"] == fake.requests[0]["tools"] for body in fake.requests)
+    assert [len(tool_results(body)) for body in fake.requests] == [0, 1, 1]
+    assert result.figures.model_requests == 3
+    assert stored_tokens(database_url, "cap-1") == [(spent(fake, "", "", "From what I found: warm in both."), 0)]
+    # The reservation covered every request the turn could make: the rounds and the answer after them.
+    assert result.figures.reserved_tokens >= 3 * 321
+
+
+class Drafts:
+    """A Telegram-like channel: the drafts it was shown, and what it sent."""
+
+    def __init__(self) -> None:
+        self.drafts: list[str] = []
+        self.sent: list[str] = []
+
+    def show_typing(self, until: float) -> None:
+        pass
+
+    def draft(self, text: str) -> None:
+        self.drafts.append(text)
+
+    def send(self, text: str, until: float) -> Delivery:
+        self.sent.append(text)
+        return Delivery.DELIVERED
+
+
+def test_drafts_and_the_web_stream_follow_the_answer_across_rounds(
+    store: PostgresStore, fake: FakeAnthropic, weather: Weather, database_url: str
+) -> None:
+    fake.answer = madrid_then_lisbon
+    turns = turns_with(store, fake, weather)
+    channel = Drafts()
+    turns.run(TurnRequest(Surface.TELEGRAM, "weather?", "d-1", user_id=uuid.uuid4()), channel)
+    assert channel.drafts[0] == "Madrid "
+    assert channel.drafts[-1] == channel.sent[-1] == "Madrid is warm. And Lisbon:\n\nBoth are sunny today."
+    assert "Madrid is warm. And Lisbon:\n\nBoth " in channel.drafts  # the second round's text follows the first
+
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    streamed = list(turns.stream(TurnRequest(Surface.WEB, "weather?", "w-1", user_id=person, conversation_id=web.id)))
+    *chunks, result = streamed
+    assert isinstance(result, TurnResult) and result.outcome is Outcome.ANSWERED
+    assert "".join(str(chunk) for chunk in chunks) == "Madrid is warm. And Lisbon:\n\nBoth are sunny today."
+    assert len(chunks) > 2 and result.figures.model_requests == 3
+    assert weather.asked == ["Madrid", "Lisbon", "Madrid", "Lisbon"]
+
+
+def test_a_tool_that_raises_is_said_back_and_the_turn_answers(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(arguments: dict[str, Any]) -> str:
+        raise TimeoutError("the weather service did not answer")
+
+    fake.answer = lambda body: "No weather now." if tool_results(body) else [tool_use("weather", {"city": "Oslo"})]
+    result = turns_with(store, fake, broken).run(
+        TurnRequest(Surface.TELEGRAM, "weather in Oslo?", "e-1", user_id=uuid.uuid4())
+    )
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, "No weather now.")
+    [said] = tool_results(fake.requests[-1])
+    assert (said["content"], said.get("is_error")) == ("Not done: weather failed. Answer without it.", True)
+    assert "an operator's tool failed" in caplog.text

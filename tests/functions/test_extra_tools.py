@@ -1,0 +1,176 @@
+"""The model's tools as the settings give them. EXTRA_TOOLS: a tool an operator adds without
+editing core (docs/extending.md); the docs' own example, loaded by `crossmem dev` in its own
+process as `make dev` runs it, is called by the model (the real SDK against the fake Anthropic)
+in a turn; an entry that cannot be loaded refuses to serve, naming it, with nothing stored.
+TOOL_ROUNDS: the deployed function runs that many rounds."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import ConfigurationError
+from functions.extra_tools import extra_tools
+from tests.fakes.anthropic_api import Answer, FakeAnthropic, tool_results, tool_use
+from tests.helpers import TELEGRAM_SECRET, app_client, count, crossmem_dev, free_port, update
+
+ROOT = Path(__file__).resolve().parents[2]
+CROSSMEM = [sys.executable, "-m", "functions.tools.cli"]
+
+
+def docs_example() -> str:
+    """The first Python block of docs/extending.md: the example tool, as an operator copies it."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    found = re.search(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert found is not None, "docs/extending.md has no Python example"
+    return found[1]
+
+
+@pytest.fixture
+def dev(tmp_path: Path, database_url: str, fake_anthropic: FakeAnthropic) -> Iterator[dict[str, str]]:
+    """`crossmem dev` with the docs' example on its path and named by EXTRA_TOOLS, on the test's
+    database, the model being the fake Anthropic."""
+    (tmp_path / "my_tools.py").write_text(docs_example())
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "PORT": str(port),
+        "HOME": str(tmp_path),
+        "DATABASE_URL": database_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "EXTRA_TOOLS": "my_tools:opening_hours",
+    }
+    server = crossmem_dev(env, tmp_path, port)
+    yield env
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+def test_the_docs_example_tool_is_called_by_the_model_in_a_turn_through_crossmem_dev(
+    dev: dict[str, str], fake_anthropic: FakeAnthropic
+) -> None:
+    def pharmacy(body: dict[str, Any]) -> Answer:
+        results = tool_results(body)
+        if results:
+            return "Yes: " + str(results[0]["content"])
+        return [tool_use("opening_hours", {"shop": "pharmacy"}, id="toolu_hours")]
+
+    fake_anthropic.answer = pharmacy
+    said = subprocess.run(
+        [*CROSSMEM, "say", "--surface", "telegram", "is the pharmacy open tonight?"],
+        env=dev,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert said.returncode == 0, said.stderr
+    assert "Yes: The pharmacy is open every day 9:00-21:00." in said.stdout
+
+    first, second = fake_anthropic.requests
+    assert first["tools"][-1] == {
+        "name": "opening_hours",
+        "description": "When a shop near the person is open: the bakery or the pharmacy.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"shop": {"type": "string", "enum": ["bakery", "pharmacy"]}},
+            "required": ["shop"],
+        },
+    }
+    assert [tool["name"] for tool in first["tools"][:-1]] == [
+        "schedule_follow_up",
+        "list_follow_ups",
+        "cancel_follow_up",
+        "set_timezone",
+        "search_memory",
+    ]
+    system = first["system"][0]["text"]
+    assert "Shops nearby\n- opening_hours knows when the bakery and the pharmacy are open" in system
+    assert system.index("Your memory") < system.index("Shops nearby") < system.index("What you cannot do")
+    assert tool_results(second) == [
+        {"type": "tool_result", "tool_use_id": "toolu_hours", "content": "The pharmacy is open every day 9:00-21:00."}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ("no_such_module:tool", "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)"),
+        ("json:no_such_thing", "EXTRA_TOOLS: json:no_such_thing could not be loaded (AttributeError)"),
+        ("json", "EXTRA_TOOLS: json is not package.module:callable"),
+        ("json:__doc__", "EXTRA_TOOLS: json:__doc__ is not callable"),
+        ("json:dumps", 'EXTRA_TOOLS: json:dumps needs an input_schema, a JSON schema of "type": "object"'),
+    ],
+)
+def test_an_entry_that_describes_no_tool_is_refused_naming_it(entry: str, error: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        extra_tools([entry])
+    assert str(refused.value) == error
+
+
+def test_a_tool_named_like_a_built_in_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.settings import Settings
+    from functions.runtime import capabilities
+
+    (tmp_path / "clash.py").write_text(
+        "def search_memory(arguments):\n"
+        '    """Search elsewhere."""\n'
+        '    return "nothing"\n'
+        'search_memory.input_schema = {"type": "object", "properties": {}}\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EXTRA_TOOLS", "clash:search_memory")
+    with pytest.raises(ConfigurationError) as refused:
+        capabilities(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert str(refused.value) == "two tools share a name: search_memory"
+
+
+def test_a_function_whose_extra_tool_cannot_load_answers_503_and_stores_nothing(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("EXTRA_TOOLS", "no_such_module:tool")
+    client = app_client("telegram_webhook")
+    response = client.post(
+        "/",
+        json=update("hello with a tool missing", user_id=7001),
+        headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET},
+    )
+    assert (response.status_code, response.get_json()) == (
+        503,
+        {
+            "error": "not_configured",
+            "message": "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)",
+        },
+    )
+    assert (
+        count(database_url, "select count(*) from messages where content = %s", "hello with a tool missing") == 0
+        and fake_anthropic.requests == []
+    )
+
+
+def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TOOL_ROUNDS", "1")
+
+    def listing(body: dict[str, Any]) -> Answer:
+        if body.get("tool_choice") == {"type": "none"}:
+            return "Nothing is planned."
+        return [tool_use("list_follow_ups", {}, id=f"l{len(body['messages'])}")]
+
+    fake_anthropic.answer = listing
+    client = app_client("telegram_webhook")
+    response = client.post(
+        "/", json=update("what is planned?", user_id=7002), headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+    )
+    assert response.status_code == 200
+    assert [body.get("tool_choice") for body in fake_anthropic.requests] == [None, {"type": "none"}]

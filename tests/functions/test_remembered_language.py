@@ -1,0 +1,232 @@
+"""A person's language, remembered across their apps (docs/decisions.md, "The person's language"):
+stated by a request (Telegram's `language_code`, the web's `language`) or heard by the
+transcription service when nothing was stated, kept in `person_languages` by the turn's own two
+round trips, and chosen after what the request states and before what was heard and the words.
+Through the real functions, the fake Bot API, Twilio's media host and Deepgram; every test has a
+second person whose language is theirs alone."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.deepgram_api import FakeDeepgram
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import (
+    CORPUS,
+    ENGLISH,
+    SPANISH,
+    TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
+    Apps,
+    app_client,
+    as_role,
+    execute,
+    form,
+    messages_of,
+    new_code,
+    rows,
+    signed,
+    update,
+)
+
+DEEPGRAM_KEY = "deepgram-test-key"
+ACCOUNT_SID = "AC1a03647d811fab342c0ad608e382fab2"
+VOICE = (CORPUS / "media" / "voice_note_es.ogg").read_bytes()
+LANGUAGE_OF = "select language from person_languages where user_id = %s"
+
+
+@pytest.fixture
+def fake_deepgram() -> Iterator[FakeDeepgram]:
+    server = FakeDeepgram(DEEPGRAM_KEY)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+def telegram_says(apps: Apps, text: str, language_code: str | None, chat: int | None = None) -> None:
+    """A Telegram message from a person whose app is in `language_code` (None: it says none)."""
+    body = update(text, uuid.uuid4().int % 10**9, user_id=chat or apps.chat)
+    if language_code is not None:
+        body["message"]["from"]["language_code"] = language_code
+    assert apps.telegram.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+
+
+def whatsapp_says(apps: Apps, text: str, number: str, **media: str) -> list[str]:
+    fields = form(text, sender=f"whatsapp:{number}", **media)
+    response = apps.whatsapp.post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    return messages_of(response.text)
+
+
+def voice_note(fake_twilio: FakeTwilio) -> dict[str, str]:
+    """Twilio's media fields of a WhatsApp voice note its fake media host serves."""
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME{uuid.uuid4().hex}"
+    fake_twilio.media[path] = (VOICE, "audio/ogg")
+    return {"NumMedia": "1", "MediaUrl0": "https://api.twilio.com" + path, "MediaContentType0": "audio/ogg"}
+
+
+def person_of(database_url: str, surface: str, external_id: str) -> Any:
+    [(person,)] = rows(
+        database_url, "select user_id from identities where surface = %s and external_id = %s", surface, external_id
+    )
+    return person
+
+
+def a_number() -> str:
+    return f"+3461{uuid.uuid4().int % 10**7:07d}"
+
+
+def test_spanish_on_telegram_answers_an_ok_on_the_linked_whatsapp_in_spanish(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """The issue's WhatsApp person: "ok" says nothing of its language, and Twilio's form names none;
+    what their Telegram stated, remembered with the person, answers the fallback and a media
+    refusal in Spanish. Another WhatsApp person's "ok" stays in DEFAULT_LANGUAGE, and neither
+    person can read the other's language."""
+    person = uuid.uuid4()
+    telegram_says(apps, "Hola, vivo en Madrid", "es")
+    code = new_code(apps, person)["code"]
+    telegram_says(apps, f"/start {code}", "es")
+    telegram_says(apps, f"/link {code}", "es")  # the chat's history joins the web person
+    assert whatsapp_says(apps, f"link {new_code(apps, person)['code']}", apps.number)  # WhatsApp joins too
+    assert rows(database_url, LANGUAGE_OF, person) == [("es",)]
+
+    fake_anthropic.behaviour = "500"
+    assert whatsapp_says(apps, "ok", apps.number) == [SPANISH.say("turn.fallback")]
+    voice = {"NumMedia": "1", "MediaUrl0": "https://api.twilio.com/v/1", "MediaContentType0": "audio/ogg"}
+    assert whatsapp_says(apps, "", apps.number, **voice) == [SPANISH.say("media.no_transcriber")]
+
+    other = a_number()
+    assert whatsapp_says(apps, "ok", other) == [ENGLISH.say("turn.fallback")]
+    assert whatsapp_says(apps, "", other, **voice) == [ENGLISH.say("media.no_transcriber")]
+    assert rows(database_url, LANGUAGE_OF, person_of(database_url, "whatsapp", other)) == []
+    # The Telegram chat's own person was merged: its row went with it.
+    chats_first_person = rows(database_url, "select from_user_id from merged_people where into_user_id = %s", person)
+    assert [rows(database_url, LANGUAGE_OF, merged) for (merged,) in chats_first_person] == [[]]
+    # Row-level security: a person's token reads their own language, and nobody else's.
+    with as_role(database_url, "authenticated", person) as own:
+        assert own.execute("select user_id, language from person_languages").fetchall() == [(person, "es")]
+    with as_role(database_url, "authenticated", uuid.uuid4()) as stranger:
+        assert stranger.execute("select user_id, language from person_languages").fetchall() == []
+
+
+def test_the_remembered_language_survives_a_cold_start_because_it_is_stored(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    other_chat = apps.chat + 1
+    telegram_says(apps, "Hola", "es")
+    telegram_says(apps, "Hello", "en", chat=other_chat)
+    fake_anthropic.behaviour = "500"
+    cold = app_client("telegram_webhook")  # a new instance: nothing of the earlier one is kept
+    apps.telegram = cold
+    telegram_says(apps, "ok", None)
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": SPANISH.say("turn.fallback")}
+    telegram_says(apps, "ok", None, chat=other_chat)
+    assert fake_telegram.sent()[-1] == {"chat_id": other_chat, "text": ENGLISH.say("turn.fallback")}
+    # Only the stored row made it Spanish: without it, "ok" is DEFAULT_LANGUAGE's.
+    execute(
+        database_url,
+        "delete from person_languages where user_id = %s",
+        person_of(database_url, "telegram", str(apps.chat)),
+    )
+    telegram_says(apps, "ok", None)
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("turn.fallback")}
+
+
+def test_over_the_budget_the_pause_is_said_in_the_remembered_language(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
+) -> None:
+    """begin_turn answers the person's language when it refuses a turn: an "ok" from an app that
+    states none, past the budget, pauses in the Spanish stated before; another person's in English."""
+    environment.setenv("TURNS_PER_MINUTE", "1")
+    apps.telegram = app_client("telegram_webhook")
+    other_chat = apps.chat + 1
+    telegram_says(apps, "Hola", "es")
+    telegram_says(apps, "Hello", None, chat=other_chat)
+    telegram_says(apps, "ok", None)
+    assert fake_telegram.sent()[-1]["text"].startswith("Has escrito mucho en poco tiempo, así que hago una pausa.")
+    telegram_says(apps, "ok", None, chat=other_chat)
+    assert fake_telegram.sent()[-1]["text"].startswith("You've written a lot in a short time")
+
+
+def test_forgetting_removes_the_remembered_language_and_only_the_persons(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    other_chat = apps.chat + 1
+    telegram_says(apps, "Mi hermana se llama Carmen", "es")
+    telegram_says(apps, "Mi hermano se llama Luis", "es", chat=other_chat)
+    person = person_of(database_url, "telegram", str(apps.chat))
+    other = person_of(database_url, "telegram", str(other_chat))
+    telegram_says(apps, "/forget", "es")
+    telegram_says(apps, "/forget confirm", "es")
+    assert rows(database_url, LANGUAGE_OF, person) == []
+    assert rows(database_url, LANGUAGE_OF, other) == [("es",)]
+    fake_anthropic.behaviour = "500"
+    telegram_says(apps, "ok", None)
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("turn.fallback")}
+    telegram_says(apps, "ok", None, chat=other_chat)
+    assert fake_telegram.sent()[-1] == {"chat_id": other_chat, "text": SPANISH.say("turn.fallback")}
+
+
+@pytest.fixture
+def listening(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, fake_twilio: FakeTwilio
+) -> Apps:
+    """The apps with Deepgram and Twilio's media host (the fakes) configured."""
+    environment.setenv("DEEPGRAM_API_KEY", DEEPGRAM_KEY)
+    environment.setenv("DEEPGRAM_API_BASE", fake_deepgram.url)
+    environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
+    environment.setenv("TWILIO_API_BASE", fake_twilio.url)
+    environment.setenv("WHATSAPP_TYPING_INDICATOR", "false")
+    apps.whatsapp, apps.telegram = app_client("whatsapp_webhook"), app_client("telegram_webhook")
+    return apps
+
+
+def test_the_language_deepgram_heard_is_remembered_when_nothing_was_stated(
+    listening: Apps,
+    fake_anthropic: FakeAnthropic,
+    fake_deepgram: FakeDeepgram,
+    fake_twilio: FakeTwilio,
+    fake_telegram: FakeTelegram,
+    database_url: str,
+) -> None:
+    """A WhatsApp voice note heard in Spanish: kept by the turn's end, whether the model answered
+    (finish_turn) or failed (end_attempt, whose fallback is then said in what was heard); the
+    person's next "ok" is answered in it. A Telegram person whose app states English keeps English
+    whatever their voice notes are heard in."""
+    apps, answered, failed = listening, a_number(), a_number()
+    assert whatsapp_says(apps, "", answered, **voice_note(fake_twilio)) == ["Noted."]
+    assert rows(database_url, LANGUAGE_OF, person_of(database_url, "whatsapp", answered)) == [("es",)]
+
+    fake_anthropic.behaviour = "500"
+    assert whatsapp_says(apps, "", failed, **voice_note(fake_twilio)) == [SPANISH.say("turn.fallback")]
+    assert rows(database_url, LANGUAGE_OF, person_of(database_url, "whatsapp", failed)) == [("es",)]
+    assert whatsapp_says(apps, "ok", answered) == [SPANISH.say("turn.fallback")]
+    assert whatsapp_says(apps, "ok", a_number()) == [ENGLISH.say("turn.fallback")]
+
+    fake_anthropic.behaviour = "ok"
+    body = update("", uuid.uuid4().int % 10**9, user_id=apps.chat)
+    del body["message"]["text"]
+    body["message"]["from"]["language_code"] = "en"
+    body["message"]["voice"] = {
+        "file_id": "AwACAgQAAx0",
+        "file_unique_id": "AgAD",
+        "duration": 3,
+        "mime_type": "audio/ogg",
+    }
+    fake_telegram.files["AwACAgQAAx0"] = VOICE
+    assert apps.telegram.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+    assert len(fake_deepgram.requests) == 3
+    assert rows(database_url, LANGUAGE_OF, person_of(database_url, "telegram", str(apps.chat))) == [("en",)]
