@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from core.channels.whatsapp import EMPTY, TEXT_ONLY, Converse, Notice
+from core.channels.whatsapp import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
 from core.commands import ChatCommand, chat_command
-from core.errors import InputError
 from core.media import twilio_media
 from core.models import PlatformMessage, Surface
 from core.surfaces.sms import SmsRules, is_keyword
@@ -32,14 +31,8 @@ class SmsForm(BaseModel):
 
     @classmethod
     def from_form(cls, form: Mapping[str, str]) -> SmsForm:
-        try:
-            parsed = cls.model_validate(dict(form))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first.get("loc", ())) or "form"
-            raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
-        parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
-        parsed.media_urls = [form.get(f"MediaUrl{index}", "") for index in range(parsed.num_media)]
+        parsed = validated_form(cls, form)
+        parsed.media_content_types, parsed.media_urls = media_fields(form, parsed.num_media)
         return parsed
 
     @property

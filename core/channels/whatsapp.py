@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
@@ -42,6 +42,28 @@ EMPTY = "whatsapp.empty"
 log = logging.getLogger("crossmem.whatsapp")
 # Per instance, like the clients' cache: whether this instance has logged a refused signature.
 _refusal_logged = threading.Event()
+
+
+Form = TypeVar("Form", bound=BaseModel)
+
+
+def validated_form(model: type[Form], form: Mapping[str, str]) -> Form:
+    """A Twilio webhook form read as `model` (WhatsApp's, SMS's): a field it cannot take is an
+    InputError naming the first such field."""
+    try:
+        return model.model_validate(dict(form))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "form"
+        raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
+
+
+def media_fields(form: Mapping[str, str], count: int) -> tuple[list[str], list[str]]:
+    """The form's `MediaContentType<n>` and `MediaUrl<n>`, for its `NumMedia` items."""
+    return (
+        [form.get(f"MediaContentType{index}", "") for index in range(count)],
+        [form.get(f"MediaUrl{index}", "") for index in range(count)],
+    )
 
 
 class WhatsAppForm(BaseModel):
@@ -77,14 +99,8 @@ class WhatsAppForm(BaseModel):
 
     @classmethod
     def from_form(cls, form: Mapping[str, str]) -> WhatsAppForm:
-        try:
-            parsed = cls.model_validate(dict(form))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first.get("loc", ())) or "form"
-            raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
-        parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
-        parsed.media_urls = [form.get(f"MediaUrl{index}", "") for index in range(parsed.num_media)]
+        parsed = validated_form(cls, form)
+        parsed.media_content_types, parsed.media_urls = media_fields(form, parsed.num_media)
         return parsed
 
     @property
