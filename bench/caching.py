@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.prompt_cache import CacheUsage, PromptCache, count_tokens
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.context import ContextItem, build_model_messages, stepped_tail, web_items
-from core.digest import ExtractiveDigester
-from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
-from core.memory import ContextLimits
+from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
+from core.memory.digest import ExtractiveDigester
+from core.memory.service import ContextLimits
 from core.model.llm import messages_request
 from core.models import Role, StoredMessage, Surface
 from core.settings import Settings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ContextItem, build_model_messages, stepped_tail, web_items
 
 DEFAULTS = ContextLimits()
 MODEL, MAX_TOKENS, SEED_WINDOW = Settings.model_fields["anthropic_model"].default, 1024, 14

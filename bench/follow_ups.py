@@ -2,7 +2,7 @@
 
 `PEOPLE` Telegram people hold `BACKGROUND` pending follow-ups due days ahead (the table a busy
 deployment has), and `DUE` more fall due at random moments over `WINDOW_MIN` minutes. The job
-(core/follow_up_delivery.py, the code `memory_digest` runs) is run once a minute of a clock the
+(core/follow_ups/delivery.py, the code `memory_digest` runs) is run once a minute of a clock the
 bench moves, sending through the fake Bot API (tests/fakes/telegram_api.py) over HTTP.
 
 - `delivery_lag_s_p95`: from a follow-up's due time to its `sendMessage`: the wait for the next
@@ -32,7 +32,7 @@ from uuid import uuid4
 import psycopg
 
 from bench.results import run_alone
-from core.follow_up_delivery import LEASE_S, FollowUpDelivery
+from core.follow_ups.delivery import LEASE_S, FollowUpDelivery
 from core.stores.store import JsonScalar, MemoryStore
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic

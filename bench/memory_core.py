@@ -19,16 +19,16 @@ import psycopg
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from bench.seed import SeedPattern
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.context import ModelMessage
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.model.llm import ModelReply, Usage
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import TurnRequest, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ModelMessage
+from core.turn.request import TurnRequest, TurnSettings
+from core.turn.turns import Turns
 
 PEOPLE_PER_DRIVER = 40
 USER_TEXT = "Could you remind me what I said about the budget for the trip, and whether I booked the train?"

@@ -35,14 +35,14 @@ from zoneinfo import ZoneInfo
 import psycopg
 
 from bench.caching import SURFACES, NotesSimulation, Window
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.context import ContextItem, build_model_messages, stepped_tail
-from core.memory import ContextLimits, Memory
-from core.memory_search import SearchRules, rendered
+from core.memory.search import SearchRules, rendered
+from core.memory.service import ContextLimits, Memory
 from core.model.llm import messages_request
 from core.models import Role, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces import rules as surface_rules
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ContextItem, build_model_messages, stepped_tail
 
 DAYS = 120
 SESSIONS_A_DAY = 3

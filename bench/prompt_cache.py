@@ -49,7 +49,7 @@ def block_tokens(block: dict[str, Any]) -> int:
 
     data = base64.b64decode(block["source"]["data"])
     if block["type"] == "document":
-        from core.media import pdf_pages
+        from core.media.kinds import pdf_pages
 
         return max(pdf_pages(data), 1) * PDF_PAGE_TOKENS
     from PIL import Image  # the benchmarks' and tests' own dependency (dev extra)

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from bench.results import bench_database, save
-from core.retention import PurgeBatch, Retention, in_flight_window
+from core.memory.retention import PurgeBatch, Retention, in_flight_window
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
 

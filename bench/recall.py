@@ -35,10 +35,10 @@ from bench.caching import (
     message,
     sentence,
 )
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.context import ContextItem, build_model_messages, stepped_tail, web_items
 from core.model.llm import messages_request
 from core.models import Role, StoredMessage, Surface
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ContextItem, build_model_messages, stepped_tail, web_items
 
 PEOPLE = 8
 DAYS = 3

@@ -41,16 +41,16 @@ import psycopg
 
 from bench.memory_core import PEOPLE_PER_DRIVER, USER_TEXT, InstantModel, ours_secondary_turn, people
 from bench.results import bench_database, save
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.context import build_model_messages
 from core.identity.policy import IdentityPolicy
 from core.logs import JsonLineFormatter
-from core.memory import ContextLimits, Memory, turn_start
+from core.memory.service import ContextLimits, Memory, turn_start
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
-from core.turn import Turns
-from core.turn_request import TurnFigures, TurnRequest, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import build_model_messages
+from core.turn.request import TurnFigures, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 
 MICROSECONDS = 1_000_000
 

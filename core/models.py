@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Final
 from uuid import UUID
 
-from core.media import Attachment, message_kind
+from core.media.kinds import Attachment, message_kind
 from core.surfaces import Delivery as Delivery
 from core.surfaces import Surface as Surface
 from core.surfaces import rules
@@ -20,7 +20,7 @@ class Role(StrEnum):
     ASSISTANT = "assistant"
 
 
-# A turn reads dozens of stored messages (core/memory.py's turn_start), whose conversation ids,
+# A turn reads dozens of stored messages (core/memory/service.py's turn_start), whose conversation ids,
 # surfaces and roles repeat: each parsed once (a lookup instead of UUID() and the enum's call).
 _SURFACES: dict[str, Surface] = {surface.value: surface for surface in Surface}
 _ROLES: dict[str, Role] = {role.value: role for role in Role}
@@ -52,7 +52,7 @@ class StoredMessage:
     content: Final[str]
     created_at: Final[datetime]
     # What a turn attached (its images and PDFs) is never stored. Without any, a stored message is
-    # rendered into the model's context as it is (core/context.py), not through a copy each turn.
+    # rendered into the model's context as it is (core/turn/context.py), not through a copy each turn.
     attachments: ClassVar[tuple[Attachment, ...]] = ()
 
     @classmethod
@@ -181,7 +181,7 @@ class TurnStart:
     history: list[StoredMessage] = field(default_factory=list)
     prepend: list[StoredMessage] = field(default_factory=list)
     degraded: bool = False
-    notes: str = ""  # the person's memory notes (core/digest.py), empty before the first digest
+    notes: str = ""  # the person's memory notes (core/memory/digest.py), empty before the first digest
     # A delivery stored before and never answered, whose attempt can no longer answer: this
     # turn answers it (the same delivery again, or the scheduled job).
     owed: bool = False
@@ -200,7 +200,7 @@ class TurnStart:
     # the reply this attempt stores (finish_turn), unused when it stores none. None when degraded.
     reply_id: int | None = None
     # The person's language: as begin_turn returns it, the one remembered (person_languages); once
-    # the turn has chosen (core/turn.py), the one its fixed phrases are said in.
+    # the turn has chosen (core/turn/turns.py), the one its fixed phrases are said in.
     language: str | None = None
     # The language the turn heard in a voice note when the request stated none: kept as the
     # person's by the round trip that ends the turn (docs/decisions.md, "The person's language").

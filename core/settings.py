@@ -63,24 +63,24 @@ class Settings(BaseSettings):
     digest_batch_size: int = Field(default=10, ge=1)
     digest_time_budget: float = Field(default=240.0, gt=0)
     digest_pause_seconds: int = Field(default=300, ge=0)  # the prompt cache's lifetime
-    # Memory search (core/memory_search.py): the search_memory tool over everything the person
+    # Memory search (core/memory/search.py): the search_memory tool over everything the person
     # ever said, and the most a search may add to the model's request, in tokens (about 4
     # characters each), hits with their neighbours, best first.
     memory_search: bool = True
     search_max_tokens: int = Field(default=1500, ge=100, le=20000)
     search_max_hits: int = Field(default=8, ge=1, le=50)
 
-    # Follow-ups the agent starts (core/follow_ups.py): at most this many pending per person; 0
+    # Follow-ups the agent starts (core/follow_ups/capability.py): at most this many pending per person; 0
     # gives the model no follow-up tools. 20 is a dense week of reminders (about three a day),
     # keeps the list begin_turn returns short, and bounds what a runaway conversation schedules.
     follow_ups_per_person: int = Field(default=20, ge=0, le=1000)
 
-    # The model's tools (core/tool_loop.py): rounds of tool calls a turn runs (a search, then a
+    # The model's tools (core/turn/tool_loop.py): rounds of tool calls a turn runs (a search, then a
     # narrower one, then a list...) before the model must answer without tools. Each round is one
     # more model request, and a turn reserves its tokens for every one of them.
     tool_rounds: int = Field(default=4, ge=1, le=20)
     # Tools an operator adds without editing core: comma-separated `package.module:callable`
-    # (core/operator_tools.py says what a callable carries; docs/extending.md has an example).
+    # (core/turn/operator_tools.py says what a callable carries; docs/extending.md has an example).
     extra_tools: CommaList = []
 
     # Who may talk to the agent.

@@ -4,8 +4,8 @@ Deployed, it is private: Cloud Run lets through only Cloud Scheduler's OIDC toke
 account given roles/run.invoker on it (`crossmem deploy` sets both up), so no secret travels in
 the job. Served anywhere else (`crossmem dev`, a host without that IAM), DIGEST_SECRET makes it
 require `X-Digest-Secret`, compared in constant time. It answers owed Telegram and WhatsApp
-messages first (the ones no platform will redeliver, core/owed.py), then delivers the follow-ups
-due (core/follow_up_delivery.py: this job already runs every minute, privately, with the Bot API
+messages first (the ones no platform will redeliver, core/turn/owed.py), then delivers the follow-ups
+due (core/follow_ups/delivery.py: this job already runs every minute, privately, with the Bot API
 and Twilio at hand; a job of their own would cost a second function and scheduler job for a
 lag no shorter), then digests the due people
 in batches within
@@ -23,8 +23,8 @@ from datetime import timedelta
 
 import flask
 
-from core.digest import DigestRun
 from core.errors import StoreUnavailable
+from core.memory.digest import DigestRun
 from functions import runtime
 from functions.http import json_response, same_secret, serving
 

@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Sequence
 
 from core.errors import ConfigurationError
-from core.operator_tools import OperatorTools, described
+from core.turn.operator_tools import OperatorTools, described
 
 
 def extra_tools(entries: Sequence[str]) -> OperatorTools:

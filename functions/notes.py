@@ -10,7 +10,7 @@ import uuid
 
 import flask
 
-from core.digest import read_notes
+from core.memory.digest import read_notes
 from functions import runtime
 from functions.http import json_response
 

@@ -12,29 +12,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.capabilities import Capability, checked, standing_instructions
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
-from core.commands import Commands
-from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
-from core.edits import Corrections
 from core.errors import ConfigurationError
-from core.follow_up_delivery import FollowUpDelivery
-from core.follow_ups import FollowUpRules, FollowUps
-from core.forgetting import Forgetting
+from core.follow_ups.capability import FollowUpRules, FollowUps
+from core.follow_ups.delivery import FollowUpDelivery
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.logs import configure_json_logging
-from core.media import MediaLimits
-from core.media_capability import Media
-from core.media_turn import MediaReader
-from core.memory import ContextLimits, Memory, TurnBudget
-from core.memory_search import MemorySearch, SearchRules
+from core.media.capability import Media
+from core.media.kinds import MediaLimits
+from core.media.turn_media import MediaReader
+from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
+from core.memory.edits import Corrections
+from core.memory.forgetting import Forgetting
+from core.memory.retention import Retention, in_flight_window
+from core.memory.search import MemorySearch, SearchRules
+from core.memory.service import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Surface
-from core.owed import OwedReplies
 from core.phrases.catalogue import Catalogue
-from core.retention import Retention, in_flight_window
 from core.settings import Settings
 from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.stores.postgres_store import PostgresStore
@@ -44,8 +41,11 @@ from core.surfaces import sms as sms_surface
 from core.surfaces import telegram as telegram_surface
 from core.surfaces import web as web_surface
 from core.surfaces import whatsapp as whatsapp_surface
-from core.turn import Turns
-from core.turn_request import TurnSettings
+from core.surfaces.commands import Commands
+from core.turn.capabilities import Capability, checked, standing_instructions
+from core.turn.owed import OwedReplies
+from core.turn.request import TurnSettings
+from core.turn.turns import Turns
 from functions.extra_tools import extra_tools
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from core.channels.whatsapp import WhatsAppSender
     from core.identity.web_auth import TokenVerifier
     from core.model.transcription import Transcriber
-    from core.turn_request import ReplyChannel
+    from core.turn.request import ReplyChannel
 
 EMBEDDED_DATA = REPOSITORY / ".local" / "pgdata"
 log = logging.getLogger("crossmem.runtime")
@@ -501,13 +501,13 @@ def catalogue() -> Catalogue:
 
 @functools.cache
 def commands() -> Commands:
-    """The chat commands' one router (core/commands.py)."""
+    """The chat commands' one router (core/surfaces/commands.py)."""
     return Commands(linking(), forgetting())
 
 
 @functools.cache
 def corrections() -> Corrections:
-    """Edited messages (core/edits.py)."""
+    """Edited messages (core/memory/edits.py)."""
     return Corrections(memory(), identity())
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from core.errors import InputError
-from core.memory import SEARCH_QUERY_CHARS
+from core.memory.service import SEARCH_QUERY_CHARS
 from core.models import Surface
 from functions.paging import bounded_number
 

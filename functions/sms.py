@@ -12,10 +12,10 @@ import flask
 from core.channels.sms import Keyword, SmsForm, classify
 from core.channels.whatsapp import Converse
 from core.errors import InputError
-from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
+from core.memory.forgetting import ForgetRequest
 from core.models import Surface
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
 from functions import runtime
 from functions.http import json_response, serving
 from functions.whatsapp import TWIML_WITHIN_S, answered_in_twiml, said_in, twilio_form, twiml_response

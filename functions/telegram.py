@@ -3,7 +3,7 @@
 Verify the secret token, parse the update, run the turn (the reply goes out through the
 Bot API, or inside this response with TELEGRAM_REPLY_IN_WEBHOOK), answer 200; an edited
 message corrects the stored one and is not answered; a tap on a draft's stop button is recorded
-for the turn writing it, wherever it runs (core/stopped_generation.py). When the
+for the turn writing it, wherever it runs (core/turn/stopped_generation.py). When the
 stored reply could not be sent for a reason that may pass, answer 503: Telegram redelivers
 an update whose webhook answered anything but 2xx, and the redelivery sends that reply. So too
 when the turn's time ran out before its reply went out (nothing is stored then): the
@@ -27,19 +27,19 @@ from core.channels.telegram_update import (
     TelegramUpdate,
     classify,
 )
-from core.edits import MessageEdit
 from core.errors import InputError, OverBudget, StillAnswering
+from core.memory.edits import MessageEdit
 from core.models import Surface
 from core.phrases.catalogue import Phrases
 from core.phrases.refusals import input_refused, over_budget
-from core.stopped_generation import StoppedGenerations
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
+from core.turn.stopped_generation import StoppedGenerations
 from functions import runtime
 from functions.http import error_response, json_response, read_json, same_secret, serving
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 (a header name, not a secret)
 # Replies must be out before the function's own 60 s timeout (serverless.yml); the turn's own
-# time (its answer_by, core/turn.py) ends sooner.
+# time (its answer_by, core/turn/turns.py) ends sooner.
 REPLY_DEADLINE_S = 50.0
 
 
@@ -71,7 +71,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         stopped = StoppedGenerations(runtime.store()).record(action.chat_id, action.draft_id)
         return json_response({"ok": True, "stopped": stopped})
     if isinstance(action, MessageEdit):
-        # No answer: the person corrected what they said; the next turn reads it (core/edits.py).
+        # No answer: the person corrected what they said; the next turn reads it (core/memory/edits.py).
         return json_response({"ok": True, "edit": runtime.corrections().apply(action).value})
     if isinstance(action, Command):
         phrases = catalogue.phrases(catalogue.choose(action.language_code))

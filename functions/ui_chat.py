@@ -17,11 +17,11 @@ import uuid
 import flask
 from pydantic import ValidationError
 
-from core.context import ContextItem
 from core.errors import InputError, StillAnswering
 from core.models import Role, Surface, TurnStart
-from core.turn import ANSWER_MARGIN_S
-from core.turn_request import TurnRequest
+from core.turn.context import ContextItem
+from core.turn.request import TurnRequest
+from core.turn.turns import ANSWER_MARGIN_S
 from functions import runtime
 from functions.http import parse_json
 from functions.ui_message_stream import HEADERS, turn_events

@@ -36,7 +36,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from core.errors import CrossmemError
-from core.turn_request import Outcome, TurnResult
+from core.turn.request import Outcome, TurnResult
 from functions.http import error_status
 
 UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"

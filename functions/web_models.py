@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.media import MediaKind, MediaRef
+from core.media.kinds import MediaKind, MediaRef
 from core.models import Role, Surface
 
 
@@ -28,7 +28,7 @@ class ClientMessage(BaseModel):
 class WebAttachment(BaseModel):
     """An image or a voice note sent with a message (docs/api.md): its type and its bytes in
     base64; a voice note's length as the recorder measured it (WebM and MP4 say it nowhere near
-    their start), a claim the transcriber's own length checks (core/media_turn.py)."""
+    their start), a claim the transcriber's own length checks (core/media/turn_media.py)."""
 
     media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp", "audio/webm", "audio/ogg", "audio/mp4"]
     data: str = Field(min_length=4)  # the base64 of one byte at least

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from core.models import Role, Surface
-from core.turn_request import Outcome
+from core.turn.request import Outcome
 from functions.web_models import NewConversation, SendMessage, UIChatRequest
 
 # The surfaces a person links to their web account (and unlinks): every one but the web.

@@ -15,13 +15,13 @@ import flask
 
 from core.channels.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
 from core.errors import InputError, OverBudget, StillAnswering
-from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
+from core.memory.forgetting import ForgetRequest
 from core.models import Surface
 from core.phrases.catalogue import Phrases
 from core.phrases.refusals import input_refused, over_budget
 from core.settings import Settings
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_form, serving
 
@@ -66,7 +66,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
 def said_in(body: str) -> Phrases:
     """The phrases to answer a Twilio message in. Twilio says nothing of the person's language: a
     command's answer goes by the words, else DEFAULT_LANGUAGE; a turn's by the person's remembered
-    language first (core/turn.py)."""
+    language first (core/turn/turns.py)."""
     catalogue = runtime.catalogue()
     return catalogue.phrases(catalogue.choose(None, body))
 

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, server_url
 

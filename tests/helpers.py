@@ -270,7 +270,7 @@ def execute(database_url: str, query: str, *params: Any) -> None:
 
 def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
     """An OGG/Opus file whose last page says it lasts `seconds` (its granule position, at 48 kHz,
-    less the head's pre-skip): the length core/media.py reads, forged or not (the CRC is left)."""
+    less the head's pre-skip): the length core/media/kinds.py reads, forged or not (the CRC is left)."""
     head, last = ogg.find(b"OpusHead"), ogg.rfind(b"OggS")
     pre_skip = int.from_bytes(ogg[head + 10 : head + 12], "little")
     granule = round(seconds * 48_000) + pre_skip

@@ -9,7 +9,7 @@ import pytest
 from bench.memory_core import ours_secondary_turn
 from bench.turn_floor import lay_floor
 from core.errors import ConfigurationError
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, with_database
 from tests.helpers import count, rows

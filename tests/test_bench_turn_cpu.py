@@ -7,7 +7,7 @@ import uuid
 
 from bench.memory_core import REPLY_TEXT, USER_TEXT, ours_secondary_turn
 from bench.turn_cpu import BareCalls, RecordingStore
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import rows
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench import caching
-from core.follow_ups import TOOLS
+from core.follow_ups.capability import TOOLS
 
 
 def test_the_seed_and_ours_send_the_same_tools_in_every_request() -> None:

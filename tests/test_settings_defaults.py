@@ -11,15 +11,15 @@ from typing import Any
 
 import psycopg
 
-from core.context import ContextItem, stepped_tail
-from core.digest import DigestLimits
-from core.media import MediaLimits
-from core.memory import ContextLimits, TurnBudget
+from core.media.kinds import MediaLimits
+from core.memory.digest import DigestLimits
+from core.memory.retention import Retention
+from core.memory.service import ContextLimits, TurnBudget
 from core.models import Role, Surface
 from core.phrases.catalogue import Catalogue
-from core.retention import Retention
 from core.settings import Settings
-from core.turn_request import TurnSettings
+from core.turn.context import ContextItem, stepped_tail
+from core.turn.request import TurnSettings
 from tests.database import SCHEMAS
 
 # A field of core that carries a setting -> the setting.

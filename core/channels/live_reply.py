@@ -16,7 +16,7 @@ past it, the message may be someone else's to answer.
 With `stop_asked` (Bot API 10.3) the drafts carry Telegram's stop button (`can_stop`), and
 `keep_on_stop`: the draft stays in the chat when it is tapped, for the reply to keep it. The tap
 reaches the webhook, maybe on another instance, which records it in the database
-(core/stopped_generation.py); before each draft after the first (the button shows only under
+(core/turn/stopped_generation.py); before each draft after the first (the button shows only under
 one) the thread asks `stop_asked`, one database round trip each (`checks`), at most one a
 `DRAFT_INTERVAL_S`. Once it answers yes the thread ends, and `stopped()` is the text the person
 was shown: the turn stops reading the model and sends that text as its reply.

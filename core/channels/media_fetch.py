@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from core.errors import MediaUnreadable
-from core.media import MediaRef
+from core.media.kinds import MediaRef
 
 log = logging.getLogger("crossmem.media")
 TWILIO_MEDIA_ORIGIN = "https://api.twilio.com"

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.channels.whatsapp import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
-from core.commands import ChatCommand, chat_command
-from core.media import twilio_media
+from core.media.kinds import twilio_media
 from core.models import PlatformMessage, Surface
+from core.surfaces.commands import ChatCommand, chat_command
 from core.surfaces.sms import SmsRules, is_keyword
 
 

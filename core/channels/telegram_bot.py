@@ -8,7 +8,7 @@ A reply that could not be sent is told apart by whether trying again may help: a
 reply is given up; a 429, a 5xx (often without a JSON body), a network failure or a
 timeout may pass, so the reply is owed and the webhook asks Telegram to redeliver. A 429
 is waited out here when its `retry_after` ends before the reply's deadline; nothing here runs
-past that deadline (the moment the turn's attempt must have sent by: core/turn_request.py's
+past that deadline (the moment the turn's attempt must have sent by: core/turn/request.py's
 `ReplyChannel`), neither a wait nor an HTTP call, and a reply that cannot go out by then is not
 sent at all.
 """
@@ -26,7 +26,7 @@ from core.channels.live_reply import LiveReply
 from core.channels.splitting import split_message
 from core.errors import DeliveryFailed
 from core.models import Delivery
-from core.stopped_generation import StoppedGenerations
+from core.turn.stopped_generation import StoppedGenerations
 
 if TYPE_CHECKING:
     import httpx
@@ -152,7 +152,7 @@ class TelegramChannel:
 
     While the model writes, the person sees "typing…" and, with `drafts`, the text as it grows
     (core/channels/live_reply.py, drafts with `draft_id`); the reply itself goes out with sendMessage.
-    With `stops` the drafts carry the stop button (a `StopButton`: core/turn_request.py), and a
+    With `stops` the drafts carry the stop button (a `StopButton`: core/turn/request.py), and a
     tap recorded there ends the model's answer at the draft the person saw."""
 
     def __init__(

@@ -4,20 +4,20 @@ The models accept unknown and missing fields (Telegram adds fields; updates from
 lack some now required). `classify` turns an update into one of six actions:
 
 - `Converse`: a private text message, photo, PDF, image file, voice note or audio (with its
-  `media`, fetched by the turn: core/media_turn.py), or a shared location, venue or contact (as
+  `media`, fetched by the turn: core/media/turn_media.py), or a shared location, venue or contact (as
   a line of text: core/channels/places.py): a turn of the person's thread. Its
   `platform` names it ("chat_id:message_id") and, for a reply, the message replied to and the
   text quoted (`quote`, the part the person picked, else the replied message's text or caption).
 - `MessageEdit`: the person corrected the text of a private message: its stored text is replaced
-  (core/edits.py), and nothing is answered.
+  (core/memory/edits.py), and nothing is answered.
 - `Notice`: a short fixed answer (a phrase, core/phrases/), nothing stored (stickers, videos, groups).
 - `Ignore`: a 200 and nothing else (service updates, edited captions, a live location's new
   positions, queries, channels, and every update kind this code does not know: Bot API 10.x
   added `guest_message`, `managed_bot`, `subscription`..., docs/decisions.md, Bot API 10.x).
-- `Command`: a chat command (core/commands.py: linking, unlinking, forgetting), or the Confirm
+- `Command`: a chat command (core/surfaces/commands.py: linking, unlinking, forgetting), or the Confirm
   button under a link's question (a `callback_query`): never part of the thread.
 - `StopGeneration`: the person tapped the stop button under a reply's draft (Bot API 10.3's
-  `stopped_message_generation`): the turn writing it stops (core/stopped_generation.py).
+  `stopped_message_generation`): the turn writing it stops (core/turn/stopped_generation.py).
 docs/api.md's table lists every kind; `WEBHOOK_UPDATES` the kinds the webhook is set up to get.
 """
 
@@ -30,11 +30,11 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.channels.places import contact_text, location_text
-from core.commands import ChatCommand, chat_command
-from core.edits import MessageEdit
 from core.identity.linking import LinkRequest, looks_like_code
-from core.media import MediaKind, MediaRef, media_kind, photo_size
+from core.media.kinds import MediaKind, MediaRef, media_kind, photo_size
+from core.memory.edits import MessageEdit
 from core.models import PlatformMessage, Surface
+from core.surfaces.commands import ChatCommand, chat_command
 
 
 class _Tolerant(BaseModel):
@@ -138,7 +138,7 @@ class Ignore:
 
 @dataclass(frozen=True)
 class Command:
-    """A chat command (core/commands.py): never a message of the thread."""
+    """A chat command (core/surfaces/commands.py): never a message of the thread."""
 
     chat_id: int
     request: ChatCommand

@@ -27,10 +27,10 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.places import location_text
 from core.channels.splitting import split_message
-from core.commands import ChatCommand, chat_command
 from core.errors import InputError
-from core.media import MediaRef, twilio_media
+from core.media.kinds import MediaRef, twilio_media
 from core.models import Delivery, PlatformMessage, Surface
+from core.surfaces.commands import ChatCommand, chat_command
 from core.surfaces.whatsapp import BSUID, normalise_phone
 
 log = logging.getLogger("crossmem.whatsapp")
@@ -156,7 +156,7 @@ class Notice:
 
 def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
     text = form.body.strip()
-    # A chat command (core/commands.py) is never a message of the thread: `link CODE` with the
+    # A chat command (core/surfaces/commands.py) is never a message of the thread: `link CODE` with the
     # code as typed, a code alone (even a mistyped one gets a clear answer, and counts), `unlink`,
     # `forget`.
     if command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as):
@@ -311,7 +311,7 @@ class WhatsAppChannel:
         pass  # WhatsApp has no drafts
 
     def send(self, text: str, until: float) -> Delivery:
-        # Not started past the attempt's time (core/turn_request.py); once started, every part goes.
+        # Not started past the attempt's time (core/turn/request.py); once started, every part goes.
         if time.monotonic() >= until:
             return Delivery.OWED
         return self._sender.send_text(self._to, text)

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.context import ModelMessage
 from core.errors import ModelUnavailable
 from core.model.prompt import NOTES_PREAMBLE
+from core.turn.context import ModelMessage
 
 CACHE = {"type": "ephemeral"}
 ToolChoice = Literal["auto", "none"]  # never a forced tool: the current models refuse it

@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from core.context import ModelMessage
 from core.model.llm import AssistantContent, ModelReply, ToolCall, ToolChoice, Usage
 from core.models import Role
+from core.turn.context import ModelMessage
 
 # "remind me in 5 minutes to stretch": what the stand-in schedules through the follow-up tool.
 REMIND = re.compile(r"remind me in (\d{1,6}) (?:minute|minutes|min|mins) (?:to |that |about )?(.+)", re.IGNORECASE)

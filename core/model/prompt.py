@@ -2,7 +2,7 @@
 only it), how the conversation reaches the agent, and what it can never do; and the heading of
 the person's memory notes, the block after it.
 
-core/capabilities.py builds the whole prompt from these and each capability's own part, so it
+core/turn/capabilities.py builds the whole prompt from these and each capability's own part, so it
 never denies what the agent can do nor claims what it cannot. A deployment's prompt is the same
 bytes in every turn (the cache's prefix).
 """
@@ -89,7 +89,7 @@ browse the web.
 """
 
 
-# Heads the person's memory notes (core/digest.py) in their own block after the system prompt.
+# Heads the person's memory notes (core/memory/digest.py) in their own block after the system prompt.
 NOTES_PREAMBLE = """\
 Your notes about this person, written from earlier parts of the thread that are no longer \
 shown (each line says on which app and on which day it was said). Use them as your memory; \

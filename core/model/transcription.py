@@ -75,7 +75,7 @@ class DeepgramTranscriber:
             seconds = body.get("metadata", {}).get("duration")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise MediaUnreadable("the transcription service answered nonsense") from None
-        # No words is still an answer: its length counts in the person's day (core/listening.py).
+        # No words is still an answer: its length counts in the person's day (core/media/listening.py).
         return Transcript(
             text.strip(),
             str(language) if language else None,

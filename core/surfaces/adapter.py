@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource
-    from core.turn_request import ReplyChannel
+    from core.turn.request import ReplyChannel
 
 
 class Surface(StrEnum):

@@ -116,7 +116,7 @@ def history(user: str, limit: int, as_json: bool) -> int:
 def follow_ups(user: str, as_json: bool) -> int:
     from zoneinfo import ZoneInfo
 
-    from core.wall_clock import shown, zone_named
+    from core.follow_ups.wall_clock import shown, zone_named
     from functions.follow_up_routes import pending_follow_ups
 
     pending = pending_follow_ups(uuid.UUID(user))
@@ -133,7 +133,7 @@ def follow_ups(user: str, as_json: bool) -> int:
 
 def print_notes(user: uuid.UUID) -> None:
     """The person's memory notes, above their messages, when a digest has written any."""
-    from core.digest import read_notes
+    from core.memory.digest import read_notes
     from functions import runtime
 
     notes = read_notes(runtime.store(), user)

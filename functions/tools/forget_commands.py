@@ -11,7 +11,7 @@ import click
 from functions.tools.confirmation import confirmed, yes_option
 
 if TYPE_CHECKING:
-    from core.retention import PurgeBatch
+    from core.memory.retention import PurgeBatch
 
 
 @click.command(help="erase a person: every conversation, message and identity")
@@ -33,7 +33,7 @@ def forget(user: str, yes: bool) -> int:
 
 def age(text: str) -> timedelta:
     """--older-than: its ValueError is click's usage error, with the reason."""
-    from core.retention import parse_age
+    from core.memory.retention import parse_age
 
     return parse_age(text)
 
@@ -48,7 +48,7 @@ def age(text: str) -> timedelta:
 @click.option("--dry-run", is_flag=True, help="count what would be deleted; delete nothing")
 @yes_option
 def purge(older_than: timedelta | None, dry_run: bool, yes: bool) -> int:
-    from core.retention import describe_age
+    from core.memory.retention import describe_age
     from functions import runtime
 
     if older_than is None:

@@ -61,11 +61,11 @@ EVERY_FUNCTION = frozenset(
         "default_language",
         # The model's follow-up tools, in every turn.
         "follow_ups_per_person",
-        # Memory search (core/memory_search.py), in every turn.
+        # Memory search (core/memory/search.py), in every turn.
         "memory_search",
         "search_max_tokens",
         "search_max_hits",
-        # The tool loop and the operator's own tools (core/capabilities.py), in every turn.
+        # The tool loop and the operator's own tools (core/turn/capabilities.py), in every turn.
         "tool_rounds",
         "extra_tools",
     }
@@ -157,7 +157,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "whatsapp_model_deadline",
             "web_model_deadline",
             "sms_model_deadline",
-            # Owed replies (core/owed.py): the Bot API and Twilio's Messages API.
+            # Owed replies (core/turn/owed.py): the Bot API and Twilio's Messages API.
             "owed_reply_max_age",
             "owed_reply_max_tries",
             "telegram_bot_token",

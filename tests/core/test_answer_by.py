@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from core.identity.policy import IdentityPolicy
-from core.memory import Memory
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Surface
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import MovedClock, rows, stored_turn
 

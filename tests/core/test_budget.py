@@ -11,7 +11,7 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import OverBudget
-from core.memory import ContextLimits, Memory, TurnBudget, TurnEstimate
+from core.memory.service import ContextLimits, Memory, TurnBudget, TurnEstimate
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import rows

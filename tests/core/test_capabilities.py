@@ -1,4 +1,4 @@
-"""The seam between the turn and what the agent can do (core/capabilities.py): the turn, the tool
+"""The seam between the turn and what the agent can do (core/turn/capabilities.py): the turn, the tool
 loop and what they read import no capability's module, so a capability is added as a module and
 one line of functions/runtime.py's list, never as a branch in the turn."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "core"
 # The modules every turn runs through, and the capabilities' own.
-TURN = ("turn.py", "tool_loop.py", "turn_request.py", "turn_estimate.py")
-CAPABILITIES = {"core.follow_ups", "core.memory_search", "core.media_capability", "core.operator_tools"}
+TURN = ("turn/turns.py", "turn/tool_loop.py", "turn/request.py", "turn/estimate.py")
+CAPABILITIES = {"core.follow_ups.capability", "core.memory.search", "core.media.capability", "core.turn.operator_tools"}
 
 
 def imported(path: Path) -> set[str]:
@@ -26,6 +26,6 @@ def imported(path: Path) -> set[str]:
 
 
 def test_the_turn_and_the_tool_loop_import_no_capability() -> None:
-    """Seen failing with `from core.memory_search import MemorySearchTools` put back in core/turn.py."""
+    """Seen failing with `from core.memory.search import MemorySearchTools` put back in core/turn/turns.py."""
     named = {module: sorted(imported(CORE / module) & CAPABILITIES) for module in TURN}
     assert named == {module: [] for module in TURN}

@@ -16,9 +16,9 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from core.digest import DigestJob, DigestLimits, ExtractiveDigester
 from core.errors import MessageTooLong
-from core.memory import ContextLimits, Memory
+from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester
+from core.memory.service import ContextLimits, Memory
 from core.model.llm import approximate_tokens
 from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore

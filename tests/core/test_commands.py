@@ -1,14 +1,14 @@
-"""One parser for the chat commands on every surface (core/commands.py): a command is added once,
+"""One parser for the chat commands on every surface (core/surfaces/commands.py): a command is added once,
 and Telegram and WhatsApp read it the same way."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.commands import chat_command
-from core.forgetting import ForgetRequest
 from core.identity.linking import LinkRequest, UnlinkRequest
+from core.memory.forgetting import ForgetRequest
 from core.models import Surface
+from core.surfaces.commands import chat_command
 
 SAME_ON_EVERY_SURFACE = [
     ("link Q63 C6J 332", "link", "Q63 C6J 332"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from core.memory import EditResult, Memory
+from core.memory.service import EditResult, Memory
 from core.models import Person, PlatformMessage, Surface
 from tests.helpers import execute, rows
 

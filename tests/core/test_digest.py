@@ -13,10 +13,10 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from core.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, read_notes, within_budget
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory
+from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, read_notes, within_budget
+from core.memory.service import ContextLimits, Memory
 from core.model.llm import AnthropicModel, messages_request
 from core.model.prompt import NOTES_PREAMBLE
 from core.models import Person, StoredMessage, Surface
@@ -289,9 +289,9 @@ def test_notes_are_their_persons_to_read_and_no_one_elses(
 
 
 def test_the_offline_model_says_what_its_notes_hold() -> None:
-    from core.context import ModelMessage, Source
     from core.model.offline_model import OfflineModel
     from core.models import Role
+    from core.turn.context import ModelMessage, Source
 
     asked = [ModelMessage(Role.USER, "who is my sister?", (Source(Surface.WEB, "who is my sister?"),))]
     notes = "- [telegram · 2026-11-28] my flight is on Tuesday\n- [telegram · 2026-11-29] my sister's name is Ana"

@@ -6,9 +6,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from core.digest import DigestJob, DigestLimits, ExtractiveDigester, read_notes
 from core.errors import StoreUnavailable
-from core.memory import ContextLimits, Memory
+from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, read_notes
+from core.memory.service import ContextLimits, Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar

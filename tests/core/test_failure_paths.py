@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.helpers import FailingStore, count, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")

@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.memory import Memory
+from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import rows

@@ -1,5 +1,5 @@
-"""Time as the person lives it (core/wall_clock.py), and the follow-up tools' rules
-(core/follow_ups.py): a clock the test sets, no database."""
+"""Time as the person lives it (core/follow_ups/wall_clock.py), and the follow-up tools' rules
+(core/follow_ups/capability.py): a clock the test sets, no database."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.follow_ups import TOOLS, FollowUpRules, turn_tools
+from core.follow_ups.capability import TOOLS, FollowUpRules, turn_tools
+from core.follow_ups.wall_clock import InvalidTime, resolve_when
 from core.model.llm import ToolCall, messages_request
 from core.models import FollowUp, Surface
-from core.tool_loop import continuation
-from core.wall_clock import InvalidTime, resolve_when
+from core.turn.tool_loop import continuation
 
 MADRID = ZoneInfo("Europe/Madrid")
 
@@ -121,8 +121,8 @@ def test_a_second_request_only_when_the_model_needs_the_result() -> None:
 
 
 def test_the_tools_sit_before_the_system_prompt_in_one_cached_prefix_the_same_every_turn() -> None:
-    from core.context import ModelMessage
     from core.models import Role
+    from core.turn.context import ModelMessage
 
     one = messages_request("m", 10, "system", [ModelMessage(Role.USER, "hi", ())], tools=TOOLS)
     two = messages_request("m", 10, "system", [ModelMessage(Role.USER, "other", ())], tools=TOOLS)

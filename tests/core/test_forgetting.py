@@ -14,14 +14,14 @@ from core.channels.telegram_update import classify as classify_telegram
 from core.channels.whatsapp import WhatsAppForm
 from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import NotFound
-from core.forgetting import (
+from core.identity.linking import Linking
+from core.identity.policy import IdentityPolicy
+from core.memory.forgetting import (
     ForgetRequest,
     Forgetting,
     Forgotten,
 )
-from core.identity.linking import Linking
-from core.identity.policy import IdentityPolicy
-from core.memory import Memory
+from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import ENGLISH, forgotten, will_delete
@@ -282,7 +282,7 @@ def test_whatsapp_sentences_with_forget_are_messages(body: str) -> None:
 def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     forgetting: Forgetting, memory: Memory, database_url: str, how: str
 ) -> None:
-    from core.digest import DigestJob, DigestLimits, ExtractiveDigester, read_notes
+    from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, read_notes
 
     person = uuid.uuid4()
     for index in range(3):

@@ -26,7 +26,7 @@ from core.identity.linking import (
     normalise_code,
 )
 from core.identity.policy import IdentityPolicy
-from core.memory import Memory
+from core.memory.service import Memory
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql

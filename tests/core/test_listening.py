@@ -8,7 +8,7 @@ import threading
 import uuid
 
 from core.errors import MediaUnreadable
-from core.listening import Listening
+from core.media.listening import Listening
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import UnavailableStore
 from tests.helpers import execute, rows

@@ -10,7 +10,7 @@ import pytest
 
 from core.channels.media_fetch import TwilioMedia
 from core.errors import MediaUnreadable
-from core.media import MediaKind, MediaRef
+from core.media.kinds import MediaKind, MediaRef
 from tests.fakes.local_server import LocalServer, QuietHandler
 
 ACCOUNT = "AC" + "1" * 32

@@ -12,8 +12,8 @@ import pytest
 from pypdf import PdfWriter
 
 from core.channels.media_fetch import InlineMedia
-from core.media import MediaKind, MediaLimits, MediaRef
-from core.media_turn import MediaReader, most_bytes
+from core.media.kinds import MediaKind, MediaLimits, MediaRef
+from core.media.turn_media import MediaReader, most_bytes
 from core.model.transcription import DeepgramTranscriber
 from core.models import Surface
 from tests.fakes.deepgram_api import FakeDeepgram

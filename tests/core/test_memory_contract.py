@@ -10,10 +10,10 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import NotFound
-from core.forgetting import ForgetRequest, Forgetting, Forgotten
 from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory, TurnBudget, TurnEstimate
+from core.memory.forgetting import ForgetRequest, Forgetting, Forgotten
+from core.memory.service import ContextLimits, Memory, TurnBudget, TurnEstimate
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
@@ -268,7 +268,7 @@ def test_forgetting_is_one_round_trip_and_a_forgotten_redelivery_stores_nothing(
 
 
 def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: CountedMemory) -> None:
-    from core.digest import DigestJob, DigestLimits, ExtractiveDigester
+    from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester
 
     memory = counted.memory
     person = uuid.uuid4()

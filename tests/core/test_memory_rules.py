@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import EmptyMessage, MessageTooLong
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import count
@@ -136,8 +136,8 @@ def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, da
 
 @pytest.mark.parametrize(("limit", "step"), [(5, 8), (1, 1), (3, 100)])
 def test_a_step_longer_than_the_window_never_empties_it(store: PostgresStore, limit: int, step: int) -> None:
-    from core.context import ContextItem, stepped_tail
     from core.models import Role
+    from core.turn.context import ContextItem, stepped_tail
 
     memory = Memory(store, ContextLimits(max_messages=limit, window_step=step))
     person = Person(user_id=uuid.uuid4())

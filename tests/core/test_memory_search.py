@@ -15,16 +15,16 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory, TurnBudget
-from core.memory_search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTools, SearchRules, rendered
+from core.memory.search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTools, SearchRules, rendered
+from core.memory.service import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel, ToolCall
 from core.model.offline_model import OfflineModel
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import FailingStore, as_role, execute, rows
 
@@ -322,7 +322,7 @@ def test_what_a_link_merged_into_the_person_is_found_and_no_longer_by_the_chat(m
 
 
 def test_a_purged_message_is_never_found(memory: Memory, database_url: str) -> None:
-    from core.retention import Retention
+    from core.memory.retention import Retention
 
     person = uuid.uuid4()
     planted(database_url, person, "telegram", "user", "the old tax office was on Calle Alcalá 12", 800)

@@ -11,14 +11,14 @@ from typing import Any
 import anthropic
 import pytest
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.identity.policy import IdentityPolicy
-from core.memory import Memory
-from core.memory_search import SEARCH_MEMORY, MemorySearch, SearchRules
+from core.memory.search import SEARCH_MEMORY, MemorySearch, SearchRules
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Surface
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FORCED_TOOL, FakeAnthropic, tool_results, tool_use
 
 SONNET = "claude-sonnet-5-5"
@@ -83,7 +83,7 @@ def test_a_long_note_before_a_tool_call_lost_to_thinking_still_ends_in_an_answer
 ) -> None:
     """Sonnet 5.5 returns such a note as an empty thinking block: the turn has no text yet, so the
     loop asks again with the tool's result, and the person gets the model's answer to it."""
-    from core.follow_ups import FollowUpRules, FollowUps
+    from core.follow_ups.capability import FollowUpRules, FollowUps
 
     note = "Sure. I will set that up for you now. It will come on this app. Give me a second."
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database

@@ -154,7 +154,7 @@ ALLOWED_IN_CODE = {
     ("core/errors.py", "budget.pause"),
 }
 # Phrases whose English is also, by design, the code's own words: the reasons a file could not be
-# used, kept in the thread in English for the model like the prompt (core/media_turn.py,
+# used, kept in the thread in English for the model like the prompt (core/media/turn_media.py,
 # core/channels/media_fetch.py); the reasons a message is refused, also the web's 400 JSON
 # (core/errors.py); and the counted nouns, too short to tell from other words.
 ALSO_THE_CODES_OWN = ("media.reason.", "turn.reason.", "count.")

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.identity.policy import IdentityPolicy
-from core.memory import Memory
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import ENGLISH, SPANISH, rows
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore

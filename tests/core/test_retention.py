@@ -10,7 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from core.retention import PurgeBatch, Retention, describe_age, in_flight_window, parse_age
+from core.memory.retention import PurgeBatch, Retention, describe_age, in_flight_window, parse_age
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.database import migrated_database

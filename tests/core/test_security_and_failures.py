@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.models import Person, Surface
 from core.stores.embedded import (
     MIGRATIONS,

@@ -15,12 +15,12 @@ from psycopg.conninfo import make_conninfo
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import StoreUnavailable
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.database import begin_turn_arguments
 from tests.fakes.anthropic_api import FakeAnthropic
 

@@ -1,4 +1,4 @@
-"""The tool loop's rounds (core/tool_loop.py, TOOL_ROUNDS): a call in the answer to tool results
+"""The tool loop's rounds (core/turn/tool_loop.py, TOOL_ROUNDS): a call in the answer to tool results
 runs too; past the last round the model answers with `tool_choice` none; every request's tokens
 count; the answer streams (the web) and drafts (Telegram) across rounds. Through `Turns`, the
 real Anthropic SDK against the local fake as Sonnet 5.5 (a continuation must carry its thinking
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory, TurnBudget
+from core.memory.service import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
 from core.models import Delivery, Surface
-from core.operator_tools import OperatorTool, OperatorTools
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnResult, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.operator_tools import OperatorTool, OperatorTools
+from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import rows
 

@@ -12,17 +12,17 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.context import ContextItem, build_model_messages
-from core.follow_ups import FollowUpRules, FollowUps
+from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory, TurnBudget
+from core.memory.service import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_request import Outcome, TurnRequest, TurnResult, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ContextItem, build_model_messages
+from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")

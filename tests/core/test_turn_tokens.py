@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.channels.media_fetch import InlineMedia
-from core.follow_ups import FollowUpRules, FollowUps
+from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
-from core.media import MediaKind, MediaLimits, MediaRef
-from core.media_turn import MediaReader
-from core.memory import ContextLimits, Memory, TurnBudget
+from core.media.kinds import MediaKind, MediaLimits, MediaRef
+from core.media.turn_media import MediaReader
+from core.memory.service import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn import Turns
-from core.turn_estimate import IMAGE_TOKENS, turn_estimate
-from core.turn_request import Outcome, TurnRequest, TurnSettings
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.estimate import IMAGE_TOKENS, turn_estimate
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
 from tests.helpers import rows
 

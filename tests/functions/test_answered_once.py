@@ -26,8 +26,8 @@ from werkzeug.serving import make_server
 
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.models import Surface
-from core.turn import Turns
-from core.turn_request import TurnRequest, TurnSettings
+from core.turn.request import TurnRequest, TurnSettings
+from core.turn.turns import Turns
 from functions import runtime
 from functions.telegram import REPLY_DEADLINE_S
 from tests.database import migrated_database
@@ -649,7 +649,7 @@ def test_while_the_model_is_down_the_job_sends_nothing_and_the_next_run_tries_an
         assert whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
     asked = len(fake_anthropic.requests)
     down = app_client("memory_digest").post("/", headers=DIGEST).get_json()
-    # The model failing for two people in a row is down for everyone: the run ends there (core/owed.py).
+    # The model failing for two people in a row is down for everyone: the run ends there (core/turn/owed.py).
     assert (down["owed_answered"], down["owed_failed"]) == (0, 2)
     assert len(fake_anthropic.requests) == asked + 2
     assert fake_twilio.messages == []  # they had the fallback already: no apology every minute

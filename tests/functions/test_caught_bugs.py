@@ -14,7 +14,7 @@ import uuid
 import psycopg
 import pytest
 
-from core.digest import read_notes
+from core.memory.digest import read_notes
 from core.model.llm import approximate_tokens
 from core.models import Person, Surface
 from functions import runtime

@@ -144,7 +144,7 @@ def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
         "PUBLIC_BASE_URL": "https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook",
         "THREADS": "8",
     }
-    assert (PACKAGE / "main.py").is_file() and (PACKAGE / "core" / "turn.py").is_file()
+    assert (PACKAGE / "main.py").is_file() and (PACKAGE / "core" / "turn" / "turns.py").is_file()
 
 
 def test_the_identity_policy_default_is_the_settings_default(

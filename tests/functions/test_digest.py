@@ -10,10 +10,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.model.prompt import NOTES_PREAMBLE
 from core.models import Surface
-from core.turn_request import Outcome, TurnRequest, TurnResult
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.request import Outcome, TurnRequest, TurnResult
 from functions import runtime
 from functions.tools.cli import main
 from tests.database import migrated_database

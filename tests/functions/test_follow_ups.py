@@ -20,7 +20,7 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.whatsapp import Converse, WhatsAppForm, classify
 from core.errors import StoreUnavailable
-from core.follow_up_delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
+from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from functions import runtime

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.media_turn import DESCRIBE_PROMPT
+from core.media.turn_media import DESCRIBE_PROMPT
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from core.context import ModelMessage
 from core.model.llm import messages_request
 from core.models import Role
 from core.settings import Settings
+from core.turn.context import ModelMessage
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import TELEGRAM_SECRET, app_client
 

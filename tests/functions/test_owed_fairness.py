@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.media import UNREAD_NOTICE
+from core.media.kinds import UNREAD_NOTICE
 from functions import runtime
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from core.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, standing_instructions
-from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
-from core.memory_search import TOOL as SEARCH_TOOL
+from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
+from core.memory.search import TOOL as SEARCH_TOOL
 from core.model.prompt import DEFAULT_PERSONA
 from core.settings import Settings
+from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, standing_instructions
 from functions.runtime import capabilities
 
 # What the prompt of every configuration must never say: the agent does see photos and PDFs.

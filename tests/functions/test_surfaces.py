@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigurationError
-from core.follow_up_delivery import FollowUpDelivery
+from core.follow_ups.delivery import FollowUpDelivery
 from core.identity.policy import IdentityPolicy
-from core.memory import ContextLimits, Memory
+from core.memory.service import ContextLimits, Memory
 from core.models import Person
 from core.settings import Settings
 from core.stores.postgres_store import PostgresStore

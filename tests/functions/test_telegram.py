@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from core.models import Surface
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram

@@ -21,7 +21,7 @@ from werkzeug.serving import make_server
 
 from core.errors import InputError
 from core.models import Surface
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
 from functions import runtime
 from functions.ui_chat import attachment
 from functions.web_models import UIFilePart

@@ -96,7 +96,7 @@ def test_a_double_star_and_a_negation_take_files_out_and_back_at_any_depth(starr
 
 def test_make_package_copies_this_repositorys_upload(tmp_path: Path) -> None:
     shipped = build(ROOT, tmp_path / "package")
-    assert {"main.py", "requirements.txt", "core/turn.py", "functions/telegram.py"} <= set(shipped)
+    assert {"main.py", "requirements.txt", "core/turn/turns.py", "functions/telegram.py"} <= set(shipped)
     assert {path.split("/")[0] for path in shipped} == {"main.py", "requirements.txt", "core", "functions"}
     for path in shipped:
         assert not path.startswith(NEVER_SHIPPED) and path != ".env" and "__pycache__" not in path, path

@@ -13,7 +13,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from core.models import Surface
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks

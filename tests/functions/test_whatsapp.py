@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from twilio.request_validator import RequestValidator
 
 from core.models import Surface
-from core.turn_request import TurnRequest
+from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import (

@@ -140,7 +140,7 @@ end;
 $$;
 
 -- Both tables live a day: a person's turn drops their own older rows as it goes, and the scheduled
--- job drops everyone's here (core/retention.py's expire_usage), so the counts of people who never
+-- job drops everyone's here (core/memory/retention.py's expire_usage), so the counts of people who never
 -- write again, and of chats unlinked that never wrote again (links.sql), go too. At most p_limit
 -- rows of each table a call (a scan of a day's rows, no index of its own: every turn would pay for
 -- one); {"turn_usage": n, "voice_usage": n}, what went. Rows a turn holds (its own delete, a

@@ -3,7 +3,7 @@
 -- The window rule: how many of the latest p_total messages the stepped window shows, at most
 -- p_limit; the rest have left it, in steps of p_step at once (a step longer than the window
 -- would empty it: the step is at most the window). context_window and the digest read it here;
--- core/context.py's stepped_tail applies it to a history the web client sends, and a test
+-- core/turn/context.py's stepped_tail applies it to a history the web client sends, and a test
 -- checks the two agree on every case.
 create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
     returns integer language plpgsql immutable set search_path = '' as $$

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from core.errors import StoreUnavailable
-from core.memory import Memory, OwedMessage
+from core.memory.service import Memory, OwedMessage
 from core.models import Delivery, Surface
-from core.turn import ANSWER_MARGIN_S, STORE_MARGIN_S, Turns
-from core.turn_request import Outcome, ReplyChannel
+from core.turn.request import Outcome, ReplyChannel
+from core.turn.turns import ANSWER_MARGIN_S, STORE_MARGIN_S, Turns
 
 log = logging.getLogger("crossmem.owed")
 # The most of one person's owed messages a run answers: the rest wait for the next run, behind

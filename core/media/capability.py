@@ -1,5 +1,5 @@
 """Media, the capability: photos, PDFs and voice notes reach the model with the person's message
-(core/media_turn.py), so it brings no tools, only its part of the system prompt (always on:
+(core/media/turn_media.py), so it brings no tools, only its part of the system prompt (always on:
 MEDIA_* bound what is read, never whether)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.capabilities import TurnState
+    from core.turn.capabilities import TurnState
 
 IMAGES = """\
 Photos and documents

@@ -2,7 +2,7 @@
 resolved in the person's timezone (theirs, else CONTEXT_TIMEZONE) with the clock the turn is
 given, stored in UTC, and shown back in the same timezone. A wall time that daylight saving skips
 moves forward by the gap; one it repeats is the first of the two. The follow-ups' tools read it
-(core/follow_ups.py), and so do the context's tags and the notes' dates (a person's zone).
+(core/follow_ups/capability.py), and so do the context's tags and the notes' dates (a person's zone).
 """
 
 from __future__ import annotations

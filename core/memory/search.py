@@ -21,13 +21,13 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core.errors import StoreUnavailable
-from core.memory import Memory
+from core.memory.service import Memory
 from core.model.llm import ToolCall, approximate_tokens
 from core.models import MemoryHit, Neighbour, Role, Surface
-from core.tool_loop import ToolResult
+from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
-    from core.capabilities import TurnState
+    from core.turn.capabilities import TurnState
 
 log = logging.getLogger("crossmem.memory_search")
 
@@ -163,7 +163,7 @@ class MemorySearchTools:
 
 @dataclass(frozen=True, eq=False)
 class MemorySearch:
-    """The capability (core/capabilities.py), on with `rules` (MEMORY_SEARCH), off without."""
+    """The capability (core/turn/capabilities.py), on with `rules` (MEMORY_SEARCH), off without."""
 
     rules: SearchRules | None
 

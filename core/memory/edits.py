@@ -21,7 +21,7 @@ from core.identity.policy import IdentityPolicy
 from core.models import PlatformMessage, Surface
 
 if TYPE_CHECKING:  # a channel adapter builds a MessageEdit without the memory service
-    from core.memory import Memory
+    from core.memory.service import Memory
 
 log = logging.getLogger("crossmem.edits")
 

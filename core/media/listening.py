@@ -2,7 +2,7 @@
 VOICE_SECONDS_PER_DAY (infra/supabase/schemas/budget.sql).
 
 A note's seconds are reserved before it goes to the transcriber (what it says it lasts, never
-less than its bytes imply: core/media_turn.py) and settled at what the transcriber heard: a
+less than its bytes imply: core/media/turn_media.py) and settled at what the transcriber heard: a
 client that lies about a note's length pays for what was heard, and one note of a person's is at
 the transcriber at a time, so parallel requests cannot each slip a lie under the day. A store
 that fails lets the note through: the turn goes on without memory anyway, and an outage's notes

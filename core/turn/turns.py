@@ -22,21 +22,21 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from core import tool_loop
-from core.capabilities import TurnState
-from core.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
 from core.errors import ModelUnavailable, StillAnswering
+from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
-from core.listening import Listening
-from core.media import placeholder, unread_notice
-from core.media_turn import MediaReader, PreparedMedia, remembered_content
-from core.memory import Memory, OwedMessage, storable
+from core.media.kinds import placeholder, unread_notice
+from core.media.listening import Listening
+from core.media.turn_media import MediaReader, PreparedMedia, remembered_content
+from core.memory.service import Memory, OwedMessage, storable
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
 from core.phrases.language import language_tag
-from core.tool_loop import Toolbox
-from core.turn_estimate import turn_estimate
-from core.turn_request import (
+from core.turn import tool_loop
+from core.turn.capabilities import TurnState
+from core.turn.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
+from core.turn.estimate import turn_estimate
+from core.turn.request import (
     Outcome,
     ReplyChannel,
     StopButton,
@@ -45,7 +45,7 @@ from core.turn_request import (
     TurnResult,
     TurnSettings,
 )
-from core.wall_clock import zone_named
+from core.turn.tool_loop import Toolbox
 
 log = logging.getLogger("crossmem.turn")
 # How long past its model deadline a turn's attempt may still store a reply (sending it, the
@@ -388,7 +388,7 @@ class Turns:
             items = [*items[:at], learned, *items[at + 1 :]]
         return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone_of(start))
 
-    # Media (core/media_turn.py): after begin_turn, so a redelivery fetches and transcribes nothing.
+    # Media (core/media/turn_media.py): after begin_turn, so a redelivery fetches and transcribes nothing.
 
     def _prepared(self, request: TurnRequest, start: TurnStart) -> PreparedMedia | None:
         if not request.media:

@@ -27,13 +27,13 @@ from typing import Any, Protocol
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from core.context import ModelMessage, Source
 from core.errors import ModelUnavailable, StoreUnavailable
+from core.follow_ups.wall_clock import zone_named
 from core.model.llm import Model, approximate_tokens
 from core.models import Role, StoredMessage
 from core.settings import setting_default
 from core.stores.store import MemoryStore
-from core.wall_clock import zone_named
+from core.turn.context import ModelMessage, Source
 
 log = logging.getLogger("crossmem.digest")
 

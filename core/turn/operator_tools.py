@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigurationError
 from core.model.llm import ToolCall
-from core.tool_loop import ToolResult
+from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
-    from core.capabilities import TurnState
+    from core.turn.capabilities import TurnState
 
 log = logging.getLogger("crossmem.tools")
 
@@ -67,7 +67,7 @@ def described(target: object, entry: str) -> OperatorTool:
 
 @dataclass(frozen=True, eq=False)
 class OperatorTools:
-    """The capability (core/capabilities.py): on when EXTRA_TOOLS names at least one tool."""
+    """The capability (core/turn/capabilities.py): on when EXTRA_TOOLS names at least one tool."""
 
     tools: tuple[OperatorTool, ...] = ()
 

@@ -10,7 +10,7 @@ the notes and the digest know it:
 
 The bytes are never stored: they live for the turn and are gone after it. This module is a
 leaf: limits and formats, no network (core/channels/media_fetch.py, core/model/transcription.py) and no
-turn (core/media_turn.py).
+turn (core/media/turn_media.py).
 """
 
 from __future__ import annotations

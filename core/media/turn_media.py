@@ -1,6 +1,6 @@
 """A turn's media, from references to what the model reads and what the memory keeps.
 
-    stored at once:   [voice note, 0:42, not transcribed]       (begin_turn; see core/media.py)
+    stored at once:   [voice note, 0:42, not transcribed]       (begin_turn; see core/media/kinds.py)
     prepare:          fetch (its host only, within the limits) -> transcribe a voice note
                       -> images and PDFs as attachments of the current message
     answer:           the model, with them; beside it, a small model describes the attachments
@@ -24,9 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from core.context import ModelMessage
 from core.errors import MediaUnreadable, ModelUnavailable
-from core.media import (
+from core.media.kinds import (
     IMAGE_TYPES,
     PDF_TYPE,
     Attachment,
@@ -45,10 +44,11 @@ from core.media import (
 from core.model.llm import Model, Usage
 from core.models import Role, Surface, TurnStart
 from core.phrases.catalogue import Catalogue, Phrases
+from core.turn.context import ModelMessage
 
 if TYPE_CHECKING:  # the modules themselves come with the first media (functions/runtime.py)
     from core.channels.media_fetch import MediaSource
-    from core.listening import Listening
+    from core.media.listening import Listening
     from core.model.transcription import Transcriber
 
 log = logging.getLogger("crossmem.media")
@@ -76,7 +76,7 @@ _BYTES_PER_S = {
 }
 # Beside the sound: the container's headers and tags (OpusTags or an ID3 tag with a small cover).
 CONTAINER_BYTES = 64 * 1024
-# A voice marker the turn wrote with a transcript, and one it wrote without (core/media.py's).
+# A voice marker the turn wrote with a transcript, and one it wrote without (core/media/kinds.py's).
 _TRANSCRIBED = re.compile(r"\[voice note, \d+:\d\d\] ")
 _NOT_TRANSCRIBED = re.compile(r"\[voice note, \d+:\d\d, not transcribed")
 

@@ -7,11 +7,11 @@
                      same bytes in every turn of a deployment, in the prompt cache's prefix
     toolset(turn)    its tools for one turn, from what `begin_turn` brought (`TurnState`), or
                      None; a toolset runs the calls and says what `finish_turn` records
-                     (core/tool_loop.py's `Toolset`)
+                     (core/turn/tool_loop.py's `Toolset`)
 
-The capabilities are the follow-ups (core/follow_ups.py), the memory search
-(core/memory_search.py), media (core/media_capability.py: a part of the prompt, no tools) and the
-tools an operator adds by setting (core/operator_tools.py). The turn asks each one in order and
+The capabilities are the follow-ups (core/follow_ups/capability.py), the memory search
+(core/memory/search.py), media (core/media/capability.py: a part of the prompt, no tools) and the
+tools an operator adds by setting (core/turn/operator_tools.py). The turn asks each one in order and
 knows none by name; `functions/runtime.py` builds the list from the settings.
 """
 
@@ -25,16 +25,16 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core.errors import ConfigurationError
-from core.follow_ups import FollowUpRules, FollowUps
-from core.media_capability import Media
-from core.memory_search import MemorySearch, SearchRules
+from core.follow_ups.capability import FollowUpRules, FollowUps
+from core.media.capability import Media
+from core.memory.search import MemorySearch, SearchRules
 from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS
 
 if TYPE_CHECKING:
-    from core.context import ContextItem
-    from core.memory import Memory
+    from core.memory.service import Memory
     from core.models import TurnStart
-    from core.tool_loop import Toolset
+    from core.turn.context import ContextItem
+    from core.turn.tool_loop import Toolset
 
 
 @dataclass(frozen=True)

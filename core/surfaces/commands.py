@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.forgetting import ForgetRequest, Forgetting
 from core.identity.linking import LinkAnswer, Linking, LinkRequest, UnlinkRequest, link_command, looks_like_code
+from core.memory.forgetting import ForgetRequest, Forgetting
 from core.models import Surface
 
 ChatCommand = LinkRequest | UnlinkRequest | ForgetRequest
@@ -87,7 +87,8 @@ class CommandAnswer:
 
 
 class Commands:
-    """The one router of the chat commands: linking (core/identity/linking.py), forgetting (core/forgetting.py)."""
+    """The one router of the chat commands: linking (core/identity/linking.py), forgetting
+    (core/memory/forgetting.py)."""
 
     def __init__(self, linking: Linking, forgetting: Forgetting) -> None:
         self._linking = linking

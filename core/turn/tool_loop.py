@@ -1,7 +1,7 @@
 """The model's tools in a turn: the toolsets of the capabilities that are on, and the loop that
 runs them.
 
-A toolset (one capability's tools for one turn, core/capabilities.py) gives its definitions,
+A toolset (one capability's tools for one turn, core/turn/capabilities.py) gives its definitions,
 runs a call, says whether the model must see a result before it can answer, and what
 `finish_turn` should record. The loop knows no tool by name: it streams the model's answer,
 runs the calls, and asks again with their results only when some result must be seen (or the
@@ -20,8 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core.context import ModelMessage
 from core.model.llm import AssistantContent, Model, ToolCall, Usage, plus
+from core.turn.context import ModelMessage
 
 log = logging.getLogger("crossmem.tools")
 

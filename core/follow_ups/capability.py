@@ -6,9 +6,9 @@ before the system prompt and never changes): schedule a follow-up, list the pend
 one, set the person's timezone. A tool runs here, on what `begin_turn` brought (the person's
 pending follow-ups and timezone), and only records intent: `finish_turn` writes it, so a turn
 still costs two round trips. A tool call costs a second model request only when the model needs
-its result to answer: a list, a refusal, or a call that came with no text (core/tool_loop.py).
+its result to answer: a list, a refusal, or a call that came with no text (core/turn/tool_loop.py).
 FOLLOW_UPS_PER_PERSON=0 switches it off: no tools, and the prompt says the agent cannot.
-"Friday at 9" is read on the person's wall clock (core/wall_clock.py).
+"Friday at 9" is read on the person's wall clock (core/follow_ups/wall_clock.py).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from core.follow_ups.wall_clock import InvalidTime, resolve_when, shown, zone_named
 from core.model.llm import ToolCall
 from core.models import FollowUp
-from core.tool_loop import ToolResult
-from core.wall_clock import InvalidTime, resolve_when, shown, zone_named
+from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
-    from core.capabilities import TurnState
+    from core.turn.capabilities import TurnState
 
 SCHEDULE, LIST, CANCEL, SET_TIMEZONE = "schedule_follow_up", "list_follow_ups", "cancel_follow_up", "set_timezone"
 
@@ -212,7 +212,7 @@ def turn_tools(
 
 @dataclass(frozen=True, eq=False)
 class FollowUps:
-    """The capability (core/capabilities.py), on while `rules.max_pending` is above 0."""
+    """The capability (core/turn/capabilities.py), on while `rules.max_pending` is above 0."""
 
     rules: FollowUpRules
 

@@ -1,6 +1,6 @@
 """What a turn is asked and what it answers: the request a surface makes, the channel a reply goes
 out through, the outcome, the figures of its log line, and the settings a turn reads.
-core/turn.py runs it."""
+core/turn/turns.py runs it."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from uuid import UUID
 
-from core.context import ContextItem
-from core.media import MediaRef
+from core.media.kinds import MediaRef
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface
 from core.phrases.catalogue import Catalogue, Phrases
+from core.turn.context import ContextItem
 
 if TYPE_CHECKING:
-    from core.capabilities import Capability
+    from core.turn.capabilities import Capability
 
 
 class ReplyChannel(Protocol):
     """How a surface that pushes its replies (Telegram's Bot API) reaches the person.
 
     `until` is the moment the turn's attempt must have sent by, on the turn's clock (the
-    monotonic one): past it the message may be owed and answered by someone else (core/owed.py),
+    monotonic one): past it the message may be owed and answered by someone else (core/turn/owed.py),
     so nothing a channel does (typing, drafts, a 429's wait, an HTTP timeout, the send itself)
     runs past it. A reply that cannot go out by then is not sent: `send` answers OWED."""
 
@@ -42,7 +42,7 @@ class ReplyChannel(Protocol):
 @runtime_checkable
 class StopButton(Protocol):
     """A `ReplyChannel` whose person can stop the reply while it is written (Telegram's drafts,
-    Bot API 10.3: core/stopped_generation.py)."""
+    Bot API 10.3: core/turn/stopped_generation.py)."""
 
     def stopped(self) -> str | None:
         """The text the person was shown when they stopped the reply; None while they have not."""
@@ -70,7 +70,7 @@ class TurnRequest:
     platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
     # A surface that answers in its HTTP response to a platform that stops waiting (Twilio: 15 s):
     # how long after the turn's start the response is still taken. Past it the reply is not given
-    # (nor stored): the attempt ends and the message is owed (core/owed.py answers it).
+    # (nor stored): the attempt ends and the message is owed (core/turn/owed.py answers it).
     reply_within_s: float | None = None
     # The language the request states (a BCP 47 tag: Telegram's language_code, the web's
     # navigator.language; None: it states none), first of the fixed phrases' rule (core/phrases/).
@@ -101,7 +101,7 @@ class TurnFigures:
     output_tokens: int = 0
     cache_creation_tokens: int = 0
     cache_read_tokens: int = 0
-    media_tokens: int = 0  # the description of a photo or PDF (core/media_turn.py)
+    media_tokens: int = 0  # the description of a photo or PDF (core/media/turn_media.py)
     reserved_tokens: int = 0  # what begin_turn reserved of TOKENS_PER_DAY, settled to model_tokens
     context_messages: int = 0
     degraded: bool = False
@@ -152,7 +152,7 @@ class TurnSettings:
     annotate: bool = True
     timezone: str = "UTC"
     memory_notes: bool = True  # MEMORY_NOTES: send the person's notes with each turn
-    # What the agent can do (core/capabilities.py): their tools go with every turn, in this order.
+    # What the agent can do (core/turn/capabilities.py): their tools go with every turn, in this order.
     capabilities: tuple[Capability, ...] = ()
     tool_rounds: int = 4  # TOOL_ROUNDS: rounds of tool calls a turn runs before it must answer
     catalogue: Catalogue = field(default_factory=Catalogue)

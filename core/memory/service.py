@@ -252,7 +252,7 @@ class Memory:
         (`reply_id`, the one its begin_turn reserved, else the next), or None if it could not be
         stored. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
-        photo shows); `follow_ups`: what the model's tools decided (core/follow_ups.py); `language`:
+        photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; all in the same round trip."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),

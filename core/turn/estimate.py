@@ -12,13 +12,13 @@ import functools
 import json
 from typing import TYPE_CHECKING
 
-from core.media import MediaKind, MediaLimits
-from core.memory import TurnEstimate
+from core.media.kinds import MediaKind, MediaLimits
+from core.memory.service import TurnEstimate
 from core.model.llm import approximate_tokens
-from core.turn_request import TurnRequest, TurnSettings
+from core.turn.request import TurnRequest, TurnSettings
 
 if TYPE_CHECKING:
-    from core.capabilities import Capability
+    from core.turn.capabilities import Capability
 
 # Claude's vision guide: an image is scaled to at most about 1.15 megapixels, about 1,600 tokens.
 IMAGE_TOKENS = 1_600

@@ -16,7 +16,7 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 from core.errors import DateOutOfRange, HistoryTooLong
-from core.media import Attachment
+from core.media.kinds import Attachment
 from core.models import Role, StoredMessage, Surface
 
 

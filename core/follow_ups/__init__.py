@@ -1,0 +1,1 @@
+"""Follow-ups: the agent messages the person later, on its own."""

@@ -1,0 +1,1 @@
+"""What people send besides text: photos, PDFs, voice notes."""

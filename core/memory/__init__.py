@@ -1,0 +1,1 @@
+"""A person's thread: stored, read back, searched, condensed, corrected, forgotten."""

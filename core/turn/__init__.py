@@ -1,0 +1,1 @@
+"""One turn, the same on every surface, and the capabilities it calls."""
