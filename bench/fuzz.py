@@ -1,6 +1,6 @@
 """Fuzzing with figures: at least 10,000 hostile and fuzzed requests through each function,
 as functions_framework builds it, on a fresh database with the real SDKs against the
-local fakes (tests/functions/hostile_requests.py holds the cases).
+local fakes (tests/helpers.py holds the cases).
 
 - `cases`: requests sent.
 - `status_500`: answers with a 5xx status (every configuration here is complete, so not
@@ -32,14 +32,16 @@ from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.hostile_requests import (
+from tests.helpers import (
+    BOT_TOKEN,
     STRATEGIES,
     TARGETS,
     Case,
+    app_client,
+    production_settings,
     send,
     settings_for_fuzzing,
 )
-from tests.helpers import BOT_TOKEN, app_client, production_settings
 
 CASES = 10_200
 

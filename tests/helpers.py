@@ -1,10 +1,18 @@
 """What several test modules share, defined once: the secrets the tests configure, each app's
 requests as its sender makes them, the function under test as a cold start builds it, counting
 rows, and a free port. The fixtures built on these are in the conftest files; a test module
-imports from here (and from tests/fakes, tests/database), never from another test module."""
+imports from here (and from tests/fakes, tests/database), never from another test module.
+
+The hostile and fuzzed requests for every function (the end of this module) are shared by the
+property tests and `make bench`'s fuzzing figures."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import io
+import itertools
 import json
 import socket
 import subprocess
@@ -13,24 +21,32 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 import jwt
 import psycopg
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from flask.testing import FlaskClient
 from functions_framework import create_app
+from hypothesis import strategies as st
 from twilio.request_validator import RequestValidator
+from werkzeug.datastructures import MultiDict
+from werkzeug.test import TestResponse
 
 from core.errors import StoreUnavailable
 from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from core.surfaces import Delivery, Surface, SurfaceAdapter
 from functions import runtime
+from functions.http import MAX_BODY_BYTES
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.jwks import KID, FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -343,3 +359,357 @@ class MovedClock:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
+
+
+# Hostile and fuzzed requests for every function, shared by the property tests and
+# `make bench`'s fuzzing figures.
+#
+# Authenticated cases start from a valid, correctly signed skeleton (a private Telegram
+# text message with the right secret token; a Twilio form signed with the twilio SDK for
+# PUBLIC_BASE_URL; a web send with a PyJWT token) and fuzz its fields, so most of them reach
+# a turn. Hostile bodies (huge, chunked, deeply nested, invalid UTF-8, NUL bytes, odd
+# content types, random bytes) are sent both with valid credentials and without. The
+# unauthenticated cases carry no credentials or forged ones: a wrong secret, a forged
+# signature, JWTs with `alg: none`, a public key used as an HMAC secret, an RS256 header
+# with the kid of the project's EC key, an unknown kid, expired or for another audience.
+
+MAX_MESSAGE_CHARS = 16000
+TARGETS = ("telegram_webhook", "whatsapp_webhook", "web_chat")
+
+# The exact statuses each function may answer, with valid credentials and without.
+EXPECTED: dict[tuple[str, bool], frozenset[int]] = {
+    ("telegram_webhook", True): frozenset({200, 400, 413}),
+    ("telegram_webhook", False): frozenset({401}),
+    ("whatsapp_webhook", True): frozenset({200, 400, 413, 415}),
+    # Without a valid signature: 403, or what the body itself earns before the signature can be
+    # checked over it (415 for another content type, 413 past the limit, 400 past the fields).
+    ("whatsapp_webhook", False): frozenset({400, 403, 413, 415}),
+    ("web_chat", True): frozenset({200, 201, 400, 404, 413}),
+    ("web_chat", False): frozenset({401}),
+}
+
+
+def settings_for_fuzzing(jwks_url: str) -> dict[str, str]:
+    """What the functions need, on top of a database, a model and the Bot API."""
+    return {
+        "TWILIO_AUTH_TOKEN": TWILIO_TOKEN,
+        "PUBLIC_BASE_URL": PUBLIC_BASE_URL,
+        "SUPABASE_JWT_SECRET": JWT_SECRET,
+        "SUPABASE_JWKS_URL": jwks_url,
+        "MAX_MESSAGE_CHARS": str(MAX_MESSAGE_CHARS),
+    }
+
+
+@dataclass(frozen=True)
+class Case:
+    target: str
+    authenticated: bool
+    body: bytes = b""
+    content_type: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    method: str = "POST"
+    path: str = "/"
+    chunked: bool = False  # no Content-Length, a stream the server terminates
+    expect_turn: bool | None = None  # True: the model must be asked; None: no claim
+
+    @property
+    def expected(self) -> frozenset[int]:
+        return EXPECTED[(self.target, self.authenticated)]
+
+
+def send(client: FlaskClient, case: Case) -> TestResponse:
+    headers = dict(case.headers)
+    if case.content_type is not None:
+        headers["Content-Type"] = case.content_type
+    if case.chunked:
+        headers["Transfer-Encoding"] = "chunked"
+        overrides = {"wsgi.input": io.BytesIO(case.body), "wsgi.input_terminated": True}
+        return client.open(case.path, method=case.method, headers=headers, environ_overrides=overrides)
+    return client.open(case.path, method=case.method, headers=headers, data=case.body)
+
+
+# Fresh ids at every draw: a repeated update id or sender would be a redelivery, not a turn.
+_ids = itertools.count(int(time.time() * 1000) % 10**9 * 1000)
+fresh_id = st.builds(lambda: next(_ids))
+
+PHRASES = st.sampled_from(["hello", "I moved my dentist to Friday", "¿qué tal?", "👋🏽 hi", "Привет", "你好", "x"])
+# Text as people and fuzzers write it: any script, emoji, control characters, NUL bytes.
+FUZZED_TEXT = st.builds(lambda phrase, tail: phrase + tail, PHRASES, st.text(max_size=300))
+ANY_TEXT = st.one_of(
+    FUZZED_TEXT,
+    st.text(max_size=60),
+    st.sampled_from(["", "   ", "\x00", "\x00\x00 ", "/start", "/start abc", "\u202e\u200b"]),
+    st.builds(lambda n: "y" * n, st.sampled_from([MAX_MESSAGE_CHARS, MAX_MESSAGE_CHARS + 1, 200_001])),
+)
+# Hypothesis leans towards small integers and first choices; these odds hold as written.
+ONE_IN_FIVE_IS_NOT = st.sampled_from([True, True, True, True, False])
+ONE_IN_TEN = st.sampled_from([False] * 9 + [True])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+def converses(text: str) -> bool:
+    """Whether this text, in an otherwise valid delivery, must reach the model."""
+    stripped = text.strip()
+    kept = stripped.replace("\x00", "")
+    return bool(kept.strip()) and len(kept) <= MAX_MESSAGE_CHARS and not stripped.startswith("/start")
+
+
+Body = tuple[bytes, str | None, bool]  # the bytes, the content type, sent chunked
+
+
+# Hostile bodies, made from a valid one.
+def hostile_bodies(valid: bytes, content_type: str) -> st.SearchStrategy[Body]:
+    huge = valid + b" " * (MAX_BODY_BYTES + 1 - len(valid))
+    nested = b"[" * 100_000 + b"]" * 100_000
+    return st.one_of(
+        st.builds(lambda at: (valid[:at] + b"\xff\xfe" + valid[at:], content_type, False), st.integers(0, len(valid))),
+        st.builds(lambda at: (valid[:at] + b"\x00" + valid[at:], content_type, False), st.integers(0, len(valid))),
+        st.builds(lambda raw: (raw, content_type, False), st.binary(max_size=300)),
+        st.builds(
+            lambda kind: (valid, kind, False),
+            st.sampled_from(
+                [
+                    None,
+                    "text/plain",
+                    "multipart/form-data; boundary=x",
+                    "application/json; charset=latin-1",
+                    "application/x-www-form-urlencoded",
+                    "application/json",
+                ]
+            ),
+        ),
+        st.just((valid, content_type, True)),
+        st.just((nested, content_type, False)),
+        st.just((huge, content_type, False)),
+        st.just((huge, content_type, True)),
+    )
+
+
+def maybe_hostile(draw: st.DrawFn, valid: bytes, content_type: str) -> tuple[Body, bool]:
+    """The valid body, or one time in ten a hostile one made from it; and whether it is hostile."""
+    if draw(ONE_IN_TEN):
+        return draw(hostile_bodies(valid, content_type)), True
+    return (valid, content_type, False), False
+
+
+def delivery(target: str, authenticated: bool, body: Body, headers: dict[str, str], plain: bool, text: str) -> Case:
+    """A case; a plain one (valid credentials, skeleton and body) with a valid text must reach a turn."""
+    raw, content_type, chunked = body
+    expect_turn = True if plain and authenticated and converses(text) else None
+    return Case(target, authenticated, raw, content_type, headers, chunked=chunked, expect_turn=expect_turn)
+
+
+# Telegram.
+
+
+def telegram_skeleton(update_id: int, person: int, text: str) -> dict[str, Any]:
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id % 100_000 + 1,
+            "date": int(time.time()),
+            "chat": {"id": person, "type": "private", "first_name": "Ana"},
+            "from": {"id": person, "is_bot": False, "first_name": "Ana", "language_code": "es"},
+            "text": text,
+        },
+    }
+
+
+TELEGRAM_MUTATIONS: dict[str, Any] = {
+    "group": lambda update: update["message"]["chat"].update(type="group"),
+    "bot sender": lambda update: update["message"]["from"].update(is_bot=True),
+    "no sender": lambda update: update["message"].pop("from"),
+    "caption": lambda update: update["message"].update(caption=update["message"].pop("text"), photo=[]),
+    "edited": lambda update: update.update(edited_message=update.pop("message")),
+    "no chat": lambda update: update["message"].pop("chat"),
+    "huge ids": lambda update: update["message"]["from"].update(id=2**70),
+    "string id": lambda update: update.update(update_id="seven"),
+}
+
+
+@st.composite
+def telegram_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
+    authenticated = draw(ONE_IN_FIVE_IS_NOT)
+    secret = TELEGRAM_SECRET if authenticated else draw(st.sampled_from(["", "wrong", TELEGRAM_SECRET + "x", None]))
+    headers = {} if secret is None else {"X-Telegram-Bot-Api-Secret-Token": secret}
+    text = draw(st.sampled_from([FUZZED_TEXT] * 6 + [ANY_TEXT]).flatmap(lambda text: text))
+    update = telegram_skeleton(draw(fresh_id), draw(fresh_id), text)
+    mutation = draw(st.sampled_from([None] * 3 * len(TELEGRAM_MUTATIONS) + list(TELEGRAM_MUTATIONS)))
+    if mutation is not None:
+        TELEGRAM_MUTATIONS[mutation](update)
+    extra = draw(st.dictionaries(st.text(max_size=8).map(lambda key: "x_" + key), JSON, max_size=2))
+    update.update(extra)
+    body, hostile = maybe_hostile(draw, json.dumps(update).encode(), "application/json")
+    return delivery("telegram_webhook", authenticated, body, headers, mutation is None and not hostile, text)
+
+
+# WhatsApp through Twilio.
+
+
+def twilio_signature(
+    fields: Mapping[str, str] | MultiDict[str, str], url: str = PUBLIC_BASE_URL, token: str = TWILIO_TOKEN
+) -> str:
+    return str(RequestValidator(token).compute_signature(url, fields))
+
+
+@st.composite
+def whatsapp_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
+    authenticated = draw(ONE_IN_FIVE_IS_NOT)
+    text = draw(st.sampled_from([FUZZED_TEXT] * 6 + [ANY_TEXT]).flatmap(lambda text: text))
+    number = f"+{draw(fresh_id) % 10**12:012d}"
+    form = {
+        "SmsMessageSid": "SM" + uuid.uuid4().hex,
+        "NumMedia": "0",
+        "ProfileName": draw(st.text(max_size=20)),
+        "MessageType": "text",
+        "WaId": number.lstrip("+"),
+        "Body": text,
+        "To": "whatsapp:+14155238886",
+        "From": f"whatsapp:{number}",
+        "MessageSid": "SM" + uuid.uuid4().hex,
+        "AccountSid": "AC" + uuid.uuid4().hex,
+        "ApiVersion": "2010-04-01",
+    }
+    mutation = draw(st.sampled_from([None] * 15 + ["bad from", "no sid", "media", "location", "junk field"]))
+    if mutation == "bad from":
+        form["From"] = draw(st.text(max_size=20))
+    elif mutation == "no sid":
+        del form["MessageSid"]
+    elif mutation == "media":
+        form.update(NumMedia=draw(st.sampled_from(["1", "11", "-1", "x"])), MediaContentType0="image/jpeg")
+    elif mutation == "location":
+        form.update(Body="", Latitude=draw(st.sampled_from(["41.3", "nan", "1e999", "x"])), Longitude="2.1")
+    elif mutation == "junk field":
+        form[draw(st.text(max_size=10))] = draw(st.text(max_size=50))
+    body, hostile = maybe_hostile(draw, urlencode(form).encode(), "application/x-www-form-urlencoded")
+    if authenticated:
+        # Signed over what the function will parse, so a hostile body still passes the check.
+        parsed = MultiDict(parse_qsl(body[0].decode("utf-8", errors="replace"), keep_blank_values=True))
+        headers = {"X-Twilio-Signature": twilio_signature(parsed)}
+    else:
+        forged = draw(st.sampled_from(["none", "other token", "other url", "altered", "garbage"]))
+        headers = {
+            "none": {},
+            "other token": {"X-Twilio-Signature": twilio_signature(form, token="not-the-token")},
+            "other url": {"X-Twilio-Signature": twilio_signature(form, url="https://evil.example/whatsapp")},
+            "altered": {"X-Twilio-Signature": twilio_signature({**form, "Body": text + "!"})},
+            "garbage": {"X-Twilio-Signature": draw(st.text(alphabet="abcdefXYZ=+/0123", min_size=1, max_size=40))},
+        }[forged]
+    return delivery("whatsapp_webhook", authenticated, body, headers, mutation is None and not hostile, text)
+
+
+# The web.
+
+
+def web_token(person: uuid.UUID, **changes: Any) -> str:
+    claims = {"sub": str(person), "aud": "authenticated", "role": "authenticated", "exp": int(time.time()) + 3600}
+    return jwt.encode({**claims, **changes}, JWT_SECRET, algorithm="HS256")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def hand_signed(header: dict[str, Any], claims: dict[str, Any], sign: Any) -> str:
+    """A token PyJWT refuses to make: the signing input signed by `sign`."""
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    return f"{signing_input}.{_b64(sign(signing_input.encode()))}"
+
+
+_rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+_other_ec = ec.generate_private_key(ec.SECP256R1())
+
+
+def forged_tokens(jwks: FakeJwks, person: uuid.UUID) -> dict[str, str]:
+    claims = {"sub": str(person), "aud": "authenticated", "exp": int(time.time()) + 3600}
+    public_pem = jwks.private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    real = web_token(person)
+    head, _, signature = real.split(".")
+    return {
+        "alg none": jwt.encode(claims, None, algorithm="none"),
+        "public key as HMAC secret": hand_signed(
+            {"alg": "HS256", "typ": "JWT", "kid": KID},
+            claims,
+            lambda data: hmac.new(public_pem, data, hashlib.sha256).digest(),
+        ),
+        "RS256 with the EC key's kid": jwt.encode(claims, _rsa, algorithm="RS256", headers={"kid": KID}),
+        "unknown kid": jwt.encode(claims, jwks.private_key, algorithm="ES256", headers={"kid": "not-a-key"}),
+        "another EC key, same kid": jwt.encode(claims, _other_ec, algorithm="ES256", headers={"kid": KID}),
+        "expired": web_token(person, exp=int(time.time()) - 3600),
+        "other audience": web_token(person, aud="anon"),
+        "wrong secret": jwt.encode(claims, "not-the-secret-but-32-bytes-long!", algorithm="HS256"),
+        "tampered": f"{head}.{_b64(json.dumps({**claims, 'sub': str(uuid.uuid4())}).encode())}.{signature}",
+    }
+
+
+HISTORY_ITEM = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]), "content": FUZZED_TEXT},
+    optional={
+        "surface": st.sampled_from(["web", "telegram", "whatsapp"]),
+        "created_at": st.sampled_from(["2026-11-30T09:12:00Z", "2026-11-29T21:40:00+01:00", "2026-11-30T10:00:00"]),
+        "id": st.integers(1, 10**6),
+    },
+)
+HOSTILE_HISTORY_ITEM = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", ""]), "content": ANY_TEXT},
+    optional={
+        "created_at": st.sampled_from(
+            ["0001-01-01T00:00:00+05:00", "9999-12-31T23:00:00-05:00", "0001-01-01T00:00:00", "not a date", 0]
+        ),
+        "id": st.integers(-(2**70), 2**70),
+    },
+)
+
+
+@st.composite
+def web_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
+    authenticated = draw(ONE_IN_FIVE_IS_NOT)
+    person = uuid.uuid4()
+    if authenticated:
+        token = (
+            jwks.sign({"sub": str(person), "aud": "authenticated", "exp": int(time.time()) + 3600})
+            if draw(st.booleans())
+            else web_token(person)
+        )
+        authorization: str | None = f"Bearer {token}"
+    else:
+        kind = draw(st.sampled_from(["missing", "not bearer", "garbage", "forged"]))
+        authorization = {
+            "missing": None,
+            "not bearer": f"Basic {_b64(b'user:pass')}",
+            "garbage": "Bearer " + draw(st.text(alphabet="abcXYZ012.-_", max_size=60)),
+            "forged": "Bearer " + draw(st.sampled_from(sorted(forged_tokens(jwks, person).values()))),
+        }[kind]
+    headers = {} if authorization is None else {"Authorization": authorization}
+    route = draw(st.sampled_from(["send"] * 20 + ["list", "new", "page", "nowhere"]))
+    if route != "send":
+        method, path = {
+            "list": ("GET", "/conversations"),
+            "new": ("POST", "/conversations"),
+            "page": ("GET", f"/conversations/{uuid.uuid4()}/messages?before=x&limit=-5"),
+            "nowhere": ("PUT", "/nowhere/" + draw(st.text(alphabet="abc/", max_size=12))),
+        }[route]
+        body = json.dumps({"title": draw(st.text(max_size=250))}).encode() if route == "new" else b""
+        return Case("web_chat", authenticated, body, "application/json", headers, method=method, path=path)
+    text = draw(st.sampled_from([FUZZED_TEXT] * 6 + [ANY_TEXT]).flatmap(lambda text: text))
+    send_body: dict[str, Any] = {"message": text, "client_message_id": f"fuzz-{draw(fresh_id)}"}
+    shape = draw(st.sampled_from([None] * 6 + ["history"] * 3 + ["hostile history", "conversation", "junk"]))
+    if shape == "history":
+        send_body["history"] = draw(st.lists(HISTORY_ITEM, max_size=20))
+    elif shape == "hostile history":
+        send_body["history"] = draw(st.lists(HOSTILE_HISTORY_ITEM, min_size=1, max_size=5))
+    elif shape == "conversation":
+        send_body["conversation_id"] = draw(st.sampled_from([str(uuid.uuid4()), "nope", "", None]))
+    elif shape == "junk":
+        send_body.update(draw(st.dictionaries(st.sampled_from(["message", "history", "client_message_id"]), JSON)))
+    body, hostile = maybe_hostile(draw, json.dumps(send_body).encode(), "application/json")
+    return delivery("web_chat", authenticated, body, headers, shape in (None, "history") and not hostile, text)
+
+
+STRATEGIES = {"telegram_webhook": telegram_cases, "whatsapp_webhook": whatsapp_cases, "web_chat": web_cases}

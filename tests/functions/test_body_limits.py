@@ -21,7 +21,6 @@ from werkzeug.serving import make_server
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
 from tests.fakes.local_server import ServingThread
-from tests.functions.hostile_requests import telegram_skeleton
 from tests.helpers import (
     JWT_SECRET,
     MAIN,
@@ -30,6 +29,7 @@ from tests.helpers import (
     TWILIO_TOKEN,
     app_client,
     bearer,
+    telegram_skeleton,
 )
 
 TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger than {MAX_BODY_BYTES} bytes"}

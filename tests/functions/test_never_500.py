@@ -1,5 +1,5 @@
 """Whatever arrives, no function answers 5xx, nothing unauthenticated is stored, and the
-fuzzed deliveries built on valid skeletons reach the turn (tests/functions/hostile_requests.py).
+fuzzed deliveries built on valid skeletons reach the turn (tests/helpers.py).
 `make bench` runs the same cases by the ten thousand and records the figures."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
-from tests.functions.hostile_requests import STRATEGIES, TARGETS, Case, send, settings_for_fuzzing
-from tests.helpers import app_client, count
+from tests.helpers import STRATEGIES, TARGETS, Case, app_client, count, send, settings_for_fuzzing
 
 RUNS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 

@@ -9,8 +9,15 @@ import jwt
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.functions.hostile_requests import telegram_skeleton, twilio_signature
-from tests.helpers import JWT_SECRET, PUBLIC_BASE_URL, TELEGRAM_SECRET, TWILIO_TOKEN, app_client
+from tests.helpers import (
+    JWT_SECRET,
+    PUBLIC_BASE_URL,
+    TELEGRAM_SECRET,
+    TWILIO_TOKEN,
+    app_client,
+    telegram_skeleton,
+    twilio_signature,
+)
 
 TELEGRAM_REFUSAL = "TELEGRAM_WEBHOOK_SECRET and TELEGRAM_BOT_TOKEN must be set"
 WHATSAPP_REFUSAL = "set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL"

@@ -7,8 +7,7 @@ import logging
 import pytest
 
 from tests.fakes.telegram_api import FakeTelegram
-from tests.functions.hostile_requests import telegram_skeleton
-from tests.helpers import BOT_TOKEN, TELEGRAM_SECRET, app_client
+from tests.helpers import BOT_TOKEN, TELEGRAM_SECRET, app_client, telegram_skeleton
 
 
 def test_httpx_never_logs_the_bot_api_url_that_holds_the_token(

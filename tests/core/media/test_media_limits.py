@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from pypdf import PdfWriter
@@ -17,9 +16,9 @@ from core.media.turn_media import MediaReader, most_bytes
 from core.model.transcription import DeepgramTranscriber
 from core.models import Surface
 from tests.fakes.deepgram_api import FakeDeepgram
-from tests.helpers import ENGLISH, ogg_lasting
+from tests.helpers import CORPUS, ENGLISH, ogg_lasting
 
-MEDIA = Path(__file__).parent.parent / "corpus" / "media"
+MEDIA = CORPUS / "media"
 RECEIPT = (MEDIA / "receipt.jpg").read_bytes()
 VOICE = (MEDIA / "voice_note_es.ogg").read_bytes()  # 3.7 s of OGG/Opus
 DEEPGRAM_KEY = "deepgram-test-key"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -25,10 +24,10 @@ from core.turn.estimate import IMAGE_TOKENS, turn_estimate
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
-from tests.helpers import rows
+from tests.helpers import CORPUS, rows
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
-RECEIPT = (Path(__file__).parent.parent / "corpus" / "media" / "receipt.jpg").read_bytes()
+RECEIPT = (CORPUS / "media" / "receipt.jpg").read_bytes()
 READ = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 

@@ -14,7 +14,7 @@ import pytest
 from core.errors import ConfigurationError
 from core.phrases.catalogue import CATALOGUE_DIR, Catalogue, placeholders
 from core.phrases.language import choose_language, language_tag, written_in
-from tests.helpers import ENGLISH, SPANISH
+from tests.helpers import ENGLISH, ROOT, SPANISH
 
 
 def differences(catalogue: Catalogue) -> list[str]:
@@ -165,7 +165,7 @@ SAID_TO_A_PERSON = re.compile(r"\b(Sorry|Could you|Please|Thanks|I can't|Hi!)\b"
 def code_strings() -> dict[str, list[str]]:
     """Every string in the code of core/ and functions/ that is not a docstring, by file; the
     prompts (core/model/) and the operator's tools (functions/tools/) left out."""
-    root = Path(__file__).parent.parent.parent
+    root = ROOT
     found: dict[str, list[str]] = {}
     for path in sorted([*(root / "core").rglob("*.py"), *(root / "functions").rglob("*.py")]):
         name = str(path.relative_to(root))

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parents[2] / "core"
+from tests.helpers import ROOT
+
+CORE = ROOT / "core"
 # The modules every turn runs through, and the capabilities' own.
 TURN = ("turn/turns.py", "turn/tool_loop.py", "turn/request.py", "turn/estimate.py")
 CAPABILITIES = {"core.follow_ups.capability", "core.memory.search", "core.media.capability", "core.turn.operator_tools"}

@@ -24,7 +24,7 @@ from core.stores.embedded import (
 )
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
-from tests.helpers import as_role, free_port
+from tests.helpers import ROOT, as_role, free_port
 
 
 def test_authenticated_reads_only_its_own_rows_and_cannot_write(memory: Memory, database_url: str) -> None:
@@ -79,7 +79,7 @@ def test_every_table_has_row_level_security_and_every_function_is_the_service_ro
 def test_begin_turns_parts_are_out_of_reach_of_anon_and_authenticated(database_url: str) -> None:
     """The parts live in a schema PostgREST does not serve, and only service_role may run them:
     never callable over /rest/v1/rpc, not even by a signed-in person's token."""
-    config = tomllib.loads((Path(__file__).resolve().parents[2] / "infra" / "supabase" / "config.toml").read_text())
+    config = tomllib.loads((ROOT / "infra" / "supabase" / "config.toml").read_text())
     assert "crossmem_private" not in config["api"]["schemas"] + config["api"]["extra_search_path"]
     with psycopg.connect(database_url) as connection:
         parts = connection.execute(
