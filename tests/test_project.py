@@ -251,3 +251,16 @@ def test_the_tests_mirror_the_package_with_one_helpers_module() -> None:
         and "node_modules" not in p.parts
     )
     assert shared == ["database.py", "helpers.py"]
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share is in tests/helpers.py, the conftest files and tests/fakes, never in a test
+    module. Seen failing with the demo page's ordering test importing the demo page's server."""
+    borrowed = sorted(
+        f"{path.relative_to(ROOT)}: {node.module}"
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if "node_modules" not in path.parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1].startswith("test_")
+    )
+    assert borrowed == []
