@@ -11,6 +11,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,21 @@ def send_on_the_web(page: Page, text: str) -> str:
     page.wait_for_function(f"document.querySelectorAll('.message.assistant.done').length > {answered}")
     page.wait_for_selector("body:not([data-busy])", state="attached")  # and the list refreshed after it
     return page.locator(".message.assistant.done").last.inner_text()
+
+
+@contextmanager
+def desktop_page(url: str) -> Iterator[Page]:
+    """The demo page in Chromium at a desktop's size, its clock the test's, ready to send."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
+        page.clock.install()
+        page.goto(url)
+        page.wait_for_selector("body[data-ready=true]")
+        yield page
+        browser.close()
 
 
 def deliver_from_telegram(page: Page, text: str, phone: bool, *, double_click: bool = False) -> None:
@@ -350,14 +366,7 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
 def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_reload(
     dev_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: `make test` installs it"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
-        page.clock.install()
-        page.goto(dev_server)
-        page.wait_for_selector("body[data-ready=true]")
+    with desktop_page(dev_server) as page:
         page.evaluate("window.sameDocument = true")
         answer = send_on_the_web(page, "remind me in 1 minute to stretch")
         assert answer == "(Offline stand-in model.) I will remind you in 1 minute."
@@ -375,7 +384,6 @@ def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_
         polled.value.finished()
         assert page.evaluate(f"{reminder}.slice(-2)") == [answer, "Reminder: stretch."]
         assert page.evaluate("window.sameDocument") is True
-        browser.close()
 
 
 def record_a_voice_note(page: Page) -> None:
@@ -574,14 +582,7 @@ TEXTS = "[...document.querySelectorAll('#messages .message .text')].map((t) => t
 
 
 def test_a_reply_stored_after_the_pages_turn_with_a_lower_id_appears_once(dev_server: str) -> None:
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: `make test` installs it"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
-        page.clock.install()
-        page.goto(dev_server)
-        page.wait_for_selector("body[data-ready=true]")
+    with desktop_page(dev_server) as page:
         first = send_on_the_web(page, "first words")
         chat = uuid.UUID(page.evaluate("state.conversationId"))
         owner = runtime.settings().owner_user_id
@@ -609,4 +610,3 @@ def test_a_reply_stored_after_the_pages_turn_with_a_lower_id_appears_once(dev_se
             "from the other tab",
             "the other tab's answer",
         ]
-        browser.close()
