@@ -26,12 +26,12 @@ from core.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.context import ContextItem, build_model_messages, stepped_tail, web_items
 from core.digest import ExtractiveDigester
 from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
-from core.memory import ContextLimits
 from core.model.llm import messages_request
 from core.models import Role, StoredMessage, Surface
-from core.settings import Settings
+from functions.runtime import context_limits
+from functions.settings import Settings
 
-DEFAULTS = ContextLimits()
+DEFAULTS = context_limits(Settings.defaults())
 MODEL, MAX_TOKENS, SEED_WINDOW = Settings.model_fields["anthropic_model"].default, 1024, 14
 NOTES_MAX_TOKENS = Settings.model_fields["memory_notes_max_tokens"].default
 # Anthropic's minimum cacheable prompt length by model, as documented in 2026.

@@ -36,9 +36,9 @@ import httpx
 
 from core.channels.telegram_update import WEBHOOK_UPDATES
 from core.errors import ConfigurationError, DeliveryFailed
-from core.settings import Settings
 from core.stores.embedded import MIGRATIONS
 from functions import runtime
+from functions.settings import Settings
 from functions.tools.check_results import Check, fail, guarded, ok, skip
 from functions.tools.deploy import DescriptionError, read_description
 from functions.tools.doc_links import (

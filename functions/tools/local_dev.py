@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.settings import Settings
+from functions.settings import Settings
 
 # Flask, functions_framework, PyJWT and the runtime (the whole server) are imported by the parts
 # that serve: `crossmem say` runs apply_dev_defaults and deliver_locally alone, and should start fast.

@@ -12,12 +12,12 @@ import pytest
 from pypdf import PdfWriter
 
 from core.channels.media_fetch import InlineMedia
-from core.media import MediaKind, MediaLimits, MediaRef
+from core.media import MediaKind, MediaRef
 from core.media_turn import MediaReader, most_bytes
 from core.model.transcription import DeepgramTranscriber
 from core.models import Surface
 from tests.fakes.deepgram_api import FakeDeepgram
-from tests.helpers import ENGLISH, ogg_lasting
+from tests.helpers import ENGLISH, media_limits, ogg_lasting
 
 MEDIA = Path(__file__).parent.parent / "corpus" / "media"
 RECEIPT = (MEDIA / "receipt.jpg").read_bytes()
@@ -26,7 +26,7 @@ DEEPGRAM_KEY = "deepgram-test-key"
 
 
 def reader(**limits: int) -> MediaReader:
-    return MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: None, MediaLimits(**limits))
+    return MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: None, media_limits(**limits))
 
 
 def photo(data: bytes = RECEIPT) -> MediaRef:
@@ -107,7 +107,7 @@ def deepgram() -> Iterator[FakeDeepgram]:
 
 def listener(deepgram: FakeDeepgram, **limits: int) -> MediaReader:
     transcriber = DeepgramTranscriber(DEEPGRAM_KEY, api_base=deepgram.url)
-    return MediaReader({Surface.WEB: InlineMedia}, lambda: transcriber, lambda: None, MediaLimits(**limits))
+    return MediaReader({Surface.WEB: InlineMedia}, lambda: transcriber, lambda: None, media_limits(**limits))
 
 
 def note(data: bytes = VOICE, seconds: int | None = None, mime_type: str = "audio/webm") -> MediaRef:

@@ -12,7 +12,7 @@ import pytest
 from core.context import ModelMessage
 from core.model.llm import messages_request
 from core.models import Role
-from core.settings import Settings
+from functions.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import TELEGRAM_SECRET, app_client
 

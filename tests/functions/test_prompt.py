@@ -12,8 +12,8 @@ from core.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, stand
 from core.follow_ups import TOOLS as FOLLOW_UP_TOOLS
 from core.memory_search import TOOL as SEARCH_TOOL
 from core.model.prompt import DEFAULT_PERSONA
-from core.settings import Settings
 from functions.runtime import capabilities
+from functions.settings import Settings
 
 # What the prompt of every configuration must never say: the agent does see photos and PDFs.
 NEVER = ("see attachments", "you only learn that they sent one", "ask them to tell you in words")

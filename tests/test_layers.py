@@ -1,0 +1,67 @@
+"""What each floor may import. core never imports functions/ (nor pydantic-settings: reading the
+environment is functions/settings.py's); the records (`core.models`) are leaves that pull nothing
+but core's own leaves, so every cold start pays for no settings or SDK to read a message; and each
+vendor SDK is imported by its one module of core, which functions/ asks."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every module `path` imports (at any depth of the file: a function's lazy import counts)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def test_core_imports_neither_functions_nor_pydantic_settings() -> None:
+    upward = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in modules("core")
+        for line, name in imports(path)
+        if name.split(".")[0] in ("functions", "pydantic_settings")
+    ]
+    assert upward == []
+
+
+def loaded(code: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after `code`."""
+    run = subprocess.run(
+        [sys.executable, "-c", f"{code}; import sys; print(sorted(sys.modules))"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    return set(ast.literal_eval(run.stdout))
+
+
+def test_the_records_import_only_cores_leaves() -> None:
+    pulled = loaded("import core.models") - loaded("pass")
+    assert {name for name in pulled if name.split(".")[0] not in sys.stdlib_module_names} == {
+        "core",
+        "core.errors",
+        "core.media",
+        "core.models",
+        "core.surfaces",
+        "core.surfaces.adapter",
+        "core.surfaces.sms",
+        "core.surfaces.telegram",
+        "core.surfaces.web",
+        "core.surfaces.whatsapp",
+    }
+
