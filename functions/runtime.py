@@ -50,7 +50,7 @@ from functions.settings import Settings
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource
-    from core.channels.whatsapp import WhatsAppSender
+    from core.channels.whatsapp import TwilioSignatures, WhatsAppSender
     from core.identity.web_auth import TokenVerifier
     from core.model.transcription import Transcriber
     from core.turn_request import ReplyChannel
@@ -493,6 +493,14 @@ def whatsapp_sender() -> WhatsAppSender | None:
 
 
 @functools.cache
+def twilio_signatures() -> TwilioSignatures:
+    """Twilio's webhooks' signature check, which logs this instance's first refusal."""
+    from core.channels.whatsapp import TwilioSignatures  # twilio: only the functions Twilio calls
+
+    return TwilioSignatures()
+
+
+@functools.cache
 def linking() -> Linking:
     config = settings()
     return Linking(
@@ -574,6 +582,7 @@ _CACHED = (
     follow_up_delivery,
     whatsapp_sender,
     sms_sender,
+    twilio_signatures,
     media_reader,
     telegram_files,
     twilio_media,

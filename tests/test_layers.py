@@ -65,3 +65,50 @@ def test_the_records_import_only_cores_leaves() -> None:
         "core.surfaces.whatsapp",
     }
 
+
+# What changes a module-level object in place: a module holding one keeps state across requests.
+MUTATORS = {"add", "append", "clear", "discard", "extend", "insert", "pop", "popitem", "put", "remove", "set"}
+MUTATORS |= {"setdefault", "update"}
+
+
+def module_state(path: Path) -> list[str]:
+    """Where `path` keeps state: a `global` statement, or a module-level name that a function
+    changes in place (a method of MUTATORS called on it, or an item or attribute assigned)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global | ast.Nonlocal):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATORS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in names
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.value.id}.{node.func.attr}()")
+            elif isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
+                targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+                for target in targets:
+                    if (
+                        isinstance(target, ast.Subscript | ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id in names
+                    ):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} {target.value.id} changed")
+    return found
+
+
+def test_core_keeps_no_module_state() -> None:
+    """An object the runtime owns keeps it (functions/runtime.py, whose cache `reset()` drops)."""
+    assert [where for path in modules("core") for where in module_state(path)] == []

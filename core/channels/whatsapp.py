@@ -39,9 +39,6 @@ TEXT_ONLY = "media.text_only"  # phrase ids: core/phrases/*.toml
 LOCATION = "whatsapp.location"
 EMPTY = "whatsapp.empty"
 
-log = logging.getLogger("crossmem.whatsapp")
-# Per instance, like the clients' cache: whether this instance has logged a refused signature.
-_refusal_logged = threading.Event()
 
 
 Form = TypeVar("Form", bound=BaseModel)
@@ -174,36 +171,39 @@ def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
     return Notice(EMPTY, "empty body")
 
 
-def signature_is_valid(
-    url: str,
-    form: Mapping[str, str],
-    signature: str | None,
-    *,
-    auth_token: str,
-    shared_key: str | None,
-    settings_header: str | None,
-) -> bool:
-    """True when `signature` is Twilio's for `url` and `form`, by either algorithm."""
-    if not signature:
-        return False
-    algorithm = get_signature_algorithm(settings_header)
-    secret = auth_token if algorithm == HMAC_SHA1 else shared_key
-    if not secret:
-        return False
-    valid = bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
-    if not valid and not _refusal_logged.is_set():
-        _refusal_logged.set()
-        log.warning(
-            "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
-            "calls (logged once per instance)",
-            extra={"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
-        )
-    return valid
+class TwilioSignatures:
+    """Twilio's signatures checked, the first refusal logged: one per instance, which
+    functions/runtime.py owns (a new instance, as `runtime.reset()` makes, logs again)."""
 
+    def __init__(self) -> None:
+        self._refusal_logged = threading.Event()
 
-def forget_logged_refusal() -> None:
-    """Let the next refused signature be logged again (a new instance, as tests make one)."""
-    _refusal_logged.clear()
+    def valid(
+        self,
+        url: str,
+        form: Mapping[str, str],
+        signature: str | None,
+        *,
+        auth_token: str,
+        shared_key: str | None,
+        settings_header: str | None,
+    ) -> bool:
+        """True when `signature` is Twilio's for `url` and `form`, by either algorithm."""
+        if not signature:
+            return False
+        algorithm = get_signature_algorithm(settings_header)
+        secret = auth_token if algorithm == HMAC_SHA1 else shared_key
+        if not secret:
+            return False
+        valid = bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
+        if not valid and not self._refusal_logged.is_set():
+            self._refusal_logged.set()
+            log.warning(
+                "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
+                "calls (logged once per instance)",
+                extra={"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
+            )
+        return valid
 
 
 def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | None = None) -> str:
