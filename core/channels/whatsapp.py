@@ -28,7 +28,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 from core.channels.places import location_text
 from core.channels.splitting import split_message
 from core.commands import ChatCommand, chat_command
-from core.errors import InputError
+from core.errors import DeliveryFailed, Forbidden, InputError
 from core.media import MediaRef, twilio_media
 from core.models import Delivery, PlatformMessage, Surface
 from core.surfaces.whatsapp import BSUID, normalise_phone
@@ -38,7 +38,6 @@ WHATSAPP_LIMIT = 1600
 TEXT_ONLY = "media.text_only"  # phrase ids: core/phrases/*.toml
 LOCATION = "whatsapp.location"
 EMPTY = "whatsapp.empty"
-
 
 
 Form = TypeVar("Form", bound=BaseModel)
@@ -270,6 +269,20 @@ class WhatsAppSender:
             log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
             return Delivery.OWED
         return Delivery.DELIVERED
+
+    def inbound_url(self, number: str) -> str | None:
+        """The URL Twilio posts `number`'s messages to (its SmsUrl, "A message comes in"; "" when
+        none), None when the number is not this account's (`crossmem doctor`). Raises Forbidden
+        ("status code") when Twilio refuses, DeliveryFailed (the error's type) when it does not answer."""
+        from twilio.base.exceptions import TwilioException, TwilioRestException
+
+        try:
+            numbers = self._rest().api.v2010.account.incoming_phone_numbers.list(phone_number=number, limit=1)
+        except TwilioRestException as exc:
+            raise Forbidden(f"{exc.status} {exc.code}") from None
+        except (TwilioException, OSError) as exc:
+            raise DeliveryFailed(type(exc).__name__) from None
+        return str(numbers[0].sms_url or "") if numbers else None
 
     def show_typing(self, message_sid: str) -> None:
         """WhatsApp's "typing…" for the person's message (Twilio's typing indicators, public beta),
