@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from uuid import UUID
 
-from core.context import ContextItem
+from core.context import ContextItem as ContextItem  # a web client's history: part of the request
 from core.media import MediaRef
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface

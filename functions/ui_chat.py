@@ -17,11 +17,10 @@ import uuid
 import flask
 from pydantic import ValidationError
 
-from core.context import ContextItem
 from core.errors import InputError, StillAnswering
 from core.models import Role, Surface, TurnStart
 from core.turn import ANSWER_MARGIN_S
-from core.turn_request import TurnRequest
+from core.turn_request import ContextItem, TurnRequest
 from functions import runtime
 from functions.http import parse_json
 from functions.ui_message_stream import HEADERS, turn_events

@@ -28,10 +28,9 @@ from dataclasses import dataclass
 
 import flask
 
-from core.context import ContextItem
 from core.errors import CrossmemError
 from core.models import Surface
-from core.turn_request import TurnRequest, TurnResult
+from core.turn_request import ContextItem, TurnRequest, TurnResult
 from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes, ui_chat, web_openapi
 from functions.http import (
     CONVERSATION_ID,

@@ -144,3 +144,40 @@ def test_each_sdk_is_imported_by_its_one_module_and_functions_ask_it() -> None:
     by_both = {sdk: core.get(sdk, set()) | functions.get(sdk, set()) for sdk in ONE_MODULE}
     assert by_both == {sdk: {module} for sdk, module in ONE_MODULE.items()}
     assert functions.get("httpx", set()) == HTTPX_IN_FUNCTIONS
+
+
+# The part of core the function modules import (functions/runtime.py, which builds every object,
+# aside): a module added here is a deliberate widening of what functions/ knows of core.
+ASKED_BY_FUNCTIONS = {
+    "core.channels.sms",
+    "core.channels.splitting",
+    "core.channels.telegram_bot",
+    "core.channels.telegram_update",
+    "core.channels.whatsapp",
+    "core.digest",
+    "core.edits",
+    "core.errors",
+    "core.forgetting",
+    "core.identity.linking",
+    "core.media",
+    "core.memory",
+    "core.model.prompt",
+    "core.models",
+    "core.operator_tools",
+    "core.phrases.catalogue",
+    "core.phrases.refusals",
+    "core.stopped_generation",
+    "core.turn",
+    "core.turn_request",
+}
+
+
+def test_the_function_modules_import_a_known_part_of_core() -> None:
+    asked = {
+        name
+        for path in sorted((ROOT / "functions").glob("*.py"))
+        if path.name != "runtime.py"
+        for _, name in imports(path)
+        if name.split(".")[0] == "core"
+    }
+    assert asked == ASKED_BY_FUNCTIONS
