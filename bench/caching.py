@@ -24,14 +24,14 @@ from typing import Any
 from bench.prompt_cache import CacheUsage, PromptCache, count_tokens
 from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
 from core.memory.digest import ExtractiveDigester
-from core.memory.service import ContextLimits
 from core.model.llm import messages_request
 from core.models import Role, StoredMessage, Surface
-from core.settings import Settings
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ContextItem, build_model_messages, stepped_tail, web_items
+from functions.runtime import context_limits
+from functions.settings import Settings
 
-DEFAULTS = ContextLimits()
+DEFAULTS = context_limits(Settings.defaults())
 MODEL, MAX_TOKENS, SEED_WINDOW = Settings.model_fields["anthropic_model"].default, 1024, 14
 NOTES_MAX_TOKENS = Settings.model_fields["memory_notes_max_tokens"].default
 # Anthropic's minimum cacheable prompt length by model, as documented in 2026.

@@ -21,7 +21,7 @@ from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from bench.seed import SeedPattern
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.model.llm import ModelReply, Usage
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
@@ -29,6 +29,8 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ModelMessage
 from core.turn.request import TurnRequest, TurnSettings
 from core.turn.turns import Turns
+from functions.runtime import context_limits
+from functions.settings import Settings
 
 PEOPLE_PER_DRIVER = 40
 USER_TEXT = "Could you remind me what I said about the budget for the trip, and whether I booked the train?"
@@ -85,7 +87,7 @@ def ours_web_turn(memory: Memory, person: uuid.UUID, conversation: uuid.UUID) ->
 def round_trips_per_turn(database_url: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     with counting_proxy(database_url) as (proxy, url):
-        memory = Memory(PostgresStore(url), ContextLimits())
+        memory = Memory(PostgresStore(url), context_limits(Settings.defaults()))
         seed = SeedPattern(url)
         person = uuid.uuid4()
         web = memory.create_conversation(person)
@@ -119,7 +121,7 @@ def turn_overhead_ms_p50(
     database_url: str, turns: int = 300, people_per_driver: int = PEOPLE_PER_DRIVER
 ) -> dict[str, float]:
     """One Telegram turn's database work, ours and the seed's interleaved."""
-    memory = Memory(PostgresStore(database_url), ContextLimits())
+    memory = Memory(PostgresStore(database_url), context_limits(Settings.defaults()))
     seed = SeedPattern(database_url)
     speakers = people(people_per_driver)
     for person in itertools.islice(speakers, people_per_driver):  # warm: singletons exist, statements prepared
@@ -147,7 +149,7 @@ def turns_per_s(
 ) -> dict[str, float]:
     """Whole turns (zero-latency model) completed per second by `threads` threads; and
     ours without the turn around it (begin_turn and finish_turn only), for comparison."""
-    memory = Memory(PostgresStore(database_url, max_connections=threads), ContextLimits())
+    memory = Memory(PostgresStore(database_url, max_connections=threads), context_limits(Settings.defaults()))
     turns = Turns(memory, InstantModel, IdentityPolicy("auto"), TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no"))
 
     def ours(worker: int) -> Callable[[], None]:
@@ -241,7 +243,7 @@ def context_load_ms_p50(database_url: str, sizes: Sequence[int] = CONTEXT_SIZES,
     (which also stores the message), and the plan of the hot query."""
     figures: dict[str, Any] = {}
     stored = 0
-    memory = Memory(PostgresStore(database_url), ContextLimits())
+    memory = Memory(PostgresStore(database_url), context_limits(Settings.defaults()))
     for size in sizes:
         fill(database_url, size - stored)
         stored = size

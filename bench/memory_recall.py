@@ -36,13 +36,15 @@ import psycopg
 
 from bench.caching import SURFACES, NotesSimulation, Window
 from core.memory.search import SearchRules, rendered
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.model.llm import messages_request
 from core.models import Role, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces import rules as surface_rules
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ContextItem, build_model_messages, stepped_tail
+from functions.runtime import context_limits
+from functions.settings import Settings
 
 DAYS = 120
 SESSIONS_A_DAY = 3
@@ -265,7 +267,7 @@ def window_and_notes(life: Life, notes: str, question: str) -> tuple[str, list[i
     """The request a Telegram turn sends with the question (no search): its text, and the ids
     of the messages in its window."""
     window = Window()
-    since = NOW - timedelta(hours=ContextLimits().window_hours)
+    since = NOW - timedelta(hours=Settings.defaults().context_window_hours)
     recent = [m for m in life.messages if m.created_at >= since]
     kept = stepped_tail([ContextItem.from_stored(m) for m in recent], window.max_messages - 1, window.step)
     current = ContextItem(Role.USER, question, Surface.TELEGRAM, NOW)
@@ -299,7 +301,7 @@ ALTERNATIVES = {
 
 def run(database_url: str, people: int = 3, days: int = DAYS, facts: int = len(FACTS)) -> dict[str, Any]:
     rules = SearchRules()
-    memory = Memory(PostgresStore(database_url), ContextLimits())
+    memory = Memory(PostgresStore(database_url), context_limits(Settings.defaults()))
     asked = 0
     reached = {"notes_only": 0, "with_search": 0}
     found = {"ours_search_memory": 0, **dict.fromkeys(ALTERNATIVES, 0)}
@@ -355,7 +357,7 @@ def run(database_url: str, people: int = 3, days: int = DAYS, facts: int = len(F
 def search_latency(database_url: str, total: int = 1_000_000, own: int = 10_000, samples: int = 200) -> dict[str, Any]:
     """`search_memory` over `total` stored messages, the searching person's `own` of them (a life
     of questions and facts as above), everybody else's lives as many people of `own` messages."""
-    memory = Memory(PostgresStore(database_url), ContextLimits())
+    memory = Memory(PostgresStore(database_url), context_limits(Settings.defaults()))
     rng = random.Random(29)
     with psycopg.connect(database_url, autocommit=True) as connection:
         days = max(own // (2 * SESSIONS_A_DAY * TURNS_A_SESSION), 1)

@@ -42,8 +42,7 @@ import psycopg
 from bench.memory_core import PEOPLE_PER_DRIVER, USER_TEXT, InstantModel, ours_secondary_turn, people
 from bench.results import bench_database, save
 from core.identity.policy import IdentityPolicy
-from core.logs import JsonLineFormatter
-from core.memory.service import ContextLimits, Memory, turn_start
+from core.memory.service import Memory, turn_start
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
@@ -51,6 +50,9 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import build_model_messages
 from core.turn.request import TurnFigures, TurnRequest, TurnSettings
 from core.turn.turns import Turns
+from functions.logs import JsonLineFormatter
+from functions.runtime import context_limits
+from functions.settings import Settings
 
 MICROSECONDS = 1_000_000
 
@@ -134,7 +136,7 @@ def median_us(work: Callable[[], object], times: int, rounds: int) -> float:
 
 @contextmanager
 def log_line_to_nowhere() -> Iterator[logging.Logger]:
-    """The turn's logger as a function sets it up (core/logs.py's JSON lines), writing to /dev/null."""
+    """The turn's logger as a function sets it up (functions/logs.py's JSON lines), writing to /dev/null."""
     with open(os.devnull, "w") as nowhere:
         logger = logging.Logger("crossmem.turn", logging.INFO)
         handler = logging.StreamHandler(nowhere)
@@ -147,7 +149,7 @@ def measure(
     database_url: str, turns: int = 1_000, rounds: int = 5, people_per_driver: int = PEOPLE_PER_DRIVER
 ) -> dict[str, Any]:
     store = RecordingStore(PostgresStore(database_url))
-    memory = Memory(store, ContextLimits())
+    memory = Memory(store, context_limits(Settings.defaults()))
     settings = TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no")
     turn = Turns(memory, InstantModel, IdentityPolicy("auto"), settings)
     speakers = people(people_per_driver)

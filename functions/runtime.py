@@ -18,7 +18,6 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.delivery import FollowUpDelivery
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
-from core.logs import configure_json_logging
 from core.media.capability import Media
 from core.media.kinds import MediaLimits
 from core.media.turn_media import MediaReader
@@ -32,7 +31,6 @@ from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Surface
 from core.phrases.catalogue import Catalogue
-from core.settings import Settings
 from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import MemoryStore, UnavailableStore
@@ -47,10 +45,12 @@ from core.turn.owed import OwedReplies
 from core.turn.request import TurnSettings
 from core.turn.turns import Turns
 from functions.extra_tools import extra_tools
+from functions.logs import configure_json_logging
+from functions.settings import Settings
 
 if TYPE_CHECKING:
     from core.channels.media_fetch import MediaSource
-    from core.channels.whatsapp import WhatsAppSender
+    from core.channels.whatsapp import TwilioSignatures, WhatsAppSender
     from core.identity.web_auth import TokenVerifier
     from core.model.transcription import Transcriber
     from core.turn.request import ReplyChannel
@@ -142,7 +142,11 @@ def build_store(config: Settings) -> MemoryStore:
 @functools.cache
 def memory() -> Memory:
     config = settings()
-    limits = ContextLimits(
+    return Memory(store(), context_limits(config), turn_budget(config))
+
+
+def context_limits(config: Settings) -> ContextLimits:
+    return ContextLimits(
         window_hours=config.context_window_hours,
         max_messages=config.context_max_messages,
         window_step=config.context_window_step,
@@ -150,10 +154,12 @@ def memory() -> Memory:
         max_message_chars=config.max_message_chars,
         max_history_chars=config.history_chars_limit,
     )
-    budget = TurnBudget(
-        config.turns_per_minute, config.turns_per_day, config.tokens_per_day, config.anthropic_max_tokens
+
+
+def turn_budget(config: Settings) -> TurnBudget:
+    return TurnBudget(
+        config.turns_per_minute, config.turns_per_day, config.tokens_per_day, reply_tokens=config.anthropic_max_tokens
     )
-    return Memory(store(), limits, budget)
 
 
 @functools.cache
@@ -289,21 +295,24 @@ def media_reader() -> MediaReader:
     """Photos, PDFs and voice notes: each app's files, the transcriber and the describer, each
     built on the first message that needs it (a text turn builds none of them)."""
     config = settings()
-    limits = MediaLimits(
+    return MediaReader(
+        {surface: functools.partial(media_source, surface) for surface in surfaces()},
+        transcriber,
+        describer,
+        media_limits(config),
+        fetch_timeout_s=config.media_fetch_timeout,
+        transcription_timeout_s=config.transcription_timeout,
+    )
+
+
+def media_limits(config: Settings) -> MediaLimits:
+    return MediaLimits(
         max_items=config.media_max_items,
         image_max_bytes=config.image_max_bytes,
         pdf_max_bytes=config.pdf_max_bytes,
         pdf_max_pages=config.pdf_max_pages,
         voice_max_seconds=config.voice_max_seconds,
         voice_seconds_per_day=config.voice_seconds_per_day,
-    )
-    return MediaReader(
-        {surface: functools.partial(media_source, surface) for surface in surfaces()},
-        transcriber,
-        describer,
-        limits,
-        fetch_timeout_s=config.media_fetch_timeout,
-        transcription_timeout_s=config.transcription_timeout,
     )
 
 
@@ -368,7 +377,17 @@ def digest_job() -> DigestJob:
 
     config = settings()
     zone = ZoneInfo(config.context_timezone)
-    limits = DigestLimits(
+    limits = digest_limits(config)
+    if config.anthropic_api_key is None:
+        return DigestJob(store(), ExtractiveDigester(config.memory_notes_max_tokens, zone), limits)
+    room = config.memory_notes_max_tokens + DIGEST_THINKING_TOKENS
+    writer = claude(config, config.anthropic_digest_model, room, cached=False, effort=config.anthropic_digest_effort)
+    digester = ModelDigester(writer, config.memory_notes_max_tokens, config.anthropic_timeout, zone)
+    return DigestJob(store(), digester, limits)
+
+
+def digest_limits(config: Settings) -> DigestLimits:
+    return DigestLimits(
         max_messages=config.context_max_messages,
         window_step=config.context_window_step,
         window_hours=config.context_window_hours,
@@ -376,12 +395,6 @@ def digest_job() -> DigestJob:
         time_budget_s=config.digest_time_budget,
         idle_s=config.digest_pause_seconds,
     )
-    if config.anthropic_api_key is None:
-        return DigestJob(store(), ExtractiveDigester(config.memory_notes_max_tokens, zone), limits)
-    room = config.memory_notes_max_tokens + DIGEST_THINKING_TOKENS
-    writer = claude(config, config.anthropic_digest_model, room, cached=False, effort=config.anthropic_digest_effort)
-    digester = ModelDigester(writer, config.memory_notes_max_tokens, config.anthropic_timeout, zone)
-    return DigestJob(store(), digester, limits)
 
 
 @functools.cache
@@ -480,6 +493,14 @@ def whatsapp_sender() -> WhatsAppSender | None:
 
 
 @functools.cache
+def twilio_signatures() -> TwilioSignatures:
+    """Twilio's webhooks' signature check, which logs this instance's first refusal."""
+    from core.channels.whatsapp import TwilioSignatures  # twilio: only the functions Twilio calls
+
+    return TwilioSignatures()
+
+
+@functools.cache
 def linking() -> Linking:
     config = settings()
     return Linking(
@@ -561,6 +582,7 @@ _CACHED = (
     follow_up_delivery,
     whatsapp_sender,
     sms_sender,
+    twilio_signatures,
     media_reader,
     telegram_files,
     twilio_media,

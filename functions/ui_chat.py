@@ -19,8 +19,7 @@ from pydantic import ValidationError
 
 from core.errors import InputError, StillAnswering
 from core.models import Role, Surface, TurnStart
-from core.turn.context import ContextItem
-from core.turn.request import TurnRequest
+from core.turn.request import ContextItem, TurnRequest
 from core.turn.turns import ANSWER_MARGIN_S
 from functions import runtime
 from functions.http import parse_json

@@ -30,8 +30,7 @@ import flask
 
 from core.errors import CrossmemError
 from core.models import Surface
-from core.turn.context import ContextItem
-from core.turn.request import TurnRequest, TurnResult
+from core.turn.request import ContextItem, TurnRequest, TurnResult
 from functions import follow_up_routes, forget_routes, links, notes, runtime, search_routes, ui_chat, web_openapi
 from functions.http import (
     CONVERSATION_ID,

@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 
 import flask
 
-from core.channels.whatsapp import Converse, WhatsAppForm, classify, signature_is_valid, twiml
+from core.channels.whatsapp import Converse, WhatsAppForm, classify, twiml
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.linking import LinkRequest, UnlinkRequest
 from core.memory.forgetting import ForgetRequest
 from core.models import Surface
 from core.phrases.catalogue import Phrases
 from core.phrases.refusals import input_refused, over_budget
-from core.settings import Settings
 from core.turn.request import TurnRequest
 from functions import runtime
 from functions.http import error_response, json_response, read_form, serving
+from functions.settings import Settings
 
 # Twilio's inbound message has about 20 fields, plus two for each of at most 10 media.
 MAX_FORM_FIELDS = 100
@@ -101,7 +101,7 @@ def twilio_form(request: flask.Request, config: Settings) -> Mapping[str, str] |
     except InputError as exc:
         return error_response(exc)
     shared_key = config.twilio_webhook_shared_key
-    if not signature_is_valid(
+    if not runtime.twilio_signatures().valid(
         public_url(config.public_base_url, request),
         fields,
         signature,

@@ -4,9 +4,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, server_url
+from tests.helpers import context_limits
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +31,7 @@ def store(database_url: str) -> Iterator[PostgresStore]:
 
 @pytest.fixture
 def memory(store: PostgresStore) -> Memory:
-    return Memory(store, ContextLimits())
+    return Memory(store, context_limits())
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

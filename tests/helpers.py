@@ -40,11 +40,15 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.test import TestResponse
 
 from core.errors import StoreUnavailable
+from core.media.kinds import MediaLimits
+from core.memory.digest import DigestLimits
+from core.memory.service import ContextLimits, TurnBudget
 from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from core.surfaces import Delivery, Surface, SurfaceAdapter
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
+from functions.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import KID, FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
@@ -60,6 +64,29 @@ JWT_SECRET = "web-jwt-secret-for-tests-32-bytes-long"
 TWILIO_TOKEN = "twilio-auth-token-for-tests"
 PUBLIC_BASE_URL = "https://advisor.example.com/whatsapp"
 CORS_ORIGIN = "https://advisor.example.com"
+
+
+# core's limits at the settings' defaults (core holds none: functions/runtime.py passes them in).
+
+DEFAULTS = Settings.defaults()
+
+
+def context_limits(**changes: Any) -> ContextLimits:
+    return replace(runtime.context_limits(DEFAULTS), **changes)
+
+
+def media_limits(**changes: Any) -> MediaLimits:
+    return replace(runtime.media_limits(DEFAULTS), **changes)
+
+
+def digest_limits(**changes: Any) -> DigestLimits:
+    return replace(runtime.digest_limits(DEFAULTS), **changes)
+
+
+def turn_budget(**limits: int) -> TurnBudget:
+    """Only `limits` on (the others 0, as a Memory without a budget), each answer reserving
+    ANTHROPIC_MAX_TOKENS's default unless `reply_tokens` says."""
+    return TurnBudget(**({"reply_tokens": DEFAULTS.anthropic_max_tokens} | limits))
 
 
 # The functions under test.

@@ -9,10 +9,10 @@ import pytest
 from bench.memory_core import ours_secondary_turn
 from bench.turn_floor import lay_floor
 from core.errors import ConfigurationError
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, with_database
-from tests.helpers import count, rows
+from tests.helpers import context_limits, count, rows
 
 SIGNATURES = (
     "select p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) from pg_proc p"
@@ -28,8 +28,8 @@ def test_the_floor_keeps_the_turns_arguments_and_stores_one_row_a_call(postgres_
         assert len(rows(floor_url, SIGNATURES)) == 2  # one function each, no overload beside it
         store = PostgresStore(floor_url)
         try:
-            ours_secondary_turn(Memory(store, ContextLimits()), uuid.uuid4())
-            ours_secondary_turn(Memory(store, ContextLimits()), uuid.uuid4())
+            ours_secondary_turn(Memory(store, context_limits()), uuid.uuid4())
+            ours_secondary_turn(Memory(store, context_limits()), uuid.uuid4())
         finally:
             store.close()
         assert count(floor_url, "select count(*) from public.floor_turn_rows") == 4

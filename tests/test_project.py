@@ -20,7 +20,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from core.settings import Settings
+from functions.settings import Settings
 from functions.tools.cli import crossmem
 
 ROOT = Path(__file__).resolve().parent.parent

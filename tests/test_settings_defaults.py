@@ -1,7 +1,9 @@
-"""One default per knob: a setting's default lives in `Settings` only. The SQL functions take
-every value as an argument and declare no default of their own; core's dataclasses that carry a
-setting take its default from `Settings`; the window rule, written in SQL (window_keeps) and in
-Python (stepped_tail, for a history the web client sends), gives the same answer in every case."""
+"""One default per knob: a setting's default lives in `Settings` (functions/settings.py) only.
+The SQL functions take every value as an argument and declare no default of their own; core's
+limits that carry a setting declare none either (functions/runtime.py passes each in, and passes
+the right setting); the few core defaults left (TurnSettings, the Catalogue) equal the setting's;
+the window rule, written in SQL (window_keeps) and in Python (stepped_tail, for a history the web
+client sends), gives the same answer in every case."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from core.memory.retention import Retention
 from core.memory.service import ContextLimits, TurnBudget
 from core.models import Role, Surface
 from core.phrases.catalogue import Catalogue
-from core.settings import Settings
 from core.turn.context import ContextItem, stepped_tail
 from core.turn.request import TurnSettings
+from functions import runtime
+from functions.settings import Settings
 from tests.database import SCHEMAS
 
 # A field of core that carries a setting -> the setting.
@@ -29,6 +32,9 @@ CARRIES = {
     (ContextLimits, "window_step"): "context_window_step",
     (ContextLimits, "web_prepend"): "web_prepend_messages",
     (ContextLimits, "max_message_chars"): "max_message_chars",
+    (DigestLimits, "max_messages"): "context_max_messages",
+    (DigestLimits, "window_step"): "context_window_step",
+    (DigestLimits, "window_hours"): "context_window_hours",
     (DigestLimits, "batch_size"): "digest_batch_size",
     (DigestLimits, "time_budget_s"): "digest_time_budget",
     (DigestLimits, "idle_s"): "digest_pause_seconds",
@@ -38,22 +44,33 @@ CARRIES = {
     (MediaLimits, "pdf_max_pages"): "pdf_max_pages",
     (MediaLimits, "voice_max_seconds"): "voice_max_seconds",
     (MediaLimits, "voice_seconds_per_day"): "voice_seconds_per_day",
+    (TurnBudget, "turns_per_minute"): "turns_per_minute",
+    (TurnBudget, "turns_per_day"): "turns_per_day",
+    (TurnBudget, "tokens_per_day"): "tokens_per_day",
     (TurnBudget, "reply_tokens"): "anthropic_max_tokens",
     (TurnSettings, "annotate"): "context_annotations",
     (TurnSettings, "timezone"): "context_timezone",
     (TurnSettings, "memory_notes"): "memory_notes",
     (TurnSettings, "tool_rounds"): "tool_rounds",
 }
-# Defaults that are not a setting's: the zeros of a Memory built without a budget (the functions
-# always pass TURNS_PER_MINUTE, TURNS_PER_DAY and TOKENS_PER_DAY), and bounds no setting names.
+# The budget's limits default to 0, off, for a Memory built without a budget (the CLI, a test):
+# not the settings' defaults, which the functions always pass.
+OFF = {(TurnBudget, "turns_per_minute"), (TurnBudget, "turns_per_day"), (TurnBudget, "tokens_per_day")}
+# Defaults that are not a setting's: bounds no setting names.
 NOT_SETTINGS = {
-    (TurnBudget, "turns_per_minute"),
-    (TurnBudget, "turns_per_day"),
-    (TurnBudget, "tokens_per_day"),
     (DigestLimits, "messages_per_digest"),
-    (ContextLimits, "max_history_chars"),  # MAX_HISTORY_CHARS: unset means 4 x MAX_MESSAGE_CHARS
     (MediaLimits, "voice_max_bytes"),  # a download's bound, no setting's
     (TurnSettings, "capabilities"),  # built from several settings by functions/runtime.py
+}
+
+
+# Built by functions/runtime.py from the settings at their defaults.
+DEFAULTS = Settings.defaults()
+BUILT = {
+    ContextLimits: runtime.context_limits(DEFAULTS),
+    DigestLimits: runtime.digest_limits(DEFAULTS),
+    MediaLimits: runtime.media_limits(DEFAULTS),
+    TurnBudget: runtime.turn_budget(DEFAULTS),
 }
 
 
@@ -61,18 +78,22 @@ def setting(name: str) -> Any:
     return Settings.model_fields[name].default
 
 
-def test_every_default_of_core_that_carries_a_setting_is_the_settings() -> None:
+def test_core_declares_no_default_of_a_setting_and_the_runtime_passes_each() -> None:
     for holder in (ContextLimits, DigestLimits, TurnBudget, MediaLimits, TurnSettings):
         for field in dataclasses.fields(holder):
-            if field.default is dataclasses.MISSING:
+            key, name = (holder, field.name), f"{holder.__name__}.{field.name}"
+            if field.default is not dataclasses.MISSING:
+                assert key in CARRIES or key in NOT_SETTINGS, f"{name}: which setting is it?"
+            if key not in CARRIES:
                 continue
-            key = (holder, field.name)
-            assert key in CARRIES or key in NOT_SETTINGS, f"{holder.__name__}.{field.name}: which setting is it?"
-            if key in CARRIES:
-                assert field.default == setting(CARRIES[key]), f"{holder.__name__}.{field.name}"
-    assert ContextLimits().max_history_chars == Settings.model_construct().history_chars_limit
+            if holder is TurnSettings:  # core/turn/request.py's defaults, kept equal to the settings'
+                assert field.default == setting(CARRIES[key]), name
+                continue
+            assert field.default == (0 if key in OFF else dataclasses.MISSING), f"{name} declares a default"
+            assert getattr(BUILT[holder], field.name) == setting(CARRIES[key]), name
+    assert BUILT[ContextLimits].max_history_chars == 4 * setting("max_message_chars")  # MAX_HISTORY_CHARS unset
     purge_batch = inspect.signature(Retention.__init__).parameters["batch_size"].default
-    assert purge_batch == setting("purge_batch")
+    assert purge_batch is inspect.Parameter.empty
 
 
 def test_no_sql_function_declares_a_default(database_url: str) -> None:

@@ -27,7 +27,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.places import location_text
 from core.channels.splitting import split_message
-from core.errors import InputError
+from core.errors import DeliveryFailed, Forbidden, InputError
 from core.media.kinds import MediaRef, twilio_media
 from core.models import Delivery, PlatformMessage, Surface
 from core.surfaces.commands import ChatCommand, chat_command
@@ -38,10 +38,6 @@ WHATSAPP_LIMIT = 1600
 TEXT_ONLY = "media.text_only"  # phrase ids: core/phrases/*.toml
 LOCATION = "whatsapp.location"
 EMPTY = "whatsapp.empty"
-
-log = logging.getLogger("crossmem.whatsapp")
-# Per instance, like the clients' cache: whether this instance has logged a refused signature.
-_refusal_logged = threading.Event()
 
 
 Form = TypeVar("Form", bound=BaseModel)
@@ -174,36 +170,39 @@ def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
     return Notice(EMPTY, "empty body")
 
 
-def signature_is_valid(
-    url: str,
-    form: Mapping[str, str],
-    signature: str | None,
-    *,
-    auth_token: str,
-    shared_key: str | None,
-    settings_header: str | None,
-) -> bool:
-    """True when `signature` is Twilio's for `url` and `form`, by either algorithm."""
-    if not signature:
-        return False
-    algorithm = get_signature_algorithm(settings_header)
-    secret = auth_token if algorithm == HMAC_SHA1 else shared_key
-    if not secret:
-        return False
-    valid = bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
-    if not valid and not _refusal_logged.is_set():
-        _refusal_logged.set()
-        log.warning(
-            "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
-            "calls (logged once per instance)",
-            extra={"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
-        )
-    return valid
+class TwilioSignatures:
+    """Twilio's signatures checked, the first refusal logged: one per instance, which
+    functions/runtime.py owns (a new instance, as `runtime.reset()` makes, logs again)."""
 
+    def __init__(self) -> None:
+        self._refusal_logged = threading.Event()
 
-def forget_logged_refusal() -> None:
-    """Let the next refused signature be logged again (a new instance, as tests make one)."""
-    _refusal_logged.clear()
+    def valid(
+        self,
+        url: str,
+        form: Mapping[str, str],
+        signature: str | None,
+        *,
+        auth_token: str,
+        shared_key: str | None,
+        settings_header: str | None,
+    ) -> bool:
+        """True when `signature` is Twilio's for `url` and `form`, by either algorithm."""
+        if not signature:
+            return False
+        algorithm = get_signature_algorithm(settings_header)
+        secret = auth_token if algorithm == HMAC_SHA1 else shared_key
+        if not secret:
+            return False
+        valid = bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
+        if not valid and not self._refusal_logged.is_set():
+            self._refusal_logged.set()
+            log.warning(
+                "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
+                "calls (logged once per instance)",
+                extra={"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
+            )
+        return valid
 
 
 def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | None = None) -> str:
@@ -270,6 +269,20 @@ class WhatsAppSender:
             log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
             return Delivery.OWED
         return Delivery.DELIVERED
+
+    def inbound_url(self, number: str) -> str | None:
+        """The URL Twilio posts `number`'s messages to (its SmsUrl, "A message comes in"; "" when
+        none), None when the number is not this account's (`crossmem doctor`). Raises Forbidden
+        ("status code") when Twilio refuses, DeliveryFailed (the error's type) when it does not answer."""
+        from twilio.base.exceptions import TwilioException, TwilioRestException
+
+        try:
+            numbers = self._rest().api.v2010.account.incoming_phone_numbers.list(phone_number=number, limit=1)
+        except TwilioRestException as exc:
+            raise Forbidden(f"{exc.status} {exc.code}") from None
+        except (TwilioException, OSError) as exc:
+            raise DeliveryFailed(type(exc).__name__) from None
+        return str(numbers[0].sms_url or "") if numbers else None
 
     def show_typing(self, message_sid: str) -> None:
         """WhatsApp's "typing…" for the person's message (Twilio's typing indicators, public beta),

@@ -20,6 +20,11 @@ from core.identity.linking import mask_account
 ASYMMETRIC = ("ES256", "RS256")
 
 
+def hs256_token(claims: dict[str, Any], secret: str) -> str:
+    """A token signed with the project's JWT secret, as Supabase signs one (`make dev`'s owner)."""
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
 class TokenVerifier:
     def __init__(self, *, hs256_secret: str | None, jwks_url: str | None, leeway_s: int = 30) -> None:
         if not hs256_secret and not jwks_url:

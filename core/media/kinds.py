@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from core.settings import setting_default
-
 # What Claude reads (its vision and PDF guides): these image types, and PDFs.
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 PDF_TYPE = "application/pdf"
@@ -75,12 +73,12 @@ class MediaLimits:
     """MEDIA_* and VOICE_* settings. Claude refuses an image over 5 MB of base64 (3.75 MB of
     bytes) and a request over 32 MB or 100 PDF pages; ours are below, and named in the README."""
 
-    max_items: int = setting_default("media_max_items")
-    image_max_bytes: int = setting_default("image_max_bytes")
-    pdf_max_bytes: int = setting_default("pdf_max_bytes")
-    pdf_max_pages: int = setting_default("pdf_max_pages")
-    voice_max_seconds: int = setting_default("voice_max_seconds")
-    voice_seconds_per_day: int = setting_default("voice_seconds_per_day")
+    max_items: int
+    image_max_bytes: int
+    pdf_max_bytes: int
+    pdf_max_pages: int
+    voice_max_seconds: int
+    voice_seconds_per_day: int
     voice_max_bytes: int = 5_000_000
 
 

@@ -31,7 +31,6 @@ from core.errors import ModelUnavailable, StoreUnavailable
 from core.follow_ups.wall_clock import zone_named
 from core.model.llm import Model, approximate_tokens
 from core.models import Role, StoredMessage
-from core.settings import setting_default
 from core.stores.store import MemoryStore
 from core.turn.context import ModelMessage, Source
 
@@ -180,12 +179,12 @@ class DigestLimits:
     max_messages: int
     window_step: int
     window_hours: int
-    batch_size: int = setting_default("digest_batch_size")
-    time_budget_s: float = setting_default("digest_time_budget")
-    messages_per_digest: int = 200  # not a setting: the most messages one digest reads
+    batch_size: int
+    time_budget_s: float
     # A person is digested after a pause this long (DIGEST_PAUSE_SECONDS), the prompt cache's
     # lifetime: new notes then cost no cache write that the pause has not already cost.
-    idle_s: int = setting_default("digest_pause_seconds")
+    idle_s: int
+    messages_per_digest: int = 200  # not a setting: the most messages one digest reads
 
 
 @dataclass(frozen=True)

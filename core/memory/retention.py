@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from core.settings import setting_default
 from core.stores.store import MemoryStore
 
 # Past a surface's deadline the turn answers with the fallback, which is not stored; the margin
@@ -69,7 +68,7 @@ class Retention:
         self,
         store: MemoryStore,
         *,
-        batch_size: int = setting_default("purge_batch"),
+        batch_size: int,
         in_flight: timedelta,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:

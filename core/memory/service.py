@@ -11,7 +11,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -31,7 +31,6 @@ from core.models import (
     parse_uuid,
 )
 from core.phrases.language import language_tag
-from core.settings import setting_default
 from core.stores.store import MemoryStore
 
 log = logging.getLogger("crossmem.memory")
@@ -41,15 +40,15 @@ SEARCH_QUERY_CHARS = 1000
 
 @dataclass(frozen=True)
 class ContextLimits:
-    """The context rules; each default is the setting's (CONTEXT_WINDOW_HOURS, ...), read from
-    `Settings`, where it lives once."""
+    """The context rules (CONTEXT_WINDOW_HOURS, ...), passed in by functions/runtime.py: their
+    defaults live with the settings."""
 
-    window_hours: int = setting_default("context_window_hours")
-    max_messages: int = setting_default("context_max_messages")
-    window_step: int = setting_default("context_window_step")
-    web_prepend: int = setting_default("web_prepend_messages")
-    max_message_chars: int = setting_default("max_message_chars")
-    max_history_chars: int = 4 * setting_default("max_message_chars")  # MAX_HISTORY_CHARS unset
+    window_hours: int
+    max_messages: int
+    window_step: int
+    web_prepend: int
+    max_message_chars: int
+    max_history_chars: int
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class TurnBudget:
     turns_per_minute: int = 0
     turns_per_day: int = 0
     tokens_per_day: int = 0
-    reply_tokens: int = setting_default("anthropic_max_tokens")
+    reply_tokens: int = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ class Memory:
     def __init__(self, store: MemoryStore, limits: ContextLimits, budget: TurnBudget | None = None) -> None:
         self.store = store
         self.limits = limits
-        self.budget = budget or TurnBudget()
+        self.budget = budget or TurnBudget(reply_tokens=0)  # no token limit: nothing reserved
 
     def begin_turn(
         self,

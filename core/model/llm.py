@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.errors import ModelUnavailable
+from core.errors import Forbidden, ModelUnavailable
 from core.model.prompt import NOTES_PREAMBLE
 from core.turn.context import ModelMessage
 
@@ -256,6 +256,25 @@ class AnthropicModel:
         # one that stalls mid-way raises its HTTP client's timeout, which the SDK does not wrap.
         except Exception as exc:
             raise _unavailable(exc) from exc
+
+    def display_name(self) -> str | None:
+        """This model's display name, None when it is not available to the key (`GET
+        /v1/models/{id}`: `crossmem doctor`). Raises Forbidden (the status) when the key is refused,
+        ModelUnavailable (the error's type) when Anthropic does not answer."""
+        import anthropic
+
+        try:
+            return str(self._sdk(self._timeout_s).models.retrieve(self.name).display_name)
+        except anthropic.NotFoundError:
+            return None
+        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
+            raise Forbidden(str(exc.status_code)) from None
+        except anthropic.APIError as exc:
+            raise ModelUnavailable(type(exc).__name__) from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
 
     def _sdk(self, timeout_s: float) -> Any:
         with self._lock:

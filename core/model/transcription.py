@@ -82,6 +82,16 @@ class DeepgramTranscriber:
             float(seconds) if isinstance(seconds, int | float) else None,
         )
 
+    def key_status(self, timeout_s: float) -> int:
+        """What Deepgram's own test of a key (`GET /v1/auth/token`, free) answers: 200 when the key
+        is valid, 401 when it is not (`crossmem doctor`). Raises MediaUnreadable (the error's type)
+        when Deepgram does not answer."""
+        headers = {"Authorization": f"Token {self._api_key}"}
+        try:
+            return self._http.get(f"{self._base}/v1/auth/token", headers=headers, timeout=timeout_s).status_code
+        except httpx.HTTPError as exc:
+            raise MediaUnreadable(type(exc).__name__) from None
+
     def close(self) -> None:
         self._http.close()
 

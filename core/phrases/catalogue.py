@@ -21,7 +21,7 @@ from core.errors import ConfigurationError
 from core.phrases.language import choose_language
 
 CATALOGUE_DIR = Path(__file__).parent
-DEFAULT_LANGUAGE = "en"  # DEFAULT_LANGUAGE's default (core/settings.py; a test keeps them one)
+DEFAULT_LANGUAGE = "en"  # DEFAULT_LANGUAGE's default (functions/settings.py; a test keeps them one)
 
 Entry = str | dict[str, str]  # a template, or a template per plural category
 

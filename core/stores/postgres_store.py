@@ -108,6 +108,21 @@ def parsed(conninfo: str) -> str:
     return conninfo
 
 
+def conninfo_problem(conninfo: str) -> str | None:
+    """What psycopg says is wrong with a connection string (quoting it, password and all: a log
+    line or `crossmem doctor` masks it), None when it parses."""
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        return str(exc).strip()
+    return None
+
+
+def connect(conninfo: str, connect_timeout_s: int) -> psycopg.Connection[Any]:
+    """One autocommit connection outside any pool, the driver's error as it is (`crossmem doctor`)."""
+    return psycopg.connect(conninfo, connect_timeout=connect_timeout_s, autocommit=True)
+
+
 class PostgresStore:
     """The SQL functions over a small psycopg_pool pool, opened at the first call.
 

@@ -14,7 +14,7 @@ from core.media.kinds import MediaRef
 from core.model.llm import Usage
 from core.models import Delivery, PlatformMessage, Surface
 from core.phrases.catalogue import Catalogue, Phrases
-from core.turn.context import ContextItem
+from core.turn.context import ContextItem as ContextItem  # a web client's history: part of the request
 
 if TYPE_CHECKING:
     from core.turn.capabilities import Capability

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.logs import redacted
+from functions.logs import redacted
 from functions.tools.doc_links import DOCTOR
 
 

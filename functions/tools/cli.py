@@ -218,7 +218,7 @@ crossmem.add_command(search_command.search)
 
 def dev_port(port: int | None) -> int:
     """--port, else PORT from the environment or .env: `dev` and `say` agree on it."""
-    from core.settings import Settings
+    from functions.settings import Settings
 
     return port if port is not None else Settings.from_environment().port
 
@@ -240,7 +240,7 @@ def dev(port: int | None) -> int:
 @click.argument("text")
 def say(surface: str, sender: str | None, port: int | None, url: str | None, text: str) -> int:
     """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
-    from core.settings import Settings
+    from functions.settings import Settings
     from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 
     port = dev_port(port)

@@ -32,13 +32,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from core.channels.telegram_update import WEBHOOK_UPDATES
-from core.errors import ConfigurationError, DeliveryFailed
-from core.settings import Settings
+from core.errors import ConfigurationError, DeliveryFailed, Forbidden, MediaUnreadable, ModelUnavailable
 from core.stores.embedded import MIGRATIONS
 from functions import runtime
+from functions.settings import Settings
 from functions.tools.check_results import Check, fail, guarded, ok, skip
 from functions.tools.deploy import DescriptionError, read_description
 from functions.tools.doc_links import (
@@ -75,15 +73,14 @@ def check_database(config: Settings) -> Check:
             f"DATABASE_URL is not set here{using}: set it to the session pooler's URL to check the database "
             f"and its migrations ({DATABASE})",
         )
-    from psycopg.conninfo import conninfo_to_dict
+    from core.stores.postgres_store import conninfo_problem
 
     url = config.database_url.get_secret_value()
-    try:  # parsed before use: a mistyped URL is named as such, not as a database that does not answer
-        conninfo_to_dict(url)
-    except Exception as exc:  # psycopg quotes the string, password and all: Check masks it
+    # Parsed before use: a mistyped URL is named as such, not as a database that does not answer.
+    if (problem := conninfo_problem(url)) is not None:  # psycopg quotes the string, password and all: Check masks it
         return fail(
             name,
-            f"DATABASE_URL is not a connection string: {str(exc).strip()}",
+            f"DATABASE_URL is not a connection string: {problem}",
             f"write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE ({DATABASE})",
         )
     migrations = sorted(MIGRATIONS.glob("*.sql"))
@@ -119,9 +116,9 @@ def check_database(config: Settings) -> Check:
 def read_schema(url: str, connect_timeout_s: int, migrations: list[Path]) -> tuple[set[str], list[SchemaObject]]:
     """The versions recorded in Supabase's bookkeeping table (empty when it does not exist), and
     the tables and functions the applied ones define that the database lacks."""
-    import psycopg
+    from core.stores.postgres_store import connect
 
-    with psycopg.connect(url, connect_timeout=connect_timeout_s, autocommit=True) as connection:
+    with connect(url, connect_timeout_s) as connection:
         table = connection.execute("select to_regclass('supabase_migrations.schema_migrations')").fetchone()
         if table is None or table[0] is None:
             return set(), []
@@ -179,35 +176,24 @@ def check_twilio(config: Settings, expected: str | None) -> Check:
     if not (config.twilio_account_sid and config.twilio_auth_token and config.twilio_whatsapp_from):
         return skip(name, "set TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_WHATSAPP_FROM here to ask Twilio")
     number = config.twilio_whatsapp_from.removeprefix("whatsapp:")
-    from twilio.base.exceptions import TwilioException, TwilioRestException
-    from twilio.http.http_client import TwilioHttpClient
-    from twilio.rest import Client
+    from core.channels.whatsapp import WhatsAppSender
 
-    client = Client(
-        config.twilio_account_sid,
-        config.twilio_auth_token.get_secret_value(),
-        http_client=TwilioHttpClient(timeout=PROBE_TIMEOUT_S),
-    )
-    if config.twilio_api_base:
-        client.api.base_url = config.twilio_api_base.rstrip("/")
+    token = config.twilio_auth_token.get_secret_value()
+    sender = config.twilio_whatsapp_from
+    twilio = WhatsAppSender(config.twilio_account_sid, token, sender, config.twilio_api_base, PROBE_TIMEOUT_S)
     try:
-        numbers = client.api.v2010.account.incoming_phone_numbers.list(phone_number=number, limit=1)
-    except TwilioRestException as exc:
-        return fail(
-            name,
-            f"Twilio refused: {exc.status} {exc.code}",
-            f"check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN ({WEBHOOKS})",
-        )
-    except (TwilioException, OSError) as exc:
-        return fail(name, f"Twilio did not answer: {type(exc).__name__}", f"try again; check the network ({DOCTOR})")
+        sms_url = twilio.inbound_url(number)
+    except Forbidden as exc:
+        return fail(name, f"Twilio refused: {exc}", f"check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN ({WEBHOOKS})")
+    except DeliveryFailed as exc:
+        return fail(name, f"Twilio did not answer: {exc}", f"try again; check the network ({DOCTOR})")
     compare = f"is {expected}" if expected else "is whatsapp_webhook's URL"
-    if not numbers:
+    if sms_url is None:
         return skip(
             name,
             f"{number} is not one of this account's phone numbers (the WhatsApp Sandbox, or a sender whose "
             f"webhook is set on the sender): check its 'When a message comes in' in the console {compare}",
         )
-    sms_url = numbers[0].sms_url or ""
     if expected is None:
         return skip(
             name,
@@ -231,35 +217,33 @@ def check_twilio(config: Settings, expected: str | None) -> Check:
 def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
     if config.anthropic_api_key is None:
         return skip(name, "ANTHROPIC_API_KEY is not set here: set it to ask Anthropic")
-    import anthropic
+    from core.model.llm import AnthropicModel
 
-    client = anthropic.Anthropic(
+    claude = AnthropicModel(
         api_key=config.anthropic_api_key.get_secret_value(),
+        model=model,
+        max_tokens=1,
         base_url=config.anthropic_base_url,
+        timeout_s=PROBE_TIMEOUT_S,
         max_retries=0,
-        timeout=PROBE_TIMEOUT_S,
     )
     try:
-        found = client.models.retrieve(model)
-    except anthropic.NotFoundError:
+        display_name = claude.display_name()
+    except Forbidden as exc:
+        return fail(
+            name, f"the key is refused ({exc})", f"check ANTHROPIC_API_KEY (crossmem-anthropic-api-key; {SECRETS})"
+        )
+    except ModelUnavailable as exc:
+        return fail(name, f"Anthropic did not answer: {exc}", f"try again; status.anthropic.com ({DOCTOR})")
+    finally:
+        claude.close()
+    if display_name is None:
         return fail(
             name,
             f"{model} is not available to this key",
             f"set {setting} to a model `GET /v1/models` lists for the key, then `make deploy` ({CONFIGURATION})",
         )
-    except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
-        return fail(
-            name,
-            f"the key is refused ({exc.status_code})",
-            f"check ANTHROPIC_API_KEY (crossmem-anthropic-api-key; {SECRETS})",
-        )
-    except anthropic.APIError as exc:
-        return fail(
-            name, f"Anthropic did not answer: {type(exc).__name__}", f"try again; status.anthropic.com ({DOCTOR})"
-        )
-    finally:
-        client.close()
-    return ok(name, f"{model} ({found.display_name}) is available to the key")
+    return ok(name, f"{model} ({display_name}) is available to the key")
 
 
 def check_deepgram(config: Settings) -> Check:
@@ -268,24 +252,21 @@ def check_deepgram(config: Settings) -> Check:
     name = "deepgram"
     if config.deepgram_api_key is None:
         return skip(name, "DEEPGRAM_API_KEY is not set here (voice notes get a polite answer): set it to ask Deepgram")
+    from core.model.transcription import DeepgramTranscriber
+
+    deepgram = DeepgramTranscriber(config.deepgram_api_key.get_secret_value(), api_base=config.deepgram_api_base)
     try:
-        answer = httpx.get(
-            f"{config.deepgram_api_base.rstrip('/')}/v1/auth/token",
-            headers={"Authorization": f"Token {config.deepgram_api_key.get_secret_value()}"},
-            timeout=PROBE_TIMEOUT_S,
-        )
-    except httpx.HTTPError as exc:
+        status = deepgram.key_status(PROBE_TIMEOUT_S)
+    except MediaUnreadable as exc:
+        return fail(name, f"Deepgram did not answer: {exc}", f"try again; status.deepgram.com ({DOCTOR})")
+    finally:
+        deepgram.close()
+    if status in (401, 403):
         return fail(
-            name, f"Deepgram did not answer: {type(exc).__name__}", f"try again; status.deepgram.com ({DOCTOR})"
+            name, f"the key is refused ({status})", f"check DEEPGRAM_API_KEY (crossmem-deepgram-api-key; {SECRETS})"
         )
-    if answer.status_code in (401, 403):
-        return fail(
-            name,
-            f"the key is refused ({answer.status_code})",
-            f"check DEEPGRAM_API_KEY (crossmem-deepgram-api-key; {SECRETS})",
-        )
-    if answer.status_code != 200:
-        return fail(name, f"Deepgram answered {answer.status_code}", f"try again; status.deepgram.com ({DOCTOR})")
+    if status != 200:
+        return fail(name, f"Deepgram answered {status}", f"try again; status.deepgram.com ({DOCTOR})")
     return ok(name, f"the key is accepted; voice notes are transcribed with {config.deepgram_model}")
 
 

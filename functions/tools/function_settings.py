@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from pydantic import SecretStr
 
-from core.settings import Settings
+from functions.settings import Settings
 
 # The turn, the store, the model, the identity policy and linking: every function builds them.
 EVERY_FUNCTION = frozenset(

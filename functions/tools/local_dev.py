@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.settings import Settings
+from functions.settings import Settings
 
 # Flask, functions_framework, PyJWT and the runtime (the whole server) are imported by the parts
 # that serve: `crossmem say` runs apply_dev_defaults and deliver_locally alone, and should start fast.
@@ -69,8 +69,7 @@ def apply_dev_defaults(port: int) -> None:
 
 def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
     """A Supabase-shaped access token for the owner, signed with the local JWT secret."""
-    import jwt
-
+    from core.identity.web_auth import hs256_token
     from functions import runtime
 
     config = runtime.settings()
@@ -92,7 +91,7 @@ def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
         "session_id": user_id,
         "is_anonymous": False,
     }
-    return jwt.encode(claims, secret.get_secret_value(), algorithm="HS256")
+    return hs256_token(claims, secret.get_secret_value())
 
 
 def deliver_locally(

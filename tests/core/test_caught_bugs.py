@@ -17,15 +17,16 @@ import psycopg
 import pytest
 
 from core.errors import MessageTooLong
-from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester
-from core.memory.service import ContextLimits, Memory
+from core.memory.digest import DigestJob, ExtractiveDigester
+from core.memory.service import Memory
 from core.model.llm import approximate_tokens
 from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
+from tests.helpers import context_limits, digest_limits
 
 ROOT = Path(__file__).resolve().parents[2]
-WINDOW = ContextLimits(max_messages=4, window_step=2)
-LIMITS = DigestLimits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+WINDOW = context_limits(max_messages=4, window_step=2)
+LIMITS = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
 
 
 @pytest.fixture
@@ -175,7 +176,7 @@ def test_the_offline_digest_keeps_digesting_a_person_past_the_tables_limit(
 ) -> None:
     """At the largest budget (8000 tokens, 32000 characters) long messages would pass the table's
     64000-character check within a few runs if the notes were not cut: every write would fail."""
-    memory = Memory(store, ContextLimits(max_messages=4, window_step=2, max_message_chars=16000))
+    memory = Memory(store, context_limits(max_messages=4, window_step=2, max_message_chars=16000))
     person = uuid.uuid4()
     job = DigestJob(store, ExtractiveDigester(8000), LIMITS)
     converse(memory, person, [f"long story {k} " + "x" * 15_000 for k in range(2)])
@@ -197,7 +198,7 @@ def test_the_offline_digest_keeps_digesting_a_person_past_the_tables_limit(
 def test_a_message_of_exactly_the_limit_is_stored_and_one_more_is_refused(
     store: PostgresStore, database_url: str
 ) -> None:
-    memory = Memory(store, ContextLimits(max_message_chars=50))
+    memory = Memory(store, context_limits(max_message_chars=50))
     person = uuid.uuid4()
     start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "a" * 50, uuid.uuid4().hex)
     assert start.message_id is not None

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from core.logs import JsonLineFormatter, redacted
+from functions.logs import JsonLineFormatter, redacted
 
 
 @pytest.mark.parametrize(

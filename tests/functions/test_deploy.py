@@ -17,7 +17,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from core.settings import Settings
+from functions.settings import Settings
 from functions.tools.cli import main
 from functions.tools.deploy import DEPLOYER_ROLES, ENV_FILES, Target, deploy_command, read_description
 from functions.tools.upload import PACKAGE

@@ -28,8 +28,8 @@ import psycopg
 import pytest
 import yaml
 
-from core.settings import Settings
 from core.stores.embedded import MIGRATIONS, SUPABASE_STANDINS, start_embedded_postgres, stop_embedded_postgres
+from functions.settings import Settings
 from functions.tools.deploy import read_description, secret_id
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram

@@ -118,8 +118,8 @@ def test_an_entry_that_describes_no_tool_is_refused_naming_it(entry: str, error:
 
 
 def test_a_tool_named_like_a_built_in_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.settings import Settings
     from functions.runtime import capabilities
+    from functions.settings import Settings
 
     (tmp_path / "clash.py").write_text(
         "def search_memory(arguments):\n"

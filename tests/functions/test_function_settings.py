@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.settings import Settings
+from functions.settings import Settings
 from functions.tools.deploy import read_description
 from functions.tools.function_settings import BY_FUNCTION, settings_of, undeclared_settings
 from tests.helpers import (

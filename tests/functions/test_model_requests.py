@@ -11,8 +11,8 @@ import pytest
 
 from core.model.llm import messages_request
 from core.models import Role
-from core.settings import Settings
 from core.turn.context import ModelMessage
+from functions.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import TELEGRAM_SECRET, app_client
 

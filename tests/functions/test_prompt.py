@@ -11,9 +11,9 @@ import pytest
 from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
 from core.memory.search import TOOL as SEARCH_TOOL
 from core.model.prompt import DEFAULT_PERSONA
-from core.settings import Settings
 from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, standing_instructions
 from functions.runtime import capabilities
+from functions.settings import Settings
 
 # What the prompt of every configuration must never say: the agent does see photos and PDFs.
 NEVER = ("see attachments", "you only learn that they sent one", "ask them to tell you in words")

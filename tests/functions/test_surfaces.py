@@ -15,12 +15,13 @@ import pytest
 from core.errors import ConfigurationError
 from core.follow_ups.delivery import FollowUpDelivery
 from core.identity.policy import IdentityPolicy
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.models import Person
-from core.settings import Settings
 from core.stores.postgres_store import PostgresStore
 from core.surfaces import RULES, Surface, registry, rules
 from functions import runtime
+from functions.settings import Settings
+from tests.helpers import context_limits
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 API = (REPOSITORY / "docs" / "api.md").read_text()
@@ -75,7 +76,7 @@ def test_a_sender_is_the_owners_only_on_the_surface_that_lists_them() -> None:
 
 
 def test_each_secondary_conversation_is_titled_by_its_surfaces_rules(store: PostgresStore) -> None:
-    memory = Memory(store, ContextLimits())
+    memory = Memory(store, context_limits())
     for surface in Surface:
         if not surface.is_secondary:
             continue

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from twilio.request_validator import RequestValidator
 
-from core.channels.whatsapp import forget_logged_refusal
+from functions import runtime
 from tests.helpers import app_client
 
 TOKEN = "twilio-auth-token-for-tests"
@@ -21,9 +21,10 @@ WITHOUT_PATH = "https://europe-west1-advisor-prod.cloudfunctions.net"
 
 @pytest.fixture
 def fresh_instance() -> Iterator[None]:
-    forget_logged_refusal()
+    """A new instance (app_client's runtime.reset() makes one too): nothing logged yet."""
+    runtime.reset()
     yield
-    forget_logged_refusal()
+    runtime.reset()
 
 
 def twilio_post(body: str) -> tuple[dict[str, str], dict[str, str]]:

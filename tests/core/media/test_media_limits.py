@@ -11,12 +11,12 @@ import pytest
 from pypdf import PdfWriter
 
 from core.channels.media_fetch import InlineMedia
-from core.media.kinds import MediaKind, MediaLimits, MediaRef
+from core.media.kinds import MediaKind, MediaRef
 from core.media.turn_media import MediaReader, most_bytes
 from core.model.transcription import DeepgramTranscriber
 from core.models import Surface
 from tests.fakes.deepgram_api import FakeDeepgram
-from tests.helpers import CORPUS, ENGLISH, ogg_lasting
+from tests.helpers import CORPUS, ENGLISH, media_limits, ogg_lasting
 
 MEDIA = CORPUS / "media"
 RECEIPT = (MEDIA / "receipt.jpg").read_bytes()
@@ -25,7 +25,7 @@ DEEPGRAM_KEY = "deepgram-test-key"
 
 
 def reader(**limits: int) -> MediaReader:
-    return MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: None, MediaLimits(**limits))
+    return MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: None, media_limits(**limits))
 
 
 def photo(data: bytes = RECEIPT) -> MediaRef:
@@ -106,7 +106,7 @@ def deepgram() -> Iterator[FakeDeepgram]:
 
 def listener(deepgram: FakeDeepgram, **limits: int) -> MediaReader:
     transcriber = DeepgramTranscriber(DEEPGRAM_KEY, api_base=deepgram.url)
-    return MediaReader({Surface.WEB: InlineMedia}, lambda: transcriber, lambda: None, MediaLimits(**limits))
+    return MediaReader({Surface.WEB: InlineMedia}, lambda: transcriber, lambda: None, media_limits(**limits))
 
 
 def note(data: bytes = VOICE, seconds: int | None = None, mime_type: str = "audio/webm") -> MediaRef:

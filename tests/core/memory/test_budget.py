@@ -11,14 +11,14 @@ import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import OverBudget
-from core.memory.service import ContextLimits, Memory, TurnBudget, TurnEstimate
+from core.memory.service import Memory, TurnEstimate
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.helpers import rows
+from tests.helpers import context_limits, rows, turn_budget
 
 
 def budgeted(store: PostgresStore, **limits: int) -> Memory:
-    return Memory(store, ContextLimits(), TurnBudget(**limits))
+    return Memory(store, context_limits(), turn_budget(**limits))
 
 
 def stored(database_url: str, person: uuid.UUID) -> int:
@@ -181,7 +181,7 @@ def test_an_attempt_that_ends_leaves_alone_a_message_another_attempt_took_over(
 
 
 def reserving(store: PostgresStore, tokens_per_day: int, reply_tokens: int) -> Memory:
-    return Memory(store, ContextLimits(), TurnBudget(tokens_per_day=tokens_per_day, reply_tokens=reply_tokens))
+    return Memory(store, context_limits(), turn_budget(tokens_per_day=tokens_per_day, reply_tokens=reply_tokens))
 
 
 def usage_of(database_url: str, message_id: int) -> list[tuple[int, int]]:

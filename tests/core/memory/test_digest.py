@@ -15,19 +15,19 @@ import pytest
 
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
-from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester, read_notes, within_budget
-from core.memory.service import ContextLimits, Memory
+from core.memory.digest import DigestJob, ExtractiveDigester, ModelDigester, read_notes, within_budget
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel, messages_request
 from core.model.prompt import NOTES_PREAMBLE
 from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import as_role
+from tests.helpers import as_role, context_limits, digest_limits
 
 CACHE = {"type": "ephemeral"}
-WINDOW = ContextLimits(max_messages=4, window_step=2)
-LIMITS = DigestLimits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+WINDOW = context_limits(max_messages=4, window_step=2)
+LIMITS = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
 
 
 @pytest.fixture
@@ -91,14 +91,16 @@ def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
 ) -> None:
     person = uuid.uuid4()
     converse(small, person, ["my sister's name is Ana", "b", "c"])
-    job = DigestJob(store, ExtractiveDigester(800), DigestLimits(max_messages=4, window_step=2, window_hours=24))
+    job = DigestJob(store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=2, window_hours=24))
     assert job.run(person).updated == 0  # they wrote just now: their prompt cache is warm
     backdate(database_url, person, "6 minutes")
     assert job.run(person).updated == 1
 
     quiet = uuid.uuid4()  # fewer messages than a step, but nothing of them is in any window a day later
     converse(small, quiet, ["my flight is on Tuesday"])
-    whole_step = DigestJob(store, ExtractiveDigester(800), DigestLimits(max_messages=4, window_step=4, window_hours=24))
+    whole_step = DigestJob(
+        store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=4, window_hours=24)
+    )
     assert whole_step.run(quiet).updated == 0
     backdate(database_url, quiet, "25 hours")
     assert whole_step.run(quiet).updated == 1
@@ -174,7 +176,7 @@ def test_two_runs_at_once_write_each_persons_notes_once(own_database: str) -> No
             time.sleep(0.05)  # hold the claim while the other run claims
             return super().digest(notes, messages, zone)
 
-    one_at_a_time = DigestLimits(max_messages=4, window_step=2, window_hours=24, batch_size=1, idle_s=0)
+    one_at_a_time = digest_limits(max_messages=4, window_step=2, window_hours=24, batch_size=1, idle_s=0)
     runs = []
 
     def run() -> None:

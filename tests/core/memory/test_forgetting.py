@@ -24,7 +24,7 @@ from core.memory.forgetting import (
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.helpers import ENGLISH, forgotten, will_delete
+from tests.helpers import ENGLISH, digest_limits, forgotten, will_delete
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -282,12 +282,14 @@ def test_whatsapp_sentences_with_forget_are_messages(body: str) -> None:
 def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     forgetting: Forgetting, memory: Memory, database_url: str, how: str
 ) -> None:
-    from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, read_notes
+    from core.memory.digest import DigestJob, ExtractiveDigester, read_notes
 
     person = uuid.uuid4()
     for index in range(3):
         turn(memory, Person(user_id=person), Surface.TELEGRAM, f"my locker code is 44{index}")
-    job = DigestJob(memory.store, ExtractiveDigester(800), DigestLimits(4, 2, 24, idle_s=0))
+    job = DigestJob(
+        memory.store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+    )
     assert job.run(person).updated == 1
     assert "my locker code is 440" in read_notes(memory.store, person).content
     telegram = memory.list_conversations(person)[0].id

@@ -13,12 +13,12 @@ from core.errors import NotFound
 from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
 from core.memory.forgetting import ForgetRequest, Forgetting, Forgotten
-from core.memory.service import ContextLimits, Memory, TurnBudget, TurnEstimate
+from core.memory.service import Memory, TurnEstimate
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
-from tests.helpers import ENGLISH, rows
+from tests.helpers import ENGLISH, context_limits, digest_limits, rows, turn_budget
 
 SERVICE_KEY = "sb_secret_test_service_role_key"
 
@@ -36,7 +36,7 @@ def counted(request: pytest.FixtureRequest, database_url: str) -> Iterator[Count
         # "postgres-pooler": prepared statements off, as behind Supabase's transaction pooler.
         proxy = LatencyProxy(postgres_target(database_url))
         store = PostgresStore(through_proxy(database_url, proxy.port), prepared_statements=request.param == "postgres")
-        memory = Memory(store, ContextLimits())
+        memory = Memory(store, context_limits())
         memory.list_conversations(uuid.uuid4())  # open the connection: its handshake is not a turn
         proxy.reset()
         yield CountedMemory(memory, lambda: proxy.round_trips, proxy.reset)
@@ -45,7 +45,7 @@ def counted(request: pytest.FixtureRequest, database_url: str) -> Iterator[Count
     else:
         stand_in = PostgrestStandIn(database_url, SERVICE_KEY)
         store_s = SupabaseStore(stand_in.url, SERVICE_KEY)
-        memory = Memory(store_s, ContextLimits())
+        memory = Memory(store_s, context_limits())
 
         def reset() -> None:
             stand_in.requests = 0
@@ -81,7 +81,11 @@ def test_with_the_budget_on_a_turn_reserves_and_settles_its_tokens_in_its_two_ro
 ) -> None:
     """begin_turn reserves two requests of the estimated input (1,000, and "hello": 1) and output (100);
     finish_turn, or end_attempt, puts what was spent in its place: no round trip more."""
-    memory = Memory(counted.memory.store, ContextLimits(), TurnBudget(12, 300, 2_000_000, reply_tokens=100))
+    memory = Memory(
+        counted.memory.store,
+        context_limits(),
+        turn_budget(turns_per_minute=12, turns_per_day=300, tokens_per_day=2_000_000, reply_tokens=100),
+    )
     person = uuid.uuid4()
     counted.reset()
     start = memory.begin_turn(
@@ -268,7 +272,7 @@ def test_forgetting_is_one_round_trip_and_a_forgotten_redelivery_stores_nothing(
 
 
 def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: CountedMemory) -> None:
-    from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester
+    from core.memory.digest import DigestJob, ExtractiveDigester
 
     memory = counted.memory
     person = uuid.uuid4()
@@ -276,7 +280,9 @@ def test_a_digest_costs_one_round_trip_to_claim_and_one_to_write(counted: Counte
         start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, f"fact {index}", f"d{index}")
         assert start.message_id is not None
         memory.finish_turn(person, start.message_id, "noted")
-    job = DigestJob(memory.store, ExtractiveDigester(800), DigestLimits(4, 2, 24, idle_s=0))
+    job = DigestJob(
+        memory.store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+    )
     counted.reset()
     assert job.run(person).updated == 1
     assert counted.round_trips() == 3  # claim, write, and the claim that finds nobody left

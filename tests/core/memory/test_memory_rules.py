@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import EmptyMessage, MessageTooLong
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.helpers import count
+from tests.helpers import context_limits, count
 
 
 def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, database_url: str) -> None:
@@ -60,7 +60,7 @@ def test_messages_outside_the_window_are_not_context(memory: Memory, database_ur
 
 
 def test_the_window_start_moves_in_steps(store: PostgresStore) -> None:
-    memory = Memory(store, ContextLimits(max_messages=6, window_step=4))
+    memory = Memory(store, context_limits(max_messages=6, window_step=4))
     person = Person(user_id=uuid.uuid4())
     firsts, sizes = [], []
     for index in range(12):
@@ -88,7 +88,7 @@ turns = st.lists(st.tuples(st.integers(0, 19), st.sampled_from(list(Surface)), s
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(turns=turns)
 def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, database_url: str, turns: list) -> None:
-    limits = ContextLimits(max_messages=5, window_step=2)
+    limits = context_limits(max_messages=5, window_step=2)
     memory = Memory(store, limits)
     people = [uuid.uuid4() for _ in range(20)]
     web_conversations = {person: memory.create_conversation(person).id for person in people}
@@ -139,7 +139,7 @@ def test_a_step_longer_than_the_window_never_empties_it(store: PostgresStore, li
     from core.models import Role
     from core.turn.context import ContextItem, stepped_tail
 
-    memory = Memory(store, ContextLimits(max_messages=limit, window_step=step))
+    memory = Memory(store, context_limits(max_messages=limit, window_step=step))
     person = Person(user_id=uuid.uuid4())
     items = []
     for index in range(12):

@@ -17,7 +17,7 @@ import pytest
 
 from core.identity.policy import IdentityPolicy
 from core.memory.search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTools, SearchRules, rendered
-from core.memory.service import ContextLimits, Memory, TurnBudget
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall
 from core.model.offline_model import OfflineModel
 from core.models import Surface
@@ -26,7 +26,7 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import FailingStore, as_role, execute, rows
+from tests.helpers import FailingStore, as_role, context_limits, execute, rows, turn_budget
 
 MADRID = ZoneInfo("Europe/Madrid")
 SETTINGS = TurnSettings(
@@ -91,7 +91,7 @@ def created_at(database_url: str, message_id: int) -> datetime:
 def test_a_turn_finds_what_was_said_90_days_ago_on_whatsapp_and_counts_both_requests(
     store: PostgresStore, fake: FakeAnthropic, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    memory = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=10_000_000))
+    memory = Memory(store, context_limits(), turn_budget(tokens_per_day=10_000_000))
     person = uuid.uuid4()
     before = planted(database_url, person, "whatsapp", "assistant", "How did the appointment go?", 90.001)
     fact = planted(database_url, person, "whatsapp", "user", "The doctor said 400 mg of ibuprofen, twice a day", 90)
@@ -201,7 +201,7 @@ def test_a_question_as_a_person_asks_it_finds_its_message_in_either_language(mem
 def test_a_search_that_fails_tells_the_model_and_the_turn_still_answers(
     store: PostgresStore, fake: FakeAnthropic
 ) -> None:
-    memory = Memory(FailingStore(store, ["search_memory"]), ContextLimits())
+    memory = Memory(FailingStore(store, ["search_memory"]), context_limits())
     fake.answer = searching("anything")
     result = turns_with(memory, fake).run(
         TurnRequest(Surface.WHATSAPP, "what did I say about the trip?", "f-1", user_id=uuid.uuid4())

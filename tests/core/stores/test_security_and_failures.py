@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.embedded import (
     MIGRATIONS,
@@ -24,7 +24,7 @@ from core.stores.embedded import (
 )
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
-from tests.helpers import ROOT, as_role, free_port
+from tests.helpers import ROOT, as_role, context_limits, free_port
 
 
 def test_authenticated_reads_only_its_own_rows_and_cannot_write(memory: Memory, database_url: str) -> None:
@@ -132,7 +132,7 @@ def test_service_role_runs_the_turn_functions(database_url: str) -> None:
 
 def test_unreachable_database_degrades_to_empty_context(caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()  # nothing listens there: connection refused
-    memory = Memory(PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres"), ContextLimits())
+    memory = Memory(PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres"), context_limits())
     with caplog.at_level(logging.ERROR, logger="crossmem"):
         start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
         assert start.degraded and start.history == [] and start.message_id is None
@@ -147,7 +147,7 @@ def test_a_server_that_never_answers_degrades_within_the_connect_timeout() -> No
     port = silent.getsockname()[1]
     try:
         memory = Memory(
-            PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout_s=2), ContextLimits()
+            PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout_s=2), context_limits()
         )
         began = time.monotonic()
         start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
@@ -162,7 +162,7 @@ def test_server_stopped_mid_conversation(caplog: pytest.LogCaptureFixture) -> No
     with tempfile.TemporaryDirectory(prefix="crossmem-stop-") as directory:
         url = start_embedded_postgres(Path(directory) / "data", delete_on_exit=True)
         prepare_database(url)
-        memory = Memory(PostgresStore(url), ContextLimits())
+        memory = Memory(PostgresStore(url), context_limits())
         person = Person(user_id=uuid.uuid4())
         first = memory.begin_turn(person, Surface.TELEGRAM, "before", "a")
         assert not first.degraded and first.message_id is not None
@@ -210,7 +210,7 @@ def test_an_unreachable_postgrest_degrades_the_same_way(caplog: pytest.LogCaptur
     from core.stores.supabase_store import SupabaseStore
 
     port = free_port()
-    memory = Memory(SupabaseStore(f"http://127.0.0.1:{port}", "sb_secret_key", timeout_s=2), ContextLimits())
+    memory = Memory(SupabaseStore(f"http://127.0.0.1:{port}", "sb_secret_key", timeout_s=2), context_limits())
     with caplog.at_level(logging.ERROR, logger="crossmem"):
         start = memory.begin_turn(Person(sender_id="tg-1"), Surface.TELEGRAM, "hello", "u1")
         assert start.degraded and start.history == []

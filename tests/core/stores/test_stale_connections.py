@@ -15,7 +15,7 @@ from psycopg.conninfo import make_conninfo
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import StoreUnavailable
 from core.identity.policy import IdentityPolicy
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
@@ -23,6 +23,7 @@ from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import begin_turn_arguments
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.helpers import context_limits
 
 APPLICATION = "crossmem-stale-test"
 
@@ -90,7 +91,7 @@ def handshake_round_trips(database_url: str, proxy: LatencyProxy) -> int:
 def test_idle_connections_killed_the_next_turn_keeps_its_memory_and_stores_its_message(
     proxied_store: PostgresStore, proxy: LatencyProxy, database_url: str
 ) -> None:
-    memory = Memory(proxied_store, ContextLimits())
+    memory = Memory(proxied_store, context_limits())
     person = Person(user_id=uuid.uuid4())
     first = memory.begin_turn(person, Surface.TELEGRAM, "my dentist moved to Friday", "u1")
     assert first.user_id is not None and first.message_id is not None
@@ -134,7 +135,7 @@ def test_a_turn_whose_begin_turn_committed_but_whose_answer_was_lost_asks_the_mo
             api_key="sk-ant-test", model="claude-test-1", max_tokens=100, base_url=fake.url, max_retries=0
         )
         settings = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
-        turns = Turns(Memory(proxied_store, ContextLimits()), lambda: model, IdentityPolicy("auto"), settings)
+        turns = Turns(Memory(proxied_store, context_limits()), lambda: model, IdentityPolicy("auto"), settings)
         person = uuid.uuid4()
         warm = turns.run(TurnRequest(Surface.WHATSAPP, "warm up", "SM-warm", user_id=person, deadline_s=30))
         assert warm.outcome is Outcome.ANSWERED
@@ -161,7 +162,7 @@ def test_a_turn_whose_begin_turn_committed_but_whose_answer_was_lost_asks_the_mo
 def test_a_web_first_message_whose_answer_was_lost_lands_in_one_conversation(
     proxied_store: PostgresStore, proxy: LatencyProxy, database_url: str
 ) -> None:
-    memory = Memory(proxied_store, ContextLimits())
+    memory = Memory(proxied_store, context_limits())
     person = Person(user_id=uuid.uuid4())
     memory.list_conversations(uuid.uuid4())  # a warm connection
     proxy.lose_next_answer()
@@ -175,7 +176,7 @@ def test_a_web_first_message_whose_answer_was_lost_lands_in_one_conversation(
 def test_a_finish_turn_whose_answer_was_lost_returns_the_reply_it_stored(
     proxied_store: PostgresStore, proxy: LatencyProxy
 ) -> None:
-    memory = Memory(proxied_store, ContextLimits())
+    memory = Memory(proxied_store, context_limits())
     start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "hello", "u1")
     assert start.user_id is not None and start.message_id is not None
     proxy.lose_next_answer()

@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from core.identity.policy import IdentityPolicy
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
-from tests.helpers import FailingStore, count, rows
+from tests.helpers import FailingStore, context_limits, count, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -46,7 +46,7 @@ def failing(store: PostgresStore) -> FailingStore:
 @pytest.fixture
 def turns(failing: FailingStore) -> Iterator[Turns]:
     model = OfflineModel()
-    yield Turns(Memory(failing, ContextLimits()), lambda: model, IdentityPolicy("auto"), SETTINGS)
+    yield Turns(Memory(failing, context_limits()), lambda: model, IdentityPolicy("auto"), SETTINGS)
 
 
 def thread_of(database_url: str, person: uuid.UUID) -> list[tuple[str, bool | None]]:
@@ -115,7 +115,7 @@ def test_a_redelivered_reply_that_fails_again_is_not_marked_delivered(turns: Tur
 def racing(database_url: str, runners: int, action: Callable[[Memory, int], TurnStart]) -> list[TurnStart]:
     """`action` run by `runners` threads at the same instant, each on a connection of its own
     already open (one pool hands out its connections too slowly for a real race)."""
-    memories = [Memory(PostgresStore(database_url, max_connections=1), ContextLimits()) for _ in range(runners)]
+    memories = [Memory(PostgresStore(database_url, max_connections=1), context_limits()) for _ in range(runners)]
     for memory in memories:
         memory.list_conversations(uuid.uuid4())
     start_line = threading.Barrier(runners)

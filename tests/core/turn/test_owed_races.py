@@ -9,11 +9,11 @@ from typing import Any
 
 import psycopg
 
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
-from tests.helpers import execute
+from tests.helpers import context_limits, execute
 
 
 def begin(connection: psycopg.Connection[Any], external_id: str, attempt: str, within: int = 60) -> Any:
@@ -67,7 +67,7 @@ def test_the_job_never_claims_a_message_that_has_a_reply_and_reads_only_its_pers
     with migrated_database(postgres_server) as url:
         store = PostgresStore(url)
         try:
-            memory = Memory(store, ContextLimits())
+            memory = Memory(store, context_limits())
             answered, owed = uuid.uuid4(), uuid.uuid4()
             first = memory.begin_turn(Person(user_id=answered), Surface.TELEGRAM, "hi", "has-reply", sender="101")
             second = memory.begin_turn(Person(user_id=owed), Surface.TELEGRAM, "hello?", "no-reply", sender="202")
@@ -97,7 +97,7 @@ def test_a_message_the_job_has_tried_goes_behind_and_so_does_its_person(postgres
     with migrated_database(postgres_server) as url:
         store = PostgresStore(url)
         try:
-            memory = Memory(store, ContextLimits())
+            memory = Memory(store, context_limits())
             failing, other = uuid.uuid4(), uuid.uuid4()
             stored = [
                 memory.begin_turn(Person(user_id=who), Surface.TELEGRAM, text, key, sender=sender).message_id

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.memory.service import ContextLimits, Memory
+from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
-from tests.helpers import rows
+from tests.helpers import context_limits, rows
 
 SERVICE_KEY = "sb_secret_test_service_role_key"
 
@@ -25,12 +25,12 @@ def both(request: pytest.FixtureRequest, database_url: str) -> Iterator[Memory]:
     """The memory over each store: the stand-in calls as service_role, as Supabase does."""
     if request.param == "postgres":
         store = PostgresStore(database_url)
-        yield Memory(store, ContextLimits())
+        yield Memory(store, context_limits())
         store.close()
     else:
         stand_in = PostgrestStandIn(database_url, SERVICE_KEY)
         supabase = SupabaseStore(stand_in.url, SERVICE_KEY)
-        yield Memory(supabase, ContextLimits())
+        yield Memory(supabase, context_limits())
         supabase.close()
         stand_in.close()
 

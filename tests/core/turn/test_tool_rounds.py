@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from core.identity.policy import IdentityPolicy
-from core.memory.service import ContextLimits, Memory, TurnBudget
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Delivery, Surface
 from core.stores.postgres_store import PostgresStore
@@ -22,7 +22,7 @@ from core.turn.operator_tools import OperatorTool, OperatorTools
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import rows
+from tests.helpers import context_limits, rows, turn_budget
 
 SONNET = "claude-sonnet-5-5"
 READ = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -60,7 +60,7 @@ def turns_with(
         DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", capabilities=(OperatorTools((tool,)),), tool_rounds=rounds
     )
     model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=321, base_url=fake.url, max_retries=0)
-    memory = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=10_000_000, reply_tokens=321))
+    memory = Memory(store, context_limits(), turn_budget(tokens_per_day=10_000_000, reply_tokens=321))
     return Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
 
 

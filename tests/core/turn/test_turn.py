@@ -14,7 +14,7 @@ import pytest
 
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
-from core.memory.service import ContextLimits, Memory, TurnBudget
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.models import Role, Surface
@@ -24,6 +24,7 @@ from core.turn.context import ContextItem, build_model_messages
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
+from tests.helpers import context_limits, turn_budget
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -172,7 +173,7 @@ def test_a_failing_model_gets_the_fallback_and_the_message_is_kept_once(
 def test_one_json_log_line_per_turn_with_its_figures(
     turns: Turns, fake: FakeAnthropic, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from core.logs import configure_json_logging
+    from functions.logs import configure_json_logging
 
     configure_json_logging()
     person = uuid.uuid4()
@@ -214,7 +215,7 @@ def test_a_stream_the_client_leaves_counts_at_least_the_text_it_was_sent(
     was sent since the model last said counts (about four characters a token), beside what the
     model reported."""
     model = claude(fake)
-    budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
+    budgeted = Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000))
     turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), SETTINGS)
     fake.answer = lambda body: "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
     person = uuid.uuid4()
@@ -238,7 +239,7 @@ def test_a_stream_left_after_a_tool_call_counts_both_requests_and_the_text_since
     """The first request asks for the follow-ups' list and its count arrives; the second streams
     text and the client leaves: both requests' reported tokens and the text since count."""
     model = claude(fake)
-    budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
+    budgeted = Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000))
     tools_on = replace(SETTINGS, capabilities=(FollowUps(FollowUpRules()),))
     turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), tools_on)
     fake.answer = lambda body: (
@@ -268,7 +269,7 @@ def test_a_stream_left_while_the_fallback_is_sent_counts_no_output_for_it(
 ) -> None:
     """The model failed before writing (a 500): the fallback is ours, not the model's output."""
     model = claude(fake)
-    budgeted = Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000))
+    budgeted = Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000))
     turns = Turns(budgeted, lambda: model, IdentityPolicy("auto"), SETTINGS)
     fake.behaviour = "500"
     person = uuid.uuid4()
@@ -284,7 +285,7 @@ def test_a_stream_left_while_the_fallback_is_sent_counts_no_output_for_it(
 
 
 def test_the_offline_model_shows_the_memory_at_work(store: PostgresStore) -> None:
-    turns = Turns(Memory(store, ContextLimits()), OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    turns = Turns(Memory(store, context_limits()), OfflineModel, IdentityPolicy("auto"), SETTINGS)
     person = uuid.uuid4()
     say(turns, Surface.TELEGRAM, "my cat is called Mishka", person)
     reply = say(turns, Surface.WHATSAPP, "what's my cat's name?", person).reply or ""

@@ -13,9 +13,9 @@ import pytest
 from core.channels.media_fetch import InlineMedia
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
-from core.media.kinds import MediaKind, MediaLimits, MediaRef
+from core.media.kinds import MediaKind, MediaRef
 from core.media.turn_media import MediaReader
-from core.memory.service import ContextLimits, Memory, TurnBudget
+from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
@@ -24,7 +24,7 @@ from core.turn.estimate import IMAGE_TOKENS, turn_estimate
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
-from tests.helpers import CORPUS, rows
+from tests.helpers import CORPUS, context_limits, media_limits, rows, turn_budget
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 RECEIPT = (CORPUS / "media" / "receipt.jpg").read_bytes()
@@ -43,7 +43,7 @@ def claude(fake: FakeAnthropic, name: str = "claude-test-1") -> AnthropicModel:
 
 
 def budgeted(store: PostgresStore) -> Memory:
-    return Memory(store, ContextLimits(), TurnBudget(tokens_per_day=1_000_000, reply_tokens=321))
+    return Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000, reply_tokens=321))
 
 
 def usage_of(database_url: str, external_id: str) -> list[tuple[int, int]]:
@@ -84,7 +84,7 @@ def test_an_abandoned_stream_with_a_photo_counts_the_descriptions_tokens(
     try:
         describing.answer = lambda body: "A shop receipt for 42 euros, dated in March."
         describer = claude(describing, "claude-describe-1")
-        reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, MediaLimits())
+        reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, media_limits())
         model = claude(fake)
         memory = budgeted(store)
         turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
@@ -122,6 +122,6 @@ def test_the_estimate_reads_the_prompt_the_tools_the_client_history_and_the_medi
     photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
     pdf = MediaRef(MediaKind.PDF, "application/pdf", data=b"%PDF-1.7")
     media = turn_estimate(
-        SETTINGS, TurnRequest(Surface.WEB, "", "e-3", media=(photo, pdf)), MediaLimits(pdf_max_pages=3)
+        SETTINGS, TurnRequest(Surface.WEB, "", "e-3", media=(photo, pdf)), media_limits(pdf_max_pages=3)
     )
     assert (media.input_tokens, media.requests) == (plain.input_tokens + IMAGE_TOKENS + 3 * (3_000 + IMAGE_TOKENS), 2)

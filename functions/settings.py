@@ -1,14 +1,14 @@
 """All configuration, from environment variables (and `.env`), read once by `functions/`.
 
-core never reads the environment itself: `functions/runtime.py` builds one `Settings`
-and hands the pieces to the objects that need them. Secrets are `SecretStr`, so they
-never print in a log line or a traceback.
+core never reads the environment, nor this module: `functions/runtime.py` builds one `Settings`
+and hands the pieces to the objects that need them, so every setting's default lives here only.
+Secrets are `SecretStr`, so they never print in a log line or a traceback.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -206,6 +206,11 @@ class Settings(BaseSettings):
                 )
             raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
 
+    @classmethod
+    def defaults(cls) -> Settings:
+        """Every setting at its default, without reading the environment (tests, benchmarks)."""
+        return cls.model_construct()
+
     @property
     def is_local(self) -> bool:
         return self.app_env == "local"
@@ -222,9 +227,3 @@ class Settings(BaseSettings):
             return None
         head = self.telegram_bot_token.get_secret_value().split(":", 1)[0]
         return int(head) if head.isdigit() else None
-
-
-def setting_default(name: str) -> Any:
-    """A setting's default, as `Settings` declares it (without reading the environment): the one
-    place a knob's default lives. core's dataclasses that carry a setting take theirs from here."""
-    return Settings.model_fields[name].default
