@@ -5,7 +5,7 @@ instance (docs/decisions.md, "Fixed phrases in the person's language").
 A phrase is a dotted id (`link.invalid`: the table `[link]`, the key `invalid`) and a
 str.format template. A phrase that counts something is a table with one form per plural
 category (`one`, `other`), chosen by `Phrases.count`. A third language is a third file with
-the same ids and the same placeholders (tests/core/test_phrases.py checks every file).
+the same ids and the same placeholders (tests/core/phrases/test_phrases.py checks every file).
 """
 
 from __future__ import annotations
