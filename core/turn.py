@@ -115,10 +115,10 @@ class Turns:
             until=until,
         )
 
-    def fallback_reply(self, said: str) -> str:
-        """The fallback in the language of what the person said: for the scheduled job, which has
-        no request to say it."""
-        return self._settings.fallback(self._settings.catalogue.choose(None, said))
+    def fallback_reply(self, said: str, remembered: str | None) -> str:
+        """The fallback in the person's `remembered` language, else that of what they `said`: for
+        the scheduled job, which has no request to say it."""
+        return self._settings.fallback(self._settings.catalogue.choose(None, said, remembered=remembered))
 
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
