@@ -65,9 +65,9 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
     catalogue = runtime.catalogue()
     if isinstance(action, Notice):
-        # An app that states no language: the person's as remembered (a round trip, for this alone).
+        # An app that states no language we have: the person's as remembered (a round trip, for this alone).
         remembered = None
-        if action.language_code is None:
+        if not catalogue.has(action.language_code):
             remembered = RememberedLanguage(runtime.store(), runtime.identity()).of(
                 Surface.TELEGRAM, str(action.chat_id)
             )

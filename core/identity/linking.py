@@ -28,7 +28,6 @@ from core.identity.policy import IdentityPolicy, identity_key
 from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
 from core.phrases.catalogue import Catalogue
-from core.phrases.language import language_tag
 from core.stores.store import MemoryStore
 from core.surfaces import rules
 
@@ -268,7 +267,7 @@ class Linking:
                 return LinkAnswer(
                     self._stranger_reply or self._catalogue.phrases(language).say("turn.stranger"), language
                 )
-            if language_tag(stated) is None:
+            if not self._catalogue.has(stated):
                 remembered = self._remembered.of(request.surface, request.sender_id)
                 language = self._catalogue.choose(stated, text, remembered=remembered)
             return LinkAnswer(self._catalogue.phrases(language).say("link.not_needed"), language)

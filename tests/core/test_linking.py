@@ -274,7 +274,7 @@ def test_under_the_owner_policy_nothing_to_link_is_said_in_the_owners_remembered
     store: PostgresStore, database_url: str
 ) -> None:
     """No SQL function of its own answers it, so it asks person_language, only when the request
-    states no language: the owner's remembered Spanish, or what the request states."""
+    states no language there is a file for: the owner's remembered Spanish, or what it states."""
     owner = uuid.uuid4()
     policy = IdentityPolicy.build("owner", owner, {Surface.TELEGRAM: ["4242"]})
     linking = Linking(store, policy)
@@ -282,6 +282,7 @@ def test_under_the_owner_policy_nothing_to_link_is_said_in_the_owners_remembered
     request = LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")
     not_needed = "No hace falta vincular nada: este asistente sirve a una sola persona y ya te conoce aquí."
     assert linking.answer(request).text == not_needed
+    assert linking.answer(request, "pt-BR").text == not_needed  # stated, but no file for it
     assert linking.answer(request, "en-GB").text == ENGLISH.say("link.not_needed")
     assert linking.answer(LinkRequest(Surface.TELEGRAM, "9999", "ABCDEFGHJ")).text == ENGLISH.say("turn.stranger")
 
