@@ -18,7 +18,7 @@ from core.models import Surface
 from core.turn.request import TurnRequest
 from functions import runtime
 from functions.http import json_response, serving
-from functions.whatsapp import TWIML_WITHIN_S, answered_in_twiml, said_in, twilio_form, twiml_response
+from functions.whatsapp import TWIML_WITHIN_S, answered_in_twiml, noticed_in, said_in, twilio_form, twiml_response
 
 
 @serving
@@ -33,11 +33,11 @@ def sms_webhook(request: flask.Request) -> flask.Response:
     action = classify(form)
     if isinstance(action, Keyword):
         return twiml_response(None)
-    phrases = said_in(form.body)
     if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
-        return twiml_response(runtime.commands().answer(action, phrases.language).text)
+        return twiml_response(runtime.commands().answer(action, None, form.body).text)
     if not isinstance(action, Converse):
-        return twiml_response(phrases.say(action.phrase))
+        return twiml_response(noticed_in(Surface.SMS, form.identity, form.body).say(action.phrase))
+    phrases = said_in(form.body)
     turn = TurnRequest(
         Surface.SMS,
         action.text,

@@ -28,6 +28,7 @@ from core.channels.telegram_update import (
     classify,
 )
 from core.errors import InputError, OverBudget, StillAnswering
+from core.identity.remembered_language import RememberedLanguage
 from core.memory.edits import MessageEdit
 from core.models import Surface
 from core.phrases.catalogue import Phrases
@@ -64,7 +65,13 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     action = classify(update, config.telegram_bot_id, config.telegram_bot_username)
     catalogue = runtime.catalogue()
     if isinstance(action, Notice):
-        phrases = catalogue.phrases(catalogue.choose(action.language_code))
+        # An app that states no language we have: the person's as remembered (a round trip, for this alone).
+        remembered = None
+        if not catalogue.has(action.language_code):
+            remembered = RememberedLanguage(runtime.store(), runtime.identity()).of(
+                Surface.TELEGRAM, str(action.chat_id)
+            )
+        phrases = catalogue.phrases(catalogue.choose(action.language_code, remembered=remembered))
         return _reply(action.chat_id, phrases.say(action.phrase), inline=inline)
     if isinstance(action, StopGeneration):
         # Never a turn, never an answer: the turn writing that draft stops, and sends what was shown.
@@ -74,11 +81,12 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         # No answer: the person corrected what they said; the next turn reads it (core/memory/edits.py).
         return json_response({"ok": True, "edit": runtime.corrections().apply(action).value})
     if isinstance(action, Command):
-        phrases = catalogue.phrases(catalogue.choose(action.language_code))
-        answer = runtime.commands().answer(action.request, phrases.language)
+        answer = runtime.commands().answer(action.request, action.language_code)
         if action.callback_query_id and config.telegram_bot_token is not None:
             runtime.telegram_bot().answer_callback_query(action.callback_query_id)
-        button = confirm_button(answer.confirm_code, phrases) if answer.confirm_code else None
+        button = (
+            confirm_button(answer.confirm_code, catalogue.phrases(answer.language)) if answer.confirm_code else None
+        )
         return _reply(action.chat_id, answer.text, inline=inline, markup=button)
     if not isinstance(action, Converse):
         return json_response({"ok": True, "ignored": action.reason})

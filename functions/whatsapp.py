@@ -16,6 +16,7 @@ import flask
 from core.channels.whatsapp import Converse, WhatsAppForm, classify, twiml
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.linking import LinkRequest, UnlinkRequest
+from core.identity.remembered_language import RememberedLanguage
 from core.memory.forgetting import ForgetRequest
 from core.models import Surface
 from core.phrases.catalogue import Phrases
@@ -42,11 +43,11 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
     except InputError as exc:
         return json_response({"error": "bad_request", "message": str(exc)}, 400)
     action = classify(form)
-    phrases = said_in(form.body)
     if isinstance(action, LinkRequest | UnlinkRequest | ForgetRequest):
-        return twiml_response(runtime.commands().answer(action, phrases.language).text)
+        return twiml_response(runtime.commands().answer(action, None, form.body).text)
     if not isinstance(action, Converse):
-        return twiml_response(phrases.say(action.phrase))
+        return twiml_response(noticed_in(Surface.WHATSAPP, form.identity, form.body).say(action.phrase))
+    phrases = said_in(form.body)
     turn = TurnRequest(
         Surface.WHATSAPP,
         action.text,
@@ -64,11 +65,19 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
 
 
 def said_in(body: str) -> Phrases:
-    """The phrases to answer a Twilio message in. Twilio says nothing of the person's language: a
-    command's answer goes by the words, else DEFAULT_LANGUAGE; a turn's by the person's remembered
-    language first (core/turn/turns.py)."""
+    """The phrases to refuse a Twilio message in before its turn (too long, empty), by its words.
+    Twilio says nothing of the person's language: a turn's fixed answers go by the person's
+    remembered language first (core/turn/turns.py), a command's too (core/surfaces/commands.py)."""
     catalogue = runtime.catalogue()
     return catalogue.phrases(catalogue.choose(None, body))
+
+
+def noticed_in(surface: Surface, sender: str, body: str) -> Phrases:
+    """The phrases of a notice (an empty message, a file we cannot read): the person's remembered
+    language (a round trip, for these alone), else the words, else DEFAULT_LANGUAGE."""
+    catalogue = runtime.catalogue()
+    remembered = RememberedLanguage(runtime.store(), runtime.identity()).of(surface, sender)
+    return catalogue.phrases(catalogue.choose(None, body, remembered=remembered))
 
 
 def answered_in_twiml(turn: TurnRequest, phrases: Phrases) -> flask.Response:

@@ -160,6 +160,7 @@ ASKED_BY_FUNCTIONS = {
     "core.errors",
     "core.memory.forgetting",
     "core.identity.linking",
+    "core.identity.remembered_language",
     "core.media.kinds",
     "core.memory.service",
     "core.model.prompt",

@@ -173,7 +173,7 @@ def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str)
             wrong = connection.execute(
                 "select public.redeem_link_code('signal', '+34600999888', %s, 5, false)", ("0" * 64,)
             ).fetchone()
-            assert wrong is not None and wrong[0] == {"status": "invalid"}
+            assert wrong is not None and wrong[0] == {"status": "invalid", "language": None}
             web_person = uuid.uuid4()
             linked = connection.execute(
                 "select public.link_identity(%s, 'signal', '+34600111222')", (web_person,)

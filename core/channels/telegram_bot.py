@@ -169,6 +169,8 @@ class TelegramChannel:
         self._chat_id = chat_id
         self._deadline = deadline if deadline is not None else math.inf
         asked = (lambda: stops.asked(chat_id, draft_id)) if stops is not None and drafts else None
+        # Without drafts no stop button is ever shown: nothing to ask about an earlier attempt.
+        self._before = (lambda: stops.stopped_before(chat_id, draft_id)) if stops is not None and drafts else None
         self._live = LiveReply(bot.call, chat_id, draft_id, drafts=drafts, clock=bot.clock, stop_asked=asked)
 
     def show_typing(self, until: float) -> None:
@@ -183,6 +185,9 @@ class TelegramChannel:
     @property
     def checks(self) -> int:
         return self._live.checks
+
+    def stopped_before(self) -> bool:
+        return self._before is not None and self._before()
 
     def send(self, text: str, until: float) -> Delivery:
         self._live.stop()  # no draft after the message, nor after the attempt's time

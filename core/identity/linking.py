@@ -25,6 +25,7 @@ from uuid import UUID
 
 from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
 from core.identity.policy import IdentityPolicy, identity_key
+from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
 from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
@@ -140,6 +141,7 @@ class LinkOutcome:
     retry_at: datetime | None = None
     account: str = ""  # the code's web account, masked
     messages: int = 0  # NEEDS_CONSENT: the chat's messages that would join that account
+    language: str | None = None  # the identity's person's, as remembered once it is done
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> LinkOutcome:
@@ -150,6 +152,7 @@ class LinkOutcome:
             retry_at=datetime.fromisoformat(row["retry_at"]) if row.get("retry_at") else None,
             account=str(row.get("account") or ""),
             messages=int(row.get("messages") or 0),
+            language=row.get("language") or None,
         )
 
 
@@ -174,9 +177,11 @@ class UnlinkRequest:
 
 @dataclass(frozen=True)
 class LinkAnswer:
-    """What to tell the chat; `confirm_code`: offer to confirm linking with this code (a button)."""
+    """What to tell the chat, in `language`; `confirm_code`: offer to confirm linking with this
+    code (a button, labelled in the same language)."""
 
     text: str
+    language: str
     confirm_code: str | None = None
 
 
@@ -208,6 +213,7 @@ class Linking:
         self._store = store
         self._catalogue = catalogue or Catalogue()
         self._identity = identity
+        self._remembered = RememberedLanguage(store, identity)
         self._ttl_minutes = ttl_minutes
         self._attempts_per_hour = attempts_per_hour
         self._bot_username = telegram_bot_username
@@ -250,35 +256,40 @@ class Linking:
 
     # The other apps' side: a chat or number that sent a command.
 
-    def answer(self, request: LinkRequest | UnlinkRequest, language: str | None = None) -> LinkAnswer:
-        """What to tell the person who sent the command (it is never part of the thread), in
-        `language` (None: DEFAULT_LANGUAGE)."""
-        phrases = self._catalogue.phrases(language)
+    def answer(self, request: LinkRequest | UnlinkRequest, stated: str | None = None, text: str = "") -> LinkAnswer:
+        """What to tell the person who sent the command (it is never part of the thread), in their
+        language: `stated` by the request, else as remembered (the command's SQL function answers
+        it), else the words of `text`, else DEFAULT_LANGUAGE."""
+        language = self._catalogue.choose(stated, text)
         if self._identity.mode == "owner":
             known = self._identity.resolve(request.surface, request.sender_id) is not None
-            return LinkAnswer(
-                phrases.say("link.not_needed") if known else self._stranger_reply or phrases.say("turn.stranger")
-            )
+            if not known:
+                return LinkAnswer(
+                    self._stranger_reply or self._catalogue.phrases(language).say("turn.stranger"), language
+                )
+            if not self._catalogue.has(stated):
+                remembered = self._remembered.of(request.surface, request.sender_id)
+                language = self._catalogue.choose(stated, text, remembered=remembered)
+            return LinkAnswer(self._catalogue.phrases(language).say("link.not_needed"), language)
         key = identity_key(request.surface, request.sender_id)
         try:
             if isinstance(request, UnlinkRequest):
-                unlinked = self.unlink(request.surface, key)
-                if request.also_known_as:
-                    unlinked += self.unlink(request.surface, identity_key(request.surface, request.also_known_as))
-                return LinkAnswer(phrases.say("link.unlinked" if unlinked else "link.not_linked"))
+                return self._unlinked(request, key, stated, text)
             if not request.code:
                 example = rules(request.surface).command("link ABC234XYZ")
-                return LinkAnswer(phrases.say("link.no_code", example=example))
+                return LinkAnswer(self._catalogue.phrases(language).say("link.no_code", example=example), language)
             outcome = self.redeem(request.surface, key, request.code, consented=request.consented)
         except StoreUnavailable:
-            return LinkAnswer(phrases.say("link.unavailable"))
+            return LinkAnswer(self._catalogue.phrases(language).say("link.unavailable"), language)
+        language = self._catalogue.choose(stated, text, remembered=outcome.language)
+        phrases = self._catalogue.phrases(language)
         if outcome.retry_at:
             retry = phrases.say("link.retry_at", time=f"{outcome.retry_at.astimezone(UTC):%H:%M}")
         else:
             retry = phrases.say("link.retry_in_an_hour")
         unlink = rules(request.surface).send_command("unlink", phrases.say("link.send_unlink"))
         code = normalise_code(request.code)
-        text = phrases.say(
+        answer = phrases.say(
             ANSWERS[outcome.status],
             retry=retry,
             unlink=unlink,
@@ -286,7 +297,19 @@ class Linking:
             messages=phrases.count("count.messages", outcome.messages),
             code=code,
         )
-        return LinkAnswer(text, code if outcome.status is LinkStatus.NEEDS_CONSENT else None)
+        return LinkAnswer(answer, language, code if outcome.status is LinkStatus.NEEDS_CONSENT else None)
+
+    def _unlinked(self, request: UnlinkRequest, key: str, stated: str | None, text: str) -> LinkAnswer:
+        """`/unlink` (its number beside a BSUID too), answered in the language of the person the
+        chat was theirs, as remembered before it left them."""
+        unlinked, remembered = self._unlink(request.surface, key)
+        if request.also_known_as:
+            also, also_remembered = self._unlink(request.surface, identity_key(request.surface, request.also_known_as))
+            unlinked, remembered = unlinked + also, remembered or also_remembered
+        language = self._catalogue.choose(stated, text, remembered=remembered)
+        return LinkAnswer(
+            self._catalogue.phrases(language).say("link.unlinked" if unlinked else "link.not_linked"), language
+        )
 
     def redeem(self, surface: Surface, identity_id: str, code: str, *, consented: bool = True) -> LinkOutcome:
         row = self._store.call(
@@ -315,11 +338,15 @@ class Linking:
         return LinkOutcome.from_row(row)
 
     def unlink(self, surface: Surface, identity_id: str) -> int:
+        return self._unlink(surface, identity_id)[0]
+
+    def _unlink(self, surface: Surface, identity_id: str) -> tuple[int, str | None]:
+        """How many identities were unlinked, and the language of the person they were theirs."""
         row = self._store.call(
             "unlink_identities",
             {"p_surface": surface.value, "p_user_id": None, "p_external_id": identity_key(surface, identity_id)},
         )
-        return int(row["unlinked"])
+        return int(row["unlinked"]), row.get("language") or None
 
     def refuse_under_owner(self) -> None:
         if self._identity.mode == "owner":

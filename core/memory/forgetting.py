@@ -71,10 +71,11 @@ class Forgetting:
 
     # The other apps' side: a chat or number that sent /forget or /forget confirm.
 
-    def answer(self, request: ForgetRequest, language: str | None = None) -> str:
-        """What to tell the person who sent the command (it is never part of the thread), in
-        `language` (None: DEFAULT_LANGUAGE)."""
-        phrases = self._catalogue.phrases(language)
+    def answer(self, request: ForgetRequest, stated: str | None = None, text: str = "") -> str:
+        """What to tell the person who sent the command (it is never part of the thread), in their
+        language: `stated` by the request, else as remembered (forget_request answers it, read
+        before forgetting deletes it), else the words of `text`, else DEFAULT_LANGUAGE."""
+        phrases = self._catalogue.phrases(self._catalogue.choose(stated, text))
         person = self._identity.resolve(request.surface, request.sender_id)
         if person is None:
             return self._stranger_reply or phrases.say("turn.stranger")
@@ -92,6 +93,7 @@ class Forgetting:
             )
         except StoreUnavailable:
             return phrases.say("link.unavailable")
+        phrases = self._catalogue.phrases(self._catalogue.choose(stated, text, remembered=row.get("language")))
         counts = Forgotten.from_row(row)
         status = row["status"]
         if status == "requested" and counts.messages + counts.conversations > 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigurationError
-from core.phrases.language import choose_language
+from core.phrases.language import choose_language, language_tag
 
 CATALOGUE_DIR = Path(__file__).parent
 DEFAULT_LANGUAGE = "en"  # DEFAULT_LANGUAGE's default (functions/settings.py; a test keeps them one)
@@ -46,6 +46,12 @@ class Catalogue:
         """The language of a turn (core/phrases/language.py's rule): `stated` by the request,
         `remembered` as the person's, `heard` in its voice note, the words of `text`."""
         return choose_language(stated, text, self.languages, self.default_language, remembered=remembered, heard=heard)
+
+    def has(self, stated: str | None) -> bool:
+        """Whether `stated` (a BCP 47 tag) names a language there is a file for: then it is the
+        answer's, and nothing else need be asked (the remembered language costs a round trip
+        where no command's SQL function answers it)."""
+        return language_tag(stated) in self.languages
 
     def phrases(self, language: str | None = None) -> Phrases:
         """The phrases of `language` (a language we have no file for, or None: the default's)."""

@@ -41,6 +41,7 @@ SQL_FUNCTIONS = frozenset(
         "redeem_link_code",
         "link_identity",
         "list_identities",
+        "person_language",
         "unlink_identities",
         "forget_conversations",
         "forget_person",

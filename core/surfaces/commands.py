@@ -80,10 +80,12 @@ def _without_addressee(text: str) -> str:
 
 @dataclass(frozen=True)
 class CommandAnswer:
-    """What to tell the chat; `confirm_code`: offer a button that confirms linking with it."""
+    """What to tell the chat; `confirm_code`: offer a button that confirms linking with it, its
+    label in `language` (the answer's)."""
 
     text: str
     confirm_code: str | None = None
+    language: str | None = None
 
 
 class Commands:
@@ -94,9 +96,11 @@ class Commands:
         self._linking = linking
         self._forgetting = forgetting
 
-    def answer(self, command: ChatCommand, language: str | None = None) -> CommandAnswer:
-        """The answer in `language` (None: DEFAULT_LANGUAGE)."""
+    def answer(self, command: ChatCommand, stated: str | None = None, text: str = "") -> CommandAnswer:
+        """The answer in the person's language: `stated` by the request (Telegram's
+        `language_code`), else as remembered (each command's SQL function answers it), else the
+        words of `text`, else DEFAULT_LANGUAGE (docs/decisions.md, "The person's language")."""
         if isinstance(command, ForgetRequest):
-            return CommandAnswer(self._forgetting.answer(command, language))
-        answered: LinkAnswer = self._linking.answer(command, language)
-        return CommandAnswer(answered.text, answered.confirm_code)
+            return CommandAnswer(self._forgetting.answer(command, stated, text))
+        answered: LinkAnswer = self._linking.answer(command, stated, text)
+        return CommandAnswer(answered.text, answered.confirm_code, answered.language)

@@ -139,7 +139,8 @@ class OwedReplies:
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
         said = next((m.content for m in start.history if m.id == start.message_id), "")
-        fallback = self._turns.fallback_reply(said)
+        # In the person's language as remembered (claim_owed_replies answers it), else that of their words.
+        fallback = self._turns.fallback_reply(said, start.language)
         delivery = channel.send(fallback, send_by)
         self._memory.finish_turn(start.user_id, start.message_id, fallback, delivered=delivery is Delivery.DELIVERED)
         log.warning(

@@ -53,6 +53,12 @@ class StopButton(Protocol):
         """How often the channel asked the database whether they stopped it: a round trip each."""
         ...
 
+    def stopped_before(self) -> bool:
+        """Whether the person stopped this reply before this attempt began: an earlier attempt was
+        writing it, and died. One round trip, asked only by an attempt that takes an owed message
+        over; False when the database cannot say."""
+        ...
+
 
 @dataclass(frozen=True)
 class TurnRequest:

@@ -8,6 +8,10 @@ turn's drafts thread asks before each draft after the first (`asked`, SQL `gener
 one round trip a check, made beside the model's stream, never on the reply's way. The draft's id
 is the update_id of the message the turn answers (functions/telegram.py), which is that message's
 `external_id`.
+
+A stop is kept when the instance writing died: the message is then owed, but not wanted. The
+attempt that takes it over (Telegram's redelivery) asks first (`stopped_before`) and writes
+nothing; the scheduled job's claim skips it (owed_replies.sql).
 """
 
 from __future__ import annotations
@@ -37,3 +41,13 @@ class StoppedGenerations:
     def asked(self, chat_id: int, draft_id: int) -> bool:
         """Whether the person of `chat_id` stopped the draft `draft_id`; raises StoreUnavailable."""
         return bool(self._store.call("generation_stopped", {"p_chat": str(chat_id), "p_draft_id": str(draft_id)}))
+
+    def stopped_before(self, chat_id: int, draft_id: int) -> bool:
+        """Whether the person stopped the draft `draft_id` while an attempt that has since died
+        wrote it: asked by the attempt that takes its message over, before any model call. False
+        when the database cannot say (the reply is then written, as without the button)."""
+        try:
+            return self.asked(chat_id, draft_id)
+        except StoreUnavailable as exc:
+            log.error("asking for an earlier stop failed", extra={"error": str(exc)})
+            return False

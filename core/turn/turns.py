@@ -95,6 +95,12 @@ class Turns:
                 elif result.outcome is Outcome.REDELIVERED:
                     self._send_stored_reply(result, channel, until)
             return self._logged(request.surface, result, began)
+        if start.owed and isinstance(channel, StopButton) and self._stopped_before(channel, figures):
+            # The person stopped this reply while an attempt that has since died wrote it: it is
+            # not written again (docs/decisions.md, Stop means stop). Nothing is sent or stored.
+            figures.owed = True
+            self._end_attempt(start, figures)
+            return self._logged(request.surface, self._result(Outcome.STOPPED, None, start, figures), began)
         prepared = self._prepared(request, start)
         start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
@@ -115,10 +121,10 @@ class Turns:
             until=until,
         )
 
-    def fallback_reply(self, said: str) -> str:
-        """The fallback in the language of what the person said: for the scheduled job, which has
-        no request to say it."""
-        return self._settings.fallback(self._settings.catalogue.choose(None, said))
+    def fallback_reply(self, said: str, remembered: str | None) -> str:
+        """The fallback in the person's `remembered` language, else that of what they `said`: for
+        the scheduled job, which has no request to say it."""
+        return self._settings.fallback(self._settings.catalogue.choose(None, said, remembered=remembered))
 
     def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
@@ -343,6 +349,11 @@ class Turns:
         result.reply_id = stored.id
         result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
         return start, figures, result
+
+    @staticmethod
+    def _stopped_before(channel: StopButton, figures: TurnFigures) -> bool:
+        figures.round_trips += 1
+        return channel.stopped_before()
 
     def _language(self, request: TurnRequest, start: TurnStart | None = None, heard: str | None = None) -> str:
         """The language of the turn's fixed phrases: stated by the request, else the person's as

@@ -175,6 +175,28 @@ def test_a_message_the_model_never_answers_gets_the_fallback_once_after_the_last
     assert len(fake_twilio.messages) == 2
 
 
+def test_the_fallback_given_up_with_is_said_in_the_persons_remembered_language(
+    environment: pytest.MonkeyPatch, job: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """English words from a person whose language is remembered as Spanish (their Telegram, a voice
+    note): claim_owed_replies answers it, and the job's last fallback is Spanish, not the words'."""
+    environment.setenv("OWED_REPLY_MAX_TRIES", "1")
+    sender = number()
+    never = form("can you write the essay today please", sender=sender)
+    owed(fake_anthropic, never)
+    [(person,)] = rows(job, "select user_id from messages where external_id = %s", never["MessageSid"])
+    execute(job, "insert into person_languages (user_id, language) values (%s, 'es')", person)
+    fake_anthropic.answer = lambda body: ""
+
+    assert run_the_job() == (0, 1)
+    spanish = (
+        "Perdona, ahora mismo no consigo pensar con claridad. Tengo tu mensaje y lo recordaré; "
+        "inténtalo de nuevo en un momento."
+    )
+    assert fake_twilio.messages == [{"From": BUSINESS, "To": sender, "Body": spanish}]
+    assert stored_turn(job, never["MessageSid"]) == [("user", never["Body"]), ("assistant", spanish)]
+
+
 def test_a_run_answers_at_most_two_of_one_persons_messages(
     job: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:

@@ -7,12 +7,14 @@ second person whose language is theirs alone."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from core.phrases.catalogue import Phrases
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.deepgram_api import FakeDeepgram
 from tests.fakes.telegram_api import FakeTelegram
@@ -27,12 +29,14 @@ from tests.helpers import (
     app_client,
     as_role,
     execute,
+    forgotten,
     form,
     messages_of,
     new_code,
     rows,
     signed,
     update,
+    will_delete,
 )
 
 DEEPGRAM_KEY = "deepgram-test-key"
@@ -230,3 +234,90 @@ def test_the_language_deepgram_heard_is_remembered_when_nothing_was_stated(
     assert apps.telegram.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
     assert len(fake_deepgram.requests) == 3
     assert rows(database_url, LANGUAGE_OF, person_of(database_url, "telegram", str(apps.chat))) == [("en",)]
+
+
+# The fixed answers given without a turn: commands and notices (docs/decisions.md, "The person's
+# language"): stated, else remembered (the command's own SQL function answers it), else the words.
+
+ACCOUNT = "u•••@example.com"  # `bearer`'s account, masked
+INVALID_CODE = {  # core/phrases/*.toml's link.invalid, as the person reads it
+    "es": "Ese código no es válido. Revísalo o pide uno nuevo en la web.",
+    "en": "That code isn't valid. Check it, or ask for a new one on the web.",
+}
+
+
+@pytest.mark.parametrize(
+    ("heard", "phrases", "default"),
+    [pytest.param("es", SPANISH, "en", id="es"), pytest.param("en", ENGLISH, "es", id="en")],
+)
+def test_whatsapp_forget_and_link_are_answered_in_the_remembered_language(
+    listening: Apps,
+    environment: pytest.MonkeyPatch,
+    fake_deepgram: FakeDeepgram,
+    fake_twilio: FakeTwilio,
+    database_url: str,
+    heard: str,
+    phrases: Phrases,
+    default: str,
+) -> None:
+    """A WhatsApp person whose voice note was heard in `heard` (WhatsApp states no language, and
+    "forget" or a code says nothing by its words) gets `forget`, `forget confirm`, `link` and
+    `unlink` in it; DEFAULT_LANGUAGE is the other language, so only the remembered one can say it.
+    A sender with nothing remembered gets DEFAULT_LANGUAGE."""
+    environment.setenv("DEFAULT_LANGUAGE", default)
+    apps = listening
+    apps.whatsapp, apps.web = app_client("whatsapp_webhook"), app_client("web_chat")
+    fallback = SPANISH if default == "es" else ENGLISH
+    fake_deepgram.language = heard
+    forgetting, linking = a_number(), a_number()
+    for number in (forgetting, linking):
+        assert whatsapp_says(apps, "", number, **voice_note(fake_twilio)) == ["Noted."]
+        assert rows(database_url, LANGUAGE_OF, person_of(database_url, "whatsapp", number)) == [(heard,)]
+
+    assert whatsapp_says(apps, "forget", forgetting) == [will_delete(phrases, 2, 1, "forget confirm")]
+    # Said in the language forgetting deletes with everything else: read before it.
+    assert whatsapp_says(apps, "forget confirm", forgetting) == [forgotten(phrases, 2)]
+    assert whatsapp_says(apps, "forget", forgetting) == [fallback.say("forget.nothing_stored")]
+
+    assert whatsapp_says(apps, "link ABC234XYZ", linking) == [INVALID_CODE[heard]]
+    code = new_code(apps, uuid.uuid4())["code"]
+    assert whatsapp_says(apps, f"link {code}", linking) == [phrases.say("link.linked", account=ACCOUNT)]
+    assert whatsapp_says(apps, "unlink", linking) == [phrases.say("link.unlinked")]
+    # Unlinked, the number is nobody's: its next `unlink` has no language but the default's.
+    assert whatsapp_says(apps, "unlink", linking) == [fallback.say("link.not_linked")]
+
+
+def test_sms_and_telegram_without_a_stated_language_answer_in_the_remembered_one(
+    apps: Apps, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """A person whose Telegram stated Spanish, linked to the web: their SMS number's `link` and
+    `forget` (after the link, the number is theirs) are answered in Spanish, and so are their
+    Telegram app's notices and commands when it states no language (a sticker, a wrong code)."""
+    person = uuid.uuid4()
+    telegram_says(apps, "Hola, vivo en Madrid", "es")
+    telegram_says(apps, f"/link {new_code(apps, person)['code']}", "es")
+    assert rows(database_url, LANGUAGE_OF, person) == [("es",)]
+
+    sms = app_client("sms_webhook")
+    number = a_number()
+
+    def sms_says(text: str) -> list[str]:
+        fields = {"From": number, "To": "+14155238886", "Body": text, "MessageSid": f"SM{uuid.uuid4().hex}"}
+        response = sms.post("/", data=fields, headers=signed(fields))
+        assert response.status_code == 200
+        return messages_of(response.text)
+
+    assert sms_says(f"link {new_code(apps, person)['code']}") == [
+        "¡Vinculado a la cuenta web u•••@example.com! Este chat y esa cuenta comparten ahora una sola "
+        "conversación: lo que digas aquí lo recuerdo allí, y al revés."
+    ]
+    assert sms_says("forget") == [will_delete(SPANISH, 2, 1, "forget confirm")]
+    assert sms_says("forget").pop().startswith("Esto borra todo lo que recuerdo de ti")
+
+    sticker = json.loads((CORPUS / "telegram" / "06_sticker.json").read_text())
+    sticker["message"]["chat"]["id"] = sticker["message"]["from"]["id"] = apps.chat
+    sticker["message"]["from"].pop("language_code", None)
+    assert apps.telegram.post("/", json=sticker, headers=TELEGRAM_HEADERS).status_code == 200
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": SPANISH.say("media.text_only")}
+    telegram_says(apps, "/link ABC234XYZ", None)
+    assert fake_telegram.sent()[-1]["text"] == INVALID_CODE["es"]

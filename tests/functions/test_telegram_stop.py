@@ -18,18 +18,21 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 from flask import Response
 from flask.testing import FlaskClient
 
 from core.channels.telegram_update import WEBHOOK_UPDATES
+from core.memory.service import Memory
 from core.model.llm import approximate_tokens
+from core.models import Person, Surface
 from functions import runtime
 from functions.tools.cli import main
 from functions.tools.doctor import check_telegram
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, count, rows, stored_turn, update
+from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, count, execute, rows, stored_turn, update
 
 STOP: dict[str, Any] = json.loads((CORPUS / "telegram" / "29_stopped_message_generation.json").read_text())
 DRAFT_ID = STOP["stopped_message_generation"]["draft_id"]  # the update_id of the message answered
@@ -215,6 +218,55 @@ def test_a_stop_from_another_chat_never_stops_a_persons_reply(
     assert stored_turn(database_url, str(draft))[-1] == ("assistant", whole)
     assert fake_telegram.sent()[-1] == {"chat_id": ANA, "text": whole}
     assert stops_of(database_url, draft) == 0
+
+
+def owed_claims(database_url: str) -> list[int]:
+    """The Telegram messages the scheduled job would take over now (its claim, rolled back)."""
+    with psycopg.connect(database_url) as connection:
+        (claimed,) = connection.execute(
+            "select public.claim_owed_replies('telegram', 600, 60, 1000, '', 0, 0, 0, 24, 16, 4)"
+        ).fetchone() or ([],)
+        connection.rollback()
+    return [int(message["message_id"]) for message in claimed]
+
+
+def test_a_stop_that_outlives_the_instance_writing_is_kept_by_the_redelivery_and_the_job(
+    webhook: FlaskClient,
+    database_url: str,
+    memory: Memory,
+    writing: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The instance writing Ana's reply died with her stop on its way: the message is stored, has
+    no reply, and its attempt's time is up, so it is owed, and the stop is recorded. Its
+    redelivery takes it over and writes nothing: no model call, no draft, no message, nothing
+    stored, and a 200 (Telegram redelivers no more); the scheduled job does not claim it either.
+    She tapped stop: a whole answer minutes later is the opposite (docs/decisions.md)."""
+    draft = a_new_draft()
+    said = "Tell me everything about my week"
+    start = memory.begin_turn(Person(sender_id=str(ANA)), Surface.TELEGRAM, said, str(draft), sender=str(ANA))
+    execute(
+        database_url,
+        "update messages set answer_by = clock_timestamp() - interval '1 second' where id = %s",
+        start.message_id,
+    )
+    assert start.message_id in owed_claims(database_url)  # owed, as any message whose writer died
+
+    assert post(webhook, stop_from(ANA, draft)).get_json() == {"ok": True, "stopped": True}
+    assert start.message_id not in owed_claims(database_url)
+    asked = len(writing.requests)
+    response = post(webhook, update(said, update_id=draft))
+
+    assert response.status_code == 200 and response.get_json() == {"ok": True, "outcome": "stopped"}
+    assert len(writing.requests) == asked and fake_telegram.calls == []
+    assert stored_turn(database_url, str(draft)) == [("user", said)]
+    (line,) = [record.__dict__ for record in caplog.records if record.getMessage() == "turn"]
+    assert (line["outcome"], line["owed"], line["round_trips"]) == ("stopped", True, 3)  # begin, ask, end
+    # A redelivery after that one: the same, and the message is still nobody's to answer.
+    assert post(webhook, update(said, update_id=draft)).get_json() == {"ok": True, "outcome": "stopped"}
+    assert start.message_id not in owed_claims(database_url)
+    assert len(writing.requests) == asked and fake_telegram.calls == []
 
 
 def test_the_webhook_is_set_up_to_get_the_stop_button(

@@ -110,7 +110,8 @@ $$;
 -- the person is p_user_id (the owner policy) or the identity's. A request is remembered per person
 -- and surface; a confirmation within p_window_minutes of it forgets the person (forget_person).
 -- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"unknown", "messages",
--- "conversations"}: the counts that will be deleted (requested) or were (forgotten).
+-- "conversations", "language"}: the counts that will be deleted (requested) or were (forgotten),
+-- and the person's language as it was before (forgetting deletes it), which the answer is said in.
 create or replace function public.forget_request(
     p_surface text,
     p_confirm boolean,
@@ -121,6 +122,7 @@ create or replace function public.forget_request(
 declare
     v_user uuid := p_user_id;
     v_requested_at timestamptz;
+    v_language jsonb;
 begin
     if v_user is null then
         select i.user_id into v_user
@@ -131,6 +133,7 @@ begin
         -- A sender who never wrote: nothing of theirs is stored, nothing to remember.
         return jsonb_build_object('status', 'unknown', 'messages', 0, 'conversations', 0);
     end if;
+    v_language := jsonb_build_object('language', public.person_language(v_user, null, null));
 
     if not p_confirm then
         -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
@@ -140,19 +143,19 @@ begin
         return jsonb_build_object(
             'status', 'requested',
             'messages', (select count(*) from public.messages m where m.user_id = v_user),
-            'conversations', (select count(*) from public.conversations c where c.user_id = v_user));
+            'conversations', (select count(*) from public.conversations c where c.user_id = v_user)) || v_language;
     end if;
 
     delete from public.forget_requests r
      where r.user_id = v_user and r.surface = p_surface
     returning r.requested_at into v_requested_at;
     if v_requested_at is null then
-        return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0);
+        return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then
-        return jsonb_build_object('status', 'expired', 'messages', 0, 'conversations', 0);
+        return jsonb_build_object('status', 'expired', 'messages', 0, 'conversations', 0) || v_language;
     end if;
-    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user, false);
+    return jsonb_build_object('status', 'forgotten') || public.forget_person(v_user, false) || v_language;
 end;
 $$;
 

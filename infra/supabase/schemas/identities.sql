@@ -25,3 +25,17 @@ create or replace function public.list_identities(p_user_id uuid)
       from public.identities i
      where i.user_id = p_user_id;
 $$;
+
+-- A person's language as remembered (person_languages, follow_ups.sql), for a fixed answer given
+-- without a turn (a command's, a notice's: docs/decisions.md, "The person's language"): p_user_id's
+-- (the owner policy's person), else the person of the identity (surface, external id); null for
+-- a sender never seen. A merge moves the identity and the language together (links.sql).
+create or replace function public.person_language(p_user_id uuid, p_surface text, p_external_id text)
+    returns text language plpgsql stable set search_path = '' as $$
+begin
+    return (select l.language
+              from public.person_languages l
+             where l.user_id = coalesce(p_user_id, (select i.user_id from public.identities i
+                                                     where i.surface = p_surface and i.external_id = p_external_id)));
+end;
+$$;

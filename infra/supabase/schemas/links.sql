@@ -145,12 +145,18 @@ begin
     -- The day's budget goes with them: a linked chat counts with its web account (budget.sql).
     update public.turn_usage u set user_id = p_user_id where u.user_id = v_previous;
     update public.voice_usage v set user_id = p_user_id where v.user_id = v_previous;
-    -- The language too, unless the person has one learned later (person_languages, follow_ups.sql).
+    -- The language and the timezone too, each unless the person has one learned later
+    -- (person_languages, person_timezones: follow_ups.sql).
     insert into public.person_languages (user_id, language, updated_at)
     select p_user_id, l.language, l.updated_at from public.person_languages l where l.user_id = v_previous
     on conflict (user_id) do update set language = excluded.language, updated_at = excluded.updated_at
      where person_languages.updated_at < excluded.updated_at;
     delete from public.person_languages l where l.user_id = v_previous;
+    insert into public.person_timezones (user_id, timezone, updated_at)
+    select p_user_id, t.timezone, t.updated_at from public.person_timezones t where t.user_id = v_previous
+    on conflict (user_id) do update set timezone = excluded.timezone, updated_at = excluded.updated_at
+     where person_timezones.updated_at < excluded.updated_at;
+    delete from public.person_timezones t where t.user_id = v_previous;
     update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
      where i.user_id = v_previous;
     insert into public.merged_people (from_user_id, into_user_id) values (v_previous, p_user_id)
@@ -161,13 +167,31 @@ begin
 end;
 $$;
 
--- Redeem a code sent from an identity. One call: the hourly limit, the code (single-use:
--- of two identities racing for it, exactly one wins), consent, the link and the merge.
--- Without p_consented, a valid code on a chat whose person has messages links nothing and
--- spends nothing: it answers {"status": "needs_consent", "account", "messages"}.
+-- Redeem a code sent from an identity: redeem_code's answer, and `language`: the language of the
+-- identity's person once it is done (after a merge, the one the merge kept), which the chat is
+-- answered in (docs/decisions.md, "The person's language"). One round trip.
+create or replace function public.redeem_link_code(
+    p_surface text,
+    p_external_id text,
+    p_code_hash text,
+    p_max_attempts integer,
+    p_consented boolean
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_outcome jsonb := crossmem_private.redeem_code(p_surface, p_external_id, p_code_hash, p_max_attempts,
+                                                    p_consented);
+begin
+    return v_outcome || jsonb_build_object('language', public.person_language(null, p_surface, p_external_id));
+end;
+$$;
+
+-- One call: the hourly limit, the code (single-use: of two identities racing for it, exactly one
+-- wins), consent, the link and the merge. Without p_consented, a valid code on a chat whose
+-- person has messages links nothing and spends nothing: it answers {"status": "needs_consent",
+-- "account", "messages"}.
 -- Returns {"status": "linked"|"already_linked"|"linked_elsewhere"|"needs_consent"|"invalid"|
 -- "expired"|"used"|"too_many_attempts", ...}; every success names the code's account.
-create or replace function public.redeem_link_code(
+create or replace function crossmem_private.redeem_code(
     p_surface text,
     p_external_id text,
     p_code_hash text,
@@ -239,7 +263,9 @@ $$;
 -- Unlink: the person's identities on a surface (the web's DELETE /links/<surface>), or one
 -- identity (/unlink on Telegram, `unlink` on WhatsApp, the operator's command). Only linked
 -- identities: one made by `auto` is its person's only way in. The person keeps every
--- message; the identity's next message starts a new person.
+-- message, and their language; the identity's next message starts a new person.
+-- Returns {"unlinked", "language"}: the language of the identity's person before (null for the
+-- web's, which names no identity), which the chat is answered in.
 create or replace function public.unlink_identities(
     p_surface text,
     p_user_id uuid,
@@ -247,6 +273,7 @@ create or replace function public.unlink_identities(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_count integer;
+    v_language text := public.person_language(null, p_surface, p_external_id);
 begin
     if p_user_id is null and p_external_id is null then
         raise exception 'unlink_identities needs a person or an identity' using errcode = '22023';
@@ -272,7 +299,7 @@ begin
            and m.id = v.message_id and m.surface = g.surface and m.sender = g.external_id
     )
     select count(*) into v_count from gone;
-    return jsonb_build_object('unlinked', v_count);
+    return jsonb_build_object('unlinked', v_count, 'language', v_language);
 end;
 $$;
 

@@ -10,7 +10,10 @@
 --
 -- Fair: the people whose owed messages the job has tried least go first (one whose message it
 -- could not answer goes behind everyone else), then the messages it has tried least, then the
--- longest owed; p_skip_users (comma-separated) are people the run has already had its share of. Within the budget: a person past it (budget.sql's turn_budget_until, with
+-- longest owed; p_skip_users (comma-separated) are people the run has already had its share of.
+-- A message whose reply the person stopped (Telegram's stop button, messages.sql) is not owed:
+-- they asked for no more of it (docs/decisions.md, Stop means stop).
+-- Within the budget: a person past it (budget.sql's turn_budget_until, with
 -- TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY, as begin_turn checks a redelivery's) is left
 -- alone, untried, until the budget frees or the message ages out, as their own message would be
 -- refused.
@@ -45,6 +48,8 @@ begin
                    and m.surface = any (string_to_array(p_surfaces, ','))
                    and (m.answer_by is null or m.answer_by <= v_now)
                    and not exists (select from public.messages r where r.in_reply_to = m.id)
+                   -- the person stopped its reply (messages.sql): not wanted, not owed
+                   and not exists (select from public.stopped_generations s where s.message_id = m.id)
                    and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
          order by c.person_tries, c.owed_tries, c.answer_by nulls first, c.created_at
     loop
@@ -52,6 +57,7 @@ begin
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
            and not exists (select from public.messages r where r.in_reply_to = m.id)
+           and not exists (select from public.stopped_generations s where s.message_id = m.id)
            for update of m skip locked;
         if not found then
             continue;
@@ -75,8 +81,10 @@ begin
                                              v_message.created_at, v_message.id, p_max_messages, p_window_step),
             'notes', (select n.content from public.memory_notes n
                        where n.user_id = v_message.user_id and n.revision > 0),
-            -- the person's clock, which the context's tags are shown on (follow_ups.sql)
+            -- the person's clock, which the context's tags are shown on, and their language, which
+            -- a fallback is said in (follow_ups.sql)
             'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_message.user_id),
+            'language', public.person_language(v_message.user_id, null, null),
             -- held follow-ups an attempt at this WhatsApp message took: said first (follow_ups.sql)
             'delivered_first', case when v_message.surface = 'whatsapp'
                                     then crossmem_private.follow_ups_said_with(v_message.id) end);

@@ -30,7 +30,7 @@ from core.memory.service import Memory
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql
-from tests.helpers import ENGLISH, rows
+from tests.helpers import ENGLISH, execute, rows
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -268,6 +268,55 @@ def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
         linking.new_code(owner)
     assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")).text == ENGLISH.say("link.not_needed")
     assert linking.answer(UnlinkRequest(Surface.TELEGRAM, "9999")).text == "Private assistant."
+
+
+def test_under_the_owner_policy_nothing_to_link_is_said_in_the_owners_remembered_language(
+    store: PostgresStore, database_url: str
+) -> None:
+    """No SQL function of its own answers it, so it asks person_language, only when the request
+    states no language there is a file for: the owner's remembered Spanish, or what it states."""
+    owner = uuid.uuid4()
+    policy = IdentityPolicy.build("owner", owner, {Surface.TELEGRAM: ["4242"]})
+    linking = Linking(store, policy)
+    execute(database_url, "insert into person_languages (user_id, language) values (%s, 'es')", owner)
+    request = LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")
+    not_needed = "No hace falta vincular nada: este asistente sirve a una sola persona y ya te conoce aquí."
+    assert linking.answer(request).text == not_needed
+    assert linking.answer(request, "pt-BR").text == not_needed  # stated, but no file for it
+    assert linking.answer(request, "en-GB").text == ENGLISH.say("link.not_needed")
+    assert linking.answer(LinkRequest(Surface.TELEGRAM, "9999", "ABCDEFGHJ")).text == ENGLISH.say("turn.stranger")
+
+
+def test_a_merge_moves_the_timezone_and_the_language_the_later_learned_winning(
+    linking: Linking, memory: Memory, database_url: str
+) -> None:
+    """A chat's person merged into a web person by a real link: their timezone and language move
+    to the survivor, unless the survivor learned theirs later; nothing stays with the merged one."""
+    zone = "select timezone from person_timezones where user_id = %s"
+    language = "select language from person_languages where user_id = %s"
+    chat, web_person = f"77{uuid.uuid4().int % 10**7}", uuid.uuid4()
+    merged = talk(memory, Surface.TELEGRAM, chat, "hola")
+    execute(database_url, "insert into person_timezones (user_id, timezone) values (%s, 'Europe/Madrid')", merged)
+    execute(database_url, "insert into person_languages (user_id, language) values (%s, 'es')", merged)
+    code = linking.new_code(web_person).code
+    assert linking.redeem(Surface.TELEGRAM, chat, code).status is LinkStatus.LINKED
+    assert rows(database_url, zone, web_person) == [("Europe/Madrid",)]
+    assert rows(database_url, language, web_person) == [("es",)]
+    assert rows(database_url, zone, merged) == rows(database_url, language, merged) == []
+
+    # The survivor's own, learned after the merged person's: it stays.
+    other_chat = f"78{uuid.uuid4().int % 10**7}"
+    learned_first = talk(memory, Surface.TELEGRAM, other_chat, "hi")
+    execute(database_url, "insert into person_timezones (user_id, timezone) values (%s, 'America/Lima')", learned_first)
+    execute(
+        database_url,
+        "update person_timezones set updated_at = now() + interval '1 minute' where user_id = %s",
+        web_person,
+    )
+    code = linking.new_code(web_person).code
+    assert linking.redeem(Surface.TELEGRAM, other_chat, code).status is LinkStatus.LINKED
+    assert rows(database_url, zone, web_person) == [("Europe/Madrid",)]
+    assert rows(database_url, zone, learned_first) == []
 
 
 @pytest.mark.parametrize(
