@@ -23,11 +23,13 @@ from core.errors import (
     Conflict,
     CrossmemError,
     DateOutOfRange,
+    DeliveryFailed,
     EmptyMessage,
     Forbidden,
     HistoryTooLong,
     InputError,
     LinkingNotNeeded,
+    MediaUnreadable,
     MessageTooLong,
     ModelUnavailable,
     NotFound,
@@ -41,7 +43,9 @@ MAX_BODY_BYTES = 1_000_000
 # A conversation's id in a route's path (a UUID), as one regular-expression group.
 CONVERSATION_ID = r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 
-# The one table that turns core's errors into HTTP answers (most specific first).
+# The one table that turns core's errors into HTTP answers (most specific first). Every class of
+# core/errors.py has its row (a test enumerates them); a failure of ours is never a 4xx: 503 where
+# asking again may pass (a store, a model, a surface's API), 500 where it cannot.
 HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (EmptyMessage, 400, "empty_message"),
     (MessageTooLong, 413, "message_too_long"),
@@ -58,8 +62,12 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),
     (ModelUnavailable, 503, "model_unavailable"),
+    (DeliveryFailed, 503, "delivery_failed"),
     (ConfigurationError, 503, "not_configured"),
+    (MediaUnreadable, 500, "media_unreadable"),
 ]
+# An error of ours the table does not name (a class added without its row): our failure, not the caller's.
+UNNAMED_ERROR = (500, "internal_error")
 
 Model = TypeVar("Model", bound=BaseModel)
 log = logging.getLogger("crossmem.functions")
@@ -101,7 +109,7 @@ def error_status(exc: CrossmemError) -> tuple[int, str]:
     for kind, status, code in HTTP_ERRORS:
         if isinstance(exc, kind):
             return status, code
-    return 400, "error"
+    return UNNAMED_ERROR
 
 
 def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:
