@@ -74,9 +74,9 @@ log = logging.getLogger("crossmem.functions")
 
 
 def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
-    """A function that reads at most MAX_BODY_BYTES of its request, answers a configuration
-    error with 503 and its reason, not a crash, and refuses every route while it lacks what it
-    must not serve without (a database, a model)."""
+    """A function that reads at most MAX_BODY_BYTES of its request, answers an error of ours by
+    the table (a configuration error with 503 and its reason, not a crash), and refuses every
+    route while it lacks what it must not serve without (a database, a model)."""
 
     @functools.wraps(handler)
     def serve(request: flask.Request) -> flask.Response:
@@ -91,6 +91,8 @@ def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[fla
             return handler(request)
         except ConfigurationError as exc:
             log.error("refusing to serve", extra={"error": str(exc)})
+            return error_response(exc)
+        except CrossmemError as exc:  # by the table: a bad signature 403, a bad body 400
             return error_response(exc)
         except RequestEntityTooLarge:
             return error_response(BodyTooLarge(MAX_BODY_BYTES))
