@@ -2,7 +2,7 @@
 
 POST /, /messages    send a message; JSON, or SSE with Accept: text/event-stream (the UI message
                      stream with x-vercel-ai-ui-message-stream: v1); the AI SDK's useChat body,
-                     answered with its UI message stream (functions/ui_chat.py)
+                     answered with its UI message stream (functions/ui_chat_routes.py)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import flask
 from core.context import ContextItem
 from core.models import Surface
 from core.turn_request import TurnRequest, TurnResult
-from functions import runtime, ui_chat
+from functions import runtime, ui_chat_routes
 from functions.http import json_response, parse_json, read_json_body
 from functions.ui_message_stream import UI_STREAM_HEADER
 from functions.web_models import SendMessage
@@ -25,8 +25,8 @@ from functions.web_models import SendMessage
 
 def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     raw = read_json_body(request)
-    if ui_chat.is_ui_chat(json_object(raw)):
-        return ui_chat.send_ui_chat(raw, person, cors)
+    if ui_chat_routes.is_ui_chat(json_object(raw)):
+        return ui_chat_routes.send_ui_chat(raw, person, cors)
     body = parse_json(raw, SendMessage)
     history = None
     if body.history is not None:
@@ -46,7 +46,7 @@ def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return json_response(result_json(runtime.turns().run(turn)), headers=cors)
     if request.headers.get(UI_STREAM_HEADER) == "v1":  # today's body, answered as useChat's is (the demo page)
-        return ui_chat.streamed(turn, cors)
+        return ui_chat_routes.streamed(turn, cors)
     events = runtime.turns().stream(turn)
     first = next(events)  # errors of input, ownership and auth surface here, before any byte is sent
     return flask.Response(

@@ -2,7 +2,7 @@
 one route table at the end of this module (`URLS`, a werkzeug routing `Map`):
 
 POST /, /messages                      send a message (functions/message_routes.py)
-GET  /<conversation>/stream            useChat's resume of that stream (functions/ui_chat.py)
+GET  /<conversation>/stream            useChat's resume of that stream (functions/ui_chat_routes.py)
 GET, POST /conversations; GET /conversations/<id>/messages   (functions/conversation_routes.py)
 DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 GET  /memory                           the person's memory notes (functions/note_routes.py)
@@ -33,7 +33,7 @@ from functions import (
     note_routes,
     runtime,
     search_routes,
-    ui_chat,
+    ui_chat_routes,
     web_openapi,
 )
 from functions.http import error_response, json_response, serving
@@ -107,7 +107,7 @@ URLS = Map(
         Rule("/follow-ups", methods=["GET"], endpoint=follow_up_routes.list_follow_ups),
         Rule("/follow-ups/<follow_up_id:follow_up>", methods=["DELETE"], endpoint=follow_up_routes.cancel),
         Rule("/search", methods=["GET"], endpoint=search_routes.search_messages),
-        Rule("/<uuid:conversation>/stream", methods=["GET"], endpoint=ui_chat.resume),
+        Rule("/<uuid:conversation>/stream", methods=["GET"], endpoint=ui_chat_routes.resume),
     ],
     converters={"follow_up_id": FollowUpId},
     strict_slashes=False,
