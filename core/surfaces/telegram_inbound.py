@@ -53,43 +53,33 @@ class TelegramBotOptions:
     bot_username: str | None = None
 
 
+@dataclass(frozen=True)
 class TelegramInbound:
     """Telegram's updates, each answered once. `reply_within_s`: the time a reply has to be out."""
 
-    def __init__(
-        self,
-        options: TelegramBotOptions,
-        turns: Turns,
-        commands: Commands,
-        catalogue: Catalogue,
-        corrections: Corrections,
-        stops: StoppedGenerations,
-        deadline_s: float,
-        reply_within_s: float,
-    ) -> None:
-        self._options = options
-        self._turns = turns
-        self._commands = commands
-        self._catalogue = catalogue
-        self._corrections = corrections
-        self._stops = stops
-        self._deadline_s = deadline_s
-        self._reply_within_s = reply_within_s
+    options: TelegramBotOptions
+    turns: Turns
+    commands: Commands
+    catalogue: Catalogue
+    corrections: Corrections
+    stops: StoppedGenerations
+    deadline_s: float
+    reply_within_s: float
 
     def answer(self, update: TelegramUpdate) -> Answer | Redeliver:
-        options = self._options
+        options = self.options
         action = classify_update(update, options.bot_id, options.bot_username)
         if isinstance(action, Notice):
             return self._reply(action.chat_id, self._phrases(action.language_code).say(action.phrase))
         if isinstance(action, StopGeneration):
             # Never a turn, never an answer: the turn writing that draft stops, and sends what was shown.
-            return {"ok": True, "stopped": self._stops.record(action.chat_id, action.draft_id)}
+            return {"ok": True, "stopped": self.stops.record(action.chat_id, action.draft_id)}
         if isinstance(action, MessageEdit):
             # No answer: the person corrected what they said; the next turn reads it (core/edits.py).
-            return {"ok": True, "edit": self._corrections.apply(action).value}
+            return {"ok": True, "edit": self.corrections.apply(action).value}
         if isinstance(action, Command):
             phrases = self._phrases(action.language_code)
-            answered = self._commands.answer(action.request, phrases.language)
+            answered = self.commands.answer(action.request, phrases.language)
             if action.callback_query_id and options.bot is not None:
                 options.bot().answer_callback_query(action.callback_query_id)
             button = confirm_button(answered.confirm_code, phrases) if answered.confirm_code else None
@@ -105,21 +95,21 @@ class TelegramInbound:
             action.text,
             str(action.update_id),
             sender_id=action.sender_id,
-            deadline_s=self._deadline_s,
+            deadline_s=self.deadline_s,
             media=action.media,
             platform=action.platform,
             language=action.language_code,
         )
-        options = self._options
+        options = self.options
         channel = None
         if not options.inline and options.bot is not None:
-            deadline = time.monotonic() + self._reply_within_s
-            drafts, stops = options.drafts, self._stops
+            deadline = time.monotonic() + self.reply_within_s
+            drafts, stops = options.drafts, self.stops
             channel = TelegramChannel(
                 options.bot(), action.chat_id, deadline, draft_id=action.update_id, drafts=drafts, stops=stops
             )
         try:
-            result = self._turns.run(turn, channel)
+            result = self.turns.run(turn, channel)
         except OverBudget as exc:
             return self._reply(action.chat_id, over_budget(phrases, exc))
         except StillAnswering as exc:
@@ -135,14 +125,14 @@ class TelegramInbound:
         return {"ok": True, "outcome": result.outcome.value}
 
     def _phrases(self, language_code: str | None, text: str = "") -> Phrases:
-        return self._catalogue.phrases(self._catalogue.choose(language_code, text))
+        return self.catalogue.phrases(self.catalogue.choose(language_code, text))
 
     def _reply(self, chat_id: int, text: str, markup: Answer | None = None) -> Answer:
         """An answer inside the webhook's (one outbound call fewer), or through the Bot API when it
         is longer than one message; with no bot token (local development) only its first part.
         `markup`: the buttons under the text."""
-        bot = self._options.bot
-        if self._options.inline and (len(text) <= TELEGRAM_LIMIT or bot is None):
+        bot = self.options.bot
+        if self.options.inline and (len(text) <= TELEGRAM_LIMIT or bot is None):
             first = split_message(text, TELEGRAM_LIMIT - 2)[0]
             shown = first if first == text.strip() else first + " …"
             answer: Answer = {"method": "sendMessage", "chat_id": chat_id, "text": shown}

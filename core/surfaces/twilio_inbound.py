@@ -12,6 +12,7 @@ signature and sends the TwiML back.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from core.channels.whatsapp import Converse, Notice, twiml
@@ -36,55 +37,45 @@ Form = TypeVar("Form", bound=TwilioForm)
 TwilioAction = Converse | Notice | ChatCommand
 
 
+@dataclass(frozen=True)
 class TwilioInbound(Generic[Form]):
     """One Twilio surface's inbound messages. `parse`: the form as the surface reads it (InputError
     when it cannot); `classify`: what it asks for; `typing`: shows the person a message is being
     answered (by its Sid), where the surface has that."""
 
-    def __init__(
-        self,
-        surface: Surface,
-        parse: Callable[[Mapping[str, str]], Form],
-        classify: Callable[[Form], TwilioAction],
-        turns: Turns,
-        commands: Commands,
-        catalogue: Catalogue,
-        deadline_s: float,
-        typing: Callable[[str], None] | None = None,
-    ) -> None:
-        self._surface = surface
-        self._parse = parse
-        self._classify = classify
-        self._turns = turns
-        self._commands = commands
-        self._catalogue = catalogue
-        self._deadline_s = deadline_s
-        self._typing = typing
+    surface: Surface
+    parse: Callable[[Mapping[str, str]], Form]
+    classify: Callable[[Form], TwilioAction]
+    turns: Turns
+    commands: Commands
+    catalogue: Catalogue
+    deadline_s: float
+    typing: Callable[[str], None] | None = None
 
     def answer(self, fields: Mapping[str, str]) -> str:
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
-        form = self._parse(fields)
-        action = self._classify(form)
-        phrases = self._catalogue.phrases(self._catalogue.choose(None, form.body))
+        form = self.parse(fields)
+        action = self.classify(form)
+        phrases = self.catalogue.phrases(self.catalogue.choose(None, form.body))
         if isinstance(action, Notice):
             return twiml(phrases.say(action.phrase) if action.phrase else None)
         if not isinstance(action, Converse):
-            return twiml(self._commands.answer(action, phrases.language).text)
+            return twiml(self.commands.answer(action, phrases.language).text)
         turn = TurnRequest(
-            self._surface,
+            self.surface,
             action.text,
             action.message_sid,
             sender_id=action.sender,
             sender_alias=action.also_known_as,
-            deadline_s=self._deadline_s,
+            deadline_s=self.deadline_s,
             media=action.media,
             platform=action.platform,
             reply_within_s=TWIML_WITHIN_S,
         )
-        if self._typing is not None:
-            self._typing(action.message_sid)
+        if self.typing is not None:
+            self.typing(action.message_sid)
         try:
-            result = self._turns.run(turn)
+            result = self.turns.run(turn)
             return twiml(result.reply, result.follow_ups_first)
         except OverBudget as exc:
             return twiml(over_budget(phrases, exc))
