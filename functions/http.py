@@ -40,8 +40,6 @@ from core.errors import (
 from functions import runtime
 
 MAX_BODY_BYTES = 1_000_000
-# A conversation's id in a route's path (a UUID), as one regular-expression group.
-CONVERSATION_ID = r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 
 # The one table that turns core's errors into HTTP answers (most specific first). Every class of
 # core/errors.py has its row (a test enumerates them); a failure of ours is never a 4xx: 503 where
