@@ -7,11 +7,12 @@ from __future__ import annotations
 import inspect
 from datetime import UTC, datetime
 
+import flask
 import pytest
 
 import core.errors
 from core.errors import CrossmemError
-from functions.http import HTTP_ERRORS, error_response, error_status
+from functions.http import HTTP_ERRORS, error_response, error_status, serving
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -82,3 +83,18 @@ def test_an_error_the_table_does_not_name_is_a_500() -> None:
         """A class added to core without its row in the table."""
 
     assert error_status(NewFailure("lost")) == (500, "internal_error")
+
+
+def test_serving_answers_an_error_its_function_lets_through_by_the_table(environment: pytest.MonkeyPatch) -> None:
+    """`serving` answers any error of ours by the table, not with a crash (a 500 without a body):
+    a surface's API down while a function answers is a 503 with its code."""
+
+    def handler(request: flask.Request) -> flask.Response:
+        raise core.errors.DeliveryFailed("sendMessage: HTTP 502")
+
+    with flask.Flask(__name__).test_request_context("/", method="POST"):
+        response = serving(handler)(flask.request)
+    assert (response.status_code, response.get_json()) == (
+        503,
+        {"error": "delivery_failed", "message": "sendMessage: HTTP 502"},
+    )
