@@ -6,7 +6,6 @@ DELETE /memory               everything the person said and was answered, on eve
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import flask
@@ -14,15 +13,13 @@ import flask
 from functions import runtime
 
 
-def forget_memory(
-    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
-) -> flask.Response:
+def forget_memory(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     runtime.forgetting().forget_everything(person)
     return flask.Response(status=204, headers=cors)
 
 
 def delete_conversation(
-    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], conversation: uuid.UUID
 ) -> flask.Response:
-    runtime.forgetting().delete_conversation(person, uuid.UUID(match[1]))  # NotFound: 404
+    runtime.forgetting().delete_conversation(person, conversation)  # NotFound: 404
     return flask.Response(status=204, headers=cors)

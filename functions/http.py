@@ -23,11 +23,13 @@ from core.errors import (
     Conflict,
     CrossmemError,
     DateOutOfRange,
+    DeliveryFailed,
     EmptyMessage,
     Forbidden,
     HistoryTooLong,
     InputError,
     LinkingNotNeeded,
+    MediaUnreadable,
     MessageTooLong,
     ModelUnavailable,
     NotFound,
@@ -38,10 +40,10 @@ from core.errors import (
 from functions import runtime
 
 MAX_BODY_BYTES = 1_000_000
-# A conversation's id in a route's path (a UUID), as one regular-expression group.
-CONVERSATION_ID = r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 
-# The one table that turns core's errors into HTTP answers (most specific first).
+# The one table that turns core's errors into HTTP answers (most specific first). Every class of
+# core/errors.py has its row (a test enumerates them); a failure of ours is never a 4xx: 503 where
+# asking again may pass (a store, a model, a surface's API), 500 where it cannot.
 HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (EmptyMessage, 400, "empty_message"),
     (MessageTooLong, 413, "message_too_long"),
@@ -58,17 +60,21 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),
     (ModelUnavailable, 503, "model_unavailable"),
+    (DeliveryFailed, 503, "delivery_failed"),
     (ConfigurationError, 503, "not_configured"),
+    (MediaUnreadable, 500, "media_unreadable"),
 ]
+# An error of ours the table does not name (a class added without its row): our failure, not the caller's.
+UNNAMED_ERROR = (500, "internal_error")
 
 Model = TypeVar("Model", bound=BaseModel)
 log = logging.getLogger("crossmem.functions")
 
 
 def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
-    """A function that reads at most MAX_BODY_BYTES of its request, answers a configuration
-    error with 503 and its reason, not a crash, and refuses every route while it lacks what it
-    must not serve without (a database, a model)."""
+    """A function that reads at most MAX_BODY_BYTES of its request, answers an error of ours by
+    the table (a configuration error with 503 and its reason, not a crash), and refuses every
+    route while it lacks what it must not serve without (a database, a model)."""
 
     @functools.wraps(handler)
     def serve(request: flask.Request) -> flask.Response:
@@ -83,6 +89,8 @@ def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[fla
             return handler(request)
         except ConfigurationError as exc:
             log.error("refusing to serve", extra={"error": str(exc)})
+            return error_response(exc)
+        except CrossmemError as exc:  # by the table: a bad signature 403, a bad body 400
             return error_response(exc)
         except RequestEntityTooLarge:
             return error_response(BodyTooLarge(MAX_BODY_BYTES))
@@ -101,7 +109,7 @@ def error_status(exc: CrossmemError) -> tuple[int, str]:
     for kind, status, code in HTTP_ERRORS:
         if isinstance(exc, kind):
             return status, code
-    return 400, "error"
+    return UNNAMED_ERROR
 
 
 def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:

@@ -32,9 +32,7 @@ def page_query(args: Mapping[str, str]) -> PageQuery:
     return PageQuery(before, DEFAULT_LIMIT if limit is None else limit)
 
 
-def bounded_number(
-    args: Mapping[str, str], name: str, largest: int, expected: str, smallest: int = 1
-) -> int | None:
+def bounded_number(args: Mapping[str, str], name: str, largest: int, expected: str, smallest: int = 1) -> int | None:
     """The whole number `name` from `smallest` to `largest`; None when it is absent."""
     if name not in args:
         return None

@@ -9,7 +9,6 @@ Under IDENTITY_POLICY=owner only the owner reaches it (web_chat admits no one el
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import flask
@@ -19,9 +18,7 @@ from functions.http import json_response
 from functions.search_query import search_query
 
 
-def search_messages(
-    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
-) -> flask.Response:
+def search_messages(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     query = search_query(request.args)
     # One hit more than asked tells whether more are left, in the same round trip.
     found = runtime.memory().search(

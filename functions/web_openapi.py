@@ -142,7 +142,9 @@ REFUSALS = {
     "409": "`still_answering` (with `Retry-After`), `linking_not_needed`, `conflict`",
     "413": "`message_too_long`, `history_too_long`, `body_too_large` (over 1,000,000 bytes)",
     "429": "past the person's budget (`over_budget`)",
-    "503": "no database, model or setting (`store_unavailable`, `model_unavailable`, `not_configured`)",
+    "500": "a failure of ours that asking again cannot mend (`media_unreadable`, `internal_error`)",
+    "503": "no database, model, surface's API or setting: ask again later (`store_unavailable`, "
+    "`model_unavailable`, `delivery_failed`, `not_configured`)",
 }
 UI_STREAM = {
     "text/event-stream": {

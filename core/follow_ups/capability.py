@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core.follow_ups.wall_clock import InvalidTime, resolve_when, shown, zone_named
@@ -24,6 +25,7 @@ from core.models import FollowUp
 from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
+    from core.stores.store import MemoryStore
     from core.turn.capabilities import TurnState
 
 SCHEDULE, LIST, CANCEL, SET_TIMEZONE = "schedule_follow_up", "list_follow_ups", "cancel_follow_up", "set_timezone"
@@ -228,3 +230,15 @@ class FollowUps:
         if self.rules.max_pending <= 0:
             return None
         return turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone)
+
+
+def pending_follow_ups(store: MemoryStore, person: UUID) -> list[FollowUp]:
+    """A person's pending follow-ups, soonest first, as the web and `crossmem follow-ups` list them
+    (raises StoreUnavailable)."""
+    return [FollowUp.from_row(row) for row in store.call("follow_ups_of", {"p_user_id": str(person)})]
+
+
+def cancel_follow_up(store: MemoryStore, person: UUID, follow_up_id: int) -> bool:
+    """Cancel one of the person's pending follow-ups; False when they have no such pending one."""
+    done = store.call("cancel_follow_up", {"p_user_id": str(person), "p_id": follow_up_id})
+    return bool(done["cancelled"])

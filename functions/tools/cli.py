@@ -116,10 +116,11 @@ def history(user: str, limit: int, as_json: bool) -> int:
 def follow_ups(user: str, as_json: bool) -> int:
     from zoneinfo import ZoneInfo
 
+    from core.follow_ups.capability import pending_follow_ups
     from core.follow_ups.wall_clock import shown, zone_named
-    from functions.follow_up_routes import pending_follow_ups
+    from functions import runtime
 
-    pending = pending_follow_ups(uuid.UUID(user))
+    pending = pending_follow_ups(runtime.store(), uuid.UUID(user))
     if as_json:
         print(json.dumps([f.as_json() for f in pending], ensure_ascii=False, indent=2))
         return 0

@@ -1,4 +1,4 @@
-"""`useChat` on the web function (functions/ui_chat.py, functions/ui_message_stream.py): the AI
+"""`useChat` on the web function (functions/ui_chat_routes.py, functions/ui_message_stream.py): the AI
 SDK's request body as `DefaultChatTransport` posts it, answered with its UI message stream, and the
 chat's stream resumed. Real function, real JWTs, real Postgres, fake Anthropic; the SDK's own
 parser reads the same stream in tests/functions/test_ai_sdk_client.py."""
@@ -23,7 +23,7 @@ from core.errors import InputError
 from core.models import Surface
 from core.turn.request import TurnRequest
 from functions import runtime
-from functions.ui_chat import attachment
+from functions.ui_chat_routes import attachment
 from functions.web_models import UIFilePart
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import CORPUS, CORS_ORIGIN, ENGLISH, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count

@@ -189,7 +189,32 @@ def test_unknown_routes_are_404_json_and_a_known_path_with_another_method_405(we
     assert response.status_code == 404 and response.get_json()["error"] == "not_found"
     wrong = web.delete("/conversations", headers=bearer(uuid.uuid4()))
     assert wrong.status_code == 405 and wrong.get_json()["error"] == "method_not_allowed"
-    assert wrong.headers["Allow"] == "GET, POST"
+    assert wrong.headers["Allow"] == "GET, HEAD, POST"  # werkzeug's Map: a GET route answers HEAD too
+    assert web.head("/conversations", headers=bearer(uuid.uuid4())).status_code == 200
+    linking = web.put("/links/telegram", headers=bearer(uuid.uuid4()))
+    assert (linking.status_code, linking.headers["Allow"]) == (405, "DELETE")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/follow-ups/\u0661\u0662",  # digits, but not ASCII ones: no follow-up's id
+        "/follow-ups/1234567890123456789",  # 19 digits: past the id's 18
+        "/follow-ups/-1",
+        "/links/web",  # the web is the account the others link to, not a linkable app
+        "/links/fax",
+        "/conversations/00000000-0000-4000-8000-00000000000g",
+    ],
+)
+def test_an_id_its_converter_refuses_is_no_such_path(web: FlaskClient, path: str) -> None:
+    response = web.delete(path, headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()["error"]) == (404, "not_found")
+    assert response.get_json()["message"] == f"no route DELETE {path}"
+
+
+def test_a_trailing_slash_finds_the_same_route(web: FlaskClient) -> None:
+    response = web.get("/follow-ups/", headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()) == (200, {"follow_ups": []})
 
 
 def test_cors_preflight_is_answered_without_the_database(web: FlaskClient, environment: pytest.MonkeyPatch) -> None:

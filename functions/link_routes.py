@@ -7,7 +7,6 @@ DELETE /links/<surface>   unlink that surface: 200 {surface, unlinked}
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import flask
@@ -17,21 +16,21 @@ from functions import runtime
 from functions.http import json_response
 
 
-def new_code(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+def new_code(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     linking = runtime.linking()
     linking.refuse_under_owner()
     account = runtime.token_verifier().account(request.headers.get("Authorization"))
     return json_response(linking.new_code(person, account).as_json(), 201, cors)
 
 
-def list_links(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+def list_links(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     linking = runtime.linking()
     linking.refuse_under_owner()
     return json_response({"links": [item.as_json() for item in linking.identities(person)]}, headers=cors)
 
 
-def unlink(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+def unlink(request: flask.Request, person: uuid.UUID, cors: dict[str, str], surface: str) -> flask.Response:
     linking = runtime.linking()
     linking.refuse_under_owner()
-    unlinked = linking.unlink_surface(person, Surface(match[1]))
-    return json_response({"surface": match[1], "unlinked": unlinked}, headers=cors)
+    unlinked = linking.unlink_surface(person, Surface(surface))
+    return json_response({"surface": surface, "unlinked": unlinked}, headers=cors)

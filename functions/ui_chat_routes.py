@@ -95,12 +95,11 @@ def attachment(part: UIFilePart) -> WebAttachment:
         raise InputError(f"invalid file part: {reason}") from None
 
 
-def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]) -> flask.Response:
+def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], conversation: uuid.UUID) -> flask.Response:
     """The chat's stream again: 204 when its newest message is answered (nothing running, nothing
     owed); else that message sent again by its client's id, which gives the stored reply, waits
     for the attempt still answering it, or answers it anew when its client went away. Once
     answered, the next resume is a 204: the reply is shown once."""
-    conversation = uuid.UUID(match[1])
     unanswered = runtime.memory().unanswered_message(person, conversation)
     if unanswered is None:
         return flask.Response(status=204, headers=cors)

@@ -5,7 +5,6 @@ GET /memory    the person's memory notes: 200 {notes, written_at, covered_until}
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import flask
@@ -15,7 +14,5 @@ from functions import runtime
 from functions.http import json_response
 
 
-def show_memory(
-    request: flask.Request, person: uuid.UUID, cors: dict[str, str], match: re.Match[str]
-) -> flask.Response:
+def show_memory(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     return json_response(read_notes(runtime.store(), person).as_json(), headers=cors)

@@ -1,0 +1,97 @@
+"""A Twilio webhook's form answered, on every Twilio surface (WhatsApp, SMS): what the form asks
+for, done, and said back as TwiML.
+
+The surface brings how its form is read and what it asks for (core/channels/whatsapp.py,
+core/channels/sms.py): a chat command, a notice (a fixed phrase; none for the keywords Twilio
+answers itself), or a turn. Twilio says nothing of the person's language: a
+command's or a notice's answer goes by the person's remembered language (a command's SQL function
+answers it; a notice asks `person_language`), else the words, else DEFAULT_LANGUAGE; a turn's
+likewise (core/turn/turns.py). The function module (functions/twilio.py) only checks the
+signature and sends the TwiML back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from core.channels.whatsapp import Converse, Notice, twiml
+from core.errors import InputError, OverBudget, StillAnswering
+from core.identity.remembered_language import RememberedLanguage
+from core.phrases.catalogue import Catalogue, Phrases
+from core.phrases.refusals import input_refused, over_budget
+from core.surfaces.adapter import Surface
+from core.surfaces.commands import ChatCommand, Commands
+from core.turn.request import TurnRequest
+from core.turn.turns import Turns
+
+# Twilio waits 15 s for the TwiML answer; a second of it is the way here and back.
+TWIML_WITHIN_S = 14.0
+
+
+class TwilioForm(Protocol):
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def identity(self) -> str: ...
+
+
+Form = TypeVar("Form", bound=TwilioForm)
+TwilioAction = Converse | Notice | ChatCommand
+
+
+@dataclass(frozen=True)
+class TwilioInbound(Generic[Form]):
+    """One Twilio surface's inbound messages. `parse`: the form as the surface reads it (InputError
+    when it cannot); `classify`: what it asks for; `typing`: shows the person a message is being
+    answered (by its Sid), where the surface has that."""
+
+    surface: Surface
+    parse: Callable[[Mapping[str, str]], Form]
+    classify: Callable[[Form], TwilioAction]
+    turns: Turns
+    commands: Commands
+    catalogue: Catalogue
+    remembered: RememberedLanguage
+    deadline_s: float
+    typing: Callable[[str], None] | None = None
+
+    def answer(self, fields: Mapping[str, str]) -> str:
+        """The TwiML answering a verified form; InputError for a form the surface cannot read."""
+        form = self.parse(fields)
+        action = self.classify(form)
+        if isinstance(action, Notice):
+            return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None)
+        if not isinstance(action, Converse):
+            return twiml(self.commands.answer(action, None, form.body).text)
+        phrases = self.catalogue.phrases(self.catalogue.choose(None, form.body))
+        turn = TurnRequest(
+            self.surface,
+            action.text,
+            action.message_sid,
+            sender_id=action.sender,
+            sender_alias=action.also_known_as,
+            deadline_s=self.deadline_s,
+            media=action.media,
+            platform=action.platform,
+            reply_within_s=TWIML_WITHIN_S,
+        )
+        if self.typing is not None:
+            self.typing(action.message_sid)
+        try:
+            result = self.turns.run(turn)
+            return twiml(result.reply, result.follow_ups_first)
+        except OverBudget as exc:
+            return twiml(over_budget(phrases, exc))
+        except StillAnswering:
+            return twiml(None)  # the first attempt, or the scheduled job once it cannot, answers
+        except InputError as exc:
+            return twiml(input_refused(phrases, exc))
+
+    def _noticed_in(self, form: Form) -> Phrases:
+        """A notice's phrases (an empty message, a file we cannot read): the person's remembered
+        language (a round trip, for these alone), else the words, else DEFAULT_LANGUAGE."""
+        remembered = self.remembered.of(self.surface, form.identity)
+        return self.catalogue.phrases(self.catalogue.choose(None, form.body, remembered=remembered))

@@ -1,0 +1,37 @@
+"""The web's conversation routes, inside `web_chat` (locally under `/chat`):
+
+GET  /conversations                  the person's conversations (web and the other surfaces')
+POST /conversations                  start a web conversation: 201 with it
+GET  /conversations/<id>/messages    one conversation's messages, paged with ?before=<id>&limit=
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import flask
+
+from functions import runtime
+from functions.http import json_response, read_json
+from functions.paging import page_query
+from functions.web_models import NewConversation
+
+
+def list_conversations(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
+    listed = runtime.memory().list_conversations(person)
+    return json_response({"conversations": [c.as_json() for c in listed]}, headers=cors)
+
+
+def create_conversation(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
+    title = read_json(request, NewConversation).title if request.content_length else ""
+    return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
+
+
+def conversation_messages(
+    request: flask.Request, person: uuid.UUID, cors: dict[str, str], conversation: uuid.UUID
+) -> flask.Response:
+    query = page_query(request.args)
+    page = runtime.memory().conversation_messages(person, conversation, query.before, query.limit)
+    messages = [m.as_json() for m in page.messages]
+    body = {"conversation": page.conversation.as_json(), "messages": messages, "has_more": page.has_more}
+    return json_response(body, headers=cors)

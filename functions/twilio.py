@@ -1,0 +1,67 @@
+"""What every Twilio webhook (`whatsapp_webhook`, `sms_webhook`) does at the HTTP edge.
+
+Validate X-Twilio-Signature against the public URL Twilio called (PUBLIC_BASE_URL plus this
+request's path and query, never request.url, which is internal behind a proxy), hand the form to
+the surface's core (core/surfaces/twilio_inbound.py), answer with its TwiML. A request without a
+signature is refused before its body is read; one with a signature has its body read once, within
+the byte and field limits, before the signature is checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import flask
+
+from core.errors import ConfigurationError, Forbidden
+from core.identity.remembered_language import RememberedLanguage
+from core.models import Surface
+from core.surfaces.twilio_inbound import Form, TwilioAction, TwilioInbound
+from functions import runtime
+from functions.http import json_response, read_form
+
+# Twilio's inbound message has about 20 fields, plus two for each of at most 10 media.
+MAX_FORM_FIELDS = 100
+
+
+def twilio_webhook(
+    request: flask.Request,
+    surface: Surface,
+    parse: Callable[[Mapping[str, str]], Form],
+    classify: Callable[[Form], TwilioAction],
+    typing: Callable[[str], None] | None = None,
+) -> flask.Response:
+    """Twilio's form, verified, then answered in TwiML by the surface's core (`parse`, `classify`:
+    core/surfaces/twilio_inbound.py's `TwilioInbound`)."""
+    config = runtime.settings()
+    if config.twilio_auth_token is None or not config.public_base_url:
+        raise ConfigurationError("set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL")
+    if request.method != "POST":
+        return json_response({"error": "method_not_allowed", "message": "POST Twilio's form"}, 405)
+    if request.mimetype != "application/x-www-form-urlencoded":
+        return json_response({"error": "bad_request", "message": "expected Twilio's form post"}, 415)
+    if not (signature := request.headers.get("X-Twilio-Signature")):
+        raise Forbidden("invalid Twilio signature")
+    fields = read_form(request, MAX_FORM_FIELDS)
+    shared_key = config.twilio_webhook_shared_key
+    if not runtime.twilio_signatures().valid(
+        public_url(config.public_base_url, request),
+        fields,
+        signature,
+        auth_token=config.twilio_auth_token.get_secret_value(),
+        shared_key=shared_key.get_secret_value() if shared_key else None,
+        settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
+    ):
+        raise Forbidden("invalid Twilio signature")
+    remembered = RememberedLanguage(runtime.store(), runtime.identity())
+    answering = runtime.turns(), runtime.commands(), runtime.catalogue(), remembered
+    deadline_s = runtime.surfaces()[surface].deadline_s
+    inbound = TwilioInbound(surface, parse, classify, *answering, deadline_s, typing)
+    return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
+
+
+def public_url(base: str, request: flask.Request) -> str:
+    """The URL Twilio called: the configured public base, then this function's path and query."""
+    path = request.script_root + (request.path if request.path != "/" else "")
+    query = request.query_string.decode()
+    return base.rstrip("/") + path + (f"?{query}" if query else "")
