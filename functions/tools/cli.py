@@ -25,7 +25,9 @@ from functions.tools import forget_commands, search_command
 from functions.tools.confirmation import confirmed, yes_option
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
-SURFACES_TO_LINK = click.Choice(["telegram", "whatsapp"])
+# Every surface but the web (tests/functions/test_surfaces.py checks it against `Surface`); core is not
+# imported here, so that `crossmem --help` and `say` start fast.
+SURFACES_TO_LINK = click.Choice(["telegram", "whatsapp", "sms"])
 USER = click.option("--user", required=True, help="the person's user id (uuid)")
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of lines")
 
@@ -233,14 +235,14 @@ def dev(port: int | None) -> int:
     return 0
 
 
-@crossmem.command(help="send a signed Telegram or WhatsApp message to the dev server")
+@crossmem.command(help="send a signed Telegram, WhatsApp or SMS message to the dev server")
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
-@click.option("--from", "sender", help="Telegram user id or WhatsApp number (default: the demo owner)")
+@click.option("--from", "sender", help="Telegram user id, or WhatsApp or SMS number (default: the demo owner)")
 @click.option("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
 @click.option("--url", help="server base URL (default http://127.0.0.1:PORT)")
 @click.argument("text")
 def say(surface: str, sender: str | None, port: int | None, url: str | None, text: str) -> int:
-    """Post a correctly signed Telegram or WhatsApp delivery to the running dev server."""
+    """Post a correctly signed Telegram, WhatsApp or SMS delivery to the running dev server."""
     from functions.settings import Settings
     from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 

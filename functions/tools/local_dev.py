@@ -25,11 +25,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from core.models import Surface
 from functions.settings import Settings
 
 # Flask, functions_framework, PyJWT and the runtime (the whole server) are imported by the parts
 # that serve: `crossmem say` runs apply_dev_defaults and deliver_locally alone, and should start fast.
 
+# The apps a message can be sent from with `crossmem say` (every surface but the web, which the page is).
+CHAT_SURFACES = tuple(surface.value for surface in Surface if surface.is_secondary)
 DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
 DEMO_TELEGRAM_ID = "100200300"
 DEMO_WHATSAPP_NUMBER = "+15550100100"
@@ -42,6 +45,7 @@ DEV_DEFAULTS = {
     "OWNER_USER_ID": DEMO_USER_ID,
     "OWNER_TELEGRAM_IDS": DEMO_TELEGRAM_ID,
     "OWNER_WHATSAPP_NUMBERS": DEMO_WHATSAPP_NUMBER,
+    "OWNER_SMS_NUMBERS": DEMO_WHATSAPP_NUMBER,
     "TELEGRAM_WEBHOOK_SECRET": "local-telegram-secret",
     "TELEGRAM_REPLY_IN_WEBHOOK": "true",
     "TWILIO_AUTH_TOKEN": "local-twilio-auth-token",
@@ -97,7 +101,7 @@ def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
 def deliver_locally(
     base_url: str, surface: str, text: str, config: Settings, sender: str | None = None
 ) -> tuple[int, str]:
-    """Post a Telegram or WhatsApp delivery, signed as the real service signs it with the
+    """Post a Telegram, WhatsApp or SMS delivery, signed as the real service signs it with the
     secrets of `config`, to a running dev server; return the status and the reply it carried.
     Raises OSError when nothing answers at `base_url`."""
     if surface == "telegram":
@@ -119,18 +123,20 @@ def deliver_locally(
         return status, str(body.get("text") or json.dumps(body))
     from core.channels.whatsapp import sign_form
 
+    # WhatsApp's numbers carry Twilio's `whatsapp:` prefix; an SMS's are the numbers alone.
+    prefix = "whatsapp:" if surface == "whatsapp" else ""
     form = {
-        "From": f"whatsapp:{sender or DEMO_WHATSAPP_NUMBER}",
-        "To": "whatsapp:+14155238886",
+        "From": f"{prefix}{sender or DEMO_WHATSAPP_NUMBER}",
+        "To": f"{prefix}+14155238886",
         "Body": text,
         "MessageSid": "SM" + uuid.uuid4().hex,
         "NumMedia": "0",
     }
     token = config.twilio_auth_token.get_secret_value() if config.twilio_auth_token else ""
-    public = (config.public_base_url or base_url).rstrip("/") + "/whatsapp"
+    public = (config.public_base_url or base_url).rstrip("/") + f"/{surface}"
     headers = {"X-Twilio-Signature": sign_form(token, public, form)}
     form_type = "application/x-www-form-urlencoded"
-    status, answer = post_locally(f"{base_url}/whatsapp", urllib.parse.urlencode(form), form_type, headers)
+    status, answer = post_locally(f"{base_url}/{surface}", urllib.parse.urlencode(form), form_type, headers)
     messages = re.findall(r"<Message>(.*?)</Message>", answer, flags=re.DOTALL)
     return status, html.unescape("\n".join(messages)) if messages else answer
 
@@ -179,6 +185,11 @@ def digest_every_minute() -> None:
             print(f"scheduled job: {exc}", file=sys.stderr)
 
 
+def build_dev_mounts() -> dict[str, str]:
+    """Each function of main.py that serves people, by the path `make dev` serves it on."""
+    return {f"/{surface}": f"{surface}_webhook" for surface in CHAT_SURFACES} | {"/chat": "web_chat"}
+
+
 def build_dev_app() -> Any:
     import flask
     from functions_framework import create_app
@@ -215,17 +226,17 @@ def build_dev_app() -> Any:
     def say() -> flask.Response:
         body = flask.request.get_json(silent=True) or {}
         surface, text = body.get("surface"), str(body.get("text", "")).strip()
-        if surface not in ("telegram", "whatsapp") or not text:
-            response = flask.jsonify(error="bad_request", message="give a surface (telegram|whatsapp) and a text")
+        if surface not in CHAT_SURFACES or not text:
+            asked = f"give a surface ({'|'.join(CHAT_SURFACES)}) and a text"
+            response = flask.jsonify(error="bad_request", message=asked)
             response.status_code = 400
             return response
         status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text, runtime.settings())
         return flask.jsonify(status=status, reply=reply)
 
     mounts = {
-        "/telegram": create_app("telegram_webhook", main),  # type: ignore[no-untyped-call]
-        "/whatsapp": create_app("whatsapp_webhook", main),  # type: ignore[no-untyped-call]
-        "/chat": create_app("web_chat", main),  # type: ignore[no-untyped-call]
+        route: create_app(function, main)  # type: ignore[no-untyped-call]
+        for route, function in build_dev_mounts().items()
     }
     dispatcher = DispatcherMiddleware(site.wsgi_app, mounts)
 
@@ -251,7 +262,8 @@ def serve(port: int) -> None:
     config = runtime.settings()
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
-    print("  demo page  /      telegram  POST /telegram   whatsapp  POST /whatsapp   web  /chat   health  /healthz")
+    print("  demo page  /   telegram  POST /telegram   whatsapp  POST /whatsapp   sms  POST /sms")
+    print("  web  /chat   health  /healthz")
     print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
     # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

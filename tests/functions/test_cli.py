@@ -259,7 +259,7 @@ HELP_LINES = [
     ("purge", "delete messages older than an age, in batches of PURGE_BATCH"),
     ("search", "search a person's messages on every surface, as the agent can"),
     ("dev", "serve every function, the demo page and /healthz on 127.0.0.1"),
-    ("say", "send a signed Telegram or WhatsApp message to the dev server"),
+    ("say", "send a signed Telegram, WhatsApp or SMS message to the dev server"),
     ("telegram", "set up Telegram's webhook through the Bot API"),
     ("deploy", "deploy serverless.yml's functions as 2nd-gen functions with gcloud"),
     ("doctor", "check the live deployment: database, secrets, URLs, webhooks, model, scheduled job"),
@@ -289,6 +289,7 @@ def test_a_usage_error_exits_2_and_an_error_of_ours_is_one_line_naming_the_comma
     with pytest.raises(SystemExit) as exited:
         main(["link", "--user", "x", "--surface", "web", "--external-id", "1", "--yes"])
     assert exited.value.code == 2
-    assert "Invalid value for '--surface': 'web' is not one of 'telegram', 'whatsapp'." in capsys.readouterr().err
+    refused = "Invalid value for '--surface': 'web' is not one of 'telegram', 'whatsapp', 'sms'."
+    assert refused in capsys.readouterr().err
     assert main(["forget", "--user", "not-a-uuid", "--yes"]) == 1
     assert capsys.readouterr().err == "crossmem forget: badly formed hexadecimal UUID string\n"

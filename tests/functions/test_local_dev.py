@@ -53,10 +53,12 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     crossmem(env, "say", "--surface", "telegram", "My flight is on Tuesday")
     asked = crossmem(env, "say", "--surface", "whatsapp", "When is my flight?")
     assert 'You told me on telegram: "My flight is on Tuesday".' in asked
+    texted = crossmem(env, "say", "--surface", "sms", "And the hotel?")
+    assert 'You told me on telegram: "My flight is on Tuesday".' in texted
     unsigned = httpx.post(f"{url}/telegram", json={"update_id": 1})
     assert unsigned.status_code == 401
     history = crossmem(env, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json")
-    assert [m["surface"] for m in json.loads(history)] == ["telegram", "telegram", "whatsapp", "whatsapp"]
+    assert [m["surface"] for m in json.loads(history)] == ["telegram", "telegram", "whatsapp", "whatsapp", "sms", "sms"]
 
 
 def crossmem(env: dict[str, str], *args: str) -> str:

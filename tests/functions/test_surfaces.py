@@ -21,6 +21,8 @@ from core.stores.postgres_store import PostgresStore
 from core.surfaces import RULES, Surface, registry, rules
 from functions import runtime
 from functions.settings import Settings
+from functions.tools.cli import SURFACES_TO_LINK
+from functions.tools.local_dev import CHAT_SURFACES, build_dev_mounts
 from tests.helpers import context_limits
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -56,6 +58,15 @@ def test_every_surface_has_its_setting_and_its_rows_in_the_docs_tables() -> None
         assert surface.value in searchable, surface
         if surface.is_secondary:
             assert f"`{rules(surface).title()}`" in conversations, surface
+
+
+def test_every_chat_surface_is_served_by_make_dev_and_known_to_the_commands() -> None:
+    """`crossmem say`, `crossmem link` and the dev server take every surface but the web (seen
+    failing with SMS missing from `make dev` and from `crossmem link --surface`)."""
+    chats = [surface.value for surface in Surface if surface.is_secondary]
+    assert list(CHAT_SURFACES) == chats
+    assert list(SURFACES_TO_LINK.choices) == chats
+    assert sorted(route for route in build_dev_mounts() if route != "/chat") == sorted(f"/{chat}" for chat in chats)
 
 
 def test_a_registry_without_a_surface_is_refused_where_it_is_built(environment: pytest.MonkeyPatch) -> None:
