@@ -88,7 +88,9 @@ def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[fla
             runtime.check_can_serve(runtime.settings())
             return handler(request)
         except ConfigurationError as exc:
-            log.error("refusing to serve", extra={"error": str(exc)})
+            if str(exc) not in (logged := runtime.refusals_logged()):
+                logged.add(str(exc))
+                log.error("refusing to serve", extra={"error": str(exc)})
             return error_response(exc)
         except CrossmemError as exc:  # by the table: a bad signature 403, a bad body 400
             return error_response(exc)

@@ -493,6 +493,13 @@ def whatsapp_sender() -> WhatsAppSender | None:
 
 
 @functools.cache
+def refusals_logged() -> set[str]:
+    """The reasons this instance has logged for refusing to serve: each once, not once a request
+    (anyone who can reach an unconfigured function could otherwise fill the error log)."""
+    return set()
+
+
+@functools.cache
 def twilio_signatures() -> TwilioSignatures:
     """Twilio's webhooks' signature check, which logs this instance's first refusal."""
     from core.channels.whatsapp import TwilioSignatures  # twilio: only the functions Twilio calls
@@ -582,6 +589,7 @@ _CACHED = (
     follow_up_delivery,
     whatsapp_sender,
     sms_sender,
+    refusals_logged,
     twilio_signatures,
     media_reader,
     telegram_files,

@@ -51,10 +51,13 @@ def web_chat(request: flask.Request) -> flask.Response:
         return json_response(web_openapi.document(), headers=cors)
     try:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
-        handler, arguments = URLS.bind("").match(request.path.rstrip("/") or "/", request.method)
+        routes, path = URLS.bind(""), request.path.rstrip("/") or "/"
+        if request.method == "HEAD":  # werkzeug would run a GET's handler for it: a resumed turn, a search
+            raise MethodNotAllowed(routes.allowed_methods(path)) if routes.allowed_methods(path) else NoRoute()
+        handler, arguments = routes.match(path, request.method)
         return handler(request, person, cors, **arguments)  # type: ignore[no-any-return]
     except MethodNotAllowed as exc:
-        allowed = ", ".join(sorted(exc.valid_methods or ()))
+        allowed = ", ".join(sorted(set(exc.valid_methods or ()) - {"HEAD"}))
         message = f"{request.method} {request.path}: this route takes {allowed}"
         return json_response({"error": "method_not_allowed", "message": message}, 405, {**cors, "Allow": allowed})
     except NoRoute:

@@ -123,12 +123,14 @@ class Converse:
 
 @dataclass(frozen=True)
 class Notice:
-    """A fixed answer: the id of its phrase (core/phrases/*.toml), said in the sender's language."""
+    """A fixed answer: the id of its phrase (core/phrases/*.toml), said in the sender's language
+    (`sender_id`: the person's Telegram id, which in a group is not the chat's)."""
 
     chat_id: int
     phrase: str
     reason: str
     language_code: str | None = None
+    sender_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -223,13 +225,13 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
     if message.chat.type != "private":
         if _addressed_to_bot(message, bot_id, bot_username):
             reason = f"{message.chat.type} message addressed to the bot"
-            return Notice(message.chat.id, PRIVATE_ONLY, reason, language)
+            return Notice(message.chat.id, PRIVATE_ONLY, reason, language, str(sender.id))
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
     if message.text and (command := chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username)):
         return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
-        return Notice(message.chat.id, WELCOME, "start", language)
+        return Notice(message.chat.id, WELCOME, "start", language, str(sender.id))
     platform = platform_message(message)
     chat, person, update_id = message.chat.id, str(sender.id), update.update_id
     if attached := readable_media(message):
@@ -241,7 +243,7 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         return Converse(chat, person, shared, update_id, platform=platform, language_code=language)
     media = _media_kind(message)
     if media is not None:
-        return Notice(message.chat.id, TEXT_ONLY, media, language)
+        return Notice(message.chat.id, TEXT_ONLY, media, language, str(sender.id))
     return Ignore("private message without text")
 
 

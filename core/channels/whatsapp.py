@@ -27,7 +27,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.places import location_text
 from core.channels.splitting import split_message
-from core.errors import DeliveryFailed, Forbidden, InputError
+from core.errors import ConfigurationError, DeliveryFailed, InputError
 from core.media.kinds import MediaRef, twilio_media
 from core.models import Delivery, PlatformMessage, Surface
 from core.surfaces.commands import ChatCommand, chat_command
@@ -272,14 +272,15 @@ class WhatsAppSender:
 
     def inbound_url(self, number: str) -> str | None:
         """The URL Twilio posts `number`'s messages to (its SmsUrl, "A message comes in"; "" when
-        none), None when the number is not this account's (`crossmem doctor`). Raises Forbidden
-        ("status code") when Twilio refuses, DeliveryFailed (the error's type) when it does not answer."""
+        none), None when the number is not this account's (`crossmem doctor`). Raises
+        ConfigurationError ("status code": our credentials, no caller's fault) when Twilio refuses,
+        DeliveryFailed (the error's type) when it does not answer."""
         from twilio.base.exceptions import TwilioException, TwilioRestException
 
         try:
             numbers = self._rest().api.v2010.account.incoming_phone_numbers.list(phone_number=number, limit=1)
         except TwilioRestException as exc:
-            raise Forbidden(f"{exc.status} {exc.code}") from None
+            raise ConfigurationError(f"{exc.status} {exc.code}") from None
         except (TwilioException, OSError) as exc:
             raise DeliveryFailed(type(exc).__name__) from None
         return str(numbers[0].sms_url or "") if numbers else None

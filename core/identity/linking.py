@@ -301,11 +301,12 @@ class Linking:
 
     def _unlinked(self, request: UnlinkRequest, key: str, stated: str | None, text: str) -> LinkAnswer:
         """`/unlink` (its number beside a BSUID too), answered in the language of the person the
-        chat was theirs, as remembered before it left them."""
+        chat was theirs, as remembered before it left them: the sender's own identity's only, never
+        the number's (a number can have changed hands; turn.sql's rule for the number beside a BSUID)."""
         unlinked, remembered = self._unlink(request.surface, key)
         if request.also_known_as:
-            also, also_remembered = self._unlink(request.surface, identity_key(request.surface, request.also_known_as))
-            unlinked, remembered = unlinked + also, remembered or also_remembered
+            also, _ = self._unlink(request.surface, identity_key(request.surface, request.also_known_as))
+            unlinked += also
         language = self._catalogue.choose(stated, text, remembered=remembered)
         return LinkAnswer(
             self._catalogue.phrases(language).say("link.unlinked" if unlinked else "link.not_linked"), language

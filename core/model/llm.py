@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.errors import Forbidden, ModelUnavailable
+from core.errors import ConfigurationError, ModelUnavailable
 from core.model.prompt import NOTES_PREAMBLE
 from core.turn.context import ModelMessage
 
@@ -259,8 +259,9 @@ class AnthropicModel:
 
     def display_name(self) -> str | None:
         """This model's display name, None when it is not available to the key (`GET
-        /v1/models/{id}`: `crossmem doctor`). Raises Forbidden (the status) when the key is refused,
-        ModelUnavailable (the error's type) when Anthropic does not answer."""
+        /v1/models/{id}`: `crossmem doctor`). Raises ConfigurationError (the status: our key, no
+        caller's fault) when the key is refused, ModelUnavailable (the error's type) when Anthropic
+        does not answer."""
         import anthropic
 
         try:
@@ -268,7 +269,7 @@ class AnthropicModel:
         except anthropic.NotFoundError:
             return None
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
-            raise Forbidden(str(exc.status_code)) from None
+            raise ConfigurationError(str(exc.status_code)) from None
         except anthropic.APIError as exc:
             raise ModelUnavailable(type(exc).__name__) from None
 

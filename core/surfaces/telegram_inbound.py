@@ -75,7 +75,7 @@ class TelegramInbound:
             # An app that states no language we have: the person's as remembered (a round trip, for this alone).
             remembered = None
             if not self.catalogue.has(action.language_code):
-                remembered = self.remembered.of(Surface.TELEGRAM, str(action.chat_id))
+                remembered = self.remembered.of(Surface.TELEGRAM, action.sender_id)
             phrases = self.catalogue.phrases(self.catalogue.choose(action.language_code, remembered=remembered))
             return self._reply(action.chat_id, phrases.say(action.phrase))
         if isinstance(action, StopGeneration):

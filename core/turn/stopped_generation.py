@@ -6,7 +6,7 @@ and the draft. The turn writing that draft may run on another instance, so the s
 through the database: the webhook records it (`record`, SQL `stop_generation`), and the writing
 turn's drafts thread asks before each draft after the first (`asked`, SQL `generation_stopped`):
 one round trip a check, made beside the model's stream, never on the reply's way. The draft's id
-is the update_id of the message the turn answers (functions/telegram.py), which is that message's
+is the update_id of the message the turn answers (core/surfaces/telegram_inbound.py), which is that message's
 `external_id`.
 
 A stop is kept when the instance writing died: the message is then owed, but not wanted. The

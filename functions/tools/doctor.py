@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from core.channels.telegram_update import WEBHOOK_UPDATES
-from core.errors import ConfigurationError, DeliveryFailed, Forbidden, MediaUnreadable, ModelUnavailable
+from core.errors import ConfigurationError, DeliveryFailed, MediaUnreadable, ModelUnavailable
 from core.stores.embedded import MIGRATIONS
 from functions import runtime
 from functions.settings import Settings
@@ -183,7 +183,7 @@ def check_twilio(config: Settings, expected: str | None) -> Check:
     twilio = WhatsAppSender(config.twilio_account_sid, token, sender, config.twilio_api_base, PROBE_TIMEOUT_S)
     try:
         sms_url = twilio.inbound_url(number)
-    except Forbidden as exc:
+    except ConfigurationError as exc:
         return fail(name, f"Twilio refused: {exc}", f"check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN ({WEBHOOKS})")
     except DeliveryFailed as exc:
         return fail(name, f"Twilio did not answer: {exc}", f"try again; check the network ({DOCTOR})")
@@ -229,7 +229,7 @@ def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
     )
     try:
         display_name = claude.display_name()
-    except Forbidden as exc:
+    except ConfigurationError as exc:
         return fail(
             name, f"the key is refused ({exc})", f"check ANTHROPIC_API_KEY (crossmem-anthropic-api-key; {SECRETS})"
         )

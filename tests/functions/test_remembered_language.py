@@ -321,3 +321,26 @@ def test_sms_and_telegram_without_a_stated_language_answer_in_the_remembered_one
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": SPANISH.say("media.text_only")}
     telegram_says(apps, "/link ABC234XYZ", None)
     assert fake_telegram.sent()[-1]["text"] == INVALID_CODE["es"]
+
+
+def test_a_group_mention_is_answered_in_the_senders_remembered_language(
+    apps: Apps, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """core/surfaces/telegram_inbound.py asks the remembered language of `action.chat_id`: in a
+    group that is the group's id, never a person's, so the sender's remembered Spanish is not found
+    (and every mention from an app without a catalogued language costs a round trip for nothing)."""
+    spoke = update("Hola, vivo en Madrid", user_id=apps.chat)
+    spoke["message"]["from"]["language_code"] = "es"
+    assert apps.telegram.post("/", json=spoke, headers=TELEGRAM_HEADERS).status_code == 200
+    [(person,)] = rows(
+        database_url, "select user_id from identities where surface = 'telegram' and external_id = %s", str(apps.chat)
+    )
+    assert rows(database_url, "select language from person_languages where user_id = %s", person) == [("es",)]
+
+    group = -1000000000000 - uuid.uuid4().int % 10**6
+    mention = update("@advisor_bot ¿qué te dije ayer?", user_id=apps.chat, chat_type="supergroup")
+    mention["message"]["chat"]["id"] = group  # the same person, writing in a group; their app states no language
+    assert apps.telegram.post("/", json=mention, headers=TELEGRAM_HEADERS).status_code == 200
+    said = fake_telegram.sent()[-1]
+    assert said["chat_id"] == group
+    assert said["text"] == SPANISH.say("telegram.private_only")

@@ -189,8 +189,10 @@ def test_unknown_routes_are_404_json_and_a_known_path_with_another_method_405(we
     assert response.status_code == 404 and response.get_json()["error"] == "not_found"
     wrong = web.delete("/conversations", headers=bearer(uuid.uuid4()))
     assert wrong.status_code == 405 and wrong.get_json()["error"] == "method_not_allowed"
-    assert wrong.headers["Allow"] == "GET, HEAD, POST"  # werkzeug's Map: a GET route answers HEAD too
-    assert web.head("/conversations", headers=bearer(uuid.uuid4())).status_code == 200
+    assert wrong.headers["Allow"] == "GET, POST"
+    head = web.head("/conversations", headers=bearer(uuid.uuid4()))  # a GET may run a turn: never for a HEAD
+    assert (head.status_code, head.headers["Allow"]) == (405, "GET, POST")
+    assert web.head("/nowhere", headers=bearer(uuid.uuid4())).status_code == 404
     linking = web.put("/links/telegram", headers=bearer(uuid.uuid4()))
     assert (linking.status_code, linking.headers["Allow"]) == (405, "DELETE")
 
@@ -301,3 +303,19 @@ def test_without_a_way_to_verify_tokens_it_refuses_to_serve(environment: pytest.
     response = app_client("web_chat").get("/conversations", headers=bearer(uuid.uuid4()))
     assert response.status_code == 503 and response.get_json()["error"] == "not_configured"
     assert "SUPABASE_JWT_SECRET" in response.get_json()["message"]
+
+
+def test_a_head_request_never_runs_a_turn(web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic) -> None:
+    """werkzeug's Map answers HEAD with a GET route's handler (functions/web.py): HEAD on the
+    chat's stream resumes an unanswered message, a model call whose answer is thrown away (old
+    web.py: 405). HEAD should be refused, or answered without running a GET handler."""
+    person = uuid.uuid4()
+    chat = str(web.post("/conversations", headers=bearer(person)).get_json()["id"])
+    fake_anthropic.behaviour = "500"  # the first attempt ends in the fallback: the message stays unanswered
+    body = {"id": chat, "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "hello?"}]}]}
+    assert web.post("/", json={**body, "trigger": "submit-message"}, headers=bearer(person)).status_code == 200
+    fake_anthropic.behaviour = "ok"
+    asked = len(fake_anthropic.requests)
+    head = web.head(f"/{chat}/stream", headers=bearer(person))
+    assert len(fake_anthropic.requests) == asked, "a HEAD asked the model"
+    assert head.status_code == 405

@@ -26,6 +26,7 @@ from tests.helpers import (
     app_client,
     as_owner,
     bearer,
+    execute,
     messages_of,
     rows,
     signed,
@@ -318,3 +319,22 @@ def test_under_the_owner_policy_a_listed_bsuid_is_the_owner_with_or_without_a_nu
     assert messages_of(client.post("/", data=impostor, headers=signed(impostor)).text) == [PRIVATE]
     assert len(fake_anthropic.requests) == asked
     assert rows(database_url, "select count(*) from messages where user_id = %s", owner) == [(6,)]
+
+
+def test_unlink_from_a_bsuid_is_said_in_the_senders_language_never_the_numbers_previous_holders(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A number that changed hands arrives beside a newcomer's BSUID: their `unlink` is answered by
+    what they wrote (English), not in the Spanish its previous holder's person remembers (seen
+    failing with the number's remembered language used when the sender has none)."""
+    number, newcomer = f"+3473{uuid.uuid4().int % 10**7:07d}", fresh_bsuid()
+    holder = uuid.uuid4()
+    code = app_client("web_chat").post("/links", headers=bearer(holder)).get_json()["code"]
+    link = corpus_form("01_text_profilename_waid.json", From=f"whatsapp:{number}", WaId=number[1:], Body=f"link {code}")
+    assert whatsapp.post("/", data=link, headers=signed(link)).status_code == 200
+    assert one_thread(database_url, number) == {holder}
+    # The holder's Spanish, as a voice note heard in Spanish leaves it (test_remembered_language.py).
+    execute(database_url, "insert into person_languages (user_id, language) values (%s, 'es')", holder)
+    unlink = corpus_form("09_text_bsuid_with_number.json", From=f"whatsapp:{newcomer}", WaId=number[1:], Body="unlink")
+    answered = messages_of(whatsapp.post("/", data=unlink, headers=signed(unlink)).text)
+    assert answered[0].startswith("Unlinked.")

@@ -128,7 +128,7 @@ $$;
 
 -- The newest message of one of the person's conversations when it is their web message and
 -- nothing answers it yet (its turn still running, or left by a client that went away): the
--- web's resume route (functions/ui_chat.py) sends it again by its client's id, which answers it
+-- web's resume route (functions/ui_chat_routes.py) sends it again by its client's id, which answers it
 -- once (begin_turn: the stored reply, a wait for the running attempt, or a new one).
 create or replace function public.unanswered_message(p_user_id uuid, p_conversation_id uuid)
     returns jsonb language sql stable set search_path = '' as $$
@@ -299,7 +299,7 @@ create table public.stopped_generations (
 alter table public.stopped_generations enable row level security;  -- who reads what: access.sql
 
 -- The person whose private chat is p_chat stopped the draft p_draft_id: the update_id of their
--- message the turn answers (functions/telegram.py's draft_id). Recorded only while that message
+-- message the turn answers (core/surfaces/telegram_inbound.py's draft_id). Recorded only while that message
 -- has no reply (a stop for a finished turn changes nothing), once (a redelivered stop changes
 -- nothing); true when this call recorded it. A chat or draft that is nobody's records nothing.
 create or replace function public.stop_generation(p_chat text, p_draft_id text)
