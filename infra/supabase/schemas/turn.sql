@@ -204,6 +204,9 @@ create or replace function crossmem_private.settle_turn_tokens(
     p_message_id bigint, p_user_id uuid, p_reserved integer, p_tokens integer
 ) returns void language plpgsql set search_path = '' as $$
 begin
+    if p_reserved = 0 and p_tokens = 0 then
+        return;  -- nothing reserved nor spent: the update would change nothing
+    end if;
     update public.turn_usage u
        set tokens = crossmem_private.settled(u.tokens, u.reserved, p_reserved, p_tokens),
            reserved = crossmem_private.settled(u.reserved, u.reserved, p_reserved, 0)
@@ -542,11 +545,7 @@ create or replace function public.finish_turn(
 declare
     v_reply_id bigint;
 begin
-    -- Each part only when the turn brought it: a call that would change nothing still costs its
-    -- statements (most turns hear no language and rewrite nothing).
-    if p_language is not null then
-        perform crossmem_private.remember_language(p_user_id, p_language);
-    end if;
+    perform crossmem_private.remember_language(p_user_id, p_language);
     if p_user_content is not null then
         perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     end if;
@@ -575,9 +574,7 @@ begin
     select s.id into v_reply_id from stored s;
 
     if v_reply_id is not null then
-        if p_reserved <> 0 or p_tokens <> 0 then  -- nothing reserved nor spent: nothing to settle
-            perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens);
-        end if;
+        perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens);
     else
         select r.id into v_reply_id
           from public.messages r
@@ -607,12 +604,8 @@ create or replace function public.end_attempt(
 declare
     v_owed boolean;
 begin
-    if p_language is not null then  -- as finish_turn
-        perform crossmem_private.remember_language(p_user_id, p_language);
-    end if;
-    if p_user_content is not null then
-        perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
-    end if;
+    perform crossmem_private.remember_language(p_user_id, p_language);  -- as finish_turn
+    perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
     update public.messages m set answer_by = clock_timestamp()
      where m.id = p_user_message_id and m.user_id = p_user_id and m.role = 'user'
