@@ -327,7 +327,10 @@ begin
         history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
                                          p_max_messages, p_window_step);
         if conversation_surface = 'web' and p_web_prepend > 0 then
-            select coalesce(json_agg(s order by s.created_at, s.id), '[]'::json) into prepend
+            -- each message as context_window gives it (context.sql)
+            select coalesce(json_agg(json_build_array(s.id, s.conversation_id, s.surface, s.role, s.content,
+                                                      s.created_at) order by s.created_at, s.id), '[]'::json)
+              into prepend
               from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                       from public.messages m
                       join public.conversations c on c.id = m.conversation_id
