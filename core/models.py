@@ -67,6 +67,20 @@ class StoredMessage:
             datetime.fromisoformat(row["created_at"]),
         )
 
+    @classmethod
+    def from_columns(cls, columns: list[Any]) -> StoredMessage:
+        """A message of a context window as the SQL context_window gives it: its columns in order,
+        [id, conversation_id, surface, role, content, created_at] (context.sql)."""
+        id_, conversation_id, surface, role, content, created_at = columns
+        return cls(
+            id_,
+            parse_uuid(conversation_id),
+            parse_surface(surface),
+            parse_role(role),
+            content,
+            datetime.fromisoformat(created_at),
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

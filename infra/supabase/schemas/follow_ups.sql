@@ -86,14 +86,18 @@ alter table public.person_languages enable row level security;  -- who reads wha
 -- The person's language, after keeping p_language (a primary tag, or null: nothing learned) as
 -- theirs, or as that of the person they have since been merged into (a turn's end may come after
 -- a link). Written only when it differs: the same language again is a read, and takes no lock
--- that would make the person's turns wait for each other.
+-- that would make the person's turns wait for each other. Both read in one statement: each
+-- turn calls it twice (begin_turn, finish_turn).
 create function crossmem_private.remember_language(p_user_id uuid, p_language text)
     returns text language plpgsql set search_path = '' as $$
 declare
-    v_user uuid := coalesce(
-        (select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id), p_user_id);
-    v_language text := (select l.language from public.person_languages l where l.user_id = v_user);
+    v_user uuid;
+    v_language text;
 begin
+    select v.user_id, l.language into v_user, v_language
+      from (select coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
+                            p_user_id) as user_id) v
+      left join public.person_languages l on l.user_id = v.user_id;
     if p_language is null or v_language is not distinct from p_language then
         return v_language;
     end if;

@@ -204,6 +204,9 @@ create or replace function crossmem_private.settle_turn_tokens(
     p_message_id bigint, p_user_id uuid, p_reserved integer, p_tokens integer
 ) returns void language plpgsql set search_path = '' as $$
 begin
+    if p_reserved = 0 and p_tokens = 0 then
+        return;  -- nothing reserved nor spent: the update would change nothing
+    end if;
     update public.turn_usage u
        set tokens = crossmem_private.settled(u.tokens, u.reserved, p_reserved, p_tokens),
            reserved = crossmem_private.settled(u.reserved, u.reserved, p_reserved, 0)
@@ -247,10 +250,12 @@ $$;
 -- A reply as the model reads it and memory keeps it: the text it quotes, then its own. Stored so,
 -- every later turn shows it alike (the prompt's prefix stays the same) and memory search, the
 -- digest and the web read what the model read, as a photo's `[photo: …] caption` is stored.
+-- A SQL-standard body, bound when it is created (no search_path can change what it calls), so the
+-- planner inlines it where it is called: with `set search_path` it was a call planned again at
+-- every message stored (40 µs of each begin_turn).
 create or replace function crossmem_private.quoting(p_quoted text, p_content text) returns text
-    language sql immutable parallel safe set search_path = '' as $$
-    select case when p_quoted is null then p_content else '[replying to: "' || p_quoted || '"] ' || p_content end;
-$$;
+    language sql immutable parallel safe
+    return case when p_quoted is null then p_content else '[replying to: "' || p_quoted || '"] ' || p_content end;
 
 -- What a reply quotes and the stored message it answers: p_reply_ref is the platform's name for
 -- the message replied to, looked up among this person's own messages of the surface (never
@@ -322,7 +327,10 @@ begin
         history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
                                          p_max_messages, p_window_step);
         if conversation_surface = 'web' and p_web_prepend > 0 then
-            select coalesce(json_agg(s order by s.created_at, s.id), '[]'::json) into prepend
+            -- each message as context_window gives it (context.sql)
+            select coalesce(json_agg(json_build_array(s.id, s.conversation_id, s.surface, s.role, s.content,
+                                                      s.created_at) order by s.created_at, s.id), '[]'::json)
+              into prepend
               from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                       from public.messages m
                       join public.conversations c on c.id = m.conversation_id
