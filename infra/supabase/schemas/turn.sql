@@ -104,34 +104,31 @@ end;
 $$;
 
 -- The delivery's key (messages.sql): this very call tried again after its connection died (its
--- attempt: own_attempt), or a delivery already stored; no row when it is new. Two index probes
--- (the attempt's, then the key's), not one scan of either: a BitmapOr and its sort cost more.
+-- attempt: own_attempt), or a delivery already stored; no row when it is new. One index probe: a
+-- delivery with a key is found by it (its own attempt's message has the same key, and
+-- own_attempt says whether the attempt is this call's), one without by its attempt.
 -- Deliveries of one key take turns here, until the transaction ends.
 create or replace function crossmem_private.stored_delivery(
     p_user_id uuid, p_surface text, p_external_id text, p_attempt uuid, out message_id bigint,
     out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean
 ) language plpgsql set search_path = '' as $$
 begin
-    if p_attempt is not null then
-        select m.id, m.created_at, m.conversation_id, m.answer_by, true
-          into message_id, created_at, conversation_id, answer_by, own_attempt
-          from public.messages m
-         where m.attempt = p_attempt and m.user_id = p_user_id
-           for update of m;
-        if message_id is not null then
-            return;  -- this call's own message: its delivery's key was taken with it
-        end if;
-    end if;
     if p_external_id is not null then
         perform pg_advisory_xact_lock(
             hashtextextended('delivery/' || p_user_id || '/' || p_surface || '/' || p_external_id, 0));
         -- The row is held until this turn's first transaction ends: a scheduled job claiming it as
         -- owed at this moment is waited for, and its claim (a later answer_by) then seen, so a
         -- redelivery and the job never both take the message over.
-        select m.id, m.created_at, m.conversation_id, m.answer_by, false
+        select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false)
           into message_id, created_at, conversation_id, answer_by, own_attempt
           from public.messages m
          where m.user_id = p_user_id and m.surface = p_surface and m.external_id = p_external_id
+           for update of m;
+    elsif p_attempt is not null then
+        select m.id, m.created_at, m.conversation_id, m.answer_by, true
+          into message_id, created_at, conversation_id, answer_by, own_attempt
+          from public.messages m
+         where m.attempt = p_attempt and m.user_id = p_user_id
            for update of m;
     end if;
 end;
@@ -548,7 +545,9 @@ create or replace function public.finish_turn(
 declare
     v_reply_id bigint;
 begin
-    perform crossmem_private.remember_language(p_user_id, p_language);
+    if p_language is not null then  -- null: nothing learned, and nothing to answer with it
+        perform crossmem_private.remember_language(p_user_id, p_language);
+    end if;
     if p_user_content is not null then
         perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     end if;
@@ -607,7 +606,9 @@ create or replace function public.end_attempt(
 declare
     v_owed boolean;
 begin
-    perform crossmem_private.remember_language(p_user_id, p_language);  -- as finish_turn
+    if p_language is not null then  -- as finish_turn
+        perform crossmem_private.remember_language(p_user_id, p_language);
+    end if;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
     update public.messages m set answer_by = clock_timestamp()

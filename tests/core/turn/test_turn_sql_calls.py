@@ -77,3 +77,38 @@ def test_no_function_of_a_turn_is_planned_again_at_each_call(database_url: str) 
     assert calls["public.begin_turn"] == calls["public.finish_turn"] == 1
     assert calls["crossmem_private.searchable"] == 2 and "crossmem_private.quoting" not in calls
     assert replanned == []
+
+
+def test_a_turn_that_learned_no_language_reads_the_persons_language_once(database_url: str) -> None:
+    calls, _ = warm_turn_calls(database_url)
+    # begin_turn answers it; finish_turn, told none, has nothing to keep and nothing to answer
+    assert calls["crossmem_private.remember_language"] == 1
+
+
+def begin_once(database_url: str, **given: object) -> dict[str, Any]:
+    arguments = begin_turn_arguments(**given)
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+    assert row is not None
+    answer: dict[str, Any] = row[0]
+    return answer
+
+
+def test_a_delivery_is_found_by_its_key_and_its_own_attempt_told_apart(database_url: str) -> None:
+    """stored_delivery's one probe: the key finds the message, its attempt says whose it is."""
+    person, key, attempt = uuid.uuid4(), uuid.uuid4().hex, uuid.uuid4()
+    first = begin_once(database_url, p_user_id=person, p_external_id=key, p_attempt=attempt)
+    again = begin_once(database_url, p_user_id=person, p_external_id=key, p_attempt=attempt)
+    other = begin_once(database_url, p_user_id=person, p_external_id=key, p_attempt=uuid.uuid4())
+    unkeyed = begin_once(database_url, p_user_id=person, p_external_id=None, p_attempt=attempt)
+    assert (again["duplicate"], again["message_id"], again["owed"]) == (False, first["message_id"], False)
+    assert (other["duplicate"], other["message_id"]) == (True, first["message_id"])
+    # no key: found by its attempt alone, as this call's own
+    assert (unkeyed["duplicate"], unkeyed["message_id"]) == (False, first["message_id"])
+
+
+def test_a_delivery_without_an_attempt_is_never_taken_for_its_own(database_url: str) -> None:
+    person, key = uuid.uuid4(), uuid.uuid4().hex
+    first = begin_once(database_url, p_user_id=person, p_external_id=key)
+    again = begin_once(database_url, p_user_id=person, p_external_id=key)
+    assert (first["duplicate"], again["duplicate"], again["message_id"]) == (False, True, first["message_id"])
