@@ -80,7 +80,10 @@ create unique index messages_one_reply
 -- The reference a reply keeps: deleting a message (a purge, forgetting) sets its replies' to null,
 -- and without this index each deleted row would scan the whole table for them.
 create index messages_replies_to on public.messages (replied_to) where replied_to is not null;
-create unique index messages_once_per_attempt on public.messages (attempt) where attempt is not null;
+-- A begin_turn call's own message, when its delivery has no key (turn.sql's stored_delivery): one
+-- with a key is found by it, and its attempt read there, so the index keeps only the others.
+create unique index messages_once_per_attempt on public.messages (attempt)
+    where attempt is not null and external_id is null;
 -- A delivery's key is (person, surface, external_id). Telegram's update_id and Twilio's
 -- MessageSid are unique for the whole bot, so per person is the same thing for them; the
 -- web's client_message_id means something only to the person who chose it. The same rule is

@@ -128,7 +128,7 @@ begin
         select m.id, m.created_at, m.conversation_id, m.answer_by, true
           into message_id, created_at, conversation_id, answer_by, own_attempt
           from public.messages m
-         where m.attempt = p_attempt and m.user_id = p_user_id
+         where m.attempt = p_attempt and m.external_id is null and m.user_id = p_user_id
            for update of m;
     end if;
 end;

@@ -100,11 +100,17 @@ def test_a_delivery_is_found_by_its_key_and_its_own_attempt_told_apart(database_
     first = begin_once(database_url, p_user_id=person, p_external_id=key, p_attempt=attempt)
     again = begin_once(database_url, p_user_id=person, p_external_id=key, p_attempt=attempt)
     other = begin_once(database_url, p_user_id=person, p_external_id=key, p_attempt=uuid.uuid4())
-    unkeyed = begin_once(database_url, p_user_id=person, p_external_id=None, p_attempt=attempt)
     assert (again["duplicate"], again["message_id"], again["owed"]) == (False, first["message_id"], False)
     assert (other["duplicate"], other["message_id"]) == (True, first["message_id"])
-    # no key: found by its attempt alone, as this call's own
-    assert (unkeyed["duplicate"], unkeyed["message_id"]) == (False, first["message_id"])
+
+
+def test_a_delivery_without_a_key_is_found_by_its_attempt(database_url: str) -> None:
+    person, attempt = uuid.uuid4(), uuid.uuid4()
+    first = begin_once(database_url, p_user_id=person, p_attempt=attempt)
+    again = begin_once(database_url, p_user_id=person, p_attempt=attempt)
+    other = begin_once(database_url, p_user_id=person, p_attempt=uuid.uuid4())
+    assert (again["duplicate"], again["message_id"]) == (False, first["message_id"])
+    assert other["duplicate"] is False and other["message_id"] != first["message_id"]
 
 
 def test_a_delivery_without_an_attempt_is_never_taken_for_its_own(database_url: str) -> None:
