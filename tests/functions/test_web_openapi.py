@@ -76,8 +76,12 @@ def test_schemathesis_finds_no_5xx_and_every_answer_as_documented(
             str(MAX_EXAMPLES),
             "--seed",
             "31",
+            # One worker: with two threads, Hypothesis (describing its lambdas) parses source with `ast`
+            # in both at once, and CPython 3.11's AST constructor can then raise "AST constructor
+            # recursion depth mismatch" (python/cpython#106905): a runtime error of the tool, once
+            # in a loaded CI run, never a finding about the web.
             "--workers",
-            "2",
+            "1",
             "--report",
             "ndjson",
             "--report-dir",
