@@ -40,6 +40,10 @@ def parse_role(value: str) -> Role:
     return _ROLES.get(value) or Role(value)
 
 
+# A stored message's columns, in the order context.sql's context_window gives them as an array.
+COLUMNS = ("id", "conversation_id", "surface", "role", "content", "created_at")
+
+
 # Immutable, but not `frozen=True`: a turn builds dozens of these, and a frozen dataclass's
 # __init__ (an object.__setattr__ a field) costs three times a slotted one's. Its fields are
 # `Final` instead, which mypy enforces, and it hashes as a frozen one does (unsafe_hash).
@@ -58,19 +62,12 @@ class StoredMessage:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StoredMessage:
         # The row's JSON already holds the id as a number and the rest as strings.
-        return cls(
-            row["id"],
-            parse_uuid(row["conversation_id"]),
-            parse_surface(row["surface"]),
-            parse_role(row["role"]),
-            row["content"],
-            datetime.fromisoformat(row["created_at"]),
-        )
+        return cls.from_columns([row[name] for name in COLUMNS])
 
     @classmethod
     def from_columns(cls, columns: list[Any]) -> StoredMessage:
-        """A message of a context window as the SQL context_window gives it: its columns in order,
-        [id, conversation_id, surface, role, content, created_at] (context.sql)."""
+        """A message of a context window as the SQL context_window gives it: its COLUMNS in order
+        (context.sql)."""
         id_, conversation_id, surface, role, content, created_at = columns
         return cls(
             id_,

@@ -53,7 +53,8 @@ def web_chat(request: flask.Request) -> flask.Response:
         person = runtime.identity().admit_web(runtime.token_verifier().person(request.headers.get("Authorization")))
         routes, path = URLS.bind(""), request.path.rstrip("/") or "/"
         if request.method == "HEAD":  # werkzeug would run a GET's handler for it: a resumed turn, a search
-            raise MethodNotAllowed(routes.allowed_methods(path)) if routes.allowed_methods(path) else NoRoute()
+            allowed = routes.allowed_methods(path)
+            raise MethodNotAllowed(allowed) if allowed else NoRoute()
         handler, arguments = routes.match(path, request.method)
         return handler(request, person, cors, **arguments)  # type: ignore[no-any-return]
     except MethodNotAllowed as exc:
