@@ -1,6 +1,7 @@
 """`crossmem`: the command line, on click. `crossmem --help` lists the commands.
 
-Every module beyond the standard library and click is imported inside the command that needs it:
+Every module beyond the standard library, click and the list of surfaces (core/surfaces/adapter.py,
+which the `--surface` options take their choices from) is imported inside the command that needs it:
 pydantic, psycopg, httpx and the SDKs cost seconds to import together, and `--help`, `say` or
 `history` should answer in well under one (docs/configuration.md#commands has the figures;
 tests/functions/test_cli_imports.py checks what each one imports).
@@ -21,13 +22,13 @@ from typing import Any
 
 import click
 
+from core.surfaces.adapter import Surface
 from functions.tools import forget_commands, search_command
 from functions.tools.confirmation import confirmed, yes_option
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
-# Every surface but the web (tests/functions/test_surfaces.py checks it against `Surface`); core is not
-# imported here, so that `crossmem --help` and `say` start fast.
-SURFACES_TO_LINK = click.Choice(["telegram", "whatsapp", "sms"])
+# Every surface but the web: the apps a chat or number is linked from, and `say` sends from.
+SURFACES_TO_LINK = click.Choice([surface.value for surface in Surface if surface.is_secondary])
 USER = click.option("--user", required=True, help="the person's user id (uuid)")
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of lines")
 
@@ -163,7 +164,7 @@ def digest(user: str | None) -> int:
     return 1 if run.failed else 0
 
 
-@crossmem.command(help="list a person's Telegram chats and WhatsApp numbers")
+@crossmem.command(help="list the chats and numbers linked to a person, on every surface but the web")
 @USER
 @AS_JSON
 def identities(user: str, as_json: bool) -> int:
@@ -182,16 +183,17 @@ def identities(user: str, as_json: bool) -> int:
     return 0
 
 
-EXTERNAL_ID = click.option("--external-id", required=True, help="the Telegram user id or the WhatsApp number")
+EXTERNAL_ID = click.option(
+    "--external-id", required=True, help="the chat or number on that surface (a Telegram user id, a phone number)"
+)
 
 
-@crossmem.command(help="join a Telegram chat or WhatsApp number to a person, without a code")
+@crossmem.command(help="join a chat or number to a person, without a code")
 @USER
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
 @EXTERNAL_ID
 @yes_option
 def link(user: str, surface: str, external_id: str, yes: bool) -> int:
-    from core.models import Surface
     from functions import runtime
 
     if not confirmed(yes, f"Join {surface} {external_id} to {user}, moving its messages there?"):
@@ -206,7 +208,6 @@ def link(user: str, surface: str, external_id: str, yes: bool) -> int:
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
 @EXTERNAL_ID
 def unlink(surface: str, external_id: str) -> int:
-    from core.models import Surface
     from functions import runtime
 
     unlinked = runtime.linking().unlink(Surface(surface), external_id)
@@ -235,14 +236,14 @@ def dev(port: int | None) -> int:
     return 0
 
 
-@crossmem.command(help="send a signed Telegram, WhatsApp or SMS message to the dev server")
+@crossmem.command(help="send a signed message from another app (--surface) to the dev server")
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
-@click.option("--from", "sender", help="Telegram user id, or WhatsApp or SMS number (default: the demo owner)")
+@click.option("--from", "sender", help="the sender on that app: a Telegram user id, a number (default: the demo owner)")
 @click.option("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
 @click.option("--url", help="server base URL (default http://127.0.0.1:PORT)")
 @click.argument("text")
 def say(surface: str, sender: str | None, port: int | None, url: str | None, text: str) -> int:
-    """Post a correctly signed Telegram, WhatsApp or SMS delivery to the running dev server."""
+    """Post a correctly signed delivery from another app to the running dev server."""
     from functions.settings import Settings
     from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 

@@ -196,6 +196,7 @@ def build_dev_app() -> Any:
     from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
     from core.stores.embedded import REPOSITORY
+    from core.surfaces import rules
     from functions import runtime
     from functions.http import MAX_BODY_BYTES
 
@@ -215,6 +216,15 @@ def build_dev_app() -> Any:
             store=runtime.store_kind(config),
             model=runtime.model().name,
             max_message_chars=config.max_message_chars,
+        )
+
+    @site.get("/dev/surfaces")
+    def surfaces() -> flask.Response:
+        # The page's "other app" list and its surfaces' names, from `Surface`: a new surface
+        # appears there without a line of the page changed.
+        return flask.jsonify(
+            surfaces=[{"surface": surface.value, "label": rules(surface).label} for surface in Surface],
+            other_apps=list(CHAT_SURFACES),
         )
 
     @site.post("/dev/token")
@@ -262,7 +272,7 @@ def serve(port: int) -> None:
     config = runtime.settings()
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
-    print("  demo page  /   telegram  POST /telegram   whatsapp  POST /whatsapp   sms  POST /sms")
+    print("  demo page  /   " + "   ".join(f"{surface}  POST /{surface}" for surface in CHAT_SURFACES))
     print("  web  /chat   health  /healthz")
     print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
     # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.

@@ -1,8 +1,8 @@
 """`crossmem search --user ID QUERY`: a person's memory as memory search finds it (the same SQL
 function as `GET /search` on the web), for the operator who wants to see what the agent could find.
 
-Only the standard library and click at import: `crossmem --help` builds this command, and stays
-fast (tests/functions/test_cli_imports.py); the rest is imported by the command when it runs. An
+Only the standard library, click and the list of surfaces at import: `crossmem --help` builds this
+command, and stays fast (tests/functions/test_cli_imports.py); the rest is imported by the command when it runs. An
 option's converter raises ValueError, which click turns into its usage error with the reason."""
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from core.surfaces.adapter import Surface
+
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
 
-    from core.models import MemoryHit, Surface
+    from core.models import MemoryHit
 
 
 def since_option(text: str) -> datetime:
@@ -49,9 +51,7 @@ def timezone_option(text: str) -> ZoneInfo:
 
 
 def surface_option(text: str) -> Surface:
-    """A surface by name; the names come from core.models, imported only when the option is given."""
-    from core.models import Surface
-
+    """A surface by name."""
     try:
         return Surface(text)
     except ValueError:
@@ -72,7 +72,7 @@ def limit_option(text: str) -> int:
     "QUERY: the words to search for, or a question as the person would ask it"
 )
 @click.option("--user", required=True, help="the person's user id (uuid)")
-@click.option("--surface", type=surface_option, metavar="SURFACE", help="only this surface's (web, telegram, whatsapp)")
+@click.option("--surface", type=surface_option, metavar="SURFACE", help=f"only this surface's ({', '.join(Surface)})")
 @click.option("--since", type=since_option, metavar="DATE", help="from this ISO date or date and time (UTC)")
 @click.option("--until", type=until_option, metavar="DATE", help="before this ISO date and time; a date: included")
 @click.option("--limit", type=limit_option, metavar="N", help="how many hits, as GET /search's limit")

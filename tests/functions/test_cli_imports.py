@@ -39,14 +39,19 @@ NEVER_FOR_A_QUICK_COMMAND = {
 }
 
 
-def loaded(args: list[str], tmp_path: Path, environment: dict[str, str]) -> set[str]:
-    """The top-level packages `crossmem ARGS` had imported when it ended."""
+def loaded_modules(args: list[str], tmp_path: Path, environment: dict[str, str]) -> set[str]:
+    """The modules `crossmem ARGS` had imported when it ended."""
     listing = tmp_path / "modules.json"
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), **environment}
     subprocess.run(
         [sys.executable, "-c", PROBE, str(listing), *args], env=env, cwd=tmp_path, capture_output=True, timeout=60
     )
-    return {name.split(".")[0] for name in json.loads(listing.read_text())}
+    return set(json.loads(listing.read_text()))
+
+
+def loaded(args: list[str], tmp_path: Path, environment: dict[str, str]) -> set[str]:
+    """The top-level packages `crossmem ARGS` had imported when it ended."""
+    return {name.split(".")[0] for name in loaded_modules(args, tmp_path, environment)}
 
 
 def started_with(tmp_path: Path) -> set[str]:
@@ -57,9 +62,21 @@ def started_with(tmp_path: Path) -> set[str]:
     return {name.split(".")[0] for name in json.loads(listing.read_text())}
 
 
-def test_help_imports_nothing_but_the_standard_library_click_and_our_packages(tmp_path: Path) -> None:
-    extra = loaded(["--help"], tmp_path, {}) - started_with(tmp_path)
-    assert extra - set(sys.stdlib_module_names) == {"functions", "click"}
+def test_help_imports_nothing_but_the_standard_library_click_and_the_list_of_surfaces(tmp_path: Path) -> None:
+    modules = loaded_modules(["--help"], tmp_path, {})
+    extra = {name.split(".")[0] for name in modules} - started_with(tmp_path)
+    assert extra - set(sys.stdlib_module_names) == {"functions", "core", "click"}
+    # core's part: the `Surface` enum the `--surface` options offer, in the package's leaves
+    assert {name for name in modules if name.split(".")[0] == "core"} == {
+        "core",
+        "core.errors",
+        "core.surfaces",
+        "core.surfaces.adapter",
+        "core.surfaces.sms",
+        "core.surfaces.telegram",
+        "core.surfaces.web",
+        "core.surfaces.whatsapp",
+    }
 
 
 def test_say_imports_the_settings_and_no_sdk(tmp_path: Path) -> None:

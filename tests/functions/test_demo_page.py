@@ -25,6 +25,7 @@ from playwright.sync_api import Page, Route, sync_playwright
 from werkzeug.serving import make_server
 
 from core.models import Person, Surface
+from core.surfaces import rules
 from functions import runtime
 from functions.tools.local_dev import DEV_DEFAULTS, build_dev_app, run_scheduled_job
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -218,6 +219,10 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
         page.wait_for_selector("body[data-ready=true]")
         page.evaluate("window.sameDocument = true")
         page.evaluate(WATCH_TYPING)
+
+        # The other apps offered are the server's list (GET /dev/surfaces, built from `Surface`).
+        offered = page.eval_on_selector_all("#say-surface option", "options => options.map((o) => [o.value, o.text])")
+        assert offered == [[surface.value, rules(surface).label] for surface in Surface if surface.is_secondary]
 
         # The screen fits: on a phone the chat takes it, from 360 px up; the list and the panel fold away.
         if phone:

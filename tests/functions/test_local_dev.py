@@ -80,6 +80,19 @@ def test_the_dev_server_answers_loopback_names(dev_app: Any, host: str) -> None:
     assert response.status_code == 200 and response.get_json()["access_token"].count(".") == 2
 
 
+def test_the_dev_server_names_the_surfaces_for_the_demo_page(dev_app: Any) -> None:
+    answer = Client(dev_app).get("/dev/surfaces", headers={"Host": "127.0.0.1:8080"})
+    assert answer.get_json() == {
+        "surfaces": [
+            {"surface": "web", "label": "Web"},
+            {"surface": "telegram", "label": "Telegram"},
+            {"surface": "whatsapp", "label": "WhatsApp"},
+            {"surface": "sms", "label": "SMS"},
+        ],
+        "other_apps": ["telegram", "whatsapp", "sms"],
+    }
+
+
 @pytest.mark.parametrize("host", ["rebound.example:8080", "127.0.0.1.nip.io:8080", "localhost.evil.example"])
 @pytest.mark.parametrize("path", ["/dev/token", "/dev/say", "/telegram", "/chat/conversations"])
 def test_the_dev_server_refuses_any_other_host_on_every_route(dev_app: Any, host: str, path: str) -> None:

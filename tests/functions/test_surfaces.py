@@ -5,6 +5,7 @@ owners, a conversation titled after another surface)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import uuid
 from datetime import UTC, datetime
@@ -21,8 +22,7 @@ from core.stores.postgres_store import PostgresStore
 from core.surfaces import RULES, Surface, registry, rules
 from functions import runtime
 from functions.settings import Settings
-from functions.tools.cli import SURFACES_TO_LINK
-from functions.tools.local_dev import CHAT_SURFACES, build_dev_mounts
+from functions.tools.local_dev import build_dev_mounts
 from tests.helpers import context_limits
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -60,13 +60,14 @@ def test_every_surface_has_its_setting_and_its_rows_in_the_docs_tables() -> None
             assert f"`{rules(surface).title()}`" in conversations, surface
 
 
-def test_every_chat_surface_is_served_by_make_dev_and_known_to_the_commands() -> None:
-    """`crossmem say`, `crossmem link` and the dev server take every surface but the web (seen
-    failing with SMS missing from `make dev` and from `crossmem link --surface`)."""
-    chats = [surface.value for surface in Surface if surface.is_secondary]
-    assert list(CHAT_SURFACES) == chats
-    assert list(SURFACES_TO_LINK.choices) == chats
-    assert sorted(route for route in build_dev_mounts() if route != "/chat") == sorted(f"/{chat}" for chat in chats)
+def test_make_dev_serves_a_function_of_main_py_at_every_chat_surfaces_path() -> None:
+    """The dev server's routes come from `Surface` by a naming rule (`/sms` serves `sms_webhook`):
+    each names a function main.py has (seen failing with SMS missing from `make dev`)."""
+    main = ast.parse((REPOSITORY / "main.py").read_text())
+    functions = {node.name for node in main.body if isinstance(node, ast.FunctionDef)}
+    mounts = build_dev_mounts()
+    assert sorted(mounts) == sorted(["/chat", *(f"/{surface.value}" for surface in Surface if surface.is_secondary)])
+    assert set(mounts.values()) <= functions
 
 
 def test_a_registry_without_a_surface_is_refused_where_it_is_built(environment: pytest.MonkeyPatch) -> None:
