@@ -213,7 +213,7 @@ def surfaces() -> Surfaces:
 
 
 def web(config: Settings) -> SurfaceAdapter:
-    return SurfaceAdapter(web_surface.WebRules, config.web_model_deadline, inline_media, web_surface.say_follow_up)
+    return SurfaceAdapter(web_surface.Rules, config.web_model_deadline, inline_media, web_surface.say_follow_up)
 
 
 def telegram(config: Settings) -> SurfaceAdapter:
@@ -225,11 +225,11 @@ def telegram(config: Settings) -> SurfaceAdapter:
         say = telegram_surface.say_follow_up(lambda chat, text: telegram_bot().send_text(chat, text))
         channel = lambda sender: TelegramChannel(telegram_bot(), int(sender))  # noqa: E731
     return SurfaceAdapter(
-        telegram_surface.TelegramRules,
+        telegram_surface.Rules,
         config.telegram_model_deadline,
         telegram_files,
         say,
-        frozenset(telegram_surface.TelegramRules.key(sender) for sender in config.owner_telegram_ids),
+        frozenset(telegram_surface.Rules.key(sender) for sender in config.owner_telegram_ids),
         channel,
     )
 
@@ -243,11 +243,11 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
         channel = lambda to: twilio_sender().channel(to)  # noqa: E731
         template = lambda to, text: follow_up_template(config, to, text)  # noqa: E731
     return SurfaceAdapter(
-        whatsapp_surface.WhatsAppRules,
+        whatsapp_surface.Rules,
         config.whatsapp_model_deadline,
         twilio_media,
         whatsapp_surface.say_follow_up(send_text, template),
-        frozenset(whatsapp_surface.WhatsAppRules.key(sender) for sender in config.owner_whatsapp_numbers),
+        frozenset(whatsapp_surface.Rules.key(sender) for sender in config.owner_whatsapp_numbers),
         channel,
     )
 
@@ -430,11 +430,11 @@ def sms(config: Settings) -> SurfaceAdapter:
         say = sms_surface.say_follow_up(lambda to, text: sms_sender().send_text(to, text))
         channel = sms_channel
     return SurfaceAdapter(
-        sms_surface.SmsRules,
+        sms_surface.Rules,
         config.sms_model_deadline,
         twilio_media,
         say,
-        frozenset(sms_surface.SmsRules.key(sender) for sender in config.owner_sms_numbers),
+        frozenset(sms_surface.Rules.key(sender) for sender in config.owner_sms_numbers),
         channel,
     )
 

@@ -60,10 +60,6 @@ def test_the_records_import_only_cores_leaves() -> None:
         "core.models",
         "core.surfaces",
         "core.surfaces.adapter",
-        "core.surfaces.sms",
-        "core.surfaces.telegram",
-        "core.surfaces.web",
-        "core.surfaces.whatsapp",
     }
 
 

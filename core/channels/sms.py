@@ -12,7 +12,7 @@ from core.channels.whatsapp import EMPTY, TEXT_ONLY, Converse, Notice, media_fie
 from core.media.kinds import twilio_media
 from core.models import PlatformMessage, Surface
 from core.surfaces.commands import ChatCommand, chat_command
-from core.surfaces.sms import SmsRules, is_keyword
+from core.surfaces.sms import Rules, is_keyword
 
 
 class SmsForm(BaseModel):
@@ -37,7 +37,7 @@ class SmsForm(BaseModel):
 
     @property
     def identity(self) -> str:
-        return SmsRules.key(self.sender)
+        return Rules.key(self.sender)
 
 
 class Keyword(Notice):

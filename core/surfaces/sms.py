@@ -43,7 +43,7 @@ def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
     return bool(opt_out_type) or body.strip().upper() in KEYWORDS
 
 
-class SmsRules(SurfaceRules):
+class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.SMS
     label: ClassVar[str] = "SMS"
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules
 
 
-class TelegramRules(SurfaceRules):
+class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.TELEGRAM
     label: ClassVar[str] = "Telegram"
     command_prefix: ClassVar[str] = "/"

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from core.surfaces.adapter import Delivery, Surface, SurfaceRules
 
 
-class WebRules(SurfaceRules):
+class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.WEB
     label: ClassVar[str] = "Web"
 

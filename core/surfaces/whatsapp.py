@@ -28,7 +28,7 @@ def whatsapp_key(sender: str) -> str:
     return bare if BSUID.match(bare) else normalise_phone(bare)
 
 
-class WhatsAppRules(SurfaceRules):
+class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.WHATSAPP
     label: ClassVar[str] = "WhatsApp"
 

@@ -72,10 +72,6 @@ def test_help_imports_nothing_but_the_standard_library_click_and_the_list_of_sur
         "core.errors",
         "core.surfaces",
         "core.surfaces.adapter",
-        "core.surfaces.sms",
-        "core.surfaces.telegram",
-        "core.surfaces.web",
-        "core.surfaces.whatsapp",
     }
 
 

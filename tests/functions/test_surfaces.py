@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +79,31 @@ def test_a_registry_without_a_surface_is_refused_where_it_is_built(environment: 
         registry({surface: lambda adapter=adapter: adapter for surface, adapter in without.items()})
     with pytest.raises(ConfigurationError, match="the surface registry has no entry for: whatsapp"):
         FollowUpDelivery(runtime.store(), without, runtime.identity())
+
+
+# A fresh interpreter in which core/surfaces/sms.py is not to be found (a `None` in sys.modules is
+# what the import system reads as "no such module"), or holds another surface's rules.
+WITHOUT_SMS_MODULE = "import sys; sys.modules['core.surfaces.sms'] = None; import core.models"
+WRONG_RULES = """import sys, types
+from core.surfaces import telegram
+sys.modules['core.surfaces.sms'] = types.SimpleNamespace(Rules=telegram.Rules)
+from core.models import Surface
+from core.surfaces import rules
+rules(Surface.SMS)"""
+
+
+@pytest.mark.parametrize(
+    ("code", "refusal"),
+    [
+        (WITHOUT_SMS_MODULE, "the surfaces' rules (core/surfaces/<surface>.py) has no entry for: sms"),
+        (WRONG_RULES, "core.surfaces.sms.Rules is not the sms surface's SurfaceRules"),
+    ],
+    ids=["no-module", "another-surfaces-rules"],
+)
+def test_a_surface_without_its_rules_module_or_with_anothers_is_refused(code: str, refusal: str) -> None:
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == f"core.errors.ConfigurationError: {refusal}"
 
 
 def test_a_sender_is_the_owners_only_on_the_surface_that_lists_them() -> None:
