@@ -1,7 +1,7 @@
 """`sms_webhook`: Twilio's inbound SMS and MMS, `POST /sms`, answered in TwiML.
 
 The signature and the TwiML are every Twilio webhook's (functions/twilio.py); what the form asks
-for is answered in core (core/surfaces/twilio_inbound.py), with the SMS form (core/channels/sms.py):
+for is answered in core (core/surfaces/twilio_inbound.py), with the SMS form (core/surfaces/sms.py):
 STOP, START and HELP, which Twilio answers itself, get an empty answer.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import flask
 
-from core.channels.sms import SmsForm, classify
 from core.models import Surface
+from core.surfaces.sms import SmsForm, classify
 from functions.http import serving
 from functions.twilio import twilio_webhook
 

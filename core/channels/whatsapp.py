@@ -18,48 +18,24 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.places import location_text
 from core.channels.splitting import split_message
-from core.errors import ConfigurationError, DeliveryFailed, InputError
-from core.media.kinds import MediaRef, twilio_media
+from core.errors import ConfigurationError, DeliveryFailed
+from core.media.kinds import twilio_media
 from core.models import Delivery, PlatformMessage, Surface
 from core.surfaces.commands import ChatCommand, chat_command
+from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
 from core.surfaces.whatsapp import BSUID, normalise_phone
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
-TEXT_ONLY = "media.text_only"  # phrase ids: core/phrases/*.toml
-LOCATION = "whatsapp.location"
-EMPTY = "whatsapp.empty"
-
-
-Form = TypeVar("Form", bound=BaseModel)
-
-
-def validated_form(model: type[Form], form: Mapping[str, str]) -> Form:
-    """A Twilio webhook form read as `model` (WhatsApp's, SMS's): a field it cannot take is an
-    InputError naming the first such field."""
-    try:
-        return model.model_validate(dict(form))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "form"
-        raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
-
-
-def media_fields(form: Mapping[str, str], count: int) -> tuple[list[str], list[str]]:
-    """The form's `MediaContentType<n>` and `MediaUrl<n>`, for its `NumMedia` items."""
-    return (
-        [form.get(f"MediaContentType{index}", "") for index in range(count)],
-        [form.get(f"MediaUrl{index}", "") for index in range(count)],
-    )
+LOCATION = "whatsapp.location"  # a phrase id: core/phrases/*.toml
 
 
 class WhatsAppForm(BaseModel):
@@ -132,22 +108,6 @@ class WhatsAppForm(BaseModel):
     def also_known_as(self) -> str | None:
         """The number beside a BSUID, when Meta shares both: the same person."""
         return self.phone if self.bsuid else None
-
-
-@dataclass(frozen=True)
-class Converse:
-    sender: str  # the identity key: a BSUID, else the number
-    text: str
-    message_sid: str
-    also_known_as: str | None = None
-    media: tuple[MediaRef, ...] = ()  # then `text` is the caption (fetched from Twilio's host only)
-    platform: PlatformMessage | None = None
-
-
-@dataclass(frozen=True)
-class Notice:
-    phrase: str  # said in the sender's language (core/phrases/)
-    reason: str
 
 
 def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:

@@ -16,6 +16,11 @@ into messages of at most 1,600 characters at paragraph, line or sentence ends
 Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
 Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
 no turn, no reply (any answer to STOP would be refused, error 21610), nothing stored.
+
+What an inbound message asks for (`SmsForm`, `classify`): a keyword (nothing said), a chat command,
+a turn, or a notice. The form is read as every Twilio surface's is (core/surfaces/twilio_form.py),
+and answered by core/surfaces/twilio_inbound.py; the signature and the TwiML are WhatsApp's
+(core/channels/whatsapp.py): Twilio signs and reads both the same way on either channel.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.media.kinds import twilio_media
+from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
+from core.surfaces.commands import ChatCommand, chat_command
+from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
 from core.surfaces.whatsapp import normalise_phone
 
 SMS_LIMIT = 1600  # characters in one Twilio message body
@@ -65,3 +76,48 @@ def say_follow_up(send_text: Callable[[str, str], Delivery]) -> SayFollowUp:
         return send_text(to, str(row["content"])), "sent"
 
     return say
+
+
+class SmsForm(BaseModel):
+    """The fields of Twilio's inbound SMS and MMS webhook that a turn needs. `OptOutType`: STOP,
+    START or HELP, when the number is in a Messaging Service with Advanced Opt-Out."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    sender: str = Field(alias="From", pattern=r"^\+?[0-9][0-9 ()-]{4,20}$")
+    body: str = Field(default="", alias="Body")
+    message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
+    num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
+    opt_out_type: str | None = Field(default=None, alias="OptOutType", max_length=16)
+    media_content_types: list[str] = []
+    media_urls: list[str] = []
+
+    @classmethod
+    def from_form(cls, form: Mapping[str, str]) -> SmsForm:
+        parsed = validated_form(cls, form)
+        parsed.media_content_types, parsed.media_urls = media_fields(form, parsed.num_media)
+        return parsed
+
+    @property
+    def identity(self) -> str:
+        return Rules.key(self.sender)
+
+
+class Keyword(Notice):
+    """STOP, START or HELP: Twilio has answered it; nothing to say, nothing stored."""
+
+
+def classify(form: SmsForm) -> Converse | Notice | ChatCommand:
+    text = form.body.strip()
+    if is_keyword(text, form.opt_out_type):
+        return Keyword("", f"keyword {form.opt_out_type or text.upper()}: Twilio answers it")
+    if command := chat_command(Surface.SMS, form.identity, text):
+        return command
+    platform = PlatformMessage(form.message_sid, None)
+    if media := twilio_media(form.media_urls, form.media_content_types):
+        return Converse(form.identity, text, form.message_sid, media=media, platform=platform)
+    if text:
+        return Converse(form.identity, text, form.message_sid, platform=platform)
+    if form.num_media:
+        return Notice(TEXT_ONLY, "media:" + ",".join(form.media_content_types))
+    return Notice(EMPTY, "empty body")

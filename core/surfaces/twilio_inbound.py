@@ -2,7 +2,7 @@
 for, done, and said back as TwiML.
 
 The surface brings how its form is read and what it asks for (core/channels/whatsapp.py,
-core/channels/sms.py): a chat command, a notice (a fixed phrase; none for the keywords Twilio
+core/surfaces/sms.py): a chat command, a notice (a fixed phrase; none for the keywords Twilio
 answers itself), or a turn. Twilio says nothing of the person's language: a
 command's or a notice's answer goes by the person's remembered language (a command's SQL function
 answers it; a notice asks `person_language`), else the words, else DEFAULT_LANGUAGE; a turn's
@@ -16,13 +16,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from core.channels.whatsapp import Converse, Notice, twiml
+from core.channels.whatsapp import twiml
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.remembered_language import RememberedLanguage
 from core.phrases.catalogue import Catalogue, Phrases
 from core.phrases.refusals import input_refused, over_budget
 from core.surfaces.adapter import Surface
 from core.surfaces.commands import ChatCommand, Commands
+from core.surfaces.twilio_form import Converse, Notice
 from core.turn.request import TurnRequest
 from core.turn.turns import Turns
 
