@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import flask
 
-from core.channels.telegram_update import TelegramUpdate
 from core.errors import AuthError, ConfigurationError
 from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
+from core.surfaces.telegram import TelegramUpdate
 from core.surfaces.telegram_inbound import Redeliver, TelegramBotOptions, TelegramInbound
 from core.turn.stopped_generation import StoppedGenerations
 from functions import runtime

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import flask
 
-from core.channels.whatsapp import WhatsAppForm, classify
 from core.models import Surface
+from core.surfaces.whatsapp import WhatsAppForm, classify
 from functions import runtime
 from functions.http import serving
 from functions.twilio import twilio_webhook

@@ -1,3 +1,4 @@
-"""The surfaces as they reach us and as we reach them: Telegram updates and the Bot API, Twilio's
-WhatsApp forms and REST API, live replies, media downloads, message splitting.
+"""How we reach the platforms: Telegram's Bot API and live replies, Twilio's signatures, TwiML and
+REST API, media downloads, message splitting. What an inbound message says is read in each
+surface's module (core/surfaces/).
 """

@@ -1,4 +1,4 @@
-"""A Telegram update answered: what it asks for (core/channels/telegram_update.py's `classify`),
+"""A Telegram update answered: what it asks for (core/surfaces/telegram.py's `classify`),
 done, and what the webhook says back.
 
 A turn's reply goes out through the Bot API (streamed as drafts, then sent), or inside the
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 from core.channels.splitting import split_message
 from core.channels.telegram_bot import TELEGRAM_LIMIT, TelegramBot, TelegramChannel
-from core.channels.telegram_update import CONFIRM_LINK, Command, Converse, Notice, StopGeneration, TelegramUpdate
-from core.channels.telegram_update import classify as classify_update
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.remembered_language import RememberedLanguage
 from core.memory.edits import Corrections, MessageEdit
@@ -28,6 +26,8 @@ from core.phrases.catalogue import Catalogue, Phrases
 from core.phrases.refusals import input_refused, over_budget
 from core.surfaces.adapter import Surface
 from core.surfaces.commands import Commands
+from core.surfaces.telegram import CONFIRM_LINK, Command, Converse, Notice, StopGeneration, TelegramUpdate
+from core.surfaces.telegram import classify as classify_update
 from core.turn.request import TurnRequest
 from core.turn.stopped_generation import StoppedGenerations
 from core.turn.turns import Turns

@@ -1,5 +1,8 @@
 """WhatsApp through Twilio: a sender by business-scoped id or number, follow-ups inside the
-24-hour window free-form, outside it through an approved template or held for their next message."""
+24-hour window free-form, outside it through an approved template or held for their next message;
+the inbound form (`WhatsAppForm`) and what it asks for (`classify`), read as every Twilio surface's
+is (core/surfaces/twilio_form.py). The signature, TwiML and the Messages API are the twilio SDK's,
+in core/channels/whatsapp.py."""
 
 from __future__ import annotations
 
@@ -8,12 +11,20 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.channels.places import location_text
+from core.media.kinds import twilio_media
+from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
+from core.surfaces.commands import ChatCommand, chat_command
+from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
 
 # Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
 BSUID = re.compile(r"^[A-Z]{2}(?:\.ENT)?\.[A-Za-z0-9]{1,128}$")
 WHATSAPP_WINDOW = timedelta(hours=24)
+LOCATION = "whatsapp.location"  # a phrase id: core/phrases/*.toml
 
 
 def normalise_phone(number: str) -> str:
@@ -64,3 +75,95 @@ def say_follow_up(
         return Delivery.OWED, "retry"  # no Twilio account configured: perhaps after a deploy
 
     return say
+
+
+class WhatsAppForm(BaseModel):
+    """The fields of Twilio's inbound message webhook that a turn needs.
+
+    `From` is whatever id WhatsApp gives the sender: `whatsapp:+34600111222`, or, for a person
+    with a WhatsApp username whose number Meta withholds, their business-scoped user id
+    (`whatsapp:US.13491208655302741918`). `WaId` carries the number when Meta shares it, and
+    `ExternalUserIdentifier` the BSUID (docs/api.md, WhatsApp)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    sender: str = Field(
+        alias="From", pattern=r"^whatsapp:(\+?[0-9][0-9 ()-]{4,20}|[A-Z]{2}(\.ENT)?\.[A-Za-z0-9]{1,128})$"
+    )
+    external_user_identifier: str | None = Field(default=None, alias="ExternalUserIdentifier", max_length=140)
+    body: str = Field(default="", alias="Body")
+    message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
+    num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
+    profile_name: str | None = Field(default=None, alias="ProfileName")
+    wa_id: str | None = Field(default=None, alias="WaId")
+    message_type: str | None = Field(default=None, alias="MessageType")
+    latitude: float | None = Field(default=None, alias="Latitude")
+    longitude: float | None = Field(default=None, alias="Longitude")
+    # A shared place's name and address, when WhatsApp has them (core/channels/places.py).
+    label: str | None = Field(default=None, alias="Label")
+    address: str | None = Field(default=None, alias="Address")
+    # A reply: the Sid of the message replied to (the person's own, or one of ours) and who sent it.
+    replied_sid: str | None = Field(default=None, alias="OriginalRepliedMessageSid", max_length=64)
+    replied_sender: str | None = Field(default=None, alias="OriginalRepliedMessageSender", max_length=140)
+    media_content_types: list[str] = []
+    media_urls: list[str] = []
+
+    @classmethod
+    def from_form(cls, form: Mapping[str, str]) -> WhatsAppForm:
+        parsed = validated_form(cls, form)
+        parsed.media_content_types, parsed.media_urls = media_fields(form, parsed.num_media)
+        return parsed
+
+    @property
+    def platform(self) -> PlatformMessage:
+        """The message as Twilio names it, and the one it replies to: only its Sid comes, so what
+        it says is looked up among the person's stored messages (begin_turn). One of ours is not
+        stored by a Sid (a TwiML answer's is never told us): it is not found, and nothing quoted."""
+        return PlatformMessage(self.message_sid, self.replied_sid or None)
+
+    @property
+    def bsuid(self) -> str | None:
+        for candidate in (self.sender.removeprefix("whatsapp:"), self.external_user_identifier or ""):
+            if BSUID.match(candidate):
+                return candidate
+        return None
+
+    @property
+    def phone(self) -> str | None:
+        if not BSUID.match(self.sender.removeprefix("whatsapp:")):
+            return normalise_phone(self.sender)
+        # A number only as WhatsApp gives one, all digits (E.164: at most 15): never digits
+        # pulled out of something else.
+        wa_id = (self.wa_id or "").strip()
+        return f"+{wa_id}" if wa_id.isdigit() and 5 <= len(wa_id) <= 15 else None
+
+    @property
+    def identity(self) -> str:
+        """Who is writing, as `identities` keys them: the BSUID when there is one (it survives a
+        hidden number), else the number."""
+        return self.bsuid or normalise_phone(self.sender)
+
+    @property
+    def also_known_as(self) -> str | None:
+        """The number beside a BSUID, when Meta shares both: the same person."""
+        return self.phone if self.bsuid else None
+
+
+def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
+    text = form.body.strip()
+    # A chat command (core/surfaces/commands.py) is never a message of the thread: `link CODE` with the
+    # code as typed, a code alone (even a mistyped one gets a clear answer, and counts), `unlink`,
+    # `forget`.
+    if command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as):
+        return command
+    if media := twilio_media(form.media_urls, form.media_content_types):
+        return Converse(form.identity, text, form.message_sid, form.also_known_as, media, form.platform)
+    if text:
+        return Converse(form.identity, text, form.message_sid, form.also_known_as, platform=form.platform)
+    if form.latitude is not None or form.message_type == "location":
+        if place := location_text(form.latitude, form.longitude, form.label, form.address):
+            return Converse(form.identity, place, form.message_sid, form.also_known_as, platform=form.platform)
+        return Notice(LOCATION, "location")
+    if form.num_media:
+        return Notice(TEXT_ONLY, "media:" + ",".join(form.media_content_types))
+    return Notice(EMPTY, "empty body")

@@ -274,7 +274,7 @@ def telegram() -> None:
 @click.option("--url", required=True)
 @click.option("--drop-pending-updates", is_flag=True)
 def set_webhook(url: str, drop_pending_updates: bool) -> int:
-    from core.channels.telegram_update import WEBHOOK_UPDATES
+    from core.surfaces.telegram import WEBHOOK_UPDATES
     from functions import runtime
 
     bot = runtime.telegram_bot()

@@ -32,9 +32,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from core.channels.telegram_update import WEBHOOK_UPDATES
 from core.errors import ConfigurationError, DeliveryFailed, MediaUnreadable, ModelUnavailable
 from core.stores.embedded import MIGRATIONS
+from core.surfaces.telegram import WEBHOOK_UPDATES
 from functions import runtime
 from functions.settings import Settings
 from functions.tools.check_results import Check, fail, guarded, ok, skip

@@ -23,10 +23,10 @@ import pytest
 from flask import Response
 from flask.testing import FlaskClient
 
-from core.channels.telegram_update import WEBHOOK_UPDATES
 from core.memory.service import Memory
 from core.model.llm import approximate_tokens
 from core.models import Person, Surface
+from core.surfaces.telegram import WEBHOOK_UPDATES
 from functions import runtime
 from functions.tools.cli import main
 from functions.tools.doctor import check_telegram

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.channels.whatsapp import WhatsAppForm
+from core.surfaces.whatsapp import WhatsAppForm
 from functions.logs import JsonLineFormatter
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.twilio_api import FakeTwilio

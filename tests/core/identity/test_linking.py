@@ -9,10 +9,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from core.channels.telegram_update import Command, TelegramUpdate
-from core.channels.telegram_update import classify as classify_telegram
-from core.channels.whatsapp import WhatsAppForm
-from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import LinkingNotNeeded
 from core.identity.linking import (
     CODE_ALPHABET,
@@ -29,6 +25,10 @@ from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
+from core.surfaces.telegram import Command, TelegramUpdate
+from core.surfaces.telegram import classify as classify_telegram
+from core.surfaces.whatsapp import WhatsAppForm
+from core.surfaces.whatsapp import classify as classify_whatsapp
 from tests.database import begin_turn_arguments, begin_turn_sql
 from tests.helpers import ENGLISH, execute, rows
 

@@ -9,10 +9,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from core.channels.telegram_update import Command, TelegramUpdate
-from core.channels.telegram_update import classify as classify_telegram
-from core.channels.whatsapp import WhatsAppForm
-from core.channels.whatsapp import classify as classify_whatsapp
 from core.errors import NotFound
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
@@ -24,6 +20,10 @@ from core.memory.forgetting import (
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
+from core.surfaces.telegram import Command, TelegramUpdate
+from core.surfaces.telegram import classify as classify_telegram
+from core.surfaces.whatsapp import WhatsAppForm
+from core.surfaces.whatsapp import classify as classify_whatsapp
 from tests.helpers import ENGLISH, digest_limits, forgotten, will_delete
 
 AUTO = IdentityPolicy.build("auto", None, {})
