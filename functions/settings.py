@@ -3,10 +3,16 @@
 core never reads the environment, nor this module: `functions/runtime.py` builds one `Settings`
 and hands the pieces to the objects that need them, so every setting's default lives here only.
 Secrets are `SecretStr`, so they never print in a log line or a traceback.
+
+A setting of one surface (or of a few) says so where it is declared, `setting_of(Surface.SMS)`:
+which deployed functions read it follows from that mark (functions/tools/function_settings.py),
+so a new surface's settings are placed here, beside their defaults, and nowhere else.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Literal
 from uuid import UUID
@@ -16,8 +22,31 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigurationError
 from core.model.prompt import DEFAULT_PERSONA
+from core.surfaces.adapter import Surface
 
 CommaList = Annotated[list[str], NoDecode]
+
+
+class ReadBy(Enum):
+    """Which deployed functions read a surface's setting."""
+
+    ITS_FUNCTION = "its function"  # the surface's own: its webhook, or web_chat
+    # ... and the scheduled job, which reaches every surface (owed replies, follow-ups, a purge's
+    # window of turns in flight): how this deployment reaches the surface (its SurfaceAdapter).
+    ITS_FUNCTION_AND_THE_JOB = "its function and the scheduled job"
+    EVERY_FUNCTION = "every function"  # the identity policy's owners: any function may resolve a sender
+
+
+@dataclass(frozen=True)
+class SurfaceSetting:
+    """The mark of a setting of these surfaces (in its `Annotated` type), and who reads it."""
+
+    surfaces: frozenset[Surface]
+    read_by: ReadBy
+
+
+def setting_of(*surfaces: Surface, read_by: ReadBy = ReadBy.ITS_FUNCTION_AND_THE_JOB) -> SurfaceSetting:
+    return SurfaceSetting(frozenset(surfaces), read_by)
 
 
 class Settings(BaseSettings):
@@ -86,9 +115,9 @@ class Settings(BaseSettings):
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
     owner_user_id: UUID | None = None
-    owner_telegram_ids: CommaList = []
-    owner_whatsapp_numbers: CommaList = []
-    owner_sms_numbers: CommaList = []
+    owner_telegram_ids: Annotated[CommaList, setting_of(Surface.TELEGRAM, read_by=ReadBy.EVERY_FUNCTION)] = []
+    owner_whatsapp_numbers: Annotated[CommaList, setting_of(Surface.WHATSAPP, read_by=ReadBy.EVERY_FUNCTION)] = []
+    owner_sms_numbers: Annotated[CommaList, setting_of(Surface.SMS, read_by=ReadBy.EVERY_FUNCTION)] = []
     link_code_ttl_minutes: int = Field(default=10, ge=1, le=1440)
     link_attempts_per_hour: int = Field(default=5, ge=0)
 
@@ -116,14 +145,17 @@ class Settings(BaseSettings):
     stranger_reply: str = ""  # the same
     default_language: str = "en"  # the fixed phrases' when a turn names no language we have a file for
 
-    # Telegram.
-    telegram_bot_token: SecretStr | None = None
-    telegram_webhook_secret: SecretStr | None = None
-    telegram_api_base: str = "https://api.telegram.org"
+    # Telegram. The bot's username is every function's: linking answers with its deep link.
+    telegram_bot_token: Annotated[SecretStr | None, setting_of(Surface.TELEGRAM)] = None
+    telegram_webhook_secret: Annotated[SecretStr | None, setting_of(Surface.TELEGRAM, read_by=ReadBy.ITS_FUNCTION)] = (
+        None
+    )
+    telegram_api_base: Annotated[str, setting_of(Surface.TELEGRAM)] = "https://api.telegram.org"
     telegram_bot_username: str | None = None
-    telegram_reply_in_webhook: bool = False
-    telegram_drafts: bool = True  # stream the reply as it is written (sendMessageDraft)
-    telegram_model_deadline: float = Field(default=25.0, gt=0)
+    telegram_reply_in_webhook: Annotated[bool, setting_of(Surface.TELEGRAM, read_by=ReadBy.ITS_FUNCTION)] = False
+    # Stream the reply as it is written (sendMessageDraft).
+    telegram_drafts: Annotated[bool, setting_of(Surface.TELEGRAM, read_by=ReadBy.ITS_FUNCTION)] = True
+    telegram_model_deadline: Annotated[float, setting_of(Surface.TELEGRAM)] = Field(default=25.0, gt=0)
 
     # Owed replies: the scheduled job answers Telegram and WhatsApp messages left unanswered
     # (an instance died mid-turn) while they are younger than this many minutes (0: never).
@@ -133,24 +165,31 @@ class Settings(BaseSettings):
     # costs a bounded number of calls, and gets an answer.
     owed_reply_max_tries: int = Field(default=3, ge=1, le=20)
 
-    # WhatsApp through Twilio.
-    twilio_account_sid: str | None = None
-    twilio_whatsapp_from: str | None = None  # the sender of messages the agent starts: whatsapp:+14155238886
-    twilio_api_base: str | None = None  # Twilio's REST API (tests point it at a fake)
+    # WhatsApp through Twilio (the account, its token and its REST API are SMS's too).
+    twilio_account_sid: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None
+    # The sender of messages the agent starts: whatsapp:+14155238886.
+    twilio_whatsapp_from: Annotated[str | None, setting_of(Surface.WHATSAPP)] = None
+    # Twilio's REST API (tests point it at a fake).
+    twilio_api_base: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None
     # An approved WhatsApp template (Content API, HX...) with one variable, {{1}}: the follow-up's
     # text. Outside the 24-hour window a follow-up goes out through it; unset, it waits for the
-    # person's next WhatsApp message.
+    # person's next WhatsApp message. Only the scheduled job reads it (function_settings.py).
     twilio_follow_up_content_sid: str | None = None
     # "typing…" on WhatsApp while a turn runs (needs TWILIO_ACCOUNT_SID); it marks the message read.
-    whatsapp_typing_indicator: bool = True
-    twilio_auth_token: SecretStr | None = None
-    twilio_webhook_shared_key: SecretStr | None = None
-    public_base_url: str | None = None
-    whatsapp_model_deadline: float = Field(default=12.0, gt=0)
+    whatsapp_typing_indicator: Annotated[bool, setting_of(Surface.WHATSAPP, read_by=ReadBy.ITS_FUNCTION)] = True
+    twilio_auth_token: Annotated[SecretStr | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None
+    twilio_webhook_shared_key: Annotated[
+        SecretStr | None, setting_of(Surface.WHATSAPP, Surface.SMS, read_by=ReadBy.ITS_FUNCTION)
+    ] = None
+    public_base_url: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS, read_by=ReadBy.ITS_FUNCTION)] = (
+        None
+    )
+    whatsapp_model_deadline: Annotated[float, setting_of(Surface.WHATSAPP)] = Field(default=12.0, gt=0)
 
     # SMS through Twilio (the account, token and shared key above).
-    twilio_sms_from: str | None = None  # the number of messages the agent starts: +14155238886
-    sms_model_deadline: float = Field(default=12.0, gt=0)
+    # The number of messages the agent starts: +14155238886.
+    twilio_sms_from: Annotated[str | None, setting_of(Surface.SMS)] = None
+    sms_model_deadline: Annotated[float, setting_of(Surface.SMS)] = Field(default=12.0, gt=0)
 
     # Voice notes, photos and documents (docs/media.md): limits, and the transcription service.
     media_max_items: int = Field(default=4, ge=1, le=10)
@@ -167,10 +206,10 @@ class Settings(BaseSettings):
     media_descriptions: bool = True  # a small model (ANTHROPIC_DIGEST_MODEL) describes photos and PDFs
 
     # Web.
-    supabase_jwt_secret: SecretStr | None = None
-    supabase_jwks_url: str | None = None
-    cors_origins: CommaList = []
-    web_model_deadline: float = Field(default=60.0, gt=0)
+    supabase_jwt_secret: Annotated[SecretStr | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
+    supabase_jwks_url: Annotated[str | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
+    cors_origins: Annotated[CommaList, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = []
+    web_model_deadline: Annotated[float, setting_of(Surface.WEB)] = Field(default=60.0, gt=0)
 
     @field_validator(
         "owner_telegram_ids",

@@ -154,6 +154,7 @@ ASKED_BY_FUNCTIONS = {
     "core.memory.service",
     "core.model.prompt",
     "core.models",
+    "core.surfaces.adapter",  # Surface, for functions/settings.py's marks, without the records
     "core.surfaces.sms",
     "core.surfaces.telegram",
     "core.surfaces.telegram_inbound",

@@ -3,7 +3,9 @@
 `crossmem deploy` refuses to deploy while serverless.yml gives a function less or more than
 this, or a secret as a plain value; tests/functions/test_function_settings.py also checks it
 against the settings each function really reads while it serves. A new setting goes here
-first (the failure messages say so, and where in serverless.yml it goes next).
+first (the failure messages say so, and where in serverless.yml it goes next), unless it is a
+surface's: those are marked where they are declared (functions/settings.py's `setting_of`), and
+placed from the mark, as a new surface's function is (`<surface>_webhook`, main.py's name for it).
 """
 
 from __future__ import annotations
@@ -14,7 +16,24 @@ from collections.abc import Mapping
 
 from pydantic import SecretStr
 
-from functions.settings import Settings
+from core.models import Surface
+from functions.settings import ReadBy, Settings, SurfaceSetting
+
+# The surfaces' settings, by their mark (functions/settings.py's `setting_of`).
+SURFACE_SETTINGS: Mapping[str, SurfaceSetting] = {
+    name: mark
+    for name, field in Settings.model_fields.items()
+    for mark in field.metadata
+    if isinstance(mark, SurfaceSetting)
+}
+
+
+def marked(surface: Surface, *read_by: ReadBy) -> frozenset[str]:
+    """The settings of `surface` that these readers read."""
+    return frozenset(
+        name for name, mark in SURFACE_SETTINGS.items() if surface in mark.surfaces and mark.read_by in read_by
+    )
+
 
 # The turn, the store, the model, the identity policy and linking: every function builds them.
 EVERY_FUNCTION = frozenset(
@@ -41,9 +60,6 @@ EVERY_FUNCTION = frozenset(
         "tokens_per_day",
         "identity_policy",
         "owner_user_id",
-        "owner_telegram_ids",
-        "owner_whatsapp_numbers",
-        "owner_sms_numbers",
         "link_code_ttl_minutes",
         "link_attempts_per_hour",
         "telegram_bot_username",
@@ -69,7 +85,7 @@ EVERY_FUNCTION = frozenset(
         "tool_rounds",
         "extra_tools",
     }
-)
+) | frozenset().union(*(marked(surface, ReadBy.EVERY_FUNCTION) for surface in Surface))  # the owners' lists
 
 # Photos, PDFs and voice notes (docs/media.md), on every chat surface; the describer is
 # ANTHROPIC_DIGEST_MODEL.
@@ -90,57 +106,16 @@ MEDIA = frozenset(
 # Speech to text (Deepgram): the voice notes of Telegram and WhatsApp; the web takes images only.
 SPEECH = frozenset({"deepgram_api_key", "deepgram_api_base", "deepgram_model"})
 
+# A surface's own function: its webhook and how this deployment reaches it (its adapter).
+OWN = (ReadBy.ITS_FUNCTION, ReadBy.ITS_FUNCTION_AND_THE_JOB)
+
 BY_FUNCTION: Mapping[str, frozenset[str]] = {
-    "telegram_webhook": MEDIA
-    | SPEECH
-    | frozenset(
-        {
-            "telegram_bot_token",
-            "telegram_webhook_secret",
-            "telegram_api_base",
-            "telegram_reply_in_webhook",
-            "telegram_drafts",
-            "telegram_model_deadline",
-        }
-    ),
-    "whatsapp_webhook": MEDIA
-    | SPEECH
-    | frozenset(
-        {
-            "twilio_auth_token",
-            "twilio_webhook_shared_key",
-            "public_base_url",
-            "whatsapp_model_deadline",
-            # The typing indicator, through Twilio's API.
-            "whatsapp_typing_indicator",
-            "twilio_account_sid",
-            "twilio_whatsapp_from",
-            "twilio_api_base",
-        }
-    ),
-    "sms_webhook": MEDIA
-    | SPEECH
-    | frozenset(
-        {
-            "twilio_auth_token",
-            "twilio_webhook_shared_key",
-            "public_base_url",
-            "sms_model_deadline",
-            # Its adapter: owed replies and follow-ups go from this number (the job sends them).
-            "twilio_account_sid",
-            "twilio_sms_from",
-            "twilio_api_base",
-        }
-    ),
-    "web_chat": MEDIA
-    | frozenset(
-        {
-            "supabase_jwt_secret",
-            "supabase_jwks_url",
-            "cors_origins",
-            "web_model_deadline",
-        }
-    ),
+    **{
+        f"{surface.value}_webhook": MEDIA | SPEECH | marked(surface, *OWN)
+        for surface in Surface
+        if surface.is_secondary
+    },
+    "web_chat": MEDIA | marked(Surface.WEB, *OWN),
     "memory_digest": frozenset(
         {
             "digest_secret",
@@ -152,25 +127,16 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "digest_pause_seconds",
             "message_retention_days",
             "purge_batch",
-            # A purge spares the turns still in flight: the longest of the surfaces' deadlines.
-            "telegram_model_deadline",
-            "whatsapp_model_deadline",
-            "web_model_deadline",
-            "sms_model_deadline",
-            # Owed replies (core/turn/owed.py): the Bot API and Twilio's Messages API.
+            # Owed replies (core/turn/owed.py), through each surface's adapter.
             "owed_reply_max_age",
             "owed_reply_max_tries",
-            "telegram_bot_token",
-            "telegram_api_base",
-            "twilio_account_sid",
-            "twilio_whatsapp_from",
-            "twilio_sms_from",
-            "twilio_api_base",
-            "twilio_auth_token",
             # Follow-ups outside WhatsApp's 24-hour window.
             "twilio_follow_up_content_sid",
         }
-    ),
+    )
+    # Every surface's adapter: owed replies and follow-ups through its channel, and a purge spares
+    # the turns still in flight (the longest of the surfaces' deadlines).
+    | frozenset().union(*(marked(surface, ReadBy.ITS_FUNCTION_AND_THE_JOB) for surface in Surface)),
 }
 
 # Only `crossmem dev` and its embedded database read these.
@@ -200,7 +166,8 @@ def undeclared_settings() -> list[str]:
     placed = EVERY_FUNCTION | NEVER_DEPLOYED | frozenset().union(*BY_FUNCTION.values())
     return [
         f"{field.upper()} (Settings.{field}) is in no list of {DECLARED_IN}: add {field!r} to EVERY_FUNCTION, "
-        f"to BY_FUNCTION of each function that reads it, or to NEVER_DEPLOYED"
+        f"to BY_FUNCTION of each function that reads it, or to NEVER_DEPLOYED; or, a surface's, mark it in "
+        f"functions/settings.py with setting_of(Surface...)"
         for field in Settings.model_fields
         if field not in placed
     ]

@@ -12,7 +12,15 @@ import pytest
 
 from functions.settings import Settings
 from functions.tools.deploy import read_description
-from functions.tools.function_settings import BY_FUNCTION, settings_of, undeclared_settings
+from functions.tools.function_settings import (
+    BY_FUNCTION,
+    EVERY_FUNCTION,
+    MEDIA,
+    SPEECH,
+    SURFACE_SETTINGS,
+    settings_of,
+    undeclared_settings,
+)
 from tests.helpers import (
     BOT_TOKEN,
     JWT_SECRET,
@@ -29,6 +37,38 @@ from tests.helpers import (
 
 def test_every_setting_is_placed_in_a_functions_list() -> None:
     assert undeclared_settings() == []
+
+
+def test_a_surfaces_settings_reach_its_function_and_the_job_by_their_mark() -> None:
+    """SMS's settings are marked with their surface where they are declared (functions/settings.py):
+    its function, the scheduled job and every function (the owners' list) get them from the mark."""
+    assert BY_FUNCTION["sms_webhook"] - MEDIA - SPEECH == {
+        "twilio_auth_token",
+        "twilio_webhook_shared_key",
+        "public_base_url",
+        "sms_model_deadline",
+        "twilio_account_sid",
+        "twilio_sms_from",
+        "twilio_api_base",
+    }
+    assert BY_FUNCTION["memory_digest"] & set(SURFACE_SETTINGS) == {
+        "telegram_bot_token",
+        "telegram_api_base",
+        "telegram_model_deadline",
+        "twilio_account_sid",
+        "twilio_auth_token",
+        "twilio_api_base",
+        "twilio_whatsapp_from",
+        "whatsapp_model_deadline",
+        "twilio_sms_from",
+        "sms_model_deadline",
+        "web_model_deadline",
+    }
+    assert EVERY_FUNCTION & set(SURFACE_SETTINGS) == {
+        "owner_telegram_ids",
+        "owner_whatsapp_numbers",
+        "owner_sms_numbers",
+    }
 
 
 def test_serverless_yml_gives_each_function_what_it_reads_and_every_secret_from_secret_manager() -> None:
@@ -126,7 +166,8 @@ def test_a_function_reads_only_the_settings_its_list_names(
     unlisted = sorted(settings_read - settings_of(function))
     assert unlisted == [], (
         f"{function} reads {[name.upper() for name in unlisted]}: add {unlisted} to its list in "
-        "functions/tools/function_settings.py (EVERY_FUNCTION when all three do), then give it to the function in "
+        "functions/tools/function_settings.py (EVERY_FUNCTION when every function does), or mark a surface's "
+        "setting with its surface in functions/settings.py (setting_of), then give it to the function in "
         "serverless.yml (the test above says where)"
     )
     assert settings_read & BY_FUNCTION[function]  # the recording saw the function's own settings
