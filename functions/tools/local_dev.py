@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from core.models import Surface
-from functions.settings import Settings
+from functions.settings import ReadBy, Settings
+from functions.tools.function_settings import SURFACE_SETTINGS
 
 # Flask, functions_framework, PyJWT and the runtime (the whole server) are imported by the parts
 # that serve: `crossmem say` runs apply_dev_defaults and deliver_locally alone, and should start fast.
@@ -34,8 +35,8 @@ from functions.settings import Settings
 # The apps a message can be sent from with `crossmem say` (every surface but the web, which the page is).
 CHAT_SURFACES = tuple(surface.value for surface in Surface if surface.is_secondary)
 DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
-DEMO_TELEGRAM_ID = "100200300"
-DEMO_WHATSAPP_NUMBER = "+15550100100"
+DEMO_TELEGRAM_ID = "100200300"  # a Telegram user id; on every other app the demo person is a number
+DEMO_NUMBER = "+15550100100"
 DEMO_PAGE = Path(__file__).resolve().parent / "demo" / "index.html"
 DEV_TOKEN_LIFETIME_S = 3600  # as Supabase's access tokens
 
@@ -43,9 +44,12 @@ DEV_DEFAULTS = {
     "APP_ENV": "local",
     "IDENTITY_POLICY": "owner",
     "OWNER_USER_ID": DEMO_USER_ID,
-    "OWNER_TELEGRAM_IDS": DEMO_TELEGRAM_ID,
-    "OWNER_WHATSAPP_NUMBERS": DEMO_WHATSAPP_NUMBER,
-    "OWNER_SMS_NUMBERS": DEMO_WHATSAPP_NUMBER,
+    # Every surface's owners' list (functions/settings.py marks them): the demo person's id there.
+    **{
+        name.upper(): DEMO_TELEGRAM_ID if Surface.TELEGRAM in mark.surfaces else DEMO_NUMBER
+        for name, mark in SURFACE_SETTINGS.items()
+        if mark.read_by is ReadBy.EVERY_FUNCTION
+    },
     "TELEGRAM_WEBHOOK_SECRET": "local-telegram-secret",
     "TELEGRAM_REPLY_IN_WEBHOOK": "true",
     "TWILIO_AUTH_TOKEN": "local-twilio-auth-token",
@@ -126,7 +130,7 @@ def deliver_locally(
     # WhatsApp's numbers carry Twilio's `whatsapp:` prefix; an SMS's are the numbers alone.
     prefix = "whatsapp:" if surface == "whatsapp" else ""
     form = {
-        "From": f"{prefix}{sender or DEMO_WHATSAPP_NUMBER}",
+        "From": f"{prefix}{sender or DEMO_NUMBER}",
         "To": f"{prefix}+14155238886",
         "Body": text,
         "MessageSid": "SM" + uuid.uuid4().hex,
