@@ -29,13 +29,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from core.media.kinds import twilio_media
 from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
 from core.surfaces.commands import ChatCommand, chat_command
-from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
+from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, TwilioMessageForm
 from core.surfaces.whatsapp import normalise_phone
 
 SMS_LIMIT = 1600  # characters in one Twilio message body
@@ -78,25 +78,12 @@ def say_follow_up(send_text: Callable[[str, str], Delivery]) -> SayFollowUp:
     return say
 
 
-class SmsForm(BaseModel):
-    """The fields of Twilio's inbound SMS and MMS webhook that a turn needs. `OptOutType`: STOP,
-    START or HELP, when the number is in a Messaging Service with Advanced Opt-Out."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+class SmsForm(TwilioMessageForm):
+    """Twilio's inbound SMS and MMS webhook: the sender's number, and `OptOutType` (STOP, START or
+    HELP), when the number is in a Messaging Service with Advanced Opt-Out."""
 
     sender: str = Field(alias="From", pattern=r"^\+?[0-9][0-9 ()-]{4,20}$")
-    body: str = Field(default="", alias="Body")
-    message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
-    num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
     opt_out_type: str | None = Field(default=None, alias="OptOutType", max_length=16)
-    media_content_types: list[str] = []
-    media_urls: list[str] = []
-
-    @classmethod
-    def from_form(cls, form: Mapping[str, str]) -> SmsForm:
-        parsed = validated_form(cls, form)
-        parsed.media_content_types, parsed.media_urls = media_fields(form, parsed.num_media)
-        return parsed
 
     @property
     def identity(self) -> str:

@@ -1,6 +1,7 @@
 """A Twilio webhook's form as every Twilio surface reads it (WhatsApp's, SMS's: each in its own
-module): checked field by field into the surface's pydantic model, its media listed, and what it
-asks for, a turn (`Converse`) or a fixed answer (`Notice`).
+module): the fields every inbound message has (`TwilioMessageForm`, which each surface's form
+extends with its own), checked field by field, its media listed; and what it asks for, a turn
+(`Converse`) or a fixed answer (`Notice`).
 
 No twilio SDK here (core/channels/whatsapp.py imports it, for the signature, TwiML and the Messages
 API): a surface's module reads its form, and its rules are asked, without loading the SDK.
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Self
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InputError
 from core.media.kinds import MediaRef
@@ -21,26 +22,32 @@ from core.models import PlatformMessage
 TEXT_ONLY = "media.text_only"  # phrase ids: core/phrases/*.toml
 EMPTY = "whatsapp.empty"
 
-Form = TypeVar("Form", bound=BaseModel)
 
+class TwilioMessageForm(BaseModel):
+    """The fields of Twilio's inbound message webhook that every surface's turn needs."""
 
-def validated_form(model: type[Form], form: Mapping[str, str]) -> Form:
-    """A Twilio webhook form read as `model` (WhatsApp's, SMS's): a field it cannot take is an
-    InputError naming the first such field."""
-    try:
-        return model.model_validate(dict(form))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "form"
-        raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
+    body: str = Field(default="", alias="Body")
+    message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
+    num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
+    media_content_types: list[str] = []
+    media_urls: list[str] = []
 
-def media_fields(form: Mapping[str, str], count: int) -> tuple[list[str], list[str]]:
-    """The form's `MediaContentType<n>` and `MediaUrl<n>`, for its `NumMedia` items."""
-    return (
-        [form.get(f"MediaContentType{index}", "") for index in range(count)],
-        [form.get(f"MediaUrl{index}", "") for index in range(count)],
-    )
+    @classmethod
+    def from_form(cls, form: Mapping[str, str]) -> Self:
+        """The form read as the surface's: a field it cannot take is an InputError naming the first
+        such field. Its media are the form's `MediaContentType<n>` and `MediaUrl<n>`, for its
+        `NumMedia` items."""
+        try:
+            parsed = cls.model_validate(dict(form))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first.get("loc", ())) or "form"
+            raise InputError(f"invalid form field {where}: {first.get('msg', 'invalid')}") from None
+        parsed.media_content_types = [form.get(f"MediaContentType{index}", "") for index in range(parsed.num_media)]
+        parsed.media_urls = [form.get(f"MediaUrl{index}", "") for index in range(parsed.num_media)]
+        return parsed
 
 
 @dataclass(frozen=True)

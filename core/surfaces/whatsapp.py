@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from core.channels.places import location_text
 from core.media.kinds import twilio_media
 from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
 from core.surfaces.commands import ChatCommand, chat_command
-from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, media_fields, validated_form
+from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, TwilioMessageForm
 
 # Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
@@ -77,23 +77,18 @@ def say_follow_up(
     return say
 
 
-class WhatsAppForm(BaseModel):
-    """The fields of Twilio's inbound message webhook that a turn needs.
+class WhatsAppForm(TwilioMessageForm):
+    """Twilio's inbound WhatsApp webhook.
 
     `From` is whatever id WhatsApp gives the sender: `whatsapp:+34600111222`, or, for a person
     with a WhatsApp username whose number Meta withholds, their business-scoped user id
     (`whatsapp:US.13491208655302741918`). `WaId` carries the number when Meta shares it, and
     `ExternalUserIdentifier` the BSUID (docs/api.md, WhatsApp)."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
     sender: str = Field(
         alias="From", pattern=r"^whatsapp:(\+?[0-9][0-9 ()-]{4,20}|[A-Z]{2}(\.ENT)?\.[A-Za-z0-9]{1,128})$"
     )
     external_user_identifier: str | None = Field(default=None, alias="ExternalUserIdentifier", max_length=140)
-    body: str = Field(default="", alias="Body")
-    message_sid: str = Field(alias="MessageSid", min_length=2, max_length=64)
-    num_media: int = Field(default=0, alias="NumMedia", ge=0, le=10)
     profile_name: str | None = Field(default=None, alias="ProfileName")
     wa_id: str | None = Field(default=None, alias="WaId")
     message_type: str | None = Field(default=None, alias="MessageType")
@@ -105,14 +100,6 @@ class WhatsAppForm(BaseModel):
     # A reply: the Sid of the message replied to (the person's own, or one of ours) and who sent it.
     replied_sid: str | None = Field(default=None, alias="OriginalRepliedMessageSid", max_length=64)
     replied_sender: str | None = Field(default=None, alias="OriginalRepliedMessageSender", max_length=140)
-    media_content_types: list[str] = []
-    media_urls: list[str] = []
-
-    @classmethod
-    def from_form(cls, form: Mapping[str, str]) -> WhatsAppForm:
-        parsed = validated_form(cls, form)
-        parsed.media_content_types, parsed.media_urls = media_fields(form, parsed.num_media)
-        return parsed
 
     @property
     def platform(self) -> PlatformMessage:
