@@ -26,9 +26,13 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
 
 @functions_framework.http
 def sms_webhook(request: flask.Request) -> flask.Response:
-    from functions.sms import sms_webhook as handle
+    # A Twilio surface with nothing of its own at the edge: its form and what it asks for are in
+    # core (core/surfaces/sms.py), the signature and the TwiML every Twilio webhook's.
+    from core.surfaces import sms
+    from core.surfaces.adapter import Surface
+    from functions.twilio import twilio_function
 
-    return handle(request)
+    return twilio_function(Surface.SMS, sms.SmsForm.from_form, sms.classify)(request)
 
 
 @functions_framework.http

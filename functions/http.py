@@ -173,3 +173,11 @@ def read_form(request: flask.Request, max_fields: int) -> MultiDict[str, str]:
 def same_secret(given: str | None, expected: str) -> bool:
     """Constant-time comparison of a presented secret with the configured one."""
     return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def public_url(base: str, request: flask.Request) -> str:
+    """The URL the platform called, which a webhook's signature signs: the configured public base,
+    then this function's path and query (never request.url, which is internal behind a proxy)."""
+    path = request.script_root + (request.path if request.path != "/" else "")
+    query = request.query_string.decode()
+    return base.rstrip("/") + path + (f"?{query}" if query else "")

@@ -9,6 +9,7 @@ the byte and field limits, before the signature is checked.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import flask
@@ -18,7 +19,7 @@ from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
 from core.surfaces.twilio_inbound import Form, TwilioAction, TwilioInbound
 from functions import runtime
-from functions.http import json_response, read_form
+from functions.http import json_response, public_url, read_form, serving
 
 # Twilio's inbound message has about 20 fields, plus two for each of at most 10 media.
 MAX_FORM_FIELDS = 100
@@ -60,8 +61,10 @@ def twilio_webhook(
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 
-def public_url(base: str, request: flask.Request) -> str:
-    """The URL Twilio called: the configured public base, then this function's path and query."""
-    path = request.script_root + (request.path if request.path != "/" else "")
-    query = request.query_string.decode()
-    return base.rstrip("/") + path + (f"?{query}" if query else "")
+@functools.cache
+def twilio_function(
+    surface: Surface, parse: Callable[[Mapping[str, str]], Form], classify: Callable[[Form], TwilioAction]
+) -> Callable[[flask.Request], flask.Response]:
+    """The function of a Twilio surface that has nothing of its own at the edge (main.py's
+    `sms_webhook`): `twilio_webhook` with its form, served as every function is."""
+    return serving(functools.partial(twilio_webhook, surface=surface, parse=parse, classify=classify))

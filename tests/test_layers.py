@@ -155,7 +155,6 @@ ASKED_BY_FUNCTIONS = {
     "core.model.prompt",
     "core.models",
     "core.surfaces.adapter",  # Surface, for functions/settings.py's marks, without the records
-    "core.surfaces.sms",
     "core.surfaces.telegram",
     "core.surfaces.telegram_inbound",
     "core.surfaces.twilio_inbound",

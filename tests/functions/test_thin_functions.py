@@ -15,7 +15,7 @@ from functions import web
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 # The modules main.py's functions call, and the one every Twilio webhook shares.
-FUNCTION_MODULES = ("telegram.py", "whatsapp.py", "sms.py", "web.py", "twilio.py", "digest.py")
+FUNCTION_MODULES = ("telegram.py", "whatsapp.py", "web.py", "twilio.py", "digest.py")
 ABOUT_30 = 40  # lines of code: no docstring, comment, import or blank line, nor the web's route table
 
 
