@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -40,7 +41,7 @@ def parse_role(value: str) -> Role:
     return _ROLES.get(value) or Role(value)
 
 
-# A stored message's columns, in the order context.sql's context_window gives them as an array.
+# A stored message's columns, in the order context.sql's context_window gives them.
 COLUMNS = ("id", "conversation_id", "surface", "role", "content", "created_at")
 
 
@@ -65,9 +66,8 @@ class StoredMessage:
         return cls.from_columns([row[name] for name in COLUMNS])
 
     @classmethod
-    def from_columns(cls, columns: list[Any]) -> StoredMessage:
-        """A message of a context window as the SQL context_window gives it: its COLUMNS in order
-        (context.sql)."""
+    def from_columns(cls, columns: Sequence[Any]) -> StoredMessage:
+        """A message from its COLUMNS' values, in order."""
         id_, conversation_id, surface, role, content, created_at = columns
         return cls(
             id_,
@@ -88,6 +88,12 @@ class StoredMessage:
             "kind": message_kind(self.content),  # text, image, pdf, voice or file (docs/api.md)
             "created_at": self.created_at.isoformat(),
         }
+
+
+def stored_messages(window: Sequence[Sequence[Any]]) -> list[StoredMessage]:
+    """The messages of a context window as the SQL context_window gives it (context.sql): its
+    COLUMNS, each the array of the messages' values, oldest first; `[]` when it is empty."""
+    return [StoredMessage.from_columns(columns) for columns in zip(*window, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from core.models import (
     Surface,
     TurnStart,
     parse_uuid,
+    stored_messages,
 )
 from core.phrases.language import language_tag
 from core.stores.store import MemoryStore
@@ -103,8 +104,8 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         message_id=int(row["message_id"]),
         duplicate=bool(row["duplicate"]),
         reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
-        history=[StoredMessage.from_columns(item) for item in row["history"]],
-        prepend=[StoredMessage.from_columns(item) for item in row["prepend"]],
+        history=stored_messages(row["history"]),
+        prepend=stored_messages(row["prepend"]),
         notes=str(row.get("notes") or ""),
         owed=bool(row.get("owed")),
         attempt=UUID(row["attempt"]) if row.get("attempt") else None,

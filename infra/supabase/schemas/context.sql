@@ -18,10 +18,12 @@ $$;
 -- the message at (p_until_at, p_until_id), not older than p_since, oldest first. The
 -- start moves in steps of p_step messages so that consecutive turns share a prefix.
 -- json, not jsonb: built as text, it costs half (jsonb_agg and to_jsonb build a binary
--- tree that the answer turns back into text), and every turn reads it. Each message is the
--- array of its columns, [id, conversation_id, surface, role, content, created_at] (core/models.py's
--- StoredMessage.from_columns), not an object: no key written in every message, a fifth less to
--- build, send and read.
+-- tree that the answer turns back into text), and every turn reads it. The window is its
+-- columns, each an array of the messages' values in order: [ids, conversation_ids, surfaces,
+-- roles, contents, created_ats] (core/models.py's COLUMNS and `stored_messages`), `[]` when it
+-- is empty. Not an array per message: each array's values are written by one output function
+-- looked up once, where an array per message looked up six for every message (the window was
+-- a fifth of a turn's database time, its JSON half of that).
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer
@@ -40,16 +42,19 @@ begin
 
     v_keep := greatest(public.window_keeps(v_total, p_limit, p_step), 0);
 
-    select coalesce(json_agg(json_build_array(w.id, w.conversation_id, w.surface, w.role, w.content, w.created_at)
-                             order by w.created_at, w.id), '[]'::json) into v_window
-      from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-              from public.messages m
-             where m.user_id = p_user_id
-               and (p_conversation_id is null or m.conversation_id = p_conversation_id)
-               and m.created_at >= p_since
-               and (m.created_at, m.id) <= (p_until_at, p_until_id)
-             order by m.created_at desc, m.id desc
-             limit v_keep) w;
+    select case when count(*) = 0 then '[]'::json
+                else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
+                                      array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
+      into v_window
+      from (select l.* from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                               from public.messages m
+                              where m.user_id = p_user_id
+                                and (p_conversation_id is null or m.conversation_id = p_conversation_id)
+                                and m.created_at >= p_since
+                                and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                              order by m.created_at desc, m.id desc
+                              limit v_keep) l
+             order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
     return v_window;
 end;
 $$;

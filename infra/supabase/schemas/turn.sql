@@ -324,20 +324,22 @@ begin
         history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
                                          p_max_messages, p_window_step);
         if conversation_surface = 'web' and p_web_prepend > 0 then
-            -- each message as context_window gives it (context.sql)
-            select coalesce(json_agg(json_build_array(s.id, s.conversation_id, s.surface, s.role, s.content,
-                                                      s.created_at) order by s.created_at, s.id), '[]'::json)
+            -- the window's shape (context.sql): its columns, oldest first
+            select case when count(*) = 0 then '[]'::json
+                        else json_build_array(array_agg(s.id), array_agg(s.conversation_id), array_agg(s.surface),
+                                              array_agg(s.role), array_agg(s.content), array_agg(s.created_at)) end
               into prepend
-              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-                      from public.messages m
-                      join public.conversations c on c.id = m.conversation_id
-                     where m.user_id = p_user_id
-                       and c.user_id = p_user_id
-                       and c.surface <> 'web'
-                       and m.created_at >= p_since
-                       and (m.created_at, m.id) <= (p_message_at, p_message_id)
-                     order by m.created_at desc, m.id desc
-                     limit p_web_prepend) s;
+              from (select l.* from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                                       from public.messages m
+                                       join public.conversations c on c.id = m.conversation_id
+                                      where m.user_id = p_user_id
+                                        and c.user_id = p_user_id
+                                        and c.surface <> 'web'
+                                        and m.created_at >= p_since
+                                        and (m.created_at, m.id) <= (p_message_at, p_message_id)
+                                      order by m.created_at desc, m.id desc
+                                      limit p_web_prepend) l
+                     order by l.created_at, l.id) s;
         end if;
     else
         conversation_surface := p_surface;  -- the person's one conversation of it (turn_conversation)
