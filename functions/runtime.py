@@ -18,6 +18,7 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.delivery import FollowUpDelivery
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
+from core.identity.remembered_language import RememberedLanguage
 from core.media.capability import Media
 from core.media.kinds import MediaLimits
 from core.media.turn_media import MediaReader
@@ -534,6 +535,12 @@ def commands() -> Commands:
 
 
 @functools.cache
+def remembered_language() -> RememberedLanguage:
+    """The person's remembered language, for what is answered without a turn (a command, a notice)."""
+    return RememberedLanguage(store(), identity())
+
+
+@functools.cache
 def corrections() -> Corrections:
     """Edited messages (core/memory/edits.py)."""
     return Corrections(memory(), identity())
@@ -579,6 +586,7 @@ _CACHED = (
     linking,
     catalogue,
     commands,
+    remembered_language,
     corrections,
     forgetting,
     retention,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import flask
 
 from core.errors import AuthError, ConfigurationError
-from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
 from core.surfaces.telegram import TelegramUpdate
 from core.surfaces.telegram_inbound import Redeliver, TelegramBotOptions, TelegramInbound
@@ -43,8 +42,8 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
         config.telegram_bot_username,
     )  # fmt: skip
     deadline_s = runtime.surfaces()[Surface.TELEGRAM].deadline_s
-    remembered = RememberedLanguage(runtime.store(), runtime.identity())
-    services = runtime.turns(), runtime.commands(), runtime.catalogue(), remembered, runtime.corrections()
+    language = runtime.remembered_language()
+    services = runtime.turns(), runtime.commands(), runtime.catalogue(), language, runtime.corrections()
     inbound = TelegramInbound(options, *services, StoppedGenerations(runtime.store()), deadline_s, REPLY_DEADLINE_S)
     answer = inbound.answer(update)
     if isinstance(answer, Redeliver):

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 import flask
 
 from core.errors import ConfigurationError, Forbidden
-from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
 from core.surfaces.twilio_inbound import Form, TwilioAction, TwilioInbound
 from functions import runtime
@@ -54,8 +53,7 @@ def twilio_webhook(
         settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
     ):
         raise Forbidden("invalid Twilio signature")
-    remembered = RememberedLanguage(runtime.store(), runtime.identity())
-    answering = runtime.turns(), runtime.commands(), runtime.catalogue(), remembered
+    answering = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
     deadline_s = runtime.surfaces()[surface].deadline_s
     inbound = TwilioInbound(surface, parse, classify, *answering, deadline_s, typing)
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")

@@ -148,7 +148,6 @@ def test_each_sdk_is_imported_by_its_one_module_and_functions_ask_it() -> None:
 ASKED_BY_FUNCTIONS = {
     "core.errors",
     "core.follow_ups.capability",
-    "core.identity.remembered_language",
     "core.media.kinds",
     "core.memory.digest",
     "core.memory.service",
