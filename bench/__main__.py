@@ -35,6 +35,7 @@ from bench import (
     turn_cpu,
     turn_floor,
     turn_speed,
+    turn_sql,
 )
 from bench.memory_core import CONTEXT_SIZES, context_load_ms_p50, round_trips_per_turn
 from bench.results import RESULTS, ROOT, bench_database
@@ -47,6 +48,7 @@ PARTS = (
     "turn_speed",
     "turn_floor",
     "turn_cpu",
+    "turn_sql",
     "caching",
     "recall",
     "cold_start",
@@ -69,6 +71,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "turn_speed": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
     "turn_floor": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
     "turn_cpu": {"turns": 5, "rounds": 1, "people_per_driver": 2},
+    "turn_sql": {"history": 1, "turns": 2, "rounds": 1},
     "caching": {"people": 1, "windows": caching.WINDOWS[:1]},
     "recall": {},
     "cold_start": {"runs": 1, "warm": False},
@@ -94,6 +97,8 @@ def measure(database_url: str, sizes: dict[str, dict[str, Any]] = FULL, chart: P
     results["turn_floor"] = {"schema": {**schema, "ratios": turn_speed.ratios(schema)}, "floor": floor}
     print("the turn's CPU around its two calls, part by part ...", flush=True)
     results["turn_cpu"] = turn_cpu.measure(database_url, **sizes["turn_cpu"])
+    print("the turn's database time, each part taken out ...", flush=True)
+    results["turn_sql"] = turn_sql.measure(database_url, **sizes["turn_sql"])
     print("prompt caching over 60 turns ...", flush=True)
     results.update(caching.run(chart, **sizes["caching"]))
     # Memory notes (issue 14): the recall of planted facts after three days.

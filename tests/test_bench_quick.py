@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import turn_sql
 from bench.__main__ import PARTS, QUICK, measure, notes_table, table
 from tests.database import migrated_database
 
@@ -28,6 +29,8 @@ def test_every_part_of_make_bench_runs_at_its_quick_size(postgres_server: str, t
     assert "| follow-ups: lag p95 s / longest claim ms |" in table(results)
     assert "| planted facts in the request after 3 days |" in notes_table(results)
     assert results["round_trips_per_turn"]["ours_secondary"] == 2
+    # every part of the turn's SQL could be taken out (bench/turn_sql.py), the floor laid beside them
+    assert list(results["turn_sql"]["us_per_turn"]) == ["schema", *turn_sql.WITHOUT, "floor"]
     assert results["round_trips_per_turn"]["ours_web"] == 2
     assert (results["fuzz"]["status_500"], results["fuzz"]["stored_unauthenticated"]) == (0, 0)
     assert results["fuzz"]["cases"] == QUICK["fuzz"]["cases"]
