@@ -82,7 +82,14 @@ def test_the_problems_say_what_to_add_where() -> None:
     changed = dataclasses.replace(
         description,
         functions=[
-            dataclasses.replace(telegram, environment={**environment, "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}"}),
+            dataclasses.replace(
+                telegram,
+                environment={
+                    **environment,
+                    "DIGEST_BATCH_SIZE": "${env:DIGEST_BATCH_SIZE}",
+                    "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}",
+                },
+            ),
             dataclasses.replace(whatsapp, secrets={**whatsapp.secrets, "TWILIO_AUTH_TOKEN": "hunter2"}),
             sms,
             dataclasses.replace(web, secrets={name: r for name, r in web.secrets.items() if name != "DATABASE_URL"}),
@@ -92,8 +99,12 @@ def test_the_problems_say_what_to_add_where() -> None:
     assert changed.problems() == [
         "serverless.yml: telegram_webhook reads TELEGRAM_API_BASE but is not given it: add "
         "`TELEGRAM_API_BASE: ${env:TELEGRAM_API_BASE}` under functions.telegram_webhook.environment",
+        "serverless.yml gives telegram_webhook DIGEST_BATCH_SIZE, which it does not read: remove it there "
+        "(or, if it does read it, add 'digest_batch_size' to its list in functions/tools/function_settings.py)",
+        # A surface's setting is placed by its mark (a new Twilio surface adds itself to this one's).
         "serverless.yml gives telegram_webhook TWILIO_AUTH_TOKEN, which it does not read: remove it there "
-        "(or, if it does read it, add 'twilio_auth_token' to its list in functions/tools/function_settings.py)",
+        "(or, if it does read it, add the function's surface to the mark of 'twilio_auth_token' in "
+        "functions/settings.py (setting_of))",
         "serverless.yml: web_chat reads DATABASE_URL but is not given it: add "
         "`DATABASE_URL: crossmem-database-url:latest` under provider.secrets",
         "serverless.yml: whatsapp_webhook's secret TWILIO_AUTH_TOKEN is 'hunter2', not a Secret Manager "
