@@ -17,14 +17,23 @@ from pathlib import Path
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigurationError
 from core.model.prompt import DEFAULT_PERSONA
 from core.surfaces.adapter import Surface
 
-CommaList = Annotated[list[str], NoDecode]
+
+def comma_separated(value: object) -> object:
+    """An environment value as its comma-separated parts, blanks dropped; a list as it is."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+# Split by its type, wherever it is declared: a new surface's owners' list needs no other line.
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(comma_separated)]
 
 
 class ReadBy(Enum):
@@ -210,20 +219,6 @@ class Settings(BaseSettings):
     supabase_jwks_url: Annotated[str | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
     cors_origins: Annotated[CommaList, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = []
     web_model_deadline: Annotated[float, setting_of(Surface.WEB)] = Field(default=60.0, gt=0)
-
-    @field_validator(
-        "owner_telegram_ids",
-        "owner_whatsapp_numbers",
-        "owner_sms_numbers",
-        "cors_origins",
-        "extra_tools",
-        mode="before",
-    )
-    @classmethod
-    def split_commas(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
     @model_validator(mode="after")
     def consistent(self) -> Settings:

@@ -1,7 +1,7 @@
 """A Twilio webhook's form answered, on every Twilio surface (WhatsApp, SMS): what the form asks
 for, done, and said back as TwiML.
 
-The surface brings how its form is read and what it asks for (core/channels/whatsapp.py,
+The surface brings how its form is read and what it asks for (core/surfaces/whatsapp.py,
 core/surfaces/sms.py): a chat command, a notice (a fixed phrase; none for the keywords Twilio
 answers itself), or a turn. Twilio says nothing of the person's language: a
 command's or a notice's answer goes by the person's remembered language (a command's SQL function

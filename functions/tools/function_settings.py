@@ -173,6 +173,14 @@ def undeclared_settings() -> list[str]:
     ]
 
 
+def how_to_place(field: str) -> str:
+    """What makes a function read `field`: a surface's setting is placed by its mark, any other by
+    the lists here."""
+    if field in SURFACE_SETTINGS:
+        return f"add the function's surface to the mark of {field!r} in functions/settings.py (setting_of)"
+    return f"add {field!r} to its list in {DECLARED_IN}"
+
+
 def secret_name(field: str) -> str:
     """The Secret Manager name the README and serverless.yml use for a secret setting."""
     return "crossmem-" + field.replace("_", "-")
@@ -204,7 +212,7 @@ def deployment_problems(environment: Mapping[str, set[str]], secrets: Mapping[st
         for name in sorted((plain | set(secret)) - wanted):
             problems.append(
                 f"serverless.yml gives {function} {name}, which it does not read: remove it there "
-                f"(or, if it does read it, add {name.lower()!r} to its list in {DECLARED_IN})"
+                f"(or, if it does read it, {how_to_place(name.lower())})"
             )
         for name in sorted(plain & wanted):
             if is_secret(name.lower()):

@@ -35,13 +35,17 @@ from tests.helpers import (
 TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger than {MAX_BODY_BYTES} bytes"}
 
 
+# A signed Twilio form (its body is read, within the limits, before the signature is checked).
+TWILIO_FORM = (
+    {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC_BASE_URL, {})},
+    "application/x-www-form-urlencoded",
+)
+# SMS's function is functions/twilio.py's twilio_function, served as every function is.
+TWILIO_FUNCTIONS = ["whatsapp_webhook", "sms_webhook"]
 # Each function with headers that get it past its credentials check, and its content type.
 FUNCTIONS: dict[str, tuple[dict[str, str], str]] = {
     "telegram_webhook": ({"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}, "application/json"),
-    "whatsapp_webhook": (
-        {"X-Twilio-Signature": RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC_BASE_URL, {})},
-        "application/x-www-form-urlencoded",
-    ),
+    **dict.fromkeys(TWILIO_FUNCTIONS, TWILIO_FORM),
     "web_chat": ({}, "application/json"),  # the token is made per test: it needs the secret set
 }
 
@@ -153,7 +157,7 @@ def test_a_chunked_body_past_the_limit_is_refused_having_read_no_more_than_the_l
     loopback: Any, target: str
 ) -> None:
     server = loopback(target)
-    filler = b"a=b&" if target == "whatsapp_webhook" else b" "
+    filler = b"a=b&" if target in TWILIO_FUNCTIONS else b" "
     status, body = post_chunked(server.port, headers_for(target), 4 * MAX_BODY_BYTES, filler)
     assert (status, json.loads(body)) == (413, TOO_LARGE)
     assert server.inputs[0].taken <= MAX_BODY_BYTES + 1
@@ -168,8 +172,9 @@ def test_a_chunked_body_within_the_limit_still_reaches_the_turn(loopback: Any) -
     assert (status, json.loads(body)) == (200, {"ok": True, "outcome": "answered"})
 
 
-def test_an_unsigned_whatsapp_post_is_refused_without_reading_its_body(loopback: Any) -> None:
-    server = loopback("whatsapp_webhook")
+@pytest.mark.parametrize("target", TWILIO_FUNCTIONS)
+def test_an_unsigned_twilio_post_is_refused_without_reading_its_body(loopback: Any, target: str) -> None:
+    server = loopback(target)
     headers = {"Content-Type": "application/x-www-form-urlencoded"}
     status, body = post_chunked(server.port, headers, 4 * MAX_BODY_BYTES, b"a=b&")
     assert (status, json.loads(body)) == (403, {"error": "forbidden", "message": "invalid Twilio signature"})
@@ -183,11 +188,12 @@ def test_a_declared_length_past_the_limit_is_refused(configured: pytest.MonkeyPa
     assert (response.status_code, response.get_json()) == (413, TOO_LARGE)
 
 
-def test_a_whatsapp_form_of_many_tiny_fields_is_refused_before_its_signature_is_computed(
-    configured: pytest.MonkeyPatch,
+@pytest.mark.parametrize("target", TWILIO_FUNCTIONS)
+def test_a_twilio_form_of_many_tiny_fields_is_refused_before_its_signature_is_computed(
+    configured: pytest.MonkeyPatch, target: str
 ) -> None:
-    client = app_client("whatsapp_webhook")
-    response = client.post("/", data=b"a=b&" * 1000, headers=headers_for("whatsapp_webhook"))
+    client = app_client(target)
+    response = client.post("/", data=b"a=b&" * 1000, headers=headers_for(target))
     assert (response.status_code, response.get_json()) == (
         400,
         {"error": "bad_request", "message": "the form has more than 100 fields"},

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from functions.settings import Settings
-from functions.tools.deploy import read_description
+from functions.tools.deploy import Description, FunctionSpec, read_description
 from functions.tools.function_settings import (
     BY_FUNCTION,
     EVERY_FUNCTION,
@@ -75,25 +75,34 @@ def test_serverless_yml_gives_each_function_what_it_reads_and_every_secret_from_
     assert read_description().problems() == []
 
 
+def by_name(description: Description) -> dict[str, FunctionSpec]:
+    """serverless.yml's functions by name (not by place: a new surface's function moves them)."""
+    return {function.name: function for function in description.functions}
+
+
 def test_the_problems_say_what_to_add_where() -> None:
     description = read_description()
-    telegram, whatsapp, sms, web, digest = description.functions
+    functions = by_name(description)
+    telegram, whatsapp, web = functions["telegram_webhook"], functions["whatsapp_webhook"], functions["web_chat"]
     environment = {name: value for name, value in telegram.environment.items() if name != "TELEGRAM_API_BASE"}
-    changed = dataclasses.replace(
-        description,
-        functions=[
-            dataclasses.replace(telegram, environment={**environment, "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}"}),
-            dataclasses.replace(whatsapp, secrets={**whatsapp.secrets, "TWILIO_AUTH_TOKEN": "hunter2"}),
-            sms,
-            dataclasses.replace(web, secrets={name: r for name, r in web.secrets.items() if name != "DATABASE_URL"}),
-            digest,
-        ],
+    given = {"DIGEST_BATCH_SIZE": "${env:DIGEST_BATCH_SIZE}", "TWILIO_AUTH_TOKEN": "${env:TWILIO_AUTH_TOKEN}"}
+    functions["telegram_webhook"] = dataclasses.replace(telegram, environment={**environment, **given})
+    functions["whatsapp_webhook"] = dataclasses.replace(
+        whatsapp, secrets={**whatsapp.secrets, "TWILIO_AUTH_TOKEN": "hunter2"}
     )
+    functions["web_chat"] = dataclasses.replace(
+        web, secrets={name: r for name, r in web.secrets.items() if name != "DATABASE_URL"}
+    )
+    changed = dataclasses.replace(description, functions=list(functions.values()))
     assert changed.problems() == [
         "serverless.yml: telegram_webhook reads TELEGRAM_API_BASE but is not given it: add "
         "`TELEGRAM_API_BASE: ${env:TELEGRAM_API_BASE}` under functions.telegram_webhook.environment",
+        "serverless.yml gives telegram_webhook DIGEST_BATCH_SIZE, which it does not read: remove it there "
+        "(or, if it does read it, add 'digest_batch_size' to its list in functions/tools/function_settings.py)",
+        # A surface's setting is placed by its mark (a new Twilio surface adds itself to this one's).
         "serverless.yml gives telegram_webhook TWILIO_AUTH_TOKEN, which it does not read: remove it there "
-        "(or, if it does read it, add 'twilio_auth_token' to its list in functions/tools/function_settings.py)",
+        "(or, if it does read it, add the function's surface to the mark of 'twilio_auth_token' in "
+        "functions/settings.py (setting_of))",
         "serverless.yml: web_chat reads DATABASE_URL but is not given it: add "
         "`DATABASE_URL: crossmem-database-url:latest` under provider.secrets",
         "serverless.yml: whatsapp_webhook's secret TWILIO_AUTH_TOKEN is 'hunter2', not a Secret Manager "
@@ -103,14 +112,14 @@ def test_the_problems_say_what_to_add_where() -> None:
 
 def test_a_secret_given_as_a_plain_value_is_named() -> None:
     description = read_description()
-    web = description.functions[3]
-    plain = dataclasses.replace(
+    functions = by_name(description)
+    web = functions["web_chat"]
+    functions["web_chat"] = dataclasses.replace(
         web,
         environment={**web.environment, "SUPABASE_JWT_SECRET": "${env:SUPABASE_JWT_SECRET}"},
         secrets={name: ref for name, ref in web.secrets.items() if name != "SUPABASE_JWT_SECRET"},
     )
-    functions = [*description.functions[:3], plain, *description.functions[4:]]
-    problems = dataclasses.replace(description, functions=functions).problems()
+    problems = dataclasses.replace(description, functions=list(functions.values())).problems()
     assert problems == [
         "serverless.yml: SUPABASE_JWT_SECRET is a secret: move it from environment to secrets, "
         "as `SUPABASE_JWT_SECRET: crossmem-supabase-jwt-secret:latest`"

@@ -35,18 +35,18 @@ CONFIGURATION = (REPOSITORY / "docs" / "configuration.md").read_text()
 def test_every_surface_has_its_rules_and_its_adapter_in_the_deployments_registry(
     environment: pytest.MonkeyPatch,
 ) -> None:
+    # A deadline of its own on each surface, so that one given another surface's setting shows.
+    deadlines = [float(10 + index) for index, _ in enumerate(Surface)]
+    for surface, deadline in zip(Surface, deadlines, strict=True):
+        environment.setenv(f"{surface.value.upper()}_MODEL_DEADLINE", str(deadline))
+    runtime.reset()
     assert set(RULES) == set(Surface)
     assert all(rules.surface is surface for surface, rules in RULES.items())
     adapters = runtime.surfaces()
     assert list(adapters) == list(Surface)  # registry() orders them as the enum does
     assert all(adapter.surface is surface for surface, adapter in adapters.items())
     assert set(runtime.identity().owners) == set(Surface)
-    assert [adapter.deadline_s for adapter in adapters.values()] == [
-        runtime.settings().web_model_deadline,
-        runtime.settings().telegram_model_deadline,
-        runtime.settings().whatsapp_model_deadline,
-        runtime.settings().sms_model_deadline,
-    ]
+    assert [adapter.deadline_s for adapter in adapters.values()] == deadlines
 
 
 def test_every_surface_has_its_setting_and_its_rows_in_the_docs_tables() -> None:

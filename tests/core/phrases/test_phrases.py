@@ -14,6 +14,7 @@ import pytest
 from core.errors import ConfigurationError
 from core.phrases.catalogue import CATALOGUE_DIR, Catalogue, placeholders
 from core.phrases.language import choose_language, language_tag, written_in
+from core.surfaces import Surface, rules
 from tests.helpers import ENGLISH, ROOT, SPANISH
 
 
@@ -215,3 +216,18 @@ def test_no_fixed_phrase_is_left_in_code() -> None:
         if SAID_TO_A_PERSON.search(constant) and name != "core/errors.py"  # its OverBudget: ALLOWED_IN_CODE
     ]
     assert addressed == []
+
+
+def test_a_phrase_of_every_surface_names_no_surface() -> None:
+    """Only a surface's own phrases ([telegram], [whatsapp]) may name an app: one said on every
+    surface (forget's warning) would be wrong, and one more file to edit, for each new surface."""
+    apps = {rules(surface).label for surface in Surface if surface.is_secondary}
+    named = [
+        f"{language}: {phrase} names {app}"
+        for language in sorted(Catalogue().languages)
+        for phrase, entry in Catalogue().entries(language).items()
+        if phrase.split(".")[0] not in set(Surface)
+        for app in sorted(apps)
+        if app in str(entry)
+    ]
+    assert named == []
