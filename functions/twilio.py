@@ -59,7 +59,6 @@ def twilio_webhook(
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 
-@functools.cache
 def twilio_function(
     surface: Surface, parse: Callable[[Mapping[str, str]], Form], classify: Callable[[Form], TwilioAction]
 ) -> Callable[[flask.Request], flask.Response]:
