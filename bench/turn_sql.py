@@ -69,7 +69,7 @@ $loop$
 """
 
 # Each part, taken out: what replaces it in the variant's database.
-WITHOUT: dict[str, str] = {
+WITHOUT: dict[str, str | None] = {
     "the window (no message read)": """
         create or replace function public.context_window(
             p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz,
@@ -93,25 +93,29 @@ WITHOUT: dict[str, str] = {
         create or replace function crossmem_private.delivery_forgotten(p_surface text, p_external_id text,
             p_user_id uuid) returns boolean language plpgsql stable set search_path = '' as $$
         begin return false; end; $$""",
-    "the conversation's updated_at": "untouched",
+    "the conversation's updated_at": None,  # finish_turn as it is, less that part (`untouched`)
 }
 # The conversation's `updated_at`, set by finish_turn in one part of its statement.
 TOUCHED = re.compile(r"\), touched as \(\s*update public\.conversations c.*?\n\s*\)\n", re.DOTALL)
 
 
+def untouched(connection: psycopg.Connection[Any]) -> str:
+    """finish_turn's definition without its touch of the conversation."""
+    row = connection.execute("select pg_get_functiondef('public.finish_turn'::regproc)").fetchone()
+    assert row is not None
+    body, found = TOUCHED.subn(")\n", str(row[0]))
+    if found != 1:
+        raise ConfigurationError("finish_turn no longer touches the conversation as bench/turn_sql.py reads it")
+    return body
+
+
 def take_out(database_url: str, part: str) -> None:
+    """`part` taken out of the schema in `database_url`; `floor`: the floor laid instead."""
+    if part == "floor":
+        lay_floor(database_url)
+        return
     with psycopg.connect(database_url, autocommit=True) as connection:
-        if part == "floor":
-            lay_floor(database_url)
-        elif WITHOUT[part] == "untouched":
-            row = connection.execute("select pg_get_functiondef('public.finish_turn'::regproc)").fetchone()
-            assert row is not None
-            body, found = TOUCHED.subn(")\n", str(row[0]))
-            if found != 1:
-                raise ConfigurationError("finish_turn no longer touches the conversation as bench/turn_sql.py reads it")
-            connection.execute(body)
-        else:
-            connection.execute(WITHOUT[part])
+        connection.execute(WITHOUT[part] or untouched(connection))
 
 
 def measure(
