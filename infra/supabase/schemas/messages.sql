@@ -75,6 +75,11 @@ create index messages_by_user_recent
     on public.messages (user_id, created_at desc, id desc);
 create index messages_by_conversation_recent
     on public.messages (conversation_id, created_at desc, id desc);
+-- A conversation is one person's: its messages' user_id follows from their conversation_id. Told
+-- so, the planner does not take a filter on both for a filter on two independent columns (one
+-- row where there are dozens), which made the web's window (context.sql) read a conversation's
+-- rows through a bitmap and sort them all for the latest.
+create statistics messages_person_of_conversation (dependencies) on conversation_id, user_id from public.messages;
 create unique index messages_one_reply
     on public.messages (in_reply_to) where in_reply_to is not null;
 -- The reference a reply keeps: deleting a message (a purge, forgetting) sets its replies' to null,
