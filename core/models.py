@@ -21,10 +21,22 @@ class Role(StrEnum):
     ASSISTANT = "assistant"
 
 
+class _Members(dict[str, Any]):
+    """An enum's members by value: a lookup where the enum's call costs more; a value it lacks is
+    looked up by the enum itself, which raises as its call does."""
+
+    def __init__(self, enum: type[StrEnum]) -> None:
+        super().__init__((member.value, member) for member in enum)
+        self.enum = enum
+
+    def __missing__(self, value: str) -> Any:
+        return self.enum(value)
+
+
 # A turn reads dozens of stored messages (core/memory/service.py's turn_start), whose conversation ids,
 # surfaces and roles repeat: each parsed once (a lookup instead of UUID() and the enum's call).
-_SURFACES: dict[str, Surface] = {surface.value: surface for surface in Surface}
-_ROLES: dict[str, Role] = {role.value: role for role in Role}
+_SURFACES = _Members(Surface)
+_ROLES = _Members(Role)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -34,11 +46,11 @@ def parse_uuid(text: str) -> UUID:
 
 
 def parse_surface(value: str) -> Surface:
-    return _SURFACES.get(value) or Surface(value)  # an unknown value raises, as Surface() does
+    return _SURFACES[value]  # type: ignore[no-any-return]  # an unknown value raises, as Surface() does
 
 
 def parse_role(value: str) -> Role:
-    return _ROLES.get(value) or Role(value)
+    return _ROLES[value]  # type: ignore[no-any-return]
 
 
 # A stored message's columns, in the order context.sql's context_window gives them.
@@ -92,8 +104,25 @@ class StoredMessage:
 
 def stored_messages(window: Sequence[Sequence[Any]]) -> list[StoredMessage]:
     """The messages of a context window as the SQL context_window gives it (context.sql): its
-    COLUMNS, each the array of the messages' values, oldest first; `[]` when it is empty."""
-    return [StoredMessage.from_columns(columns) for columns in zip(*window, strict=True)]
+    COLUMNS, each the array of the messages' values, oldest first; `[]` when it is empty. Column by
+    column, with `map`: every turn reads dozens, and a Python call per message and value (as
+    `from_columns` makes) was most of the cost."""
+    if not window:
+        return []
+    ids, conversation_ids, surfaces, roles, contents, created_ats = window
+    if not len(ids) == len(conversation_ids) == len(surfaces) == len(roles) == len(contents) == len(created_ats):
+        raise ValueError("the window's columns differ in length")
+    return list(
+        map(
+            StoredMessage,
+            ids,
+            map(parse_uuid, conversation_ids),
+            map(_SURFACES.__getitem__, surfaces),
+            map(_ROLES.__getitem__, roles),
+            contents,
+            map(datetime.fromisoformat, created_ats),
+        )
+    )
 
 
 @dataclass(frozen=True)
