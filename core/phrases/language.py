@@ -32,6 +32,7 @@ _ENGLISH = frozenset(
     "today tomorrow yesterday hello hi thanks thank please good morning yes this that it of to with".split()
 )
 _SPANISH_LETTERS = frozenset("ñ¿¡áéíóúü")
+_WORDS = re.compile(r"[^\W\d_]+")
 
 
 def language_tag(tag: str | None) -> str | None:
@@ -47,9 +48,11 @@ def written_in(text: str) -> str | None:
     common in one language and of letters only Spanish has. It knows no other language (Italian
     or Portuguese may read as Spanish) and a message of a word or two ("ok", "/forget") says
     nothing."""
-    words = re.findall(r"[^\W\d_]+", text.lower())
-    spanish = sum(word in _SPANISH for word in words) + any(letter in _SPANISH_LETTERS for letter in text.lower())
-    english = sum(word in _ENGLISH for word in words)
+    lowered = text.lower()
+    words = _WORDS.findall(lowered)
+    # map over a set's own __contains__, not a generator: every turn that states no language asks
+    spanish = sum(map(_SPANISH.__contains__, words)) + (not _SPANISH_LETTERS.isdisjoint(lowered))
+    english = sum(map(_ENGLISH.__contains__, words))
     if len(words) < 2 or max(spanish, english) < 2 or spanish == english:
         return None
     return "es" if spanish > english else "en"
@@ -66,7 +69,9 @@ def choose_language(
 ) -> str:
     """The language to answer in: the stated one, else the remembered one, else the one heard,
     else the text's, else `default` (each only when a catalogue for it exists)."""
-    for candidate in (language_tag(stated), language_tag(remembered), language_tag(heard), written_in(text)):
+    for tag in (stated, remembered, heard):
+        candidate = language_tag(tag)
         if candidate is not None and candidate in known:
             return candidate
-    return default
+    candidate = written_in(text)  # read only when nothing said it: a person's remembered one mostly does
+    return candidate if candidate is not None and candidate in known else default
