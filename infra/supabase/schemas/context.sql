@@ -30,50 +30,39 @@ create or replace function public.context_window(
 ) returns json language plpgsql stable set search_path = '' as $$
 declare
     v_total integer;
+    v_keep integer;
     v_window json;
 begin
-    -- Two statements for the two windows, not one with `(p_conversation_id is null or
-    -- m.conversation_id = p_conversation_id)`: PL/pgSQL keeps one plan of a statement for the
-    -- session, and that plan, made not knowing which of the two it serves, read the day's rows
-    -- through a bitmap and sorted them, where each of these walks its index in order (the window
-    -- took 2.5 times as long: docs/benchmarks.md).
-    if p_conversation_id is null then
-        select count(*) into v_total
-          from public.messages m
-         where m.user_id = p_user_id
-           and m.created_at >= p_since
-           and (m.created_at, m.id) <= (p_until_at, p_until_id);
-        select case when count(*) = 0 then '[]'::json
-                    else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
-                                          array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
-          into v_window
-          from (select l.* from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-                                   from public.messages m
-                                  where m.user_id = p_user_id
-                                    and m.created_at >= p_since
-                                    and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                                  order by m.created_at desc, m.id desc
-                                  limit greatest(public.window_keeps(v_total, p_limit, p_step), 0)) l
-                 order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
-    else
-        select count(*) into v_total
-          from public.messages m
-         where m.conversation_id = p_conversation_id and m.user_id = p_user_id
-           and m.created_at >= p_since
-           and (m.created_at, m.id) <= (p_until_at, p_until_id);
-        select case when count(*) = 0 then '[]'::json
-                    else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
-                                          array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
-          into v_window
-          from (select l.* from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-                                   from public.messages m
-                                  where m.conversation_id = p_conversation_id and m.user_id = p_user_id
-                                    and m.created_at >= p_since
-                                    and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                                  order by m.created_at desc, m.id desc
-                                  limit greatest(public.window_keeps(v_total, p_limit, p_step), 0)) l
-                 order by l.created_at, l.id) w;
-    end if;
+    select count(*) into v_total
+      from public.messages m
+     where m.user_id = p_user_id
+       and (p_conversation_id is null or m.conversation_id = p_conversation_id)
+       and m.created_at >= p_since
+       and (m.created_at, m.id) <= (p_until_at, p_until_id);
+
+    v_keep := greatest(public.window_keeps(v_total, p_limit, p_step), 0);
+
+    -- The rows: one arm for each window, the one not asked for skipped at once (its condition
+    -- names no column). Not one statement with `(p_conversation_id is null or m.conversation_id =
+    -- p_conversation_id)`: PL/pgSQL keeps one plan of a statement for the session, and that plan,
+    -- made not knowing which window it serves, read the rows through a bitmap and sorted them all,
+    -- where each arm walks its index in order (2.5 times the window's time: docs/benchmarks.md).
+    select case when count(*) = 0 then '[]'::json
+                else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
+                                      array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
+      into v_window
+      from (select l.* from ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                                from public.messages m
+                               where p_conversation_id is null and m.user_id = p_user_id and m.created_at >= p_since
+                                 and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                               order by m.created_at desc, m.id desc limit v_keep)
+                             union all
+                             (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                                from public.messages m
+                               where m.conversation_id = p_conversation_id and m.user_id = p_user_id
+                                 and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                               order by m.created_at desc, m.id desc limit v_keep)) l
+             order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
     return v_window;
 end;
 $$;
