@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeVar
 from uuid import UUID
 
 from core.media.kinds import Attachment, message_kind
@@ -21,15 +21,18 @@ class Role(StrEnum):
     ASSISTANT = "assistant"
 
 
-class _Members(dict[str, Any]):
+_Member = TypeVar("_Member", bound=StrEnum)
+
+
+class _Members(dict[str, _Member]):
     """An enum's members by value: a lookup where the enum's call costs more; a value it lacks is
     looked up by the enum itself, which raises as its call does."""
 
-    def __init__(self, enum: type[StrEnum]) -> None:
+    def __init__(self, enum: type[_Member]) -> None:
         super().__init__((member.value, member) for member in enum)
         self.enum = enum
 
-    def __missing__(self, value: str) -> Any:
+    def __missing__(self, value: str) -> _Member:
         return self.enum(value)
 
 
@@ -46,11 +49,11 @@ def parse_uuid(text: str) -> UUID:
 
 
 def parse_surface(value: str) -> Surface:
-    return _SURFACES[value]  # type: ignore[no-any-return]  # an unknown value raises, as Surface() does
+    return _SURFACES[value]  # an unknown value raises, as Surface() does
 
 
 def parse_role(value: str) -> Role:
-    return _ROLES[value]  # type: ignore[no-any-return]
+    return _ROLES[value]
 
 
 # A stored message's columns, in the order context.sql's context_window gives them.
