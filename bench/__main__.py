@@ -145,6 +145,10 @@ def largest_over_smallest(by_size: dict[str, float]) -> float:
     return round(figures[-1] / figures[0], 2)
 
 
+def cpu_parts(split: dict[str, float]) -> str:
+    return " / ".join(str(split[part]) for part in ("client", "postgres", "other"))
+
+
 def describe(database_url: str) -> str:
     return "Postgres over TCP loopback" if over_tcp(database_url) else "embedded Postgres (unix socket)"
 
@@ -185,6 +189,12 @@ def table(results: dict[str, Any]) -> str:
             f"{floor['turn_overhead_ms_p50_rtt1']['ours']} / {floor['turns_per_s']['ours']}",
             "",
             f"turn/floor {ratios['turn_over_floor_rtt1']} at 1 ms, {ratios['turns_per_s_over_floor']} in turns/s",
+        ),
+        (
+            "CPU µs a whole turn in turns/s: Python / Postgres / the rest",
+            cpu_parts(tps["cpu_us_per_turn"]["ours"]),
+            cpu_parts(tps["cpu_us_per_turn"]["seed"]),
+            f"the floor's {cpu_parts(floor['turns_per_s']['cpu_us_per_turn']['ours'])}",
         ),
         (
             "client CPU µs a turn around its two calls",

@@ -7,6 +7,8 @@ medians of interleaved runs, throughput is turns completed by 8 threads.
 from __future__ import annotations
 
 import itertools
+import os
+import resource
 import statistics
 import threading
 import time
@@ -146,9 +148,10 @@ def turns_per_s(
     seconds: float = 3.0,
     rounds: int = 3,
     people_per_driver: int = PEOPLE_PER_DRIVER,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Whole turns (zero-latency model) completed per second by `threads` threads; and
-    ours without the turn around it (begin_turn and finish_turn only), for comparison."""
+    ours without the turn around it (begin_turn and finish_turn only), for comparison. Under
+    `cpu_us_per_turn`, each one's CPU a turn while it ran, by who spent it (`cpu_split`)."""
     memory = Memory(PostgresStore(database_url, max_connections=threads), context_limits(Settings.defaults()))
     turns = Turns(memory, InstantModel, IdentityPolicy("auto"), TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no"))
 
@@ -165,12 +168,21 @@ def turns_per_s(
         return lambda: ours_secondary_turn(memory, next(speakers))
 
     done: dict[str, list[float]] = {"ours": [], "seed": [], "ours_database_work_only": []}
+    spent: dict[str, list[dict[str, float]]] = {name: [] for name in done}
     drivers = {"ours": ours, "seed": seed, "ours_database_work_only": ours_memory_only}
     for _ in range(rounds):  # alternating rounds, the median of each: this machine's noise is large
         for name, driver in drivers.items():
-            done[name].append(_throughput(driver, threads, seconds, people_per_driver))
+            rate, cpu = _throughput(driver, threads, seconds, people_per_driver)
+            done[name].append(rate)
+            spent[name].append(cpu)
     memory.store.close()
-    return {name: statistics.median(values) for name, values in done.items()}
+    return {
+        **{name: statistics.median(values) for name, values in done.items()},
+        "cpu_us_per_turn": {
+            name: {part: round(statistics.median(cpu[part] for cpu in runs)) for part in CPU_PARTS}
+            for name, runs in spent.items()
+        },
+    }
 
 
 def _run(turns: Turns, person: uuid.UUID) -> None:
@@ -179,7 +191,8 @@ def _run(turns: Turns, person: uuid.UUID) -> None:
 
 def _throughput(
     make_worker: Callable[[int], Callable[[], None]], threads: int, seconds: float, people_per_driver: int
-) -> float:
+) -> tuple[float, dict[str, float]]:
+    """Turns a second, and the CPU µs a turn each part of the machine spent meanwhile."""
     workers = [make_worker(index) for index in range(threads)]
     for work in workers:
         for _ in range(people_per_driver):
@@ -192,13 +205,61 @@ def _throughput(
             workers[index]()
             done[index] += 1
 
+    before = cpu_seconds()
     began = time.perf_counter()
     pool = [threading.Thread(target=loop, args=(index,)) for index in range(threads)]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
-    return round(sum(done) / (time.perf_counter() - began), 1)
+    elapsed, after, turns = time.perf_counter() - began, cpu_seconds(), max(sum(done), 1)
+    return round(turns / elapsed, 1), cpu_split(before, after, turns)
+
+
+# Who spends a turn's CPU (`cpu_split`): this process (the functions' Python), the machine's
+# Postgres processes, and the rest of the machine (the latency proxy's process, the kernel's own).
+CPU_PARTS = ("client", "postgres", "other", "total")
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds spent so far by this process, by every `postgres` process and by the whole
+    machine (busy time over all its CPUs), as Linux's /proc counts them; {} elsewhere."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return {}
+    postgres = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                name, _, rest = stat.read().rpartition(")")
+            if name.endswith("(postgres"):
+                utime, stime = rest.split()[11:13]
+                postgres += int(utime) + int(stime)
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    idle = fields[3] + fields[4]  # idle, iowait
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "client": own.ru_utime + own.ru_stime,
+        "postgres": postgres / tick,
+        "machine": (sum(fields[:8]) - idle) / tick,
+    }
+
+
+def cpu_split(before: dict[str, float], after: dict[str, float], turns: int) -> dict[str, float]:
+    """CPU µs a turn between two `cpu_seconds`, by CPU_PARTS; zeros where /proc is not there."""
+    if not before or not after:
+        return dict.fromkeys(CPU_PARTS, 0.0)
+    spent = {part: (after[part] - before[part]) * 1e6 / turns for part in before}
+    return {
+        "client": spent["client"],
+        "postgres": spent["postgres"],
+        "other": max(spent["machine"] - spent["client"] - spent["postgres"], 0.0),
+        "total": max(spent["machine"], spent["client"] + spent["postgres"]),
+    }
 
 
 FILL = """

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
+import psycopg
 import pytest
 
-from bench.memory_core import ours_secondary_turn
+from bench.memory_core import cpu_seconds, cpu_split, ours_secondary_turn
 from bench.turn_floor import lay_floor
 from core.errors import ConfigurationError
 from core.memory.service import Memory
@@ -48,3 +50,27 @@ def test_a_fresh_databases_uri_names_it_whatever_the_servers_uri_said() -> None:
     assert with_database(server, "crossmem_test_1") == (
         "postgresql://postgres@127.0.0.1:5432/crossmem_test_1?sslmode=disable&host=/run/pg"
     )
+
+
+def test_a_turns_cpu_is_split_between_the_python_postgres_and_the_rest() -> None:
+    before = {"client": 1.0, "postgres": 2.0, "machine": 10.0}
+    after = {"client": 1.5, "postgres": 3.25, "machine": 12.0}
+    assert cpu_split(before, after, 1_000) == {"client": 500.0, "postgres": 1250.0, "other": 250.0, "total": 2000.0}
+    # the machine's ticks are coarser than this process's own clock: never a negative rest
+    assert cpu_split(before, {**after, "machine": 11.5}, 1_000)["other"] == 0.0
+    assert cpu_split({}, {}, 10) == {"client": 0.0, "postgres": 0.0, "other": 0.0, "total": 0.0}
+
+
+def test_the_cpu_of_this_process_and_of_postgres_is_read_where_each_is_spent(database_url: str) -> None:
+    """A process's CPU is read while it lives: the backend's is lost once its connection closes
+    (the benchmarks' connections stay open while they measure)."""
+    with psycopg.connect(database_url) as connection:
+        before = cpu_seconds()
+        connection.execute("select count(*) from generate_series(1, 5000000)")  # about 0.5 s of a backend
+        burned = time.thread_time()
+        while time.thread_time() - burned < 0.2:
+            pass
+        after = cpu_seconds()
+    assert after["client"] - before["client"] >= 0.2
+    assert after["postgres"] - before["postgres"] >= 0.2
+    assert after["machine"] - before["machine"] >= 0.4
