@@ -56,6 +56,13 @@ class DateOutOfRange(InputError):
         super().__init__(f"the date {value.isoformat()} cannot be shown in the context's time zone")
 
 
+class UnsupportedBodyType(InputError):
+    """A body of another type than the one its receiver reads (JSON, a form)."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(f"the body must be {expected}")
+
+
 class BodyTooLarge(InputError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"the request body is larger than {limit} bytes")

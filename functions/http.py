@@ -36,6 +36,7 @@ from core.errors import (
     OverBudget,
     StillAnswering,
     StoreUnavailable,
+    UnsupportedBodyType,
 )
 from functions import runtime
 
@@ -50,6 +51,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (HistoryTooLong, 413, "history_too_long"),
     (BodyTooLarge, 413, "body_too_large"),
     (DateOutOfRange, 400, "date_out_of_range"),
+    (UnsupportedBodyType, 415, "unsupported_media_type"),
     (InputError, 400, "bad_request"),
     (NotFound, 404, "not_found"),
     (AuthError, 401, "unauthorized"),
@@ -146,7 +148,7 @@ def read_json(request: flask.Request, shape: type[Model]) -> Model:
 def read_json_body(request: flask.Request) -> bytes:
     """The bytes of a body that says it is JSON; InputError when it does not."""
     if request.mimetype != "application/json":
-        raise InputError("the body must be application/json")
+        raise UnsupportedBodyType("application/json")
     return read_body(request)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 import flask
 
-from core.errors import ConfigurationError, Forbidden
+from core.errors import ConfigurationError, Forbidden, UnsupportedBodyType
 from core.models import Surface
 from core.surfaces.twilio_inbound import Form, TwilioAction, TwilioInbound
 from functions import runtime
@@ -39,7 +39,7 @@ def twilio_webhook(
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST Twilio's form"}, 405)
     if request.mimetype != "application/x-www-form-urlencoded":
-        return json_response({"error": "bad_request", "message": "expected Twilio's form post"}, 415)
+        raise UnsupportedBodyType("Twilio's form post (application/x-www-form-urlencoded)")
     if not (signature := request.headers.get("X-Twilio-Signature")):
         raise Forbidden("invalid Twilio signature")
     fields = read_form(request, MAX_FORM_FIELDS)

@@ -141,6 +141,7 @@ REFUSALS = {
     "405": "a route that takes another method (`method_not_allowed`, with `Allow`)",
     "409": "`still_answering` (with `Retry-After`), `linking_not_needed`, `conflict`",
     "413": "`message_too_long`, `history_too_long`, `body_too_large` (over 1,000,000 bytes)",
+    "415": "a body that is not `application/json` (`unsupported_media_type`)",
     "429": "past the person's budget (`over_budget`)",
     "500": "a failure of ours that asking again cannot mend (`media_unreadable`, `internal_error`)",
     "503": "no database, model, surface's API or setting: ask again later (`store_unavailable`, "

@@ -198,3 +198,15 @@ def test_a_twilio_form_of_many_tiny_fields_is_refused_before_its_signature_is_co
         400,
         {"error": "bad_request", "message": "the form has more than 100 fields"},
     )
+
+
+@pytest.mark.parametrize("target", list(FUNCTIONS))
+def test_a_body_of_another_type_is_a_415_that_says_which_type(configured: pytest.MonkeyPatch, target: str) -> None:
+    json_body = FUNCTIONS[target][1] == "application/json"
+    expected = "application/json" if json_body else "Twilio's form post (application/x-www-form-urlencoded)"
+    headers = {**headers_for(target), "Content-Type": "text/plain"}
+    response = app_client(target).post("/", data=b"hello", headers=headers)
+    assert (response.status_code, response.get_json()) == (
+        415,
+        {"error": "unsupported_media_type", "message": f"the body must be {expected}"},
+    )

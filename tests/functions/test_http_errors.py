@@ -27,6 +27,7 @@ EXPECTED: dict[type[CrossmemError], tuple[CrossmemError, int, str]] = {
     core.errors.HistoryTooLong: (core.errors.HistoryTooLong(9, 8), 413, "history_too_long"),
     core.errors.DateOutOfRange: (core.errors.DateOutOfRange(NOW), 400, "date_out_of_range"),
     core.errors.BodyTooLarge: (core.errors.BodyTooLarge(10), 413, "body_too_large"),
+    core.errors.UnsupportedBodyType: (core.errors.UnsupportedBodyType("JSON"), 415, "unsupported_media_type"),
     core.errors.NotFound: (core.errors.NotFound("none"), 404, "not_found"),
     core.errors.AuthError: (core.errors.AuthError("who"), 401, "unauthorized"),
     core.errors.Forbidden: (core.errors.Forbidden("not you"), 403, "forbidden"),
