@@ -155,7 +155,10 @@ def test_a_wrong_code_on_telegram_is_answered_and_links_nothing(
     assert count(database_url, linked, str(apps.chat)) == 0
     # A deep link whose payload is not a code (a campaign tag, say) is only a welcome.
     telegram(apps, "/start from-the-newsletter")
-    assert fake_telegram.sent()[-1]["text"].startswith("Hi! I'm your advisor.")
+    assert fake_telegram.sent()[-1]["text"] == (
+        "Hi! I'm your advisor. Write to me here or on any other app you reach me on:"
+        " I remember our one conversation across all of them."
+    )
 
 
 WEB_ROUTES = [
