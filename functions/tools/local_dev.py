@@ -142,7 +142,16 @@ def deliver_locally(
     form_type = "application/x-www-form-urlencoded"
     status, answer = post_locally(f"{base_url}/{surface}", urllib.parse.urlencode(form), form_type, headers)
     messages = re.findall(r"<Message>(.*?)</Message>", answer, flags=re.DOTALL)
-    return status, html.unescape("\n".join(messages)) if messages else answer
+    if messages:
+        return status, html.unescape("\n".join(messages))
+    return status, NO_MESSAGE if status == 200 else answer
+
+
+# What `crossmem say` prints for a TwiML that says nothing (`<Response />`), as Twilio takes it.
+NO_MESSAGE = (
+    "(answered with no message: a keyword Twilio answers itself, STOP, START or HELP on SMS,"
+    " or a message another attempt is still answering)"
+)
 
 
 # The standard library's client, not httpx: `crossmem say` talks to 127.0.0.1 only, and httpx

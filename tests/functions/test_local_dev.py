@@ -17,7 +17,7 @@ import pytest
 from werkzeug.test import Client
 
 from functions import runtime
-from functions.tools.local_dev import DEV_DEFAULTS, apply_dev_defaults, build_dev_app
+from functions.tools.local_dev import DEV_DEFAULTS, NO_MESSAGE, apply_dev_defaults, build_dev_app
 from tests.helpers import crossmem_dev, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +55,7 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     assert 'You told me on telegram: "My flight is on Tuesday".' in asked
     texted = crossmem(env, "say", "--surface", "sms", "And the hotel?")
     assert 'You told me on telegram: "My flight is on Tuesday".' in texted
+    assert crossmem(env, "say", "--surface", "sms", "HELP") == NO_MESSAGE + "\n"  # Twilio's own answer, not ours
     unsigned = httpx.post(f"{url}/telegram", json={"update_id": 1})
     assert unsigned.status_code == 401
     history = crossmem(env, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json")
