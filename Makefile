@@ -46,6 +46,7 @@ dev: $(RUN_STAMP)
 
 test: $(STAMP) browser $(DEPLOY_TOOLS) $(NODE_CLIENT)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -n 2 --dist loadfile
 

@@ -117,19 +117,49 @@ EVERYDAY = [
 SUBJECTS_EN = ["I", "We", "My partner", "The kids", "My friend Sam", "My colleague", "Everyone at work", "My neighbour"]
 VERBS_EN = ["need to", "want to", "forgot to", "finally managed to", "might", "have to", "tried to", "would love to"]
 ACTIONS_EN = [
-    "buy groceries", "clean the kitchen", "finish the report", "go running", "watch that series",
-    "fix the shelf", "answer those emails", "plan the weekend", "water the plants", "call the bank about the card",
-    "pick up the parcel", "paint the hallway", "read the new book", "bake something", "sort out the taxes",
-    "renew the gym membership", "walk along the river", "visit the museum", "try the new cafe", "learn some Italian",
+    "buy groceries",
+    "clean the kitchen",
+    "finish the report",
+    "go running",
+    "watch that series",
+    "fix the shelf",
+    "answer those emails",
+    "plan the weekend",
+    "water the plants",
+    "call the bank about the card",
+    "pick up the parcel",
+    "paint the hallway",
+    "read the new book",
+    "bake something",
+    "sort out the taxes",
+    "renew the gym membership",
+    "walk along the river",
+    "visit the museum",
+    "try the new cafe",
+    "learn some Italian",
 ]
 WHEN_EN = ["today", "tomorrow", "this weekend", "tonight", "before Friday", "next week", "after lunch", "soon"]
 SUBJECTS_ES = ["Yo", "Mi pareja", "Los niños", "Mi amiga Carla", "Mi compañero", "Mi vecino", "Todos en casa"]
 VERBS_ES = ["tengo que", "quiero", "se me olvidó", "por fin pude", "intento", "debería", "me encantaría"]
 ACTIONS_ES = [
-    "hacer la compra", "limpiar la cocina", "terminar el informe", "salir a correr", "ver esa serie",
-    "arreglar la estantería", "contestar los correos", "organizar el finde", "regar las plantas",
-    "recoger el paquete", "pintar el pasillo", "leer el libro nuevo", "hacer un bizcocho", "ir al mercado",
-    "pasear por el parque", "llevar el abrigo a la tintorería", "preparar la maleta", "ordenar el armario",
+    "hacer la compra",
+    "limpiar la cocina",
+    "terminar el informe",
+    "salir a correr",
+    "ver esa serie",
+    "arreglar la estantería",
+    "contestar los correos",
+    "organizar el finde",
+    "regar las plantas",
+    "recoger el paquete",
+    "pintar el pasillo",
+    "leer el libro nuevo",
+    "hacer un bizcocho",
+    "ir al mercado",
+    "pasear por el parque",
+    "llevar el abrigo a la tintorería",
+    "preparar la maleta",
+    "ordenar el armario",
 ]
 WHEN_ES = ["hoy", "mañana", "este finde", "esta noche", "antes del viernes", "la semana que viene", "luego"]
 REPLIES = [
@@ -328,8 +358,12 @@ def run(database_url: str, people: int = 3, days: int = DAYS, facts: int = len(F
                 everything = memory.search(life.user_id, fact.asked, limit=rules.max_hits)
                 found["ours_search_memory"] += fact.message_id in [h.message.id for h in everything]
                 for name, query in ALTERNATIVES.items():
-                    ids = [row[0] for row in connection.execute(
-                        query, {"user": life.user_id, "q": fact.asked, "limit": rules.max_hits})]
+                    ids = [
+                        row[0]
+                        for row in connection.execute(
+                            query, {"user": life.user_id, "q": fact.asked, "limit": rules.max_hits}
+                        )
+                    ]
                     found[name] += fact.message_id in ids
     memory.store.close()
     return {
@@ -372,9 +406,12 @@ def search_latency(database_url: str, total: int = 1_000_000, own: int = 10_000,
             ).fetchone()
             assert row is not None
             first = NOW - timedelta(minutes=own)
-            with connection.cursor() as cursor, cursor.copy(
-                "copy messages (conversation_id, user_id, surface, role, content, created_at) from stdin"
-            ) as copy:
+            with (
+                connection.cursor() as cursor,
+                cursor.copy(
+                    "copy messages (conversation_id, user_id, surface, role, content, created_at) from stdin"
+                ) as copy,
+            ):
                 for n in range(own // 2):
                     said = ordinary(rng)
                     at = first + timedelta(minutes=2 * n)

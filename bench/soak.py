@@ -183,9 +183,13 @@ def run(work: Path, timeline: Timeline = FULL) -> dict[str, Any]:
             deployed: dict[str, tuple[str, dict[str, str]]] = {}
             for policy in ("auto", "owner"):
                 environment = deployment_environment(proxied, model, bot, policy, timeline.workers)
-                targets = ("telegram_webhook", "whatsapp_webhook", "web_chat") if policy == "auto" else (
-                    "telegram_webhook",
-                    "whatsapp_webhook",
+                targets = (
+                    ("telegram_webhook", "whatsapp_webhook", "web_chat")
+                    if policy == "auto"
+                    else (
+                        "telegram_webhook",
+                        "whatsapp_webhook",
+                    )
                 )
                 for target in targets:
                     deployed[f"{policy}/{target}"] = (target, environment)

@@ -109,9 +109,7 @@ def check(
 
 def failed_statuses(records: list[dict[str, Any]]) -> dict[str, int]:
     """The answers that made a platform deliver again: HTTP statuses, 0 for a timeout."""
-    failed = Counter(
-        str(status) for record in records for status in record["statuses"] if not (200 <= status < 300)
-    )
+    failed = Counter(str(status) for record in records for status in record["statuses"] if not (200 <= status < 300))
     return dict(sorted(failed.items()))
 
 

@@ -118,9 +118,7 @@ class Person(HttpUser):
         headers = {"X-Telegram-Bot-Api-Secret-Token": ENV["SOAK_TELEGRAM_SECRET"]}
         self._deliver(
             record,
-            lambda: self.client.post(
-                url, json=update, headers=headers, timeout=TIMEOUT_S["telegram"], name="telegram"
-            ),
+            lambda: self.client.post(url, json=update, headers=headers, timeout=TIMEOUT_S["telegram"], name="telegram"),
         )
 
     def _whatsapp(self, text: str, record: dict[str, Any]) -> None:

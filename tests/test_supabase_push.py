@@ -18,6 +18,7 @@ from tests.database import SUPABASE_PUSH_VARIABLE, catalog, fresh_database, over
 ROOT = Path(__file__).resolve().parent.parent
 SUPABASE = ROOT / "infra" / "deploy" / "node_modules" / ".bin" / "supabase"
 
+
 def applied_migrations(url: str) -> list[tuple[str, str]]:
     with psycopg.connect(url) as connection:
         query = "select version, name from supabase_migrations.schema_migrations order by 1"

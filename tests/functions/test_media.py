@@ -721,9 +721,7 @@ def test_web_notes_that_say_no_length_count_what_their_bytes_imply_when_deepgram
         attachment["seconds"] = claimed
     for _ in range(3):
         sent = web.post("/", json={"message": "", "attachments": [attachment]}, headers=bearer(owner))
-        assert sent.get_json()["reply"] == ENGLISH.say(
-            "media.unreadable", reason="the transcription service failed"
-        )
+        assert sent.get_json()["reply"] == ENGLISH.say("media.unreadable", reason="the transcription service failed")
     assert [len(heard.audio) for heard in fake_deepgram.requests] == [300_000] * 3
     assert rows(database_url, "select seconds from voice_usage where user_id = %s", owner) == [(4,), (4,), (4,)]
 

@@ -213,4 +213,3 @@ def test_the_search_answer_carries_cors_for_the_configured_origin(web: FlaskClie
     assert response.status_code == 200 and response.headers["Access-Control-Allow-Origin"] == origin
     refused = web.get("/search", headers={**bearer(uuid.uuid4()), "Origin": origin})
     assert refused.status_code == 400 and refused.headers["Access-Control-Allow-Origin"] == origin
-

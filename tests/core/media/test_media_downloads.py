@@ -65,9 +65,7 @@ def redirecting_to(location: str) -> type[QuietHandler]:
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
-def test_a_twilio_media_redirect_to_a_host_outside_its_cdn_is_not_followed(
-    elsewhere: LocalServer, scheme: str
-) -> None:
+def test_a_twilio_media_redirect_to_a_host_outside_its_cdn_is_not_followed(elsewhere: LocalServer, scheme: str) -> None:
     target = elsewhere.url.replace("http://", f"{scheme}://") + "/stolen.jpg"
     api = LocalServer(redirecting_to(target))
     try:

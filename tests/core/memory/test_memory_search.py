@@ -258,8 +258,9 @@ def test_a_local_day_is_the_persons_day(memory: Memory, database_url: str) -> No
     late = planted(database_url, person, "telegram", "user", "booked the flight to Lisbon", 0)
     execute(database_url, "update messages set created_at = '2026-03-01 22:30+00' where id = %s", late)
     tools = MemorySearchTools(memory, person, MADRID, frozenset())
-    on_day = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "flight Lisbon", "from_date": "2026-03-01",
-                                                   "to_date": "2026-03-01"}))
+    on_day = tools.run(
+        ToolCall("a", SEARCH_MEMORY, {"query": "flight Lisbon", "from_date": "2026-03-01", "to_date": "2026-03-01"})
+    )
     next_day = tools.run(ToolCall("b", SEARCH_MEMORY, {"query": "flight Lisbon", "from_date": "2026-03-02"}))
     assert "[telegram · Sun 1 Mar 2026 23:30] the person: booked the flight to Lisbon" in on_day.content
     assert next_day.content == "Nothing found in older messages."

@@ -73,7 +73,11 @@ def test_the_fake_refuses_a_rebuilt_turn_and_a_forced_tool(fake: FakeAnthropic) 
     assert "thinking block is missing" in str(dropped.value)
     with pytest.raises(anthropic.BadRequestError) as forced:
         client.messages.create(
-            model=SONNET, max_tokens=50, messages=asked, tools=tools, tool_choice={"type": "any"}  # type: ignore[arg-type]
+            model=SONNET,
+            max_tokens=50,
+            messages=asked,
+            tools=tools,
+            tool_choice={"type": "any"},  # type: ignore[arg-type]
         )
     assert FORCED_TOOL in str(forced.value)
 
