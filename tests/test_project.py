@@ -111,7 +111,7 @@ PINNED = {
     "round_trips_per_turn": {"ours_secondary", "ours_web", "seed_secondary", "seed_web"},
     "turn_overhead_ms_p50": {"ours", "seed"},
     "turn_overhead_ms_p50_rtt1": {"ours", "seed"},
-    "turns_per_s": {"ours", "seed"},
+    "turns_per_s": {"ours", "seed", "cpu_us_per_turn"},
     "turn_floor": {"schema", "floor"},
     "context_load_ms_p50": {"10000", "1000000"},
     "cache_read_share": {"ours", "seed", "automatic"},
