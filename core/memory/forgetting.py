@@ -2,6 +2,8 @@
 
     Telegram:  /forget, then /forget confirm within 5 minutes
     WhatsApp:  forget, then forget confirm (any case)
+    SMS:       forget, then forget confirm CODE, the six digits the answer to `forget` sent: a
+               caller ID can be forged, and only the number's holder reads that answer
     web:       DELETE /conversations/<id> (one conversation), DELETE /memory (everything)
     operator:  crossmem forget --user ID (everything, and the person's identities)
 
@@ -13,6 +15,7 @@ request nor its confirmation is ever part of the thread.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -25,15 +28,19 @@ from core.stores.store import MemoryStore
 from core.surfaces import rules
 
 CONFIRM_MINUTES = 5
+CODE_DIGITS = 6  # a forger has one guess a request, and each request reaches the number's holder
 
 
 @dataclass(frozen=True)
 class ForgetRequest:
-    """`/forget` or `forget` asks (confirm False); `/forget confirm` or `forget confirm` deletes."""
+    """`/forget` or `forget` asks (confirm False); `/forget confirm` or `forget confirm` deletes,
+    with the code the request was answered with where the surface does not vouch for its sender
+    (`forget confirm 123456` on SMS)."""
 
     surface: Surface
     sender_id: str
     confirm: bool
+    code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,11 @@ class Forgetting:
         person = self._identity.resolve(request.surface, request.sender_id)
         if person is None:
             return self._stranger_reply or phrases.say("turn.stranger")
-        command = rules(request.surface).command("forget")
+        surface = rules(request.surface)
+        command = surface.command("forget")
+        code = request.code
+        if not request.confirm:  # where the sender may be forged, a code only the number's holder reads
+            code = None if surface.sender_vouched_for else f"{secrets.randbelow(10**CODE_DIGITS):0{CODE_DIGITS}d}"
         try:
             row = self._store.call(
                 "forget_request",
@@ -89,6 +100,7 @@ class Forgetting:
                     "p_user_id": str(person.user_id) if person.user_id else None,
                     "p_sender_id": person.sender_id,
                     "p_window_minutes": CONFIRM_MINUTES,
+                    "p_code": code,
                 },
             )
         except StoreUnavailable:
@@ -101,13 +113,15 @@ class Forgetting:
                 "forget.will_delete",
                 messages=phrases.count("count.messages", counts.messages),
                 conversations=phrases.count("count.conversations", counts.conversations),
-                confirm=f"{command} confirm",
+                confirm=f"{command} confirm {code}" if code else f"{command} confirm",
                 minutes=CONFIRM_MINUTES,
             )
         if status == "forgotten":
             return phrases.say("forget.forgotten", messages=phrases.count("count.messages", counts.messages))
         if status == "expired":
             return phrases.say("forget.expired", request=command, minutes=CONFIRM_MINUTES)
+        if status == "wrong_code":
+            return phrases.say("forget.wrong_code", request=command)
         if status == "no_request":
             return phrases.say("forget.no_request", request=command)
         return phrases.say("forget.nothing_stored")

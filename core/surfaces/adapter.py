@@ -50,6 +50,11 @@ class SurfaceRules:
     surface: ClassVar[Surface]
     label: ClassVar[str]  # its name to people: the conversation's title is `[label]`
     command_prefix: ClassVar[str] = ""  # Telegram's commands start with a slash
+    # Whether the platform vouches for who sent a message: Telegram's user id, a WhatsApp number
+    # (Meta signs its users in) and the web's token do. An SMS's number is the caller ID the
+    # carriers pass on, which another sender can forge; there, what cannot be undone (forgetting)
+    # waits for a code sent to the number, which only its holder reads (core/memory/forgetting.py).
+    sender_vouched_for: ClassVar[bool] = True
 
     @classmethod
     def key(cls, sender: str) -> str:

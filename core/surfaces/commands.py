@@ -3,7 +3,7 @@
     /link CODE, link CODE, a code alone, the Confirm button  -> LinkRequest (consent given)
     /start CODE (what a deep link sends)                     -> LinkRequest (asks first on a chat with history)
     /unlink, unlink                                          -> UnlinkRequest
-    /forget, forget; /forget confirm, forget confirm         -> ForgetRequest
+    /forget, forget; /forget confirm, forget confirm [CODE]  -> ForgetRequest
     /start alone, or with a payload that is not a code       -> not a command (a welcome)
 
 A slash command names its bot when the chat has several (`/link@advisor_bot`); one for another
@@ -51,9 +51,15 @@ def chat_command(
             return LinkRequest(surface, sender_id, code)
     if name == "unlink" and not argument:
         return UnlinkRequest(surface, sender_id, also_known_as)
-    # Written out, only "forget" and "forget confirm"; as a slash command anything else asks.
-    if name == "forget" and (argument.lower() in ("", "confirm") or text.startswith("/")):
-        return ForgetRequest(surface, sender_id, confirm=argument.lower() == "confirm")
+    # Written out, only "forget", "forget confirm" and "forget confirm 123456" (the code an SMS
+    # request was answered with); as a slash command anything else asks.
+    if name == "forget":
+        confirm, _, code = argument.lower().partition(" ")
+        code = code.strip()
+        if confirm == "confirm" and (not code or code.isdecimal()):
+            return ForgetRequest(surface, sender_id, confirm=True, code=code or None)
+        if not argument or text.startswith("/"):
+            return ForgetRequest(surface, sender_id, confirm=False)
     return None
 
 

@@ -57,6 +57,7 @@ def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
 class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.SMS
     label: ClassVar[str] = "SMS"
+    sender_vouched_for: ClassVar[bool] = False  # a caller ID: `forget confirm` repeats a code
 
     @classmethod
     def key(cls, sender: str) -> str:

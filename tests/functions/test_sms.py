@@ -203,10 +203,40 @@ def test_forget_on_sms_erases_that_person_and_nobody_else(sms_database: str, fak
     for text in ("My sister is Eva", "I live in Madrid"):
         send(sms(text, person))
     send(sms("My cat is Tom", other))
-    assert send(sms("Forget", person)) == [will_delete(ENGLISH, 4, 1, "forget confirm")]
-    assert send(sms("forget confirm", person)) == [forgotten(ENGLISH, 4)]
+    [asked] = send(sms("Forget", person))
+    code = rows(sms_database, "select code from forget_requests")[0][0]
+    assert len(code) == 6 and code.isdecimal()
+    assert asked == will_delete(ENGLISH, 4, 1, f"forget confirm {code}")
+    assert send(sms(f"FORGET CONFIRM {code}", person)) == [forgotten(ENGLISH, 4)]
     left = rows(sms_database, "select content from messages order by id")
     assert left == [("My cat is Tom",), ("Noted.",)]
+
+
+def test_a_forged_sms_cannot_confirm_forgetting_without_the_code_sent_to_the_number(
+    sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """An SMS's number is a caller ID, which a forger can set to someone else's: the request's
+    answer goes to the number's holder, and without its code nothing is deleted (one guess a request)."""
+    person = number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("My sister is Eva", person))
+    wrong_code = ENGLISH.say("forget.wrong_code", request="forget")
+    for confirmation in ("forget confirm", "forget confirm 123"):
+        send(sms("forget", person))  # what a forger sends first; the answer reaches the holder
+        code = rows(sms_database, "select code from forget_requests")[0][0]
+        assert confirmation != f"forget confirm {code}"
+        assert send(sms(confirmation, person)) == [wrong_code]
+        assert rows(sms_database, "select count(*) from forget_requests") == [(0,)]  # the guess ended it
+    send(sms("forget", person))
+    first = rows(sms_database, "select code from forget_requests")[0][0]
+    send(sms("forget", person))  # asked again: only the newest code confirms
+    assert rows(sms_database, "select code from forget_requests")[0][0] != first  # one chance in a million
+    assert send(sms(f"forget confirm {first}", person)) == [wrong_code]
+    send(sms("forget", person))
+    newest = rows(sms_database, "select code from forget_requests")[0][0]
+    assert rows(sms_database, "select content from messages order by id") == [("My sister is Eva",), ("Noted.",)]
+    assert send(sms(f"forget confirm {newest}", person)) == [forgotten(ENGLISH, 2)]
+    assert rows(sms_database, "select count(*) from messages") == [(0,)]
 
 
 def test_an_sms_number_is_not_the_owners_whatsapp_number(

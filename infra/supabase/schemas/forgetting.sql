@@ -13,6 +13,9 @@ create table public.forget_requests (
     user_id uuid not null,
     surface public.chat_surface not null,
     requested_at timestamptz not null default clock_timestamp(),
+    -- On a surface whose sender the platform does not vouch for (SMS's caller ID can be forged),
+    -- the code the request's answer sent to that number, which the confirmation must repeat.
+    code text,
     primary key (user_id, surface)
 );
 alter table public.forget_requests enable row level security;  -- who reads what: access.sql
@@ -109,19 +112,24 @@ $$;
 -- `/forget` (p_confirm false) and `/forget confirm` (true) from a Telegram chat or WhatsApp number:
 -- the person is p_user_id (the owner policy) or the identity's. A request is remembered per person
 -- and surface; a confirmation within p_window_minutes of it forgets the person (forget_person).
--- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"unknown", "messages",
+-- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"wrong_code"|"unknown", "messages",
 -- "conversations", "language"}: the counts that will be deleted (requested) or were (forgotten),
 -- and the person's language as it was before (forgetting deletes it), which the answer is said in.
+-- p_code: on a request, the code its answer sends (null: none asked); on a confirmation, the code
+-- it repeats. A request with a code is confirmed only with that code; a confirmation with another
+-- ends the request ("wrong_code"), so a forger guesses once for each request the holder is sent.
 create or replace function public.forget_request(
     p_surface text,
     p_confirm boolean,
     p_user_id uuid,
     p_sender_id text,
-    p_window_minutes integer
+    p_window_minutes integer,
+    p_code text default null
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
     v_requested_at timestamptz;
+    v_code text;
     v_language jsonb;
 begin
     if v_user is null then
@@ -138,8 +146,8 @@ begin
     if not p_confirm then
         -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
         delete from public.forget_requests r where r.requested_at < clock_timestamp() - interval '1 day';
-        insert into public.forget_requests (user_id, surface) values (v_user, p_surface)
-        on conflict (user_id, surface) do update set requested_at = excluded.requested_at;
+        insert into public.forget_requests (user_id, surface, code) values (v_user, p_surface, p_code)
+        on conflict (user_id, surface) do update set requested_at = excluded.requested_at, code = excluded.code;
         return jsonb_build_object(
             'status', 'requested',
             'messages', (select count(*) from public.messages m where m.user_id = v_user),
@@ -148,9 +156,12 @@ begin
 
     delete from public.forget_requests r
      where r.user_id = v_user and r.surface = p_surface
-    returning r.requested_at into v_requested_at;
+    returning r.requested_at, r.code into v_requested_at, v_code;
     if v_requested_at is null then
         return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0) || v_language;
+    end if;
+    if v_code is not null and p_code is distinct from v_code then
+        return jsonb_build_object('status', 'wrong_code', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then
         return jsonb_build_object('status', 'expired', 'messages', 0, 'conversations', 0) || v_language;

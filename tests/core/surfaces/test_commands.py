@@ -52,3 +52,18 @@ def test_a_deep_link_asks_first_and_a_command_for_another_bot_is_not_ours() -> N
     assert chat_command(Surface.TELEGRAM, "42", "/link@advisor_bot ABCDEFGHJ", bot_username="advisor_bot") == (
         LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ")
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("forget confirm 042917", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
+        ("FORGET CONFIRM  042917 ", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
+        ("forget confirm", ForgetRequest(Surface.SMS, "+34600111222", confirm=True)),
+        ("forget", ForgetRequest(Surface.SMS, "+34600111222", confirm=False)),
+        ("forget confirm it all", None),  # a sentence, for the thread
+        ("forget it", None),
+    ],
+)
+def test_a_forget_confirmation_carries_the_code_it_was_sent(text: str, expected: ForgetRequest | None) -> None:
+    assert chat_command(Surface.SMS, "+34600111222", text) == expected
