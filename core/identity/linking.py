@@ -4,6 +4,8 @@ WhatsApp number to them; unlinking lets it go.
     web:       POST /links -> a code (and a Telegram deep link)
     Telegram:  /start CODE (what the deep link sends), /link CODE, /unlink
     WhatsApp:  link CODE, unlink
+    SMS:       link CODE, then link CODE 123456: the six digits the answer sent to the number (a
+               caller ID can be forged; only the number's holder reads them), unlink
 
 Codes are 9 characters from an alphabet without look-alikes (about 44.6 bits), read
 without regard to case, spaces or dashes, single-use, expiring, and stored only as a
@@ -73,6 +75,15 @@ def link_command(text: str) -> str | None:
     return None
 
 
+def confirmed_link(text: str) -> tuple[str, str] | None:
+    """`link CODE 123456`: the code and the six digits its answer sent to the number, or None."""
+    if (command := _LINK_COMMAND.match(text.strip())) and command[1]:
+        code, _, digits = command[1].strip().rpartition(" ")
+        if len(digits) == 6 and digits.isdecimal() and looks_like_code(code):
+            return code, digits
+    return None
+
+
 def mask_account(email: str | None, phone: str | None) -> str:
     """A web account as a chat may name it to the person: `j•••@example.com`, `•••1234`."""
     if email and "@" in email:
@@ -131,6 +142,8 @@ class LinkStatus(StrEnum):
     TOO_MANY_ATTEMPTS = "too_many_attempts"
     LINKED_ELSEWHERE = "linked_elsewhere"
     NEEDS_CONSENT = "needs_consent"  # a chat with history: it asks before anything moves
+    # a sender its platform does not vouch for (an SMS's caller ID): the holder types back six digits
+    NEEDS_CONFIRMATION = "needs_confirmation"
 
 
 @dataclass(frozen=True)
@@ -142,6 +155,7 @@ class LinkOutcome:
     account: str = ""  # the code's web account, masked
     messages: int = 0  # NEEDS_CONSENT: the chat's messages that would join that account
     language: str | None = None  # the identity's person's, as remembered once it is done
+    confirmation: str | None = None  # NEEDS_CONFIRMATION: the six digits, sent to the identity only
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> LinkOutcome:
@@ -153,6 +167,7 @@ class LinkOutcome:
             account=str(row.get("account") or ""),
             messages=int(row.get("messages") or 0),
             language=row.get("language") or None,
+            confirmation=row.get("confirmation") or None,
         )
 
 
@@ -166,6 +181,9 @@ class LinkRequest:
     # Typed by the person (`/link CODE`, `link CODE`, a button they tapped): their consent. A deep
     # link's `/start CODE` is one tap on a link anyone can make: not consent for a chat's history.
     consented: bool = True
+    # `link CODE 123456`: the six digits this code's answer sent to a number its platform does not
+    # vouch for (SMS), typed back by its holder.
+    confirmation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +213,7 @@ ANSWERS = {
     LinkStatus.TOO_MANY_ATTEMPTS: "link.too_many_attempts",
     LinkStatus.LINKED_ELSEWHERE: "link.linked_elsewhere",
     LinkStatus.NEEDS_CONSENT: "link.needs_consent",
+    LinkStatus.NEEDS_CONFIRMATION: "link.needs_confirmation",
 }
 
 
@@ -278,7 +297,9 @@ class Linking:
             if not request.code:
                 example = rules(request.surface).command("link ABC234XYZ")
                 return LinkAnswer(self._catalogue.phrases(language).say("link.no_code", example=example), language)
-            outcome = self.redeem(request.surface, key, request.code, consented=request.consented)
+            outcome = self.redeem(
+                request.surface, key, request.code, consented=request.consented, confirmation=request.confirmation
+            )
         except StoreUnavailable:
             return LinkAnswer(self._catalogue.phrases(language).say("link.unavailable"), language)
         language = self._catalogue.choose(stated, text, remembered=outcome.language)
@@ -296,6 +317,7 @@ class Linking:
             account=outcome.account or phrases.say("link.unknown_account"),
             messages=phrases.count("count.messages", outcome.messages),
             code=code,
+            confirm=rules(request.surface).command(f"link {code} {outcome.confirmation}"),
         )
         return LinkAnswer(answer, language, code if outcome.status is LinkStatus.NEEDS_CONSENT else None)
 
@@ -312,7 +334,9 @@ class Linking:
             self._catalogue.phrases(language).say("link.unlinked" if unlinked else "link.not_linked"), language
         )
 
-    def redeem(self, surface: Surface, identity_id: str, code: str, *, consented: bool = True) -> LinkOutcome:
+    def redeem(
+        self, surface: Surface, identity_id: str, code: str, *, consented: bool = True, confirmation: str | None = None
+    ) -> LinkOutcome:
         row = self._store.call(
             "redeem_link_code",
             {
@@ -321,6 +345,8 @@ class Linking:
                 "p_code_hash": code_hash(code),
                 "p_max_attempts": self._attempts_per_hour,
                 "p_consented": consented,
+                "p_vouched_for": rules(surface).sender_vouched_for,
+                "p_confirmation": confirmation,
             },
         )
         return LinkOutcome.from_row(row)
@@ -353,5 +379,5 @@ class Linking:
         if self._identity.mode == "owner":
             raise LinkingNotNeeded(
                 "IDENTITY_POLICY=owner: this assistant serves one person, whose apps are configured "
-                "(OWNER_TELEGRAM_IDS, OWNER_WHATSAPP_NUMBERS); there is nothing to link"
+                "(OWNER_TELEGRAM_IDS, OWNER_WHATSAPP_NUMBERS, OWNER_SMS_NUMBERS); there is nothing to link"
             )

@@ -1,6 +1,7 @@
 """The chat surfaces' commands, read once for Telegram and WhatsApp, and answered by one router.
 
     /link CODE, link CODE, a code alone, the Confirm button  -> LinkRequest (consent given)
+    link CODE 123456 (the digits an SMS number was sent)    -> LinkRequest (its holder's confirmation)
     /start CODE (what a deep link sends)                     -> LinkRequest (asks first on a chat with history)
     /unlink, unlink                                          -> UnlinkRequest
     /forget, forget; /forget confirm, forget confirm [CODE]  -> ForgetRequest
@@ -16,7 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.identity.linking import LinkAnswer, Linking, LinkRequest, UnlinkRequest, link_command, looks_like_code
+from core.identity.linking import (
+    LinkAnswer,
+    Linking,
+    LinkRequest,
+    UnlinkRequest,
+    confirmed_link,
+    link_command,
+    looks_like_code,
+)
 from core.memory.forgetting import ForgetRequest, Forgetting
 from core.models import Surface
 
@@ -45,6 +54,8 @@ def chat_command(
         if argument and looks_like_code(argument):
             return LinkRequest(surface, sender_id, argument, consented=False)
         return None
+    if confirmed := confirmed_link(_without_addressee(text)):
+        return LinkRequest(surface, sender_id, confirmed[0], confirmation=confirmed[1])
     if name in ("link", "link:") or not text.startswith("/"):
         code = link_command(_without_addressee(text))
         if code is not None:

@@ -4,8 +4,9 @@ Who is writing: an SMS number is its own identity (`+digits`, keyed as Twilio's 
 never the same person as a WhatsApp sender with that number: the two reach the agent through
 different apps, and a number passes to someone else on one and not the other. Under `auto` a new
 number is a new person until it is linked to a web account with a code (`link ABC234XYZ`), as a
-Telegram chat or a WhatsApp sender is; under `owner` it is the owner only when OWNER_SMS_NUMBERS
-lists it.
+Telegram chat or a WhatsApp sender is, and then the six digits that answer sent to the number
+(`link ABC234XYZ 123456`: a caller ID can be forged, SECURITY.md); under `owner` it is the owner
+only when OWNER_SMS_NUMBERS lists it.
 
 How long a reply may be: Twilio takes a message body of at most 1,600 characters, and carriers
 carry it as concatenated segments (153 GSM-7 characters each, or 67 when any character is outside
@@ -57,7 +58,7 @@ def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
 class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.SMS
     label: ClassVar[str] = "SMS"
-    sender_vouched_for: ClassVar[bool] = False  # a caller ID: `forget confirm` repeats a code
+    sender_vouched_for: ClassVar[bool] = False  # a caller ID: forgetting and linking repeat a code sent to it
 
     @classmethod
     def key(cls, sender: str) -> str:

@@ -19,8 +19,10 @@ from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, t
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
     ENGLISH,
+    JWT_SECRET,
     TWILIO_TOKEN,
     app_client,
+    bearer,
     forgotten,
     messages_of,
     rows,
@@ -271,3 +273,31 @@ def test_an_sms_past_the_budget_gets_a_polite_answer_and_nothing_stored(
     assert answer.startswith("You've written a lot in a short time, so I'm taking a pause. You can write again in ")
     assert len(fake_anthropic.requests) == asked and stored_turn(sms_database, fields["MessageSid"]) == []
     assert send(sms("mine", other)) == ["Noted."]  # another number's budget is its own
+
+
+def test_an_sms_number_joins_a_web_account_only_with_the_digits_sent_to_it(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A forger who sets someone's number as the caller ID, with a code of their own web account,
+    would have that number's messages join their account; the link waits for six digits that only
+    the number is sent, and links once its holder types them back."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    forger, holder, victim = uuid.uuid4(), uuid.uuid4(), number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("My PIN hint is the dog's name", victim))
+    code = web.post("/links", headers=bearer(forger)).get_json()["code"]
+    [asked] = send(sms(f"link {code}", victim))  # the forger's message; the answer goes to the number
+    [confirmation] = [word for word in asked.split() if len(word) == 6 and word.isdecimal()]
+    assert asked.endswith(f"link {code} {confirmation}")
+    assert send(sms(f"link {code} {(int(confirmation) + 1) % 10**6:06d}", victim)) == [ENGLISH.say("link.invalid")]
+    assert web.get("/links", headers=bearer(forger)).get_json() == {"links": []}
+    assert rows(sms_database, "select count(*) from messages where user_id = %s", forger) == [(0,)]
+
+    code = web.post("/links", headers=bearer(holder)).get_json()["code"]
+    [asked] = send(sms(code, victim))  # a bare code, as the page shows it
+    confirmation = asked.rsplit(" ", 1)[1]
+    assert send(sms(f"LINK {code} {confirmation}", victim))[0].startswith("Linked to the web account")
+    [link] = web.get("/links", headers=bearer(holder)).get_json()["links"]
+    assert link["surface"] == "sms" and link["external_id"].endswith(victim[-4:])
+    assert rows(sms_database, "select count(*) from messages where user_id = %s", holder) == [(2,)]

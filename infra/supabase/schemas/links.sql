@@ -26,7 +26,10 @@ create table public.link_codes (
     used_by_external_id text,
     -- The account the code belongs to (masked, as the person's token named it), so that the
     -- chat that redeems it can be told whose account it joins.
-    account text not null default ''
+    account text not null default '',
+    -- What the six digits it gives each identity are drawn from (link_confirmation), for a
+    -- surface whose platform does not vouch for its sender: never shown to the code's person.
+    salt uuid not null default gen_random_uuid()
 );
 alter table public.link_codes enable row level security;  -- who reads what: access.sql
 create index link_codes_by_user on public.link_codes (user_id);
@@ -167,6 +170,14 @@ begin
 end;
 $$;
 
+-- The six digits a code gives one identity: drawn from the code's salt, which only the database
+-- knows, so the code's person cannot work them out; the same for the same code and identity.
+create function crossmem_private.link_confirmation(p_salt uuid, p_surface text, p_external_id text)
+    returns text language sql immutable set search_path = '' as $$
+    select lpad(((('x' || left(md5(p_salt::text || ':' || p_surface || ':' || p_external_id), 8))::bit(32)::bigint)
+                 % 1000000)::text, 6, '0');
+$$;
+
 -- Redeem a code sent from an identity: redeem_code's answer, and `language`: the language of the
 -- identity's person once it is done (after a merge, the one the merge kept), which the chat is
 -- answered in (docs/decisions.md, "The person's language"). One round trip.
@@ -175,11 +186,13 @@ create or replace function public.redeem_link_code(
     p_external_id text,
     p_code_hash text,
     p_max_attempts integer,
-    p_consented boolean
+    p_consented boolean,
+    p_vouched_for boolean default true,
+    p_confirmation text default null
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_outcome jsonb := crossmem_private.redeem_code(p_surface, p_external_id, p_code_hash, p_max_attempts,
-                                                    p_consented);
+                                                    p_consented, p_vouched_for, p_confirmation);
 begin
     return v_outcome || jsonb_build_object('language', public.person_language(null, p_surface, p_external_id));
 end;
@@ -188,17 +201,25 @@ $$;
 -- One call: the hourly limit, the code (single-use: of two identities racing for it, exactly one
 -- wins), consent, the link and the merge. Without p_consented, a valid code on a chat whose
 -- person has messages links nothing and spends nothing: it answers {"status": "needs_consent",
--- "account", "messages"}.
--- Returns {"status": "linked"|"already_linked"|"linked_elsewhere"|"needs_consent"|"invalid"|
--- "expired"|"used"|"too_many_attempts", ...}; every success names the code's account.
+-- "account", "messages"}. From a sender its platform does not vouch for (p_vouched_for false: an
+-- SMS's caller ID, which a forger can set), a valid code links only with p_confirmation, the six
+-- digits it gives this identity: without them it answers {"status": "needs_confirmation",
+-- "account", "messages", "confirmation"}, which the answer sends to the identity itself (a forger
+-- never reads it; its holder's consent is typing them back); wrong ones count as a wrong code.
+-- Returns {"status": "linked"|"already_linked"|"linked_elsewhere"|"needs_consent"|
+-- "needs_confirmation"|"invalid"|"expired"|"used"|"too_many_attempts", ...}; every success names
+-- the code's account.
 create or replace function crossmem_private.redeem_code(
     p_surface text,
     p_external_id text,
     p_code_hash text,
     p_max_attempts integer,
-    p_consented boolean
+    p_consented boolean,
+    p_vouched_for boolean,
+    p_confirmation text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
+    v_confirmation text;
     v_since timestamptz := clock_timestamp() - interval '1 hour';
     v_failures integer;
     v_first_failure timestamptz;
@@ -218,7 +239,7 @@ begin
 
     -- The row lock makes the code single-use: of two identities racing, the second waits,
     -- then finds it used.
-    select c.user_id, c.used_at, c.used_by_surface, c.used_by_external_id, c.expires_at, c.account into v_code
+    select c.user_id, c.used_at, c.used_by_surface, c.used_by_external_id, c.expires_at, c.account, c.salt into v_code
       from public.link_codes c where c.code_hash = p_code_hash
        for update;
     v_status := case when v_code.user_id is null then 'invalid'
@@ -244,14 +265,24 @@ begin
                   and i.linked_at is not null and i.user_id <> v_code.user_id) then
         return jsonb_build_object('status', 'linked_elsewhere');
     end if;
-    if not p_consented then
+    if not p_consented or not p_vouched_for then
         select count(*) into v_messages
           from public.messages m
           join public.identities i on i.user_id = m.user_id
          where i.surface = p_surface and i.external_id = p_external_id and i.user_id <> v_code.user_id;
-        if v_messages > 0 then
-            return jsonb_build_object('status', 'needs_consent', 'account', v_code.account, 'messages', v_messages);
+    end if;
+    if not p_vouched_for then
+        v_confirmation := crossmem_private.link_confirmation(v_code.salt, p_surface, p_external_id);
+        if p_confirmation is null then
+            return jsonb_build_object('status', 'needs_confirmation', 'account', v_code.account,
+                                      'messages', v_messages, 'confirmation', v_confirmation);
+        elsif p_confirmation <> v_confirmation then
+            insert into public.link_attempts (surface, external_id) values (p_surface, p_external_id);
+            return jsonb_build_object('status', 'invalid');
         end if;
+        -- typed back from the identity that was sent them: its holder's consent
+    elsif not p_consented and v_messages > 0 then
+        return jsonb_build_object('status', 'needs_consent', 'account', v_code.account, 'messages', v_messages);
     end if;
     update public.link_codes c
        set used_at = clock_timestamp(), used_by_surface = p_surface, used_by_external_id = p_external_id

@@ -67,3 +67,17 @@ def test_a_deep_link_asks_first_and_a_command_for_another_bot_is_not_ours() -> N
 )
 def test_a_forget_confirmation_carries_the_code_it_was_sent(text: str, expected: ForgetRequest | None) -> None:
     assert chat_command(Surface.SMS, "+34600111222", text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("link ABC234XYZ 042917", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ", confirmation="042917")),
+        ("LINK abc-234-xyz 042917", LinkRequest(Surface.SMS, "+34600111222", "abc-234-xyz", confirmation="042917")),
+        ("link ABC 234 XYZ 042917", LinkRequest(Surface.SMS, "+34600111222", "ABC 234 XYZ", confirmation="042917")),
+        ("link ABC234XYZ", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ")),
+        ("link me to the article 042917", None),  # a sentence, for the thread
+    ],
+)
+def test_a_link_confirmation_carries_the_digits_the_number_was_sent(text: str, expected: LinkRequest | None) -> None:
+    assert chat_command(Surface.SMS, "+34600111222", text) == expected
