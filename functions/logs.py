@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 _STANDARD_ATTRIBUTES = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
-# user:password@ (a URI's userinfo, or a mistyped one without its scheme), up to the token's last @
-# (a mistyped password may hold an unescaped @ or /; `scheme://` is never taken for a user), and
-# password=... of a key=value connection string.
-_USERINFO = re.compile(r"([\w.%+-]+):(?!//)[^\s'\"]+@")
-_KEYWORD = re.compile(r"\b(password|passwd|pwd)\s*=\s*('[^']*'|\S+)", re.IGNORECASE)
+# user:password@ (a URI's userinfo, or a mistyped one without its scheme), up to the last @ before a
+# host (a mistyped password may hold an unescaped @, /, quote or up to three spaces; `scheme://` is
+# never taken for a user), and password=... of a key=value connection string or an environment
+# (sslpassword=, PGPASSWORD=), quoted or not. Masking too much of a line is the safe side.
+_USERINFO = re.compile(r"([\w.%+-]+):(?!//)(?=\S)\S*?(?:\s+\S*?){0,3}?@(?=[\w\[])(?!\S*@)")
+_KEYWORD = re.compile(r"\b(\w*password|passwd|pwd)\s*=\s*('[^']*'|\"[^\"]*\"|\S+)", re.IGNORECASE)
 # The libraries that quote a connection string in what they log.
 _QUOTE_CONNECTION_STRINGS = ("psycopg",)
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from twilio.request_validator import HMAC_SHA1, RequestValidator, get_signature_algorithm
+from twilio.request_validator import HMAC_SHA1, HMAC_SHA256, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.splitting import split_message
@@ -54,6 +54,8 @@ class TwilioSignatures:
         if not signature:
             return False
         algorithm = get_signature_algorithm(settings_header)
+        if algorithm not in (HMAC_SHA1, HMAC_SHA256):
+            return False  # refused here: the SDK would log a warning naming it, for every forged post
         secret = auth_token if algorithm == HMAC_SHA1 else shared_key
         if not secret:
             return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from pathlib import Path
 
@@ -228,3 +229,19 @@ def test_the_owner_policy_turns_away_unknown_numbers(
     known = form("it's me", sender="whatsapp:+34600111222")
     assert messages_of(post(client, known).get_data(as_text=True)) != replies
     assert stored_with_external_id(database_url, known["MessageSid"]) == 1
+
+
+def test_an_algorithm_twilio_has_not_is_refused_before_the_sdk_logs_it(
+    whatsapp: FlaskClient, environment: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The settings header is the caller's: a forged post naming an algorithm of its own is a 403,
+    and writes no line naming it (the SDK warns for each one it is handed)."""
+    environment.setenv("TWILIO_WEBHOOK_SHARED_KEY", "shared-key-secret")
+    client = app_client("whatsapp_webhook")
+    fields = form("forged")
+    headers = {**signed(fields), "X-Twilio-Webhooks-Signature-Settings": "key=k,algorithm=FOO"}
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            assert post(client, fields, headers).status_code == 403
+    assert [record.getMessage() for record in caplog.records if "FOO" in record.getMessage()] == []
+    assert [vars(record).get("algorithm") for record in caplog.records if vars(record).get("algorithm")] == []
