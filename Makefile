@@ -88,7 +88,7 @@ $(NODE_CLIENT): tests/node/package-lock.json
 	touch $(NODE_CLIENT)
 
 # What `make deploy` uploads, by .gcloudignore, in build/function-source/.
-package: $(STAMP)
+package: $(RUN_STAMP)
 	$(BIN)/python -m functions.tools.upload
 
 # Every function of serverless.yml as a 2nd-gen function (`crossmem deploy --dry-run` only prints).

@@ -98,7 +98,7 @@ def migrate(supabase_standins: bool) -> int:
 
 @crossmem.command(help="print a person's latest messages over every surface")
 @USER
-@click.option("--limit", type=int, default=100)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="how many messages")
 @AS_JSON
 def history(user: str, limit: int, as_json: bool) -> int:
     from functions import runtime

@@ -284,7 +284,14 @@ def test_a_usage_error_exits_2_and_an_error_of_ours_is_one_line_naming_the_comma
         main(["history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--limit", "many"])
     assert exited.value.code == 2
     assert (
-        capsys.readouterr().err.splitlines()[-1] == "Error: Invalid value for '--limit': 'many' is not a valid integer."
+        capsys.readouterr().err.splitlines()[-1]
+        == "Error: Invalid value for '--limit': 'many' is not a valid integer range."
+    )
+    with pytest.raises(SystemExit) as exited:  # refused before it reaches the database
+        main(["history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--limit", "-1"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "Error: Invalid value for '--limit': -1 is not in the range 1<=x<=10000."
     )
     with pytest.raises(SystemExit) as exited:
         main(["link", "--user", "x", "--surface", "web", "--external-id", "1", "--yes"])
