@@ -307,11 +307,23 @@ def test_sms_and_telegram_without_a_stated_language_answer_in_the_remembered_one
         assert response.status_code == 200
         return messages_of(response.text)
 
-    assert sms_says(f"link {new_code(apps, person)['code']}") == [
+    code = new_code(apps, person)["code"]
+    # Not the person's until its holder types back the digits sent to it: the default language.
+    [asked] = sms_says(f"link {code}")
+    digits = asked.rsplit(" ", 1)[1]
+    assert asked == ENGLISH.say(
+        "link.needs_confirmation",
+        account="u•••@example.com",
+        messages=ENGLISH.count("count.messages", 0),
+        confirm=f"link {code} {digits}",
+    )
+    assert sms_says(f"link {code} {digits}") == [
         "¡Vinculado a la cuenta web u•••@example.com! Este chat y esa cuenta comparten ahora una sola "
         "conversación: lo que digas aquí lo recuerdo allí, y al revés."
     ]
-    assert sms_says("forget") == [will_delete(SPANISH, 2, 1, "forget confirm")]
+    [asked] = sms_says("forget")
+    sent_code = rows(database_url, "select code from forget_requests where user_id = %s", person)[0][0]
+    assert asked == will_delete(SPANISH, 2, 1, f"forget confirm {sent_code}")
     assert sms_says("forget").pop().startswith("Esto borra todo lo que recuerdo de ti")
 
     sticker = json.loads((CORPUS / "telegram" / "06_sticker.json").read_text())

@@ -40,5 +40,8 @@ grant execute on all functions in schema public to service_role;
 -- begin_turn's parts (turn.sql): service_role's alone, and out of PostgREST's reach.
 revoke all on schema crossmem_private from public, anon, authenticated;
 grant usage on schema crossmem_private to service_role;
+-- Its one table (links.sql's link_confirmation_key): read by the functions, as service_role.
+revoke all on all tables in schema crossmem_private from public, anon, authenticated;
+grant select on all tables in schema crossmem_private to service_role;
 revoke all on all functions in schema crossmem_private from public, anon, authenticated;
 grant execute on all functions in schema crossmem_private to service_role;

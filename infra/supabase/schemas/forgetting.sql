@@ -124,7 +124,7 @@ create or replace function public.forget_request(
     p_user_id uuid,
     p_sender_id text,
     p_window_minutes integer,
-    p_code text default null
+    p_code text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;

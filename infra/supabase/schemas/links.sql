@@ -26,13 +26,19 @@ create table public.link_codes (
     used_by_external_id text,
     -- The account the code belongs to (masked, as the person's token named it), so that the
     -- chat that redeems it can be told whose account it joins.
-    account text not null default '',
-    -- What the six digits it gives each identity are drawn from (link_confirmation), for a
-    -- surface whose platform does not vouch for its sender: never shown to the code's person.
-    salt uuid not null default gen_random_uuid()
+    account text not null default ''
 );
 alter table public.link_codes enable row level security;  -- who reads what: access.sql
 create index link_codes_by_user on public.link_codes (user_id);
+
+-- The secret that the six digits a code gives an identity are drawn from (link_confirmation): one
+-- random value, made with the schema, in the schema no token reaches (access.sql). Not a column of
+-- link_codes: a person reads their own codes' rows, and with it could work out the digits.
+create table crossmem_private.link_confirmation_key (
+    only_row boolean primary key default true check (only_row),
+    key uuid not null default gen_random_uuid()
+);
+insert into crossmem_private.link_confirmation_key default values;
 
 create table public.link_attempts (
     surface public.chat_surface not null,
@@ -170,12 +176,13 @@ begin
 end;
 $$;
 
--- The six digits a code gives one identity: drawn from the code's salt, which only the database
+-- The six digits a code gives one identity: drawn from the key above, which only the database
 -- knows, so the code's person cannot work them out; the same for the same code and identity.
-create function crossmem_private.link_confirmation(p_salt uuid, p_surface text, p_external_id text)
-    returns text language sql immutable set search_path = '' as $$
-    select lpad(((('x' || left(md5(p_salt::text || ':' || p_surface || ':' || p_external_id), 8))::bit(32)::bigint)
-                 % 1000000)::text, 6, '0');
+create function crossmem_private.link_confirmation(p_code_hash text, p_surface text, p_external_id text)
+    returns text language sql stable set search_path = '' as $$
+    select lpad(((('x' || left(md5(k.key::text || ':' || p_code_hash || ':' || p_surface || ':' || p_external_id),
+                               8))::bit(32)::bigint) % 1000000)::text, 6, '0')
+      from crossmem_private.link_confirmation_key k;
 $$;
 
 -- Redeem a code sent from an identity: redeem_code's answer, and `language`: the language of the
@@ -187,8 +194,8 @@ create or replace function public.redeem_link_code(
     p_code_hash text,
     p_max_attempts integer,
     p_consented boolean,
-    p_vouched_for boolean default true,
-    p_confirmation text default null
+    p_vouched_for boolean,
+    p_confirmation text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_outcome jsonb := crossmem_private.redeem_code(p_surface, p_external_id, p_code_hash, p_max_attempts,
@@ -239,7 +246,7 @@ begin
 
     -- The row lock makes the code single-use: of two identities racing, the second waits,
     -- then finds it used.
-    select c.user_id, c.used_at, c.used_by_surface, c.used_by_external_id, c.expires_at, c.account, c.salt into v_code
+    select c.user_id, c.used_at, c.used_by_surface, c.used_by_external_id, c.expires_at, c.account into v_code
       from public.link_codes c where c.code_hash = p_code_hash
        for update;
     v_status := case when v_code.user_id is null then 'invalid'
@@ -272,7 +279,7 @@ begin
          where i.surface = p_surface and i.external_id = p_external_id and i.user_id <> v_code.user_id;
     end if;
     if not p_vouched_for then
-        v_confirmation := crossmem_private.link_confirmation(v_code.salt, p_surface, p_external_id);
+        v_confirmation := crossmem_private.link_confirmation(p_code_hash, p_surface, p_external_id);
         if p_confirmation is null then
             return jsonb_build_object('status', 'needs_confirmation', 'account', v_code.account,
                                       'messages', v_messages, 'confirmation', v_confirmation);

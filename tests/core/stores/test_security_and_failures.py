@@ -107,11 +107,29 @@ def test_begin_turns_parts_are_out_of_reach_of_anon_and_authenticated(database_u
     assert started is not None and started[0]["duplicate"] is False
 
 
+def test_the_key_of_the_sms_link_digits_is_out_of_every_tokens_reach(database_url: str) -> None:
+    """A person reads their own link codes; the digits a code gives an SMS number are drawn from a
+    key they must not read, or they could link someone else's number to their account by forging it."""
+    person = uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("select public.create_link_code(%s, %s, 10, '')", (person, "c" * 64))
+        [(key,)] = connection.execute("select key from crossmem_private.link_confirmation_key").fetchall()
+        digits = connection.execute(
+            "select crossmem_private.link_confirmation(%s, 'sms', '+34600111222')", ("c" * 64,)
+        ).fetchone()
+    assert key is not None and digits is not None and len(digits[0]) == 6 and digits[0].isdecimal()
+    with as_role(database_url, "authenticated", sub=person) as connection:
+        [row] = connection.execute("select * from public.link_codes").fetchall()  # their own code, whole
+        assert str(key) not in repr(row)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("select key from crossmem_private.link_confirmation_key")
+
+
 def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url: str) -> None:
     owner, other = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute("select public.create_link_code(%s, repeat('a', 64), 10, '')", (owner,))
-        connection.execute("select public.redeem_link_code('telegram', '99', repeat('b', 64), 5, true)")
+        connection.execute("select public.redeem_link_code('telegram', '99', repeat('b', 64), 5, true, true, null)")
     with as_role(database_url, "authenticated", sub=owner) as connection:
         assert connection.execute("select count(*) from link_codes").fetchone() == (1,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -119,7 +137,7 @@ def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url:
     with as_role(database_url, "authenticated", sub=other) as connection:
         assert connection.execute("select count(*) from link_codes").fetchone() == (0,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            connection.execute("select public.redeem_link_code('telegram', '99', repeat('a', 64), 5, true)")
+            connection.execute("select public.redeem_link_code('telegram', '99', repeat('a', 64), 5, true, true, null)")
 
 
 def test_service_role_runs_the_turn_functions(database_url: str) -> None:
