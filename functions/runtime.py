@@ -548,7 +548,14 @@ def corrections() -> Corrections:
 
 @functools.cache
 def forgetting() -> Forgetting:
-    return Forgetting(store(), identity(), stranger_reply=settings().stranger_reply, catalogue=catalogue())
+    config = settings()
+    return Forgetting(
+        store(),
+        identity(),
+        stranger_reply=config.stranger_reply,
+        catalogue=catalogue(),
+        attempts_per_hour=config.link_attempts_per_hour,
+    )
 
 
 @functools.cache

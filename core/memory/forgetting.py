@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -70,9 +71,11 @@ class Forgetting:
         *,
         stranger_reply: str = "",
         catalogue: Catalogue | None = None,
+        attempts_per_hour: int = 5,
     ) -> None:
         self._store = store
         self._identity = identity
+        self._attempts_per_hour = attempts_per_hour  # wrong forget codes an SMS number may send an hour
         self._stranger_reply = stranger_reply
         self._catalogue = catalogue or Catalogue()
 
@@ -101,6 +104,7 @@ class Forgetting:
                     "p_sender_id": person.sender_id,
                     "p_window_minutes": CONFIRM_MINUTES,
                     "p_code": code,
+                    "p_max_attempts": self._attempts_per_hour,
                 },
             )
         except StoreUnavailable:
@@ -122,6 +126,9 @@ class Forgetting:
             return phrases.say("forget.expired", request=command, minutes=CONFIRM_MINUTES)
         if status == "wrong_code":
             return phrases.say("forget.wrong_code", request=command)
+        if status == "too_many_attempts":
+            retry = datetime.fromisoformat(row["retry_at"]).astimezone(UTC)
+            return phrases.say("link.too_many_attempts", retry=phrases.say("link.retry_at", time=f"{retry:%H:%M}"))
         if status == "no_request":
             return phrases.say("forget.no_request", request=command)
         return phrases.say("forget.nothing_stored")

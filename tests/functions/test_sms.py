@@ -301,3 +301,20 @@ def test_an_sms_number_joins_a_web_account_only_with_the_digits_sent_to_it(
     [link] = web.get("/links", headers=bearer(holder)).get_json()["links"]
     assert link["surface"] == "sms" and link["external_id"].endswith(victim[-4:])
     assert rows(sms_database, "select count(*) from messages where user_id = %s", holder) == [(2,)]
+
+
+def test_past_the_hours_wrong_codes_no_forget_request_is_taken(
+    sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A forger's guesses are bounded as a link code's are: LINK_ATTEMPTS_PER_HOUR (5) wrong codes
+    from a number, and its next `forget` in the hour is refused, with nothing asked of anyone."""
+    person = number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("My sister is Eva", person))
+    for _ in range(5):
+        send(sms("forget", person))
+        assert send(sms("forget confirm 000000", person)) == [ENGLISH.say("forget.wrong_code", request="forget")]
+    [refused] = send(sms("forget", person))
+    assert refused.startswith("Too many wrong codes. Please try again after ")
+    assert rows(sms_database, "select count(*) from forget_requests") == [(0,)]
+    assert rows(sms_database, "select count(*) from messages") == [(2,)]

@@ -112,24 +112,30 @@ $$;
 -- `/forget` (p_confirm false) and `/forget confirm` (true) from a Telegram chat or WhatsApp number:
 -- the person is p_user_id (the owner policy) or the identity's. A request is remembered per person
 -- and surface; a confirmation within p_window_minutes of it forgets the person (forget_person).
--- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"wrong_code"|"unknown", "messages",
+-- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"wrong_code"|"too_many_attempts"|"unknown", "messages",
 -- "conversations", "language"}: the counts that will be deleted (requested) or were (forgotten),
 -- and the person's language as it was before (forgetting deletes it), which the answer is said in.
 -- p_code: on a request, the code its answer sends (null: none asked); on a confirmation, the code
 -- it repeats. A request with a code is confirmed only with that code; a confirmation with another
--- ends the request ("wrong_code"), so a forger guesses once for each request the holder is sent.
+-- ends the request ("wrong_code") and counts as the identity's wrong code (link_attempts, as a
+-- wrong link code does), so a forger guesses once for each request the holder is sent, and past
+-- p_max_attempts wrong codes in an hour (0: no limit) no new request is taken ("too_many_attempts",
+-- "retry_at").
 create or replace function public.forget_request(
     p_surface text,
     p_confirm boolean,
     p_user_id uuid,
     p_sender_id text,
     p_window_minutes integer,
-    p_code text
+    p_code text,
+    p_max_attempts integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
     v_requested_at timestamptz;
     v_code text;
+    v_failures integer;
+    v_first_failure timestamptz;
     v_language jsonb;
 begin
     if v_user is null then
@@ -143,6 +149,16 @@ begin
     end if;
     v_language := jsonb_build_object('language', public.person_language(v_user, null, null));
 
+    if not p_confirm and p_code is not null and p_max_attempts > 0 then
+        select count(*), min(a.attempted_at) into v_failures, v_first_failure
+          from public.link_attempts a
+         where a.surface = p_surface and a.external_id = p_sender_id
+           and a.attempted_at > clock_timestamp() - interval '1 hour';
+        if v_failures >= p_max_attempts then
+            return jsonb_build_object('status', 'too_many_attempts', 'retry_at', v_first_failure + interval '1 hour',
+                                      'messages', 0, 'conversations', 0) || v_language;
+        end if;
+    end if;
     if not p_confirm then
         -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
         delete from public.forget_requests r where r.requested_at < clock_timestamp() - interval '1 day';
@@ -161,6 +177,7 @@ begin
         return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_code is not null and p_code is distinct from v_code then
+        insert into public.link_attempts (surface, external_id) values (p_surface, p_sender_id);
         return jsonb_build_object('status', 'wrong_code', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then

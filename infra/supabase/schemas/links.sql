@@ -13,7 +13,8 @@
 -- of a new chat arriving together do not collide on the identity's primary key.
 --
 -- Tables: link_codes (only a hash of each code), link_attempts (wrong codes, per identity,
--- for the hourly limit), merged_people (who was merged into whom).
+-- for the hourly limit; forgetting.sql counts a wrong forget code of an SMS number there too),
+-- merged_people (who was merged into whom).
 
 create table public.link_codes (
     -- sha256 of the code as typed, upper-cased, without spaces or dashes; never the code.
