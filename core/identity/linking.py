@@ -310,11 +310,13 @@ class Linking:
             retry = phrases.say("link.retry_in_an_hour")
         unlink = rules(request.surface).send_command("unlink", phrases.say("link.send_unlink"))
         code = normalise_code(request.code)
+        # Unnamed, an account asking a number to confirm is not "yours": a forger's may name nothing.
+        unnamed = "link.unnamed_account" if outcome.status is LinkStatus.NEEDS_CONFIRMATION else "link.unknown_account"
         answer = phrases.say(
             ANSWERS[outcome.status],
             retry=retry,
             unlink=unlink,
-            account=outcome.account or phrases.say("link.unknown_account"),
+            account=outcome.account or phrases.say(unnamed),
             messages=phrases.count("count.messages", outcome.messages),
             code=code,
             confirm=rules(request.surface).command(f"link {code} {outcome.confirmation}"),

@@ -286,8 +286,10 @@ def test_an_sms_number_joins_a_web_account_only_with_the_digits_sent_to_it(
     forger, holder, victim = uuid.uuid4(), uuid.uuid4(), number()
     fake_anthropic.answer = lambda body: "Noted."
     send(sms("My PIN hint is the dog's name", victim))
-    code = web.post("/links", headers=bearer(forger)).get_json()["code"]
+    # An anonymous sign-in: a token with no email or phone, which the answer cannot call "yours".
+    code = web.post("/links", headers=bearer(forger, email="", phone="")).get_json()["code"]
     [asked] = send(sms(f"link {code}", victim))  # the forger's message; the answer goes to the number
+    assert asked.startswith("This code would join this number to the web account that shows no email or phone:")
     [confirmation] = [word for word in asked.split() if len(word) == 6 and word.isdecimal()]
     assert asked.endswith(f"link {code} {confirmation}")
     assert send(sms(f"link {code} {(int(confirmation) + 1) % 10**6:06d}", victim)) == [ENGLISH.say("link.invalid")]
