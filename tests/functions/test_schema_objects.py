@@ -36,6 +36,9 @@ def test_the_baseline_defines_every_table_and_the_turns_functions_where_their_fi
     assert found[("function", "public.begin_turn")] == "turn.sql"
     assert found[("function", "crossmem_private.store_user_message")] == "turn.sql"
     tables = sorted(name for kind, name in found if kind == "table")
-    assert len(tables) == 15 and {"public.follow_ups", "public.person_languages", "public.stopped_generations"} <= set(
-        tables
-    )
+    assert len(tables) == 16 and {
+        "public.follow_ups",
+        "public.person_languages",
+        "public.stopped_generations",
+        "crossmem_private.link_confirmation_key",
+    } <= set(tables)
