@@ -158,8 +158,9 @@ def parse_json(raw: bytes, shape: type[Model]) -> Model:
         return shape.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
-        raise InputError(f"invalid body at {where}: {first.get('msg', 'invalid')}") from None
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        said = first.get("msg", "invalid")
+        raise InputError(f"invalid body at {where}: {said}" if where else f"invalid body: {said}") from None
 
 
 def read_form(request: flask.Request, max_fields: int) -> MultiDict[str, str]:

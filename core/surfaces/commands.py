@@ -66,6 +66,8 @@ def chat_command(
     # request was answered with); as a slash command anything else asks.
     if name == "forget":
         confirm, _, code = argument.lower().partition(" ")
+        if not code and confirm.startswith("confirm") and confirm[7:].isdecimal():  # "confirm042917", typed fast
+            confirm, code = "confirm", confirm[7:]
         code = code.strip()
         if confirm == "confirm" and (not code or code.isdecimal()):
             return ForgetRequest(surface, sender_id, confirm=True, code=code or None)

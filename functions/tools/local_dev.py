@@ -124,6 +124,8 @@ def deliver_locally(
         headers = {"X-Telegram-Bot-Api-Secret-Token": secret}
         status, answer = post_locally(f"{base_url}/telegram", json.dumps(update), "application/json", headers)
         body = json.loads(answer)
+        if status == 200 and not body.get("text") and body.get("ignored"):
+            return status, f"(answered with no message: {body['ignored']})"
         return status, str(body.get("text") or json.dumps(body))
     from core.channels.whatsapp import sign_form
 
@@ -287,7 +289,9 @@ def serve(port: int) -> None:
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
     print("  demo page  /   " + "   ".join(f"{surface}  POST /{surface}" for surface in CHAT_SURFACES))
     print("  web  /chat   health  /healthz")
-    print('  try: .venv/bin/crossmem say --surface telegram "I moved my dentist appointment to Friday"')
+    # Another shell may not have PORT: the port it serves on, unless it is the one `say` assumes.
+    port_option = "" if port == Settings.defaults().port else f" --port {port}"
+    print(f'  try: .venv/bin/crossmem say{port_option} --surface telegram "I moved my dentist appointment to Friday"')
     # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     threading.Thread(target=digest_every_minute, name="memory-digest", daemon=True).start()

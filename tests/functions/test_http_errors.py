@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 
 import flask
 import pytest
+from pydantic import BaseModel
 
 import core.errors
 from core.errors import CrossmemError
-from functions.http import HTTP_ERRORS, error_response, error_status, serving
+from functions.http import HTTP_ERRORS, error_response, error_status, parse_json, serving
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -99,3 +100,15 @@ def test_serving_answers_an_error_its_function_lets_through_by_the_table(environ
         503,
         {"error": "delivery_failed", "message": "sendMessage: HTTP 502"},
     )
+
+
+def test_a_body_that_is_not_json_says_so_without_a_place_and_a_wrong_field_names_its_place() -> None:
+    class Shape(BaseModel):
+        message: str
+
+    with pytest.raises(core.errors.InputError) as not_json:
+        parse_json(b"{", Shape)
+    assert str(not_json.value).startswith("invalid body: Invalid JSON: ")
+    with pytest.raises(core.errors.InputError) as wrong:
+        parse_json(b'{"message": 5}', Shape)
+    assert str(wrong.value) == "invalid body at message: Input should be a valid string"

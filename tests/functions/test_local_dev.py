@@ -26,6 +26,8 @@ CROSSMEM = [sys.executable, "-m", "functions.tools.cli"]
 
 @pytest.fixture
 def dev(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The dev server on a port of its own; once stopped, its banner's `say` names that port (another
+    shell may not have PORT)."""
     port = free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -39,6 +41,8 @@ def dev(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     yield url, env
     server.send_signal(signal.SIGTERM)  # as a process manager would: the embedded Postgres stops with it
     server.wait(timeout=30)
+    printed = server.stdout.read() if server.stdout else ""
+    assert f"try: .venv/bin/crossmem say --port {port} --surface telegram" in printed
 
 
 def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict[str, str]]) -> None:
@@ -56,6 +60,10 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     texted = crossmem(env, "say", "--surface", "sms", "And the hotel?")
     assert 'You told me on telegram: "My flight is on Tuesday".' in texted
     assert crossmem(env, "say", "--surface", "sms", "HELP") == NO_MESSAGE + "\n"  # Twilio's own answer, not ours
+    assert (
+        crossmem(env, "say", "--surface", "telegram", " ")
+        == "(answered with no message: private message without text)\n"
+    )
     unsigned = httpx.post(f"{url}/telegram", json={"update_id": 1})
     assert unsigned.status_code == 401
     history = crossmem(env, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json")

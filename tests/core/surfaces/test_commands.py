@@ -59,6 +59,7 @@ def test_a_deep_link_asks_first_and_a_command_for_another_bot_is_not_ours() -> N
     [
         ("forget confirm 042917", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
         ("FORGET CONFIRM  042917 ", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
+        ("forget confirm042917", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
         ("forget confirm", ForgetRequest(Surface.SMS, "+34600111222", confirm=True)),
         ("forget", ForgetRequest(Surface.SMS, "+34600111222", confirm=False)),
         ("forget confirm it all", None),  # a sentence, for the thread
