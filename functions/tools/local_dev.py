@@ -286,6 +286,7 @@ def serve(port: int) -> None:
     apply_dev_defaults(port)
     config = runtime.settings()
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
+    runtime.capabilities(config)  # and EXTRA_TOOLS, which would otherwise refuse every turn with a 503
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
     print("  demo page  /   " + "   ".join(f"{surface}  POST /{surface}" for surface in CHAT_SURFACES))
     print("  web  /chat   health  /healthz")

@@ -174,3 +174,20 @@ def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
     )
     assert response.status_code == 200
     assert [body.get("tool_choice") for body in fake_anthropic.requests] == [None, {"type": "none"}]
+
+
+def test_crossmem_dev_refuses_to_start_with_a_tool_it_cannot_load(tmp_path: Path, database_url: str) -> None:
+    """Not a server whose /healthz says ok while every turn answers 503: it stops at once, saying why."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(ROOT),
+        "PORT": str(free_port()),
+        "HOME": str(tmp_path),
+        "DATABASE_URL": database_url,
+        "EXTRA_TOOLS": "nope_tools:x",
+    }
+    done = subprocess.run([*CROSSMEM, "dev"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "crossmem dev: EXTRA_TOOLS: nope_tools:x could not be loaded (ModuleNotFoundError)"
+    )
