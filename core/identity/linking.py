@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -75,11 +76,18 @@ def link_command(text: str) -> str | None:
     return None
 
 
+def six_digits(typed: str) -> str | None:
+    """Six digits as a phone may type them (a keyboard's own digits, `٠٤٢٩١٧`, read as `042917`), or None."""
+    if len(typed) != 6 or not typed.isdecimal():
+        return None
+    return "".join(str(unicodedata.decimal(digit)) for digit in typed)
+
+
 def confirmed_link(text: str) -> tuple[str, str] | None:
     """`link CODE 123456`: the code and the six digits its answer sent to the number, or None."""
     if (command := _LINK_COMMAND.match(text.strip())) and command[1]:
-        code, _, digits = command[1].strip().rpartition(" ")
-        if len(digits) == 6 and digits.isdecimal() and looks_like_code(code):
+        code, _, typed = command[1].strip().rpartition(" ")
+        if (digits := six_digits(typed)) and looks_like_code(code):
             return code, digits
     return None
 

@@ -22,7 +22,7 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import NotFound, StoreUnavailable
-from core.identity.policy import IdentityPolicy
+from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
 from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
@@ -101,7 +101,8 @@ class Forgetting:
                     "p_surface": request.surface.value,
                     "p_confirm": request.confirm,
                     "p_user_id": str(person.user_id) if person.user_id else None,
-                    "p_sender_id": person.sender_id,
+                    # the sender's own key, the owner's too: a code is its, and its wrong codes are counted
+                    "p_sender_id": identity_key(request.surface, request.sender_id),
                     "p_window_minutes": CONFIRM_MINUTES,
                     "p_code": code,
                     "p_max_attempts": self._attempts_per_hour,

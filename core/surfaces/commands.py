@@ -25,6 +25,7 @@ from core.identity.linking import (
     confirmed_link,
     link_command,
     looks_like_code,
+    six_digits,
 )
 from core.memory.forgetting import ForgetRequest, Forgetting
 from core.models import Surface
@@ -65,12 +66,12 @@ def chat_command(
     # Written out, only "forget", "forget confirm" and "forget confirm 123456" (the code an SMS
     # request was answered with); as a slash command anything else asks.
     if name == "forget":
-        confirm, _, code = argument.lower().partition(" ")
-        if not code and confirm.startswith("confirm") and confirm[7:].isdecimal():  # "confirm042917", typed fast
-            confirm, code = "confirm", confirm[7:]
-        code = code.strip()
-        if confirm == "confirm" and (not code or code.isdecimal()):
-            return ForgetRequest(surface, sender_id, confirm=True, code=code or None)
+        confirm, _, typed = argument.lower().partition(" ")
+        if not typed and confirm.startswith("confirm") and len(confirm) > 7:  # "confirm042917", typed fast
+            confirm, typed = "confirm", confirm[7:]
+        code = six_digits(typed.strip())
+        if confirm == "confirm" and (not typed.strip() or code):
+            return ForgetRequest(surface, sender_id, confirm=True, code=code)
         if not argument or text.startswith("/"):
             return ForgetRequest(surface, sender_id, confirm=False)
     return None

@@ -223,7 +223,7 @@ def test_a_forged_sms_cannot_confirm_forgetting_without_the_code_sent_to_the_num
     fake_anthropic.answer = lambda body: "Noted."
     send(sms("My sister is Eva", person))
     wrong_code = ENGLISH.say("forget.wrong_code", request="forget")
-    for confirmation in ("forget confirm", "forget confirm 123"):
+    for confirmation in ("forget confirm", "forget confirm 999999"):
         send(sms("forget", person))  # what a forger sends first; the answer reaches the holder
         code = rows(sms_database, "select code from forget_requests")[0][0]
         assert confirmation != f"forget confirm {code}"
@@ -292,7 +292,12 @@ def test_an_sms_number_joins_a_web_account_only_with_the_digits_sent_to_it(
     assert asked.startswith("This code would join this number to the web account that shows no email or phone:")
     [confirmation] = [word for word in asked.split() if len(word) == 6 and word.isdecimal()]
     assert asked.endswith(f"link {code} {confirmation}")
+    # The digits are the number's: those the forger's own number is sent do not link the victim's.
+    [own] = send(sms(f"link {code}", number()))
+    assert own.rsplit(" ", 1)[1] != confirmation
+    assert send(sms(f"link {code} {own.rsplit(' ', 1)[1]}", victim)) == [ENGLISH.say("link.invalid")]
     assert send(sms(f"link {code} {(int(confirmation) + 1) % 10**6:06d}", victim)) == [ENGLISH.say("link.invalid")]
+    assert rows(sms_database, "select count(*) from link_attempts where external_id = %s", victim) == [(2,)]
     assert web.get("/links", headers=bearer(forger)).get_json() == {"links": []}
     assert rows(sms_database, "select count(*) from messages where user_id = %s", forger) == [(0,)]
 
@@ -306,17 +311,42 @@ def test_an_sms_number_joins_a_web_account_only_with_the_digits_sent_to_it(
 
 
 def test_past_the_hours_wrong_codes_no_forget_request_is_taken(
-    sms_database: str, fake_anthropic: FakeAnthropic
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
 ) -> None:
-    """A forger's guesses are bounded as a link code's are: LINK_ATTEMPTS_PER_HOUR (5) wrong codes
-    from a number, and its next `forget` in the hour is refused, with nothing asked of anyone."""
+    """A forger's guesses are bounded as a link code's are: LINK_ATTEMPTS_PER_HOUR wrong codes from
+    a number, and its next `forget` in the hour is refused, with nothing asked of anyone."""
+    environment.setenv("LINK_ATTEMPTS_PER_HOUR", "3")
     person = number()
     fake_anthropic.answer = lambda body: "Noted."
     send(sms("My sister is Eva", person))
-    for _ in range(5):
+    for _ in range(3):
         send(sms("forget", person))
         assert send(sms("forget confirm 000000", person)) == [ENGLISH.say("forget.wrong_code", request="forget")]
     [refused] = send(sms("forget", person))
     assert refused.startswith("Too many wrong codes. Please try again after ")
     assert rows(sms_database, "select count(*) from forget_requests") == [(0,)]
     assert rows(sms_database, "select count(*) from messages") == [(2,)]
+
+
+def test_under_the_owner_policy_only_the_number_a_forget_code_was_sent_to_may_repeat_it(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The owner's numbers are one person: a code sent to one is not confirmed from the other (a
+    forger would ask from one and guess from the other), and a wrong code is counted there too."""
+    owner, first, second = uuid.uuid4(), number(), number()
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_SMS_NUMBERS", f"{first},{second}")
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("My sister is Eva", first))
+    wrong_code = ENGLISH.say("forget.wrong_code", request="forget")
+    send(sms("forget", first))
+    [(code,)] = rows(sms_database, "select code from forget_requests")
+    assert send(sms(f"forget confirm {code}", second)) == [wrong_code]  # the right code, the other number
+    assert rows(sms_database, "select external_id from link_attempts") == [(second,)]
+    send(sms("forget", first))
+    assert send(sms("forget confirm 000000" if code != "000000" else "forget confirm 111111", first)) == [wrong_code]
+    assert rows(sms_database, "select count(*) from link_attempts where external_id = %s", first) == [(1,)]
+    send(sms("forget", first))
+    [(code,)] = rows(sms_database, "select code from forget_requests")
+    assert send(sms(f"forget confirm {code}", first)) == [forgotten(ENGLISH, 2)]

@@ -14,8 +14,10 @@ create table public.forget_requests (
     surface public.chat_surface not null,
     requested_at timestamptz not null default clock_timestamp(),
     -- On a surface whose sender the platform does not vouch for (SMS's caller ID can be forged),
-    -- the code the request's answer sent to that number, which the confirmation must repeat.
+    -- the code the request's answer sent to that number, which the confirmation must repeat, and
+    -- the number it was sent to, the only one that may repeat it.
     code text,
+    sender text,
     primary key (user_id, surface)
 );
 alter table public.forget_requests enable row level security;  -- who reads what: access.sql
@@ -115,12 +117,13 @@ $$;
 -- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"wrong_code"|"too_many_attempts"|"unknown", "messages",
 -- "conversations", "language"}: the counts that will be deleted (requested) or were (forgotten),
 -- and the person's language as it was before (forgetting deletes it), which the answer is said in.
--- p_code: on a request, the code its answer sends (null: none asked); on a confirmation, the code
--- it repeats. A request with a code is confirmed only with that code; a confirmation with another
--- ends the request ("wrong_code") and counts as the identity's wrong code (link_attempts, as a
--- wrong link code does), so a forger guesses once for each request the holder is sent, and past
--- p_max_attempts wrong codes in an hour (0: no limit) no new request is taken ("too_many_attempts",
--- "retry_at").
+-- p_sender_id is the sender's key (under the owner policy too). p_code: on a request, the code its
+-- answer sends (null: none asked); on a confirmation, the code it repeats. A request with a code
+-- is confirmed only with that code, from the number it was sent to; any other confirmation ends
+-- the request ("wrong_code") and counts as the confirming sender's wrong code (link_attempts, as a
+-- wrong link code does, under the same lock), so a forger guesses once for each request the holder
+-- is sent, and past p_max_attempts wrong codes in an hour (0: no limit) that sender's requests are
+-- not taken ("too_many_attempts", "retry_at").
 create or replace function public.forget_request(
     p_surface text,
     p_confirm boolean,
@@ -134,6 +137,7 @@ declare
     v_user uuid := p_user_id;
     v_requested_at timestamptz;
     v_code text;
+    v_sender text;
     v_failures integer;
     v_first_failure timestamptz;
     v_language jsonb;
@@ -149,6 +153,9 @@ begin
     end if;
     v_language := jsonb_build_object('language', public.person_language(v_user, null, null));
 
+    -- One sender's requests and confirmations one at a time (and its link codes': links.sql), so
+    -- that guesses sent at once are all counted.
+    perform pg_advisory_xact_lock(hashtextextended('link:' || p_surface || ':' || coalesce(p_sender_id, ''), 0));
     if not p_confirm and p_code is not null and p_max_attempts > 0 then
         select count(*), min(a.attempted_at) into v_failures, v_first_failure
           from public.link_attempts a
@@ -162,8 +169,10 @@ begin
     if not p_confirm then
         -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
         delete from public.forget_requests r where r.requested_at < clock_timestamp() - interval '1 day';
-        insert into public.forget_requests (user_id, surface, code) values (v_user, p_surface, p_code)
-        on conflict (user_id, surface) do update set requested_at = excluded.requested_at, code = excluded.code;
+        insert into public.forget_requests (user_id, surface, code, sender)
+             values (v_user, p_surface, p_code, case when p_code is not null then p_sender_id end)
+        on conflict (user_id, surface) do update
+            set requested_at = excluded.requested_at, code = excluded.code, sender = excluded.sender;
         return jsonb_build_object(
             'status', 'requested',
             'messages', (select count(*) from public.messages m where m.user_id = v_user),
@@ -172,11 +181,11 @@ begin
 
     delete from public.forget_requests r
      where r.user_id = v_user and r.surface = p_surface
-    returning r.requested_at, r.code into v_requested_at, v_code;
+    returning r.requested_at, r.code, r.sender into v_requested_at, v_code, v_sender;
     if v_requested_at is null then
         return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0) || v_language;
     end if;
-    if v_code is not null and p_code is distinct from v_code then
+    if v_code is not null and (p_code is distinct from v_code or p_sender_id is distinct from v_sender) then
         insert into public.link_attempts (surface, external_id) values (p_surface, p_sender_id);
         return jsonb_build_object('status', 'wrong_code', 'messages', 0, 'conversations', 0) || v_language;
     end if;

@@ -118,6 +118,12 @@ def test_the_key_of_the_sms_link_digits_is_out_of_every_tokens_reach(database_ur
             "select crossmem_private.link_confirmation(%s, 'sms', '+34600111222')", ("c" * 64,)
         ).fetchone()
     assert key is not None and digits is not None and len(digits[0]) == 6 and digits[0].isdecimal()
+    with psycopg.connect(database_url, autocommit=True) as connection:  # drawn from the key: a new key, new digits
+        connection.execute("update crossmem_private.link_confirmation_key set key = gen_random_uuid()")
+        redrawn = connection.execute(
+            "select crossmem_private.link_confirmation(%s, 'sms', '+34600111222')", ("c" * 64,)
+        ).fetchone()
+    assert redrawn is not None and redrawn[0] != digits[0]  # one chance in a million
     with as_role(database_url, "authenticated", sub=person) as connection:
         [row] = connection.execute("select * from public.link_codes").fetchall()  # their own code, whole
         assert str(key) not in repr(row)

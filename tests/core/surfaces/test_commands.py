@@ -62,6 +62,8 @@ def test_a_deep_link_asks_first_and_a_command_for_another_bot_is_not_ours() -> N
         ("forget confirm042917", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
         ("forget confirm", ForgetRequest(Surface.SMS, "+34600111222", confirm=True)),
         ("forget", ForgetRequest(Surface.SMS, "+34600111222", confirm=False)),
+        ("forget confirm ٠٤٢٩١٧", ForgetRequest(Surface.SMS, "+34600111222", confirm=True, code="042917")),
+        ("forget confirm 1", None),  # not a code: a message, as it was
         ("forget confirm it all", None),  # a sentence, for the thread
         ("forget it", None),
     ],
@@ -77,6 +79,7 @@ def test_a_forget_confirmation_carries_the_code_it_was_sent(text: str, expected:
         ("LINK abc-234-xyz 042917", LinkRequest(Surface.SMS, "+34600111222", "abc-234-xyz", confirmation="042917")),
         ("link ABC 234 XYZ 042917", LinkRequest(Surface.SMS, "+34600111222", "ABC 234 XYZ", confirmation="042917")),
         ("link ABC234XYZ", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ")),
+        ("link ABC234XYZ ０４２９１７", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ", confirmation="042917")),
         ("link me to the article 042917", None),  # a sentence, for the thread
     ],
 )
