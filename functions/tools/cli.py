@@ -25,11 +25,12 @@ import click
 from core.surfaces.adapter import Surface
 from functions.tools import forget_commands, search_command
 from functions.tools.confirmation import confirmed, yes_option
+from functions.tools.person_option import user_option
 
 SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
 # Every surface but the web: the apps a chat or number is linked from, and `say` sends from.
 SURFACES_TO_LINK = click.Choice([surface.value for surface in Surface if surface.is_secondary])
-USER = click.option("--user", required=True, help="the person's user id (uuid)")
+USER = user_option()
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of lines")
 
 
@@ -110,6 +111,8 @@ def history(user: str, limit: int, as_json: bool) -> int:
     print_notes(uuid.UUID(user))
     for message in messages:
         print(f"{message.created_at:%Y-%m-%d %H:%M} [{message.surface.value}] {message.role.value}: {message.content}")
+    if not messages:
+        print("no messages")
     return 0
 
 
@@ -151,7 +154,7 @@ def print_notes(user: uuid.UUID) -> None:
 
 
 @crossmem.command(help="write the memory notes of every person who is due, now")
-@click.option("--user", help="only this person (uuid)")
+@user_option("only this person (uuid)", required=False)
 def digest(user: str | None) -> int:
     from functions import runtime
 
@@ -180,6 +183,8 @@ def identities(user: str, as_json: bool) -> int:
         return 0
     for item in linked:
         print(f"{item.linked_at:%Y-%m-%d %H:%M} {item.surface.value} {item.external_id}")
+    if not linked:
+        print("no linked chats or numbers")
     return 0
 
 

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 import click
 
 from functions.tools.confirmation import confirmed, yes_option
+from functions.tools.person_option import user_option
 
 if TYPE_CHECKING:
     from core.memory.retention import PurgeBatch
 
 
 @click.command(help="erase a person: every conversation, message and identity")
-@click.option("--user", required=True, help="the person's user id (uuid)")
+@user_option()
 @yes_option
 def forget(user: str, yes: bool) -> int:
     from functions import runtime  # the whole server: only for the command that runs

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.surfaces.adapter import Surface
+from functions.tools.person_option import user_option
 
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
@@ -71,7 +72,7 @@ def limit_option(text: str) -> int:
     help="search a person's messages on every surface, as the agent can\n\n"
     "QUERY: the words to search for, or a question as the person would ask it"
 )
-@click.option("--user", required=True, help="the person's user id (uuid)")
+@user_option()
 @click.option("--surface", type=surface_option, metavar="SURFACE", help=f"only this surface's ({', '.join(Surface)})")
 @click.option("--since", type=since_option, metavar="DATE", help="from this ISO date or date and time (UTC)")
 @click.option("--until", type=until_option, metavar="DATE", help="before this ISO date and time; a date: included")

@@ -277,7 +277,7 @@ def test_help_lists_every_command_in_its_order_with_its_whole_line(capsys: pytes
     )
 
 
-def test_a_usage_error_exits_2_and_an_error_of_ours_is_one_line_naming_the_command(
+def test_a_usage_error_exits_2_naming_its_option_before_anything_runs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exited:
@@ -294,9 +294,23 @@ def test_a_usage_error_exits_2_and_an_error_of_ours_is_one_line_naming_the_comma
         "Error: Invalid value for '--limit': -1 is not in the range 1<=x<=10000."
     )
     with pytest.raises(SystemExit) as exited:
-        main(["link", "--user", "x", "--surface", "web", "--external-id", "1", "--yes"])
+        main(
+            [
+                "link",
+                "--user",
+                "00000000-0000-4000-8000-00000000d3e0",
+                "--surface",
+                "web",
+                "--external-id",
+                "1",
+                "--yes",
+            ]
+        )
     assert exited.value.code == 2
     refused = "Invalid value for '--surface': 'web' is not one of 'telegram', 'whatsapp', 'sms'."
     assert refused in capsys.readouterr().err
-    assert main(["forget", "--user", "not-a-uuid", "--yes"]) == 1
-    assert capsys.readouterr().err == "crossmem forget: badly formed hexadecimal UUID string\n"
+    with pytest.raises(SystemExit) as exited:
+        main(["forget", "--user", "not-a-uuid", "--yes"])
+    assert exited.value.code == 2
+    refused = "Error: Invalid value for '--user': 'not-a-uuid' is not a user id (a uuid)"
+    assert capsys.readouterr().err.splitlines()[-1] == refused

@@ -68,6 +68,9 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     assert unsigned.status_code == 401
     history = crossmem(env, "history", "--user", "00000000-0000-4000-8000-00000000d3e0", "--json")
     assert [m["surface"] for m in json.loads(history)] == ["telegram", "telegram", "whatsapp", "whatsapp", "sms", "sms"]
+    nobody = "00000000-0000-4000-8000-0000000000aa"  # an empty answer says so, as follow-ups' does
+    assert crossmem(env, "history", "--user", nobody) == "no messages\n"
+    assert crossmem(env, "identities", "--user", nobody) == "no linked chats or numbers\n"
 
 
 def crossmem(env: dict[str, str], *args: str) -> str:
