@@ -482,7 +482,12 @@ def converses(text: str) -> bool:
     """Whether this text, in an otherwise valid delivery, must reach the model."""
     stripped = text.strip()
     kept = stripped.replace("\x00", "")
-    return bool(kept.strip()) and len(kept) <= MAX_MESSAGE_CHARS and not stripped.startswith("/start")
+    return (
+        bool(kept.strip())
+        and len(kept) <= MAX_MESSAGE_CHARS
+        and not stripped.startswith("/start")
+        and stripped != "/help"
+    )
 
 
 Body = tuple[bytes, str | None, bool]  # the bytes, the content type, sent chunked

@@ -193,6 +193,7 @@ TelegramAction = Converse | MessageEdit | Notice | Ignore | Command | StopGenera
 TEXT_ONLY = "media.text_only"
 PRIVATE_ONLY = "telegram.private_only"
 WELCOME = "telegram.welcome"
+HELP = "telegram.help"
 
 
 def _media_kind(message: Message) -> str | None:
@@ -253,6 +254,8 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
         return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start", language, str(sender.id))
+    if text in ("/help", f"/help@{bot_username}"):  # what every Telegram bot answers: its commands
+        return Notice(message.chat.id, HELP, "help", language, str(sender.id))
     platform = platform_message(message)
     chat, person, update_id = message.chat.id, str(sender.id), update.update_id
     if attached := readable_media(message):

@@ -163,6 +163,8 @@ def test_the_welcome_a_sticker_and_a_failed_model_are_answered_in_the_persons_la
     client, chat = app_client("telegram_webhook"), a_chat()
     said(client, update("/start", user_id=chat), language_code)
     assert last_text(fake_telegram, chat) == phrases.say("telegram.welcome")
+    said(client, update("/help", user_id=chat), language_code)
+    assert last_text(fake_telegram, chat) == phrases.say("telegram.help")
     sticker = update("", user_id=chat)
     del sticker["message"]["text"]
     sticker["message"]["sticker"] = {"file_id": "CAACAgIAAxkBAAIB", "emoji": "👍"}
