@@ -30,7 +30,7 @@ from core.errors import InputError, LinkingNotNeeded, StoreUnavailable
 from core.identity.policy import IdentityPolicy, identity_key
 from core.identity.remembered_language import RememberedLanguage
 from core.models import Surface
-from core.phrases.catalogue import Catalogue
+from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import MemoryStore
 from core.surfaces import rules
 
@@ -90,6 +90,13 @@ def confirmed_link(text: str) -> tuple[str, str] | None:
         if (digits := six_digits(typed)) and looks_like_code(code):
             return code, digits
     return None
+
+
+def retry_said(phrases: Phrases, retry_at: datetime | None) -> str:
+    """When an identity past its wrong codes may try again, as an answer says it."""
+    if retry_at is None:
+        return phrases.say("link.retry_in_an_hour")
+    return phrases.say("link.retry_at", time=f"{retry_at.astimezone(UTC):%H:%M}")
 
 
 def mask_account(email: str | None, phone: str | None) -> str:
@@ -312,10 +319,7 @@ class Linking:
             return LinkAnswer(self._catalogue.phrases(language).say("link.unavailable"), language)
         language = self._catalogue.choose(stated, text, remembered=outcome.language)
         phrases = self._catalogue.phrases(language)
-        if outcome.retry_at:
-            retry = phrases.say("link.retry_at", time=f"{outcome.retry_at.astimezone(UTC):%H:%M}")
-        else:
-            retry = phrases.say("link.retry_in_an_hour")
+        retry = retry_said(phrases, outcome.retry_at)
         unlink = rules(request.surface).send_command("unlink", phrases.say("link.send_unlink"))
         code = normalise_code(request.code)
         # Unnamed, an account asking a number to confirm is not "yours": a forger's may name nothing.

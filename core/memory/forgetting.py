@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from core.errors import NotFound, StoreUnavailable
+from core.identity.linking import retry_said
 from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
 from core.phrases.catalogue import Catalogue
@@ -128,8 +129,8 @@ class Forgetting:
         if status == "wrong_code":
             return phrases.say("forget.wrong_code", request=command)
         if status == "too_many_attempts":
-            retry = datetime.fromisoformat(row["retry_at"]).astimezone(UTC)
-            return phrases.say("link.too_many_attempts", retry=phrases.say("link.retry_at", time=f"{retry:%H:%M}"))
+            retry = retry_said(phrases, datetime.fromisoformat(row["retry_at"]))
+            return phrases.say("link.too_many_attempts", retry=retry)
         if status == "no_request":
             return phrases.say("forget.no_request", request=command)
         return phrases.say("forget.nothing_stored")

@@ -138,8 +138,7 @@ declare
     v_requested_at timestamptz;
     v_code text;
     v_sender text;
-    v_failures integer;
-    v_first_failure timestamptz;
+    v_retry_at timestamptz;
     v_language jsonb;
 begin
     if v_user is null then
@@ -153,18 +152,11 @@ begin
     end if;
     v_language := jsonb_build_object('language', public.person_language(v_user, null, null));
 
-    -- One sender's requests and confirmations one at a time (and its link codes': links.sql), so
-    -- that guesses sent at once are all counted.
-    perform pg_advisory_xact_lock(hashtextextended('link:' || p_surface || ':' || coalesce(p_sender_id, ''), 0));
-    if not p_confirm and p_code is not null and p_max_attempts > 0 then
-        select count(*), min(a.attempted_at) into v_failures, v_first_failure
-          from public.link_attempts a
-         where a.surface = p_surface and a.external_id = p_sender_id
-           and a.attempted_at > clock_timestamp() - interval '1 hour';
-        if v_failures >= p_max_attempts then
-            return jsonb_build_object('status', 'too_many_attempts', 'retry_at', v_first_failure + interval '1 hour',
-                                      'messages', 0, 'conversations', 0) || v_language;
-        end if;
+    -- One sender's requests and confirmations one at a time, with its link codes (links.sql).
+    v_retry_at := crossmem_private.wrong_codes_retry_at(p_surface, p_sender_id, p_max_attempts);
+    if not p_confirm and p_code is not null and v_retry_at is not null then
+        return jsonb_build_object('status', 'too_many_attempts', 'retry_at', v_retry_at,
+                                  'messages', 0, 'conversations', 0) || v_language;
     end if;
     if not p_confirm then
         -- Requests nobody confirmed are kept a day at most (they say who considered forgetting).
@@ -186,7 +178,7 @@ begin
         return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_code is not null and (p_code is distinct from v_code or p_sender_id is distinct from v_sender) then
-        insert into public.link_attempts (surface, external_id) values (p_surface, p_sender_id);
+        perform crossmem_private.count_wrong_code(p_surface, p_sender_id);
         return jsonb_build_object('status', 'wrong_code', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then

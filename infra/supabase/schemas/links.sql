@@ -186,6 +186,37 @@ create function crossmem_private.link_confirmation(p_code_hash text, p_surface t
       from crossmem_private.link_confirmation_key k;
 $$;
 
+-- An identity's wrong codes (link codes; an SMS number's link digits and forget codes, forgetting.sql)
+-- are taken one identity at a time (a lock for the rest of the transaction), so that guesses sent
+-- at once are all counted. When the identity may try again, past p_max_attempts wrong codes in the
+-- last hour (0: no limit); null while it may.
+create function crossmem_private.wrong_codes_retry_at(p_surface text, p_external_id text, p_max_attempts integer)
+    returns timestamptz language plpgsql set search_path = '' as $$
+declare
+    v_failures integer;
+    v_first_failure timestamptz;
+begin
+    perform pg_advisory_xact_lock(hashtextextended('link:' || p_surface || ':' || p_external_id, 0));
+    select count(*), min(a.attempted_at) into v_failures, v_first_failure
+      from public.link_attempts a
+     where a.surface = p_surface and a.external_id = p_external_id
+       and a.attempted_at > clock_timestamp() - interval '1 hour';
+    if p_max_attempts > 0 and v_failures >= p_max_attempts then
+        return v_first_failure + interval '1 hour';
+    end if;
+    return null;
+end;
+$$;
+
+-- One wrong code of an identity, counted; the ones older than a day go.
+create function crossmem_private.count_wrong_code(p_surface text, p_external_id text)
+    returns void language plpgsql set search_path = '' as $$
+begin
+    insert into public.link_attempts (surface, external_id) values (p_surface, p_external_id);
+    delete from public.link_attempts a where a.attempted_at < clock_timestamp() - interval '1 day';
+end;
+$$;
+
 -- Redeem a code sent from an identity: redeem_code's answer, and `language`: the language of the
 -- identity's person once it is done (after a merge, the one the merge kept), which the chat is
 -- answered in (docs/decisions.md, "The person's language"). One round trip.
@@ -228,21 +259,14 @@ create or replace function crossmem_private.redeem_code(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_confirmation text;
-    v_since timestamptz := clock_timestamp() - interval '1 hour';
-    v_failures integer;
-    v_first_failure timestamptz;
+    v_retry_at timestamptz;
     v_code record;
     v_status text;
     v_messages integer;
 begin
-    -- One identity's attempts are counted one at a time, so two at once cannot both pass.
-    perform pg_advisory_xact_lock(hashtextextended('link:' || p_surface || ':' || p_external_id, 0));
-    select count(*), min(a.attempted_at) into v_failures, v_first_failure
-      from public.link_attempts a
-     where a.surface = p_surface and a.external_id = p_external_id and a.attempted_at > v_since;
-    if p_max_attempts > 0 and v_failures >= p_max_attempts then
-        return jsonb_build_object('status', 'too_many_attempts',
-                                  'retry_at', v_first_failure + interval '1 hour');
+    v_retry_at := crossmem_private.wrong_codes_retry_at(p_surface, p_external_id, p_max_attempts);
+    if v_retry_at is not null then
+        return jsonb_build_object('status', 'too_many_attempts', 'retry_at', v_retry_at);
     end if;
 
     -- The row lock makes the code single-use: of two identities racing, the second waits,
@@ -264,8 +288,7 @@ begin
                                   'account', v_code.account);
     end if;
     if v_status <> 'valid' then
-        insert into public.link_attempts (surface, external_id) values (p_surface, p_external_id);
-        delete from public.link_attempts a where a.attempted_at < clock_timestamp() - interval '1 day';
+        perform crossmem_private.count_wrong_code(p_surface, p_external_id);
         return jsonb_build_object('status', v_status);
     end if;
     if exists (select from public.identities i
@@ -285,7 +308,7 @@ begin
             return jsonb_build_object('status', 'needs_confirmation', 'account', v_code.account,
                                       'messages', v_messages, 'confirmation', v_confirmation);
         elsif p_confirmation <> v_confirmation then
-            insert into public.link_attempts (surface, external_id) values (p_surface, p_external_id);
+            perform crossmem_private.count_wrong_code(p_surface, p_external_id);
             return jsonb_build_object('status', 'invalid');
         end if;
         -- typed back from the identity that was sent them: its holder's consent
