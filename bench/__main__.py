@@ -36,6 +36,7 @@ from bench import (
     turn_floor,
     turn_speed,
     turn_sql,
+    web_window,
 )
 from bench.memory_core import CONTEXT_SIZES, context_load_ms_p50, round_trips_per_turn
 from bench.results import RESULTS, ROOT, bench_database
@@ -54,6 +55,7 @@ PARTS = (
     "cold_start",
     "media",
     "context_load",
+    "web_window",
     "purge",
     "fuzz",
     "telegram_live",
@@ -77,6 +79,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "cold_start": {"runs": 1, "warm": False},
     "media": {"voice_turns": 1},
     "context_load": {"sizes": (1_000, 4_000), "samples": 4},
+    "web_window": {"lengths": (10, 400), "turns": 3},
     "purge": {"messages": 2_000, "people": 20, "batch": 300},
     "fuzz": {"cases": 2 * len(fuzz.TARGETS)},
     "telegram_live": {"turns": 1, "words": 6},
@@ -114,6 +117,9 @@ def measure(database_url: str, sizes: dict[str, dict[str, Any]] = FULL, chart: P
     results["context_load_ms_p50"] = {str(size): load[f"load_{size}"] for size in load_sizes}
     results["begin_turn_ms_p50"] = {str(size): load[f"turn_{size}"] for size in load_sizes}
     results["context_load_plan"] = {str(size): load[f"plan_{size}"] for size in load_sizes}
+    lengths = sizes["web_window"].get("lengths", web_window.LENGTHS)
+    print(f"a web turn in conversations of {' and '.join(f'{n:,}' for n in lengths)} messages ...", flush=True)
+    results["web_turn_ms_p50"] = web_window.measure(database_url, **sizes["web_window"])
     print("crossmem purge ...", flush=True)
     results.update(purge.run(database_url, **sizes["purge"]))
     print("fuzzing, hostile and fuzzed requests ...", flush=True)
@@ -130,6 +136,7 @@ def measure(database_url: str, sizes: dict[str, dict[str, Any]] = FULL, chart: P
         **turn_floor.floor_ratios(results, floor),
         "context_load_1m_over_10k": largest_over_smallest(results["context_load_ms_p50"]),
         "begin_turn_1m_over_10k": largest_over_smallest(results["begin_turn_ms_p50"]),
+        "web_turn_5k_over_50": web_window.ratio(results["web_turn_ms_p50"]),
     }
     results["machine"] = {
         "cpus": os.cpu_count(),
@@ -163,6 +170,7 @@ def table(results: dict[str, Any]) -> str:
     floor = results["turn_floor"]["floor"]
     load = " / ".join(str(ms) for ms in results["context_load_ms_p50"].values())
     first = " / ".join(str(ms) for ms in results["begin_turn_ms_p50"].values())
+    web = results["web_turn_ms_p50"]
     rows = [
         ("round trips, Telegram/WhatsApp turn", rt["ours_secondary"], rt["seed_secondary"], ""),
         ("round trips, web turn", rt["ours_web"], rt["seed_web"], ""),
@@ -215,6 +223,12 @@ def table(results: dict[str, Any]) -> str:
             first,
             "",
             f"1M/10k {ratios['begin_turn_1m_over_10k']}",
+        ),
+        (
+            f"web turn p50 ms, a conversation of {' / '.join(f'{int(n):,}' for n in web)} messages",
+            " / ".join(str(by_length["ours"]) for by_length in web.values()),
+            " / ".join(str(by_length["seed"]) for by_length in web.values()),
+            f"longest/shortest {ratios['web_turn_5k_over_50']}",
         ),
         (
             "cold start to first Telegram answer, ms",

@@ -292,7 +292,9 @@ def fill(database_url: str, messages: int, per_person: int = 50) -> None:
         connection.execute("vacuum (analyze) messages")
 
 
-CONTEXT_QUERY = "select public.context_window(%s, null, now() - interval '24 hours', now(), 9223372036854775807, 16, 8)"
+CONTEXT_QUERY = (
+    "select public.context_window(%s, null, now() - interval '24 hours', now(), 9223372036854775807, 16, 8, null)"
+)
 
 
 # The table sizes the context load is measured at (the README's "10k / 1M messages").

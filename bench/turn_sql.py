@@ -73,7 +73,7 @@ WITHOUT: dict[str, str | None] = {
     "the window (no message read)": """
         create or replace function public.context_window(
             p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz,
-            p_until_id bigint, p_limit integer, p_step integer
+            p_until_id bigint, p_limit integer, p_step integer, p_total bigint
         ) returns json language plpgsql stable set search_path = '' as $$ begin return '[]'::json; end; $$""",
     "the search words (column and index)": """
         drop index public.messages_by_user_words;

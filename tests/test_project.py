@@ -121,6 +121,7 @@ PINNED = {
     "cold_start_ms": {"telegram", "anthropic_import"},
     "fuzz": {"cases", "status_500", "stored_unauthenticated", "reached_turn"},
     "memory_recall": {"with_search", "notes_only", "setup"},
+    "web_turn_ms_p50": {"50", "5000"},
 }
 
 
@@ -130,6 +131,8 @@ def test_the_benchmark_results_carry_the_pinned_keys_and_the_docs_show_them() ->
         assert inner <= set(results[key]), key
         assert f"`{key}`" in DOCS, f"{key} is missing from the documentation (docs/benchmarks.md)"
     assert results["round_trips_per_turn"]["ours_secondary"] == 2
+    for ratio in ("turn_over_floor_rtt1", "turns_per_s_over_floor", "web_turn_5k_over_50"):  # issue 33's, and ours
+        assert results["ratios"][ratio] > 0 and f"`ratios.{ratio}`" in DOCS, ratio
     fuzzed = results["fuzz"]
     assert fuzzed["cases"] >= 10_000 and (fuzzed["status_500"], fuzzed["stored_unauthenticated"]) == (0, 0)
     assert fuzzed["reached_turn"] * 2 >= fuzzed["authenticated"]

@@ -16,7 +16,8 @@ $$;
 
 -- The last `p_limit` messages of a person (or of one conversation) up to and including
 -- the message at (p_until_at, p_until_id), not older than p_since, oldest first. The
--- start moves in steps of p_step messages so that consecutive turns share a prefix.
+-- start moves in steps of p_step messages so that consecutive turns share a prefix: counted
+-- from the first message of the range, of which there are p_total (null: counted here).
 -- json, not jsonb: built as text, it costs half (jsonb_agg and to_jsonb build a binary
 -- tree that the answer turns back into text), and every turn reads it. The window is its
 -- columns, each an array of the messages' values in order: [ids, conversation_ids, surfaces,
@@ -26,19 +27,21 @@ $$;
 -- a fifth of a turn's database time, its JSON half of that).
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
-    p_limit integer, p_step integer
+    p_limit integer, p_step integer, p_total bigint
 ) returns json language plpgsql stable set search_path = '' as $$
 declare
-    v_total integer;
+    v_total bigint := p_total;
     v_keep integer;
     v_window json;
 begin
-    select count(*) into v_total
-      from public.messages m
-     where m.user_id = p_user_id
-       and (p_conversation_id is null or m.conversation_id = p_conversation_id)
-       and m.created_at >= p_since
-       and (m.created_at, m.id) <= (p_until_at, p_until_id);
+    if v_total is null then
+        select count(*) into v_total
+          from public.messages m
+         where m.user_id = p_user_id
+           and (p_conversation_id is null or m.conversation_id = p_conversation_id)
+           and m.created_at >= p_since
+           and (m.created_at, m.id) <= (p_until_at, p_until_id);
+    end if;
 
     v_keep := greatest(public.window_keeps(v_total, p_limit, p_step), 0);
 
@@ -64,5 +67,84 @@ begin
                                order by m.created_at desc, m.id desc limit v_keep)) l
              order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
     return v_window;
+end;
+$$;
+
+-- How many messages a conversation holds up to and including the one at (p_until_at, p_until_id)
+-- (`total`), for the web's window, which counts a conversation from its first message; and a time
+-- its window's rows are all at or after (`since`). Counting every message read a conversation of
+-- months whole at every turn (about 0.9 ms at 5,000 messages), and so did reading its rows when
+-- the planner, taking the conversation for an average one, read them all and sorted them. The
+-- conversation keeps a count up to one of its messages (conversations.sql's `counted`), and only
+-- the messages after it are counted here. Once there are more than p_limit + p_step of those, the
+-- mark moves to the p_limit-th newest, so a turn counts at most p_limit + p_step + 1 rows,
+-- whatever the conversation's length, and writes the mark once in about p_step / 2 turns; while at
+-- least p_limit messages follow the mark, the window (at most p_limit) is among them. Two turns
+-- moving it at once each write a true count (what either has not seen is newer than its mark). A
+-- purge or a merge that removes or moves messages sets it back to null (counted whole once more).
+create function crossmem_private.conversation_length(
+    p_user_id uuid, p_conversation_id uuid, p_until_at timestamptz, p_until_id bigint, p_limit integer,
+    p_step integer, out total bigint, out since timestamptz
+) language plpgsql set search_path = '' as $$
+declare
+    v_counted bigint;
+    v_from_at timestamptz;
+    v_from_id bigint;
+    v_after bigint;
+    v_mark record;
+begin
+    select coalesce(c.counted, 0), coalesce(c.counted_at, '-infinity'), coalesce(c.counted_id, 0)
+      into v_counted, v_from_at, v_from_id
+      from public.conversations c
+     where c.id = p_conversation_id and c.user_id = p_user_id;
+    select count(*) into v_after
+      from public.messages m
+     where m.conversation_id = p_conversation_id and m.user_id = p_user_id
+       and (m.created_at, m.id) > (v_from_at, v_from_id)
+       and (m.created_at, m.id) <= (p_until_at, p_until_id);
+    total := v_counted + v_after;
+    if v_after > p_limit + p_step then
+        select m.created_at, m.id into v_mark
+          from public.messages m
+         where m.conversation_id = p_conversation_id and m.user_id = p_user_id
+           and (m.created_at, m.id) <= (p_until_at, p_until_id)
+         order by m.created_at desc, m.id desc
+        offset p_limit
+         limit 1;
+        update public.conversations c
+           set counted = total - p_limit, counted_at = v_mark.created_at, counted_id = v_mark.id
+         where c.id = p_conversation_id and c.user_id = p_user_id;
+        v_from_at := v_mark.created_at;
+        v_after := p_limit;
+    end if;
+    -- fewer than p_limit after the mark: CONTEXT_MAX_MESSAGES was raised since it was set
+    since := case when v_after >= p_limit then v_from_at else '-infinity' end;
+end;
+$$;
+
+-- The latest p_limit messages of the person's chats (their conversations of every surface but the
+-- web) since p_since, up to and including the one at (p_until_at, p_until_id), newest first: what a
+-- web turn puts before its conversation (turn.sql's turn_context), and what its budget estimates
+-- it at (turn_input_tokens). The latest of each chat (one conversation a surface), then the latest
+-- of those: not the person's messages filtered by their conversation, which read a day of their
+-- web messages to find none.
+create function crossmem_private.chats_latest(
+    p_user_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint, p_limit integer
+) returns table (id bigint, conversation_id uuid, surface public.surface, role text, content text,
+                 created_at timestamptz)
+    language plpgsql stable set search_path = '' as $$
+begin
+    return query
+    select l.id, l.conversation_id, l.surface, l.role, l.content, l.created_at
+      from public.conversations c
+     cross join lateral (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                           from public.messages m
+                          where m.conversation_id = c.id and m.user_id = p_user_id and m.created_at >= p_since
+                            and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                          order by m.created_at desc, m.id desc
+                          limit p_limit) l
+     where c.user_id = p_user_id and c.surface <> 'web'
+     order by l.created_at desc, l.id desc
+     limit p_limit;
 end;
 $$;

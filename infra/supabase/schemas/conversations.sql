@@ -9,7 +9,14 @@ create table public.conversations (
     surface public.surface not null,
     title text not null default '',
     created_at timestamptz not null default clock_timestamp(),
-    updated_at timestamptz not null default clock_timestamp()
+    updated_at timestamptz not null default clock_timestamp(),
+    -- How many of its messages there are up to and including the one at (counted_at, counted_id),
+    -- null when none is counted: where the web's window starts counting the conversation
+    -- (context.sql's conversation_length), so that a conversation of months is not read whole at
+    -- each turn. A purge or a merge that removes or moves messages sets it back to null.
+    counted bigint,
+    counted_at timestamptz,
+    counted_id bigint
 );
 alter table public.conversations enable row level security;  -- who reads what: access.sql
 

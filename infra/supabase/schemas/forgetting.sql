@@ -231,7 +231,11 @@ begin
         delete from public.messages m
          using candidates c
          where m.ctid = c.ctid and not p_dry_run
-        returning 1
+        returning m.conversation_id
+    ), uncounted as (
+        -- their conversations' counts (conversations.sql's `counted`) are counted whole again
+        update public.conversations c set counted = null, counted_at = null, counted_id = null
+         where c.id in (select d.conversation_id from deleted d) and c.counted is not null
     ), last as (
         select c.created_at, c.id from candidates c order by c.created_at, c.id limit 1
     )

@@ -146,7 +146,8 @@ begin
             get diagnostics v_count = row_count;
             update public.conversations c
                set updated_at = greatest(c.updated_at, (select f.updated_at from public.conversations f
-                                                         where f.id = v_from.id))
+                                                         where f.id = v_from.id)),
+                   counted = null, counted_at = null, counted_id = null  -- counted whole again (context.sql)
              where c.id = v_into;
             delete from public.conversations c where c.id = v_from.id;
         end if;

@@ -78,7 +78,7 @@ begin
             'duplicate', false, 'owed', true, 'reply', null, 'prepend', '[]'::jsonb,
             'history', public.context_window(v_message.user_id, null,
                                              v_message.created_at - make_interval(hours => p_window_hours),
-                                             v_message.created_at, v_message.id, p_max_messages, p_window_step),
+                                             v_message.created_at, v_message.id, p_max_messages, p_window_step, null),
             'notes', (select n.content from public.memory_notes n
                        where n.user_id = v_message.user_id and n.revision > 0),
             -- the person's clock, which the context's tags are shown on, and their language, which

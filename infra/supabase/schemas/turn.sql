@@ -178,9 +178,7 @@ begin
                  where m.user_id = p_user_id and m.conversation_id = p_conversation_id
                  order by m.created_at desc, m.id desc limit p_max_messages) w;
         v_chars := v_chars + (select coalesce(sum(char_length(w.content)), 0)
-                                from (select m.content from public.messages m
-                                       where m.user_id = p_user_id and m.surface <> 'web' and m.created_at >= p_since
-                                       order by m.created_at desc, m.id desc limit p_web_prepend) w);
+                                from crossmem_private.chats_latest(p_user_id, p_since, 'infinity', 0, p_web_prepend) w);
     else
         select coalesce(sum(char_length(w.content)), 0) into v_chars
           from (select m.content from public.messages m
@@ -310,41 +308,38 @@ $$;
 -- What the model reads with the message (p_message_id, at p_message_at): on the web the
 -- conversation's own window and, for a web conversation, the latest messages of the person's
 -- other apps since p_since; elsewhere the person's window over every conversation; and the
--- person's notes. Its parts are returned apart, for begin_turn's one answer.
+-- person's notes. Its parts are returned apart, for begin_turn's one answer. Not `stable`: the
+-- web's count of its conversation may move the conversation's mark (context.sql).
 create or replace function crossmem_private.turn_context(
     p_user_id uuid, p_surface text, p_conversation_id uuid,
     p_message_id bigint, p_message_at timestamptz, p_since timestamptz,
     p_window_hours integer, p_max_messages integer, p_window_step integer, p_web_prepend integer,
     out conversation_surface text, out history json, out prepend json, out notes text
-) language plpgsql stable set search_path = '' as $$
+) language plpgsql set search_path = '' as $$
+declare
+    v_length record;
 begin
     prepend := '[]'::json;
     if p_surface = 'web' then
         select c.surface into conversation_surface from public.conversations c where c.id = p_conversation_id;
-        history := public.context_window(p_user_id, p_conversation_id, '-infinity', p_message_at, p_message_id,
-                                         p_max_messages, p_window_step);
+        v_length := crossmem_private.conversation_length(p_user_id, p_conversation_id, p_message_at, p_message_id,
+                                                         p_max_messages, p_window_step);
+        history := public.context_window(p_user_id, p_conversation_id, v_length.since, p_message_at, p_message_id,
+                                         p_max_messages, p_window_step, v_length.total);
         if conversation_surface = 'web' and p_web_prepend > 0 then
             -- the window's shape (context.sql): its columns, oldest first
             select case when count(*) = 0 then '[]'::json
                         else json_build_array(array_agg(s.id), array_agg(s.conversation_id), array_agg(s.surface),
                                               array_agg(s.role), array_agg(s.content), array_agg(s.created_at)) end
               into prepend
-              from (select l.* from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-                                       from public.messages m
-                                       join public.conversations c on c.id = m.conversation_id
-                                      where m.user_id = p_user_id
-                                        and c.user_id = p_user_id
-                                        and c.surface <> 'web'
-                                        and m.created_at >= p_since
-                                        and (m.created_at, m.id) <= (p_message_at, p_message_id)
-                                      order by m.created_at desc, m.id desc
-                                      limit p_web_prepend) l
+              from (select l.* from crossmem_private.chats_latest(p_user_id, p_since, p_message_at, p_message_id,
+                                                                  p_web_prepend) l
                      order by l.created_at, l.id) s;
         end if;
     else
         conversation_surface := p_surface;  -- the person's one conversation of it (turn_conversation)
         history := public.context_window(p_user_id, null, p_message_at - make_interval(hours => p_window_hours),
-                                         p_message_at, p_message_id, p_max_messages, p_window_step);
+                                         p_message_at, p_message_id, p_max_messages, p_window_step, null);
     end if;
     select n.content into notes from public.memory_notes n where n.user_id = p_user_id and n.revision > 0;
 end;

@@ -131,6 +131,43 @@ def test_two_chats_of_one_person_share_one_conversation_in_time_order(
     assert thread == [("one",), ("two",), ("three",)]
 
 
+def test_a_merged_conversation_is_counted_whole_again_by_the_web(
+    linking: Linking, store: PostgresStore, database_url: str
+) -> None:
+    """The web's window over a conversation counts it from a mark (context.sql's
+    conversation_length); a merge moves older messages in before it, so it sets the mark back
+    and the web's next window is the rule's over the merged thread."""
+    from core.turn.context import ContextItem, stepped_tail
+    from tests.helpers import context_limits
+
+    limit, step = 3, 2
+    memory = Memory(store, context_limits(max_messages=limit, window_step=step, web_prepend=0))
+    web_person = uuid.uuid4()
+    first_chat, second_chat = (f"{uuid.uuid4().int % 10**9}" for _ in range(2))
+    assert linking.redeem(Surface.TELEGRAM, first_chat, linking.new_code(web_person).code).status is LinkStatus.LINKED
+    talk(memory, Surface.TELEGRAM, second_chat, "early")  # a stranger yet: its own auto person
+    for word in ("one", "two", "three", "four"):
+        talk(memory, Surface.TELEGRAM, first_chat, word)
+    [(chat_conversation,)] = rows(
+        database_url, "select id from conversations where user_id = %s and surface = 'telegram'", web_person
+    )
+    seen = memory.begin_turn(Person(user_id=web_person), Surface.WEB, "seen", "web-1", chat_conversation)
+    assert seen.message_id is not None
+    assert rows(database_url, "select counted from conversations where id = %s", chat_conversation) == [(9 - limit,)]
+
+    outcome = linking.redeem(Surface.TELEGRAM, second_chat, linking.new_code(web_person).code)
+
+    assert (outcome.status, outcome.moved_messages) == (LinkStatus.LINKED, 2)
+    assert rows(database_url, "select counted from conversations where id = %s", chat_conversation) == [(None,)]
+    again = memory.begin_turn(Person(user_id=web_person), Surface.WEB, "again", "web-2", chat_conversation)
+    thread = [
+        ContextItem(role, text, Surface.TELEGRAM)
+        for word in ("early", "one", "two", "three", "four")
+        for role, text in ((Role.USER, word), (Role.ASSISTANT, f"re: {word}"))
+    ] + [ContextItem(Role.USER, "seen", Surface.WEB), ContextItem(Role.USER, "again", Surface.WEB)]
+    assert [m.content for m in again.history] == [i.content for i in stepped_tail(thread, limit, step)]
+
+
 def race_for(database_url: str, code: str, racers: int = 8) -> list[LinkStatus]:
     """`racers` identities, each on its own connection, redeem one code at the same moment."""
     barrier = threading.Barrier(racers)

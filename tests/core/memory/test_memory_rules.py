@@ -16,7 +16,7 @@ from core.errors import EmptyMessage, MessageTooLong
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.helpers import context_limits, count
+from tests.helpers import context_limits, count, rows
 
 
 def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, database_url: str) -> None:
@@ -100,7 +100,7 @@ def test_the_window_walks_its_index_in_order_whatever_plan_it_keeps(
         ):
             connection.execute(f"set {setting}")
         window = connection.execute(
-            "select public.context_window(%s, %s, '-infinity', now(), 9223372036854775807, 40, 24)",
+            "select public.context_window(%s, %s, '-infinity', now(), 9223372036854775807, 40, 24, null)",
             (person, conversation),
         ).fetchone()
     assert window is not None and window[0][4] == ["m0", "m1", "m2"]
@@ -171,6 +171,80 @@ def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, da
         assert context[-1].id == start.message_id
         if reply:
             memory.finish_turn(person, start.message_id, f"reply {index}")
+
+
+def test_a_long_web_conversation_steps_as_the_rule_says(store: PostgresStore, database_url: str) -> None:
+    """The web counts its conversation from the first message through the conversation's mark
+    (context.sql's conversation_length), which moves every few turns: the window is the rule's
+    (stepped_tail, over every message of the conversation) at every turn, replies included."""
+    from core.models import Role
+    from core.turn.context import ContextItem, stepped_tail
+
+    limit, step = 5, 3
+    memory = Memory(store, context_limits(max_messages=limit, window_step=step))
+    person = uuid.uuid4()
+    conversation = memory.create_conversation(person).id
+    items: list[ContextItem] = []
+    marks = set()
+    for index in range(40):
+        start = memory.begin_turn(Person(user_id=person), Surface.WEB, f"m{index}", f"w{index}", conversation)
+        assert start.message_id is not None
+        items.append(ContextItem(Role.USER, f"m{index}", Surface.WEB))
+        assert [m.content for m in start.history] == [i.content for i in stepped_tail(items, limit, step)]
+        memory.finish_turn(person, start.message_id, f"r{index}")
+        items.append(ContextItem(Role.ASSISTANT, f"r{index}", Surface.WEB))
+        marks.add(rows(database_url, "select counted from conversations where id = %s", conversation)[0][0])
+    assert len(marks) > 10  # the mark moved all along (and the window stayed the rule's)
+
+
+def web_turn_reads(database_url: str, person: uuid.UUID, conversation: uuid.UUID, limit: int, step: int) -> int:
+    """The rows of `messages` a web begin_turn fetched through an index (the statistics of its own
+    transaction, rolled back)."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            """select public.begin_turn(
+                   p_surface => 'web', p_content => 'and now?', p_external_id => %s, p_user_id => %s,
+                   p_sender_id => null, p_conversation_id => %s, p_window_hours => 24, p_max_messages => %s,
+                   p_window_step => %s, p_web_prepend => 2, p_attempt => gen_random_uuid(), p_turns_per_minute => 0,
+                   p_turns_per_day => 0, p_tokens_per_day => 0, p_answer_within_seconds => 60, p_sender => null,
+                   p_sender_alias => null, p_platform_ref => null, p_reply_ref => null, p_quoted => null,
+                   p_input_tokens => 0, p_output_tokens => 0, p_requests => 0, p_language => null)""",
+            (uuid.uuid4().hex, person, conversation, limit, step),
+        )
+        row = connection.execute(
+            "select idx_tup_fetch from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
+        ).fetchone()
+        connection.rollback()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_a_day(
+    store: PostgresStore, database_url: str
+) -> None:
+    """The web's window counts its conversation from the first message: without the conversation's
+    mark, a turn read every message of it (context.sql's conversation_length); and the other apps'
+    latest messages put before it were looked for among the person's messages of the day, each of
+    this conversation's read to find none (turn.sql's turn_context)."""
+    limit, step = 6, 4
+    memory = Memory(store, context_limits(max_messages=limit, window_step=step, web_prepend=2))
+    reads, marks = {}, {}
+    for length in (20, 2_000):
+        person = uuid.uuid4()
+        conversation = memory.create_conversation(person).id
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute(
+                "insert into messages (conversation_id, user_id, surface, role, content, created_at)"
+                " select %s, %s, 'web', case when n %% 2 = 0 then 'user' else 'assistant' end, 'm' || n,"
+                "        now() - (%s - n) * interval '1 minute'"
+                "   from generate_series(1, %s) n",
+                (conversation, person, length, length),
+            )
+        first = memory.begin_turn(Person(user_id=person), Surface.WEB, "first", uuid.uuid4().hex, conversation)
+        assert [m.content for m in first.history][-2:] == [f"m{length}", "first"]
+        reads[length] = web_turn_reads(database_url, person, conversation, limit, step)
+        marks[length] = rows(database_url, "select counted from conversations where id = %s", conversation)
+    assert reads[2_000] == reads[20] <= 4 * limit, (reads, marks)
 
 
 @pytest.mark.parametrize(("limit", "step"), [(5, 8), (1, 1), (3, 100)])

@@ -230,3 +230,40 @@ def test_the_expiry_skips_the_old_counts_a_turn_holds_and_never_waits_for_them(
         turn.close()
     assert expired == ({"turn_usage": 2, "voice_usage": 0},)
     assert database.execute("select message_id from turn_usage").fetchall() == [(2,)]
+
+
+def test_a_purge_counts_a_web_conversation_whole_again(database: psycopg.Connection, store: PostgresStore) -> None:
+    """The web's window counts its conversation from a mark (context.sql's conversation_length); a
+    purge deletes messages before it, so it sets the mark back and the next window is the rule's
+    over what is left."""
+    from core.memory.service import Memory
+    from core.models import Person, Role, Surface
+    from core.turn.context import ContextItem, stepped_tail
+    from tests.helpers import context_limits
+
+    limit, step = 5, 3
+    memory = Memory(store, context_limits(max_messages=limit, window_step=step, web_prepend=0))
+    person = uuid.uuid4()
+    conversation = memory.create_conversation(person).id
+    database.execute(
+        "insert into messages (conversation_id, user_id, surface, role, content, in_reply_to, created_at)"
+        " select %s, %s, 'web', 'assistant', 'old ' || n, null, now() - n * interval '1 day'"
+        "   from generate_series(1, 20) n",
+        (conversation, person),
+    )
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, "before", "w-before", conversation)
+    assert start.message_id is not None
+    memory.finish_turn(person, start.message_id, "answered")
+    marked = database.execute("select counted from conversations where id = %s", (conversation,)).fetchone()
+    assert marked == (21 - limit,)
+
+    Retention(store, batch_size=100, in_flight=IN_FLIGHT).purge(timedelta(days=10, hours=12))
+
+    assert database.execute("select counted from conversations where id = %s", (conversation,)).fetchone() == (None,)
+    after = memory.begin_turn(Person(user_id=person), Surface.WEB, "after", "w-after", conversation)
+    left_then = [ContextItem(Role.ASSISTANT, f"old {n}", Surface.WEB) for n in range(10, 0, -1)] + [
+        ContextItem(Role.USER, "before", Surface.WEB),
+        ContextItem(Role.ASSISTANT, "answered", Surface.WEB),
+        ContextItem(Role.USER, "after", Surface.WEB),
+    ]
+    assert [m.content for m in after.history] == [i.content for i in stepped_tail(left_then, limit, step)]

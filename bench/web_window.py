@@ -1,0 +1,89 @@
+"""A web turn in a conversation of months (`python -m bench.web_window`): the whole turn (its two
+calls through `Memory`) in a web conversation of `lengths` stored messages, ours beside the seed's
+web turn in the same conversation, interleaved, p50 ms; and ours at the longest over ours at the
+shortest (`ratios.web_turn_5k_over_50`).
+
+The web's window counts its conversation from the first message (the stepped window's rule), so
+a turn counted every message of it, and its rows could be read whole when the planner took the
+conversation for an average one; the conversation now keeps a count up to a mark
+(context.sql's conversation_length). With `--save`, the figures go to bench/results.json under
+`web_turn_ms_p50`, and the ratio beside the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from bench.memory_core import USER_TEXT, ms, ours_web_turn, seed_answer
+from bench.results import RESULTS, bench_database, save
+from bench.seed import SeedPattern
+from core.memory.service import Memory
+from core.stores.postgres_store import PostgresStore
+from functions.runtime import context_limits
+from functions.settings import Settings
+
+LENGTHS = (50, 5_000)
+# A conversation of `length` messages, a minute apart, the newest now.
+HISTORY = """
+insert into messages (conversation_id, user_id, surface, role, content, created_at)
+select %(conversation)s, %(person)s, 'web', case when n %% 2 = 1 then 'user' else 'assistant' end,
+       'message ' || n || ' of a long conversation, long enough to look like a real one',
+       now() - (%(length)s - n) * interval '1 minute'
+  from generate_series(1, %(length)s) n
+"""
+
+
+def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 200) -> dict[str, Any]:
+    """p50 ms of a whole web turn, ours and the seed's, in a conversation of each length."""
+    memory = Memory(PostgresStore(database_url), context_limits(Settings.defaults()))
+    seed = SeedPattern(database_url)
+    figures: dict[str, dict[str, float]] = {}
+    for length in lengths:
+        person = uuid.uuid4()
+        conversation = memory.create_conversation(person).id
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute(HISTORY, {"conversation": conversation, "person": person, "length": length})
+            connection.execute("analyze messages")  # as autovacuum would after the conversation grew
+        for _ in range(6):  # warm: statements prepared, the conversation's mark set
+            ours_web_turn(memory, person, conversation)
+            seed.web_turn(person, conversation, USER_TEXT, seed_answer)
+        ours, theirs = [], []
+        for _ in itertools.repeat(None, turns):
+            began = time.perf_counter()
+            ours_web_turn(memory, person, conversation)
+            ours.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            seed.web_turn(person, conversation, USER_TEXT, seed_answer)
+            theirs.append(time.perf_counter() - began)
+        figures[str(length)] = {"ours": ms(statistics.median(ours)), "seed": ms(statistics.median(theirs))}
+    memory.store.close()
+    seed.close()
+    return figures
+
+
+def ratio(figures: dict[str, dict[str, float]]) -> float:
+    """Ours in the longest conversation over ours in the shortest (the lengths in the order measured)."""
+    ours = [by_length["ours"] for by_length in figures.values()]
+    return round(ours[-1] / ours[0], 2)
+
+
+def main() -> None:
+    with bench_database() as database_url:
+        figures = measure(database_url)
+    if "--save" in sys.argv[1:]:
+        save("web_turn_ms_p50", figures)
+        save("ratios", {**json.loads(RESULTS.read_text()).get("ratios", {}), "web_turn_5k_over_50": ratio(figures)})
+    print(json.dumps({"web_turn_ms_p50": figures, "web_turn_5k_over_50": ratio(figures)}))
+
+
+if __name__ == "__main__":
+    main()
