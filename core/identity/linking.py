@@ -84,9 +84,12 @@ def six_digits(typed: str) -> str | None:
 
 
 def confirmed_link(text: str) -> tuple[str, str] | None:
-    """`link CODE 123456`: the code and the six digits its answer sent to the number, or None."""
+    """`link CODE 123456`: the code and the six digits its answer sent to the number, or None. The
+    digits typed against the code (`link CODE123456`) are told apart by the code's fixed length."""
     if (command := _LINK_COMMAND.match(text.strip())) and command[1]:
         code, _, typed = command[1].strip().rpartition(" ")
+        if not code and len(glued := re.sub(r"[\s-]", "", typed)) == CODE_LENGTH + 6:
+            code, typed = glued[:CODE_LENGTH], glued[CODE_LENGTH:]
         if (digits := six_digits(typed)) and looks_like_code(code):
             return code, digits
     return None

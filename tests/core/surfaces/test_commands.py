@@ -81,6 +81,10 @@ def test_a_forget_confirmation_carries_the_code_it_was_sent(text: str, expected:
         ("link ABC234XYZ", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ")),
         ("link ABC234XYZ ０４２９１７", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ", confirmation="042917")),
         ("link me to the article 042917", None),  # a sentence, for the thread
+        # the digits typed against the code: the code's length tells them apart
+        ("link ABC234XYZ042917", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ", confirmation="042917")),
+        ("link abc-234-xyz042917", LinkRequest(Surface.SMS, "+34600111222", "abc234xyz", confirmation="042917")),
+        ("link ABC234XYZ04291", LinkRequest(Surface.SMS, "+34600111222", "ABC234XYZ04291")),  # a wrong code
     ],
 )
 def test_a_link_confirmation_carries_the_digits_the_number_was_sent(text: str, expected: LinkRequest | None) -> None:
