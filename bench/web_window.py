@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -32,14 +33,22 @@ from functions.runtime import context_limits
 from functions.settings import Settings
 
 LENGTHS = (50, 5_000)
-# A conversation of `length` messages, a minute apart, the newest now.
-HISTORY = """
-insert into messages (conversation_id, user_id, surface, role, content, created_at)
-select %(conversation)s, %(person)s, 'web', case when n %% 2 = 1 then 'user' else 'assistant' end,
-       'message ' || n || ' of a long conversation, long enough to look like a real one',
-       now() - (%(length)s - n) * interval '1 minute'
-  from generate_series(1, %(length)s) n
-"""
+
+
+def store_conversation(
+    database_url: str, person: uuid.UUID, conversation: uuid.UUID, length: int, apart: timedelta = timedelta(minutes=1)
+) -> None:
+    """`length` messages of a web conversation, `apart` from one another, the newest now ("message
+    1 of ...", the person's first; the tests use it too)."""
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            "insert into messages (conversation_id, user_id, surface, role, content, created_at)"
+            " select %(conversation)s, %(person)s, 'web', case when n %% 2 = 1 then 'user' else 'assistant' end,"
+            "        'message ' || n || ' of a long conversation, long enough to look like a real one',"
+            "        now() - (%(length)s - n) * %(apart)s"
+            "   from generate_series(1, %(length)s) n",
+            {"conversation": conversation, "person": person, "length": length, "apart": apart},
+        )
 
 
 def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 200) -> dict[str, Any]:
@@ -50,8 +59,8 @@ def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 20
     for length in lengths:
         person = uuid.uuid4()
         conversation = memory.create_conversation(person).id
+        store_conversation(database_url, person, conversation, length)
         with psycopg.connect(database_url, autocommit=True) as connection:
-            connection.execute(HISTORY, {"conversation": conversation, "person": person, "length": length})
             connection.execute("analyze messages")  # as autovacuum would after the conversation grew
         for _ in range(6):  # warm: statements prepared, the conversation's mark set
             ours_web_turn(memory, person, conversation)

@@ -77,47 +77,59 @@ $$;
 -- the planner, taking the conversation for an average one, read them all and sorted them. The
 -- conversation keeps a count up to one of its messages (conversations.sql's `counted`), and only
 -- the messages after it are counted here. Once there are more than p_limit + p_step of those, the
--- mark moves to the p_limit-th newest, so a turn counts at most p_limit + p_step + 1 rows,
--- whatever the conversation's length, and writes the mark once in about p_step / 2 turns; while at
--- least p_limit messages follow the mark, the window (at most p_limit) is among them. Two turns
--- moving it at once each write a true count (what either has not seen is newer than its mark). A
--- purge or a merge that removes or moves messages sets it back to null (counted whole once more).
+-- mark moves to the one before the p_limit newest, so a web turn counts at most p_limit + p_step + 2
+-- rows (and, in a chat the web opens now and then, what was said there since), whatever the
+-- conversation's length, and writes the mark once in about p_step / 2 turns; while at least
+-- p_limit messages follow the mark, the window (at most p_limit) is among them. The count and the
+-- new mark are read in one statement (one snapshot: a reply committed in between would shift one
+-- and not the other), and the mark is written only over the one this turn read: a purge's or a
+-- merge's reset (null: counted whole once more) and another turn's move win. A mark past the
+-- message (an owed one answered late) is not used.
 create function crossmem_private.conversation_length(
     p_user_id uuid, p_conversation_id uuid, p_until_at timestamptz, p_until_id bigint, p_limit integer,
     p_step integer, out total bigint, out since timestamptz
 ) language plpgsql set search_path = '' as $$
 declare
     v_counted bigint;
-    v_from_at timestamptz;
-    v_from_id bigint;
+    v_at timestamptz;
+    v_id bigint;
+    v_from_at timestamptz := '-infinity';
+    v_from_id bigint := 0;
+    v_base bigint := 0;
     v_after bigint;
-    v_mark record;
+    v_mark_at timestamptz;
+    v_mark_id bigint;
 begin
-    select coalesce(c.counted, 0), coalesce(c.counted_at, '-infinity'), coalesce(c.counted_id, 0)
-      into v_counted, v_from_at, v_from_id
+    select c.counted, c.counted_at, c.counted_id into v_counted, v_at, v_id
       from public.conversations c
      where c.id = p_conversation_id and c.user_id = p_user_id;
-    select count(*) into v_after
-      from public.messages m
-     where m.conversation_id = p_conversation_id and m.user_id = p_user_id
-       and (m.created_at, m.id) > (v_from_at, v_from_id)
-       and (m.created_at, m.id) <= (p_until_at, p_until_id);
-    total := v_counted + v_after;
-    if v_after > p_limit + p_step then
-        select m.created_at, m.id into v_mark
-          from public.messages m
-         where m.conversation_id = p_conversation_id and m.user_id = p_user_id
-           and (m.created_at, m.id) <= (p_until_at, p_until_id)
-         order by m.created_at desc, m.id desc
-        offset p_limit
-         limit 1;
+    if v_counted is not null and (v_at, v_id) <= (p_until_at, p_until_id) then
+        v_base := v_counted; v_from_at := v_at; v_from_id := v_id;
+    end if;
+    -- the count and the new mark in one statement: one snapshot
+    with n as (select count(*) as after
+                 from public.messages m
+                where m.conversation_id = p_conversation_id and m.user_id = p_user_id
+                  and (m.created_at, m.id) > (v_from_at, v_from_id)
+                  and (m.created_at, m.id) <= (p_until_at, p_until_id))
+    select n.after, k.created_at, k.id into v_after, v_mark_at, v_mark_id
+      from n left join lateral (
+           select m.created_at, m.id from public.messages m
+            where n.after > p_limit + p_step
+              and m.conversation_id = p_conversation_id and m.user_id = p_user_id
+              and (m.created_at, m.id) <= (p_until_at, p_until_id)
+            order by m.created_at desc, m.id desc offset p_limit limit 1) k on true;
+    total := v_base + v_after;
+    if v_mark_id is not null then
+        -- only over the mark this turn read: a purge's or a merge's reset, or another turn's move, wins
         update public.conversations c
-           set counted = total - p_limit, counted_at = v_mark.created_at, counted_id = v_mark.id
-         where c.id = p_conversation_id and c.user_id = p_user_id;
-        v_from_at := v_mark.created_at;
+           set counted = total - p_limit, counted_at = v_mark_at, counted_id = v_mark_id
+         where c.id = p_conversation_id and c.user_id = p_user_id
+           and c.counted is not distinct from v_counted and c.counted_at is not distinct from v_at
+           and c.counted_id is not distinct from v_id;
+        v_from_at := v_mark_at;
         v_after := p_limit;
     end if;
-    -- fewer than p_limit after the mark: CONTEXT_MAX_MESSAGES was raised since it was set
     since := case when v_after >= p_limit then v_from_at else '-infinity' end;
 end;
 $$;

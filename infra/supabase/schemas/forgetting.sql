@@ -213,6 +213,7 @@ declare
     v_from_at timestamptz := least(p_below_at, v_cutoff);
     v_from_id bigint := case when p_below_at < v_cutoff then p_below_id else 0 end;
     v_result jsonb;
+    v_conversations uuid[];
 begin
     with candidates as (
         select m.ctid, m.created_at, m.id
@@ -232,10 +233,6 @@ begin
          using candidates c
          where m.ctid = c.ctid and not p_dry_run
         returning m.conversation_id
-    ), uncounted as (
-        -- their conversations' counts (conversations.sql's `counted`) are counted whole again
-        update public.conversations c set counted = null, counted_at = null, counted_id = null
-         where c.id in (select d.conversation_id from deleted d) and c.counted is not null
     ), last as (
         select c.created_at, c.id from candidates c order by c.created_at, c.id limit 1
     )
@@ -244,8 +241,12 @@ begin
                'candidates', (select count(*) from candidates),
                'deleted', (select count(*) from deleted),
                'below_at', (select l.created_at from last l),
-               'below_id', (select l.id from last l))
-      into v_result;
+               'below_id', (select l.id from last l)),
+           (select array_agg(distinct d.conversation_id) from deleted d)
+      into v_result, v_conversations;
+    -- after the delete and its foreign keys' actions (messages, then conversations, as a turn)
+    update public.conversations c set counted = null, counted_at = null, counted_id = null
+     where c.id = any(v_conversations) and c.counted is not null;
     return v_result;
 end;
 $$;

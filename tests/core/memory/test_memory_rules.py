@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.memory_core import fill
+from bench.web_window import store_conversation
 from core.errors import EmptyMessage, MessageTooLong
 from core.memory.service import Memory
 from core.models import Person, Surface
@@ -232,16 +233,9 @@ def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_
     for length in (20, 2_000):
         person = uuid.uuid4()
         conversation = memory.create_conversation(person).id
-        with psycopg.connect(database_url, autocommit=True) as connection:
-            connection.execute(
-                "insert into messages (conversation_id, user_id, surface, role, content, created_at)"
-                " select %s, %s, 'web', case when n %% 2 = 0 then 'user' else 'assistant' end, 'm' || n,"
-                "        now() - (%s - n) * interval '1 minute'"
-                "   from generate_series(1, %s) n",
-                (conversation, person, length, length),
-            )
+        store_conversation(database_url, person, conversation, length)
         first = memory.begin_turn(Person(user_id=person), Surface.WEB, "first", uuid.uuid4().hex, conversation)
-        assert [m.content for m in first.history][-2:] == [f"m{length}", "first"]
+        assert first.history[-2].content.startswith(f"message {length} ") and first.history[-1].content == "first"
         reads[length] = web_turn_reads(database_url, person, conversation, limit, step)
         marks[length] = rows(database_url, "select counted from conversations where id = %s", conversation)
     assert reads[2_000] == reads[20] <= 4 * limit, (reads, marks)
