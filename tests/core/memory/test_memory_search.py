@@ -198,6 +198,22 @@ def test_a_question_as_a_person_asks_it_finds_its_message_in_either_language(mem
     assert memory.search(person, "what did I say?") == []
 
 
+def test_a_question_of_a_thousand_characters_searches_by_its_sixteen_longest_words(
+    memory: Memory, database_url: str
+) -> None:
+    """Some 140 words `or`-ed read everyone's messages (the planner took them for most of the
+    table); the longest words are the rarer, as a rule, and the ones kept."""
+    person = uuid.uuid4()
+    found = planted(database_url, person, "telegram", "user", "The physiotherapist moved me to Thursdays", 40)
+    filler = " ".join(f"w{n:03d}" for n in range(200))  # 200 words of four characters
+    question = f"when does the physiotherapist see me? {filler}"[:1000]  # as long as a search may be
+    with psycopg.connect(database_url) as connection:
+        [(terms,)] = connection.execute("select crossmem_private.search_terms(%s)", (question,)).fetchall()
+    assert len(terms) == 16 and "physiotherapist" in terms
+    assert terms == sorted(["physiotherapist", *[f"w{n:03d}" for n in range(15)]])
+    assert memory.search(person, question)[0].message.id == found
+
+
 def test_a_search_that_fails_tells_the_model_and_the_turn_still_answers(
     store: PostgresStore, fake: FakeAnthropic
 ) -> None:
