@@ -200,16 +200,18 @@ def test_a_long_web_conversation_steps_as_the_rule_says(store: PostgresStore, da
 
 def web_turn_reads(database_url: str, person: uuid.UUID, conversation: uuid.UUID, limit: int, step: int) -> int:
     """The rows of `messages` a web begin_turn fetched through an index (the statistics of its own
-    transaction, rolled back)."""
+    transaction, rolled back), with the budget on (TOKENS_PER_DAY's default) and the plans a session
+    keeps after five calls (generic ones)."""
     with psycopg.connect(database_url) as connection:
+        connection.execute("set plan_cache_mode = force_generic_plan")
         connection.execute(
             """select public.begin_turn(
                    p_surface => 'web', p_content => 'and now?', p_external_id => %s, p_user_id => %s,
                    p_sender_id => null, p_conversation_id => %s, p_window_hours => 24, p_max_messages => %s,
                    p_window_step => %s, p_web_prepend => 2, p_attempt => gen_random_uuid(), p_turns_per_minute => 0,
-                   p_turns_per_day => 0, p_tokens_per_day => 0, p_answer_within_seconds => 60, p_sender => null,
+                   p_turns_per_day => 0, p_tokens_per_day => 2000000, p_answer_within_seconds => 60, p_sender => null,
                    p_sender_alias => null, p_platform_ref => null, p_reply_ref => null, p_quoted => null,
-                   p_input_tokens => 0, p_output_tokens => 0, p_requests => 0, p_language => null)""",
+                   p_input_tokens => 0, p_output_tokens => 1024, p_requests => 1, p_language => null)""",
             (uuid.uuid4().hex, person, conversation, limit, step),
         )
         row = connection.execute(
@@ -224,9 +226,10 @@ def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_
     store: PostgresStore, database_url: str
 ) -> None:
     """The web's window counts its conversation from the first message: without the conversation's
-    mark, a turn read every message of it (context.sql's conversation_length); and the other apps'
+    mark, a turn read every message of it (context.sql's conversation_length); the other apps'
     latest messages put before it were looked for among the person's messages of the day, each of
-    this conversation's read to find none (turn.sql's turn_context)."""
+    this conversation's read to find none (turn.sql's turn_context); and the budget's estimate of
+    the window read the conversation whole in a generic plan (turn_input_tokens)."""
     limit, step = 6, 4
     memory = Memory(store, context_limits(max_messages=limit, window_step=step, web_prepend=2))
     reads, marks = {}, {}
@@ -238,7 +241,8 @@ def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_
         assert first.history[-2].content.startswith(f"message {length} ") and first.history[-1].content == "first"
         reads[length] = web_turn_reads(database_url, person, conversation, limit, step)
         marks[length] = rows(database_url, "select counted from conversations where id = %s", conversation)
-    assert reads[2_000] == reads[20] <= 4 * limit, (reads, marks)
+    # as many, give or take the row at the mark (generic plans read from it); 2,014 against 19 before
+    assert abs(reads[2_000] - reads[20]) <= 1 and reads[2_000] <= 4 * limit, (reads, marks)
 
 
 @pytest.mark.parametrize(("limit", "step"), [(5, 8), (1, 1), (3, 100)])
