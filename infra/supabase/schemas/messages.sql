@@ -117,25 +117,47 @@ create or replace function public.conversation_messages(
     p_conversation_id uuid,
     p_before_id bigint,
     p_limit integer
-) returns jsonb language sql stable set search_path = '' as $$
-    select case when c.id is null then jsonb_build_object('error', 'conversation_not_found')
-           else jsonb_build_object(
-               'conversation', jsonb_build_object('id', c.id, 'surface', c.surface, 'title', c.title,
-                                                  'created_at', c.created_at, 'updated_at', c.updated_at),
-               'messages', (
-                   select coalesce(jsonb_agg(to_jsonb(p) order by p.created_at, p.id), '[]'::jsonb)
-                     from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-                             from public.messages m
-                            where m.conversation_id = c.id and m.user_id = p_user_id
-                              and (p_before_id is null
-                                   or (m.created_at, m.id) < (b.created_at, b.id)
-                                   or b.id is null and m.id < p_before_id)
-                            order by m.created_at desc, m.id desc
-                            limit p_limit) p))
-           end
-      from (select 1) one
-      left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id
-      left join public.messages b on b.id = p_before_id and b.conversation_id = c.id and b.user_id = p_user_id;
+) returns jsonb language plpgsql stable set search_path = ''
+  -- Taking a conversation for an average one (a few dozen messages), a plan read the whole of it
+  -- through a bitmap and sorted it to keep a page (50 to 90 ms at 100,000 messages): the page is
+  -- the conversation's index walked from the cursor down, stopped at the page's end.
+  set enable_bitmapscan = off as $$
+declare
+    v_conversation record;
+    -- The page ends before the cursor's place; a cursor since forgotten pages by its id alone.
+    v_before_at timestamptz := 'infinity';
+    v_before bigint := 9223372036854775807;
+    v_below_id bigint;
+begin
+    select c.id, c.surface, c.title, c.created_at, c.updated_at into v_conversation
+      from public.conversations c where c.id = p_conversation_id and c.user_id = p_user_id;
+    if v_conversation.id is null then
+        return jsonb_build_object('error', 'conversation_not_found');
+    end if;
+    if p_before_id is not null then
+        select b.created_at, b.id into v_before_at, v_before
+          from public.messages b
+         where b.id = p_before_id and b.conversation_id = p_conversation_id and b.user_id = p_user_id;
+        if not found then
+            v_before_at := 'infinity';
+            v_before := 9223372036854775807;
+            v_below_id := p_before_id;
+        end if;
+    end if;
+    return jsonb_build_object(
+        'conversation', jsonb_build_object('id', v_conversation.id, 'surface', v_conversation.surface,
+                                           'title', v_conversation.title, 'created_at', v_conversation.created_at,
+                                           'updated_at', v_conversation.updated_at),
+        'messages', (
+            select coalesce(jsonb_agg(to_jsonb(p) order by p.created_at, p.id), '[]'::jsonb)
+              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                      from public.messages m
+                     where m.conversation_id = p_conversation_id and m.user_id = p_user_id
+                       and (m.created_at, m.id) < (v_before_at, v_before)
+                       and (v_below_id is null or m.id < v_below_id)
+                     order by m.created_at desc, m.id desc
+                     limit p_limit) p));
+end;
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and

@@ -245,6 +245,38 @@ def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_
     assert abs(reads[2_000] - reads[20]) <= 1 and reads[2_000] <= 4 * limit, (reads, marks)
 
 
+def page_reads(
+    database_url: str, person: uuid.UUID, conversation: uuid.UUID, before: int | None
+) -> tuple[int, list[int]]:
+    """The rows of `messages` a page of 10 fetched through an index, in a generic plan, and its ids."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute("set plan_cache_mode = force_generic_plan")
+        [(page,)] = connection.execute(
+            "select public.conversation_messages(%s, %s, %s, 10)", (person, conversation, before)
+        ).fetchall()
+        [(reads,)] = connection.execute(
+            "select idx_tup_fetch from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
+        ).fetchall()
+        connection.rollback()
+    return int(reads), [message["id"] for message in page["messages"]]
+
+
+def test_a_page_of_a_conversation_of_months_reads_what_a_page_of_a_day_reads(
+    memory: Memory, database_url: str
+) -> None:
+    """GET /conversations/<id>/messages: each page read the whole conversation and sorted it."""
+    reads = {}
+    for length in (30, 3_000):
+        person = uuid.uuid4()
+        conversation = memory.create_conversation(person).id
+        store_conversation(database_url, person, conversation, length)
+        first, ids = page_reads(database_url, person, conversation, None)
+        second, older = page_reads(database_url, person, conversation, ids[0])
+        assert len(ids) == len(older) == 10 and older[-1] < ids[0]
+        reads[length] = (first, second)
+    assert reads[3_000] == reads[30], reads
+
+
 @pytest.mark.parametrize(("limit", "step"), [(5, 8), (1, 1), (3, 100)])
 def test_a_step_longer_than_the_window_never_empties_it(store: PostgresStore, limit: int, step: int) -> None:
     from core.models import Role
