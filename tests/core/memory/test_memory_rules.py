@@ -261,9 +261,7 @@ def page_reads(
     return int(reads), [message["id"] for message in page["messages"]]
 
 
-def test_a_page_of_a_conversation_of_months_reads_what_a_page_of_a_day_reads(
-    memory: Memory, database_url: str
-) -> None:
+def test_a_page_of_a_conversation_of_months_reads_what_a_page_of_a_day_reads(memory: Memory, database_url: str) -> None:
     """GET /conversations/<id>/messages: each page read the whole conversation and sorted it."""
     reads = {}
     for length in (30, 3_000):
