@@ -1,7 +1,8 @@
 """A web turn in a conversation of months (`python -m bench.web_window`): the whole turn (its two
-calls through `Memory`) in a web conversation of `lengths` stored messages, ours beside the seed's
-web turn in the same conversation, interleaved, p50 ms; and ours at the longest over ours at the
-shortest (`ratios.web_turn_5k_over_50`).
+calls through `Memory`, the day's tokens counted as TOKENS_PER_DAY's default counts them) in a web
+conversation of `lengths` stored messages, ours beside the seed's web turn in the same
+conversation, interleaved, p50 ms; and ours at the longest over ours at the shortest
+(`ratios.web_turn_5k_over_50`).
 
 The web's window counts its conversation from the first message (the stepped window's rule), so
 a turn counted every message of it, and its rows could be read whole when the planner took the
@@ -24,10 +25,11 @@ from typing import Any
 
 import psycopg
 
-from bench.memory_core import USER_TEXT, ms, ours_web_turn, seed_answer
+from bench.memory_core import REPLY_TEXT, USER_TEXT, ms, seed_answer
 from bench.results import RESULTS, bench_database, save
 from bench.seed import SeedPattern
-from core.memory.service import Memory
+from core.memory.service import Memory, TurnBudget, TurnEstimate
+from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from functions.runtime import context_limits
 from functions.settings import Settings
@@ -53,7 +55,11 @@ def store_conversation(
 
 def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 200) -> dict[str, Any]:
     """p50 ms of a whole web turn, ours and the seed's, in a conversation of each length."""
-    memory = Memory(PostgresStore(database_url), context_limits(Settings.defaults()))
+    defaults = Settings.defaults()
+    # The day's tokens as a deployment counts them (TOKENS_PER_DAY, on by default: its estimate
+    # reads the window too); no turn limits, which 200 turns a minute would meet.
+    budget = TurnBudget(tokens_per_day=defaults.tokens_per_day, reply_tokens=defaults.anthropic_max_tokens)
+    memory = Memory(PostgresStore(database_url), context_limits(defaults), budget)
     seed = SeedPattern(database_url)
     figures: dict[str, dict[str, float]] = {}
     for length in lengths:
@@ -63,12 +69,12 @@ def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 20
         with psycopg.connect(database_url, autocommit=True) as connection:
             connection.execute("analyze messages")  # as autovacuum would after the conversation grew
         for _ in range(6):  # warm: statements prepared, the conversation's mark set
-            ours_web_turn(memory, person, conversation)
+            web_turn(memory, person, conversation)
             seed.web_turn(person, conversation, USER_TEXT, seed_answer)
         ours, theirs = [], []
         for _ in itertools.repeat(None, turns):
             began = time.perf_counter()
-            ours_web_turn(memory, person, conversation)
+            web_turn(memory, person, conversation)
             ours.append(time.perf_counter() - began)
             began = time.perf_counter()
             seed.web_turn(person, conversation, USER_TEXT, seed_answer)
@@ -77,6 +83,15 @@ def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 20
     memory.store.close()
     seed.close()
     return figures
+
+
+def web_turn(memory: Memory, person: uuid.UUID, conversation: uuid.UUID) -> None:
+    """A whole web turn's two calls, its tokens reserved and settled as a turn does."""
+    start = memory.begin_turn(
+        Person(user_id=person), Surface.WEB, USER_TEXT, uuid.uuid4().hex, conversation, estimate=TurnEstimate(1_500)
+    )
+    assert start.message_id is not None and not start.degraded and start.reserved_tokens > 0
+    memory.finish_turn(person, start.message_id, REPLY_TEXT, tokens=2_000, reserved=start.reserved_tokens)
 
 
 def ratio(figures: dict[str, dict[str, float]]) -> float:
