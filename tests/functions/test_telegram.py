@@ -167,6 +167,9 @@ def test_one_update_delivered_three_times_is_one_turn(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
     fake_anthropic.behaviour = "ok"
+    # The first delivery's model takes a while, so the other two arrive while its attempt runs
+    # (on a loaded machine a thread could start after a quick answer and find it stored: 200).
+    fake_anthropic.latency_s = (0.5, 0.5)
     client = app_client("telegram_webhook")
     concurrent = update("three times at once")
     statuses: list[int] = []
@@ -180,6 +183,7 @@ def test_one_update_delivered_three_times_is_one_turn(
         thread.start()
     for thread in threads:
         thread.join()
+    fake_anthropic.latency_s = (0.0, 0.0)
     in_sequence = update("three times in a row")
     for _ in range(3):
         statuses.append(client.post("/", json=in_sequence, headers=TELEGRAM_HEADERS).status_code)
