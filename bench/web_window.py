@@ -13,7 +13,6 @@ conversation for an average one; the conversation now keeps a count up to a mark
 
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 import sys
@@ -72,7 +71,7 @@ def measure(database_url: str, lengths: Sequence[int] = LENGTHS, turns: int = 20
             web_turn(memory, person, conversation)
             seed.web_turn(person, conversation, USER_TEXT, seed_answer)
         ours, theirs = [], []
-        for _ in itertools.repeat(None, turns):
+        for _ in range(turns):
             began = time.perf_counter()
             web_turn(memory, person, conversation)
             ours.append(time.perf_counter() - began)
