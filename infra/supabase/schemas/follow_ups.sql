@@ -296,8 +296,8 @@ $$;
 -- delivering it needs: `identity_user` (whom its chat or number belongs to now: an unlinked one
 -- is no longer the person's), `last_sender` and `last_sender_user` (the chat or number the person
 -- last wrote from on its app, a WhatsApp BSUID or number, and whom that belongs to now: said
--- there, whichever id they wrote with) and `last_whatsapp_at` (the person's last WhatsApp
--- message, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
+-- there, whichever id they wrote with) and, for a WhatsApp one, `last_whatsapp_at` (the person's
+-- last WhatsApp message, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
 -- had begun to send (tried) are given up, as they may have gone out; the ones it never reached
 -- are due again. The same call retried
 -- after its first try committed (its answer lost with the connection) answers what p_claim
@@ -338,8 +338,12 @@ begin
                'last_sender', l.sender,
                'last_sender_user', (select i.user_id from public.identities i
                                      where i.surface = t.surface and i.external_id = l.sender),
-               'last_whatsapp_at', (select max(m.created_at) from public.messages m
-                                     where m.user_id = t.user_id and m.surface = 'whatsapp' and m.role = 'user'))
+               -- only where it is read: looked for on another app's, it read every message of a
+               -- person who never wrote on WhatsApp
+               'last_whatsapp_at', case when t.surface = 'whatsapp' then
+                                       (select max(m.created_at) from public.messages m
+                                         where m.user_id = t.user_id and m.surface = 'whatsapp' and m.role = 'user')
+                                   end)
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
       from public.follow_ups t

@@ -9,6 +9,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
+
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
@@ -128,3 +130,59 @@ def test_a_persons_pending_follow_ups_are_only_theirs(store: PostgresStore, memo
     assert [item["content"] for item in listed] == ["Mine."]
     start = memory.begin_turn(Person(user_id=person), Surface.WEB, "what's pending?", f"web-{uuid.uuid4().hex}")
     assert [f.content for f in start.follow_ups] == ["Mine."]
+
+
+# The rows of `messages` this transaction has read, by an index or by a scan.
+READ = "select idx_tup_fetch + seq_tup_read from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
+
+
+def claim_reads(database_url: str, person: uuid.UUID, length: int) -> tuple[int, list[dict[str, Any]]]:
+    """The rows of `messages` the job's claim read, by an index or a scan (its own transaction's
+    statistics, rolled back) when one Telegram follow-up of `person`'s, who wrote `length` messages
+    there and never one on WhatsApp, is due; and what it claimed."""
+    with psycopg.connect(database_url) as connection:
+        [(conversation,)] = connection.execute(
+            "insert into conversations (user_id, surface) values (%s, 'telegram') returning id", (person,)
+        ).fetchall()
+        connection.execute(
+            "insert into messages (conversation_id, user_id, surface, role, content, sender, created_at)"
+            " select %(conversation)s, %(person)s, 'telegram', 'user', 'message ' || n, '4242',"
+            "        now() - (%(length)s - n) * interval '1 minute'"
+            "   from generate_series(1, %(length)s) n",
+            {"conversation": conversation, "person": person, "length": length},
+        )
+        connection.execute(
+            "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, next_attempt_at)"
+            " values (%s, %s, 'telegram', '4242', 'Stretch.', now(), now())",
+            (person, conversation),
+        )
+        connection.execute("analyze messages")
+        connection.execute("select pg_stat_clear_snapshot()")
+        [(before,)] = connection.execute(READ).fetchall()
+        [(answer,)] = connection.execute(
+            "select public.claim_due_follow_ups(now() + interval '1 minute', 50, 60, gen_random_uuid())"
+        ).fetchall()
+        [(after,)] = connection.execute(READ).fetchall()
+        connection.rollback()
+    return int(after) - int(before), answer["claimed"]
+
+
+def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_of_a_day(database_url: str) -> None:
+    """Each claimed follow-up comes with the person's last WhatsApp message (WhatsApp's 24-hour
+    window), which was looked for whatever the follow-up's app: for a person who never wrote on
+    WhatsApp, every message they ever wrote was read at each claim."""
+    with psycopg.connect(database_url, autocommit=True) as connection:  # others' messages: a plan by index
+        connection.execute(
+            "with people as (select gen_random_uuid() as person from generate_series(1, 200)),"
+            " chats as (insert into conversations (user_id, surface) select person, 'telegram' from people"
+            "           returning id, user_id)"
+            " insert into messages (conversation_id, user_id, surface, role, content, sender)"
+            " select c.id, c.user_id, 'telegram', 'user', 'hello ' || n, '1' from chats c, generate_series(1, 50) n"
+        )
+    reads = {}
+    for length in (20, 2_000):
+        person = uuid.uuid4()
+        reads[length], [claimed] = claim_reads(database_url, person, length)
+        assert (claimed["user_id"], claimed["surface"], claimed["last_sender"]) == (str(person), "telegram", "4242")
+        assert claimed["last_whatsapp_at"] is None
+    assert reads[2_000] == reads[20] <= 2, reads
