@@ -271,6 +271,14 @@ class ConversationPage:
 
 
 @dataclass(frozen=True)
+class ConversationList:
+    """A page of a person's conversations, the latest active first; `has_more`: others are left."""
+
+    conversations: list[Conversation]
+    has_more: bool
+
+
+@dataclass(frozen=True)
 class Neighbour:
     """The message just before or after a search hit in its conversation: what it answered, or
     what answered it."""

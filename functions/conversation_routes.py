@@ -1,6 +1,7 @@
 """The web's conversation routes, inside `web_chat` (locally under `/chat`):
 
-GET  /conversations                  the person's conversations (web and the other surfaces')
+GET  /conversations                  the person's conversations (web and the other surfaces'), paged
+                                     with ?before=<conversation id>&limit=
 POST /conversations                  start a web conversation: 201 with it
 GET  /conversations/<id>/messages    one conversation's messages, paged with ?before=<id>&limit=
 """
@@ -13,13 +14,15 @@ import flask
 
 from functions import runtime
 from functions.http import json_response, read_json
-from functions.paging import page_query
+from functions.paging import conversations_query, page_query
 from functions.web_models import NewConversation
 
 
 def list_conversations(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
-    listed = runtime.memory().list_conversations(person)
-    return json_response({"conversations": [c.as_json() for c in listed]}, headers=cors)
+    query = conversations_query(request.args)
+    listed = runtime.memory().list_conversations(person, query.before, query.limit)
+    body = {"conversations": [c.as_json() for c in listed.conversations], "has_more": listed.has_more}
+    return json_response(body, headers=cors)
 
 
 def create_conversation(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:

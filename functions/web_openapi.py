@@ -48,6 +48,7 @@ class ConversationAnswer(BaseModel):
 
 class ConversationList(BaseModel):
     conversations: list[ConversationAnswer]
+    has_more: bool
 
 
 class MessageAnswer(BaseModel):
@@ -220,8 +221,12 @@ def paths() -> dict[str, Any]:
         },
         "/conversations": {
             "get": {
-                "summary": "The person's conversations, newest first",
-                "responses": answered("200", ConversationList, "the conversations"),
+                "summary": "The person's conversations, the latest active first, paged",
+                "parameters": [
+                    query("before", {"type": "string", "format": "uuid"}, "conversations after this one"),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "how many (default 50)"),
+                ],
+                "responses": answered("200", ConversationList, "a page of the conversations"),
             },
             "post": {
                 "summary": "Start a web conversation (its id is a useChat chat id)",

@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
 from core.models import (
     Conversation,
+    ConversationList,
     ConversationPage,
     FollowUp,
     MemoryHit,
@@ -377,9 +378,17 @@ class Memory:
         row = self.store.call("create_conversation", {"p_user_id": str(user_id), "p_title": storable(title)[:200]})
         return Conversation.from_row(row)
 
-    def list_conversations(self, user_id: UUID, limit: int = 50) -> list[Conversation]:
-        rows = self.store.call("list_conversations", {"p_user_id": str(user_id), "p_limit": limit})
-        return [Conversation.from_row(row) for row in rows]
+    def list_conversations(self, user_id: UUID, before: UUID | None = None, limit: int = 50) -> ConversationList:
+        """The person's conversations last active before `before` (one of theirs: NotFound else)."""
+        # One row more than asked tells whether others are left, in the same round trip.
+        rows = self.store.call(
+            "list_conversations",
+            {"p_user_id": str(user_id), "p_limit": limit + 1, "p_before": str(before) if before else None},
+        )
+        if rows is None:
+            raise NotFound("no such conversation")
+        listed = [Conversation.from_row(row) for row in rows]
+        return ConversationList(listed[:limit], has_more=len(listed) > limit)
 
     def conversation_messages(
         self, user_id: UUID, conversation_id: UUID, before_id: int | None = None, limit: int = 50

@@ -53,7 +53,7 @@ def test_every_surface_has_its_setting_and_its_rows_in_the_docs_tables() -> None
     listed = re.search(r"`surface` one of ([^;]+);", API)
     assert listed is not None
     searchable = set(re.findall(r"`(\w+)`", listed[1]))
-    conversations = next(line for line in API.splitlines() if line.startswith("| `GET /conversations` |"))
+    conversations = next(line for line in API.splitlines() if line.startswith("| `GET /conversations?"))
     for surface in Surface:
         assert f"{surface.value}_model_deadline" in Settings.model_fields, surface
         assert f"| `{surface.value.upper()}_MODEL_DEADLINE` |" in CONFIGURATION, surface
@@ -125,7 +125,7 @@ def test_each_secondary_conversation_is_titled_by_its_surfaces_rules(store: Post
         memory.finish_turn(start.user_id, start.message_id, "hello")
         other = memory.begin_turn(Person(sender_id="+34600999999"), surface, "hi", uuid.uuid4().hex)
         assert other.user_id is not None and other.user_id != start.user_id
-        [conversation] = memory.list_conversations(start.user_id)
+        [conversation] = memory.list_conversations(start.user_id).conversations
         assert (conversation.surface, conversation.title) == (surface, rules(surface).title())
         assert conversation.as_json()["title"] == f"[{rules(surface).label}]"
 

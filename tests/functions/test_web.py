@@ -118,6 +118,41 @@ def test_bad_tokens_are_401_and_store_nothing(
     assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
 
 
+def test_the_conversations_are_paged_the_latest_active_first(web: FlaskClient) -> None:
+    """A person with more conversations than a page reaches every one: GET /conversations gave the
+    50 latest and no way to the others."""
+    person = uuid.uuid4()
+    made = [web.post("/conversations", json={"title": f"c{n}"}, headers=bearer(person)).get_json() for n in range(5)]
+    answered = web.post("/", json={"message": "back to c1", "conversation_id": made[1]["id"]}, headers=bearer(person))
+    assert answered.status_code == 200
+
+    def page(query: str) -> tuple[list[str], bool]:
+        response = web.get(f"/conversations{query}", headers=bearer(person))
+        assert response.status_code == 200, response.get_json()
+        body = response.get_json()
+        return [c["title"] for c in body["conversations"]], body["has_more"]
+
+    assert page("") == (["c1", "c4", "c3", "c2", "c0"], False)
+    assert page("?limit=2") == (["c1", "c4"], True)
+    assert page(f"?limit=2&before={made[4]['id']}") == (["c3", "c2"], True)
+    assert page(f"?limit=2&before={made[2]['id']}") == (["c0"], False)
+    assert page(f"?limit=1&before={made[3]['id']}") == (["c2"], True)
+    refused = {
+        "?before=c1": (400, "before must be a conversation id (a UUID), not 'c1'"),
+        "?limit=0": (400, "limit must be a whole number from 1 to 200, not '0'"),
+        "?limit=201": (400, "limit must be a whole number from 1 to 200, not '201'"),
+        f"?before={uuid.uuid4()}": (404, None),
+    }
+    for query, (status, reason) in refused.items():
+        response = web.get(f"/conversations{query}", headers=bearer(person))
+        assert response.status_code == status, query
+        if reason:
+            assert response.get_json()["message"] == reason
+    gone = made[0]["id"]
+    assert web.delete(f"/conversations/{gone}", headers=bearer(person)).status_code == 204
+    assert web.get(f"/conversations?before={gone}", headers=bearer(person)).status_code == 404
+
+
 def test_nobody_reaches_another_persons_conversation(web: FlaskClient, database_url: str) -> None:
     alice, mallory = uuid.uuid4(), uuid.uuid4()
     conversation = web.post("/conversations", headers=bearer(alice)).get_json()
@@ -135,10 +170,12 @@ def test_nobody_reaches_another_persons_conversation(web: FlaskClient, database_
             environ_base={"HTTP_ACCEPT": "text/event-stream"},
         ),
     ]
-    assert [response.status_code for response in attempts] == [404, 404, 404]
+    # Alice's conversation as where Mallory's list goes on: not found, nothing said of its place
+    attempts.append(web.get(f"/conversations?before={conversation['id']}", headers=bearer(mallory)))
+    assert [response.status_code for response in attempts] == [404, 404, 404, 404]
     assert "secret plan" not in json.dumps([response.get_json() for response in attempts])
     listed = web.get("/conversations", headers=bearer(mallory)).get_json()
-    assert listed == {"conversations": []}
+    assert listed == {"conversations": [], "has_more": False}
     assert stored_count(database_url, alice) == before and stored_count(database_url, mallory) == 0
     own = web.get(f"/conversations/{conversation['id']}/messages", headers=bearer(alice)).get_json()
     assert [m["content"] for m in own["messages"]][0] == "my secret plan"

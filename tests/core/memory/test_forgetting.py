@@ -292,7 +292,7 @@ def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     )
     assert job.run(person).updated == 1
     assert "my locker code is 440" in read_notes(memory.store, person).content
-    telegram = memory.list_conversations(person)[0].id
+    telegram = memory.list_conversations(person).conversations[0].id
     with psycopg.connect(database_url) as connection:
         a_turn = "insert into turn_usage (message_id, user_id) values (-(random() * 1e15)::bigint, %s)"
         connection.execute(a_turn, (person,))

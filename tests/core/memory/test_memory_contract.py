@@ -14,7 +14,7 @@ from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
 from core.memory.forgetting import ForgetRequest, Forgetting, Forgotten
 from core.memory.service import Memory, TurnEstimate
-from core.models import Person, Role, Surface
+from core.models import ConversationList, Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
@@ -198,7 +198,7 @@ def test_conversations_are_listed_opened_and_private(counted: CountedMemory) -> 
     for index in range(5):
         start = memory.begin_turn(Person(user_id=person), Surface.WEB, f"web {index}", f"w{index}", web.id)
         assert start.message_id is not None
-    listed = memory.list_conversations(person)
+    listed = memory.list_conversations(person).conversations
     assert {c.surface for c in listed} == {Surface.WEB, Surface.TELEGRAM}
     assert {c.title for c in listed} == {"trip", "[Telegram]"}
     page = memory.conversation_messages(person, web.id, limit=2)
@@ -214,7 +214,9 @@ def test_conversations_are_listed_opened_and_private(counted: CountedMemory) -> 
         memory.conversation_messages(stranger, web.id)
     with pytest.raises(NotFound):
         memory.begin_turn(Person(user_id=stranger), Surface.WEB, "let me in", "x", web.id)
-    assert memory.list_conversations(stranger) == []
+    assert memory.list_conversations(stranger) == ConversationList([], has_more=False)
+    with pytest.raises(NotFound):  # someone else's conversation is no place to page from
+        memory.list_conversations(stranger, before=web.id)
 
 
 def test_awkward_content_round_trips(counted: CountedMemory) -> None:
@@ -233,7 +235,7 @@ def test_an_untitled_web_conversation_takes_its_first_message_as_title(counted: 
     conversation = memory.create_conversation(person)
     memory.begin_turn(Person(user_id=person), Surface.WEB, "Plans   for\nthe weekend", "w1", conversation.id)
     memory.begin_turn(Person(user_id=person), Surface.WEB, "something else", "w2", conversation.id)
-    assert [c.title for c in memory.list_conversations(person)] == ["Plans for the weekend"]
+    assert [c.title for c in memory.list_conversations(person).conversations] == ["Plans for the weekend"]
 
 
 def test_a_web_message_in_the_telegram_thread_is_not_taken_for_a_redelivery(counted: CountedMemory) -> None:

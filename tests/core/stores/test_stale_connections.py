@@ -170,7 +170,9 @@ def test_a_web_first_message_whose_answer_was_lost_lands_in_one_conversation(
     assert not start.degraded and not start.duplicate
     assert [message.content for message in start.history] == ["a new conversation, no client id"]
     assert person.user_id is not None
-    assert [conversation.id for conversation in memory.list_conversations(person.user_id)] == [start.conversation_id]
+    assert [conversation.id for conversation in memory.list_conversations(person.user_id).conversations] == [
+        start.conversation_id
+    ]
 
 
 def test_a_finish_turn_whose_answer_was_lost_returns_the_reply_it_stored(
@@ -191,18 +193,19 @@ def test_a_finish_turn_whose_answer_was_lost_returns_the_reply_it_stored(
 def test_an_error_that_leaves_the_connection_alive_is_not_retried(
     proxied_store: PostgresStore, proxy: LatencyProxy
 ) -> None:
-    proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50})  # a warm connection
+    nobodys = {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before": None}
+    proxied_store.call("list_conversations", nobodys)  # a warm connection
     proxy.reset()
     with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue"):
         proxied_store.call("begin_turn", begin_turn_arguments(p_surface="web", p_content="no person"))
     assert proxy.round_trips == 1
-    assert proxied_store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50}) == []
+    assert proxied_store.call("list_conversations", nobodys) == []
     assert proxy.round_trips == 2  # and the connection stays in use
 
 
 def test_the_pool_opens_nothing_until_the_first_call(database_url: str, proxy: LatencyProxy) -> None:
     store = PostgresStore(through_proxy(database_url, proxy.port))
     assert proxy.connections == 0
-    assert store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50}) == []
+    assert store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before": None}) == []
     assert proxy.connections == 1
     store.close()
