@@ -230,23 +230,29 @@ def cpu_seconds() -> dict[str, float]:
         tick = os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError):
         return {}
-    postgres = 0
+    idle = fields[3] + fields[4]  # idle, iowait
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "client": own.ru_utime + own.ru_stime,
+        "postgres": sum(postgres_cpu_seconds().values()),
+        "machine": (sum(fields[:8]) - idle) / tick,
+    }
+
+
+def postgres_cpu_seconds() -> dict[int, float]:
+    """CPU seconds spent so far by each running `postgres` process, by pid (an ended one's are gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    spent = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 name, _, rest = stat.read().rpartition(")")
             if name.endswith("(postgres"):
                 utime, stime = rest.split()[11:13]
-                postgres += int(utime) + int(stime)
+                spent[int(pid)] = (int(utime) + int(stime)) / tick
         except (OSError, ValueError):
             continue  # gone meanwhile
-    idle = fields[3] + fields[4]  # idle, iowait
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return {
-        "client": own.ru_utime + own.ru_stime,
-        "postgres": postgres / tick,
-        "machine": (sum(fields[:8]) - idle) / tick,
-    }
+    return spent
 
 
 def cpu_split(before: dict[str, float], after: dict[str, float], turns: int) -> dict[str, float]:

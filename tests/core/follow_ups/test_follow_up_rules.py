@@ -14,6 +14,7 @@ import psycopg
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
+from tests.database import migrated_database
 from tests.helpers import rows
 
 IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
@@ -167,22 +168,23 @@ def claim_reads(database_url: str, person: uuid.UUID, length: int) -> tuple[int,
     return int(after) - int(before), answer["claimed"]
 
 
-def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_of_a_day(database_url: str) -> None:
+def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_of_a_day(postgres_server: str) -> None:
     """Each claimed follow-up comes with the person's last WhatsApp message (WhatsApp's 24-hour
     window), which was looked for whatever the follow-up's app: for a person who never wrote on
     WhatsApp, every message they ever wrote was read at each claim."""
-    with psycopg.connect(database_url, autocommit=True) as connection:  # others' messages: a plan by index
-        connection.execute(
-            "with people as (select gen_random_uuid() as person from generate_series(1, 200)),"
-            " chats as (insert into conversations (user_id, surface) select person, 'telegram' from people"
-            "           returning id, user_id)"
-            " insert into messages (conversation_id, user_id, surface, role, content, sender)"
-            " select c.id, c.user_id, 'telegram', 'user', 'hello ' || n, '1' from chats c, generate_series(1, 50) n"
-        )
-    reads = {}
-    for length in (20, 2_000):
-        person = uuid.uuid4()
-        reads[length], [claimed] = claim_reads(database_url, person, length)
-        assert (claimed["user_id"], claimed["surface"], claimed["last_sender"]) == (str(person), "telegram", "4242")
-        assert claimed["last_whatsapp_at"] is None
-    assert reads[2_000] == reads[20] <= 2, reads
+    with migrated_database(postgres_server) as database_url:  # its others' messages are no other test's
+        with psycopg.connect(database_url, autocommit=True) as connection:  # others' messages: a plan by index
+            connection.execute(
+                "with people as (select gen_random_uuid() as person from generate_series(1, 200)),"
+                " chats as (insert into conversations (user_id, surface) select person, 'telegram' from people"
+                "           returning id, user_id)"
+                " insert into messages (conversation_id, user_id, surface, role, content, sender)"
+                " select c.id, c.user_id, 'telegram', 'user', 'hello ' || n, '1' from chats c, generate_series(1, 50) n"
+            )
+        reads = {}
+        for length in (20, 2_000):
+            person = uuid.uuid4()
+            reads[length], [claimed] = claim_reads(database_url, person, length)
+            assert (claimed["user_id"], claimed["surface"], claimed["last_sender"]) == (str(person), "telegram", "4242")
+            assert claimed["last_whatsapp_at"] is None
+        assert reads[2_000] == reads[20] <= 2, reads
