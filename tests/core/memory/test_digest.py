@@ -107,6 +107,74 @@ def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
     assert read_notes(store, quiet).content.endswith("] my flight is on Tuesday")
 
 
+@pytest.fixture
+def alone(own_database: str) -> Iterator[tuple[Memory, PostgresStore, str]]:
+    """Memory on a database of the test's own: the scheduled run reads everyone's."""
+    store = PostgresStore(own_database)
+    yield Memory(store, WINDOW), store, own_database
+    store.close()
+
+
+def test_the_jobs_run_finds_whom_a_day_of_quiet_made_due_and_leaves_older_threads_to_their_next_message(
+    alone: tuple[Memory, PostgresStore, str],
+) -> None:
+    """The scheduled run (for everyone) looks for due people among those who wrote within twice
+    the window's hours: a thread quiet for a day is digested then; one that stayed undigested for
+    longer (every run failed) is left until the person writes again."""
+    small, store, database_url = alone
+    job = DigestJob(store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=4, window_hours=24))
+    quiet, forgotten = uuid.uuid4(), uuid.uuid4()
+    converse(small, quiet, ["my flight is on Tuesday"])
+    converse(small, forgotten, ["my locker code is 440"])
+    backdate(database_url, quiet, "25 hours")
+    backdate(database_url, forgotten, "49 hours")
+    assert job.run().updated == 1
+    assert read_notes(store, quiet).content.endswith("] my flight is on Tuesday")
+    assert notes_row(database_url, forgotten) is None
+    converse(small, forgotten, ["I'm back"])
+    backdate(database_url, forgotten, "25 hours")  # and quiet again for a day
+    assert job.run().updated == 1
+    assert "] my locker code is 440" in read_notes(store, forgotten).content
+
+
+def claim_reads(database_url: str) -> int:
+    """The rows of `messages` the scheduled run's claim read, by an index or a scan (its own
+    transaction's statistics, rolled back)."""
+    read = "select idx_tup_fetch + seq_tup_read from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
+    with psycopg.connect(database_url) as connection:
+        [(before,)] = connection.execute(read).fetchall()
+        connection.execute("select public.claim_memory_digests(10, 4, 2, 24, 300, 200, null, 0)")
+        [(after,)] = connection.execute(read).fetchall()
+        connection.rollback()
+    return int(after) - int(before)
+
+
+def test_the_jobs_claim_reads_the_last_days_and_not_everyones_history(
+    alone: tuple[Memory, PostgresStore, str],
+) -> None:
+    """Every minute the claim read every message of everyone's to find who is due: 4,000 of the
+    people who were digested long ago."""
+    small, store, database_url = alone
+    job = DigestJob(store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=2, idle_s=0))
+    person = uuid.uuid4()
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    assert job.run().updated == 1  # covered: nothing due
+    with psycopg.connect(database_url, autocommit=True) as connection:  # months of others', digested
+        connection.execute(
+            "with people as (select gen_random_uuid() as person from generate_series(1, 100)),"
+            " chats as (insert into conversations (user_id, surface) select person, 'telegram' from people"
+            "           returning id, user_id),"
+            " said as (insert into messages (conversation_id, user_id, surface, role, content, created_at)"
+            "          select c.id, c.user_id, 'telegram', 'user', 'hello ' || n, now() - n * interval '1 day'"
+            "            from chats c, generate_series(3, 42) n returning user_id, created_at, id)"
+            " insert into memory_notes (user_id, content, revision, written_at, covered_until_at, covered_until_id)"
+            " select user_id, '- hello', 1, now(), max(created_at), max(id) from said group by user_id"
+        )
+        connection.execute("analyze")
+    assert job.run().updated == 0
+    assert claim_reads(database_url) <= 40  # 4,000 before
+
+
 def test_the_notes_date_what_was_said_on_the_persons_clock(
     small: Memory, store: PostgresStore, database_url: str, fake: FakeAnthropic
 ) -> None:
