@@ -279,6 +279,14 @@ class ConversationList:
 
 
 @dataclass(frozen=True)
+class ConversationPlace:
+    """Where a conversation stood in its person's list when it was listed: the next page's start."""
+
+    updated_at: datetime
+    id: UUID
+
+
+@dataclass(frozen=True)
 class Neighbour:
     """The message just before or after a search hit in its conversation: what it answered, or
     what answered it."""

@@ -1,7 +1,7 @@
 """The web's conversation routes, inside `web_chat` (locally under `/chat`):
 
 GET  /conversations                  the person's conversations (web and the other surfaces'), paged
-                                     with ?before=<conversation id>&limit=
+                                     with ?before=<a page's next>&limit=
 POST /conversations                  start a web conversation: 201 with it
 GET  /conversations/<id>/messages    one conversation's messages, paged with ?before=<id>&limit=
 """
@@ -14,14 +14,18 @@ import flask
 
 from functions import runtime
 from functions.http import json_response, read_json
-from functions.paging import conversations_query, page_query
+from functions.paging import conversations_query, next_place, page_query
 from functions.web_models import NewConversation
 
 
 def list_conversations(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     query = conversations_query(request.args)
     listed = runtime.memory().list_conversations(person, query.before, query.limit)
-    body = {"conversations": [c.as_json() for c in listed.conversations], "has_more": listed.has_more}
+    body = {
+        "conversations": [c.as_json() for c in listed.conversations],
+        "has_more": listed.has_more,
+        "next": next_place(listed.conversations[-1]) if listed.has_more else None,
+    }
     return json_response(body, headers=cors)
 
 

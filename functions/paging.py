@@ -1,5 +1,5 @@
 """The paging queries of `GET /conversations/<id>/messages` (`?before=<message id>&limit=<n>`) and
-of `GET /conversations` (`?before=<conversation id>&limit=<n>`), and the whole numbers of other
+of `GET /conversations` (`?before=<a page's next>&limit=<n>`), and the whole numbers of other
 queries (functions/search_query.py).
 
 A value that is not what the README promises is refused with the reason, never guessed at:
@@ -12,8 +12,10 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from core.errors import InputError
+from core.models import Conversation, ConversationPlace
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -36,23 +38,31 @@ def page_query(args: Mapping[str, str]) -> PageQuery:
 
 @dataclass(frozen=True)
 class ConversationsQuery:
-    before: uuid.UUID | None
+    before: ConversationPlace | None
     limit: int
 
 
+# A page's `next`: the last listed conversation's place, `<updated_at in µs since 1970>-<its id>`.
+PLACE = re.compile(r"([0-9]{1,17})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
 def conversations_query(args: Mapping[str, str]) -> ConversationsQuery:
-    """`before` (a conversation's id) and `limit`; InputError saying which is wrong and why."""
+    """`before` (a page's `next`) and `limit`; InputError saying which is wrong and why."""
     limit = bounded_number(args, "limit", MAX_LIMIT, f"a whole number from 1 to {MAX_LIMIT}")
-    return ConversationsQuery(
-        conversation_id(args["before"]) if "before" in args else None, DEFAULT_LIMIT if limit is None else limit
-    )
+    before = None
+    if "before" in args:
+        place = PLACE.fullmatch(args["before"])
+        if place is None:
+            raise InputError(f"before must be a page's `next`, not {args['before'][:40]!r}")
+        before = ConversationPlace(EPOCH + int(place[1]) * MICROSECOND, uuid.UUID(place[2]))
+    return ConversationsQuery(before, DEFAULT_LIMIT if limit is None else limit)
 
 
-def conversation_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise InputError(f"before must be a conversation id (a UUID), not {value[:40]!r}") from None
+def next_place(conversation: Conversation) -> str:
+    """The `next` of a page that ends with `conversation`."""
+    return f"{(conversation.updated_at - EPOCH) // MICROSECOND}-{conversation.id}"
 
 
 def bounded_number(args: Mapping[str, str], name: str, largest: int, expected: str, smallest: int = 1) -> int | None:

@@ -49,6 +49,7 @@ class ConversationAnswer(BaseModel):
 class ConversationList(BaseModel):
     conversations: list[ConversationAnswer]
     has_more: bool
+    next: str | None
 
 
 class MessageAnswer(BaseModel):
@@ -223,7 +224,11 @@ def paths() -> dict[str, Any]:
             "get": {
                 "summary": "The person's conversations, the latest active first, paged",
                 "parameters": [
-                    query("before", {"type": "string", "format": "uuid"}, "conversations after this one"),
+                    query(
+                        "before",
+                        {"type": "string", "pattern": "^[0-9]{1,17}-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$"},
+                        "the previous page's `next`: the conversations after its last one",
+                    ),
                     query("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "how many (default 50)"),
                 ],
                 "responses": answered("200", ConversationList, "a page of the conversations"),

@@ -21,6 +21,7 @@ from core.models import (
     Conversation,
     ConversationList,
     ConversationPage,
+    ConversationPlace,
     FollowUp,
     MemoryHit,
     Person,
@@ -378,15 +379,20 @@ class Memory:
         row = self.store.call("create_conversation", {"p_user_id": str(user_id), "p_title": storable(title)[:200]})
         return Conversation.from_row(row)
 
-    def list_conversations(self, user_id: UUID, before: UUID | None = None, limit: int = 50) -> ConversationList:
-        """The person's conversations last active before `before` (one of theirs: NotFound else)."""
+    def list_conversations(
+        self, user_id: UUID, before: ConversationPlace | None = None, limit: int = 50
+    ) -> ConversationList:
+        """The person's conversations after `before` (a listed one's place) in the list's order."""
         # One row more than asked tells whether others are left, in the same round trip.
         rows = self.store.call(
             "list_conversations",
-            {"p_user_id": str(user_id), "p_limit": limit + 1, "p_before": str(before) if before else None},
+            {
+                "p_user_id": str(user_id),
+                "p_limit": limit + 1,
+                "p_before_at": before.updated_at.isoformat() if before else None,
+                "p_before_id": str(before.id) if before else None,
+            },
         )
-        if rows is None:
-            raise NotFound("no such conversation")
         listed = [Conversation.from_row(row) for row in rows]
         return ConversationList(listed[:limit], has_more=len(listed) > limit)
 

@@ -115,7 +115,11 @@ def test_delete_memory_on_the_web_deletes_every_surface(
     response = apps.web.delete("/memory", headers=bearer(person))
     assert (response.status_code, response.data) == (204, b"")
     assert counts_of(database_url, person) == (0, 0) and counts_of(database_url, other) == (2, 1)
-    assert apps.web.get("/conversations", headers=bearer(person)).get_json() == {"conversations": [], "has_more": False}
+    assert apps.web.get("/conversations", headers=bearer(person)).get_json() == {
+        "conversations": [],
+        "has_more": False,
+        "next": None,
+    }
     assert apps.web.post("/", json={"message": "Do you remember me?"}, headers=bearer(person)).status_code == 200
     texts = sent_texts(fake_anthropic.requests[-1])
     assert len(texts) == 1 and texts[0].endswith("Do you remember me?")

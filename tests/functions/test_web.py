@@ -118,39 +118,56 @@ def test_bad_tokens_are_401_and_store_nothing(
     assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
 
 
-def test_the_conversations_are_paged_the_latest_active_first(web: FlaskClient) -> None:
-    """A person with more conversations than a page reaches every one: GET /conversations gave the
-    50 latest and no way to the others."""
+def test_the_conversations_are_paged_the_latest_active_first(web: FlaskClient, database_url: str) -> None:
+    """A person with more conversations than a page reaches every one (GET /conversations gave the
+    50 latest and no way to the others), once each, while the last one listed is talked in again
+    or deleted."""
     person = uuid.uuid4()
-    made = [web.post("/conversations", json={"title": f"c{n}"}, headers=bearer(person)).get_json() for n in range(5)]
-    answered = web.post("/", json={"message": "back to c1", "conversation_id": made[1]["id"]}, headers=bearer(person))
-    assert answered.status_code == 200
+    made = [web.post("/conversations", json={"title": f"c{n}"}, headers=bearer(person)).get_json() for n in range(6)]
 
-    def page(query: str) -> tuple[list[str], bool]:
+    def say(conversation: int) -> None:
+        said = {"message": "back to it", "conversation_id": made[conversation]["id"]}
+        assert web.post("/", json=said, headers=bearer(person)).status_code == 200
+
+    def page(query: str) -> tuple[list[str], bool, str | None]:
         response = web.get(f"/conversations{query}", headers=bearer(person))
         assert response.status_code == 200, response.get_json()
         body = response.get_json()
-        return [c["title"] for c in body["conversations"]], body["has_more"]
+        return [c["title"] for c in body["conversations"]], body["has_more"], body["next"]
 
-    assert page("") == (["c1", "c4", "c3", "c2", "c0"], False)
-    assert page("?limit=2") == (["c1", "c4"], True)
-    assert page(f"?limit=2&before={made[4]['id']}") == (["c3", "c2"], True)
-    assert page(f"?limit=2&before={made[2]['id']}") == (["c0"], False)
-    assert page(f"?limit=1&before={made[3]['id']}") == (["c2"], True)
+    say(1)
+    assert page("") == (["c1", "c5", "c4", "c3", "c2", "c0"], False, None)
+    first, more, after_first = page("?limit=2")
+    assert (first, more) == (["c1", "c5"], True)
+    second, more, after_second = page(f"?limit=2&before={after_first}")
+    assert (second, more) == (["c4", "c3"], True)
+    say(3)  # the last one listed, talked in again, then deleted: the next page goes on all the same
+    assert page(f"?limit=2&before={after_second}") == (["c2", "c0"], False, None)
+    assert web.delete(f"/conversations/{made[3]['id']}", headers=bearer(person)).status_code == 204
+    assert page(f"?limit=2&before={after_second}") == (["c2", "c0"], False, None)
+    assert page(f"?limit=1&before={after_second}")[:2] == (["c2"], True)
+
+    with psycopg.connect(database_url, autocommit=True) as connection:  # a tie: by id, each once
+        connection.execute("update conversations set updated_at = '2026-12-01T12:00:00Z' where user_id = %s", (person,))
+    listed, query = [], "?limit=2"
+    while True:
+        titles, more, after = page(query)
+        listed += titles
+        if not more:
+            break
+        query = f"?limit=2&before={after}"
+    by_id = sorted((c["id"], c["title"]) for c in made if c["title"] != "c3")
+    assert listed == [title for _, title in by_id]
+
     refused = {
-        "?before=c1": (400, "before must be a conversation id (a UUID), not 'c1'"),
-        "?limit=0": (400, "limit must be a whole number from 1 to 200, not '0'"),
-        "?limit=201": (400, "limit must be a whole number from 1 to 200, not '201'"),
-        f"?before={uuid.uuid4()}": (404, None),
+        "?before=c1": "before must be a page's `next`, not 'c1'",
+        f"?before={made[0]['id']}": f"before must be a page's `next`, not '{made[0]['id']}'",
+        "?limit=0": "limit must be a whole number from 1 to 200, not '0'",
+        "?limit=201": "limit must be a whole number from 1 to 200, not '201'",
     }
-    for query, (status, reason) in refused.items():
+    for query, reason in refused.items():
         response = web.get(f"/conversations{query}", headers=bearer(person))
-        assert response.status_code == status, query
-        if reason:
-            assert response.get_json()["message"] == reason
-    gone = made[0]["id"]
-    assert web.delete(f"/conversations/{gone}", headers=bearer(person)).status_code == 204
-    assert web.get(f"/conversations?before={gone}", headers=bearer(person)).status_code == 404
+        assert (response.status_code, response.get_json()["message"]) == (400, reason), query
 
 
 def test_nobody_reaches_another_persons_conversation(web: FlaskClient, database_url: str) -> None:
@@ -170,12 +187,13 @@ def test_nobody_reaches_another_persons_conversation(web: FlaskClient, database_
             environ_base={"HTTP_ACCEPT": "text/event-stream"},
         ),
     ]
-    # Alice's conversation as where Mallory's list goes on: not found, nothing said of its place
-    attempts.append(web.get(f"/conversations?before={conversation['id']}", headers=bearer(mallory)))
-    assert [response.status_code for response in attempts] == [404, 404, 404, 404]
+    assert [response.status_code for response in attempts] == [404, 404, 404]
     assert "secret plan" not in json.dumps([response.get_json() for response in attempts])
     listed = web.get("/conversations", headers=bearer(mallory)).get_json()
-    assert listed == {"conversations": [], "has_more": False}
+    assert listed == {"conversations": [], "has_more": False, "next": None}
+    # a place of Alice's conversation as where Mallory's list goes on lists Mallory's, none
+    place = f"?before=99999999999999999-{conversation['id']}"
+    assert web.get(f"/conversations{place}", headers=bearer(mallory)).get_json() == listed
     assert stored_count(database_url, alice) == before and stored_count(database_url, mallory) == 0
     own = web.get(f"/conversations/{conversation['id']}/messages", headers=bearer(alice)).get_json()
     assert [m["content"] for m in own["messages"]][0] == "my secret plan"

@@ -29,9 +29,16 @@ export async function newConversation(api, accessToken, title = "") {
   return call(api, accessToken, "conversations", { method: "POST", body: JSON.stringify({ title }) });
 }
 
-// The person's conversations, newest first: web ones and their [Telegram] / [WhatsApp] threads.
+// The person's conversations, the latest active first: web ones and their [Telegram] / [WhatsApp]
+// threads, every page of them.
 export async function listConversations(api, accessToken) {
-  return (await call(api, accessToken, "conversations")).conversations;
+  let page = await call(api, accessToken, "conversations");
+  const conversations = [...page.conversations];
+  while (page.has_more) {
+    page = await call(api, accessToken, `conversations?before=${encodeURIComponent(page.next)}`);
+    conversations.push(...page.conversations);
+  }
+  return conversations;
 }
 
 // A conversation's stored messages as useChat's `messages`: ids and metadata kept, so the next

@@ -38,28 +38,19 @@ create or replace function public.create_conversation(p_user_id uuid, p_title te
                                    'created_at', created_at, 'updated_at', updated_at);
 $$;
 
--- A page of a person's conversations, the latest active first (then by id): at most p_limit of those
--- after p_before in that order, last active before it (null: from the first); null when p_before is
--- not one of theirs (someone else's, or gone: where its page goes on could only be guessed).
-create or replace function public.list_conversations(p_user_id uuid, p_limit integer, p_before uuid)
-    returns jsonb language plpgsql stable set search_path = '' as $$
-declare
-    v_before_at timestamptz := 'infinity';
-    v_before uuid;
-begin
-    if p_before is not null then
-        select c.updated_at, c.id into v_before_at, v_before
-          from public.conversations c where c.id = p_before and c.user_id = p_user_id;
-        if v_before is null then
-            return null;
-        end if;
-    end if;
-    return (select coalesce(jsonb_agg(to_jsonb(c) order by c.updated_at desc, c.id), '[]'::jsonb)
-              from (select c.id, c.surface, c.title, c.created_at, c.updated_at
-                      from public.conversations c
-                     where c.user_id = p_user_id
-                       and (c.updated_at < v_before_at or c.updated_at = v_before_at and c.id > v_before)
-                     order by c.updated_at desc, c.id
-                     limit p_limit) c);
-end;
+-- A page of a person's conversations, the latest active first (then by id): at most p_limit of
+-- those after the place (p_before_at, p_before_id) in that order (null: from the first). The
+-- place is the last listed one's as it was listed: a conversation active since, or forgotten,
+-- does not move it.
+create or replace function public.list_conversations(p_user_id uuid, p_limit integer, p_before_at timestamptz,
+                                                     p_before_id uuid)
+    returns jsonb language sql stable set search_path = '' as $$
+    select coalesce(jsonb_agg(to_jsonb(c) order by c.updated_at desc, c.id), '[]'::jsonb)
+      from (select c.id, c.surface, c.title, c.created_at, c.updated_at
+              from public.conversations c
+             where c.user_id = p_user_id
+               and (p_before_at is null or c.updated_at < p_before_at
+                    or c.updated_at = p_before_at and c.id > p_before_id)
+             order by c.updated_at desc, c.id
+             limit p_limit) c;
 $$;

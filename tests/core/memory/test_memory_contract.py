@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 
@@ -14,7 +15,7 @@ from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
 from core.memory.forgetting import ForgetRequest, Forgetting, Forgotten
 from core.memory.service import Memory, TurnEstimate
-from core.models import ConversationList, Person, Role, Surface
+from core.models import ConversationList, ConversationPlace, Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
@@ -215,8 +216,8 @@ def test_conversations_are_listed_opened_and_private(counted: CountedMemory) -> 
     with pytest.raises(NotFound):
         memory.begin_turn(Person(user_id=stranger), Surface.WEB, "let me in", "x", web.id)
     assert memory.list_conversations(stranger) == ConversationList([], has_more=False)
-    with pytest.raises(NotFound):  # someone else's conversation is no place to page from
-        memory.list_conversations(stranger, before=web.id)
+    place = ConversationPlace(web.updated_at + timedelta(days=1), web.id)  # where the other's list goes on
+    assert memory.list_conversations(stranger, before=place) == ConversationList([], has_more=False)
 
 
 def test_awkward_content_round_trips(counted: CountedMemory) -> None:

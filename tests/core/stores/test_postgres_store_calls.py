@@ -25,7 +25,10 @@ def round_trips_of_calls(database_url: str, *, prepared_statements: bool, calls:
             for _ in range(calls):
                 proxy.reset()
                 assert (
-                    store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 5, "p_before": None})
+                    store.call(
+                        "list_conversations",
+                        {"p_user_id": str(uuid.uuid4()), "p_limit": 5, "p_before_at": None, "p_before_id": None},
+                    )
                     == []
                 )
                 counted.append(proxy.round_trips)
@@ -48,7 +51,10 @@ def test_the_prepared_statement_lives_on_the_connection_that_ran_the_call(databa
     store = PostgresStore(database_url, max_connections=1)
     try:
         for _ in range(PREPARE_AFTER_USES + 1):
-            store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 5, "p_before": None})
+            store.call(
+                "list_conversations",
+                {"p_user_id": str(uuid.uuid4()), "p_limit": 5, "p_before_at": None, "p_before_id": None},
+            )
         assert rows(database_url, PREPARED) == []  # the pool's connection holds it, not another
         connection = store._pool.getconn()
         try:
@@ -64,7 +70,7 @@ def test_a_statement_deallocated_behind_the_stores_back_fails_one_call_and_is_pr
     database_url: str,
 ) -> None:
     store = PostgresStore(database_url, max_connections=1)
-    arguments = {"p_user_id": str(uuid.uuid4()), "p_limit": 5, "p_before": None}
+    arguments = {"p_user_id": str(uuid.uuid4()), "p_limit": 5, "p_before_at": None, "p_before_id": None}
     try:
         for _ in range(PREPARE_AFTER_USES + 1):
             store.call("list_conversations", arguments)
@@ -85,7 +91,9 @@ def test_answers_are_read_as_psycopg_read_them_json_text_and_void(database_url: 
         person = str(uuid.uuid4())
         conversation = store.call("create_conversation", {"p_user_id": person, "p_title": "plans"})
         assert (conversation["title"], conversation["surface"]) == ("plans", "web")
-        listed = store.call("list_conversations", {"p_user_id": person, "p_limit": 5, "p_before": None})
+        listed = store.call(
+            "list_conversations", {"p_user_id": person, "p_limit": 5, "p_before_at": None, "p_before_id": None}
+        )
         assert [item["id"] for item in listed] == [conversation["id"]]
         # a `void` function's answer: the empty text, as psycopg gives it
         settled = store.call(

@@ -193,7 +193,7 @@ def test_a_finish_turn_whose_answer_was_lost_returns_the_reply_it_stored(
 def test_an_error_that_leaves_the_connection_alive_is_not_retried(
     proxied_store: PostgresStore, proxy: LatencyProxy
 ) -> None:
-    nobodys = {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before": None}
+    nobodys = {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before_at": None, "p_before_id": None}
     proxied_store.call("list_conversations", nobodys)  # a warm connection
     proxy.reset()
     with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue"):
@@ -206,6 +206,12 @@ def test_an_error_that_leaves_the_connection_alive_is_not_retried(
 def test_the_pool_opens_nothing_until_the_first_call(database_url: str, proxy: LatencyProxy) -> None:
     store = PostgresStore(through_proxy(database_url, proxy.port))
     assert proxy.connections == 0
-    assert store.call("list_conversations", {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before": None}) == []
+    assert (
+        store.call(
+            "list_conversations",
+            {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before_at": None, "p_before_id": None},
+        )
+        == []
+    )
     assert proxy.connections == 1
     store.close()
