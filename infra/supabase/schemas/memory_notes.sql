@@ -26,6 +26,9 @@ create table public.memory_notes (
     claimed_until timestamptz
 );
 alter table public.memory_notes enable row level security;  -- who reads what: access.sql
+-- The digest's claim looks among the people whose notes were written in the last days too
+-- (claim_memory_digests): a digest that left some of their messages for the next run.
+create index memory_notes_by_written on public.memory_notes (written_at);
 
 
 -- The messages of one person that have left the window and are not in the notes yet,
@@ -95,16 +98,21 @@ declare
 begin
     -- Who is due: per person, what is not covered yet, how many of their messages the
     -- window shows now (of those within p_window_hours), and when they last wrote. Looked for
-    -- among the people who wrote within twice p_window_hours (the last days' messages, by age),
-    -- each read from their coverage on (by person): not every message of everyone's, which every
-    -- run read (0.14 s at 1,000,000 messages, each minute). One quiet since is due within the
-    -- first p_window_hours of it; one still not digested after twice that (every run failing) is
-    -- due again when they next write.
+    -- among the people who wrote, or whose notes were written, within twice p_window_hours (the
+    -- last days' messages, by age; a digest that left some of a person's messages for the next
+    -- run, as after a link), each read from their coverage on (by person): not every message of
+    -- everyone's, which every run read (0.14 s at 1,000,000 messages, each minute). One quiet
+    -- since is due within the first p_window_hours of it; one still not digested after twice that
+    -- (every run failing) is due again when they next write.
     select coalesce(array_agg(d.user_id), '{}') into v_due
       from (select p.user_id
               from (select distinct m.user_id
                       from public.messages m
                      where p_user_id is null and m.created_at >= v_aged - make_interval(hours => p_window_hours)
+                    union
+                    select w.user_id
+                      from public.memory_notes w
+                     where p_user_id is null and w.written_at >= v_aged - make_interval(hours => p_window_hours)
                     union
                     select p_user_id where p_user_id is not null) p
               left join public.memory_notes n on n.user_id = p.user_id
@@ -116,7 +124,8 @@ begin
                            max(m.created_at) as newest
                       from public.messages m
                      where m.user_id = p.user_id
-                       and m.created_at >= least(coalesce(n.covered_until_at, '-infinity'), v_aged)) t
+                       and m.created_at >= least(case when n.covered_until_id is null then '-infinity'
+                                                      else n.covered_until_at end, v_aged)) t
              where (t.outside >= p_window_step and t.newest < v_now - make_interval(secs => p_idle_seconds))
                 or (t.outside > 0 and t.newest < v_aged)
             union

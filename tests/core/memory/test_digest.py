@@ -137,6 +137,50 @@ def test_the_jobs_run_finds_whom_a_day_of_quiet_made_due_and_leaves_older_thread
     assert "] my locker code is 440" in read_notes(store, forgotten).content
 
 
+def lay_thread(connection: psycopg.Connection, person: uuid.UUID, minutes_ago: Sequence[int]) -> list[tuple[int, str]]:
+    """A Telegram thread of `person`'s, a message said each of `minutes_ago`: their ids and times."""
+    [(conversation,)] = connection.execute(
+        "insert into conversations (user_id, surface) values (%s, 'telegram') returning id", (person,)
+    ).fetchall()
+    said = connection.execute(
+        "insert into messages (conversation_id, user_id, surface, role, content, created_at)"
+        " select %s, %s, 'telegram', 'user', 'said ' || n, now() - m * interval '1 minute'"
+        "   from unnest(%s::integer[]) with ordinality as t(m, n) returning id, created_at::text",
+        (conversation, person, list(minutes_ago)),
+    ).fetchall()
+    return sorted(said)
+
+
+def cover(connection: psycopg.Connection, person: uuid.UUID, until: tuple[int, str], written: str) -> None:
+    """`person`'s notes, covering their thread up to the message `until`, written `written` ago."""
+    connection.execute(
+        "insert into memory_notes (user_id, content, revision, written_at, covered_until_at, covered_until_id)"
+        " values (%s, '- said', 1, now() - %s::interval, %s, %s)",
+        (person, written, until[1], until[0]),
+    )
+
+
+def test_the_jobs_run_finds_every_due_person_it_looks_for(own_database: str) -> None:
+    """The scheduled run reads each person from their coverage, or the window's start when that is
+    earlier: a busy person covered to within the window, a message at the coverage's time after it,
+    and a digest that left messages for the next run (a link folds coverage back) are all due."""
+    busy, tied, folded, done = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(own_database, autocommit=True) as connection:
+        thread = lay_thread(connection, busy, range(120, 15, -1))  # 105 in two hours
+        cover(connection, busy, thread[59], "1 day")  # 45 uncovered, 20 of them outside a window of 40
+        thread = lay_thread(connection, tied, [1800, 1800])  # one time, two messages, a day and more ago
+        cover(connection, tied, thread[0], "3 days")
+        thread = lay_thread(connection, folded, range(7500, 7200, -1))  # 300, five days ago
+        cover(connection, folded, thread[49], "1 minute")
+        thread = lay_thread(connection, done, range(7500, 7200, -1))
+        cover(connection, done, thread[-1], "1 minute")
+        with connection.transaction(force_rollback=True):
+            [(claimed,)] = connection.execute(
+                "select public.claim_memory_digests(10, 40, 20, 24, 300, 200, null, 0)"
+            ).fetchall()
+    assert {uuid.UUID(person["user_id"]) for person in claimed} == {busy, tied, folded}
+
+
 def claim_reads(database_url: str) -> int:
     """The rows of `messages` the scheduled run's claim read, by an index or a scan (its own
     transaction's statistics, rolled back)."""
@@ -168,7 +212,8 @@ def test_the_jobs_claim_reads_the_last_days_and_not_everyones_history(
             "          select c.id, c.user_id, 'telegram', 'user', 'hello ' || n, now() - n * interval '1 day'"
             "            from chats c, generate_series(3, 42) n returning user_id, created_at, id)"
             " insert into memory_notes (user_id, content, revision, written_at, covered_until_at, covered_until_id)"
-            " select user_id, '- hello', 1, now(), max(created_at), max(id) from said group by user_id"
+            " select user_id, '- hello', 1, now() - interval '30 days', max(created_at), max(id)"
+            "   from said group by user_id"
         )
         connection.execute("analyze")
     assert job.run().updated == 0
