@@ -265,6 +265,15 @@ def count(database_url: str, query: str, *params: Any) -> int:
     return int(found[0][0])
 
 
+def messages_read(connection: psycopg.Connection[Any]) -> int:
+    """The rows of `messages` `connection`'s transaction has read so far, by an index or a scan."""
+    found = connection.execute(
+        "select idx_tup_fetch + seq_tup_read from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
 def stored_count(database_url: str, user: uuid.UUID) -> int:
     """How many messages are stored for this person."""
     return count(database_url, "select count(*) from messages where user_id = %s", user)

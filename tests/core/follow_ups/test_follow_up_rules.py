@@ -15,7 +15,7 @@ from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
-from tests.helpers import rows
+from tests.helpers import messages_read, rows
 
 IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
 
@@ -133,10 +133,6 @@ def test_a_persons_pending_follow_ups_are_only_theirs(store: PostgresStore, memo
     assert [f.content for f in start.follow_ups] == ["Mine."]
 
 
-# The rows of `messages` this transaction has read, by an index or by a scan.
-READ = "select idx_tup_fetch + seq_tup_read from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
-
-
 def claim_reads(database_url: str, person: uuid.UUID, length: int) -> tuple[int, list[dict[str, Any]]]:
     """The rows of `messages` the job's claim read, by an index or a scan (its own transaction's
     statistics, rolled back) when one Telegram follow-up of `person`'s, who wrote `length` messages
@@ -159,13 +155,13 @@ def claim_reads(database_url: str, person: uuid.UUID, length: int) -> tuple[int,
         )
         connection.execute("analyze messages")
         connection.execute("select pg_stat_clear_snapshot()")
-        [(before,)] = connection.execute(READ).fetchall()
+        before = messages_read(connection)
         [(answer,)] = connection.execute(
             "select public.claim_due_follow_ups(now() + interval '1 minute', 50, 60, gen_random_uuid())"
         ).fetchall()
-        [(after,)] = connection.execute(READ).fetchall()
+        after = messages_read(connection)
         connection.rollback()
-    return int(after) - int(before), answer["claimed"]
+    return after - before, answer["claimed"]
 
 
 def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_of_a_day(postgres_server: str) -> None:

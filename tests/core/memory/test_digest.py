@@ -23,7 +23,7 @@ from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import as_role, context_limits, digest_limits
+from tests.helpers import as_role, context_limits, digest_limits, messages_read
 
 CACHE = {"type": "ephemeral"}
 WINDOW = context_limits(max_messages=4, window_step=2)
@@ -184,13 +184,12 @@ def test_the_jobs_run_finds_every_due_person_it_looks_for(own_database: str) -> 
 def claim_reads(database_url: str) -> int:
     """The rows of `messages` the scheduled run's claim read, by an index or a scan (its own
     transaction's statistics, rolled back)."""
-    read = "select idx_tup_fetch + seq_tup_read from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
     with psycopg.connect(database_url) as connection:
-        [(before,)] = connection.execute(read).fetchall()
+        before = messages_read(connection)
         connection.execute("select public.claim_memory_digests(10, 4, 2, 24, 300, 200, null, 0)")
-        [(after,)] = connection.execute(read).fetchall()
+        after = messages_read(connection)
         connection.rollback()
-    return int(after) - int(before)
+    return after - before
 
 
 def test_the_jobs_claim_reads_the_last_days_and_not_everyones_history(
