@@ -73,7 +73,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "turn_speed": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
     "turn_floor": {"turns": 6, "turns_rtt1": 3, "seconds": 0.2, "rounds": 1, "people_per_driver": 2},
     "turn_cpu": {"turns": 5, "rounds": 1, "people_per_driver": 2},
-    "turn_sql": {"history": 1, "turns": 2, "rounds": 1},
+    "turn_sql": {"history": 1, "turns": 2, "rounds": 1, "whole_turn_rounds": 1, "seconds": 0.2},
     "caching": {"people": 1, "windows": caching.WINDOWS[:1]},
     "recall": {},
     "cold_start": {"runs": 1, "warm": False},
@@ -171,6 +171,7 @@ def table(results: dict[str, Any]) -> str:
     load = " / ".join(str(ms) for ms in results["context_load_ms_p50"].values())
     first = " / ".join(str(ms) for ms in results["begin_turn_ms_p50"].values())
     web = results["web_turn_ms_p50"]
+    whole = results["turn_sql"]["whole_turns"]
     rows = [
         ("round trips, Telegram/WhatsApp turn", rt["ours_secondary"], rt["seed_secondary"], ""),
         ("round trips, web turn", rt["ours_web"], rt["seed_web"], ""),
@@ -209,6 +210,12 @@ def table(results: dict[str, Any]) -> str:
             results["turn_cpu"]["around_calls"],
             "",
             f"whole turn {results['turn_cpu']['whole_turn']}, the calls alone {results['turn_cpu']['bare_calls']}",
+        ),
+        (
+            "turns/s over the floor, every part of `turn_sql` taken out at once",
+            whole["over_floor"][turn_sql.EVERY_PART],
+            "",
+            f"the schema's {whole['over_floor']['schema']} in the same rounds (`turn_sql.whole_turns`)",
         ),
         ("input tokens read from cache, 60 turns", cache["ours"], cache["seed"], "share"),
         ("input cost vs. no caching, 60 turns", cost["ours"], cost["seed"], "ratio"),

@@ -153,11 +153,7 @@ def turns_per_s(
     ours without the turn around it (begin_turn and finish_turn only), for comparison. Under
     `cpu_us_per_turn`, each one's CPU a turn while it ran, by who spent it (`cpu_split`)."""
     memory = Memory(PostgresStore(database_url, max_connections=threads), context_limits(Settings.defaults()))
-    turns = Turns(memory, InstantModel, IdentityPolicy("auto"), TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no"))
-
-    def ours(worker: int) -> Callable[[], None]:
-        speakers = people(people_per_driver)
-        return lambda: _run(turns, next(speakers))
+    ours = whole_turn_driver(memory, people_per_driver)
 
     def seed(worker: int) -> Callable[[], None]:
         pattern, speakers = SeedPattern(database_url), people(people_per_driver)
@@ -172,7 +168,7 @@ def turns_per_s(
     drivers = {"ours": ours, "seed": seed, "ours_database_work_only": ours_memory_only}
     for _ in range(rounds):  # alternating rounds, the median of each: this machine's noise is large
         for name, driver in drivers.items():
-            rate, cpu = _throughput(driver, threads, seconds, people_per_driver)
+            rate, cpu = throughput(driver, threads, seconds, people_per_driver)
             done[name].append(rate)
             spent[name].append(cpu)
     memory.store.close()
@@ -185,11 +181,25 @@ def turns_per_s(
     }
 
 
+def whole_turn_driver(
+    memory: Memory, people_per_driver: int = PEOPLE_PER_DRIVER
+) -> Callable[[int], Callable[[], None]]:
+    """`throughput`'s driver of whole Telegram turns (a zero-latency model), each worker speaking
+    for its own `people_per_driver` people in turn."""
+    turns = Turns(memory, InstantModel, IdentityPolicy("auto"), TurnSettings(DEFAULT_SYSTEM_PROMPT, "fallback", "no"))
+
+    def driver(worker: int) -> Callable[[], None]:
+        speakers = people(people_per_driver)
+        return lambda: _run(turns, next(speakers))
+
+    return driver
+
+
 def _run(turns: Turns, person: uuid.UUID) -> None:
     turns.run(TurnRequest(Surface.TELEGRAM, USER_TEXT, uuid.uuid4().hex, user_id=person, deadline_s=30))
 
 
-def _throughput(
+def throughput(
     make_worker: Callable[[int], Callable[[], None]], threads: int, seconds: float, people_per_driver: int
 ) -> tuple[float, dict[str, float]]:
     """Turns a second, and the CPU µs a turn each part of the machine spent meanwhile."""

@@ -25,9 +25,11 @@ from typing import Any
 
 import psycopg
 
-from bench.memory_core import REPLY_TEXT, USER_TEXT, ours_secondary_turn
+from bench.latency_proxy import proxy_process
+from bench.memory_core import CPU_PARTS, REPLY_TEXT, USER_TEXT, ours_secondary_turn, throughput, whole_turn_driver
 from bench.results import bench_server, save
 from bench.turn_floor import lay_floor
+from bench.turn_speed import RTT
 from core.errors import ConfigurationError
 from core.memory.service import Memory
 from core.stores.postgres_store import PostgresStore
@@ -95,6 +97,8 @@ WITHOUT: dict[str, str | None] = {
         begin return false; end; $$""",
     "the conversation's updated_at": None,  # finish_turn as it is, less that part (`untouched`)
 }
+# Every part above taken out of one database: what the turn would save with all those promises gone.
+EVERY_PART = "every part above at once"
 # The conversation's `updated_at`, set by finish_turn in one part of its statement.
 TOUCHED = re.compile(r"\), touched as \(\s*update public\.conversations c.*?\n\s*\)\n", re.DOTALL)
 
@@ -115,14 +119,21 @@ def take_out(database_url: str, part: str) -> None:
         lay_floor(database_url)
         return
     with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute(WITHOUT[part] or untouched(connection))
+        for each in WITHOUT if part == EVERY_PART else (part,):
+            connection.execute(WITHOUT[each] or untouched(connection))
 
 
 def measure(
-    database_url: str, history: int = 24, turns: int = 200, rounds: int = 20, parts: tuple[str, ...] = tuple(WITHOUT)
+    database_url: str,
+    history: int = 24,
+    turns: int = 200,
+    rounds: int = 20,
+    parts: tuple[str, ...] = (*WITHOUT, EVERY_PART),
+    whole_turn_rounds: int = 4,
+    seconds: float = 3.0,
 ) -> dict[str, Any]:
     """The turn's database µs, the schema's and each variant's (`parts`, then the floor), on
-    `database_url`'s server, and each as a share of the schema's."""
+    `database_url`'s server, and each as a share of the schema's; then `whole_turns`."""
     people = [uuid.uuid4() for _ in range(PEOPLE)]
     variants = ("schema", *parts, "floor")
     with ExitStack() as stack:
@@ -151,6 +162,43 @@ def measure(
         "us_per_turn": {variant: round(value, 1) for variant, value in medians.items()},
         "share_of_schema": {variant: round(value / medians["schema"], 3) for variant, value in medians.items()},
         "setup": {"history_turns_a_person": history, "people": PEOPLE, "turns": turns, "rounds": rounds},
+        "whole_turns": whole_turns(database_url, whole_turn_rounds, seconds),
+    }
+
+
+def whole_turns(database_url: str, rounds: int = 4, seconds: float = 3.0, threads: int = 8) -> dict[str, Any]:
+    """Whole turns a second (turn_speed's throughput: `threads` threads, 1 ms a round trip, a
+    zero-latency model) of the schema, of the schema with every part taken out at once and of the
+    floor, each on a fresh database of `database_url`'s server behind its own proxy, their rounds
+    of `seconds` alternating; each one's median, over the floor's, and its CPU a turn by who spent it."""
+    variants = ("schema", EVERY_PART, "floor")
+    with ExitStack() as stack:
+        drivers = {}
+        for variant in variants:
+            url = stack.enter_context(migrated_database(with_database(database_url, "postgres")))
+            if variant != "schema":
+                take_out(url, variant)
+            slow = stack.enter_context(proxy_process(url, RTT))
+            memory = Memory(PostgresStore(slow, max_connections=threads), LIMITS)
+            stack.callback(memory.store.close)
+            drivers[variant] = whole_turn_driver(memory)
+            throughput(drivers[variant], threads, seconds, PEOPLE)  # warm: the people's history begins
+        rates: dict[str, list[float]] = {variant: [] for variant in variants}
+        spent: dict[str, list[dict[str, float]]] = {variant: [] for variant in variants}
+        for _ in range(rounds):
+            for variant, driver in drivers.items():
+                rate, cpu = throughput(driver, threads, seconds, PEOPLE)
+                rates[variant].append(rate)
+                spent[variant].append(cpu)
+    medians = {variant: statistics.median(values) for variant, values in rates.items()}
+    return {
+        "turns_per_s": {variant: round(value, 1) for variant, value in medians.items()},
+        "over_floor": {variant: round(value / medians["floor"], 3) for variant, value in medians.items()},
+        "cpu_us_per_turn": {
+            variant: {part: round(statistics.median(cpu[part] for cpu in runs)) for part in CPU_PARTS}
+            for variant, runs in spent.items()
+        },
+        "setup": {"threads": threads, "rounds": rounds, "seconds": seconds, "rtt_s": RTT},
     }
 
 

@@ -30,7 +30,8 @@ def test_every_part_of_make_bench_runs_at_its_quick_size(postgres_server: str, t
     assert "| planted facts in the request after 3 days |" in notes_table(results)
     assert results["round_trips_per_turn"]["ours_secondary"] == 2
     # every part of the turn's SQL could be taken out (bench/turn_sql.py), the floor laid beside them
-    assert list(results["turn_sql"]["us_per_turn"]) == ["schema", *turn_sql.WITHOUT, "floor"]
+    assert list(results["turn_sql"]["us_per_turn"]) == ["schema", *turn_sql.WITHOUT, turn_sql.EVERY_PART, "floor"]
+    assert list(results["turn_sql"]["whole_turns"]["over_floor"]) == ["schema", turn_sql.EVERY_PART, "floor"]
     assert results["round_trips_per_turn"]["ours_web"] == 2
     assert list(results["web_turn_ms_p50"]) == ["10", "400"]  # a web conversation of each length, ours and the seed's
     assert "| web turn p50 ms, a conversation of 10 / 400 messages |" in table(results)
