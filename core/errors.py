@@ -88,6 +88,17 @@ class LinkingNotNeeded(Conflict):
     """Linking under IDENTITY_POLICY=owner: the owner's apps are configured, not linked."""
 
 
+class TooManyEmptyConversations(Conflict):
+    """A new web conversation while the person holds EMPTY_CONVERSATIONS_PER_PERSON with nothing in them."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__(
+            f"you already have {most} conversations with nothing in them: write in one of them, or delete one,"
+            " before starting another"
+        )
+        self.most = most
+
+
 class StillAnswering(Conflict):
     """The same delivery again (a retry, a redelivery) while its first attempt may still answer.
     After `retry_after_s` that attempt can no longer answer and the delivery answers it."""

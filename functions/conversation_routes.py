@@ -2,7 +2,8 @@
 
 GET  /conversations                  the person's conversations (web and the other surfaces'), paged
                                      with ?before=<a page's next>&limit=
-POST /conversations                  start a web conversation: 201 with it
+POST /conversations                  start a web conversation: 201 with it; 409 while the person
+                                     has EMPTY_CONVERSATIONS_PER_PERSON with nothing in them
 GET  /conversations/<id>/messages    one conversation's messages, paged with ?before=<id>&limit=
 """
 
@@ -31,7 +32,8 @@ def list_conversations(request: flask.Request, person: uuid.UUID, cors: dict[str
 
 def create_conversation(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     title = read_json(request, NewConversation).title if request.content_length else ""
-    return json_response(runtime.memory().create_conversation(person, title).as_json(), 201, cors)
+    most = runtime.settings().empty_conversations_per_person
+    return json_response(runtime.memory().create_conversation(person, title, most).as_json(), 201, cors)
 
 
 def conversation_messages(

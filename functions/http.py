@@ -36,6 +36,7 @@ from core.errors import (
     OverBudget,
     StillAnswering,
     StoreUnavailable,
+    TooManyEmptyConversations,
     UnsupportedBodyType,
 )
 from functions import runtime
@@ -58,6 +59,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (Forbidden, 403, "forbidden"),
     (LinkingNotNeeded, 409, "linking_not_needed"),
     (StillAnswering, 409, "still_answering"),
+    (TooManyEmptyConversations, 409, "too_many_empty_conversations"),
     (Conflict, 409, "conflict"),
     (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),

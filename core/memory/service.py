@@ -16,7 +16,14 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from core.errors import EmptyMessage, MessageTooLong, NotFound, OverBudget, StoreUnavailable
+from core.errors import (
+    EmptyMessage,
+    MessageTooLong,
+    NotFound,
+    OverBudget,
+    StoreUnavailable,
+    TooManyEmptyConversations,
+)
 from core.models import (
     Conversation,
     ConversationList,
@@ -375,8 +382,15 @@ class Memory:
 
     # What the web needs besides turns. These raise StoreUnavailable: a page can say so.
 
-    def create_conversation(self, user_id: UUID, title: str = "") -> Conversation:
-        row = self.store.call("create_conversation", {"p_user_id": str(user_id), "p_title": storable(title)[:200]})
+    def create_conversation(self, user_id: UUID, title: str = "", max_empty: int = 0) -> Conversation:
+        """A new, empty web conversation; raises TooManyEmptyConversations when the person already
+        holds `max_empty` with no message in them (EMPTY_CONVERSATIONS_PER_PERSON; 0: no limit)."""
+        row = self.store.call(
+            "create_conversation",
+            {"p_user_id": str(user_id), "p_title": storable(title)[:200], "p_max_empty": max_empty},
+        )
+        if row.get("error") == "too_many_empty_conversations":
+            raise TooManyEmptyConversations(max_empty)
         return Conversation.from_row(row)
 
     def list_conversations(

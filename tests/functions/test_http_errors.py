@@ -35,6 +35,11 @@ EXPECTED: dict[type[CrossmemError], tuple[CrossmemError, int, str]] = {
     core.errors.Conflict: (core.errors.Conflict("no"), 409, "conflict"),
     core.errors.LinkingNotNeeded: (core.errors.LinkingNotNeeded("owner"), 409, "linking_not_needed"),
     core.errors.StillAnswering: (core.errors.StillAnswering(30), 409, "still_answering"),
+    core.errors.TooManyEmptyConversations: (
+        core.errors.TooManyEmptyConversations(20),
+        409,
+        "too_many_empty_conversations",
+    ),
     core.errors.OverBudget: (core.errors.OverBudget(NOW, NOW), 429, "over_budget"),
     core.errors.StoreUnavailable: (core.errors.StoreUnavailable("down"), 503, "store_unavailable"),
     core.errors.ModelUnavailable: (core.errors.ModelUnavailable("slow"), 503, "model_unavailable"),

@@ -170,6 +170,47 @@ def test_the_conversations_are_paged_the_latest_active_first(web: FlaskClient, d
         assert (response.status_code, response.get_json()["message"]) == (400, reason), query
 
 
+def test_a_person_holds_at_most_the_empty_conversations_the_setting_allows(
+    environment: pytest.MonkeyPatch, database_url: str
+) -> None:
+    """POST /conversations stores a row no turn and no budget counts: past
+    EMPTY_CONVERSATIONS_PER_PERSON empty ones it is refused with the reason, nothing stored, until
+    the person writes in one or deletes one. Another person's empty ones are not theirs."""
+    for name, value in {"SUPABASE_JWT_SECRET": JWT_SECRET, "EMPTY_CONVERSATIONS_PER_PERSON": "2"}.items():
+        environment.setenv(name, value)
+    web = app_client("web_chat")
+    alice, mallory = uuid.uuid4(), uuid.uuid4()
+
+    def start(person: uuid.UUID) -> tuple[int, Any]:
+        response = web.post("/conversations", json={"title": "next"}, headers=bearer(person))
+        return response.status_code, response.get_json()
+
+    def conversations(person: uuid.UUID) -> int:
+        with psycopg.connect(database_url) as connection:
+            row = connection.execute("select count(*) from conversations where user_id = %s", (person,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    first, second = start(alice)[1], start(alice)[1]
+    refused = {
+        "error": "too_many_empty_conversations",
+        "message": "you already have 2 conversations with nothing in them: write in one of them, or delete one,"
+        " before starting another",
+    }
+    assert start(alice) == (409, refused)
+    assert conversations(alice) == 2
+    assert start(mallory)[0] == 201  # Alice's empty conversations are not Mallory's
+    said = {"message": "the trip", "conversation_id": first["id"]}
+    assert web.post("/", json=said, headers=bearer(alice)).status_code == 200
+    assert start(alice)[0] == 201  # written in: no longer empty
+    assert start(alice) == (409, refused)
+    assert web.delete(f"/conversations/{second['id']}", headers=bearer(alice)).status_code == 204
+    assert start(alice)[0] == 201
+    # a first message without a conversation still starts one: it is not empty
+    assert web.post("/", json={"message": "a new thread"}, headers=bearer(alice)).status_code == 200
+    assert (conversations(alice), conversations(mallory)) == (4, 1)
+
+
 def test_nobody_reaches_another_persons_conversation(web: FlaskClient, database_url: str) -> None:
     alice, mallory = uuid.uuid4(), uuid.uuid4()
     conversation = web.post("/conversations", headers=bearer(alice)).get_json()

@@ -30,12 +30,35 @@ create unique index conversations_one_per_secondary_surface
 create index conversations_by_user on public.conversations (user_id);
 
 
-create or replace function public.create_conversation(p_user_id uuid, p_title text)
-    returns jsonb language sql set search_path = '' as $$
+-- A new, empty web conversation (POST /conversations); a first message without a conversation
+-- makes its own (turn.sql's turn_conversation). A person may hold at most p_max_empty web
+-- conversations with no message in them (EMPTY_CONVERSATIONS_PER_PERSON; 0: no limit): no turn
+-- and no budget counts an empty one, and a script could otherwise fill the table with them. One
+-- more answers {"error": "too_many_empty_conversations"} and stores nothing. A person's calls take
+-- turns, so two at once cannot both take the last place.
+create or replace function public.create_conversation(p_user_id uuid, p_title text, p_max_empty integer)
+    returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_conversation jsonb;
+begin
+    if p_max_empty > 0 then
+        perform pg_advisory_xact_lock(hashtextextended('empty conversations/' || p_user_id, 0));
+        if (select count(*)
+              from (select from public.conversations c
+                     where c.user_id = p_user_id and c.surface = 'web'
+                       and not exists (select from public.messages m
+                                        where m.conversation_id = c.id and m.user_id = p_user_id)
+                     limit p_max_empty) e) >= p_max_empty then
+            return jsonb_build_object('error', 'too_many_empty_conversations');
+        end if;
+    end if;
     insert into public.conversations (user_id, surface, title)
          values (p_user_id, 'web', coalesce(p_title, ''))
       returning jsonb_build_object('id', id, 'surface', surface, 'title', title,
-                                   'created_at', created_at, 'updated_at', updated_at);
+                                   'created_at', created_at, 'updated_at', updated_at)
+      into v_conversation;
+    return v_conversation;
+end;
 $$;
 
 -- A page of a person's conversations, the latest active first (then by id): at most p_limit of

@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
-from core.errors import NotFound
+from core.errors import NotFound, TooManyEmptyConversations
 from core.identity.linking import Linking, LinkStatus
 from core.identity.policy import IdentityPolicy
 from core.memory.forgetting import ForgetRequest, Forgetting, Forgotten
@@ -121,6 +122,31 @@ def test_a_linked_persons_turn_costs_two_round_trips_and_linking_one(counted: Co
     assert start.user_id == person and start.message_id is not None
     counted.memory.finish_turn(person, start.message_id, "hi there")
     assert counted.round_trips() == 2
+
+
+def test_a_new_conversation_past_the_persons_empty_ones_is_refused_in_one_round_trip(
+    counted: CountedMemory, database_url: str
+) -> None:
+    """Only the person's web conversations with no message count: not a chat's one conversation
+    (even one left without messages), not one written in."""
+    memory, person = counted.memory, uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as connection:  # a Telegram singleton, empty
+        connection.execute(
+            "insert into conversations (user_id, surface, title) values (%s, 'telegram', '[Telegram]')", (person,)
+        )
+    written = memory.create_conversation(person, "plans", 2)
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, "the trip", "m1", written.id)
+    assert start.message_id is not None
+    empty = memory.create_conversation(person, "", 2)
+    memory.create_conversation(person, "", 2)
+    counted.reset()
+    with pytest.raises(TooManyEmptyConversations) as refused:
+        memory.create_conversation(person, "one more", 2)
+    assert (refused.value.most, counted.round_trips()) == (2, 1)
+    assert memory.create_conversation(person, "no limit", 0).title == "no limit"
+    titles = [c.title for c in memory.list_conversations(person).conversations]
+    assert sorted(titles) == ["", "", "[Telegram]", "no limit", "plans"]
+    assert empty.id in {c.id for c in memory.list_conversations(person).conversations}
 
 
 def test_a_turn_sees_every_surface_of_the_person_oldest_first(counted: CountedMemory) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from bench.memory_core import fill
 from bench.web_window import store_conversation
-from core.errors import EmptyMessage, MessageTooLong
+from core.errors import EmptyMessage, MessageTooLong, TooManyEmptyConversations
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
@@ -31,6 +32,30 @@ def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, d
     assert count(database_url, "select count(*) from conversations where user_id = %s", user_id) == 1
     assert count(database_url, "select count(*) from messages where user_id = %s", user_id) == 50
     assert count(database_url, "select count(*) from identities where user_id = %s", user_id) == 1
+
+
+def test_two_new_conversations_for_the_last_empty_place_take_turns(memory: Memory, database_url: str) -> None:
+    """The count and the insert of one call are not interleaved with another's: the second waits
+    for the first to commit, then sees its conversation and is refused."""
+    person = uuid.uuid4()
+    outcome: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            outcome["made"] = memory.create_conversation(person, "second", 1)
+        except TooManyEmptyConversations as refused:
+            outcome["refused"] = refused.most
+
+    with psycopg.connect(database_url) as first:
+        first.execute("select public.create_conversation(%s, 'first', 1)", (person,))  # not committed yet
+        racer = threading.Thread(target=second)
+        racer.start()
+        racer.join(timeout=0.5)
+        assert racer.is_alive()  # waiting for the first call's transaction
+        first.commit()
+    racer.join(timeout=10)
+    assert outcome == {"refused": 1}
+    assert rows(database_url, "select title from conversations where user_id = %s", person) == [("first",)]
 
 
 def test_one_delivery_five_times_concurrently_is_stored_once(memory: Memory, database_url: str) -> None:

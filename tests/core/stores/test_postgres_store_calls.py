@@ -89,7 +89,7 @@ def test_answers_are_read_as_psycopg_read_them_json_text_and_void(database_url: 
     store = PostgresStore(database_url)
     try:
         person = str(uuid.uuid4())
-        conversation = store.call("create_conversation", {"p_user_id": person, "p_title": "plans"})
+        conversation = store.call("create_conversation", {"p_user_id": person, "p_title": "plans", "p_max_empty": 0})
         assert (conversation["title"], conversation["surface"]) == ("plans", "web")
         listed = store.call(
             "list_conversations", {"p_user_id": person, "p_limit": 5, "p_before_at": None, "p_before_id": None}
@@ -108,6 +108,6 @@ def test_a_nul_in_an_argument_is_refused_before_it_is_sent(database_url: str) ->
     store = PostgresStore(database_url)
     try:
         with pytest.raises(StoreUnavailable, match="create_conversation failed: DataError"):
-            store.call("create_conversation", {"p_user_id": str(uuid.uuid4()), "p_title": "a\x00b"})
+            store.call("create_conversation", {"p_user_id": str(uuid.uuid4()), "p_title": "a\x00b", "p_max_empty": 0})
     finally:
         store.close()
