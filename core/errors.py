@@ -89,12 +89,12 @@ class LinkingNotNeeded(Conflict):
 
 
 class TooManyEmptyConversations(Conflict):
-    """A new web conversation while the person holds EMPTY_CONVERSATIONS_PER_PERSON with nothing in them."""
+    """A new web conversation while the person holds EMPTY_CONVERSATIONS_PER_PERSON never written in."""
 
     def __init__(self, most: int) -> None:
         super().__init__(
-            f"you already have {most} conversations with nothing in them: write in one of them, or delete one,"
-            " before starting another"
+            f"you already have {most} conversations you have not written in: write in one of them, or delete"
+            " one, before starting another"
         )
         self.most = most
 

@@ -3,7 +3,7 @@
 GET  /conversations                  the person's conversations (web and the other surfaces'), paged
                                      with ?before=<a page's next>&limit=
 POST /conversations                  start a web conversation: 201 with it; 409 while the person
-                                     has EMPTY_CONVERSATIONS_PER_PERSON with nothing in them
+                                     has EMPTY_CONVERSATIONS_PER_PERSON never written in
 GET  /conversations/<id>/messages    one conversation's messages, paged with ?before=<id>&limit=
 """
 

@@ -219,7 +219,7 @@ class Settings(BaseSettings):
     supabase_jwks_url: Annotated[str | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
     cors_origins: Annotated[CommaList, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = []
     web_model_deadline: Annotated[float, setting_of(Surface.WEB)] = Field(default=60.0, gt=0)
-    # POST /conversations: web conversations with no message a person may hold (0: no limit).
+    # POST /conversations: web conversations never written in a person may hold (0: no limit).
     empty_conversations_per_person: Annotated[int, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = Field(
         default=20, ge=0
     )

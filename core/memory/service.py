@@ -384,7 +384,7 @@ class Memory:
 
     def create_conversation(self, user_id: UUID, title: str = "", max_empty: int = 0) -> Conversation:
         """A new, empty web conversation; raises TooManyEmptyConversations when the person already
-        holds `max_empty` with no message in them (EMPTY_CONVERSATIONS_PER_PERSON; 0: no limit)."""
+        holds `max_empty` never written in (EMPTY_CONVERSATIONS_PER_PERSON; 0: no limit)."""
         row = self.store.call(
             "create_conversation",
             {"p_user_id": str(user_id), "p_title": storable(title)[:200], "p_max_empty": max_empty},

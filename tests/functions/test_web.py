@@ -194,8 +194,8 @@ def test_a_person_holds_at_most_the_empty_conversations_the_setting_allows(
     first, second = start(alice)[1], start(alice)[1]
     refused = {
         "error": "too_many_empty_conversations",
-        "message": "you already have 2 conversations with nothing in them: write in one of them, or delete one,"
-        " before starting another",
+        "message": "you already have 2 conversations you have not written in: write in one of them, or delete"
+        " one, before starting another",
     }
     assert start(alice) == (409, refused)
     assert conversations(alice) == 2
@@ -205,9 +205,12 @@ def test_a_person_holds_at_most_the_empty_conversations_the_setting_allows(
     assert start(alice)[0] == 201  # written in: no longer empty
     assert start(alice) == (409, refused)
     assert web.delete(f"/conversations/{second['id']}", headers=bearer(alice)).status_code == 204
-    assert start(alice)[0] == 201
-    # a first message without a conversation still starts one: it is not empty
+    fourth = start(alice)
+    assert fourth[0] == 201
+    # a first message without a conversation starts one written in, which does not count
     assert web.post("/", json={"message": "a new thread"}, headers=bearer(alice)).status_code == 200
+    assert web.delete(f"/conversations/{fourth[1]['id']}", headers=bearer(alice)).status_code == 204
+    assert start(alice)[0] == 201
     assert (conversations(alice), conversations(mallory)) == (4, 1)
 
 

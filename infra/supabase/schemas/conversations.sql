@@ -16,7 +16,11 @@ create table public.conversations (
     -- each turn. A purge or a merge that removes or moves messages sets it back to null.
     counted bigint,
     counted_at timestamptz,
-    counted_id bigint
+    counted_id bigint,
+    -- Whether a message was ever stored in it (its first turn sets it; turn.sql's
+    -- turn_conversation): an empty web conversation is one never written in, which a purge of its
+    -- old messages does not make it (create_conversation's limit).
+    written boolean not null default false
 );
 alter table public.conversations enable row level security;  -- who reads what: access.sql
 
@@ -28,14 +32,18 @@ create unique index conversations_one_per_secondary_surface
 -- every turn touches it, and an update that changes no indexed column stays on its page
 -- (a HOT update) without a new entry in every index.
 create index conversations_by_user on public.conversations (user_id);
+-- A person's web conversations never written in: create_conversation counts at most its limit of
+-- them, whatever else the person has. Set once a conversation (its first message), never again.
+create index conversations_never_written on public.conversations (user_id) where surface = 'web' and not written;
 
 
 -- A new, empty web conversation (POST /conversations); a first message without a conversation
 -- makes its own (turn.sql's turn_conversation). A person may hold at most p_max_empty web
--- conversations with no message in them (EMPTY_CONVERSATIONS_PER_PERSON; 0: no limit): no turn
--- and no budget counts an empty one, and a script could otherwise fill the table with them. One
--- more answers {"error": "too_many_empty_conversations"} and stores nothing. A person's calls take
--- turns, so two at once cannot both take the last place.
+-- conversations never written in (EMPTY_CONVERSATIONS_PER_PERSON; 0: no limit): no turn and no
+-- budget counts an empty one, and a script could otherwise fill the table with them. One more
+-- answers {"error": "too_many_empty_conversations"} and stores nothing. A conversation whose old
+-- messages were purged was written in: it does not count. A person's calls take turns, so two at
+-- once cannot both take the last place; the count reads at most p_max_empty index entries.
 create or replace function public.create_conversation(p_user_id uuid, p_title text, p_max_empty integer)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
@@ -45,9 +53,7 @@ begin
         perform pg_advisory_xact_lock(hashtextextended('empty conversations/' || p_user_id, 0));
         if (select count(*)
               from (select from public.conversations c
-                     where c.user_id = p_user_id and c.surface = 'web'
-                       and not exists (select from public.messages m
-                                        where m.conversation_id = c.id and m.user_id = p_user_id)
+                     where c.user_id = p_user_id and c.surface = 'web' and not c.written
                      limit p_max_empty) e) >= p_max_empty then
             return jsonb_build_object('error', 'too_many_empty_conversations');
         end if;

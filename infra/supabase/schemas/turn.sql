@@ -216,7 +216,8 @@ end;
 $$;
 
 -- The conversation a new message goes to: on the web the one named (null when it is not the
--- person's; one started empty takes the message as its title) or a new one titled by it;
+-- person's; one started empty takes the message as its title, and is written in from then on:
+-- conversations.sql's `written`) or a new one titled by it;
 -- elsewhere the person's one conversation of that surface (the unique partial index settles a
 -- race between two first messages).
 create or replace function crossmem_private.turn_conversation(p_user_id uuid, p_surface text,
@@ -225,12 +226,16 @@ declare
     v_conversation uuid;
 begin
     if p_surface = 'web' and p_conversation_id is null then
-        insert into public.conversations (user_id, surface, title)
-             values (p_user_id, 'web', left(regexp_replace(p_content, '\s+', ' ', 'g'), 60))
+        insert into public.conversations (user_id, surface, title, written)
+             values (p_user_id, 'web', left(regexp_replace(p_content, '\s+', ' ', 'g'), 60), true)
           returning id into v_conversation;
     elsif p_surface = 'web' then
-        update public.conversations c set title = left(regexp_replace(p_content, '\s+', ' ', 'g'), 60)
-         where c.id = p_conversation_id and c.user_id = p_user_id and c.surface = 'web' and c.title = '';
+        -- its first message only: once written in, the row is left as it is
+        update public.conversations c
+           set title = case when c.title = '' then left(regexp_replace(p_content, '\s+', ' ', 'g'), 60)
+                            else c.title end,
+               written = true
+         where c.id = p_conversation_id and c.user_id = p_user_id and c.surface = 'web' and not c.written;
         select c.id into v_conversation
           from public.conversations c where c.id = p_conversation_id and c.user_id = p_user_id;
     else

@@ -10,11 +10,15 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from core.errors import TooManyEmptyConversations
 from core.memory.retention import PurgeBatch, Retention, describe_age, in_flight_window, parse_age
+from core.memory.service import Memory
+from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.database import migrated_database
 from tests.fakes.postgrest import PostgrestStandIn
+from tests.helpers import context_limits
 
 IN_FLIGHT = timedelta(minutes=2)
 
@@ -267,3 +271,23 @@ def test_a_purge_counts_a_web_conversation_whole_again(database: psycopg.Connect
         ContextItem(Role.USER, "after", Surface.WEB),
     ]
     assert [m.content for m in after.history] == [i.content for i in stepped_tail(left_then, limit, step)]
+
+
+def test_a_conversation_whose_messages_were_purged_is_not_an_empty_one(
+    database: psycopg.Connection, store: PostgresStore
+) -> None:
+    """EMPTY_CONVERSATIONS_PER_PERSON counts the web conversations never written in: a person whose
+    old conversations lost their messages to the purge may still start new ones."""
+    memory, person = Memory(store, context_limits()), uuid.uuid4()
+    for title in ("trip", "work"):
+        conversation = memory.create_conversation(person, title, 2)
+        start = memory.begin_turn(Person(user_id=person), Surface.WEB, f"the {title}", f"m-{title}", conversation.id)
+        assert start.message_id is not None
+        memory.finish_turn(person, start.message_id, "noted")
+    database.execute("update messages set created_at = now() - interval '100 days' where user_id = %s", (person,))
+    assert Retention(store, batch_size=50, in_flight=IN_FLIGHT).purge(timedelta(days=90)).deleted == 4
+    assert count(database) == 0
+    memory.create_conversation(person, "", 2)
+    memory.create_conversation(person, "", 2)
+    with pytest.raises(TooManyEmptyConversations):
+        memory.create_conversation(person, "", 2)
