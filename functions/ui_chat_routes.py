@@ -76,7 +76,8 @@ def history_item(message: UIMessage) -> ContextItem | None:
     metadata = message.metadata
     surface = metadata.surface if metadata is not None else Surface.WEB
     created_at = metadata.createdAt if metadata is not None else None
-    stored_id = int(message.id) if message.id.isdigit() and len(message.id) < 19 else None
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+    stored_id = int(message.id) if message.id.isascii() and message.id.isdigit() and len(message.id) < 19 else None
     return ContextItem(Role(message.role), text, surface, created_at, stored_id)
 
 

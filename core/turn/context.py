@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from typing import Final
 from zoneinfo import ZoneInfo
 
@@ -102,13 +102,17 @@ def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[Co
     return list(items[total - keep :])
 
 
-def client_window(
-    items: Sequence[ContextItem], *, limit: int, step: int, max_chars: int, zone: ZoneInfo
-) -> list[ContextItem]:
+# The farthest a time zone's clock is from UTC, either way (a zone's earliest offset, its local mean
+# time, may pass ±14:00): a date that can be shown at both can be shown in any zone.
+ANY_ZONE = (timezone(timedelta(hours=23, minutes=59)), timezone(-timedelta(hours=23, minutes=59)))
+
+
+def client_window(items: Sequence[ContextItem], *, limit: int, step: int, max_chars: int) -> list[ContextItem]:
     """What the context can use of a history the web client sent, checked before anything
     is stored: its stepped window (the rest would never be shown, so it is neither kept nor
     counted), at most `max_chars` characters in all, and only dates that can be shown in
-    the context's time zone."""
+    any time zone (the person's, remembered from an earlier turn, may be another than
+    CONTEXT_TIMEZONE)."""
     window = stepped_tail(items, limit, step)
     length = sum(len(item.content) for item in window)
     if length > max_chars:
@@ -116,7 +120,8 @@ def client_window(
     for item in window:
         if item.created_at is not None:
             try:
-                item.created_at.astimezone(zone)
+                for zone in ANY_ZONE:
+                    item.created_at.astimezone(zone)
             except (OverflowError, ValueError, OSError):
                 raise DateOutOfRange(item.created_at) from None
     return window

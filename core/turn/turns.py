@@ -304,7 +304,6 @@ class Turns:
             limit=limits.max_messages - 1,
             step=limits.window_step,
             max_chars=limits.max_history_chars,
-            zone=self._zone,
         )
         return replace(request, client_history=window)
 

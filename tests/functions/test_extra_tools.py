@@ -34,21 +34,31 @@ def docs_example() -> str:
     return found[1]
 
 
+def docs_command() -> dict[str, str]:
+    """The settings docs/extending.md's command line gives `make dev`, as an operator types them."""
+    found = re.search(r"^((?:[A-Z_]+=\S+ )+)make dev$", (ROOT / "docs" / "extending.md").read_text(), re.MULTILINE)
+    assert found is not None, "docs/extending.md has no `... make dev` line for its example"
+    return dict(setting.split("=", 1) for setting in found[1].split())
+
+
 @pytest.fixture
 def dev(tmp_path: Path, database_url: str, fake_anthropic: FakeAnthropic) -> Iterator[dict[str, str]]:
-    """`crossmem dev` with the docs' example on its path and named by EXTRA_TOOLS, on the test's
-    database, the model being the fake Anthropic."""
+    """`crossmem dev` with the docs' example saved where the docs say (the directory it runs in,
+    as the project's root) and the docs' command line's settings, on the test's database, the
+    model being the fake Anthropic."""
     (tmp_path / "my_tools.py").write_text(docs_example())
+    command = docs_command()
+    assert command == {"PYTHONPATH": ".", "EXTRA_TOOLS": "my_tools:opening_hours"}
     port = free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), command["PYTHONPATH"]]),
         "PORT": str(port),
         "HOME": str(tmp_path),
         "DATABASE_URL": database_url,
         "ANTHROPIC_API_KEY": "sk-ant-test",
         "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "EXTRA_TOOLS": "my_tools:opening_hours",
+        "EXTRA_TOOLS": command["EXTRA_TOOLS"],
     }
     server = crossmem_dev(env, tmp_path, port)
     yield env

@@ -85,6 +85,33 @@ def test_a_history_date_the_context_cannot_show_is_400_and_nothing_is_stored(
     assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
 
 
+@pytest.mark.parametrize(
+    ("zone", "date"),
+    [("Pacific/Kiritimati", "9999-12-31T23:00:00+00:00"), ("Pacific/Pago_Pago", "0001-01-01T05:00:00+00:00")],
+)
+def test_a_history_date_the_persons_own_time_zone_cannot_show_is_400_too(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, zone: str, date: str
+) -> None:
+    """A date CONTEXT_TIMEZONE (UTC) can show, but not the zone the person's earlier turn gave
+    (UTC+14, UTC-11), which their context is shown in: refused before anything is stored, not a
+    500 after the message was (and then held as still being answered)."""
+    person = uuid.uuid4()
+    first = web.post("/", json={"message": "hi", "timezone": zone}, headers=bearer(person))
+    assert first.status_code == 200
+    body = {
+        "message": "again",
+        "client_message_id": "c1",
+        "history": [{"role": "user", "content": "old", "created_at": date}],
+    }
+    for _ in range(2):  # and the same again: refused alike, never held
+        response = web.post("/", json=body, headers=bearer(person))
+        assert (response.status_code, response.get_json()) == (
+            400,
+            {"error": "date_out_of_range", "message": f"the date {date} cannot be shown in the context's time zone"},
+        )
+    assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
+
+
 def test_a_streamed_turn_refuses_the_same_history_before_any_event(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:

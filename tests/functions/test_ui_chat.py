@@ -105,7 +105,7 @@ def test_the_earlier_messages_are_the_clients_history_each_once(
         ui_message(str(said.message_id), "user", "On Telegram: I'm allergic to penicillin", metadata=telegram),
         ui_message(str(said.reply_id), "assistant", "Noted.", metadata=telegram),
         {"id": "sys", "role": "system", "parts": [{"type": "text", "text": "ignored"}]},
-        ui_message("client-only", "user", "I like green tea"),
+        ui_message("²", "user", "I like green tea"),  # a digit int() refuses: not a stored message's id
         {"id": "a-2", "role": "assistant", "parts": [{"type": "step-start"}, {"type": "text", "text": "Tea noted."}]},
         ui_message("u-3", "user", "Which antibiotics should I avoid?"),
     )
