@@ -49,12 +49,10 @@ def _number(value: object) -> float | None:
     """A coordinate as Telegram (a JSON number) or Twilio (a form string) sends it."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
+    if isinstance(value, int | float | str):
         try:
-            number = float(value.strip())
-        except ValueError:
+            number = float(value.strip() if isinstance(value, str) else value)
+        except (ValueError, OverflowError):  # OverflowError: an int past a float's range (10**400)
             return None
     else:
         return None

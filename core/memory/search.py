@@ -145,7 +145,9 @@ class MemorySearchTools:
                 raise InvalidSearch("surface must be one of " + ", ".join(s.value for s in Surface)) from None
         since = self._local_day(given.get("from_date"), "from_date")
         last = self._local_day(given.get("to_date"), "to_date")
-        until = last + timedelta(days=1) if last is not None else None
+        until = None
+        if last is not None and last.date() < date.max:  # through the calendar's last day: no end
+            until = last + timedelta(days=1)
         if since is not None and until is not None and since >= until:
             raise InvalidSearch("from_date is after to_date")
         return query.strip(), surface, since, until

@@ -357,6 +357,8 @@ def _confirmed_link(query: dict[str, object]) -> Command | None:
     chat = message["chat"]
     if chat.get("type") != "private" or chat.get("id") != sender.get("id") or sender.get("is_bot"):
         return None
+    if not isinstance(chat["id"], int) or isinstance(chat["id"], bool):  # a chat id is a number
+        return None
     code = data.removeprefix(CONFIRM_LINK)
     if not looks_like_code(code):
         return None

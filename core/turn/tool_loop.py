@@ -63,7 +63,12 @@ class Toolbox:
         owner = self._owners.get(call.name)
         if owner is None:
             return ToolResult(call, f"Not done: there is no tool {call.name!r}.", is_error=True), True
-        result = owner.run(call)
+        try:
+            result = owner.run(call)
+        except Exception as exc:  # a failure of ours in a tool: the model is told, and the turn still answers
+            log.error("tool failed", extra={"tool": call.name, "error": type(exc).__name__})
+            failed = "Not done: the tool failed. Answer without it, and tell the person you could not do this now."
+            return ToolResult(call, failed, is_error=True), True
         return result, result.is_error or owner.must_answer(result)
 
     @property

@@ -35,6 +35,7 @@ def test_coordinates_come_as_numbers_or_as_twilio_s_strings() -> None:
         (90.5, 2.1),
         (41.3, -180.1),
         (True, 2.1),
+        (10**400, 2.1),  # a JSON integer past a float's range
     ],
 )
 def test_coordinates_that_are_no_place_are_left_out(latitude: object, longitude: object) -> None:

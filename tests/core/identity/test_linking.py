@@ -518,3 +518,23 @@ def test_a_redelivery_after_merging_into_an_existing_conversation_is_recognised(
     )
     assert again.duplicate and again.user_id == web_person
     assert again.reply is not None and again.reply.content == "re: second chat, before the link"
+
+
+@pytest.mark.parametrize(("chat_id", "linked"), [(42, True), ("x", False), (True, False)])
+def test_a_confirm_button_links_only_from_a_chat_whose_id_is_a_number(chat_id: object, linked: bool) -> None:
+    """Telegram's chat ids are numbers: a body that names another kind (equal on both sides) is no
+    button of ours, not a 500."""
+    update = TelegramUpdate.model_validate(
+        {
+            "update_id": 1,
+            "callback_query": {
+                "id": "q-1",
+                "data": "link:ABCDEFGHJ",
+                "from": {"id": chat_id},
+                "message": {"message_id": 7, "chat": {"id": chat_id, "type": "private"}},
+            },
+        }
+    )
+    action = classify_telegram(update, None, "advisor_bot")
+    expected = Command(42, LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ", consented=True), callback_query_id="q-1")
+    assert (action == expected) if linked else not isinstance(action, Command)

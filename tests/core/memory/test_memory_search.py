@@ -283,6 +283,20 @@ def test_a_local_day_is_the_persons_day(memory: Memory, database_url: str) -> No
     assert tools.round_trips == 2
 
 
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago"])
+def test_the_calendars_first_and_last_days_are_open_ends(memory: Memory, database_url: str, zone: str) -> None:
+    """ "Everything up to 9999-12-31" (as a person may ask, and the model pass on) has no end; the day
+    after it is past the calendar, which raised and ended the turn with a 500."""
+    person = uuid.uuid4()
+    planted(database_url, person, "telegram", "user", "booked the flight to Lisbon", 3)
+    tools = MemorySearchTools(memory, person, ZoneInfo(zone), frozenset())
+    found = tools.run(
+        ToolCall("a", SEARCH_MEMORY, {"query": "flight Lisbon", "from_date": "0001-01-01", "to_date": "9999-12-31"})
+    )
+    assert not found.is_error and "the person: booked the flight to Lisbon" in found.content
+    assert tools.round_trips == 1
+
+
 def test_the_offline_stand_in_searches_what_it_is_asked_about(memory: Memory, database_url: str) -> None:
     person = uuid.uuid4()
     planted(database_url, person, "whatsapp", "user", "the dentist moved me to Friday at 10", 45)

@@ -14,12 +14,13 @@ import pytest
 
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
-from core.model.llm import AnthropicModel
+from core.model.llm import AnthropicModel, ToolCall
 from core.models import Delivery, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.operator_tools import OperatorTool, OperatorTools
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
+from core.turn.tool_loop import Toolbox, ToolResult
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import context_limits, rows, turn_budget
@@ -182,6 +183,32 @@ def test_drafts_and_the_web_stream_follow_the_answer_across_rounds(
     assert "".join(str(chunk) for chunk in chunks) == "Madrid is warm. And Lisbon:\n\nBoth are sunny today."
     assert len(chunks) > 2 and result.figures.model_requests == 3
     assert weather.asked == ["Madrid", "Lisbon", "Madrid", "Lisbon"]
+
+
+class FailingToolset:
+    """A built-in toolset with a bug: its run raises."""
+
+    definitions = ({"name": "broken", "description": "fails", "input_schema": {"type": "object"}},)
+    round_trips = 0
+
+    def run(self, call: ToolCall) -> ToolResult:
+        raise OverflowError("date value out of range")
+
+    def must_answer(self, result: ToolResult) -> bool:
+        return False
+
+    def recorded(self) -> dict[str, Any]:
+        return {}
+
+
+def test_a_failure_of_ours_in_a_tool_is_said_back_as_an_error_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    call = ToolCall("t-1", "broken", {})
+    result, must_see = Toolbox([FailingToolset()], 4).run(call)
+    failed = "Not done: the tool failed. Answer without it, and tell the person you could not do this now."
+    assert (result, must_see) == (ToolResult(call, failed, is_error=True), True)
+    assert [(r.getMessage(), r.__dict__["tool"], r.__dict__["error"]) for r in caplog.records] == [
+        ("tool failed", "broken", "OverflowError")
+    ]
 
 
 def test_a_tool_that_raises_is_said_back_and_the_turn_answers(
