@@ -362,7 +362,8 @@ def _confirmed_link(query: dict[str, object]) -> Command | None:
     code = data.removeprefix(CONFIRM_LINK)
     if not looks_like_code(code):
         return None
-    request = LinkRequest(Surface.TELEGRAM, str(sender["id"]), code, consented=True)
+    # the chat's id, a number (the sender's equals it, but may be another type: True == 1, 42.0 == 42)
+    request = LinkRequest(Surface.TELEGRAM, str(chat["id"]), code, consented=True)
     language = sender.get("language_code")
     return Command(
         int(chat["id"]),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from traceback import extract_tb
 from typing import Any, Protocol
 
 from core.model.llm import AssistantContent, Model, ToolCall, Usage, plus
@@ -66,7 +67,12 @@ class Toolbox:
         try:
             result = owner.run(call)
         except Exception as exc:  # a failure of ours in a tool: the model is told, and the turn still answers
-            log.error("tool failed", extra={"tool": call.name, "error": type(exc).__name__})
+            # where it failed, not what it said (its message may hold the person's words)
+            where = [
+                f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
+                for frame in extract_tb(exc.__traceback__)[-4:]
+            ]
+            log.error("tool failed", extra={"tool": call.name, "error": type(exc).__name__, "where": where})
             failed = "Not done: the tool failed. Answer without it, and tell the person you could not do this now."
             return ToolResult(call, failed, is_error=True), True
         return result, result.is_error or owner.must_answer(result)

@@ -520,8 +520,12 @@ def test_a_redelivery_after_merging_into_an_existing_conversation_is_recognised(
     assert again.reply is not None and again.reply.content == "re: second chat, before the link"
 
 
-@pytest.mark.parametrize(("chat_id", "linked"), [(42, True), ("x", False), (True, False)])
-def test_a_confirm_button_links_only_from_a_chat_whose_id_is_a_number(chat_id: object, linked: bool) -> None:
+@pytest.mark.parametrize(
+    ("chat_id", "sender_id", "linked"), [(42, 42, True), (42, 42.0, True), ("x", "x", False), (True, True, False)]
+)
+def test_a_confirm_button_links_only_from_a_chat_whose_id_is_a_number(
+    chat_id: object, sender_id: object, linked: bool
+) -> None:
     """Telegram's chat ids are numbers: a body that names another kind (equal on both sides) is no
     button of ours, not a 500."""
     update = TelegramUpdate.model_validate(
@@ -530,7 +534,7 @@ def test_a_confirm_button_links_only_from_a_chat_whose_id_is_a_number(chat_id: o
             "callback_query": {
                 "id": "q-1",
                 "data": "link:ABCDEFGHJ",
-                "from": {"id": chat_id},
+                "from": {"id": sender_id},
                 "message": {"message_id": 7, "chat": {"id": chat_id, "type": "private"}},
             },
         }

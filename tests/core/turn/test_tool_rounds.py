@@ -209,6 +209,8 @@ def test_a_failure_of_ours_in_a_tool_is_said_back_as_an_error_and_logged(caplog:
     assert [(r.getMessage(), r.__dict__["tool"], r.__dict__["error"]) for r in caplog.records] == [
         ("tool failed", "broken", "OverflowError")
     ]
+    assert caplog.records[0].__dict__["where"][-1].startswith("test_tool_rounds.py:")  # the frame that raised
+    assert "date value out of range" not in caplog.text  # its message is not logged
 
 
 def test_a_tool_that_raises_is_said_back_and_the_turn_answers(
