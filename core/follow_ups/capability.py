@@ -171,8 +171,9 @@ class TurnTools:
             at=_text(arguments.get("time")),
             in_minutes=minutes if minutes is not None else None,
         )
+        said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})
-        return f"Scheduled for {shown(due, self.zone)}."
+        return said
 
     def _list(self) -> str:
         pending = [f for f in self.pending if f.id not in self.cancelled]
@@ -187,15 +188,17 @@ class TurnTools:
         match = next((f for f in self.pending if f.id == wanted and f.id not in self.cancelled), None)
         if match is None:
             raise InvalidTime(f"no pending follow-up #{wanted}")
+        said = f"Cancelled #{match.id} ({shown(match.due_at, self.zone)})."
         self.cancelled.append(match.id)
-        return f"Cancelled #{match.id} ({shown(match.due_at, self.zone)})."
+        return said
 
     def _set_timezone(self, arguments: dict[str, Any]) -> str:
         zone = zone_named(_text(arguments.get("timezone")))
         if zone is None:
             raise InvalidTime("not an IANA timezone name (like Europe/Madrid)")
+        said = f"Timezone set to {zone.key}; it is {self.now.astimezone(zone):%a %H:%M} there now."
         self.zone, self.timezone = zone, zone.key
-        return f"Timezone set to {zone.key}; it is {self.now.astimezone(zone):%a %H:%M} there now."
+        return said
 
 
 def _text(value: object) -> str | None:

@@ -12,7 +12,7 @@ from core.follow_ups.capability import TOOLS, FollowUpRules, turn_tools
 from core.follow_ups.wall_clock import InvalidTime, resolve_when
 from core.model.llm import ToolCall, messages_request
 from core.models import FollowUp, Surface
-from core.turn.tool_loop import continuation
+from core.turn.tool_loop import Toolbox, continuation
 
 MADRID = ZoneInfo("Europe/Madrid")
 
@@ -193,3 +193,22 @@ def test_the_cancel_tool_refuses_an_id_that_is_not_among_the_persons_pending_one
     own = tools.run(ToolCall("b", "cancel_follow_up", {"id": 2}))
     assert (own.content, own.is_error) == ("Cancelled #2 (Thu 10 Dec 2026 09:00 (Europe/Madrid)).", False)
     assert tools.changes() == {"cancel": [2]}
+
+
+def test_a_tool_that_fails_as_it_answers_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a tool call changes is recorded after its answer is written: a call that fails (the
+    model told "not done" by the toolbox) changes nothing finish_turn would write."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    tools = turn_tools(FollowUpRules(), pending(2), MADRID, now, None)
+
+    def failing(*_: object) -> str:
+        raise OverflowError("date value out of range")
+
+    monkeypatch.setattr("core.follow_ups.capability.shown", failing)
+    toolbox = Toolbox([tools], 4)
+    calls = [
+        ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10}),
+        ToolCall("b", "cancel_follow_up", {"id": 2}),
+    ]
+    assert [toolbox.run(call)[0].is_error for call in calls] == [True, True]
+    assert tools.changes() == {}
