@@ -47,14 +47,11 @@ def _degrees(value: float) -> str:
 
 def _number(value: object) -> float | None:
     """A coordinate as Telegram (a JSON number) or Twilio (a form string) sends it."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int | float | str):
-        try:
-            number = float(value.strip() if isinstance(value, str) else value)
-        except (ValueError, OverflowError):  # OverflowError: an int past a float's range (10**400)
-            return None
-    else:
+    try:
+        number = float(value)  # float() takes a string's surrounding whitespace itself
+    except (ValueError, OverflowError):  # OverflowError: an int past a float's range (10**400)
         return None
     return number if math.isfinite(number) else None
 
