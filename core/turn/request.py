@@ -112,6 +112,7 @@ class TurnFigures:
     context_messages: int = 0
     degraded: bool = False
     owed: bool = False  # this turn answered a message an earlier attempt left unanswered
+    ended: bool = False  # finish_turn or end_attempt was asked: the attempt is never ended twice
     error: str | None = None
 
     @property

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -95,6 +96,19 @@ class Turns:
                 elif result.outcome is Outcome.REDELIVERED:
                     self._send_stored_reply(result, channel, until)
             return self._logged(request.surface, result, began)
+        with self._ended_if_failed(start, figures):
+            return self._run_begun(request, start, figures, channel, began, until)
+
+    def _run_begun(
+        self,
+        request: TurnRequest,
+        start: TurnStart,
+        figures: TurnFigures,
+        channel: ReplyChannel | None,
+        began: float,
+        until: float,
+    ) -> TurnResult:
+        """`run` once its message is stored and this attempt holds it."""
         if start.owed and isinstance(channel, StopButton) and self._stopped_before(channel, figures):
             # The person stopped this reply while an attempt that has since died wrote it: it is
             # not written again (docs/decisions.md, Stop means stop). Nothing is sent or stored.
@@ -140,7 +154,8 @@ class Turns:
                 told = f"{item.content}\n{notice}"
                 items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
-        return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
+        with self._ended_if_failed(owed.start, figures):
+            return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
 
     def _answer(
         self,
@@ -228,6 +243,13 @@ class Turns:
                 yield result.reply
             yield self._logged(request.surface, result, began)
             return
+        with self._ended_if_failed(start, figures):
+            yield from self._stream_begun(request, start, figures, began)
+
+    def _stream_begun(
+        self, request: TurnRequest, start: TurnStart, figures: TurnFigures, began: float
+    ) -> Iterator[TurnResult | str]:
+        """`stream` once its message is stored and this attempt holds it."""
         prepared = self._prepared(request, start)
         start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
@@ -245,7 +267,6 @@ class Turns:
         chunks = tool_loop.answered(
             self._model(), self._settings.system_prompt, messages, request.deadline_s, self._notes(start), tools
         )
-        ended = False
         try:
             try:
                 for chunk in chunks:
@@ -275,10 +296,9 @@ class Turns:
                 self._finish(result, start, text, True, learned, tools)
             else:
                 self._end_attempt(start, figures, learned)
-            ended = True
             yield self._logged(request.surface, result, began)
         finally:
-            if not ended:
+            if not figures.ended:
                 tool_loop.close(chunks)
                 self._count_tools(figures, tools)
                 # The stream's last event, which says what the model wrote, never came: it wrote at
@@ -582,8 +602,24 @@ class Turns:
             stopped.set()
             raise ModelUnavailable(f"no answer within {deadline_s:g} s") from exc
 
+    @contextmanager
+    def _ended_if_failed(self, start: TurnStart, figures: TurnFigures) -> Iterator[None]:
+        """A failure of ours between begin_turn and the turn's end (a bug: the store's and the
+        model's failures are answered where they happen) ends the attempt before it goes on up:
+        its tokens count and its message is owed at once, so that the platform's retry, the
+        person's or the scheduled job answers it rather than wait for its answer_by. An attempt
+        already ended (finish_turn or end_attempt asked) is not ended again: its tokens would
+        count twice."""
+        try:
+            yield
+        except Exception:
+            if not figures.ended:
+                self._end_attempt(start, figures)
+            raise
+
     def _end_attempt(self, start: TurnStart, figures: TurnFigures, learned: str | None = None) -> None:
         """A turn that stored no reply: its tokens count, and its message is owed."""
+        figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
         self.memory.end_attempt(
@@ -616,6 +652,7 @@ class Turns:
         learned: str | None = None,
         tools: Toolbox | None = None,
     ) -> None:
+        result.figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
         recorded = tools.recorded() if tools is not None else {}
@@ -654,6 +691,10 @@ class Turns:
         level = logging.WARNING if result.figures.error else logging.INFO
         if not log.isEnabledFor(level):
             return result
+        # The figures are scalars: their fields as asdict() gives them, without its deep copy of
+        # each (which cost a third of the whole line); `ended` is the turn's own bookkeeping.
+        figures = vars(result.figures).copy()
+        del figures["ended"]
         log.log(
             level,
             "turn",
@@ -661,9 +702,7 @@ class Turns:
                 "surface": surface.value,
                 "outcome": result.outcome.value,
                 "user_id": str(result.user_id) if result.user_id else None,
-                # The figures are scalars: their fields as asdict() gives them, without its deep
-                # copy of each (which cost a third of the whole line).
-                **vars(result.figures),
+                **figures,
             },
         )
         return result

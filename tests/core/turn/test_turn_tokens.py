@@ -17,7 +17,7 @@ from core.media.kinds import MediaKind, MediaRef
 from core.media.turn_media import MediaReader
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Surface
+from core.models import Delivery, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.estimate import IMAGE_TOKENS, turn_estimate
@@ -125,3 +125,96 @@ def test_the_estimate_reads_the_prompt_the_tools_the_client_history_and_the_medi
         SETTINGS, TurnRequest(Surface.WEB, "", "e-3", media=(photo, pdf)), media_limits(pdf_max_pages=3)
     )
     assert (media.input_tokens, media.requests) == (plain.input_tokens + IMAGE_TOKENS + 3 * (3_000 + IMAGE_TOKENS), 2)
+
+
+class FailingChannel:
+    """A channel with a bug of ours: it fails as the turn shows the person it is typing."""
+
+    def show_typing(self, until: float) -> None:
+        raise RuntimeError("a bug of ours")
+
+    def draft(self, text: str) -> None:
+        pass
+
+    def send(self, text: str, until: float) -> Delivery:
+        return Delivery.DELIVERED
+
+
+def owed_now(database_url: str, external_id: str) -> list[tuple[bool]]:
+    return rows(database_url, "select answer_by <= clock_timestamp() from messages where external_id = %s", external_id)
+
+
+def test_a_failure_of_ours_after_the_message_is_stored_ends_its_attempt_at_once(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """A bug between begin_turn and the turn's end is raised as it was, but first the attempt ends:
+    what it reserved is given back and the message is owed at once, so the platform's retry answers
+    it rather than being told to wait until answer_by. Seen failing with the reservation kept and
+    the retry refused as still answering."""
+    model = claude(fake)
+    turns = Turns(budgeted(store), lambda: model, IdentityPolicy("auto"), SETTINGS)
+    person = uuid.uuid4()
+    asked = TurnRequest(Surface.TELEGRAM, "hello", "bug-1", user_id=person, deadline_s=30)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        turns.run(asked, FailingChannel())
+    assert fake.usages == [] and usage_of(database_url, "bug-1") == [(0, 0)]
+    assert owed_now(database_url, "bug-1") == [(True,)]
+    fake.answer = lambda body: "Hello again."
+    retried = turns.run(asked)
+    assert retried.outcome is Outcome.ANSWERED and retried.reply == "Hello again." and retried.figures.owed
+    assert rows(database_url, "select role from messages where user_id = %s order by id", person) == [
+        ("user",),
+        ("assistant",),
+    ]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_failure_of_ours_after_the_reply_is_stored_counts_the_turns_tokens_once(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str, monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    """The turn's last step (its log line) fails after finish_turn settled the tokens: the
+    attempt is not ended again, which would count them twice. Seen failing so, on both paths."""
+    model = claude(fake)
+    turns = Turns(budgeted(store), lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+    def failing_log(*arguments: object) -> None:
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(turns, "_logged", failing_log)
+    answer = "Stored, then the log line failed."
+    fake.answer = lambda body: answer
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, "hello", f"bug-{streamed}", user_id=person, conversation_id=web.id, deadline_s=30)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        list(turns.stream(asked)) if streamed else turns.run(asked)
+    [usage] = fake.usages
+    spent = sum(usage[key] for key in READ) + len(answer) // 4
+    assert spent > 1000 and usage_of(database_url, f"bug-{streamed}") == [(spent, 0)]
+    stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+    assert stored == [("user", "hello"), ("assistant", answer)]
+
+
+def test_a_failure_of_ours_in_a_stream_before_the_model_ends_its_attempt_at_once(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The web's streamed turn, failing as it builds the model's request: raised as it was, with
+    the reservation given back and the message owed, so the page's retry is answered at once."""
+    model = claude(fake)
+    turns = Turns(budgeted(store), lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+    def failing_notes(*arguments: object) -> str:
+        raise RuntimeError("a bug of ours")
+
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, "hello", "bug-stream", user_id=person, conversation_id=web.id, deadline_s=30)
+    with monkeypatch.context() as patch:
+        patch.setattr(turns, "_notes", failing_notes)
+        with pytest.raises(RuntimeError, match="a bug of ours"):
+            list(turns.stream(asked))
+    assert fake.usages == [] and usage_of(database_url, "bug-stream") == [(0, 0)]
+    assert owed_now(database_url, "bug-stream") == [(True,)]
+    fake.answer = lambda body: "Hello again."
+    *chunks, retried = turns.stream(asked)
+    assert "".join(str(chunk) for chunk in chunks) == "Hello again." and retried.outcome is Outcome.ANSWERED
