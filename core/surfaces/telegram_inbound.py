@@ -22,6 +22,7 @@ from core.channels.telegram_bot import TELEGRAM_LIMIT, TelegramBot, TelegramChan
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.remembered_language import RememberedLanguage
 from core.memory.edits import Corrections, MessageEdit
+from core.models import Delivery
 from core.phrases.catalogue import Catalogue, Phrases
 from core.phrases.refusals import input_refused, over_budget
 from core.surfaces.adapter import Surface
@@ -134,10 +135,12 @@ class TelegramInbound:
     def _phrases(self, language_code: str | None, text: str = "") -> Phrases:
         return self.catalogue.phrases(self.catalogue.choose(language_code, text))
 
-    def _reply(self, chat_id: int, text: str, markup: Answer | None = None) -> Answer:
+    def _reply(self, chat_id: int, text: str, markup: Answer | None = None) -> Answer | Redeliver:
         """An answer inside the webhook's (one outbound call fewer), or through the Bot API when it
         is longer than one message; with no bot token (local development) only its first part.
-        `markup`: the buttons under the text."""
+        `markup`: the buttons under the text. Sent, but not taken for a reason that may pass:
+        `Redeliver`, and the redelivery answers again (a turn's reply from the store, a command's
+        anew: each is answered the same way twice)."""
         bot = self.options.bot
         if self.options.inline and (len(text) <= TELEGRAM_LIMIT or bot is None):
             first = split_message(text, TELEGRAM_LIMIT - 2)[0]
@@ -147,7 +150,8 @@ class TelegramInbound:
                 answer["reply_markup"] = markup
             return answer
         assert bot is not None  # not inline: a bot token is set
-        bot().send_text(chat_id, text, reply_markup=markup)
+        if bot().send_text(chat_id, text, reply_markup=markup) is Delivery.OWED:
+            return Redeliver("reply_owed", "the Bot API did not take the reply")
         return {"ok": True}
 
 

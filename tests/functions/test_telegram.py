@@ -14,6 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.channels.splitting import split_message
+from core.channels.telegram_bot import TELEGRAM_LIMIT
 from core.models import Surface
 from core.turn.request import TurnRequest
 from functions import runtime
@@ -400,3 +402,41 @@ def test_a_get_file_path_no_url_can_hold_is_a_clear_answer_once_never_a_500(
     ]
     fetch_failures = [r for r in caplog.records if r.getMessage() == "a Telegram file could not be fetched"]
     assert [r.__dict__["error"] for r in fetch_failures] == ["InvalidURL"]
+
+
+def test_a_long_inline_reply_the_bot_api_did_not_take_is_sent_again_on_redelivery(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A reply answered inside the webhook but longer than one message goes through the Bot API:
+    when that fails for a reason that may pass, the webhook asks for a redelivery (it answered 200
+    and the reply was lost), and the redelivery sends the stored reply, not a second answer."""
+    environment.setenv("TELEGRAM_REPLY_IN_WEBHOOK", "true")
+    long = " ".join(f"Sentence {n} of a long answer." for n in range(250))
+    fake_anthropic.answer = lambda body: long
+    fake_telegram.fail_with("gateway")
+    body = update("tell me everything", user_id=6_100_001)
+    client = app_client("telegram_webhook")
+    first = client.post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert first.status_code == 503 and first.get_json()["error"] == "reply_owed"
+    assert fake_telegram.sent() == []
+    fake_telegram.recover()
+    again = client.post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert again.status_code == 200 and again.get_json() == {"ok": True}
+    parts = split_message(long, TELEGRAM_LIMIT)
+    assert len(parts) == 2 and [call["text"] for call in fake_telegram.sent()] == parts
+    assert len(fake_anthropic.requests) == 1
+
+
+def test_a_commands_answer_the_bot_api_did_not_take_is_answered_again_on_redelivery(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_telegram.fail_with("gateway")
+    body = update("/help", user_id=6_100_002)
+    client = app_client("telegram_webhook")
+    first = client.post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert first.status_code == 503 and first.get_json()["error"] == "reply_owed"
+    fake_telegram.recover()
+    again = client.post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert again.status_code == 200 and again.get_json() == {"ok": True}
+    [answer] = fake_telegram.sent()
+    assert answer["chat_id"] == 6_100_002 and "/forget" in answer["text"] and fake_anthropic.requests == []
