@@ -42,7 +42,9 @@ from core.surfaces.whatsapp import normalise_phone
 SMS_LIMIT = 1600  # characters in one Twilio message body
 # Twilio's default opt-out, opt-in and help keywords: a body that is exactly one of them, in any
 # case, with spaces around it ("stop please" is a message). With Advanced Opt-Out, `OptOutType`
-# names the kind as well.
+# names the kind as well. Letters and spaces as ASCII has them: Python's upper() makes "ſtop"
+# STOP and strip() takes an ideographic space, which Twilio does not take for the keyword (and a
+# message dropped as one would be answered by nobody).
 KEYWORDS = frozenset(
     {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
     | {"START", "YES", "UNSTOP"}
@@ -52,7 +54,8 @@ KEYWORDS = frozenset(
 
 def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
     """Whether Twilio handles this message itself (it has answered it already)."""
-    return bool(opt_out_type) or body.strip().upper() in KEYWORDS
+    word = body.strip(" \t\r\n")
+    return bool(opt_out_type) or (word.isascii() and word.upper() in KEYWORDS)
 
 
 class Rules(SurfaceRules):
@@ -98,7 +101,7 @@ class Keyword(Notice):
 
 def classify(form: SmsForm) -> Converse | Notice | ChatCommand:
     text = form.body.strip()
-    if is_keyword(text, form.opt_out_type):
+    if is_keyword(form.body, form.opt_out_type):
         return Keyword("", f"keyword {form.opt_out_type or text.upper()}: Twilio answers it")
     if command := chat_command(Surface.SMS, form.identity, text):
         return command

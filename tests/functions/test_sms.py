@@ -139,9 +139,14 @@ def test_twilios_keywords_are_left_to_twilio(
     assert rows(sms_database, "select count(*) from messages") == [(0,)]
 
 
-def test_stop_within_a_sentence_is_a_message(sms_database: str, fake_anthropic: FakeAnthropic) -> None:
+@pytest.mark.parametrize("body", ["stop reminding me about the gym", "\u017ftop", "\u0131nfo", "STOP\u3000"])
+def test_stop_within_a_sentence_or_spelled_past_ascii_is_a_message(
+    sms_database: str, fake_anthropic: FakeAnthropic, body: str
+) -> None:
+    """Only Twilio's own keyword is Twilio's: "ſtop" (a long s) and "ınfo" (a dotless i), which
+    Python's upper() makes STOP and INFO, and STOP with an ideographic space, are messages."""
     fake_anthropic.answer = lambda body: "Understood."
-    assert send(sms("stop reminding me about the gym", number())) == ["Understood."]
+    assert send(sms(body, number())) == ["Understood."]
 
 
 def test_an_mms_photo_is_read_from_twilios_media_host(
