@@ -13,6 +13,7 @@ read price, and a write only after they change.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,11 @@ from core.errors import ConfigurationError, ModelUnavailable
 from core.model.prompt import NOTES_PREAMBLE
 from core.turn.context import ModelMessage
 
+log = logging.getLogger("crossmem.model")
 CACHE = {"type": "ephemeral"}
+# Stop reasons of an answer the model did not finish: its last block may be cut (a tool call's
+# input among them, which the SDK parses as far as it goes: {"id": 12} for booking 123).
+CUT_SHORT = frozenset({"max_tokens", "model_context_window_exceeded"})
 ToolChoice = Literal["auto", "none"]  # never a forced tool: the current models refuse it
 
 
@@ -161,6 +166,19 @@ def _usage(raw: Any) -> Usage:
     )
 
 
+def _check_stop(stop_reason: str | None, tools: list[str]) -> None:
+    """ModelUnavailable for an answer that is not one (docs/design.md, failure policy): a stream
+    that ended before the model said why it stopped, a refusal (a streaming classifier stopped it:
+    its text so far is not an answer), or a tool call the model was cut off writing (never run)."""
+    if stop_reason is None:
+        raise ModelUnavailable("the model's answer ended before its end")
+    if stop_reason == "refusal":
+        raise ModelUnavailable("the model declined to answer")
+    if stop_reason in CUT_SHORT and tools:
+        log.warning("an answer cut inside a tool call; no call of it runs", extra={"tools": tools})
+        raise ModelUnavailable(f"the model's answer was cut inside a tool call ({stop_reason})")
+
+
 def _unavailable(exc: Exception) -> ModelUnavailable:
     """The SDK's failures, mapped at its boundary: a status, a timeout, or an unusable answer."""
     import anthropic
@@ -210,6 +228,8 @@ class AnthropicModel:
             usage = _usage(response.usage)
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
             raise _unavailable(exc) from exc
+        if response.stop_reason == "refusal":
+            raise ModelUnavailable("the model declined to answer")
         if not text.strip():
             raise ModelUnavailable("the model answered with no text")
         return ModelReply(text, usage)
@@ -246,12 +266,15 @@ class AnthropicModel:
                     elif event.type == "text":
                         yield event.text
                 final = stream.get_final_message()
+                yield _usage(final.usage)  # what it wrote counts, whatever it was
                 calls = [block for block in final.content if getattr(block, "type", "") == "tool_use"]
+                _check_stop(final.stop_reason, [str(block.name) for block in calls])
                 for block in calls:
                     yield ToolCall(str(block.id), str(block.name), dict(block.input or {}))
                 if calls:
                     yield AssistantContent(tuple(block.model_dump(exclude_none=True) for block in final.content))
-                yield _usage(final.usage)
+        except ModelUnavailable:
+            raise
         # A stream that never started (a JSON body instead of events) fails the SDK's own assertion;
         # one that stalls mid-way raises its HTTP client's timeout, which the SDK does not wrap.
         except Exception as exc:

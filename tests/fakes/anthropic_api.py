@@ -125,6 +125,11 @@ class FakeAnthropic:
         self.latency_s = (0.0, 0.0)
         self.delta_pause_s = 0.0  # between a stream's text deltas, as a model writes
         self.first_token_s = 0.0  # from a stream's start to its first text
+        # How an answer stops, when not as its blocks say (end_turn, tool_use): "refusal" (a
+        # streaming classifier stopped it), "max_tokens" (a tool call's input cut halfway), or
+        # None with `ends_early`: the stream ends cleanly before message_delta and message_stop.
+        self.stop_reason: str | None = None
+        self.ends_early = False
         self.requests: list[dict[str, Any]] = []
         self.usages: list[dict[str, int]] = []  # the usage each answer reported (a stream's at its start)
         # How each stream ended: "whole", or "cut" when the client closed it before its last event
@@ -205,7 +210,7 @@ class FakeAnthropic:
                     fake.usages.append({**usage_json, "output_tokens": 1} if body.get("stream") else usage_json)
                 if body.get("stream"):
                     return self._stream(body, blocks, usage_json)
-                self.answer_json(200, message(body, blocks, usage_json))
+                self.answer_json(200, message(body, blocks, usage_json, fake.stop_reason))
 
             def _stream(self, body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int]) -> None:
                 self.send_response(200)
@@ -213,7 +218,7 @@ class FakeAnthropic:
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                start = message(body, [], {**usage, "output_tokens": 1})
+                start = {**message(body, [], {**usage, "output_tokens": 1}), "stop_reason": None}  # as the API's
                 events: list[tuple[str, dict[str, Any]]] = [
                     ("message_start", {"type": "message_start", "message": start}),
                 ]
@@ -232,7 +237,10 @@ class FakeAnthropic:
                                 {"type": "content_block_start", "index": index, "content_block": opened},
                             )
                         )
-                        partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                        written = json.dumps(block["input"])
+                        if fake.stop_reason == "max_tokens":
+                            written = written[: len(written) // 2]
+                        partial = {"type": "input_json_delta", "partial_json": written}
                         events.append(
                             ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": partial})
                         )
@@ -252,18 +260,22 @@ class FakeAnthropic:
                                 ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
                             )
                     events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-                stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
-                events += [
-                    (
-                        "message_delta",
-                        {
-                            "type": "message_delta",
-                            "delta": {"stop_reason": stop, "stop_sequence": None},
-                            "usage": {"output_tokens": usage["output_tokens"]},
-                        },
-                    ),
-                    ("message_stop", {"type": "message_stop"}),
-                ]
+                stop = fake.stop_reason or ("tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn")
+                events += (
+                    []
+                    if fake.ends_early
+                    else [
+                        (
+                            "message_delta",
+                            {
+                                "type": "message_delta",
+                                "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "usage": {"output_tokens": usage["output_tokens"]},
+                            },
+                        ),
+                        ("message_stop", {"type": "message_stop"}),
+                    ]
+                )
                 ended = "whole"
                 try:
                     for name, data in events:
@@ -285,14 +297,16 @@ class FakeAnthropic:
         return Handler
 
 
-def message(body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int]) -> dict[str, Any]:
+def message(
+    body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int], stop: str | None = None
+) -> dict[str, Any]:
     return {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",
         "model": body.get("model", "claude"),
         "content": blocks,
-        "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn",
+        "stop_reason": stop or ("tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"),
         "stop_sequence": None,
         "usage": usage,
     }

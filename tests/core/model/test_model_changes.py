@@ -11,12 +11,14 @@ from typing import Any
 import anthropic
 import pytest
 
+from core.errors import ModelUnavailable
 from core.identity.policy import IdentityPolicy
 from core.memory.search import SEARCH_MEMORY, MemorySearch, SearchRules
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Surface
+from core.models import Role, Surface
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ModelMessage
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FORCED_TOOL, FakeAnthropic, tool_results, tool_use
@@ -110,3 +112,13 @@ def test_a_long_note_before_a_tool_call_lost_to_thinking_still_ends_in_an_answer
     assert result.figures.model_requests == 2
     first_answer = fake.requests[-1]["messages"][-2]["content"]
     assert [block["type"] for block in first_answer] == ["thinking", "thinking", "tool_use"]
+
+
+def test_a_refused_answer_asked_whole_is_not_an_answer(fake: FakeAnthropic) -> None:
+    """The digest's and a photo's description's request (not streamed): a refusal's text is no
+    notes and no description."""
+    fake.stop_reason = "refusal"
+    fake.answer = lambda body: "The person said that"
+    model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, max_retries=0)
+    with pytest.raises(ModelUnavailable, match="^the model declined to answer$"):
+        model.reply("summarise", [ModelMessage(Role.USER, "what did I say?", ())], 5.0)

@@ -23,7 +23,7 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ContextItem, build_model_messages
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
-from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
+from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import context_limits, turn_budget
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
@@ -318,3 +318,69 @@ def test_the_context_tags_read_the_persons_clock_else_the_configured_one(
         shown = row[0].astimezone(zone)
         first = fake.requests[-1]["messages"][0]["content"][0]["text"]
         assert first == f"[telegram · {shown.hour:02d}:{shown.minute:02d}] the dentist is at nine"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_tool_call_cut_by_max_tokens_is_never_run(
+    memory: Memory, fake: FakeAnthropic, database_url: str, streamed: bool
+) -> None:
+    """The model ran out of tokens writing a call: the SDK parses its input as far as it goes
+    ({"content": "Call the" of "Call the dentist about Friday"}), which must not be done. The turn
+    falls back, the tokens count, nothing is scheduled, and the message is owed to be asked again.
+    Seen failing with the cut reminder scheduled."""
+    model = claude(fake)
+    turns = Turns(
+        memory, lambda: model, IdentityPolicy("auto"), replace(SETTINGS, capabilities=(FollowUps(FollowUpRules()),))
+    )
+    fake.stop_reason = "max_tokens"
+    call = tool_use("schedule_follow_up", {"content": "Call the dentist about Friday", "in_minutes": 30})
+    fake.answer = lambda body: [text_block("I'll remind you."), call]
+    person = uuid.uuid4()
+    web = memory.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, "remind me", f"cut-{streamed}", user_id=person, conversation_id=web.id)
+    if streamed:
+        *chunks, result = turns.stream(asked)
+        assert "".join(str(chunk) for chunk in chunks) == "I'll remind you.\n\nFALLBACK"
+    else:
+        result = turns.run(asked)
+        assert result.reply == "FALLBACK"
+    assert isinstance(result, TurnResult) and result.outcome is Outcome.FALLBACK
+    assert result.figures.error == "the model's answer was cut inside a tool call (max_tokens)"
+    assert result.figures.output_tokens == len("I'll remind you.") // 4 and len(fake.requests) == 1
+    with psycopg.connect(database_url) as connection:
+        scheduled = connection.execute("select count(*) from follow_ups where user_id = %s", (person,)).fetchone()
+        stored = connection.execute("select role from messages where user_id = %s", (person,)).fetchall()
+    assert scheduled == (0,) and stored == [("user",)]
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "ends_early", "error"),
+    [("refusal", False, "the model declined to answer"), (None, True, "the model's answer ended before its end")],
+)
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_refused_or_unfinished_answer_is_not_stored_as_one(
+    turns: Turns,
+    fake: FakeAnthropic,
+    database_url: str,
+    stop_reason: str | None,
+    ends_early: bool,
+    error: str,
+    streamed: bool,
+) -> None:
+    """A streaming classifier's refusal (its text so far is no answer: Anthropic's "Streaming
+    refusals"), or a stream that ended cleanly before the model said why it stopped: the person
+    gets the fallback, nothing of it is stored, and the message stays owed. Seen failing with the
+    cut text stored as the answer."""
+    fake.stop_reason, fake.ends_early = stop_reason, ends_early
+    fake.answer = lambda body: "Sure, here is how to"
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, "how?", f"refused-{streamed}-{ends_early}", user_id=person, conversation_id=web.id)
+    if streamed:
+        *_, result = turns.stream(asked)
+    else:
+        result = turns.run(asked)
+    assert isinstance(result, TurnResult) and result.outcome is Outcome.FALLBACK and result.figures.error == error
+    with psycopg.connect(database_url) as connection:
+        stored = connection.execute("select role from messages where user_id = %s", (person,)).fetchall()
+    assert stored == [("user",)]
