@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigurationError
 from core.model.llm import ToolCall
-from core.turn.tool_loop import ToolResult
+from core.turn.tool_loop import ToolResult, failure
 
 if TYPE_CHECKING:
     from core.turn.capabilities import TurnState
@@ -97,7 +97,7 @@ class OperatorToolset:
         try:
             text = tool.run(dict(call.input))
         except Exception as exc:  # an operator's code: whatever it raises, the turn still answers
-            log.error("an operator's tool failed", extra={"tool": call.name, "error": f"{type(exc).__name__}: {exc}"})
+            log.error("an operator's tool failed", extra={"tool": call.name, **failure(exc)})
             return ToolResult(call, f"Not done: {call.name} failed. Answer without it.", is_error=True)
         if not isinstance(text, str):
             log.error("an operator's tool answered no text", extra={"tool": call.name, "type": type(text).__name__})

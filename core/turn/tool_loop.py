@@ -67,12 +67,7 @@ class Toolbox:
         try:
             result = owner.run(call)
         except Exception as exc:  # a failure of ours in a tool: the model is told, and the turn still answers
-            # where it failed, not what it said (its message may hold the person's words)
-            where = [
-                f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
-                for frame in extract_tb(exc.__traceback__)[-4:]
-            ]
-            log.error("tool failed", extra={"tool": call.name, "error": type(exc).__name__, "where": where})
+            log.error("tool failed", extra={"tool": call.name, **failure(exc)})
             failed = "Not done: the tool failed. Answer without it, and tell the person you could not do this now."
             return ToolResult(call, failed, is_error=True), True
         return result, result.is_error or owner.must_answer(result)
@@ -177,6 +172,16 @@ def answered(
         said = [*said, *continuation(text, [result for result, _ in ran], answer)]
         if text.strip():
             gap = "\n\n"
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """A tool's failure as a log line tells it: its type and where it was raised (the file, line and
+    function of its last frames), never its message, which may hold the person's words."""
+    where = [
+        f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
+        for frame in extract_tb(exc.__traceback__)[-4:]
+    ]
+    return {"error": type(exc).__name__, "where": where}
 
 
 def close(chunks: object) -> None:

@@ -609,10 +609,11 @@ class Turns:
         its tokens count and its message is owed at once, so that the platform's retry, the
         person's or the scheduled job answers it rather than wait for its answer_by. An attempt
         already ended (finish_turn or end_attempt asked) is not ended again: its tokens would
-        count twice."""
+        count twice. A stream closed by its client where no step of its own ends the attempt (at
+        a media notice) ends it the same way."""
         try:
             yield
-        except Exception:
+        except (Exception, GeneratorExit):
             if not figures.ended:
                 self._end_attempt(start, figures)
             raise

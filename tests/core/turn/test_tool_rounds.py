@@ -226,4 +226,7 @@ def test_a_tool_that_raises_is_said_back_and_the_turn_answers(
     assert (result.outcome, result.reply) == (Outcome.ANSWERED, "No weather now.")
     [said] = tool_results(fake.requests[-1])
     assert (said["content"], said.get("is_error")) == ("Not done: weather failed. Answer without it.", True)
-    assert "an operator's tool failed" in caplog.text
+    [failed] = [record for record in caplog.records if record.getMessage() == "an operator's tool failed"]
+    assert (failed.__dict__["tool"], failed.__dict__["error"]) == ("weather", "TimeoutError")
+    assert failed.__dict__["where"][-1].endswith(" broken")  # the operator's function that raised
+    assert "did not answer" not in caplog.text  # its message is not logged: it may hold the person's words

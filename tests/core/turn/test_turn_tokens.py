@@ -218,3 +218,24 @@ def test_a_failure_of_ours_in_a_stream_before_the_model_ends_its_attempt_at_once
     fake.answer = lambda body: "Hello again."
     *chunks, retried = turns.stream(asked)
     assert "".join(str(chunk) for chunk in chunks) == "Hello again." and retried.outcome is Outcome.ANSWERED
+
+
+def test_a_stream_left_at_its_media_notice_ends_its_attempt(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The page goes away as it is told it sent too many photos, before the notice is stored: the
+    attempt ends (the message owed at once), so the page's retry is answered rather than told
+    still_answering. Seen failing so (a review's finding)."""
+    reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
+    turns = Turns(budgeted(store), lambda: claude(fake), IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
+    asked = TurnRequest(
+        Surface.WEB, "these two", "left-notice", user_id=person, conversation_id=web.id, media=(photo, photo)
+    )
+    stream = turns.stream(asked)
+    assert "1" in str(next(stream))  # the notice names the limit
+    stream.close()
+    assert fake.requests == [] and usage_of(database_url, "left-notice") == [(0, 0)]
+    assert owed_now(database_url, "left-notice") == [(True,)]
