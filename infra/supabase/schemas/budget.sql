@@ -22,7 +22,9 @@ create table public.turn_usage (
     at timestamptz not null default clock_timestamp(),
     tokens integer not null default 0,
     -- of `tokens`, what turns of this message reserved and have not settled yet
-    reserved integer not null default 0
+    reserved integer not null default 0,
+    -- the attempts end_attempt has settled: a call retried after its commit settles nothing twice
+    settled uuid[] not null default '{}'
 );
 alter table public.turn_usage enable row level security;  -- who reads what: access.sql
 create index turn_usage_by_user on public.turn_usage (user_id, at desc);

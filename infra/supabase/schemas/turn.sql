@@ -200,9 +200,12 @@ $$;
 
 -- What a turn's attempt spent, settled (budget.sql): the tokens it reserved (p_reserved, never
 -- more than is still reserved: a retried call gives nothing back twice) given back, and what it
--- spent added. p_user_id, when given, is whose count it must be.
+-- spent added. p_user_id, when given, is whose count it must be. p_attempt, when given, is the
+-- attempt settling, once: a call retried after its commit (its answer lost with its connection)
+-- counts nothing again, nor gives back what another attempt reserved. finish_turn gives none: a
+-- retried finish_turn finds its reply stored and settles nothing.
 create or replace function crossmem_private.settle_turn_tokens(
-    p_message_id bigint, p_user_id uuid, p_reserved integer, p_tokens integer
+    p_message_id bigint, p_user_id uuid, p_reserved integer, p_tokens integer, p_attempt uuid
 ) returns void language plpgsql set search_path = '' as $$
 begin
     if p_reserved = 0 and p_tokens = 0 then
@@ -210,8 +213,10 @@ begin
     end if;
     update public.turn_usage u
        set tokens = crossmem_private.settled(u.tokens, u.reserved, p_reserved, p_tokens),
-           reserved = crossmem_private.settled(u.reserved, u.reserved, p_reserved, 0)
-     where u.message_id = p_message_id and (p_user_id is null or u.user_id = p_user_id);
+           reserved = crossmem_private.settled(u.reserved, u.reserved, p_reserved, 0),
+           settled = case when p_attempt is null then u.settled else u.settled || p_attempt end
+     where u.message_id = p_message_id and (p_user_id is null or u.user_id = p_user_id)
+       and (p_attempt is null or p_attempt <> all(u.settled));
 end;
 $$;
 
@@ -584,7 +589,7 @@ begin
     select s.id into v_reply_id from stored s;
 
     if v_reply_id is not null then
-        perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens);
+        perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, null);
     else
         select r.id into v_reply_id
           from public.messages r
@@ -595,7 +600,7 @@ begin
                             where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
         if v_reply_id is null then
             -- another attempt's reply came first: what this one spent counts all the same
-            perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
+            perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens, null);
         end if;
     end if;
     return jsonb_build_object('reply_id', v_reply_id);
@@ -618,7 +623,7 @@ begin
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
-    perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens);
+    perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens, p_attempt);
     update public.messages m set answer_by = clock_timestamp()
      where m.id = p_user_message_id and m.user_id = p_user_id and m.role = 'user'
        -- only while no later attempt has taken the message over: never two attempts at once

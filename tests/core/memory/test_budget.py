@@ -334,3 +334,30 @@ def test_a_begin_turn_whose_answer_was_lost_reserves_once_and_its_end_settles_it
             assert usage_of(database_url, start.message_id) == [(33, 0)]
         finally:
             store.close()
+
+
+def test_an_end_attempt_whose_answer_was_lost_settles_once(database_url: str) -> None:
+    """end_attempt commits and its answer is lost with its connection; the store's retry is the same
+    attempt, which counts its tokens once and gives back nothing of the attempt that has since taken
+    the message over (a reliability review's finding: 45 counted as 90, and the running attempt's
+    reservation given back)."""
+    with LatencyProxy(postgres_target(database_url)) as proxy:
+        store = PostgresStore(through_proxy(database_url, proxy.port))
+        try:
+            memory, person = reserving(store, 100_000, 100), uuid.uuid4()
+            asked = Person(user_id=person)
+            first = memory.begin_turn(asked, Surface.TELEGRAM, "hello", "ended", estimate=TurnEstimate(20))
+            assert first.message_id is not None and first.reserved_tokens == 121
+            with psycopg.connect(database_url) as connection:
+                connection.execute(
+                    "update messages set answer_by = now() - interval '1 second' where id = %s", (first.message_id,)
+                )
+            second = memory.begin_turn(asked, Surface.TELEGRAM, "hello", "ended", estimate=TurnEstimate(20))
+            assert second.owed and second.reserved_tokens == 122
+            proxy.lose_next_answer()
+            memory.end_attempt(person, first.message_id, first.attempt, 45, reserved=first.reserved_tokens)
+            assert usage_of(database_url, first.message_id) == [(45 + 122, 122)]
+            memory.end_attempt(person, first.message_id, second.attempt, 30, reserved=second.reserved_tokens)
+            assert usage_of(database_url, first.message_id) == [(45 + 30, 0)]
+        finally:
+            store.close()
