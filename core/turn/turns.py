@@ -155,7 +155,10 @@ class Turns:
                 items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
         with self._ended_if_failed(owed.start, figures):
-            return self._answer(owed.surface, owed.start, messages, figures, deadline_s, channel, began, waiting=False)
+            tools = self._tools(owed.start)  # as the person's turn would have had them
+            return self._answer(
+                owed.surface, owed.start, messages, figures, deadline_s, channel, began, tools=tools, waiting=False
+            )
 
     def _answer(
         self,
@@ -520,9 +523,9 @@ class Turns:
         figures.error = "the attempt's time ran out before its reply went out; the message is owed"
         return True
 
-    def _tools(self, start: TurnStart, request: TurnRequest) -> Toolbox | None:
+    def _tools(self, start: TurnStart, request: TurnRequest | None = None) -> Toolbox | None:
         """This turn's tools: each capability's that is on, from what begin_turn brought, in the
-        person's timezone (theirs, else CONTEXT_TIMEZONE)."""
+        person's timezone (theirs, else CONTEXT_TIMEZONE); `request`: the web client's own."""
         if start.message_id is None or start.user_id is None:
             return None
         turn = TurnState(
@@ -531,8 +534,8 @@ class Turns:
             start,
             self._zone_of(start),
             self._now(),
-            client_zone=request.timezone,
-            client_history=request.client_history or (),
+            client_zone=request.timezone if request is not None else None,
+            client_history=request.client_history or () if request is not None else (),
         )
         toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
         return Toolbox(toolsets, self._settings.tool_rounds) if toolsets else None

@@ -84,6 +84,8 @@ begin
             -- the person's clock, which the context's tags are shown on, and their language, which
             -- a fallback is said in (follow_ups.sql)
             'timezone', (select t.timezone from public.person_timezones t where t.user_id = v_message.user_id),
+            -- their pending follow-ups, which the answer's tools read as a turn's (follow_ups.sql)
+            'follow_ups', public.follow_ups_of(v_message.user_id),
             'language', public.person_language(v_message.user_id, null, null),
             -- held follow-ups an attempt at this WhatsApp message took: said first (follow_ups.sql)
             'delivered_first', case when v_message.surface = 'whatsapp'

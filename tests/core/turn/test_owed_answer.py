@@ -1,0 +1,80 @@
+"""The scheduled job's answer to an owed message is the person's turn, asked again: with the tools
+that turn would have had, reading what it would have read. Through `OwedReplies`, the real SDK
+against the fake Anthropic server, and real Postgres."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from core.follow_ups.capability import FollowUpRules, FollowUps
+from core.identity.policy import IdentityPolicy
+from core.memory.service import Memory
+from core.model.llm import AnthropicModel
+from core.models import Surface
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.owed import OwedReplies
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
+from tests.core.turn.test_failure_paths import RecordingChannel
+from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+
+SETTINGS = TurnSettings(
+    system_prompt=DEFAULT_SYSTEM_PROMPT,
+    fallback_reply="FALLBACK",
+    stranger_reply="NO",
+    capabilities=(FollowUps(FollowUpRules()),),
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(memory: Memory, fake: FakeAnthropic) -> None:
+    """ "What reminders do I have?" on Telegram: the model is overloaded, the person gets the
+    fallback, the message is owed. The job asks again with the follow-up tools, and the list it
+    reads is the person's. Seen failing with a request without tools (the model could only say it
+    had looked, or that it had cancelled) and, with them, an empty list."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake.url, max_retries=0
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    person, chat = uuid.uuid4(), "4040"
+
+    def planned(body: dict[str, Any]) -> Any:
+        if tool_results(body):
+            return "Planned."
+        return [text_block("Noted."), tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 90})]
+
+    fake.answer = planned
+    asked = TurnRequest(Surface.TELEGRAM, "remind me to stretch", "owed-tools-1", sender_id=chat, user_id=person)
+    assert turns.run(asked, RecordingChannel()).outcome is Outcome.ANSWERED
+    fake.behaviour = "529"
+    live = RecordingChannel()
+    asked = replace(asked, text="what reminders do I have?", external_id="owed-tools-2")
+    assert turns.run(asked, live).outcome is Outcome.FALLBACK and live.sent == ["FALLBACK"]
+    fake.behaviour = "ok"
+    fake.answer = lambda body: (
+        "You will be told to stretch." if tool_results(body) else [tool_use("list_follow_ups", {})]
+    )
+    job_channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120).answered == 1
+    assert job_channel.sent == ["You will be told to stretch."]
+    asked_again = fake.requests[-2]
+    assert [tool["name"] for tool in asked_again["tools"]] == [
+        "schedule_follow_up",
+        "list_follow_ups",
+        "cancel_follow_up",
+        "set_timezone",
+    ]
+    [listed] = tool_results(fake.requests[-1])
+    assert "Stretch." in str(listed["content"])
