@@ -244,6 +244,16 @@ def test_conversations_are_listed_opened_and_private(counted: CountedMemory) -> 
     assert memory.list_conversations(stranger) == ConversationList([], has_more=False)
     place = ConversationPlace(web.updated_at + timedelta(days=1), web.id)  # where the other's list goes on
     assert memory.list_conversations(stranger, before=place) == ConversationList([], has_more=False)
+    # Another's conversation started empty is neither titled nor written in by a message naming it
+    # (a privacy review's surviving mutant: the first message's update without its user_id filter).
+    empty = memory.create_conversation(person)
+    with pytest.raises(NotFound):
+        memory.begin_turn(Person(user_id=stranger), Surface.WEB, "my words in your list", "y", empty.id)
+    [still_empty] = [c for c in memory.list_conversations(person).conversations if c.id == empty.id]
+    assert still_empty.title == ""
+    assert memory.begin_turn(Person(user_id=person), Surface.WEB, "mine", "z", empty.id).conversation_id == empty.id
+    [titled] = [c for c in memory.list_conversations(person).conversations if c.id == empty.id]
+    assert titled.title == "mine"
 
 
 def test_awkward_content_round_trips(counted: CountedMemory) -> None:

@@ -76,6 +76,31 @@ def test_every_table_has_row_level_security_and_every_function_is_the_service_ro
     assert tables is not None and tables[0] >= 7
 
 
+def test_every_table_authenticated_reads_is_read_through_one_policy_on_its_own_person(database_url: str) -> None:
+    """A table `authenticated` may select from has exactly one policy, for select, to it alone, and
+    its condition is the row's person being the token's (merged_people: the person merged into).
+    A policy widened to `using (true)` on any of them fails here (a privacy review's mutants: three
+    of them had no test that read the table as a second person)."""
+    with psycopg.connect(database_url) as connection:
+        readable = connection.execute(
+            "select table_name from information_schema.role_table_grants"
+            " where table_schema = 'public' and grantee = 'authenticated' and privilege_type = 'SELECT'"
+            " order by 1"
+        ).fetchall()
+        policies = connection.execute(
+            "select tablename, cmd, roles::text, permissive, qual, with_check from pg_policies"
+            " where schemaname = 'public' order by 1"
+        ).fetchall()
+    own = "(user_id = ( SELECT auth.uid() AS uid))"
+    merged = "(into_user_id = ( SELECT auth.uid() AS uid))"
+    tables = [table for (table,) in readable]
+    assert len(tables) == 11
+    assert policies == [
+        (table, "SELECT", "{authenticated}", "PERMISSIVE", merged if table == "merged_people" else own, None)
+        for table in tables
+    ]
+
+
 def test_begin_turns_parts_are_out_of_reach_of_anon_and_authenticated(database_url: str) -> None:
     """The parts live in a schema PostgREST does not serve, and only service_role may run them:
     never callable over /rest/v1/rpc, not even by a signed-in person's token."""
