@@ -123,6 +123,14 @@ def connect(conninfo: str, connect_timeout_s: int) -> psycopg.Connection[Any]:
     return psycopg.connect(conninfo, connect_timeout=connect_timeout_s, autocommit=True)
 
 
+# A pooled connection whose database went silent mid-call (a host gone, a partition: no reset ever
+# comes) fails within seconds instead of holding the turn for the kernel's quarter of an hour: what
+# it sent unacknowledged for 10 s (tcp_user_timeout), or no answer to three keepalive probes after
+# 5 s of waiting (about 11 s). A live database answers both at once, however long its query.
+SILENCE_LIMITS = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+SILENCE_LIMITS |= {"tcp_user_timeout": 10_000}
+
+
 class PostgresStore:
     """The SQL functions over a small psycopg_pool pool, opened at the first call.
 
@@ -278,7 +286,7 @@ class PostgresStore:
         return self._pool
 
     def _connection_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"autocommit": True, "connect_timeout": self._connect_timeout_s}
+        options: dict[str, Any] = {"autocommit": True, "connect_timeout": self._connect_timeout_s, **SILENCE_LIMITS}
         if not self._prepared_statements:
             options["prepare_threshold"] = None
         return options

@@ -215,3 +215,23 @@ def test_the_pool_opens_nothing_until_the_first_call(database_url: str, proxy: L
     )
     assert proxy.connections == 1
     store.close()
+
+
+def test_a_pooled_connection_gives_up_on_a_silent_database_within_seconds(store: PostgresStore) -> None:
+    """A reliability review's finding: a database gone silent on a pooled connection (a host gone, no
+    reset) held a turn for as long as the kernel waits, a quarter of an hour. What bounds it lives in
+    the socket (no proxy here can stop a kernel acknowledging), so the test reads what libpq was
+    given on the connections the calls run on: keepalives after 5 s idle, every 2 s, three lost, and
+    10 s for unacknowledged data."""
+    store.call("person_history", {"p_user_id": "00000000-0000-0000-0000-000000000000", "p_limit": 1})
+    with store._open_pool().connection() as connection:
+        given = {option.keyword.decode(): option.val for option in connection.pgconn.info}
+    assert {
+        key: given[key] for key in ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count")
+    } == {
+        "keepalives": b"1",
+        "keepalives_idle": b"5",
+        "keepalives_interval": b"2",
+        "keepalives_count": b"3",
+    }
+    assert given["tcp_user_timeout"] == b"10000"
