@@ -17,7 +17,8 @@ knows none by name; `functions/runtime.py` builds the list from the settings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +51,7 @@ class TurnState:
     now: datetime
     client_zone: str | None = None  # the web client's Intl timezone
     client_history: Sequence[ContextItem] = ()
+    time_left: Callable[[], float] = lambda: math.inf  # seconds before the turn must have answered
 
 
 class Capability(Protocol):

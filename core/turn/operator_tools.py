@@ -15,7 +15,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,9 @@ log = logging.getLogger("crossmem.tools")
 
 NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # the Messages API's rule for a tool's name
 RESULT_CHARS = 8000  # what one call may add to the model's request (about 2,000 tokens)
+# Of the turn's time left, what a call leaves the model to answer with its result: a call still
+# running then is answered as not done, and the model answers without it.
+ANSWER_AFTER_S = 3.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +85,7 @@ class OperatorTools:
         return tuple(tool.definition for tool in self.tools)  # built once: the same bytes every turn
 
     def toolset(self, turn: TurnState) -> OperatorToolset | None:
-        return OperatorToolset(self.tools, self.definitions) if self.tools else None
+        return OperatorToolset(self.tools, self.definitions, turn.time_left) if self.tools else None
 
 
 class OperatorToolset:
@@ -88,17 +93,40 @@ class OperatorToolset:
 
     round_trips = 0  # none of ours: what the tool does is its own
 
-    def __init__(self, tools: tuple[OperatorTool, ...], definitions: tuple[dict[str, Any], ...]) -> None:
+    def __init__(
+        self,
+        tools: tuple[OperatorTool, ...],
+        definitions: tuple[dict[str, Any], ...],
+        time_left: Callable[[], float] = lambda: math.inf,
+    ) -> None:
         self.definitions = definitions
         self._tools = {tool.name: tool for tool in tools}
+        self._time_left = time_left
 
     def run(self, call: ToolCall) -> ToolResult:
         tool = self._tools[call.name]  # the toolbox only hands this toolset its own tools' calls
-        try:
-            text = tool.run(dict(call.input))
-        except Exception as exc:  # an operator's code: whatever it raises, the turn still answers
-            log.error("an operator's tool failed", extra={"tool": call.name, **failure(exc)})
+        outcome: list[object] = []
+        failed: list[Exception] = []
+
+        def run() -> None:
+            try:
+                outcome.append(tool.run(dict(call.input)))
+            except Exception as exc:  # an operator's code: whatever it raises, the turn still answers
+                failed.append(exc)
+
+        # On a thread of its own, waited for while the model still has time to answer after it: a
+        # call that hangs is left there, and the turn answers without it (its thread ends with the
+        # call, or with the instance).
+        worker = threading.Thread(target=run, name=f"tool {call.name}", daemon=True)
+        worker.start()
+        worker.join(timeout=max(self._time_left() - ANSWER_AFTER_S, 0.0))
+        if worker.is_alive():
+            log.error("an operator's tool did not answer in time", extra={"tool": call.name})
+            return ToolResult(call, f"Not done: {call.name} did not answer in time. Answer without it.", is_error=True)
+        if failed:
+            log.error("an operator's tool failed", extra={"tool": call.name, **failure(failed[0])})
             return ToolResult(call, f"Not done: {call.name} failed. Answer without it.", is_error=True)
+        [text] = outcome
         if not isinstance(text, str):
             log.error("an operator's tool answered no text", extra={"tool": call.name, "type": type(text).__name__})
             return ToolResult(call, f"Not done: {call.name} answered no text. Answer without it.", is_error=True)

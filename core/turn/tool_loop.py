@@ -16,7 +16,7 @@ deployment, before the system prompt in the prompt cache's prefix.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from traceback import extract_tb
 from typing import Any, Protocol
@@ -111,10 +111,12 @@ def answered(
     deadline_s: float,
     notes: str,
     tools: Toolbox | None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> Iterator[str | Usage]:
     """The model's answer as text and `Usage` (all its requests' together, as each reports it).
     With `tools`, its calls run, and their results go back while the model needs them, for at
-    most `tools.rounds` rounds; then it answers without tools."""
+    most `tools.rounds` rounds; then it answers without tools. Once `stopped` (the turn gave up on
+    it while a tool ran), no request more."""
     if tools is None:
         only = model.stream(system, messages, deadline_s, notes)
         try:
@@ -172,6 +174,8 @@ def answered(
         said = [*said, *continuation(text, [result for result, _ in ran], answer)]
         if text.strip():
             gap = "\n\n"
+        if stopped():
+            return
 
 
 def failure(exc: BaseException) -> dict[str, Any]:

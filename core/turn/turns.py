@@ -121,7 +121,7 @@ class Turns:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
         messages = self._messages(request, start, prepared)
-        tools = self._tools(start, request)
+        tools = self._tools(start, max(deadline_s, 1.0), request)
         return self._answer(
             request.surface,
             start,
@@ -155,7 +155,7 @@ class Turns:
                 items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
         with self._ended_if_failed(owed.start, figures):
-            tools = self._tools(owed.start)  # as the person's turn would have had them
+            tools = self._tools(owed.start, deadline_s)  # as the person's turn would have had them
             return self._answer(
                 owed.surface, owed.start, messages, figures, deadline_s, channel, began, tools=tools, waiting=False
             )
@@ -266,9 +266,15 @@ class Turns:
         parts: list[str] = []
         unreported: list[str] = []  # the model's text since it last said what it has written
         outcome = Outcome.ANSWERED
-        tools = self._tools(start, request)
+        tools = self._tools(start, request.deadline_s - (self._clock() - began), request)
         chunks = tool_loop.answered(
-            self._model(), self._settings.system_prompt, messages, request.deadline_s, self._notes(start), tools
+            self._model(),
+            self._settings.system_prompt,
+            messages,
+            request.deadline_s,
+            self._notes(start),
+            tools,
+            lambda: self._clock() - began > request.deadline_s,
         )
         try:
             try:
@@ -523,11 +529,13 @@ class Turns:
         figures.error = "the attempt's time ran out before its reply went out; the message is owed"
         return True
 
-    def _tools(self, start: TurnStart, request: TurnRequest | None = None) -> Toolbox | None:
+    def _tools(self, start: TurnStart, deadline_s: float, request: TurnRequest | None = None) -> Toolbox | None:
         """This turn's tools: each capability's that is on, from what begin_turn brought, in the
-        person's timezone (theirs, else CONTEXT_TIMEZONE); `request`: the web client's own."""
+        person's timezone (theirs, else CONTEXT_TIMEZONE), with the `deadline_s` the answer has
+        from now; `request`: the web client's own."""
         if start.message_id is None or start.user_id is None:
             return None
+        until, clock = self._clock() + deadline_s, self._clock
         turn = TurnState(
             self.memory,
             start.user_id,
@@ -536,6 +544,7 @@ class Turns:
             self._now(),
             client_zone=request.timezone if request is not None else None,
             client_history=request.client_history or () if request is not None else (),
+            time_left=lambda: until - clock(),
         )
         toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
         return Toolbox(toolsets, self._settings.tool_rounds) if toolsets else None
@@ -570,12 +579,21 @@ class Turns:
         `stop` says the person stopped it, the answer so far, with what it wrote since it last
         said what it spent (as the web's abandoned stream counts it)."""
         stopped = threading.Event()
+        until = self._clock() + deadline_s
 
         def answer() -> ModelReply:
             parts: list[str] = []
             unreported: list[str] = []  # the model's text since it last said what it has written
             usage = Usage()
-            chunks = tool_loop.answered(self._model(), self._settings.system_prompt, messages, deadline_s, notes, tools)
+            chunks = tool_loop.answered(
+                self._model(),
+                self._settings.system_prompt,
+                messages,
+                deadline_s,
+                notes,
+                tools,
+                lambda: stopped.is_set() or self._clock() >= until,
+            )
             for chunk in chunks:
                 if stopped.is_set():
                     tool_loop.close(chunks)  # the caller gave up: stop reading (and paying for) the answer

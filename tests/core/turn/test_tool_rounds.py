@@ -6,6 +6,7 @@ back), and real Postgres."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,10 +16,12 @@ import pytest
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall
-from core.models import Delivery, Surface
+from core.models import Delivery, Role, Surface
 from core.stores.postgres_store import PostgresStore
+from core.turn import tool_loop
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.turn.operator_tools import OperatorTool, OperatorTools
+from core.turn.context import ModelMessage
+from core.turn.operator_tools import OperatorTool, OperatorTools, OperatorToolset
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.tool_loop import Toolbox, ToolResult
 from core.turn.turns import Turns
@@ -230,3 +233,57 @@ def test_a_tool_that_raises_is_said_back_and_the_turn_answers(
     assert (failed.__dict__["tool"], failed.__dict__["error"]) == ("weather", "TimeoutError")
     assert failed.__dict__["where"][-1].endswith(" broken")  # the operator's function that raised
     assert "did not answer" not in caplog.text  # its message is not logged: it may hold the person's words
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_tool_that_hangs_is_answered_as_not_done_while_the_model_can_still_answer(
+    store: PostgresStore, fake: FakeAnthropic, streamed: bool
+) -> None:
+    """An operator's tool making a network call without a timeout: it is waited for until the model
+    would have too little of the turn's time left to answer (`ANSWER_AFTER_S`), then said back as
+    not done, and the turn answers on time, the call still hanging. A reliability review's finding:
+    the web's stream waited for the whole hang, and on Telegram the model was asked again after the
+    turn had given up."""
+    release = threading.Event()
+    hanging: list[dict[str, Any]] = []
+
+    def weather(arguments: dict[str, Any]) -> str:
+        hanging.append(arguments)
+        release.wait(30)
+        return "sunny"
+
+    fake.answer = lambda body: "No weather now." if tool_results(body) else [tool_use("weather", {"city": "Oslo"})]
+    turns = turns_with(store, fake, weather)
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    asked = TurnRequest(
+        Surface.WEB, "weather?", f"hang-{streamed}", user_id=person, conversation_id=web.id, deadline_s=3.5
+    )
+    try:
+        if streamed:
+            *chunks, result = turns.stream(asked)
+            assert "".join(str(chunk) for chunk in chunks) == "No weather now."
+        else:
+            result = turns.run(asked)
+        assert not release.is_set() and hanging == [{"city": "Oslo"}]  # answered while the call hangs
+    finally:
+        release.set()
+    assert isinstance(result, TurnResult) and (result.outcome, result.reply) == (Outcome.ANSWERED, "No weather now.")
+    [said] = tool_results(fake.requests[-1])
+    assert (said["content"], said.get("is_error")) == (
+        "Not done: weather did not answer in time. Answer without it.",
+        True,
+    )
+    assert len(fake.requests) == 2
+
+
+def test_no_round_is_asked_once_the_turn_has_given_up(fake: FakeAnthropic) -> None:
+    """The turn stopped waiting while a tool ran (its time is up): the loop asks the model nothing
+    more, a request nobody would read and nobody would count. Seen failing with a second request."""
+    fake.answer = lambda body: "Sunny." if tool_results(body) else [tool_use("weather", {"city": "Oslo"})]
+    tool = OperatorTool("weather", "Today's weather in a city.", SCHEMA, lambda arguments: "sunny")
+    tools = Toolbox([OperatorToolset((tool,), (tool.definition,))], 4)
+    model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=321, base_url=fake.url, max_retries=0)
+    asked = [ModelMessage(Role.USER, "weather?", ())]
+    chunks = list(tool_loop.answered(model, "be brief", asked, 30.0, "", tools, lambda: True))
+    assert [chunk for chunk in chunks if isinstance(chunk, str)] == [] and len(fake.requests) == 1
