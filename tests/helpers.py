@@ -240,8 +240,14 @@ class FailingStore:
     def __init__(self, store: MemoryStore, failing: Iterable[str] = ()) -> None:
         self.store = store
         self.failing: set[str] = set(failing)
+        self.failing_times: dict[str, int] = {}  # a function's next calls that fail, then it answers
+        self.calls: list[str] = []
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
+        self.calls.append(function)
+        if self.failing_times.get(function, 0) > 0:
+            self.failing_times[function] -= 1
+            raise StoreUnavailable(f"{function} failed: OperationalError")
         if function in self.failing:
             raise StoreUnavailable(f"{function} failed: OperationalError")
         return self.store.call(function, arguments)

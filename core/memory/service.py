@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +46,11 @@ from core.stores.store import MemoryStore
 
 log = logging.getLogger("crossmem.memory")
 # The longest question a search takes (the web's GET /search refuses a longer one; the model's is cut).
+# A reply already sent whose storing failed (the database away for a moment) is tried again,
+# after 0.25 s, then 0.5, 1 and 2, until its attempt's time allows no more: a reply not stored
+# leaves its message owed, and the scheduled job would answer it a second time.
+FINISH_RETRY_WAITS_S = (0.25, 0.5, 1.0, 2.0)
+STORE_TRY_S = 1.0  # what a try is given to end in, before the attempt's time is up
 SEARCH_QUERY_CHARS = 1000
 
 
@@ -255,11 +261,13 @@ class Memory:
         reserved: int = 0,
         reply_id: int | None = None,
         language: str | None = None,
+        retry_for_s: float = 0.0,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
         budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
         (`reply_id`, the one its begin_turn reserved, else the next), or None if it could not be
-        stored. `user_content`:
+        stored: tried again (FINISH_RETRY_WAITS_S) while a try can end within `retry_for_s` (a
+        retried call stores and counts nothing twice). `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; all in the same round trip."""
@@ -278,11 +286,18 @@ class Memory:
         if follow_ups:
             function = "finish_turn_follow_ups"
             arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
-        try:
-            row = self.store.call(function, arguments)
-        except StoreUnavailable as exc:
-            log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
-            return None
+        waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
+        while True:
+            try:
+                row = self.store.call(function, arguments)
+                break
+            except StoreUnavailable as exc:
+                wait = next(waits, math.inf)
+                if time.monotonic() + wait + STORE_TRY_S > retry_until:
+                    log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
+                    return None
+                log.warning("finish_turn failed; trying again", extra={"error": str(exc), "wait_s": wait})
+                time.sleep(wait)
         if row and row.get("refused"):
             log.warning("follow-ups refused by their limits", extra={"refused": row["refused"]})
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None

@@ -216,7 +216,8 @@ class Turns:
         result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
         if outcome is not Outcome.FALLBACK and not handed_over:
-            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools)
+            store_for_s = self._send_by(began, deadline_s) + STORE_MARGIN_S - self._clock()  # its answer_by
+            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_for_s)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
@@ -302,7 +303,8 @@ class Turns:
             result = self._result(outcome, text, start, figures)
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                self._finish(result, start, text, True, learned, tools)
+                store_for_s = self._send_by(began, request.deadline_s) + STORE_MARGIN_S - self._clock()
+                self._finish(result, start, text, True, learned, tools, store_for_s)
             else:
                 self._end_attempt(start, figures, learned)
             yield self._logged(request.surface, result, began)
@@ -673,7 +675,9 @@ class Turns:
         delivered: bool,
         learned: str | None = None,
         tools: Toolbox | None = None,
+        store_for_s: float = 0.0,
     ) -> None:
+        """Store the reply; `store_for_s`: how long it may be tried again (the attempt's time)."""
         result.figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
@@ -689,6 +693,7 @@ class Turns:
             language=start.heard_language,
             **recorded,
             reply_id=start.reply_id,
+            retry_for_s=store_for_s,
         )
         result.figures.round_trips += 1
         if result.reply_id is not None and recorded.get("follow_ups"):

@@ -78,6 +78,21 @@ def test_a_reply_that_cannot_be_stored_still_goes_out_and_is_not_owed(
     assert thread_of(database_url, person) == [("user", None)]
 
 
+def test_a_reply_whose_storing_fails_for_a_moment_is_stored_by_a_retry_and_not_answered_again(
+    turns: Turns, failing: FailingStore, database_url: str
+) -> None:
+    """The database is away for a moment as the reply has gone out: finish_turn is tried again
+    (after 0.25 s, then 0.5), and the reply is stored, so the message is not left owed for the
+    scheduled job to answer a second time (a reliability review's finding: two answers)."""
+    failing.failing_times = {"finish_turn": 2}
+    person = uuid.uuid4()
+    channel = RecordingChannel()
+    result = turns.run(telegram(person, "blip"), channel)
+    assert result.outcome is Outcome.ANSWERED and result.reply_id is not None and channel.sent == [result.reply]
+    assert failing.calls == ["begin_turn", "finish_turn", "finish_turn", "finish_turn"]
+    assert thread_of(database_url, person) == [("user", None), ("assistant", True)]  # answered: owed to nobody
+
+
 def test_a_reply_that_cannot_be_stored_is_still_the_web_answer(turns: Turns, failing: FailingStore) -> None:
     failing.failing = {"finish_turn"}
     result = turns.run(TurnRequest(Surface.WEB, "hello", "c1", user_id=uuid.uuid4(), deadline_s=30))
