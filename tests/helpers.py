@@ -234,6 +234,24 @@ def sent_texts(body: dict[str, Any]) -> list[str]:
 # A store whose named SQL functions fail as a down database does.
 
 
+class RecordingChannel:
+    """A surface's reply channel that keeps what it was given to send, and answers `delivery`."""
+
+    def __init__(self, delivery: Delivery = Delivery.DELIVERED) -> None:
+        self.delivery = delivery
+        self.sent: list[str] = []
+
+    def show_typing(self, until: float) -> None:
+        pass
+
+    def draft(self, text: str) -> None:
+        pass
+
+    def send(self, text: str, until: float) -> Delivery:
+        self.sent.append(text)
+        return self.delivery
+
+
 class FailingStore:
     """The real store, except that the SQL functions named in `failing` fail as a down database does."""
 

@@ -50,7 +50,7 @@ log = logging.getLogger("crossmem.memory")
 # after 0.25 s, then 0.5, 1 and 2, until its attempt's time allows no more: a reply not stored
 # leaves its message owed, and the scheduled job would answer it a second time.
 FINISH_RETRY_WAITS_S = (0.25, 0.5, 1.0, 2.0)
-STORE_TRY_S = 1.0  # what a try is given to end in, before the attempt's time is up
+STORE_TRY_S = 2.0  # what a try may take (the pool's wait for a connection), before that time is up
 SEARCH_QUERY_CHARS = 1000
 
 

@@ -105,6 +105,10 @@ class OperatorToolset:
 
     def run(self, call: ToolCall) -> ToolResult:
         tool = self._tools[call.name]  # the toolbox only hands this toolset its own tools' calls
+        wait_s = self._time_left() - ANSWER_AFTER_S
+        if wait_s <= 0:  # too late to wait for it: not started, so never done behind the model's back
+            log.error("an operator's tool was not run: the turn's time is up", extra={"tool": call.name})
+            return ToolResult(call, f"Not done: no time was left to run {call.name}. Answer without it.", is_error=True)
         outcome: list[object] = []
         failed: list[Exception] = []
 
@@ -119,10 +123,11 @@ class OperatorToolset:
         # call, or with the instance).
         worker = threading.Thread(target=run, name=f"tool {call.name}", daemon=True)
         worker.start()
-        worker.join(timeout=max(self._time_left() - ANSWER_AFTER_S, 0.0))
+        worker.join(timeout=wait_s)
         if worker.is_alive():
             log.error("an operator's tool did not answer in time", extra={"tool": call.name})
-            return ToolResult(call, f"Not done: {call.name} did not answer in time. Answer without it.", is_error=True)
+            unknown = f"{call.name} did not answer in time: it may or may not have been done. Answer without it."
+            return ToolResult(call, unknown, is_error=True)
         if failed:
             log.error("an operator's tool failed", extra={"tool": call.name, **failure(failed[0])})
             return ToolResult(call, f"Not done: {call.name} failed. Answer without it.", is_error=True)

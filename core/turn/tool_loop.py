@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from traceback import extract_tb
 from typing import Any, Protocol
 
+from core.errors import ModelUnavailable
 from core.model.llm import AssistantContent, Model, ToolCall, Usage, plus
 from core.turn.context import ModelMessage
 
@@ -115,8 +116,8 @@ def answered(
 ) -> Iterator[str | Usage]:
     """The model's answer as text and `Usage` (all its requests' together, as each reports it).
     With `tools`, its calls run, and their results go back while the model needs them, for at
-    most `tools.rounds` rounds; then it answers without tools. Once `stopped` (the turn gave up on
-    it while a tool ran), no request more."""
+    most `tools.rounds` rounds; then it answers without tools. Once `stopped` (the turn's time ran
+    out while a tool ran), no request more: ModelUnavailable."""
     if tools is None:
         only = model.stream(system, messages, deadline_s, notes)
         try:
@@ -175,7 +176,8 @@ def answered(
         if text.strip():
             gap = "\n\n"
         if stopped():
-            return
+            # Not an answer: what it wrote before its calls only led into them.
+            raise ModelUnavailable("no answer within the turn's time: it ran out during a tool's call")
 
 
 def failure(exc: BaseException) -> dict[str, Any]:

@@ -216,7 +216,10 @@ class Turns:
         result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
         if outcome is not Outcome.FALLBACK and not handed_over:
-            store_for_s = self._send_by(began, deadline_s) + STORE_MARGIN_S - self._clock()  # its answer_by
+            # Tried again until its answer_by, and a reply inside the caller's response until the
+            # platform stops waiting for it.
+            answer_by = self._send_by(began, deadline_s) + STORE_MARGIN_S
+            store_for_s = min(answer_by, until if channel is None else answer_by) - self._clock()
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_for_s)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None

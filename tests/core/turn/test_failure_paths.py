@@ -7,9 +7,11 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
+import core.memory.service as service
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.offline_model import OfflineModel
@@ -17,25 +19,9 @@ from core.models import Delivery, Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
-from tests.helpers import FailingStore, context_limits, count, rows
+from tests.helpers import FailingStore, MovedClock, RecordingChannel, context_limits, count, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
-
-
-class RecordingChannel:
-    def __init__(self, delivery: Delivery = Delivery.DELIVERED) -> None:
-        self.delivery = delivery
-        self.sent: list[str] = []
-
-    def show_typing(self, until: float) -> None:
-        pass
-
-    def draft(self, text: str) -> None:
-        pass
-
-    def send(self, text: str, until: float) -> Delivery:
-        self.sent.append(text)
-        return self.delivery
 
 
 @pytest.fixture
@@ -168,3 +154,32 @@ def test_a_first_web_message_sent_ten_times_at_once_is_stored_once_in_one_conver
     assert len({start.conversation_id for start in starts}) == 1
     assert count(database_url, "select count(*) from conversations where user_id = %s", person.user_id) == 1
     assert count(database_url, "select count(*) from messages where user_id = %s", person.user_id) == 1
+
+
+def test_storing_a_reply_inside_twilios_answer_is_tried_again_only_while_twilio_waits(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WhatsApp and SMS answer inside the TwiML, which Twilio waits 14 s for (`reply_within_s`).
+    The model answers at 11 s and the database is away: finish_turn's tries stop while the
+    answer can still reach Twilio, not at the attempt's answer_by (a diff review's finding: the
+    TwiML went out at 14.75 s)."""
+    clock = MovedClock()
+    monkeypatch.setattr(service.time, "monotonic", clock)  # the retry waits on the turn's clock
+    monkeypatch.setattr(service.time, "sleep", clock.sleep)
+    failing = FailingStore(store)
+    failing.failing_times = {"finish_turn": 4}
+
+    class Thinking(OfflineModel):
+        def stream(self, *arguments: Any, **options: Any) -> Iterator[Any]:
+            clock.now += 11.0
+            yield from super().stream(*arguments, **options)
+
+    model = Thinking()
+    turns = Turns(Memory(failing, context_limits()), lambda: model, IdentityPolicy("auto"), SETTINGS, clock=clock)
+    asked = TurnRequest(
+        Surface.WHATSAPP, "Lunch?", "SM-late", sender_id="+34600000001", deadline_s=12.0, reply_within_s=14.0
+    )
+    began = clock.now
+    result = turns.run(asked)
+    assert result.outcome is Outcome.ANSWERED and result.reply
+    assert clock.now - began == 11.75 and clock.slept == [0.25, 0.5]  # a third try could end past 14 s

@@ -20,8 +20,8 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
-from tests.core.turn.test_failure_paths import RecordingChannel
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.helpers import RecordingChannel
 
 SETTINGS = TurnSettings(
     system_prompt=DEFAULT_SYSTEM_PROMPT,

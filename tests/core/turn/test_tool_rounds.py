@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import ModelUnavailable
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall
@@ -21,12 +22,12 @@ from core.stores.postgres_store import PostgresStore
 from core.turn import tool_loop
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ModelMessage
-from core.turn.operator_tools import OperatorTool, OperatorTools, OperatorToolset
+from core.turn.operator_tools import ANSWER_AFTER_S, OperatorTool, OperatorTools, OperatorToolset
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.tool_loop import Toolbox, ToolResult
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import context_limits, rows, turn_budget
+from tests.helpers import MovedClock, context_limits, rows, turn_budget
 
 SONNET = "claude-sonnet-5-5"
 READ = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -271,7 +272,7 @@ def test_a_tool_that_hangs_is_answered_as_not_done_while_the_model_can_still_ans
     assert isinstance(result, TurnResult) and (result.outcome, result.reply) == (Outcome.ANSWERED, "No weather now.")
     [said] = tool_results(fake.requests[-1])
     assert (said["content"], said.get("is_error")) == (
-        "Not done: weather did not answer in time. Answer without it.",
+        "weather did not answer in time: it may or may not have been done. Answer without it.",
         True,
     )
     assert len(fake.requests) == 2
@@ -285,5 +286,53 @@ def test_no_round_is_asked_once_the_turn_has_given_up(fake: FakeAnthropic) -> No
     tools = Toolbox([OperatorToolset((tool,), (tool.definition,))], 4)
     model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=321, base_url=fake.url, max_retries=0)
     asked = [ModelMessage(Role.USER, "weather?", ())]
-    chunks = list(tool_loop.answered(model, "be brief", asked, 30.0, "", tools, lambda: True))
-    assert [chunk for chunk in chunks if isinstance(chunk, str)] == [] and len(fake.requests) == 1
+    with pytest.raises(ModelUnavailable, match="ran out during a tool's call"):
+        list(tool_loop.answered(model, "be brief", asked, 30.0, "", tools, lambda: True))
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_what_led_into_a_tool_is_no_answer_when_the_turns_time_ran_out_during_it(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str, streamed: bool
+) -> None:
+    """ "Let me check." and a call whose round ends past the turn's deadline: the person gets the
+    fallback and the message stays owed; the lead-in is not stored as the answer (a diff review's
+    finding, when the loop's stop returned quietly)."""
+    clock = MovedClock()
+
+    def weather(arguments: dict[str, Any]) -> str:
+        clock.now += 31.0  # a slow call: the turn's 30 s are up when it returns
+        return "sunny"
+
+    fake.answer = lambda body: (
+        "Sunny in Oslo." if tool_results(body) else [text_block("Let me check."), tool_use("weather", {"city": "Oslo"})]
+    )
+    turns = turns_with(store, fake, weather)
+    turns._clock = clock
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, "weather?", f"lead-{streamed}", user_id=person, conversation_id=web.id)
+    if streamed:
+        *_, result = turns.stream(asked)
+    else:
+        result = turns.run(asked)
+    assert isinstance(result, TurnResult) and result.outcome is Outcome.FALLBACK and len(fake.requests) == 1
+    stored = rows(database_url, "select role from messages where user_id = %s", person)
+    assert stored == [("user",)]
+
+
+def test_a_tool_called_with_no_time_left_to_wait_for_it_is_not_run() -> None:
+    """With ANSWER_AFTER_S or less of the turn left, the call is not started: a call the model is
+    told was not done is never done behind its back (a diff review's finding: a booking made while
+    the model said it had not been)."""
+    ran = threading.Event()
+
+    def book(arguments: dict[str, Any]) -> str:
+        ran.set()
+        return "booked"
+
+    tool = OperatorTool("book", "Book a table.", SCHEMA, book)
+    call = ToolCall("t1", "book", {"city": "Oslo"})
+    result = OperatorToolset((tool,), (tool.definition,), lambda: ANSWER_AFTER_S).run(call)
+    assert result == ToolResult(call, "Not done: no time was left to run book. Answer without it.", is_error=True)
+    assert not ran.wait(0.2)
