@@ -74,10 +74,10 @@ end;
 $$;
 
 -- Everything of a person: every conversation and message on every surface, their notes, their
--- language, link codes and pending forget requests. Their identities stay (the apps are still one
--- person, who starts from nothing) unless p_erase_identities: the operator's erasure, which also removes the
--- identities, their wrong-code attempts, their ids in the codes they redeemed, who they were
--- merged from, their budget's counts and their timezone (a follow-up's, where they live).
+-- language and time zone, link codes and pending forget requests. Their identities stay (the apps
+-- are still one person, who starts from nothing) unless p_erase_identities: the operator's erasure,
+-- which also removes the identities, their wrong-code attempts, their ids in the codes they
+-- redeemed, who they were merged from, and their budget's counts.
 -- Returns {"messages", "conversations", "link_codes", "identities"}.
 create or replace function public.forget_person(p_user_id uuid, p_erase_identities boolean)
     returns jsonb language plpgsql set search_path = '' as $$
@@ -91,6 +91,8 @@ begin
     delete from public.forget_requests r where r.user_id = p_user_id;
     -- Learned from what they said or sent (a voice note's): gone with it; their app says it again.
     delete from public.person_languages l where l.user_id = p_user_id;
+    -- Where they live, so too (what they said, or their browser's, which says it again).
+    delete from public.person_timezones t where t.user_id = p_user_id;
     if p_erase_identities then
         update public.link_codes c
            set used_by_external_id = null
@@ -105,7 +107,6 @@ begin
         delete from public.merged_people x where x.from_user_id = p_user_id or x.into_user_id = p_user_id;
         delete from public.turn_usage u where u.user_id = p_user_id;
         delete from public.voice_usage v where v.user_id = p_user_id;
-        delete from public.person_timezones t where t.user_id = p_user_id;
     end if;
     return v_forgotten || jsonb_build_object('link_codes', v_codes, 'identities', v_identities);
 end;

@@ -24,7 +24,7 @@ from core.surfaces.telegram import Command, TelegramUpdate
 from core.surfaces.telegram import classify as classify_telegram
 from core.surfaces.whatsapp import WhatsAppForm
 from core.surfaces.whatsapp import classify as classify_whatsapp
-from tests.helpers import ENGLISH, digest_limits, forgotten, will_delete
+from tests.helpers import ENGLISH, digest_limits, execute, forgotten, rows, will_delete
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -171,6 +171,10 @@ def test_forget_asks_first_and_only_a_confirmation_within_five_minutes_deletes(
     )  # the expired request is gone
 
     forgetting.answer(ask)
+    stranger = turn(memory, Person(sender_id=chat()), Surface.TELEGRAM, "and mine")
+    zones = "select user_id, timezone from person_timezones where user_id in (%s, %s) order by timezone"
+    for someone, zone in ((person, "Europe/Madrid"), (stranger, "Pacific/Auckland")):
+        execute(database_url, "insert into person_timezones (user_id, timezone) values (%s, %s)", someone, zone)
     # A request made on Telegram is confirmed on Telegram, not from the person's WhatsApp.
     number = f"+3461{uuid.uuid4().int % 10**7:07d}"
     Linking(store, AUTO).link(person, Surface.WHATSAPP, number)
@@ -185,6 +189,9 @@ def test_forget_asks_first_and_only_a_confirmation_within_five_minutes_deletes(
         "identities": 2,
         "forget_requests": 0,
     }
+    # Where they live goes too (learned from what they said, or their browser's, which says it again);
+    # another person's stays.
+    assert rows(database_url, zones, person, stranger) == [(stranger, "Pacific/Auckland")]
     assert forgetting.answer(ask) == ENGLISH.say("forget.nothing_stored")
 
 
