@@ -615,3 +615,25 @@ def test_a_reply_stored_after_the_pages_turn_with_a_lower_id_appears_once(dev_se
             "from the other tab",
             "the other tab's answer",
         ]
+
+
+def test_notes_folded_by_a_link_say_so_and_not_a_time_from_1970(dev_server: str) -> None:
+    """After a link the notes have no coverage until the next digest (`covered_until` null): the
+    page said "from messages up to 01:00", the epoch in the browser's zone (a newcomer's finding)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    folded = {"notes": "- Has a dog called Rufus", "written_at": "2026-12-06T09:30:00+00:00", "covered_until": None}
+
+    def memory(route: Route) -> None:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(folded))
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["desktop"], timezone_id="Europe/Madrid", locale="en-GB")  # type: ignore[arg-type]
+        page.route("**/chat/memory", memory)
+        page.goto(dev_server)
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_function("() => document.getElementById('notes-when').textContent.startsWith('Written')")
+        said = page.locator("#notes-when").inner_text()
+        browser.close()
+    assert said == "Written 10:30. Your apps were linked since: the next notes read all of them."
