@@ -22,12 +22,18 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.models import Surface
 from functions.settings import ReadBy, Settings
 from functions.tools.function_settings import SURFACE_SETTINGS
+
+if TYPE_CHECKING:
+    from core.follow_ups.delivery import FollowUpDelivery
+    from core.surfaces.adapter import SayFollowUp, SurfaceAdapter
 
 # Flask, functions_framework, PyJWT and the runtime (the whole server) are imported by the parts
 # that serve: `crossmem say` runs apply_dev_defaults and deliver_locally alone, and should start fast.
@@ -182,10 +188,43 @@ def run_scheduled_job() -> int:
     Answers how many follow-ups were sent."""
     from functions import runtime
 
-    sent = runtime.follow_up_delivery().run(time_budget_s=10).sent
+    sent = dev_follow_up_delivery().run(time_budget_s=10).sent
     if runtime.settings().memory_notes:
         runtime.digest_job().run()
     return sent
+
+
+def dev_follow_up_delivery() -> FollowUpDelivery:
+    """The scheduled job's delivery, with every app `make dev` cannot push to (no bot token, no
+    Twilio sender: every one but the web, by default) said on this server's console instead, and
+    kept in its thread as sent, as the web's is: a reminder asked for on Telegram, WhatsApp or SMS
+    arrives too (`crossmem history` and the page's conversations show it)."""
+    from dataclasses import replace
+
+    from core.follow_ups.delivery import FollowUpDelivery
+    from functions import runtime
+
+    adapters = {
+        surface: replace(adapter, say_follow_up=said_here(surface)) if unreachable(surface, adapter) else adapter
+        for surface, adapter in runtime.surfaces().items()
+    }
+    return FollowUpDelivery(runtime.store(), adapters, runtime.identity(), now=lambda: runtime.now())
+
+
+def unreachable(surface: Surface, adapter: SurfaceAdapter) -> bool:
+    """An app this deployment answers on but cannot push to (the web is never pushed to)."""
+    return surface.is_secondary and adapter.reply_channel is None
+
+
+def said_here(surface: Surface) -> SayFollowUp:
+    """A follow-up for `surface`, printed where `make dev` runs."""
+    from core.models import Delivery
+
+    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+        print(f"follow-up on {surface.value} to {to}: {row['content']}", flush=True)
+        return Delivery.DELIVERED, "sent"
+
+    return say
 
 
 def digest_every_minute() -> None:

@@ -637,3 +637,23 @@ def test_notes_folded_by_a_link_say_so_and_not_a_time_from_1970(dev_server: str)
         said = page.locator("#notes-when").inner_text()
         browser.close()
     assert said == "Written 10:30. Your apps were linked since: the next notes read all of them."
+
+
+@pytest.mark.parametrize("surface", ["telegram", "whatsapp", "sms"])
+def test_a_reminder_asked_for_on_another_app_arrives_under_make_dev(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], surface: str
+) -> None:
+    """`make dev` has no bot token and no Twilio number: a reminder asked for on Telegram, WhatsApp or
+    SMS is said on the server's console and kept in that app's thread, as the web's is kept in its
+    own (a newcomer's finding: it was retried in silence for half an hour, then given up)."""
+    api = DevApi(dev_server)
+    api.say("remind me in 1 minute to stretch", surface=surface)
+    assert run_scheduled_job() == 0  # not due yet
+    later = datetime.now(UTC) + timedelta(minutes=2)
+    monkeypatch.setattr(runtime, "now", lambda: later)
+    capsys.readouterr()
+    assert run_scheduled_job() == 1
+    [said] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("follow-up")]
+    assert said.startswith(f"follow-up on {surface} to ") and said.endswith(": Reminder: stretch.")
+    thread = next(c for c in api.conversations() if c["surface"] == surface)
+    assert [m["content"] for m in api.messages(thread["id"])][-1] == "Reminder: stretch."
