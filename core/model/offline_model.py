@@ -21,7 +21,7 @@ REMIND = re.compile(r"remind me in (\d{1,6}) (?:minute|minutes|min|mins) (?:to |
 # "what did I tell you about the dentist?", "¿qué te dije sobre el presupuesto?": a search for X.
 RECALL = re.compile(
     r"(?:what did i (?:tell|say to) you|what did i say|qu[eé] te dije|qu[eé] dije)"
-    r" (?:about|of|on|sobre|de) (.+?)[?.!]*$",
+    r" (?:about|of|sobre|de) (.+?)[?.!]*$",  # not "on": "what did I tell you on my other apps?" asks where
     re.IGNORECASE,
 )
 

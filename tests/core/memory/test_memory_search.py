@@ -374,3 +374,9 @@ def test_the_offline_stand_in_answers_from_the_window_when_the_search_has_nothin
     assert result.reply == (
         '(Offline stand-in model.) You told me on telegram: "I moved my dentist appointment to Friday".'
     )
+    # "on" says where, not what: the answer quotes the other app, as for "what did I tell you today?"
+    # (a newcomer's finding: it searched for "my other apps" and found nothing).
+    where = turns.run(TurnRequest(Surface.WEB, "what did I tell you on my other apps?", "w-3", user_id=person))
+    assert (
+        where.reply is not None and 'You told me on telegram: "I moved my dentist appointment to Friday"' in where.reply
+    )
