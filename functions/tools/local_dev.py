@@ -320,15 +320,21 @@ def build_dev_app() -> Any:
 def serve(port: int) -> None:
     from werkzeug.serving import run_simple
 
+    from core.turn.operator_tools import OperatorTools
     from functions import runtime
 
     apply_dev_defaults(port)
     config = runtime.settings()
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
-    runtime.capabilities(config)  # and EXTRA_TOOLS, which would otherwise refuse every turn with a 503
+    capabilities = runtime.capabilities(config)  # and EXTRA_TOOLS, which would otherwise refuse every turn
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
     print("  demo page  /   " + "   ".join(f"{surface}  POST /{surface}" for surface in CHAT_SURFACES))
     print("  web  /chat   health  /healthz")
+    extra = [
+        tool.name for capability in capabilities if isinstance(capability, OperatorTools) for tool in capability.tools
+    ]
+    if extra:
+        print("  extra tools  " + "  ".join(extra))
     # Another shell may not have PORT: the port it serves on, unless it is the one `say` assumes.
     port_option = "" if port == Settings.defaults().port else f" --port {port}"
     print(f'  try: .venv/bin/crossmem say{port_option} --surface telegram "I moved my dentist appointment to Friday"')

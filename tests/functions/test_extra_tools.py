@@ -63,7 +63,8 @@ def dev(tmp_path: Path, database_url: str, fake_anthropic: FakeAnthropic) -> Ite
     server = crossmem_dev(env, tmp_path, port)
     yield env
     server.send_signal(signal.SIGTERM)
-    server.wait(timeout=30)
+    printed, _ = server.communicate(timeout=30)
+    assert "\n  extra tools  opening_hours\n" in printed  # the banner says the tool was loaded
 
 
 def test_the_docs_example_tool_is_called_by_the_model_in_a_turn_through_crossmem_dev(
