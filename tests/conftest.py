@@ -7,6 +7,7 @@ import pytest
 from core.memory.service import Memory
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, server_url
+from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import context_limits
 
 
@@ -32,6 +33,14 @@ def store(database_url: str) -> Iterator[PostgresStore]:
 @pytest.fixture
 def memory(store: PostgresStore) -> Memory:
     return Memory(store, context_limits())
+
+
+@pytest.fixture
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    """Anthropic's Messages API, local (tests/fakes/anthropic_api.py)."""
+    server = FakeAnthropic()
+    yield server
+    server.close()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

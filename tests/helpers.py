@@ -46,6 +46,8 @@ from core.memory.service import ContextLimits, TurnBudget
 from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from core.surfaces import Delivery, Surface, SurfaceAdapter
+from core.turn.request import TurnRequest, TurnResult
+from core.turn.turns import Turns
 from functions import runtime
 from functions.http import MAX_BODY_BYTES
 from functions.settings import Settings
@@ -232,6 +234,19 @@ def sent_texts(body: dict[str, Any]) -> list[str]:
 
 
 # A store whose named SQL functions fail as a down database does.
+
+
+def web_turn(turns: Turns, person: uuid.UUID, text: str, external_id: str, *, streamed: bool) -> TurnResult:
+    """A web turn in a new conversation of `person`'s, streamed (the page's `stream`) or answered
+    whole (`run`): its result."""
+    web = turns.memory.create_conversation(person)
+    asked = TurnRequest(Surface.WEB, text, external_id, user_id=person, conversation_id=web.id)
+    if streamed:
+        *_, result = turns.stream(asked)
+    else:
+        result = turns.run(asked)
+    assert isinstance(result, TurnResult)
+    return result
 
 
 class RecordingChannel:

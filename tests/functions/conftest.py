@@ -26,13 +26,6 @@ from tests.helpers import (
 
 
 @pytest.fixture
-def fake_anthropic() -> Iterator[FakeAnthropic]:
-    server = FakeAnthropic()
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def fake_telegram() -> Iterator[FakeTelegram]:
     server = FakeTelegram(BOT_TOKEN)
     yield server

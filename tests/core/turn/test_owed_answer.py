@@ -16,12 +16,14 @@ from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Surface
+from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
+from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import RecordingChannel
+from tests.helpers import RecordingChannel, context_limits
 
 SETTINGS = TurnSettings(
     system_prompt=DEFAULT_SYSTEM_PROMPT,
@@ -32,19 +34,23 @@ SETTINGS = TurnSettings(
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    server = FakeAnthropic()
-    yield server
-    server.close()
+def memory(postgres_server: str) -> Iterator[Memory]:
+    """On a database of its own: the job answers every owed message it finds, other tests' too."""
+    with migrated_database(postgres_server) as url:
+        store = PostgresStore(url)
+        yield Memory(store, context_limits())
+        store.close()
 
 
-def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(memory: Memory, fake: FakeAnthropic) -> None:
+def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
+    memory: Memory, fake_anthropic: FakeAnthropic
+) -> None:
     """ "What reminders do I have?" on Telegram: the model is overloaded, the person gets the
     fallback, the message is owed. The job asks again with the follow-up tools, and the list it
     reads is the person's. Seen failing with a request without tools (the model could only say it
     had looked, or that it had cancelled) and, with them, an empty list."""
     model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake.url, max_retries=0
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
     )
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
     person, chat = uuid.uuid4(), "4040"
@@ -54,27 +60,27 @@ def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(memory: 
             return "Planned."
         return [text_block("Noted."), tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 90})]
 
-    fake.answer = planned
+    fake_anthropic.answer = planned
     asked = TurnRequest(Surface.TELEGRAM, "remind me to stretch", "owed-tools-1", sender_id=chat, user_id=person)
     assert turns.run(asked, RecordingChannel()).outcome is Outcome.ANSWERED
-    fake.behaviour = "529"
+    fake_anthropic.behaviour = "529"
     live = RecordingChannel()
     asked = replace(asked, text="what reminders do I have?", external_id="owed-tools-2")
     assert turns.run(asked, live).outcome is Outcome.FALLBACK and live.sent == ["FALLBACK"]
-    fake.behaviour = "ok"
-    fake.answer = lambda body: (
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: (
         "You will be told to stretch." if tool_results(body) else [tool_use("list_follow_ups", {})]
     )
     job_channel = RecordingChannel()
     job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
     assert job.run(120).answered == 1
     assert job_channel.sent == ["You will be told to stretch."]
-    asked_again = fake.requests[-2]
+    asked_again = fake_anthropic.requests[-2]
     assert [tool["name"] for tool in asked_again["tools"]] == [
         "schedule_follow_up",
         "list_follow_ups",
         "cancel_follow_up",
         "set_timezone",
     ]
-    [listed] = tool_results(fake.requests[-1])
+    [listed] = tool_results(fake_anthropic.requests[-1])
     assert "Stretch." in str(listed["content"])

@@ -27,7 +27,7 @@ from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.tool_loop import Toolbox, ToolResult
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import MovedClock, context_limits, rows, turn_budget
+from tests.helpers import MovedClock, context_limits, rows, turn_budget, web_turn
 
 SONNET = "claude-sonnet-5-5"
 READ = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -310,13 +310,8 @@ def test_what_led_into_a_tool_is_no_answer_when_the_turns_time_ran_out_during_it
     turns = turns_with(store, fake, weather)
     turns._clock = clock
     person = uuid.uuid4()
-    web = turns.memory.create_conversation(person)
-    asked = TurnRequest(Surface.WEB, "weather?", f"lead-{streamed}", user_id=person, conversation_id=web.id)
-    if streamed:
-        *_, result = turns.stream(asked)
-    else:
-        result = turns.run(asked)
-    assert isinstance(result, TurnResult) and result.outcome is Outcome.FALLBACK and len(fake.requests) == 1
+    result = web_turn(turns, person, "weather?", f"lead-{streamed}", streamed=streamed)
+    assert result.outcome is Outcome.FALLBACK and len(fake.requests) == 1
     stored = rows(database_url, "select role from messages where user_id = %s", person)
     assert stored == [("user",)]
 

@@ -24,7 +24,7 @@ from core.turn.context import ContextItem, build_model_messages
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import context_limits, turn_budget
+from tests.helpers import context_limits, turn_budget, web_turn
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -374,13 +374,8 @@ def test_a_refused_or_unfinished_answer_is_not_stored_as_one(
     fake.stop_reason, fake.ends_early = stop_reason, ends_early
     fake.answer = lambda body: "Sure, here is how to"
     person = uuid.uuid4()
-    web = turns.memory.create_conversation(person)
-    asked = TurnRequest(Surface.WEB, "how?", f"refused-{streamed}-{ends_early}", user_id=person, conversation_id=web.id)
-    if streamed:
-        *_, result = turns.stream(asked)
-    else:
-        result = turns.run(asked)
-    assert isinstance(result, TurnResult) and result.outcome is Outcome.FALLBACK and result.figures.error == error
+    result = web_turn(turns, person, "how?", f"refused-{streamed}-{ends_early}", streamed=streamed)
+    assert result.outcome is Outcome.FALLBACK and result.figures.error == error
     with psycopg.connect(database_url) as connection:
         stored = connection.execute("select role from messages where user_id = %s", (person,)).fetchall()
     assert stored == [("user",)]
