@@ -9,6 +9,10 @@ from __future__ import annotations
 import re
 
 _SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*\s+")
+# A message's later part that fails for a reason that may pass is tried again after these waits:
+# the parts before it are out, and what a failure leads to (a redelivery, the scheduled job) sends
+# the whole text, those parts a second time.
+LATER_PART_WAITS_S = (1.0, 2.0)
 
 
 def split_message(text: str, limit: int) -> list[str]:

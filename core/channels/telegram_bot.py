@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.channels.live_reply import LiveReply
-from core.channels.splitting import split_message
+from core.channels.splitting import LATER_PART_WAITS_S, split_message
 from core.errors import DeliveryFailed
 from core.models import Delivery
 from core.turn.stopped_generation import StoppedGenerations
@@ -101,11 +101,19 @@ class TelegramBot:
             payload: dict[str, Any] = {"chat_id": chat_id, "text": part}
             if reply_markup and index == len(parts) - 1:
                 payload["reply_markup"] = reply_markup
-            try:
-                self._send_part(payload, deadline)
-            except DeliveryFailed as exc:
-                log.error("sending a reply failed", extra={"error": str(exc), "final": exc.final})
-                return Delivery.GIVEN_UP if exc.final else Delivery.OWED
+            # A later part is tried again while time allows (splitting.py's LATER_PART_WAITS_S).
+            waits = iter(LATER_PART_WAITS_S if index else ())
+            while True:
+                try:
+                    self._send_part(payload, deadline)
+                    break
+                except DeliveryFailed as exc:
+                    wait = next(waits, None)
+                    if exc.final or wait is None or self._clock() + wait >= deadline:
+                        log.error("sending a reply failed", extra={"error": str(exc), "final": exc.final})
+                        return Delivery.GIVEN_UP if exc.final else Delivery.OWED
+                    log.warning("sending a reply's later part failed; trying again", extra={"part": index + 1})
+                    self._sleep(wait)
         return Delivery.DELIVERED
 
     def _send_part(self, payload: dict[str, Any], deadline: float) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from twilio.request_validator import HMAC_SHA1, HMAC_SHA256, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
-from core.channels.splitting import split_message
+from core.channels.splitting import LATER_PART_WAITS_S, split_message
 from core.errors import ConfigurationError, DeliveryFailed
 from core.models import Delivery
 
@@ -107,8 +107,13 @@ class WhatsAppSender:
         return WhatsAppChannel(self, to if to.startswith("whatsapp:") else f"whatsapp:{to}")
 
     def send_text(self, to: str, text: str) -> Delivery:
-        for part in split_message(text, WHATSAPP_LIMIT):
+        for index, part in enumerate(split_message(text, WHATSAPP_LIMIT)):
+            waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
             delivery = self._create(to=to, body=part)
+            while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
+                log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
+                time.sleep(wait)
+                delivery = self._create(to=to, body=part)
             if delivery is not Delivery.DELIVERED:
                 return delivery
         return Delivery.DELIVERED

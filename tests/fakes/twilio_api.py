@@ -38,6 +38,7 @@ class FakeTwilio:
         self.failure: tuple[int, int] | None = None
         self.numbers: dict[str, str] = {}
         self.media: dict[str, tuple[bytes, str]] = {}
+        self.failing_after: tuple[int, int, int] | None = None
         self.media_requests: list[str] = []
         self.cdn_authorizations: list[str | None] = []
         self._lock = threading.Lock()
@@ -46,6 +47,10 @@ class FakeTwilio:
 
     def fail_with(self, status: int, code: int) -> None:
         self.failure = (status, code)
+
+    def fail_once_after(self, accepted: int, status: int, code: int) -> None:
+        """Once `accepted` messages are taken, answer the next one with Twilio's error, once."""
+        self.failing_after = (accepted, status, code)
 
     def close(self) -> None:
         self._http.close()
@@ -109,6 +114,13 @@ class FakeTwilio:
                     return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
                 if fake.failure is not None:
                     status, code = fake.failure
+                    return self.answer_json(status, {"code": code, "message": f"error {code}", "status": status})
+                with fake._lock:
+                    after, fake.failing_after = fake.failing_after, None
+                    if after is not None and len(fake.messages) != after[0]:
+                        fake.failing_after, after = after, None
+                if after is not None:
+                    _, status, code = after
                     return self.answer_json(status, {"code": code, "message": f"error {code}", "status": status})
                 form = dict(parse_qsl(body, keep_blank_values=True))
                 with fake._lock:

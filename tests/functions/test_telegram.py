@@ -440,3 +440,29 @@ def test_a_commands_answer_the_bot_api_did_not_take_is_answered_again_on_redeliv
     assert again.status_code == 200 and again.get_json() == {"ok": True}
     [answer] = fake_telegram.sent()
     assert answer["chat_id"] == 6_100_002 and "/forget" in answer["text"] and fake_anthropic.requests == []
+
+
+def test_a_later_part_that_fails_for_a_moment_is_sent_again_and_the_first_not_twice(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic
+) -> None:
+    """A reply of two parts whose second meets a 502 once: it is tried again a second later, the
+    update is answered, and the person has each part once. An attacker review's finding: the
+    webhook asked for a redelivery, which sent the whole reply, its first part a second time."""
+    environment.setenv("TELEGRAM_DRAFTS", "false")
+    long = " ".join(f"Sentence {n} of a long answer." for n in range(250))
+    fake_anthropic.answer = lambda body: long
+    seen: list[str] = []
+
+    def second_part_fails_once(method: str, payload: dict[str, Any]) -> None:
+        if method == "sendMessage":
+            seen.append(payload["text"])
+            if len(seen) == 1:
+                fake_telegram.fail_with("gateway", times=1)
+
+    fake_telegram.before_answer = second_part_fails_once
+    response = app_client("telegram_webhook").post(
+        "/", json=update("tell me everything", user_id=6_100_003), headers=TELEGRAM_HEADERS
+    )
+    assert response.status_code == 200 and response.get_json()["outcome"] == "answered"
+    parts = split_message(long, TELEGRAM_LIMIT)
+    assert [call["text"] for call in fake_telegram.sent()] == parts and len(parts) == 2

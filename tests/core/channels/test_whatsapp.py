@@ -1,0 +1,53 @@
+"""Twilio's Messages API through the real twilio SDK, against the local fake Twilio: what the
+agent says outside a webhook's answer (owed replies, follow-ups; WhatsApp's and SMS's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import core.channels.whatsapp as whatsapp
+from core.channels.splitting import split_message
+from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppSender
+from core.models import Delivery
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import TWILIO_TOKEN
+
+ACCOUNT_SID = "AC" + "4" * 32
+LONG = " ".join(f"Sentence {n} of a long answer." for n in range(130))  # three messages of WhatsApp's
+
+
+@pytest.fixture
+def fake_twilio() -> Iterator[FakeTwilio]:
+    server = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    yield server
+    server.close()
+
+
+def sender(fake_twilio: FakeTwilio) -> WhatsAppSender:
+    return WhatsAppSender(ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", api_base=fake_twilio.url)
+
+
+def test_a_later_part_that_fails_for_a_moment_is_sent_again_and_the_first_not_twice(
+    fake_twilio: FakeTwilio, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owed reply of three messages whose second meets a 503 once: tried again a second later,
+    and the person has each part once. An attacker review's finding: it answered OWED, and the
+    scheduled job's next try sent the whole reply, its first part a second time."""
+    waited: list[float] = []
+    monkeypatch.setattr(whatsapp.time, "sleep", waited.append)
+    fake_twilio.fail_once_after(1, 503, 20500)
+    parts = split_message(LONG, WHATSAPP_LIMIT)
+    assert sender(fake_twilio).send_text("whatsapp:+34600000002", LONG) is Delivery.DELIVERED
+    assert [message["Body"] for message in fake_twilio.messages] == parts and len(parts) == 3
+    assert waited == [1.0]
+
+
+def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused (a 4xx: the number unknown, the window closed), trying again cannot help."""
+    waited: list[float] = []
+    monkeypatch.setattr(whatsapp.time, "sleep", waited.append)
+    fake_twilio.fail_once_after(1, 400, 63016)
+    assert sender(fake_twilio).send_text("whatsapp:+34600000002", LONG) is Delivery.GIVEN_UP
+    assert len(fake_twilio.messages) == 1 and waited == []
