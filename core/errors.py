@@ -126,7 +126,14 @@ class OverBudget(CrossmemError):
 
 
 class StoreUnavailable(CrossmemError):
-    """The memory store could not answer."""
+    """The memory store could not answer.
+
+    `final`: the database answered with an error asking again cannot change (a bad argument, a
+    function's own refusal: a bug of ours), not a connection lost or a database busy or away."""
+
+    def __init__(self, message: str, *, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 class ModelUnavailable(CrossmemError):

@@ -274,15 +274,16 @@ class FailingStore:
         self.store = store
         self.failing: set[str] = set(failing)
         self.failing_times: dict[str, int] = {}  # a function's next calls that fail, then it answers
+        self.final = False  # the failures are the database's answer that asking again cannot change
         self.calls: list[str] = []
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
         self.calls.append(function)
         if self.failing_times.get(function, 0) > 0:
             self.failing_times[function] -= 1
-            raise StoreUnavailable(f"{function} failed: OperationalError")
+            raise StoreUnavailable(f"{function} failed: OperationalError", final=self.final)
         if function in self.failing:
-            raise StoreUnavailable(f"{function} failed: OperationalError")
+            raise StoreUnavailable(f"{function} failed: OperationalError", final=self.final)
         return self.store.call(function, arguments)
 
     def close(self) -> None:

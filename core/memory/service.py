@@ -293,7 +293,7 @@ class Memory:
                 break
             except StoreUnavailable as exc:
                 wait = next(waits, math.inf)
-                if time.monotonic() + wait + STORE_TRY_S > retry_until:
+                if exc.final or time.monotonic() + wait + STORE_TRY_S > retry_until:
                     log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
                     return None
                 log.warning("finish_turn failed; trying again", extra={"error": str(exc), "wait_s": wait})

@@ -31,7 +31,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from core.errors import ConfigurationError, StoreUnavailable
-from core.stores.store import JsonScalar, check_function
+from core.stores.store import JsonScalar, check_function, final_error
 
 # Supabase's own bookkeeping of applied migrations; `supabase db push` reads the same table.
 _MIGRATIONS_TABLE = """
@@ -184,7 +184,8 @@ class PostgresStore:
                 return self._run(call, parameters)
         except (_DeadConnection, psycopg.Error) as exc:
             cause = exc.__cause__ if isinstance(exc, _DeadConnection) else exc
-            raise StoreUnavailable(f"{function} failed: {type(cause).__name__}") from exc
+            final = isinstance(exc, psycopg.Error) and final_error(exc.sqlstate)
+            raise StoreUnavailable(f"{function} failed: {type(cause).__name__}", final=final) from exc
 
     def _run(self, call: _Call, parameters: list[bytes | None]) -> Any:
         pool = self._open_pool()

@@ -13,6 +13,18 @@ from typing import Any, Protocol
 
 from core.errors import StoreUnavailable
 
+# SQLSTATE classes of a failure that may pass (PostgreSQL's appendix A): the connection (08), a
+# transaction rolled back on a conflict (40), resources (53), an operator's intervention (57: a
+# restart, a cancelled statement) and the system (58). Any other answered error is final.
+PASSING_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def final_error(sqlstate: str | None) -> bool:
+    """Whether an error the database answered with `sqlstate` would come again, whatever the
+    retry (None: no answer from the database, which may pass)."""
+    return sqlstate is not None and sqlstate[:2] not in PASSING_SQLSTATE_CLASSES
+
+
 # The SQL functions a store may call; anything else is refused before it reaches the wire.
 SQL_FUNCTIONS = frozenset(
     {

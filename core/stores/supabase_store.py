@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import StoreUnavailable
-from core.stores.store import JsonScalar, check_function
+from core.stores.store import JsonScalar, check_function, final_error
 
 
 class SupabaseStore:
@@ -28,7 +28,10 @@ class SupabaseStore:
         try:
             return self._client.rpc(function, dict(arguments)).execute().data
         except Exception as exc:  # postgrest.APIError, httpx errors, JSON errors: all one failure
-            raise StoreUnavailable(f"{function} failed: {type(exc).__name__}") from exc
+            # PostgREST passes the database's SQLSTATE on as the error's code (its own are PGRST...)
+            code = getattr(exc, "code", None)
+            final = isinstance(code, str) and len(code) == 5 and final_error(code)
+            raise StoreUnavailable(f"{function} failed: {type(exc).__name__}", final=final) from exc
 
     def close(self) -> None:
         self._client.postgrest.session.close()

@@ -48,9 +48,17 @@ class PostgrestStandIn:
                 function = self.path.removeprefix("/rest/v1/rpc/").split("?")[0]
                 try:
                     result = stand_in.store.call(function, arguments)
-                except (ValueError, StoreUnavailable) as exc:
+                except ValueError as exc:
                     error = {"code": "P0001", "message": str(exc), "details": None, "hint": None}
                     return self.answer_json(400, error)
+                except StoreUnavailable as exc:
+                    # As PostgREST answers: the database's error with its SQLSTATE as the code, or,
+                    # when the database could not be reached, its own 503.
+                    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+                    if sqlstate is None:
+                        error = {"code": "PGRST001", "message": "Database client error", "details": None, "hint": None}
+                        return self.answer_json(503, error)
+                    return self.answer_json(400, {"code": sqlstate, "message": str(exc), "details": None, "hint": None})
                 self.answer_json(200, result)
 
         return Handler

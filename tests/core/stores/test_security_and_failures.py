@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from core.errors import StoreUnavailable
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.embedded import (
@@ -24,6 +25,7 @@ from core.stores.embedded import (
 )
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
+from tests.fakes.postgrest import PostgrestStandIn
 from tests.helpers import ROOT, as_role, context_limits, free_port
 
 
@@ -266,6 +268,25 @@ def test_an_unreachable_postgrest_degrades_the_same_way(caplog: pytest.LogCaptur
         assert memory.finish_turn(uuid.uuid4(), 1, "reply") is None
     assert sum("failed" in record.getMessage() for record in caplog.records) == 2
     assert "sb_secret_key" not in caplog.text
+    with pytest.raises(StoreUnavailable) as away:
+        memory.store.call("person_history", {"p_user_id": str(uuid.uuid4()), "p_limit": 1})
+    assert not away.value.final  # it may pass: finish_turn's retries go on
+
+
+def test_postgrest_passing_on_the_databases_error_is_final(database_url: str) -> None:
+    """PostgREST answers a function's error with its SQLSTATE as the code: asking again cannot
+    change it, and the store says so (finish_turn's retries stop at it)."""
+    from core.stores.supabase_store import SupabaseStore
+
+    stand_in = PostgrestStandIn(database_url, "sb_secret_key")
+    store = SupabaseStore(stand_in.url, "sb_secret_key")
+    try:
+        with pytest.raises(StoreUnavailable, match="begin_turn failed: APIError") as refused:
+            store.call("begin_turn", begin_turn_arguments(p_surface="web", p_content="no person"))
+    finally:
+        store.close()
+        stand_in.close()
+    assert refused.value.final
 
 
 def test_no_api_role_may_touch_a_sequence(memory: Memory, database_url: str) -> None:

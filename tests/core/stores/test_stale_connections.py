@@ -19,6 +19,7 @@ from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
+from core.stores.store import final_error
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import begin_turn_arguments
@@ -196,8 +197,9 @@ def test_an_error_that_leaves_the_connection_alive_is_not_retried(
     nobodys = {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before_at": None, "p_before_id": None}
     proxied_store.call("list_conversations", nobodys)  # a warm connection
     proxy.reset()
-    with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue"):
+    with pytest.raises(StoreUnavailable, match="begin_turn failed: InvalidParameterValue") as refused:
         proxied_store.call("begin_turn", begin_turn_arguments(p_surface="web", p_content="no person"))
+    assert refused.value.final  # asking again cannot change it (finish_turn's retries stop at it)
     assert proxy.round_trips == 1
     assert proxied_store.call("list_conversations", nobodys) == []
     assert proxy.round_trips == 2  # and the connection stays in use
@@ -235,3 +237,23 @@ def test_a_pooled_connection_gives_up_on_a_silent_database_within_seconds(store:
         "keepalives_count": b"3",
     }
     assert given["tcp_user_timeout"] == b"10000"
+
+
+def test_a_database_away_is_a_failure_that_may_pass(database_url: str) -> None:
+    """No connection to be had (the database away): asking again later may work, so finish_turn's
+    retries go on (not `final`); so for the errors PostgreSQL answers when a connection is lost,
+    the server is restarting or a conflict rolled a transaction back, by their SQLSTATE class."""
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/nothing", connect_timeout_s=1)
+    try:
+        with pytest.raises(StoreUnavailable) as away:
+            store.call(
+                "list_conversations",
+                {"p_user_id": str(uuid.uuid4()), "p_limit": 50, "p_before_at": None, "p_before_id": None},
+            )
+        assert not away.value.final
+    finally:
+        store.close()
+    passing = [None, "08006", "40001", "53300", "57P01", "58030"]
+    assert [final_error(sqlstate) for sqlstate in [*passing, "22P02", "23505", "P0001", "42883"]] == [False] * 6 + [
+        True
+    ] * 4

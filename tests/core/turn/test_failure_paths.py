@@ -79,6 +79,17 @@ def test_a_reply_whose_storing_fails_for_a_moment_is_stored_by_a_retry_and_not_a
     assert thread_of(database_url, person) == [("user", None), ("assistant", True)]  # answered: owed to nobody
 
 
+def test_a_reply_refused_by_an_error_that_would_come_again_is_not_tried_again(
+    turns: Turns, failing: FailingStore, database_url: str
+) -> None:
+    """finish_turn's tries are for a database away, not for its answer that asking again cannot
+    change (a bug of ours: a bad argument, a function's refusal): the reply goes out at once."""
+    failing.failing, failing.final = {"finish_turn"}, True
+    result = turns.run(telegram(uuid.uuid4(), "final"), RecordingChannel())
+    assert result.outcome is Outcome.ANSWERED and result.reply_id is None
+    assert failing.calls == ["begin_turn", "finish_turn"]
+
+
 def test_a_reply_that_cannot_be_stored_is_still_the_web_answer(turns: Turns, failing: FailingStore) -> None:
     failing.failing = {"finish_turn"}
     result = turns.run(TurnRequest(Surface.WEB, "hello", "c1", user_id=uuid.uuid4(), deadline_s=30))
