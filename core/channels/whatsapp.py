@@ -106,11 +106,15 @@ class WhatsAppSender:
         """The channel to a sender as stored (a BSUID or a number; Twilio takes either)."""
         return WhatsAppChannel(self, to if to.startswith("whatsapp:") else f"whatsapp:{to}")
 
-    def send_text(self, to: str, text: str) -> Delivery:
+    def send_text(self, to: str, text: str, until: float | None = None) -> Delivery:
+        """`text` in parts Twilio takes; a later part tried again (splitting.py) only while a try
+        can end before `until` (a `time.monotonic()` time: the attempt's; None: never again)."""
         for index, part in enumerate(split_message(text, WHATSAPP_LIMIT)):
-            waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
+            waits = iter(LATER_PART_WAITS_S if index and until is not None else ())  # the parts before it are out
             delivery = self._create(to=to, body=part)
             while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
+                if until is None or time.monotonic() + wait + self._timeout_s >= until:
+                    break
                 log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
                 time.sleep(wait)
                 delivery = self._create(to=to, body=part)
@@ -198,4 +202,4 @@ class WhatsAppChannel:
         # Not started past the attempt's time (core/turn/request.py); once started, every part goes.
         if time.monotonic() >= until:
             return Delivery.OWED
-        return self._sender.send_text(self._to, text)
+        return self._sender.send_text(self._to, text, until)

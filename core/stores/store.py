@@ -17,12 +17,16 @@ from core.errors import StoreUnavailable
 # transaction rolled back on a conflict (40), resources (53), an operator's intervention (57: a
 # restart, a cancelled statement) and the system (58). Any other answered error is final.
 PASSING_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+# And a prepared statement gone behind the store's back (a pooler's DISCARD ALL: 26000), or one
+# already there (a transaction pooler with prepared statements on: 42P05): the next call starts over.
+PASSING_SQLSTATES = frozenset({"26000", "42P05"})
 
 
 def final_error(sqlstate: str | None) -> bool:
     """Whether an error the database answered with `sqlstate` would come again, whatever the
     retry (None: no answer from the database, which may pass)."""
-    return sqlstate is not None and sqlstate[:2] not in PASSING_SQLSTATE_CLASSES
+    passing = sqlstate is None or sqlstate in PASSING_SQLSTATES or sqlstate[:2] in PASSING_SQLSTATE_CLASSES
+    return not passing
 
 
 # The SQL functions a store may call; anything else is refused before it reaches the wire.

@@ -253,7 +253,29 @@ def test_a_database_away_is_a_failure_that_may_pass(database_url: str) -> None:
         assert not away.value.final
     finally:
         store.close()
-    passing = [None, "08006", "40001", "53300", "57P01", "58030"]
-    assert [final_error(sqlstate) for sqlstate in [*passing, "22P02", "23505", "P0001", "42883"]] == [False] * 6 + [
-        True
-    ] * 4
+    passing = [None, "08006", "40001", "53300", "57P01", "57014", "58030", "26000", "42P05"]
+    final = ["22P02", "23505", "P0001", "42883"]
+    assert [final_error(sqlstate) for sqlstate in passing + final] == [False] * 9 + [True] * 4
+
+
+def test_a_statement_deallocated_behind_the_stores_back_does_not_stop_finish_turns_tries(database_url: str) -> None:
+    """A pooler's DISCARD ALL drops finish_turn's prepared statement: that call fails (26000), the
+    next starts over, so finish_turn tries again and the reply is stored (a review's finding: it
+    was taken for an error that would come again, and the reply left unstored)."""
+    store = PostgresStore(database_url, max_connections=1)
+    memory = Memory(store, context_limits())
+    try:
+        starts = [
+            memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, f"hi {n}", uuid.uuid4().hex)
+            for n in range(8)
+        ]
+        for start in starts[:7]:  # finish_turn prepared on the one connection at its sixth use
+            assert start.user_id is not None and start.message_id is not None
+            assert memory.finish_turn(start.user_id, start.message_id, "reply") is not None
+        with store._open_pool().connection() as connection:
+            connection.execute("deallocate all")
+        last = starts[7]
+        assert last.user_id is not None and last.message_id is not None
+        assert memory.finish_turn(last.user_id, last.message_id, "reply", retry_for_s=10.0) is not None
+    finally:
+        store.close()
