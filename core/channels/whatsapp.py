@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from twilio.request_validator import HMAC_SHA1, HMAC_SHA256, RequestValidator, get_signature_algorithm
@@ -93,8 +93,15 @@ class WhatsAppSender:
     heavier import than the validator) is built on the first send."""
 
     def __init__(
-        self, account_sid: str, auth_token: str, sender: str, api_base: str | None = None, timeout_s: float = 10.0
+        self,
+        account_sid: str,
+        auth_token: str,
+        sender: str,
+        api_base: str | None = None,
+        timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self._sleep = sleep
         self._account_sid = account_sid
         self._auth_token = auth_token
         self._sender = sender
@@ -110,13 +117,13 @@ class WhatsAppSender:
         """`text` in parts Twilio takes; a later part tried again (splitting.py) only while a try
         can end before `until` (a `time.monotonic()` time: the attempt's; None: never again)."""
         for index, part in enumerate(split_message(text, WHATSAPP_LIMIT)):
-            waits = iter(LATER_PART_WAITS_S if index and until is not None else ())  # the parts before it are out
+            waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
             delivery = self._create(to=to, body=part)
             while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
                 if until is None or time.monotonic() + wait + self._timeout_s >= until:
                     break
                 log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
-                time.sleep(wait)
+                self._sleep(wait)
                 delivery = self._create(to=to, body=part)
             if delivery is not Delivery.DELIVERED:
                 return delivery

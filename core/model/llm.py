@@ -228,8 +228,7 @@ class AnthropicModel:
             usage = _usage(response.usage)
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
             raise _unavailable(exc) from exc
-        if response.stop_reason == "refusal":
-            raise ModelUnavailable("the model declined to answer")
+        _check_stop(response.stop_reason, [])
         if not text.strip():
             raise ModelUnavailable("the model answered with no text")
         return ModelReply(text, usage)

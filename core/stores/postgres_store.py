@@ -127,8 +127,13 @@ def connect(conninfo: str, connect_timeout_s: int) -> psycopg.Connection[Any]:
 # comes) fails within seconds instead of holding the turn for the kernel's quarter of an hour: what
 # it sent unacknowledged for 10 s (tcp_user_timeout), or no answer to three keepalive probes after
 # 5 s of waiting (about 11 s). A live database answers both at once, however long its query.
-SILENCE_LIMITS = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
-SILENCE_LIMITS |= {"tcp_user_timeout": 10_000}
+SILENCE_LIMITS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 
 
 class PostgresStore:

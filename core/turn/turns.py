@@ -218,9 +218,8 @@ class Turns:
         if outcome is not Outcome.FALLBACK and not handed_over:
             # Tried again until its answer_by, and a reply inside the caller's response until the
             # platform stops waiting for it.
-            answer_by = self._send_by(began, deadline_s) + STORE_MARGIN_S
-            store_for_s = min(answer_by, until if channel is None else answer_by) - self._clock()
-            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_for_s)
+            store_by = min(self._answer_by(began, deadline_s), until if channel is None else math.inf)
+            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_by)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
@@ -306,8 +305,7 @@ class Turns:
             result = self._result(outcome, text, start, figures)
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                store_for_s = self._send_by(began, request.deadline_s) + STORE_MARGIN_S - self._clock()
-                self._finish(result, start, text, True, learned, tools, store_for_s)
+                self._finish(result, start, text, True, learned, tools, self._answer_by(began, request.deadline_s))
             else:
                 self._end_attempt(start, figures, learned)
             yield self._logged(request.surface, result, began)
@@ -519,10 +517,15 @@ class Turns:
         return []
 
     @staticmethod
-    def _send_by(began: float, deadline_s: float) -> float:
+    def _answer_by(began: float, deadline_s: float) -> float:
+        """An attempt's answer_by (begin_turn's), on the turn's clock: after it the message is owed."""
+        return began + deadline_s + ANSWER_MARGIN_S
+
+    @classmethod
+    def _send_by(cls, began: float, deadline_s: float) -> float:
         """When an attempt that began at `began` must have sent its reply by: its answer_by, less
         the time to store the reply (STORE_MARGIN_S)."""
-        return began + deadline_s + ANSWER_MARGIN_S - STORE_MARGIN_S
+        return cls._answer_by(began, deadline_s) - STORE_MARGIN_S
 
     def _handed_over(self, delivery: Delivery, until: float, figures: TurnFigures) -> bool:
         """Whether the reply is left unsent because the attempt's time is up: nothing of it is
@@ -678,9 +681,9 @@ class Turns:
         delivered: bool,
         learned: str | None = None,
         tools: Toolbox | None = None,
-        store_for_s: float = 0.0,
+        store_by: float = -math.inf,
     ) -> None:
-        """Store the reply; `store_for_s`: how long it may be tried again (the attempt's time)."""
+        """Store the reply, tried again until `store_by` (a time on the turn's clock; by default, not)."""
         result.figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
@@ -696,7 +699,7 @@ class Turns:
             language=start.heard_language,
             **recorded,
             reply_id=start.reply_id,
-            retry_for_s=store_for_s,
+            retry_for_s=store_by - self._clock(),
         )
         result.figures.round_trips += 1
         if result.reply_id is not None and recorded.get("follow_ups"):

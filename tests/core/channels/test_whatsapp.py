@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-import core.channels.whatsapp as whatsapp
 from core.channels.splitting import split_message
 from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppSender
 from core.models import Delivery
@@ -26,45 +25,42 @@ def fake_twilio() -> Iterator[FakeTwilio]:
     server.close()
 
 
-def sender(fake_twilio: FakeTwilio) -> WhatsAppSender:
-    return WhatsAppSender(ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", api_base=fake_twilio.url)
+def sender(fake_twilio: FakeTwilio, waited: list[float]) -> WhatsAppSender:
+    return WhatsAppSender(
+        ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", api_base=fake_twilio.url, sleep=waited.append
+    )
 
 
-def test_a_later_part_that_fails_for_a_moment_is_sent_again_and_the_first_not_twice(
-    fake_twilio: FakeTwilio, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_later_part_that_fails_for_a_moment_is_sent_again_and_the_first_not_twice(fake_twilio: FakeTwilio) -> None:
     """An owed reply of three messages whose second meets a 503 once: tried again a second later,
     and the person has each part once. An attacker review's finding: it answered OWED, and the
     scheduled job's next try sent the whole reply, its first part a second time."""
     waited: list[float] = []
-    monkeypatch.setattr(whatsapp.time, "sleep", waited.append)
     fake_twilio.fail_once_after(1, 503, 20500)
     parts = split_message(LONG, WHATSAPP_LIMIT)
     until = time.monotonic() + 60
-    assert sender(fake_twilio).send_text("whatsapp:+34600000002", LONG, until) is Delivery.DELIVERED
+    assert sender(fake_twilio, waited).send_text("whatsapp:+34600000002", LONG, until) is Delivery.DELIVERED
     assert [message["Body"] for message in fake_twilio.messages] == parts and len(parts) == 3
     assert waited == [1.0]
 
 
-def test_a_later_part_is_not_tried_again_past_the_attempts_time(
-    fake_twilio: FakeTwilio, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_later_part_is_not_tried_again_past_the_attempts_time(fake_twilio: FakeTwilio) -> None:
     """A try that could end after the attempt's time (its wait and Twilio's 10 s timeout) is not
     made: past it, the message may be another attempt's to answer (a review's finding: the part
     went out 3 s past the claim). Without a time (a follow-up's send), no part is tried again."""
     waited: list[float] = []
-    monkeypatch.setattr(whatsapp.time, "sleep", waited.append)
     fake_twilio.fail_once_after(1, 503, 20500)
-    assert sender(fake_twilio).send_text("whatsapp:+34600000002", LONG, time.monotonic() + 5) is Delivery.OWED
+    assert sender(fake_twilio, waited).send_text("whatsapp:+34600000002", LONG, time.monotonic() + 5) is Delivery.OWED
     fake_twilio.fail_once_after(len(fake_twilio.messages) + 1, 503, 20500)
-    assert sender(fake_twilio).send_text("whatsapp:+34600000003", LONG) is Delivery.OWED
+    assert sender(fake_twilio, waited).send_text("whatsapp:+34600000003", LONG) is Delivery.OWED
     assert waited == [] and len(fake_twilio.messages) == 2
 
 
-def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> None:
     """Refused (a 4xx: the number unknown, the window closed), trying again cannot help."""
     waited: list[float] = []
-    monkeypatch.setattr(whatsapp.time, "sleep", waited.append)
     fake_twilio.fail_once_after(1, 400, 63016)
-    assert sender(fake_twilio).send_text("whatsapp:+34600000002", LONG, time.monotonic() + 60) is Delivery.GIVEN_UP
+    assert (
+        sender(fake_twilio, waited).send_text("whatsapp:+34600000002", LONG, time.monotonic() + 60) is Delivery.GIVEN_UP
+    )
     assert len(fake_twilio.messages) == 1 and waited == []
