@@ -16,6 +16,7 @@ CrossmemError
 ├── OverBudget            the person is past their turns or tokens for now (429)
 ├── StoreUnavailable      the database failed or could not be reached
 ├── ModelUnavailable      the model failed, answered nonsense or passed its deadline
+│   └── ModelDeclined     its safety classifiers declined the turn (stop reason `refusal`)
 ├── DeliveryFailed        a surface's API refused a reply or could not be reached
 ├── MediaUnreadable       a photo, PDF or voice note that could not be fetched, read or transcribed
 └── ConfigurationError    invalid or missing settings (503)
@@ -138,6 +139,17 @@ class StoreUnavailable(CrossmemError):
 
 class ModelUnavailable(CrossmemError):
     """The model could not give an answer in time."""
+
+
+class ModelDeclined(ModelUnavailable):
+    """The model declined the turn (its stop reason `refusal`): asking again with the same context
+    is declined again, so the person's turn answers it (core/turn/turns.py) and leaves it out of
+    every later context; elsewhere (the digest, a photo's description) it is a failure as any.
+    `category`: the policy area Anthropic names (`stop_details.category`), when it names one."""
+
+    def __init__(self, category: str | None = None) -> None:
+        super().__init__(f"the model declined to answer ({category or 'no category'})")
+        self.category = category
 
 
 class DeliveryFailed(CrossmemError):

@@ -268,6 +268,7 @@ class ConversationPage:
     conversation: Conversation
     messages: list[StoredMessage]
     has_more: bool
+    declined: frozenset[int] = frozenset()  # the ids of the messages of turns the model declined
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import flask
 
 from core.models import Surface
-from core.turn.context import ContextItem
+from core.turn.context import ContextItem, undeclined
 from core.turn.request import TurnRequest, TurnResult
 from functions import runtime, ui_chat_routes
 from functions.http import json_response, parse_json, read_json_body
@@ -30,7 +30,9 @@ def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]
     body = parse_json(raw, SendMessage)
     history = None
     if body.history is not None:
-        history = [ContextItem(m.role, m.content, m.surface, m.created_at, m.id) for m in body.history]
+        history = undeclined(
+            [(ContextItem(m.role, m.content, m.surface, m.created_at, m.id), m.declined) for m in body.history]
+        )
     turn = TurnRequest(
         Surface.WEB,
         body.message,

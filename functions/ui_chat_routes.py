@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from core.errors import InputError, StillAnswering
 from core.models import Role, Surface, TurnStart
+from core.turn.context import undeclined
 from core.turn.request import ContextItem, TurnRequest
 from core.turn.turns import ANSWER_MARGIN_S
 from functions import runtime
@@ -47,7 +48,13 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
-    history = [item for message in earlier if (item := history_item(message)) is not None]
+    history = undeclined(
+        [
+            (item, message.metadata is not None and message.metadata.declined)
+            for message in earlier
+            if (item := history_item(message)) is not None
+        ]
+    )
     return TurnRequest(
         Surface.WEB,
         words(last),

@@ -23,6 +23,9 @@ class ClientMessage(BaseModel):
     content: str = Field(max_length=200_000)
     surface: Surface = Surface.WEB
     created_at: datetime | None = None
+    # A reply to a turn the model declined (the history route's `declined`): left out with the
+    # message it answers (core/turn/context.py's undeclined).
+    declined: bool = False
 
 
 class WebAttachment(BaseModel):
@@ -93,11 +96,13 @@ UIPart = Annotated[UITextPart | UIFilePart | UIOtherPart, Field(union_mode="left
 
 class UIMessageMetadata(BaseModel):
     """What a page that built its messages from `GET /conversations/<id>/messages` may keep of each:
-    where and when it was said (the context shows both). Anything else is the page's own."""
+    where and when it was said (the context shows both), and whether it answered a declined turn.
+    Anything else is the page's own."""
 
     model_config = ConfigDict(extra="allow")
     surface: Surface = Surface.WEB
     createdAt: datetime | None = None
+    declined: bool = False  # as ClientMessage's: the stream's finish and the history route mark it
 
 
 class UIMessage(BaseModel):

@@ -262,6 +262,7 @@ class Memory:
         reply_id: int | None = None,
         language: str | None = None,
         retry_for_s: float = 0.0,
+        declined: bool = False,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
         budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
@@ -270,7 +271,9 @@ class Memory:
         retried call stores and counts nothing twice). `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
-        the language the turn heard, kept as the person's; all in the same round trip."""
+        the language the turn heard, kept as the person's; `declined`: the model declined the turn
+        and the reply says so (the message and the reply are left out of every later context);
+        all in the same round trip."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -282,6 +285,8 @@ class Memory:
             "p_reply_id": reply_id,
             "p_language": language_tag(language),
         }
+        if declined:  # else left to its default: the call a turn makes stays the one statement
+            arguments["p_declined"] = True
         function = "finish_turn"
         if follow_ups:
             function = "finish_turn_follow_ups"
@@ -445,6 +450,7 @@ class Memory:
             conversation=Conversation.from_row(row["conversation"]),
             messages=messages[-limit:],
             has_more=len(messages) > limit,
+            declined=frozenset(int(item["id"]) for item in row["messages"] if item.get("declined")),
         )
 
     def unanswered_message(self, user_id: UUID, conversation_id: UUID) -> tuple[str, str] | None:

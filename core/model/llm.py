@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.errors import ConfigurationError, ModelUnavailable
+from core.errors import ConfigurationError, ModelDeclined, ModelUnavailable
 from core.model.prompt import NOTES_PREAMBLE
 from core.turn.context import ModelMessage
 
@@ -166,14 +166,16 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-def _check_stop(stop_reason: str | None, tools: list[str]) -> None:
+def _check_stop(stop_reason: str | None, tools: list[str], stop_details: Any = None) -> None:
     """ModelUnavailable for an answer that is not one (docs/design.md, failure policy): a stream
-    that ended before the model said why it stopped, a refusal (a streaming classifier stopped it:
-    its text so far is not an answer), or a tool call the model was cut off writing (never run)."""
+    that ended before the model said why it stopped, a refusal (ModelDeclined: a safety classifier
+    stopped it, and its text so far is not an answer), or a tool call the model was cut off
+    writing (never run)."""
     if stop_reason is None:
         raise ModelUnavailable("the model's answer ended before its end")
     if stop_reason == "refusal":
-        raise ModelUnavailable("the model declined to answer")
+        category = getattr(stop_details, "category", None)
+        raise ModelDeclined(str(category) if category else None)
     if stop_reason in CUT_SHORT and tools:
         log.warning("an answer cut inside a tool call; no call of it runs", extra={"tools": tools})
         raise ModelUnavailable(f"the model's answer was cut inside a tool call ({stop_reason})")
@@ -228,7 +230,7 @@ class AnthropicModel:
             usage = _usage(response.usage)
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
             raise _unavailable(exc) from exc
-        _check_stop(response.stop_reason, [])
+        _check_stop(response.stop_reason, [], getattr(response, "stop_details", None))
         if not text.strip():
             raise ModelUnavailable("the model answered with no text")
         return ModelReply(text, usage)
@@ -267,7 +269,7 @@ class AnthropicModel:
                 final = stream.get_final_message()
                 yield _usage(final.usage)  # what it wrote counts, whatever it was
                 calls = [block for block in final.content if getattr(block, "type", "") == "tool_use"]
-                _check_stop(final.stop_reason, [str(block.name) for block in calls])
+                _check_stop(final.stop_reason, [str(block.name) for block in calls], final.stop_details)
                 for block in calls:
                     yield ToolCall(str(block.id), str(block.name), dict(block.input or {}))
                 if calls:

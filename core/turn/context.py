@@ -127,6 +127,19 @@ def client_window(items: Sequence[ContextItem], *, limit: int, step: int, max_ch
     return window
 
 
+def undeclined(items: Sequence[tuple[ContextItem, bool]]) -> list[ContextItem]:
+    """A web client's history, each item with whether it is marked declined, without the turns the
+    model declined: a marked reply and the person's message it answers (the one right before it),
+    as the stored window leaves both out (context.sql)."""
+    kept: list[ContextItem] = []
+    for item, declined in items:
+        if not declined:
+            kept.append(item)
+        elif kept and kept[-1].role is Role.USER:
+            kept.pop()
+    return kept
+
+
 def web_items(
     prepend: Sequence[StoredMessage],
     history: Sequence[StoredMessage],

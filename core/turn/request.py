@@ -89,6 +89,9 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"
     REDELIVERED = "redelivered"
     REFUSED = "refused"
+    # The model declined the turn (its stop reason `refusal`): a fixed answer says so, stored with the
+    # message, both left out of every later context (docs/decisions.md).
+    DECLINED = "declined"
     # The web client went away mid-stream: what the model spent is counted, the message is owed.
     ABANDONED = "abandoned"
     # Media that could not be used (too large, unreadable, no transcription): a fixed answer, no model.
@@ -170,6 +173,10 @@ class TurnSettings:
     def fallback(self, language: str | None) -> str:
         """What a person waiting is told when the model fails."""
         return self.fallback_reply or self.phrases(language).say("turn.fallback")
+
+    def declined(self, language: str | None) -> str:
+        """What a person is told when the model declines their turn (its stop reason `refusal`)."""
+        return self.phrases(language).say("turn.declined")
 
     def stranger(self, language: str | None) -> str:
         """What a sender the identity policy turns away is told."""

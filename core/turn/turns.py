@@ -23,7 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from core.errors import ModelUnavailable, StillAnswering
+from core.errors import ModelDeclined, ModelUnavailable, StillAnswering
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import placeholder, unread_notice
@@ -198,6 +198,8 @@ class Turns:
             figures.add_usage(answer.usage)
             if stop is not None and (shown := stop()) is not None:
                 outcome, text = Outcome.STOPPED, shown
+        except ModelDeclined as exc:
+            outcome, text, figures.error = Outcome.DECLINED, self._settings.declined(start.language), str(exc)
         except ModelUnavailable as exc:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
         self._count_tools(figures, tools)
@@ -219,7 +221,8 @@ class Turns:
             # Tried again until its answer_by, and a reply inside the caller's response until the
             # platform stops waiting for it.
             store_by = min(self._answer_by(began, deadline_s), until if channel is None else math.inf)
-            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_by)
+            declined = outcome is Outcome.DECLINED
+            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_by, declined)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
@@ -296,16 +299,24 @@ class Turns:
                 if not "".join(parts).strip():
                     raise ModelUnavailable("the model answered with no text")
             except ModelUnavailable as exc:
-                outcome, figures.error = Outcome.FALLBACK, str(exc)
-                fallback = ("\n\n" if "".join(parts).strip() else "") + self._settings.fallback(start.language)
-                parts.append(fallback)
-                yield fallback
+                declined = isinstance(exc, ModelDeclined)
+                outcome, figures.error = Outcome.DECLINED if declined else Outcome.FALLBACK, str(exc)
+                said = self._settings.declined(start.language) if declined else self._settings.fallback(start.language)
+                # What the model wrote before it was stopped was shown: the answer follows it. A
+                # declined turn stores only the answer (the rest is no answer: Anthropic's page).
+                stored = said
+                said = ("\n\n" if "".join(parts).strip() else "") + said
+                parts.append(said)
+                yield said
             text = "".join(parts)
             self._count_tools(figures, tools)
             result = self._result(outcome, text, start, figures)
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
+            store_by = self._answer_by(began, request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                self._finish(result, start, text, True, learned, tools, self._answer_by(began, request.deadline_s))
+                self._finish(result, start, text, True, learned, tools, store_by)
+            elif outcome is Outcome.DECLINED:
+                self._finish(result, start, stored, True, learned, tools, store_by, declined=True)
             else:
                 self._end_attempt(start, figures, learned)
             yield self._logged(request.surface, result, began)
@@ -682,12 +693,15 @@ class Turns:
         learned: str | None = None,
         tools: Toolbox | None = None,
         store_by: float = -math.inf,
+        declined: bool = False,
     ) -> None:
-        """Store the reply, tried again until `store_by` (a time on the turn's clock; by default, not)."""
+        """Store the reply, tried again until `store_by` (a time on the turn's clock; by default, not).
+        `declined`: the model declined the turn, and the reply says so; what its tools decided
+        before is dropped with it."""
         result.figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
-        recorded = tools.recorded() if tools is not None else {}
+        recorded = tools.recorded() if tools is not None and not declined else {}
         result.reply_id = self.memory.finish_turn(
             start.user_id,
             start.message_id,
@@ -700,6 +714,7 @@ class Turns:
             **recorded,
             reply_id=start.reply_id,
             retry_for_s=store_by - self._clock(),
+            declined=declined,
         )
         result.figures.round_trips += 1
         if result.reply_id is not None and recorded.get("follow_ups"):

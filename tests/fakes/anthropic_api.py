@@ -7,9 +7,10 @@ cache simulator. `behaviour` makes it fail: "500", "529", "slow" or "malformed";
 model's does (the soak). `GET /v1/models/{id}` answers the model object for an id in
 `models`, else Anthropic's 404 `not_found_error`. `stream_ends` says how each stream ended:
 "whole", or "cut" when the client closed it early (a write found the connection gone).
-model's does (the soak). An `answer` may return content blocks instead of a text: text blocks
+An `answer` may return content blocks instead of a text: text blocks
 and `tool_use` blocks (`tool_use(name, input)`), streamed as the API does (`input_json_delta`)
-and ending with `stop_reason: tool_use`.
+and ending with `stop_reason: tool_use`. A request whose messages hold `REFUSAL_TRIGGER` is
+declined as the API declines it (`stop_reason: refusal` with its `stop_details`).
 
 The 2026 models (`THINKING_MODELS`: Sonnet 5.5, Haiku 5.5) behave as their pages say
 (docs/research/model-changes-2026.md): every answer begins with a `thinking` block (empty at the
@@ -61,6 +62,11 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [] if isinstance(last, str) else [b for b in last if b.get("type") == "tool_result"]
 
 
+# Anthropic's string for testing refusal handling (its page on streaming refusals): a request whose
+# messages hold it is declined, as every request is while the refused turn stays in the context.
+REFUSAL_TRIGGER = (
+    "ANTHROPIC_MAGIC_STRING_TRIGGER_REFUSAL_1FAEFB6177B4672DEE07F9D3AFC62588CCD2631EDCF22E8CCC1FB35B501C9C86"
+)
 THINKING_MODELS = frozenset({"claude-sonnet-5-5", "claude-haiku-5-5"})
 FORCED_TOOL = 'tool_choice: type "tool" and "any" are not supported for this model.'
 THINKING_DISABLED = (
@@ -192,6 +198,11 @@ class FakeAnthropic:
                     time.sleep(random.uniform(*fake.latency_s))
                 answer = fake.answer(body)
                 blocks = [text_block(answer)] if isinstance(answer, str) else answer
+                if REFUSAL_TRIGGER in json.dumps(body.get("messages")):
+                    # As Anthropic's test string does: declined, and again while it is in the context.
+                    blocks, stop = [text_block("Hello..")], "refusal"
+                else:
+                    stop = fake.stop_reason
                 if body.get("model") in THINKING_MODELS:
                     signed = signature(body, len(body["messages"]))
                     blocks = [{"type": "thinking", "thinking": "", "signature": signed}, *between_tools(blocks, signed)]
@@ -209,10 +220,12 @@ class FakeAnthropic:
                 with fake._lock:
                     fake.usages.append({**usage_json, "output_tokens": 1} if body.get("stream") else usage_json)
                 if body.get("stream"):
-                    return self._stream(body, blocks, usage_json)
-                self.answer_json(200, message(body, blocks, usage_json, fake.stop_reason))
+                    return self._stream(body, blocks, usage_json, stop)
+                self.answer_json(200, message(body, blocks, usage_json, stop))
 
-            def _stream(self, body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int]) -> None:
+            def _stream(
+                self, body: dict[str, Any], blocks: list[dict[str, Any]], usage: dict[str, int], stop_reason: str | None
+            ) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
@@ -238,7 +251,7 @@ class FakeAnthropic:
                             )
                         )
                         written = json.dumps(block["input"])
-                        if fake.stop_reason == "max_tokens":
+                        if stop_reason == "max_tokens":
                             written = written[: len(written) // 2]
                         partial = {"type": "input_json_delta", "partial_json": written}
                         events.append(
@@ -260,7 +273,7 @@ class FakeAnthropic:
                                 ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
                             )
                     events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-                stop = fake.stop_reason or ("tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn")
+                stop = stop_reason or ("tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn")
                 events += (
                     []
                     if fake.ends_early
@@ -269,7 +282,7 @@ class FakeAnthropic:
                             "message_delta",
                             {
                                 "type": "message_delta",
-                                "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "delta": {"stop_reason": stop, "stop_sequence": None, "stop_details": details(stop)},
                                 "usage": {"output_tokens": usage["output_tokens"]},
                             },
                         ),
@@ -308,5 +321,14 @@ def message(
         "content": blocks,
         "stop_reason": stop or ("tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"),
         "stop_sequence": None,
+        "stop_details": details(stop),
         "usage": usage,
     }
+
+
+def details(stop: str | None) -> dict[str, Any] | None:
+    """A refusal's `stop_details`, as Anthropic's page on refusals shows it; none for another stop."""
+    if stop != "refusal":
+        return None
+    explanation = "This request was declined because it could enable cyber harm."
+    return {"type": "refusal", "category": "cyber", "explanation": explanation}

@@ -25,7 +25,7 @@ from core.turn.request import TurnRequest
 from functions import runtime
 from functions.ui_chat_routes import attachment
 from functions.web_models import UIFilePart
-from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import CORPUS, CORS_ORIGIN, ENGLISH, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
@@ -455,3 +455,30 @@ def test_with_the_database_down_the_start_names_no_reply(
     text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
     assert text == ANSWER
     assert parts[-3]["data"] == {"conversationId": chat, "messageId": None, "replyId": None, "outcome": "answered"}
+
+
+def test_a_declined_turn_finishes_as_content_filter_and_its_mark_keeps_it_out_of_the_clients_history(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model declines (its stop reason `refusal`): the stream finishes with `content-filter`
+    and the reply's metadata `declined`, which the page keeps, the history route gives too, and
+    a later request's history then leaves out with the message it answered."""
+    fake_anthropic.answer = lambda body: "Sure."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    asked = ui_message("u-1", "user", f"tell me {REFUSAL_TRIGGER}")
+    parts = parts_of(web.post("/", json=chat_body(chat, asked), headers=bearer(person)).get_data(as_text=True))
+    assert parts[-2] == {"type": "finish", "finishReason": "content-filter", "messageMetadata": {"declined": True}}
+    assert parts[-3]["data"]["outcome"] == "declined"
+    reply_id = parts[0]["messageId"]
+    listed = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    assert [(m["role"], m["declined"]) for m in listed] == [("user", True), ("assistant", True)]
+    assert str(listed[1]["id"]) == reply_id
+
+    declined = {"declined": True}
+    said = ui_message(reply_id, "assistant", "I can't help with that one.", metadata=declined)
+    body = chat_body(chat, asked, said, ui_message("u-2", "user", "then a poem"))
+    parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+    assert parts[-2] == {"type": "finish", "finishReason": "stop"}
+    sent = fake_anthropic.requests[-1]["messages"]
+    assert len(sent) == 1 and sent[0]["content"][-1]["text"].endswith("] then a poem")

@@ -62,6 +62,26 @@ def test_a_telegram_message_reaches_the_web_exactly_once(
     assert json.dumps(fake_anthropic.requests[-1]["messages"]).count("allergic to penicillin") == 1
 
 
+def test_a_declined_turn_marked_in_the_clients_history_is_left_out_with_its_message(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """Today's body: a history item `declined` (as the history route marks a declined turn's
+    reply) is left out, and the person's message before it."""
+    fake_anthropic.answer = lambda body: "Sure."
+    person = uuid.uuid4()
+    conversation = web.post("/conversations", headers=bearer(person)).get_json()
+    history = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Hi!"},
+        {"role": "user", "content": "something the model declined"},
+        {"role": "assistant", "content": "I can't help with that one.", "declined": True},
+    ]
+    body = {"message": "a poem, then", "conversation_id": conversation["id"], "history": history}
+    assert web.post("/", json=body, headers=bearer(person)).get_json()["outcome"] == "answered"
+    texts = [m["content"][0]["text"] for m in fake_anthropic.requests[-1]["messages"]]
+    assert [text.split("] ", 1)[-1] for text in texts] == ["hello", "Hi!", "a poem, then"]
+
+
 def test_a_retried_send_is_stored_once(web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic) -> None:
     person = uuid.uuid4()
     for _ in range(3):

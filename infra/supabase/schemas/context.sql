@@ -24,7 +24,9 @@ $$;
 -- roles, contents, created_ats] (core/models.py's COLUMNS and `stored_messages`), `[]` when it
 -- is empty. Not an array per message: each array's values are written by one output function
 -- looked up once, where an array per message looked up six for every message (the window was
--- a fifth of a turn's database time, its JSON half of that).
+-- a fifth of a turn's database time, its JSON half of that). A declined turn's two messages
+-- (messages.sql's `declined`) are left out of the rows but counted: marking them moves no step,
+-- so the prefix the prompt cache holds stays the same; the window holds two fewer until it steps.
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -58,12 +60,14 @@ begin
                                 from public.messages m
                                where p_conversation_id is null and m.user_id = p_user_id and m.created_at >= p_since
                                  and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                                 and not m.declined
                                order by m.created_at desc, m.id desc limit v_keep)
                              union all
                              (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
                                 from public.messages m
                                where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                                  and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                                 and not m.declined
                                order by m.created_at desc, m.id desc limit v_keep)) l
              order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
     return v_window;
@@ -153,6 +157,7 @@ begin
                            from public.messages m
                           where m.conversation_id = c.id and m.user_id = p_user_id and m.created_at >= p_since
                             and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                            and not m.declined
                           order by m.created_at desc, m.id desc
                           limit p_limit) l
      where c.user_id = p_user_id and c.surface <> 'web'

@@ -35,7 +35,8 @@ create index memory_notes_by_written on public.memory_notes (written_at);
 -- oldest first, at most p_limit: everything before the start of the window that Telegram
 -- and WhatsApp show now (the latest messages within p_window_hours, stepped). Coverage is
 -- a prefix of the thread, and the window's start only moves forward, so these are a
--- prefix of what is not covered.
+-- prefix of what is not covered. A declined turn's messages (messages.sql) come as a placeholder:
+-- covered in their place, and their words never sent to a model again.
 create or replace function public.messages_to_digest(
     p_user_id uuid,
     p_max_messages integer,
@@ -57,7 +58,8 @@ create or replace function public.messages_to_digest(
           from public.messages m, notes
          where m.user_id = p_user_id and (m.created_at, m.id) > (notes.at, notes.id)
     )
-    select u.id, u.conversation_id, u.surface, u.role, u.content, u.created_at
+    select u.id, u.conversation_id, u.surface, u.role,
+           case when u.declined then '[a turn the assistant declined]' else u.content end, u.created_at
       from uncovered u, shown
      where u.recency > shown.keeps
      order by u.created_at, u.id

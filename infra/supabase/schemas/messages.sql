@@ -66,6 +66,10 @@ create table public.messages (
     replied_to bigint references public.messages (id) on delete set null,
     quoted text,
     edited_at timestamptz,
+    -- The model declined the turn (its stop reason `refusal`): the person's message and the reply
+    -- that said so are both marked, kept and shown, and left out of every later context, as
+    -- Anthropic asks (a conversation that goes on with the refused turn in it is refused again).
+    declined boolean not null default false,
     search_text tsvector generated always as (crossmem_private.searchable(content)) stored
 );
 alter table public.messages enable row level security;  -- who reads what: access.sql
@@ -150,7 +154,7 @@ begin
                                            'updated_at', v_conversation.updated_at),
         'messages', (
             select coalesce(jsonb_agg(to_jsonb(p) order by p.created_at, p.id), '[]'::jsonb)
-              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at, m.declined
                       from public.messages m
                      where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                        and (m.created_at, m.id) < (v_before_at, v_before)
@@ -270,6 +274,7 @@ begin
           from public.messages m
          where m.user_id = p_user_id
            and m.search_text @@ v_any
+           and not m.declined  -- what the model was refused never comes back to it (the column)
            and (p_surface is null or m.surface = p_surface)
            and (p_since is null or m.created_at >= p_since)
            and (p_until is null or m.created_at < p_until)

@@ -553,10 +553,14 @@ create or replace function public.finish_turn(
     p_user_content text,
     p_reserved integer,
     p_reply_id bigint,
-    p_language text  -- the language the turn heard, kept as the person's (null: none)
+    p_language text,  -- the language the turn heard, kept as the person's (null: none)
+    -- the model declined the turn: p_content says so, and the message and its reply are marked
+    -- declined (messages.sql), out of every later context
+    p_declined boolean default false
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
+    v_owner uuid;
 begin
     if p_language is not null then  -- null: nothing learned, and nothing to answer with it
         perform crossmem_private.remember_language(p_user_id, p_language);
@@ -573,10 +577,11 @@ begin
                             where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
     ), stored as (
         -- `overriding system value`: the id is the identity's own, drawn earlier (begin_turn).
-        insert into public.messages (id, conversation_id, user_id, surface, role, content, in_reply_to, delivered_at)
+        insert into public.messages (id, conversation_id, user_id, surface, role, content, in_reply_to, delivered_at,
+                                     declined)
         overriding system value
         select coalesce(p_reply_id, nextval('public.messages_id_seq')), a.conversation_id, a.user_id, a.surface,
-               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end
+               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end, p_declined
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
         returning id, conversation_id, user_id
@@ -586,10 +591,13 @@ begin
           from stored s
          where c.id = s.conversation_id and c.user_id = s.user_id
     )
-    select s.id into v_reply_id from stored s;
+    select s.id, s.user_id into v_reply_id, v_owner from stored s;
 
     if v_reply_id is not null then
         perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, null);
+        if p_declined then
+            update public.messages m set declined = true where m.id = p_user_message_id and m.user_id = v_owner;
+        end if;
     else
         select r.id into v_reply_id
           from public.messages r

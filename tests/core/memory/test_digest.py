@@ -86,6 +86,24 @@ def test_a_person_is_due_once_a_window_step_has_left_the_window(small: Memory, s
     ]
 
 
+def test_a_declined_turn_reaches_the_notes_as_a_placeholder_only(
+    small: Memory, store: PostgresStore, database_url: str
+) -> None:
+    """Its words never go to a model again (the digest's request would be declined too), and it is
+    covered all the same: the notes move past it."""
+    person = uuid.uuid4()
+    job = DigestJob(store, ExtractiveDigester(800), LIMITS)
+    start = small.begin_turn(Person(user_id=person), Surface.TELEGRAM, "something declined", "d-1")
+    assert start.message_id is not None
+    reply_id = small.finish_turn(person, start.message_id, "I can't help with that one.", declined=True)
+    converse(small, person, ["my sister's name is Ana", "what time is it?"])  # 6: 2 have left
+    assert job.run(person).updated == 1
+    notes = read_notes(store, person)
+    assert [line.split("] ", 1)[1] for line in notes.content.splitlines()] == ["[a turn the assistant declined]"]
+    row = notes_row(database_url, person)
+    assert row is not None and row[3] == reply_id  # covered through the reply
+
+
 def test_a_person_in_the_middle_of_a_conversation_waits_for_a_pause(
     small: Memory, store: PostgresStore, database_url: str
 ) -> None:

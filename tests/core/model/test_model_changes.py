@@ -11,7 +11,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from core.errors import ModelUnavailable
+from core.errors import ModelDeclined, ModelUnavailable
 from core.identity.policy import IdentityPolicy
 from core.memory.search import SEARCH_MEMORY, MemorySearch, SearchRules
 from core.memory.service import Memory
@@ -120,5 +120,6 @@ def test_a_refused_answer_asked_whole_is_not_an_answer(fake: FakeAnthropic) -> N
     fake.stop_reason = "refusal"
     fake.answer = lambda body: "The person said that"
     model = AnthropicModel(api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, max_retries=0)
-    with pytest.raises(ModelUnavailable, match="^the model declined to answer$"):
+    with pytest.raises(ModelDeclined, match=r"^the model declined to answer \(cyber\)$") as declined:
         model.reply("summarise", [ModelMessage(Role.USER, "what did I say?", ())], 5.0)
+    assert isinstance(declined.value, ModelUnavailable) and declined.value.category == "cyber"

@@ -1,0 +1,141 @@
+"""A turn the model declines (its stop reason `refusal`): said once in the person's language,
+stored with its message, and both left out of every later context, as Anthropic's page on
+streaming refusals asks ("reset the conversation context ... before continuing. Attempting to
+continue without resetting will result in continued refusals"). The fake declines as the API
+does while its test string is anywhere in the messages, so a context that kept the refused turn
+is declined again."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import psycopg
+import pytest
+
+from core.identity.policy import IdentityPolicy
+from core.memory.service import Memory
+from core.model.llm import AnthropicModel
+from core.models import Role, Surface
+from core.turn.context import ContextItem, undeclined
+from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.turns import Turns
+from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic
+from tests.helpers import RecordingChannel
+
+SETTINGS = TurnSettings(system_prompt="You are an advisor.", fallback_reply="FALLBACK", stranger_reply="NO")
+DECLINED = "I can't help with that one, so I'll leave it out of our conversation from here on. Ask me anything else."
+DECLINED_ES = (
+    "Con eso no puedo ayudarte, así que lo dejo fuera de nuestra conversación a partir de ahora. "
+    "Pregúntame cualquier otra cosa."
+)
+
+
+@pytest.fixture
+def turns(memory: Memory, fake_anthropic: FakeAnthropic) -> Turns:
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+
+def stored(database_url: str, person: uuid.UUID) -> list[tuple[str, str, bool]]:
+    with psycopg.connect(database_url) as connection:
+        query = "select role, content, declined from messages where user_id = %s order by id"
+        return [tuple(row) for row in connection.execute(query, (person,)).fetchall()]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_declined_web_turn_is_said_stored_marked_and_out_of_the_next_context(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str, streamed: bool
+) -> None:
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    fake_anthropic.answer = lambda body: "Happy to help."
+    asked = TurnRequest(
+        Surface.WEB, f"explain this {REFUSAL_TRIGGER}", f"declined-{streamed}", user_id=person, conversation_id=web.id
+    )
+    if streamed:
+        *chunks, result = turns.stream(asked)
+        # What the model wrote before it was stopped was shown; the answer follows it.
+        assert "".join(str(chunk) for chunk in chunks) == "Hello..\n\n" + DECLINED
+    else:
+        result = turns.run(asked)
+        assert not isinstance(result, str) and result.reply == DECLINED
+    assert not isinstance(result, str)
+    assert result.outcome is Outcome.DECLINED and result.figures.error == "the model declined to answer (cyber)"
+    assert result.reply_id is not None and result.figures.output_tokens == 1  # what it wrote counts
+    assert stored(database_url, person) == [
+        ("user", f"explain this {REFUSAL_TRIGGER}", True),
+        ("assistant", DECLINED, True),
+    ]
+
+    after = turns.run(
+        TurnRequest(Surface.WEB, "a walk nearby?", f"next-{streamed}", user_id=person, conversation_id=web.id)
+    )
+    assert after.outcome is Outcome.ANSWERED and after.reply == "Happy to help."
+    sent = fake_anthropic.requests[-1]["messages"]
+    assert [message["role"] for message in sent] == ["user"]
+    assert REFUSAL_TRIGGER not in json.dumps(sent) and "can't help" not in json.dumps(sent)
+
+
+def test_a_declined_chat_turn_is_answered_once_owes_nothing_and_leaves_every_app(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """On Telegram, in the person's language: the redelivery is a duplicate (no request more, nothing
+    sent again), the scheduled job finds nothing owed, and the person's next message on WhatsApp is
+    answered from a context without the declined turn."""
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Claro."
+    channel = RecordingChannel()
+    asked = TurnRequest(
+        Surface.TELEGRAM, f"hola, {REFUSAL_TRIGGER}", "update-7", user_id=person, deadline_s=30, language="es-ES"
+    )
+    result = turns.run(asked, channel)
+    assert result.outcome is Outcome.DECLINED and channel.sent == [DECLINED_ES]
+
+    again = RecordingChannel()
+    redelivered = turns.run(asked, again)
+    assert redelivered.outcome is Outcome.DUPLICATE and again.sent == []  # it was delivered
+    assert len(fake_anthropic.requests) == 1
+    assert turns.memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []
+
+    later = turns.run(
+        TurnRequest(Surface.WHATSAPP, "¿y mañana?", "wa-1", user_id=person, deadline_s=30), RecordingChannel()
+    )
+    assert later.outcome is Outcome.ANSWERED
+    sent = fake_anthropic.requests[-1]["messages"]
+    assert len(sent) == 1 and sent[0]["content"][-1]["text"].endswith("] ¿y mañana?")
+    # The web's conversation opens with the other apps' latest: not the declined turn.
+    web = turns.memory.create_conversation(person)
+    on_web = turns.run(TurnRequest(Surface.WEB, "¿y hoy?", "web-1", user_id=person, conversation_id=web.id))
+    assert on_web.outcome is Outcome.ANSWERED
+    sent = json.dumps(fake_anthropic.requests[-1]["messages"], ensure_ascii=False)
+    assert "¿y mañana?" in sent and REFUSAL_TRIGGER not in sent and "no puedo ayudarte" not in sent
+
+
+def test_memory_search_never_brings_a_declined_message_back(
+    turns: Turns, fake_anthropic: FakeAnthropic, memory: Memory
+) -> None:
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Noted."
+    say = lambda text, key: turns.run(TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30))  # noqa: E731
+    assert say(f"volcanoes {REFUSAL_TRIGGER}", "a").outcome is Outcome.DECLINED
+    assert say("I climbed two volcanoes in Chile", "b").outcome is Outcome.ANSWERED
+    assert [hit.message.content for hit in memory.search(person, "volcanoes")] == ["I climbed two volcanoes in Chile"]
+
+
+def test_a_client_history_leaves_out_a_declined_reply_and_the_message_it_answers() -> None:
+    def item(role: Role, text: str) -> ContextItem:
+        return ContextItem(role, text, Surface.WEB)
+
+    history = [
+        (item(Role.USER, "first"), False),
+        (item(Role.ASSISTANT, "one"), False),
+        (item(Role.USER, "refused"), False),
+        (item(Role.ASSISTANT, "declined"), True),
+        (item(Role.USER, "second"), False),
+        (item(Role.ASSISTANT, "declined, its message not sent"), True),
+        (item(Role.ASSISTANT, "two"), False),
+    ]
+    assert [kept.content for kept in undeclined(history)] == ["first", "one", "two"]
