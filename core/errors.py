@@ -138,7 +138,10 @@ class StoreUnavailable(CrossmemError):
 
 
 class ModelUnavailable(CrossmemError):
-    """The model could not give an answer in time."""
+    """The model could not give an answer in time. `usage`: what a whole answer that was no answer
+    (a refusal, no text) reported spending (core/model/llm.py's Usage), which still counts."""
+
+    usage: object = None
 
 
 class ModelDeclined(ModelUnavailable):

@@ -349,6 +349,8 @@ class MediaReader:
             reply = describer.reply(DESCRIBE_PROMPT, [message], timeout_s)
         except ModelUnavailable as exc:
             log.warning("the media description failed", extra={"error": str(exc)})
+            if isinstance(exc.usage, Usage):  # a whole answer that was none (a refusal) still counts
+                prepared.usage = exc.usage
             return
         prepared.description = " ".join(reply.text.split())[:600]
         prepared.usage = reply.usage

@@ -230,9 +230,13 @@ class AnthropicModel:
             usage = _usage(response.usage)
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
             raise _unavailable(exc) from exc
-        _check_stop(response.stop_reason, [], getattr(response, "stop_details", None))
-        if not text.strip():
-            raise ModelUnavailable("the model answered with no text")
+        try:
+            _check_stop(response.stop_reason, [], getattr(response, "stop_details", None))
+            if not text.strip():
+                raise ModelUnavailable("the model answered with no text")
+        except ModelUnavailable as exc:
+            exc.usage = usage  # it read and wrote all the same: the caller counts it
+            raise
         return ModelReply(text, usage)
 
     def stream(

@@ -110,6 +110,42 @@ def test_an_abandoned_stream_with_a_photo_counts_the_descriptions_tokens(
     assert stored == [("[photo: A shop receipt for 42 euros, dated in March.] what is this?",)]
 
 
+def test_a_description_the_model_declined_counts_what_it_spent(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The describer's answer is a refusal: no description is kept (the marker alone), and what
+    that request read and wrote counts in the person's day with the answer's. Seen failing with
+    the refused request's tokens uncounted."""
+    describing = FakeAnthropic()
+    try:
+        describing.answer = lambda body: "A shop receipt"
+        describing.stop_reason = "refusal"
+        describer = claude(describing, "claude-describe-1")
+        reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, media_limits())
+        model = claude(fake)
+        memory = budgeted(store)
+        turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
+        fake.answer = lambda body: "It looks like a receipt."
+        person = uuid.uuid4()
+        web = memory.create_conversation(person)
+        photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
+        asked = TurnRequest(
+            Surface.WEB, "what is this?", "declined-photo", user_id=person, conversation_id=web.id, media=(photo,)
+        )
+        assert turns.run(asked).outcome is Outcome.ANSWERED
+        [description] = describing.usages
+    finally:
+        describing.close()
+    [answer] = fake.usages  # a whole answer's (the turn is not streamed to anyone): its output too
+    described = sum(description[key] for key in (*READ, "output_tokens"))
+    assert described > 0
+    counted = sum(answer[key] for key in READ) + len("It looks like a receipt.") // 4 + described
+    assert usage_of(database_url, "declined-photo") == [(counted, 0)]
+    assert rows(database_url, "select content from messages where external_id = 'declined-photo'") == [
+        ("[photo] what is this?",)
+    ]
+
+
 def test_the_estimate_reads_the_prompt_the_tools_the_client_history_and_the_media_at_their_largest() -> None:
     """Each request reads the system prompt, the tools' definitions, the web client's history and the
     attachments; tool rounds and the description are requests of their own."""
