@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
@@ -32,7 +31,7 @@ from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Surface
 from core.phrases.catalogue import Catalogue
-from core.stores.embedded import REPOSITORY, prepare_database, start_embedded_postgres
+from core.stores.embedded import REPOSITORY, current_embedded_database
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import MemoryStore, UnavailableStore
 from core.surfaces import Registry, SayFollowUp, SurfaceAdapter, Surfaces, not_pushed, registry
@@ -102,12 +101,6 @@ def check_can_serve(config: Settings) -> None:
         )
 
 
-def embedded_database_url(data: Path = EMBEDDED_DATA) -> str:
-    url = start_embedded_postgres(data)
-    prepare_database(url)
-    return url
-
-
 @functools.cache
 def store() -> MemoryStore:
     config = settings()
@@ -131,7 +124,7 @@ def build_store(config: Settings) -> MemoryStore:
     if config.database_url is not None:
         url = config.database_url.get_secret_value()
     else:
-        url = embedded_database_url(config.embedded_data_dir or EMBEDDED_DATA)
+        url = current_embedded_database(config.embedded_data_dir or EMBEDDED_DATA)
     return PostgresStore(
         url,
         connect_timeout_s=config.database_connect_timeout,

@@ -6,6 +6,9 @@ stand-ins for what Supabase provides, then the project's migrations.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import shutil
 from pathlib import Path
 
 from core.stores.postgres_store import PostgresStore
@@ -22,6 +25,8 @@ def _sql_directory(in_checkout: str, installed: str) -> Path:
 
 MIGRATIONS = _sql_directory("infra/supabase/migrations", "crossmem_sql/migrations")
 SUPABASE_STANDINS = _sql_directory("infra/local", "crossmem_sql/local") / "supabase_standins.sql"
+
+log = logging.getLogger("crossmem.store")
 
 
 def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = False) -> str:
@@ -43,6 +48,38 @@ def prepare_database(conninfo: str, *, supabase_standins: bool = True, connect_t
         return store.apply_migrations(MIGRATIONS)
     finally:
         store.close()
+
+
+def schema_fingerprint() -> str:
+    """What a database built now is made of: the stand-ins and every migration, by content (until
+    the first deploy, the baseline migrations are the definitions themselves, edited in place)."""
+    digest = hashlib.sha256(SUPABASE_STANDINS.read_bytes())
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def current_embedded_database(data_directory: Path) -> str:
+    """The embedded server of `data_directory`, migrated, its URI. A database made from other
+    definitions than today's (a checkout moved on since `make dev` last ran: the baseline carries
+    a change, and an applied migration is never applied again) is set aside whole, as
+    `<data_directory>.old` (the one before it dropped), and made anew, empty: its functions would
+    otherwise be yesterday's, beside today's code."""
+    fingerprint = schema_fingerprint()
+    made_from = data_directory.with_name(data_directory.name + ".schema")
+    if data_directory.exists() and (not made_from.exists() or made_from.read_text() != fingerprint):
+        stop_embedded_postgres(data_directory)
+        aside = data_directory.with_name(data_directory.name + ".old")
+        shutil.rmtree(aside, ignore_errors=True)
+        data_directory.rename(aside)
+        log.warning(
+            "the embedded database was made from other schema definitions: set aside and made anew, empty",
+            extra={"set_aside": str(aside)},
+        )
+    url = start_embedded_postgres(data_directory)
+    prepare_database(url)
+    made_from.write_text(fingerprint)
+    return url
 
 
 def stop_embedded_postgres(data_directory: Path) -> None:

@@ -1,0 +1,49 @@
+"""`make dev`'s embedded database follows the checkout: one made from other schema definitions (the
+baseline edited in place since, as it is until the first deploy) is set aside and made anew, where
+its old functions would have stayed beside today's code."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from core.stores import embedded
+from core.stores.embedded import current_embedded_database, stop_embedded_postgres
+
+
+def people(url: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url) as connection:
+        return connection.execute("select user_id from conversations").fetchall()
+
+
+def test_a_database_of_other_definitions_is_set_aside_and_made_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    with tempfile.TemporaryDirectory(prefix="crossmem-dev-") as directory:
+        data = Path(directory) / "pgdata"
+        person = uuid.uuid4()
+        try:
+            url = current_embedded_database(data)
+            with psycopg.connect(url) as connection:
+                connection.execute(
+                    "insert into conversations (user_id, surface, title) values (%s, 'web', 'x')", (person,)
+                )
+            assert (Path(directory) / "pgdata.schema").read_text() == embedded.schema_fingerprint()
+
+            assert people(current_embedded_database(data)) == [(person,)]  # the same definitions: kept
+            assert not (Path(directory) / "pgdata.old").exists()
+
+            monkeypatch.setattr(embedded, "schema_fingerprint", lambda: "the definitions of a later checkout")
+            url = current_embedded_database(data)
+            assert people(url) == []
+            assert (Path(directory) / "pgdata.old").is_dir()
+            assert (Path(directory) / "pgdata.schema").read_text() == "the definitions of a later checkout"
+            with psycopg.connect(url) as connection:
+                declined = connection.execute(
+                    "select count(*) from information_schema.columns where table_name = 'messages' and column_name = 'declined'"
+                ).fetchone()
+            assert declined == (1,)
+        finally:
+            stop_embedded_postgres(data)
