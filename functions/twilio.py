@@ -28,7 +28,7 @@ def twilio_webhook(
     request: flask.Request,
     surface: Surface,
     parse: Callable[[Mapping[str, str]], Form],
-    classify: Callable[[Form], TwilioAction],
+    classify: Callable[[Form, bool], TwilioAction],
     typing: Callable[[str], None] | None = None,
 ) -> flask.Response:
     """Twilio's form, verified, then answered in TwiML by the surface's core (`parse`, `classify`:
@@ -60,7 +60,7 @@ def twilio_webhook(
 
 
 def twilio_function(
-    surface: Surface, parse: Callable[[Mapping[str, str]], Form], classify: Callable[[Form], TwilioAction]
+    surface: Surface, parse: Callable[[Mapping[str, str]], Form], classify: Callable[[Form, bool], TwilioAction]
 ) -> Callable[[flask.Request], flask.Response]:
     """The function of a Twilio surface that has nothing of its own at the edge (main.py's
     `sms_webhook`): `twilio_webhook` with its form, served as every function is."""

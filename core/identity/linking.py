@@ -62,7 +62,7 @@ _LINK_COMMAND = re.compile(r"^/?link(?:@\w+)?:?(?:\s+(.*))?$", re.IGNORECASE | r
 
 def link_command(text: str) -> str | None:
     """The code a link command carries, "" for the command alone, None for any other text. One
-    parser for every surface: `link Q63 C6J 332`, `/link q63-c6j-332`, a code on its own."""
+    parser for every surface: `link Q63 C6J 332`, `/link q63-c6j-332`, a code on its own (`bare_code`)."""
     text = text.strip()
     if command := _LINK_COMMAND.match(text):
         argument = (command[1] or "").strip()
@@ -74,6 +74,11 @@ def link_command(text: str) -> str | None:
     if _BARE_CODE.match(text) and looks_like_code(text) and (any(c.isdigit() for c in text) or text.isupper()):
         return text
     return None
+
+
+def bare_code(text: str) -> bool:
+    """Whether `text` is a code on its own, with no `link` before it."""
+    return _LINK_COMMAND.match(text.strip()) is None and link_command(text) is not None
 
 
 def six_digits(typed: str) -> str | None:
@@ -202,6 +207,9 @@ class LinkRequest:
     # `link CODE 123456`: the six digits this code's answer sent to a number its platform does not
     # vouch for (SMS), typed back by its holder.
     confirmation: str | None = None
+    # A code alone, no `link` before it: it may be a message of the thread (an order number), and
+    # is one when no code has it (docs/design.md, Identity).
+    bare: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,6 +227,7 @@ class LinkAnswer:
     text: str
     language: str
     confirm_code: str | None = None
+    for_the_thread: bool = False  # a bare code no code has: no command, a message of the thread
 
 
 # The phrase (core/phrases/*.toml) that answers each outcome.
@@ -298,6 +307,8 @@ class Linking:
         language: `stated` by the request, else as remembered (the command's SQL function answers
         it), else the words of `text`, else DEFAULT_LANGUAGE."""
         language = self._catalogue.choose(stated, text)
+        if isinstance(request, LinkRequest) and request.bare and self._identity.mode == "owner":
+            return LinkAnswer("", language, for_the_thread=True)  # no linking here: nothing to take it for
         if self._identity.mode == "owner":
             known = self._identity.resolve(request.surface, request.sender_id) is not None
             if not known:
@@ -321,6 +332,10 @@ class Linking:
         except StoreUnavailable:
             return LinkAnswer(self._catalogue.phrases(language).say("link.unavailable"), language)
         language = self._catalogue.choose(stated, text, remembered=outcome.language)
+        if request.bare and outcome.status in (LinkStatus.INVALID, LinkStatus.TOO_MANY_ATTEMPTS):
+            # No code has it (or it could not be tried): counted as a wrong code all the same, so
+            # guessing stays bounded, and answered as what the person wrote.
+            return LinkAnswer("", language, for_the_thread=True)
         phrases = self._catalogue.phrases(language)
         retry = retry_said(phrases, outcome.retry_at)
         unlink = rules(request.surface).send_command("unlink", phrases.say("link.send_unlink"))

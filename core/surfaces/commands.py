@@ -1,6 +1,7 @@
 """The chat surfaces' commands, read once for Telegram and WhatsApp, and answered by one router.
 
-    /link CODE, link CODE, a code alone, the Confirm button  -> LinkRequest (consent given)
+    /link CODE, link CODE, a code alone, the Confirm button  -> LinkRequest (consent given; a code alone
+                                                                that no code has is a message of the thread)
     link CODE 123456 (the digits an SMS number was sent)    -> LinkRequest (its holder's confirmation)
     /start CODE (what a deep link sends)                     -> LinkRequest (asks first on a chat with history)
     /unlink, unlink                                          -> UnlinkRequest
@@ -22,6 +23,7 @@ from core.identity.linking import (
     Linking,
     LinkRequest,
     UnlinkRequest,
+    bare_code,
     confirmed_link,
     link_command,
     looks_like_code,
@@ -60,7 +62,7 @@ def chat_command(
     if name in ("link", "link:") or not text.startswith("/"):
         code = link_command(_without_addressee(text))
         if code is not None:
-            return LinkRequest(surface, sender_id, code)
+            return LinkRequest(surface, sender_id, code, bare=bare_code(text))
     if name == "unlink" and not argument:
         return UnlinkRequest(surface, sender_id, also_known_as)
     # Written out, only "forget", "forget confirm" and "forget confirm 123456" (the code an SMS
@@ -106,6 +108,7 @@ class CommandAnswer:
     text: str
     confirm_code: str | None = None
     language: str | None = None
+    for_the_thread: bool = False  # a code alone that no code has: the message goes to the thread
 
 
 class Commands:
@@ -123,4 +126,4 @@ class Commands:
         if isinstance(command, ForgetRequest):
             return CommandAnswer(self._forgetting.answer(command, stated, text))
         answered: LinkAnswer = self._linking.answer(command, stated, text)
-        return CommandAnswer(answered.text, answered.confirm_code, answered.language)
+        return CommandAnswer(answered.text, answered.confirm_code, answered.language, answered.for_the_thread)

@@ -99,11 +99,13 @@ class Keyword(Notice):
     """STOP, START or HELP: Twilio has answered it; nothing to say, nothing stored."""
 
 
-def classify(form: SmsForm) -> Converse | Notice | ChatCommand:
+def classify(form: SmsForm, commands: bool = True) -> Converse | Notice | ChatCommand:
+    """What a form asks for; `commands` false: its text is a message of the thread even when it reads
+    as a command (a code alone that no code has: core/identity/linking.py)."""
     text = form.body.strip()
     if is_keyword(form.body, form.opt_out_type):
         return Keyword("", f"keyword {form.opt_out_type or text.upper()}: Twilio answers it")
-    if command := chat_command(Surface.SMS, form.identity, text):
+    if commands and (command := chat_command(Surface.SMS, form.identity, text)):
         return command
     platform = PlatformMessage(form.message_sid, None)
     if media := twilio_media(form.media_urls, form.media_content_types):

@@ -224,7 +224,11 @@ def _addressed_to_bot(message: Message, bot_id: int | None, bot_username: str | 
     return bool(bot_username) and f"@{bot_username}".lower() in text.lower()
 
 
-def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: str | None = None) -> TelegramAction:
+def classify(
+    update: TelegramUpdate, bot_id: int | None = None, bot_username: str | None = None, commands: bool = True
+) -> TelegramAction:
+    """What an update asks for; `commands` false: its text is a message of the thread even when it
+    reads as a command (a code alone that no code has: core/identity/linking.py)."""
     if (stopped := update.stopped_message_generation) is not None:
         return StopGeneration(stopped.chat.id, stopped.draft_id)
     if update.callback_query is not None:
@@ -250,7 +254,8 @@ def classify(update: TelegramUpdate, bot_id: int | None = None, bot_username: st
             return Notice(message.chat.id, PRIVATE_ONLY, reason, language, str(sender.id))
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
-    if message.text and (command := chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username)):
+    command = chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username) if commands else None
+    if message.text and command:
         return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start", language, str(sender.id))

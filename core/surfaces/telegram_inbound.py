@@ -87,6 +87,10 @@ class TelegramInbound:
             return {"ok": True, "edit": self.corrections.apply(action).value}
         if isinstance(action, Command):
             answered = self.commands.answer(action.request, action.language_code)
+            if answered.for_the_thread:  # a code alone that no code has: what they wrote
+                action = classify_update(update, options.bot_id, options.bot_username, commands=False)
+                assert isinstance(action, Converse)
+                return self._converse(action)
             if action.callback_query_id and options.bot is not None:
                 options.bot().answer_callback_query(action.callback_query_id)
             phrases = self.catalogue.phrases(answered.language)

@@ -51,7 +51,7 @@ class TwilioInbound(Generic[Form]):
 
     surface: Surface
     parse: Callable[[Mapping[str, str]], Form]
-    classify: Callable[[Form], TwilioAction]
+    classify: Callable[[Form, bool], TwilioAction]
     turns: Turns
     commands: Commands
     catalogue: Catalogue
@@ -62,11 +62,15 @@ class TwilioInbound(Generic[Form]):
     def answer(self, fields: Mapping[str, str]) -> str:
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
         form = self.parse(fields)
-        action = self.classify(form)
+        action = self.classify(form, True)
         if isinstance(action, Notice):
             return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None)
         if not isinstance(action, Converse):
-            return twiml(self.commands.answer(action, None, form.body).text)
+            answered = self.commands.answer(action, None, form.body)
+            if not answered.for_the_thread:
+                return twiml(answered.text)
+            action = self.classify(form, False)  # a code alone that no code has: what they wrote
+            assert isinstance(action, Converse)
         phrases = self.catalogue.phrases(self.catalogue.choose(None, form.body))
         turn = TurnRequest(
             self.surface,

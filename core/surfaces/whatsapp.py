@@ -136,12 +136,14 @@ class WhatsAppForm(TwilioMessageForm):
         return self.phone if self.bsuid else None
 
 
-def classify(form: WhatsAppForm) -> Converse | Notice | ChatCommand:
+def classify(form: WhatsAppForm, commands: bool = True) -> Converse | Notice | ChatCommand:
+    """What a form asks for; `commands` false: its text is a message of the thread even when it reads
+    as a command (a code alone that no code has: core/identity/linking.py)."""
     text = form.body.strip()
     # A chat command (core/surfaces/commands.py) is never a message of the thread: `link CODE` with the
-    # code as typed, a code alone (even a mistyped one gets a clear answer, and counts), `unlink`,
-    # `forget`.
-    if command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as):
+    # code as typed (even a mistyped one gets a clear answer, and counts), a code alone that a code
+    # has, `unlink`, `forget`.
+    if commands and (command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as)):
         return command
     if media := twilio_media(form.media_urls, form.media_content_types):
         return Converse(form.identity, text, form.message_sid, form.also_known_as, media, form.platform)

@@ -24,6 +24,7 @@ from tests.helpers import (
     new_code,
     sent_texts,
     telegram,
+    update,
     whatsapp,
 )
 
@@ -161,6 +162,30 @@ def test_a_wrong_code_on_telegram_is_answered_and_links_nothing(
     )
 
 
+def test_a_number_alone_that_no_code_has_is_a_message_of_the_thread(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """An order number typed alone reads as a code ("482 739 256": nine characters of the code
+    alphabet). No code has it: the model answers it and it is stored, counted as a wrong code all
+    the same (guessing stays bounded); a real code sent alone still links. Seen failing with the
+    number swallowed as a wrong code, never answered or remembered."""
+    fake_anthropic.answer = lambda body: "Order noted."
+    telegram(apps, "482 739 256")
+    assert fake_telegram.sent()[-1]["text"] == "Order noted."
+    assert sent_texts(fake_anthropic.requests[-1])[-1].endswith("] 482 739 256")
+    stored = "select count(*) from messages where content = '482 739 256'"
+    attempts = "select count(*) from link_attempts where external_id = %s"
+    assert count(database_url, stored) == 1 and count(database_url, attempts, str(apps.chat)) == 1
+    assert whatsapp(apps, "ABC-234-XYZ") == ["Order noted."]
+    assert count(database_url, "select count(*) from messages where content = 'ABC-234-XYZ'") == 1
+
+    person = uuid.uuid4()
+    issued = new_code(apps, person)
+    telegram(apps, issued["code"])
+    assert fake_telegram.sent()[-1]["text"] == linked()
+    assert count(database_url, f"select count(*) from messages where content = '{issued['code']}'") == 0
+
+
 WEB_ROUTES = [
     ("post", "/", {"message": "hello"}),
     ("get", "/conversations", None),
@@ -195,6 +220,12 @@ def test_owner_mode_answers_another_users_token_403_on_every_route_and_stores_no
         assert response.status_code == 409
         assert response.get_json()["error"] == "linking_not_needed"
         assert "IDENTITY_POLICY=owner" in response.get_json()["message"]
+    # Nothing to link: the owner's number typed alone is a message of the thread, never an answer
+    # that linking is not needed.
+    fake_anthropic.answer = lambda body: "Order noted."
+    owners_app = app_client("telegram_webhook")
+    response = owners_app.post("/", json=update("482 739 256", user_id=4242), headers=TELEGRAM_HEADERS)
+    assert response.status_code == 200 and sent_texts(fake_anthropic.requests[-1])[-1].endswith("] 482 739 256")
 
 
 def test_operator_commands_link_list_and_unlink(

@@ -386,7 +386,7 @@ def test_whatsapp_link_commands(body: str, expected: LinkRequest | UnlinkRequest
         ("/start ABCDEFGHJ", LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ", consented=False)),
         ("/link Q63 C6J 332", LinkRequest(Surface.TELEGRAM, "42", "Q63 C6J 332")),
         ("link q63-c6j-332", LinkRequest(Surface.TELEGRAM, "42", "q63-c6j-332")),
-        ("Q63 C6J 332", LinkRequest(Surface.TELEGRAM, "42", "Q63 C6J 332")),
+        ("Q63 C6J 332", LinkRequest(Surface.TELEGRAM, "42", "Q63 C6J 332", bare=True)),
         ("link me to the article", None),
         ("yes thanks", None),
         ("/link abcdefghj", LinkRequest(Surface.TELEGRAM, "42", "abcdefghj")),

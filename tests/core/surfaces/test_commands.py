@@ -13,7 +13,7 @@ from core.surfaces.commands import chat_command
 SAME_ON_EVERY_SURFACE = [
     ("link Q63 C6J 332", "link", "Q63 C6J 332"),
     ("/link q63-c6j-332", "link", "q63-c6j-332"),
-    ("Q63 C6J 332", "link", "Q63 C6J 332"),
+    ("Q63 C6J 332", "bare", "Q63 C6J 332"),
     ("link", "link", ""),
     ("unlink", "unlink", None),
     ("/unlink", "unlink", None),
@@ -35,8 +35,8 @@ def test_every_surface_reads_a_command_the_same_way(
     command = chat_command(surface, "sender", text, bot_username="advisor_bot")
     if kind is None:
         assert command is None
-    elif kind == "link":
-        assert command == LinkRequest(surface, "sender", str(value))
+    elif kind in ("link", "bare"):
+        assert command == LinkRequest(surface, "sender", str(value), bare=kind == "bare")
     elif kind == "unlink":
         assert command == UnlinkRequest(surface, "sender")
     else:
