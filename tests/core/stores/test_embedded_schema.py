@@ -41,9 +41,8 @@ def test_a_database_of_other_definitions_is_set_aside_and_made_anew(monkeypatch:
             assert (Path(directory) / "pgdata.old").is_dir()
             assert (Path(directory) / "pgdata.schema").read_text() == "the definitions of a later checkout"
             with psycopg.connect(url) as connection:
-                declined = connection.execute(
-                    "select count(*) from information_schema.columns where table_name = 'messages' and column_name = 'declined'"
-                ).fetchone()
-            assert declined == (1,)
+                columns = "select column_name from information_schema.columns where table_name = 'messages'"
+                names = [row[0] for row in connection.execute(columns).fetchall()]
+            assert "declined" in names  # today's definitions
         finally:
             stop_embedded_postgres(data)
