@@ -121,7 +121,8 @@ class OwedReplies:
                 resting.add(person)
                 continue
             result = self._turns.answer_owed(owed, channel, min(left - ANSWER_MARGIN_S, longest))
-            if result.outcome is Outcome.ANSWERED and result.reply_id is not None:
+            # A declined turn is answered too: its answer is stored, and owes nothing (docs/decisions.md).
+            if result.outcome in (Outcome.ANSWERED, Outcome.DECLINED) and result.reply_id is not None:
                 answered, failing = answered + 1, None
                 continue
             failed += 1

@@ -22,7 +22,7 @@ from core.turn.owed import OwedReplies
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import migrated_database
-from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import RecordingChannel, context_limits
 
 SETTINGS = TurnSettings(
@@ -84,3 +84,27 @@ def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
     ]
     [listed] = tool_results(fake_anthropic.requests[-1])
     assert "Stretch." in str(listed["content"])
+
+
+def test_a_declined_owed_message_is_answered_once_and_never_given_up(
+    memory: Memory, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model was down for the person's turn (the fallback, the message owed); the job's try,
+    its last, is declined: the declined answer is sent and stored, the run counts it answered, and
+    no fallback follows it. Seen failing with the fallback sent after the declined answer."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    fake_anthropic.behaviour = "529"
+    asked = TurnRequest(Surface.TELEGRAM, f"hi {REFUSAL_TRIGGER}", "owed-declined", sender_id="4141")
+    assert turns.run(asked, RecordingChannel()).outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    job_channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 1)
+    assert job.run(120).answered == 1
+    declined = (
+        "I can't help with that one, so I'll leave it out of our conversation from here on. Ask me anything else."
+    )
+    assert job_channel.sent == [declined]
+    assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []
