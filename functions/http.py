@@ -31,6 +31,7 @@ from core.errors import (
     LinkingNotNeeded,
     MediaUnreadable,
     MessageTooLong,
+    ModelDeclined,
     ModelUnavailable,
     NotFound,
     OverBudget,
@@ -63,6 +64,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (Conflict, 409, "conflict"),
     (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),
+    (ModelDeclined, 503, "model_unavailable"),  # a turn answers it (core/turn/turns.py): never here but by a bug
     (ModelUnavailable, 503, "model_unavailable"),
     (DeliveryFailed, 503, "delivery_failed"),
     (ConfigurationError, 503, "not_configured"),

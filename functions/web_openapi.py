@@ -62,9 +62,13 @@ class MessageAnswer(BaseModel):
     created_at: datetime
 
 
+class PageMessageAnswer(MessageAnswer):
+    declined: bool  # a turn the model declined: shown, and out of the model's context (docs/api.md)
+
+
 class ConversationPageAnswer(BaseModel):
     conversation: ConversationAnswer
-    messages: list[MessageAnswer]
+    messages: list[PageMessageAnswer]
     has_more: bool
 
 

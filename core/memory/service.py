@@ -285,12 +285,12 @@ class Memory:
             "p_reply_id": reply_id,
             "p_language": language_tag(language),
         }
-        if declined:  # else left to its default: the call a turn makes stays the one statement
-            arguments["p_declined"] = True
         function = "finish_turn"
-        if follow_ups:
+        if follow_ups and not declined:  # a declined turn's tools decided nothing (turns.py)
             function = "finish_turn_follow_ups"
             arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
+        else:
+            arguments["p_declined"] = declined
         waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
         while True:
             try:

@@ -43,6 +43,7 @@ EXPECTED: dict[type[CrossmemError], tuple[CrossmemError, int, str]] = {
     core.errors.OverBudget: (core.errors.OverBudget(NOW, NOW), 429, "over_budget"),
     core.errors.StoreUnavailable: (core.errors.StoreUnavailable("down"), 503, "store_unavailable"),
     core.errors.ModelUnavailable: (core.errors.ModelUnavailable("slow"), 503, "model_unavailable"),
+    core.errors.ModelDeclined: (core.errors.ModelDeclined("cyber"), 503, "model_unavailable"),
     core.errors.DeliveryFailed: (core.errors.DeliveryFailed("sendMessage: HTTP 502"), 503, "delivery_failed"),
     core.errors.MediaUnreadable: (core.errors.MediaUnreadable("too large"), 500, "media_unreadable"),
     core.errors.ConfigurationError: (core.errors.ConfigurationError("set X"), 503, "not_configured"),

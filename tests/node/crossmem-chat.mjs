@@ -49,6 +49,6 @@ export async function loadMessages(api, accessToken, conversationId, limit = 50)
     id: String(message.id),
     role: message.role,
     parts: [{ type: "text", text: message.content }],
-    metadata: { surface: message.surface, createdAt: message.created_at, kind: message.kind },
+    metadata: { surface: message.surface, createdAt: message.created_at, kind: message.kind, declined: message.declined },
   }));
 }

@@ -556,7 +556,7 @@ create or replace function public.finish_turn(
     p_language text,  -- the language the turn heard, kept as the person's (null: none)
     -- the model declined the turn: p_content says so, and the message and its reply are marked
     -- declined (messages.sql), out of every later context
-    p_declined boolean default false
+    p_declined boolean
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;

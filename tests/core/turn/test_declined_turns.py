@@ -83,7 +83,7 @@ def test_a_declined_chat_turn_is_answered_once_owes_nothing_and_leaves_every_app
     turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
 ) -> None:
     """On Telegram, in the person's language: the redelivery is a duplicate (no request more, nothing
-    sent again), the scheduled job finds nothing owed, and the person's next message on WhatsApp is
+    sent again), nothing is owed (the job's side: test_owed_answer.py), and the person's next message on WhatsApp is
     answered from a context without the declined turn."""
     person = uuid.uuid4()
     fake_anthropic.answer = lambda body: "Claro."
@@ -98,7 +98,10 @@ def test_a_declined_chat_turn_is_answered_once_owes_nothing_and_leaves_every_app
     redelivered = turns.run(asked, again)
     assert redelivered.outcome is Outcome.DUPLICATE and again.sent == []  # it was delivered
     assert len(fake_anthropic.requests) == 1
-    assert turns.memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []
+    with psycopg.connect(database_url) as connection:  # owed: a user message without a reply
+        unanswered = "select count(*) from messages u where u.user_id = %s and u.role = 'user' and not exists"
+        owed = connection.execute(unanswered + " (select from messages r where r.in_reply_to = u.id)", (person,))
+        assert owed.fetchone() == (0,)
 
     later = turns.run(
         TurnRequest(Surface.WHATSAPP, "¿y mañana?", "wa-1", user_id=person, deadline_s=30), RecordingChannel()
