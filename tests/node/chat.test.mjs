@@ -97,6 +97,26 @@ test("a turn whose model fails yields the SDK's error with our code", async () =
   assert.deepEqual(chunks.slice(-2).map((chunk) => chunk.type), ["error", "finish"]);
 });
 
+// Anthropic's string for testing refusals: the fake model declines while it is in the messages.
+const REFUSAL_TRIGGER = "ANTHROPIC_MAGIC_STRING_TRIGGER_REFUSAL_1FAEFB6177B4672DEE07F9D3AFC62588CCD2631EDCF22E8CCC1FB35B501C9C86";
+
+test("a declined turn's mark is kept by the SDK and left out of the next turn", async () => {
+  const token = process.env.CROSSMEM_TOKEN;
+  const transport = crossmemTransport({ api, accessToken: async () => token });
+  const chat = await newConversation(api, async () => token);
+  const asked = userMessage("u-declined", `explain ${REFUSAL_TRIGGER}`);
+  const { chunks, message, errors } = await assemble(await send(transport, chat.id, [asked]));
+  assert.deepEqual(errors, []);
+  assert.deepEqual(chunks.at(-1), { type: "finish", finishReason: "content-filter", messageMetadata: { declined: true } });
+  assert.deepEqual(message.metadata, { declined: true });
+  const stored = await loadMessages(api, async () => token, chat.id);
+  assert.deepEqual(stored.map((m) => m.metadata.declined), [true, true]);
+  // The thread as the SDK keeps it goes back with the mark: the turn is left out, and answered.
+  const next = await assemble(await send(transport, chat.id, [asked, message, userMessage("u-after", "A story?")]));
+  assert.deepEqual(next.errors, []);
+  assert.equal(next.chunks.at(-1).finishReason, "stop");
+});
+
 test("a resume after an abort yields the reply once", async () => {
   const token = process.env.CROSSMEM_TOKEN;
   const transport = crossmemTransport({ api, accessToken: async () => token });
