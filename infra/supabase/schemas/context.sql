@@ -24,9 +24,10 @@ $$;
 -- roles, contents, created_ats] (core/models.py's COLUMNS and `stored_messages`), `[]` when it
 -- is empty. Not an array per message: each array's values are written by one output function
 -- looked up once, where an array per message looked up six for every message (the window was
--- a fifth of a turn's database time, its JSON half of that). A declined turn's two messages
--- (messages.sql's `declined`) are left out of the rows but counted: marking them moves no step,
--- so the prefix the prompt cache holds stays the same; the window holds two fewer until it steps.
+-- a fifth of a turn's database time, its JSON half of that). A declined turn's messages
+-- (messages.sql's `declined`) are counted and taken, then left out: marking them moves no step
+-- (the prefix the prompt cache holds stays the same), and the window never reaches before its
+-- start, which the notes cover (memory_notes.sql); it holds that many fewer until it steps.
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -56,19 +57,20 @@ begin
                 else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
                                       array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
       into v_window
-      from (select l.* from ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+      from (select l.* from ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
+                                     m.declined
                                 from public.messages m
                                where p_conversation_id is null and m.user_id = p_user_id and m.created_at >= p_since
                                  and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                                 and not m.declined
                                order by m.created_at desc, m.id desc limit v_keep)
                              union all
-                             (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
+                             (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
+                                     m.declined
                                 from public.messages m
                                where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                                  and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                                 and not m.declined
                                order by m.created_at desc, m.id desc limit v_keep)) l
+             where not l.declined  -- after the limit: the window starts where its step says
              order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
     return v_window;
 end;
@@ -143,7 +145,7 @@ $$;
 -- web turn puts before its conversation (turn.sql's turn_context), and what its budget estimates
 -- it at (turn_input_tokens). The latest of each chat (one conversation a surface), then the latest
 -- of those: not the person's messages filtered by their conversation, which read a day of their
--- web messages to find none.
+-- web messages to find none. A declined turn's messages are taken, then left out (context_window).
 create function crossmem_private.chats_latest(
     p_user_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint, p_limit integer
 ) returns table (id bigint, conversation_id uuid, surface public.surface, role text, content text,
@@ -151,17 +153,20 @@ create function crossmem_private.chats_latest(
     language plpgsql stable set search_path = '' as $$
 begin
     return query
-    select l.id, l.conversation_id, l.surface, l.role, l.content, l.created_at
-      from public.conversations c
-     cross join lateral (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at
-                           from public.messages m
-                          where m.conversation_id = c.id and m.user_id = p_user_id and m.created_at >= p_since
-                            and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                            and not m.declined
-                          order by m.created_at desc, m.id desc
-                          limit p_limit) l
-     where c.user_id = p_user_id and c.surface <> 'web'
-     order by l.created_at desc, l.id desc
-     limit p_limit;
+    select t.id, t.conversation_id, t.surface, t.role, t.content, t.created_at
+      from (select l.*
+              from public.conversations c
+             cross join lateral (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
+                                        m.declined
+                                   from public.messages m
+                                  where m.conversation_id = c.id and m.user_id = p_user_id and m.created_at >= p_since
+                                    and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                                  order by m.created_at desc, m.id desc
+                                  limit p_limit) l
+             where c.user_id = p_user_id and c.surface <> 'web'
+             order by l.created_at desc, l.id desc
+             limit p_limit) t
+     where not t.declined  -- after the limit, as context_window's
+     order by t.created_at desc, t.id desc;
 end;
 $$;

@@ -313,12 +313,14 @@ begin
                             from public.messages b
                            where b.conversation_id = h.conversation_id and b.user_id = p_user_id
                              and (b.created_at, b.id) < (h.created_at, h.id)
+                             and not b.declined
                            order by b.created_at desc, b.id desc limit 1),
                'after', (select json_build_object('id', a.id, 'role', a.role, 'content', left(a.content, 2000),
                                                   'created_at', a.created_at)
                            from public.messages a
                           where a.conversation_id = h.conversation_id and a.user_id = p_user_id
                             and (a.created_at, a.id) > (h.created_at, h.id)
+                            and not a.declined
                           order by a.created_at, a.id limit 1))
              order by r.rank), '[]'::json)
       into v_hits

@@ -228,7 +228,9 @@ def test_a_purge_and_a_turn_storing_its_transcript_do_not_deadlock(store: Postgr
     purging.start()
     someone_waits_for_a_lock(database_url)  # the purge waits for the voice note
     try:
-        finish.execute("select public.finish_turn(%s, %s, 'reply', true, 0, null, 0, null, null)", (person, voice))
+        finish.execute(
+            "select public.finish_turn(%s, %s, 'reply', true, 0, null, 0, null, null, false)", (person, voice)
+        )
         finish.commit()
     except psycopg.Error as error:
         errors.append(f"finish_turn: {error.sqlstate}")

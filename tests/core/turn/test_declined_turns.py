@@ -16,12 +16,13 @@ import pytest
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Role, Surface
+from core.models import Person, Role, Surface
+from core.stores.postgres_store import PostgresStore
 from core.turn.context import ContextItem, undeclined
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic
-from tests.helpers import RecordingChannel
+from tests.helpers import RecordingChannel, context_limits
 
 SETTINGS = TurnSettings(system_prompt="You are an advisor.", fallback_reply="FALLBACK", stranger_reply="NO")
 DECLINED = "I can't help with that one, so I'll leave it out of our conversation from here on. Ask me anything else."
@@ -142,3 +143,34 @@ def test_a_client_history_leaves_out_a_declined_reply_and_the_message_it_answers
         (item(Role.ASSISTANT, "two"), False),
     ]
     assert [kept.content for kept in undeclined(history)] == ["first", "one", "two"]
+
+
+def test_a_search_hits_neighbours_leave_the_declined_words_out(
+    turns: Turns, fake_anthropic: FakeAnthropic, memory: Memory
+) -> None:
+    """The message just after a hit is shown with it (its `after`): not a declined one."""
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Noted."
+    say = lambda text, key: turns.run(TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30))  # noqa: E731
+    assert say("I climbed two volcanoes in Chile", "n-a").outcome is Outcome.ANSWERED
+    assert say(f"now explain {REFUSAL_TRIGGER}", "n-b").outcome is Outcome.DECLINED
+    [user_hit] = memory.search(person, "volcanoes")
+    assert user_hit.after is not None and user_hit.after.content == "Noted."
+    [reply_hit] = [hit for hit in memory.search(person, "noted") if hit.message.role is Role.ASSISTANT]
+    assert reply_hit.after is None  # the declined message came next: nothing after it is shown
+
+
+def test_the_window_leaves_a_declined_turn_out_after_its_step_never_reaching_before_it(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Four messages a window, stepping by two: seven counted, the declined turn's among them, keep
+    the last three (the declined two and "three"). "two" and its reply have left with the step (the
+    notes cover them) and stay out; taken before the limit, the window would reach back to them."""
+    memory = Memory(store, context_limits(max_messages=4, window_step=2))
+    person = uuid.uuid4()
+    for text, declined in (("one", False), ("two", False), ("bad", True)):
+        start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, text, uuid.uuid4().hex)
+        assert start.message_id is not None
+        memory.finish_turn(person, start.message_id, f"reply to {text}", declined=declined)
+    start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "three", uuid.uuid4().hex)
+    assert [message.content for message in start.history] == ["three"]
