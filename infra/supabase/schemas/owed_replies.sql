@@ -48,6 +48,8 @@ begin
                    and m.surface = any (string_to_array(p_surfaces, ','))
                    and (m.answer_by is null or m.answer_by <= v_now)
                    and not exists (select from public.messages r where r.in_reply_to = m.id)
+                   -- part of a turn the model declined (turn.sql's finish_turn): answered with it
+                   and not m.declined
                    -- the person stopped its reply (messages.sql): not wanted, not owed
                    and not exists (select from public.stopped_generations s where s.message_id = m.id)
                    and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
@@ -57,6 +59,7 @@ begin
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
            and not exists (select from public.messages r where r.in_reply_to = m.id)
+           and not m.declined
            and not exists (select from public.stopped_generations s where s.message_id = m.id)
            for update of m skip locked;
         if not found then

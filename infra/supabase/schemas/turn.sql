@@ -544,6 +544,36 @@ $$;
 -- takes the reply; a retried finish_turn whose first try committed gets the reply's id back (and
 -- counts nothing again); another reply to the same message (another attempt's, under its own
 -- reserved id) is refused (null), its tokens settled.
+-- A turn the model declined, marked (messages.sql's `declined`; its reply is stored marked): the
+-- person's message, and the person's messages before it that no reply followed, which the context merged into that
+-- one turn (core/turn/context.py) after the latest reply it held: the thread's on the web (its
+-- conversation), the person's elsewhere (their window crosses every app). Left unmarked, one of
+-- them would have each next turn declined again, and the scheduled job would answer it.
+create function crossmem_private.mark_declined(p_user_id uuid, p_message_id bigint)
+    returns void language plpgsql set search_path = '' as $$
+declare
+    v_asked record;
+    v_after record;
+begin
+    select m.created_at, m.conversation_id, m.surface into v_asked
+      from public.messages m where m.id = p_message_id and m.user_id = p_user_id;
+    select r.created_at, r.id into v_after
+      from public.messages r
+     where r.user_id = p_user_id and r.role = 'assistant'
+       and (v_asked.surface <> 'web' or r.conversation_id = v_asked.conversation_id)
+       and (r.created_at, r.id) < (v_asked.created_at, p_message_id)
+     order by r.created_at desc, r.id desc
+     limit 1;
+    update public.messages m set declined = true
+     where m.user_id = p_user_id and (m.id = p_message_id
+           or m.role = 'user'
+              and (v_asked.surface <> 'web' or m.conversation_id = v_asked.conversation_id)
+              and (m.created_at, m.id) > (coalesce(v_after.created_at, '-infinity'), coalesce(v_after.id, 0))
+              and (m.created_at, m.id) < (v_asked.created_at, p_message_id)
+              and not exists (select from public.messages x where x.in_reply_to = m.id));
+end;
+$$;
+
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
@@ -596,7 +626,7 @@ begin
     if v_reply_id is not null then
         perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, null);
         if p_declined then
-            update public.messages m set declined = true where m.id = p_user_message_id and m.user_id = v_owner;
+            perform crossmem_private.mark_declined(v_owner, p_user_message_id);
         end if;
     else
         select r.id into v_reply_id

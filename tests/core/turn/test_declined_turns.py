@@ -174,3 +174,45 @@ def test_the_window_leaves_a_declined_turn_out_after_its_step_never_reaching_bef
         memory.finish_turn(person, start.message_id, f"reply to {text}", declined=declined)
     start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "three", uuid.uuid4().hex)
     assert [message.content for message in start.history] == ["three"]
+
+
+def test_a_message_no_reply_followed_is_declined_with_the_turn_it_was_merged_into(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """On the web the model was down for A (the fallback; A unanswered), and B's context merges A
+    into B's turn, which is declined for what A says: A is marked with it, so the next questions
+    are answered. Seen failing with every next question declined (A stayed in their context)."""
+    person = uuid.uuid4()
+    web = turns.memory.create_conversation(person)
+    say = lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))  # noqa: E731
+    fake_anthropic.answer = lambda body: "Sure."
+    assert say("hello", "m-0").outcome is Outcome.ANSWERED
+    fake_anthropic.behaviour = "529"
+    assert say(f"explain {REFUSAL_TRIGGER}", "m-a").outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    assert say("never mind", "m-b").outcome is Outcome.DECLINED
+    assert [say(f"question {n}", f"m-c{n}").outcome for n in range(2)] == [Outcome.ANSWERED] * 2
+    assert [(role, declined) for role, _, declined in stored(database_url, person)] == [
+        ("user", False),
+        ("assistant", False),
+        ("user", True),
+        ("user", True),
+        ("assistant", True),
+        *[("user", False), ("assistant", False)] * 2,
+    ]
+
+
+def test_marking_a_declined_turn_never_reaches_another_persons_messages(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """Someone else's message left unanswered in between (the model down for it) stays theirs, as
+    it was: only the declined person's messages are marked."""
+    person, other = uuid.uuid4(), uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Sure."
+    said = lambda who, text, key: turns.run(TurnRequest(Surface.TELEGRAM, text, key, user_id=who, deadline_s=30))  # noqa: E731
+    assert said(person, "hello", "p-1").outcome is Outcome.ANSWERED
+    fake_anthropic.behaviour = "529"
+    assert said(other, "my own question", "o-1").outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    assert said(person, f"explain {REFUSAL_TRIGGER}", "p-2").outcome is Outcome.DECLINED
+    assert stored(database_url, other) == [("user", "my own question", False)]

@@ -18,7 +18,7 @@ from core.model.llm import AnthropicModel
 from core.models import Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
-from core.turn.owed import OwedReplies
+from core.turn.owed import OwedReplies, OwedRun
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import migrated_database
@@ -108,3 +108,22 @@ def test_a_declined_owed_message_is_answered_once_and_never_given_up(
     )
     assert job_channel.sent == [declined]
     assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []
+
+
+def test_a_message_declined_with_a_later_turn_is_not_owed(memory: Memory, fake_anthropic: FakeAnthropic) -> None:
+    """The model was down for A on Telegram (A owed); B's turn merged A in and was declined for it:
+    A is part of that declined turn, answered with it, and the job leaves it alone."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    fake_anthropic.behaviour = "529"
+    first = TurnRequest(Surface.TELEGRAM, f"hi {REFUSAL_TRIGGER}", "owed-merged-a", sender_id="4242")
+    assert turns.run(first, RecordingChannel()).outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    second = TurnRequest(Surface.TELEGRAM, "never mind", "owed-merged-b", sender_id="4242")
+    assert turns.run(second, RecordingChannel()).outcome is Outcome.DECLINED
+    job_channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120) == OwedRun(answered=0, failed=0)  # nothing claimed
+    assert job_channel.sent == [] and len(fake_anthropic.requests) == 2
