@@ -183,6 +183,7 @@ class StoredReply:
     id: int
     content: str
     delivered: bool
+    declined: bool = False  # the answer to a turn the model declined (turn.sql's finish_turn)
 
 
 @dataclass(frozen=True)

@@ -81,4 +81,5 @@ def result_json(result: TurnResult) -> dict[str, object]:
         "conversation_id": str(result.conversation_id) if result.conversation_id else None,
         "message_id": result.message_id,
         "reply_id": result.reply_id,
+        "declined": result.declined,
     }

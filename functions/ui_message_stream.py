@@ -87,7 +87,7 @@ def closing(result: TurnResult) -> Iterator[str]:
     if failed:
         reason = result.figures.error or "the model did not answer"
         yield event({"type": "error", "errorText": f"model_unavailable: {reason}; the message is kept, send it again"})
-    if result.outcome is Outcome.DECLINED:
+    if result.declined:  # declined now, or its stored answer sent again
         # The model declined the turn: the page keeps the mark on the reply and sends it back with
         # its history, which then leaves the reply and the message it answers out (ui_chat_routes.py).
         yield event({"type": "finish", "finishReason": "content-filter", "messageMetadata": {"declined": True}})

@@ -36,6 +36,7 @@ class SendAnswer(BaseModel):
     conversation_id: uuid.UUID | None
     message_id: int | None
     reply_id: int | None
+    declined: bool  # the reply answers a turn the model declined (docs/api.md)
 
 
 class ConversationAnswer(BaseModel):

@@ -118,7 +118,11 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         conversation_id=parse_uuid(row["conversation_id"]),
         message_id=int(row["message_id"]),
         duplicate=bool(row["duplicate"]),
-        reply=StoredReply(int(reply["id"]), str(reply["content"]), bool(reply["delivered"])) if reply else None,
+        reply=StoredReply(
+            int(reply["id"]), str(reply["content"]), bool(reply["delivered"]), bool(reply.get("declined"))
+        )
+        if reply
+        else None,
         history=stored_messages(row["history"]),
         prepend=stored_messages(row["prepend"]),
         notes=str(row.get("notes") or ""),

@@ -150,6 +150,9 @@ class TurnResult:
     # The follow-ups this turn's reply was stored with ({"content", "due_at", "timezone"}): the web
     # stream tells the page, which can show them without asking.
     follow_ups_scheduled: list[dict[str, str]] = field(default_factory=list)
+    # The reply answers a turn the model declined (Outcome.DECLINED, or that answer sent again): a
+    # web client keeps the mark, and its history then leaves the turn out.
+    declined: bool = False
 
 
 @dataclass(frozen=True)

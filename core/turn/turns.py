@@ -390,7 +390,7 @@ class Turns:
         if stored is None or (pushes and stored.delivered):
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
-        result.reply_id = stored.id
+        result.reply_id, result.declined = stored.id, stored.declined
         result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
         return start, figures, result
 
@@ -732,6 +732,7 @@ class Turns:
             conversation_id=start.conversation_id,
             message_id=start.message_id,
             figures=figures,
+            declined=outcome is Outcome.DECLINED,
         )
 
     def _logged(self, surface: Surface, result: TurnResult, began: float) -> TurnResult:

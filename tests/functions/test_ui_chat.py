@@ -482,3 +482,24 @@ def test_a_declined_turn_finishes_as_content_filter_and_its_mark_keeps_it_out_of
     assert parts[-2] == {"type": "finish", "finishReason": "stop"}
     sent = fake_anthropic.requests[-1]["messages"]
     assert len(sent) == 1 and sent[0]["content"][-1]["text"].endswith("] then a poem")
+
+
+def test_a_declined_reply_sent_again_keeps_its_mark(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """`regenerate()` or the same message sent again gets the stored answer back, marked as the
+    first was: the page's next history would otherwise carry the refused turn."""
+    fake_anthropic.answer = lambda body: "Sure."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    asked = ui_message("u-1", "user", f"tell me {REFUSAL_TRIGGER}")
+    first = parts_of(web.post("/", json=chat_body(chat, asked), headers=bearer(person)).get_data(as_text=True))
+    assert first[-2]["finishReason"] == "content-filter"
+    body = {**chat_body(chat, asked), "trigger": "regenerate-message"}
+    again = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+    assert again[-3]["data"]["outcome"] == "redelivered"
+    assert again[-2] == {"type": "finish", "finishReason": "content-filter", "messageMetadata": {"declined": True}}
+    today = {"message": "ignored: the stored answer comes back", "conversation_id": chat, "client_message_id": "u-1"}
+    answer = web.post("/", json=today, headers=bearer(person)).get_json()
+    assert (answer["outcome"], answer["declined"]) == ("redelivered", True)
+    assert len(fake_anthropic.requests) == 1

@@ -134,11 +134,12 @@ begin
 end;
 $$;
 
--- The reply stored for a user message, or null: {"id", "content", "delivered"}.
+-- The reply stored for a user message, or null: {"id", "content", "delivered", "declined"}.
 create or replace function crossmem_private.stored_reply(p_message_id bigint, p_user_id uuid)
     returns jsonb language plpgsql stable set search_path = '' as $$
 begin
-    return (select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null)
+    return (select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null,
+                                      'declined', r.declined)
               from public.messages r
              where r.in_reply_to = p_message_id and r.user_id = p_user_id);
 end;
