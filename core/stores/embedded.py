@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 from pathlib import Path
 
+from core.errors import ConfigurationError
 from core.stores.postgres_store import PostgresStore
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -62,24 +64,54 @@ def schema_fingerprint() -> str:
 def current_embedded_database(data_directory: Path) -> str:
     """The embedded server of `data_directory`, migrated, its URI. A database made from other
     definitions than today's (a checkout moved on since `make dev` last ran: the baseline carries
-    a change, and an applied migration is never applied again) is set aside whole, as
-    `<data_directory>.old` (the one before it dropped), and made anew, empty: its functions would
-    otherwise be yesterday's, beside today's code."""
+    a change, and an applied migration is never applied again) is set aside (`_set_aside`) and made
+    anew, empty: its functions would otherwise be yesterday's, beside today's code."""
     fingerprint = schema_fingerprint()
     made_from = data_directory.with_name(data_directory.name + ".schema")
     if data_directory.exists() and (not made_from.exists() or made_from.read_text() != fingerprint):
-        stop_embedded_postgres(data_directory)
-        aside = data_directory.with_name(data_directory.name + ".old")
-        shutil.rmtree(aside, ignore_errors=True)
-        data_directory.rename(aside)
-        log.warning(
-            "the embedded database was made from other schema definitions: set aside and made anew, empty",
-            extra={"set_aside": str(aside)},
-        )
+        _set_aside(data_directory)
     url = start_embedded_postgres(data_directory)
     prepare_database(url)
     made_from.write_text(fingerprint)
     return url
+
+
+def _set_aside(data_directory: Path) -> None:
+    """A database of other definitions out of the way: kept whole as `<data_directory>.old` (the
+    one before it dropped), or, never made whole (no PG_VERSION: its first start died), removed.
+    Not while a server runs on it (another `make dev`): ConfigurationError, which says so."""
+    running = _server_pid(data_directory)
+    if running is not None:
+        raise ConfigurationError(
+            f"the embedded database in {data_directory} was made from other schema definitions and a server "
+            f"(pid {running}) still runs on it: stop it (another `make dev`?), then start again"
+        )
+    if not (data_directory / "PG_VERSION").exists():
+        shutil.rmtree(data_directory)
+        return
+    aside = data_directory.with_name(data_directory.name + ".old")
+    shutil.rmtree(aside, ignore_errors=True)
+    data_directory.rename(aside)
+    log.warning(
+        "the embedded database was made from other schema definitions: set aside and made anew, empty",
+        extra={"set_aside": str(aside)},
+    )
+
+
+def _server_pid(data_directory: Path) -> int | None:
+    """The pid of the postmaster running on `data_directory` (its postmaster.pid's first line, a
+    live process), else None."""
+    try:
+        pid = int((data_directory / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):  # no file, or no number in it
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:  # left by a server that died
+        return None
+    except PermissionError:  # another user's process: alive
+        pass
+    return pid
 
 
 def stop_embedded_postgres(data_directory: Path) -> None:

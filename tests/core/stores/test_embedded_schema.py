@@ -11,8 +11,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from core.errors import ConfigurationError
 from core.stores import embedded
 from core.stores.embedded import current_embedded_database, stop_embedded_postgres
+
+LATER = "the definitions of a later checkout"
 
 
 def people(url: str) -> list[tuple[object, ...]]:
@@ -31,18 +34,38 @@ def test_a_database_of_other_definitions_is_set_aside_and_made_anew(monkeypatch:
                     "insert into conversations (user_id, surface, title) values (%s, 'web', 'x')", (person,)
                 )
             assert (Path(directory) / "pgdata.schema").read_text() == embedded.schema_fingerprint()
-
             assert people(current_embedded_database(data)) == [(person,)]  # the same definitions: kept
-            assert not (Path(directory) / "pgdata.old").exists()
 
-            monkeypatch.setattr(embedded, "schema_fingerprint", lambda: "the definitions of a later checkout")
+            monkeypatch.setattr(embedded, "schema_fingerprint", lambda: LATER)
+            # Still served (this process's server, as another `make dev`'s would be): said, nothing moved.
+            with pytest.raises(ConfigurationError, match=r"a server \(pid \d+\) still runs on it"):
+                current_embedded_database(data)
+            assert (data / "PG_VERSION").exists() and not (Path(directory) / "pgdata.old").exists()
+
+            stop_embedded_postgres(data)
             url = current_embedded_database(data)
             assert people(url) == []
-            assert (Path(directory) / "pgdata.old").is_dir()
-            assert (Path(directory) / "pgdata.schema").read_text() == "the definitions of a later checkout"
+            assert (Path(directory) / "pgdata.old" / "PG_VERSION").exists()
+            assert (Path(directory) / "pgdata.schema").read_text() == LATER
             with psycopg.connect(url) as connection:
                 columns = "select column_name from information_schema.columns where table_name = 'messages'"
                 names = [row[0] for row in connection.execute(columns).fetchall()]
             assert "declined" in names  # today's definitions
+        finally:
+            stop_embedded_postgres(data)
+
+
+def test_a_directory_never_made_whole_is_removed_and_what_was_set_aside_kept() -> None:
+    """A first start that died left an empty directory: it holds nothing to keep, and the database
+    set aside before it stays."""
+    with tempfile.TemporaryDirectory(prefix="crossmem-dev-") as directory:
+        data, aside = Path(directory) / "pgdata", Path(directory) / "pgdata.old"
+        aside.mkdir()
+        (aside / "PG_VERSION").write_text("15\n")
+        data.mkdir()
+        (Path(directory) / "pgdata.schema").write_text("the definitions it was to be made from")
+        try:
+            people(current_embedded_database(data))
+            assert (aside / "PG_VERSION").read_text() == "15\n"
         finally:
             stop_embedded_postgres(data)
