@@ -210,6 +210,9 @@ class LinkRequest:
     # A code alone, no `link` before it: it may be a message of the thread (an order number), and
     # is one when no code has it (docs/design.md, Identity).
     bare: bool = False
+    # The platform's id of the message that carried it (a Telegram update_id, a Twilio MessageSid):
+    # a redelivery of that message counts as one wrong code, not another (links.sql's link_attempts).
+    delivery: str | None = None
 
 
 @dataclass(frozen=True)
@@ -327,7 +330,12 @@ class Linking:
                 example = rules(request.surface).command("link ABC234XYZ")
                 return LinkAnswer(self._catalogue.phrases(language).say("link.no_code", example=example), language)
             outcome = self.redeem(
-                request.surface, key, request.code, consented=request.consented, confirmation=request.confirmation
+                request.surface,
+                key,
+                request.code,
+                consented=request.consented,
+                confirmation=request.confirmation,
+                delivery=request.delivery,
             )
         except StoreUnavailable:
             return LinkAnswer(self._catalogue.phrases(language).say("link.unavailable"), language)
@@ -367,7 +375,14 @@ class Linking:
         )
 
     def redeem(
-        self, surface: Surface, identity_id: str, code: str, *, consented: bool = True, confirmation: str | None = None
+        self,
+        surface: Surface,
+        identity_id: str,
+        code: str,
+        *,
+        consented: bool = True,
+        confirmation: str | None = None,
+        delivery: str | None = None,
     ) -> LinkOutcome:
         row = self._store.call(
             "redeem_link_code",
@@ -379,6 +394,7 @@ class Linking:
                 "p_consented": consented,
                 "p_vouched_for": rules(surface).sender_vouched_for,
                 "p_confirmation": confirmation,
+                "p_delivery": delivery,
             },
         )
         return LinkOutcome.from_row(row)

@@ -42,8 +42,10 @@ def chat_command(
     *,
     also_known_as: str | None = None,
     bot_username: str | None = None,
+    delivery: str | None = None,
 ) -> ChatCommand | None:
-    """The command `text` is, or None for a message of the thread."""
+    """The command `text` is, or None for a message of the thread; `delivery`, the platform's id of
+    the message, goes with a link request (a redelivery counts one wrong code, not two)."""
     text = text.strip()
     if text.startswith("/"):
         named = _slash_command(text, bot_username)
@@ -55,14 +57,14 @@ def chat_command(
         name, argument = name.lower(), argument.strip()
     if name == "start" and text.startswith("/"):
         if argument and looks_like_code(argument):
-            return LinkRequest(surface, sender_id, argument, consented=False)
+            return LinkRequest(surface, sender_id, argument, consented=False, delivery=delivery)
         return None
     if confirmed := confirmed_link(_without_addressee(text)):
-        return LinkRequest(surface, sender_id, confirmed[0], confirmation=confirmed[1])
+        return LinkRequest(surface, sender_id, confirmed[0], confirmation=confirmed[1], delivery=delivery)
     if name in ("link", "link:") or not text.startswith("/"):
         code = link_command(_without_addressee(text))
         if code is not None:
-            return LinkRequest(surface, sender_id, code, bare=bare_code(text))
+            return LinkRequest(surface, sender_id, code, bare=bare_code(text), delivery=delivery)
     if name == "unlink" and not argument:
         return UnlinkRequest(surface, sender_id, also_known_as)
     # Written out, only "forget", "forget confirm" and "forget confirm 123456" (the code an SMS

@@ -105,7 +105,7 @@ def classify(form: SmsForm, commands: bool = True) -> Converse | Notice | ChatCo
     text = form.body.strip()
     if is_keyword(form.body, form.opt_out_type):
         return Keyword("", f"keyword {form.opt_out_type or text.upper()}: Twilio answers it")
-    if commands and (command := chat_command(Surface.SMS, form.identity, text)):
+    if commands and (command := chat_command(Surface.SMS, form.identity, text, delivery=form.message_sid)):
         return command
     platform = PlatformMessage(form.message_sid, None)
     if media := twilio_media(form.media_urls, form.media_content_types):

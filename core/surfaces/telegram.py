@@ -232,7 +232,7 @@ def classify(
     if (stopped := update.stopped_message_generation) is not None:
         return StopGeneration(stopped.chat.id, stopped.draft_id)
     if update.callback_query is not None:
-        return _confirmed_link(update.callback_query) or Ignore("callback_query")
+        return _confirmed_link(update.callback_query, str(update.update_id)) or Ignore("callback_query")
     if update.message is None and update.edited_message is not None:
         return _edit(update.edited_message)
     if update.message is None:
@@ -254,7 +254,12 @@ def classify(
             return Notice(message.chat.id, PRIVATE_ONLY, reason, language, str(sender.id))
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
-    command = chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username) if commands else None
+    delivery = str(update.update_id)
+    command = (
+        chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username, delivery=delivery)
+        if commands
+        else None
+    )
     if message.text and command:
         return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
@@ -352,7 +357,7 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _confirmed_link(query: dict[str, object]) -> Command | None:
+def _confirmed_link(query: dict[str, object], delivery: str) -> Command | None:
     """The Confirm button under a link's question, tapped in a private chat by its person."""
     data, sender, message = query.get("data"), query.get("from"), query.get("message")
     if not (isinstance(data, str) and data.startswith(CONFIRM_LINK)):
@@ -368,7 +373,7 @@ def _confirmed_link(query: dict[str, object]) -> Command | None:
     if not looks_like_code(code):
         return None
     # the chat's id, a number (the sender's equals it, but may be another type: True == 1, 42.0 == 42)
-    request = LinkRequest(Surface.TELEGRAM, str(chat["id"]), code, consented=True)
+    request = LinkRequest(Surface.TELEGRAM, str(chat["id"]), code, consented=True, delivery=delivery)
     language = sender.get("language_code")
     return Command(
         int(chat["id"]),

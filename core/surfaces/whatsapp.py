@@ -143,7 +143,11 @@ def classify(form: WhatsAppForm, commands: bool = True) -> Converse | Notice | C
     # A chat command (core/surfaces/commands.py) is never a message of the thread: `link CODE` with the
     # code as typed (even a mistyped one gets a clear answer, and counts), a code alone that a code
     # has, `unlink`, `forget`.
-    if commands and (command := chat_command(Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as)):
+    if commands and (
+        command := chat_command(
+            Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as, delivery=form.message_sid
+        )
+    ):
         return command
     if media := twilio_media(form.media_urls, form.media_content_types):
         return Converse(form.identity, text, form.message_sid, form.also_known_as, media, form.platform)

@@ -186,6 +186,23 @@ def test_a_number_alone_that_no_code_has_is_a_message_of_the_thread(
     assert count(database_url, f"select count(*) from messages where content = '{issued['code']}'") == 0
 
 
+def test_a_redelivered_code_counts_one_wrong_code(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """Telegram delivers one update again (a slow answer, a 503 `still_answering`): one message,
+    one wrong code, whether it says `/link` or is a code alone. Seen failing with each delivery
+    counted, so one order number sent while the model was slow used up the hour's attempts."""
+    fake_anthropic.answer = lambda body: "Order noted."
+    for _ in range(3):
+        telegram(apps, "ABC 234 789", update_id=777)
+        telegram(apps, "/link ABCDEFGHJ", update_id=778)
+    attempts = "select count(*) from link_attempts where external_id = %s"
+    assert count(database_url, attempts, str(apps.chat)) == 2
+    invalid = ENGLISH.say(ANSWERS[LinkStatus.INVALID])
+    assert [sent["text"] for sent in fake_telegram.sent()] == ["Order noted.", invalid, invalid, invalid]
+    assert count(database_url, "select count(*) from messages where content = 'ABC 234 789'") == 1
+
+
 WEB_ROUTES = [
     ("post", "/", {"message": "hello"}),
     ("get", "/conversations", None),

@@ -179,7 +179,7 @@ begin
         return jsonb_build_object('status', 'no_request', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_code is not null and (p_code is distinct from v_code or p_sender_id is distinct from v_sender) then
-        perform crossmem_private.count_wrong_code(p_surface, p_sender_id);
+        perform crossmem_private.count_wrong_code(p_surface, p_sender_id, null);
         return jsonb_build_object('status', 'wrong_code', 'messages', 0, 'conversations', 0) || v_language;
     end if;
     if v_requested_at < clock_timestamp() - make_interval(mins => p_window_minutes) then

@@ -44,10 +44,15 @@ insert into crossmem_private.link_confirmation_key default values;
 create table public.link_attempts (
     surface public.chat_surface not null,
     external_id text not null,
-    attempted_at timestamptz not null default clock_timestamp()
+    attempted_at timestamptz not null default clock_timestamp(),
+    -- The platform's id of the message that carried the code (a Telegram update_id, a Twilio
+    -- MessageSid): a redelivery of it is one attempt, not another.
+    delivery text
 );
 alter table public.link_attempts enable row level security;  -- who reads what: access.sql
 create index link_attempts_by_identity on public.link_attempts (surface, external_id, attempted_at desc);
+create unique index link_attempts_once on public.link_attempts (surface, external_id, delivery)
+    where delivery is not null;
 
 create table public.merged_people (
     from_user_id uuid primary key,
@@ -209,11 +214,13 @@ begin
 end;
 $$;
 
--- One wrong code of an identity, counted; the ones older than a day go.
-create function crossmem_private.count_wrong_code(p_surface text, p_external_id text)
+-- One wrong code of an identity, counted once for each delivery that carried it (p_delivery, null
+-- when none is known); the ones older than a day go.
+create function crossmem_private.count_wrong_code(p_surface text, p_external_id text, p_delivery text)
     returns void language plpgsql set search_path = '' as $$
 begin
-    insert into public.link_attempts (surface, external_id) values (p_surface, p_external_id);
+    insert into public.link_attempts (surface, external_id, delivery) values (p_surface, p_external_id, p_delivery)
+    on conflict (surface, external_id, delivery) where delivery is not null do nothing;
     delete from public.link_attempts a where a.attempted_at < clock_timestamp() - interval '1 day';
 end;
 $$;
@@ -228,11 +235,12 @@ create or replace function public.redeem_link_code(
     p_max_attempts integer,
     p_consented boolean,
     p_vouched_for boolean,
-    p_confirmation text
+    p_confirmation text,
+    p_delivery text  -- the platform's id of the message the code came in (count_wrong_code)
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_outcome jsonb := crossmem_private.redeem_code(p_surface, p_external_id, p_code_hash, p_max_attempts,
-                                                    p_consented, p_vouched_for, p_confirmation);
+                                                    p_consented, p_vouched_for, p_confirmation, p_delivery);
 begin
     return v_outcome || jsonb_build_object('language', public.person_language(null, p_surface, p_external_id));
 end;
@@ -256,7 +264,8 @@ create or replace function crossmem_private.redeem_code(
     p_max_attempts integer,
     p_consented boolean,
     p_vouched_for boolean,
-    p_confirmation text
+    p_confirmation text,
+    p_delivery text  -- the platform's id of the message the code came in (count_wrong_code)
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_confirmation text;
@@ -289,7 +298,7 @@ begin
                                   'account', v_code.account);
     end if;
     if v_status <> 'valid' then
-        perform crossmem_private.count_wrong_code(p_surface, p_external_id);
+        perform crossmem_private.count_wrong_code(p_surface, p_external_id, p_delivery);
         return jsonb_build_object('status', v_status);
     end if;
     if exists (select from public.identities i
@@ -309,7 +318,7 @@ begin
             return jsonb_build_object('status', 'needs_confirmation', 'account', v_code.account,
                                       'messages', v_messages, 'confirmation', v_confirmation);
         elsif p_confirmation <> v_confirmation then
-            perform crossmem_private.count_wrong_code(p_surface, p_external_id);
+            perform crossmem_private.count_wrong_code(p_surface, p_external_id, p_delivery);
             return jsonb_build_object('status', 'invalid');
         end if;
         -- typed back from the identity that was sent them: its holder's consent
