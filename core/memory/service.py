@@ -266,7 +266,7 @@ class Memory:
         reply_id: int | None = None,
         language: str | None = None,
         retry_for_s: float = 0.0,
-        declined: bool = False,
+        declined: Sequence[int] | None = None,
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
         budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
@@ -276,8 +276,9 @@ class Memory:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; `declined`: the model declined the turn
-        and the reply says so (the message and the reply are left out of every later context);
-        all in the same round trip."""
+        and the reply says so, with the ids of the other stored messages its last turn merged (they
+        and the message and the reply are left out of every later context); all in the same round
+        trip."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -290,11 +291,11 @@ class Memory:
             "p_language": language_tag(language),
         }
         function = "finish_turn"
-        if follow_ups and not declined:  # a declined turn's tools decided nothing (turns.py)
+        if follow_ups and declined is None:  # a declined turn's tools decided nothing (turns.py)
             function = "finish_turn_follow_ups"
             arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
         else:
-            arguments["p_declined"] = declined
+            arguments["p_declined"] = None if declined is None else json.dumps(list(declined))
         waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
         while True:
             try:

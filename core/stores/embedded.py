@@ -100,7 +100,7 @@ def _set_aside(data_directory: Path) -> None:
 
 def _server_pid(data_directory: Path) -> int | None:
     """The pid of the postmaster running on `data_directory` (its postmaster.pid's first line, a
-    live process), else None."""
+    live postgres process), else None."""
     try:
         pid = int((data_directory / "postmaster.pid").read_text().split("\n", 1)[0])
     except (OSError, ValueError):  # no file, or no number in it
@@ -111,7 +111,10 @@ def _server_pid(data_directory: Path) -> int | None:
         return None
     except PermissionError:  # another user's process: alive
         pass
-    return pid
+    try:  # a pid reused since (a restarted host) is some other program's
+        return pid if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes() else None
+    except OSError:  # no /proc here: alive is all that can be told
+        return pid
 
 
 def stop_embedded_postgres(data_directory: Path) -> None:

@@ -90,6 +90,21 @@ def build_model_messages(
     ]
 
 
+def merged_into_last(items: Sequence[ContextItem | StoredMessage], message_id: int | None) -> tuple[int, ...]:
+    """The stored messages besides `message_id` that the context's last turn holds: the person's
+    messages after the latest reply shown, merged into one turn with it (build_model_messages). A
+    turn the model declines is theirs too (turn.sql's mark_declined)."""
+    merged: list[int] = []
+    for item in reversed(items):
+        if not item.content.strip():
+            continue  # not shown
+        if item.role is not Role.USER:
+            break
+        if item.id is not None and item.id != message_id:
+            merged.append(item.id)
+    return tuple(reversed(merged))
+
+
 def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[ContextItem]:
     """The last messages, at most `limit`, whose start moves `step` messages at a time
     (the rule of the SQL function `context_window`, for a history the web client sent)."""

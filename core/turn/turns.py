@@ -35,7 +35,14 @@ from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStar
 from core.phrases.language import language_tag
 from core.turn import tool_loop
 from core.turn.capabilities import TurnState
-from core.turn.context import ContextItem, ModelMessage, build_model_messages, client_window, web_items
+from core.turn.context import (
+    ContextItem,
+    ModelMessage,
+    build_model_messages,
+    client_window,
+    merged_into_last,
+    web_items,
+)
 from core.turn.estimate import turn_estimate
 from core.turn.request import (
     Outcome,
@@ -120,7 +127,7 @@ class Turns:
         if prepared is not None and prepared.notice is not None:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
-        messages = self._messages(request, start, prepared)
+        messages, merged = self._messages(request, start, prepared)
         tools = self._tools(start, max(deadline_s, 1.0), request)
         return self._answer(
             request.surface,
@@ -133,6 +140,7 @@ class Turns:
             prepared,
             tools,
             until=until,
+            merged=merged,
         )
 
     def fallback_reply(self, said: str, remembered: str | None) -> str:
@@ -154,10 +162,20 @@ class Turns:
                 told = f"{item.content}\n{notice}"
                 items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
+        merged = merged_into_last(items, owed.start.message_id)
         with self._ended_if_failed(owed.start, figures):
             tools = self._tools(owed.start, deadline_s)  # as the person's turn would have had them
             return self._answer(
-                owed.surface, owed.start, messages, figures, deadline_s, channel, began, tools=tools, waiting=False
+                owed.surface,
+                owed.start,
+                messages,
+                figures,
+                deadline_s,
+                channel,
+                began,
+                tools=tools,
+                waiting=False,
+                merged=merged,
             )
 
     def _answer(
@@ -174,11 +192,13 @@ class Turns:
         *,
         waiting: bool = True,
         until: float | None = None,
+        merged: tuple[int, ...] = (),
     ) -> TurnResult:
         """`waiting`: the person is waiting on this turn (a webhook's, the web's): they see "typing…",
         and the fallback when the model fails. The scheduled job's owed answer has nobody waiting:
         a failure sends nothing (they had the fallback already) and leaves the message owed.
-        `until`: when the attempt must have sent by (default: from `began` and `deadline_s`)."""
+        `until`: when the attempt must have sent by (default: from `began` and `deadline_s`).
+        `merged`: the stored messages the context's last turn merged with this one."""
         until = until if until is not None else self._send_by(began, deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
@@ -221,7 +241,7 @@ class Turns:
             # Tried again until its answer_by, and a reply inside the caller's response until the
             # platform stops waiting for it.
             store_by = min(self._answer_by(began, deadline_s), until if channel is None else math.inf)
-            declined = outcome is Outcome.DECLINED
+            declined = merged if outcome is Outcome.DECLINED else None
             self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_by, declined)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
@@ -265,7 +285,7 @@ class Turns:
             yield prepared.notice
             yield self._refuse_media(request.surface, start, prepared, figures, None, began)
             return
-        messages = self._messages(request, start, prepared)
+        messages, merged = self._messages(request, start, prepared)
         described = self._describe(prepared, request.deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
@@ -316,7 +336,7 @@ class Turns:
             if outcome is Outcome.ANSWERED:
                 self._finish(result, start, text, True, learned, tools, store_by)
             elif outcome is Outcome.DECLINED:
-                self._finish(result, start, stored, True, learned, tools, store_by, declined=True)
+                self._finish(result, start, stored, True, learned, tools, store_by, declined=merged)
             else:
                 self._end_attempt(start, figures, learned)
             yield self._logged(request.surface, result, began)
@@ -421,7 +441,11 @@ class Turns:
             raise ValueError("a turn needs a user_id or a sender_id")
         return self._identity.resolve(request.surface, request.sender_id, request.sender_alias)
 
-    def _messages(self, request: TurnRequest, start: TurnStart, prepared: PreparedMedia | None) -> list[ModelMessage]:
+    def _messages(
+        self, request: TurnRequest, start: TurnStart, prepared: PreparedMedia | None
+    ) -> tuple[list[ModelMessage], tuple[int, ...]]:
+        """What the model reads, and the stored messages its last turn merged with this one
+        (`merged_into_last`: declined with it, if it is)."""
         items: Sequence[ContextItem | StoredMessage]
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
@@ -441,7 +465,8 @@ class Turns:
                 message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
-        return build_model_messages(items, annotate=self._settings.annotate, zone=self._zone_of(start))
+        messages = build_model_messages(items, annotate=self._settings.annotate, zone=self._zone_of(start))
+        return messages, merged_into_last(items, start.message_id)
 
     # Media (core/media/turn_media.py): after begin_turn, so a redelivery fetches and transcribes nothing.
 
@@ -693,15 +718,15 @@ class Turns:
         learned: str | None = None,
         tools: Toolbox | None = None,
         store_by: float = -math.inf,
-        declined: bool = False,
+        declined: tuple[int, ...] | None = None,
     ) -> None:
         """Store the reply, tried again until `store_by` (a time on the turn's clock; by default, not).
-        `declined`: the model declined the turn, and the reply says so; what its tools decided
-        before is dropped with it."""
+        `declined`: the model declined the turn, and the reply says so: the other stored messages
+        the turn merged, declined with it; what its tools decided before is dropped."""
         result.figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
-        recorded = tools.recorded() if tools is not None and not declined else {}
+        recorded = tools.recorded() if tools is not None and declined is None else {}
         result.reply_id = self.memory.finish_turn(
             start.user_id,
             start.message_id,

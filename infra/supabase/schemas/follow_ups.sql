@@ -219,7 +219,7 @@ create function public.finish_turn_follow_ups(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_tokens,
-                                         p_user_content, p_reserved, p_reply_id, p_language, false);
+                                         p_user_content, p_reserved, p_reply_id, p_language, null);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
     v_asked record;
     v_item record;

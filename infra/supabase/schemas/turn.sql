@@ -110,7 +110,8 @@ $$;
 -- Deliveries of one key take turns here, until the transaction ends.
 create or replace function crossmem_private.stored_delivery(
     p_user_id uuid, p_surface text, p_external_id text, p_attempt uuid, out message_id bigint,
-    out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean
+    out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean,
+    out declined boolean
 ) language plpgsql set search_path = '' as $$
 begin
     if p_external_id is not null then
@@ -119,14 +120,14 @@ begin
         -- The row is held until this turn's first transaction ends: a scheduled job claiming it as
         -- owed at this moment is waited for, and its claim (a later answer_by) then seen, so a
         -- redelivery and the job never both take the message over.
-        select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false)
-          into message_id, created_at, conversation_id, answer_by, own_attempt
+        select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false), m.declined
+          into message_id, created_at, conversation_id, answer_by, own_attempt, declined
           from public.messages m
          where m.user_id = p_user_id and m.surface = p_surface and m.external_id = p_external_id
            for update of m;
     elsif p_attempt is not null then
-        select m.id, m.created_at, m.conversation_id, m.answer_by, true
-          into message_id, created_at, conversation_id, answer_by, own_attempt
+        select m.id, m.created_at, m.conversation_id, m.answer_by, true, m.declined
+          into message_id, created_at, conversation_id, answer_by, own_attempt, declined
           from public.messages m
          where m.attempt = p_attempt and m.external_id is null and m.user_id = p_user_id
            for update of m;
@@ -425,7 +426,9 @@ begin
         -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (within
         -- the budget: each attempt's tokens count, so retrying an abandoned stream for ever runs
         -- into TOKENS_PER_DAY).
-        v_owed := v_reply is null and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
+        -- A message a later turn declined with itself (turn.sql's mark_declined) is answered by it.
+        v_owed := v_reply is null and not v_stored.declined
+                  and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
         if not v_owed then
             return json_build_object(
                 'user_id', v_user, 'conversation_id', v_stored.conversation_id,
@@ -436,7 +439,7 @@ begin
                 'delivered_first', case when p_surface = 'whatsapp'
                                         then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
                 -- Not answered yet, and its attempt may still answer: ask again after this.
-                'answer_by', case when v_reply is null then v_stored.answer_by end,
+                'answer_by', case when v_reply is null and not v_stored.declined then v_stored.answer_by end,
                 'history', '[]'::json, 'prepend', '[]'::json);
         end if;
     end if;
@@ -546,32 +549,19 @@ $$;
 -- counts nothing again); another reply to the same message (another attempt's, under its own
 -- reserved id) is refused (null), its tokens settled.
 -- A turn the model declined, marked (messages.sql's `declined`; its reply is stored marked): the
--- person's message, and the person's messages before it that no reply followed, which the context merged into that
--- one turn (core/turn/context.py) after the latest reply it held: the thread's on the web (its
--- conversation), the person's elsewhere (their window crosses every app). Left unmarked, one of
--- them would have each next turn declined again, and the scheduled job would answer it.
-create function crossmem_private.mark_declined(p_user_id uuid, p_message_id bigint)
+-- person's message, and p_merged (a JSON array of ids), the stored messages the context's last turn
+-- merged with it (core/turn/context.py's merged_into_last: theirs, after the latest reply shown),
+-- but one answered, or still being answered by an attempt of its own (its answer decides). Left
+-- unmarked, one that caused the refusal would have every next turn declined, and the job answer it.
+create function crossmem_private.mark_declined(p_user_id uuid, p_message_id bigint, p_merged text)
     returns void language plpgsql set search_path = '' as $$
-declare
-    v_asked record;
-    v_after record;
 begin
-    select m.created_at, m.conversation_id, m.surface into v_asked
-      from public.messages m where m.id = p_message_id and m.user_id = p_user_id;
-    select r.created_at, r.id into v_after
-      from public.messages r
-     where r.user_id = p_user_id and r.role = 'assistant'
-       and (v_asked.surface <> 'web' or r.conversation_id = v_asked.conversation_id)
-       and (r.created_at, r.id) < (v_asked.created_at, p_message_id)
-     order by r.created_at desc, r.id desc
-     limit 1;
     update public.messages m set declined = true
-     where m.user_id = p_user_id and (m.id = p_message_id
-           or m.role = 'user'
-              and (v_asked.surface <> 'web' or m.conversation_id = v_asked.conversation_id)
-              and (m.created_at, m.id) > (coalesce(v_after.created_at, '-infinity'), coalesce(v_after.id, 0))
-              and (m.created_at, m.id) < (v_asked.created_at, p_message_id)
-              and not exists (select from public.messages x where x.in_reply_to = m.id));
+     where m.user_id = p_user_id and m.role = 'user'
+       and (m.id = p_message_id
+            or m.id in (select e::bigint from json_array_elements_text(coalesce(nullif(p_merged, ''), '[]')::json) e)
+               and (m.answer_by is null or m.answer_by <= clock_timestamp())
+               and not exists (select from public.messages x where x.in_reply_to = m.id));
 end;
 $$;
 
@@ -585,9 +575,10 @@ create or replace function public.finish_turn(
     p_reserved integer,
     p_reply_id bigint,
     p_language text,  -- the language the turn heard, kept as the person's (null: none)
-    -- the model declined the turn: p_content says so, and the message and its reply are marked
+    -- the model declined the turn (null: it did not): p_content says so, and the message, its reply
+    -- and the person's other messages its last turn merged (a JSON array of their ids) are marked
     -- declined (messages.sql), out of every later context
-    p_declined boolean
+    p_declined text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
@@ -612,7 +603,7 @@ begin
                                      declined)
         overriding system value
         select coalesce(p_reply_id, nextval('public.messages_id_seq')), a.conversation_id, a.user_id, a.surface,
-               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end, p_declined
+               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end, p_declined is not null
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
         returning id, conversation_id, user_id
@@ -626,8 +617,8 @@ begin
 
     if v_reply_id is not null then
         perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, null);
-        if p_declined then
-            perform crossmem_private.mark_declined(v_owner, p_user_message_id);
+        if p_declined is not null then
+            perform crossmem_private.mark_declined(v_owner, p_user_message_id, p_declined);
         end if;
     else
         select r.id into v_reply_id

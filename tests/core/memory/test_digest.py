@@ -95,7 +95,7 @@ def test_a_declined_turn_reaches_the_notes_as_a_placeholder_only(
     job = DigestJob(store, ExtractiveDigester(800), LIMITS)
     start = small.begin_turn(Person(user_id=person), Surface.TELEGRAM, "something declined", "d-1")
     assert start.message_id is not None
-    reply_id = small.finish_turn(person, start.message_id, "I can't help with that one.", declined=True)
+    reply_id = small.finish_turn(person, start.message_id, "I can't help with that one.", declined=())
     converse(small, person, ["my sister's name is Ana", "what time is it?"])  # 6: 2 have left
     assert job.run(person).updated == 1
     notes = read_notes(store, person)

@@ -4,6 +4,7 @@ its old functions would have stayed beside today's code."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 import uuid
 from pathlib import Path
@@ -69,3 +70,15 @@ def test_a_directory_never_made_whole_is_removed_and_what_was_set_aside_kept() -
             assert (aside / "PG_VERSION").read_text() == "15\n"
         finally:
             stop_embedded_postgres(data)
+
+
+def test_a_stale_pid_file_naming_another_program_is_no_running_server() -> None:
+    """After a crash and a restart, postmaster.pid names a pid another program has since: the
+    database is set aside as any other. Seen failing with `make dev` refused."""
+    with tempfile.TemporaryDirectory(prefix="crossmem-dev-") as directory:
+        data = Path(directory) / "pgdata"
+        data.mkdir()
+        (data / "PG_VERSION").write_text("15\n")
+        (data / "postmaster.pid").write_text(f"{os.getpid()}\n{data}\n")  # this pytest: alive, not postgres
+        embedded._set_aside(data)
+        assert (Path(directory) / "pgdata.old" / "PG_VERSION").exists() and not data.exists()

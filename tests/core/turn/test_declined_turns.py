@@ -18,7 +18,7 @@ from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn.context import ContextItem, undeclined
+from core.turn.context import ContextItem, merged_into_last, undeclined
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic
@@ -171,7 +171,7 @@ def test_the_window_leaves_a_declined_turn_out_after_its_step_never_reaching_bef
     for text, declined in (("one", False), ("two", False), ("bad", True)):
         start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, text, uuid.uuid4().hex)
         assert start.message_id is not None
-        memory.finish_turn(person, start.message_id, f"reply to {text}", declined=declined)
+        memory.finish_turn(person, start.message_id, f"reply to {text}", declined=() if declined else None)
     start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "three", uuid.uuid4().hex)
     assert [message.content for message in start.history] == ["three"]
 
@@ -216,3 +216,106 @@ def test_marking_a_declined_turn_never_reaches_another_persons_messages(
     fake_anthropic.behaviour = "ok"
     assert said(person, f"explain {REFUSAL_TRIGGER}", "p-2").outcome is Outcome.DECLINED
     assert stored(database_url, other) == [("user", "my own question", False)]
+
+
+def test_a_message_declined_with_a_later_turn_is_a_duplicate_when_it_comes_again(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A failed (the fallback, A owed); B's turn merged A and was declined, A with it. A comes again
+    (Telegram's redelivery, the page's retry): answered already, by B's turn. Seen failing with A
+    answered a second time from a context that left A out (and, first of its web conversation, a
+    500: its window was empty)."""
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Sure."
+    chat = lambda text, key: turns.run(  # noqa: E731
+        TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30), RecordingChannel()
+    )
+    assert chat("hello", "u-0").outcome is Outcome.ANSWERED
+    fake_anthropic.behaviour = "529"
+    assert chat(f"explain {REFUSAL_TRIGGER}", "u-1").outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    assert chat("never mind", "u-2").outcome is Outcome.DECLINED
+    asked = len(fake_anthropic.requests)
+    assert chat(f"explain {REFUSAL_TRIGGER}", "u-1").outcome is Outcome.DUPLICATE
+    assert len(fake_anthropic.requests) == asked  # the model is not asked again
+    web = turns.memory.create_conversation(person)
+    say = lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))  # noqa: E731
+    fake_anthropic.behaviour = "529"
+    assert say(f"and {REFUSAL_TRIGGER}", "w-a").outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    assert say("forget it", "w-b").outcome is Outcome.DECLINED
+    asked = len(fake_anthropic.requests)
+    assert say(f"and {REFUSAL_TRIGGER}", "w-a").outcome is Outcome.DUPLICATE
+    assert len(fake_anthropic.requests) == asked
+
+
+def test_a_new_web_conversation_declines_the_chat_message_it_merged(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A Telegram message the model failed on is the other apps' latest; a new web conversation's
+    first message is merged with it, and declined for it: both are marked, and the next web turn is
+    answered. Seen failing with the Telegram message unmarked and every next web turn declined."""
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Sure."
+    chat = lambda text, key: turns.run(  # noqa: E731
+        TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30), RecordingChannel()
+    )
+    assert chat("hello", "p-0").outcome is Outcome.ANSWERED
+    fake_anthropic.behaviour = "529"
+    assert chat(f"explain {REFUSAL_TRIGGER}", "p-1").outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    web = turns.memory.create_conversation(person)
+    say = lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))  # noqa: E731
+    assert say("never mind", "w-1").outcome is Outcome.DECLINED
+    assert say("a walk nearby?", "w-2").outcome is Outcome.ANSWERED
+
+
+def test_only_what_the_declined_turn_merged_is_marked(memory: Memory, database_url: str) -> None:
+    """Not a message its context never held (three days old, outside the window), nor one answered
+    since its context was read, nor one still being answered by an attempt of its own (that answer
+    decides): each stays, and stays searchable."""
+    person = uuid.uuid4()
+    say = lambda text, key: memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, text, key)  # noqa: E731
+    old = say("my trip to Patagonia", "o-a")
+    assert old.message_id is not None
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set created_at = now() - interval '3 days', answer_by = now() - interval '3 days'"
+            " where id = %s",
+            (old.message_id,),
+        )
+    answered, running, declined = say("Peru", "c-a"), say("Chile", "c-b"), say(f"bad {REFUSAL_TRIGGER}", "c-c")
+    assert answered.message_id and running.message_id and declined.message_id
+    merged = merged_into_last(declined.history, declined.message_id)
+    assert merged == (answered.message_id, running.message_id)  # what the context held: not Patagonia
+    memory.finish_turn(person, answered.message_id, "Peru is lovely.")  # its reply came meanwhile,
+    with psycopg.connect(database_url) as connection:  # and the time its attempt had is over
+        connection.execute(
+            "update messages set answer_by = now() - interval '1 second' where id = %s", (answered.message_id,)
+        )
+    memory.finish_turn(person, declined.message_id, "declined", declined=merged)
+    memory.finish_turn(person, running.message_id, "Chile is lovely.")
+    assert [(content, marked) for _, content, marked in stored(database_url, person)] == [
+        ("my trip to Patagonia", False),
+        ("Peru", False),
+        ("Chile", False),
+        (f"bad {REFUSAL_TRIGGER}", True),
+        ("Peru is lovely.", False),
+        ("declined", True),
+        ("Chile is lovely.", False),
+    ]
+
+
+def test_a_declined_turn_never_marks_another_persons_message(memory: Memory, database_url: str) -> None:
+    """Whatever ids the call names (the turn names what its context held: the person's own), only
+    the declining person's messages are marked."""
+    person, other = uuid.uuid4(), uuid.uuid4()
+    theirs = memory.begin_turn(Person(user_id=other), Surface.TELEGRAM, "my own words", "x-1")
+    mine = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, f"bad {REFUSAL_TRIGGER}", "x-2")
+    assert theirs.message_id is not None and mine.message_id is not None
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set answer_by = now() - interval '1 second' where id = %s", (theirs.message_id,)
+        )
+    memory.finish_turn(person, mine.message_id, "declined", declined=(theirs.message_id,))
+    assert stored(database_url, other) == [("user", "my own words", False)]

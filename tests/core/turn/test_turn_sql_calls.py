@@ -31,7 +31,7 @@ def finish_turn_sql(**given: object) -> tuple[str, dict[str, object]]:
         "p_user_content": None,
         "p_reserved": 0,
         "p_language": None,
-        "p_declined": False,
+        "p_declined": None,
         **given,
     }
     named = ", ".join(f"{name} => %({name})s" for name in arguments)
