@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -19,7 +20,7 @@ from core.model.llm import AnthropicModel
 from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.context import ContextItem, merged_into_last, undeclined
-from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic
 from tests.helpers import RecordingChannel, context_limits
@@ -44,6 +45,29 @@ def stored(database_url: str, person: uuid.UUID) -> list[tuple[str, str, bool]]:
     with psycopg.connect(database_url) as connection:
         query = "select role, content, declined from messages where user_id = %s order by id"
         return [tuple(row) for row in connection.execute(query, (person,)).fetchall()]  # type: ignore[misc]
+
+
+Say = Callable[[str, str], TurnResult]
+
+
+def on_chat(turns: Turns, person: uuid.UUID) -> Say:
+    """The person's Telegram turns (a text, its update's key), answered through a channel."""
+    return lambda text, key: turns.run(
+        TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30), RecordingChannel()
+    )
+
+
+def on_web(turns: Turns, person: uuid.UUID) -> Say:
+    """The person's turns in a new web conversation of theirs."""
+    web = turns.memory.create_conversation(person)
+    return lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))
+
+
+def unanswered(fake: FakeAnthropic, say: Say, text: str, key: str) -> None:
+    """A message the model was down for: the fallback, the message left owed."""
+    fake.behaviour = "529"
+    assert say(text, key).outcome is Outcome.FALLBACK
+    fake.behaviour = "ok"
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -183,13 +207,10 @@ def test_a_message_no_reply_followed_is_declined_with_the_turn_it_was_merged_int
     into B's turn, which is declined for what A says: A is marked with it, so the next questions
     are answered. Seen failing with every next question declined (A stayed in their context)."""
     person = uuid.uuid4()
-    web = turns.memory.create_conversation(person)
-    say = lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))  # noqa: E731
+    say = on_web(turns, person)
     fake_anthropic.answer = lambda body: "Sure."
     assert say("hello", "m-0").outcome is Outcome.ANSWERED
-    fake_anthropic.behaviour = "529"
-    assert say(f"explain {REFUSAL_TRIGGER}", "m-a").outcome is Outcome.FALLBACK
-    fake_anthropic.behaviour = "ok"
+    unanswered(fake_anthropic, say, f"explain {REFUSAL_TRIGGER}", "m-a")
     assert say("never mind", "m-b").outcome is Outcome.DECLINED
     assert [say(f"question {n}", f"m-c{n}").outcome for n in range(2)] == [Outcome.ANSWERED] * 2
     assert [(role, declined) for role, _, declined in stored(database_url, person)] == [
@@ -209,12 +230,10 @@ def test_marking_a_declined_turn_never_reaches_another_persons_messages(
     it was: only the declined person's messages are marked."""
     person, other = uuid.uuid4(), uuid.uuid4()
     fake_anthropic.answer = lambda body: "Sure."
-    said = lambda who, text, key: turns.run(TurnRequest(Surface.TELEGRAM, text, key, user_id=who, deadline_s=30))  # noqa: E731
-    assert said(person, "hello", "p-1").outcome is Outcome.ANSWERED
-    fake_anthropic.behaviour = "529"
-    assert said(other, "my own question", "o-1").outcome is Outcome.FALLBACK
-    fake_anthropic.behaviour = "ok"
-    assert said(person, f"explain {REFUSAL_TRIGGER}", "p-2").outcome is Outcome.DECLINED
+    mine = on_chat(turns, person)
+    assert mine("hello", "p-1").outcome is Outcome.ANSWERED
+    unanswered(fake_anthropic, on_chat(turns, other), "my own question", "o-1")
+    assert mine(f"explain {REFUSAL_TRIGGER}", "p-2").outcome is Outcome.DECLINED
     assert stored(database_url, other) == [("user", "my own question", False)]
 
 
@@ -227,26 +246,13 @@ def test_a_message_declined_with_a_later_turn_is_a_duplicate_when_it_comes_again
     500: its window was empty)."""
     person = uuid.uuid4()
     fake_anthropic.answer = lambda body: "Sure."
-    chat = lambda text, key: turns.run(  # noqa: E731
-        TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30), RecordingChannel()
-    )
-    assert chat("hello", "u-0").outcome is Outcome.ANSWERED
-    fake_anthropic.behaviour = "529"
-    assert chat(f"explain {REFUSAL_TRIGGER}", "u-1").outcome is Outcome.FALLBACK
-    fake_anthropic.behaviour = "ok"
-    assert chat("never mind", "u-2").outcome is Outcome.DECLINED
-    asked = len(fake_anthropic.requests)
-    assert chat(f"explain {REFUSAL_TRIGGER}", "u-1").outcome is Outcome.DUPLICATE
-    assert len(fake_anthropic.requests) == asked  # the model is not asked again
-    web = turns.memory.create_conversation(person)
-    say = lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))  # noqa: E731
-    fake_anthropic.behaviour = "529"
-    assert say(f"and {REFUSAL_TRIGGER}", "w-a").outcome is Outcome.FALLBACK
-    fake_anthropic.behaviour = "ok"
-    assert say("forget it", "w-b").outcome is Outcome.DECLINED
-    asked = len(fake_anthropic.requests)
-    assert say(f"and {REFUSAL_TRIGGER}", "w-a").outcome is Outcome.DUPLICATE
-    assert len(fake_anthropic.requests) == asked
+    for say in (on_chat(turns, person), on_web(turns, person)):
+        assert say("hello", uuid.uuid4().hex).outcome is Outcome.ANSWERED
+        unanswered(fake_anthropic, say, f"explain {REFUSAL_TRIGGER}", f"a-{id(say)}")
+        assert say("never mind", uuid.uuid4().hex).outcome is Outcome.DECLINED
+        asked = len(fake_anthropic.requests)
+        assert say(f"explain {REFUSAL_TRIGGER}", f"a-{id(say)}").outcome is Outcome.DUPLICATE
+        assert len(fake_anthropic.requests) == asked  # the model is not asked again
 
 
 def test_a_new_web_conversation_declines_the_chat_message_it_merged(
@@ -257,15 +263,10 @@ def test_a_new_web_conversation_declines_the_chat_message_it_merged(
     answered. Seen failing with the Telegram message unmarked and every next web turn declined."""
     person = uuid.uuid4()
     fake_anthropic.answer = lambda body: "Sure."
-    chat = lambda text, key: turns.run(  # noqa: E731
-        TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30), RecordingChannel()
-    )
+    chat = on_chat(turns, person)
     assert chat("hello", "p-0").outcome is Outcome.ANSWERED
-    fake_anthropic.behaviour = "529"
-    assert chat(f"explain {REFUSAL_TRIGGER}", "p-1").outcome is Outcome.FALLBACK
-    fake_anthropic.behaviour = "ok"
-    web = turns.memory.create_conversation(person)
-    say = lambda text, key: turns.run(TurnRequest(Surface.WEB, text, key, user_id=person, conversation_id=web.id))  # noqa: E731
+    unanswered(fake_anthropic, chat, f"explain {REFUSAL_TRIGGER}", "p-1")
+    say = on_web(turns, person)
     assert say("never mind", "w-1").outcome is Outcome.DECLINED
     assert say("a walk nearby?", "w-2").outcome is Outcome.ANSWERED
 

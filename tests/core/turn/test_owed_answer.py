@@ -42,6 +42,20 @@ def memory(postgres_server: str) -> Iterator[Memory]:
         store.close()
 
 
+def claude_turns(memory: Memory, fake: FakeAnthropic) -> Turns:
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake.url, max_retries=0
+    )
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+
+def job_of(memory: Memory, turns: Turns, channel: RecordingChannel, max_tries: int = 3) -> OwedReplies:
+    """The job over Telegram, its replies into `channel`."""
+    return OwedReplies(
+        memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, max_tries
+    )
+
+
 def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
     memory: Memory, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -49,10 +63,7 @@ def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
     fallback, the message is owed. The job asks again with the follow-up tools, and the list it
     reads is the person's. Seen failing with a request without tools (the model could only say it
     had looked, or that it had cancelled) and, with them, an empty list."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person, chat = uuid.uuid4(), "4040"
 
     def planned(body: dict[str, Any]) -> Any:
@@ -72,7 +83,7 @@ def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
         "You will be told to stretch." if tool_results(body) else [tool_use("list_follow_ups", {})]
     )
     job_channel = RecordingChannel()
-    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    job = job_of(memory, turns, job_channel)
     assert job.run(120).answered == 1
     assert job_channel.sent == ["You will be told to stretch."]
     asked_again = fake_anthropic.requests[-2]
@@ -92,16 +103,13 @@ def test_a_declined_owed_message_is_answered_once_and_never_given_up(
     """The model was down for the person's turn (the fallback, the message owed); the job's try,
     its last, is declined: the declined answer is sent and stored, the run counts it answered, and
     no fallback follows it. Seen failing with the fallback sent after the declined answer."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     fake_anthropic.behaviour = "529"
     asked = TurnRequest(Surface.TELEGRAM, f"hi {REFUSAL_TRIGGER}", "owed-declined", sender_id="4141")
     assert turns.run(asked, RecordingChannel()).outcome is Outcome.FALLBACK
     fake_anthropic.behaviour = "ok"
     job_channel = RecordingChannel()
-    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 1)
+    job = job_of(memory, turns, job_channel, max_tries=1)
     assert job.run(120).answered == 1
     declined = (
         "I can't help with that one, so I'll leave it out of our conversation from here on. Ask me anything else."
@@ -113,10 +121,7 @@ def test_a_declined_owed_message_is_answered_once_and_never_given_up(
 def test_a_message_declined_with_a_later_turn_is_not_owed(memory: Memory, fake_anthropic: FakeAnthropic) -> None:
     """The model was down for A on Telegram (A owed); B's turn merged A in and was declined for it:
     A is part of that declined turn, answered with it, and the job leaves it alone."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     fake_anthropic.behaviour = "529"
     first = TurnRequest(Surface.TELEGRAM, f"hi {REFUSAL_TRIGGER}", "owed-merged-a", sender_id="4242")
     assert turns.run(first, RecordingChannel()).outcome is Outcome.FALLBACK
@@ -124,6 +129,6 @@ def test_a_message_declined_with_a_later_turn_is_not_owed(memory: Memory, fake_a
     second = TurnRequest(Surface.TELEGRAM, "never mind", "owed-merged-b", sender_id="4242")
     assert turns.run(second, RecordingChannel()).outcome is Outcome.DECLINED
     job_channel = RecordingChannel()
-    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: job_channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    job = job_of(memory, turns, job_channel)
     assert job.run(120) == OwedRun(answered=0, failed=0)  # nothing claimed
     assert job_channel.sent == [] and len(fake_anthropic.requests) == 2

@@ -46,6 +46,24 @@ def budgeted(store: PostgresStore) -> Memory:
     return Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000, reply_tokens=321))
 
 
+def photo_turn(
+    store: PostgresStore, fake: FakeAnthropic, describing: FakeAnthropic, external_id: str
+) -> tuple[Turns, TurnRequest]:
+    """A budgeted person's web turn with a receipt's photo: `fake` answers, `describing` describes."""
+    describer = claude(describing, "claude-describe-1")
+    reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, media_limits())
+    model = claude(fake)
+    memory = budgeted(store)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
+    person = uuid.uuid4()
+    web = memory.create_conversation(person)
+    photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
+    asked = TurnRequest(
+        Surface.WEB, "what is this?", external_id, user_id=person, conversation_id=web.id, media=(photo,)
+    )
+    return turns, asked
+
+
 def usage_of(database_url: str, external_id: str) -> list[tuple[int, int]]:
     return rows(
         database_url,
@@ -83,18 +101,8 @@ def test_an_abandoned_stream_with_a_photo_counts_the_descriptions_tokens(
     describing = FakeAnthropic()  # a server of its own: its usage is the description's alone
     try:
         describing.answer = lambda body: "A shop receipt for 42 euros, dated in March."
-        describer = claude(describing, "claude-describe-1")
-        reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, media_limits())
-        model = claude(fake)
-        memory = budgeted(store)
-        turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
         fake.answer = lambda body: "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
-        person = uuid.uuid4()
-        web = memory.create_conversation(person)
-        photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
-        asked = TurnRequest(
-            Surface.WEB, "what is this?", "left-photo", user_id=person, conversation_id=web.id, media=(photo,)
-        )
+        turns, asked = photo_turn(store, fake, describing, "left-photo")
         stream = turns.stream(asked)
         assert [next(stream), next(stream)] == ["alpha ", "bravo "]
         stream.close()  # the tab is closed
@@ -120,18 +128,8 @@ def test_a_description_the_model_declined_counts_what_it_spent(
     try:
         describing.answer = lambda body: "A shop receipt"
         describing.stop_reason = "refusal"
-        describer = claude(describing, "claude-describe-1")
-        reader = MediaReader({Surface.WEB: InlineMedia}, lambda: None, lambda: describer, media_limits())
-        model = claude(fake)
-        memory = budgeted(store)
-        turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
         fake.answer = lambda body: "It looks like a receipt."
-        person = uuid.uuid4()
-        web = memory.create_conversation(person)
-        photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=RECEIPT)
-        asked = TurnRequest(
-            Surface.WEB, "what is this?", "declined-photo", user_id=person, conversation_id=web.id, media=(photo,)
-        )
+        turns, asked = photo_turn(store, fake, describing, "declined-photo")
         assert turns.run(asked).outcome is Outcome.ANSWERED
         [description] = describing.usages
     finally:
