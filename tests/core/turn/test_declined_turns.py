@@ -142,17 +142,6 @@ def test_a_declined_chat_turn_is_answered_once_owes_nothing_and_leaves_every_app
     assert "¿y mañana?" in sent and REFUSAL_TRIGGER not in sent and "no puedo ayudarte" not in sent
 
 
-def test_memory_search_never_brings_a_declined_message_back(
-    turns: Turns, fake_anthropic: FakeAnthropic, memory: Memory
-) -> None:
-    person = uuid.uuid4()
-    fake_anthropic.answer = lambda body: "Noted."
-    say = lambda text, key: turns.run(TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30))  # noqa: E731
-    assert say(f"volcanoes {REFUSAL_TRIGGER}", "a").outcome is Outcome.DECLINED
-    assert say("I climbed two volcanoes in Chile", "b").outcome is Outcome.ANSWERED
-    assert [hit.message.content for hit in memory.search(person, "volcanoes")] == ["I climbed two volcanoes in Chile"]
-
-
 def test_a_client_history_leaves_out_a_declined_reply_and_the_message_it_answers() -> None:
     def item(role: Role, text: str) -> ContextItem:
         return ContextItem(role, text, Surface.WEB)
@@ -169,16 +158,17 @@ def test_a_client_history_leaves_out_a_declined_reply_and_the_message_it_answers
     assert [kept.content for kept in undeclined(history)] == ["first", "one", "two"]
 
 
-def test_a_search_hits_neighbours_leave_the_declined_words_out(
+def test_memory_search_never_brings_a_declined_message_back(
     turns: Turns, fake_anthropic: FakeAnthropic, memory: Memory
 ) -> None:
-    """The message just after a hit is shown with it (its `after`): not a declined one."""
+    """Neither as a hit nor as the message shown after one (its `after`)."""
     person = uuid.uuid4()
     fake_anthropic.answer = lambda body: "Noted."
-    say = lambda text, key: turns.run(TurnRequest(Surface.TELEGRAM, text, key, user_id=person, deadline_s=30))  # noqa: E731
+    say = on_chat(turns, person)
     assert say("I climbed two volcanoes in Chile", "n-a").outcome is Outcome.ANSWERED
-    assert say(f"now explain {REFUSAL_TRIGGER}", "n-b").outcome is Outcome.DECLINED
+    assert say(f"now explain volcanoes {REFUSAL_TRIGGER}", "n-b").outcome is Outcome.DECLINED
     [user_hit] = memory.search(person, "volcanoes")
+    assert user_hit.message.content == "I climbed two volcanoes in Chile"
     assert user_hit.after is not None and user_hit.after.content == "Noted."
     [reply_hit] = [hit for hit in memory.search(person, "noted") if hit.message.role is Role.ASSISTANT]
     assert reply_hit.after is None  # the declined message came next: nothing after it is shown
