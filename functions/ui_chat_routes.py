@@ -75,10 +75,11 @@ def words(message: UIMessage) -> str:
 
 def history_item(message: UIMessage) -> ContextItem | None:
     """An earlier message as the context reads it; a message with no words (only data parts, a
-    system message) is left out. An id that is a stored message's (as the history route and
-    the stream's `start` give them) keeps the other apps' messages from being shown twice."""
+    system message) is left out, and so is a fallback (`unstored`). An id that is a stored message's
+    (as the history route and the stream's `start` give them) keeps the other apps' messages from
+    being shown twice."""
     text = words(message)
-    if message.role == "system" or not text:
+    if message.role == "system" or not text or unstored(message):
         return None
     metadata = message.metadata
     surface = metadata.surface if metadata is not None else Surface.WEB
@@ -86,6 +87,16 @@ def history_item(message: UIMessage) -> ContextItem | None:
     # ASCII digits only: str.isdigit() also takes "²", which int() refuses
     stored_id = int(message.id) if message.id.isascii() and message.id.isdigit() and len(message.id) < 19 else None
     return ContextItem(Role(message.role), text, surface, created_at, stored_id)
+
+
+def unstored(message: UIMessage) -> bool:
+    """A fallback the page was shown (its `data-turn` part says so): never stored, so the stored
+    thread holds the two questions around it as one turn (docs/decisions.md), and so does this."""
+    for part in message.parts:
+        data = getattr(part, "data", None) if part.type == "data-turn" else None
+        if isinstance(data, dict) and data.get("outcome") == "fallback":
+            return True
+    return False
 
 
 def attachment(part: UIFilePart) -> WebAttachment:

@@ -144,14 +144,20 @@ def client_window(items: Sequence[ContextItem], *, limit: int, step: int, max_ch
 
 def undeclined(items: Sequence[tuple[ContextItem, bool]]) -> list[ContextItem]:
     """A web client's history, each item with whether it is marked declined, without the turns the
-    model declined: a marked reply and the person's message it answers (the one right before it),
-    as the stored window leaves both out (context.sql)."""
+    model declined, as the stored window leaves them out (context.sql): a marked message, and a
+    marked reply with the person's unmarked messages right before it (the turn it answered, as the
+    model read it: merged_into_last). A page that keeps the history route's marks has the person's
+    messages marked already: a reply right after a marked one takes nothing more (an earlier
+    message answered later stays)."""
     kept: list[ContextItem] = []
+    after_marked_message = False
     for item, declined in items:
         if not declined:
             kept.append(item)
-        elif kept and kept[-1].role is Role.USER:
-            kept.pop()
+        elif item.role is Role.ASSISTANT and not after_marked_message:
+            while kept and kept[-1].role is Role.USER:  # the whole turn it answered (merged_into_last)
+                kept.pop()
+        after_marked_message = declined and item.role is Role.USER
     return kept
 
 

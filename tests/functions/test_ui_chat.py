@@ -21,7 +21,7 @@ from werkzeug.serving import make_server
 
 from core.errors import InputError
 from core.models import Surface
-from core.turn.request import TurnRequest
+from core.turn.request import Outcome, TurnRequest
 from functions import runtime
 from functions.ui_chat_routes import attachment
 from functions.web_models import UIFilePart
@@ -503,3 +503,97 @@ def test_a_declined_reply_sent_again_keeps_its_mark(
     answer = web.post("/", json=today, headers=bearer(person)).get_json()
     assert (answer["outcome"], answer["declined"]) == ("redelivered", True)
     assert len(fake_anthropic.requests) == 1
+
+
+def kept_by_use_chat(parts: list[Any]) -> dict[str, Any]:
+    """The assistant message `useChat` keeps from a stream: its text and data parts, under `start`'s
+    id, with `finish`'s metadata (the SDK's processUIMessageStream)."""
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    data = [
+        {key: part[key] for key in ("type", "id", "data")}
+        for part in parts
+        if isinstance(part, dict) and part["type"].startswith("data-")
+    ]
+    message = {"id": parts[0].get("messageId", "kept"), "role": "assistant", "parts": [ui_text(text), *data]}
+    finish = next(part for part in parts if isinstance(part, dict) and part["type"] == "finish")
+    if "messageMetadata" in finish:
+        message["metadata"] = finish["messageMetadata"]
+    return message
+
+
+def ui_text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+def test_a_thread_kept_by_use_chat_leaves_out_its_fallbacks_and_declined_turns(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """The page sends its whole thread: the fallback it was shown (never stored) is left out, so the
+    message the model failed on and the next are one turn, as in the stored thread; declined for the
+    first, the turn is left out whole by its reply's mark. Seen failing with every next question
+    declined (the fallback kept the failed message out of the declined turn)."""
+    fake_anthropic.answer = lambda body: "Sure."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    thread: list[dict[str, Any]] = []
+
+    def say(key: str, text: str) -> str:
+        thread.append(ui_message(key, "user", text))
+        parts = parts_of(web.post("/", json=chat_body(chat, *thread), headers=bearer(person)).get_data(as_text=True))
+        thread.append(kept_by_use_chat(parts))
+        return str(next(p for p in parts if isinstance(p, dict) and p["type"] == "data-turn")["data"]["outcome"])
+
+    assert say("m-0", "hello") == "answered"
+    fake_anthropic.behaviour = "529"
+    assert say("m-a", f"explain {REFUSAL_TRIGGER}") == "fallback"
+    fake_anthropic.behaviour = "ok"
+    assert say("m-b", "never mind") == "declined"
+    assert [say(f"m-c{n}", f"question {n}") for n in range(2)] == ["answered"] * 2
+    texts = [block["text"] for message in fake_anthropic.requests[-1]["messages"] for block in message["content"]]
+    assert [text.split("] ", 1)[-1] for text in texts] == ["hello", "Sure.", "question 0", "Sure.", "question 1"]
+
+
+def test_a_web_message_a_chat_turn_declined_is_not_resumed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model was down for a web message (the fallback). The person then writes on Telegram,
+    whose window holds every app's: its turn merges the web message, is declined for it, and marks
+    it. Nothing is left to resume on the web: 204. Seen failing with an empty reply 'resumed' at
+    every page load."""
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    fake_anthropic.behaviour = "529"
+    asked = ui_message("u-w", "user", f"explain {REFUSAL_TRIGGER}")
+    web.post("/", json=chat_body(chat, asked), headers=bearer(person))
+    fake_anthropic.behaviour = "ok"
+    telegram = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "hi", "tg-1", user_id=person, deadline_s=30))
+    assert telegram.outcome is Outcome.DECLINED
+    marked = rows(database_url, "select surface, declined from messages where user_id = %s and role = 'user'", person)
+    assert sorted(marked) == [("telegram", True), ("web", True)]
+    assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204
+
+
+def test_with_the_database_down_a_declined_turn_is_said_and_nothing_stored(
+    web: FlaskClient, environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    down = app_client("web_chat")
+    body = chat_body(str(uuid.uuid4()), ui_message("u-0", "user", "hello"), ui_message("u-1", "user", REFUSAL_TRIGGER))
+    parts = parts_of(down.post("/", json=body, headers=bearer(uuid.uuid4())).get_data(as_text=True))
+    assert parts[-2] == {"type": "finish", "finishReason": "content-filter", "messageMetadata": {"declined": True}}
+    assert (parts[-3]["data"]["outcome"], parts[-3]["data"]["replyId"]) == ("declined", None)  # nothing stored
+
+
+@pytest.mark.parametrize("data", ["fallback", ["outcome", "fallback"], None, {"outcome": 3}])
+def test_a_data_turn_part_of_any_shape_is_read_without_failing(
+    web: FlaskClient, fake_anthropic: FakeAnthropic, data: object
+) -> None:
+    """A page's own (or a forged) `data-turn` part: whatever its `data`, the request is answered."""
+    fake_anthropic.answer = lambda body: "Sure."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    earlier = {"id": "a-0", "role": "assistant", "parts": [ui_text("Hi."), {"type": "data-turn", "data": data}]}
+    body = chat_body(chat, ui_message("u-0", "user", "hello"), earlier, ui_message("u-1", "user", "and now?"))
+    response = web.post("/", json=body, headers=bearer(person))
+    assert response.status_code == 200 and parts_of(response.get_data(as_text=True))[-2]["finishReason"] == "stop"
+    assert [message["role"] for message in fake_anthropic.requests[-1]["messages"]] == ["user", "assistant", "user"]

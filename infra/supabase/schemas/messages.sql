@@ -173,12 +173,12 @@ create or replace function public.unanswered_message(p_user_id uuid, p_conversat
     select case when c.id is null then jsonb_build_object('error', 'conversation_not_found')
            else jsonb_build_object('message', (
                select jsonb_build_object('id', n.id, 'external_id', n.external_id, 'content', n.content)
-                 from (select m.id, m.role, m.surface, m.external_id, m.content
+                 from (select m.id, m.role, m.surface, m.external_id, m.content, m.declined
                          from public.messages m
                         where m.conversation_id = c.id and m.user_id = p_user_id
                         order by m.created_at desc, m.id desc
                         limit 1) n
-                where n.role = 'user' and n.surface = 'web' and n.external_id is not null
+                where n.role = 'user' and n.surface = 'web' and n.external_id is not null and not n.declined
                   and not exists (select from public.messages r where r.in_reply_to = n.id)))
            end
       from (select 1) one

@@ -146,16 +146,24 @@ def test_a_client_history_leaves_out_a_declined_reply_and_the_message_it_answers
     def item(role: Role, text: str) -> ContextItem:
         return ContextItem(role, text, Surface.WEB)
 
-    history = [
+    # The page's own marks (on replies only): a marked reply takes the whole turn it answered.
+    marked_replies = [
         (item(Role.USER, "first"), False),
         (item(Role.ASSISTANT, "one"), False),
+        (item(Role.USER, "unanswered"), False),
         (item(Role.USER, "refused"), False),
         (item(Role.ASSISTANT, "declined"), True),
-        (item(Role.USER, "second"), False),
-        (item(Role.ASSISTANT, "declined, its message not sent"), True),
         (item(Role.ASSISTANT, "two"), False),
     ]
-    assert [kept.content for kept in undeclined(history)] == ["first", "one", "two"]
+    assert [kept.content for kept in undeclined(marked_replies)] == ["first", "one", "two"]
+    # The history route's marks (on both rows): "first", answered after them, stays.
+    marked_rows = [
+        (item(Role.USER, "first"), False),
+        (item(Role.USER, "refused"), True),
+        (item(Role.ASSISTANT, "declined"), True),
+        (item(Role.ASSISTANT, "answer to first"), False),
+    ]
+    assert [kept.content for kept in undeclined(marked_rows)] == ["first", "answer to first"]
 
 
 def test_memory_search_never_brings_a_declined_message_back(
