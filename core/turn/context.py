@@ -147,17 +147,17 @@ def undeclined(items: Sequence[tuple[ContextItem, bool]]) -> list[ContextItem]:
     model declined, as the stored window leaves them out (context.sql): a marked message, and a
     marked reply with the person's unmarked messages right before it (the turn it answered, as the
     model read it: merged_into_last). A page that keeps the history route's marks has the person's
-    messages marked already: a reply right after a marked one takes nothing more (an earlier
-    message answered later stays)."""
+    messages marked already: a reply after a marked message of the person's takes nothing more (one
+    sent while the declined turn ran, unmarked, was answered by its own turn, and stays)."""
     kept: list[ContextItem] = []
-    after_marked_message = False
+    marked_in_turn = False  # one of the person's messages since the last reply is marked: the route's marks
     for item, declined in items:
         if not declined:
             kept.append(item)
-        elif item.role is Role.ASSISTANT and not after_marked_message:
+        elif item.role is Role.ASSISTANT and not marked_in_turn:
             while kept and kept[-1].role is Role.USER:  # the whole turn it answered (merged_into_last)
                 kept.pop()
-        after_marked_message = declined and item.role is Role.USER
+        marked_in_turn = (marked_in_turn or declined) if item.role is Role.USER else False
     return kept
 
 

@@ -156,14 +156,19 @@ def test_a_client_history_leaves_out_a_declined_reply_and_the_message_it_answers
         (item(Role.ASSISTANT, "two"), False),
     ]
     assert [kept.content for kept in undeclined(marked_replies)] == ["first", "one", "two"]
-    # The history route's marks (on both rows): "first", answered after them, stays.
+    # The history route's marks (on the person's messages too): "first", answered after them, stays,
+    # and so does "second", sent from another tab while the declined turn ran (its reply is stored
+    # at the turn's end, after it) and answered by its own turn.
     marked_rows = [
         (item(Role.USER, "first"), False),
         (item(Role.USER, "refused"), True),
+        (item(Role.USER, "second"), False),
         (item(Role.ASSISTANT, "declined"), True),
+        (item(Role.ASSISTANT, "answer to second"), False),
         (item(Role.ASSISTANT, "answer to first"), False),
     ]
-    assert [kept.content for kept in undeclined(marked_rows)] == ["first", "answer to first"]
+    kept = [kept.content for kept in undeclined(marked_rows)]
+    assert kept == ["first", "second", "answer to second", "answer to first"]
 
 
 def test_memory_search_never_brings_a_declined_message_back(
