@@ -238,6 +238,8 @@ class TurnStart:
     attempt: UUID | None = None  # this attempt's id: what ends it must name it
     # A duplicate not answered yet whose attempt may still answer until then.
     answer_by: datetime | None = None
+    # A duplicate declined with a later turn of the person's (turn.sql's mark_declined), which answered it.
+    declined: bool = False
     follow_ups: list[FollowUp] = field(default_factory=list)  # the person's pending ones
     timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
     # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.

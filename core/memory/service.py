@@ -129,6 +129,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         owed=bool(row.get("owed")),
         attempt=UUID(row["attempt"]) if row.get("attempt") else None,
         answer_by=datetime.fromisoformat(row["answer_by"]) if row.get("answer_by") else None,
+        declined=bool(row.get("declined")),
         follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
         timezone=row.get("timezone") or None,
         delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],

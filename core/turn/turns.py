@@ -407,6 +407,14 @@ class Turns:
         if stored is None and start.answer_by is not None:
             wait_s = (start.answer_by - datetime.now(UTC)).total_seconds()
             raise StillAnswering(max(math.ceil(wait_s), 1))
+        if stored is None and start.declined and not request.surface.is_secondary:
+            # Declined with a later turn (whose answer said so): the web, whose page may keep its own
+            # thread, is told again, marked, so that the thread leaves it out; a chat was told.
+            result = self._result(
+                Outcome.DUPLICATE, self._settings.declined(self._language(request, start)), start, figures
+            )
+            result.declined = True
+            return start, figures, result
         if stored is None or (pushes and stored.delivered):
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)

@@ -558,8 +558,8 @@ def test_a_web_message_a_chat_turn_declined_is_not_resumed(
 ) -> None:
     """The model was down for a web message (the fallback). The person then writes on Telegram,
     whose window holds every app's: its turn merges the web message, is declined for it, and marks
-    it. Nothing is left to resume on the web: 204. Seen failing with an empty reply 'resumed' at
-    every page load."""
+    it. Nothing is left to resume on the web: 204; sent again, it is answered as declined. Seen
+    failing with an empty reply 'resumed' at every page load, and an empty answer to the retry."""
     person = uuid.uuid4()
     chat = new_conversation(web, person)
     fake_anthropic.behaviour = "529"
@@ -571,6 +571,14 @@ def test_a_web_message_a_chat_turn_declined_is_not_resumed(
     marked = rows(database_url, "select surface, declined from messages where user_id = %s and role = 'user'", person)
     assert sorted(marked) == [("telegram", True), ("web", True)]
     assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204
+    # The page sends it again: declined already, said again, marked (the thread then leaves it out).
+    again = parts_of(web.post("/", json=chat_body(chat, asked), headers=bearer(person)).get_data(as_text=True))
+    declined = (
+        "I can't help with that one, so I'll leave it out of our conversation from here on. Ask me anything else."
+    )
+    assert "".join(p["delta"] for p in again if isinstance(p, dict) and p["type"] == "text-delta") == declined
+    assert again[-3]["data"]["outcome"] == "duplicate"
+    assert again[-2] == {"type": "finish", "finishReason": "content-filter", "messageMetadata": {"declined": True}}
 
 
 def test_with_the_database_down_a_declined_turn_is_said_and_nothing_stored(

@@ -440,6 +440,8 @@ begin
                                         then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
                 -- Not answered yet, and its attempt may still answer: ask again after this.
                 'answer_by', case when v_reply is null and not v_stored.declined then v_stored.answer_by end,
+                -- declined with a later turn, which answered it (mark_declined)
+                'declined', v_stored.declined,
                 'history', '[]'::json, 'prepend', '[]'::json);
         end if;
     end if;
