@@ -23,8 +23,8 @@ class ClientMessage(BaseModel):
     content: str = Field(max_length=200_000)
     surface: Surface = Surface.WEB
     created_at: datetime | None = None
-    # A reply to a turn the model declined (the history route's `declined`): left out with the
-    # message it answers (core/turn/context.py's undeclined).
+    # Part of a turn the model declined (the history route's `declined`, the JSON answer's): left
+    # out, a reply with the turn it answered (core/turn/context.py's undeclined).
     declined: bool = False
 
 

@@ -77,8 +77,8 @@ def link_command(text: str) -> str | None:
 
 
 def bare_code(text: str) -> bool:
-    """Whether `text` is a code on its own, with no `link` before it."""
-    return _LINK_COMMAND.match(text.strip()) is None and link_command(text) is not None
+    """Whether a text `link_command` read a code from is that code alone, with no `link` before it."""
+    return _LINK_COMMAND.match(text.strip()) is None
 
 
 def six_digits(typed: str) -> str | None:
@@ -310,9 +310,9 @@ class Linking:
         language: `stated` by the request, else as remembered (the command's SQL function answers
         it), else the words of `text`, else DEFAULT_LANGUAGE."""
         language = self._catalogue.choose(stated, text)
-        if isinstance(request, LinkRequest) and request.bare and self._identity.mode == "owner":
-            return LinkAnswer("", language, for_the_thread=True)  # no linking here: nothing to take it for
         if self._identity.mode == "owner":
+            if isinstance(request, LinkRequest) and request.bare:
+                return LinkAnswer("", language, for_the_thread=True)  # no linking here: nothing to take it for
             known = self._identity.resolve(request.surface, request.sender_id) is not None
             if not known:
                 return LinkAnswer(

@@ -292,7 +292,7 @@ class Memory:
             "p_language": language_tag(language),
         }
         function = "finish_turn"
-        if follow_ups and declined is None:  # a declined turn's tools decided nothing (turns.py)
+        if follow_ups:
             function = "finish_turn_follow_ups"
             arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
         else:

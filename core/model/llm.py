@@ -166,7 +166,7 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-def _check_stop(stop_reason: str | None, tools: list[str], stop_details: Any = None) -> None:
+def _check_stop(stop_reason: str | None, tools: list[str], stop_details: Any) -> None:
     """ModelUnavailable for an answer that is not one (docs/design.md, failure policy): a stream
     that ended before the model said why it stopped, a refusal (ModelDeclined: a safety classifier
     stopped it, and its text so far is not an answer), or a tool call the model was cut off
@@ -231,7 +231,7 @@ class AnthropicModel:
         except (anthropic.APIError, ValueError, AttributeError, TypeError) as exc:
             raise _unavailable(exc) from exc
         try:
-            _check_stop(response.stop_reason, [], getattr(response, "stop_details", None))
+            _check_stop(response.stop_reason, [], response.stop_details)
             if not text.strip():
                 raise ModelUnavailable("the model answered with no text")
         except ModelUnavailable as exc:

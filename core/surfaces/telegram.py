@@ -254,13 +254,11 @@ def classify(
             return Notice(message.chat.id, PRIVATE_ONLY, reason, language, str(sender.id))
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
-    delivery = str(update.update_id)
-    command = (
-        chat_command(Surface.TELEGRAM, str(sender.id), text, bot_username=bot_username, delivery=delivery)
-        if commands
-        else None
-    )
-    if message.text and command:
+    sender_id, delivery = str(sender.id), str(update.update_id)
+    reads = commands and message.text  # a command is a text; a caption never is
+    if reads and (
+        command := chat_command(Surface.TELEGRAM, sender_id, text, bot_username=bot_username, delivery=delivery)
+    ):
         return Command(message.chat.id, command, language_code=language)
     if text in ("/start", f"/start@{bot_username}") or (text.startswith("/start ") and not message.caption):
         return Notice(message.chat.id, WELCOME, "start", language, str(sender.id))

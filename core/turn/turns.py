@@ -321,11 +321,12 @@ class Turns:
             except ModelUnavailable as exc:
                 declined = isinstance(exc, ModelDeclined)
                 outcome, figures.error = Outcome.DECLINED if declined else Outcome.FALLBACK, str(exc)
-                said = self._settings.declined(start.language) if declined else self._settings.fallback(start.language)
+                answer = (
+                    self._settings.declined(start.language) if declined else self._settings.fallback(start.language)
+                )
                 # What the model wrote before it was stopped was shown: the answer follows it. A
                 # declined turn stores only the answer (the rest is no answer: Anthropic's page).
-                stored = said
-                said = ("\n\n" if "".join(parts).strip() else "") + said
+                said = ("\n\n" if "".join(parts).strip() else "") + answer
                 parts.append(said)
                 yield said
             text = "".join(parts)
@@ -336,7 +337,7 @@ class Turns:
             if outcome is Outcome.ANSWERED:
                 self._finish(result, start, text, True, learned, tools, store_by)
             elif outcome is Outcome.DECLINED:
-                self._finish(result, start, stored, True, learned, tools, store_by, declined=merged)
+                self._finish(result, start, answer, True, learned, tools, store_by, declined=merged)
             else:
                 self._end_attempt(start, figures, learned)
             yield self._logged(request.surface, result, began)

@@ -66,9 +66,10 @@ create table public.messages (
     replied_to bigint references public.messages (id) on delete set null,
     quoted text,
     edited_at timestamptz,
-    -- The model declined the turn (its stop reason `refusal`): the person's message and the reply
-    -- that said so are both marked, kept and shown, and left out of every later context, as
-    -- Anthropic asks (a conversation that goes on with the refused turn in it is refused again).
+    -- The model declined the turn (its stop reason `refusal`): the reply that said so, the person's
+    -- message and what the turn merged with it (turn.sql's mark_declined) are marked, kept and
+    -- shown, and left out of every later context, as Anthropic asks (a conversation that goes on
+    -- with the refused turn in it is refused again).
     declined boolean not null default false,
     search_text tsvector generated always as (crossmem_private.searchable(content)) stored
 );
