@@ -12,6 +12,7 @@ from uuid import UUID
 
 from core.media.kinds import Attachment, message_kind
 from core.surfaces import Delivery as Delivery
+from core.surfaces import Sent as Sent
 from core.surfaces import Surface as Surface
 from core.surfaces import rules
 
@@ -184,6 +185,8 @@ class StoredReply:
     content: str
     delivered: bool
     declined: bool = False  # the answer to a turn the model declined (turn.sql's finish_turn)
+    # Owed a send from this part (messages.sql's unsent_from); None: delivered, or given up.
+    unsent_from: int | None = None
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from core.memory.digest import DigestLimits
 from core.memory.service import ContextLimits, TurnBudget
 from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
-from core.surfaces import Delivery, Surface, SurfaceAdapter
+from core.surfaces import Delivery, Sent, Surface, SurfaceAdapter
 from core.turn.request import TurnRequest, TurnResult
 from core.turn.turns import Turns
 from functions import runtime
@@ -250,11 +250,14 @@ def web_turn(turns: Turns, person: uuid.UUID, text: str, external_id: str, *, st
 
 
 class RecordingChannel:
-    """A surface's reply channel that keeps what it was given to send, and answers `delivery`."""
+    """A surface's reply channel that keeps what it was given to send (and the part it was asked to
+    start from), and answers `delivery`; owed, with `parts` of the text out (default: none more)."""
 
-    def __init__(self, delivery: Delivery = Delivery.DELIVERED) -> None:
+    def __init__(self, delivery: Delivery = Delivery.DELIVERED, parts: int | None = None) -> None:
         self.delivery = delivery
+        self.parts = parts
         self.sent: list[str] = []
+        self.first_parts: list[int] = []
 
     def show_typing(self, until: float) -> None:
         pass
@@ -262,9 +265,11 @@ class RecordingChannel:
     def draft(self, text: str) -> None:
         pass
 
-    def send(self, text: str, until: float) -> Delivery:
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
         self.sent.append(text)
-        return self.delivery
+        self.first_parts.append(first_part)
+        done = first_part + 1 if self.delivery is Delivery.DELIVERED else first_part
+        return Sent(self.delivery, self.parts if self.parts is not None else done)
 
 
 class FailingStore:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 
 _SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*\s+")
-# A message's later part that fails for a reason that may pass is tried again after these waits:
-# the parts before it are out, and what a failure leads to (a redelivery, the scheduled job) sends
-# the whole text, those parts a second time. (A part the service took but answered after our
-# timeout is sent twice by a retry: one part twice, where the redelivery sent every part before it.)
+# A message's later part that fails for a reason that may pass is tried again after these waits,
+# sooner than what a failure leads to (a redelivery, the scheduled job), which sends from that part
+# (a stored reply's `unsent_from`). (A part the service took but answered after our timeout is sent
+# twice by a retry: the one part the person may read twice.)
 LATER_PART_WAITS_S = (1.0, 2.0)
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from core.channels.live_reply import LiveReply
 from core.channels.splitting import LATER_PART_WAITS_S, split_message
 from core.errors import DeliveryFailed
-from core.models import Delivery
+from core.models import Delivery, Sent
 from core.turn.stopped_generation import StoppedGenerations
 
 if TYPE_CHECKING:
@@ -95,10 +95,22 @@ class TelegramBot:
         """Send a reply as plain text, in parts of at most 4096 characters, before the
         `deadline` (a `clock()` time; default: one HTTP timeout from now); `reply_markup`
         (buttons) goes with the last part."""
+        return self.send_parts(chat_id, text, deadline, reply_markup).delivery
+
+    def send_parts(
+        self,
+        chat_id: int,
+        text: str,
+        deadline: float | None = None,
+        reply_markup: dict[str, Any] | None = None,
+        first_part: int = 0,
+    ) -> Sent:
+        """`send_text` from its part `first_part` (the ones before it went out earlier), and how
+        far it got."""
         deadline = deadline if deadline is not None else self._clock() + self._timeout_s
         parts = split_message(text, TELEGRAM_LIMIT)
-        for index, part in enumerate(parts):
-            payload: dict[str, Any] = {"chat_id": chat_id, "text": part}
+        for index in range(first_part, len(parts)):
+            payload: dict[str, Any] = {"chat_id": chat_id, "text": parts[index]}
             if reply_markup and index == len(parts) - 1:
                 payload["reply_markup"] = reply_markup
             # A later part is tried again while time allows (splitting.py's LATER_PART_WAITS_S).
@@ -111,10 +123,10 @@ class TelegramBot:
                     wait = next(waits, None)
                     if exc.final or wait is None or self._clock() + wait >= deadline:
                         log.error("sending a reply failed", extra={"error": str(exc), "final": exc.final})
-                        return Delivery.GIVEN_UP if exc.final else Delivery.OWED
+                        return Sent(Delivery.GIVEN_UP if exc.final else Delivery.OWED, index)
                     log.warning("sending a reply's later part failed; trying again", extra={"part": index + 1})
                     self._sleep(wait)
-        return Delivery.DELIVERED
+        return Sent(Delivery.DELIVERED, len(parts))
 
     def _send_part(self, payload: dict[str, Any], deadline: float) -> None:
         try:
@@ -197,6 +209,6 @@ class TelegramChannel:
     def stopped_before(self) -> bool:
         return self._before is not None and self._before()
 
-    def send(self, text: str, until: float) -> Delivery:
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
         self._live.stop()  # no draft after the message, nor after the attempt's time
-        return self._bot.send_text(self._chat_id, text, min(until, self._deadline))
+        return self._bot.send_parts(self._chat_id, text, min(until, self._deadline), first_part=first_part)

@@ -27,7 +27,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.splitting import LATER_PART_WAITS_S, split_message
 from core.errors import ConfigurationError, DeliveryFailed
-from core.models import Delivery
+from core.models import Delivery, Sent
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
@@ -116,7 +116,14 @@ class WhatsAppSender:
     def send_text(self, to: str, text: str, until: float | None = None) -> Delivery:
         """`text` in parts Twilio takes; a later part tried again (splitting.py) only while a try
         can end before `until` (a `time.monotonic()` time: the attempt's; None: never again)."""
-        for index, part in enumerate(split_message(text, WHATSAPP_LIMIT)):
+        return self.send_parts(to, text, until).delivery
+
+    def send_parts(self, to: str, text: str, until: float | None = None, first_part: int = 0) -> Sent:
+        """`send_text` from its part `first_part` (the ones before it went out earlier), and how
+        far it got."""
+        parts = split_message(text, WHATSAPP_LIMIT)
+        for index in range(first_part, len(parts)):
+            part = parts[index]
             waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
             delivery = self._create(to=to, body=part)
             while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
@@ -126,8 +133,8 @@ class WhatsAppSender:
                 self._sleep(wait)
                 delivery = self._create(to=to, body=part)
             if delivery is not Delivery.DELIVERED:
-                return delivery
-        return Delivery.DELIVERED
+                return Sent(delivery, index)
+        return Sent(Delivery.DELIVERED, len(parts))
 
     def send_template(self, to: str, content_sid: str, text: str) -> Delivery:
         """An approved template (Twilio's Content API: `ContentSid`, `ContentVariables`) with the
@@ -205,8 +212,8 @@ class WhatsAppChannel:
     def draft(self, text: str) -> None:
         pass  # WhatsApp has no drafts
 
-    def send(self, text: str, until: float) -> Delivery:
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
         # Not started past the attempt's time (core/turn/request.py); once started, every part goes.
         if time.monotonic() >= until:
-            return Delivery.OWED
-        return self._sender.send_text(self._to, text, until)
+            return Sent(Delivery.OWED, first_part)
+        return self._sender.send_parts(self._to, text, until, first_part)

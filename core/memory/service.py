@@ -30,10 +30,12 @@ from core.models import (
     ConversationList,
     ConversationPage,
     ConversationPlace,
+    Delivery,
     FollowUp,
     MemoryHit,
     Person,
     PlatformMessage,
+    Sent,
     StoredMessage,
     StoredReply,
     Surface,
@@ -42,7 +44,7 @@ from core.models import (
     stored_messages,
 )
 from core.phrases.language import language_tag
-from core.stores.store import MemoryStore
+from core.stores.store import JsonScalar, MemoryStore
 
 log = logging.getLogger("crossmem.memory")
 # The longest question a search takes (the web's GET /search refuses a longer one; the model's is cut).
@@ -119,7 +121,11 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         message_id=int(row["message_id"]),
         duplicate=bool(row["duplicate"]),
         reply=StoredReply(
-            int(reply["id"]), str(reply["content"]), bool(reply["delivered"]), bool(reply.get("declined"))
+            int(reply["id"]),
+            str(reply["content"]),
+            bool(reply["delivered"]),
+            bool(reply.get("declined")),
+            None if reply.get("unsent_from") is None else int(reply["unsent_from"]),
         )
         if reply
         else None,
@@ -259,6 +265,7 @@ class Memory:
         reply: str,
         *,
         delivered: bool = True,
+        unsent_from: int | None = None,
         tokens: int = 0,
         user_content: str | None = None,
         follow_ups: dict[str, Any] | None = None,
@@ -273,7 +280,8 @@ class Memory:
         budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
         (`reply_id`, the one its begin_turn reserved, else the next), or None if it could not be
         stored: tried again (FINISH_RETRY_WAITS_S) while a try can end within `retry_for_s` (a
-        retried call stores and counts nothing twice). `user_content`:
+        retried call stores and counts nothing twice). `delivered`: whether it reached the person;
+        if not, `unsent_from` (when it is owed a send) is the part a later send starts from. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; `declined`: the model declined the turn
@@ -285,6 +293,7 @@ class Memory:
             "p_user_message_id": user_message_id,
             "p_content": storable(reply) or " ",
             "p_delivered": delivered,
+            "p_unsent_from": unsent_from,
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
             "p_reserved": reserved,
@@ -381,11 +390,20 @@ class Memory:
             OwedMessage(Surface(row["surface"]), str(row["sender"]), turn_start(row), int(row["tries"])) for row in rows
         ]
 
-    def mark_delivered(self, user_id: UUID, reply_id: int) -> None:
+    def record_delivery(self, user_id: UUID, reply_id: int, sent: Sent) -> None:
+        """What a send of a reply stored undelivered came to: delivered, owed from a later part, or
+        given up (turn.sql's record_delivery). Not recorded (the database away): it stays owed from
+        where it was, and is sent from there again."""
+        arguments: dict[str, JsonScalar] = {
+            "p_user_id": str(user_id),
+            "p_reply_id": reply_id,
+            "p_delivered": sent.delivery is Delivery.DELIVERED,
+            "p_unsent_from": sent.unsent_from,
+        }
         try:
-            self.store.call("mark_delivered", {"p_user_id": str(user_id), "p_reply_id": reply_id})
+            self.store.call("record_delivery", arguments)
         except StoreUnavailable as exc:
-            log.error("mark_delivered failed", extra={"error": str(exc)})
+            log.error("record_delivery failed", extra={"error": str(exc)})
 
     def edit_message(
         self, person: Person, surface: Surface, platform: PlatformMessage, text: str, edited_at: datetime

@@ -43,7 +43,7 @@ SQL_FUNCTIONS = frozenset(
         "try_follow_up",
         "end_attempt",
         "claim_owed_replies",
-        "mark_delivered",
+        "record_delivery",
         "stop_generation",
         "generation_stopped",
         "edit_message",

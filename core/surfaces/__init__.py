@@ -28,13 +28,14 @@ from importlib.util import find_spec
 from typing import Final, TypeVar
 
 from core.errors import ConfigurationError
-from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceAdapter, SurfaceRules, not_pushed
+from core.surfaces.adapter import Delivery, SayFollowUp, Sent, Surface, SurfaceAdapter, SurfaceRules, not_pushed
 
 __all__ = [
     "RULES",
     "Registry",
     "Delivery",
     "SayFollowUp",
+    "Sent",
     "Surface",
     "SurfaceAdapter",
     "SurfaceRules",

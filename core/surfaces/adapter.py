@@ -7,7 +7,7 @@ model's deadline, the owner's ids under IDENTITY_POLICY=owner, where its media i
 channel an owed reply goes through, and how a due follow-up is said. The rest of the code asks the
 registry (core/surfaces/__init__.py) and never names a surface.
 
-`Surface` and `Delivery` live here, below everything, so that the adapters import nothing from
+`Surface`, `Delivery` and `Sent` live here, below everything, so that the adapters import nothing from
 the package but this module (core/models.py re-exports both).
 """
 
@@ -42,6 +42,22 @@ class Delivery(StrEnum):
     DELIVERED = "delivered"
     GIVEN_UP = "given_up"  # retrying cannot help: the person blocked the bot, the chat is gone
     OWED = "owed"  # may pass (5xx, 429, network, timeout): a redelivery of the update sends it
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What became of a text pushed to a surface, and how far it got: a text longer than the
+    surface takes goes in parts (core/channels/splitting.py), and a later part may fail after the
+    ones before it went out. `parts`: how many are out, those a resend started after included."""
+
+    delivery: Delivery
+    parts: int
+
+    @property
+    def unsent_from(self) -> int | None:
+        """The part a send of the rest starts from, while the text is owed; else None (delivered,
+        or given up): what the reply's row keeps (messages.sql's unsent_from)."""
+        return self.parts if self.delivery is Delivery.OWED else None
 
 
 class SurfaceRules:

@@ -32,7 +32,7 @@ from uuid import UUID
 
 from core.errors import StoreUnavailable
 from core.memory.service import Memory, OwedMessage
-from core.models import Delivery, Surface
+from core.models import Delivery, Sent, Surface
 from core.turn.request import Outcome, ReplyChannel
 from core.turn.turns import ANSWER_MARGIN_S, STORE_MARGIN_S, Turns
 
@@ -115,6 +115,13 @@ class OwedReplies:
                 failed += 1
                 resting.add(person)
                 continue
+            if owed.start.reply is not None:  # its reply is stored, owed a send
+                if self._send_stored(owed, channel, send_by):
+                    answered, failing = answered + 1, None
+                else:
+                    failed += 1
+                    resting.add(person)
+                continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
                 self._give_up(owed, channel, send_by)
                 failed += 1
@@ -124,6 +131,8 @@ class OwedReplies:
             # A declined turn is answered too: its answer is stored, and owes nothing (docs/decisions.md).
             if result.outcome in (Outcome.ANSWERED, Outcome.DECLINED) and result.reply_id is not None:
                 answered, failing = answered + 1, None
+                if result.reply_owed:  # stored, its surface down: sent from where it stopped next run
+                    resting.add(person)
                 continue
             failed += 1
             resting.add(person)
@@ -142,9 +151,36 @@ class OwedReplies:
         said = next((m.content for m in start.history if m.id == start.message_id), "")
         # In the person's language as remembered (claim_owed_replies answers it), else that of their words.
         fallback = self._turns.fallback_reply(said, start.language)
-        delivery = channel.send(fallback, send_by)
-        self._memory.finish_turn(start.user_id, start.message_id, fallback, delivered=delivery is Delivery.DELIVERED)
+        sent = channel.send(fallback, send_by)
+        self._memory.finish_turn(
+            start.user_id,
+            start.message_id,
+            fallback,
+            delivered=sent.delivery is Delivery.DELIVERED,
+            unsent_from=sent.unsent_from,
+        )
         log.warning(
             "an owed message was given up: the fallback was sent",
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
         )
+
+    def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> bool:
+        """A reply stored but owed a send (its surface was down when it was written, or took only
+        its first parts): sent from the part it stopped at, no model asked, and what became of it
+        recorded; past OWED_REPLY_MAX_TRIES tries, given up. Whether it is delivered now."""
+        start, reply = owed.start, owed.start.reply
+        assert reply is not None and start.user_id is not None
+        first_part = reply.unsent_from or 0
+        extra = {"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries}
+        if owed.tries > self._max_tries:
+            self._memory.record_delivery(start.user_id, reply.id, Sent(Delivery.GIVEN_UP, first_part))
+            log.warning("an owed reply was given up: it could not be sent", extra=extra)
+            return False
+        sent = channel.send(reply.content, send_by, first_part)
+        self._memory.record_delivery(start.user_id, reply.id, sent)
+        log.log(
+            logging.INFO if sent.delivery is Delivery.DELIVERED else logging.WARNING,
+            "an owed reply was sent" if sent.delivery is Delivery.DELIVERED else "an owed reply could not be sent",
+            extra={**extra, "from_part": first_part + 1},
+        )
+        return sent.delivery is Delivery.DELIVERED

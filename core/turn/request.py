@@ -12,7 +12,7 @@ from uuid import UUID
 
 from core.media.kinds import MediaRef
 from core.model.llm import Usage
-from core.models import Delivery, PlatformMessage, Surface
+from core.models import PlatformMessage, Sent, Surface
 from core.phrases.catalogue import Catalogue, Phrases
 from core.turn.context import ContextItem as ContextItem  # a web client's history: part of the request
 
@@ -34,8 +34,10 @@ class ReplyChannel(Protocol):
         """The reply so far, as the model writes it (a preview; never stored)."""
         ...
 
-    def send(self, text: str, until: float) -> Delivery:
-        """Deliver the text by `until`; whether it arrived, and if not, whether it is still owed."""
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+        """Deliver the text by `until`, from its part `first_part` (the ones before it went out
+        earlier: a stored reply's `unsent_from`); whether it arrived, and if not, whether it is
+        still owed and from which part."""
         ...
 
 

@@ -31,7 +31,7 @@ from core.media.listening import Listening
 from core.media.turn_media import MediaReader, PreparedMedia, remembered_content
 from core.memory.service import Memory, OwedMessage, storable
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
-from core.models import Delivery, Person, Role, StoredMessage, Surface, TurnStart
+from core.models import Delivery, Person, Role, Sent, StoredMessage, Surface, TurnStart
 from core.phrases.language import language_tag
 from core.turn import tool_loop
 from core.turn.capabilities import TurnState
@@ -63,6 +63,9 @@ ANSWER_MARGIN_S = 10.0
 # less this, or not at all (the message is handed over), so that no reply is stored, nor any
 # sent, once the message may be someone else's to answer.
 STORE_MARGIN_S = 2.0
+# A reply that goes in the caller's own response (the web's stream, WhatsApp's TwiML): delivered
+# as far as the turn can know (the platform's retry of an answer it did not get is a redelivery).
+IN_THE_RESPONSE = Sent(Delivery.DELIVERED, 1)
 
 
 class Turns:
@@ -101,7 +104,8 @@ class Turns:
                 if result.outcome is Outcome.REFUSED:
                     channel.send(result.reply, until)
                 elif result.outcome is Outcome.REDELIVERED:
-                    self._send_stored_reply(result, channel, until)
+                    assert start.reply is not None
+                    self._send_stored_reply(result, channel, until, start.reply.unsent_from or 0)
             return self._logged(request.surface, result, began)
         with self._ended_if_failed(start, figures):
             return self._run_begun(request, start, figures, channel, began, until)
@@ -224,11 +228,12 @@ class Turns:
             outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
         self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is not Outcome.FALLBACK)
-        delivery = Delivery.DELIVERED
+        sent = IN_THE_RESPONSE
         if channel is not None and sends:
-            delivery = channel.send(text, until)
+            sent = channel.send(text, until)
         elif channel is None and self._clock() >= until:
-            delivery = Delivery.OWED  # the caller's response would come after the platform stopped waiting
+            sent = Sent(Delivery.OWED, 0)  # the caller's response would come after the platform stopped waiting
+        delivery = sent.delivery
         if button is not None:
             figures.round_trips += button.checks  # its drafts thread's questions: was it stopped?
         if delivery is not Delivery.DELIVERED:
@@ -242,7 +247,7 @@ class Turns:
             # platform stops waiting for it.
             store_by = min(self._answer_by(began, deadline_s), until if channel is None else math.inf)
             declined = merged if outcome is Outcome.DECLINED else None
-            self._finish(result, start, text, delivery is Delivery.DELIVERED, learned, tools, store_by, declined)
+            self._finish(result, start, text, sent, learned, tools, store_by, declined)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
@@ -335,9 +340,9 @@ class Turns:
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
             store_by = self._answer_by(began, request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                self._finish(result, start, text, True, learned, tools, store_by)
+                self._finish(result, start, text, IN_THE_RESPONSE, learned, tools, store_by)
             elif outcome is Outcome.DECLINED:
-                self._finish(result, start, answer, True, learned, tools, store_by, declined=merged)
+                self._finish(result, start, answer, IN_THE_RESPONSE, learned, tools, store_by, declined=merged)
             else:
                 self._end_attempt(start, figures, learned)
             yield self._logged(request.surface, result, began)
@@ -540,15 +545,15 @@ class Turns:
         rather than asking anything again), and the message is stored as what is known."""
         assert prepared.notice is not None
         first = self._say_first(start, channel, until)
-        delivery = channel.send(prepared.notice, until) if channel is not None else Delivery.DELIVERED
+        sent = channel.send(prepared.notice, until) if channel is not None else IN_THE_RESPONSE
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
         result.follow_ups_first = first
-        if self._handed_over(delivery, until, figures):
+        if self._handed_over(sent.delivery, until, figures):
             self._end_attempt(start, figures, prepared.stored())
             result.reply_owed = True
             return self._logged(surface, result, began)
-        self._finish(result, start, prepared.notice, delivery is Delivery.DELIVERED, prepared.stored())
-        result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
+        self._finish(result, start, prepared.notice, sent, prepared.stored())
+        result.reply_owed = sent.delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
 
     @staticmethod
@@ -708,22 +713,23 @@ class Turns:
         )
         figures.round_trips += 1
 
-    def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel, until: float) -> None:
+    def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel, until: float, first_part: int) -> None:
+        """A reply stored undelivered, sent again by a redelivery from its part `first_part` (those
+        before it went out when it was written), and what became of it recorded."""
         assert result.reply is not None and result.user_id is not None and result.reply_id is not None
-        delivery = channel.send(result.reply, until)
-        if delivery is Delivery.DELIVERED:
-            self.memory.mark_delivered(result.user_id, result.reply_id)
-            result.figures.round_trips += 1
-        else:
+        sent = channel.send(result.reply, until, first_part)
+        self.memory.record_delivery(result.user_id, result.reply_id, sent)
+        result.figures.round_trips += 1
+        if sent.delivery is not Delivery.DELIVERED:
             result.figures.error = "the stored reply could not be delivered"
-        result.reply_owed = delivery is Delivery.OWED
+        result.reply_owed = sent.delivery is Delivery.OWED
 
     def _finish(
         self,
         result: TurnResult,
         start: TurnStart,
         text: str,
-        delivered: bool,
+        sent: Sent,
         learned: str | None = None,
         tools: Toolbox | None = None,
         store_by: float = -math.inf,
@@ -740,7 +746,8 @@ class Turns:
             start.user_id,
             start.message_id,
             text,
-            delivered=delivered,
+            delivered=sent.delivery is Delivery.DELIVERED,
+            unsent_from=sent.unsent_from,
             tokens=result.figures.model_tokens,
             user_content=learned,
             reserved=start.reserved_tokens,

@@ -5,7 +5,7 @@
 `POST /v2/Indicators/Typing.json` (Messaging v2's typing indicators), answered
 `{"success": true}`; both with HTTP basic auth (the account SID and auth token).
 `fail_with(status, code)` answers messages with Twilio's error body instead, e.g. 400 / 63016
-(outside WhatsApp's 24-hour window).
+(outside WhatsApp's 24-hour window); `fail_once_after` and `fail_after` once some were taken.
 
 `GET /2010-04-01/Accounts/{AccountSid}/IncomingPhoneNumbers.json?PhoneNumber=+1...` lists the
 account's numbers in `numbers` (phone number -> its SmsUrl, "When a message comes in") as
@@ -39,6 +39,7 @@ class FakeTwilio:
         self.numbers: dict[str, str] = {}
         self.media: dict[str, tuple[bytes, str]] = {}
         self.failing_after: tuple[int, int, int] | None = None
+        self.down_after: tuple[int, int, int] | None = None
         self.media_requests: list[str] = []
         self.cdn_authorizations: list[str | None] = []
         self._lock = threading.Lock()
@@ -51,6 +52,14 @@ class FakeTwilio:
     def fail_once_after(self, accepted: int, status: int, code: int) -> None:
         """Once `accepted` messages are taken, answer the next one with Twilio's error, once."""
         self.failing_after = (accepted, status, code)
+
+    def fail_after(self, accepted: int, status: int, code: int) -> None:
+        """Once `accepted` messages are taken, answer every next one with Twilio's error, until
+        `recover()`."""
+        self.down_after = (accepted, status, code)
+
+    def recover(self) -> None:
+        self.failure = self.down_after = None
 
     def close(self) -> None:
         self._http.close()
@@ -119,6 +128,8 @@ class FakeTwilio:
                     after, fake.failing_after = fake.failing_after, None
                     if after is not None and len(fake.messages) != after[0]:
                         fake.failing_after, after = after, None
+                    if fake.down_after is not None and len(fake.messages) >= fake.down_after[0]:
+                        after = fake.down_after
                 if after is not None:
                     _, status, code = after
                     return self.answer_json(status, {"code": code, "message": f"error {code}", "status": status})

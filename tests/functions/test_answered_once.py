@@ -24,7 +24,9 @@ import httpx
 import pytest
 from werkzeug.serving import make_server
 
+from core.channels.splitting import split_message
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
+from core.channels.whatsapp import WHATSAPP_LIMIT
 from core.models import Surface
 from core.turn.request import TurnRequest, TurnSettings
 from core.turn.turns import Turns
@@ -304,6 +306,71 @@ def test_a_whatsapp_number_that_twilio_refuses_is_given_up_not_retried(
     second = app_client("memory_digest").post("/", headers=DIGEST).get_json()
     assert second["owed_answered"] == 0
     assert len(fake_anthropic.requests) == asked
+
+
+LONG_ANSWER = " ".join(f"Sentence {n} of a long answer." for n in range(150))  # three WhatsApp messages
+
+
+def reply_state(database_url: str, fields: dict[str, str]) -> list[tuple[int | None, bool]]:
+    """The stored reply to the message as (unsent_from, delivered)."""
+    return rows(
+        database_url,
+        "select unsent_from, delivered_at is not null from messages where in_reply_to = "
+        "(select id from messages where external_id = %s)",
+        fields["MessageSid"],
+    )
+
+
+@pytest.mark.parametrize("taken", [0, 1])
+def test_a_reply_the_job_could_not_send_whole_is_sent_by_its_next_run_from_the_part_it_stopped_at(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    taken: int,
+) -> None:
+    """The job's answer, three WhatsApp messages, meets Twilio's 503 after `taken` of them went
+    out (a later part past its two retries): stored, owed from the part it stopped at. The next
+    run sends the rest, each part once, and asks no model; the run after it sends nothing. Before,
+    the reply was stored undelivered and nothing sent it again: on WhatsApp, lost."""
+    owed_environment(environment, fake_twilio)
+    fake_anthropic.behaviour = "500"
+    fields = form("Tell me everything about the pharmacy.", sender=f"whatsapp:+3464{uuid.uuid4().int % 10**7:07d}")
+    assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: LONG_ANSWER
+    fake_twilio.fail_after(taken, 503, 20500)
+    first = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert (first["owed_answered"], first["owed_failed"]) == (1, 0)  # answered and stored
+    parts = split_message(LONG_ANSWER, WHATSAPP_LIMIT)
+    assert len(parts) == 3 and [m["Body"] for m in fake_twilio.messages] == parts[:taken]
+    assert reply_state(job_database, fields) == [(taken, False)]
+    asked = len(fake_anthropic.requests)
+    fake_twilio.recover()
+    second = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert (second["owed_answered"], second["owed_failed"]) == (1, 0)
+    assert [m["Body"] for m in fake_twilio.messages] == parts and len(fake_anthropic.requests) == asked
+    assert reply_state(job_database, fields) == [(None, True)]
+    third = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+    assert (third["owed_answered"], third["owed_failed"]) == (0, 0) and len(fake_twilio.messages) == 3
+
+
+def test_a_reply_that_cannot_be_sent_is_given_up_after_the_jobs_tries(
+    environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Twilio down for every try of the job (OWED_REPLY_MAX_TRIES, here 2): the reply stays stored,
+    the job's next claim gives it up, and later runs leave it alone."""
+    owed_environment(environment, fake_twilio)
+    environment.setenv("OWED_REPLY_MAX_TRIES", "2")
+    fake_anthropic.behaviour = "500"
+    fields = form("hello?", sender=f"whatsapp:+3465{uuid.uuid4().int % 10**7:07d}")
+    assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    fake_anthropic.behaviour = "ok"
+    fake_twilio.fail_with(503, 20500)
+    runs = [app_client("memory_digest").post("/", headers=DIGEST).get_json() for _ in range(4)]
+    assert [(run["owed_answered"], run["owed_failed"]) for run in runs] == [(1, 0), (0, 1), (0, 1), (0, 0)]
+    assert fake_twilio.messages == [] and reply_state(job_database, fields) == [(None, False)]
+    assert len(fake_anthropic.requests) == 2  # the webhook's, the job's first: a resend asks no model
 
 
 # A web client that hangs up mid-stream.
@@ -743,9 +810,10 @@ def test_a_reply_held_up_by_a_429_past_answer_by_is_not_sent_late_and_the_messag
     ]
     assert rows(job_database, "select count(*) from messages where delivered_at is not null") == [(1,)]
     # The 41 s would have ended past the attempt's time: not waited. Its reply, stored before
-    # answer_by, is sent by the redelivery; the job finds the message answered.
+    # answer_by and owed a send, is sent by whichever comes first, here the job; the redelivery
+    # then finds it delivered.
     assert clock.slept == [] and result.reply_owed
-    assert [(run["owed_answered"], run["owed_failed"]) for run in jobs] == [(0, 0)]
+    assert [(run["owed_answered"], run["owed_failed"]) for run in jobs] == [(1, 0)]
 
 
 def test_an_attempt_whose_time_ran_out_before_it_sent_hands_the_message_over_and_it_is_answered_once(

@@ -21,7 +21,7 @@ from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import MAIN, TELEGRAM_HEADERS, app_client, as_owner, stored_turn, update
+from tests.helpers import MAIN, TELEGRAM_HEADERS, app_client, as_owner, rows, stored_turn, update
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "telegram"
 
@@ -466,3 +466,37 @@ def test_a_later_part_that_fails_for_a_moment_is_sent_again_and_the_first_not_tw
     assert response.status_code == 200 and response.get_json()["outcome"] == "answered"
     parts = split_message(long, TELEGRAM_LIMIT)
     assert [call["text"] for call in fake_telegram.sent()] == parts and len(parts) == 2
+
+
+def test_a_later_part_that_keeps_failing_is_sent_alone_by_the_redelivery(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A reply of two parts whose second meets 502s past its two retries: the webhook asks for a
+    redelivery, and the redelivery sends the second part alone (the stored reply is owed from it),
+    not the whole reply: the person has each part once. The notes of two sessions had left this."""
+    environment.setenv("TELEGRAM_DRAFTS", "false")
+    long = " ".join(f"Sentence {n} of a long answer." for n in range(250))
+    fake_anthropic.answer = lambda body: long
+
+    def down_after_the_first_part(method: str, payload: dict[str, Any]) -> None:
+        if method == "sendMessage" and len(fake_telegram.sent()) == 1:
+            fake_telegram.fail_with("gateway")
+
+    fake_telegram.before_answer = down_after_the_first_part
+    body = update("tell me everything", user_id=6_100_004)
+    client = app_client("telegram_webhook")
+    first = client.post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert first.status_code == 503 and first.get_json()["error"] == "reply_owed"
+    parts = split_message(long, TELEGRAM_LIMIT)
+    assert [call["text"] for call in fake_telegram.sent()] == parts[:1] and len(parts) == 2
+    reply = "select unsent_from, delivered_at is not null from messages where role = 'assistant' and user_id = %s"
+    [(person,)] = rows(database_url, "select user_id from identities where external_id = '6100004'")
+    assert rows(database_url, reply, person) == [(1, False)]
+    fake_telegram.before_answer = None
+    fake_telegram.recover()
+    again = client.post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert again.status_code == 200 and again.get_json() == {"ok": True, "outcome": "redelivered"}
+    assert [call["text"] for call in fake_telegram.sent()] == parts
+    assert rows(database_url, reply, person) == [(None, True)]
+    assert client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+    assert [call["text"] for call in fake_telegram.sent()] == parts and len(fake_anthropic.requests) == 1

@@ -209,6 +209,7 @@ create function public.finish_turn_follow_ups(
     p_user_message_id bigint,
     p_content text,
     p_delivered boolean,
+    p_unsent_from integer,
     p_tokens integer,
     p_user_content text,
     p_follow_ups text,
@@ -218,8 +219,8 @@ create function public.finish_turn_follow_ups(
     p_language text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
-    v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_tokens,
-                                         p_user_content, p_reserved, p_reply_id, p_language, null);
+    v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_unsent_from,
+                                         p_tokens, p_user_content, p_reserved, p_reply_id, p_language, null);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
     v_asked record;
     v_item record;

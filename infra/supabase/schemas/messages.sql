@@ -51,6 +51,11 @@ create table public.messages (
     in_reply_to bigint references public.messages (id) on delete cascade,
     -- When the reply reached the person; null while a surface still owes it.
     delivered_at timestamptz,
+    -- A reply stored before all of it reached the person, for a reason that may pass (the surface
+    -- down, a later part refused after the ones before it went out): its first part not yet sent
+    -- (0: none was), which a redelivery or the scheduled job sends from, once (owed_replies.sql);
+    -- null once it is delivered or given up, and on every other row.
+    unsent_from smallint check (unsent_from >= 0),
     created_at timestamptz not null default clock_timestamp(),
     -- The begin_turn call that stored it (a random token): the same call retried after its
     -- connection died recognises its own message and is not a redelivery.

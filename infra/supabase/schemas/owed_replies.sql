@@ -13,6 +13,9 @@
 -- longest owed; p_skip_users (comma-separated) are people the run has already had its share of.
 -- A message whose reply the person stopped (Telegram's stop button, messages.sql) is not owed:
 -- they asked for no more of it (docs/decisions.md, Stop means stop).
+-- A message whose reply is stored but owed a send (messages.sql's unsent_from: the surface was
+-- down when it was written) is claimed alike, with that reply ('reply'), which the job sends from
+-- the part it stopped at; it asks no model, so the person's budget does not hold it.
 -- Within the budget: a person past it (budget.sql's turn_budget_until, with
 -- TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY, as begin_turn checks a redelivery's) is left
 -- alone, untried, until the budget frees or the message ages out, as their own message would be
@@ -31,6 +34,7 @@ declare
     v_message record;
     v_attempt uuid;
     v_tries integer;
+    v_reply jsonb;
 begin
     if p_limit <= 0 then
         return v_claimed;
@@ -47,9 +51,11 @@ begin
                    and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
                    and m.surface = any (string_to_array(p_surfaces, ','))
                    and (m.answer_by is null or m.answer_by <= v_now)
-                   and not exists (select from public.messages r where r.in_reply_to = m.id)
-                   -- part of a turn the model declined (turn.sql's finish_turn): answered with it
-                   and not m.declined
+                   -- no reply, nor part of a turn the model declined (turn.sql's finish_turn: answered
+                   -- with it); or a reply owed a send
+                   and (not exists (select from public.messages r where r.in_reply_to = m.id) and not m.declined
+                        or exists (select from public.messages r
+                                    where r.in_reply_to = m.id and r.unsent_from is not null))
                    -- the person stopped its reply (messages.sql): not wanted, not owed
                    and not exists (select from public.stopped_generations s where s.message_id = m.id)
                    and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
@@ -58,15 +64,17 @@ begin
         select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at into v_message
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
-           and not exists (select from public.messages r where r.in_reply_to = m.id)
-           and not m.declined
+           and (not exists (select from public.messages r where r.in_reply_to = m.id) and not m.declined
+                or exists (select from public.messages r where r.in_reply_to = m.id and r.unsent_from is not null))
            and not exists (select from public.stopped_generations s where s.message_id = m.id)
            for update of m skip locked;
         if not found then
             continue;
         end if;
-        if v_budgeted and public.turn_budget_until(v_message.user_id, p_turns_per_minute, p_turns_per_day,
-                                                   p_tokens_per_day) is not null then
+        v_reply := crossmem_private.stored_reply(v_message.id, v_message.user_id);
+        if v_reply is null and v_budgeted
+           and public.turn_budget_until(v_message.user_id, p_turns_per_minute, p_turns_per_day,
+                                        p_tokens_per_day) is not null then
             continue;
         end if;
         update public.messages m
@@ -78,10 +86,14 @@ begin
             'user_id', v_message.user_id, 'conversation_id', v_message.conversation_id,
             'conversation_surface', v_message.surface, 'message_id', v_message.id,
             'surface', v_message.surface, 'sender', v_message.sender, 'created_at', v_message.created_at,
-            'duplicate', false, 'owed', true, 'reply', null, 'prepend', '[]'::jsonb,
-            'history', public.context_window(v_message.user_id, null,
-                                             v_message.created_at - make_interval(hours => p_window_hours),
-                                             v_message.created_at, v_message.id, p_max_messages, p_window_step, null),
+            'duplicate', false, 'owed', true, 'reply', v_reply, 'prepend', '[]'::jsonb,
+            -- a reply to send needs no context
+            'history', case when v_reply is null
+                            then public.context_window(v_message.user_id, null,
+                                                       v_message.created_at - make_interval(hours => p_window_hours),
+                                                       v_message.created_at, v_message.id, p_max_messages,
+                                                       p_window_step, null)
+                            else '[]'::json end,
             'notes', (select n.content from public.memory_notes n
                        where n.user_id = v_message.user_id and n.revision > 0),
             -- the person's clock, which the context's tags are shown on, and their language, which

@@ -135,12 +135,13 @@ begin
 end;
 $$;
 
--- The reply stored for a user message, or null: {"id", "content", "delivered", "declined"}.
+-- The reply stored for a user message, or null: {"id", "content", "delivered", "declined",
+-- "unsent_from"} (messages.sql: the part a send of it starts from, while it is owed).
 create or replace function crossmem_private.stored_reply(p_message_id bigint, p_user_id uuid)
     returns jsonb language plpgsql stable set search_path = '' as $$
 begin
     return (select jsonb_build_object('id', r.id, 'content', r.content, 'delivered', r.delivered_at is not null,
-                                      'declined', r.declined)
+                                      'declined', r.declined, 'unsent_from', r.unsent_from)
               from public.messages r
              where r.in_reply_to = p_message_id and r.user_id = p_user_id);
 end;
@@ -429,6 +430,18 @@ begin
         -- A message a later turn declined with itself (turn.sql's mark_declined) is answered by it.
         v_owed := v_reply is null and not v_stored.declined
                   and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
+        if v_reply->>'unsent_from' is not null then
+            -- Its reply is stored and owed a send (messages.sql's unsent_from): this delivery sends
+            -- it, holding the message as an attempt does, unless another is sending it now (the
+            -- scheduled job, another delivery): then it asks again later, as for an answer.
+            if v_stored.answer_by > v_now then
+                v_reply := null;
+            else
+                update public.messages m
+                   set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = p_attempt
+                 where m.id = v_stored.message_id;
+            end if;
+        end if;
         if not v_owed then
             return json_build_object(
                 'user_id', v_user, 'conversation_id', v_stored.conversation_id,
@@ -438,8 +451,9 @@ begin
                 -- a WhatsApp answer repeated: with the held follow-ups it said first
                 'delivered_first', case when p_surface = 'whatsapp'
                                         then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
-                -- Not answered yet, and its attempt may still answer: ask again after this.
-                'answer_by', case when v_reply is null and not v_stored.declined then v_stored.answer_by end,
+                -- Not answered yet (or its reply being sent), and its attempt may still: ask again after this.
+                'answer_by', case when v_reply is null and (not v_stored.declined or v_stored.answer_by > v_now)
+                                  then v_stored.answer_by end,
                 -- declined with a later turn, which answered it (mark_declined)
                 'declined', v_stored.declined,
                 'history', '[]'::json, 'prepend', '[]'::json);
@@ -572,6 +586,10 @@ create or replace function public.finish_turn(
     p_user_message_id bigint,
     p_content text,
     p_delivered boolean,
+    -- not delivered for a reason that may pass: the first part not sent (messages.sql's
+    -- unsent_from), and the message is free at once for the redelivery or the job to send it from
+    -- there; null: delivered, or given up
+    p_unsent_from integer,
     p_tokens integer,
     p_user_content text,
     p_reserved integer,
@@ -602,10 +620,11 @@ begin
     ), stored as (
         -- `overriding system value`: the id is the identity's own, drawn earlier (begin_turn).
         insert into public.messages (id, conversation_id, user_id, surface, role, content, in_reply_to, delivered_at,
-                                     declined)
+                                     unsent_from, declined)
         overriding system value
         select coalesce(p_reply_id, nextval('public.messages_id_seq')), a.conversation_id, a.user_id, a.surface,
-               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end, p_declined is not null
+               'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end,
+               case when not p_delivered then p_unsent_from end, p_declined is not null
           from asked a
         on conflict (in_reply_to) where in_reply_to is not null do nothing
         returning id, conversation_id, user_id
@@ -621,6 +640,10 @@ begin
         perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, null);
         if p_declined is not null then
             perform crossmem_private.mark_declined(v_owner, p_user_message_id, p_declined);
+        end if;
+        if p_unsent_from is not null and not p_delivered then
+            update public.messages m set answer_by = clock_timestamp()
+             where m.id = p_user_message_id and m.user_id = v_owner;
         end if;
     else
         select r.id into v_reply_id
@@ -670,17 +693,30 @@ begin
 end;
 $$;
 
--- A reply stored but not delivered (the surface was down) that a redelivery has now sent; the
--- message may since belong to the person its sender was merged into.
-create or replace function public.mark_delivered(p_user_id uuid, p_reply_id bigint)
-    returns jsonb language sql set search_path = '' as $$
+-- What a send of a reply stored but not delivered (the surface was down) came to, by a redelivery
+-- or the scheduled job: delivered (p_delivered), still owed from part p_unsent_from (the message
+-- free at once for the next to try), or given up (neither). The message may since belong to the
+-- person its sender was merged into.
+create or replace function public.record_delivery(
+    p_user_id uuid, p_reply_id bigint, p_delivered boolean, p_unsent_from integer
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_reply record;
+begin
     update public.messages m
-       set delivered_at = clock_timestamp()
-     where m.id = p_reply_id and m.delivered_at is null
+       set delivered_at = case when p_delivered then clock_timestamp() end,
+           unsent_from = case when not p_delivered then p_unsent_from end
+     where m.id = p_reply_id and m.role = 'assistant' and m.delivered_at is null
        and (m.user_id = p_user_id
             or exists (select from public.merged_people x
                         where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
-    returning jsonb_build_object('reply_id', m.id);
+    returning m.id, m.in_reply_to, m.user_id into v_reply;
+    if v_reply.id is not null and p_unsent_from is not null and not p_delivered then
+        update public.messages m set answer_by = clock_timestamp()
+         where m.id = v_reply.in_reply_to and m.user_id = v_reply.user_id;
+    end if;
+    return jsonb_build_object('reply_id', v_reply.id);
+end;
 $$;
 
 -- A person's correction of their own message (a Telegram edited_message): its text replaced, with

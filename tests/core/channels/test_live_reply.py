@@ -13,7 +13,7 @@ import pytest
 from core.channels.live_reply import LiveReply
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.errors import StoreUnavailable
-from core.models import Delivery
+from core.models import Delivery, Sent
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import BOT_TOKEN, MovedClock
 
@@ -91,7 +91,7 @@ def test_stop_ends_the_drafts_and_nothing_reaches_telegram_after_the_message(
     channel.draft("Hel")
     eventually(lambda: bool(fake.sent("sendMessageDraft")))
     channel.draft("Hello")  # waits for the next draft's turn, a second later
-    assert channel.send("Hello, Ana.", clock.now + 60) is Delivery.DELIVERED
+    assert channel.send("Hello, Ana.", clock.now + 60) == Sent(Delivery.DELIVERED, 1)
 
     clock.now += 10  # a thread still running would now send its draft, and typing
     channel.draft("Hello, Ana.")  # as a late piece of the model's text would wake it
@@ -111,7 +111,7 @@ def test_the_drafts_end_with_the_attempts_time(fake: FakeTelegram, bot: Telegram
     clock.now += 31
     channel.draft("Hello")
     time.sleep(0.3)
-    assert channel.send("Hello, Ana.", clock.now - 1) is Delivery.OWED
+    assert channel.send("Hello, Ana.", clock.now - 1) == Sent(Delivery.OWED, 0)
     assert [method for method in methods(fake) if method != "sendChatAction"] == ["sendMessageDraft"]
 
 

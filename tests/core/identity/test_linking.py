@@ -24,7 +24,7 @@ from core.identity.linking import (
 )
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
-from core.models import Person, Role, Surface
+from core.models import Delivery, Person, Role, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.telegram import Command, TelegramUpdate
 from core.surfaces.telegram import classify as classify_telegram
@@ -474,7 +474,7 @@ def test_a_reply_written_after_its_question_was_merged_is_stored_with_it(
     assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(web_person).code).status is LinkStatus.LINKED
     reply_id = memory.finish_turn(asked.user_id, asked.message_id, "yes, here", delivered=False)
     assert reply_id is not None
-    memory.mark_delivered(asked.user_id, reply_id)
+    memory.record_delivery(asked.user_id, reply_id, Sent(Delivery.DELIVERED, 1))
     assert rows(database_url, "select user_id, delivered_at is not null from messages where id = %s", reply_id) == [
         (web_person, True)
     ]

@@ -97,13 +97,13 @@ def test_a_reply_that_cannot_be_stored_is_still_the_web_answer(turns: Turns, fai
     assert result.figures.error == "the reply could not be stored"
 
 
-def test_a_mark_delivered_failure_does_not_escape_and_the_reply_stays_owed_in_the_database(
+def test_a_record_delivery_failure_does_not_escape_and_the_reply_stays_owed_in_the_database(
     turns: Turns, failing: FailingStore, database_url: str
 ) -> None:
     person = uuid.uuid4()
     first = turns.run(telegram(person, "7"), RecordingChannel(Delivery.OWED))
     assert first.reply_owed
-    failing.failing = {"mark_delivered"}
+    failing.failing = {"record_delivery"}
     channel = RecordingChannel()
     again = turns.run(telegram(person, "7"), channel)
     assert again.outcome is Outcome.REDELIVERED and channel.sent == [first.reply]
@@ -122,6 +122,28 @@ def test_a_redelivered_reply_that_fails_again_is_not_marked_delivered(turns: Tur
     assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
     turns.run(telegram(person, "8"), RecordingChannel())
     assert thread_of(database_url, person) == [("user", None), ("assistant", True)]
+
+
+def test_a_reply_whose_later_part_failed_is_sent_from_that_part_by_each_redelivery(
+    turns: Turns, database_url: str
+) -> None:
+    """A reply of which the first part went out and the second failed for a reason that may pass:
+    stored owed from its second part; the redelivery sends from there (never the first part
+    again), and one that gets a part further is recorded so, and the next starts after it."""
+    person = uuid.uuid4()
+    first = turns.run(telegram(person, "9"), RecordingChannel(Delivery.OWED, parts=1))
+    assert first.outcome is Outcome.ANSWERED and first.reply_owed
+    unsent = "select unsent_from, delivered_at is not null from messages where user_id = %s and role = 'assistant'"
+    assert rows(database_url, unsent, person) == [(1, False)]
+    further = RecordingChannel(Delivery.OWED, parts=2)
+    assert turns.run(telegram(person, "9"), further).reply_owed
+    assert further.first_parts == [1] and rows(database_url, unsent, person) == [(2, False)]
+    last = RecordingChannel()
+    again = turns.run(telegram(person, "9"), last)
+    assert again.outcome is Outcome.REDELIVERED and not again.reply_owed
+    assert last.sent == [first.reply] and last.first_parts == [2]
+    assert rows(database_url, unsent, person) == [(None, True)]
+    assert turns.run(telegram(person, "9"), RecordingChannel()).outcome is Outcome.DUPLICATE
 
 
 def racing(database_url: str, runners: int, action: Callable[[Memory, int], TurnStart]) -> list[TurnStart]:

@@ -17,7 +17,7 @@ from core.errors import ModelUnavailable
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall
-from core.models import Delivery, Role, Surface
+from core.models import Delivery, Role, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn import tool_loop
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
@@ -163,9 +163,9 @@ class Drafts:
     def draft(self, text: str) -> None:
         self.drafts.append(text)
 
-    def send(self, text: str, until: float) -> Delivery:
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
         self.sent.append(text)
-        return Delivery.DELIVERED
+        return Sent(Delivery.DELIVERED, 1)
 
 
 def test_drafts_and_the_web_stream_follow_the_answer_across_rounds(

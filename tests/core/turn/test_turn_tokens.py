@@ -17,7 +17,7 @@ from core.media.kinds import MediaKind, MediaRef
 from core.media.turn_media import MediaReader
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Delivery, Surface
+from core.models import Delivery, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.estimate import IMAGE_TOKENS, turn_estimate
@@ -170,8 +170,8 @@ class FailingChannel:
     def draft(self, text: str) -> None:
         pass
 
-    def send(self, text: str, until: float) -> Delivery:
-        return Delivery.DELIVERED
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+        return Sent(Delivery.DELIVERED, 1)
 
 
 def owed_now(database_url: str, external_id: str) -> list[tuple[bool]]:
