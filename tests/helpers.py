@@ -280,6 +280,9 @@ class FailingStore:
         self.failing: set[str] = set(failing)
         self.failing_times: dict[str, int] = {}  # a function's next calls that fail, then it answers
         self.final = False  # the failures are the database's answer that asking again cannot change
+        # A function's next call runs, and its answer is lost with the connection: the store asks
+        # again with the same arguments (PostgresStore does, once).
+        self.answers_lost: set[str] = set()
         self.calls: list[str] = []
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
@@ -289,6 +292,9 @@ class FailingStore:
             raise StoreUnavailable(f"{function} failed: OperationalError", final=self.final)
         if function in self.failing:
             raise StoreUnavailable(f"{function} failed: OperationalError", final=self.final)
+        if function in self.answers_lost:
+            self.answers_lost.discard(function)
+            self.store.call(function, arguments)
         return self.store.call(function, arguments)
 
     def close(self) -> None:

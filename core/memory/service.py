@@ -390,13 +390,15 @@ class Memory:
             OwedMessage(Surface(row["surface"]), str(row["sender"]), turn_start(row), int(row["tries"])) for row in rows
         ]
 
-    def record_delivery(self, user_id: UUID, reply_id: int, sent: Sent) -> None:
+    def record_delivery(self, user_id: UUID, reply_id: int, attempt: UUID | None, sent: Sent) -> None:
         """What a send of a reply stored undelivered came to: delivered, owed from a later part, or
-        given up (turn.sql's record_delivery). Not recorded (the database away): it stays owed from
-        where it was, and is sent from there again."""
+        given up (turn.sql's record_delivery), by the one holding its message (`attempt`: the
+        token its begin_turn or the job's claim answered). Not recorded (the database away): it
+        stays owed from where it was, and is sent from there again."""
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(user_id),
             "p_reply_id": reply_id,
+            "p_attempt": None if attempt is None else str(attempt),
             "p_delivered": sent.delivery is Delivery.DELIVERED,
             "p_unsent_from": sent.unsent_from,
         }

@@ -1,9 +1,12 @@
 """Owed replies: messages stored and never answered, answered by the scheduled job.
 
 A message is owed when it has no reply and its attempt can no longer answer (its instance
-died, its model call ended in the fallback). The same delivery again answers it (a Telegram
-redelivery, a web retry), but Twilio does not redeliver and Telegram gives up, so the
-scheduled job answers the Telegram and WhatsApp ones younger than OWED_REPLY_MAX_AGE: it
+died, its model call ended in the fallback), or when its reply is stored but owed a send (the
+surface refused it for a reason that may pass, maybe after its first parts): that reply is sent
+from the part it stopped at, no model asked, at each run while the message is young enough; a
+run whose sends fail for two people stops (the surface is down for everyone). The same
+delivery again answers it (a Telegram redelivery, a web retry), but Twilio does not redeliver
+and Telegram gives up, so the scheduled job answers the Telegram and WhatsApp ones younger than OWED_REPLY_MAX_AGE: it
 takes each over in the database (one attempt at a time, whoever asks), asks the model once,
 sends the reply through the Bot API or Twilio's Messages API and stores it. Older ones are
 left to the person's next message, as a reply minutes late reads as an answer and one an
@@ -32,7 +35,7 @@ from uuid import UUID
 
 from core.errors import StoreUnavailable
 from core.memory.service import Memory, OwedMessage
-from core.models import Delivery, Sent, Surface
+from core.models import Delivery, Surface
 from core.turn.request import Outcome, ReplyChannel
 from core.turn.turns import ANSWER_MARGIN_S, STORE_MARGIN_S, Turns
 
@@ -84,6 +87,7 @@ class OwedReplies:
         taken: Counter[UUID] = Counter()
         resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
         failing: UUID | None = None  # whose message the model last failed, with no answer since
+        unsent: UUID | None = None  # whose stored reply last could not be sent, with none sent since
         while (left := ends - self._clock()) >= least:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
             claimed_at, answer_within = self._clock(), min(left, longest + ANSWER_MARGIN_S)
@@ -117,10 +121,13 @@ class OwedReplies:
                 continue
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 if self._send_stored(owed, channel, send_by):
-                    answered, failing = answered + 1, None
-                else:
-                    failed += 1
-                    resting.add(person)
+                    answered, unsent = answered + 1, None
+                    continue
+                failed += 1
+                resting.add(person)
+                if unsent is not None and unsent != person:
+                    break  # the surface is down for everyone: the next run tries again
+                unsent = person
                 continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
                 self._give_up(owed, channel, send_by)
@@ -167,17 +174,15 @@ class OwedReplies:
     def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> bool:
         """A reply stored but owed a send (its surface was down when it was written, or took only
         its first parts): sent from the part it stopped at, no model asked, and what became of it
-        recorded; past OWED_REPLY_MAX_TRIES tries, given up. Whether it is delivered now."""
+        recorded. Tried at each run while the message is younger than OWED_REPLY_MAX_AGE (the
+        claim's), then left: the rest of a reply that late would read as a stranger's. Whether it
+        is delivered now."""
         start, reply = owed.start, owed.start.reply
         assert reply is not None and start.user_id is not None
         first_part = reply.unsent_from or 0
         extra = {"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries}
-        if owed.tries > self._max_tries:
-            self._memory.record_delivery(start.user_id, reply.id, Sent(Delivery.GIVEN_UP, first_part))
-            log.warning("an owed reply was given up: it could not be sent", extra=extra)
-            return False
         sent = channel.send(reply.content, send_by, first_part)
-        self._memory.record_delivery(start.user_id, reply.id, sent)
+        self._memory.record_delivery(start.user_id, reply.id, start.attempt, sent)
         log.log(
             logging.INFO if sent.delivery is Delivery.DELIVERED else logging.WARNING,
             "an owed reply was sent" if sent.delivery is Delivery.DELIVERED else "an owed reply could not be sent",

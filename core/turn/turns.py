@@ -104,8 +104,7 @@ class Turns:
                 if result.outcome is Outcome.REFUSED:
                     channel.send(result.reply, until)
                 elif result.outcome is Outcome.REDELIVERED:
-                    assert start.reply is not None
-                    self._send_stored_reply(result, channel, until, start.reply.unsent_from or 0)
+                    self._send_stored_reply(result, start, channel, until)
             return self._logged(request.surface, result, began)
         with self._ended_if_failed(start, figures):
             return self._run_begun(request, start, figures, channel, began, until)
@@ -238,7 +237,7 @@ class Turns:
             figures.round_trips += button.checks  # its drafts thread's questions: was it stopped?
         if delivery is not Delivery.DELIVERED:
             figures.error = "the reply could not be delivered"
-        handed_over = self._handed_over(delivery, until, figures)
+        handed_over = self._handed_over(sent, until, figures)
         result = self._result(outcome, None if handed_over else text, start, figures)
         result.follow_ups_first = [] if handed_over else first
         learned = self._learned(prepared, described, figures, began + deadline_s)
@@ -425,6 +424,11 @@ class Turns:
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
         result.reply_id, result.declined = stored.id, stored.declined
+        if not pushes and stored.unsent_from is not None and start.user_id is not None:
+            # Its rest was owed a push (the job's reply, Twilio's Messages API down): this caller's
+            # response repeats it whole, so it is recorded delivered, or the job would send the rest.
+            self.memory.record_delivery(start.user_id, stored.id, start.attempt, IN_THE_RESPONSE)
+            figures.round_trips += 1
         result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
         return start, figures, result
 
@@ -548,7 +552,7 @@ class Turns:
         sent = channel.send(prepared.notice, until) if channel is not None else IN_THE_RESPONSE
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
         result.follow_ups_first = first
-        if self._handed_over(sent.delivery, until, figures):
+        if self._handed_over(sent, until, figures):
             self._end_attempt(start, figures, prepared.stored())
             result.reply_owed = True
             return self._logged(surface, result, began)
@@ -577,12 +581,13 @@ class Turns:
         the time to store the reply (STORE_MARGIN_S)."""
         return cls._answer_by(began, deadline_s) - STORE_MARGIN_S
 
-    def _handed_over(self, delivery: Delivery, until: float, figures: TurnFigures) -> bool:
+    def _handed_over(self, sent: Sent, until: float, figures: TurnFigures) -> bool:
         """Whether the reply is left unsent because the attempt's time is up: nothing of it is
         stored, the attempt ends, and the message is owed (its redelivery or the scheduled job
         answers it once). A reply the channel could not send in time for a reason that may pass
-        is stored, undelivered, for the redelivery to send: its storing still fits."""
-        if delivery is not Delivery.OWED or self._clock() < until:
+        is stored, undelivered, for the redelivery to send: its storing still fits. So is one of
+        which a part went out: a new answer would follow that part; the rest of this one does."""
+        if sent.delivery is not Delivery.OWED or sent.parts > 0 or self._clock() < until:
             return False
         figures.error = "the attempt's time ran out before its reply went out; the message is owed"
         return True
@@ -713,12 +718,13 @@ class Turns:
         )
         figures.round_trips += 1
 
-    def _send_stored_reply(self, result: TurnResult, channel: ReplyChannel, until: float, first_part: int) -> None:
-        """A reply stored undelivered, sent again by a redelivery from its part `first_part` (those
-        before it went out when it was written), and what became of it recorded."""
+    def _send_stored_reply(self, result: TurnResult, start: TurnStart, channel: ReplyChannel, until: float) -> None:
+        """A reply stored undelivered, sent again by a redelivery from the part it stopped at (the
+        ones before it went out when it was written), and what became of it recorded."""
         assert result.reply is not None and result.user_id is not None and result.reply_id is not None
-        sent = channel.send(result.reply, until, first_part)
-        self.memory.record_delivery(result.user_id, result.reply_id, sent)
+        assert start.reply is not None
+        sent = channel.send(result.reply, until, start.reply.unsent_from or 0)
+        self.memory.record_delivery(result.user_id, result.reply_id, start.attempt, sent)
         result.figures.round_trips += 1
         if sent.delivery is not Delivery.DELIVERED:
             result.figures.error = "the stored reply could not be delivered"

@@ -355,22 +355,36 @@ def test_a_reply_the_job_could_not_send_whole_is_sent_by_its_next_run_from_the_p
     assert (third["owed_answered"], third["owed_failed"]) == (0, 0) and len(fake_twilio.messages) == 3
 
 
-def test_a_reply_that_cannot_be_sent_is_given_up_after_the_jobs_tries(
+def test_with_twilio_down_for_everyone_a_run_stops_after_two_and_an_old_reply_is_left(
     environment: pytest.MonkeyPatch, job_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
-    """Twilio down for every try of the job (OWED_REPLY_MAX_TRIES, here 2): the reply stays stored,
-    the job's next claim gives it up, and later runs leave it alone."""
+    """Twilio's Messages API down: the job's answers to three people are stored, owed a send. A run
+    that then fails to send two people's stops (the surface is down for everyone: each try would
+    cost a timeout), asking no model; the one left goes first next run. Once the messages are older
+    than OWED_REPLY_MAX_AGE their replies are left (a rest that late reads as a stranger's)."""
     owed_environment(environment, fake_twilio)
-    environment.setenv("OWED_REPLY_MAX_TRIES", "2")
     fake_anthropic.behaviour = "500"
-    fields = form("hello?", sender=f"whatsapp:+3465{uuid.uuid4().int % 10**7:07d}")
-    assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    sent = [form(f"question {n}", sender=f"whatsapp:+3465{uuid.uuid4().int % 10**7:07d}") for n in range(3)]
+    for fields in sent:
+        assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
     fake_anthropic.behaviour = "ok"
     fake_twilio.fail_with(503, 20500)
-    runs = [app_client("memory_digest").post("/", headers=DIGEST).get_json() for _ in range(4)]
-    assert [(run["owed_answered"], run["owed_failed"]) for run in runs] == [(1, 0), (0, 1), (0, 1), (0, 0)]
-    assert fake_twilio.messages == [] and reply_state(job_database, fields) == [(None, False)]
-    assert len(fake_anthropic.requests) == 2  # the webhook's, the job's first: a resend asks no model
+
+    def run() -> tuple[int, int]:
+        done = app_client("memory_digest").post("/", headers=DIGEST).get_json()
+        return done["owed_answered"], done["owed_failed"]
+
+    assert run() == (3, 0)  # answered and stored, none delivered
+    assert [reply_state(job_database, fields) for fields in sent] == [[(0, False)]] * 3
+    assert [run(), run()] == [(0, 2), (0, 2)]
+    tried = rows(job_database, "select owed_tries from messages where role = 'user' order by id")
+    # the second run tried two people and stopped; the third began with the one it left
+    assert sorted(tries for (tries,) in tried) == [2, 2, 3]
+    assert fake_twilio.messages == [] and len(fake_anthropic.requests) == 6  # the webhook's 3, the job's 3
+    execute(job_database, "update messages set created_at = clock_timestamp() - interval '11 minutes'")
+    fake_twilio.recover()
+    assert run() == (0, 0) and fake_twilio.messages == []
+    assert [reply_state(job_database, fields) for fields in sent] == [[(0, False)]] * 3
 
 
 # A web client that hangs up mid-stream.

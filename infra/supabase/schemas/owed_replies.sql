@@ -47,15 +47,16 @@ begin
           from (select m.id, m.owed_tries, m.answer_by, m.created_at,
                        sum(m.owed_tries) over (partition by m.user_id) as person_tries
                   from public.messages m
+                  -- its reply, if any (one at most): a join through the replies' index, where an
+                  -- `or exists` was planned as one scan of every message
+                  left join public.messages r on r.in_reply_to = m.id
                  where m.role = 'user' and m.sender is not null
                    and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
                    and m.surface = any (string_to_array(p_surfaces, ','))
                    and (m.answer_by is null or m.answer_by <= v_now)
                    -- no reply, nor part of a turn the model declined (turn.sql's finish_turn: answered
                    -- with it); or a reply owed a send
-                   and (not exists (select from public.messages r where r.in_reply_to = m.id) and not m.declined
-                        or exists (select from public.messages r
-                                    where r.in_reply_to = m.id and r.unsent_from is not null))
+                   and (r.id is null and not m.declined or r.unsent_from is not null)
                    -- the person stopped its reply (messages.sql): not wanted, not owed
                    and not exists (select from public.stopped_generations s where s.message_id = m.id)
                    and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c

@@ -402,6 +402,7 @@ declare
     v_user uuid;
     v_stored record;
     v_reply jsonb;
+    v_sending uuid;
     v_owed boolean := false;
     v_limited_until timestamptz;
     v_conversation uuid;
@@ -434,12 +435,15 @@ begin
             -- Its reply is stored and owed a send (messages.sql's unsent_from): this delivery sends
             -- it, holding the message as an attempt does, unless another is sending it now (the
             -- scheduled job, another delivery): then it asks again later, as for an answer.
+            -- Its holder is a token of its own (as the job's claim), not this call's attempt: this
+            -- call tried again after its connection died is then a delivery like the others.
             if v_stored.answer_by > v_now then
                 v_reply := null;
             else
                 update public.messages m
-                   set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = p_attempt
-                 where m.id = v_stored.message_id;
+                   set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = gen_random_uuid()
+                 where m.id = v_stored.message_id
+                returning m.attempt into v_sending;
             end if;
         end if;
         if not v_owed then
@@ -456,6 +460,8 @@ begin
                                   then v_stored.answer_by end,
                 -- declined with a later turn, which answered it (mark_declined)
                 'declined', v_stored.declined,
+                -- holding its reply's send: what record_delivery is told
+                'attempt', v_sending,
                 'history', '[]'::json, 'prepend', '[]'::json);
         end if;
     end if;
@@ -694,26 +700,32 @@ end;
 $$;
 
 -- What a send of a reply stored but not delivered (the surface was down) came to, by a redelivery
--- or the scheduled job: delivered (p_delivered), still owed from part p_unsent_from (the message
--- free at once for the next to try), or given up (neither). The message may since belong to the
--- person its sender was merged into.
+-- or the scheduled job: delivered (p_delivered), still owed from part p_unsent_from (never an
+-- earlier part than the row says; the message free at once for the next to try), or given up
+-- (neither: the surface refused it for good). A reply owed a send is recorded only by the one
+-- holding its message (p_attempt, the token begin_turn or the job's claim took it with): one whose
+-- hold ran out and passed to another changes nothing. The message may since belong to the person
+-- its sender was merged into.
 create or replace function public.record_delivery(
-    p_user_id uuid, p_reply_id bigint, p_delivered boolean, p_unsent_from integer
+    p_user_id uuid, p_reply_id bigint, p_attempt uuid, p_delivered boolean, p_unsent_from integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply record;
 begin
     update public.messages m
        set delivered_at = case when p_delivered then clock_timestamp() end,
-           unsent_from = case when not p_delivered then p_unsent_from end
+           unsent_from = case when not p_delivered and p_unsent_from is not null
+                              then greatest(p_unsent_from, m.unsent_from) end
      where m.id = p_reply_id and m.role = 'assistant' and m.delivered_at is null
        and (m.user_id = p_user_id
             or exists (select from public.merged_people x
                         where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
-    returning m.id, m.in_reply_to, m.user_id into v_reply;
-    if v_reply.id is not null and p_unsent_from is not null and not p_delivered then
+       and (m.unsent_from is null
+            or exists (select from public.messages q where q.id = m.in_reply_to and q.attempt = p_attempt))
+    returning m.id, m.in_reply_to, m.user_id, m.unsent_from into v_reply;
+    if v_reply.unsent_from is not null then
         update public.messages m set answer_by = clock_timestamp()
-         where m.id = v_reply.in_reply_to and m.user_id = v_reply.user_id;
+         where m.id = v_reply.in_reply_to and m.user_id = v_reply.user_id and m.attempt = p_attempt;
     end if;
     return jsonb_build_object('reply_id', v_reply.id);
 end;

@@ -474,7 +474,7 @@ def test_a_reply_written_after_its_question_was_merged_is_stored_with_it(
     assert linking.redeem(Surface.TELEGRAM, chat, linking.new_code(web_person).code).status is LinkStatus.LINKED
     reply_id = memory.finish_turn(asked.user_id, asked.message_id, "yes, here", delivered=False)
     assert reply_id is not None
-    memory.record_delivery(asked.user_id, reply_id, Sent(Delivery.DELIVERED, 1))
+    memory.record_delivery(asked.user_id, reply_id, None, Sent(Delivery.DELIVERED, 1))
     assert rows(database_url, "select user_id, delivered_at is not null from messages where id = %s", reply_id) == [
         (web_person, True)
     ]

@@ -194,7 +194,7 @@ def test_a_redelivery_stores_nothing_and_returns_the_stored_reply(counted: Count
     assert memory.finish_turn(first.user_id, first.message_id, "hi again") is None  # one reply per message
     third = memory.begin_turn(who, Surface.TELEGRAM, "hello", "update-7")
     assert third.reply is not None and third.reply.content == "hi" and not third.reply.delivered
-    memory.record_delivery(first.user_id, third.reply.id, Sent(Delivery.DELIVERED, 1))
+    memory.record_delivery(first.user_id, third.reply.id, None, Sent(Delivery.DELIVERED, 1))
     fourth = memory.begin_turn(who, Surface.TELEGRAM, "hello", "update-7")
     assert fourth.reply is not None and fourth.reply.delivered
     assert [m.content for m in memory.person_history(first.user_id)] == ["hello", "hi"]
@@ -204,9 +204,10 @@ def test_a_reply_owed_from_a_later_part_is_sent_by_one_delivery_at_a_time(
     counted: CountedMemory, database_url: str
 ) -> None:
     """A reply stored with its first part out and the rest owed (`unsent_from` 1): a redelivery
-    gets it with the part to start from and holds the message while it sends; another meanwhile is
-    told to wait (the scheduled job, which claims alike, is kept out the same way); what the send
-    came to is recorded, by the person's id only, and frees the message for the next."""
+    gets it with the part to start from and holds the message while it sends (a token of its own);
+    another meanwhile is told to wait (the scheduled job, which claims alike, is kept out the same
+    way); what the send came to is recorded by the holder alone, with the person's id, never back
+    to an earlier part, and frees the message for the next."""
     memory = counted.memory
     who = sender()
     first = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
@@ -217,14 +218,20 @@ def test_a_reply_owed_from_a_later_part_is_sent_by_one_delivery_at_a_time(
     assert sending.duplicate and sending.reply == StoredReply(reply_id, "a long answer", False, False, 1)
     meanwhile = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
     assert meanwhile.duplicate and meanwhile.reply is None and meanwhile.answer_by is not None
-    memory.record_delivery(first.user_id, reply_id, Sent(Delivery.OWED, 2))
+    assert sending.attempt is not None and sending.attempt != first.attempt
     state = "select unsent_from, delivered_at is not null from messages where id = %s"
+    memory.record_delivery(first.user_id, reply_id, first.attempt, Sent(Delivery.DELIVERED, 3))  # not the holder
+    assert rows(database_url, state, reply_id) == [(1, False)]
+    memory.record_delivery(first.user_id, reply_id, sending.attempt, Sent(Delivery.OWED, 2))
     assert rows(database_url, state, reply_id) == [(2, False)]
     next_one = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
     assert next_one.reply is not None and next_one.reply.unsent_from == 2
-    memory.record_delivery(uuid.uuid4(), reply_id, Sent(Delivery.DELIVERED, 3))  # someone else's id
+    memory.record_delivery(first.user_id, reply_id, next_one.attempt, Sent(Delivery.OWED, 1))  # a part back
     assert rows(database_url, state, reply_id) == [(2, False)]
-    memory.record_delivery(first.user_id, reply_id, Sent(Delivery.DELIVERED, 3))
+    again = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
+    memory.record_delivery(uuid.uuid4(), reply_id, again.attempt, Sent(Delivery.DELIVERED, 3))  # someone else's id
+    assert rows(database_url, state, reply_id) == [(2, False)]
+    memory.record_delivery(first.user_id, reply_id, again.attempt, Sent(Delivery.DELIVERED, 3))
     assert rows(database_url, state, reply_id) == [(None, True)]
     done = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
     assert done.reply == StoredReply(reply_id, "a long answer", True, False, None)

@@ -20,7 +20,8 @@ def round_trips_of_calls(database_url: str, *, prepared_statements: bool, calls:
     with LatencyProxy(postgres_target(database_url)) as proxy:
         store = PostgresStore(through_proxy(database_url, proxy.port), prepared_statements=prepared_statements)
         try:
-            nobody = {"p_user_id": str(uuid.uuid4()), "p_reply_id": 1, "p_delivered": True, "p_unsent_from": None}
+            nobody = {"p_user_id": str(uuid.uuid4()), "p_reply_id": 1, "p_attempt": None, "p_delivered": True}
+            nobody["p_unsent_from"] = None
             store.call("record_delivery", nobody)  # connect
             counted = []
             for _ in range(calls):

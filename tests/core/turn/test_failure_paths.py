@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 
 import core.memory.service as service
+from core.errors import StillAnswering
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.offline_model import OfflineModel
-from core.models import Delivery, Person, Surface, TurnStart
+from core.models import Delivery, Person, Sent, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
-from tests.helpers import FailingStore, MovedClock, RecordingChannel, context_limits, count, rows
+from tests.helpers import FailingStore, MovedClock, RecordingChannel, context_limits, count, execute, rows
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -144,6 +145,68 @@ def test_a_reply_whose_later_part_failed_is_sent_from_that_part_by_each_redelive
     assert last.sent == [first.reply] and last.first_parts == [2]
     assert rows(database_url, unsent, person) == [(None, True)]
     assert turns.run(telegram(person, "9"), RecordingChannel()).outcome is Outcome.DUPLICATE
+
+
+def test_a_redelivery_whose_begin_turn_is_asked_twice_still_sends_the_rest_once(
+    turns: Turns, failing: FailingStore, database_url: str
+) -> None:
+    """The redelivery's begin_turn took the reply's send and its answer was lost with the
+    connection; the store's retry of that very call is told the message is being answered (a
+    review's finding: the hold was the call's own attempt, so the retry started a new turn, asked
+    the model and sent a whole new answer). Telegram comes back later and the rest goes once."""
+    person = uuid.uuid4()
+    assert turns.run(telegram(person, "12"), RecordingChannel(Delivery.OWED, parts=1)).reply_owed
+    failing.answers_lost = {"begin_turn"}
+    with pytest.raises(StillAnswering):
+        turns.run(telegram(person, "12"), RecordingChannel())
+    assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
+    execute(database_url, "update messages set answer_by = clock_timestamp() where user_id = %s", person)
+    channel = RecordingChannel()
+    assert turns.run(telegram(person, "12"), channel).outcome is Outcome.REDELIVERED
+    assert channel.first_parts == [1] and thread_of(database_url, person) == [("user", None), ("assistant", True)]
+
+
+def test_a_reply_whose_first_part_went_out_is_stored_even_when_the_attempts_time_ran_out(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Its first part took the time that was left, the second found none: the rest is owed, not the
+    message (a review's finding: nothing was stored, so the redelivery asked the model again and a
+    whole new answer followed the first part of the old one)."""
+    clock = MovedClock()
+    model = OfflineModel()
+    turns = Turns(Memory(store, context_limits()), lambda: model, IdentityPolicy("auto"), SETTINGS, clock=clock)
+
+    class SlowFirstPart(RecordingChannel):
+        def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+            clock.now = until
+            return super().send(text, until, first_part)
+
+    person = uuid.uuid4()
+    first = turns.run(telegram(person, "13"), SlowFirstPart(Delivery.OWED, parts=1))
+    assert first.outcome is Outcome.ANSWERED and first.reply_owed and first.reply_id is not None
+    unsent = "select unsent_from from messages where user_id = %s and role = 'assistant'"
+    assert rows(database_url, unsent, person) == [(1,)]
+    clock.now += 100
+    rest = RecordingChannel()
+    assert turns.run(telegram(person, "13"), rest).outcome is Outcome.REDELIVERED
+    assert rest.sent == [first.reply] and rest.first_parts == [1]
+
+
+def test_a_reply_owed_a_push_repeated_in_a_response_is_recorded_delivered(turns: Turns, database_url: str) -> None:
+    """The job's WhatsApp reply, owed from its second part (Twilio's Messages API down); the same
+    MessageSid comes to the webhook again, which answers in TwiML: the whole reply, recorded
+    delivered, so the job does not send its rest after it (a review's finding)."""
+    number = f"+3466{uuid.uuid4().int % 10**7:07d}"
+    address = f"whatsapp:{number}"
+    start = turns.memory.begin_turn(
+        Person(sender_id=number), Surface.WHATSAPP, "long question", "SM-13", sender=address
+    )
+    assert start.user_id is not None and start.message_id is not None
+    turns.memory.finish_turn(start.user_id, start.message_id, "a long answer", delivered=False, unsent_from=1)
+    again = TurnRequest(Surface.WHATSAPP, "long question", "SM-13", sender_id=address, deadline_s=12)
+    result = turns.run(again)
+    assert (result.outcome, result.reply) == (Outcome.REDELIVERED, "a long answer")
+    assert thread_of(database_url, start.user_id) == [("user", None), ("assistant", True)]
 
 
 def racing(database_url: str, runners: int, action: Callable[[Memory, int], TurnStart]) -> list[TurnStart]:
