@@ -216,7 +216,9 @@ def telegram(config: Settings) -> SurfaceAdapter:
     say: SayFollowUp = not_pushed
     channel = None
     if config.telegram_bot_token is not None:
-        say = telegram_surface.say_follow_up(lambda chat, text: telegram_bot().send_text(chat, text))
+        say = telegram_surface.say_follow_up(
+            lambda chat, text, part: telegram_bot().send_parts(chat, text, first_part=part)
+        )
         channel = lambda sender: TelegramChannel(telegram_bot(), int(sender))  # noqa: E731
     return SurfaceAdapter(
         telegram_surface.Rules,
@@ -231,16 +233,16 @@ def telegram(config: Settings) -> SurfaceAdapter:
 def whatsapp(config: Settings) -> SurfaceAdapter:
     """WhatsApp: pushed through Twilio's Messages API when the account and TWILIO_WHATSAPP_FROM
     are set (twilio imported on the first push: a Telegram invocation never imports it)."""
-    send_text = template = channel = None
+    send_parts = template = channel = None
     if config.twilio_whatsapp_from and whatsapp_configured(config):
-        send_text = lambda to, text: twilio_sender().send_text(to, text)  # noqa: E731
+        send_parts = lambda to, text, part: twilio_sender().send_parts(to, text, first_part=part)  # noqa: E731
         channel = lambda to: twilio_sender().channel(to)  # noqa: E731
         template = lambda to, text: follow_up_template(config, to, text)  # noqa: E731
     return SurfaceAdapter(
         whatsapp_surface.Rules,
         config.whatsapp_model_deadline,
         twilio_media,
-        whatsapp_surface.say_follow_up(send_text, template),
+        whatsapp_surface.say_follow_up(send_parts, template),
         frozenset(whatsapp_surface.Rules.key(sender) for sender in config.owner_whatsapp_numbers),
         channel,
     )
@@ -421,7 +423,7 @@ def sms(config: Settings) -> SurfaceAdapter:
     say: SayFollowUp = not_pushed
     channel = None
     if config.twilio_sms_from and whatsapp_configured(config):
-        say = sms_surface.say_follow_up(lambda to, text: sms_sender().send_text(to, text))
+        say = sms_surface.say_follow_up(lambda to, text, part: sms_sender().send_parts(to, text, first_part=part))
         channel = sms_channel
     return SurfaceAdapter(
         sms_surface.Rules,

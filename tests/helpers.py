@@ -381,11 +381,16 @@ def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
 
 
 def saying_on_telegram(send_text: Callable[[int, str], Delivery]) -> dict[Surface, SurfaceAdapter]:
-    """The deployment's surface registry, with Telegram's follow-ups said by `send_text`."""
+    """The deployment's surface registry, with Telegram's follow-ups said by `send_text` (a text of
+    one part)."""
     from core.surfaces import telegram
 
+    def send_parts(chat: int, text: str, first_part: int) -> Sent:
+        delivery = send_text(chat, text)
+        return Sent(delivery, first_part + 1 if delivery is Delivery.DELIVERED else first_part)
+
     registry = dict(runtime.surfaces())
-    registry[Surface.TELEGRAM] = replace(registry[Surface.TELEGRAM], say_follow_up=telegram.say_follow_up(send_text))
+    registry[Surface.TELEGRAM] = replace(registry[Surface.TELEGRAM], say_follow_up=telegram.say_follow_up(send_parts))
     return registry
 
 

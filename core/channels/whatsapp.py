@@ -124,6 +124,10 @@ class WhatsAppSender:
         parts = split_message(text, WHATSAPP_LIMIT)
         for index in range(first_part, len(parts)):
             part = parts[index]
+            if index > first_part and until is not None and time.monotonic() + self._timeout_s >= until:
+                # Its try could end past the attempt's time, when another may hold the message: the
+                # rest is owed from this part (the reply's unsent_from).
+                return Sent(Delivery.OWED, index)
             waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
             delivery = self._create(to=to, body=part)
             while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
@@ -213,7 +217,7 @@ class WhatsAppChannel:
         pass  # WhatsApp has no drafts
 
     def send(self, text: str, until: float, first_part: int = 0) -> Sent:
-        # Not started past the attempt's time (core/turn/request.py); once started, every part goes.
+        # Not started past the attempt's time (core/turn/request.py), nor any later part that could end past it.
         if time.monotonic() >= until:
             return Sent(Delivery.OWED, first_part)
         return self._sender.send_parts(self._to, text, until, first_part)

@@ -53,7 +53,7 @@ from uuid import UUID, uuid4
 
 from core.errors import StoreUnavailable
 from core.identity.policy import IdentityPolicy
-from core.models import Delivery, Surface
+from core.models import Delivery, Sent, Surface
 from core.stores.store import MemoryStore
 from core.surfaces import Surfaces, complete
 
@@ -181,9 +181,10 @@ class FollowUpDelivery:
         # the web's is said in their thread.
         to = self._reachable(surface, row) if surface.is_secondary else None
         if surface.is_secondary and to is None:
-            outcome, delivery = "given_up", Delivery.GIVEN_UP
+            outcome, sent = "given_up", Sent(Delivery.GIVEN_UP, 0)
         else:
-            delivery, outcome = self._surfaces[surface].say_follow_up(to, row, now)
+            sent, outcome = self._surfaces[surface].say_follow_up(to, row, now)
+        delivery = sent.delivery
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
         if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
@@ -196,7 +197,13 @@ class FollowUpDelivery:
         try:
             finished = self._store.call(
                 "finish_follow_up",
-                {"p_id": row["id"], "p_claim": claim, "p_outcome": outcome, "p_retry_at": retry_at.isoformat()},
+                {
+                    "p_id": row["id"],
+                    "p_claim": claim,
+                    "p_outcome": outcome,
+                    "p_retry_at": retry_at.isoformat(),
+                    "p_unsent_from": sent.unsent_from,
+                },
             )
         except StoreUnavailable as exc:
             # Its claim expires and the next run gives it up: never said twice.

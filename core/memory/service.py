@@ -266,6 +266,7 @@ class Memory:
         *,
         delivered: bool = True,
         unsent_from: int | None = None,
+        attempt: UUID | None = None,
         tokens: int = 0,
         user_content: str | None = None,
         follow_ups: dict[str, Any] | None = None,
@@ -281,7 +282,8 @@ class Memory:
         (`reply_id`, the one its begin_turn reserved, else the next), or None if it could not be
         stored: tried again (FINISH_RETRY_WAITS_S) while a try can end within `retry_for_s` (a
         retried call stores and counts nothing twice). `delivered`: whether it reached the person;
-        if not, `unsent_from` (when it is owed a send) is the part a later send starts from. `user_content`:
+        if not, `unsent_from` (when it is owed a send) is the part a later send starts from, and
+        the message is freed for it while `attempt` (the one that wrote it) still holds it. `user_content`:
         the user message rewritten as the turn learned it (a voice note's transcript, what a
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; `declined`: the model declined the turn
@@ -294,6 +296,7 @@ class Memory:
             "p_content": storable(reply) or " ",
             "p_delivered": delivered,
             "p_unsent_from": unsent_from,
+            "p_attempt": None if attempt is None else str(attempt),
             "p_tokens": tokens,
             "p_user_content": self._learned(user_content) if user_content is not None else None,
             "p_reserved": reserved,

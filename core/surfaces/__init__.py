@@ -28,7 +28,16 @@ from importlib.util import find_spec
 from typing import Final, TypeVar
 
 from core.errors import ConfigurationError
-from core.surfaces.adapter import Delivery, SayFollowUp, Sent, Surface, SurfaceAdapter, SurfaceRules, not_pushed
+from core.surfaces.adapter import (
+    Delivery,
+    SayFollowUp,
+    Sent,
+    Surface,
+    SurfaceAdapter,
+    SurfaceRules,
+    not_pushed,
+    unsent_part,
+)
 
 __all__ = [
     "RULES",
@@ -44,6 +53,7 @@ __all__ = [
     "not_pushed",
     "registry",
     "rules",
+    "unsent_part",
 ]
 
 Surfaces = Mapping[Surface, SurfaceAdapter]

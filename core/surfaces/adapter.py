@@ -104,8 +104,14 @@ def mask_number(key: str) -> str:
 
 
 # A due follow-up said on a surface: (the chat or number it goes to, None on the web; the stored
-# row; now) -> what became of it and the outcome to record ("sent", "held" or "retry").
-SayFollowUp = Callable[[str | None, Mapping[str, Any], datetime], tuple[Delivery, str]]
+# row; now) -> what became of it and the outcome to record ("sent", "held" or "retry"). Said from
+# the row's part `unsent_part(row)`: a retry after its first parts went out.
+SayFollowUp = Callable[[str | None, Mapping[str, Any], datetime], tuple[Sent, str]]
+
+
+def unsent_part(row: Mapping[str, Any]) -> int:
+    """The part of a follow-up its send starts from (follow_ups.sql's unsent_from)."""
+    return int(row.get("unsent_from") or 0)
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,7 @@ class SurfaceAdapter:
         return self.rules.surface
 
 
-def not_pushed(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+def not_pushed(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Sent, str]:
     """A follow-up on a surface this deployment cannot push to: tried again later (a deploy may
     bring its token), never recorded as sent."""
-    return Delivery.OWED, "retry"
+    return Sent(Delivery.OWED, unsent_part(row)), "retry"

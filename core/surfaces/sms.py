@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from core.media.kinds import twilio_media
 from core.models import PlatformMessage
-from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
+from core.surfaces.adapter import SayFollowUp, Sent, Surface, SurfaceRules, mask_number, unsent_part
 from core.surfaces.commands import ChatCommand, chat_command
 from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, TwilioMessageForm
 from core.surfaces.whatsapp import normalise_phone
@@ -72,13 +72,14 @@ class Rules(SurfaceRules):
         return mask_number(key)
 
 
-def say_follow_up(send_text: Callable[[str, str], Delivery]) -> SayFollowUp:
-    """Free-form at any time (SMS has no window): the Messages API, split as a reply is."""
+def say_follow_up(send_parts: Callable[[str, str, int], Sent]) -> SayFollowUp:
+    """Free-form at any time (SMS has no window): the Messages API, split as a reply is, from its
+    first part not sent."""
 
-    def say(to: str | None, row: Mapping[str, object], now: datetime) -> tuple[Delivery, str]:
+    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Sent, str]:
         if to is None:
             raise ValueError("an SMS follow-up needs a number")
-        return send_text(to, str(row["content"])), "sent"
+        return send_parts(to, str(row["content"]), unsent_part(row)), "sent"
 
     return say
 

@@ -37,7 +37,7 @@ from core.identity.linking import LinkRequest, looks_like_code
 from core.media.kinds import MediaKind, MediaRef, media_kind, photo_size
 from core.memory.edits import MessageEdit
 from core.models import PlatformMessage
-from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules
+from core.surfaces.adapter import SayFollowUp, Sent, Surface, SurfaceRules, unsent_part
 from core.surfaces.commands import ChatCommand, chat_command
 
 
@@ -47,13 +47,14 @@ class Rules(SurfaceRules):
     command_prefix: ClassVar[str] = "/"
 
 
-def say_follow_up(send_text: Callable[[int, str], Delivery]) -> SayFollowUp:
-    """A follow-up as one message (split past 4096 characters) to the chat."""
+def say_follow_up(send_parts: Callable[[int, str, int], Sent]) -> SayFollowUp:
+    """A follow-up as one message (split past 4096 characters) to the chat, from its first part not
+    sent (`send_parts(chat, text, first_part)`)."""
 
-    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Sent, str]:
         if to is None:
             raise ValueError("a Telegram follow-up needs a chat")
-        return send_text(int(to), str(row["content"])), "sent"
+        return send_parts(int(to), str(row["content"]), unsent_part(row)), "sent"
 
     return say
 

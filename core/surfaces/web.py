@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
-from core.surfaces.adapter import Delivery, Surface, SurfaceRules
+from core.surfaces.adapter import Delivery, Sent, Surface, SurfaceRules
 
 
 class Rules(SurfaceRules):
@@ -14,6 +14,6 @@ class Rules(SurfaceRules):
     label: ClassVar[str] = "Web"
 
 
-def say_follow_up(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+def say_follow_up(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Sent, str]:
     """Nothing to push: stored in the thread, it appears in their conversation."""
-    return Delivery.DELIVERED, "sent"
+    return Sent(Delivery.DELIVERED, 1), "sent"

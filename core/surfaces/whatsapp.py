@@ -16,7 +16,7 @@ from pydantic import Field
 from core.channels.places import location_text
 from core.media.kinds import twilio_media
 from core.models import PlatformMessage
-from core.surfaces.adapter import Delivery, SayFollowUp, Surface, SurfaceRules, mask_number
+from core.surfaces.adapter import Delivery, SayFollowUp, Sent, Surface, SurfaceRules, mask_number, unsent_part
 from core.surfaces.commands import ChatCommand, chat_command
 from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, TwilioMessageForm
 
@@ -53,26 +53,27 @@ class Rules(SurfaceRules):
 
 
 def say_follow_up(
-    send_text: Callable[[str, str], Delivery] | None, send_template: Callable[[str, str], Delivery | None] | None
+    send_parts: Callable[[str, str, int], Sent] | None, send_template: Callable[[str, str], Delivery | None] | None
 ) -> SayFollowUp:
     """Free-form inside the 24-hour window after the person's last WhatsApp message; outside it
     the approved template (TWILIO_FOLLOW_UP_CONTENT_SID) or, without one, held: begin_turn says it
     first on their next message (`send_template` answers None without one). Without a Twilio
     account, tried again later."""
 
-    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Sent, str]:
         if to is None:
             raise ValueError("a WhatsApp follow-up needs a number")
         to = to if to.startswith("whatsapp:") else f"whatsapp:{to}"
         last = row.get("last_whatsapp_at")
         inside = last is not None and now - datetime.fromisoformat(last) < WHATSAPP_WINDOW
-        if inside and send_text is not None:
-            return send_text(to, str(row["content"])), "sent"
-        if not inside and send_template is not None and (sent := send_template(to, str(row["content"]))):
-            return sent, "sent"
+        first_part = unsent_part(row)
+        if inside and send_parts is not None:
+            return send_parts(to, str(row["content"]), first_part), "sent"
+        if not inside and send_template is not None and (said := send_template(to, str(row["content"]))):
+            return Sent(said, first_part), "sent"  # the template is one message, its variable the text
         if not inside:
-            return Delivery.DELIVERED, "held"
-        return Delivery.OWED, "retry"  # no Twilio account configured: perhaps after a deploy
+            return Sent(Delivery.DELIVERED, first_part), "held"
+        return Sent(Delivery.OWED, first_part), "retry"  # no Twilio account configured: perhaps after a deploy
 
     return say
 

@@ -35,7 +35,7 @@ from uuid import UUID
 
 from core.errors import StoreUnavailable
 from core.memory.service import Memory, OwedMessage
-from core.models import Delivery, Surface
+from core.models import Delivery, Sent, Surface
 from core.turn.request import Outcome, ReplyChannel
 from core.turn.turns import ANSWER_MARGIN_S, STORE_MARGIN_S, Turns
 
@@ -120,14 +120,16 @@ class OwedReplies:
                 resting.add(person)
                 continue
             if owed.start.reply is not None:  # its reply is stored, owed a send
-                if self._send_stored(owed, channel, send_by):
+                sent = self._send_stored(owed, channel, send_by)
+                if sent.delivery is Delivery.DELIVERED:
                     answered, unsent = answered + 1, None
                     continue
                 failed += 1
                 resting.add(person)
-                if unsent is not None and unsent != person:
-                    break  # the surface is down for everyone: the next run tries again
-                unsent = person
+                if sent.delivery is Delivery.OWED:  # not a refusal for good (a blocked bot)
+                    if unsent is not None and unsent != person:
+                        break  # the surface is down for everyone: the next run tries again
+                    unsent = person
                 continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
                 self._give_up(owed, channel, send_by)
@@ -138,6 +140,7 @@ class OwedReplies:
             # A declined turn is answered too: its answer is stored, and owes nothing (docs/decisions.md).
             if result.outcome in (Outcome.ANSWERED, Outcome.DECLINED) and result.reply_id is not None:
                 answered, failing = answered + 1, None
+                unsent = unsent if result.reply_owed else None
                 if result.reply_owed:  # stored, its surface down: sent from where it stopped next run
                     resting.add(person)
                 continue
@@ -165,18 +168,18 @@ class OwedReplies:
             fallback,
             delivered=sent.delivery is Delivery.DELIVERED,
             unsent_from=sent.unsent_from,
+            attempt=start.attempt,
         )
         log.warning(
             "an owed message was given up: the fallback was sent",
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
         )
 
-    def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> bool:
+    def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> Sent:
         """A reply stored but owed a send (its surface was down when it was written, or took only
         its first parts): sent from the part it stopped at, no model asked, and what became of it
         recorded. Tried at each run while the message is younger than OWED_REPLY_MAX_AGE (the
-        claim's), then left: the rest of a reply that late would read as a stranger's. Whether it
-        is delivered now."""
+        claim's), then left: the rest of a reply that late would read as a stranger's."""
         start, reply = owed.start, owed.start.reply
         assert reply is not None and start.user_id is not None
         first_part = reply.unsent_from or 0
@@ -188,4 +191,4 @@ class OwedReplies:
             "an owed reply was sent" if sent.delivery is Delivery.DELIVERED else "an owed reply could not be sent",
             extra={**extra, "from_part": first_part + 1},
         )
-        return sent.delivery is Delivery.DELIVERED
+        return sent

@@ -420,7 +420,8 @@ class Turns:
             )
             result.declined = True
             return start, figures, result
-        if stored is None or (pushes and stored.delivered):
+        if stored is None or (pushes and (stored.delivered or stored.unsent_from is None)):
+            # Delivered, or given up (the surface refused it for good): nothing is sent again.
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
         result.reply_id, result.declined = stored.id, stored.declined
@@ -754,6 +755,7 @@ class Turns:
             text,
             delivered=sent.delivery is Delivery.DELIVERED,
             unsent_from=sent.unsent_from,
+            attempt=start.attempt,
             tokens=result.figures.model_tokens,
             user_content=learned,
             reserved=start.reserved_tokens,

@@ -218,11 +218,11 @@ def unreachable(surface: Surface, adapter: SurfaceAdapter) -> bool:
 
 def said_here(surface: Surface) -> SayFollowUp:
     """A follow-up for `surface`, printed where `make dev` runs."""
-    from core.models import Delivery
+    from core.models import Delivery, Sent
 
-    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Delivery, str]:
+    def say(to: str | None, row: Mapping[str, Any], now: datetime) -> tuple[Sent, str]:
         print(f"follow-up on {surface.value} to {to}: {row['content']}", flush=True)
-        return Delivery.DELIVERED, "sent"
+        return Sent(Delivery.DELIVERED, 1), "sent"
 
     return say
 

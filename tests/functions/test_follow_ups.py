@@ -18,6 +18,8 @@ import psycopg
 import pytest
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
+from core.channels.splitting import split_message
+from core.channels.telegram_bot import TELEGRAM_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
 from core.models import Delivery, Person, Surface
@@ -483,6 +485,7 @@ def test_a_claim_is_finished_and_handed_back_only_by_the_run_that_holds_it(
 
     def finish(row: dict[str, Any], claim: str) -> Any:
         arguments = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
+        arguments["p_unsent_from"] = None
         return store.call("finish_follow_up", arguments)
 
     first = store.call("claim_due_follow_ups", {**claiming, "p_claim": str(uuid.uuid4())})
@@ -700,6 +703,7 @@ def test_a_follow_up_recorded_while_its_conversation_is_forgotten_neither_deadlo
         pytest.fail(f"never {count} waiting for a lock")
 
     recording = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
+    recording["p_unsent_from"] = None
     forgetting = {"p_user_id": row["user_id"], "p_conversation_id": None}
     threads = [
         threading.Thread(target=attempt, args=("finish", "finish_follow_up", recording)),
@@ -778,6 +782,38 @@ def test_a_failure_that_may_pass_is_retried_with_backoff_and_a_blocked_bot_is_gi
     fake_telegram.recover()
     clock.at += timedelta(hours=1)
     assert run_job()["follow_ups_sent"] == 0
+
+
+def test_a_long_follow_up_whose_second_part_failed_is_retried_from_that_part(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """A follow-up of two Telegram messages whose second meets 502s past its two retries: retried
+    later from the second part (the person has the first), said once whole in the thread."""
+    content = " ".join(f"Step {n} of the plan." for n in range(300))
+    fake_anthropic.answer = remind(content, in_minutes=1)
+    telegram_turn("remind me of the whole plan in a minute", 710003)
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
+    already = len(fake_telegram.sent())
+
+    def down_after_the_first_part(method: str, payload: dict[str, Any]) -> None:
+        if method == "sendMessage" and len(fake_telegram.sent()) == already + 1:
+            fake_telegram.fail_with("gateway")
+
+    fake_telegram.before_answer = down_after_the_first_part
+    assert run_job()["follow_ups_retried"] == 1
+    parts = split_message(content, TELEGRAM_LIMIT)
+    assert len(parts) == 2 and [call["text"] for call in fake_telegram.sent()[already:]] == parts[:1]
+    assert rows(job_database, "select status, unsent_from from follow_ups") == [("pending", 1)]
+    fake_telegram.before_answer = None
+    fake_telegram.recover()
+    clock.at += timedelta(minutes=1)
+    assert run_job()["follow_ups_sent"] == 1
+    assert [call["text"] for call in fake_telegram.sent()[already:]] == parts
+    assert rows(job_database, "select count(*) from messages where content = %s", content) == [(1,)]
 
 
 def test_a_follow_up_is_tried_exactly_max_attempts_times_before_it_is_given_up(

@@ -46,6 +46,9 @@ create table public.follow_ups (
     claim uuid,
     -- When its claim's run began to send it (try_follow_up); null while claimed and not yet tried.
     tried_at timestamptz,
+    -- Said in parts (past a surface's limit), a later one refused for a reason that may pass: its
+    -- first part not sent, which the retry starts from (the person has the ones before it).
+    unsent_from smallint check (unsent_from >= 0),
     message_id bigint references public.messages (id) on delete set null,
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
@@ -210,6 +213,7 @@ create function public.finish_turn_follow_ups(
     p_content text,
     p_delivered boolean,
     p_unsent_from integer,
+    p_attempt uuid,
     p_tokens integer,
     p_user_content text,
     p_follow_ups text,
@@ -220,7 +224,8 @@ create function public.finish_turn_follow_ups(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_unsent_from,
-                                         p_tokens, p_user_content, p_reserved, p_reply_id, p_language, null);
+                                         p_attempt, p_tokens, p_user_content, p_reserved, p_reply_id,
+                                         p_language, null);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
     v_asked record;
     v_item record;
@@ -334,6 +339,7 @@ begin
     select coalesce(jsonb_agg(jsonb_build_object(
                'id', t.id, 'user_id', t.user_id, 'conversation_id', t.conversation_id, 'surface', t.surface,
                'sender', t.sender, 'content', t.content, 'due_at', t.due_at, 'attempts', t.attempts,
+               'unsent_from', t.unsent_from,
                'identity_user', (select i.user_id from public.identities i
                                   where i.surface = t.surface and i.external_id = t.sender),
                'last_sender', l.sender,
@@ -392,10 +398,13 @@ $$;
 
 
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
--- delivered), 'retry' (pending again from p_retry_at), 'held' or 'given_up'. Only while it is
+-- delivered), 'retry' (pending again from p_retry_at; p_unsent_from, when its first parts went
+-- out, the part the retry starts from, never an earlier one), 'held' or 'given_up'. Only while it is
 -- still p_claim's (`sending`): {"done": boolean, "message_id"}. The same call retried after it
 -- committed (its answer lost with the connection) finds its own outcome and answers it again.
-create function public.finish_follow_up(p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz) returns jsonb language plpgsql set search_path = '' as $$
+create function public.finish_follow_up(
+    p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz, p_unsent_from integer
+) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_follow_up public.follow_ups;
     v_message bigint;
@@ -422,7 +431,9 @@ begin
            set status = 'sent', sent_at = clock_timestamp(), message_id = v_message, claimed_until = null
          where f.id = p_id;
     elsif p_outcome = 'retry' then
-        update public.follow_ups f set status = 'pending', next_attempt_at = p_retry_at, claimed_until = null
+        update public.follow_ups f
+           set status = 'pending', next_attempt_at = p_retry_at, claimed_until = null,
+               unsent_from = greatest(p_unsent_from, f.unsent_from)
          where f.id = p_id;
     elsif p_outcome in ('held', 'given_up') then
         update public.follow_ups f set status = p_outcome, claimed_until = null where f.id = p_id;

@@ -49,7 +49,7 @@ begin
                   from public.messages m
                   -- its reply, if any (one at most): a join through the replies' index, where an
                   -- `or exists` was planned as one scan of every message
-                  left join public.messages r on r.in_reply_to = m.id
+                  left join public.messages r on r.in_reply_to = m.id and r.user_id = m.user_id
                  where m.role = 'user' and m.sender is not null
                    and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
                    and m.surface = any (string_to_array(p_surfaces, ','))
@@ -57,17 +57,21 @@ begin
                    -- no reply, nor part of a turn the model declined (turn.sql's finish_turn: answered
                    -- with it); or a reply owed a send
                    and (r.id is null and not m.declined or r.unsent_from is not null)
-                   -- the person stopped its reply (messages.sql): not wanted, not owed
-                   and not exists (select from public.stopped_generations s where s.message_id = m.id)
+                   -- the person stopped its reply (messages.sql): not wanted, not owed (the draft they
+                   -- were shown is its reply, and its rest is sent all the same)
+                   and (r.unsent_from is not null
+                        or not exists (select from public.stopped_generations s where s.message_id = m.id))
                    and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
          order by c.person_tries, c.owed_tries, c.answer_by nulls first, c.created_at
     loop
         select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at into v_message
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
-           and (not exists (select from public.messages r where r.in_reply_to = m.id) and not m.declined
-                or exists (select from public.messages r where r.in_reply_to = m.id and r.unsent_from is not null))
-           and not exists (select from public.stopped_generations s where s.message_id = m.id)
+           and (not exists (select from public.messages r where r.in_reply_to = m.id and r.user_id = m.user_id)
+                and not m.declined
+                and not exists (select from public.stopped_generations s where s.message_id = m.id)
+                or exists (select from public.messages r
+                            where r.in_reply_to = m.id and r.user_id = m.user_id and r.unsent_from is not null))
            for update of m skip locked;
         if not found then
             continue;

@@ -593,9 +593,10 @@ create or replace function public.finish_turn(
     p_content text,
     p_delivered boolean,
     -- not delivered for a reason that may pass: the first part not sent (messages.sql's
-    -- unsent_from), and the message is free at once for the redelivery or the job to send it from
-    -- there; null: delivered, or given up
+    -- unsent_from), and the message, while p_attempt still holds it, is free at once for the
+    -- redelivery or the job to send it from there; null: delivered, or given up
     p_unsent_from integer,
+    p_attempt uuid,
     p_tokens integer,
     p_user_content text,
     p_reserved integer,
@@ -649,7 +650,7 @@ begin
         end if;
         if p_unsent_from is not null and not p_delivered then
             update public.messages m set answer_by = clock_timestamp()
-             where m.id = p_user_message_id and m.user_id = v_owner;
+             where m.id = p_user_message_id and m.user_id = v_owner and m.attempt = p_attempt;
         end if;
     else
         select r.id into v_reply_id
@@ -721,7 +722,8 @@ begin
             or exists (select from public.merged_people x
                         where x.from_user_id = p_user_id and x.into_user_id = m.user_id))
        and (m.unsent_from is null
-            or exists (select from public.messages q where q.id = m.in_reply_to and q.attempt = p_attempt))
+            or exists (select from public.messages q
+                        where q.id = m.in_reply_to and q.user_id = m.user_id and q.attempt = p_attempt))
     returning m.id, m.in_reply_to, m.user_id, m.unsent_from into v_reply;
     if v_reply.unsent_from is not null then
         update public.messages m set answer_by = clock_timestamp()

@@ -10,7 +10,7 @@ import pytest
 
 from core.channels.splitting import split_message
 from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppSender
-from core.models import Delivery
+from core.models import Delivery, Sent
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import TWILIO_TOKEN
 
@@ -54,6 +54,19 @@ def test_a_later_part_is_not_tried_again_past_the_attempts_time(fake_twilio: Fak
     fake_twilio.fail_once_after(len(fake_twilio.messages) + 1, 503, 20500)
     assert sender(fake_twilio, waited).send_text("whatsapp:+34600000003", LONG) is Delivery.OWED
     assert waited == [] and len(fake_twilio.messages) == 2
+
+
+def test_no_later_part_starts_when_its_try_could_end_past_the_attempts_time(fake_twilio: FakeTwilio) -> None:
+    """Its first part out, the rest is owed from the second (the reply's unsent_from), not sent
+    past the time the message is held for (a review's finding: a slow Twilio sent the last parts
+    after another run had taken the message over)."""
+    waited: list[float] = []
+    until = time.monotonic() + 5  # under Twilio's 10 s timeout from now
+    assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000004", LONG, until) == Sent(Delivery.OWED, 1)
+    assert [message["Body"] for message in fake_twilio.messages] == split_message(LONG, WHATSAPP_LIMIT)[:1]
+    rest = sender(fake_twilio, waited).send_parts("whatsapp:+34600000004", LONG, time.monotonic() + 60, 1)
+    assert rest == Sent(Delivery.DELIVERED, 3) and waited == []
+    assert [message["Body"] for message in fake_twilio.messages] == split_message(LONG, WHATSAPP_LIMIT)
 
 
 def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> None:

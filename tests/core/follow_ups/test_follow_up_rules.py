@@ -44,6 +44,7 @@ def finish(
             "p_content": reply,
             "p_delivered": True,
             "p_unsent_from": None,
+            "p_attempt": None,
             "p_tokens": 10,
             "p_user_content": None,
             "p_follow_ups": json.dumps(changes),

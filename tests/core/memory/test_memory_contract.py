@@ -20,7 +20,7 @@ from core.models import ConversationList, ConversationPlace, Delivery, Person, R
 from core.stores.postgres_store import PostgresStore
 from core.stores.supabase_store import SupabaseStore
 from tests.fakes.postgrest import PostgrestStandIn
-from tests.helpers import ENGLISH, context_limits, digest_limits, rows, turn_budget
+from tests.helpers import ENGLISH, context_limits, digest_limits, execute, rows, turn_budget
 
 SERVICE_KEY = "sb_secret_test_service_role_key"
 
@@ -212,7 +212,9 @@ def test_a_reply_owed_from_a_later_part_is_sent_by_one_delivery_at_a_time(
     who = sender()
     first = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
     assert first.user_id is not None and first.message_id is not None
-    reply_id = memory.finish_turn(first.user_id, first.message_id, "a long answer", delivered=False, unsent_from=1)
+    reply_id = memory.finish_turn(
+        first.user_id, first.message_id, "a long answer", delivered=False, unsent_from=1, attempt=first.attempt
+    )
     assert reply_id is not None
     sending = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
     assert sending.duplicate and sending.reply == StoredReply(reply_id, "a long answer", False, False, 1)
@@ -235,6 +237,30 @@ def test_a_reply_owed_from_a_later_part_is_sent_by_one_delivery_at_a_time(
     assert rows(database_url, state, reply_id) == [(None, True)]
     done = memory.begin_turn(who, Surface.TELEGRAM, "tell me everything", "update-11")
     assert done.reply == StoredReply(reply_id, "a long answer", True, False, None)
+
+
+def test_a_reply_stored_owed_frees_its_message_only_while_its_attempt_holds_it(
+    counted: CountedMemory, database_url: str
+) -> None:
+    """An attempt that stores its reply owed a send frees the message for the next sender only if
+    it still holds it: one stored late, after another attempt took the message over, leaves that
+    hold alone (a review's finding: the job then sent its rest beside the other's answer)."""
+    memory = counted.memory
+    held = "select answer_by > clock_timestamp() from messages where id = %s"
+    for late in (False, True):
+        first = memory.begin_turn(sender(), Surface.TELEGRAM, "tell me everything", f"update-late-{late}")
+        assert first.user_id is not None and first.message_id is not None and first.attempt is not None
+        if late:  # its time ran out and a redelivery took the message over
+            execute(
+                database_url,
+                "update messages set attempt = gen_random_uuid(), answer_by = clock_timestamp() + interval '1 minute'"
+                " where id = %s",
+                first.message_id,
+            )
+        memory.finish_turn(
+            first.user_id, first.message_id, "a long answer", delivered=False, unsent_from=1, attempt=first.attempt
+        )
+        assert rows(database_url, held, first.message_id) == [(late,)]
 
 
 def test_web_prepends_secondary_messages_unless_it_shows_a_secondary_conversation(counted: CountedMemory) -> None:

@@ -118,11 +118,14 @@ def test_a_redelivered_reply_that_fails_again_is_not_marked_delivered(turns: Tur
     again = turns.run(telegram(person, "8"), RecordingChannel(Delivery.OWED))
     assert again.outcome is Outcome.REDELIVERED and again.reply_owed
     assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
-    given_up = turns.run(telegram(person, "8"), RecordingChannel(Delivery.GIVEN_UP))
+    given_up = turns.run(telegram(person, "8"), RecordingChannel(Delivery.GIVEN_UP, parts=1))
     assert given_up.outcome is Outcome.REDELIVERED and not given_up.reply_owed
     assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
-    turns.run(telegram(person, "8"), RecordingChannel())
-    assert thread_of(database_url, person) == [("user", None), ("assistant", True)]
+    # Given up (the surface refused it for good): a later redelivery sends nothing, from no part (a
+    # review's finding: it sent the reply again from its first part, holding nothing).
+    after = RecordingChannel()
+    assert turns.run(telegram(person, "8"), after).outcome is Outcome.DUPLICATE and after.sent == []
+    assert thread_of(database_url, person) == [("user", None), ("assistant", False)]
 
 
 def test_a_reply_whose_later_part_failed_is_sent_from_that_part_by_each_redelivery(
@@ -202,7 +205,9 @@ def test_a_reply_owed_a_push_repeated_in_a_response_is_recorded_delivered(turns:
         Person(sender_id=number), Surface.WHATSAPP, "long question", "SM-13", sender=address
     )
     assert start.user_id is not None and start.message_id is not None
-    turns.memory.finish_turn(start.user_id, start.message_id, "a long answer", delivered=False, unsent_from=1)
+    turns.memory.finish_turn(
+        start.user_id, start.message_id, "a long answer", delivered=False, unsent_from=1, attempt=start.attempt
+    )
     again = TurnRequest(Surface.WHATSAPP, "long question", "SM-13", sender_id=address, deadline_s=12)
     result = turns.run(again)
     assert (result.outcome, result.reply) == (Outcome.REDELIVERED, "a long answer")

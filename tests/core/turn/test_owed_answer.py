@@ -15,7 +15,8 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Surface
+from core.model.offline_model import OfflineModel
+from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
@@ -23,7 +24,7 @@ from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import RecordingChannel, context_limits
+from tests.helpers import RecordingChannel, context_limits, execute
 
 SETTINGS = TurnSettings(
     system_prompt=DEFAULT_SYSTEM_PROMPT,
@@ -34,12 +35,17 @@ SETTINGS = TurnSettings(
 
 
 @pytest.fixture
-def memory(postgres_server: str) -> Iterator[Memory]:
-    """On a database of its own: the job answers every owed message it finds, other tests' too."""
+def job_database(postgres_server: str) -> Iterator[str]:
+    """A database of its own: the job answers every owed message it finds, other tests' too."""
     with migrated_database(postgres_server) as url:
-        store = PostgresStore(url)
-        yield Memory(store, context_limits())
-        store.close()
+        yield url
+
+
+@pytest.fixture
+def memory(job_database: str) -> Iterator[Memory]:
+    store = PostgresStore(job_database)
+    yield Memory(store, context_limits())
+    store.close()
 
 
 def claude_turns(memory: Memory, fake: FakeAnthropic) -> Turns:
@@ -132,3 +138,54 @@ def test_a_message_declined_with_a_later_turn_is_not_owed(memory: Memory, fake_a
     job = job_of(memory, turns, job_channel)
     assert job.run(120) == OwedRun(answered=0, failed=0)  # nothing claimed
     assert job_channel.sent == [] and len(fake_anthropic.requests) == 2
+
+
+def test_two_people_who_blocked_the_bot_do_not_stop_the_run_for_a_third(memory: Memory) -> None:
+    """Three people's replies stored owed a send: the first two have blocked the bot (a refusal for
+    good), and the third's still goes out in the same run (a review's finding: two refusals in a row
+    were taken for the surface being down for everyone, and the run stopped)."""
+    model = OfflineModel()
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    chats = ["5001", "5002", "5003"]
+    for chat in chats:
+        start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "hello", f"blocked-{chat}", sender=chat)
+        assert start.user_id is not None and start.message_id is not None
+        memory.finish_turn(
+            start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
+        )
+    channels = {chat: RecordingChannel(Delivery.GIVEN_UP if chat != "5003" else Delivery.DELIVERED) for chat in chats}
+    job = OwedReplies(
+        memory, turns, {Surface.TELEGRAM: lambda sender: channels[sender]}, {Surface.TELEGRAM: 5.0}, 600, 3
+    )
+    assert job.run(60) == OwedRun(1, 2)
+    assert [channels[chat].sent for chat in chats] == [["an answer"]] * 3
+    assert job.run(60) == OwedRun(0, 0)  # given up, and delivered: none is owed
+
+
+def test_the_rest_of_a_stopped_reply_is_sent_and_a_stopped_message_is_not_answered(
+    memory: Memory, job_database: str
+) -> None:
+    """Stop means no more writing: a message whose reply the person stopped is not answered by the
+    job; but the draft they were shown is its reply, and when its later part failed, its rest is
+    sent (a review's finding: the job skipped it, and only a redelivery could)."""
+    model = OfflineModel()
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    shown = memory.begin_turn(Person(sender_id="5101"), Surface.TELEGRAM, "tell me", "stopped-1", sender="5101")
+    unanswered = memory.begin_turn(Person(sender_id="5102"), Surface.TELEGRAM, "and me", "stopped-2", sender="5102")
+    assert shown.user_id is not None and shown.message_id is not None
+    assert unanswered.user_id is not None and unanswered.message_id is not None
+    memory.finish_turn(
+        shown.user_id, shown.message_id, "what was shown", delivered=False, unsent_from=1, attempt=shown.attempt
+    )
+    memory.end_attempt(unanswered.user_id, unanswered.message_id, unanswered.attempt, 0)
+    for start in (shown, unanswered):  # the stop button's rows, as stop_generation writes them
+        execute(
+            job_database,
+            "insert into stopped_generations (message_id, user_id) values (%s, %s)",
+            start.message_id,
+            start.user_id,
+        )
+    channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(60) == OwedRun(1, 0)
+    assert channel.sent == ["what was shown"] and channel.first_parts == [1]

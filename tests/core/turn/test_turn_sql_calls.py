@@ -28,6 +28,7 @@ def finish_turn_sql(**given: object) -> tuple[str, dict[str, object]]:
         "p_content": "the reply",
         "p_delivered": True,
         "p_unsent_from": None,
+        "p_attempt": None,
         "p_tokens": 0,
         "p_user_content": None,
         "p_reserved": 0,
