@@ -190,6 +190,15 @@ class StoredReply:
 
 
 @dataclass(frozen=True)
+class SaidFirst:
+    """A held WhatsApp follow-up, said before an answer: from its part `from_part` (the ones before
+    it went out when it was first tried, inside the 24-hour window: follow_ups.sql's unsent_from)."""
+
+    content: str
+    from_part: int = 0
+
+
+@dataclass(frozen=True)
 class FollowUp:
     """Something the agent will say on its own at `due_at` (UTC), as the person asked."""
 
@@ -246,7 +255,7 @@ class TurnStart:
     follow_ups: list[FollowUp] = field(default_factory=list)  # the person's pending ones
     timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
     # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.
-    delivered_first: list[str] = field(default_factory=list)
+    delivered_first: list[SaidFirst] = field(default_factory=list)
     # What this message quotes, when it is a reply (its stored content begins with it).
     quoted: str | None = None
     # The tokens this attempt reserved of the person's day (TOKENS_PER_DAY), which its end settles.

@@ -29,7 +29,7 @@ from core.memory.search import MemorySearch, SearchRules
 from core.memory.service import ContextLimits, Memory, TurnBudget
 from core.model.llm import AnthropicModel, Model
 from core.model.offline_model import OfflineModel
-from core.models import Delivery, Surface
+from core.models import Sent, Surface
 from core.phrases.catalogue import Catalogue
 from core.stores.embedded import REPOSITORY, current_embedded_database
 from core.stores.postgres_store import PostgresStore
@@ -237,7 +237,7 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
     if config.twilio_whatsapp_from and whatsapp_configured(config):
         send_parts = lambda to, text, part: twilio_sender().send_parts(to, text, first_part=part)  # noqa: E731
         channel = lambda to: twilio_sender().channel(to)  # noqa: E731
-        template = lambda to, text: follow_up_template(config, to, text)  # noqa: E731
+        template = lambda to, text, part: follow_up_template(config, to, text, part)  # noqa: E731
     return SurfaceAdapter(
         whatsapp_surface.Rules,
         config.whatsapp_model_deadline,
@@ -452,12 +452,12 @@ def sms_channel(to: str) -> ReplyChannel:
     return WhatsAppChannel(sms_sender(), to)  # a number as Twilio's SMS takes it: +14155550123
 
 
-def follow_up_template(config: Settings, to: str, text: str) -> Delivery | None:
-    """A follow-up outside WhatsApp's 24-hour window through TWILIO_FOLLOW_UP_CONTENT_SID, read
-    here (only the scheduled job has it); None without one."""
+def follow_up_template(config: Settings, to: str, text: str, first_part: int) -> Sent | None:
+    """A follow-up outside WhatsApp's 24-hour window through TWILIO_FOLLOW_UP_CONTENT_SID (a template
+    message a part, from `first_part`), read here (only the scheduled job has it); None without one."""
     if (content_sid := config.twilio_follow_up_content_sid) is None:
         return None
-    return twilio_sender().send_template(to, content_sid, text)
+    return twilio_sender().send_parts(to, text, first_part=first_part, content_sid=content_sid)
 
 
 def whatsapp_configured(config: Settings) -> bool:

@@ -27,7 +27,7 @@ from twilio.twiml.messaging_response import MessagingResponse
 
 from core.channels.splitting import LATER_PART_WAITS_S, split_message
 from core.errors import ConfigurationError, DeliveryFailed
-from core.models import Delivery, Sent
+from core.models import Delivery, SaidFirst, Sent
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
@@ -75,11 +75,11 @@ def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | N
     return str(RequestValidator(secret).compute_signature(url, form, algorithm))
 
 
-def twiml(text: str | None, first: Sequence[str] = ()) -> str:
+def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
     """A TwiML answer: the text in messages of at most 1600 characters, or no message; `first`
-    (follow-ups held outside the 24-hour window) before it."""
+    (follow-ups held outside the 24-hour window, each from its first part not sent) before it."""
     response = MessagingResponse()
-    for part in [piece for said in first for piece in split_message(said, WHATSAPP_LIMIT)]:
+    for part in [piece for said in first for piece in split_message(said.content, WHATSAPP_LIMIT)[said.from_part :]]:
         response.message(part)
     for part in split_message(text or "", WHATSAPP_LIMIT):
         response.message(part)
@@ -118,33 +118,33 @@ class WhatsAppSender:
         can end before `until` (a `time.monotonic()` time: the attempt's; None: never again)."""
         return self.send_parts(to, text, until).delivery
 
-    def send_parts(self, to: str, text: str, until: float | None = None, first_part: int = 0) -> Sent:
+    def send_parts(
+        self, to: str, text: str, until: float | None = None, first_part: int = 0, content_sid: str | None = None
+    ) -> Sent:
         """`send_text` from its part `first_part` (the ones before it went out earlier), and how
-        far it got."""
+        far it got; with `content_sid`, each part as an approved template (Twilio's Content API:
+        `ContentSid`, `ContentVariables`, the part its one variable): what reaches a person outside
+        the 24-hour window."""
         parts = split_message(text, WHATSAPP_LIMIT)
         for index in range(first_part, len(parts)):
-            part = parts[index]
-            if index > first_part and until is not None and time.monotonic() + self._timeout_s >= until:
+            message = {"body": parts[index]}
+            if content_sid is not None:
+                message = {"content_sid": content_sid, "content_variables": json.dumps({"1": parts[index]})}
+            if until is not None and time.monotonic() + self._timeout_s >= until:
                 # Its try could end past the attempt's time, when another may hold the message: the
                 # rest is owed from this part (the reply's unsent_from).
                 return Sent(Delivery.OWED, index)
             waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
-            delivery = self._create(to=to, body=part)
+            delivery = self._create(to=to, **message)
             while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
                 if until is None or time.monotonic() + wait + self._timeout_s >= until:
                     break
                 log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
                 self._sleep(wait)
-                delivery = self._create(to=to, body=part)
+                delivery = self._create(to=to, **message)
             if delivery is not Delivery.DELIVERED:
                 return Sent(delivery, index)
         return Sent(Delivery.DELIVERED, len(parts))
-
-    def send_template(self, to: str, content_sid: str, text: str) -> Delivery:
-        """An approved template (Twilio's Content API: `ContentSid`, `ContentVariables`) with the
-        text as its one variable: what reaches a person outside the 24-hour window."""
-        variables = json.dumps({"1": text[:WHATSAPP_LIMIT]})
-        return self._create(to=to, content_sid=content_sid, content_variables=variables)
 
     def _create(self, **message: str) -> Delivery:
         """One message through Twilio's Messages API, from this sender; what became of it."""
@@ -217,7 +217,5 @@ class WhatsAppChannel:
         pass  # WhatsApp has no drafts
 
     def send(self, text: str, until: float, first_part: int = 0) -> Sent:
-        # Not started past the attempt's time (core/turn/request.py), nor any later part that could end past it.
-        if time.monotonic() >= until:
-            return Sent(Delivery.OWED, first_part)
+        # No part whose try could end past the attempt's time (core/turn/request.py).
         return self._sender.send_parts(self._to, text, until, first_part)

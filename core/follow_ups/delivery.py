@@ -202,7 +202,8 @@ class FollowUpDelivery:
                     "p_claim": claim,
                     "p_outcome": outcome,
                     "p_retry_at": retry_at.isoformat(),
-                    "p_unsent_from": sent.unsent_from,
+                    # how far it got, when it did not get through: where a retry starts
+                    "p_unsent_from": None if delivery is Delivery.DELIVERED else sent.parts or None,
                 },
             )
         except StoreUnavailable as exc:

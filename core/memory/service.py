@@ -35,6 +35,7 @@ from core.models import (
     MemoryHit,
     Person,
     PlatformMessage,
+    SaidFirst,
     Sent,
     StoredMessage,
     StoredReply,
@@ -138,7 +139,10 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         declined=bool(row.get("declined")),
         follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
         timezone=row.get("timezone") or None,
-        delivered_first=[str(item["content"]) for item in row.get("delivered_first") or []],
+        delivered_first=[
+            SaidFirst(str(item["content"]), int(item.get("unsent_from") or 0))
+            for item in row.get("delivered_first") or []
+        ],
         quoted=row.get("quoted"),
         reserved_tokens=int(row.get("reserved") or 0),
         reply_id=int(reply["id"]) if reply else int(row["reply_id"]) if row.get("reply_id") is not None else None,

@@ -53,7 +53,7 @@ class Rules(SurfaceRules):
 
 
 def say_follow_up(
-    send_parts: Callable[[str, str, int], Sent] | None, send_template: Callable[[str, str], Delivery | None] | None
+    send_parts: Callable[[str, str, int], Sent] | None, send_template: Callable[[str, str, int], Sent | None] | None
 ) -> SayFollowUp:
     """Free-form inside the 24-hour window after the person's last WhatsApp message; outside it
     the approved template (TWILIO_FOLLOW_UP_CONTENT_SID) or, without one, held: begin_turn says it
@@ -69,8 +69,8 @@ def say_follow_up(
         first_part = unsent_part(row)
         if inside and send_parts is not None:
             return send_parts(to, str(row["content"]), first_part), "sent"
-        if not inside and send_template is not None and (said := send_template(to, str(row["content"]))):
-            return Sent(said, first_part), "sent"  # the template is one message, its variable the text
+        if not inside and send_template is not None and (said := send_template(to, str(row["content"]), first_part)):
+            return said, "sent"
         if not inside:
             return Sent(Delivery.DELIVERED, first_part), "held"
         return Sent(Delivery.OWED, first_part), "retry"  # no Twilio account configured: perhaps after a deploy

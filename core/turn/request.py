@@ -12,7 +12,7 @@ from uuid import UUID
 
 from core.media.kinds import MediaRef
 from core.model.llm import Usage
-from core.models import PlatformMessage, Sent, Surface
+from core.models import PlatformMessage, SaidFirst, Sent, Surface
 from core.phrases.catalogue import Catalogue, Phrases
 from core.turn.context import ContextItem as ContextItem  # a web client's history: part of the request
 
@@ -148,7 +148,7 @@ class TurnResult:
     reply_owed: bool = False
     # Follow-ups held outside WhatsApp's window, said (and stored) before this reply: a surface
     # that answers in its response puts them first.
-    follow_ups_first: list[str] = field(default_factory=list)
+    follow_ups_first: list[SaidFirst] = field(default_factory=list)
     # The follow-ups this turn's reply was stored with ({"content", "due_at", "timezone"}): the web
     # stream tells the page, which can show them without asking.
     follow_ups_scheduled: list[dict[str, str]] = field(default_factory=list)

@@ -31,7 +31,7 @@ from core.media.listening import Listening
 from core.media.turn_media import MediaReader, PreparedMedia, remembered_content
 from core.memory.service import Memory, OwedMessage, storable
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
-from core.models import Delivery, Person, Role, Sent, StoredMessage, Surface, TurnStart
+from core.models import Delivery, Person, Role, SaidFirst, Sent, StoredMessage, Surface, TurnStart
 from core.phrases.language import language_tag
 from core.turn import tool_loop
 from core.turn.capabilities import TurnState
@@ -562,13 +562,13 @@ class Turns:
         return self._logged(surface, result, began)
 
     @staticmethod
-    def _say_first(start: TurnStart, channel: ReplyChannel | None, until: float) -> list[str]:
+    def _say_first(start: TurnStart, channel: ReplyChannel | None, until: float) -> list[SaidFirst]:
         """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
         channel that pushes; else returned, for the caller's response to carry first."""
         if channel is None:
             return list(start.delivered_first)
         for said in start.delivered_first:
-            channel.send(said, until)
+            channel.send(said.content, until, said.from_part)
         return []
 
     @staticmethod

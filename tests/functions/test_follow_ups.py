@@ -20,9 +20,10 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.splitting import split_message
 from core.channels.telegram_bot import TELEGRAM_LIMIT
+from core.channels.whatsapp import WHATSAPP_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
-from core.models import Delivery, Person, Surface
+from core.models import Delivery, Person, SaidFirst, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.twilio_form import Converse
 from core.surfaces.whatsapp import WhatsAppForm, classify
@@ -266,6 +267,74 @@ def test_without_a_template_it_is_held_and_said_first_on_the_next_whatsapp_messa
     assert messages_of(whatsapp.post("/", data=again, headers=signed(again)).text) == ["Good morning!"]
 
 
+@pytest.mark.parametrize("template", [True, False])
+def test_a_whatsapp_follow_up_whose_window_closed_after_its_first_part_says_only_the_rest(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    template: bool,
+) -> None:
+    """Three WhatsApp messages long; the second meets a 503 inside the 24-hour window, which closes
+    before the retry: the rest goes as template messages (one a part), or, without a template, is
+    held and said first on the person's next message; the first part never again (a review's
+    finding: the template repeated the first part and dropped the rest, and the hold said it all)."""
+    if template:
+        environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
+    number = f"whatsapp:+3461100{9 if template else 8}001"
+    content = " ".join(f"Step {n} of the plan." for n in range(200))
+    parts = split_message(content, WHATSAPP_LIMIT)
+    fake_anthropic.answer = remind(content, in_minutes=5)
+    fields = form("In five minutes send me the whole plan", sender=number)
+    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    clock.at += timedelta(minutes=6)
+    fake_twilio.fail_after(1, 503, 20500)
+    assert run_job()["follow_ups_retried"] == 1
+    assert [m["Body"] for m in fake_twilio.messages] == parts[:1] and len(parts) == 3
+    fake_twilio.recover()
+    clock.at += timedelta(hours=26)  # the window closed two hours ago
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    if template:
+        assert run_job()["follow_ups_sent"] == 1
+        assert [json.loads(m["ContentVariables"])["1"] for m in fake_twilio.messages[1:]] == parts[1:]
+        return
+    assert run_job()["follow_ups_held"] == 1
+    fake_anthropic.answer = lambda body: "Good morning!"
+    again = form("Good morning", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=again, headers=signed(again))
+    assert messages_of(answered.text) == [*parts[1:], "Good morning!"]
+
+
+def test_a_follow_up_given_up_after_its_first_part_went_out_is_kept_in_the_thread(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """Its first part reached the person, then the bot was blocked: given up, and stored in the
+    thread (whole, undelivered, as a reply given up is), so the agent knows it said it (a review's
+    finding: nothing was stored)."""
+    content = " ".join(f"Step {n} of the plan." for n in range(300))
+    fake_anthropic.answer = remind(content, in_minutes=1)
+    telegram_turn("remind me of the whole plan in a minute", 710004)
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
+    already = len(fake_telegram.sent())
+
+    def blocked_after_the_first_part(method: str, payload: dict[str, Any]) -> None:
+        if method == "sendMessage" and len(fake_telegram.sent()) == already + 1:
+            fake_telegram.fail_with("blocked_by_user")
+
+    fake_telegram.before_answer = blocked_after_the_first_part
+    assert run_job()["follow_ups_given_up"] == 1
+    assert rows(job_database, "select status, unsent_from, message_id is not null from follow_ups") == [
+        ("given_up", 1, True)
+    ]
+    stored = "select role, delivered_at is null from messages where content = %s"
+    assert rows(job_database, stored, content) == [("assistant", True)]
+
+
 def hold_a_follow_up(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> None:
     """ "Take the pills." held for `number`: asked on WhatsApp, due after its window closed."""
     fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
@@ -332,7 +401,7 @@ def test_a_held_follow_up_taken_by_an_instance_that_died_goes_out_with_the_owed_
     started = runtime.memory().begin_turn(
         Person(sender_id=said.sender), Surface.WHATSAPP, said.text, said.message_sid, sender=said.sender
     )
-    assert started.delivered_first == ["Take the pills."]
+    assert started.delivered_first == [SaidFirst("Take the pills.")]
     execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
     fake_anthropic.answer = lambda body: "Good morning! Did you take them?"
     assert run_job()["owed_answered"] == 1

@@ -157,7 +157,8 @@ $$;
 -- were due: what every answer to that message carries before its reply.
 create function crossmem_private.follow_ups_said_with(p_message_id bigint)
     returns json language sql stable set search_path = '' as $$
-    select coalesce(json_agg(json_build_object('id', f.id, 'content', f.content) order by f.due_at, f.id), '[]'::json)
+    select coalesce(json_agg(json_build_object('id', f.id, 'content', f.content, 'unsent_from', f.unsent_from)
+                             order by f.due_at, f.id), '[]'::json)
       from public.follow_ups f
      where f.said_with = p_message_id;
 $$;
@@ -399,7 +400,8 @@ $$;
 
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
 -- delivered), 'retry' (pending again from p_retry_at; p_unsent_from, when its first parts went
--- out, the part the retry starts from, never an earlier one), 'held' or 'given_up'. Only while it is
+-- out, the part the retry starts from, never an earlier one), 'held' or 'given_up' (stored in its
+-- conversation, undelivered, when some of its parts went out). Only while it is
 -- still p_claim's (`sending`): {"done": boolean, "message_id"}. The same call retried after it
 -- committed (its answer lost with the connection) finds its own outcome and answers it again.
 create function public.finish_follow_up(
@@ -433,6 +435,18 @@ begin
     elsif p_outcome = 'retry' then
         update public.follow_ups f
            set status = 'pending', next_attempt_at = p_retry_at, claimed_until = null,
+               unsent_from = greatest(p_unsent_from, f.unsent_from)
+         where f.id = p_id;
+    elsif p_outcome = 'given_up' and greatest(p_unsent_from, v_follow_up.unsent_from) > 0 then
+        -- Its first parts reached the person: kept in the thread (whole, as a reply given up is),
+        -- so that the agent knows it said it; not delivered.
+        insert into public.messages (conversation_id, user_id, surface, role, content)
+             values (v_follow_up.conversation_id, v_follow_up.user_id, v_follow_up.surface, 'assistant',
+                     v_follow_up.content)
+          returning id into v_message;
+        update public.conversations c set updated_at = clock_timestamp() where c.id = v_follow_up.conversation_id;
+        update public.follow_ups f
+           set status = 'given_up', message_id = v_message, claimed_until = null,
                unsent_from = greatest(p_unsent_from, f.unsent_from)
          where f.id = p_id;
     elsif p_outcome in ('held', 'given_up') then

@@ -50,23 +50,27 @@ def test_a_later_part_is_not_tried_again_past_the_attempts_time(fake_twilio: Fak
     went out 3 s past the claim). Without a time (a follow-up's send), no part is tried again."""
     waited: list[float] = []
     fake_twilio.fail_once_after(1, 503, 20500)
-    assert sender(fake_twilio, waited).send_text("whatsapp:+34600000002", LONG, time.monotonic() + 5) is Delivery.OWED
+    # Each part's try fits (Twilio's timeout is 10 s), a retry's wait and try would not.
+    until = time.monotonic() + 10.5
+    assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000002", LONG, until) == Sent(Delivery.OWED, 1)
     fake_twilio.fail_once_after(len(fake_twilio.messages) + 1, 503, 20500)
     assert sender(fake_twilio, waited).send_text("whatsapp:+34600000003", LONG) is Delivery.OWED
     assert waited == [] and len(fake_twilio.messages) == 2
 
 
-def test_no_later_part_starts_when_its_try_could_end_past_the_attempts_time(fake_twilio: FakeTwilio) -> None:
-    """Its first part out, the rest is owed from the second (the reply's unsent_from), not sent
-    past the time the message is held for (a review's finding: a slow Twilio sent the last parts
-    after another run had taken the message over)."""
-    waited: list[float] = []
+def test_a_send_from_a_later_part_sends_only_the_rest(fake_twilio: FakeTwilio) -> None:
+    """A reply owed from its second part (its unsent_from): the rest, once each."""
+    rest = sender(fake_twilio, []).send_parts("whatsapp:+34600000004", LONG, time.monotonic() + 60, 1)
+    assert rest == Sent(Delivery.DELIVERED, 3)
+    assert [message["Body"] for message in fake_twilio.messages] == split_message(LONG, WHATSAPP_LIMIT)[1:]
+
+
+def test_no_part_starts_when_its_try_could_end_past_the_attempts_time(fake_twilio: FakeTwilio) -> None:
+    """The first part too (a review's finding: only later ones were kept inside the hold)."""
     until = time.monotonic() + 5  # under Twilio's 10 s timeout from now
-    assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000004", LONG, until) == Sent(Delivery.OWED, 1)
-    assert [message["Body"] for message in fake_twilio.messages] == split_message(LONG, WHATSAPP_LIMIT)[:1]
-    rest = sender(fake_twilio, waited).send_parts("whatsapp:+34600000004", LONG, time.monotonic() + 60, 1)
-    assert rest == Sent(Delivery.DELIVERED, 3) and waited == []
-    assert [message["Body"] for message in fake_twilio.messages] == split_message(LONG, WHATSAPP_LIMIT)
+    channel = sender(fake_twilio, []).channel("+34600000005")
+    assert channel.send(LONG, until) == Sent(Delivery.OWED, 0) and fake_twilio.messages == []
+    assert channel.send(LONG, until, 2) == Sent(Delivery.OWED, 2) and fake_twilio.messages == []
 
 
 def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> None:
