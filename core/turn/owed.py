@@ -4,13 +4,13 @@ A message is owed when it has no reply and its attempt can no longer answer (its
 died, its model call ended in the fallback), or when its reply is stored but owed a send (the
 surface refused it for a reason that may pass, maybe after its first parts): that reply is sent
 from the part it stopped at, no model asked, at each run while the message is young enough; a
-run whose sends fail for two people stops (the surface is down for everyone). The same
-delivery again answers it (a Telegram redelivery, a web retry), but Twilio does not redeliver
-and Telegram gives up, so the scheduled job answers the Telegram and WhatsApp ones younger than OWED_REPLY_MAX_AGE: it
-takes each over in the database (one attempt at a time, whoever asks), asks the model once,
-sends the reply through the Bot API or Twilio's Messages API and stores it. Older ones are
-left to the person's next message, as a reply minutes late reads as an answer and one an
-hour late as a stranger's.
+run whose sends fail for two people for a reason that may pass stops (the surface is down for
+everyone). The same delivery again answers it (a Telegram redelivery, a web retry), but Twilio
+does not redeliver and Telegram gives up, so the scheduled job answers the Telegram and
+WhatsApp ones younger than OWED_REPLY_MAX_AGE: it takes each over in the database (one
+attempt at a time, whoever asks), asks the model once, sends the reply through the Bot API or
+Twilio's Messages API and stores it. Older ones are left to the person's next message, as a
+reply minutes late reads as an answer and one an hour late as a stranger's.
 
 Fair and bounded. Nobody waits on the job, so its model call is not given the webhook's
 deadline again but up to half the run's time (a long answer that missed 12 s on WhatsApp gets
@@ -140,9 +140,10 @@ class OwedReplies:
             # A declined turn is answered too: its answer is stored, and owes nothing (docs/decisions.md).
             if result.outcome in (Outcome.ANSWERED, Outcome.DECLINED) and result.reply_id is not None:
                 answered, failing = answered + 1, None
-                unsent = unsent if result.reply_owed else None
                 if result.reply_owed:  # stored, its surface down: sent from where it stopped next run
                     resting.add(person)
+                else:
+                    unsent = None
                 continue
             failed += 1
             resting.add(person)
