@@ -157,6 +157,25 @@ def due_on_telegram(fake_anthropic: FakeAnthropic, clock: Clock, chats: list[int
     clock.at = WEDNESDAY_EVENING + timedelta(minutes=6)
 
 
+def due_and_failing_after_its_first_part(
+    fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, clock: Clock, chat: int, error: str
+) -> tuple[str, int]:
+    """A follow-up of two Telegram messages asked by `chat`, due now; the Bot API answers `error`
+    from its second part on. Its content, and how many messages were sent before it."""
+    content = " ".join(f"Step {n} of the plan." for n in range(300))
+    fake_anthropic.answer = remind(content, in_minutes=1)
+    telegram_turn("remind me of the whole plan in a minute", chat)
+    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
+    already = len(fake_telegram.sent())
+
+    def failing_after_the_first_part(method: str, payload: dict[str, Any]) -> None:
+        if method == "sendMessage" and len(fake_telegram.sent()) == already + 1:
+            fake_telegram.fail_with(error)
+
+    fake_telegram.before_answer = failing_after_the_first_part
+    return content, already
+
+
 def follow_ups(database_url: str) -> list[tuple[Any, ...]]:
     return rows(database_url, "select content, due_at, surface, status, attempts from follow_ups order by id")
 
@@ -316,17 +335,7 @@ def test_a_follow_up_given_up_after_its_first_part_went_out_is_kept_in_the_threa
     """Its first part reached the person, then the bot was blocked: given up, and stored in the
     thread (whole, undelivered, as a reply given up is), so the agent knows it said it (a review's
     finding: nothing was stored)."""
-    content = " ".join(f"Step {n} of the plan." for n in range(300))
-    fake_anthropic.answer = remind(content, in_minutes=1)
-    telegram_turn("remind me of the whole plan in a minute", 710004)
-    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
-    already = len(fake_telegram.sent())
-
-    def blocked_after_the_first_part(method: str, payload: dict[str, Any]) -> None:
-        if method == "sendMessage" and len(fake_telegram.sent()) == already + 1:
-            fake_telegram.fail_with("blocked_by_user")
-
-    fake_telegram.before_answer = blocked_after_the_first_part
+    content, _ = due_and_failing_after_its_first_part(fake_anthropic, fake_telegram, clock, 710004, "blocked_by_user")
     assert run_job()["follow_ups_given_up"] == 1
     assert rows(job_database, "select status, unsent_from, message_id is not null from follow_ups") == [
         ("given_up", 1, True)
@@ -862,17 +871,7 @@ def test_a_long_follow_up_whose_second_part_failed_is_retried_from_that_part(
 ) -> None:
     """A follow-up of two Telegram messages whose second meets 502s past its two retries: retried
     later from the second part (the person has the first), said once whole in the thread."""
-    content = " ".join(f"Step {n} of the plan." for n in range(300))
-    fake_anthropic.answer = remind(content, in_minutes=1)
-    telegram_turn("remind me of the whole plan in a minute", 710003)
-    clock.at = WEDNESDAY_EVENING + timedelta(minutes=2)
-    already = len(fake_telegram.sent())
-
-    def down_after_the_first_part(method: str, payload: dict[str, Any]) -> None:
-        if method == "sendMessage" and len(fake_telegram.sent()) == already + 1:
-            fake_telegram.fail_with("gateway")
-
-    fake_telegram.before_answer = down_after_the_first_part
+    content, already = due_and_failing_after_its_first_part(fake_anthropic, fake_telegram, clock, 710003, "gateway")
     assert run_job()["follow_ups_retried"] == 1
     parts = split_message(content, TELEGRAM_LIMIT)
     assert len(parts) == 2 and [call["text"] for call in fake_telegram.sent()[already:]] == parts[:1]
