@@ -31,6 +31,12 @@ from core.models import Delivery, SaidFirst, Sent
 
 log = logging.getLogger("crossmem.whatsapp")
 WHATSAPP_LIMIT = 1600
+# A template's body is at most 1,024 characters (Meta's limit, its own text and {{1}} together):
+# a part past this goes in pieces of it, leaving the template's own text 24.
+WHATSAPP_TEMPLATE_LIMIT = 1000
+# A try that can end past the moment it must be done by is not started: Twilio's client applies
+# its timeout to connecting and again to reading.
+TRIES_OF_THE_TIMEOUT = 2
 
 
 class TwilioSignatures:
@@ -122,28 +128,31 @@ class WhatsAppSender:
         self, to: str, text: str, until: float | None = None, first_part: int = 0, content_sid: str | None = None
     ) -> Sent:
         """`send_text` from its part `first_part` (the ones before it went out earlier), and how
-        far it got; with `content_sid`, each part as an approved template (Twilio's Content API:
-        `ContentSid`, `ContentVariables`, the part its one variable): what reaches a person outside
-        the 24-hour window."""
+        far it got; with `content_sid`, each part as approved templates (Twilio's Content API:
+        `ContentSid`, `ContentVariables`, a piece of the part its one variable): what reaches a
+        person outside the 24-hour window."""
         parts = split_message(text, WHATSAPP_LIMIT)
+        longest_try = TRIES_OF_THE_TIMEOUT * self._timeout_s
         for index in range(first_part, len(parts)):
-            message = {"body": parts[index]}
-            if content_sid is not None:
-                message = {"content_sid": content_sid, "content_variables": json.dumps({"1": parts[index]})}
-            if until is not None and time.monotonic() + self._timeout_s >= until:
-                # Its try could end past the attempt's time, when another may hold the message: the
-                # rest is owed from this part (the reply's unsent_from).
-                return Sent(Delivery.OWED, index)
-            waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
-            delivery = self._create(to=to, **message)
-            while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
-                if until is None or time.monotonic() + wait + self._timeout_s >= until:
-                    break
-                log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
-                self._sleep(wait)
+            pieces = [parts[index]] if content_sid is None else split_message(parts[index], WHATSAPP_TEMPLATE_LIMIT)
+            for piece in pieces:
+                message = {"body": piece}
+                if content_sid is not None:
+                    message = {"content_sid": content_sid, "content_variables": json.dumps({"1": piece})}
+                if until is not None and time.monotonic() + longest_try >= until:
+                    # Its try could end past the attempt's time, when another may hold the message:
+                    # the rest is owed from this part (the reply's unsent_from).
+                    return Sent(Delivery.OWED, index)
+                waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
                 delivery = self._create(to=to, **message)
-            if delivery is not Delivery.DELIVERED:
-                return Sent(delivery, index)
+                while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
+                    if until is None or time.monotonic() + wait + longest_try >= until:
+                        break
+                    log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
+                    self._sleep(wait)
+                    delivery = self._create(to=to, **message)
+                if delivery is not Delivery.DELIVERED:
+                    return Sent(delivery, index)
         return Sent(Delivery.DELIVERED, len(parts))
 
     def _create(self, **message: str) -> Delivery:

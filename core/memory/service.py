@@ -339,12 +339,14 @@ class Memory:
         user_content: str | None = None,
         reserved: int = 0,
         language: str | None = None,
+        said_first: bool = False,
     ) -> None:
         """A turn that stored no reply (a fallback, an abandoned stream): count the model's
         tokens (in place of the `reserved` its begin_turn reserved), and make its message owed at
         once unless another attempt has taken it over. `user_content` and `language` as in
         finish_turn: a transcript, and the language heard in it, are kept even when the model
-        failed."""
+        failed. `said_first`: the held follow-ups the attempt took reached the person (with its
+        fallback, or pushed before it), and the next answer does not say them again."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -353,6 +355,7 @@ class Memory:
             "p_user_content": self._learned(user_content) if user_content is not None else None,
             "p_reserved": reserved,
             "p_language": language_tag(language),
+            "p_said_first": said_first,
         }
         try:
             self.store.call("end_attempt", arguments)

@@ -43,6 +43,10 @@ log = logging.getLogger("crossmem.owed")
 # The most of one person's owed messages a run answers: the rest wait for the next run, behind
 # everyone else's.
 PER_PERSON_PER_RUN = 2
+# What a claim holds beyond the model's deadline for the send: a part through Twilio's client may
+# take its 10 s timeout to connect and as long to read (no part starts that could end past the
+# claim: core/channels/whatsapp.py), so an answer written at the deadline still goes out.
+SEND_ROOM_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class OwedReplies:
             return OwedRun(0, 0)
         ends = self._clock() + time_budget_s
         surfaces = sorted(self._channels)
-        least = max(self._deadlines[surface] for surface in surfaces) + ANSWER_MARGIN_S
+        least = max(self._deadlines[surface] for surface in surfaces) + ANSWER_MARGIN_S + SEND_ROOM_S
         longest = time_budget_s / 2  # one try's most: an answer that never comes leaves half the run
         taken: Counter[UUID] = Counter()
         resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
@@ -90,7 +94,7 @@ class OwedReplies:
         unsent: UUID | None = None  # whose stored reply last could not be sent, with none sent since
         while (left := ends - self._clock()) >= least:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
-            claimed_at, answer_within = self._clock(), min(left, longest + ANSWER_MARGIN_S)
+            claimed_at, answer_within = self._clock(), min(left, longest + ANSWER_MARGIN_S + SEND_ROOM_S)
             # What the job sends for a claim goes out while the claim holds, as a turn's reply does.
             send_by = claimed_at + answer_within - STORE_MARGIN_S
             try:
@@ -136,7 +140,8 @@ class OwedReplies:
                 failed += 1
                 resting.add(person)
                 continue
-            result = self._turns.answer_owed(owed, channel, min(left - ANSWER_MARGIN_S, longest))
+            model_s = min(answer_within - ANSWER_MARGIN_S - SEND_ROOM_S, longest)
+            result = self._turns.answer_owed(owed, channel, model_s, until=send_by)
             # A declined turn is answered too: its answer is stored, and owes nothing (docs/decisions.md).
             if result.outcome in (Outcome.ANSWERED, Outcome.DECLINED) and result.reply_id is not None:
                 answered, failing = answered + 1, None

@@ -151,9 +151,12 @@ class Turns:
         the scheduled job, which has no request to say it."""
         return self._settings.fallback(self._settings.catalogue.choose(None, said, remembered=remembered))
 
-    def answer_owed(self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float) -> TurnResult:
+    def answer_owed(
+        self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float, until: float | None = None
+    ) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
-        context it was stored in; the reply sent through `channel` and stored."""
+        context it was stored in, within `deadline_s`; the reply sent through `channel` by `until`
+        (its claim's end, less the time to store it; default: as a turn's) and stored."""
         began = self._clock()
         figures = TurnFigures(round_trips=1)
         zone = self._zone_of(owed.start)
@@ -178,6 +181,7 @@ class Turns:
                 began,
                 tools=tools,
                 waiting=False,
+                until=until,
                 merged=merged,
             )
 
@@ -250,7 +254,9 @@ class Turns:
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
-            self._end_attempt(start, figures, learned)
+            # The held follow-ups went first: pushed, or in this fallback's response (not a response
+            # that comes after the platform stopped waiting).
+            self._end_attempt(start, figures, learned, said_first=channel is not None or not handed_over)
             # Handed over: the redelivery this asks for answers the message, unless the job has.
             result.reply_owed = handed_over and outcome is not Outcome.FALLBACK
         return self._logged(surface, result, began)
@@ -554,7 +560,7 @@ class Turns:
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
         result.follow_ups_first = first
         if self._handed_over(sent, until, figures):
-            self._end_attempt(start, figures, prepared.stored())
+            self._end_attempt(start, figures, prepared.stored(), said_first=channel is not None)
             result.reply_owed = True
             return self._logged(surface, result, began)
         self._finish(result, start, prepared.notice, sent, prepared.stored())
@@ -703,8 +709,11 @@ class Turns:
                 self._end_attempt(start, figures)
             raise
 
-    def _end_attempt(self, start: TurnStart, figures: TurnFigures, learned: str | None = None) -> None:
-        """A turn that stored no reply: its tokens count, and its message is owed."""
+    def _end_attempt(
+        self, start: TurnStart, figures: TurnFigures, learned: str | None = None, *, said_first: bool = False
+    ) -> None:
+        """A turn that stored no reply: its tokens count, and its message is owed. `said_first`:
+        the held follow-ups it took reached the person (pushed, or in the answer it returned)."""
         figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
@@ -716,6 +725,7 @@ class Turns:
             user_content=learned,
             reserved=start.reserved_tokens,
             language=start.heard_language,
+            said_first=said_first,
         )
         figures.round_trips += 1
 

@@ -20,7 +20,7 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.splitting import split_message
 from core.channels.telegram_bot import TELEGRAM_LIMIT
-from core.channels.whatsapp import WHATSAPP_LIMIT
+from core.channels.whatsapp import WHATSAPP_LIMIT, WHATSAPP_TEMPLATE_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
 from core.models import Delivery, Person, SaidFirst, Surface
@@ -316,7 +316,9 @@ def test_a_whatsapp_follow_up_whose_window_closed_after_its_first_part_says_only
     execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
     if template:
         assert run_job()["follow_ups_sent"] == 1
-        assert [json.loads(m["ContentVariables"])["1"] for m in fake_twilio.messages[1:]] == parts[1:]
+        pieces = [piece for part in parts[1:] for piece in split_message(part, WHATSAPP_TEMPLATE_LIMIT)]
+        assert [json.loads(m["ContentVariables"])["1"] for m in fake_twilio.messages[1:]] == pieces
+        assert all(len(piece) <= WHATSAPP_TEMPLATE_LIMIT for piece in pieces) and len(pieces) > 2
         return
     assert run_job()["follow_ups_held"] == 1
     fake_anthropic.answer = lambda body: "Good morning!"

@@ -116,19 +116,20 @@ def test_one_persons_failing_messages_do_not_keep_another_persons_reply_waiting(
 def test_a_message_whose_answer_never_comes_leaves_half_the_run_to_the_others(
     environment: pytest.MonkeyPatch, job: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
-    """The starvation repro with answers that are slow, not empty: a try has at most half the run
-    (15 s of this run's 30), so after the essay's try runs out there is still time for the victim
-    in the same run (on 8281e8c the first failure ended the run)."""
-    environment.setenv("DIGEST_TIME_BUDGET", "60")  # the owed replies' share: 30 s
+    """The starvation repro with answers that are slow, not empty: a try's model has at most half
+    the run (32.5 s of this run's 65), so after the essay's try runs out there is still time for
+    the victim in the same run (on 8281e8c the first failure ended the run)."""
+    environment.setenv("DIGEST_TIME_BUDGET", "130")  # the owed replies' share: 65 s
     environment.setenv("WHATSAPP_MODEL_DEADLINE", "1")
-    environment.setenv("TELEGRAM_MODEL_DEADLINE", "1")  # a try is worth starting with 11 s left
+    # a try is worth starting with 31 s left: 1 of model, 10 to store, 20 to send (SEND_ROOM_S)
+    environment.setenv("TELEGRAM_MODEL_DEADLINE", "1")
     essays, victim = number(), number()
     ask, question = form("write a 5,000-word essay", sender=essays), form("Is it open?", sender=victim)
     owed(fake_anthropic, ask, question)
 
     def essays_never_end(body: dict[str, Any]) -> str:
         if "essay" in asked_about(body):
-            time.sleep(21)  # past all of the run a try could have without the half
+            time.sleep(33)  # past all of the run a try's model could have without the half
         return "Yes."
 
     fake_anthropic.answer = essays_never_end

@@ -676,7 +676,10 @@ $$;
 -- failure). Returns {"owed": boolean}.
 create or replace function public.end_attempt(
     p_user_id uuid, p_user_message_id bigint, p_attempt uuid, p_tokens integer, p_user_content text,
-    p_reserved integer, p_language text
+    p_reserved integer, p_language text,
+    -- the held follow-ups this attempt took (follow_ups.sql's said_with) reached the person with
+    -- its answer (a fallback): the next answer to the message does not say them again
+    p_said_first boolean
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
@@ -693,9 +696,12 @@ begin
        and not exists (select from public.messages r where r.in_reply_to = m.id);
     v_owed := found;
     -- The answer this attempt returned (a fallback) said the held follow-ups it took: the next
-    -- answer to this message does not say them again.
-    update public.follow_ups f set said_with = null
-     where f.said_with = p_user_message_id and f.user_id = p_user_id;
+    -- answer to this message does not say them again. One that said nothing (its time ran out
+    -- before its answer, or it failed) leaves them to the next answer.
+    if p_said_first then
+        update public.follow_ups f set said_with = null
+         where f.said_with = p_user_message_id and f.user_id = p_user_id;
+    end if;
     return jsonb_build_object('owed', v_owed);
 end;
 $$;

@@ -50,8 +50,9 @@ def test_a_later_part_is_not_tried_again_past_the_attempts_time(fake_twilio: Fak
     went out 3 s past the claim). Without a time (a follow-up's send), no part is tried again."""
     waited: list[float] = []
     fake_twilio.fail_once_after(1, 503, 20500)
-    # Each part's try fits (Twilio's timeout is 10 s), a retry's wait and try would not.
-    until = time.monotonic() + 10.5
+    # Each part's try fits (Twilio's timeout, 10 s, to connect and again to read), a retry's wait and
+    # try would not.
+    until = time.monotonic() + 20.5
     assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000002", LONG, until) == Sent(Delivery.OWED, 1)
     fake_twilio.fail_once_after(len(fake_twilio.messages) + 1, 503, 20500)
     assert sender(fake_twilio, waited).send_text("whatsapp:+34600000003", LONG) is Delivery.OWED
@@ -67,7 +68,7 @@ def test_a_send_from_a_later_part_sends_only_the_rest(fake_twilio: FakeTwilio) -
 
 def test_no_part_starts_when_its_try_could_end_past_the_attempts_time(fake_twilio: FakeTwilio) -> None:
     """The first part too (a review's finding: only later ones were kept inside the hold)."""
-    until = time.monotonic() + 5  # under Twilio's 10 s timeout from now
+    until = time.monotonic() + 15  # under twice Twilio's 10 s timeout (connecting, then reading) from now
     channel = sender(fake_twilio, []).channel("+34600000005")
     assert channel.send(LONG, until) == Sent(Delivery.OWED, 0) and fake_twilio.messages == []
     assert channel.send(LONG, until, 2) == Sent(Delivery.OWED, 2) and fake_twilio.messages == []

@@ -16,7 +16,7 @@ from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
-from core.models import Delivery, Person, Surface
+from core.models import Delivery, Person, SaidFirst, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
@@ -24,7 +24,7 @@ from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import RecordingChannel, context_limits, execute
+from tests.helpers import MovedClock, RecordingChannel, context_limits, execute
 
 SETTINGS = TurnSettings(
     system_prompt=DEFAULT_SYSTEM_PROMPT,
@@ -189,3 +189,75 @@ def test_the_rest_of_a_stopped_reply_is_sent_and_a_stopped_message_is_not_answer
     job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
     assert job.run(60) == OwedRun(1, 0)
     assert channel.sent == ["what was shown"] and channel.first_parts == [1]
+
+
+def test_an_answer_written_at_the_models_deadline_still_has_the_time_to_be_sent(
+    memory: Memory, fake_anthropic: FakeAnthropic
+) -> None:
+    """The job's claim holds the message past the model's deadline for the send (`SEND_ROOM_S`): no
+    part whose try could end past the claim starts (a WhatsApp part may take twice Twilio's 10 s
+    timeout), and a review found an answer written in the model's last seconds, and the fallback
+    after a model that never answered, left with 8 s: never started, the reply owed a run later."""
+    clock = MovedClock()
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, clock=clock)
+    fake_anthropic.behaviour = "500"
+    asked = TurnRequest(Surface.TELEGRAM, "tell me a story", "owed-late-1", sender_id="5201", deadline_s=5.0)
+    assert turns.run(asked, RecordingChannel()).outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+
+    def thinking(body: dict[str, Any]) -> str:
+        clock.now += 59.5  # the model's deadline in a run of 120 s is half of it
+        return "Once upon a time."
+
+    fake_anthropic.answer = thinking
+    left: list[float] = []
+
+    class Timed(RecordingChannel):
+        def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+            left.append(until - clock())
+            return super().send(text, until, first_part)
+
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: Timed()}, {Surface.TELEGRAM: 5.0}, 600, 3, clock)
+    assert job.run(120) == OwedRun(1, 0)
+    # claimed for 90 s (60 of model, 10 to store, 20 to send), sent at 59.5 s, by 88 s
+    assert left == [28.5]
+
+
+def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_next_answer(
+    memory: Memory, fake_anthropic: FakeAnthropic, job_database: str
+) -> None:
+    """A WhatsApp turn takes the held follow-up to say first, and its answer comes after Twilio
+    stopped waiting (handed over: nothing said, the message owed). The job's answer says it (a
+    review's finding: the attempt's end let it go, as if its answer had said it)."""
+    clock = MovedClock()
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS, clock=clock)
+    number = "+34600000111"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-held-1", sender=number)
+    assert first.user_id is not None and first.conversation_id is not None
+    execute(
+        job_database,
+        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
+        " values (%s, %s, 'whatsapp', %s, 'Stretch now.', now(), 'held', now())",
+        first.user_id,
+        first.conversation_id,
+        number,
+    )
+
+    def slow(body: dict[str, Any]) -> str:
+        clock.now += 15  # past TwiML's 14 s
+        return "All good."
+
+    fake_anthropic.answer = slow
+    late = TurnRequest(
+        Surface.WHATSAPP, "what's up", "SM-held-2", sender_id=number, deadline_s=12.0, reply_within_s=14.0
+    )
+    result = turns.run(late)
+    assert (result.reply, result.follow_ups_first, result.reply_owed) == (None, [], True)
+    [owed] = [o for o in memory.claim_owed_replies([Surface.WHATSAPP], 600, 30, limit=5) if o.start.reply is None]
+    assert owed.start.delivered_first == [SaidFirst("Stretch now.")]
