@@ -210,6 +210,12 @@ class Turns:
         figures.context_messages = len(messages)
         figures.owed = start.owed
         first = self._say_first(start, channel, until)
+        if first is None:
+            # A held follow-up could not be pushed (the surface down): no model is asked, and the
+            # message stays owed with its held follow-ups, for the next answer to say first.
+            figures.error = "the held follow-ups could not be sent first; the message is owed"
+            self._end_attempt(start, figures)
+            return self._logged(surface, self._result(Outcome.FALLBACK, None, start, figures), began)
         if channel is not None and waiting:
             channel.show_typing(until)
         outcome, text = Outcome.ANSWERED, ""
@@ -555,7 +561,7 @@ class Turns:
         """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
         rather than asking anything again), and the message is stored as what is known."""
         assert prepared.notice is not None
-        first = self._say_first(start, channel, until)
+        first = self._say_first(start, channel, until) or []
         sent = channel.send(prepared.notice, until) if channel is not None else IN_THE_RESPONSE
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
         result.follow_ups_first = first
@@ -568,13 +574,15 @@ class Turns:
         return self._logged(surface, result, began)
 
     @staticmethod
-    def _say_first(start: TurnStart, channel: ReplyChannel | None, until: float) -> list[SaidFirst]:
+    def _say_first(start: TurnStart, channel: ReplyChannel | None, until: float) -> list[SaidFirst] | None:
         """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
-        channel that pushes; else returned, for the caller's response to carry first."""
+        channel that pushes (None when one did not go); else returned, for the caller's response
+        to carry first."""
         if channel is None:
             return list(start.delivered_first)
         for said in start.delivered_first:
-            channel.send(said.content, until, said.from_part)
+            if channel.send(said.content, until, said.from_part).delivery is not Delivery.DELIVERED:
+                return None
         return []
 
     @staticmethod

@@ -261,3 +261,38 @@ def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_ne
     assert (result.reply, result.follow_ups_first, result.reply_owed) == (None, [], True)
     [owed] = [o for o in memory.claim_owed_replies([Surface.WHATSAPP], 600, 30, limit=5) if o.start.reply is None]
     assert owed.start.delivered_first == [SaidFirst("Stretch now.")]
+
+
+def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
+    memory: Memory, job_database: str
+) -> None:
+    """The job answers an owed WhatsApp message whose attempt took a held follow-up: Twilio down,
+    the follow-up does not go, and no model is asked; the message stays owed with it, and the next
+    run says it first, then answers (a review's finding: it was recorded said, and never went)."""
+    model = OfflineModel()
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    number = "+34600000222"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-push-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    execute(
+        job_database,
+        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
+        " values (%s, %s, 'whatsapp', %s, 'Stretch now.', now(), 'held', now())",
+        first.user_id,
+        first.conversation_id,
+        number,
+    )
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-push-2", sender=number)
+    assert start.delivered_first == [SaidFirst("Stretch now.")] and start.message_id is not None
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    channel = RecordingChannel(Delivery.OWED)  # Twilio down for this run
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda sender: channel}, {Surface.WHATSAPP: 12.0}, 600, 3)
+    assert job.run(120) == OwedRun(0, 1) and channel.sent == ["Stretch now."]
+    channel.delivery = Delivery.DELIVERED  # Twilio back
+    assert job.run(120) == OwedRun(1, 0)
+    assert (
+        channel.sent[1:] == ["Stretch now.", OfflineModel().reply("", [], 1.0).text]
+        or channel.sent[1] == "Stretch now."
+    )
+    assert channel.sent.count("Stretch now.") == 2 and len(channel.sent) == 3
