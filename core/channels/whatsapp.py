@@ -119,18 +119,15 @@ class WhatsAppSender:
         """The channel to a sender as stored (a BSUID or a number; Twilio takes either)."""
         return WhatsAppChannel(self, to if to.startswith("whatsapp:") else f"whatsapp:{to}")
 
-    def send_text(self, to: str, text: str, until: float | None = None) -> Delivery:
-        """`text` in parts Twilio takes; a later part tried again (splitting.py) only while a try
-        can end before `until` (a `time.monotonic()` time: the attempt's; None: never again)."""
-        return self.send_parts(to, text, until).delivery
-
     def send_parts(
         self, to: str, text: str, until: float | None = None, first_part: int = 0, content_sid: str | None = None
     ) -> Sent:
-        """`send_text` from its part `first_part` (the ones before it went out earlier), and how
-        far it got; with `content_sid`, each part as approved templates (Twilio's Content API:
-        `ContentSid`, `ContentVariables`, a piece of the part its one variable): what reaches a
-        person outside the 24-hour window."""
+        """`text` in parts Twilio takes, from its part `first_part` (the ones before it went out
+        earlier), and how far it got; a part started, or tried again (splitting.py), only while
+        its try can end before `until` (a `time.monotonic()` time: the attempt's; None: no bound,
+        and never again). With `content_sid`, each part as approved templates (Twilio's Content
+        API: `ContentSid`, `ContentVariables`, a piece of the part its one variable): what reaches
+        a person outside the 24-hour window."""
         parts = split_message(text, WHATSAPP_LIMIT)
         longest_try = TRIES_OF_THE_TIMEOUT * self._timeout_s
         for index in range(first_part, len(parts)):

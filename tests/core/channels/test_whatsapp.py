@@ -39,7 +39,7 @@ def test_a_later_part_that_fails_for_a_moment_is_sent_again_and_the_first_not_tw
     fake_twilio.fail_once_after(1, 503, 20500)
     parts = split_message(LONG, WHATSAPP_LIMIT)
     until = time.monotonic() + 60
-    assert sender(fake_twilio, waited).send_text("whatsapp:+34600000002", LONG, until) is Delivery.DELIVERED
+    assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000002", LONG, until).delivery is Delivery.DELIVERED
     assert [message["Body"] for message in fake_twilio.messages] == parts and len(parts) == 3
     assert waited == [1.0]
 
@@ -55,7 +55,7 @@ def test_a_later_part_is_not_tried_again_past_the_attempts_time(fake_twilio: Fak
     until = time.monotonic() + 20.5
     assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000002", LONG, until) == Sent(Delivery.OWED, 1)
     fake_twilio.fail_once_after(len(fake_twilio.messages) + 1, 503, 20500)
-    assert sender(fake_twilio, waited).send_text("whatsapp:+34600000003", LONG) is Delivery.OWED
+    assert sender(fake_twilio, waited).send_parts("whatsapp:+34600000003", LONG).delivery is Delivery.OWED
     assert waited == [] and len(fake_twilio.messages) == 2
 
 
@@ -79,6 +79,7 @@ def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> Non
     waited: list[float] = []
     fake_twilio.fail_once_after(1, 400, 63016)
     assert (
-        sender(fake_twilio, waited).send_text("whatsapp:+34600000002", LONG, time.monotonic() + 60) is Delivery.GIVEN_UP
+        sender(fake_twilio, waited).send_parts("whatsapp:+34600000002", LONG, time.monotonic() + 60).delivery
+        is Delivery.GIVEN_UP
     )
     assert len(fake_twilio.messages) == 1 and waited == []

@@ -16,7 +16,7 @@ from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
-from core.models import Delivery, Person, SaidFirst, Sent, Surface
+from core.models import Delivery, Person, SaidFirst, Sent, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
@@ -46,6 +46,18 @@ def memory(job_database: str) -> Iterator[Memory]:
     store = PostgresStore(job_database)
     yield Memory(store, context_limits())
     store.close()
+
+
+def hold_a_follow_up(database_url: str, start: TurnStart, number: str) -> None:
+    """ "Stretch now." held for the person of `start` (outside WhatsApp's window), as the job holds one."""
+    execute(
+        database_url,
+        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
+        " values (%s, %s, 'whatsapp', %s, 'Stretch now.', now(), 'held', now())",
+        start.user_id,
+        start.conversation_id,
+        number,
+    )
 
 
 def claude_turns(memory: Memory, fake: FakeAnthropic) -> Turns:
@@ -240,14 +252,7 @@ def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_ne
     number = "+34600000111"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-held-1", sender=number)
     assert first.user_id is not None and first.conversation_id is not None
-    execute(
-        job_database,
-        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
-        " values (%s, %s, 'whatsapp', %s, 'Stretch now.', now(), 'held', now())",
-        first.user_id,
-        first.conversation_id,
-        number,
-    )
+    hold_a_follow_up(job_database, first, number)
 
     def slow(body: dict[str, Any]) -> str:
         clock.now += 15  # past TwiML's 14 s
@@ -275,14 +280,7 @@ def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-push-1", sender=number)
     assert first.user_id is not None and first.message_id is not None
     memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    execute(
-        job_database,
-        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
-        " values (%s, %s, 'whatsapp', %s, 'Stretch now.', now(), 'held', now())",
-        first.user_id,
-        first.conversation_id,
-        number,
-    )
+    hold_a_follow_up(job_database, first, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-push-2", sender=number)
     assert start.delivered_first == [SaidFirst("Stretch now.")] and start.message_id is not None
     execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
