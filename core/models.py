@@ -192,8 +192,10 @@ class StoredReply:
 @dataclass(frozen=True)
 class SaidFirst:
     """A held WhatsApp follow-up, said before an answer: from its part `from_part` (the ones before
-    it went out when it was first tried, inside the 24-hour window: follow_ups.sql's unsent_from)."""
+    it went out when it was first tried, inside the 24-hour window, or by an earlier answer that
+    pushed it: follow_ups.sql's unsent_from). `id`: its follow-up's."""
 
+    id: int
     content: str
     from_part: int = 0
 

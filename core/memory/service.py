@@ -140,7 +140,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
         timezone=row.get("timezone") or None,
         delivered_first=[
-            SaidFirst(str(item["content"]), int(item.get("unsent_from") or 0))
+            SaidFirst(int(item["id"]), str(item["content"]), int(item.get("unsent_from") or 0))
             for item in row.get("delivered_first") or []
         ],
         quoted=row.get("quoted"),
@@ -340,13 +340,16 @@ class Memory:
         reserved: int = 0,
         language: str | None = None,
         said_first: bool = False,
+        first_parts: Sequence[SaidFirst] = (),
     ) -> None:
         """A turn that stored no reply (a fallback, an abandoned stream): count the model's
         tokens (in place of the `reserved` its begin_turn reserved), and make its message owed at
         once unless another attempt has taken it over. `user_content` and `language` as in
         finish_turn: a transcript, and the language heard in it, are kept even when the model
         failed. `said_first`: the held follow-ups the attempt took reached the person (with its
-        fallback, or pushed before it), and the next answer does not say them again."""
+        fallback, or pushed before it), and the next answer does not say them again. `first_parts`:
+        the held follow-ups pushed when one of them did not go, each from the part not out yet (its
+        count of parts when all went), where the next answer starts them."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -356,6 +359,9 @@ class Memory:
             "p_reserved": reserved,
             "p_language": language_tag(language),
             "p_said_first": said_first,
+            "p_first_parts": json.dumps([{"id": said.id, "unsent_from": said.from_part} for said in first_parts])
+            if first_parts
+            else None,
         }
         try:
             self.store.call("end_attempt", arguments)

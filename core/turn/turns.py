@@ -209,13 +209,9 @@ class Turns:
         until = until if until is not None else self._send_by(began, deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
-        first = self._say_first(start, channel, until)
-        if first is None:
-            # A held follow-up could not be pushed (the surface down): no model is asked, and the
-            # message stays owed with its held follow-ups, for the next answer to say first.
-            figures.error = "the held follow-ups could not be sent first; the message is owed"
-            self._end_attempt(start, figures)
-            return self._logged(surface, self._result(Outcome.FALLBACK, None, start, figures), began)
+        first, unsaid = self._say_first(start, channel, until)
+        if unsaid:
+            return self._held_not_said(surface, start, figures, began, unsaid)
         if channel is not None and waiting:
             channel.show_typing(until)
         outcome, text = Outcome.ANSWERED, ""
@@ -561,7 +557,9 @@ class Turns:
         """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
         rather than asking anything again), and the message is stored as what is known."""
         assert prepared.notice is not None
-        first = self._say_first(start, channel, until) or []
+        first, unsaid = self._say_first(start, channel, until)
+        if unsaid:
+            return self._held_not_said(surface, start, figures, began, unsaid, prepared.stored())
         sent = channel.send(prepared.notice, until) if channel is not None else IN_THE_RESPONSE
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
         result.follow_ups_first = first
@@ -574,16 +572,38 @@ class Turns:
         return self._logged(surface, result, began)
 
     @staticmethod
-    def _say_first(start: TurnStart, channel: ReplyChannel | None, until: float) -> list[SaidFirst] | None:
+    def _say_first(
+        start: TurnStart, channel: ReplyChannel | None, until: float
+    ) -> tuple[list[SaidFirst], list[SaidFirst]]:
         """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
-        channel that pushes (None when one did not go); else returned, for the caller's response
-        to carry first."""
+        channel that pushes; else returned first, for the caller's response to carry. Second, when
+        one did not go: the ones pushed, each from the part not out yet (its count of parts when
+        all went), which the next answer starts them from."""
         if channel is None:
-            return list(start.delivered_first)
+            return list(start.delivered_first), []
+        pushed: list[SaidFirst] = []
         for said in start.delivered_first:
-            if channel.send(said.content, until, said.from_part).delivery is not Delivery.DELIVERED:
-                return None
-        return []
+            sent = channel.send(said.content, until, said.from_part)
+            pushed.append(replace(said, from_part=sent.parts))
+            if sent.delivery is not Delivery.DELIVERED:
+                return [], pushed
+        return [], []
+
+    def _held_not_said(
+        self,
+        surface: Surface,
+        start: TurnStart,
+        figures: TurnFigures,
+        began: float,
+        pushed: list[SaidFirst],
+        learned: str | None = None,
+    ) -> TurnResult:
+        """A held follow-up could not be pushed (the surface down): no model is asked (nor a media
+        notice sent), and the message stays owed with its held follow-ups, for the next answer to
+        say first from the part each got to (the parts out never go twice)."""
+        figures.error = "the held follow-ups could not be sent first; the message is owed"
+        self._end_attempt(start, figures, learned, first_parts=pushed)
+        return self._logged(surface, self._result(Outcome.FALLBACK, None, start, figures), began)
 
     @staticmethod
     def _answer_by(began: float, deadline_s: float) -> float:
@@ -718,10 +738,17 @@ class Turns:
             raise
 
     def _end_attempt(
-        self, start: TurnStart, figures: TurnFigures, learned: str | None = None, *, said_first: bool = False
+        self,
+        start: TurnStart,
+        figures: TurnFigures,
+        learned: str | None = None,
+        *,
+        said_first: bool = False,
+        first_parts: list[SaidFirst] | None = None,
     ) -> None:
         """A turn that stored no reply: its tokens count, and its message is owed. `said_first`:
-        the held follow-ups it took reached the person (pushed, or in the answer it returned)."""
+        the held follow-ups it took reached the person (pushed, or in the answer it returned);
+        `first_parts`: how far pushing them got when one did not go."""
         figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
@@ -734,6 +761,7 @@ class Turns:
             reserved=start.reserved_tokens,
             language=start.heard_language,
             said_first=said_first,
+            first_parts=first_parts or (),
         )
         figures.round_trips += 1
 

@@ -23,7 +23,7 @@ from core.channels.telegram_bot import TELEGRAM_LIMIT
 from core.channels.whatsapp import WHATSAPP_LIMIT, WHATSAPP_TEMPLATE_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
-from core.models import Delivery, Person, SaidFirst, Surface
+from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.twilio_form import Converse
 from core.surfaces.whatsapp import WhatsAppForm, classify
@@ -412,7 +412,7 @@ def test_a_held_follow_up_taken_by_an_instance_that_died_goes_out_with_the_owed_
     started = runtime.memory().begin_turn(
         Person(sender_id=said.sender), Surface.WHATSAPP, said.text, said.message_sid, sender=said.sender
     )
-    assert started.delivered_first == [SaidFirst("Take the pills.")]
+    assert [(said.content, said.from_part) for said in started.delivered_first] == [("Take the pills.", 0)]
     execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
     fake_anthropic.answer = lambda body: "Good morning! Did you take them?"
     assert run_job()["owed_answered"] == 1

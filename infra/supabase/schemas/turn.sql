@@ -679,7 +679,10 @@ create or replace function public.end_attempt(
     p_reserved integer, p_language text,
     -- the held follow-ups this attempt took (follow_ups.sql's said_with) reached the person with
     -- its answer (a fallback): the next answer to the message does not say them again
-    p_said_first boolean
+    p_said_first boolean,
+    -- how far pushing them got when one did not go: [{"id", "unsent_from"}], each follow-up's
+    -- first part not out (its count of parts when all are), which the next answer starts from
+    p_first_parts json
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
@@ -702,6 +705,10 @@ begin
         update public.follow_ups f set said_with = null
          where f.said_with = p_user_message_id and f.user_id = p_user_id;
     end if;
+    -- Parts that went out never go again (never back a part: another attempt may have pushed more).
+    update public.follow_ups f set unsent_from = greatest(f.unsent_from, (p.value ->> 'unsent_from')::smallint)
+      from json_array_elements(coalesce(p_first_parts, '[]'::json)) p
+     where f.id = (p.value ->> 'id')::bigint and f.user_id = p_user_id and f.said_with = p_user_message_id;
     return jsonb_build_object('owed', v_owed);
 end;
 $$;

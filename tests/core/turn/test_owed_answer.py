@@ -9,14 +9,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 import pytest
 
+from core.channels.splitting import split_message
+from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppChannel, WhatsAppSender
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
-from core.models import Delivery, Person, SaidFirst, Sent, Surface, TurnStart
+from core.models import Delivery, Person, Sent, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
@@ -24,7 +27,10 @@ from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import MovedClock, RecordingChannel, context_limits, execute
+from tests.fakes.twilio_api import FakeTwilio
+from tests.helpers import TWILIO_TOKEN, MovedClock, RecordingChannel, context_limits, execute
+
+ACCOUNT_SID = "AC" + "5" * 32
 
 SETTINGS = TurnSettings(
     system_prompt=DEFAULT_SYSTEM_PROMPT,
@@ -48,15 +54,17 @@ def memory(job_database: str) -> Iterator[Memory]:
     store.close()
 
 
-def hold_a_follow_up(database_url: str, start: TurnStart, number: str) -> None:
-    """ "Stretch now." held for the person of `start` (outside WhatsApp's window), as the job holds one."""
+def hold_a_follow_up(database_url: str, start: TurnStart, number: str, content: str = "Stretch now.") -> None:
+    """A follow-up ("Stretch now.") held for the person of `start` (outside WhatsApp's window), as
+    the job holds one; one held after it was due after it."""
     execute(
         database_url,
         "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
-        " values (%s, %s, 'whatsapp', %s, 'Stretch now.', now(), 'held', now())",
+        " values (%s, %s, 'whatsapp', %s, %s, clock_timestamp(), 'held', now())",
         start.user_id,
         start.conversation_id,
         number,
+        content,
     )
 
 
@@ -265,7 +273,7 @@ def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_ne
     result = turns.run(late)
     assert (result.reply, result.follow_ups_first, result.reply_owed) == (None, [], True)
     [owed] = [o for o in memory.claim_owed_replies([Surface.WHATSAPP], 600, 30, limit=5) if o.start.reply is None]
-    assert owed.start.delivered_first == [SaidFirst("Stretch now.")]
+    assert [(said.content, said.from_part) for said in owed.start.delivered_first] == [("Stretch now.", 0)]
 
 
 def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
@@ -282,7 +290,7 @@ def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
     memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
     hold_a_follow_up(job_database, first, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-push-2", sender=number)
-    assert start.delivered_first == [SaidFirst("Stretch now.")] and start.message_id is not None
+    assert [said.content for said in start.delivered_first] == ["Stretch now."] and start.message_id is not None
     execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
     channel = RecordingChannel(Delivery.OWED)  # Twilio down for this run
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda sender: channel}, {Surface.WHATSAPP: 12.0}, 600, 3)
@@ -294,3 +302,86 @@ def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
         or channel.sent[1] == "Stretch now."
     )
     assert channel.sent.count("Stretch now.") == 2 and len(channel.sent) == 3
+
+
+LONG_FOLLOW_UP = " ".join(f"Step {n} of the stretches, slowly." for n in range(70))  # two of WhatsApp's messages
+
+
+@pytest.mark.parametrize(
+    ("taken", "next_run"),
+    [
+        # Twilio takes the long one's first part, then is down: its second part, then the short one
+        (1, [1, 2]),
+        # Twilio takes the long one whole, then is down: only the short one (a review's finding:
+        # the long one went again, whole, before it)
+        (2, [2]),
+    ],
+)
+def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
+    memory: Memory, job_database: str, taken: int, next_run: list[int]
+) -> None:
+    """Two held follow-ups, the first longer than a WhatsApp message. The job pushes them through
+    Twilio's Messages API (the SDK against the fake) before its answer; Twilio goes down after
+    `taken` messages, so no model is asked and the message stays owed. The next run says each part
+    not out yet, once, then answers: the person reads every part once."""
+    twilio = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
+    try:
+        number = "+34600000333"
+        first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-parts-1", sender=number)
+        assert first.user_id is not None and first.message_id is not None
+        memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+        hold_a_follow_up(job_database, first, number, LONG_FOLLOW_UP)
+        hold_a_follow_up(job_database, first, number, "Drink some water.")
+        start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-parts-2", sender=number)
+        assert [said.from_part for said in start.delivered_first] == [0, 0] and start.message_id is not None
+        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+        turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+        sender = WhatsAppSender(ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", api_base=twilio.url, sleep=print)
+        channel = WhatsAppChannel(sender, f"whatsapp:{number}")
+        job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: channel}, {Surface.WHATSAPP: 12.0}, 600, 3)
+        twilio.fail_after(taken, 503, 20500)
+        assert job.run(120) == OwedRun(0, 1)
+        said = [part for text in (LONG_FOLLOW_UP, "Drink some water.") for part in split_message(text, WHATSAPP_LIMIT)]
+        assert [message["Body"] for message in twilio.messages] == said[:taken] and len(said) == 3
+        [owed] = memory.claim_owed_replies([Surface.WHATSAPP], 600, 30, limit=5)
+        assert [(s.content, s.from_part) for s in owed.start.delivered_first] == [
+            (LONG_FOLLOW_UP, taken),
+            ("Drink some water.", 0),
+        ]
+        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+        twilio.recover()
+        assert job.run(120) == OwedRun(1, 0)
+        answer = (
+            "(Offline stand-in model: no ANTHROPIC_API_KEY is set, so this answer is generated locally.) You said"
+            ' on whatsapp: "what\'s up". I can see 2 earlier messages in our thread, from whatsapp.'
+        )
+        assert [message["Body"] for message in twilio.messages[taken:]] == [said[n] for n in next_run] + [answer]
+    finally:
+        twilio.close()
+
+
+def test_how_far_held_follow_ups_got_is_written_only_to_the_persons_own(memory: Memory, job_database: str) -> None:
+    """end_attempt records how far each pushed held follow-up got only on the calling person's own:
+    named with another person's message and follow-up, it changes nothing of theirs."""
+    number, other = "+34600000444", "+34600000445"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-own-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(job_database, first, number)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-own-2", sender=number)
+    [held] = start.delivered_first
+    stranger = memory.begin_turn(Person(sender_id=other), Surface.WHATSAPP, "hey", "SM-own-3", sender=other)
+    assert stranger.user_id is not None and start.user_id is not None and start.message_id is not None
+
+    def unsent_from() -> int | None:
+        with psycopg.connect(job_database) as connection:
+            row = connection.execute("select unsent_from from follow_ups where id = %s", (held.id,)).fetchone()
+        assert row is not None
+        return row[0]
+
+    memory.end_attempt(stranger.user_id, start.message_id, None, 0, first_parts=[replace(held, from_part=1)])
+    assert unsent_from() is None
+    memory.end_attempt(start.user_id, start.message_id, start.attempt, 0, first_parts=[replace(held, from_part=1)])
+    assert unsent_from() == 1
+    memory.end_attempt(start.user_id, start.message_id, start.attempt, 0, first_parts=[replace(held, from_part=0)])
+    assert unsent_from() == 1  # never back a part
