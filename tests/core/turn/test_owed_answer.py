@@ -12,10 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.channels.media_fetch import InlineMedia
 from core.channels.splitting import split_message
 from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppChannel, WhatsAppSender
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
+from core.media.kinds import MediaKind, MediaRef
+from core.media.turn_media import MediaReader
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
@@ -28,7 +31,16 @@ from core.turn.turns import Turns
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
 from tests.fakes.twilio_api import FakeTwilio
-from tests.helpers import TWILIO_TOKEN, MovedClock, RecordingChannel, context_limits, execute
+from tests.helpers import (
+    CORPUS,
+    TWILIO_TOKEN,
+    MovedClock,
+    RecordingChannel,
+    context_limits,
+    execute,
+    media_limits,
+    rows,
+)
 
 ACCOUNT_SID = "AC" + "5" * 32
 
@@ -385,3 +397,29 @@ def test_how_far_held_follow_ups_got_is_written_only_to_the_persons_own(memory: 
     assert unsent_from() == 1
     memory.end_attempt(start.user_id, start.message_id, start.attempt, 0, first_parts=[replace(held, from_part=0)])
     assert unsent_from() == 1  # never back a part
+
+
+def test_a_media_notice_waits_for_the_held_follow_ups_it_could_not_push_first(
+    memory: Memory, job_database: str
+) -> None:
+    """Two photos where one is taken, on WhatsApp through a channel that pushes, with a follow-up
+    held: Twilio does not take the follow-up, so the notice is not sent either (it would come
+    before the follow-up it answers after); the message stays owed with it, as a model's answer
+    does, its content what is known of it."""
+    number = "+34600000555"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-notice-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(job_database, first, number)
+    reader = MediaReader({Surface.WHATSAPP: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
+    photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=(CORPUS / "media" / "receipt.jpg").read_bytes())
+    channel = RecordingChannel(Delivery.OWED)
+    asked = TurnRequest(Surface.WHATSAPP, "these two", "SM-notice-2", sender_id=number, media=(photo, photo))
+    result = turns.run(asked, channel)
+    assert (result.outcome, result.reply, channel.sent) == (Outcome.FALLBACK, None, ["Stretch now."])
+    assert rows(
+        job_database,
+        "select content, answer_by <= clock_timestamp() from messages where external_id = %s",
+        "SM-notice-2",
+    ) == [("[photo, not read: too many files in one message] " * 2 + "these two", True)]
