@@ -2,25 +2,65 @@
 
 It checks the service-role key the way Supabase's gateway does (the `apikey` header and
 the bearer token), then runs the real SQL function on the real Postgres as
-`service_role`, and answers with its JSON as PostgREST does. It counts requests, which
-are the SupabaseStore's round trips.
+`service_role`, its arguments read out of the request's JSON body by `json_to_record` with
+the function's own parameter types, as PostgREST calls it (a JSON string given to a `json`
+parameter stays a JSON string there), and answers with its JSON as PostgREST does. It counts
+requests, which are the SupabaseStore's round trips.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import threading
+from collections.abc import Mapping
+from typing import Any
 
+import psycopg
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from psycopg_pool import ConnectionPool
 
-from core.errors import StoreUnavailable
-from core.stores.postgres_store import PostgresStore
+from core.stores.store import check_function
 from tests.fakes.local_server import LocalServer, QuietHandler
+
+# A function's input parameters and their types, in order (PostgREST reads them from the catalog).
+PARAMETERS = """
+select a.name, pg_catalog.format_type(a.type, null)
+  from pg_catalog.pg_proc p
+ cross join lateral unnest(p.proargnames, coalesce(p.proallargtypes, p.proargtypes::oid[]),
+                           coalesce(p.proargmodes, array_fill('i'::"char", array[p.pronargs]))) as a(name, type, mode)
+ where p.oid = %s::regproc and a.mode in ('i', 'b')
+"""
+
+
+def rpc(connection: psycopg.Connection[Any], function: str, arguments: Mapping[str, Any]) -> Any:
+    """`public.<function>` called as PostgREST calls it: each argument read out of the JSON body
+    by `json_to_record`, typed as the function's parameter."""
+    types = dict(connection.execute(PARAMETERS, (f"public.{function}",)).fetchall())
+    columns = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(types[name])) for name in arguments
+    )
+    passed = sql.SQL(", ").join(
+        sql.SQL("{} := pgrst_body.{}").format(sql.Identifier(name), sql.Identifier(name)) for name in arguments
+    )
+    query = sql.SQL(
+        "select public.{}({}) from (select %s::json as json_data) pgrst_payload,"
+        " lateral (select * from json_to_record(pgrst_payload.json_data) as _({}) limit 1) pgrst_body"
+    ).format(sql.Identifier(function), passed, columns)
+    row = connection.execute(query, (json.dumps(dict(arguments)),)).fetchone()
+    return row[0] if row is not None else None
 
 
 class PostgrestStandIn:
     def __init__(self, database_url: str, service_role_key: str) -> None:
-        self.store = PostgresStore(make_conninfo(database_url, options="-c role=service_role"))
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            make_conninfo(database_url, options="-c role=service_role"),
+            kwargs={"autocommit": True},
+            min_size=0,
+            max_size=4,
+            timeout=2,
+        )
         self.key = service_role_key
         self.requests = 0
         self._lock = threading.Lock()
@@ -29,7 +69,7 @@ class PostgrestStandIn:
 
     def close(self) -> None:
         self._http.close()
-        self.store.close()
+        self.pool.close()
 
     def _handler(self) -> type[QuietHandler]:
         stand_in = self
@@ -47,18 +87,23 @@ class PostgrestStandIn:
                     return self.answer_json(404, {"message": "not found"})
                 function = self.path.removeprefix("/rest/v1/rpc/").split("?")[0]
                 try:
-                    result = stand_in.store.call(function, arguments)
+                    check_function(function)
+                    with stand_in.pool.connection() as connection:
+                        result = rpc(connection, function, arguments)
                 except ValueError as exc:
                     error = {"code": "P0001", "message": str(exc), "details": None, "hint": None}
                     return self.answer_json(400, error)
-                except StoreUnavailable as exc:
+                except psycopg.Error as exc:
                     # As PostgREST answers: the database's error with its SQLSTATE as the code, or,
                     # when the database could not be reached, its own 503.
-                    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+                    sqlstate = getattr(exc, "sqlstate", None)
                     if sqlstate is None:
                         error = {"code": "PGRST001", "message": "Database client error", "details": None, "hint": None}
                         return self.answer_json(503, error)
                     return self.answer_json(400, {"code": sqlstate, "message": str(exc), "details": None, "hint": None})
+                except Exception:  # the pool's timeout: no database
+                    error = {"code": "PGRST001", "message": "Database client error", "details": None, "hint": None}
+                    return self.answer_json(503, error)
                 self.answer_json(200, result)
 
         return Handler

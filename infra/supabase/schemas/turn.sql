@@ -680,9 +680,10 @@ create or replace function public.end_attempt(
     -- the held follow-ups this attempt took (follow_ups.sql's said_with) reached the person with
     -- its answer (a fallback): the next answer to the message does not say them again
     p_said_first boolean,
-    -- how far pushing them got when one did not go: [{"id", "unsent_from"}], each follow-up's
+    -- how far pushing them got when one did not go, as JSON text (as every JSON argument: PostgREST
+    -- passes a json parameter a string as a JSON string): [{"id", "unsent_from"}], each follow-up's
     -- first part not out (its count of parts when all are), which the next answer starts from
-    p_first_parts json
+    p_first_parts text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
@@ -707,7 +708,7 @@ begin
     end if;
     -- Parts that went out never go again (never back a part: another attempt may have pushed more).
     update public.follow_ups f set unsent_from = greatest(f.unsent_from, (p.value ->> 'unsent_from')::smallint)
-      from json_array_elements(coalesce(p_first_parts, '[]'::json)) p
+      from json_array_elements(coalesce(p_first_parts, '[]')::json) p
      where f.id = (p.value ->> 'id')::bigint and f.user_id = p_user_id and f.said_with = p_user_message_id;
     return jsonb_build_object('owed', v_owed);
 end;
