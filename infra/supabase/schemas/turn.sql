@@ -687,14 +687,18 @@ create or replace function public.end_attempt(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
+    v_user uuid;
 begin
     if p_language is not null then  -- as finish_turn
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens, p_attempt);
+    -- The person, or the one they were linked into since the turn began (their rows moved there).
+    v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
+                       p_user_id);
     update public.messages m set answer_by = clock_timestamp()
-     where m.id = p_user_message_id and m.user_id = p_user_id and m.role = 'user'
+     where m.id = p_user_message_id and m.user_id in (p_user_id, v_user) and m.role = 'user'
        -- only while no later attempt has taken the message over: never two attempts at once
        and m.attempt is not distinct from p_attempt
        and not exists (select from public.messages r where r.in_reply_to = m.id);
@@ -704,12 +708,13 @@ begin
     -- before its answer, or it failed) leaves them to the next answer.
     if p_said_first then
         update public.follow_ups f set said_with = null
-         where f.said_with = p_user_message_id and f.user_id = p_user_id;
+         where f.said_with = p_user_message_id and f.user_id in (p_user_id, v_user);
     end if;
     -- Parts that went out never go again (never back a part: another attempt may have pushed more).
     update public.follow_ups f set unsent_from = greatest(f.unsent_from, (p.value ->> 'unsent_from')::smallint)
       from json_array_elements(coalesce(p_first_parts, '[]')::json) p
-     where f.id = (p.value ->> 'id')::bigint and f.user_id = p_user_id and f.said_with = p_user_message_id;
+     where f.id = (p.value ->> 'id')::bigint and f.user_id in (p_user_id, v_user)
+       and f.said_with = p_user_message_id;
     return jsonb_build_object('owed', v_owed);
 end;
 $$;

@@ -5,7 +5,7 @@ against the fake Anthropic server, and real Postgres."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -423,3 +423,63 @@ def test_a_media_notice_waits_for_the_held_follow_ups_it_could_not_push_first(
         "select content, answer_by <= clock_timestamp() from messages where external_id = %s",
         "SM-notice-2",
     ) == [("[photo, not read: too many files in one message] " * 2 + "these two", True)]
+
+
+class TwilioFor:
+    """A WhatsApp channel of one-part texts: what Twilio took, taking nothing once `down`;
+    `before_send` runs before each try."""
+
+    def __init__(self, before_send: Callable[[str], None] = lambda text: None) -> None:
+        self.down = False
+        self.taken: list[str] = []
+        self.before_send = before_send
+
+    def show_typing(self, until: float) -> None:
+        pass
+
+    def draft(self, text: str) -> None:
+        pass
+
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+        self.before_send(text)
+        if self.down:
+            return Sent(Delivery.OWED, first_part)
+        if first_part == 0:
+            self.taken.append(text)
+        return Sent(Delivery.DELIVERED, 1)
+
+
+def test_held_follow_ups_pushed_while_the_person_was_linked_are_not_said_twice(
+    memory: Memory, job_database: str
+) -> None:
+    """The job pushes the first of two held follow-ups; meanwhile the WhatsApp person is linked
+    into a web account (their rows move to it); Twilio then fails on the second. How far the push
+    got is kept all the same, and the next run says the second, then answers (a review's
+    finding: end_attempt read the old person only, and the first was said again)."""
+    number, web = "+34600000666", uuid.uuid4()
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-link-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(job_database, first, number)
+    hold_a_follow_up(job_database, first, number, "Drink some water.")
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-link-2", sender=number)
+    assert start.message_id is not None
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
+
+    def linked_then_down(text: str) -> None:
+        if text == "Stretch now.":
+            execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+        else:
+            twilio.down = True
+
+    twilio = TwilioFor(linked_then_down)
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
+    # owed again at once, and claimed again in the run under the person it now belongs to: still down
+    assert job.run(120) == OwedRun(0, 2)
+    kept = rows(job_database, "select user_id, content, unsent_from from follow_ups order by id")
+    assert kept == [(web, "Stretch now.", 1), (web, "Drink some water.", 0)]
+    twilio.down, twilio.before_send = False, lambda text: None
+    assert job.run(120) == OwedRun(1, 0)
+    assert twilio.taken[:2] == ["Stretch now.", "Drink some water."] and len(twilio.taken) == 3
