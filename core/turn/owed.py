@@ -161,9 +161,17 @@ class OwedReplies:
         return OwedRun(answered, failed)
 
     def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> None:
-        """The fallback, once: sent, and stored as the reply, so the message is no longer owed."""
+        """The fallback, once: sent, and stored as the reply, so the message is no longer owed. The
+        held follow-ups its attempts took go first; when one does not, the message stays owed with
+        them (from the part each got to) for the next run's give-up."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
+        if not self._turns.said_held_first(start, channel, send_by):
+            log.warning(
+                "an owed message's held follow-ups could not be sent before its fallback; the next run tries again",
+                extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
+            )
+            return
         said = next((m.content for m in start.history if m.id == start.message_id), "")
         # In the person's language as remembered (claim_owed_replies answers it), else that of their words.
         fallback = self._turns.fallback_reply(said, start.language)

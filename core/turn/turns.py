@@ -589,6 +589,15 @@ class Turns:
                 return [], pushed
         return [], []
 
+    def said_held_first(self, start: TurnStart, channel: ReplyChannel, until: float) -> bool:
+        """The held follow-ups pushed before an answer that asks no model (the scheduled job's
+        give-up); False when one did not go: the attempt is ended with how far each got, and the
+        message is owed with them."""
+        _, unsaid = self._say_first(start, channel, until)
+        if unsaid:
+            self._end_attempt(start, TurnFigures(), first_parts=unsaid)
+        return not unsaid
+
     def _held_not_said(
         self,
         surface: Surface,

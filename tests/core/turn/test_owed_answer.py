@@ -483,3 +483,38 @@ def test_held_follow_ups_pushed_while_the_person_was_linked_are_not_said_twice(
     twilio.down, twilio.before_send = False, lambda text: None
     assert job.run(120) == OwedRun(1, 0)
     assert twilio.taken[:2] == ["Stretch now.", "Drink some water."] and len(twilio.taken) == 3
+
+
+def test_a_message_given_up_says_its_held_follow_ups_first_once_twilio_takes_them(
+    memory: Memory, job_database: str
+) -> None:
+    """Twilio down for each of the job's tries at a message with a held follow-up: the give-up
+    does not send its fallback without the follow-up (a review's finding: the fallback went alone,
+    and the follow-up never did); once Twilio is back, the follow-up, then the fallback."""
+    number = "+34600000777"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-give-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(job_database, first, number)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-give-2", sender=number)
+    assert start.message_id is not None
+    twilio = TwilioFor()
+    twilio.down = True
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 2)
+    for _ in range(3):  # two tries, and a give-up that could not push the follow-up
+        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+        assert job.run(120) == OwedRun(0, 1)
+    assert twilio.taken == [] and stored_replies(job_database, start.message_id) == []
+    twilio.down = False
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    assert job.run(120) == OwedRun(0, 1)  # given up: the follow-up, then the fallback
+    assert twilio.taken == ["Stretch now.", "FALLBACK"]
+    assert stored_replies(job_database, start.message_id) == [("FALLBACK", True)]
+    assert job.run(120) == OwedRun(0, 0) and len(twilio.taken) == 2
+
+
+def stored_replies(database_url: str, message_id: int) -> list[tuple[Any, ...]]:
+    return rows(
+        database_url, "select content, delivered_at is not null from messages where in_reply_to = %s", message_id
+    )
