@@ -236,8 +236,8 @@ class Turns:
         sent = IN_THE_RESPONSE
         if channel is not None and sends:
             sent = channel.send(text, until)
-        elif channel is None and self._clock() >= until:
-            sent = Sent(Delivery.OWED, 0)  # the caller's response would come after the platform stopped waiting
+        elif channel is None:
+            sent = self._in_the_response(until)
         delivery = sent.delivery
         if button is not None:
             figures.round_trips += button.checks  # its drafts thread's questions: was it stopped?
@@ -560,13 +560,14 @@ class Turns:
         first, unsaid = self._say_first(start, channel, until)
         if unsaid:
             return self._held_not_said(surface, start, figures, began, unsaid, prepared.stored())
-        sent = channel.send(prepared.notice, until) if channel is not None else IN_THE_RESPONSE
-        result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
-        result.follow_ups_first = first
+        sent = channel.send(prepared.notice, until) if channel is not None else self._in_the_response(until)
         if self._handed_over(sent, until, figures):
+            result = self._result(Outcome.MEDIA_REFUSED, None, start, figures)
             self._end_attempt(start, figures, prepared.stored(), said_first=channel is not None)
             result.reply_owed = True
             return self._logged(surface, result, began)
+        result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
+        result.follow_ups_first = first
         self._finish(result, start, prepared.notice, sent, prepared.stored())
         result.reply_owed = sent.delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
@@ -588,6 +589,11 @@ class Turns:
             if sent.delivery is not Delivery.DELIVERED:
                 return [], pushed
         return [], []
+
+    def _in_the_response(self, until: float) -> Sent:
+        """A reply the caller answers with in its response: owed, nothing of it out, when that
+        response would come after the platform stopped waiting for it."""
+        return IN_THE_RESPONSE if self._clock() < until else Sent(Delivery.OWED, 0)
 
     def said_held_first(self, start: TurnStart, channel: ReplyChannel, until: float) -> bool:
         """The held follow-ups pushed before an answer that asks no model (the scheduled job's

@@ -518,3 +518,39 @@ def stored_replies(database_url: str, message_id: int) -> list[tuple[Any, ...]]:
     return rows(
         database_url, "select content, delivered_at is not null from messages where in_reply_to = %s", message_id
     )
+
+
+def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_to_the_job(
+    memory: Memory, job_database: str
+) -> None:
+    """Over TwiML, the media notice would come after Twilio's 14 s (the downloads took them): as a
+    model's answer that late, it is not stored as said, and the held follow-up it would have
+    carried goes with the job's answer (a review's finding: both were recorded said, and neither
+    reached the person)."""
+    clock = MovedClock()
+    number = "+34600000888"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-late-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(job_database, first, number)
+    reader = MediaReader({Surface.WHATSAPP: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
+    prepare = reader.prepare
+
+    def downloads_take_twilios_wait(*arguments: Any, **named: Any) -> Any:
+        clock.now += 15
+        return prepare(*arguments, **named)
+
+    reader.prepare = downloads_take_twilios_wait  # type: ignore[method-assign]
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS, clock=clock, media=lambda: reader)
+    photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=(CORPUS / "media" / "receipt.jpg").read_bytes())
+    asked = TurnRequest(
+        Surface.WHATSAPP, "these two", "SM-late-2", sender_id=number, media=(photo, photo), reply_within_s=14.0
+    )
+    result = turns.run(asked)
+    assert (result.reply, result.follow_ups_first, result.reply_owed) == (None, [], True)
+    execute(job_database, "update messages set answer_by = clock_timestamp() where external_id = 'SM-late-2'")
+    twilio = TwilioFor()
+    job_turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, job_turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
+    assert job.run(120) == OwedRun(1, 0)
+    assert twilio.taken[0] == "Stretch now." and len(twilio.taken) == 2
