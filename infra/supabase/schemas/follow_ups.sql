@@ -64,6 +64,7 @@ create index follow_ups_sending on public.follow_ups (claimed_until) where statu
 create index follow_ups_by_user on public.follow_ups (user_id, due_at) where status in ('pending', 'sending', 'held');
 create index follow_ups_by_conversation on public.follow_ups (conversation_id);
 create index follow_ups_said_with on public.follow_ups (said_with) where said_with is not null;
+create index follow_ups_said_by_user on public.follow_ups (user_id) where said_with is not null;
 -- Deleting a message (a purge, forgetting) sets the follow-ups stored as it to null: found by this.
 create index follow_ups_by_message on public.follow_ups (message_id) where message_id is not null;
 
@@ -168,7 +169,11 @@ $$;
 -- `timezone` (theirs, null when never set), and on WhatsApp `delivered_first` (the ones held
 -- outside the 24-hour window: the person has just written, so they go out first in the answer to
 -- this message, stored in the thread as the agent's messages; with those an earlier attempt at
--- this message took, so an answer that never arrived loses none of them).
+-- this message took, so an answer that never arrived loses none of them; and with those an
+-- earlier message of theirs took that no answer said: no reply to it, and no attempt holding it
+-- (its tries failed; past OWED_REPLY_MAX_AGE the job no longer answers it), each from the part
+-- its push got to. That message's row is locked first, so a claim of it by the job waits, then
+-- finds none left to say; one that holds it keeps them).
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
     out delivered_first json
@@ -176,9 +181,24 @@ create function crossmem_private.turn_follow_ups(
 declare
     v_held record;
     v_message bigint;
+    v_unsaid bigint;
 begin
     delivered_first := '[]'::json;
     if p_surface = 'whatsapp' then
+        for v_unsaid in
+            select m.id from public.messages m
+             where m.user_id = p_user_id and m.id <> p_message_id
+               and m.id in (select f.said_with from public.follow_ups f
+                             where f.user_id = p_user_id and f.said_with is not null)
+             order by m.id
+               for no key update
+        loop
+            if exists (select from public.messages m where m.id = v_unsaid and m.answer_by < clock_timestamp())
+               and not exists (select from public.messages r where r.in_reply_to = v_unsaid) then
+                update public.follow_ups f set said_with = p_message_id
+                 where f.said_with = v_unsaid and f.user_id = p_user_id;
+            end if;
+        end loop;
         for v_held in
             select f.id, f.content, f.conversation_id, f.user_id
               from public.follow_ups f

@@ -554,3 +554,61 @@ def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_t
     job = OwedReplies(memory, job_turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
     assert job.run(120) == OwedRun(1, 0)
     assert twilio.taken[0] == "Stretch now." and len(twilio.taken) == 2
+
+
+def test_held_follow_ups_of_a_message_no_answer_said_go_with_the_persons_next_message(
+    memory: Memory, job_database: str
+) -> None:
+    """The job could not push the held follow-up before its answer (Twilio down), and the message
+    then passed OWED_REPLY_MAX_AGE: the job no longer answers it. The person's next WhatsApp
+    message says it first, in its TwiML, once (a review's finding: nothing ever said it)."""
+    number = "+34600000999"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-aged-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(job_database, first, number)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-aged-2", sender=number)
+    assert start.message_id is not None
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    twilio = TwilioFor()
+    twilio.down = True
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
+    assert job.run(120) == OwedRun(0, 1)
+    execute(
+        job_database,
+        "update messages set created_at = created_at - interval '11 minutes' where id = %s",
+        start.message_id,
+    )
+    twilio.down = False
+    assert job.run(120) == OwedRun(0, 0)  # too old for the job
+    later = TurnRequest(Surface.WHATSAPP, "hello?", "SM-aged-3", sender_id=number, reply_within_s=14.0)
+    result = turns.run(later)
+    assert [said.content for said in result.follow_ups_first] == ["Stretch now."] and twilio.taken == []
+    again = turns.run(later)  # Twilio's retry of the same webhook: the same answer, the follow-up with it
+    assert [said.content for said in again.follow_ups_first] == ["Stretch now."]
+    after = turns.run(TurnRequest(Surface.WHATSAPP, "ok", "SM-aged-4", sender_id=number, reply_within_s=14.0))
+    assert after.follow_ups_first == []
+
+
+def test_a_message_takes_only_its_own_persons_unsaid_follow_ups(memory: Memory, job_database: str) -> None:
+    """Beside the person's own follow-up taken by their unanswered message, one of another person
+    made to point at it too (as no code of ours does): their next message says their own only."""
+    number, other = "+34600001001", "+34600001002"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-mine-1", sender=number)
+    stranger = memory.begin_turn(Person(sender_id=other), Surface.WHATSAPP, "hey", "SM-mine-2", sender=other)
+    assert first.message_id is not None and stranger.user_id is not None
+    for start, sender, content in ((first, number, "Mine."), (stranger, other, "Their secret.")):
+        execute(
+            job_database,
+            "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, said_with,"
+            " next_attempt_at) values (%s, %s, 'whatsapp', %s, %s, now(), 'sent', %s, now())",
+            start.user_id,
+            start.conversation_id,
+            sender,
+            content,
+            first.message_id,
+        )
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", first.message_id)
+    later = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hello?", "SM-mine-3", sender=number)
+    assert [said.content for said in later.delivered_first] == ["Mine."]
