@@ -91,7 +91,17 @@ class OwedReplies:
         taken: Counter[UUID] = Counter()
         resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
         failing: UUID | None = None  # whose message the model last failed, with no answer since
-        unsent: UUID | None = None  # whose stored reply last could not be sent, with none sent since
+        unsent: UUID | None = None  # whose send last failed for a reason that may pass, with none sent since
+
+        def down_for_everyone(person: UUID) -> bool:
+            """A send failed for `person` for a reason that may pass: whether one did for another
+            person before it, with none sent since (the surface is down: the next run tries again)."""
+            nonlocal unsent
+            if unsent is not None and unsent != person:
+                return True
+            unsent = person
+            return False
+
         while (left := ends - self._clock()) >= least:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
             claimed_at, answer_within = self._clock(), min(left, longest + ANSWER_MARGIN_S + SEND_ROOM_S)
@@ -130,15 +140,15 @@ class OwedReplies:
                     continue
                 failed += 1
                 resting.add(person)
-                if sent.delivery is Delivery.OWED:  # not a refusal for good (a blocked bot)
-                    if unsent is not None and unsent != person:
-                        break  # the surface is down for everyone: the next run tries again
-                    unsent = person
+                # not a refusal for good (a blocked bot)
+                if sent.delivery is Delivery.OWED and down_for_everyone(person):
+                    break
                 continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
-                self._give_up(owed, channel, send_by)
                 failed += 1
                 resting.add(person)
+                if self._give_up(owed, channel, send_by) is Delivery.OWED and down_for_everyone(person):
+                    break
                 continue
             model_s = min(answer_within - ANSWER_MARGIN_S - SEND_ROOM_S, longest)
             result = self._turns.answer_owed(owed, channel, model_s, until=send_by)
@@ -152,18 +162,21 @@ class OwedReplies:
                 continue
             failed += 1
             resting.add(person)
-            if owed.tries >= self._max_tries:
-                self._give_up(owed, channel, send_by)
+            # Given up at its last try; with held follow-ups, at the next run's claim, which knows how far
+            # this try said them (a give-up from this claim's would say again what this try said).
+            last_try = owed.tries >= self._max_tries and not owed.start.delivered_first
+            if last_try and self._give_up(owed, channel, send_by) is Delivery.OWED and down_for_everyone(person):
+                break
             if result.outcome is Outcome.FALLBACK:
                 if failing is not None and failing != person:
                     break
                 failing = person
         return OwedRun(answered, failed)
 
-    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> None:
+    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> Delivery:
         """The fallback, once: sent, and stored as the reply, so the message is no longer owed. The
         held follow-ups its attempts took go first; when one does not, the message stays owed with
-        them (from the part each got to) for the next run's give-up."""
+        them (from the part each got to) for the next run's give-up. What became of the sends."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
         if not self._turns.said_held_first(start, channel, send_by):
@@ -171,7 +184,7 @@ class OwedReplies:
                 "an owed message's held follow-ups could not be sent before its fallback; the next run tries again",
                 extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
             )
-            return
+            return Delivery.OWED
         said = next((m.content for m in start.history if m.id == start.message_id), "")
         # In the person's language as remembered (claim_owed_replies answers it), else that of their words.
         fallback = self._turns.fallback_reply(said, start.language)
@@ -188,6 +201,7 @@ class OwedReplies:
             "an owed message was given up: the fallback was sent",
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
         )
+        return sent.delivery
 
     def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> Sent:
         """A reply stored but owed a send (its surface was down when it was written, or took only

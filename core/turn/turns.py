@@ -578,15 +578,16 @@ class Turns:
     ) -> tuple[list[SaidFirst], list[SaidFirst]]:
         """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
         channel that pushes; else returned first, for the caller's response to carry. Second, when
-        one did not go: the ones pushed, each from the part not out yet (its count of parts when
-        all went), which the next answer starts them from."""
+        one did not go for a reason that may pass: the ones pushed, each from the part not out yet
+        (its count of parts when all went), which the next answer starts them from. One refused
+        for good (the number cannot receive) is passed over: waiting would never say it."""
         if channel is None:
             return list(start.delivered_first), []
         pushed: list[SaidFirst] = []
         for said in start.delivered_first:
             sent = channel.send(said.content, until, said.from_part)
             pushed.append(replace(said, from_part=sent.parts))
-            if sent.delivery is not Delivery.DELIVERED:
+            if sent.delivery is Delivery.OWED:
                 return [], pushed
         return [], []
 

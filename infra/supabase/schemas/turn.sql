@@ -689,14 +689,14 @@ declare
     v_owed boolean;
     v_user uuid;
 begin
+    -- The person, or the one they were linked into since the turn began (their rows moved there).
+    v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
+                       p_user_id);
     if p_language is not null then  -- as finish_turn
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
-    perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens, p_attempt);
-    -- The person, or the one they were linked into since the turn began (their rows moved there).
-    v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
-                       p_user_id);
+    perform crossmem_private.settle_turn_tokens(p_user_message_id, v_user, p_reserved, p_tokens, p_attempt);
     update public.messages m set answer_by = clock_timestamp()
      where m.id = p_user_message_id and m.user_id in (p_user_id, v_user) and m.role = 'user'
        -- only while no later attempt has taken the message over: never two attempts at once

@@ -19,7 +19,7 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import MediaKind, MediaRef
 from core.media.turn_media import MediaReader
-from core.memory.service import Memory
+from core.memory.service import Memory, TurnBudget, TurnEstimate
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Sent, Surface, TurnStart
@@ -612,3 +612,115 @@ def test_a_message_takes_only_its_own_persons_unsaid_follow_ups(memory: Memory, 
     execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", first.message_id)
     later = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hello?", "SM-mine-3", sender=number)
     assert [said.content for said in later.delivered_first] == ["Mine."]
+
+
+def owed_with_held(memory: Memory, database_url: str, number: str, *held: str) -> int:
+    """A WhatsApp message of `number` that took the follow-ups `held` to say first, owed now."""
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", f"SM-{number}-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    for content in held:
+        hold_a_follow_up(database_url, first, number, content)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", f"SM-{number}-2", sender=number)
+    assert start.message_id is not None and [said.content for said in start.delivered_first] == list(held)
+    execute(database_url, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    return start.message_id
+
+
+def test_the_last_try_whose_model_fails_says_the_held_follow_up_once_then_the_fallback(
+    memory: Memory, job_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The job's last try: Twilio takes the held follow-up, then the model is down. The message is
+    given up at the next run's claim, which knows the follow-up went (a review's finding: the
+    give-up in the same run, from the try's own claim, said it again)."""
+    message_id = owed_with_held(memory, job_database, "+34600009001", "Stretch now.")
+    fake_anthropic.behaviour = "529"
+    twilio = TwilioFor()
+    turns = claude_turns(memory, fake_anthropic)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 1)
+    assert job.run(120) == OwedRun(0, 1) and twilio.taken == ["Stretch now."]
+    assert job.run(120) == OwedRun(0, 1)  # given up
+    assert twilio.taken == ["Stretch now.", "FALLBACK"]
+    assert stored_replies(job_database, message_id) == [("FALLBACK", True)]
+
+
+def test_the_last_try_whose_push_stopped_gives_up_from_where_it_stopped(memory: Memory, job_database: str) -> None:
+    """The job's last try: Twilio takes the first held follow-up and fails once on the second. The
+    give-up, at the next run's claim, says the second only, then the fallback (a review's finding:
+    the give-up from the try's own claim said the first again)."""
+    message_id = owed_with_held(memory, job_database, "+34600009002", "Stretch now.", "Drink some water.")
+    refused: list[str] = []
+
+    def down_once(text: str) -> None:
+        twilio.down = text == "Drink some water." and not refused
+        if twilio.down:
+            refused.append(text)
+
+    twilio = TwilioFor(down_once)
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 1)
+    assert job.run(120) == OwedRun(0, 1) and twilio.taken == ["Stretch now."]
+    assert job.run(120) == OwedRun(0, 1)
+    assert twilio.taken == ["Stretch now.", "Drink some water.", "FALLBACK"]
+    assert stored_replies(job_database, message_id) == [("FALLBACK", True)]
+
+
+def test_a_held_follow_up_refused_for_good_is_passed_over_and_the_message_answered(
+    memory: Memory, job_database: str
+) -> None:
+    """Twilio refuses the held follow-up for good (a 4xx) and takes the rest: waiting would never
+    say it, so the answer goes without it (a review's finding: no model was ever asked, and the
+    message was claimed run after run, never answered)."""
+    message_id = owed_with_held(memory, job_database, "+34600009004", "Stretch now.")
+
+    class RefusesTheFollowUp(TwilioFor):
+        def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+            return Sent(Delivery.GIVEN_UP, 0) if text == "Stretch now." else super().send(text, until, first_part)
+
+    twilio = RefusesTheFollowUp()
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 2)
+    assert job.run(120) == OwedRun(1, 0)
+    [(reply, delivered)] = stored_replies(job_database, message_id)
+    assert twilio.taken == [reply] and delivered and reply.startswith("(Offline stand-in model")
+
+
+def test_give_ups_that_cannot_push_their_held_follow_ups_stop_the_run_as_a_surface_down(
+    memory: Memory, job_database: str
+) -> None:
+    """Three people's messages past their tries, each with a held follow-up, Twilio down: the run
+    stops after the second, as for any send that fails for two people (a review's finding: it
+    tried Twilio for each, every try up to Twilio's timeouts)."""
+    for number in ("+34600009101", "+34600009102", "+34600009103"):
+        owed_with_held(memory, job_database, number, f"Stretch now, {number}.")
+    execute(job_database, "update messages set owed_tries = 5 where role = 'user'")
+    tried: list[str] = []
+    twilio = TwilioFor(tried.append)
+    twilio.down = True
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 2)
+    assert job.run(120) == OwedRun(0, 2) and len(tried) == 2
+
+
+def test_an_attempt_ended_after_a_link_gives_its_reservation_back_to_the_linked_account(job_database: str) -> None:
+    """With TOKENS_PER_DAY on, a WhatsApp turn reserves tokens; the person is linked into a web
+    account while it runs (their day's count moves with them), and the turn ends without a reply:
+    the reservation is given back there (a review's finding: it stayed counted against the day)."""
+    store = PostgresStore(job_database)
+    try:
+        budgeted = Memory(store, context_limits(), TurnBudget(tokens_per_day=1_000_000, reply_tokens=500))
+        number, web = "+34600009003", uuid.uuid4()
+        start = budgeted.begin_turn(
+            Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-budget-1", sender=number, estimate=TurnEstimate(100)
+        )
+        assert start.user_id is not None and start.message_id is not None and start.reserved_tokens == 600
+        [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
+        execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+        budgeted.end_attempt(start.user_id, start.message_id, start.attempt, 42, reserved=start.reserved_tokens)
+        freed = rows(
+            job_database, "select answer_by <= clock_timestamp() from messages where id = %s", start.message_id
+        )
+        assert freed == [(True,)]
+        assert rows(job_database, "select user_id, tokens, reserved from turn_usage") == [(web, 42, 0)]
+    finally:
+        store.close()
