@@ -55,6 +55,21 @@ class OwedRun:
     failed: int
 
 
+@dataclass
+class FailedSends:
+    """Whose send last failed in a run for a reason that may pass, with none sent since."""
+
+    last: UUID | None = None
+
+    def down_for_everyone(self, person: UUID) -> bool:
+        """A send failed for `person` for a reason that may pass: whether one did for another
+        person before it, with none sent since (the surface is down: the next run tries again)."""
+        if self.last is not None and self.last != person:
+            return True
+        self.last = person
+        return False
+
+
 class OwedReplies:
     def __init__(
         self,
@@ -91,16 +106,7 @@ class OwedReplies:
         taken: Counter[UUID] = Counter()
         resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
         failing: UUID | None = None  # whose message the model last failed, with no answer since
-        unsent: UUID | None = None  # whose send last failed for a reason that may pass, with none sent since
-
-        def down_for_everyone(person: UUID) -> bool:
-            """A send failed for `person` for a reason that may pass: whether one did for another
-            person before it, with none sent since (the surface is down: the next run tries again)."""
-            nonlocal unsent
-            if unsent is not None and unsent != person:
-                return True
-            unsent = person
-            return False
+        unsent = FailedSends()
 
         while (left := ends - self._clock()) >= least:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
@@ -136,18 +142,19 @@ class OwedReplies:
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 sent = self._send_stored(owed, channel, send_by)
                 if sent.delivery is Delivery.DELIVERED:
-                    answered, unsent = answered + 1, None
+                    answered = answered + 1
+                    unsent.last = None
                     continue
                 failed += 1
                 resting.add(person)
                 # not a refusal for good (a blocked bot)
-                if sent.delivery is Delivery.OWED and down_for_everyone(person):
+                if sent.delivery is Delivery.OWED and unsent.down_for_everyone(person):
                     break
                 continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
                 failed += 1
                 resting.add(person)
-                if self._give_up(owed, channel, send_by) is Delivery.OWED and down_for_everyone(person):
+                if self._give_up(owed, channel, send_by) is Delivery.OWED and unsent.down_for_everyone(person):
                     break
                 continue
             model_s = min(answer_within - ANSWER_MARGIN_S - SEND_ROOM_S, longest)
@@ -158,14 +165,14 @@ class OwedReplies:
                 if result.reply_owed:  # stored, its surface down: sent from where it stopped next run
                     resting.add(person)
                 else:
-                    unsent = None
+                    unsent.last = None
                 continue
             failed += 1
             resting.add(person)
             # Given up at its last try; with held follow-ups, at the next run's claim, which knows how far
             # this try said them (a give-up from this claim's would say again what this try said).
             last_try = owed.tries >= self._max_tries and not owed.start.delivered_first
-            if last_try and self._give_up(owed, channel, send_by) is Delivery.OWED and down_for_everyone(person):
+            if last_try and self._give_up(owed, channel, send_by) is Delivery.OWED and unsent.down_for_everyone(person):
                 break
             if result.outcome is Outcome.FALLBACK:
                 if failing is not None and failing != person:
