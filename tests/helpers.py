@@ -43,6 +43,7 @@ from core.errors import StoreUnavailable
 from core.media.kinds import MediaLimits
 from core.memory.digest import DigestLimits
 from core.memory.service import ContextLimits, TurnBudget
+from core.models import TurnStart
 from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from core.surfaces import Delivery, Sent, Surface, SurfaceAdapter
@@ -810,3 +811,17 @@ def web_cases(draw: st.DrawFn, jwks: FakeJwks) -> Case:
 
 
 STRATEGIES = {"telegram_webhook": telegram_cases, "whatsapp_webhook": whatsapp_cases, "web_chat": web_cases}
+
+
+def hold_a_follow_up(database_url: str, start: TurnStart, number: str, content: str = "Stretch now.") -> None:
+    """A follow-up ("Stretch now.") held for the person of `start` (outside WhatsApp's window), as
+    the job holds one; one held after it was due after it."""
+    execute(
+        database_url,
+        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
+        " values (%s, %s, 'whatsapp', %s, %s, clock_timestamp(), 'held', now())",
+        start.user_id,
+        start.conversation_id,
+        number,
+        content,
+    )

@@ -61,9 +61,14 @@ class FailedSends:
 
     last: UUID | None = None
 
-    def down_for_everyone(self, person: UUID) -> bool:
-        """A send failed for `person` for a reason that may pass: whether one did for another
-        person before it, with none sent since (the surface is down: the next run tries again)."""
+    def down_for_everyone(self, person: UUID, delivery: Delivery) -> bool:
+        """What a send for `person` came to: when it failed for a reason that may pass, whether
+        one did for another person before it, with none sent since (the surface is down: the next
+        run tries again)."""
+        if delivery is Delivery.DELIVERED:
+            self.last = None
+        if delivery is not Delivery.OWED:
+            return False
         if self.last is not None and self.last != person:
             return True
         self.last = person
@@ -142,19 +147,17 @@ class OwedReplies:
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 sent = self._send_stored(owed, channel, send_by)
                 if sent.delivery is Delivery.DELIVERED:
-                    answered = answered + 1
-                    unsent.last = None
-                    continue
-                failed += 1
-                resting.add(person)
-                # not a refusal for good (a blocked bot)
-                if sent.delivery is Delivery.OWED and unsent.down_for_everyone(person):
+                    answered += 1
+                else:
+                    failed += 1
+                    resting.add(person)
+                if unsent.down_for_everyone(person, sent.delivery):  # not for a refusal for good (a blocked bot)
                     break
                 continue
             if owed.tries > self._max_tries:  # its last try ended with the job's instance
                 failed += 1
                 resting.add(person)
-                if self._give_up(owed, channel, send_by) is Delivery.OWED and unsent.down_for_everyone(person):
+                if unsent.down_for_everyone(person, self._give_up(owed, channel, send_by)):
                     break
                 continue
             model_s = min(answer_within - ANSWER_MARGIN_S - SEND_ROOM_S, longest)
@@ -172,7 +175,7 @@ class OwedReplies:
             # Given up at its last try; with held follow-ups, at the next run's claim, which knows how far
             # this try said them (a give-up from this claim's would say again what this try said).
             last_try = owed.tries >= self._max_tries and not owed.start.delivered_first
-            if last_try and self._give_up(owed, channel, send_by) is Delivery.OWED and unsent.down_for_everyone(person):
+            if last_try and unsent.down_for_everyone(person, self._give_up(owed, channel, send_by)):
                 break
             if result.outcome is Outcome.FALLBACK:
                 if failing is not None and failing != person:

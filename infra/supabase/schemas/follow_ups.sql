@@ -172,8 +172,9 @@ $$;
 -- this message took, so an answer that never arrived loses none of them; and with those an
 -- earlier message of theirs took that no answer said: no reply to it, and no attempt holding it
 -- (its tries failed; past OWED_REPLY_MAX_AGE the job no longer answers it), each from the part
--- its push got to. That message's row is locked first, so a claim of it by the job waits, then
--- finds none left to say; one that holds it keeps them).
+-- its push got to. That message's row is locked first, skipped when another holds it (the job's
+-- claim, a redelivery, forgetting: it keeps them), so a claim after this finds none left to say;
+-- no wait, so no lock order to keep with them).
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
     out delivered_first json
@@ -187,17 +188,14 @@ begin
     if p_surface = 'whatsapp' then
         for v_unsaid in
             select m.id from public.messages m
-             where m.user_id = p_user_id and m.id <> p_message_id
+             where m.user_id = p_user_id and m.id <> p_message_id and m.answer_by < clock_timestamp()
                and m.id in (select f.said_with from public.follow_ups f
                              where f.user_id = p_user_id and f.said_with is not null)
-             order by m.id
-               for no key update
+               and not exists (select from public.messages r where r.in_reply_to = m.id)
+               for no key update of m skip locked
         loop
-            if exists (select from public.messages m where m.id = v_unsaid and m.answer_by < clock_timestamp())
-               and not exists (select from public.messages r where r.in_reply_to = v_unsaid) then
-                update public.follow_ups f set said_with = p_message_id
-                 where f.said_with = v_unsaid and f.user_id = p_user_id;
-            end if;
+            update public.follow_ups f set said_with = p_message_id
+             where f.said_with = v_unsaid and f.user_id = p_user_id;
         end loop;
         for v_held in
             select f.id, f.content, f.conversation_id, f.user_id

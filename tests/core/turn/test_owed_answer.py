@@ -22,7 +22,7 @@ from core.media.turn_media import MediaReader
 from core.memory.service import Memory, TurnBudget, TurnEstimate
 from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
-from core.models import Delivery, Person, Sent, Surface, TurnStart
+from core.models import Delivery, Person, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
@@ -38,6 +38,7 @@ from tests.helpers import (
     RecordingChannel,
     context_limits,
     execute,
+    hold_a_follow_up,
     media_limits,
     rows,
 )
@@ -64,20 +65,6 @@ def memory(job_database: str) -> Iterator[Memory]:
     store = PostgresStore(job_database)
     yield Memory(store, context_limits())
     store.close()
-
-
-def hold_a_follow_up(database_url: str, start: TurnStart, number: str, content: str = "Stretch now.") -> None:
-    """A follow-up ("Stretch now.") held for the person of `start` (outside WhatsApp's window), as
-    the job holds one; one held after it was due after it."""
-    execute(
-        database_url,
-        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, next_attempt_at)"
-        " values (%s, %s, 'whatsapp', %s, %s, clock_timestamp(), 'held', now())",
-        start.user_id,
-        start.conversation_id,
-        number,
-        content,
-    )
 
 
 def claude_turns(memory: Memory, fake: FakeAnthropic) -> Turns:
@@ -724,3 +711,20 @@ def test_an_attempt_ended_after_a_link_gives_its_reservation_back_to_the_linked_
         assert rows(job_database, "select user_id, tokens, reserved from turn_usage") == [(web, 42, 0)]
     finally:
         store.close()
+
+
+def test_a_fallback_that_went_between_two_failed_sends_keeps_the_run_going(memory: Memory, job_database: str) -> None:
+    """Four people's messages past their tries, given up in turn: Twilio refuses the first's and the
+    third's for a moment and takes the others'. A fallback that went in between says the surface is
+    up: the run gives up all four (a review's finding: it stopped at the third, as if down)."""
+    numbers = ["+34600009201", "+34600009202", "+34600009203", "+34600009204"]
+    for number in numbers:
+        start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", f"SM-{number}", sender=number)
+        assert start.message_id is not None
+    execute(job_database, "update messages set owed_tries = 5, answer_by = clock_timestamp() where role = 'user'")
+    twilio = {number: TwilioFor() for number in numbers}
+    twilio[numbers[0]].down = twilio[numbers[2]].down = True
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio[to]}, {Surface.WHATSAPP: 12.0}, 600, 2)
+    assert job.run(120) == OwedRun(0, 4)
+    assert [twilio[number].taken for number in numbers] == [[], ["FALLBACK"], [], ["FALLBACK"]]

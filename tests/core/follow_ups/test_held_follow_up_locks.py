@@ -1,0 +1,204 @@
+"""A WhatsApp message takes the held follow-ups an earlier message of its person took and no answer
+said (follow_ups.sql's turn_follow_ups): it locks that message's row, skipping one another session
+holds, so it waits on no lock of anyone's and touches no answered message. Through the real SQL on
+real Postgres, sessions in threads (a third one ordering them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from core.memory.service import Memory
+from core.models import Person, Surface
+from core.stores.postgres_store import PostgresStore
+from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
+from tests.helpers import context_limits, execute, hold_a_follow_up, rows
+
+
+@pytest.fixture
+def held_database(postgres_server: str) -> Iterator[str]:
+    with migrated_database(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture
+def memory(held_database: str) -> Iterator[Memory]:
+    store = PostgresStore(held_database)
+    yield Memory(store, context_limits())
+    store.close()
+
+
+def whatsapp_begin(url: str, number: str, external_id: str, per_minute: int = 0) -> Any:
+    """begin_turn of a WhatsApp message of `number`, on a connection of its own."""
+    arguments = begin_turn_arguments(
+        p_surface="whatsapp",
+        p_content="hello?",
+        p_external_id=external_id,
+        p_sender_id=number,
+        p_sender=number,
+        p_attempt=str(uuid.uuid4()),
+        p_turns_per_minute=per_minute,
+    )
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+        assert row is not None
+        return row[0]
+
+
+def waiting_on_a_lock(url: str, sessions: int) -> None:
+    """Until `sessions` sessions wait on a lock (at most 2 s)."""
+    for _ in range(40):
+        if rows(url, "select count(*) from pg_stat_activity where wait_event_type = 'Lock'")[0][0] >= sessions:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {sessions} sessions wait on a lock")
+
+
+def in_a_thread(work: Callable[[], object], failures: list[BaseException]) -> threading.Thread:
+    def kept() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=kept)
+    thread.start()
+    return thread
+
+
+def owed_with_its_own_held(memory: Memory, url: str, number: str, *said: tuple[str, str]) -> list[int]:
+    """Messages of `number` (external id, follow-up it took), each unanswered, its attempt dead."""
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", f"SM{number}-0", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    taken: list[int] = []
+    for external_id, follow_up in said:
+        hold_a_follow_up(url, first, number, follow_up)
+        start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", external_id, sender=number)
+        assert start.message_id is not None and [s.content for s in start.delivered_first] == [follow_up]
+        taken.append(start.message_id)
+    execute(url, "update messages set answer_by = now() - interval '1 minute' where id = any(%s)", taken)
+    return taken
+
+
+def holding_the_budget(url: str, user_id: uuid.UUID) -> psycopg.Connection[Any]:
+    """A session holding the person's budget lock (a third turn of theirs, a moment): the turns
+    after it wait on it, in the order they came."""
+    connection = psycopg.connect(url)
+    connection.execute("select pg_advisory_xact_lock(hashtextextended('budget/' || %s, 0))", (str(user_id),))
+    return connection
+
+
+def test_a_new_message_and_the_redelivery_of_an_owed_one_both_go_on(memory: Memory, held_database: str) -> None:
+    """The owed message's redelivery locks it, then waits on the budget's lock, which the new message
+    took before it reached the owed message's row: the new message skips that row (its follow-up
+    stays with the redelivery), and neither waits on the other (a review's finding: a deadlock)."""
+    url, number = held_database, "+34600002004"
+    [owed] = owed_with_its_own_held(memory, url, number, ("SM-nr-7", "Two."))
+    [(person,)] = rows(url, "select user_id from messages where id = %s", owed)
+    budget = holding_the_budget(url, person)
+    failures: list[BaseException] = []
+    answers: list[Any] = []
+    new = in_a_thread(lambda: answers.append(whatsapp_begin(url, number, "SM-nr-new", per_minute=12)), failures)
+    waiting_on_a_lock(url, 1)
+    redelivery = in_a_thread(lambda: answers.append(whatsapp_begin(url, number, "SM-nr-7", per_minute=12)), failures)
+    waiting_on_a_lock(url, 2)
+    budget.commit()
+    budget.close()
+    new.join(10)
+    redelivery.join(10)
+    assert failures == []
+    assert sorted(said["content"] for answer in answers for said in answer["delivered_first"]) == ["Two."]
+
+
+def test_two_owed_messages_redelivered_at_once_each_say_their_own(memory: Memory, held_database: str) -> None:
+    """Two unanswered messages, each with the follow-up it took, redelivered together: each locks its
+    own, and neither waits on the other's (a review's finding: a deadlock)."""
+    url, number = held_database, "+34600002002"
+    five, _ = owed_with_its_own_held(memory, url, number, ("SM-two-5", "One."), ("SM-two-7", "Two."))
+    [(person,)] = rows(url, "select user_id from messages where id = %s", five)
+    budget = holding_the_budget(url, person)
+    failures: list[BaseException] = []
+    answers: list[Any] = []
+    threads = [
+        in_a_thread(lambda external=external: answers.append(whatsapp_begin(url, number, external, 12)), failures)
+        for external in ("SM-two-5", "SM-two-7")
+    ]
+    waiting_on_a_lock(url, 2)
+    budget.commit()
+    budget.close()
+    for thread in threads:
+        thread.join(10)
+    assert failures == []
+    assert sorted(said["content"] for answer in answers for said in answer["delivered_first"]) == ["One.", "Two."]
+
+
+def test_forgetting_while_a_message_arrives_goes_on(memory: Memory, held_database: str) -> None:
+    """Forgetting deletes the person's messages (locking them), then waits (here on a session holding
+    the follow-up its `on delete set null` updates); a message arriving meanwhile locks no answered
+    message, so neither waits on the other (a review's finding: a deadlock, the message lost)."""
+    url, number = held_database, "+34600002001"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-fg-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(url, first, number)
+    second = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "ok", "SM-fg-2", sender=number)
+    assert second.message_id is not None
+    memory.finish_turn(first.user_id, second.message_id, "fine", attempt=second.attempt)
+    holder = psycopg.connect(url)
+    holder.execute("select 1 from follow_ups where user_id = %s for update", (first.user_id,))
+    failures: list[BaseException] = []
+
+    def forget() -> None:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("select public.forget_conversations(%s, null)", (first.user_id,))
+
+    forgetting = in_a_thread(forget, failures)
+    waiting_on_a_lock(url, 1)
+    arriving = in_a_thread(lambda: whatsapp_begin(url, number, "SM-fg-3"), failures)
+    arriving.join(10)
+    assert not arriving.is_alive()  # it waited on nothing the forgetting holds
+    holder.commit()
+    holder.close()
+    forgetting.join(10)
+    assert failures == [] and not forgetting.is_alive()
+
+
+def test_a_turn_locks_none_of_the_persons_answered_messages(memory: Memory, held_database: str) -> None:
+    """Forty answered messages that each said a held follow-up first (they keep `said_with`: a
+    redelivery's TwiML repeats them): a new message's turn, its transaction still open, holds a
+    lock on none of them (a review's finding: it locked each, a write a row, on every turn)."""
+    url, number = held_database, "+34600002003"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-hot-0", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    for at in range(40):
+        hold_a_follow_up(url, first, number, f"Reminder {at}.")
+        start = memory.begin_turn(
+            Person(sender_id=number), Surface.WHATSAPP, f"m{at}", f"SM-hot-{at + 1}", sender=number
+        )
+        assert start.message_id is not None and len(start.delivered_first) == 1
+        memory.finish_turn(first.user_id, start.message_id, "ok", attempt=start.attempt)
+    arguments = begin_turn_arguments(
+        p_surface="whatsapp",
+        p_content="new",
+        p_external_id="SM-hot-new",
+        p_sender_id=number,
+        p_sender=number,
+        p_attempt=str(uuid.uuid4()),
+    )
+    with psycopg.connect(url) as turn, psycopg.connect(url, autocommit=True) as other:
+        turn.execute(begin_turn_sql(arguments), arguments)
+        locked = other.execute(
+            "select count(*) from messages m where m.user_id = %s and m.role = 'user'"
+            " and m.id not in (select id from messages for no key update skip locked)",
+            (first.user_id,),
+        ).fetchone()
+        turn.rollback()
+    assert locked == (0,)
