@@ -1,4 +1,5 @@
-"""Splitting a long reply into messages a surface accepts (Telegram 4096, WhatsApp 1600).
+"""Splitting a long reply into messages a surface accepts (Telegram 4096, WhatsApp 1600), and
+packing short texts into as few of them as they fit.
 
 Cut at the last paragraph break that fits, else the last sentence end, else the last
 space; a single word longer than the limit is the only thing ever cut inside.
@@ -34,3 +35,15 @@ def split_message(text: str, limit: int) -> list[str]:
     if rest:
         parts.append(rest)
     return parts
+
+
+def packed(texts: list[str], limit: int) -> list[str]:
+    """`texts` in order, in as few messages of at most `limit` characters as they fit whole, a
+    blank line between two in one message (each text already at most `limit`)."""
+    messages: list[str] = []
+    for text in texts:
+        if messages and len(messages[-1]) + 2 + len(text) <= limit:
+            messages[-1] += "\n\n" + text
+        else:
+            messages.append(text)
+    return messages

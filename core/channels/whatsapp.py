@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 from twilio.request_validator import HMAC_SHA1, HMAC_SHA256, RequestValidator, get_signature_algorithm
 from twilio.twiml.messaging_response import MessagingResponse
 
-from core.channels.splitting import LATER_PART_WAITS_S, split_message
+from core.channels.splitting import LATER_PART_WAITS_S, packed, split_message
 from core.errors import ConfigurationError, DeliveryFailed
 from core.models import Delivery, SaidFirst, Sent
 
@@ -81,14 +82,22 @@ def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | N
     return str(RequestValidator(secret).compute_signature(url, form, algorithm))
 
 
+# What XML 1.0 forbids: C0 controls but tab, newline and carriage return, lone surrogates, U+FFFE and
+# U+FFFF. MessagingResponse writes them as they are, and Twilio sends nothing of an answer that is
+# not XML; Word's line break (U+000B) and a form feed (U+000C) are read as line breaks, the rest go.
+_NOT_IN_XML = re.compile("[\x00-\x08\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_LINE_BREAKS = str.maketrans({"\x0b": "\n", "\x0c": "\n"})
+
+
 def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
     """A TwiML answer: the text in messages of at most 1600 characters, or no message; `first`
-    (follow-ups held outside the 24-hour window, each from its first part not sent) before it."""
+    (follow-ups held outside the 24-hour window, each from its first part not sent) before it,
+    packed into as few messages as they fit (Twilio sends at most 10 in answer to a message:
+    its error 14109; turn_follow_ups takes at most 5 messages' worth of them for one answer)."""
+    said_first = [piece for said in first for piece in split_message(said.content, WHATSAPP_LIMIT)[said.from_part :]]
     response = MessagingResponse()
-    for part in [piece for said in first for piece in split_message(said.content, WHATSAPP_LIMIT)[said.from_part :]]:
-        response.message(part)
-    for part in split_message(text or "", WHATSAPP_LIMIT):
-        response.message(part)
+    for part in [*packed(said_first, WHATSAPP_LIMIT), *split_message(text or "", WHATSAPP_LIMIT)]:
+        response.message(_NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)))
     return str(response)
 
 

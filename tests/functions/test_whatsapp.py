@@ -245,3 +245,14 @@ def test_an_algorithm_twilio_has_not_is_refused_before_the_sdk_logs_it(
             assert post(client, fields, headers).status_code == 403
     assert [record.getMessage() for record in caplog.records if "FOO" in record.getMessage()] == []
     assert [vars(record).get("algorithm") for record in caplog.records if vars(record).get("algorithm")] == []
+
+
+def test_the_twiml_answer_is_xml_whatever_the_text_holds(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
+    """Text pasted from Word carries its line break (U+000B), which XML 1.0 forbids: written as it is,
+    Twilio cannot read the answer and sends nothing of it (a review's finding). It goes as a line
+    break; other characters XML forbids go."""
+    fake_anthropic.answer = lambda body: "Your list:\x0bmilk\x0beggs\x01"
+    fields = form("milk\x0beggs: remember my list", sender="whatsapp:+34600770001")
+    answered = post(whatsapp, fields)
+    assert answered.status_code == 200
+    assert messages_of(answered.get_data(as_text=True)) == ["Your list:\nmilk\neggs"]

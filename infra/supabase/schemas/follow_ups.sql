@@ -174,7 +174,12 @@ $$;
 -- (its tries failed; past OWED_REPLY_MAX_AGE the job no longer answers it), each from the part
 -- its push got to. That message's row is locked first, skipped when another holds it (the job's
 -- claim, a redelivery, forgetting: it keeps them), so a claim after this finds none left to say;
--- no wait, so no lock order to keep with them).
+-- no wait, so no lock order to keep with them). Held ones are taken while the answer's follow-ups
+-- come to at most 5 of WhatsApp's messages of 1,600 characters, the first always (the rest wait
+-- for the next answer): a TwiML answer holds 10 messages in all (Twilio's error 14109), the
+-- reply's among them. Counted as core/channels/whatsapp.py's `twiml` packs them: a short one goes
+-- in the message before it while both fit; a longer one counts a message for each 800 characters
+-- (its parts are cut at a paragraph or a sentence: at least half full).
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
     out delivered_first json
@@ -183,6 +188,9 @@ declare
     v_held record;
     v_message bigint;
     v_unsaid bigint;
+    v_room numeric;
+    v_open integer := 0;  -- the characters of the last message, while a short one may join it
+    v_length integer;
 begin
     delivered_first := '[]'::json;
     if p_surface = 'whatsapp' then
@@ -197,6 +205,10 @@ begin
             update public.follow_ups f set said_with = p_message_id
              where f.said_with = v_unsaid and f.user_id = p_user_id;
         end loop;
+        v_room := 5 - coalesce((select sum(case when char_length(f.content) <= 1600 then 1
+                                                else ceil(char_length(f.content) / 800.0) end)
+                                  from public.follow_ups f
+                                 where f.said_with = p_message_id and f.user_id = p_user_id), 0);
         for v_held in
             select f.id, f.content, f.conversation_id, f.user_id
               from public.follow_ups f
@@ -204,6 +216,14 @@ begin
              order by f.due_at, f.id
                for update skip locked
         loop
+            v_length := char_length(v_held.content);
+            if v_length <= 1600 and v_open > 0 and v_open + 2 + v_length <= 1600 then
+                v_open := v_open + 2 + v_length;  -- in the message before it
+            else
+                exit when v_room < 5 and (v_length > 1600 and ceil(v_length / 800.0) > v_room or v_room < 1);
+                v_room := v_room - case when v_length <= 1600 then 1 else ceil(v_length / 800.0) end;
+                v_open := case when v_length <= 1600 then v_length else 0 end;
+            end if;
             insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
                  values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
                          clock_timestamp())

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.channels.splitting import split_message
-from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppSender
-from core.models import Delivery, Sent
+from core.channels.splitting import packed, split_message
+from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppSender, twiml
+from core.models import Delivery, SaidFirst, Sent
 from tests.fakes.twilio_api import FakeTwilio
-from tests.helpers import TWILIO_TOKEN
+from tests.helpers import TWILIO_TOKEN, messages_of
 
 ACCOUNT_SID = "AC" + "4" * 32
 LONG = " ".join(f"Sentence {n} of a long answer." for n in range(130))  # three messages of WhatsApp's
@@ -83,3 +83,16 @@ def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> Non
         is Delivery.GIVEN_UP
     )
     assert len(fake_twilio.messages) == 1 and waited == []
+
+
+def test_texts_are_packed_in_order_into_as_few_messages_as_fit_whole() -> None:
+    """A blank line between two texts in one message; a text that would pass the limit starts the next."""
+    assert packed(["a" * 10, "b" * 10, "c" * 7], 24) == ["a" * 10 + "\n\n" + "b" * 10, "c" * 7]
+    assert packed(["a" * 10, "b" * 12], 24) == ["a" * 10 + "\n\n" + "b" * 12]
+    assert packed(["a" * 10, "b" * 13], 24) == ["a" * 10, "b" * 13]
+    assert packed([], 24) == []
+
+
+def test_a_twiml_answer_packs_the_follow_ups_said_first_and_never_the_reply_with_them() -> None:
+    first = [SaidFirst(1, "Stretch now."), SaidFirst(2, "Drink some water.")]
+    assert messages_of(twiml("Hi!", first)) == ["Stretch now.\n\nDrink some water.", "Hi!"]
