@@ -233,18 +233,11 @@ class FollowUpDelivery:
     def _reachable(self, surface: Surface, row: dict[str, Any]) -> str | None:
         """The chat or number to say it to: the one the person last wrote from on its app, else
         the one it was asked from, whichever still reaches the person who asked; None for neither."""
+        person = UUID(row["user_id"])
         for sender, owned_by in (
             (row.get("last_sender"), row.get("last_sender_user")),
             (row["sender"], row.get("identity_user")),
         ):
-            if sender and self._still_theirs(surface, str(sender), owned_by, UUID(row["user_id"])):
+            if sender and self._identity.reaches(surface, str(sender), UUID(owned_by) if owned_by else None, person):
                 return str(sender)
         return None
-
-    def _still_theirs(self, surface: Surface, sender: str, owned_by: str | None, user_id: UUID) -> bool:
-        """Whether a chat or number reaches `user_id`: under `owner`, the owner's allow-list names it
-        and the follow-up is the owner's; under `auto`, it is linked to them (`owned_by`)."""
-        if self._identity.mode == "owner":
-            person = self._identity.resolve(surface, sender)
-            return person is not None and person.user_id == user_id
-        return owned_by is not None and UUID(owned_by) == user_id

@@ -72,6 +72,16 @@ class IdentityPolicy:
             )
         return None
 
+    def reaches(self, surface: Surface, sender: str, owned_by: UUID | None, user_id: UUID) -> bool:
+        """Whether a chat or number still reaches `user_id`, as what the agent says on its own
+        (a follow-up, an owed answer) needs: under `owner`, the owner's allow-list names it and
+        `user_id` is the owner; under `auto`, its identity is theirs (`owned_by`: whose it is now,
+        None when it is nobody's: unlinked, forgotten)."""
+        if self.mode == "owner":
+            person = self.resolve(surface, sender)
+            return person is not None and person.user_id == user_id
+        return owned_by == user_id
+
     def admit_web(self, user_id: UUID) -> UUID:
         """The web person of a verified token, if this deployment serves them."""
         if self.mode == "owner" and user_id != self.owner_user_id:

@@ -102,6 +102,7 @@ class OwedMessage:
     sender: str
     start: TurnStart
     tries: int  # the job's tries at it, this one included
+    sender_user: UUID | None = None  # whose the chat or number is now: None, nobody's (unlinked, forgotten)
 
 
 @dataclass(frozen=True)
@@ -403,7 +404,14 @@ class Memory:
             },
         )
         return [
-            OwedMessage(Surface(row["surface"]), str(row["sender"]), turn_start(row), int(row["tries"])) for row in rows
+            OwedMessage(
+                Surface(row["surface"]),
+                str(row["sender"]),
+                turn_start(row),
+                int(row["tries"]),
+                UUID(row["sender_user"]) if row.get("sender_user") else None,
+            )
+            for row in rows
         ]
 
     def record_delivery(self, user_id: UUID, reply_id: int, attempt: UUID | None, sent: Sent) -> None:

@@ -144,6 +144,16 @@ class OwedReplies:
                 failed += 1
                 resting.add(person)
                 continue
+            if not self._turns.identity.reaches(owed.surface, owed.sender, owed.sender_user, person):
+                # Unlinked, forgotten or off the owner's list since: whoever has that chat or number
+                # now is told nothing of this person's (claimed again while young enough: no more).
+                log.warning(
+                    "an owed message was left: its chat or number no longer reaches its person",
+                    extra={"surface": owed.surface.value, "message_id": str(owed.start.message_id)},
+                )
+                failed += 1
+                resting.add(person)
+                continue
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 sent = self._send_stored(owed, channel, send_by)
                 if sent.delivery is Delivery.DELIVERED:

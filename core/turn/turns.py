@@ -89,6 +89,11 @@ class Turns:
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="model")
 
+    @property
+    def identity(self) -> IdentityPolicy:
+        """Who is served: what the scheduled job checks a chat or number against before it speaks."""
+        return self._identity
+
     def run(self, request: TurnRequest, channel: ReplyChannel | None = None) -> TurnResult:
         """A whole turn. With a channel the reply is sent through it; without one the
         caller answers with `result.reply` in its response."""

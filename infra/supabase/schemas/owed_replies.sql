@@ -91,6 +91,10 @@ begin
             'user_id', v_message.user_id, 'conversation_id', v_message.conversation_id,
             'conversation_surface', v_message.surface, 'message_id', v_message.id,
             'surface', v_message.surface, 'sender', v_message.sender, 'created_at', v_message.created_at,
+            -- whose the chat or number is now (null: nobody's, unlinked or forgotten): an answer goes
+            -- only to one that still reaches the message's person (core/turn/owed.py)
+            'sender_user', (select i.user_id from public.identities i
+                             where i.surface = v_message.surface and i.external_id = v_message.sender),
             'duplicate', false, 'owed', true, 'reply', v_reply, 'prepend', '[]'::jsonb,
             -- a reply to send needs no context
             'history', case when v_reply is null

@@ -90,7 +90,7 @@ def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
     reads is the person's. Seen failing with a request without tools (the model could only say it
     had looked, or that it had cancelled) and, with them, an empty list."""
     turns = claude_turns(memory, fake_anthropic)
-    person, chat = uuid.uuid4(), "4040"
+    chat = "4040"
 
     def planned(body: dict[str, Any]) -> Any:
         if tool_results(body):
@@ -98,7 +98,7 @@ def test_the_jobs_answer_has_the_turns_tools_and_the_persons_follow_ups(
         return [text_block("Noted."), tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 90})]
 
     fake_anthropic.answer = planned
-    asked = TurnRequest(Surface.TELEGRAM, "remind me to stretch", "owed-tools-1", sender_id=chat, user_id=person)
+    asked = TurnRequest(Surface.TELEGRAM, "remind me to stretch", "owed-tools-1", sender_id=chat)
     assert turns.run(asked, RecordingChannel()).outcome is Outcome.ANSWERED
     fake_anthropic.behaviour = "529"
     live = RecordingChannel()
@@ -763,3 +763,25 @@ def test_many_held_follow_ups_go_packed_and_the_answer_always_within_twilios_ten
     assert result.reply is not None
     said = messages_of(twiml(result.reply, result.follow_ups_first))
     assert said == [text.strip() for text in long[5:]] + [result.reply]
+
+
+def test_an_owed_message_whose_number_was_unlinked_since_is_answered_to_nobody(
+    memory: Memory, job_database: str
+) -> None:
+    """A WhatsApp number linked to a web account writes, and its answer never comes (owed). The
+    person unlinks the number (a lost phone): the job answers nothing to it, where an answer built
+    from the account's memory would reach whoever has the number now (a review's finding)."""
+    number, web = "+34600001234", uuid.uuid4()
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-gone-1", sender=number)
+    assert start.message_id is not None
+    [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
+    execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+    execute(job_database, "select unlink_identities('whatsapp', null, %s)", key)
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    twilio = TwilioFor()
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 1)
+    assert job.run(120) == OwedRun(0, 1) and twilio.taken == []
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    assert job.run(120) == OwedRun(0, 1) and twilio.taken == []  # past its tries: no fallback to it either
+    assert stored_replies(job_database, start.message_id) == []
