@@ -204,6 +204,8 @@ class FollowUpDelivery:
                     "p_retry_at": retry_at.isoformat(),
                     # how far it got, when it did not get through: where a retry starts
                     "p_unsent_from": None if delivery is Delivery.DELIVERED else sent.parts or None,
+                    # held on the person's last WhatsApp message the claim saw: one since opens the window
+                    "p_seen_at": row.get("last_whatsapp_at"),
                 },
             )
         except StoreUnavailable as exc:

@@ -439,11 +439,14 @@ $$;
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
 -- delivered), 'retry' (pending again from p_retry_at; p_unsent_from, when its first parts went
 -- out, the part the retry starts from, never an earlier one), 'held' or 'given_up' (stored in its
--- conversation, undelivered, when some of its parts went out). Only while it is
+-- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
+-- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since,
+-- the window is open again, and it is pending again at once, its attempt not counted (held, only
+-- their next message after this one would say it, days later perhaps). Only while it is
 -- still p_claim's (`sending`): {"done": boolean, "message_id"}. The same call retried after it
 -- committed (its answer lost with the connection) finds its own outcome and answers it again.
 create function public.finish_follow_up(
-    p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz, p_unsent_from integer
+    p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz, p_unsent_from integer, p_seen_at timestamptz
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_follow_up public.follow_ups;
@@ -486,6 +489,14 @@ begin
         update public.follow_ups f
            set status = 'given_up', message_id = v_message, claimed_until = null,
                unsent_from = greatest(p_unsent_from, f.unsent_from)
+         where f.id = p_id;
+    elsif p_outcome = 'held' and exists (
+              select from public.messages m
+               where m.user_id = v_follow_up.user_id and m.surface = 'whatsapp' and m.role = 'user'
+                 and m.created_at > coalesce(p_seen_at, '-infinity')) then
+        update public.follow_ups f
+           set status = 'pending', next_attempt_at = clock_timestamp(), attempts = f.attempts - 1,
+               claimed_until = null
          where f.id = p_id;
     elsif p_outcome in ('held', 'given_up') then
         update public.follow_ups f set status = p_outcome, claimed_until = null where f.id = p_id;

@@ -1,7 +1,8 @@
-"""A WhatsApp message takes the held follow-ups an earlier message of its person took and no answer
-said (follow_ups.sql's turn_follow_ups): it locks that message's row, skipping one another session
-holds, so it waits on no lock of anyone's and touches no answered message. Through the real SQL on
-real Postgres, sessions in threads (a third one ordering them)."""
+"""Follow-ups held outside WhatsApp's 24-hour window (follow_ups.sql), through the real SQL on real
+Postgres. A WhatsApp message takes the held follow-ups an earlier message of its person took and no
+answer said (turn_follow_ups): it locks that message's row, skipping one another session holds, so
+it waits on no lock of anyone's and touches no answered message (sessions in threads, a third one
+ordering them). One the job would hold after the person wrote is not held."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from core.memory.service import Memory
-from core.models import Person, Surface
+from core.models import Delivery, Person, Sent, Surface
 from core.stores.postgres_store import PostgresStore
+from core.surfaces.whatsapp import say_follow_up
 from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
 from tests.helpers import context_limits, execute, hold_a_follow_up, rows
 
@@ -202,3 +205,47 @@ def test_a_turn_locks_none_of_the_persons_answered_messages(memory: Memory, held
         ).fetchone()
         turn.rollback()
     assert locked == (0,)
+
+
+def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_next_run(
+    memory: Memory, held_database: str
+) -> None:
+    """The job claims a follow-up due outside the window (the person's last WhatsApp message 25 hours
+    old); the person writes before the job decides, so their turn does not take it (it is being
+    sent). Held, only their message after the next would say it: it is pending again at once, its
+    attempt not counted, and the next run claims it, inside the window now (a review's finding)."""
+    url, number = held_database, "+34600440002"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-w-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    execute(url, "update messages set created_at = created_at - interval '25 hours'")
+    execute(
+        url,
+        "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, next_attempt_at)"
+        " values (%s, %s, 'whatsapp', %s, 'Call mum.', now() - interval '1 minute', now() - interval '1 minute')",
+        first.user_id,
+        first.conversation_id,
+        number,
+    )
+    store, now, claim = memory.store, datetime.now(UTC), str(uuid.uuid4())
+    claiming = {"p_now": now.isoformat(), "p_limit": 50, "p_lease_seconds": 300, "p_claim": claim}
+    [row] = store.call("claim_due_follow_ups", claiming)["claimed"]
+    written = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "morning", "SM-w-2", sender=number)
+    assert written.delivered_first == [] and written.message_id is not None
+    memory.finish_turn(first.user_id, written.message_id, "Good morning!", attempt=written.attempt)
+    assert store.call("try_follow_up", {"p_id": row["id"], "p_claim": claim, "p_now": now.isoformat()})["ok"]
+    _, outcome = say_follow_up(None, None)(number, row, now)
+    assert outcome == "held"  # on what the claim saw
+    finishing = {"p_id": row["id"], "p_claim": claim, "p_outcome": outcome, "p_retry_at": None}
+    store.call("finish_follow_up", {**finishing, "p_unsent_from": None, "p_seen_at": row["last_whatsapp_at"]})
+    assert rows(url, "select status, attempts from follow_ups") == [("pending", 0)]
+    later = {**claiming, "p_now": (now + timedelta(minutes=1)).isoformat(), "p_claim": str(uuid.uuid4())}
+    [again] = store.call("claim_due_follow_ups", later)["claimed"]
+    said: list[tuple[str, str, int]] = []
+
+    def free_form(to: str, text: str, first_part: int) -> Sent:
+        said.append((to, text, first_part))
+        return Sent(Delivery.DELIVERED, 1)
+
+    assert say_follow_up(free_form, None)(number, again, now + timedelta(minutes=1))[1] == "sent"
+    assert said == [(f"whatsapp:{number}", "Call mum.", 0)]
