@@ -89,16 +89,33 @@ _NOT_IN_XML = re.compile("[\x00-\x08\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _LINE_BREAKS = str.maketrans({"\x0b": "\n", "\x0c": "\n"})
 
 
+TWIML_MESSAGES = 10  # the most Twilio sends in answer to one message (its error 14109)
+
+
 def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
     """A TwiML answer: the text in messages of at most 1600 characters, or no message; `first`
     (follow-ups held outside the 24-hour window, each from its first part not sent) before it,
-    packed into as few messages as they fit (Twilio sends at most 10 in answer to a message:
-    its error 14109; turn_follow_ups takes at most 5 messages' worth of them for one answer)."""
-    said_first = [piece for said in first for piece in split_message(said.content, WHATSAPP_LIMIT)[said.from_part :]]
+    packed into as few messages as they fit (`carried_first`: the ones there is room for)."""
     response = MessagingResponse()
-    for part in [*packed(said_first, WHATSAPP_LIMIT), *split_message(text or "", WHATSAPP_LIMIT)]:
+    for part in [*packed(_pieces(first), WHATSAPP_LIMIT), *split_message(text or "", WHATSAPP_LIMIT)]:
         response.message(_NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)))
     return str(response)
+
+
+def carried_first(text: str | None, first: Sequence[SaidFirst]) -> list[SaidFirst]:
+    """The follow-ups said first that one TwiML answer with `text` has room for, in order: Twilio
+    sends at most 10 messages in answer to one, the reply's whole among them."""
+    room = TWIML_MESSAGES - len(split_message(text or "", WHATSAPP_LIMIT))
+    carried: list[SaidFirst] = []
+    for said in first:
+        if len(packed(_pieces([*carried, said]), WHATSAPP_LIMIT)) > room:
+            break
+        carried.append(said)
+    return carried
+
+
+def _pieces(first: Sequence[SaidFirst]) -> list[str]:
+    return [piece for said in first for piece in split_message(said.content, WHATSAPP_LIMIT)[said.from_part :]]
 
 
 class WhatsAppSender:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from core.channels.whatsapp import twiml
+from core.channels.whatsapp import carried_first, twiml
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.remembered_language import RememberedLanguage
 from core.phrases.catalogue import Catalogue, Phrases
@@ -87,7 +87,11 @@ class TwilioInbound(Generic[Form]):
             self.typing(action.message_sid)
         try:
             result = self.turns.run(turn)
-            return twiml(result.reply, result.follow_ups_first)
+            carried = carried_first(result.reply, result.follow_ups_first)
+            if left := result.follow_ups_first[len(carried) :]:
+                assert result.user_id is not None and result.message_id is not None  # they were taken by it
+                self.turns.memory.hold_follow_ups_again(result.user_id, result.message_id, left)
+            return twiml(result.reply, carried)
         except OverBudget as exc:
             return twiml(over_budget(phrases, exc))
         except StillAnswering:

@@ -174,12 +174,8 @@ $$;
 -- (its tries failed; past OWED_REPLY_MAX_AGE the job no longer answers it), each from the part
 -- its push got to. That message's row is locked first, skipped when another holds it (the job's
 -- claim, a redelivery, forgetting: it keeps them), so a claim after this finds none left to say;
--- no wait, so no lock order to keep with them). Held ones are taken while the answer's follow-ups
--- come to at most 5 of WhatsApp's messages of 1,600 characters, the first always (the rest wait
--- for the next answer): a TwiML answer holds 10 messages in all (Twilio's error 14109), the
--- reply's among them. Counted as core/channels/whatsapp.py's `twiml` packs them: a short one goes
--- in the message before it while both fit; a longer one counts a message for each 800 characters
--- (its parts are cut at a paragraph or a sentence: at least half full).
+-- no wait, so no lock order to keep with them). A TwiML answer with no room for some of them
+-- holds those again (hold_follow_ups_again, below).
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
     out delivered_first json
@@ -188,9 +184,6 @@ declare
     v_held record;
     v_message bigint;
     v_unsaid bigint;
-    v_room numeric;
-    v_open integer := 0;  -- the characters of the last message, while a short one may join it
-    v_length integer;
 begin
     delivered_first := '[]'::json;
     if p_surface = 'whatsapp' then
@@ -205,10 +198,6 @@ begin
             update public.follow_ups f set said_with = p_message_id
              where f.said_with = v_unsaid and f.user_id = p_user_id;
         end loop;
-        v_room := 5 - coalesce((select sum(case when char_length(f.content) <= 1600 then 1
-                                                else ceil(char_length(f.content) / 800.0) end)
-                                  from public.follow_ups f
-                                 where f.said_with = p_message_id and f.user_id = p_user_id), 0);
         for v_held in
             select f.id, f.content, f.conversation_id, f.user_id
               from public.follow_ups f
@@ -216,14 +205,6 @@ begin
              order by f.due_at, f.id
                for update skip locked
         loop
-            v_length := char_length(v_held.content);
-            if v_length <= 1600 and v_open > 0 and v_open + 2 + v_length <= 1600 then
-                v_open := v_open + 2 + v_length;  -- in the message before it
-            else
-                exit when v_room < 5 and (v_length > 1600 and ceil(v_length / 800.0) > v_room or v_room < 1);
-                v_room := v_room - case when v_length <= 1600 then 1 else ceil(v_length / 800.0) end;
-                v_open := case when v_length <= 1600 then v_length else 0 end;
-            end if;
             insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
                  values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
                          clock_timestamp())
@@ -236,6 +217,32 @@ begin
     end if;
     pending := public.follow_ups_of(p_user_id);
     timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
+end;
+$$;
+
+
+-- The follow-ups a WhatsApp message took to say first (p_ids, a JSON array) for which its TwiML
+-- answer had no room: Twilio sends at most 10 messages in answer to one (its error 14109), and a
+-- long reply with many follow-ups before it would pass that (core/surfaces/twilio_inbound.py). Held
+-- again, for the person's next message, and out of the thread, where they were stored when taken:
+-- the agent has not said them. Only the person's own, taken by that message. {"held": n}.
+create function public.hold_follow_ups_again(p_user_id uuid, p_message_id bigint, p_ids text)
+    returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_again bigint[];
+    v_said bigint[];
+begin
+    select coalesce(array_agg(f.id), '{}'), coalesce(array_agg(f.message_id) filter (where f.message_id is not null), '{}')
+      into v_again, v_said
+      from (select f.id, f.message_id from public.follow_ups f
+             where f.user_id = p_user_id and f.said_with = p_message_id and f.status = 'sent'
+               and f.id in (select e::bigint from json_array_elements_text(p_ids::json) e)
+               for update) f;
+    update public.follow_ups f set status = 'held', said_with = null, sent_at = null, message_id = null,
+                                   unsent_from = null
+     where f.id = any(v_again);
+    delete from public.messages m where m.id = any(v_said) and m.user_id = p_user_id and m.role = 'assistant';
+    return jsonb_build_object('held', cardinality(v_again));
 end;
 $$;
 

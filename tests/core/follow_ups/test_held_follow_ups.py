@@ -249,3 +249,24 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
 
     assert say_follow_up(free_form, None)(number, again, now + timedelta(minutes=1))[1] == "sent"
     assert said == [(f"whatsapp:{number}", "Call mum.", 0)]
+
+
+def test_follow_ups_are_held_again_only_for_the_person_whose_message_took_them(
+    memory: Memory, held_database: str
+) -> None:
+    """hold_follow_ups_again, named with another person, changes nothing of this person's; named
+    with theirs, it holds the follow-up again and takes it out of the thread."""
+    url, number = held_database, "+34600440003"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-again-1", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(url, first, number)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-again-2", sender=number)
+    stranger = memory.begin_turn(Person(sender_id="+34600440004"), Surface.WHATSAPP, "hey", "SM-again-3")
+    assert start.user_id is not None and start.message_id is not None and stranger.user_id is not None
+    taken = "select status, said_with is not null from follow_ups"
+    in_the_thread = "select count(*) from messages where content = 'Stretch now.'"
+    memory.hold_follow_ups_again(stranger.user_id, start.message_id, start.delivered_first)
+    assert rows(url, taken) == [("sent", True)] and rows(url, in_the_thread) == [(1,)]
+    memory.hold_follow_ups_again(start.user_id, start.message_id, start.delivered_first)
+    assert rows(url, taken) == [("held", False)] and rows(url, in_the_thread) == [(0,)]

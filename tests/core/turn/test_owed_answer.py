@@ -14,7 +14,7 @@ import pytest
 
 from core.channels.media_fetch import InlineMedia
 from core.channels.splitting import split_message
-from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppChannel, WhatsAppSender, twiml
+from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppChannel, WhatsAppSender
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import MediaKind, MediaRef
@@ -40,7 +40,6 @@ from tests.helpers import (
     execute,
     hold_a_follow_up,
     media_limits,
-    messages_of,
     rows,
 )
 
@@ -729,40 +728,6 @@ def test_a_fallback_that_went_between_two_failed_sends_keeps_the_run_going(memor
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio[to]}, {Surface.WHATSAPP: 12.0}, 600, 2)
     assert job.run(120) == OwedRun(0, 4)
     assert [twilio[number].taken for number in numbers] == [[], ["FALLBACK"], [], ["FALLBACK"]]
-
-
-def test_many_held_follow_ups_go_packed_and_the_answer_always_within_twilios_ten_messages(
-    memory: Memory, job_database: str
-) -> None:
-    """Eleven short follow-ups held: the TwiML answer packs them into one message before the reply
-    (Twilio sends at most 10 messages in answer to one: a review's finding, the eleventh and the
-    answer were lost). Seven of 1,500 characters: five go with this answer, two with the next."""
-    number, other = "+34600440001", "+34600440002"
-    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-ten-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    days = [f"Day {day}: take the pills." for day in range(1, 12)]
-    for day in days:
-        hold_a_follow_up(job_database, first, number, day)
-    result = turns.run(TurnRequest(Surface.WHATSAPP, "back!", "SM-ten-2", sender_id=number, reply_within_s=14.0))
-    assert result.reply is not None
-    assert messages_of(twiml(result.reply, result.follow_ups_first)) == ["\n\n".join(days), result.reply]
-
-    first = memory.begin_turn(Person(sender_id=other), Surface.WHATSAPP, "hi", "SM-long-1", sender=other)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    long = [f"{n}. " + "Stretch slowly. " * 93 for n in range(1, 8)]  # 1,490 to 1,491 characters
-    for text in long:
-        hold_a_follow_up(job_database, first, other, text)
-    result = turns.run(TurnRequest(Surface.WHATSAPP, "back!", "SM-long-2", sender_id=other, reply_within_s=14.0))
-    assert result.reply is not None
-    said = messages_of(twiml(result.reply, result.follow_ups_first))
-    assert said == [text.strip() for text in long[:5]] + [result.reply]
-    result = turns.run(TurnRequest(Surface.WHATSAPP, "and?", "SM-long-3", sender_id=other, reply_within_s=14.0))
-    assert result.reply is not None
-    said = messages_of(twiml(result.reply, result.follow_ups_first))
-    assert said == [text.strip() for text in long[5:]] + [result.reply]
 
 
 def test_an_owed_message_whose_number_was_unlinked_since_is_answered_to_nobody(
