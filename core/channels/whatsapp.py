@@ -98,7 +98,8 @@ def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
     packed into as few messages as they fit (`carried_first`: the ones there is room for)."""
     response = MessagingResponse()
     for part in [*packed(_pieces(first), WHATSAPP_LIMIT), *split_message(text or "", WHATSAPP_LIMIT)]:
-        response.message(_NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)))
+        if readable := _NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)).strip():  # no empty message
+            response.message(readable)
     return str(response)
 
 

@@ -151,8 +151,7 @@ class OwedReplies:
                     "an owed message was left: its chat or number no longer reaches its person",
                     extra={"surface": owed.surface.value, "message_id": str(owed.start.message_id)},
                 )
-                failed += 1
-                resting.add(person)
+                failed += 1  # their messages elsewhere are still answered in this run
                 continue
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 sent = self._send_stored(owed, channel, send_by)

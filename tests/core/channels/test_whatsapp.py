@@ -96,3 +96,7 @@ def test_texts_are_packed_in_order_into_as_few_messages_as_fit_whole() -> None:
 def test_a_twiml_answer_packs_the_follow_ups_said_first_and_never_the_reply_with_them() -> None:
     first = [SaidFirst(1, "Stretch now."), SaidFirst(2, "Drink some water.")]
     assert messages_of(twiml("Hi!", first)) == ["Stretch now.\n\nDrink some water.", "Hi!"]
+
+
+def test_a_twiml_answer_has_no_message_left_empty_by_the_characters_xml_forbids() -> None:
+    assert messages_of(twiml("\x01\x02", [SaidFirst(1, "Stretch\x00 now.")])) == ["Stretch now."]

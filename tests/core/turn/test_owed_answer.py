@@ -750,3 +750,25 @@ def test_an_owed_message_whose_number_was_unlinked_since_is_answered_to_nobody(
     execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
     assert job.run(120) == OwedRun(0, 1) and twilio.taken == []  # past its tries: no fallback to it either
     assert stored_replies(job_database, start.message_id) == []
+
+
+def test_a_person_whose_number_was_unlinked_is_still_answered_on_telegram_in_the_same_run(
+    memory: Memory, job_database: str
+) -> None:
+    """Two owed messages of one person: one from a WhatsApp number unlinked since (told nothing),
+    one on Telegram, which still reaches them: answered in the same run (a review's finding: the
+    first held the second back a run)."""
+    number, web = "+34600001235", uuid.uuid4()
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-both-1", sender=number)
+    [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
+    execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+    chat = memory.begin_turn(Person(sender_id="5151"), Surface.TELEGRAM, "hey", "both-2", sender="5151")
+    [(chat_key,)] = rows(job_database, "select external_id from identities where user_id = %s", chat.user_id)
+    execute(job_database, "select link_identity(%s, 'telegram', %s)", web, chat_key)
+    execute(job_database, "select unlink_identities('whatsapp', null, %s)", key)
+    execute(job_database, "update messages set answer_by = clock_timestamp() where role = 'user'")
+    twilio, telegram = TwilioFor(), RecordingChannel()
+    turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
+    channels = {Surface.WHATSAPP: lambda to: twilio, Surface.TELEGRAM: lambda to: telegram}
+    job = OwedReplies(memory, turns, channels, {Surface.WHATSAPP: 12.0, Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120) == OwedRun(1, 1) and twilio.taken == [] and len(telegram.sent) == 1
