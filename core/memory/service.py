@@ -369,19 +369,20 @@ class Memory:
         except StoreUnavailable as exc:
             log.error("end_attempt failed; its tokens are not counted", extra={"error": str(exc), "tokens": tokens})
 
-    def hold_follow_ups_again(self, user_id: UUID, message_id: int, follow_ups: Sequence[SaidFirst]) -> None:
+    def send_follow_ups_later(self, user_id: UUID, message_id: int, follow_ups: Sequence[SaidFirst]) -> None:
         """Follow-ups a WhatsApp message took to say first that its TwiML answer had no room for:
-        held again for the person's next message (follow_ups.sql). Not done (the database away):
-        they stay with this message, said by nothing, and the error is logged."""
+        the follow-up job's next run sends them, inside the window the message opened
+        (follow_ups.sql). Not done (the database away): they stay with this message, said by
+        nothing, and the error is logged."""
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(user_id),
             "p_message_id": message_id,
             "p_ids": json.dumps([said.id for said in follow_ups]),
         }
         try:
-            self.store.call("hold_follow_ups_again", arguments)
+            self.store.call("send_follow_ups_later", arguments)
         except StoreUnavailable as exc:
-            log.error("follow-ups an answer had no room for could not be held again", extra={"error": str(exc)})
+            log.error("follow-ups an answer had no room for could not be left to the job", extra={"error": str(exc)})
 
     def _learned(self, content: str) -> str:
         """A message rewritten by its turn, within the message limit (a long transcript is cut)."""

@@ -42,7 +42,7 @@ SQL_FUNCTIONS = frozenset(
         "release_follow_ups",
         "try_follow_up",
         "end_attempt",
-        "hold_follow_ups_again",
+        "send_follow_ups_later",
         "claim_owed_replies",
         "record_delivery",
         "stop_generation",

@@ -90,7 +90,7 @@ class TwilioInbound(Generic[Form]):
             carried = carried_first(result.reply, result.follow_ups_first)
             if left := result.follow_ups_first[len(carried) :]:
                 assert result.user_id is not None and result.message_id is not None  # they were taken by it
-                self.turns.memory.hold_follow_ups_again(result.user_id, result.message_id, left)
+                self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
             return twiml(result.reply, carried)
         except OverBudget as exc:
             return twiml(over_budget(phrases, exc))

@@ -175,7 +175,7 @@ $$;
 -- its push got to. That message's row is locked first, skipped when another holds it (the job's
 -- claim, a redelivery, forgetting: it keeps them), so a claim after this finds none left to say;
 -- no wait, so no lock order to keep with them). A TwiML answer with no room for some of them
--- holds those again (hold_follow_ups_again, below).
+-- leaves those to the follow-up job (send_follow_ups_later, below).
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
     out delivered_first json
@@ -223,26 +223,29 @@ $$;
 
 -- The follow-ups a WhatsApp message took to say first (p_ids, a JSON array) for which its TwiML
 -- answer had no room: Twilio sends at most 10 messages in answer to one (its error 14109), and a
--- long reply with many follow-ups before it would pass that (core/surfaces/twilio_inbound.py). Held
--- again, for the person's next message, and out of the thread, where they were stored when taken:
--- the agent has not said them. Only the person's own, taken by that message. {"held": n}.
-create function public.hold_follow_ups_again(p_user_id uuid, p_message_id bigint, p_ids text)
+-- long reply with many follow-ups before it would pass that (core/surfaces/twilio_inbound.py). The
+-- person has just written, so WhatsApp's window is open: pending again at once, and the follow-up
+-- job's next run sends them through the Messages API, each from the part it got to, and stores
+-- them in the thread then; out of the thread until then (they were stored there when taken): the
+-- agent has not said them yet. Only the person's own, taken by that message. {"pending": n}.
+create function public.send_follow_ups_later(p_user_id uuid, p_message_id bigint, p_ids text)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
-    v_again bigint[];
-    v_said bigint[];
+    v_later bigint[];
+    v_stored bigint[];
 begin
     select coalesce(array_agg(f.id), '{}'), coalesce(array_agg(f.message_id) filter (where f.message_id is not null), '{}')
-      into v_again, v_said
+      into v_later, v_stored
       from (select f.id, f.message_id from public.follow_ups f
              where f.user_id = p_user_id and f.said_with = p_message_id and f.status = 'sent'
                and f.id in (select e::bigint from json_array_elements_text(p_ids::json) e)
                for update) f;
-    update public.follow_ups f set status = 'held', said_with = null, sent_at = null, message_id = null,
-                                   unsent_from = null
-     where f.id = any(v_again);
-    delete from public.messages m where m.id = any(v_said) and m.user_id = p_user_id and m.role = 'assistant';
-    return jsonb_build_object('held', cardinality(v_again));
+    update public.follow_ups f
+       set status = 'pending', next_attempt_at = clock_timestamp(), said_with = null, sent_at = null,
+           message_id = null
+     where f.id = any(v_later);
+    delete from public.messages m where m.id = any(v_stored) and m.user_id = p_user_id and m.role = 'assistant';
+    return jsonb_build_object('pending', cardinality(v_later));
 end;
 $$;
 

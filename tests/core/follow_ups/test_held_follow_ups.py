@@ -251,11 +251,11 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
     assert said == [(f"whatsapp:{number}", "Call mum.", 0)]
 
 
-def test_follow_ups_are_held_again_only_for_the_person_whose_message_took_them(
+def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_them(
     memory: Memory, held_database: str
 ) -> None:
-    """hold_follow_ups_again, named with another person, changes nothing of this person's; named
-    with theirs, it holds the follow-up again and takes it out of the thread."""
+    """send_follow_ups_later, named with another person, changes nothing of this person's; named
+    with theirs, the follow-up is pending at once and out of the thread until the job sends it."""
     url, number = held_database, "+34600440003"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-again-1", sender=number)
     assert first.user_id is not None and first.message_id is not None
@@ -264,9 +264,9 @@ def test_follow_ups_are_held_again_only_for_the_person_whose_message_took_them(
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-again-2", sender=number)
     stranger = memory.begin_turn(Person(sender_id="+34600440004"), Surface.WHATSAPP, "hey", "SM-again-3")
     assert start.user_id is not None and start.message_id is not None and stranger.user_id is not None
-    taken = "select status, said_with is not null from follow_ups"
+    taken = "select status, said_with is not null, next_attempt_at <= clock_timestamp() from follow_ups"
     in_the_thread = "select count(*) from messages where content = 'Stretch now.'"
-    memory.hold_follow_ups_again(stranger.user_id, start.message_id, start.delivered_first)
-    assert rows(url, taken) == [("sent", True)] and rows(url, in_the_thread) == [(1,)]
-    memory.hold_follow_ups_again(start.user_id, start.message_id, start.delivered_first)
-    assert rows(url, taken) == [("held", False)] and rows(url, in_the_thread) == [(0,)]
+    memory.send_follow_ups_later(stranger.user_id, start.message_id, start.delivered_first)
+    assert rows(url, taken) == [("sent", True, True)] and rows(url, in_the_thread) == [(1,)]
+    memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
+    assert rows(url, taken) == [("pending", False, True)] and rows(url, in_the_thread) == [(0,)]
