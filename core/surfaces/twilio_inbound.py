@@ -24,7 +24,7 @@ from core.phrases.refusals import input_refused, over_budget
 from core.surfaces.adapter import Surface
 from core.surfaces.commands import ChatCommand, Commands
 from core.surfaces.twilio_form import Converse, Notice
-from core.turn.request import TurnRequest
+from core.turn.request import Outcome, TurnRequest
 from core.turn.turns import Turns
 
 # Twilio waits 15 s for the TwiML answer; a second of it is the way here and back.
@@ -88,7 +88,9 @@ class TwilioInbound(Generic[Form]):
         try:
             result = self.turns.run(turn)
             carried = carried_first(result.reply, result.follow_ups_first)
-            if left := result.follow_ups_first[len(carried) :]:
+            # The first answer to the message leaves to the job what it has no room for; one repeated
+            # (Twilio's redelivery) was answered by whoever answered it first, which said them.
+            if (left := result.follow_ups_first[len(carried) :]) and result.outcome is not Outcome.REDELIVERED:
                 assert result.user_id is not None and result.message_id is not None  # they were taken by it
                 self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
             return twiml(result.reply, carried)

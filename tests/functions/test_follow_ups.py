@@ -1281,3 +1281,90 @@ def test_an_answer_says_first_the_held_follow_ups_it_has_room_for_and_the_job_th
     assert run_job()["follow_ups_sent"] == 1
     assert [message["Body"] for message in fake_twilio.messages] == [said[6]]
     assert rows(job_database, "select count(*) from messages where content = %s", longs[6]) == [(1,)]
+
+
+def eleven_held(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> list[str]:
+    """ "Take the pills." and ten follow-ups of 1,500 characters held for `number`, due in that order."""
+    hold_a_follow_up(job_database, clock, fake_anthropic, number)
+    longs = [(f"Note {n}. " + "Stretch slowly and breathe. " * 53).strip() for n in range(1, 11)]
+    for n, text in enumerate(longs, start=1):
+        execute(
+            job_database,
+            "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status,"
+            " next_attempt_at) select user_id, conversation_id, surface, sender, %s,"
+            " due_at + make_interval(secs => %s), 'held', now() from follow_ups where content = 'Take the pills.'",
+            text,
+            n,
+        )
+    return longs
+
+
+@pytest.mark.parametrize("linked_meanwhile", [False, True])
+def test_the_follow_ups_a_fallback_or_a_linked_persons_answer_had_no_room_for_go_to_the_job(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    linked_meanwhile: bool,
+) -> None:
+    """The model fails (the fallback's end lets go of the follow-ups it said), or the number is
+    linked into a web account while the model writes (the follow-ups move to it): the one the
+    answer had no room for still goes to the job, which sends it (a review's findings: it was left
+    said by nothing)."""
+    number = "whatsapp:+34611000201"
+    longs = eleven_held(job_database, clock, fake_anthropic, number)
+    [(key,)] = rows(job_database, "select external_id from identities where surface = 'whatsapp'")
+
+    def linking(body: dict[str, Any]) -> str:
+        execute(job_database, "select link_identity(%s, 'whatsapp', %s)", uuid.uuid4(), key)
+        return "Sure."
+
+    if linked_meanwhile:
+        fake_anthropic.answer = linking
+    else:
+        fake_anthropic.behaviour = "500"
+    whatsapp = app_client("whatsapp_webhook")
+    fields = form("Good morning", sender=number)
+    first = messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text)
+    fallback = "Sorry, I can't think straight right now. I have your message and will remember it; please try again"
+    answer = "Sure." if linked_meanwhile else fallback + " in a moment."
+    assert first == [f"Take the pills.\n\n{longs[0]}", *longs[1:9], answer]
+    assert rows(job_database, "select status, said_with from follow_ups where content = %s", longs[9]) == [
+        ("pending", None)
+    ]
+    clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Now I can."  # the job answers a message the fallback left owed
+    assert run_job()["follow_ups_sent"] == 1
+    owed = [] if linked_meanwhile else ["Now I can."]
+    assert [message["Body"] for message in fake_twilio.messages] == [*owed, longs[9]]
+
+
+def test_a_redelivery_after_the_jobs_push_sends_nothing_more_later(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """The job answers the owed message, pushing its eleven held follow-ups; Twilio then delivers
+    the message again: its TwiML repeats what it has room for, and leaves nothing to the job (a
+    review's finding: the eleventh, said by the push, went again)."""
+    number = "whatsapp:+34611000203"
+    longs = eleven_held(job_database, clock, fake_anthropic, number)
+    fields = form("Good morning", sender=number)
+    said = classify(WhatsAppForm.from_form(fields))
+    assert isinstance(said, Converse)
+    started = runtime.memory().begin_turn(
+        Person(sender_id=said.sender), Surface.WHATSAPP, said.text, said.message_sid, sender=said.sender
+    )
+    assert len(started.delivered_first) == 11
+    execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
+    fake_anthropic.answer = lambda body: "Good morning!"
+    before = len(fake_twilio.messages)
+    assert run_job()["owed_answered"] == 1
+    assert [m["Body"] for m in fake_twilio.messages[before:]] == ["Take the pills.", *longs, "Good morning!"]
+    repeated = messages_of(app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).text)
+    assert repeated == [f"Take the pills.\n\n{longs[0]}", *longs[1:9], "Good morning!"]
+    assert rows(job_database, "select count(*) from follow_ups where status <> 'sent'") == [(0,)]

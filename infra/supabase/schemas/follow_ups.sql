@@ -227,24 +227,40 @@ $$;
 -- person has just written, so WhatsApp's window is open: pending again at once, and the follow-up
 -- job's next run sends them through the Messages API, each from the part it got to, and stores
 -- them in the thread then; out of the thread until then (they were stored there when taken): the
--- agent has not said them yet. Only the person's own, taken by that message. {"pending": n}.
+-- agent has not said them yet. Only the person's own (or the one's they were linked into since the
+-- turn began), taken by that message: still with it, or let go by its answer's end (a fallback's
+-- end_attempt lets go of the ones its answer said, these among them). Their thread messages are
+-- locked first, then the follow-ups, the order forgetting takes them in (it deletes the messages,
+-- whose foreign keys then reach the follow-ups): in the other order a forget at the same moment
+-- could deadlock with this. {"pending": n}.
 create function public.send_follow_ups_later(p_user_id uuid, p_message_id bigint, p_ids text)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
+    v_user uuid := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
+                            p_user_id);
+    v_ids bigint[] := (select coalesce(array_agg(e::bigint), '{}') from json_array_elements_text(p_ids::json) e);
     v_later bigint[];
     v_stored bigint[];
 begin
+    perform from public.messages m
+     where m.id in (select f.message_id from public.follow_ups f
+                     where f.id = any(v_ids) and f.user_id in (p_user_id, v_user))
+       and m.user_id in (p_user_id, v_user)
+     order by m.id
+       for update;
     select coalesce(array_agg(f.id), '{}'), coalesce(array_agg(f.message_id) filter (where f.message_id is not null), '{}')
       into v_later, v_stored
       from (select f.id, f.message_id from public.follow_ups f
-             where f.user_id = p_user_id and f.said_with = p_message_id and f.status = 'sent'
-               and f.id in (select e::bigint from json_array_elements_text(p_ids::json) e)
+             where f.id = any(v_ids) and f.user_id in (p_user_id, v_user) and f.status = 'sent'
+               and (f.said_with = p_message_id or f.said_with is null)
+             order by f.id
                for update) f;
     update public.follow_ups f
        set status = 'pending', next_attempt_at = clock_timestamp(), said_with = null, sent_at = null,
            message_id = null
      where f.id = any(v_later);
-    delete from public.messages m where m.id = any(v_stored) and m.user_id = p_user_id and m.role = 'assistant';
+    delete from public.messages m
+     where m.id = any(v_stored) and m.user_id in (p_user_id, v_user) and m.role = 'assistant';
     return jsonb_build_object('pending', cardinality(v_later));
 end;
 $$;

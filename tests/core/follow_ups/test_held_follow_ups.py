@@ -270,3 +270,34 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
     assert rows(url, taken) == [("sent", True, True)] and rows(url, in_the_thread) == [(1,)]
     memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
     assert rows(url, taken) == [("pending", False, True)] and rows(url, in_the_thread) == [(0,)]
+
+
+def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goes_on(
+    memory: Memory, held_database: str
+) -> None:
+    """send_follow_ups_later and forgetting meet at the follow-up a third session holds a moment:
+    both lock the conversation first, so one waits for the other and both succeed (a review's
+    finding: a deadlock, the follow-up locked before the messages forgetting had locked)."""
+    url, number = held_database, "+34600440005"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-fg-10", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(url, first, number)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-fg-11", sender=number)
+    assert start.user_id is not None and start.message_id is not None
+    [taken] = start.delivered_first
+    failures: list[BaseException] = []
+    later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{taken.id}]"}
+    forgetting = {"p_user_id": str(start.user_id), "p_conversation_id": None}
+    with psycopg.connect(url) as holder:  # holds the follow-up a moment, so the two meet
+        holder.execute("select from follow_ups where id = %s for update", (taken.id,))
+        threads = []
+        for waiting, (function, arguments) in enumerate(
+            (("send_follow_ups_later", later), ("forget_conversations", forgetting)), start=1
+        ):
+            threads.append(in_a_thread(lambda f=function, a=arguments: memory.store.call(f, a), failures))
+            waiting_on_a_lock(url, waiting)
+        holder.rollback()
+    for thread in threads:
+        thread.join(10)
+    assert failures == [] and rows(url, "select count(*) from follow_ups") == [(0,)]
