@@ -17,12 +17,14 @@ _SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*\s+")
 LATER_PART_WAITS_S = (1.0, 2.0)
 
 
-def split_message(text: str, limit: int) -> list[str]:
+def split_message(text: str, limit: int, *, at_paragraphs: bool = True) -> list[str]:
+    """`text` in parts of at most `limit` characters; `at_paragraphs=False` cuts at the last
+    sentence end even when a paragraph ends earlier: fewer parts, for a text that must fit a few."""
     parts: list[str] = []
     rest = text.strip()
     while len(rest) > limit:
         window = rest[: limit + 1]
-        cut = window.rfind("\n\n")
+        cut = window.rfind("\n\n") if at_paragraphs else -1
         if cut <= 0:
             ends = [match.end() for match in _SENTENCE_END.finditer(window) if match.end() <= limit]
             cut = ends[-1] if ends else -1

@@ -97,7 +97,7 @@ def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
     (follow-ups held outside the 24-hour window, each from its first part not sent) before it,
     packed into as few messages as they fit (`carried_first`: the ones there is room for)."""
     response = MessagingResponse()
-    for part in [*packed(_pieces(first), WHATSAPP_LIMIT), *split_message(text or "", WHATSAPP_LIMIT)]:
+    for part in [*packed(_pieces(first), WHATSAPP_LIMIT), *_reply_parts(text)]:
         if readable := _NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)).strip():  # no empty message
             response.message(readable)
     return str(response)
@@ -106,13 +106,20 @@ def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
 def carried_first(text: str | None, first: Sequence[SaidFirst]) -> list[SaidFirst]:
     """The follow-ups said first that one TwiML answer with `text` has room for, in order: Twilio
     sends at most 10 messages in answer to one, the reply's whole among them."""
-    room = TWIML_MESSAGES - len(split_message(text or "", WHATSAPP_LIMIT))
+    room = TWIML_MESSAGES - len(_reply_parts(text))
     carried: list[SaidFirst] = []
     for said in first:
         if len(packed(_pieces([*carried, said]), WHATSAPP_LIMIT)) > room:
             break
         carried.append(said)
     return carried
+
+
+def _reply_parts(text: str | None) -> list[str]:
+    """A reply's messages in a TwiML answer: cut at paragraphs, or, when that passes what one
+    answer holds (paragraphs of 900 characters take a message each), at sentence ends."""
+    parts = split_message(text or "", WHATSAPP_LIMIT)
+    return parts if len(parts) < TWIML_MESSAGES else split_message(text or "", WHATSAPP_LIMIT, at_paragraphs=False)
 
 
 def _pieces(first: Sequence[SaidFirst]) -> list[str]:

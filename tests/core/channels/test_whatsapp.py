@@ -100,3 +100,13 @@ def test_a_twiml_answer_packs_the_follow_ups_said_first_and_never_the_reply_with
 
 def test_a_twiml_answer_has_no_message_left_empty_by_the_characters_xml_forbids() -> None:
     assert messages_of(twiml("\x01\x02", [SaidFirst(1, "Stretch\x00 now.")])) == ["Stretch now."]
+
+
+def test_a_reply_of_many_paragraphs_is_cut_at_sentences_to_fit_one_twiml_answer() -> None:
+    """Eleven paragraphs of 900 characters take a message each, eleven, and Twilio sends none of an
+    answer past 10 (a review's finding): cut at sentence ends instead, every word kept, in order."""
+    reply = "\n\n".join(f"Point {n}. " + "All good here. " * 60 for n in range(1, 12))
+    assert len(split_message(reply, WHATSAPP_LIMIT)) == 11
+    said = messages_of(twiml(reply))
+    assert len(said) == 7 and all(len(part) <= WHATSAPP_LIMIT for part in said)
+    assert " ".join(said).split() == reply.split()
