@@ -1253,40 +1253,31 @@ def test_an_answer_says_first_the_held_follow_ups_it_has_room_for_and_the_job_th
     its next run sends it through the Messages API, inside the window the message opened. A
     redelivery of the message repeats the first answer."""
     number = "whatsapp:+34611000099"
-    hold_a_follow_up(job_database, clock, fake_anthropic, number)
-    longs = [f"Note {n}. " + "Stretch slowly and breathe. " * 53 for n in range(1, 8)]
-    for n, text in enumerate(longs, start=1):
-        execute(
-            job_database,
-            "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status,"
-            " next_attempt_at) select user_id, conversation_id, surface, sender, %s,"
-            " due_at + make_interval(secs => %s), 'held', now() from follow_ups where content = 'Take the pills.'",
-            text,
-            n,
-        )
+    said = held_after_the_pills(job_database, clock, fake_anthropic, number, 7)
     reply = "\n\n".join([f"Part {n}. " + "All good here. " * 99 for n in range(1, 5)])
     fake_anthropic.answer = lambda body: reply
     whatsapp = app_client("whatsapp_webhook")
     fields = form("Good morning", sender=number)
     first = whatsapp.post("/", data=fields, headers=signed(fields)).text
     parts = split_message(reply, WHATSAPP_LIMIT)
-    said = [t.strip() for t in longs]
     assert len(parts) == 4 and messages_of(first) == [f"Take the pills.\n\n{said[0]}", *said[1:6], *parts]
-    assert rows(job_database, "select status, said_with from follow_ups where content = %s", longs[6]) == [
+    assert rows(job_database, "select status, said_with from follow_ups where content = %s", said[6]) == [
         ("pending", None)
     ]
-    assert rows(job_database, "select count(*) from messages where content = %s", longs[6]) == [(0,)]
+    assert rows(job_database, "select count(*) from messages where content = %s", said[6]) == [(0,)]
     assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == messages_of(first)
     clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
     assert run_job()["follow_ups_sent"] == 1
     assert [message["Body"] for message in fake_twilio.messages] == [said[6]]
-    assert rows(job_database, "select count(*) from messages where content = %s", longs[6]) == [(1,)]
+    assert rows(job_database, "select count(*) from messages where content = %s", said[6]) == [(1,)]
 
 
-def eleven_held(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> list[str]:
-    """ "Take the pills." and ten follow-ups of 1,500 characters held for `number`, due in that order."""
+def held_after_the_pills(
+    job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str, count: int
+) -> list[str]:
+    """ "Take the pills." and `count` follow-ups of 1,500 characters held for `number`, due in that order."""
     hold_a_follow_up(job_database, clock, fake_anthropic, number)
-    longs = [(f"Note {n}. " + "Stretch slowly and breathe. " * 53).strip() for n in range(1, 11)]
+    longs = [(f"Note {n}. " + "Stretch slowly and breathe. " * 53).strip() for n in range(1, count + 1)]
     for n, text in enumerate(longs, start=1):
         execute(
             job_database,
@@ -1313,7 +1304,7 @@ def test_the_follow_ups_a_fallback_or_a_linked_persons_answer_had_no_room_for_go
     answer had no room for still goes to the job, which sends it (a review's findings: it was left
     said by nothing)."""
     number = "whatsapp:+34611000201"
-    longs = eleven_held(job_database, clock, fake_anthropic, number)
+    longs = held_after_the_pills(job_database, clock, fake_anthropic, number, 10)
     [(key,)] = rows(job_database, "select external_id from identities where surface = 'whatsapp'")
 
     def linking(body: dict[str, Any]) -> str:
@@ -1352,7 +1343,7 @@ def test_a_redelivery_after_the_jobs_push_sends_nothing_more_later(
     the message again: its TwiML repeats what it has room for, and leaves nothing to the job (a
     review's finding: the eleventh, said by the push, went again)."""
     number = "whatsapp:+34611000203"
-    longs = eleven_held(job_database, clock, fake_anthropic, number)
+    longs = held_after_the_pills(job_database, clock, fake_anthropic, number, 10)
     fields = form("Good morning", sender=number)
     said = classify(WhatsAppForm.from_form(fields))
     assert isinstance(said, Converse)

@@ -478,26 +478,20 @@ def test_a_message_given_up_says_its_held_follow_ups_first_once_twilio_takes_the
     """Twilio down for each of the job's tries at a message with a held follow-up: the give-up
     does not send its fallback without the follow-up (a review's finding: the fallback went alone,
     and the follow-up never did); once Twilio is back, the follow-up, then the fallback."""
-    number = "+34600000777"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-give-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
-    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-give-2", sender=number)
-    assert start.message_id is not None
+    message_id = owed_with_held(memory, job_database, "+34600000777", "Stretch now.")
     twilio = TwilioFor()
     twilio.down = True
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 2)
     for _ in range(3):  # two tries, and a give-up that could not push the follow-up
-        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", message_id)
         assert job.run(120) == OwedRun(0, 1)
-    assert twilio.taken == [] and stored_replies(job_database, start.message_id) == []
+    assert twilio.taken == [] and stored_replies(job_database, message_id) == []
     twilio.down = False
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", message_id)
     assert job.run(120) == OwedRun(0, 1)  # given up: the follow-up, then the fallback
     assert twilio.taken == ["Stretch now.", "FALLBACK"]
-    assert stored_replies(job_database, start.message_id) == [("FALLBACK", True)]
+    assert stored_replies(job_database, message_id) == [("FALLBACK", True)]
     assert job.run(120) == OwedRun(0, 0) and len(twilio.taken) == 2
 
 
@@ -550,13 +544,7 @@ def test_held_follow_ups_of_a_message_no_answer_said_go_with_the_persons_next_me
     then passed OWED_REPLY_MAX_AGE: the job no longer answers it. The person's next WhatsApp
     message says it first, in its TwiML, once (a review's finding: nothing ever said it)."""
     number = "+34600000999"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-aged-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
-    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-aged-2", sender=number)
-    assert start.message_id is not None
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    message_id = owed_with_held(memory, job_database, number, "Stretch now.")
     twilio = TwilioFor()
     twilio.down = True
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
@@ -565,7 +553,7 @@ def test_held_follow_ups_of_a_message_no_answer_said_go_with_the_persons_next_me
     execute(
         job_database,
         "update messages set created_at = created_at - interval '11 minutes' where id = %s",
-        start.message_id,
+        message_id,
     )
     twilio.down = False
     assert job.run(120) == OwedRun(0, 0)  # too old for the job
