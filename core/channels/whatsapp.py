@@ -116,10 +116,12 @@ def carried_first(text: str | None, first: Sequence[SaidFirst]) -> list[SaidFirs
 
 
 def _reply_parts(text: str | None) -> list[str]:
-    """A reply's messages in a TwiML answer: cut at paragraphs, or, when that passes what one
-    answer holds (paragraphs of 900 characters take a message each), at sentence ends."""
+    """A reply's messages in a TwiML answer: cut at paragraphs, or, when that fills what one answer
+    holds (paragraphs of 900 characters take a message each), at sentence ends if that takes fewer."""
     parts = split_message(text or "", WHATSAPP_LIMIT)
-    return parts if len(parts) < TWIML_MESSAGES else split_message(text or "", WHATSAPP_LIMIT, at_paragraphs=False)
+    if len(parts) < TWIML_MESSAGES:
+        return parts
+    return min(parts, split_message(text or "", WHATSAPP_LIMIT, at_paragraphs=False), key=len)
 
 
 def _pieces(first: Sequence[SaidFirst]) -> list[str]:

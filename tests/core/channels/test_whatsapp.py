@@ -110,3 +110,13 @@ def test_a_reply_of_many_paragraphs_is_cut_at_sentences_to_fit_one_twiml_answer(
     said = messages_of(twiml(reply))
     assert len(said) == 7 and all(len(part) <= WHATSAPP_LIMIT for part in said)
     assert " ".join(said).split() == reply.split()
+
+
+def test_a_reply_that_fits_ten_messages_at_paragraphs_is_not_cut_into_more_at_sentences() -> None:
+    """Ten messages at paragraphs, eleven at sentence ends (the first a sentence of three letters):
+    the ten (a review's finding: the eleven went, and Twilio sent none)."""
+    opening, listing = ("Ok. " + "word " * 199).strip(), ("item " * 140).strip()
+    reply = "\n\n".join([opening, listing] * 5)
+    assert len(split_message(reply, WHATSAPP_LIMIT)) == 10
+    assert len(split_message(reply, WHATSAPP_LIMIT, at_paragraphs=False)) == 11
+    assert messages_of(twiml(reply)) == split_message(reply, WHATSAPP_LIMIT)

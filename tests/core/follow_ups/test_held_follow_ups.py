@@ -255,21 +255,22 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
     memory: Memory, held_database: str
 ) -> None:
     """send_follow_ups_later, named with another person, changes nothing of this person's; named
-    with theirs, the follow-up is pending at once and out of the thread until the job sends it."""
+    with theirs, the follow-up is pending at once with all its tries, its thread message kept."""
     url, number = held_database, "+34600440003"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-again-1", sender=number)
     assert first.user_id is not None and first.message_id is not None
     memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
     hold_a_follow_up(url, first, number)
+    execute(url, "update follow_ups set attempts = 6")  # held at its last try
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-again-2", sender=number)
     stranger = memory.begin_turn(Person(sender_id="+34600440004"), Surface.WHATSAPP, "hey", "SM-again-3")
     assert start.user_id is not None and start.message_id is not None and stranger.user_id is not None
-    taken = "select status, said_with is not null, next_attempt_at <= clock_timestamp() from follow_ups"
+    taken = "select status, said_with is not null, attempts, next_attempt_at <= clock_timestamp() from follow_ups"
     in_the_thread = "select count(*) from messages where content = 'Stretch now.'"
     memory.send_follow_ups_later(stranger.user_id, start.message_id, start.delivered_first)
-    assert rows(url, taken) == [("sent", True, True)] and rows(url, in_the_thread) == [(1,)]
+    assert rows(url, taken) == [("sent", True, 6, True)]
     memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
-    assert rows(url, taken) == [("pending", False, True)] and rows(url, in_the_thread) == [(0,)]
+    assert rows(url, taken) == [("pending", False, 0, True)] and rows(url, in_the_thread) == [(1,)]
 
 
 def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goes_on(
@@ -301,3 +302,76 @@ def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goe
     for thread in threads:
         thread.join(10)
     assert failures == [] and rows(url, "select count(*) from follow_ups") == [(0,)]
+
+
+def answered_with_a_taken_follow_up(memory: Memory, url: str, number: str) -> tuple[Any, int, str]:
+    """A WhatsApp message of `number` that took a held follow-up and was answered: its start, the
+    follow-up's id, and the number's identity key."""
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", f"SM{number}-a", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(url, first, number)
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", f"SM{number}-b", sender=number)
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(start.user_id, start.message_id, "Sure.", attempt=start.attempt)
+    [taken] = start.delivered_first
+    [(key,)] = rows(url, "select external_id from identities where surface = 'whatsapp'")
+    return start, taken.id, key
+
+
+def test_a_link_committed_while_leaving_follow_ups_to_the_job_waits_is_seen(memory: Memory, held_database: str) -> None:
+    """The number is being linked into a web account (the follow-up moves to it) as its answer
+    leaves the follow-up to the job: it waits for the link, then finds the follow-up under the
+    account (a review's finding: it looked under the person it began with, and lost it)."""
+    url = held_database
+    start, follow_up, key = answered_with_a_taken_follow_up(memory, url, "+34600770001")
+    later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{follow_up}]"}
+    failures: list[BaseException] = []
+    answers: list[Any] = []
+    web = uuid.uuid4()
+    with psycopg.connect(url) as linker:  # the link, not committed yet
+        linker.execute("select link_identity(%s, 'whatsapp', %s)", (web, key))
+        leaving = in_a_thread(lambda: answers.append(memory.store.call("send_follow_ups_later", later)), failures)
+        waiting_on_a_lock(url, 1)
+        linker.commit()
+    leaving.join(10)
+    assert failures == [] and answers == [{"pending": 1}]
+    assert rows(url, "select user_id, status from follow_ups") == [(web, "pending")]
+
+
+def test_leaving_follow_ups_to_the_job_while_the_number_is_linked_goes_on(memory: Memory, held_database: str) -> None:
+    """A link moves the conversation, its follow-ups, then its messages; leaving a follow-up to the
+    job locks that follow-up alone, then reads whose it is: both succeed, the follow-up left to the
+    job under the account (a review's finding: a deadlock, the thread message locked first)."""
+    url = held_database
+    start, follow_up, key = answered_with_a_taken_follow_up(memory, url, "+34600770002")
+    later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{follow_up}]"}
+    failures: list[BaseException] = []
+
+    def link() -> None:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("select link_identity(%s, 'whatsapp', %s)", (uuid.uuid4(), key))
+
+    with psycopg.connect(url) as holder:  # holds the follow-up a moment, so the two meet
+        holder.execute("select from follow_ups where id = %s for key share", (follow_up,))
+        leaving = in_a_thread(lambda: memory.store.call("send_follow_ups_later", later), failures)
+        waiting_on_a_lock(url, 1)
+        linking = in_a_thread(link, failures)
+        linking.join(10)
+        holder.rollback()
+    leaving.join(10)
+    assert failures == [] and not linking.is_alive() and not leaving.is_alive()
+    assert rows(url, "select status from follow_ups") == [("pending",)]
+
+
+def test_a_follow_up_left_to_the_job_then_held_again_is_not_stored_twice(memory: Memory, held_database: str) -> None:
+    """Left to the job (its thread message kept), then held by it (its run came after the window
+    closed): the person's next message says it first, and the thread still has it once."""
+    url = held_database
+    start, follow_up, _ = answered_with_a_taken_follow_up(memory, url, "+34600770003")
+    assert start.user_id is not None and start.message_id is not None
+    memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
+    execute(url, "update follow_ups set status = 'held' where id = %s", follow_up)  # as the job holds it
+    again = memory.begin_turn(Person(sender_id="+34600770003"), Surface.WHATSAPP, "hey", "SM-again-4")
+    assert [said.id for said in again.delivered_first] == [follow_up]
+    assert rows(url, "select count(*) from messages where content = 'Stretch now.'") == [(1,)]
