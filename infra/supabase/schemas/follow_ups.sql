@@ -199,19 +199,16 @@ begin
              where f.said_with = v_unsaid and f.user_id = p_user_id;
         end loop;
         for v_held in
-            select f.id, f.content, f.conversation_id, f.user_id, f.message_id
+            select f.id, f.content, f.conversation_id, f.user_id
               from public.follow_ups f
              where f.user_id = p_user_id and f.status = 'held'
              order by f.due_at, f.id
                for update skip locked
         loop
-            v_message := v_held.message_id;  -- in the thread already: left to the job, then held
-            if v_message is null then
-                insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
-                     values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
-                             clock_timestamp())
-                  returning id into v_message;
-            end if;
+            insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
+                 values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
+                         clock_timestamp())
+              returning id into v_message;
             update public.follow_ups f
                set status = 'sent', sent_at = clock_timestamp(), message_id = v_message, said_with = p_message_id
              where f.id = v_held.id;
@@ -229,28 +226,44 @@ $$;
 -- long reply with many follow-ups before it would pass that (core/surfaces/twilio_inbound.py). The
 -- person has just written, so WhatsApp's window is open: pending again at once, with every try
 -- before it, and the follow-up job's next run sends them through the Messages API, each from the
--- part it got to. Their thread message, stored when they were taken, stays (finish_follow_up
--- stores none again). Only the person's own, or the one's they were linked into since the turn
--- began, taken by that message: still with it, or let go by its answer's end (a fallback's
--- end_attempt lets go of the ones its answer said, these among them). Only follow-up rows are
--- locked, first by id: a link or a forget at the same moment goes first or waits, and whose they
--- are is read after that wait, so a link committed meanwhile is seen. {"pending": n}.
+-- part it got to, and stores them in the thread then; out of the thread until then (they were
+-- stored there when taken): the agent has not said them yet. Only the person's own, or the one's
+-- they were linked into since the turn began, taken by that message: still with it, or let go by
+-- its answer's end (a fallback's end_attempt lets go of the ones its answer said, these among
+-- them). Their conversation is locked first, as a link locks it before it moves anything (so a
+-- link in progress is waited for, and whose they are read after it); then the follow-ups and
+-- their thread messages only where no one holds them (`skip locked`): forgetting takes messages
+-- and follow-ups before the conversation, so this waits for nothing it holds, and what it skips
+-- goes with the forgotten conversation. {"pending": n}.
 create function public.send_follow_ups_later(p_user_id uuid, p_message_id bigint, p_ids text)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_ids bigint[] := (select coalesce(array_agg(e::bigint), '{}') from json_array_elements_text(p_ids::json) e);
     v_user uuid;
-    v_later integer;
+    v_later bigint[];
+    v_stored bigint[];
 begin
-    perform from public.follow_ups f where f.id = any(v_ids) order by f.id for update;
+    perform from public.conversations c
+     where c.id in (select f.conversation_id from public.follow_ups f where f.id = any(v_ids))
+     order by c.id
+       for update;
     v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
                        p_user_id);
+    select coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.message_id) filter (where l.message_id is not null), '{}')
+      into v_later, v_stored
+      from (select f.id, f.message_id from public.follow_ups f
+             where f.id = any(v_ids) and f.user_id in (p_user_id, v_user) and f.status = 'sent'
+               and (f.said_with = p_message_id or f.said_with is null)
+               for update skip locked) l;
     update public.follow_ups f
-       set status = 'pending', next_attempt_at = clock_timestamp(), attempts = 0, said_with = null
-     where f.id = any(v_ids) and f.user_id in (p_user_id, v_user) and f.status = 'sent'
-       and (f.said_with = p_message_id or f.said_with is null);
-    get diagnostics v_later = row_count;
-    return jsonb_build_object('pending', v_later);
+       set status = 'pending', next_attempt_at = clock_timestamp(), attempts = 0, said_with = null,
+           sent_at = null, message_id = null
+     where f.id = any(v_later);
+    delete from public.messages m
+     where m.id in (select t.id from public.messages t
+                     where t.id = any(v_stored) and t.user_id in (p_user_id, v_user) and t.role = 'assistant'
+                       for update skip locked);
+    return jsonb_build_object('pending', cardinality(v_later));
 end;
 $$;
 
@@ -479,12 +492,7 @@ begin
     if v_follow_up.status <> 'sending' then
         return jsonb_build_object('done', true, 'message_id', v_follow_up.message_id);
     end if;
-    if p_outcome = 'sent' and v_follow_up.message_id is not null then
-        -- one a TwiML answer had no room for (send_follow_ups_later): already in the thread
-        v_message := v_follow_up.message_id;
-        update public.follow_ups f set status = 'sent', sent_at = clock_timestamp(), claimed_until = null
-         where f.id = p_id;
-    elsif p_outcome = 'sent' then
+    if p_outcome = 'sent' then
         insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
              values (v_follow_up.conversation_id, v_follow_up.user_id, v_follow_up.surface, 'assistant',
                      v_follow_up.content, clock_timestamp())
@@ -498,8 +506,7 @@ begin
            set status = 'pending', next_attempt_at = p_retry_at, claimed_until = null,
                unsent_from = greatest(p_unsent_from, f.unsent_from)
          where f.id = p_id;
-    elsif p_outcome = 'given_up' and greatest(p_unsent_from, v_follow_up.unsent_from) > 0
-          and v_follow_up.message_id is null then
+    elsif p_outcome = 'given_up' and greatest(p_unsent_from, v_follow_up.unsent_from) > 0 then
         -- Its first parts reached the person: kept in the thread (whole, as a reply given up is),
         -- so that the agent knows it said it; not delivered.
         insert into public.messages (conversation_id, user_id, surface, role, content)

@@ -255,7 +255,7 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
     memory: Memory, held_database: str
 ) -> None:
     """send_follow_ups_later, named with another person, changes nothing of this person's; named
-    with theirs, the follow-up is pending at once with all its tries, its thread message kept."""
+    with theirs, the follow-up is pending at once with all its tries, out of the thread until sent."""
     url, number = held_database, "+34600440003"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-again-1", sender=number)
     assert first.user_id is not None and first.message_id is not None
@@ -270,15 +270,15 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
     memory.send_follow_ups_later(stranger.user_id, start.message_id, start.delivered_first)
     assert rows(url, taken) == [("sent", True, 6, True)]
     memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
-    assert rows(url, taken) == [("pending", False, 0, True)] and rows(url, in_the_thread) == [(1,)]
+    assert rows(url, taken) == [("pending", False, 0, True)] and rows(url, in_the_thread) == [(0,)]
 
 
 def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goes_on(
     memory: Memory, held_database: str
 ) -> None:
-    """send_follow_ups_later and forgetting meet at the follow-up a third session holds a moment:
-    both lock the conversation first, so one waits for the other and both succeed (a review's
-    finding: a deadlock, the follow-up locked before the messages forgetting had locked)."""
+    """send_follow_ups_later waits for the conversation a third session holds a moment; forgetting
+    takes the messages and the follow-up meanwhile, then waits for the conversation too: the first
+    skips what forgetting holds, and both succeed (a review's finding: a deadlock)."""
     url, number = held_database, "+34600440005"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-fg-10", sender=number)
     assert first.user_id is not None and first.message_id is not None
@@ -290,8 +290,8 @@ def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goe
     failures: list[BaseException] = []
     later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{taken.id}]"}
     forgetting = {"p_user_id": str(start.user_id), "p_conversation_id": None}
-    with psycopg.connect(url) as holder:  # holds the follow-up a moment, so the two meet
-        holder.execute("select from follow_ups where id = %s for update", (taken.id,))
+    with psycopg.connect(url) as holder:  # holds the conversation a moment, so the two meet
+        holder.execute("select from conversations where id = %s for key share", (start.conversation_id,))
         threads = []
         for waiting, (function, arguments) in enumerate(
             (("send_follow_ups_later", later), ("forget_conversations", forgetting)), start=1
@@ -340,9 +340,9 @@ def test_a_link_committed_while_leaving_follow_ups_to_the_job_waits_is_seen(memo
 
 
 def test_leaving_follow_ups_to_the_job_while_the_number_is_linked_goes_on(memory: Memory, held_database: str) -> None:
-    """A link moves the conversation, its follow-ups, then its messages; leaving a follow-up to the
-    job locks that follow-up alone, then reads whose it is: both succeed, the follow-up left to the
-    job under the account (a review's finding: a deadlock, the thread message locked first)."""
+    """A link moves the conversation, its follow-ups, then its messages, while leaving a follow-up to
+    the job waits for the conversation: it reads whose the follow-up is after the link, and both
+    succeed, the follow-up left to the job under the account (a review's finding: a deadlock)."""
     url = held_database
     start, follow_up, key = answered_with_a_taken_follow_up(memory, url, "+34600770002")
     later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{follow_up}]"}
@@ -352,26 +352,45 @@ def test_leaving_follow_ups_to_the_job_while_the_number_is_linked_goes_on(memory
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute("select link_identity(%s, 'whatsapp', %s)", (uuid.uuid4(), key))
 
-    with psycopg.connect(url) as holder:  # holds the follow-up a moment, so the two meet
-        holder.execute("select from follow_ups where id = %s for key share", (follow_up,))
+    with psycopg.connect(url) as holder:  # holds the conversation a moment, so the two meet
+        holder.execute("select from conversations where id = %s for key share", (start.conversation_id,))
         leaving = in_a_thread(lambda: memory.store.call("send_follow_ups_later", later), failures)
         waiting_on_a_lock(url, 1)
         linking = in_a_thread(link, failures)
-        linking.join(10)
+        waiting_on_a_lock(url, 2)
         holder.rollback()
     leaving.join(10)
+    linking.join(10)
     assert failures == [] and not linking.is_alive() and not leaving.is_alive()
     assert rows(url, "select status from follow_ups") == [("pending",)]
 
 
-def test_a_follow_up_left_to_the_job_then_held_again_is_not_stored_twice(memory: Memory, held_database: str) -> None:
-    """Left to the job (its thread message kept), then held by it (its run came after the window
-    closed): the person's next message says it first, and the thread still has it once."""
-    url = held_database
-    start, follow_up, _ = answered_with_a_taken_follow_up(memory, url, "+34600770003")
+def test_leaving_two_follow_ups_to_the_job_while_their_conversation_is_forgotten_goes_on(
+    memory: Memory, held_database: str
+) -> None:
+    """Two follow-ups left to the job as the conversation is forgotten, which reaches them newest
+    message first: this waits for the conversation, then takes only what no one holds, so neither
+    waits on the other for ever (a review's finding: a deadlock, this one taking the oldest first)."""
+    url, number = held_database, "+34600880002"
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-two-a", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    hold_a_follow_up(url, first, number, "One.")
+    hold_a_follow_up(url, first, number, "Two.")
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-two-b", sender=number)
     assert start.user_id is not None and start.message_id is not None
-    memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
-    execute(url, "update follow_ups set status = 'held' where id = %s", follow_up)  # as the job holds it
-    again = memory.begin_turn(Person(sender_id="+34600770003"), Surface.WHATSAPP, "hey", "SM-again-4")
-    assert [said.id for said in again.delivered_first] == [follow_up]
-    assert rows(url, "select count(*) from messages where content = 'Stretch now.'") == [(1,)]
+    one, two = (said.id for said in start.delivered_first)
+    later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{one}, {two}]"}
+    forgetting = {"p_user_id": str(start.user_id), "p_conversation_id": None}
+    failures: list[BaseException] = []
+    with psycopg.connect(url) as holder:  # holds the conversation a moment, so the two meet
+        holder.execute("select from conversations where id = %s for key share", (start.conversation_id,))
+        leaving = in_a_thread(lambda: memory.store.call("send_follow_ups_later", later), failures)
+        waiting_on_a_lock(url, 1)
+        forget = in_a_thread(lambda: memory.store.call("forget_conversations", forgetting), failures)
+        waiting_on_a_lock(url, 2)
+        holder.rollback()
+    leaving.join(10)
+    forget.join(10)
+    assert failures == [] and rows(url, "select count(*) from follow_ups") == [(0,)]
+    assert rows(url, "select count(*) from messages") == [(0,)]
