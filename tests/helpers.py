@@ -42,8 +42,8 @@ from werkzeug.test import TestResponse
 from core.errors import StoreUnavailable
 from core.media.kinds import MediaLimits
 from core.memory.digest import DigestLimits
-from core.memory.service import ContextLimits, TurnBudget
-from core.models import TurnStart
+from core.memory.service import ContextLimits, Memory, TurnBudget
+from core.models import Person, TurnStart
 from core.phrases.catalogue import Catalogue, Phrases
 from core.stores.store import JsonScalar, MemoryStore
 from core.surfaces import Delivery, Sent, Surface, SurfaceAdapter
@@ -825,3 +825,14 @@ def hold_a_follow_up(database_url: str, start: TurnStart, number: str, content: 
         number,
         content,
     )
+
+
+def answered_once_with_held(memory: Memory, database_url: str, number: str, *held: str) -> TurnStart:
+    """`number` wrote on WhatsApp once and was answered; then a follow-up (`held`, default "Stretch
+    now.") held for them, as the job holds one outside the window. Their first turn's start."""
+    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", f"SM{number}-hi", sender=number)
+    assert first.user_id is not None and first.message_id is not None
+    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
+    for content in held or ("Stretch now.",):
+        hold_a_follow_up(database_url, first, number, content)
+    return first

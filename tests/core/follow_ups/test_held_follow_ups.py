@@ -21,7 +21,7 @@ from core.models import Delivery, Person, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.whatsapp import say_follow_up
 from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
-from tests.helpers import context_limits, execute, hold_a_follow_up, rows
+from tests.helpers import answered_once_with_held, context_limits, execute, hold_a_follow_up, rows
 
 
 @pytest.fixture
@@ -147,10 +147,7 @@ def test_forgetting_while_a_message_arrives_goes_on(memory: Memory, held_databas
     the follow-up its `on delete set null` updates); a message arriving meanwhile locks no answered
     message, so neither waits on the other (a review's finding: a deadlock, the message lost)."""
     url, number = held_database, "+34600002001"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-fg-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(url, first, number)
+    first = answered_once_with_held(memory, url, number)
     second = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "ok", "SM-fg-2", sender=number)
     assert second.message_id is not None
     memory.finish_turn(first.user_id, second.message_id, "fine", attempt=second.attempt)
@@ -257,10 +254,7 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
     """send_follow_ups_later, named with another person, changes nothing of this person's; named
     with theirs, the follow-up is pending at once with all its tries, out of the thread until sent."""
     url, number = held_database, "+34600440003"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-again-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(url, first, number)
+    answered_once_with_held(memory, url, number)
     execute(url, "update follow_ups set attempts = 6")  # held at its last try
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-again-2", sender=number)
     stranger = memory.begin_turn(Person(sender_id="+34600440004"), Surface.WHATSAPP, "hey", "SM-again-3")
@@ -280,10 +274,7 @@ def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goe
     takes the messages and the follow-up meanwhile, then waits for the conversation too: the first
     skips what forgetting holds, and both succeed (a review's finding: a deadlock)."""
     url, number = held_database, "+34600440005"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-fg-10", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(url, first, number)
+    answered_once_with_held(memory, url, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-fg-11", sender=number)
     assert start.user_id is not None and start.message_id is not None
     [taken] = start.delivered_first
@@ -372,10 +363,7 @@ def test_leaving_two_follow_ups_to_the_job_while_their_conversation_is_forgotten
     message first: this waits for the conversation, then takes only what no one holds, so neither
     waits on the other for ever (a review's finding: a deadlock, this one taking the oldest first)."""
     url, number = held_database, "+34600880002"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-two-a", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(url, first, number, "One.")
+    first = answered_once_with_held(memory, url, number, "One.")
     hold_a_follow_up(url, first, number, "Two.")
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-two-b", sender=number)
     assert start.user_id is not None and start.message_id is not None

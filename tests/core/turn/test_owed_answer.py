@@ -36,6 +36,7 @@ from tests.helpers import (
     TWILIO_TOKEN,
     MovedClock,
     RecordingChannel,
+    answered_once_with_held,
     context_limits,
     execute,
     hold_a_follow_up,
@@ -284,10 +285,7 @@ def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
     model = OfflineModel()
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
     number = "+34600000222"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-push-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
+    answered_once_with_held(memory, job_database, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-push-2", sender=number)
     assert [said.content for said in start.delivered_first] == ["Stretch now."] and start.message_id is not None
     execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
@@ -326,10 +324,7 @@ def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
     twilio = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
     try:
         number = "+34600000333"
-        first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-parts-1", sender=number)
-        assert first.user_id is not None and first.message_id is not None
-        memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-        hold_a_follow_up(job_database, first, number, LONG_FOLLOW_UP)
+        first = answered_once_with_held(memory, job_database, number, LONG_FOLLOW_UP)
         hold_a_follow_up(job_database, first, number, "Drink some water.")
         start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-parts-2", sender=number)
         assert [said.from_part for said in start.delivered_first] == [0, 0] and start.message_id is not None
@@ -363,10 +358,7 @@ def test_how_far_held_follow_ups_got_is_written_only_to_the_persons_own(memory: 
     """end_attempt records how far each pushed held follow-up got only on the calling person's own:
     named with another person's message and follow-up, it changes nothing of theirs."""
     number, other = "+34600000444", "+34600000445"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-own-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
+    answered_once_with_held(memory, job_database, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-own-2", sender=number)
     [held] = start.delivered_first
     stranger = memory.begin_turn(Person(sender_id=other), Surface.WHATSAPP, "hey", "SM-own-3", sender=other)
@@ -394,10 +386,7 @@ def test_a_media_notice_waits_for_the_held_follow_ups_it_could_not_push_first(
     before the follow-up it answers after); the message stays owed with it, as a model's answer
     does, its content what is known of it."""
     number = "+34600000555"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-notice-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
+    answered_once_with_held(memory, job_database, number)
     reader = MediaReader({Surface.WHATSAPP: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
     photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=(CORPUS / "media" / "receipt.jpg").read_bytes())
@@ -444,10 +433,7 @@ def test_held_follow_ups_pushed_while_the_person_was_linked_are_not_said_twice(
     got is kept all the same, and the next run says the second, then answers (a review's
     finding: end_attempt read the old person only, and the first was said again)."""
     number, web = "+34600000666", uuid.uuid4()
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-link-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
+    first = answered_once_with_held(memory, job_database, number)
     hold_a_follow_up(job_database, first, number, "Drink some water.")
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-link-2", sender=number)
     assert start.message_id is not None
@@ -510,10 +496,7 @@ def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_t
     reached the person)."""
     clock = MovedClock()
     number = "+34600000888"
-    first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-late-1", sender=number)
-    assert first.user_id is not None and first.message_id is not None
-    memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
-    hold_a_follow_up(job_database, first, number)
+    answered_once_with_held(memory, job_database, number)
     reader = MediaReader({Surface.WHATSAPP: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
     prepare = reader.prepare
 
