@@ -234,7 +234,9 @@ $$;
 -- link in progress is waited for, and whose they are read after it); then the follow-ups and
 -- their thread messages only where no one holds them (`skip locked`): forgetting takes messages
 -- and follow-ups before the conversation, so this waits for nothing it holds, and what it skips
--- goes with the forgotten conversation. {"pending": n}.
+-- goes with the forgotten conversation. A purge deleting a thread message of one at that very
+-- moment holds it too, and it stays with the message that took it, said by nothing (a thread
+-- message older than the retention, of a follow-up no answer said: rare). {"pending": n}.
 create function public.send_follow_ups_later(p_user_id uuid, p_message_id bigint, p_ids text)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
@@ -259,10 +261,16 @@ begin
        set status = 'pending', next_attempt_at = clock_timestamp(), attempts = 0, said_with = null,
            sent_at = null, message_id = null
      where f.id = any(v_later);
-    delete from public.messages m
-     where m.id in (select t.id from public.messages t
-                     where t.id = any(v_stored) and t.user_id in (p_user_id, v_user) and t.role = 'assistant'
-                       for update skip locked);
+    with gone as (
+        delete from public.messages m
+         where m.id in (select t.id from public.messages t
+                         where t.id = any(v_stored) and t.user_id in (p_user_id, v_user) and t.role = 'assistant'
+                           for update skip locked)
+        returning m.conversation_id
+    )
+    -- a message gone from before a conversation's count mark: counted whole again, as after a purge
+    update public.conversations c set counted = null, counted_at = null, counted_id = null
+     where c.id in (select g.conversation_id from gone g) and c.counted is not null;
     return jsonb_build_object('pending', cardinality(v_later));
 end;
 $$;

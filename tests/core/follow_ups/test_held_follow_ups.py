@@ -382,3 +382,39 @@ def test_leaving_two_follow_ups_to_the_job_while_their_conversation_is_forgotten
     forget.join(10)
     assert failures == [] and rows(url, "select count(*) from follow_ups") == [(0,)]
     assert rows(url, "select count(*) from messages") == [(0,)]
+
+
+def test_a_thread_message_taken_out_before_its_conversations_count_mark_has_it_counted_again(
+    memory: Memory, held_database: str
+) -> None:
+    """A WhatsApp message took a held follow-up and was never answered; web turns in the same
+    conversation moved its count mark (conversations.counted) past the follow-up's thread message.
+    The person's next message takes the follow-up over and leaves it to the job, whose thread
+    message goes: the mark goes with it, as after a purge (a review's finding: it went on counting
+    the message, and the web's window stepped one off)."""
+    url, number = held_database, "+34600990003"
+    first = answered_once_with_held(memory, url, number)
+    old = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-c-2", sender=number)
+    assert old.message_id is not None and len(old.delivered_first) == 1
+    execute(url, "update messages set answer_by = now() - interval '1 minute' where id = %s", old.message_id)
+    for turn in range(6):  # the web, in the same conversation: a window of 2, a step of 1
+        arguments = begin_turn_arguments(
+            p_surface="web",
+            p_content=f"web {turn}",
+            p_user_id=str(first.user_id),
+            p_conversation_id=str(first.conversation_id),
+            p_attempt=str(uuid.uuid4()),
+            p_max_messages=2,
+            p_window_step=1,
+            p_web_prepend=0,
+        )
+        with psycopg.connect(url, autocommit=True) as connection:
+            row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
+        assert row is not None and first.user_id is not None
+        memory.finish_turn(first.user_id, row[0]["message_id"], f"reply {turn}", attempt=uuid.UUID(row[0]["attempt"]))
+    assert rows(url, "select counted is not null from conversations where id = %s", first.conversation_id) == [(True,)]
+    start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hello?", "SM-c-3", sender=number)
+    assert start.user_id is not None and start.message_id is not None and len(start.delivered_first) == 1
+    memory.finish_turn(start.user_id, start.message_id, "Sure.", attempt=start.attempt)
+    memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
+    assert rows(url, "select counted from conversations where id = %s", first.conversation_id) == [(None,)]
