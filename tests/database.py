@@ -13,8 +13,11 @@ psycopg.conninfo, never by pasting strings: the embedded server's URI already ha
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,6 +85,22 @@ def with_database(conninfo: str, database: str) -> str:
     return urlunsplit(uri._replace(path="/" + quote(database), query=urlencode(query, safe="/", quote_via=quote)))
 
 
+def _create(admin: psycopg.Connection[Any], name: str, template: str | None) -> None:
+    """Create a database; a copy of `template` waits for the template's last session to end (the
+    store that migrated it has closed its connections, whose backends may still be exiting)."""
+    if template is None:
+        admin.execute(f'create database "{name}"')
+        return
+    for attempt in range(50):
+        try:
+            admin.execute(f'create database "{name}" template "{template}"')
+            return
+        except psycopg.errors.ObjectInUse:
+            if attempt == 49:
+                raise
+            time.sleep(0.05)
+
+
 # The server the Supabase CLI push test uses (tests/test_supabase_push.py); docs/testing.md.
 SUPABASE_PUSH_VARIABLE = "TEST_SUPABASE_PUSH_DATABASE_URL"
 
@@ -118,10 +137,11 @@ def server_url() -> Iterator[str]:
 
 
 @contextmanager
-def fresh_database(server: str) -> Iterator[str]:
+def fresh_database(server: str, template: str | None = None) -> Iterator[str]:
+    """A new database of `server` (a copy of `template`, else empty), dropped after."""
     name = f"{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'create database "{name}"')
+        _create(admin, name, template)
     url = with_database(server, name)
     try:
         yield url
@@ -132,9 +152,31 @@ def fresh_database(server: str) -> Iterator[str]:
 
 @contextmanager
 def migrated_database(server: str) -> Iterator[str]:
-    with fresh_database(server) as url:
-        prepare_database(url)
+    """A fresh database of `server` with the schema: a copy of this process's migrated template
+    (`_migrated_template`), which costs a third of migrating each one anew."""
+    with fresh_database(server, template=_migrated_template(server)) as url:
         yield url
+
+
+# The template each process copies its migrated databases from, by server: made on first use,
+# dropped when the process ends (a server stopped by then, the embedded one, goes with its data).
+_TEMPLATES: dict[str, str] = {}
+
+
+def _migrated_template(server: str) -> str:
+    if server not in _TEMPLATES:
+        name = f"{SCRATCH_PREFIX}template_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'create database "{name}"')
+        prepare_database(with_database(server, name))
+        _TEMPLATES[server] = name
+        atexit.register(_drop_template, server, name)
+    return _TEMPLATES[server]
+
+
+def _drop_template(server: str, name: str) -> None:
+    with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True, connect_timeout=2) as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
 
 
 def begin_turn_arguments(**given: object) -> dict[str, object]:
