@@ -23,7 +23,7 @@ from datetime import timedelta
 
 import flask
 
-from core.errors import StoreUnavailable
+from core.errors import ConfigurationError, StoreUnavailable
 from core.memory.digest import DigestRun
 from functions import runtime
 from functions.http import json_response, same_secret, serving
@@ -42,7 +42,7 @@ def memory_digest(request: flask.Request) -> flask.Response:
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST to run the digest"}, 405)
     # Owed replies first: someone may be waiting for them; the notes can wait a minute.
-    owed = runtime.owed_replies().run(config.digest_time_budget / 2)
+    owed_answered, owed_failed = owed_replies(config.digest_time_budget / 2)
     # Then the follow-ups due: said on time matters more than the notes (whose run may be long).
     follow_ups = runtime.follow_up_delivery().run(config.digest_time_budget / 4)
     run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
@@ -52,8 +52,8 @@ def memory_digest(request: flask.Request) -> flask.Response:
         purged = housekeeping("purge", lambda: runtime.retention().purge(age).deleted)
     usage_expired = housekeeping("expire_usage", runtime.retention().expire_usage)
     done = {
-        "owed_answered": owed.answered,
-        "owed_failed": owed.failed,
+        "owed_answered": owed_answered,
+        "owed_failed": owed_failed,
         **follow_ups.as_json(),
         "updated": run.updated,
         "failed": run.failed,
@@ -62,6 +62,18 @@ def memory_digest(request: flask.Request) -> flask.Response:
         "usage_expired": usage_expired,
     }
     return json_response(done)
+
+
+def owed_replies(time_budget_s: float) -> tuple[int, int]:
+    """The owed messages answered and failed, unless the turn cannot be built (an EXTRA_TOOLS entry
+    that does not load, say): then none is tried, they stay owed, the error is logged, and the
+    job's other steps still run (the follow-ups, the digest and the purge need no tool)."""
+    try:
+        owed = runtime.owed_replies().run(time_budget_s)
+    except ConfigurationError as exc:
+        log.error("owed messages not answered: the turn is misconfigured", extra={"error": str(exc)})
+        return 0, 0
+    return owed.answered, owed.failed
 
 
 def housekeeping(step: str, run: Callable[[], int]) -> int | None:

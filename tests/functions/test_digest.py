@@ -220,6 +220,35 @@ def test_memory_digest_purges_by_age_when_retention_is_set_and_the_budgets_old_c
         runtime.reset()
 
 
+def test_an_extra_tool_that_cannot_load_leaves_the_owed_messages_and_the_jobs_other_steps_run(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, postgres_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EXTRA_TOOLS naming a module that is not there: the turn cannot be built, so the owed messages
+    wait (logged); the purge, which needs no tool, still runs."""
+    with migrated_database(postgres_server) as database:  # a purge spans everyone: a database of its own
+        notes_env.setenv("DATABASE_URL", database)
+        runtime.reset()
+        old = telegram("An old message, kept past its retention", sender="7575")
+        with psycopg.connect(database) as connection:
+            connection.execute(
+                "update messages set created_at = created_at - interval '3 days' where user_id = %s", (old.user_id,)
+            )
+        notes_env.setenv("MEMORY_NOTES", "false")
+        notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
+        notes_env.setenv("EXTRA_TOOLS", "no_such_module:tool")
+        runtime.reset()
+        answered = app_client("memory_digest").post("/")
+        assert answered.status_code == 200
+        assert answered.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": 2}
+        assert [(r.message, r.error) for r in caplog.records if r.name == "crossmem.digest"] == [  # type: ignore[attr-defined]
+            (
+                "owed messages not answered: the turn is misconfigured",
+                "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)",
+            )
+        ]
+        runtime.reset()
+
+
 def test_memory_digest_answers_what_it_did_when_expiring_old_counts_fails(notes_env: pytest.MonkeyPatch) -> None:
     """The last step, housekeeping, meets a database that will not give it a lock in time (a
     migration, a VACUUM FULL): the run's answer still comes, with null for that step."""
