@@ -84,8 +84,8 @@ Answer all of what they asked.
 
 CANNOT = """\
 What you cannot do
-- Do not claim to have done things you cannot do: you cannot send emails, make calls or \
-browse the web.
+- Do not claim to have done anything none of your tools did: without a tool for it, you \
+cannot send emails, make calls or browse the web.
 """
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,31 @@ def test_system_prompt_replaces_the_persona_only(monkeypatch: pytest.MonkeyPatch
 def test_the_default_prompt_is_the_one_with_everything_on() -> None:
     assert standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES) == DEFAULT_SYSTEM_PROMPT
     assert standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None))) == DEFAULT_SYSTEM_PROMPT  # type: ignore[call-arg]
+
+
+EMAIL_TOOL = '''
+def send_email(arguments: dict) -> str:
+    """Send an email for the person: to and body."""
+    return "sent"
+
+
+send_email.input_schema = {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}
+send_email.instructions = "Email\\n- send_email sends an email on the person's behalf.\\n"
+'''
+
+
+def test_an_operators_tool_is_not_denied_by_what_the_agent_cannot_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An EXTRA_TOOLS tool that sends email: its instructions are in the prompt, and the closing
+    "cannot" denies only what no tool does."""
+    (tmp_path / "prompt_mail_tool.py").write_text(EMAIL_TOOL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EXTRA_TOOLS", "prompt_mail_tool:send_email")
+    config = Settings(_env_file=None)  # type: ignore[call-arg]
+    prompt = standing_instructions(config.system_prompt, capabilities(config))
+    assert "Email\n- send_email sends an email on the person's behalf.\n" in prompt
+    assert prompt.endswith(
+        "What you cannot do\n- Do not claim to have done anything none of your tools did: without a tool for"
+        " it, you cannot send emails, make calls or browse the web.\n"
+    )
