@@ -236,13 +236,21 @@ begin
 end;
 $$;
 
--- One word as a query: itself, or from four letters on its stem as a prefix (two letters off
--- past six), which stands in for stemming in any language.
+-- One word as a query, which stands in for stemming in any language. First its singular: a
+-- plural's -s off ("keys", "mesas"; not "-ss"), and -es after s, x, z or h ("taxes", "dishes").
+-- A singular under four letters is itself or its plurals ("key": key, keys, keyes); from four
+-- letters on, its start as a prefix (two letters off past six: "arrives" finds "arrived").
 create function crossmem_private.term_query(p_term text) returns tsquery
     language sql immutable parallel safe set search_path = '' as $$
-    select case when char_length(p_term) < 4 then pg_catalog.quote_literal(p_term)::tsquery
-                else (pg_catalog.quote_literal(left(p_term, greatest(4, char_length(p_term) - 2))) || ':*')::tsquery
-           end;
+    select case when char_length(s.word) < 4
+                then (pg_catalog.quote_literal(s.word) || ' | ' || pg_catalog.quote_literal(s.word || 's')
+                      || ' | ' || pg_catalog.quote_literal(s.word || 'es'))::tsquery
+                else (pg_catalog.quote_literal(left(s.word, greatest(4, char_length(s.word) - 2))) || ':*')::tsquery
+           end
+      from (select case when char_length(p_term) >= 5 and p_term ~ '[sxzh]es$' then left(p_term, -2)
+                        when char_length(p_term) >= 4 and p_term ~ '[^s]s$' then left(p_term, -1)
+                        else p_term
+                   end as word) s;
 $$;
 
 -- The best matches of p_query among the person's messages (p_surface: one app's; p_since and

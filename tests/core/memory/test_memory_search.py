@@ -198,6 +198,25 @@ def test_a_question_as_a_person_asks_it_finds_its_message_in_either_language(mem
     assert memory.search(person, "what did I say?") == []
 
 
+@pytest.mark.parametrize(
+    ("said", "asked"),
+    [
+        ("I left the key with Marta", "where are my keys?"),
+        ("I left the keys with Marta", "where did I leave the key?"),
+        ("Bought a new bag at Zara", "where did I buy those bags?"),
+        ("paid the taxes yesterday", "when did I pay the tax?"),
+        ("washed the dishes after dinner", "who did the dish?"),
+        ("las mesas llegan el lunes", "¿cuándo llega la mesa?"),
+    ],
+)
+def test_a_plural_finds_its_singular_and_back(memory: Memory, database_url: str, said: str, asked: str) -> None:
+    person = uuid.uuid4()
+    fact = planted(database_url, person, "telegram", "user", said, 30)
+    for day in range(1, 20):
+        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
+    assert [hit.message.id for hit in memory.search(person, asked)] == [fact]
+
+
 def test_a_question_of_a_thousand_characters_searches_by_its_sixteen_longest_words(
     memory: Memory, database_url: str
 ) -> None:
