@@ -178,12 +178,16 @@ class MemorySearch:
         return (TOOL,) if self.rules is not None else ()
 
     def toolset(self, turn: TurnState) -> MemorySearchTools | None:
-        """The turn's search, leaving out what the model already sees: the window, what the web
-        puts before it, and the web client's own history."""
+        """The turn's search, leaving out what the model already sees: what the web puts before
+        its thread, and the thread: the web client's own history when it sent one (the stored
+        window then is not shown, so what it holds can be found), else the window."""
         if self.rules is None:
             return None
-        seen = {message.id for message in (*turn.start.history, *turn.start.prepend)}
-        seen.update(item.id for item in turn.client_history if item.id is not None)
+        seen = {message.id for message in turn.start.prepend}
+        if turn.client_history is None:
+            seen.update(message.id for message in turn.start.history)
+        else:
+            seen.update(item.id for item in turn.client_history if item.id is not None)
         return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules)
 
 

@@ -50,7 +50,7 @@ class TurnState:
     zone: ZoneInfo  # the person's (theirs, else CONTEXT_TIMEZONE)
     now: datetime
     client_zone: str | None = None  # the web client's Intl timezone
-    client_history: Sequence[ContextItem] = ()
+    client_history: Sequence[ContextItem] | None = None  # the web client's own thread, when it sent one
     time_left: Callable[[], float] = lambda: math.inf  # seconds before the turn must have answered
 
 

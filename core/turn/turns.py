@@ -662,7 +662,7 @@ class Turns:
             self._zone_of(start),
             self._now(),
             client_zone=request.timezone if request is not None else None,
-            client_history=request.client_history or () if request is not None else (),
+            client_history=request.client_history if request is not None else None,
             time_left=lambda: until - clock(),
         )
         toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]

@@ -20,9 +20,10 @@ from core.memory.search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTo
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall
 from core.model.offline_model import OfflineModel
-from core.models import Surface
+from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ContextItem
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
@@ -172,6 +173,38 @@ def test_what_the_model_already_sees_is_not_repeated(memory: Memory, database_ur
     recent = planted(database_url, person, "web", "user", "the plumber cancelled", 0.01)
     assert [hit.message.id for hit in memory.search(person, "plumber")] == [recent, old]
     assert [hit.message.id for hit in memory.search(person, "plumber", exclude_ids=[recent])] == [old]
+
+
+@pytest.mark.parametrize("client_history", [None, "sent"])
+def test_a_web_turn_leaves_out_of_its_search_the_thread_it_shows(
+    memory: Memory, fake: FakeAnthropic, client_history: str | None
+) -> None:
+    """The stored window is what the model sees, unless the web client sent its own thread: then
+    that thread is left out of the hits, and a stored message it does not hold can be found."""
+    person = uuid.uuid4()
+    conversation = memory.create_conversation(person).id
+    fake.answer = lambda body: "Noted."
+    turns = turns_with(memory, fake)
+    stored = turns.run(
+        TurnRequest(Surface.WEB, "The garage door code is 7788", "g-1", user_id=person, conversation_id=conversation)
+    )
+    assert stored.outcome is Outcome.ANSWERED
+    said = ContextItem(Role.USER, "hello there", Surface.WEB)
+    fake.answer = searching("garage door code")
+    asked = TurnRequest(
+        Surface.WEB,
+        "what was the garage code?",
+        "g-2",
+        user_id=person,
+        conversation_id=conversation,
+        client_history=[said] if client_history else None,
+    )
+    answered = turns.run(asked)
+    assert answered.reply is not None
+    if client_history:
+        assert "the person: The garage door code is 7788" in answered.reply
+    else:
+        assert answered.reply == "From memory: Nothing found in older messages."
 
 
 def test_a_period_and_a_surface_narrow_the_search(memory: Memory, database_url: str) -> None:
