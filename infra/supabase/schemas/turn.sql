@@ -790,6 +790,13 @@ begin
        set content = crossmem_private.quoting(v_quote.quoted, p_content) || ' (edited)',
            quoted = v_quote.quoted, replied_to = v_quote.replied_to, edited_at = p_edited_at
      where m.id = v_message.id and m.user_id = v_user;
+    -- The messages replying to it quote its new words: no earlier version is kept anywhere.
+    v_quote := crossmem_private.reply_quote(v_user, p_surface, null, p_content);
+    update public.messages r
+       set content = crossmem_private.quoting(v_quote.quoted,
+                                               substr(r.content, char_length(crossmem_private.quoting(r.quoted, '')) + 1)),
+           quoted = v_quote.quoted
+     where r.replied_to = v_message.id and r.user_id = v_user;
     return json_build_object('found', true, 'edited', true, 'message_id', v_message.id);
 end;
 $$;

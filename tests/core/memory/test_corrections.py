@@ -176,3 +176,36 @@ def test_an_owed_reply_taken_over_by_its_redelivery_still_says_what_it_quotes(me
     again = memory.begin_turn(person, Surface.TELEGRAM, "is it still on?", "u6", platform=platform)
     assert (again.owed, again.message_id, again.quoted) == (True, first.message_id, "the plan")
     assert again.history[-1].content == '[replying to: "the plan"] is it still on?'
+
+
+def test_the_replies_to_an_edited_message_quote_its_new_words_only(memory: Memory, database_url: str) -> None:
+    """No earlier version is kept: a reply stored before the edit quoted the old words, which the
+    window and memory search would still show."""
+    ana, bruno = Person(user_id=uuid.uuid4()), Person(user_id=uuid.uuid4())
+    dinner = said(memory, ana, "Dinner with Marguerite at the Lisboa restaurant", "9:3")
+    reply = said(memory, ana, "book it for two", "9:4", reply_to="9:3")
+    assert stored(database_url, reply)[:2] == (
+        '[replying to: "Dinner with Marguerite at the Lisboa restaurant"] book it for two',
+        "Dinner with Marguerite at the Lisboa restaurant",
+    )
+    # A row of another person's naming it (none can be made by a turn: reply_quote is the person's own).
+    his = said(memory, bruno, "not yours", "9:5")
+    execute(
+        database_url,
+        "update messages set replied_to = %s, quoted = 'Marguerite', content = '[replying to: \"Marguerite\"] not yours'"
+        " where id = %s",
+        dinner,
+        his,
+    )
+    memory.edit_message(
+        ana, Surface.TELEGRAM, PlatformMessage("9:3"), "Dinner with  Philippa\nat the Oporto tavern", EDITED_AT
+    )
+    assert stored(database_url, reply) == (
+        '[replying to: "Dinner with Philippa at the Oporto tavern"] book it for two',
+        "Dinner with Philippa at the Oporto tavern",
+        dinner,
+        None,
+    )
+    assert ana.user_id is not None
+    assert memory.search(ana.user_id, "Marguerite Lisboa") == []
+    assert stored(database_url, his)[:2] == ('[replying to: "Marguerite"] not yours', "Marguerite")
