@@ -36,8 +36,20 @@ def turn_estimate(settings: TurnSettings, request: TurnRequest, media: MediaLimi
     attached = [ref for ref in request.media if ref.kind in (MediaKind.IMAGE, MediaKind.PDF)]
     pages = media.pdf_max_pages if media is not None else 1
     read += sum(IMAGE_TOKENS if ref.kind is MediaKind.IMAGE else pages * PDF_PAGE_TOKENS for ref in attached)
-    requests = settings.tool_rounds + 1 if tools else 1  # the rounds, then the answer without tools
-    return TurnEstimate(read, requests + (1 if attached else 0))
+    return TurnEstimate(read, _answer_requests(settings) + (1 if attached else 0))
+
+
+def answer_ceiling(settings: TurnSettings, request: TurnRequest | None, reserved: int) -> int:
+    """What of the turn's reservation the answer's requests may spend (the tool loop's ceiling):
+    all of it but the media description's share, one request's."""
+    if request is None or not any(ref.kind in (MediaKind.IMAGE, MediaKind.PDF) for ref in request.media):
+        return reserved
+    return reserved - reserved // (_answer_requests(settings) + 1)
+
+
+def _answer_requests(settings: TurnSettings) -> int:
+    """The most requests the answer makes: the tool rounds, then the answer without tools."""
+    return settings.tool_rounds + 1 if _tool_tokens(settings.capabilities) else 1
 
 
 @functools.cache

@@ -9,23 +9,34 @@ model said nothing yet). A call in the answer to results runs too, for up to `ro
 (TOOL_ROUNDS); past the last one the model is asked once more with `tool_choice` none, to
 answer with what it has. Each request's tokens count (`Usage`, all of them together).
 
+Within the turn's reservation (TOKENS_PER_DAY, `Toolbox.ceiling`): a request after tool results
+reads the last one's input again, with the model's answer and the results, so before each the loop
+counts what it will read at most. It asks with tools only while what is left of the reservation
+holds that request twice (the request, and an answer after it that reads as much); else it asks
+for the answer (`tool_choice` none), the round's results cut to what fits; when not even the cut
+results fit (an answer that wrote nearly its whole `max_tokens` before its calls), the last request
+is asked again without tools, which the rule kept room for.
+
 The definitions are the toolsets' in a fixed order: the same bytes in every turn of a
 deployment, before the system prompt in the prompt cache's prefix.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from traceback import extract_tb
 from typing import Any, Protocol
 
 from core.errors import ModelUnavailable
-from core.model.llm import AssistantContent, Model, ToolCall, Usage, plus
+from core.model.llm import AssistantContent, Model, ToolCall, ToolChoice, Usage, approximate_tokens, plus
 from core.turn.context import ModelMessage
 
 log = logging.getLogger("crossmem.tools")
+# What ends a tool result cut to fit the turn's reservation, so the model knows there was more.
+CUT = " [cut: no room left in this turn]"
 
 
 @dataclass(frozen=True)
@@ -51,11 +62,16 @@ class Toolset(Protocol):
 
 
 class Toolbox:
-    """One turn's toolsets, how many rounds of calls it may run, and what the loop did with them."""
+    """One turn's toolsets, how many rounds of calls it may run, and what the loop did with them.
+    `ceiling`: the tokens its requests may spend together, read and written (what the turn
+    reserved of TOKENS_PER_DAY for them; 0: no ceiling); `reply_tokens`: the most a request writes
+    (ANTHROPIC_MAX_TOKENS)."""
 
-    def __init__(self, toolsets: Sequence[Toolset], rounds: int) -> None:
+    def __init__(self, toolsets: Sequence[Toolset], rounds: int, ceiling: int = 0, reply_tokens: int = 0) -> None:
         self.toolsets = tuple(toolsets)
         self.rounds = rounds
+        self.ceiling = ceiling
+        self.reply_tokens = reply_tokens
         self.definitions = tuple(definition for toolset in self.toolsets for definition in toolset.definitions)
         self._owners = {definition["name"]: toolset for toolset in self.toolsets for definition in toolset.definitions}
         self.requests = 0  # model requests made with these tools
@@ -89,15 +105,7 @@ def continuation(
 ) -> list[dict[str, Any]]:
     """The model's answer with its tool calls, and their results: what the next request adds.
     The answer goes back as the model gave it (`answer`), else rebuilt from its text and calls."""
-    answers: list[dict[str, Any]] = [
-        {
-            "type": "tool_result",
-            "tool_use_id": r.call.id,
-            "content": r.content,
-            **({"is_error": True} if r.is_error else {}),
-        }
-        for r in results
-    ]
+    answers = result_blocks(results)
     if answer is not None:
         return [{"role": "assistant", "content": list(answer.blocks)}, {"role": "user", "content": answers}]
     said: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
@@ -130,22 +138,17 @@ def answered(
     spent = Usage()  # what the requests before this one spent
     said: list[dict[str, Any]] = []
     gap = ""
-    for round_ in range(tools.rounds + 1):
-        # Past the last round: the tools stay defined (the results before refer to them), unusable.
-        last = round_ == tools.rounds
+    rounds_left = tools.rounds
+    # Past the last round: the tools stay defined (the results before refer to them), unusable.
+    choice: ToolChoice = "auto" if rounds_left else "none"
+    while True:
         calls: list[ToolCall] = []
         parts: list[str] = []
         latest = Usage()
         answer: AssistantContent | None = None
         tools.requests += 1
         request = model.stream(
-            system,
-            messages,
-            deadline_s,
-            notes,
-            tools=tools.definitions,
-            continuation=said,
-            tool_choice="none" if last else "auto",
+            system, messages, deadline_s, notes, tools=tools.definitions, continuation=said, tool_choice=choice
         )
         try:
             for chunk in request:
@@ -165,19 +168,106 @@ def answered(
         spent = plus(spent, latest)
         if not calls:
             return
-        if last:
+        if choice == "none":
             log.warning("tool calls past the last round were not run", extra={"tools": [c.name for c in calls]})
             return
         text = "".join(parts)
         ran = [tools.run(call) for call in calls]
         if text.strip() and not any(must for _, must in ran):
             return
-        said = [*said, *continuation(text, [result for result, _ in ran], answer)]
+        rounds_left -= 1
+        said, choice = next_request(
+            tools, said, text, [result for result, _ in ran], answer, latest, spent, rounds_left
+        )
         if text.strip():
             gap = "\n\n"
         if stopped():
             # Not an answer: what it wrote before its calls only led into them.
             raise ModelUnavailable("no answer within the turn's time: it ran out during a tool's call")
+
+
+def next_request(
+    tools: Toolbox,
+    said: list[dict[str, Any]],
+    text: str,
+    results: Sequence[ToolResult],
+    answer: AssistantContent | None,
+    latest: Usage,
+    spent: Usage,
+    rounds_left: int,
+) -> tuple[list[dict[str, Any]], ToolChoice]:
+    """What the request after a round of calls carries, and whether it may call tools: the round's
+    answer and results, with tools while rounds are left. Within `tools.ceiling` (the module's
+    docstring): `latest` is what the round's request read and wrote, `spent` what every request
+    has."""
+    whole = [*said, *continuation(text, results, answer)]
+    if not tools.ceiling:
+        return whole, "auto" if rounds_left else "none"
+    left = tools.ceiling - total_tokens(spent)
+    answered = whole[-2]["content"]  # the model's answer, read again after its input
+    reads = total_tokens(latest) - latest.output_tokens + max(latest.output_tokens, tokens_of(answered))
+    if rounds_left and 2 * (reads + result_tokens(results) + tools.reply_tokens) <= left:
+        return whole, "auto"
+    fitting = cut_to(results, left - reads - tools.reply_tokens)
+    if fitting is None:
+        log.warning("a round's calls left no room in the turn's reservation; its last request is asked again")
+        return said, "none"
+    return [*said, *continuation(text, fitting, answer)], "none"
+
+
+def cut_to(results: Sequence[ToolResult], tokens: int) -> list[ToolResult] | None:
+    """The results within `tokens` as a request reads them: in order, whole while they fit, then cut
+    (ending with CUT); None when not even each one's CUT fits."""
+    least = [replace(result, content=CUT) for result in results]
+    left = tokens - result_tokens(least)
+    if left < 0:
+        return None
+    fitting: list[ToolResult] = []
+    for result, short in zip(results, least, strict=True):
+        floor = result_tokens([short])
+
+        def beyond(content: str, result: ToolResult = result, floor: int = floor) -> int:
+            return result_tokens([replace(result, content=content)]) - floor
+
+        if beyond(result.content) <= left:
+            fitting.append(result)
+            left -= max(beyond(result.content), 0)
+            continue
+        low, high = 0, len(result.content)  # the longest beginning that fits, with CUT after it
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if beyond(result.content[:middle] + CUT) <= left else (low, middle - 1)
+        fitting.append(replace(result, content=result.content[:low] + CUT))
+        left -= beyond(result.content[:low] + CUT)
+    return fitting
+
+
+def result_blocks(results: Sequence[ToolResult]) -> list[dict[str, Any]]:
+    """The `tool_result` blocks that answer a round's calls."""
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": r.call.id,
+            "content": r.content,
+            **({"is_error": True} if r.is_error else {}),
+        }
+        for r in results
+    ]
+
+
+def tokens_of(blocks: Sequence[dict[str, Any]]) -> int:
+    """Content blocks' tokens as a request reads them, at most: each block's JSON, about four
+    characters a token (the fake Anthropic server counts a tool call and a result so)."""
+    return sum(approximate_tokens(json.dumps(block, default=str)) for block in blocks)
+
+
+def result_tokens(results: Sequence[ToolResult]) -> int:
+    return tokens_of(result_blocks(results))
+
+
+def total_tokens(usage: Usage) -> int:
+    """A request's tokens, read and written."""
+    return usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
 
 
 def failure(exc: BaseException) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from core.turn.context import (
     merged_into_last,
     web_items,
 )
-from core.turn.estimate import turn_estimate
+from core.turn.estimate import answer_ceiling, turn_estimate
 from core.turn.request import (
     Outcome,
     ReplyChannel,
@@ -666,7 +666,10 @@ class Turns:
             time_left=lambda: until - clock(),
         )
         toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
-        return Toolbox(toolsets, self._settings.tool_rounds) if toolsets else None
+        if not toolsets:
+            return None
+        ceiling = answer_ceiling(self._settings, request, start.reserved_tokens)
+        return Toolbox(toolsets, self._settings.tool_rounds, ceiling, self.memory.budget.reply_tokens)
 
     @staticmethod
     def _count_tools(figures: TurnFigures, tools: Toolbox | None) -> None:

@@ -4,9 +4,11 @@ its tool rounds and its media description, also when the web client leaves (issu
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -15,15 +17,18 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import MediaKind, MediaRef
 from core.media.turn_media import MediaReader
+from core.memory.search import SEARCH_MEMORY, MemorySearch, SearchRules
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Delivery, Sent, Surface
+from core.models import Delivery, Person, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.estimate import IMAGE_TOKENS, turn_estimate
+from core.turn.operator_tools import OperatorTool, OperatorTools
 from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.tool_loop import CUT
 from core.turn.turns import Turns
-from tests.fakes.anthropic_api import FakeAnthropic, tool_results, tool_use
+from tests.fakes.anthropic_api import Answer, FakeAnthropic, text_block, tool_results, tool_use
 from tests.helpers import CORPUS, context_limits, media_limits, rows, turn_budget
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
@@ -273,3 +278,157 @@ def test_a_stream_left_at_its_media_notice_ends_its_attempt(
     stream.close()
     assert fake.requests == [] and usage_of(database_url, "left-notice") == [(0, 0)]
     assert owed_now(database_url, "left-notice") == [(True,)]
+
+
+TOPIC = {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}
+
+
+def researching(
+    store: PostgresStore, fake: FakeAnthropic, pages: Any, rounds: int = 4, tokens_per_day: int = 10_000_000
+) -> Turns:
+    """A turn whose tool `notes` gives `pages(topic)`, answers of at most 1,000 tokens, and a
+    reservation of each request's input and those 1,000."""
+    tool = OperatorTool("notes", "Notes on a topic.", TOPIC, lambda arguments: pages(arguments["topic"]))
+    settings = TurnSettings("Be brief.", "FALLBACK", "NO", capabilities=(OperatorTools((tool,)),), tool_rounds=rounds)
+    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=1000, base_url=fake.url)
+    memory = Memory(store, context_limits(), turn_budget(tokens_per_day=tokens_per_day, reply_tokens=1000))
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+
+
+def three_calls_a_round(body: dict[str, Any]) -> Answer:
+    if body.get("tool_choice") == {"type": "none"}:
+        return "Here is what I found."
+    done = len(tool_results(body))
+    return [tool_use("notes", {"topic": f"topic {done + n}"}, id=f"n{done + n}") for n in range(3)]
+
+
+def spent_by(fake: FakeAnthropic, *texts: str) -> int:
+    return sum(usage[key] for usage in fake.usages for key in READ) + sum(max(1, len(t) // 4) for t in texts)
+
+
+def test_a_turn_with_tool_rounds_stays_within_what_it_reserved(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """A rev-tools review's finding: each request after tool results reads them again, with every
+    earlier round, and the reservation counts each request as reading the turn's input once: three
+    calls a round of 1,200-token pages spent 4 times the reservation. Now a round goes on with tools
+    only while what is left holds its request twice; the answer's request reads the last round's
+    results cut to what fits. Here 5 x (43 + 1,000) reserved: a round of short pages, then one of long
+    pages, cut, and the answer. Seen failing with the loop given no ceiling: five requests, each
+    reading every round before it (bench/prompt_cache.py counting calls and results as the API does)."""
+    fake.answer = three_calls_a_round
+    pages = lambda topic: ("A long page about " + topic + ". ") * (4 if topic < "topic 3" else 200)  # noqa: E731
+    result = researching(store, fake, pages).run(
+        TurnRequest(Surface.TELEGRAM, "research", "within-1", user_id=uuid.uuid4())
+    )
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, "Here is what I found.")
+    assert [body.get("tool_choice") for body in fake.requests] == [None, None, {"type": "none"}]
+    cut = [[(len(r["content"]), r["content"].endswith(CUT)) for r in tool_results(body)] for body in fake.requests]
+    assert cut == [[], [(108, False)] * 3, [(5400, False), (5400, False), (3616, True)]]
+    assert result.figures.reserved_tokens == 5 * (43 + 1000)
+    assert usage_of(database_url, "within-1") == [(spent_by(fake, "", "", "Here is what I found."), 0)]
+    assert spent_by(fake, "", "", "Here is what I found.") == 4220 <= result.figures.reserved_tokens
+
+
+def test_a_round_whose_calls_leave_no_room_asks_its_request_again_without_tools(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """TOOL_ROUNDS=1 reserves two requests: an answer that wrote 975 tokens before its call leaves no
+    room for a request that reads it back, even with the result cut to nothing; the first request
+    is asked again with tool_choice none, which the rule kept room for, and the turn stays within."""
+    lead = "x" * 3900
+
+    def long_lead(body: dict[str, Any]) -> Answer:
+        if body.get("tool_choice") == {"type": "none"}:
+            return "Here is what I found."
+        return [text_block(lead), tool_use("notes", {"topic": "one"}, id="n1")]
+
+    fake.answer = long_lead
+    turns = researching(store, fake, lambda topic: "short", rounds=1)
+    result = turns.run(TurnRequest(Surface.TELEGRAM, "research", "again-1", user_id=uuid.uuid4()))
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, lead + "\n\nHere is what I found.")
+    assert [body.get("tool_choice") for body in fake.requests] == [None, {"type": "none"}]
+    assert fake.requests[1]["messages"] == fake.requests[0]["messages"]
+    spent = spent_by(fake, lead, "Here is what I found.")
+    assert usage_of(database_url, "again-1") == [(spent, 0)]
+    assert (spent, result.figures.reserved_tokens) == (1074, 2 * (43 + 1000))
+
+
+def test_two_turns_with_tool_rounds_started_at_once_stay_within_the_day_and_one_output(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The rev-tools review's repro: a person's two turns with tool rounds start at once (each has
+    reserved before either ends), and each spends within its reservation, so the day stays within
+    TOKENS_PER_DAY and one output. Seen failing with the loop given no ceiling: a turn spent 41,779
+    tokens of the 5,225 it reserved."""
+    both_begun = threading.Barrier(2, timeout=20)
+    asked: list[str] = []
+    lock = threading.Lock()
+
+    def pages(topic: str) -> str:
+        with lock:
+            asked.append(topic)
+            first_two = len(asked) <= 2
+        if first_two:  # a turn's calls run one after another: the first two are one of each turn
+            both_begun.wait()
+        return ("A long page about " + topic + ". ") * 200
+
+    fake.answer = three_calls_a_round
+    turns = researching(store, fake, pages, tokens_per_day=20_000)
+    person = uuid.uuid4()
+    results: dict[str, Any] = {}
+
+    def turn(surface: Surface, key: str) -> None:
+        results[key] = turns.run(TurnRequest(surface, "research my topics", key, user_id=person))
+
+    threads = [
+        threading.Thread(target=turn, args=(Surface.TELEGRAM, "both-tg")),
+        threading.Thread(target=turn, args=(Surface.WHATSAPP, "both-wa")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [results[key].outcome for key in ("both-tg", "both-wa")] == [Outcome.ANSWERED] * 2
+    for result in results.values():
+        assert result.figures.model_tokens <= result.figures.reserved_tokens
+    [(day,)] = rows(database_url, "select coalesce(sum(tokens), 0) from turn_usage where user_id = %s", person)
+    assert day == sum(result.figures.model_tokens for result in results.values()) <= 20_000 + 1000
+
+
+def test_a_search_turn_stays_within_what_it_reserved(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """A rev-search review's repro: three searches a round, each adding up to SEARCH_MAX_TOKENS to
+    every later request. Seen failing with the loop given no ceiling: five requests, 72,184 tokens
+    of the 53,210 reserved."""
+    person = uuid.uuid4()
+    memory = Memory(store, context_limits(), turn_budget(tokens_per_day=10_000_000))
+    for day in range(1, 30):
+        start = memory.begin_turn(
+            Person(user_id=person),
+            Surface.TELEGRAM,
+            f"gym session {day}: " + "squats lunges deadlifts " * 40,
+            f"gym-{day}",
+        )
+        assert start.message_id is not None
+        memory.finish_turn(person, start.message_id, "Noted.")
+
+    def searching(body: dict[str, Any]) -> Answer:
+        if body.get("tool_choice") == {"type": "none"}:
+            return "Here is what I found."
+        done = len(tool_results(body))
+        return [tool_use(SEARCH_MEMORY, {"query": f"gym session {done + n}"}, id=f"s{done + n}") for n in range(3)]
+
+    fake.answer = searching
+    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=4096, base_url=fake.url)
+    searches = replace(SETTINGS, capabilities=(MemorySearch(SearchRules()),))
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), searches)
+    result = turns.run(TurnRequest(Surface.TELEGRAM, "how many gym sessions did I do?", "gym-ask", user_id=person))
+    assert result.outcome is Outcome.ANSWERED
+    # How many rounds fit depends on the prompt's and the results' sizes (here, three of five
+    # requests' worth, then the answer): what the turn spent does not pass what it reserved.
+    assert fake.requests[-1].get("tool_choice") == {"type": "none"}
+    spent = spent_by(fake, *[""] * (len(fake.requests) - 1), "Here is what I found.")
+    assert usage_of(database_url, "gym-ask") == [(spent, 0)]
+    assert spent <= result.figures.reserved_tokens
