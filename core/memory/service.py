@@ -397,10 +397,13 @@ class Memory:
         answer_within_s: float,
         limit: int,
         skip_users: Sequence[UUID] = (),
+        estimate: TurnEstimate | None = None,
     ) -> list[OwedMessage]:
         """Owed messages of `surfaces` younger than `max_age_s`, each taken over for one attempt
         (until `answer_within_s` from now) with the context to answer it from: the least tried
-        first, none of `skip_users`' and none of a person past the budget. Raises
+        first, none of `skip_users`' and none of a person past the budget. `estimate`: what an
+        answer reads besides the window and the notes, for the tokens each claim reserves of the
+        person's day, as begin_turn's (none without it; its start's `reserved_tokens`). Raises
         StoreUnavailable."""
         rows = self.store.call(
             "claim_owed_replies",
@@ -416,6 +419,9 @@ class Memory:
                 "p_window_hours": self.limits.window_hours,
                 "p_max_messages": self.limits.max_messages,
                 "p_window_step": self.limits.window_step,
+                "p_input_tokens": estimate.input_tokens if estimate is not None else 0,
+                "p_output_tokens": self.budget.reply_tokens,
+                "p_requests": estimate.requests if estimate is not None else 0,
             },
         )
         return [

@@ -39,6 +39,14 @@ def turn_estimate(settings: TurnSettings, request: TurnRequest, media: MediaLimi
     return TurnEstimate(read, _answer_requests(settings) + (1 if attached else 0))
 
 
+def owed_estimate(settings: TurnSettings) -> TurnEstimate:
+    """What the scheduled job's answer to an owed message reads besides the window and the notes
+    (the system prompt and the tools: its media's bytes were never stored), and its requests."""
+    return TurnEstimate(
+        approximate_tokens(settings.system_prompt) + _tool_tokens(settings.capabilities), _answer_requests(settings)
+    )
+
+
 def answer_ceiling(settings: TurnSettings, request: TurnRequest | None, reserved: int) -> int:
     """What of the turn's reservation the answer's requests may spend (the tool loop's ceiling):
     all of it but the media description's share, one request's."""

@@ -21,7 +21,8 @@ longer owed. At most PER_PERSON_PER_RUN of one person's messages a run, and none
 of theirs failed, so one person's cannot hold everyone else's. One message failing does not end
 the run (it may be that message: an answer too long for any deadline); the model failing for two
 people in a row does (it is down for everyone: the next run tries again, at the cost of two calls
-a minute). A person past their budget is not asked for (the claim checks it as begin_turn does).
+a minute). A person past their budget is not asked for: the claim checks it as begin_turn does,
+and reserves the answer's tokens of their day (a claim not answered gives them back).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class OwedReplies:
         resting: set[UUID] = set()  # people with a failure this run: theirs wait for the next
         failing: UUID | None = None  # whose message the model last failed, with no answer since
         unsent = FailedSends()
+        estimate = self._turns.owed_estimate()  # what each claim reserves of the person's day
 
         while (left := ends - self._clock()) >= least:
             done = resting | {person for person, count in taken.items() if count >= PER_PERSON_PER_RUN}
@@ -120,7 +122,7 @@ class OwedReplies:
             send_by = claimed_at + answer_within - STORE_MARGIN_S
             try:
                 claimed = self._memory.claim_owed_replies(
-                    surfaces, self._max_age_s, answer_within, limit=1, skip_users=sorted(done)
+                    surfaces, self._max_age_s, answer_within, limit=1, skip_users=sorted(done), estimate=estimate
                 )
             except StoreUnavailable as exc:
                 log.error("owed replies could not be claimed", extra={"error": str(exc)})
@@ -143,6 +145,7 @@ class OwedReplies:
                 )
                 failed += 1
                 resting.add(person)
+                self._release(owed)
                 continue
             if not self._turns.identity.reaches(owed.surface, owed.sender, owed.sender_user, person):
                 # Unlinked, forgotten or off the owner's list since: whoever has that chat or number
@@ -152,6 +155,7 @@ class OwedReplies:
                     extra={"surface": owed.surface.value, "message_id": str(owed.start.message_id)},
                 )
                 failed += 1  # their messages elsewhere are still answered in this run
+                self._release(owed)
                 continue
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 sent = self._send_stored(owed, channel, send_by)
@@ -203,6 +207,7 @@ class OwedReplies:
                 "an owed message's held follow-ups could not be sent before its fallback; the next run tries again",
                 extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
             )
+            self._release(owed)
             return Delivery.OWED
         said = next((m.content for m in start.history if m.id == start.message_id), "")
         # In the person's language as remembered (claim_owed_replies answers it), else that of their words.
@@ -215,12 +220,20 @@ class OwedReplies:
             delivered=sent.delivery is Delivery.DELIVERED,
             unsent_from=sent.unsent_from,
             attempt=start.attempt,
+            reserved=start.reserved_tokens,
         )
         log.warning(
             "an owed message was given up: the fallback was sent",
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
         )
         return sent.delivery
+
+    def _release(self, owed: OwedMessage) -> None:
+        """A claim the job does not answer gives back what it reserved (the message is owed again at
+        once: its person rests for the rest of the run, or it is theirs no more)."""
+        start = owed.start
+        if start.reserved_tokens and start.user_id is not None and start.message_id is not None:
+            self._memory.end_attempt(start.user_id, start.message_id, start.attempt, 0, reserved=start.reserved_tokens)
 
     def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> Sent:
         """A reply stored but owed a send (its surface was down when it was written, or took only

@@ -29,7 +29,7 @@ from core.identity.policy import IdentityPolicy
 from core.media.kinds import placeholder, unread_notice
 from core.media.listening import Listening
 from core.media.turn_media import MediaReader, PreparedMedia, remembered_content
-from core.memory.service import Memory, OwedMessage, storable
+from core.memory.service import Memory, OwedMessage, TurnEstimate, storable
 from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, SaidFirst, Sent, StoredMessage, Surface, TurnStart
 from core.phrases.language import language_tag
@@ -43,7 +43,7 @@ from core.turn.context import (
     merged_into_last,
     web_items,
 )
-from core.turn.estimate import answer_ceiling, turn_estimate
+from core.turn.estimate import answer_ceiling, owed_estimate, turn_estimate
 from core.turn.request import (
     Outcome,
     ReplyChannel,
@@ -156,6 +156,11 @@ class Turns:
         the scheduled job, which has no request to say it."""
         return self._settings.fallback(self._settings.catalogue.choose(None, said, remembered=remembered))
 
+    def owed_estimate(self) -> TurnEstimate:
+        """What `answer_owed` reads besides the window and the notes, and its requests: for the
+        tokens the scheduled job's claim reserves."""
+        return owed_estimate(self._settings)
+
     def answer_owed(
         self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float, until: float | None = None
     ) -> TurnResult:
@@ -163,7 +168,7 @@ class Turns:
         context it was stored in, within `deadline_s`; the reply sent through `channel` by `until`
         (its claim's end, less the time to store it; default: as a turn's) and stored."""
         began = self._clock()
-        figures = TurnFigures(round_trips=1)
+        figures = TurnFigures(round_trips=1, reserved_tokens=owed.start.reserved_tokens)
         zone = self._zone_of(owed.start)
         items: list[ContextItem | StoredMessage] = list(owed.start.history)
         for at, item in enumerate(items):

@@ -224,7 +224,7 @@ def owed_claims(database_url: str) -> list[int]:
     """The Telegram messages the scheduled job would take over now (its claim, rolled back)."""
     with psycopg.connect(database_url) as connection:
         (claimed,) = connection.execute(
-            "select public.claim_owed_replies('telegram', 600, 60, 1000, '', 0, 0, 0, 24, 16, 4)"
+            "select public.claim_owed_replies('telegram', 600, 60, 1000, '', 0, 0, 0, 24, 16, 4, 0, 0, 0)"
         ).fetchone() or ([],)
         connection.rollback()
     return [int(message["message_id"]) for message in claimed]

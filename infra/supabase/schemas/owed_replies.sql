@@ -16,18 +16,23 @@
 -- A message whose reply is stored but owed a send (messages.sql's unsent_from: the surface was
 -- down when it was written) is claimed alike, with that reply ('reply'), which the job sends from
 -- the part it stopped at; it asks no model, so the person's budget does not hold it.
--- Within the budget: a person past it (budget.sql's turn_budget_until, with
--- TURNS_PER_MINUTE, TURNS_PER_DAY, TOKENS_PER_DAY, as begin_turn checks a redelivery's) is left
--- alone, untried, until the budget frees or the message ages out, as their own message would be
--- refused.
+-- Within the budget, as begin_turn takes a redelivery over (turn.sql): in the budget's lock, a
+-- person past TURNS_PER_MINUTE or TURNS_PER_DAY, or whose day with the answer's estimated input
+-- (turn_input_tokens: p_input_tokens, the system prompt and the tools, and the window and notes)
+-- would reach TOKENS_PER_DAY, is left alone, untried, until the budget frees or the message ages
+-- out, as their own message would be refused. A message claimed to be answered reserves its
+-- answer's tokens (p_requests times its input and p_output_tokens) beside its earlier attempts',
+-- returned as 'reserved' for finish_turn or end_attempt to settle.
 create or replace function public.claim_owed_replies(
     p_surfaces text, p_max_age_seconds integer, p_answer_within_seconds integer, p_limit integer,
     p_skip_users text, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
-    p_window_hours integer, p_max_messages integer, p_window_step integer
+    p_window_hours integer, p_max_messages integer, p_window_step integer,
+    -- the answer's reservation, as begin_turn's: what each request reads besides the window and the
+    -- notes, the most it writes (ANTHROPIC_MAX_TOKENS), and how many requests it may make
+    p_input_tokens integer, p_output_tokens integer, p_requests integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
-    v_budgeted boolean := p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0;
     v_claimed jsonb := '[]'::jsonb;
     v_count integer := 0;
     v_candidate record;
@@ -35,6 +40,8 @@ declare
     v_attempt uuid;
     v_tries integer;
     v_reply jsonb;
+    v_input integer;
+    v_reserved integer;
 begin
     if p_limit <= 0 then
         return v_claimed;
@@ -77,10 +84,27 @@ begin
             continue;
         end if;
         v_reply := crossmem_private.stored_reply(v_message.id, v_message.user_id);
-        if v_reply is null and v_budgeted
-           and public.turn_budget_until(v_message.user_id, p_turns_per_minute, p_turns_per_day,
-                                        p_tokens_per_day) is not null then
-            continue;
+        v_input := 0;
+        v_reserved := 0;
+        if v_reply is null then
+            if p_tokens_per_day > 0 and p_requests > 0 then
+                -- the message is in its window: no content of its own
+                v_input := crossmem_private.turn_input_tokens(
+                    v_message.user_id, v_message.surface, v_message.conversation_id, '',
+                    v_message.created_at - make_interval(hours => p_window_hours), p_max_messages, 0, p_input_tokens);
+                v_reserved := least(p_requests::bigint * (v_input + greatest(p_output_tokens, 0)), 2000000000);
+            end if;
+            if crossmem_private.turn_limited_until(
+                   v_message.user_id, p_turns_per_minute, p_turns_per_day,
+                   case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - v_input, 1) else 0 end)
+               is not null then
+                continue;
+            end if;
+            update public.turn_usage u set tokens = u.tokens + v_reserved, reserved = u.reserved + v_reserved
+             where u.message_id = v_message.id;
+            if not found then
+                v_reserved := 0;  -- stored when no limit was on: nothing to count it in
+            end if;
         end if;
         update public.messages m
            set answer_by = v_now + make_interval(secs => p_answer_within_seconds), attempt = gen_random_uuid(),
@@ -95,7 +119,7 @@ begin
             -- only to one that still reaches the message's person (core/turn/owed.py)
             'sender_user', (select i.user_id from public.identities i
                              where i.surface = v_message.surface and i.external_id = v_message.sender),
-            'duplicate', false, 'owed', true, 'reply', v_reply, 'prepend', '[]'::jsonb,
+            'duplicate', false, 'owed', true, 'reply', v_reply, 'prepend', '[]'::jsonb, 'reserved', v_reserved,
             -- a reply to send needs no context
             'history', case when v_reply is null
                             then public.context_window(v_message.user_id, null,

@@ -40,7 +40,7 @@ def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_ove
     )
     job = psycopg.connect(database_url)  # the claim's transaction, held open
     claimed = job.execute(
-        "select public.claim_owed_replies('telegram', 600, 60, 100, '', 0, 0, 0, 24, 40, 24)"
+        "select public.claim_owed_replies('telegram', 600, 60, 100, '', 0, 0, 0, 24, 40, 24, 0, 0, 0)"
     ).fetchone()
     assert claimed is not None
     assert stored["message_id"] in [item["message_id"] for item in claimed[0]]
