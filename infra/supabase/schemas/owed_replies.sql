@@ -96,7 +96,7 @@ begin
             end if;
             if crossmem_private.turn_limited_until(
                    v_message.user_id, p_turns_per_minute, p_turns_per_day,
-                   case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - v_input, 1) else 0 end)
+                   case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - greatest(v_input, v_reserved - greatest(p_output_tokens, 0)), 1) else 0 end)
                is not null then
                 continue;
             end if;

@@ -468,9 +468,10 @@ begin
 
     if v_stored.message_id is null or v_owed then
         -- Over the budget, nothing is stored and no model is asked. An answered delivery never
-        -- gets here. The day's tokens with this turn's input must stay under the budget: the
-        -- check is the budget's own, against what is left of it once the input is read (at least
-        -- one token: an input past the whole day may start only on a day with nothing counted).
+        -- gets here. The day's tokens with all this turn may spend but its last answer (its input,
+        -- and with tools each request's input and output: the reservation less one output) must
+        -- stay under the budget: the check is the budget's own, against what is left of it then (at
+        -- least one token: an input past the whole day may start only on a day with nothing counted).
         if p_tokens_per_day > 0 and p_requests > 0 then
             v_input := crossmem_private.turn_input_tokens(
                 v_user, p_surface, coalesce(v_stored.conversation_id, p_conversation_id), p_content,
@@ -479,7 +480,7 @@ begin
         end if;
         v_limited_until := crossmem_private.turn_limited_until(
             v_user, p_turns_per_minute, p_turns_per_day,
-            case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - v_input, 1) else 0 end);
+            case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - greatest(v_input, v_reserved - greatest(p_output_tokens, 0)), 1) else 0 end);
         if v_limited_until is not null then
             return json_build_object('user_id', v_user, 'limited_until', v_limited_until, 'language', v_language);
         end if;

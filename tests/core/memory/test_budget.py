@@ -14,7 +14,7 @@ from core.errors import OverBudget
 from core.memory.service import Memory, TurnEstimate
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.helpers import context_limits, rows, turn_budget
+from tests.helpers import context_limits, execute, rows, turn_budget
 
 
 def budgeted(store: PostgresStore, **limits: int) -> Memory:
@@ -274,6 +274,23 @@ def test_a_reservation_is_settled_to_what_the_turn_spent_and_its_input_must_fit_
     fits = memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "just-fits", estimate=TurnEstimate(831))
     assert fits.reserved_tokens == 831 + 50
     assert stored(database_url, person) == 4  # a turn answered, one ended, the one that fits; not the refused
+
+
+def test_a_turn_of_several_requests_must_fit_the_day_with_all_it_may_spend_but_its_last_output(
+    store: PostgresStore, database_url: str
+) -> None:
+    """With tools a turn may make several requests, each reading its input and writing up to an
+    output: it starts only while the day with all of that but the last output stays under the
+    budget, so the day passes it by at most one output. 3 requests of 200 in and 50 out: 700."""
+    memory, person = reserving(store, 1000, 50), uuid.uuid4()
+    spent = memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "spent", estimate=TurnEstimate(10))
+    assert spent.message_id is not None
+    memory.finish_turn(person, spent.message_id, "ok", tokens=300, reserved=spent.reserved_tokens)
+    with pytest.raises(OverBudget):
+        memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "too-much", estimate=TurnEstimate(200, 3))
+    execute(database_url, "update turn_usage set tokens = 299 where message_id = %s", spent.message_id)
+    fits = memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "just-fits", estimate=TurnEstimate(200, 3))
+    assert fits.reserved_tokens == 3 * (200 + 50) == 750
 
 
 def test_a_reservation_whose_instance_died_counts_beside_the_attempt_that_takes_it_over(

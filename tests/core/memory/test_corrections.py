@@ -192,8 +192,8 @@ def test_the_replies_to_an_edited_message_quote_its_new_words_only(memory: Memor
     his = said(memory, bruno, "not yours", "9:5")
     execute(
         database_url,
-        "update messages set replied_to = %s, quoted = 'Marguerite', content = '[replying to: \"Marguerite\"] not yours'"
-        " where id = %s",
+        "update messages set replied_to = %s, quoted = 'Marguerite',"
+        " content = '[replying to: \"Marguerite\"] not yours' where id = %s",
         dinner,
         his,
     )

@@ -114,3 +114,17 @@ def test_a_claim_the_job_cannot_answer_gives_its_reservation_back(memory: Memory
     assert job.run(120) == OwedRun(0, 1)
     assert rows(job_database, "select owed_tries from messages where id = %s", message_id) == [(1,)]
     assert usage(job_database, message_id) == [(0, 0)]
+
+
+def test_a_claim_with_tools_must_fit_the_day_with_all_it_may_spend_but_its_last_output(
+    memory: Memory, job_database: str
+) -> None:
+    """Two requests of 2,001 in and 2,000 out: 6,002 but the last output, past the day of 5,000,
+    so the claim waits for an empty day (as a turn larger than the whole day does)."""
+    _, message_id = owed_hello(memory)
+    execute(job_database, "update turn_usage set tokens = 1 where message_id = %s", message_id)
+    two = TurnEstimate(INPUT, requests=2)
+    assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=two) == []
+    execute(job_database, "update turn_usage set tokens = 0 where message_id = %s", message_id)
+    [owed] = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=two)
+    assert (owed.start.message_id, owed.start.reserved_tokens) == (message_id, 2 * 4001)
