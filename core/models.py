@@ -286,6 +286,8 @@ class ConversationPage:
     messages: list[StoredMessage]
     has_more: bool
     declined: frozenset[int] = frozenset()  # the ids of the messages of turns the model declined
+    # The person's web messages' client keys, by id: what sends one again (a `useChat` retry).
+    client_ids: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ def conversation_messages(
 ) -> flask.Response:
     query = page_query(request.args)
     page = runtime.memory().conversation_messages(person, conversation, query.before, query.limit)
-    messages = [{**m.as_json(), "declined": m.id in page.declined} for m in page.messages]
+    messages = [
+        {**m.as_json(), "declined": m.id in page.declined, "client_id": page.client_ids.get(m.id)}
+        for m in page.messages
+    ]
     body = {"conversation": page.conversation.as_json(), "messages": messages, "has_more": page.has_more}
     return json_response(body, headers=cors)

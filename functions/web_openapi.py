@@ -65,6 +65,7 @@ class MessageAnswer(BaseModel):
 
 class PageMessageAnswer(MessageAnswer):
     declined: bool  # a turn the model declined: shown, and out of the model's context (docs/api.md)
+    client_id: str | None  # the key the person's web message was sent with: useChat's id for it
 
 
 class ConversationPageAnswer(BaseModel):

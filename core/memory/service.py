@@ -522,6 +522,7 @@ class Memory:
             messages=messages[-limit:],
             has_more=len(messages) > limit,
             declined=frozenset(int(item["id"]) for item in row["messages"] if item.get("declined")),
+            client_ids={int(item["id"]): str(item["client_id"]) for item in row["messages"] if item.get("client_id")},
         )
 
     def unanswered_message(self, user_id: UUID, conversation_id: UUID) -> tuple[str, str] | None:

@@ -605,3 +605,46 @@ def test_a_data_turn_part_of_any_shape_is_read_without_failing(
     response = web.post("/", json=body, headers=bearer(person))
     assert response.status_code == 200 and parts_of(response.get_data(as_text=True))[-2]["finishReason"] == "stop"
     assert [message["role"] for message in fake_anthropic.requests[-1]["messages"]] == ["user", "assistant", "user"]
+
+
+def loaded(web: FlaskClient, person: uuid.UUID, chat: str) -> list[dict[str, Any]]:
+    """docs/frontend.md's loadMessages, in Python: the person's web messages under their client's id."""
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()
+    return [
+        {
+            "id": message["client_id"] or str(message["id"]),
+            "role": message["role"],
+            "parts": [ui_text(message["content"])],
+            "metadata": {"surface": message["surface"], "createdAt": message["created_at"]},
+        }
+        for message in page["messages"]
+    ]
+
+
+def test_try_again_after_a_reload_sends_the_message_under_its_client_id_stored_once(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model fails (a fallback, not stored), the person reloads, and "Try again" (regenerate())
+    posts the loaded thread: its message under the id it was sent with, answered and stored once
+    (under its stored id, "812", it was a new message: stored twice). Another person sending that
+    id sends a message of their own."""
+    alice, mallory = uuid.uuid4(), uuid.uuid4()
+    chat = new_conversation(web, alice)
+    fake_anthropic.behaviour = "500"
+    first = web.post("/", json=chat_body(chat, ui_message("u-1", "user", "book the dentist")), headers=bearer(alice))
+    assert '"outcome": "fallback"' in first.get_data(as_text=True)
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Booked."
+    thread = loaded(web, alice, chat)
+    assert [(message["id"], message["role"]) for message in thread] == [("u-1", "user")]
+    again = web.post("/", json={**chat_body(chat, *thread), "trigger": "regenerate-message"}, headers=bearer(alice))
+    assert parts_of(again.get_data(as_text=True))[-3]["data"]["outcome"] == "answered"
+    said = rows(database_url, "select id, role, content from messages where user_id = %s order by id", alice)
+    assert [(role, content) for _, role, content in said] == [("user", "book the dentist"), ("assistant", "Booked.")]
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(alice)).get_json()["messages"]
+    assert [message["client_id"] for message in page] == ["u-1", None]  # a reply keeps its stored id
+    theirs = new_conversation(web, mallory)
+    sent = web.post("/", json=chat_body(theirs, ui_message("u-1", "user", "hi")), headers=bearer(mallory))
+    assert sent.status_code == 200
+    assert rows(database_url, "select content from messages where user_id = %s and role = 'user'", mallory) == [("hi",)]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", alice) == [(2,)]

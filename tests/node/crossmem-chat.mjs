@@ -42,11 +42,12 @@ export async function listConversations(api, accessToken) {
 }
 
 // A conversation's stored messages as useChat's `messages`: ids and metadata kept, so the next
-// turn's history names each stored message once.
+// turn's history names each stored message once. The person's web message keeps the id it was
+// sent with (`client_id`): "Try again" (regenerate()) sends it again under it, stored once.
 export async function loadMessages(api, accessToken, conversationId, limit = 50) {
   const page = await call(api, accessToken, `conversations/${conversationId}/messages?limit=${limit}`);
   return page.messages.map((message) => ({
-    id: String(message.id),
+    id: message.client_id ?? String(message.id),
     role: message.role,
     parts: [{ type: "text", text: message.content }],
     metadata: { surface: message.surface, createdAt: message.created_at, kind: message.kind, declined: message.declined },

@@ -121,7 +121,9 @@ create index messages_owed on public.messages (created_at) where role = 'user' a
 -- One conversation's messages, newest page first when paging back with p_before_id (the
 -- messages before that one in the order of every message, (created_at, id): a reply's id is
 -- drawn when its turn begins, so a message stored meanwhile has a higher id and comes before it;
--- a cursor since forgotten pages by its id alone); each page is returned oldest first.
+-- a cursor since forgotten pages by its id alone); each page is returned oldest first. The
+-- person's web messages carry their client's key (`client_id`): sent again under it, one is
+-- stored once (messages_once_per_delivery), where its stored id would be a new message's key.
 create or replace function public.conversation_messages(
     p_user_id uuid,
     p_conversation_id uuid,
@@ -160,7 +162,9 @@ begin
                                            'updated_at', v_conversation.updated_at),
         'messages', (
             select coalesce(jsonb_agg(to_jsonb(p) order by p.created_at, p.id), '[]'::jsonb)
-              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at, m.declined
+              from (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at, m.declined,
+                           -- the key a web client sent its message with (useChat's id for it)
+                           case when m.role = 'user' and m.surface = 'web' then m.external_id end as client_id
                       from public.messages m
                      where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                        and (m.created_at, m.id) < (v_before_at, v_before)
