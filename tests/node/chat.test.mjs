@@ -3,6 +3,8 @@
 // tests/functions/test_ai_sdk_client.py, which sets CROSSMEM_API, CROSSMEM_TOKEN and
 // CROSSMEM_OVER_BUDGET_TOKEN (a person past their day's tokens).
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { test } from "node:test";
 import { readUIMessageStream } from "ai";
 import { crossmemTransport, listConversations, loadMessages, newConversation } from "./crossmem-chat.mjs";
@@ -15,7 +17,8 @@ function recordingFetch() {
   const seen = [];
   const recording = async (url, init) => {
     const response = await fetch(url, init);
-    const answer = { status: response.status, header: response.headers.get("x-vercel-ai-ui-message-stream"), raw: "" };
+    const header = response.headers.get("x-vercel-ai-ui-message-stream");
+    const answer = { status: response.status, header, raw: "", sent: init?.body };
     seen.push(answer);
     if (!response.body) return response;
     const decoder = new TextDecoder();
@@ -156,4 +159,31 @@ test("an over-budget turn answers 429 before any stream", async () => {
     return true;
   });
   assert.deepEqual(recorder.seen.map((answer) => [answer.status, answer.header]), [[429, null]]);
+});
+
+test("a thread's earlier photos stay on the page: a turn sends only its own", async () => {
+  const token = process.env.CROSSMEM_TOKEN;
+  const recorder = recordingFetch();
+  const transport = crossmemTransport({ api, accessToken: async () => token, fetch: recorder.fetch });
+  const chat = await newConversation(api, async () => token);
+  // The corpus's receipt grown to a 1568-pixel photo's size (bytes past its end, which a reader
+  // leaves): two of them, sent again, pass the body's 1,000,000 bytes.
+  const receipt = await readFile(new URL("../corpus/media/receipt.jpg", import.meta.url));
+  const photo = Buffer.concat([receipt, randomBytes(400_000)]).toString("base64");
+  const withPhoto = (id, text) => ({
+    id,
+    role: "user",
+    parts: [{ type: "file", mediaType: "image/jpeg", url: `data:image/jpeg;base64,${photo}` }, { type: "text", text }],
+  });
+  const thread = [];
+  for (const [id, text] of [["p-1", "my receipt"], ["p-2", "and this one"]]) {
+    thread.push(withPhoto(id, text));
+    const { message, errors } = await assemble(await send(transport, chat.id, thread));
+    assert.deepEqual(errors, []);
+    thread.push(message);
+  }
+  assert.deepEqual(recorder.seen.map((answer) => answer.status), [200, 200]);
+  const files = (answer) => JSON.parse(answer.sent).messages.map((m) => m.parts.filter((p) => p.type === "file").length);
+  assert.deepEqual(recorder.seen.map(files), [[1], [0, 0, 1]]);
+  assert.equal(JSON.parse(recorder.seen[1].sent).timezone, Intl.DateTimeFormat().resolvedOptions().timeZone);
 });

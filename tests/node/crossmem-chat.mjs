@@ -11,6 +11,13 @@ export function crossmemTransport({ api, accessToken, fetch }) {
     api, // POST `${api}` sends a turn; GET `${api}${chatId}/stream` resumes it
     headers: async () => ({ Authorization: `Bearer ${await accessToken()}` }),
     body: () => ({ timezone: Intl.DateTimeFormat().resolvedOptions().timeZone }),
+    // The function reads only the words of the earlier messages: their photos and voice notes
+    // (the data URLs useChat keeps) stay on the page, or two would pass the body's 1,000,000 bytes.
+    prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => ({
+      body: { ...body, id, trigger, messageId, messages: messages.map((message, index) => (
+        index === messages.length - 1 ? message : { ...message, parts: message.parts.filter((part) => part.type !== "file") }
+      )) },
+    }),
     fetch,
   });
 }
