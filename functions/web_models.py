@@ -118,7 +118,8 @@ class UIChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # a page's own `body` fields ride along
     id: uuid.UUID
-    messages: list[UIMessage] = Field(min_length=1, max_length=201)
+    # As many as useChat keeps: the body's 1,000,000 bytes bound them, and the context reads the last few.
+    messages: list[UIMessage] = Field(min_length=1)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=128)
     timezone: str | None = Field(default=None, max_length=64)  # as SendMessage's, sent in `body`

@@ -648,3 +648,23 @@ def test_try_again_after_a_reload_sends_the_message_under_its_client_id_stored_o
     assert sent.status_code == 200
     assert rows(database_url, "select content from messages where user_id = %s and role = 'user'", mallory) == [("hi",)]
     assert rows(database_url, "select count(*) from messages where user_id = %s", alice) == [(2,)]
+
+
+def test_a_long_use_chat_session_is_answered_from_its_last_messages(
+    web: FlaskClient, environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """useChat posts every message of the tab (50 loaded, and 75 turns later 201): the body's bytes
+    bound them, not a count, and the model reads the context's last messages (a 400 past 201)."""
+    environment.setenv("CONTEXT_MAX_MESSAGES", "4")
+    environment.setenv("CONTEXT_WINDOW_STEP", "1")
+    runtime.reset()
+    web = app_client("web_chat")
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    thread = [ui_message(f"h-{i}", "user" if i % 2 == 0 else "assistant", f"earlier {i}") for i in range(250)]
+    thread.append(ui_message("u-new", "user", "and now?"))
+    response = web.post("/", json=chat_body(chat, *thread), headers=bearer(person))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    texts = [block["text"] for message in fake_anthropic.requests[-1]["messages"] for block in message["content"]]
+    assert [text.split("] ", 1)[-1] for text in texts] == ["earlier 248", "earlier 249", "and now?"]
