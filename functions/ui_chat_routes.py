@@ -44,7 +44,9 @@ def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.R
 
 def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     """The turn of a `useChat` request: its last message the person's new one (its id the
-    idempotency key, as `client_message_id`), the earlier ones the client's history."""
+    idempotency key, as `client_message_id`), the earlier ones the client's history. Without
+    earlier ones (a page that loaded none, or sends the new message alone) the stored thread is
+    read, as for today's body without `history`."""
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
@@ -61,7 +63,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
         last.id,
         user_id=person,
         conversation_id=body.id,
-        client_history=history,
+        client_history=history if earlier else None,
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment(part).media() for part in last.parts if isinstance(part, UIFilePart)),
         timezone=body.timezone,

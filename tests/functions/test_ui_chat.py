@@ -668,3 +668,25 @@ def test_a_long_use_chat_session_is_answered_from_its_last_messages(
     assert response.status_code == 200, response.get_data(as_text=True)
     texts = [block["text"] for message in fake_anthropic.requests[-1]["messages"] for block in message["content"]]
     assert [text.split("] ", 1)[-1] for text in texts] == ["earlier 248", "earlier 249", "and now?"]
+
+
+def test_a_use_chat_body_of_its_new_message_alone_reads_the_stored_thread(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """A page that loaded nothing, or sends the new message alone: the model reads the stored
+    thread, as for today's body without `history` (it read nothing of the conversation)."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    body = {"message": "my sister lands on the 14th", "conversation_id": chat, "client_message_id": "c-1"}
+    assert web.post("/", json=body, headers=bearer(person)).status_code == 200
+    response = web.post(
+        "/", json=chat_body(chat, ui_message("u-2", "user", "when does she land?")), headers=bearer(person)
+    )
+    assert response.status_code == 200
+    texts = [block["text"] for message in fake_anthropic.requests[-1]["messages"] for block in message["content"]]
+    assert [text.split("] ", 1)[-1] for text in texts] == [
+        "my sister lands on the 14th",
+        "Noted.",
+        "when does she land?",
+    ]
