@@ -9,6 +9,7 @@ CrossmemError
 │   └── BodyTooLarge
 ├── NotFound              no such conversation for this person (404)
 ├── AuthError             no valid credentials (401)
+├── AuthUnavailable       the sign-in provider's keys could not be fetched to check them
 ├── Forbidden             valid credentials of someone this deployment does not serve (403)
 ├── Conflict              the request does not fit the deployment's state (409)
 │   ├── LinkingNotNeeded
@@ -75,6 +76,11 @@ class NotFound(CrossmemError):
 
 class AuthError(CrossmemError):
     """Missing, expired or invalid credentials."""
+
+
+class AuthUnavailable(CrossmemError):
+    """Credentials that could not be checked: the project's JWKS unreachable (a failure of ours,
+    not the caller's: their token may well be valid)."""
 
 
 class Forbidden(CrossmemError):

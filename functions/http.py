@@ -18,6 +18,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from core.errors import (
     AuthError,
+    AuthUnavailable,
     BodyTooLarge,
     ConfigurationError,
     Conflict,
@@ -64,6 +65,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (Conflict, 409, "conflict"),
     (OverBudget, 429, "over_budget"),
     (StoreUnavailable, 503, "store_unavailable"),
+    (AuthUnavailable, 503, "auth_unavailable"),
     (ModelDeclined, 503, "model_unavailable"),  # a turn answers it (core/turn/turns.py): never here but by a bug
     (ModelUnavailable, 503, "model_unavailable"),
     (DeliveryFailed, 503, "delivery_failed"),

@@ -152,8 +152,8 @@ REFUSALS = {
     "415": "a body that is not `application/json` (`unsupported_media_type`)",
     "429": "past the person's budget (`over_budget`)",
     "500": "a failure of ours that asking again cannot mend (`media_unreadable`, `internal_error`)",
-    "503": "no database, model, surface's API or setting: ask again later (`store_unavailable`, "
-    "`model_unavailable`, `delivery_failed`, `not_configured`)",
+    "503": "no database, model, surface's API, sign-in keys or setting: ask again later (`store_unavailable`, "
+    "`model_unavailable`, `delivery_failed`, `auth_unavailable`, `not_configured`)",
 }
 UI_STREAM = {
     "text/event-stream": {

@@ -3,7 +3,8 @@
 HS256 with the project's JWT secret, or the project's asymmetric keys (ES256, RS256)
 from its JWKS, fetched on first use and kept by this instance. The audience must be
 `authenticated`, the token unexpired, and `sub` the person's id. PyJWT is imported here
-only; every failure becomes an `AuthError` that says why.
+only; every failure becomes an `AuthError` that says why, but for the JWKS unreachable
+(`AuthUnavailable`: the token may be valid).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from uuid import UUID
 
 import jwt
 
-from core.errors import AuthError, ConfigurationError
+from core.errors import AuthError, AuthUnavailable, ConfigurationError
 from core.identity.linking import mask_account
 
 ASYMMETRIC = ("ES256", "RS256")
@@ -90,6 +91,8 @@ class TokenVerifier:
             raise AuthError("the token is not for authenticated users") from None
         except jwt.InvalidSignatureError:
             raise AuthError("the token's signature is invalid") from None
+        except jwt.PyJWKClientConnectionError as exc:
+            raise AuthUnavailable(f"the project's signing keys could not be fetched: {exc}") from None
         except jwt.PyJWKClientError:
             raise AuthError("the token's signing key is unknown") from None
         except jwt.InvalidTokenError as exc:

@@ -31,6 +31,7 @@ EXPECTED: dict[type[CrossmemError], tuple[CrossmemError, int, str]] = {
     core.errors.UnsupportedBodyType: (core.errors.UnsupportedBodyType("JSON"), 415, "unsupported_media_type"),
     core.errors.NotFound: (core.errors.NotFound("none"), 404, "not_found"),
     core.errors.AuthError: (core.errors.AuthError("who"), 401, "unauthorized"),
+    core.errors.AuthUnavailable: (core.errors.AuthUnavailable("JWKS down"), 503, "auth_unavailable"),
     core.errors.Forbidden: (core.errors.Forbidden("not you"), 403, "forbidden"),
     core.errors.Conflict: (core.errors.Conflict("no"), 409, "conflict"),
     core.errors.LinkingNotNeeded: (core.errors.LinkingNotNeeded("owner"), 409, "linking_not_needed"),

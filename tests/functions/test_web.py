@@ -104,6 +104,21 @@ def test_an_es256_token_from_the_projects_jwks_is_accepted(
     assert client.get("/conversations", headers=forged).status_code == 401
 
 
+def test_a_jwks_that_cannot_be_reached_is_503_not_401(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """The project's keys unreachable is a failure of ours: a 401 would have the page renew a valid
+    token, then sign the person out."""
+    down = FakeJwks()
+    environment.setenv("SUPABASE_JWKS_URL", down.url)
+    client = app_client("web_chat")
+    headers = {"Authorization": "Bearer " + down.sign(claims(uuid.uuid4()))}
+    down.close()
+    response = client.get("/conversations", headers=headers)
+    assert (response.status_code, response.get_json()["error"]) == (503, "auth_unavailable")
+    assert response.get_json()["message"].startswith("the project's signing keys could not be fetched: ")
+
+
 @pytest.mark.parametrize(
     "case", ["expired", "wrong-audience", "tampered", "wrong-secret", "missing", "not-bearer", "no-sub", "alg-none"]
 )
