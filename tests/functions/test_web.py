@@ -17,7 +17,7 @@ from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
-from tests.helpers import JWT_SECRET, app_client, as_owner, bearer, claims, stored_count
+from tests.helpers import CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, claims, stored_count
 
 
 def test_a_telegram_message_reaches_the_web_exactly_once(
@@ -366,6 +366,26 @@ def test_cors_preflight_is_answered_without_the_database(web: FlaskClient, envir
     assert denied.status_code == 403 and "Access-Control-Allow-Origin" not in denied.headers
     assert denied.get_json() == {"error": "forbidden", "message": "this origin is not in CORS_ORIGINS"}
     assert runtime.store.cache_info().currsize == 0  # no database client was even built
+
+
+def test_a_page_on_another_origin_may_read_retry_after_and_allow(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """A cross-origin fetch reads only the headers the answer exposes: a retry's `Retry-After` (409
+    `still_answering`), a 405's `Allow`, the UI message stream's header."""
+    person = uuid.uuid4()
+    origin = {**bearer(person), "Origin": CORS_ORIGIN}
+    events = runtime.turns().stream(TurnRequest(Surface.WEB, "hi", "c-1", user_id=person, deadline_s=30))
+    next(events)  # the first attempt holds the message
+    try:
+        retry = web.post("/", json={"message": "hi", "client_message_id": "c-1"}, headers=origin)
+    finally:
+        events.close()
+    assert retry.status_code == 409 and "Retry-After" in retry.headers
+    exposed = "Retry-After, Allow, x-vercel-ai-ui-message-stream"
+    assert retry.headers["Access-Control-Expose-Headers"] == exposed
+    refused = web.put("/conversations", headers=origin)
+    assert refused.status_code == 405 and refused.headers["Access-Control-Expose-Headers"] == exposed
 
 
 def test_with_the_database_down_the_web_still_answers(web: FlaskClient, environment: pytest.MonkeyPatch) -> None:
