@@ -9,9 +9,9 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from core.media.kinds import MediaKind, MediaRef
 from core.models import Role, Surface
@@ -72,7 +72,7 @@ class NewConversation(BaseModel):
 
 class UITextPart(BaseModel):
     type: Literal["text"]
-    text: str = Field(max_length=200_000)
+    text: str  # as long as the body holds: a message past MAX_MESSAGE_CHARS is 413 message_too_long
 
 
 class UIFilePart(BaseModel):
@@ -88,10 +88,20 @@ class UIOtherPart(BaseModel):
     """Any other part (`step-start`, `reasoning`, `data-*`, `tool-*`): not words the model reads."""
 
     model_config = ConfigDict(extra="allow")
-    type: str = Field(max_length=200)
+    type: str = Field(max_length=200, json_schema_extra={"not": {"enum": ["text", "file"]}})
 
 
-UIPart = Annotated[UITextPart | UIFilePart | UIOtherPart, Field(union_mode="left_to_right")]
+def part_kind(part: Any) -> str:
+    """A part's model by its `type` alone: a text or file part that is not valid is refused with its
+    reason, never taken for a part without words (a paste past a limit read as an empty message)."""
+    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+    return kind if kind in ("text", "file") else "other"
+
+
+UIPart = Annotated[
+    Annotated[UITextPart, Tag("text")] | Annotated[UIFilePart, Tag("file")] | Annotated[UIOtherPart, Tag("other")],
+    Discriminator(part_kind),
+]
 
 
 class UIMessageMetadata(BaseModel):

@@ -166,6 +166,8 @@ def test_a_file_part_is_the_messages_attachment(
         ({"id": "CHAT", "messages": [ui_message("a", "assistant", "hi")]}, 400, "bad_request", "role user"),
         ({"id": "CHAT", "messages": [ui_message("u", "user", "")]}, 400, "empty_message", ""),
         ({"id": "CHAT", "messages": [ui_message("u", "user", "x" * 20_000)]}, 413, "message_too_long", ""),
+        # Past a text part's old limit, once read as a part without words: 400 empty_message.
+        ({"id": "CHAT", "messages": [ui_message("u", "user", "x" * 250_000)]}, 413, "message_too_long", ""),
         (
             {"id": "CHAT", "messages": [ui_message(f"h{i}", "user", "y" * 5_000) for i in range(40)]},
             413,
@@ -202,6 +204,24 @@ def test_a_file_part_is_the_messages_attachment(
             "bad_request",
             "invalid file part",
         ),
+        (  # once read as a part without words, and the message answered without its photo
+            {
+                "id": "CHAT",
+                "messages": [
+                    {
+                        "id": "u",
+                        "role": "user",
+                        "parts": [
+                            {"type": "file", "mediaType": "image/png" + " " * 100, "url": "data:image/png;base64,AAAA"},
+                            {"type": "text", "text": "what is this?"},
+                        ],
+                    }
+                ],
+            },
+            400,
+            "bad_request",
+            "invalid body at messages.0.parts.0.file.mediaType: String should have at most 100 characters",
+        ),
         ({"id": str(uuid.uuid4()), "messages": [ui_message("u", "user", "hi")]}, 404, "not_found", ""),
     ],
     ids=[
@@ -210,9 +230,11 @@ def test_a_file_part_is_the_messages_attachment(
         "last-not-user",
         "empty",
         "too-long",
+        "longer-than-a-text-part-was",
         "history",
         "remote-file",
         "video",
+        "long-media-type",
         "unknown-chat",
     ],
 )
