@@ -46,10 +46,8 @@ def memory_digest(request: flask.Request) -> flask.Response:
     # Then the follow-ups due: said on time matters more than the notes (whose run may be long).
     follow_ups = runtime.follow_up_delivery().run(config.digest_time_budget / 4)
     run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
-    purged: int | None = 0
-    if config.message_retention_days:
-        age = timedelta(days=config.message_retention_days)
-        purged = housekeeping("purge", lambda: runtime.retention().purge(age).deleted)
+    age = timedelta(days=config.message_retention_days)
+    purged = housekeeping("purge", lambda: runtime.retention().purge(age).deleted) if age else 0
     usage_expired = housekeeping("expire_usage", runtime.retention().expire_usage)
     done = {
         "owed_answered": owed_answered,

@@ -68,8 +68,7 @@ def web_chat(request: flask.Request) -> flask.Response:
 
 
 def cors_headers(request: flask.Request) -> dict[str, str]:
-    origin = request.headers.get("Origin")
-    allowed = runtime.settings().cors_origins
+    origin, allowed = request.headers.get("Origin"), runtime.settings().cors_origins
     if not origin or not ("*" in allowed or origin in allowed):
         return {}
     return {
