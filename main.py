@@ -32,7 +32,7 @@ def sms_webhook(request: flask.Request) -> flask.Response:
     from core.surfaces.adapter import Surface
     from functions.twilio import twilio_function
 
-    return twilio_function(Surface.SMS, sms.SmsForm.from_form, sms.classify)(request)
+    return twilio_function(Surface.SMS, sms.SmsForm.from_form, sms.classify, sms.SMS_LIMIT)(request)
 
 
 @functions_framework.http

@@ -443,7 +443,9 @@ def sms_sender() -> WhatsAppSender:
     config = settings()
     assert config.twilio_account_sid and config.twilio_auth_token is not None and config.twilio_sms_from
     token = config.twilio_auth_token.get_secret_value()
-    return WhatsAppSender(config.twilio_account_sid, token, config.twilio_sms_from, config.twilio_api_base)
+    return WhatsAppSender(
+        config.twilio_account_sid, token, config.twilio_sms_from, sms_surface.SMS_LIMIT, config.twilio_api_base
+    )
 
 
 def sms_channel(to: str) -> ReplyChannel:
@@ -484,6 +486,7 @@ def whatsapp_sender() -> WhatsAppSender | None:
         config.twilio_account_sid,
         config.twilio_auth_token.get_secret_value(),
         config.twilio_whatsapp_from or "",
+        whatsapp_surface.WHATSAPP_LIMIT,
         config.twilio_api_base,
     )
 

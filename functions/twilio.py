@@ -29,10 +29,11 @@ def twilio_webhook(
     surface: Surface,
     parse: Callable[[Mapping[str, str]], Form],
     classify: Callable[[Form, bool], TwilioAction],
+    limit: int,
     typing: Callable[[str], None] | None = None,
 ) -> flask.Response:
-    """Twilio's form, verified, then answered in TwiML by the surface's core (`parse`, `classify`:
-    core/surfaces/twilio_inbound.py's `TwilioInbound`)."""
+    """Twilio's form, verified, then answered in TwiML by the surface's core (`parse`, `classify`,
+    `limit`: core/surfaces/twilio_inbound.py's `TwilioInbound`)."""
     config = runtime.settings()
     if config.twilio_auth_token is None or not config.public_base_url:
         raise ConfigurationError("set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL")
@@ -55,13 +56,16 @@ def twilio_webhook(
         raise Forbidden("invalid Twilio signature")
     answering = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
     deadline_s = runtime.surfaces()[surface].deadline_s
-    inbound = TwilioInbound(surface, parse, classify, *answering, deadline_s, typing)
+    inbound = TwilioInbound(surface, parse, classify, limit, *answering, deadline_s, typing)
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 
 def twilio_function(
-    surface: Surface, parse: Callable[[Mapping[str, str]], Form], classify: Callable[[Form, bool], TwilioAction]
+    surface: Surface,
+    parse: Callable[[Mapping[str, str]], Form],
+    classify: Callable[[Form, bool], TwilioAction],
+    limit: int,
 ) -> Callable[[flask.Request], flask.Response]:
     """The function of a Twilio surface that has nothing of its own at the edge (main.py's
-    `sms_webhook`): `twilio_webhook` with its form, served as every function is."""
-    return serving(functools.partial(twilio_webhook, surface=surface, parse=parse, classify=classify))
+    `sms_webhook`): `twilio_webhook` with its form and its messages' limit, served as every function is."""
+    return serving(functools.partial(twilio_webhook, surface=surface, parse=parse, classify=classify, limit=limit))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import flask
 
 from core.models import Surface
-from core.surfaces.whatsapp import WhatsAppForm, classify
+from core.surfaces.whatsapp import WHATSAPP_LIMIT, WhatsAppForm, classify
 from functions import runtime
 from functions.http import serving
 from functions.twilio import twilio_webhook
@@ -20,4 +20,4 @@ from functions.twilio import twilio_webhook
 def whatsapp_webhook(request: flask.Request) -> flask.Response:
     sender = runtime.whatsapp_sender() if runtime.settings().whatsapp_typing_indicator else None
     typing = sender.show_typing if sender is not None else None
-    return twilio_webhook(request, Surface.WHATSAPP, WhatsAppForm.from_form, classify, typing)
+    return twilio_webhook(request, Surface.WHATSAPP, WhatsAppForm.from_form, classify, WHATSAPP_LIMIT, typing)

@@ -2,6 +2,11 @@
 (SMS's too: Twilio signs, reads and sends both the same way). The inbound form is read in
 core/surfaces/whatsapp.py, without the SDK.
 
+Each message is at most the surface's limit (core/surfaces/whatsapp.py's WHATSAPP_LIMIT,
+core/surfaces/sms.py's SMS_LIMIT), counted as Twilio counts a body (`twilio_length`): in UTF-16
+code units, so an emoji, outside the 16 bits, is two. Twilio refuses a longer body (its error
+21617), and that message would never reach the person.
+
 The twilio SDK is imported here only. Signatures: Twilio signs the URL it called plus
 the sorted form fields, with HMAC-SHA1 and the account's auth token, or, when the
 request carries `X-Twilio-Webhooks-Signature-Settings: ...,algorithm=HMAC_SHA256`, with
@@ -31,7 +36,6 @@ from core.errors import ConfigurationError, DeliveryFailed
 from core.models import Delivery, SaidFirst, Sent
 
 log = logging.getLogger("crossmem.whatsapp")
-WHATSAPP_LIMIT = 1600
 # A template's body is at most 1,024 characters (Meta's limit, its own text and {{1}} together):
 # a part past this goes in pieces of it, leaving the template's own text 24.
 WHATSAPP_TEMPLATE_LIMIT = 1000
@@ -92,46 +96,57 @@ _LINE_BREAKS = str.maketrans({"\x0b": "\n", "\x0c": "\n"})
 TWIML_MESSAGES = 10  # the most Twilio sends in answer to one message (its error 14109)
 
 
-def twiml(text: str | None, first: Sequence[SaidFirst] = ()) -> str:
-    """A TwiML answer: the text in messages of at most 1600 characters, or no message; `first`
-    (follow-ups held outside the 24-hour window, each from its first part not sent) before it,
-    packed into as few messages as they fit (`carried_first`: the ones there is room for)."""
+def twilio_length(text: str) -> int:
+    """A body's length as Twilio counts it against its limit: UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def twiml(text: str | None, limit: int, first: Sequence[SaidFirst] = ()) -> str:
+    """A TwiML answer: the text in messages of at most `limit` (`twilio_length`), or no message;
+    `first` (follow-ups held outside the 24-hour window, each from its first part not sent) before
+    it, packed into as few messages as they fit (`carried_first`: the ones there is room for)."""
     response = MessagingResponse()
-    for part in [*packed(_pieces(first), WHATSAPP_LIMIT), *_reply_parts(text)]:
+    for part in [*packed(_pieces(first, limit), limit, twilio_length), *_reply_parts(text, limit)]:
         if readable := _NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)).strip():  # no empty message
             response.message(readable)
     return str(response)
 
 
-def carried_first(text: str | None, first: Sequence[SaidFirst]) -> list[SaidFirst]:
+def carried_first(text: str | None, first: Sequence[SaidFirst], limit: int) -> list[SaidFirst]:
     """The follow-ups said first that one TwiML answer with `text` has room for, in order: Twilio
     sends at most 10 messages in answer to one, the reply's whole among them."""
-    room = TWIML_MESSAGES - len(_reply_parts(text))
+    room = TWIML_MESSAGES - len(_reply_parts(text, limit))
     carried: list[SaidFirst] = []
     for said in first:
-        if len(packed(_pieces([*carried, said]), WHATSAPP_LIMIT)) > room:
+        if len(packed(_pieces([*carried, said], limit), limit, twilio_length)) > room:
             break
         carried.append(said)
     return carried
 
 
-def _reply_parts(text: str | None) -> list[str]:
+def twilio_parts(text: str, limit: int, *, at_paragraphs: bool = True) -> list[str]:
+    """`text` in messages of at most `limit` as Twilio counts them (core/channels/splitting.py)."""
+    return split_message(text, limit, at_paragraphs=at_paragraphs, length=twilio_length)
+
+
+def _reply_parts(text: str | None, limit: int) -> list[str]:
     """A reply's messages in a TwiML answer: cut at paragraphs, or, when that fills what one answer
     holds (paragraphs of 900 characters take a message each), at sentence ends if that takes fewer."""
-    parts = split_message(text or "", WHATSAPP_LIMIT)
+    parts = twilio_parts(text or "", limit)
     if len(parts) < TWIML_MESSAGES:
         return parts
-    return min(parts, split_message(text or "", WHATSAPP_LIMIT, at_paragraphs=False), key=len)
+    return min(parts, twilio_parts(text or "", limit, at_paragraphs=False), key=len)
 
 
-def _pieces(first: Sequence[SaidFirst]) -> list[str]:
-    return [piece for said in first for piece in split_message(said.content, WHATSAPP_LIMIT)[said.from_part :]]
+def _pieces(first: Sequence[SaidFirst], limit: int) -> list[str]:
+    return [piece for said in first for piece in twilio_parts(said.content, limit)[said.from_part :]]
 
 
 class WhatsAppSender:
-    """Twilio's Messages API: what the agent says outside a webhook's answer (an owed reply).
-    Free-form messages reach a person only inside WhatsApp's 24-hour window after their last
-    message; an owed reply is minutes old, well inside it. The REST client (`twilio.rest`, a
+    """Twilio's Messages API from one sender (a WhatsApp or an SMS number): what the agent says
+    outside a webhook's answer (an owed reply, a follow-up), in messages of at most `limit` (its
+    surface's). Free-form messages reach a person only inside WhatsApp's 24-hour window after their
+    last message; an owed reply is minutes old, well inside it. The REST client (`twilio.rest`, a
     heavier import than the validator) is built on the first send."""
 
     def __init__(
@@ -139,6 +154,7 @@ class WhatsAppSender:
         account_sid: str,
         auth_token: str,
         sender: str,
+        limit: int,
         api_base: str | None = None,
         timeout_s: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -147,6 +163,7 @@ class WhatsAppSender:
         self._account_sid = account_sid
         self._auth_token = auth_token
         self._sender = sender
+        self._limit = limit
         self._api_base = api_base
         self._timeout_s = timeout_s
         self._client: Any = None
@@ -164,10 +181,10 @@ class WhatsAppSender:
         and never again). With `content_sid`, each part as approved templates (Twilio's Content
         API: `ContentSid`, `ContentVariables`, a piece of the part its one variable): what reaches
         a person outside the 24-hour window."""
-        parts = split_message(text, WHATSAPP_LIMIT)
+        parts = twilio_parts(text, self._limit)
         longest_try = TRIES_OF_THE_TIMEOUT * self._timeout_s
         for index in range(first_part, len(parts)):
-            pieces = [parts[index]] if content_sid is None else split_message(parts[index], WHATSAPP_TEMPLATE_LIMIT)
+            pieces = [parts[index]] if content_sid is None else twilio_parts(parts[index], WHATSAPP_TEMPLATE_LIMIT)
             for piece in pieces:
                 message = {"body": piece}
                 if content_sid is not None:

@@ -8,11 +8,12 @@ Telegram chat or a WhatsApp sender is, and then the six digits that answer sent 
 (`link ABC234XYZ 123456`: a caller ID can be forged, SECURITY.md); under `owner` it is the owner
 only when OWNER_SMS_NUMBERS lists it.
 
-How long a reply may be: Twilio takes a message body of at most 1,600 characters, and carriers
-carry it as concatenated segments (153 GSM-7 characters each, or 67 when any character is outside
-GSM-7: an emoji, most accented capitals); the phone shows one message. A longer reply is split
-into messages of at most 1,600 characters at paragraph, line or sentence ends
-(core/channels/splitting.py), each sent in order; Twilio bills each segment.
+How long a reply may be (`SMS_LIMIT`): Twilio takes a message body of at most 1,600 characters
+counted in UTF-16 code units, so an emoji counts two, and refuses a longer one (its error 21617);
+carriers carry it as concatenated segments (153 GSM-7 characters each, or 67 when any character is
+outside GSM-7: an emoji, most accented capitals); the phone shows one message. A longer reply,
+owed reply or follow-up is split into messages of at most 1,600 such units at paragraph, line or
+sentence ends (core/channels/splitting.py), each sent in order; Twilio bills each segment.
 
 Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
 Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
@@ -39,7 +40,7 @@ from core.surfaces.commands import ChatCommand, chat_command
 from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, TwilioMessageForm
 from core.surfaces.whatsapp import normalise_phone
 
-SMS_LIMIT = 1600  # characters in one Twilio message body
+SMS_LIMIT = 1600  # UTF-16 code units in one Twilio message body
 # Twilio's default opt-out, opt-in and help keywords: a body that is exactly one of them, in any
 # case, with spaces around it ("stop please" is a message). With Advanced Opt-Out, `OptOutType`
 # names the kind as well. Letters and spaces as ASCII has them: Python's upper() makes "ſtop"

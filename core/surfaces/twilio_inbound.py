@@ -46,12 +46,14 @@ TwilioAction = Converse | Notice | ChatCommand
 @dataclass(frozen=True)
 class TwilioInbound(Generic[Form]):
     """One Twilio surface's inbound messages. `parse`: the form as the surface reads it (InputError
-    when it cannot); `classify`: what it asks for; `typing`: shows the person a message is being
-    answered (by its Sid), where the surface has that."""
+    when it cannot); `classify`: what it asks for; `limit`: the longest message it takes (its
+    module's WHATSAPP_LIMIT, SMS_LIMIT); `typing`: shows the person a message is being answered (by
+    its Sid), where the surface has that."""
 
     surface: Surface
     parse: Callable[[Mapping[str, str]], Form]
     classify: Callable[[Form, bool], TwilioAction]
+    limit: int
     turns: Turns
     commands: Commands
     catalogue: Catalogue
@@ -64,11 +66,11 @@ class TwilioInbound(Generic[Form]):
         form = self.parse(fields)
         action = self.classify(form, True)
         if isinstance(action, Notice):
-            return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None)
+            return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit)
         if not isinstance(action, Converse):
             answered = self.commands.answer(action, None, form.body)
             if not answered.for_the_thread:
-                return twiml(answered.text)
+                return twiml(answered.text, self.limit)
             action = self.classify(form, False)  # a code alone that no code has: what they wrote
             assert isinstance(action, Converse)
         phrases = self.catalogue.phrases(self.catalogue.choose(None, form.body))
@@ -87,19 +89,19 @@ class TwilioInbound(Generic[Form]):
             self.typing(action.message_sid)
         try:
             result = self.turns.run(turn)
-            carried = carried_first(result.reply, result.follow_ups_first)
+            carried = carried_first(result.reply, result.follow_ups_first, self.limit)
             # The first answer to the message leaves to the job what it has no room for; one repeated
             # (Twilio's redelivery) was answered by whoever answered it first, which said them.
             if (left := result.follow_ups_first[len(carried) :]) and result.outcome is not Outcome.REDELIVERED:
                 assert result.user_id is not None and result.message_id is not None  # they were taken by it
                 self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
-            return twiml(result.reply, carried)
+            return twiml(result.reply, self.limit, carried)
         except OverBudget as exc:
-            return twiml(over_budget(phrases, exc))
+            return twiml(over_budget(phrases, exc), self.limit)
         except StillAnswering:
-            return twiml(None)  # the first attempt, or the scheduled job once it cannot, answers
+            return twiml(None, self.limit)  # the first attempt, or the scheduled job once it cannot, answers
         except InputError as exc:
-            return twiml(input_refused(phrases, exc))
+            return twiml(input_refused(phrases, exc), self.limit)
 
     def _noticed_in(self, form: Form) -> Phrases:
         """A notice's phrases (an empty message, a file we cannot read): the person's remembered

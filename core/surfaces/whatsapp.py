@@ -24,6 +24,9 @@ from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, Twilio
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
 BSUID = re.compile(r"^[A-Z]{2}(?:\.ENT)?\.[A-Za-z0-9]{1,128}$")
 WHATSAPP_WINDOW = timedelta(hours=24)
+# The longest message body Twilio takes (its error 21617), counted in UTF-16 code units (an emoji
+# is two): a longer reply or follow-up goes in several (core/channels/whatsapp.py).
+WHATSAPP_LIMIT = 1600
 LOCATION = "whatsapp.location"  # a phrase id: core/phrases/*.toml
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from core.errors import ConfigurationError, DeliveryFailed, MediaUnreadable, ModelUnavailable
 from core.stores.embedded import MIGRATIONS
 from core.surfaces.telegram import WEBHOOK_UPDATES
+from core.surfaces.whatsapp import WHATSAPP_LIMIT
 from functions import runtime
 from functions.settings import Settings
 from functions.tools.check_results import Check, fail, guarded, ok, skip
@@ -180,7 +181,9 @@ def check_twilio(config: Settings, expected: str | None) -> Check:
 
     token = config.twilio_auth_token.get_secret_value()
     sender = config.twilio_whatsapp_from
-    twilio = WhatsAppSender(config.twilio_account_sid, token, sender, config.twilio_api_base, PROBE_TIMEOUT_S)
+    twilio = WhatsAppSender(
+        config.twilio_account_sid, token, sender, WHATSAPP_LIMIT, config.twilio_api_base, PROBE_TIMEOUT_S
+    )
     try:
         sms_url = twilio.inbound_url(number)
     except ConfigurationError as exc:

@@ -26,8 +26,8 @@ from werkzeug.serving import make_server
 
 from core.channels.splitting import split_message
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
-from core.channels.whatsapp import WHATSAPP_LIMIT
 from core.models import Surface
+from core.surfaces.whatsapp import WHATSAPP_LIMIT
 from core.turn.request import TurnRequest, TurnSettings
 from core.turn.turns import Turns
 from functions import runtime

@@ -20,13 +20,13 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.channels.splitting import split_message
 from core.channels.telegram_bot import TELEGRAM_LIMIT
-from core.channels.whatsapp import WHATSAPP_LIMIT, WHATSAPP_TEMPLATE_LIMIT
+from core.channels.whatsapp import WHATSAPP_TEMPLATE_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.twilio_form import Converse
-from core.surfaces.whatsapp import WhatsAppForm, classify
+from core.surfaces.whatsapp import WHATSAPP_LIMIT, WhatsAppForm, classify
 from functions import runtime
 from functions.digest import memory_digest
 from functions.tools.deploy import read_description

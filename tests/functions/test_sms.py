@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from core.surfaces import sms as sms_surface
 from functions import runtime
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
@@ -121,6 +122,53 @@ def test_a_long_reply_goes_in_messages_of_at_most_1600_characters(
     said = send(sms("Plan my week", number()))
     assert [len(part) for part in said] == [len(paragraph.strip())] * 2
     assert all(len(part) <= 1600 for part in said)
+
+
+CHEERS = "Well done \U0001f389."  # 12 characters, 13 as Twilio counts them: the emoji is two
+
+
+def cheers(times: int) -> str:
+    return " ".join([CHEERS] * times)
+
+
+def test_a_reply_with_emoji_is_cut_at_1600_as_twilio_counts_them(
+    sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Twilio refuses a body past 1,600 UTF-16 code units (its error 21617): 120 cheers are 1,559
+    characters and 1,679 such units, so the first message holds 114 of them (a review's finding: cut
+    at 1,600 characters, the reply was one message Twilio refused)."""
+    fake_anthropic.answer = lambda body: f"{cheers(120)}\n\nSee you tomorrow."
+    said = send(sms("I finished the marathon!", number()))
+    assert said == [cheers(114), f"{cheers(6)}\n\nSee you tomorrow."]
+    assert len(said[0].encode("utf-16-le")) // 2 == 1595
+
+
+def test_sms_messages_are_cut_at_sms_limit(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """The SMS surface's own limit (core/surfaces/sms.py), in TwiML and through the Messages API."""
+    environment.setattr(sms_surface, "SMS_LIMIT", 30)
+    sender = number()
+    fake_anthropic.answer = lambda body: "One sentence here. Another sentence here."
+    assert send(sms("Hello", sender)) == ["One sentence here.", "Another sentence here."]
+    fake_anthropic.behaviour = "500"
+    send(sms("And now?", sender))  # the fallback now; the message is owed
+    fake_anthropic.behaviour = "ok"
+    assert run_the_job()["owed_answered"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == ["One sentence here.", "Another sentence here."]
+
+
+def test_an_owed_reply_with_emoji_goes_in_bodies_twilio_takes(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Through the Messages API (owed replies, follow-ups) as in TwiML: SMS_LIMIT, as Twilio counts."""
+    sender = number()
+    fake_anthropic.behaviour = "500"
+    send(sms("How did I do?", sender))  # the fallback now; the message is owed
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: cheers(120)
+    assert run_the_job()["owed_answered"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == [cheers(114), cheers(6)]
 
 
 @pytest.mark.parametrize(

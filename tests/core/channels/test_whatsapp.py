@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from core.channels.splitting import packed, split_message
-from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppSender, twiml
+from core.channels.whatsapp import WhatsAppSender, twilio_length, twiml
 from core.models import Delivery, SaidFirst, Sent
+from core.surfaces.whatsapp import WHATSAPP_LIMIT
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import TWILIO_TOKEN, messages_of
 
@@ -27,7 +28,12 @@ def fake_twilio() -> Iterator[FakeTwilio]:
 
 def sender(fake_twilio: FakeTwilio, waited: list[float]) -> WhatsAppSender:
     return WhatsAppSender(
-        ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", api_base=fake_twilio.url, sleep=waited.append
+        ACCOUNT_SID,
+        TWILIO_TOKEN,
+        "whatsapp:+15550001111",
+        WHATSAPP_LIMIT,
+        api_base=fake_twilio.url,
+        sleep=waited.append,
     )
 
 
@@ -93,13 +99,35 @@ def test_texts_are_packed_in_order_into_as_few_messages_as_fit_whole() -> None:
     assert packed([], 24) == []
 
 
+def test_twilio_bodies_are_measured_in_utf16_code_units() -> None:
+    """Twilio counts a body's length in UTF-16 code units (an emoji is two) and refuses one past its
+    limit (error 21617): cut and packed so, never at a code point count."""
+    cheer = "Yes \U0001f389."  # 6 characters, 7 units
+    assert twilio_length(cheer) == 7
+    assert split_message(f"{cheer} {cheer}", 14, length=twilio_length) == [cheer, cheer]
+    assert split_message(f"{cheer} {cheer}", 14) == [f"{cheer} {cheer}"]  # 13 characters
+    assert split_message("\U0001f389" * 5, 7, length=twilio_length) == ["\U0001f389" * 3, "\U0001f389" * 2]
+    assert packed([cheer, cheer], 15, twilio_length) == [cheer, cheer]  # 16 units with the blank line
+    assert packed([cheer, cheer], 15) == [f"{cheer}\n\n{cheer}"]
+
+
+def test_a_whatsapp_message_with_emoji_is_sent_in_bodies_twilio_takes(fake_twilio: FakeTwilio) -> None:
+    """A reply of 1,559 characters, 1,679 UTF-16 code units, in two messages Twilio takes."""
+    reply = " ".join(["Well done \U0001f389."] * 120)
+    assert sender(fake_twilio, []).send_parts("whatsapp:+34600000006", reply).delivery is Delivery.DELIVERED
+    bodies = [message["Body"] for message in fake_twilio.messages]
+    assert [len(body) for body in bodies] == [1481, 77]
+    assert [twilio_length(body) for body in bodies] == [1595, 83]
+    assert messages_of(twiml(reply, WHATSAPP_LIMIT)) == bodies
+
+
 def test_a_twiml_answer_packs_the_follow_ups_said_first_and_never_the_reply_with_them() -> None:
     first = [SaidFirst(1, "Stretch now."), SaidFirst(2, "Drink some water.")]
-    assert messages_of(twiml("Hi!", first)) == ["Stretch now.\n\nDrink some water.", "Hi!"]
+    assert messages_of(twiml("Hi!", WHATSAPP_LIMIT, first)) == ["Stretch now.\n\nDrink some water.", "Hi!"]
 
 
 def test_a_twiml_answer_has_no_message_left_empty_by_the_characters_xml_forbids() -> None:
-    assert messages_of(twiml("\x01\x02", [SaidFirst(1, "Stretch\x00 now.")])) == ["Stretch now."]
+    assert messages_of(twiml("\x01\x02", WHATSAPP_LIMIT, [SaidFirst(1, "Stretch\x00 now.")])) == ["Stretch now."]
 
 
 def test_a_reply_of_many_paragraphs_is_cut_at_sentences_to_fit_one_twiml_answer() -> None:
@@ -107,7 +135,7 @@ def test_a_reply_of_many_paragraphs_is_cut_at_sentences_to_fit_one_twiml_answer(
     answer past 10 (a review's finding): cut at sentence ends instead, every word kept, in order."""
     reply = "\n\n".join(f"Point {n}. " + "All good here. " * 60 for n in range(1, 12))
     assert len(split_message(reply, WHATSAPP_LIMIT)) == 11
-    said = messages_of(twiml(reply))
+    said = messages_of(twiml(reply, WHATSAPP_LIMIT))
     assert len(said) == 7 and all(len(part) <= WHATSAPP_LIMIT for part in said)
     assert " ".join(said).split() == reply.split()
 
@@ -119,4 +147,4 @@ def test_a_reply_that_fits_ten_messages_at_paragraphs_is_not_cut_into_more_at_se
     reply = "\n\n".join([opening, listing] * 5)
     assert len(split_message(reply, WHATSAPP_LIMIT)) == 10
     assert len(split_message(reply, WHATSAPP_LIMIT, at_paragraphs=False)) == 11
-    assert messages_of(twiml(reply)) == split_message(reply, WHATSAPP_LIMIT)
+    assert messages_of(twiml(reply, WHATSAPP_LIMIT)) == split_message(reply, WHATSAPP_LIMIT)

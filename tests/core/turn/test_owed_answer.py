@@ -14,7 +14,7 @@ import pytest
 
 from core.channels.media_fetch import InlineMedia
 from core.channels.splitting import split_message
-from core.channels.whatsapp import WHATSAPP_LIMIT, WhatsAppChannel, WhatsAppSender
+from core.channels.whatsapp import WhatsAppChannel, WhatsAppSender
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import MediaKind, MediaRef
@@ -24,6 +24,7 @@ from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Sent, Surface
 from core.stores.postgres_store import PostgresStore
+from core.surfaces.whatsapp import WHATSAPP_LIMIT
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
 from core.turn.request import Outcome, TurnRequest, TurnSettings
@@ -330,7 +331,9 @@ def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
         assert [said.from_part for said in start.delivered_first] == [0, 0] and start.message_id is not None
         execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
         turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
-        sender = WhatsAppSender(ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", api_base=twilio.url, sleep=print)
+        sender = WhatsAppSender(
+            ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", WHATSAPP_LIMIT, api_base=twilio.url, sleep=print
+        )
         channel = WhatsAppChannel(sender, f"whatsapp:{number}")
         job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: channel}, {Surface.WHATSAPP: 12.0}, 600, 3)
         twilio.fail_after(taken, 503, 20500)
