@@ -9,11 +9,11 @@ deployed functions reference exists); each function (`gcloud functions describe`
 ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
 or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
 telegram_webhook's, no failing deliveries, every update kind the webhook acts on asked for);
-Twilio (the IncomingPhoneNumbers resource: the sender's SmsUrl, "A message comes in", is
-PUBLIC_BASE_URL); Anthropic (`GET /v1/models/{id}`: the turn's and the digest's models are
-available to the key); Deepgram (`GET /v1/auth/token`,
-its own test of a key: the voice notes' key is accepted); Cloud Scheduler (`gcloud scheduler
-jobs describe`: the job exists, is enabled, and its last run succeeded).
+Twilio (the IncomingPhoneNumbers resource: the SmsUrl, "A message comes in", of the WhatsApp
+sender and of the SMS number is whatsapp_webhook's and sms_webhook's PUBLIC_BASE_URL);
+Anthropic (`GET /v1/models/{id}`: the turn's and the digest's models are available to the key);
+Deepgram (`GET /v1/auth/token`, its own test of a key: the voice notes' key is accepted); Cloud
+Scheduler (`gcloud scheduler jobs describe`: the job exists, is enabled, and its last run succeeded).
 
 It reads the deploying shell's settings (the environment, then `.env`), as `crossmem deploy`
 does: GCP_PROJECT and GCP_REGION, and the keys it checks with. A check whose setting is not
@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -170,17 +170,34 @@ def check_telegram(config: Settings, ours: list[str], region: str | None) -> Che
     return ok(name, f"Telegram calls {url}; {pending} update(s) waiting{earlier}{unchecked}")
 
 
-def check_twilio(config: Settings, expected: str | None) -> Check:
-    """`expected`: the URL signatures are checked against (PUBLIC_BASE_URL, else whatsapp_webhook's
-    own; None when neither is known)."""
-    name = "twilio inbound url"
-    if not (config.twilio_account_sid and config.twilio_auth_token and config.twilio_whatsapp_from):
-        return skip(name, "set TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_WHATSAPP_FROM here to ask Twilio")
-    number = config.twilio_whatsapp_from.removeprefix("whatsapp:")
+@dataclass(frozen=True)
+class TwilioWebhook:
+    """A Twilio function as the doctor checks it: the setting naming its number, and the deploying
+    shell's variable that gives it another URL than its own (serverless.yml's PUBLIC_BASE_URL)."""
+
+    check: str
+    function: str
+    number_setting: str
+    url_variable: str
+
+
+TWILIO_WEBHOOKS = (
+    TwilioWebhook("twilio inbound url", "whatsapp_webhook", "TWILIO_WHATSAPP_FROM", "WHATSAPP_PUBLIC_BASE_URL"),
+    TwilioWebhook("twilio sms inbound url", "sms_webhook", "TWILIO_SMS_FROM", "SMS_PUBLIC_BASE_URL"),
+)
+
+
+def check_twilio(config: Settings, webhook: TwilioWebhook, expected: str | None) -> Check:
+    """`expected`: the URL the function checks signatures against (the shell's `url_variable`,
+    else the function's own; None when neither is known)."""
+    name, function, variable = webhook.check, webhook.function, webhook.url_variable
+    sender = getattr(config, webhook.number_setting.lower())
+    if not (config.twilio_account_sid and config.twilio_auth_token and sender):
+        return skip(name, f"set TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and {webhook.number_setting} here to ask Twilio")
+    number = sender.removeprefix("whatsapp:")
     from core.channels.whatsapp import WhatsAppSender
 
     token = config.twilio_auth_token.get_secret_value()
-    sender = config.twilio_whatsapp_from
     twilio = WhatsAppSender(
         config.twilio_account_sid, token, sender, WHATSAPP_LIMIT, config.twilio_api_base, PROBE_TIMEOUT_S
     )
@@ -190,7 +207,7 @@ def check_twilio(config: Settings, expected: str | None) -> Check:
         return fail(name, f"Twilio refused: {exc}", f"check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN ({WEBHOOKS})")
     except DeliveryFailed as exc:
         return fail(name, f"Twilio did not answer: {exc}", f"try again; check the network ({DOCTOR})")
-    compare = f"is {expected}" if expected else "is whatsapp_webhook's URL"
+    compare = f"is {expected}" if expected else f"is {function}'s URL"
     if sms_url is None:
         return skip(
             name,
@@ -200,18 +217,18 @@ def check_twilio(config: Settings, expected: str | None) -> Check:
     if expected is None:
         return skip(
             name,
-            f"Twilio posts {number}'s messages to {sms_url or '(nothing)'}; set PUBLIC_BASE_URL (or let gcloud be "
-            "asked) to compare it with the URL the function checks signatures against",
+            f"Twilio posts {number}'s messages to {sms_url or '(nothing)'}; set {variable} (or let gcloud be "
+            f"asked) to compare it with the URL {function} checks signatures against",
         )
     if sms_url != expected:
         return fail(
             name,
-            f"Twilio posts {number}'s messages to {sms_url or '(nothing)'}, not PUBLIC_BASE_URL {expected}; "
-            "every signature is checked against PUBLIC_BASE_URL, so each message is refused 403",
+            f"Twilio posts {number}'s messages to {sms_url or '(nothing)'}, not {function}'s PUBLIC_BASE_URL "
+            f"{expected}; every signature is checked against it, so each message is refused 403",
             f"set the number's 'A message comes in' to {expected}, method POST (Twilio console), "
-            f"or PUBLIC_BASE_URL to the URL Twilio calls, then `make deploy` ({WEBHOOKS})",
+            f"or {variable} to the URL Twilio calls, then `make deploy` ({WEBHOOKS})",
         )
-    return ok(name, f"Twilio posts {number}'s messages to {sms_url}, which is PUBLIC_BASE_URL")
+    return ok(name, f"Twilio posts {number}'s messages to {sms_url}, which is {function}'s PUBLIC_BASE_URL")
 
 
 # The model and speech to text: no project needed.
@@ -276,7 +293,7 @@ def check_deepgram(config: Settings) -> Check:
 # All of them.
 
 
-def run_checks(config: Settings, cloud: Cloud) -> list[Check]:
+def run_checks(config: Settings, cloud: Cloud, shell: Mapping[str, str]) -> list[Check]:
     """Every check, in the order they print: database, secrets, functions, webhooks, models,
     speech, schedule. Those that need gcloud are skipped, with the reason, when it cannot be asked."""
     target = cloud.target
@@ -288,7 +305,9 @@ def run_checks(config: Settings, cloud: Cloud) -> list[Check]:
     def through_gcloud(name: str, check: Callable[..., Check], *args: Any) -> Check:
         return skip(name, cloud.not_asked) if cloud.not_asked else guarded(name, check, *args)
 
-    whatsapp = cloud.url_of("whatsapp_webhook", deployed)
+    def own_url(function: str) -> str | None:
+        return next(iter(cloud.url_of(function, deployed)), None)
+
     checks = [
         guarded("database", check_database, config),
         through_gcloud("secrets", check_secrets, list(deployed.values()), target),
@@ -305,7 +324,10 @@ def run_checks(config: Settings, cloud: Cloud) -> list[Check]:
             cloud.url_of("telegram_webhook", deployed),
             target.region if target else None,
         ),
-        guarded("twilio inbound url", check_twilio, config, config.public_base_url or next(iter(whatsapp), None)),
+        *(
+            guarded(hook.check, check_twilio, config, hook, shell.get(hook.url_variable) or own_url(hook.function))
+            for hook in TWILIO_WEBHOOKS
+        ),
         guarded("model", check_model, config, "model", config.anthropic_model, "ANTHROPIC_MODEL"),
         guarded(
             "digest model", check_model, config, "digest model", config.anthropic_digest_model, "ANTHROPIC_DIGEST_MODEL"
@@ -331,8 +353,8 @@ def every_check(shell: Mapping[str, str]) -> list[Check]:
         description = read_description()
     except DescriptionError as exc:
         unreadable = fail("serverless.yml", str(exc), f"as it says; what the file holds: {FUNCTIONS}")
-        return [unreadable, *run_checks(config, Cloud([], None, "serverless.yml could not be read"))]
-    return run_checks(config, Cloud.of(description, shell))
+        return [unreadable, *run_checks(config, Cloud([], None, "serverless.yml could not be read"), shell)]
+    return run_checks(config, Cloud.of(description, shell), shell)
 
 
 def doctor(as_json: bool, shell: Mapping[str, str]) -> int:

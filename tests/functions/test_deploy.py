@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXTRA = re.compile(r"--extra ([a-z]+)")
 
 SETTING_NAMES = [name.upper() for name in Settings.model_fields]
+PUBLIC_BASE_URLS = ["WHATSAPP_PUBLIC_BASE_URL", "SMS_PUBLIC_BASE_URL"]  # the shell's, one a Twilio function
 SECRETS = {
     "telegram_webhook": "ANTHROPIC_API_KEY=crossmem-anthropic-api-key:latest,"
     "DATABASE_URL=crossmem-database-url:latest,"
@@ -40,7 +41,7 @@ SECRETS = {
 @pytest.fixture
 def deploying_shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     """A shell with no crossmem setting, and no gcloud on PATH."""
-    for name in [*SETTING_NAMES, "GCP_PROJECT", "GCP_REGION", "GCP_SERVICE_ACCOUNT"]:
+    for name in [*SETTING_NAMES, *PUBLIC_BASE_URLS, "GCP_PROJECT", "GCP_REGION", "GCP_SERVICE_ACCOUNT"]:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("GCP_PROJECT", "advisor-prod")
@@ -157,13 +158,21 @@ def test_the_identity_policy_default_is_the_settings_default(
     assert given == {"APP_ENV": "production", "DATABASE_PREPARED_STATEMENTS": "false", "THREADS": "8"}
 
 
-def test_a_custom_domain_replaces_the_whatsapp_functions_own_url(
+def test_a_custom_domain_replaces_the_whatsapp_functions_own_url_and_not_the_sms_ones(
     deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    deploying_shell.setenv("PUBLIC_BASE_URL", "https://hooks.advisor.example.com/whatsapp")
+    """Each Twilio function checks signatures against its own URL: one shell variable for both (a
+    review's finding) made every SMS fail its check, 403, once WhatsApp had a custom domain."""
+    deploying_shell.setenv("WHATSAPP_PUBLIC_BASE_URL", "https://hooks.advisor.example.com/whatsapp")
     assert main(["deploy", "--dry-run"]) == 0
     given = yaml.safe_load((ENV_FILES / "whatsapp_webhook.env.yaml").read_text())
     assert given["PUBLIC_BASE_URL"] == "https://hooks.advisor.example.com/whatsapp"
+    given = yaml.safe_load((ENV_FILES / "sms_webhook.env.yaml").read_text())
+    assert given["PUBLIC_BASE_URL"] == "https://us-central1-advisor-prod.cloudfunctions.net/sms_webhook"
+    deploying_shell.setenv("SMS_PUBLIC_BASE_URL", "https://hooks.advisor.example.com/sms")
+    assert main(["deploy", "--dry-run"]) == 0
+    given = yaml.safe_load((ENV_FILES / "sms_webhook.env.yaml").read_text())
+    assert given["PUBLIC_BASE_URL"] == "https://hooks.advisor.example.com/sms"
 
 
 def test_without_a_project_it_says_what_to_set(

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT, REGION = "advisor-prod", "us-central1"
 ACCOUNT_SID = "AC" + "0" * 32
 NUMBER = "+14155550100"
+SMS_NUMBER = "+14155550199"
 DEEPGRAM_KEY = "deepgram-test-key"
 FUNCTIONS = ["telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat", "memory_digest"]
 # What each function answers a call without credentials (the private one: Cloud Run's IAM).
@@ -52,6 +53,7 @@ CHECKS = [
     *(f"function {name}" for name in FUNCTIONS),
     "telegram webhook",
     "twilio inbound url",
+    "twilio sms inbound url",
     "model",
     "digest model",
     "deepgram",
@@ -132,11 +134,13 @@ def live(
     environment.setenv("TWILIO_ACCOUNT_SID", ACCOUNT_SID)
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
     environment.setenv("TWILIO_WHATSAPP_FROM", f"whatsapp:{NUMBER}")
+    environment.setenv("TWILIO_SMS_FROM", SMS_NUMBER)
     environment.setenv("TWILIO_API_BASE", fake_twilio.url)
     environment.setenv("DEEPGRAM_API_KEY", DEEPGRAM_KEY)
     environment.setenv("DEEPGRAM_API_BASE", fake_deepgram.url)
     deployed = Live(gcloud, cloud_run, fake_telegram, fake_twilio, fake_anthropic)
-    environment.setenv("PUBLIC_BASE_URL", deployed.url("whatsapp_webhook"))
+    for name in ("WHATSAPP_PUBLIC_BASE_URL", "SMS_PUBLIC_BASE_URL"):  # each function's own URL (gcloud's)
+        environment.delenv(name, raising=False)
     for function in FUNCTIONS:
         deployed.describe(function)
     gcloud.answer(["secrets", "list"], "".join(f"{secret}\n" for secret in SECRET_IDS))
@@ -147,7 +151,7 @@ def live(
         "pending_update_count": 0,
         "max_connections": 40,
     }
-    fake_twilio.numbers = {NUMBER: deployed.url("whatsapp_webhook")}
+    fake_twilio.numbers = {NUMBER: deployed.url("whatsapp_webhook"), SMS_NUMBER: deployed.url("sms_webhook")}
     return deployed
 
 
@@ -195,12 +199,16 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     assert lines[7] == f"ok    telegram webhook: Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting"
     assert lines[8] == (
         f"ok    twilio inbound url: Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}, "
-        "which is PUBLIC_BASE_URL"
+        "which is whatsapp_webhook's PUBLIC_BASE_URL"
     )
-    assert lines[9] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
-    assert lines[10] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
-    assert lines[11] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
-    assert lines[12] == (
+    assert lines[9] == (
+        f"ok    twilio sms inbound url: Twilio posts {SMS_NUMBER}'s messages to {live.url('sms_webhook')}, "
+        "which is sms_webhook's PUBLIC_BASE_URL"
+    )
+    assert lines[10] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
+    assert lines[11] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
+    assert lines[12] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
+    assert lines[13] == (
         "ok    scheduler job crossmem-memory-digest: enabled, * * * * *; its last run, at "
         "2026-12-01T12:00:00.123456Z, succeeded"
     )
@@ -383,16 +391,49 @@ def test_a_url_with_nothing_behind_it(live: Live, capsys: pytest.CaptureFixture[
 
 
 def test_the_twilio_number_posting_elsewhere_fails(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
-    live.twilio.numbers = {NUMBER: "https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook/"}
+    live.twilio.numbers[NUMBER] = "https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook/"
     code, report = doctor_json(capsys)
     assert code == 1
     check = failed(report)["twilio inbound url"]
     assert check["detail"] == (
         f"Twilio posts {NUMBER}'s messages to https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook/, "
-        f"not PUBLIC_BASE_URL {live.url('whatsapp_webhook')}; every signature is checked against PUBLIC_BASE_URL, "
-        "so each message is refused 403"
+        f"not whatsapp_webhook's PUBLIC_BASE_URL {live.url('whatsapp_webhook')}; every signature is checked "
+        "against it, so each message is refused 403"
     )
     assert check["fix"].startswith(f"set the number's 'A message comes in' to {live.url('whatsapp_webhook')}")
+    assert list(failed(report)) == ["twilio inbound url"]
+
+
+def test_the_sms_number_posting_to_another_url_than_sms_webhooks_fails(
+    live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SMS number checked as the WhatsApp sender is, against sms_webhook's own URL or the
+    shell's SMS_PUBLIC_BASE_URL (the one the deploy gives it), never WhatsApp's."""
+    environment.setenv("WHATSAPP_PUBLIC_BASE_URL", "https://hooks.advisor.example.com/whatsapp")
+    live.twilio.numbers = {NUMBER: "https://hooks.advisor.example.com/whatsapp", SMS_NUMBER: live.url("sms_webhook")}
+    code, report = doctor_json(capsys)
+    assert code == 0 and by_check(report)["twilio sms inbound url"]["status"] == "ok"
+    live.twilio.numbers[SMS_NUMBER] = "https://hooks.advisor.example.com/whatsapp"
+    code, report = doctor_json(capsys)
+    assert code == 1 and list(failed(report)) == ["twilio sms inbound url"]
+    assert failed(report)["twilio sms inbound url"] == {
+        "check": "twilio sms inbound url",
+        "status": "fail",
+        "detail": f"Twilio posts {SMS_NUMBER}'s messages to https://hooks.advisor.example.com/whatsapp, not "
+        f"sms_webhook's PUBLIC_BASE_URL {live.url('sms_webhook')}; every signature is checked against it, so each "
+        "message is refused 403",
+        "fix": f"set the number's 'A message comes in' to {live.url('sms_webhook')}, method POST (Twilio console), "
+        f"or SMS_PUBLIC_BASE_URL to the URL Twilio calls, then `make deploy` ({doc_links.WEBHOOKS})",
+    }
+    environment.delenv("TWILIO_SMS_FROM")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    assert by_check(report)["twilio sms inbound url"] == {
+        "check": "twilio sms inbound url",
+        "status": "skip",
+        "detail": "set TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_SMS_FROM here to ask Twilio",
+        "fix": None,
+    }
 
 
 def test_a_sender_that_is_not_an_account_number_is_skipped_with_what_to_check(
@@ -474,6 +515,8 @@ def test_without_a_project_every_check_that_needs_none_runs_and_the_cloud_ones_a
     live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     environment.delenv("GCP_PROJECT")
+    environment.setenv("WHATSAPP_PUBLIC_BASE_URL", live.url("whatsapp_webhook"))
+    environment.setenv("SMS_PUBLIC_BASE_URL", live.url("sms_webhook"))
     code, report = doctor_json(capsys)
     assert code == 0 and report["ok"] is True
     checks = by_check(report)
@@ -488,7 +531,8 @@ def test_without_a_project_every_check_that_needs_none_runs_and_the_cloud_ones_a
     assert {name: check["status"] for name, check in checks.items() if name not in THROUGH_GCLOUD} == {
         "database": "ok",
         "telegram webhook": "ok",
-        "twilio inbound url": "ok",  # PUBLIC_BASE_URL says which URL is ours
+        "twilio inbound url": "ok",  # WHATSAPP_PUBLIC_BASE_URL says which URL is ours
+        "twilio sms inbound url": "ok",
         "model": "ok",
         "digest model": "ok",
         "deepgram": "ok",
@@ -499,15 +543,15 @@ def test_without_a_project_every_check_that_needs_none_runs_and_the_cloud_ones_a
     )
     assert live.gcloud.calls == [] and live.run.calls == []
     # Nor does Twilio's check guess our URL when nothing says it.
-    environment.delenv("PUBLIC_BASE_URL")
+    environment.delenv("WHATSAPP_PUBLIC_BASE_URL")
     runtime.reset()
     code, report = doctor_json(capsys)
     assert code == 0
     assert by_check(report)["twilio inbound url"] == {
         "check": "twilio inbound url",
         "status": "skip",
-        "detail": f"Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}; set PUBLIC_BASE_URL "
-        "(or let gcloud be asked) to compare it with the URL the function checks signatures against",
+        "detail": f"Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}; set WHATSAPP_PUBLIC_BASE_URL "
+        "(or let gcloud be asked) to compare it with the URL whatsapp_webhook checks signatures against",
         "fix": None,
     }
 
