@@ -186,7 +186,9 @@ def same_secret(given: str | None, expected: str) -> bool:
 
 def public_url(base: str, request: flask.Request) -> str:
     """The URL the platform called, which a webhook's signature signs: the configured public base,
-    then this function's path and query (never request.url, which is internal behind a proxy)."""
+    then this function's path and query (never request.url, which is internal behind a proxy). The
+    base exactly as configured when the path adds nothing: a custom domain's root,
+    `https://sms.example.com/`, is signed with its slash."""
     path = request.script_root + (request.path if request.path != "/" else "")
     query = request.query_string.decode()
-    return base.rstrip("/") + path + (f"?{query}" if query else "")
+    return (base.rstrip("/") + path if path else base) + (f"?{query}" if query else "")

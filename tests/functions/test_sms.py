@@ -124,6 +124,23 @@ def test_a_long_reply_goes_in_messages_of_at_most_1600_characters(
     assert all(len(part) <= 1600 for part in said)
 
 
+def test_a_public_base_url_at_a_domains_root_checks_the_url_twilio_signed(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Twilio's console and PUBLIC_BASE_URL hold the same string, a custom domain's root with its
+    slash: Twilio signs that string, and so it is checked (a review's finding: checked without the
+    slash, every message was refused 403)."""
+    environment.setenv("PUBLIC_BASE_URL", "https://sms.example.com/")
+    fake_anthropic.answer = lambda body: "Noted."
+    fields = sms("hello", number())
+    answered = app_client("sms_webhook").post("/", data=fields, headers=signed(fields, "https://sms.example.com/"))
+    assert answered.status_code == 200 and messages_of(answered.text) == ["Noted."]
+    with_query = app_client("sms_webhook").post(
+        "/?tag=1", data=fields, headers=signed(fields, "https://sms.example.com/?tag=1")
+    )
+    assert with_query.status_code == 200
+
+
 CHEERS = "Well done \U0001f389."  # 12 characters, 13 as Twilio counts them: the emoji is two
 
 
