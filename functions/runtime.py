@@ -419,12 +419,13 @@ def follow_up_delivery() -> FollowUpDelivery:
 
 def sms(config: Settings) -> SurfaceAdapter:
     """SMS: replies in the webhook's TwiML; owed replies and follow-ups through Twilio's Messages
-    API from TWILIO_SMS_FROM, when it and the account are set."""
+    API from TWILIO_SMS_FROM, which with the account sms_webhook needs outside APP_ENV=local."""
     say: SayFollowUp = not_pushed
     channel = None
+    later_needs: str | None = "TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM"
     if config.twilio_sms_from and whatsapp_configured(config):
         say = sms_surface.say_follow_up(lambda to, text, part: sms_sender().send_parts(to, text, first_part=part))
-        channel = sms_channel
+        channel, later_needs = sms_channel, None
     return SurfaceAdapter(
         sms_surface.Rules,
         config.sms_model_deadline,
@@ -432,7 +433,18 @@ def sms(config: Settings) -> SurfaceAdapter:
         say,
         frozenset(sms_surface.Rules.key(sender) for sender in config.owner_sms_numbers),
         channel,
+        later_needs,
     )
+
+
+def webhook_surface(surface: Surface) -> SurfaceAdapter:
+    """A surface's adapter for its webhook, which refuses to serve (ConfigurationError) outside
+    APP_ENV=local where this deployment lacks what saying anything later there needs (`later_needs`):
+    it would answer now, and never send what it owes or what the agent promised (a reminder)."""
+    adapter = surfaces()[surface]
+    if adapter.later_needs and not settings().is_local:
+        raise ConfigurationError(f"set {adapter.later_needs}: nothing could be sent later")
+    return adapter
 
 
 @functools.cache

@@ -37,6 +37,7 @@ def twilio_webhook(
     config = runtime.settings()
     if config.twilio_auth_token is None or not config.public_base_url:
         raise ConfigurationError("set TWILIO_AUTH_TOKEN and PUBLIC_BASE_URL")
+    adapter = runtime.webhook_surface(surface)
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST Twilio's form"}, 405)
     if request.mimetype != "application/x-www-form-urlencoded":
@@ -55,8 +56,7 @@ def twilio_webhook(
     ):
         raise Forbidden("invalid Twilio signature")
     answering = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
-    deadline_s = runtime.surfaces()[surface].deadline_s
-    inbound = TwilioInbound(surface, parse, classify, limit, *answering, deadline_s, typing)
+    inbound = TwilioInbound(surface, parse, classify, limit, *answering, adapter.deadline_s, typing)
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 

@@ -172,6 +172,13 @@ def form(body: str, sid: str | None = None, sender: str = "whatsapp:+34600111222
     }
 
 
+def sms_can_send_later(environment: pytest.MonkeyPatch) -> None:
+    """What sms_webhook needs outside APP_ENV=local beside its signature's settings: the account and
+    the number owed replies and follow-ups are sent from (nothing here sends: no Twilio is reached)."""
+    environment.setenv("TWILIO_ACCOUNT_SID", "AC" + "9" * 32)
+    environment.setenv("TWILIO_SMS_FROM", "+14155238886")
+
+
 def signed(fields: dict[str, str], url: str = PUBLIC_BASE_URL, token: str = TWILIO_TOKEN) -> dict[str, str]:
     return {"X-Twilio-Signature": RequestValidator(token).compute_signature(url, fields)}
 

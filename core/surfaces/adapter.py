@@ -4,7 +4,8 @@
 how a chat command is spelled, whether the sender is a chat or number a person links to their web
 account. `SurfaceAdapter` (built once in functions/runtime.py from the settings): those rules, the
 model's deadline, the owner's ids under IDENTITY_POLICY=owner, where its media is fetched, the
-channel an owed reply goes through, and how a due follow-up is said. The rest of the code asks the
+channel an owed reply goes through, how a due follow-up is said, and what the deployment lacks to
+say anything later there (SMS without its sending number). The rest of the code asks the
 registry (core/surfaces/__init__.py) and never names a surface.
 
 `Surface`, `Delivery` and `Sent` live here, below everything, so that the adapters import nothing from
@@ -126,6 +127,11 @@ class SurfaceAdapter:
     # The channel an owed reply goes through, to a sender as stored; None: this deployment cannot
     # push to the surface (no token, no sender), so its owed messages wait.
     reply_channel: Callable[[str], ReplyChannel] | None = None
+    # The settings this deployment lacks to say anything later on the surface (an owed reply, a
+    # follow-up the agent promised), where it answers in the webhook's own answer without them
+    # (SMS: "TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM"); its function refuses to serve without them
+    # outside APP_ENV=local (functions/twilio.py). None: nothing lacks.
+    later_needs: str | None = None
 
     @property
     def surface(self) -> Surface:

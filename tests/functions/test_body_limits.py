@@ -29,6 +29,7 @@ from tests.helpers import (
     TWILIO_TOKEN,
     app_client,
     bearer,
+    sms_can_send_later,
     telegram_skeleton,
 )
 
@@ -55,6 +56,7 @@ def configured(environment: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
     environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    sms_can_send_later(environment)
     return environment
 
 

@@ -31,6 +31,7 @@ from tests.helpers import (
     bearer,
     form,
     signed,
+    sms_can_send_later,
     update,
 )
 
@@ -154,6 +155,7 @@ def serve_one_turn(function: str, environment: pytest.MonkeyPatch) -> int:
     if function == "sms_webhook":
         environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
         environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+        sms_can_send_later(environment)
         fields = {"From": "+34600111222", "To": "+14155238886", "Body": "hello", "MessageSid": "SM" + "0" * 32}
         return app_client(function).post("/", data=fields, headers=signed(fields)).status_code
     if function == "memory_digest":

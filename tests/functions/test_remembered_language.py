@@ -35,6 +35,7 @@ from tests.helpers import (
     new_code,
     rows,
     signed,
+    sms_can_send_later,
     update,
     will_delete,
 )
@@ -288,7 +289,7 @@ def test_whatsapp_forget_and_link_are_answered_in_the_remembered_language(
 
 
 def test_sms_and_telegram_without_a_stated_language_answer_in_the_remembered_one(
-    apps: Apps, fake_telegram: FakeTelegram, database_url: str
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, database_url: str
 ) -> None:
     """A person whose Telegram stated Spanish, linked to the web: their SMS number's `link` and
     `forget` (after the link, the number is theirs) are answered in Spanish, and so are their
@@ -298,6 +299,7 @@ def test_sms_and_telegram_without_a_stated_language_answer_in_the_remembered_one
     telegram_says(apps, f"/link {new_code(apps, person)['code']}", "es")
     assert rows(database_url, LANGUAGE_OF, person) == [("es",)]
 
+    sms_can_send_later(environment)
     sms = app_client("sms_webhook")
     number = a_number()
 

@@ -269,6 +269,30 @@ def test_a_follow_up_asked_by_sms_is_said_through_the_messages_api(
     assert stored[-1] == ("assistant", "Take the pills.")
 
 
+@pytest.mark.parametrize("missing", ["TWILIO_SMS_FROM", "TWILIO_ACCOUNT_SID"])
+def test_without_a_number_to_send_from_later_sms_is_not_served(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, missing: str
+) -> None:
+    """Without them a reminder asked by SMS would be scheduled, promised, retried and given up, never
+    said, and an owed reply never sent (a review's finding): outside APP_ENV=local the function refuses
+    to serve, 503 with what to set, before reading anything; `make dev` says them on its console."""
+    environment.delenv(missing)
+    fields = sms("remind me in 5 minutes to take the pills", number())
+    answered = app_client("sms_webhook").post("/", data=fields, headers=signed(fields, SMS_URL))
+    assert (answered.status_code, answered.get_json()) == (
+        503,
+        {
+            "error": "not_configured",
+            "message": "set TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM: nothing could be sent later",
+        },
+    )
+    assert fake_anthropic.requests == [] and rows(sms_database, "select count(*) from messages") == [(0,)]
+    environment.setenv("APP_ENV", "local")
+    runtime.reset()
+    fake_anthropic.answer = lambda body: "Noted."
+    assert send(fields) == ["Noted."]
+
+
 def test_forget_on_sms_erases_that_person_and_nobody_else(sms_database: str, fake_anthropic: FakeAnthropic) -> None:
     person, other = number(), number()
     fake_anthropic.answer = lambda body: "Noted."
