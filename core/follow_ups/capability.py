@@ -230,9 +230,12 @@ class FollowUps:
         return TOOLS if self.rules.max_pending > 0 else ()
 
     def toolset(self, turn: TurnState) -> TurnTools | None:
-        if self.rules.max_pending <= 0:
-            return None
-        return turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone)
+        tools = turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone)
+        if self.rules.max_pending > 0:
+            return tools
+        # Off: no tools, but a web client's timezone still becomes the person's (the context's tags).
+        tools.definitions = ()
+        return tools if tools.timezone else None
 
 
 def pending_follow_ups(store: MemoryStore, person: UUID) -> list[FollowUp]:

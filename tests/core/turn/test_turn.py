@@ -19,12 +19,12 @@ from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
-from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT, standing_instructions
 from core.turn.context import ContextItem, build_model_messages
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
-from tests.helpers import context_limits, turn_budget, web_turn
+from tests.helpers import context_limits, rows, turn_budget, web_turn
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -318,6 +318,26 @@ def test_the_context_tags_read_the_persons_clock_else_the_configured_one(
         shown = row[0].astimezone(zone)
         first = fake.requests[-1]["messages"][0]["content"][0]["text"]
         assert first == f"[telegram · {shown.hour:02d}:{shown.minute:02d}] the dentist is at nine"
+
+
+@pytest.mark.parametrize("follow_ups", [20, 0])
+def test_the_web_clients_timezone_becomes_the_persons_with_follow_ups_on_or_off(
+    memory: Memory, fake: FakeAnthropic, database_url: str, follow_ups: int
+) -> None:
+    """docs/api.md: the browser's Intl timezone becomes the person's when it differs. It was set
+    by the follow-up tools alone: with FOLLOW_UPS_PER_PERSON=0, never (a review's finding)."""
+    able = (FollowUps(FollowUpRules(max_pending=follow_ups)),)
+    settings = replace(SETTINGS, system_prompt=standing_instructions("Be brief.", able), capabilities=able)
+    model = claude(fake)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+    person = uuid.uuid4()
+    web = memory.create_conversation(person).id
+    asked = TurnRequest(
+        Surface.WEB, "hello", uuid.uuid4().hex, user_id=person, conversation_id=web, timezone="Asia/Tokyo"
+    )
+    assert turns.run(asked).outcome is Outcome.ANSWERED
+    assert rows(database_url, "select timezone from person_timezones where user_id = %s", person) == [("Asia/Tokyo",)]
+    assert ("tools" in fake.requests[-1]) is (follow_ups > 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
