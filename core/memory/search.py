@@ -178,12 +178,14 @@ class MemorySearch:
         return (TOOL,) if self.rules is not None else ()
 
     def toolset(self, turn: TurnState) -> MemorySearchTools | None:
-        """The turn's search, leaving out what the model already sees: what the web puts before
-        its thread, and the thread: the web client's own history when it sent one (the stored
-        window then is not shown, so what it holds can be found), else the window."""
+        """The turn's search, leaving out what the model already sees: the message it answers, what
+        the web puts before its thread, and the thread: the web client's own history when it sent
+        one (the stored window then is not shown, so what it holds can be found), else the window."""
         if self.rules is None:
             return None
         seen = {message.id for message in turn.start.prepend}
+        if turn.start.message_id is not None:
+            seen.add(turn.start.message_id)  # the message it answers, stored as the turn began
         if turn.client_history is None:
             seen.update(message.id for message in turn.start.history)
         else:

@@ -203,6 +203,7 @@ def test_a_web_turn_leaves_out_of_its_search_the_thread_it_shows(
     assert answered.reply is not None
     if client_history:
         assert "the person: The garage door code is 7788" in answered.reply
+        assert "what was the garage code?" not in answered.reply  # the message it answers, never a hit
     else:
         assert answered.reply == "From memory: Nothing found in older messages."
 
