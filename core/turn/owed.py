@@ -101,7 +101,17 @@ class OwedReplies:
     def run(self, time_budget_s: float) -> OwedRun:
         """Answer owed messages one at a time, the least tried first, while the time budget lasts
         (each with up to half of it). One that cannot be used (its sender cannot be reached) is
-        skipped and logged, and the run goes on."""
+        skipped and logged, and the run goes on. One whose chat no longer reaches its person is
+        held by its claim until the run ends, then gives back what the claim reserved: given back
+        at once, the same run would claim it again."""
+        unanswered: list[OwedMessage] = []
+        try:
+            return self._run(time_budget_s, unanswered)
+        finally:
+            for owed in unanswered:
+                self._release(owed)
+
+    def _run(self, time_budget_s: float, unanswered: list[OwedMessage]) -> OwedRun:
         answered = failed = 0
         if not self._channels or self._max_age_s <= 0:
             return OwedRun(0, 0)
@@ -155,7 +165,7 @@ class OwedReplies:
                     extra={"surface": owed.surface.value, "message_id": str(owed.start.message_id)},
                 )
                 failed += 1  # their messages elsewhere are still answered in this run
-                self._release(owed)
+                unanswered.append(owed)
                 continue
             if owed.start.reply is not None:  # its reply is stored, owed a send
                 sent = self._send_stored(owed, channel, send_by)
@@ -188,7 +198,7 @@ class OwedReplies:
             # Given up at its last try; with held follow-ups, at the next run's claim, which knows how far
             # this try said them (a give-up from this claim's would say again what this try said).
             last_try = owed.tries >= self._max_tries and not owed.start.delivered_first
-            if last_try and unsent.down_for_everyone(person, self._give_up(owed, channel, send_by)):
+            if last_try and unsent.down_for_everyone(person, self._give_up(owed, channel, send_by, tried=True)):
                 break
             if result.outcome is Outcome.FALLBACK:
                 if failing is not None and failing != person:
@@ -196,10 +206,11 @@ class OwedReplies:
                 failing = person
         return OwedRun(answered, failed)
 
-    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> Delivery:
+    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float, tried: bool = False) -> Delivery:
         """The fallback, once: sent, and stored as the reply, so the message is no longer owed. The
         held follow-ups its attempts took go first; when one does not, the message stays owed with
-        them (from the part each got to) for the next run's give-up. What became of the sends."""
+        them (from the part each got to) for the next run's give-up. What became of the sends.
+        `tried`: this claim's try already ended its attempt, which gave back what it reserved."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
         if not self._turns.said_held_first(start, channel, send_by):
@@ -220,7 +231,7 @@ class OwedReplies:
             delivered=sent.delivery is Delivery.DELIVERED,
             unsent_from=sent.unsent_from,
             attempt=start.attempt,
-            reserved=start.reserved_tokens,
+            reserved=0 if tried else start.reserved_tokens,
         )
         log.warning(
             "an owed message was given up: the fallback was sent",

@@ -696,6 +696,11 @@ begin
     if p_language is not null then  -- as finish_turn
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
+    -- The message's row before its turn_usage row, as begin_turn and the scheduled job's claim take
+    -- them: an attempt ending while the job claims its message never deadlocks with the claim.
+    perform from public.messages m
+     where m.id = p_user_message_id and m.user_id in (p_user_id, v_user)
+       for update of m;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, v_user, p_reserved, p_tokens, p_attempt);
     update public.messages m set answer_by = clock_timestamp()

@@ -5,22 +5,28 @@ message it finds)."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from core.errors import OverBudget
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory, TurnEstimate
+from core.model.llm import AnthropicModel
 from core.model.offline_model import OfflineModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
 from core.turn.request import TurnSettings
 from core.turn.turns import Turns
 from tests.database import migrated_database
-from tests.helpers import context_limits, execute, rows, turn_budget
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.helpers import RecordingChannel, context_limits, execute, rows, turn_budget
 
 DAY, OUTPUT, INPUT = 5_000, 2_000, 2_000
 
@@ -128,3 +134,122 @@ def test_a_claim_with_tools_must_fit_the_day_with_all_it_may_spend_but_its_last_
     execute(job_database, "update turn_usage set tokens = 0 where message_id = %s", message_id)
     [owed] = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=two)
     assert (owed.start.message_id, owed.start.reserved_tokens) == (message_id, 2 * 4001)
+
+
+def large_memory(store: PostgresStore) -> Memory:
+    return Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000, reply_tokens=321))
+
+
+def test_the_jobs_last_try_gives_back_its_reservation_once(job_database: str, fake_anthropic: FakeAnthropic) -> None:
+    """A try that fails ends its attempt, which gives back what its claim reserved; its give-up
+    (the last try) stores the fallback and gives nothing back again, which would have taken the
+    dead attempt's 50,000, still counted, off the day (a review's finding)."""
+    store = PostgresStore(job_database)
+    try:
+        memory = large_memory(store)
+        dead = memory.begin_turn(
+            Person(sender_id="5151"), Surface.TELEGRAM, "hello", "died-1", sender="5151", estimate=TurnEstimate(49_678)
+        )
+        assert dead.message_id is not None and dead.reserved_tokens == 50_000
+        execute(
+            job_database, "update messages set answer_by = now() - interval '1 second' where id = %s", dead.message_id
+        )
+        fake_anthropic.behaviour = "529"
+        model = AnthropicModel(
+            api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+        )
+        settings = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
+        channel = RecordingChannel()
+        turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+        job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 1)
+        assert job.run(120) == OwedRun(0, 1)
+        assert channel.sent == ["FALLBACK"]
+        assert usage(job_database, dead.message_id) == [(50_000, 50_000)]
+    finally:
+        store.close()
+
+
+def test_an_attempt_ending_while_the_job_claims_its_message_does_not_deadlock(
+    job_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim takes the message's row, then the budget's lock, then turn_usage's row; end_attempt
+    took turn_usage's first: the two deadlocked and the attempt's tokens were never counted (a
+    review's finding). A third session holds the budget's lock so that they always meet so."""
+    store = PostgresStore(job_database)
+    try:
+        memory = large_memory(store)
+        late = memory.begin_turn(
+            Person(sender_id="5252"), Surface.TELEGRAM, "hello", "late-1", sender="5252", estimate=TurnEstimate(1000)
+        )
+        assert late.message_id is not None and late.user_id is not None and late.reserved_tokens == 1322
+        execute(
+            job_database, "update messages set answer_by = now() - interval '1 second' where id = %s", late.message_id
+        )
+        claimed: list[object] = []
+
+        def claim() -> None:
+            claimed.extend(memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=TurnEstimate(1000)))
+
+        def end() -> None:
+            assert late.user_id is not None and late.message_id is not None
+            memory.end_attempt(late.user_id, late.message_id, late.attempt, 500, reserved=late.reserved_tokens)
+
+        def waiting(kind: str) -> int:
+            return int(
+                rows(job_database, "select count(*) from pg_locks where not granted and locktype = %s", kind)[0][0]
+            )
+
+        with psycopg.connect(job_database) as holder:
+            holder.execute(
+                "select pg_advisory_xact_lock(hashtextextended('budget/' || %s::text, 0))", (str(late.user_id),)
+            )
+            job = threading.Thread(target=claim)
+            job.start()
+            while waiting("advisory") == 0:  # the claim holds the message's row, and waits for the budget
+                time.sleep(0.02)
+            ending = threading.Thread(target=end)
+            ending.start()
+            while waiting("transactionid") == 0:  # end_attempt waits for the message's row
+                time.sleep(0.02)
+            holder.commit()
+        job.join(20)
+        ending.join(20)
+        assert "end_attempt failed" not in caplog.text and len(claimed) == 1
+        # The claim's 1,322 reserved beside the attempt's 500 spent (its reservation given back).
+        assert usage(job_database, late.message_id) == [(1322 + 500, 1322)]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("tokens_per_day", [0, 1_000_000])
+def test_a_message_whose_chat_no_longer_reaches_its_person_is_claimed_once_a_run(
+    job_database: str, tokens_per_day: int
+) -> None:
+    """Its claim's reservation is given back when the run ends, not at once, which freed the message
+    for the same run to claim again (a review's finding)."""
+    store = PostgresStore(job_database)
+    try:
+        memory = Memory(store, context_limits(), turn_budget(tokens_per_day=tokens_per_day, reply_tokens=321))
+        first = memory.begin_turn(
+            Person(user_id=uuid.uuid4()),
+            Surface.TELEGRAM,
+            "hello",
+            "gone-1",
+            sender="5353",
+            estimate=TurnEstimate(1000),
+        )
+        assert first.message_id is not None
+        execute(
+            job_database, "update messages set answer_by = now() - interval '1 second' where id = %s", first.message_id
+        )
+        settings = TurnSettings("Be brief.", "FALLBACK", "NO")
+        turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), settings)
+        channel = RecordingChannel()
+        job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+        assert job.run(120) == OwedRun(0, 1)
+        assert rows(job_database, "select owed_tries from messages where id = %s", first.message_id) == [(1,)]
+        # What its own attempt reserved still counts (its instance died); the claim's was given back.
+        assert usage(job_database, first.message_id) == ([(1322, 1322)] if tokens_per_day else [])
+        assert channel.sent == []
+    finally:
+        store.close()
