@@ -24,6 +24,14 @@ def database_url(postgres_server: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def own_database(postgres_server: str) -> Iterator[str]:
+    """A database of the test's own, for what reads everyone's rows: the scheduled job's claims and
+    digests, a purge, the held follow-ups of everyone due."""
+    with migrated_database(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture
 def store(database_url: str) -> Iterator[PostgresStore]:
     store = PostgresStore(database_url, max_connections=60)
     yield store

@@ -20,19 +20,13 @@ from core.memory.service import Memory
 from core.models import Delivery, Person, Sent, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.whatsapp import say_follow_up
-from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
+from tests.database import begin_turn_arguments, begin_turn_sql
 from tests.helpers import answered_once_with_held, context_limits, execute, hold_a_follow_up, rows
 
 
 @pytest.fixture
-def held_database(postgres_server: str) -> Iterator[str]:
-    with migrated_database(postgres_server) as url:
-        yield url
-
-
-@pytest.fixture
-def memory(held_database: str) -> Iterator[Memory]:
-    store = PostgresStore(held_database)
+def memory(own_database: str) -> Iterator[Memory]:
+    store = PostgresStore(own_database)
     yield Memory(store, context_limits())
     store.close()
 
@@ -98,11 +92,11 @@ def holding_the_budget(url: str, user_id: uuid.UUID) -> psycopg.Connection[Any]:
     return connection
 
 
-def test_a_new_message_and_the_redelivery_of_an_owed_one_both_go_on(memory: Memory, held_database: str) -> None:
+def test_a_new_message_and_the_redelivery_of_an_owed_one_both_go_on(memory: Memory, own_database: str) -> None:
     """The owed message's redelivery locks it, then waits on the budget's lock, which the new message
     took before it reached the owed message's row: the new message skips that row (its follow-up
     stays with the redelivery), and neither waits on the other (a review's finding: a deadlock)."""
-    url, number = held_database, "+34600002004"
+    url, number = own_database, "+34600002004"
     [owed] = owed_with_its_own_held(memory, url, number, ("SM-nr-7", "Two."))
     [(person,)] = rows(url, "select user_id from messages where id = %s", owed)
     budget = holding_the_budget(url, person)
@@ -120,10 +114,10 @@ def test_a_new_message_and_the_redelivery_of_an_owed_one_both_go_on(memory: Memo
     assert sorted(said["content"] for answer in answers for said in answer["delivered_first"]) == ["Two."]
 
 
-def test_two_owed_messages_redelivered_at_once_each_say_their_own(memory: Memory, held_database: str) -> None:
+def test_two_owed_messages_redelivered_at_once_each_say_their_own(memory: Memory, own_database: str) -> None:
     """Two unanswered messages, each with the follow-up it took, redelivered together: each locks its
     own, and neither waits on the other's (a review's finding: a deadlock)."""
-    url, number = held_database, "+34600002002"
+    url, number = own_database, "+34600002002"
     five, _ = owed_with_its_own_held(memory, url, number, ("SM-two-5", "One."), ("SM-two-7", "Two."))
     [(person,)] = rows(url, "select user_id from messages where id = %s", five)
     budget = holding_the_budget(url, person)
@@ -142,11 +136,11 @@ def test_two_owed_messages_redelivered_at_once_each_say_their_own(memory: Memory
     assert sorted(said["content"] for answer in answers for said in answer["delivered_first"]) == ["One.", "Two."]
 
 
-def test_forgetting_while_a_message_arrives_goes_on(memory: Memory, held_database: str) -> None:
+def test_forgetting_while_a_message_arrives_goes_on(memory: Memory, own_database: str) -> None:
     """Forgetting deletes the person's messages (locking them), then waits (here on a session holding
     the follow-up its `on delete set null` updates); a message arriving meanwhile locks no answered
     message, so neither waits on the other (a review's finding: a deadlock, the message lost)."""
-    url, number = held_database, "+34600002001"
+    url, number = own_database, "+34600002001"
     first = answered_once_with_held(memory, url, number)
     second = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "ok", "SM-fg-2", sender=number)
     assert second.message_id is not None
@@ -170,11 +164,11 @@ def test_forgetting_while_a_message_arrives_goes_on(memory: Memory, held_databas
     assert failures == [] and not forgetting.is_alive()
 
 
-def test_a_turn_locks_none_of_the_persons_answered_messages(memory: Memory, held_database: str) -> None:
+def test_a_turn_locks_none_of_the_persons_answered_messages(memory: Memory, own_database: str) -> None:
     """Forty answered messages that each said a held follow-up first (they keep `said_with`: a
     redelivery's TwiML repeats them): a new message's turn, its transaction still open, holds a
     lock on none of them (a review's finding: it locked each, a write a row, on every turn)."""
-    url, number = held_database, "+34600002003"
+    url, number = own_database, "+34600002003"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-hot-0", sender=number)
     assert first.user_id is not None and first.message_id is not None
     memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
@@ -205,13 +199,13 @@ def test_a_turn_locks_none_of_the_persons_answered_messages(memory: Memory, held
 
 
 def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_next_run(
-    memory: Memory, held_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """The job claims a follow-up due outside the window (the person's last WhatsApp message 25 hours
     old); the person writes before the job decides, so their turn does not take it (it is being
     sent). Held, only their message after the next would say it: it is pending again at once, its
     attempt not counted, and the next run claims it, inside the window now (a review's finding)."""
-    url, number = held_database, "+34600440002"
+    url, number = own_database, "+34600440002"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-w-1", sender=number)
     assert first.user_id is not None and first.message_id is not None
     memory.finish_turn(first.user_id, first.message_id, "hello", attempt=first.attempt)
@@ -249,11 +243,11 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
 
 
 def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_them(
-    memory: Memory, held_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """send_follow_ups_later, named with another person, changes nothing of this person's; named
     with theirs, the follow-up is pending at once with all its tries, out of the thread until sent."""
-    url, number = held_database, "+34600440003"
+    url, number = own_database, "+34600440003"
     answered_once_with_held(memory, url, number)
     execute(url, "update follow_ups set attempts = 6")  # held at its last try
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-again-2", sender=number)
@@ -268,12 +262,12 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
 
 
 def test_leaving_follow_ups_to_the_job_while_their_conversation_is_forgotten_goes_on(
-    memory: Memory, held_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """send_follow_ups_later waits for the conversation a third session holds a moment; forgetting
     takes the messages and the follow-up meanwhile, then waits for the conversation too: the first
     skips what forgetting holds, and both succeed (a review's finding: a deadlock)."""
-    url, number = held_database, "+34600440005"
+    url, number = own_database, "+34600440005"
     answered_once_with_held(memory, url, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-fg-11", sender=number)
     assert start.user_id is not None and start.message_id is not None
@@ -310,11 +304,11 @@ def answered_with_a_taken_follow_up(memory: Memory, url: str, number: str) -> tu
     return start, taken.id, key
 
 
-def test_a_link_committed_while_leaving_follow_ups_to_the_job_waits_is_seen(memory: Memory, held_database: str) -> None:
+def test_a_link_committed_while_leaving_follow_ups_to_the_job_waits_is_seen(memory: Memory, own_database: str) -> None:
     """The number is being linked into a web account (the follow-up moves to it) as its answer
     leaves the follow-up to the job: it waits for the link, then finds the follow-up under the
     account (a review's finding: it looked under the person it began with, and lost it)."""
-    url = held_database
+    url = own_database
     start, follow_up, key = answered_with_a_taken_follow_up(memory, url, "+34600770001")
     later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{follow_up}]"}
     failures: list[BaseException] = []
@@ -330,11 +324,11 @@ def test_a_link_committed_while_leaving_follow_ups_to_the_job_waits_is_seen(memo
     assert rows(url, "select user_id, status from follow_ups") == [(web, "pending")]
 
 
-def test_leaving_follow_ups_to_the_job_while_the_number_is_linked_goes_on(memory: Memory, held_database: str) -> None:
+def test_leaving_follow_ups_to_the_job_while_the_number_is_linked_goes_on(memory: Memory, own_database: str) -> None:
     """A link moves the conversation, its follow-ups, then its messages, while leaving a follow-up to
     the job waits for the conversation: it reads whose the follow-up is after the link, and both
     succeed, the follow-up left to the job under the account (a review's finding: a deadlock)."""
-    url = held_database
+    url = own_database
     start, follow_up, key = answered_with_a_taken_follow_up(memory, url, "+34600770002")
     later = {"p_user_id": str(start.user_id), "p_message_id": start.message_id, "p_ids": f"[{follow_up}]"}
     failures: list[BaseException] = []
@@ -357,12 +351,12 @@ def test_leaving_follow_ups_to_the_job_while_the_number_is_linked_goes_on(memory
 
 
 def test_leaving_two_follow_ups_to_the_job_while_their_conversation_is_forgotten_goes_on(
-    memory: Memory, held_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Two follow-ups left to the job as the conversation is forgotten, which reaches them newest
     message first: this waits for the conversation, then takes only what no one holds, so neither
     waits on the other for ever (a review's finding: a deadlock, this one taking the oldest first)."""
-    url, number = held_database, "+34600880002"
+    url, number = own_database, "+34600880002"
     first = answered_once_with_held(memory, url, number, "One.")
     hold_a_follow_up(url, first, number, "Two.")
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-two-b", sender=number)
@@ -385,14 +379,14 @@ def test_leaving_two_follow_ups_to_the_job_while_their_conversation_is_forgotten
 
 
 def test_a_thread_message_taken_out_before_its_conversations_count_mark_has_it_counted_again(
-    memory: Memory, held_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """A WhatsApp message took a held follow-up and was never answered; web turns in the same
     conversation moved its count mark (conversations.counted) past the follow-up's thread message.
     The person's next message takes the follow-up over and leaves it to the job, whose thread
     message goes: the mark goes with it, as after a purge (a review's finding: it went on counting
     the message, and the web's window stepped one off)."""
-    url, number = held_database, "+34600990003"
+    url, number = own_database, "+34600990003"
     first = answered_once_with_held(memory, url, number)
     old = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "and?", "SM-c-2", sender=number)
     assert old.message_id is not None and len(old.delivered_first) == 1

@@ -21,7 +21,6 @@ from core.model.llm import AnthropicModel, messages_request
 from core.model.prompt import NOTES_PREAMBLE
 from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import as_role, context_limits, digest_limits, messages_read
 
@@ -279,13 +278,6 @@ def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store
     assert "my sister's name is Ana" not in [m.content for m in start.history]
     duplicate = small.begin_turn(Person(user_id=person), Surface.WHATSAPP, "who is my sister?", "w1")
     assert duplicate.duplicate and duplicate.notes == ""  # a redelivery asks no model
-
-
-@pytest.fixture
-def own_database(postgres_server: str) -> Iterator[str]:
-    """A database of this test's own: a run digests everyone due, and must see only its people."""
-    with migrated_database(postgres_server) as url:
-        yield url
 
 
 def test_two_runs_at_once_write_each_persons_notes_once(own_database: str) -> None:

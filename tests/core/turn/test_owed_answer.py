@@ -29,7 +29,6 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
-from tests.database import migrated_database
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
@@ -56,15 +55,8 @@ SETTINGS = TurnSettings(
 
 
 @pytest.fixture
-def job_database(postgres_server: str) -> Iterator[str]:
-    """A database of its own: the job answers every owed message it finds, other tests' too."""
-    with migrated_database(postgres_server) as url:
-        yield url
-
-
-@pytest.fixture
-def memory(job_database: str) -> Iterator[Memory]:
-    store = PostgresStore(job_database)
+def memory(own_database: str) -> Iterator[Memory]:
+    store = PostgresStore(own_database)
     yield Memory(store, context_limits())
     store.close()
 
@@ -184,7 +176,7 @@ def test_two_people_who_blocked_the_bot_do_not_stop_the_run_for_a_third(memory: 
 
 
 def test_the_rest_of_a_stopped_reply_is_sent_and_a_stopped_message_is_not_answered(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Stop means no more writing: a message whose reply the person stopped is not answered by the
     job; but the draft they were shown is its reply, and when its later part failed, its rest is
@@ -201,7 +193,7 @@ def test_the_rest_of_a_stopped_reply_is_sent_and_a_stopped_message_is_not_answer
     memory.end_attempt(unanswered.user_id, unanswered.message_id, unanswered.attempt, 0)
     for start in (shown, unanswered):  # the stop button's rows, as stop_generation writes them
         execute(
-            job_database,
+            own_database,
             "insert into stopped_generations (message_id, user_id) values (%s, %s)",
             start.message_id,
             start.user_id,
@@ -248,7 +240,7 @@ def test_an_answer_written_at_the_models_deadline_still_has_the_time_to_be_sent(
 
 
 def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_next_answer(
-    memory: Memory, fake_anthropic: FakeAnthropic, job_database: str
+    memory: Memory, fake_anthropic: FakeAnthropic, own_database: str
 ) -> None:
     """A WhatsApp turn takes the held follow-up to say first, and its answer comes after Twilio
     stopped waiting (handed over: nothing said, the message owed). The job's answer says it (a
@@ -261,7 +253,7 @@ def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_ne
     number = "+34600000111"
     first = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-held-1", sender=number)
     assert first.user_id is not None and first.conversation_id is not None
-    hold_a_follow_up(job_database, first, number)
+    hold_a_follow_up(own_database, first, number)
 
     def slow(body: dict[str, Any]) -> str:
         clock.now += 15  # past TwiML's 14 s
@@ -278,7 +270,7 @@ def test_held_follow_ups_an_answer_too_late_for_twilio_never_said_go_with_the_ne
 
 
 def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """The job answers an owed WhatsApp message whose attempt took a held follow-up: Twilio down,
     the follow-up does not go, and no model is asked; the message stays owed with it, and the next
@@ -286,10 +278,10 @@ def test_a_held_follow_up_the_job_could_not_push_goes_first_in_its_next_answer(
     model = OfflineModel()
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
     number = "+34600000222"
-    answered_once_with_held(memory, job_database, number)
+    answered_once_with_held(memory, own_database, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-push-2", sender=number)
     assert [said.content for said in start.delivered_first] == ["Stretch now."] and start.message_id is not None
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
     channel = RecordingChannel(Delivery.OWED)  # Twilio down for this run
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda sender: channel}, {Surface.WHATSAPP: 12.0}, 600, 3)
     assert job.run(120) == OwedRun(0, 1) and channel.sent == ["Stretch now."]
@@ -316,7 +308,7 @@ LONG_FOLLOW_UP = " ".join(f"Step {n} of the stretches, slowly." for n in range(7
     ],
 )
 def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
-    memory: Memory, job_database: str, taken: int, next_run: list[int]
+    memory: Memory, own_database: str, taken: int, next_run: list[int]
 ) -> None:
     """Two held follow-ups, the first longer than a WhatsApp message. The job pushes them through
     Twilio's Messages API (the SDK against the fake) before its answer; Twilio goes down after
@@ -325,11 +317,11 @@ def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
     twilio = FakeTwilio(ACCOUNT_SID, TWILIO_TOKEN)
     try:
         number = "+34600000333"
-        first = answered_once_with_held(memory, job_database, number, LONG_FOLLOW_UP)
-        hold_a_follow_up(job_database, first, number, "Drink some water.")
+        first = answered_once_with_held(memory, own_database, number, LONG_FOLLOW_UP)
+        hold_a_follow_up(own_database, first, number, "Drink some water.")
         start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-parts-2", sender=number)
         assert [said.from_part for said in start.delivered_first] == [0, 0] and start.message_id is not None
-        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+        execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
         turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
         sender = WhatsAppSender(
             ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", WHATSAPP_LIMIT, api_base=twilio.url, sleep=print
@@ -345,7 +337,7 @@ def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
             (LONG_FOLLOW_UP, taken),
             ("Drink some water.", 0),
         ]
-        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+        execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
         twilio.recover()
         assert job.run(120) == OwedRun(1, 0)
         answer = (
@@ -357,18 +349,18 @@ def test_held_follow_ups_the_job_pushed_in_part_go_on_from_the_part_not_out(
         twilio.close()
 
 
-def test_how_far_held_follow_ups_got_is_written_only_to_the_persons_own(memory: Memory, job_database: str) -> None:
+def test_how_far_held_follow_ups_got_is_written_only_to_the_persons_own(memory: Memory, own_database: str) -> None:
     """end_attempt records how far each pushed held follow-up got only on the calling person's own:
     named with another person's message and follow-up, it changes nothing of theirs."""
     number, other = "+34600000444", "+34600000445"
-    answered_once_with_held(memory, job_database, number)
+    answered_once_with_held(memory, own_database, number)
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-own-2", sender=number)
     [held] = start.delivered_first
     stranger = memory.begin_turn(Person(sender_id=other), Surface.WHATSAPP, "hey", "SM-own-3", sender=other)
     assert stranger.user_id is not None and start.user_id is not None and start.message_id is not None
 
     def unsent_from() -> int | None:
-        with psycopg.connect(job_database) as connection:
+        with psycopg.connect(own_database) as connection:
             row = connection.execute("select unsent_from from follow_ups where id = %s", (held.id,)).fetchone()
         assert row is not None
         return row[0]
@@ -382,14 +374,14 @@ def test_how_far_held_follow_ups_got_is_written_only_to_the_persons_own(memory: 
 
 
 def test_a_media_notice_waits_for_the_held_follow_ups_it_could_not_push_first(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Two photos where one is taken, on WhatsApp through a channel that pushes, with a follow-up
     held: Twilio does not take the follow-up, so the notice is not sent either (it would come
     before the follow-up it answers after); the message stays owed with it, as a model's answer
     does, its content what is known of it."""
     number = "+34600000555"
-    answered_once_with_held(memory, job_database, number)
+    answered_once_with_held(memory, own_database, number)
     reader = MediaReader({Surface.WHATSAPP: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS, media=lambda: reader)
     photo = MediaRef(MediaKind.IMAGE, "image/jpeg", data=(CORPUS / "media" / "receipt.jpg").read_bytes())
@@ -398,7 +390,7 @@ def test_a_media_notice_waits_for_the_held_follow_ups_it_could_not_push_first(
     result = turns.run(asked, channel)
     assert (result.outcome, result.reply, channel.sent) == (Outcome.FALLBACK, None, ["Stretch now."])
     assert rows(
-        job_database,
+        own_database,
         "select content, answer_by <= clock_timestamp() from messages where external_id = %s",
         "SM-notice-2",
     ) == [("[photo, not read: too many files in one message] " * 2 + "these two", True)]
@@ -429,23 +421,23 @@ class TwilioFor:
 
 
 def test_held_follow_ups_pushed_while_the_person_was_linked_are_not_said_twice(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """The job pushes the first of two held follow-ups; meanwhile the WhatsApp person is linked
     into a web account (their rows move to it); Twilio then fails on the second. How far the push
     got is kept all the same, and the next run says the second, then answers (a review's
     finding: end_attempt read the old person only, and the first was said again)."""
     number, web = "+34600000666", uuid.uuid4()
-    first = answered_once_with_held(memory, job_database, number)
-    hold_a_follow_up(job_database, first, number, "Drink some water.")
+    first = answered_once_with_held(memory, own_database, number)
+    hold_a_follow_up(own_database, first, number, "Drink some water.")
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "what's up", "SM-link-2", sender=number)
     assert start.message_id is not None
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
-    [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    [(key,)] = rows(own_database, "select external_id from identities where user_id = %s", start.user_id)
 
     def linked_then_down(text: str) -> None:
         if text == "Stretch now.":
-            execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+            execute(own_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
         else:
             twilio.down = True
 
@@ -454,7 +446,7 @@ def test_held_follow_ups_pushed_while_the_person_was_linked_are_not_said_twice(
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
     # owed again at once, and claimed again in the run under the person it now belongs to: still down
     assert job.run(120) == OwedRun(0, 2)
-    kept = rows(job_database, "select user_id, content, unsent_from from follow_ups order by id")
+    kept = rows(own_database, "select user_id, content, unsent_from from follow_ups order by id")
     assert kept == [(web, "Stretch now.", 1), (web, "Drink some water.", 0)]
     twilio.down, twilio.before_send = False, lambda text: None
     assert job.run(120) == OwedRun(1, 0)
@@ -462,25 +454,25 @@ def test_held_follow_ups_pushed_while_the_person_was_linked_are_not_said_twice(
 
 
 def test_a_message_given_up_says_its_held_follow_ups_first_once_twilio_takes_them(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Twilio down for each of the job's tries at a message with a held follow-up: the give-up
     does not send its fallback without the follow-up (a review's finding: the fallback went alone,
     and the follow-up never did); once Twilio is back, the follow-up, then the fallback."""
-    message_id = owed_with_held(memory, job_database, "+34600000777", "Stretch now.")
+    message_id = owed_with_held(memory, own_database, "+34600000777", "Stretch now.")
     twilio = TwilioFor()
     twilio.down = True
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 2)
     for _ in range(3):  # two tries, and a give-up that could not push the follow-up
-        execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", message_id)
+        execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", message_id)
         assert job.run(120) == OwedRun(0, 1)
-    assert twilio.taken == [] and stored_replies(job_database, message_id) == []
+    assert twilio.taken == [] and stored_replies(own_database, message_id) == []
     twilio.down = False
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", message_id)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", message_id)
     assert job.run(120) == OwedRun(0, 1)  # given up: the follow-up, then the fallback
     assert twilio.taken == ["Stretch now.", "FALLBACK"]
-    assert stored_replies(job_database, message_id) == [("FALLBACK", True)]
+    assert stored_replies(own_database, message_id) == [("FALLBACK", True)]
     assert job.run(120) == OwedRun(0, 0) and len(twilio.taken) == 2
 
 
@@ -491,7 +483,7 @@ def stored_replies(database_url: str, message_id: int) -> list[tuple[Any, ...]]:
 
 
 def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_to_the_job(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Over TwiML, the media notice would come after Twilio's 14 s (the downloads took them): as a
     model's answer that late, it is not stored as said, and the held follow-up it would have
@@ -499,7 +491,7 @@ def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_t
     reached the person)."""
     clock = MovedClock()
     number = "+34600000888"
-    answered_once_with_held(memory, job_database, number)
+    answered_once_with_held(memory, own_database, number)
     reader = MediaReader({Surface.WHATSAPP: InlineMedia}, lambda: None, lambda: None, media_limits(max_items=1))
     prepare = reader.prepare
 
@@ -515,7 +507,7 @@ def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_t
     )
     result = turns.run(asked)
     assert (result.reply, result.follow_ups_first, result.reply_owed) == (None, [], True)
-    execute(job_database, "update messages set answer_by = clock_timestamp() where external_id = 'SM-late-2'")
+    execute(own_database, "update messages set answer_by = clock_timestamp() where external_id = 'SM-late-2'")
     twilio = TwilioFor()
     job_turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     job = OwedReplies(memory, job_turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
@@ -524,20 +516,20 @@ def test_a_media_notice_after_twilio_stopped_waiting_leaves_the_held_follow_up_t
 
 
 def test_held_follow_ups_of_a_message_no_answer_said_go_with_the_persons_next_message(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """The job could not push the held follow-up before its answer (Twilio down), and the message
     then passed OWED_REPLY_MAX_AGE: the job no longer answers it. The person's next WhatsApp
     message says it first, in its TwiML, once (a review's finding: nothing ever said it)."""
     number = "+34600000999"
-    message_id = owed_with_held(memory, job_database, number, "Stretch now.")
+    message_id = owed_with_held(memory, own_database, number, "Stretch now.")
     twilio = TwilioFor()
     twilio.down = True
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 3)
     assert job.run(120) == OwedRun(0, 1)
     execute(
-        job_database,
+        own_database,
         "update messages set created_at = created_at - interval '11 minutes' where id = %s",
         message_id,
     )
@@ -552,7 +544,7 @@ def test_held_follow_ups_of_a_message_no_answer_said_go_with_the_persons_next_me
     assert after.follow_ups_first == []
 
 
-def test_a_message_takes_only_its_own_persons_unsaid_follow_ups(memory: Memory, job_database: str) -> None:
+def test_a_message_takes_only_its_own_persons_unsaid_follow_ups(memory: Memory, own_database: str) -> None:
     """Beside the person's own follow-up taken by their unanswered message, one of another person
     made to point at it too (as no code of ours does): their next message says their own only."""
     number, other = "+34600001001", "+34600001002"
@@ -561,7 +553,7 @@ def test_a_message_takes_only_its_own_persons_unsaid_follow_ups(memory: Memory, 
     assert first.message_id is not None and stranger.user_id is not None
     for start, sender, content in ((first, number, "Mine."), (stranger, other, "Their secret.")):
         execute(
-            job_database,
+            own_database,
             "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status, said_with,"
             " next_attempt_at) values (%s, %s, 'whatsapp', %s, %s, now(), 'sent', %s, now())",
             start.user_id,
@@ -570,7 +562,7 @@ def test_a_message_takes_only_its_own_persons_unsaid_follow_ups(memory: Memory, 
             content,
             first.message_id,
         )
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", first.message_id)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", first.message_id)
     later = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hello?", "SM-mine-3", sender=number)
     assert [said.content for said in later.delivered_first] == ["Mine."]
 
@@ -589,12 +581,12 @@ def owed_with_held(memory: Memory, database_url: str, number: str, *held: str) -
 
 
 def test_the_last_try_whose_model_fails_says_the_held_follow_up_once_then_the_fallback(
-    memory: Memory, job_database: str, fake_anthropic: FakeAnthropic
+    memory: Memory, own_database: str, fake_anthropic: FakeAnthropic
 ) -> None:
     """The job's last try: Twilio takes the held follow-up, then the model is down. The message is
     given up at the next run's claim, which knows the follow-up went (a review's finding: the
     give-up in the same run, from the try's own claim, said it again)."""
-    message_id = owed_with_held(memory, job_database, "+34600009001", "Stretch now.")
+    message_id = owed_with_held(memory, own_database, "+34600009001", "Stretch now.")
     fake_anthropic.behaviour = "529"
     twilio = TwilioFor()
     turns = claude_turns(memory, fake_anthropic)
@@ -602,14 +594,14 @@ def test_the_last_try_whose_model_fails_says_the_held_follow_up_once_then_the_fa
     assert job.run(120) == OwedRun(0, 1) and twilio.taken == ["Stretch now."]
     assert job.run(120) == OwedRun(0, 1)  # given up
     assert twilio.taken == ["Stretch now.", "FALLBACK"]
-    assert stored_replies(job_database, message_id) == [("FALLBACK", True)]
+    assert stored_replies(own_database, message_id) == [("FALLBACK", True)]
 
 
-def test_the_last_try_whose_push_stopped_gives_up_from_where_it_stopped(memory: Memory, job_database: str) -> None:
+def test_the_last_try_whose_push_stopped_gives_up_from_where_it_stopped(memory: Memory, own_database: str) -> None:
     """The job's last try: Twilio takes the first held follow-up and fails once on the second. The
     give-up, at the next run's claim, says the second only, then the fallback (a review's finding:
     the give-up from the try's own claim said the first again)."""
-    message_id = owed_with_held(memory, job_database, "+34600009002", "Stretch now.", "Drink some water.")
+    message_id = owed_with_held(memory, own_database, "+34600009002", "Stretch now.", "Drink some water.")
     refused: list[str] = []
 
     def down_once(text: str) -> None:
@@ -623,16 +615,16 @@ def test_the_last_try_whose_push_stopped_gives_up_from_where_it_stopped(memory: 
     assert job.run(120) == OwedRun(0, 1) and twilio.taken == ["Stretch now."]
     assert job.run(120) == OwedRun(0, 1)
     assert twilio.taken == ["Stretch now.", "Drink some water.", "FALLBACK"]
-    assert stored_replies(job_database, message_id) == [("FALLBACK", True)]
+    assert stored_replies(own_database, message_id) == [("FALLBACK", True)]
 
 
 def test_a_held_follow_up_refused_for_good_is_passed_over_and_the_message_answered(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Twilio refuses the held follow-up for good (a 4xx) and takes the rest: waiting would never
     say it, so the answer goes without it (a review's finding: no model was ever asked, and the
     message was claimed run after run, never answered)."""
-    message_id = owed_with_held(memory, job_database, "+34600009004", "Stretch now.")
+    message_id = owed_with_held(memory, own_database, "+34600009004", "Stretch now.")
 
     class RefusesTheFollowUp(TwilioFor):
         def send(self, text: str, until: float, first_part: int = 0) -> Sent:
@@ -642,19 +634,19 @@ def test_a_held_follow_up_refused_for_good_is_passed_over_and_the_message_answer
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 2)
     assert job.run(120) == OwedRun(1, 0)
-    [(reply, delivered)] = stored_replies(job_database, message_id)
+    [(reply, delivered)] = stored_replies(own_database, message_id)
     assert twilio.taken == [reply] and delivered and reply.startswith("(Offline stand-in model")
 
 
 def test_give_ups_that_cannot_push_their_held_follow_ups_stop_the_run_as_a_surface_down(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Three people's messages past their tries, each with a held follow-up, Twilio down: the run
     stops after the second, as for any send that fails for two people (a review's finding: it
     tried Twilio for each, every try up to Twilio's timeouts)."""
     for number in ("+34600009101", "+34600009102", "+34600009103"):
-        owed_with_held(memory, job_database, number, f"Stretch now, {number}.")
-    execute(job_database, "update messages set owed_tries = 5 where role = 'user'")
+        owed_with_held(memory, own_database, number, f"Stretch now, {number}.")
+    execute(own_database, "update messages set owed_tries = 5 where role = 'user'")
     tried: list[str] = []
     twilio = TwilioFor(tried.append)
     twilio.down = True
@@ -663,11 +655,11 @@ def test_give_ups_that_cannot_push_their_held_follow_ups_stop_the_run_as_a_surfa
     assert job.run(120) == OwedRun(0, 2) and len(tried) == 2
 
 
-def test_an_attempt_ended_after_a_link_gives_its_reservation_back_to_the_linked_account(job_database: str) -> None:
+def test_an_attempt_ended_after_a_link_gives_its_reservation_back_to_the_linked_account(own_database: str) -> None:
     """With TOKENS_PER_DAY on, a WhatsApp turn reserves tokens; the person is linked into a web
     account while it runs (their day's count moves with them), and the turn ends without a reply:
     the reservation is given back there (a review's finding: it stayed counted against the day)."""
-    store = PostgresStore(job_database)
+    store = PostgresStore(own_database)
     try:
         budgeted = Memory(store, context_limits(), TurnBudget(tokens_per_day=1_000_000, reply_tokens=500))
         number, web = "+34600009003", uuid.uuid4()
@@ -675,19 +667,19 @@ def test_an_attempt_ended_after_a_link_gives_its_reservation_back_to_the_linked_
             Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-budget-1", sender=number, estimate=TurnEstimate(100)
         )
         assert start.user_id is not None and start.message_id is not None and start.reserved_tokens == 600
-        [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
-        execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+        [(key,)] = rows(own_database, "select external_id from identities where user_id = %s", start.user_id)
+        execute(own_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
         budgeted.end_attempt(start.user_id, start.message_id, start.attempt, 42, reserved=start.reserved_tokens)
         freed = rows(
-            job_database, "select answer_by <= clock_timestamp() from messages where id = %s", start.message_id
+            own_database, "select answer_by <= clock_timestamp() from messages where id = %s", start.message_id
         )
         assert freed == [(True,)]
-        assert rows(job_database, "select user_id, tokens, reserved from turn_usage") == [(web, 42, 0)]
+        assert rows(own_database, "select user_id, tokens, reserved from turn_usage") == [(web, 42, 0)]
     finally:
         store.close()
 
 
-def test_a_fallback_that_went_between_two_failed_sends_keeps_the_run_going(memory: Memory, job_database: str) -> None:
+def test_a_fallback_that_went_between_two_failed_sends_keeps_the_run_going(memory: Memory, own_database: str) -> None:
     """Four people's messages past their tries, given up in turn: Twilio refuses the first's and the
     third's for a moment and takes the others'. A fallback that went in between says the surface is
     up: the run gives up all four (a review's finding: it stopped at the third, as if down)."""
@@ -695,7 +687,7 @@ def test_a_fallback_that_went_between_two_failed_sends_keeps_the_run_going(memor
     for number in numbers:
         start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", f"SM-{number}", sender=number)
         assert start.message_id is not None
-    execute(job_database, "update messages set owed_tries = 5, answer_by = clock_timestamp() where role = 'user'")
+    execute(own_database, "update messages set owed_tries = 5, answer_by = clock_timestamp() where role = 'user'")
     twilio = {number: TwilioFor() for number in numbers}
     twilio[numbers[0]].down = twilio[numbers[2]].down = True
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
@@ -705,7 +697,7 @@ def test_a_fallback_that_went_between_two_failed_sends_keeps_the_run_going(memor
 
 
 def test_an_owed_message_whose_number_was_unlinked_since_is_answered_to_nobody(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """A WhatsApp number linked to a web account writes, and its answer never comes (owed). The
     person unlinks the number (a lost phone): the job answers nothing to it, where an answer built
@@ -713,34 +705,34 @@ def test_an_owed_message_whose_number_was_unlinked_since_is_answered_to_nobody(
     number, web = "+34600001234", uuid.uuid4()
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-gone-1", sender=number)
     assert start.message_id is not None
-    [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
-    execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
-    execute(job_database, "select unlink_identities('whatsapp', null, %s)", key)
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    [(key,)] = rows(own_database, "select external_id from identities where user_id = %s", start.user_id)
+    execute(own_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+    execute(own_database, "select unlink_identities('whatsapp', null, %s)", key)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
     twilio = TwilioFor()
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     job = OwedReplies(memory, turns, {Surface.WHATSAPP: lambda to: twilio}, {Surface.WHATSAPP: 12.0}, 600, 1)
     assert job.run(120) == OwedRun(0, 1) and twilio.taken == []
-    execute(job_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where id = %s", start.message_id)
     assert job.run(120) == OwedRun(0, 1) and twilio.taken == []  # past its tries: no fallback to it either
-    assert stored_replies(job_database, start.message_id) == []
+    assert stored_replies(own_database, start.message_id) == []
 
 
 def test_a_person_whose_number_was_unlinked_is_still_answered_on_telegram_in_the_same_run(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Two owed messages of one person: one from a WhatsApp number unlinked since (told nothing),
     one on Telegram, which still reaches them: answered in the same run (a review's finding: the
     first held the second back a run)."""
     number, web = "+34600001235", uuid.uuid4()
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hi", "SM-both-1", sender=number)
-    [(key,)] = rows(job_database, "select external_id from identities where user_id = %s", start.user_id)
-    execute(job_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
+    [(key,)] = rows(own_database, "select external_id from identities where user_id = %s", start.user_id)
+    execute(own_database, "select link_identity(%s, 'whatsapp', %s)", web, key)
     chat = memory.begin_turn(Person(sender_id="5151"), Surface.TELEGRAM, "hey", "both-2", sender="5151")
-    [(chat_key,)] = rows(job_database, "select external_id from identities where user_id = %s", chat.user_id)
-    execute(job_database, "select link_identity(%s, 'telegram', %s)", web, chat_key)
-    execute(job_database, "select unlink_identities('whatsapp', null, %s)", key)
-    execute(job_database, "update messages set answer_by = clock_timestamp() where role = 'user'")
+    [(chat_key,)] = rows(own_database, "select external_id from identities where user_id = %s", chat.user_id)
+    execute(own_database, "select link_identity(%s, 'telegram', %s)", web, chat_key)
+    execute(own_database, "select unlink_identities('whatsapp', null, %s)", key)
+    execute(own_database, "update messages set answer_by = clock_timestamp() where role = 'user'")
     twilio, telegram = TwilioFor(), RecordingChannel()
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), SETTINGS)
     channels = {Surface.WHATSAPP: lambda to: twilio, Surface.TELEGRAM: lambda to: telegram}

@@ -24,7 +24,6 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.owed import OwedReplies, OwedRun
 from core.turn.request import TurnSettings
 from core.turn.turns import Turns
-from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import RecordingChannel, context_limits, execute, rows, turn_budget
 
@@ -32,14 +31,8 @@ DAY, OUTPUT, INPUT = 5_000, 2_000, 2_000
 
 
 @pytest.fixture
-def job_database(postgres_server: str) -> Iterator[str]:
-    with migrated_database(postgres_server) as url:
-        yield url
-
-
-@pytest.fixture
-def memory(job_database: str) -> Iterator[Memory]:
-    store = PostgresStore(job_database)
+def memory(own_database: str) -> Iterator[Memory]:
+    store = PostgresStore(own_database)
     yield Memory(store, context_limits(), turn_budget(tokens_per_day=DAY, reply_tokens=OUTPUT))
     store.close()
 
@@ -60,7 +53,7 @@ def usage(database_url: str, message_id: int) -> list[tuple[int, int]]:
 
 
 def test_the_jobs_answer_reserves_as_a_turn_does_and_the_day_stays_within_one_output(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """A rev-tools review's repro: the job's claim reserved nothing, so the person's web turn started
     while the job answered was admitted on a full day, and the day ended at 8,004 of 5,000 (past
@@ -69,7 +62,7 @@ def test_the_jobs_answer_reserves_as_a_turn_does_and_the_day_stays_within_one_ou
     person, message_id = owed_hello(memory)
     [owed] = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=TurnEstimate(INPUT))
     assert (owed.start.message_id, owed.start.reserved_tokens) == (message_id, 4001)
-    assert usage(job_database, message_id) == [(4001, 4001)]
+    assert usage(own_database, message_id) == [(4001, 4001)]
 
     web = memory.create_conversation(person).id
     with pytest.raises(OverBudget):
@@ -84,29 +77,29 @@ def test_the_jobs_answer_reserves_as_a_turn_does_and_the_day_stays_within_one_ou
         tokens=4001,
         reserved=owed.start.reserved_tokens,
     )
-    assert usage(job_database, message_id) == [(4001, 0)]
-    [(day,)] = rows(job_database, "select sum(tokens) from turn_usage where user_id = %s", person)
+    assert usage(own_database, message_id) == [(4001, 0)]
+    [(day,)] = rows(own_database, "select sum(tokens) from turn_usage where user_id = %s", person)
     assert day == 4001 <= DAY + OUTPUT
 
 
 def test_a_claim_whose_input_would_reach_the_day_leaves_the_message_owed_and_untried(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """As begin_turn: the day with the answer's input (2,001) reaching TOKENS_PER_DAY exactly is
     refused, and the message stays owed, its try not counted, for a later run; one token under, it
     is claimed."""
     _, message_id = owed_hello(memory)
-    execute(job_database, "update turn_usage set tokens = %s where message_id = %s", DAY - 2001, message_id)
+    execute(own_database, "update turn_usage set tokens = %s where message_id = %s", DAY - 2001, message_id)
     assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=TurnEstimate(INPUT)) == []
-    assert rows(job_database, "select owed_tries from messages where id = %s", message_id) == [(0,)]
-    assert usage(job_database, message_id) == [(DAY - 2001, 0)]
-    execute(job_database, "update turn_usage set tokens = %s where message_id = %s", DAY - 2002, message_id)
+    assert rows(own_database, "select owed_tries from messages where id = %s", message_id) == [(0,)]
+    assert usage(own_database, message_id) == [(DAY - 2001, 0)]
+    execute(own_database, "update turn_usage set tokens = %s where message_id = %s", DAY - 2002, message_id)
     [owed] = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=TurnEstimate(INPUT))
     assert (owed.start.message_id, owed.tries, owed.start.reserved_tokens) == (message_id, 1, 4001)
-    assert usage(job_database, message_id) == [(DAY - 2002 + 4001, 4001)]
+    assert usage(own_database, message_id) == [(DAY - 2002 + 4001, 4001)]
 
 
-def test_a_claim_the_job_cannot_answer_gives_its_reservation_back(memory: Memory, job_database: str) -> None:
+def test_a_claim_the_job_cannot_answer_gives_its_reservation_back(memory: Memory, own_database: str) -> None:
     """A message whose sender no channel can reach (not a Telegram chat id) is skipped: what its
     claim reserved is given back at once, not counted until the day ends."""
     _, message_id = owed_hello(memory, chat="not-a-chat")
@@ -118,20 +111,20 @@ def test_a_claim_the_job_cannot_answer_gives_its_reservation_back(memory: Memory
     turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), settings)
     job = OwedReplies(memory, turns, {Surface.TELEGRAM: unreachable}, {Surface.TELEGRAM: 10.0}, 600, 3)  # type: ignore[dict-item]
     assert job.run(120) == OwedRun(0, 1)
-    assert rows(job_database, "select owed_tries from messages where id = %s", message_id) == [(1,)]
-    assert usage(job_database, message_id) == [(0, 0)]
+    assert rows(own_database, "select owed_tries from messages where id = %s", message_id) == [(1,)]
+    assert usage(own_database, message_id) == [(0, 0)]
 
 
 def test_a_claim_with_tools_must_fit_the_day_with_all_it_may_spend_but_its_last_output(
-    memory: Memory, job_database: str
+    memory: Memory, own_database: str
 ) -> None:
     """Two requests of 2,001 in and 2,000 out: 6,002 but the last output, past the day of 5,000,
     so the claim waits for an empty day (as a turn larger than the whole day does)."""
     _, message_id = owed_hello(memory)
-    execute(job_database, "update turn_usage set tokens = 1 where message_id = %s", message_id)
+    execute(own_database, "update turn_usage set tokens = 1 where message_id = %s", message_id)
     two = TurnEstimate(INPUT, requests=2)
     assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=two) == []
-    execute(job_database, "update turn_usage set tokens = 0 where message_id = %s", message_id)
+    execute(own_database, "update turn_usage set tokens = 0 where message_id = %s", message_id)
     [owed] = memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=1, estimate=two)
     assert (owed.start.message_id, owed.start.reserved_tokens) == (message_id, 2 * 4001)
 
@@ -140,11 +133,11 @@ def large_memory(store: PostgresStore) -> Memory:
     return Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000, reply_tokens=321))
 
 
-def test_the_jobs_last_try_gives_back_its_reservation_once(job_database: str, fake_anthropic: FakeAnthropic) -> None:
+def test_the_jobs_last_try_gives_back_its_reservation_once(own_database: str, fake_anthropic: FakeAnthropic) -> None:
     """A try that fails ends its attempt, which gives back what its claim reserved; its give-up
     (the last try) stores the fallback and gives nothing back again, which would have taken the
     dead attempt's 50,000, still counted, off the day (a review's finding)."""
-    store = PostgresStore(job_database)
+    store = PostgresStore(own_database)
     try:
         memory = large_memory(store)
         dead = memory.begin_turn(
@@ -152,7 +145,7 @@ def test_the_jobs_last_try_gives_back_its_reservation_once(job_database: str, fa
         )
         assert dead.message_id is not None and dead.reserved_tokens == 50_000
         execute(
-            job_database, "update messages set answer_by = now() - interval '1 second' where id = %s", dead.message_id
+            own_database, "update messages set answer_by = now() - interval '1 second' where id = %s", dead.message_id
         )
         fake_anthropic.behaviour = "529"
         model = AnthropicModel(
@@ -164,18 +157,18 @@ def test_the_jobs_last_try_gives_back_its_reservation_once(job_database: str, fa
         job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 1)
         assert job.run(120) == OwedRun(0, 1)
         assert channel.sent == ["FALLBACK"]
-        assert usage(job_database, dead.message_id) == [(50_000, 50_000)]
+        assert usage(own_database, dead.message_id) == [(50_000, 50_000)]
     finally:
         store.close()
 
 
 def test_an_attempt_ending_while_the_job_claims_its_message_does_not_deadlock(
-    job_database: str, caplog: pytest.LogCaptureFixture
+    own_database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The claim takes the message's row, then the budget's lock, then turn_usage's row; end_attempt
     took turn_usage's first: the two deadlocked and the attempt's tokens were never counted (a
     review's finding). A third session holds the budget's lock so that they always meet so."""
-    store = PostgresStore(job_database)
+    store = PostgresStore(own_database)
     try:
         memory = large_memory(store)
         late = memory.begin_turn(
@@ -183,7 +176,7 @@ def test_an_attempt_ending_while_the_job_claims_its_message_does_not_deadlock(
         )
         assert late.message_id is not None and late.user_id is not None and late.reserved_tokens == 1322
         execute(
-            job_database, "update messages set answer_by = now() - interval '1 second' where id = %s", late.message_id
+            own_database, "update messages set answer_by = now() - interval '1 second' where id = %s", late.message_id
         )
         claimed: list[object] = []
 
@@ -196,10 +189,10 @@ def test_an_attempt_ending_while_the_job_claims_its_message_does_not_deadlock(
 
         def waiting(kind: str) -> int:
             return int(
-                rows(job_database, "select count(*) from pg_locks where not granted and locktype = %s", kind)[0][0]
+                rows(own_database, "select count(*) from pg_locks where not granted and locktype = %s", kind)[0][0]
             )
 
-        with psycopg.connect(job_database) as holder:
+        with psycopg.connect(own_database) as holder:
             holder.execute(
                 "select pg_advisory_xact_lock(hashtextextended('budget/' || %s::text, 0))", (str(late.user_id),)
             )
@@ -216,18 +209,18 @@ def test_an_attempt_ending_while_the_job_claims_its_message_does_not_deadlock(
         ending.join(20)
         assert "end_attempt failed" not in caplog.text and len(claimed) == 1
         # The claim's 1,322 reserved beside the attempt's 500 spent (its reservation given back).
-        assert usage(job_database, late.message_id) == [(1322 + 500, 1322)]
+        assert usage(own_database, late.message_id) == [(1322 + 500, 1322)]
     finally:
         store.close()
 
 
 @pytest.mark.parametrize("tokens_per_day", [0, 1_000_000])
 def test_a_message_whose_chat_no_longer_reaches_its_person_is_claimed_once_a_run(
-    job_database: str, tokens_per_day: int
+    own_database: str, tokens_per_day: int
 ) -> None:
     """Its claim's reservation is given back when the run ends, not at once, which freed the message
     for the same run to claim again (a review's finding)."""
-    store = PostgresStore(job_database)
+    store = PostgresStore(own_database)
     try:
         memory = Memory(store, context_limits(), turn_budget(tokens_per_day=tokens_per_day, reply_tokens=321))
         first = memory.begin_turn(
@@ -240,16 +233,16 @@ def test_a_message_whose_chat_no_longer_reaches_its_person_is_claimed_once_a_run
         )
         assert first.message_id is not None
         execute(
-            job_database, "update messages set answer_by = now() - interval '1 second' where id = %s", first.message_id
+            own_database, "update messages set answer_by = now() - interval '1 second' where id = %s", first.message_id
         )
         settings = TurnSettings("Be brief.", "FALLBACK", "NO")
         turns = Turns(memory, OfflineModel, IdentityPolicy("auto"), settings)
         channel = RecordingChannel()
         job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
         assert job.run(120) == OwedRun(0, 1)
-        assert rows(job_database, "select owed_tries from messages where id = %s", first.message_id) == [(1,)]
+        assert rows(own_database, "select owed_tries from messages where id = %s", first.message_id) == [(1,)]
         # What its own attempt reserved still counts (its instance died); the claim's was given back.
-        assert usage(job_database, first.message_id) == ([(1322, 1322)] if tokens_per_day else [])
+        assert usage(own_database, first.message_id) == ([(1322, 1322)] if tokens_per_day else [])
         assert channel.sent == []
     finally:
         store.close()
