@@ -88,6 +88,13 @@ def send(fields: dict[str, str]) -> list[str]:
     return messages_of(answered.text)
 
 
+def owed(fake_anthropic: FakeAnthropic, text: str, sender: str) -> None:
+    """The person's SMS while the model is down: answered with the fallback, the message owed."""
+    fake_anthropic.behaviour = "500"
+    send(sms(text, sender))
+    fake_anthropic.behaviour = "ok"
+
+
 def run_the_job() -> dict[str, Any]:
     job = app_client("memory_digest").post("/", headers=DIGEST)
     assert job.status_code == 200
@@ -168,9 +175,7 @@ def test_sms_messages_are_cut_at_sms_limit(
     sender = number()
     fake_anthropic.answer = lambda body: "One sentence here. Another sentence here."
     assert send(sms("Hello", sender)) == ["One sentence here.", "Another sentence here."]
-    fake_anthropic.behaviour = "500"
-    send(sms("And now?", sender))  # the fallback now; the message is owed
-    fake_anthropic.behaviour = "ok"
+    owed(fake_anthropic, "And now?", sender)
     assert run_the_job()["owed_answered"] == 1
     assert [message["Body"] for message in fake_twilio.messages] == ["One sentence here.", "Another sentence here."]
 
@@ -180,9 +185,7 @@ def test_an_owed_reply_with_emoji_goes_in_bodies_twilio_takes(
 ) -> None:
     """Through the Messages API (owed replies, follow-ups) as in TwiML: SMS_LIMIT, as Twilio counts."""
     sender = number()
-    fake_anthropic.behaviour = "500"
-    send(sms("How did I do?", sender))  # the fallback now; the message is owed
-    fake_anthropic.behaviour = "ok"
+    owed(fake_anthropic, "How did I do?", sender)
     fake_anthropic.answer = lambda body: cheers(120)
     assert run_the_job()["owed_answered"] == 1
     assert [message["Body"] for message in fake_twilio.messages] == [cheers(114), cheers(6)]
@@ -237,9 +240,7 @@ def test_an_owed_sms_reply_goes_through_the_messages_api(
     sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
     sender = number()
-    fake_anthropic.behaviour = "500"
-    send(sms("Is the pharmacy open on Sunday?", sender))  # the fallback now; the message is owed
-    fake_anthropic.behaviour = "ok"
+    owed(fake_anthropic, "Is the pharmacy open on Sunday?", sender)
     fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
     assert run_the_job()["owed_answered"] == 1
     assert fake_twilio.messages == [{"From": SMS_FROM, "To": sender, "Body": "Yes, from 10 to 14."}]
