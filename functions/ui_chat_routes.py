@@ -18,7 +18,7 @@ import flask
 from pydantic import ValidationError
 
 from core.errors import InputError, StillAnswering
-from core.models import Role, Surface, TurnStart
+from core.models import Role, StoredMessage, Surface, TurnStart
 from core.turn.context import undeclined
 from core.turn.request import ContextItem, TurnRequest
 from core.turn.turns import ANSWER_MARGIN_S
@@ -50,11 +50,12 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
+    stored = stored_messages(earlier, person, body.id)
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)
             for message in earlier
-            if (item := history_item(message)) is not None
+            if (item := history_item(message, stored.get(message.id))) is not None
         ]
     )
     return TurnRequest(
@@ -75,20 +76,36 @@ def words(message: UIMessage) -> str:
     return "\n\n".join(part.text for part in message.parts if isinstance(part, UITextPart))
 
 
-def history_item(message: UIMessage) -> ContextItem | None:
+def stored_messages(earlier: list[UIMessage], person: uuid.UUID, conversation: uuid.UUID) -> dict[str, StoredMessage]:
+    """The person's earlier web messages as stored, by the ids their page sent them under (a live
+    tab's, and loadMessages' after a reload): one round trip, only when there are such ids."""
+    client_ids = [message.id for message in earlier if message.role == "user" and stored_id(message.id) is None]
+    return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
+
+
+def history_item(message: UIMessage, stored: StoredMessage | None) -> ContextItem | None:
     """An earlier message as the context reads it; a message with no words (only data parts, a
-    system message) is left out, and so is a fallback (`unstored`). An id that is a stored message's
-    (as the history route and the stream's `start` give them) keeps the other apps' messages from
-    being shown twice."""
+    system message) is left out, and so is a fallback (`unstored`). The person's web message as
+    `stored` (a voice note's transcript, a photo's description, which its parts do not hold), and
+    an id that is a stored message's (as the history route and the stream's `start` give them):
+    each keeps what the context shows from being found again, or shown twice."""
+    if message.role == "system" or unstored(message):
+        return None
+    if stored is not None:
+        return ContextItem.from_stored(stored)
     text = words(message)
-    if message.role == "system" or not text or unstored(message):
+    if not text:
         return None
     metadata = message.metadata
     surface = metadata.surface if metadata is not None else Surface.WEB
     created_at = metadata.createdAt if metadata is not None else None
+    return ContextItem(Role(message.role), text, surface, created_at, stored_id(message.id))
+
+
+def stored_id(message_id: str) -> int | None:
+    """The stored message an id names, when it is one's (all digits)."""
     # ASCII digits only: str.isdigit() also takes "²", which int() refuses
-    stored_id = int(message.id) if message.id.isascii() and message.id.isdigit() and len(message.id) < 19 else None
-    return ContextItem(Role(message.role), text, surface, created_at, stored_id)
+    return int(message_id) if message_id.isascii() and message_id.isdigit() and len(message_id) < 19 else None
 
 
 def unstored(message: UIMessage) -> bool:

@@ -537,6 +537,24 @@ class Memory:
         message = row.get("message")
         return (str(message["external_id"]), str(message["content"])) if message else None
 
+    def web_messages(self, user_id: UUID, conversation_id: UUID, client_ids: Sequence[str]) -> dict[str, StoredMessage]:
+        """The person's web messages in the conversation that were sent under `client_ids`, by
+        them (the others are not stored, or not theirs). One round trip; none when the store
+        fails, as begin_turn then answers from what the client sent."""
+        try:
+            rows = self.store.call(
+                "web_messages_by_client_id",
+                {
+                    "p_user_id": str(user_id),
+                    "p_conversation_id": str(conversation_id),
+                    "p_client_ids": json.dumps(sorted(set(client_ids))),
+                },
+            )
+        except StoreUnavailable as exc:
+            log.error("web_messages_by_client_id failed; reading the client's words", extra={"error": str(exc)})
+            return {}
+        return {client_id: StoredMessage.from_row(row) for client_id, row in rows.items()}
+
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
         rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})
         return [StoredMessage.from_row(row) for row in rows]

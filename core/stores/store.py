@@ -52,6 +52,7 @@ SQL_FUNCTIONS = frozenset(
         "list_conversations",
         "conversation_messages",
         "unanswered_message",
+        "web_messages_by_client_id",
         "person_history",
         "search_memory",
         "create_link_code",

@@ -20,12 +20,14 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from core.errors import InputError
+from core.memory.search import SEARCH_MEMORY
 from core.models import Surface
 from core.turn.request import Outcome, TurnRequest
 from functions import runtime
 from functions.ui_chat_routes import attachment
 from functions.web_models import UIFilePart
-from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.anthropic_api import REFUSAL_TRIGGER, Answer, FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.deepgram_api import FakeDeepgram
 from tests.helpers import CORPUS, CORS_ORIGIN, ENGLISH, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
@@ -712,3 +714,73 @@ def test_a_use_chat_body_of_its_new_message_alone_reads_the_stored_thread(
         "Noted.",
         "when does she land?",
     ]
+
+
+def test_a_reloaded_thread_is_read_as_stored_and_not_searched_again(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """After a reload, loadMessages names the person's web message by its client's id: the turn
+    finds it stored, so the search leaves it out beside the history that shows it."""
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    fake_anthropic.answer = lambda body: "Noted."
+    said = ui_message("u-1", "user", "The garage door code is 7788")
+    assert '"outcome": "answered"' in web.post("/", json=chat_body(chat, said), headers=bearer(person)).get_data(
+        as_text=True
+    )
+    thread = loaded(web, person, chat)
+    assert [message["id"] for message in thread][0] == "u-1"
+
+    def searching(body: dict[str, Any]) -> Answer:
+        results = tool_results(body)
+        if results:
+            return "From memory: " + str(results[0]["content"])
+        return [tool_use(SEARCH_MEMORY, {"query": "garage door code"}, id="toolu_search")]
+
+    fake_anthropic.answer = searching
+    asked = chat_body(chat, *thread, ui_message("u-2", "user", "what was the garage code?"))
+    response = web.post("/", json=asked, headers=bearer(person))
+    assert '"outcome": "answered"' in response.get_data(as_text=True)
+    sent = json.dumps(fake_anthropic.requests[-1]["messages"])
+    assert sent.count("The garage door code is 7788") == 1, sent
+
+
+def test_a_live_tabs_voice_note_is_read_as_stored_in_the_next_turn(
+    environment: pytest.MonkeyPatch, web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A voice note sent from a useChat tab, then a typed question: the thread the tab posts holds
+    the note without words (crossmemTransport leaves its file part out), and the turn reads it as
+    stored, its transcript; another person's message sent under the same id never comes in."""
+    deepgram = FakeDeepgram("deepgram-test-key")
+    try:
+        environment.setenv("DEEPGRAM_API_KEY", "deepgram-test-key")
+        environment.setenv("DEEPGRAM_API_BASE", deepgram.url)
+        runtime.reset()
+        web = app_client("web_chat")
+        person, mallory = uuid.uuid4(), uuid.uuid4()
+        chat = new_conversation(web, person)
+        fake_anthropic.answer = lambda body: "Noted."
+        voice = base64.b64encode((CORPUS / "media" / "voice_note_es.ogg").read_bytes()).decode()
+        note = {
+            "id": "v-1",
+            "role": "user",
+            "parts": [{"type": "file", "mediaType": "audio/ogg", "url": f"data:audio/ogg;base64,{voice}"}],
+        }
+        first = web.post("/", json=chat_body(chat, note), headers=bearer(person)).get_data(as_text=True)
+        reply_id = parts_of(first)[0]["messageId"]
+        theirs = new_conversation(web, mallory)
+        web.post("/", json=chat_body(theirs, ui_message("v-1", "user", "mallory's own")), headers=bearer(mallory))
+        said = "select content from messages where user_id = %s and role = 'user'"
+        [(transcript,)] = rows(database_url, said, person)
+        assert "dentista" in transcript
+        thread = [
+            {**note, "parts": []},
+            ui_message(reply_id, "assistant", "Noted."),
+            ui_message("u-2", "user", "when is my appointment?"),
+        ]
+        second = web.post("/", json=chat_body(chat, *thread), headers=bearer(person))
+        assert parts_of(second.get_data(as_text=True))[-3]["data"]["outcome"] == "answered"
+        texts = [block["text"] for message in fake_anthropic.requests[-1]["messages"] for block in message["content"]]
+        assert [text.split("] ", 1)[-1] for text in texts] == [transcript, "Noted.", "when is my appointment?"]
+    finally:
+        deepgram.close()

@@ -195,6 +195,23 @@ create or replace function public.unanswered_message(p_user_id uuid, p_conversat
       left join public.conversations c on c.id = p_conversation_id and c.user_id = p_user_id;
 $$;
 
+-- The person's web messages in one of their conversations by the keys their client sent them
+-- with (useChat's ids; p_client_ids a JSON array), as a JSON object keyed by them: a page's thread
+-- names its earlier messages so, and the turn reads them as stored (a voice note's transcript, a
+-- photo's description) and by their ids (search leaves them out). Another person's message
+-- under the same key is never one of them. One index read per key (messages_once_per_delivery).
+create or replace function public.web_messages_by_client_id(p_user_id uuid, p_conversation_id uuid,
+                                                            p_client_ids text)
+    returns jsonb language sql stable set search_path = '' as $$
+    select coalesce(jsonb_object_agg(m.external_id, jsonb_build_object(
+               'id', m.id, 'conversation_id', m.conversation_id, 'surface', m.surface, 'role', m.role,
+               'content', m.content, 'created_at', m.created_at)), '{}'::jsonb)
+      from public.messages m
+     where m.user_id = p_user_id and m.surface = 'web'
+       and m.external_id in (select jsonb_array_elements_text(p_client_ids::jsonb))
+       and m.conversation_id = p_conversation_id and m.role = 'user';
+$$;
+
 -- A person's latest messages over every conversation, oldest first (the CLI's history).
 create or replace function public.person_history(p_user_id uuid, p_limit integer)
     returns jsonb language sql stable set search_path = '' as $$

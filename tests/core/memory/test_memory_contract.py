@@ -435,3 +435,28 @@ def test_how_far_held_follow_ups_got_is_kept_in_one_round_trip_on_every_store(
     assert counted.round_trips() == 1
     kept = rows(database_url, "select id, unsent_from from follow_ups where user_id = %s order by id", start.user_id)
     assert kept == [(stretch.id, 2), (water.id, 1)]
+
+
+def test_a_persons_web_messages_are_found_by_their_client_ids_in_one_round_trip_theirs_alone(
+    counted: CountedMemory,
+) -> None:
+    """What a page's thread names its earlier messages by (useChat's ids): the person's own web
+    messages of that conversation, never another person's sent under the same id, nor a reply."""
+    memory = counted.memory
+    alice, mallory = uuid.uuid4(), uuid.uuid4()
+    chat, other_chat = memory.create_conversation(alice), memory.create_conversation(alice)
+    theirs = memory.create_conversation(mallory)
+    said = memory.begin_turn(Person(user_id=alice), Surface.WEB, "the garage code is 7788", "u-1", chat.id)
+    assert said.message_id is not None
+    memory.finish_turn(alice, said.message_id, "Noted.")
+    memory.begin_turn(Person(user_id=alice), Surface.WEB, "in another conversation", "u-2", other_chat.id)
+    memory.begin_turn(Person(user_id=mallory), Surface.WEB, "mallory's own", "u-1", theirs.id)
+    counted.reset()
+    found = memory.web_messages(alice, chat.id, ["u-1", "u-2", "u-3", str(said.message_id)])
+    assert counted.round_trips() == 1
+    assert {client_id: (m.id, m.role, m.content) for client_id, m in found.items()} == {
+        "u-1": (said.message_id, Role.USER, "the garage code is 7788")
+    }
+    # Naming another's conversation brings none of its messages (nor begins a turn there).
+    assert memory.web_messages(alice, theirs.id, ["u-1"]) == {}
+    assert memory.web_messages(mallory, chat.id, ["u-1"]) == {}
