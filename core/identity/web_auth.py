@@ -3,12 +3,13 @@
 HS256 with the project's JWT secret, or the project's asymmetric keys (ES256, RS256)
 from its JWKS, fetched on first use and kept by this instance. The audience must be
 `authenticated`, the token unexpired, and `sub` the person's id. PyJWT is imported here
-only; every failure becomes an `AuthError` that says why, but for the JWKS unreachable
-(`AuthUnavailable`: the token may be valid).
+only; every failure becomes an `AuthError` that says why, but for the JWKS unreachable or
+not a usable key set (`AuthUnavailable`: the token may be valid).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 from uuid import UUID
@@ -68,7 +69,7 @@ class TokenVerifier:
             if algorithm == "HS256" and self._secret:
                 key = self._secret
             elif algorithm in ASYMMETRIC and self._jwks_url:
-                signing_key = self._keys().get_signing_key_from_jwt(token)
+                signing_key = self._key_set().get_signing_key_from_jwt(token)
                 # PyJWT fails with a TypeError when the key is of another type (an EC key
                 # for an RS256 header): the header's `alg` must be the key's own.
                 if signing_key.algorithm_name != algorithm:
@@ -91,12 +92,25 @@ class TokenVerifier:
             raise AuthError("the token is not for authenticated users") from None
         except jwt.InvalidSignatureError:
             raise AuthError("the token's signature is invalid") from None
-        except jwt.PyJWKClientConnectionError as exc:
+        except jwt.PyJWKClientConnectionError as exc:  # fetched again for a key the set lacked
             raise AuthUnavailable(f"the project's signing keys could not be fetched: {exc}") from None
         except jwt.PyJWKClientError:
             raise AuthError("the token's signing key is unknown") from None
         except jwt.InvalidTokenError as exc:
             raise AuthError(f"invalid token: {exc}") from None
+
+    def _key_set(self) -> jwt.PyJWKClient:
+        """The JWKS client, its key set fetched (once, then kept). AuthUnavailable when it cannot be
+        reached or answers no usable key set (not JSON, not an object, no signing key): a failure of
+        ours, the token may be valid. Only a token naming a key the set lacks is the token's (401)."""
+        keys = self._keys()
+        try:
+            keys.get_signing_keys()
+        except jwt.PyJWKClientConnectionError as exc:
+            raise AuthUnavailable(f"the project's signing keys could not be fetched: {exc}") from None
+        except (jwt.PyJWKClientError, jwt.PyJWKSetError, json.JSONDecodeError) as exc:
+            raise AuthUnavailable(f"the project's signing keys are not a usable key set: {exc}") from None
+        return keys
 
     def _keys(self) -> jwt.PyJWKClient:
         with self._lock:

@@ -17,6 +17,7 @@ from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
+from tests.fakes.local_server import LocalServer, QuietHandler
 from tests.helpers import CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, claims, stored_count
 
 
@@ -117,6 +118,50 @@ def test_a_jwks_that_cannot_be_reached_is_503_not_401(
     response = client.get("/conversations", headers=headers)
     assert (response.status_code, response.get_json()["error"]) == (503, "auth_unavailable")
     assert response.get_json()["message"].startswith("the project's signing keys could not be fetched: ")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"<html>Supabase is under maintenance</html>",  # not JSON
+        b'{"keys": []}',  # a key set with no key
+        b'{"keys": [{"kty": "EC"}]}',  # no usable key
+        b'{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}',  # a key, but none to sign with (no kid)
+        b"[]",  # JSON, not a key set
+    ],
+    ids=["html", "no-keys", "unusable-key", "no-signing-key", "not-an-object"],
+)
+def test_a_jwks_that_answers_no_usable_key_set_is_503_not_a_crash(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, answer: bytes
+) -> None:
+    """An endpoint that answers, but not with a usable key set, is a failure of ours as when it
+    cannot be reached: never a 500, nor a 401 that signs a person with a valid token out."""
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            self.answer_bytes(200, answer, "application/json")
+
+    server = LocalServer(Handler)
+    try:
+        environment.setenv("SUPABASE_JWKS_URL", f"{server.url}/auth/v1/.well-known/jwks.json")
+        client = app_client("web_chat")
+        response = client.get(
+            "/conversations", headers={"Authorization": "Bearer " + FakeJwks().sign(claims(uuid.uuid4()))}
+        )
+        assert (response.status_code, response.get_json()["error"]) == (503, "auth_unavailable")
+        assert response.get_json()["message"].startswith("the project's signing keys are not a usable key set: ")
+    finally:
+        server.close()
+
+
+def test_a_token_naming_a_key_the_jwks_lacks_is_401(
+    environment: pytest.MonkeyPatch, jwks: FakeJwks, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("SUPABASE_JWKS_URL", jwks.url)
+    client = app_client("web_chat")
+    token = jwt.encode(claims(uuid.uuid4()), jwks.private_key, algorithm="ES256", headers={"kid": "another"})
+    response = client.get("/conversations", headers={"Authorization": "Bearer " + token})
+    assert (response.status_code, response.get_json()["message"]) == (401, "the token's signing key is unknown")
 
 
 @pytest.mark.parametrize(
