@@ -91,6 +91,24 @@ def test_a_retried_send_is_stored_once(web: FlaskClient, database_url: str, fake
     assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
 
 
+def test_a_message_sent_without_a_client_id_is_listed_under_the_key_made_for_it(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """docs/api.md: the history route gives the key the server made (`web-<uuid>`), which sends
+    the message again stored once."""
+    person = uuid.uuid4()
+    sent = web.post("/", json={"message": "hello"}, headers=bearer(person)).get_json()
+    chat = sent["conversation_id"]
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    made, reply = (message["client_id"] for message in page)
+    assert made.startswith("web-") and uuid.UUID(made[4:]) and reply is None
+    again = web.post(
+        "/", json={"message": "hello", "conversation_id": chat, "client_message_id": made}, headers=bearer(person)
+    )
+    assert (again.get_json()["outcome"], again.get_json()["message_id"]) == ("redelivered", sent["message_id"])
+    assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
+
+
 def test_an_es256_token_from_the_projects_jwks_is_accepted(
     environment: pytest.MonkeyPatch, jwks: FakeJwks, fake_anthropic: FakeAnthropic
 ) -> None:
