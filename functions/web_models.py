@@ -116,7 +116,7 @@ class UIMessageMetadata(BaseModel):
 
 
 class UIMessage(BaseModel):
-    id: str = Field(max_length=128)
+    id: str = Field(min_length=1, max_length=128)  # the new message's idempotency key: "" would name them all
     role: Literal["system", "user", "assistant"]
     parts: list[UIPart] = Field(max_length=100)
     metadata: UIMessageMetadata | None = None

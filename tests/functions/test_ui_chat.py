@@ -784,3 +784,20 @@ def test_a_live_tabs_voice_note_is_read_as_stored_in_the_next_turn(
         assert [text.split("] ", 1)[-1] for text in texts] == [transcript, "Noted.", "when is my appointment?"]
     finally:
         deepgram.close()
+
+
+def test_a_use_chat_message_with_an_empty_id_is_a_400_not_the_last_ones_resend(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The new message's id is its idempotency key: `""` was taken as one, and the person's next
+    message with an empty id was answered as a resend of the first, never stored."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    response = web.post("/", json=chat_body(chat, ui_message("", "user", "first question")), headers=bearer(person))
+    assert response.status_code == 400
+    assert response.get_json() == {
+        "error": "bad_request",
+        "message": "invalid body at messages.0.id: String should have at least 1 character",
+    }
+    assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
