@@ -9,7 +9,7 @@ import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 import flask
 from pydantic import BaseModel, ValidationError
@@ -188,7 +188,10 @@ def public_url(base: str, request: flask.Request) -> str:
     """The URL the platform called, which a webhook's signature signs: the configured public base,
     then this function's path and query (never request.url, which is internal behind a proxy). The
     base exactly as configured when the path adds nothing: a custom domain's root,
-    `https://sms.example.com/`, is signed with its slash."""
+    `https://sms.example.com/`, is signed with its slash, and a base that holds the query Twilio
+    calls with (`…/sms?src=twilio`) is that whole URL."""
     path = request.script_root + (request.path if request.path != "/" else "")
     query = request.query_string.decode()
+    if not path and urlsplit(base).query:
+        return base
     return (base.rstrip("/") + path if path else base) + (f"?{query}" if query else "")

@@ -146,6 +146,12 @@ def test_a_public_base_url_at_a_domains_root_checks_the_url_twilio_signed(
         "/?tag=1", data=fields, headers=signed(fields, "https://sms.example.com/?tag=1")
     )
     assert with_query.status_code == 200
+    # The URL Twilio calls, its query included, as PUBLIC_BASE_URL: the whole of it is what is signed.
+    environment.setenv("PUBLIC_BASE_URL", "https://advisor.example.com/sms?src=twilio")
+    called = sms("hello again", number())
+    signed_whole = signed(called, "https://advisor.example.com/sms?src=twilio")
+    answered = app_client("sms_webhook").post("/?src=twilio", data=called, headers=signed_whole)
+    assert answered.status_code == 200 and messages_of(answered.text) == ["Noted."]
 
 
 CHEERS = "Well done \U0001f389."  # 12 characters, 13 as Twilio counts them: the emoji is two
