@@ -9,7 +9,6 @@ not a usable key set (`AuthUnavailable`: the token may be valid).
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 from uuid import UUID
@@ -101,14 +100,15 @@ class TokenVerifier:
 
     def _key_set(self) -> jwt.PyJWKClient:
         """The JWKS client, its key set fetched (once, then kept). AuthUnavailable when it cannot be
-        reached or answers no usable key set (not JSON, not an object, no signing key): a failure of
+        reached or answers no usable key set (not UTF-8 JSON, not an object, no signing key): a failure of
         ours, the token may be valid. Only a token naming a key the set lacks is the token's (401)."""
         keys = self._keys()
         try:
             keys.get_signing_keys()
         except jwt.PyJWKClientConnectionError as exc:
             raise AuthUnavailable(f"the project's signing keys could not be fetched: {exc}") from None
-        except (jwt.PyJWKClientError, jwt.PyJWKSetError, json.JSONDecodeError) as exc:
+        # ValueError: not JSON, or not UTF-8 (a proxy's Latin-1 page); RecursionError: nested past the limit
+        except (jwt.PyJWKClientError, jwt.PyJWKSetError, ValueError, RecursionError) as exc:
             raise AuthUnavailable(f"the project's signing keys are not a usable key set: {exc}") from None
         return keys
 

@@ -146,8 +146,10 @@ def test_a_jwks_that_cannot_be_reached_is_503_not_401(
         b'{"keys": [{"kty": "EC"}]}',  # no usable key
         b'{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}',  # a key, but none to sign with (no kid)
         b"[]",  # JSON, not a key set
+        "<html>Wartungsarbeiten \u2013 bitte sp\u00e4ter</html>".encode("latin-1", "replace"),  # not UTF-8
+        b"[" * 100_000,  # JSON nested past Python's recursion limit
     ],
-    ids=["html", "no-keys", "unusable-key", "no-signing-key", "not-an-object"],
+    ids=["html", "no-keys", "unusable-key", "no-signing-key", "not-an-object", "latin-1", "deep"],
 )
 def test_a_jwks_that_answers_no_usable_key_set_is_503_not_a_crash(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, answer: bytes
