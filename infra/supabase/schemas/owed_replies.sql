@@ -95,9 +95,8 @@ begin
                 v_reserved := least(p_requests::bigint * (v_input + greatest(p_output_tokens, 0)), 2000000000);
             end if;
             if crossmem_private.turn_limited_until(
-                   v_message.user_id, p_turns_per_minute, p_turns_per_day,
-                   case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - greatest(v_input, v_reserved - greatest(p_output_tokens, 0)), 1) else 0 end)
-               is not null then
+                   v_message.user_id, p_turns_per_minute, p_turns_per_day, p_tokens_per_day,
+                   v_input, v_reserved, p_output_tokens) is not null then
                 continue;
             end if;
             update public.turn_usage u set tokens = u.tokens + v_reserved, reserved = u.reserved + v_reserved

@@ -149,15 +149,25 @@ $$;
 
 -- The person's budget (budget.sql), when a limit is on: when they may write again, or null.
 -- Their instances count one at a time, so two racing for the last allowed turn cannot both pass.
+-- A turn (or the scheduled job's answer) that reads p_input and reserves p_reserved, of at most
+-- p_output_tokens written a request, starts while the day with all it may spend but its last
+-- output (its input, and with tools each request's input and output: the reservation less one
+-- output) stays under TOKENS_PER_DAY: the check is the budget's own, against what is left of it
+-- then (at least one token: an input past the whole day may start only on a day with nothing counted).
 create or replace function crossmem_private.turn_limited_until(
-    p_user_id uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer
+    p_user_id uuid, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
+    p_input integer, p_reserved integer, p_output_tokens integer
 ) returns timestamptz language plpgsql set search_path = '' as $$
 begin
     if p_turns_per_minute <= 0 and p_turns_per_day <= 0 and p_tokens_per_day <= 0 then
         return null;
     end if;
     perform pg_advisory_xact_lock(hashtextextended('budget/' || p_user_id, 0));
-    return public.turn_budget_until(p_user_id, p_turns_per_minute, p_turns_per_day, p_tokens_per_day);
+    return public.turn_budget_until(
+        p_user_id, p_turns_per_minute, p_turns_per_day,
+        case when p_tokens_per_day > 0
+             then greatest(p_tokens_per_day - greatest(p_input, p_reserved - greatest(p_output_tokens, 0)), 1)
+             else 0 end);
 end;
 $$;
 
@@ -467,11 +477,8 @@ begin
     end if;
 
     if v_stored.message_id is null or v_owed then
-        -- Over the budget, nothing is stored and no model is asked. An answered delivery never
-        -- gets here. The day's tokens with all this turn may spend but its last answer (its input,
-        -- and with tools each request's input and output: the reservation less one output) must
-        -- stay under the budget: the check is the budget's own, against what is left of it then (at
-        -- least one token: an input past the whole day may start only on a day with nothing counted).
+        -- Over the budget (turn_limited_until), nothing is stored and no model is asked. An
+        -- answered delivery never gets here.
         if p_tokens_per_day > 0 and p_requests > 0 then
             v_input := crossmem_private.turn_input_tokens(
                 v_user, p_surface, coalesce(v_stored.conversation_id, p_conversation_id), p_content,
@@ -479,8 +486,7 @@ begin
             v_reserved := least(p_requests::bigint * (v_input + greatest(p_output_tokens, 0)), 2000000000);
         end if;
         v_limited_until := crossmem_private.turn_limited_until(
-            v_user, p_turns_per_minute, p_turns_per_day,
-            case when p_tokens_per_day > 0 then greatest(p_tokens_per_day - greatest(v_input, v_reserved - greatest(p_output_tokens, 0)), 1) else 0 end);
+            v_user, p_turns_per_minute, p_turns_per_day, p_tokens_per_day, v_input, v_reserved, p_output_tokens);
         if v_limited_until is not null then
             return json_build_object('user_id', v_user, 'limited_until', v_limited_until, 'language', v_language);
         end if;
