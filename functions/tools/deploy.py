@@ -5,10 +5,11 @@ serverless.yml keeps the Serverless Framework's layout, and stays the one descri
 functions, but the Framework no longer deploys it: its only Google provider makes 1st-gen
 functions through Cloud Deployment Manager (docs/deploy.md#deploy). Beside the Framework's keys
 (handler, memorySize, timeout, minInstances, maxInstances, environment) each function says
-`cpu`, `concurrency`, `public`, `secrets` and `schedule`; `provider.secrets` go to every
-function, as `provider.environment` does. A function with a `schedule` must be private: the
-deploy gives `provider.schedulerServiceAccount` roles/run.invoker on it and creates (or
-updates) the Cloud Scheduler job that calls it with that account's OIDC token.
+`cpu`, `concurrency`, `public`, `secrets` and `schedule`, and may say `needs`: the deploying
+shell's variables without which it is not deployed (it would only refuse to serve).
+`provider.secrets` go to every function, as `provider.environment` does. A function with a
+`schedule` must be private: the deploy gives `provider.schedulerServiceAccount` roles/run.invoker
+on it and creates (or updates) the Cloud Scheduler job that calls it with that account's OIDC token.
 
 Every gcloud failure ends in one line with gcloud's own error and the likely fix
 (functions/tools/tool_failures.py), never a traceback.
@@ -91,6 +92,11 @@ class FunctionSpec:
     environment: Mapping[str, str]  # name -> value template, the provider's then the function's
     secrets: Mapping[str, str]  # name -> Secret Manager reference
     schedule: Schedule | None = None
+    needs: tuple[str, ...] = ()  # the shell's variables it is deployed only with
+
+    def unmet(self, shell: Mapping[str, str]) -> list[str]:
+        """What it needs that the deploying shell does not set: it is then not deployed."""
+        return [name for name in self.needs if not shell.get(name)]
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,7 @@ def read_description(path: Path = SERVERLESS_YML) -> Description:
                 environment={**provider.get("environment", {}), **spec.get("environment", {})},
                 secrets={**provider.get("secrets", {}), **spec.get("secrets", {})},
                 schedule=schedule,
+                needs=tuple(spec.get("needs", ())),
             )
         )
     return Description(raw, str(provider["runtime"]), functions)
@@ -335,6 +342,8 @@ def plan(
     build_package(REPOSITORY, PACKAGE)
     steps = []
     for function in description.functions:
+        if function.unmet(shell):
+            continue
         present = {
             name: reference
             for name, reference in sorted(function.secrets.items())
@@ -368,6 +377,10 @@ def deploy(dry_run: bool, shell: Mapping[str, str]) -> int:
         except ToolFailed as exc:
             print(f"crossmem deploy: {exc}", file=sys.stderr)
             return 1
+    for function in description.functions:
+        if unmet := function.unmet(shell):
+            needs = " and ".join(function.needs)
+            print(f"# {function.name}: not deployed: it needs {needs}; not set here: {', '.join(unmet)}")
     for step in steps:
         if step.secrets_left_out:
             print(f"# {step.function.name}: not in Secret Manager, so left out: {', '.join(step.secrets_left_out)}")

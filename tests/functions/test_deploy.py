@@ -49,6 +49,12 @@ def deploying_shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.M
     return monkeypatch
 
 
+def sms_number(shell: pytest.MonkeyPatch) -> None:
+    """What sms_webhook is deployed with (serverless.yml's `needs`): an SMS number of an account."""
+    shell.setenv("TWILIO_ACCOUNT_SID", "AC" + "0" * 32)
+    shell.setenv("TWILIO_SMS_FROM", "+14155550100")
+
+
 def printed_commands(output: str) -> dict[str, list[str]]:
     commands = [shlex.split(line) for line in output.splitlines() if line.startswith("gcloud functions deploy ")]
     return {command[3]: command for command in commands}
@@ -100,7 +106,11 @@ def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
     assert main(["deploy", "--dry-run"]) == 0
     output = capsys.readouterr().out
     commands = printed_commands(output)
-    assert sorted(commands) == ["memory_digest", "sms_webhook", "telegram_webhook", "web_chat", "whatsapp_webhook"]
+    assert sorted(commands) == ["memory_digest", "telegram_webhook", "web_chat", "whatsapp_webhook"]
+    assert (
+        "# sms_webhook: not deployed: it needs TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM; "
+        "not set here: TWILIO_ACCOUNT_SID, TWILIO_SMS_FROM\n"
+    ) in output
     assert commands["telegram_webhook"] == [
         "gcloud",
         "functions",
@@ -164,6 +174,7 @@ def test_a_custom_domain_replaces_the_whatsapp_functions_own_url_and_not_the_sms
     """Each Twilio function checks signatures against its own URL: one shell variable for both (a
     review's finding) made every SMS fail its check, 403, once WhatsApp had a custom domain."""
     deploying_shell.setenv("WHATSAPP_PUBLIC_BASE_URL", "https://hooks.advisor.example.com/whatsapp")
+    sms_number(deploying_shell)
     assert main(["deploy", "--dry-run"]) == 0
     given = yaml.safe_load((ENV_FILES / "whatsapp_webhook.env.yaml").read_text())
     assert given["PUBLIC_BASE_URL"] == "https://hooks.advisor.example.com/whatsapp"
@@ -316,8 +327,9 @@ def test_not_logged_in_or_the_api_off_says_what_to_run(
 
 
 def test_a_deploy_runs_every_command_then_creates_the_job_and_updates_it_the_next_time(
-    fake_gcloud: FakeGcloud, capsys: pytest.CaptureFixture[str]
+    fake_gcloud: FakeGcloud, deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    sms_number(deploying_shell)
     fake_gcloud.answer(["secrets", "list"], "crossmem-database-url\ncrossmem-anthropic-api-key\n")
     assert main(["deploy"]) == 0
     calls = fake_gcloud.calls

@@ -384,6 +384,27 @@ def test_functions_not_deployed_refused_by_cloud_run_or_public_when_private(
     )
 
 
+def test_a_whatsapp_only_deployment_passes_without_the_sms_function_it_does_not_deploy(
+    live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without TWILIO_SMS_FROM `make deploy` leaves sms_webhook out (serverless.yml's `needs`): the
+    doctor skips it, even where an earlier deploy of it answers 503, and the deployment passes."""
+    live.run.answers["sms_webhook"] = 503
+    code, report = doctor_json(capsys)
+    assert code == 1 and list(failed(report)) == ["function sms_webhook"]
+    environment.delenv("TWILIO_SMS_FROM")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    assert code == 0
+    assert by_check(report)["function sms_webhook"] == {
+        "check": "function sms_webhook",
+        "status": "skip",
+        "detail": "`make deploy` leaves it out: it needs TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM, not set here",
+        "fix": None,
+    }
+    assert by_check(report)["function whatsapp_webhook"]["status"] == "ok"
+
+
 def test_a_url_with_nothing_behind_it(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
     live.run.answers.pop("web_chat")
     code, report = doctor_json(capsys)
