@@ -19,6 +19,15 @@ from core.errors import AuthError, AuthUnavailable, ConfigurationError
 from core.identity.linking import mask_account
 
 ASYMMETRIC = ("ES256", "RS256")
+# What fetching the JWKS may end in but a key set: no answer, JSON that is no key set, not JSON or not
+# UTF-8 (a proxy's Latin-1 page: ValueError), JSON nested past the recursion limit.
+UNUSABLE_KEY_SET = (jwt.PyJWKClientConnectionError, jwt.PyJWKSetError, ValueError, RecursionError)
+
+
+def unavailable(exc: Exception) -> AuthUnavailable:
+    if isinstance(exc, jwt.PyJWKClientConnectionError):
+        return AuthUnavailable(f"the project's signing keys could not be fetched: {exc}")
+    return AuthUnavailable(f"the project's signing keys are not a usable key set: {exc}")
 
 
 def hs256_token(claims: dict[str, Any], secret: str) -> str:
@@ -68,7 +77,7 @@ class TokenVerifier:
             if algorithm == "HS256" and self._secret:
                 key = self._secret
             elif algorithm in ASYMMETRIC and self._jwks_url:
-                signing_key = self._key_set().get_signing_key_from_jwt(token)
+                signing_key = self._signing_key(token)
                 # PyJWT fails with a TypeError when the key is of another type (an EC key
                 # for an RS256 header): the header's `alg` must be the key's own.
                 if signing_key.algorithm_name != algorithm:
@@ -91,26 +100,25 @@ class TokenVerifier:
             raise AuthError("the token is not for authenticated users") from None
         except jwt.InvalidSignatureError:
             raise AuthError("the token's signature is invalid") from None
-        except jwt.PyJWKClientConnectionError as exc:  # fetched again for a key the set lacked
-            raise AuthUnavailable(f"the project's signing keys could not be fetched: {exc}") from None
         except jwt.PyJWKClientError:
             raise AuthError("the token's signing key is unknown") from None
         except jwt.InvalidTokenError as exc:
             raise AuthError(f"invalid token: {exc}") from None
 
-    def _key_set(self) -> jwt.PyJWKClient:
-        """The JWKS client, its key set fetched (once, then kept). AuthUnavailable when it cannot be
-        reached or answers no usable key set (not UTF-8 JSON, not an object, no signing key): a failure of
-        ours, the token may be valid. Only a token naming a key the set lacks is the token's (401)."""
+    def _signing_key(self, token: str) -> jwt.PyJWK:
+        """The token's key, from the JWKS fetched once, then kept. AuthUnavailable when the set cannot be
+        reached or is no usable key set (not UTF-8 JSON, not an object, no signing key): a failure of
+        ours, the token may be valid. Only a token naming a key the set lacks is the token's (401):
+        PyJWT then fetches the set again, which may fail as the first fetch can."""
         keys = self._keys()
         try:
             keys.get_signing_keys()
-        except jwt.PyJWKClientConnectionError as exc:
-            raise AuthUnavailable(f"the project's signing keys could not be fetched: {exc}") from None
-        # ValueError: not JSON, or not UTF-8 (a proxy's Latin-1 page); RecursionError: nested past the limit
-        except (jwt.PyJWKClientError, jwt.PyJWKSetError, ValueError, RecursionError) as exc:
-            raise AuthUnavailable(f"the project's signing keys are not a usable key set: {exc}") from None
-        return keys
+        except (jwt.PyJWKClientError, *UNUSABLE_KEY_SET) as exc:
+            raise unavailable(exc) from None
+        try:
+            return keys.get_signing_key_from_jwt(token)
+        except UNUSABLE_KEY_SET as exc:
+            raise unavailable(exc) from None
 
     def _keys(self) -> jwt.PyJWKClient:
         with self._lock:

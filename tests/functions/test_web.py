@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 import uuid
 from typing import Any
 
@@ -170,6 +171,47 @@ def test_a_jwks_that_answers_no_usable_key_set_is_503_not_a_crash(
         )
         assert (response.status_code, response.get_json()["error"]) == (503, "auth_unavailable")
         assert response.get_json()["message"].startswith("the project's signing keys are not a usable key set: ")
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    # (JSON that is no key set, `[]`, PyJWT answers there as for a key the set lacks: a 401)
+    [b"<html>Supabase is under maintenance</html>", b"[" * 100_000],
+    ids=["html", "deep"],
+)
+def test_a_jwks_fetched_again_for_an_unknown_key_that_answers_no_key_set_is_503_not_a_crash(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, answer: bytes
+) -> None:
+    """A token naming a key the set lacks has PyJWT fetch the set again: that fetch failing is ours
+    too (it was a bare 500), and the next token of a known key is still accepted."""
+    keys = FakeJwks()
+    fetches: list[str] = []
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            fetches.append(self.path)
+            if len(fetches) == 1:
+                self.answer_json(200, keys.document)
+            else:
+                self.answer_bytes(200, answer, "application/json")
+
+    server = LocalServer(Handler)
+    try:
+        environment.setenv("SUPABASE_JWKS_URL", f"{server.url}/auth/v1/.well-known/jwks.json")
+        client = app_client("web_chat")
+        person = uuid.uuid4()
+        known = {"Authorization": "Bearer " + keys.sign(claims(person))}
+        assert client.get("/conversations", headers=known).status_code == 200
+        later = time.monotonic() + 60  # past PyJWT's cooldown (30 s) between two fetches
+        environment.setattr(jwt.jwks_client, "time", types.SimpleNamespace(monotonic=lambda: later))
+        unknown = jwt.encode(claims(person), keys.private_key, algorithm="ES256", headers={"kid": "another"})
+        response = client.get("/conversations", headers={"Authorization": "Bearer " + unknown})
+        assert (response.status_code, response.get_json()["error"]) == (503, "auth_unavailable")
+        assert response.get_json()["message"].startswith("the project's signing keys are not a usable key set: ")
+        assert len(fetches) == 2
+        assert client.get("/conversations", headers=known).status_code == 200
     finally:
         server.close()
 
