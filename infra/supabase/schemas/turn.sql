@@ -618,6 +618,17 @@ declare
     v_reply_id bigint;
     v_owner uuid;
 begin
+    -- The message's conversation first, as a link takes it (before the messages and the language):
+    -- a reply stored while its chat is linked waits for the link, never deadlocks with it, and is
+    -- then stored where the link moved the message, the person's (with the chat's old id, it was
+    -- out of every context). Once the reply is stored, a link waits for this turn, and moves it.
+    perform from public.conversations c
+     where c.id = (select m.conversation_id from public.messages m
+                    where m.id = p_user_message_id
+                      and (m.user_id = p_user_id
+                           or m.user_id = (select x.into_user_id from public.merged_people x
+                                            where x.from_user_id = p_user_id)))
+       for key share of c;
     if p_language is not null then  -- null: nothing learned, and nothing to answer with it
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
@@ -696,17 +707,21 @@ declare
     v_owed boolean;
     v_user uuid;
 begin
-    -- The person, or the one they were linked into since the turn began (their rows moved there).
+    -- The message's row first, as begin_turn, the scheduled job's claim and a link take a person's
+    -- rows (the message before its turn_usage row, the messages before the language): an attempt
+    -- ending while the job claims its message, or while its chat is linked, never deadlocks.
+    perform from public.messages m
+     where m.id = p_user_message_id
+       and (m.user_id = p_user_id
+            or m.user_id = (select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id))
+       for update of m;
+    -- The person, or the one they were linked into since the turn began (their rows moved there),
+    -- read once a link that held the message has committed.
     v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
                        p_user_id);
     if p_language is not null then  -- as finish_turn
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
-    -- The message's row before its turn_usage row, as begin_turn and the scheduled job's claim take
-    -- them: an attempt ending while the job claims its message never deadlocks with the claim.
-    perform from public.messages m
-     where m.id = p_user_message_id and m.user_id in (p_user_id, v_user)
-       for update of m;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, v_user, p_reserved, p_tokens, p_attempt);
     update public.messages m set answer_by = clock_timestamp()

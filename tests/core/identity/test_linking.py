@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -31,7 +32,7 @@ from core.surfaces.telegram import classify as classify_telegram
 from core.surfaces.whatsapp import WhatsAppForm
 from core.surfaces.whatsapp import classify as classify_whatsapp
 from tests.database import begin_turn_arguments, begin_turn_sql
-from tests.helpers import ENGLISH, execute, rows
+from tests.helpers import ENGLISH, context_limits, execute, rows, turn_budget
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -548,3 +549,104 @@ def test_a_confirm_button_links_only_from_a_chat_whose_id_is_a_number(
     request = LinkRequest(Surface.TELEGRAM, "42", "ABCDEFGHJ", consented=True, delivery=str(update.update_id))
     expected = Command(42, request, callback_query_id="q-1")
     assert (action == expected) if linked else not isinstance(action, Command)
+
+
+def waiting_for_a_lock(database_url: str) -> bool:
+    found = rows(
+        database_url,
+        "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+    )
+    return int(found[0][0]) > 0
+
+
+def test_a_link_and_an_attempt_ending_at_once_neither_deadlocks_and_the_attempt_counts_for_the_person(
+    own_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A link takes the chat's messages, then its language row; end_attempt took the language row
+    first (a review's note): with the link holding the message, the two deadlocked and one was
+    undone. The link here takes the message in its transaction before its own call, so that the
+    attempt always meets it so; the attempt then ends for the person the chat was linked into."""
+    store = PostgresStore(own_database)
+    try:
+        memory = Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000, reply_tokens=100))
+        chat = f"lock-{uuid.uuid4().hex[:8]}"
+        start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "hola", f"{chat}-1", sender=chat)
+        assert start.user_id is not None and start.message_id is not None
+        execute(own_database, "insert into person_languages (user_id, language) values (%s, 'en')", start.user_id)
+        web_person = uuid.uuid4()
+
+        with psycopg.connect(own_database) as link:
+            link.execute("select from messages where id = %s for update", (start.message_id,))
+            ending = threading.Thread(
+                target=lambda: memory.end_attempt(
+                    start.user_id, start.message_id, start.attempt, 40, reserved=start.reserved_tokens, language="es"
+                )
+            )
+            ending.start()
+            while not waiting_for_a_lock(own_database):  # the attempt waits for the message's row
+                time.sleep(0.02)
+            linked = link.execute("select link_identity(%s, 'telegram', %s)", (web_person, chat)).fetchone()
+            link.commit()
+        ending.join(20)
+        assert linked is not None and linked[0]["status"] == "linked"
+        assert "end_attempt failed" not in caplog.text
+        assert rows(
+            own_database,
+            "select user_id, language from person_languages where user_id in (%s, %s)",
+            start.user_id,
+            web_person,
+        ) == [(web_person, "es")]
+        assert rows(
+            own_database, "select user_id, tokens, reserved from turn_usage where message_id = %s", start.message_id
+        ) == [(web_person, 40, 0)]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["conversation-moved", "into-the-persons-own"])
+def test_a_link_and_a_reply_stored_at_once_neither_deadlocks_and_the_reply_is_the_persons(
+    own_database: str, merged: bool
+) -> None:
+    """finish_turn took the language row, then met the link on the chat's conversation, which the
+    link holds before it takes the language: they deadlocked. The reply now waits for the link
+    (the conversation first, as the link takes it) and is stored in the thread it was moved to,
+    the person's: never under the chat's old id, out of every context."""
+    store = PostgresStore(own_database)
+    try:
+        memory = Memory(store, context_limits(), turn_budget())
+        chat = f"lock-{uuid.uuid4().hex[:8]}"
+        web_person = uuid.uuid4()
+        if merged:  # the person already has a Telegram conversation: the chat's messages move into it
+            execute(
+                own_database,
+                "insert into conversations (user_id, surface, title) values (%s, 'telegram', 'T')",
+                web_person,
+            )
+        start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "hola", f"{chat}-1", sender=chat)
+        assert start.user_id is not None and start.message_id is not None
+        execute(own_database, "insert into person_languages (user_id, language) values (%s, 'en')", start.user_id)
+
+        stored: list[int | None] = []
+        with psycopg.connect(own_database) as link:
+            link.execute("select from conversations where user_id = %s for update", (start.user_id,))
+            finishing = threading.Thread(
+                target=lambda: stored.append(
+                    memory.finish_turn(start.user_id, start.message_id, "¡hola!", language="es")
+                )
+            )
+            finishing.start()
+            while not waiting_for_a_lock(own_database):  # the reply waits for the conversation
+                time.sleep(0.02)
+            linked = link.execute("select link_identity(%s, 'telegram', %s)", (web_person, chat)).fetchone()
+            link.commit()
+        finishing.join(20)
+        assert linked is not None and linked[0]["status"] == "linked"
+        assert stored and stored[0] is not None
+        assert rows(own_database, "select user_id, role, content from messages order by id") == [
+            (web_person, "user", "hola"),
+            (web_person, "assistant", "¡hola!"),
+        ]
+        assert rows(own_database, "select count(distinct conversation_id) from messages") == [(1,)]
+        assert rows(own_database, "select user_id, language from person_languages") == [(web_person, "es")]
+    finally:
+        store.close()
