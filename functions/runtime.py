@@ -251,7 +251,9 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
 def capabilities(config: Settings) -> tuple[Capability, ...]:
     """What this deployment's agent can do, as its settings switch it, in the prompt's order:
     each says its part of the prompt (what it can, or cannot, do) and brings its tools."""
-    search = SearchRules(config.search_max_tokens, config.search_max_hits) if config.memory_search else None
+    search = None
+    if config.memory_search:
+        search = SearchRules(config.search_max_tokens, config.search_max_hits, config.message_retention_days)
     return checked(
         (
             Media(),

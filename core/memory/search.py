@@ -67,6 +67,17 @@ app or a period when they say one. Say where and when it was said. If the search
 nothing, say so plainly; never invent what they said.
 """
 
+# With MESSAGE_RETENTION_DAYS the scheduled job deletes what is older: the agent must not promise it.
+KEPT = """\
+Your memory
+- What you see is the recent part of the thread, and your notes. What the person said, and you \
+answered, on any app in the last {days} days is still stored: search_memory finds it; older ones \
+are deleted. When they refer to something you cannot see ("what was that restaurant?", "when \
+did I say my sister arrives?"), search before you answer, with the words they would have used; \
+narrow it to an app or a period when they say one. Say where and when it was said. If the \
+search finds nothing, say so plainly (it may be older than {days} days); never invent what they said.
+"""
+
 SWITCHED_OFF = """\
 Your memory
 - The conversation you see is the recent part of a longer thread across all the apps. Older \
@@ -83,6 +94,15 @@ NEIGHBOUR_CHARS = 300
 class SearchRules:
     max_tokens: int = 1500  # SEARCH_MAX_TOKENS: the most one search adds to the request
     max_hits: int = 8  # SEARCH_MAX_HITS
+    kept_days: int = 0  # MESSAGE_RETENTION_DAYS: what is older is deleted; 0 keeps everything
+
+    @property
+    def tool(self) -> dict[str, Any]:
+        """The tool as the model sees it: over all time, or over the days a retention keeps."""
+        if not self.kept_days:
+            return TOOL
+        kept = f"on every app in the last {self.kept_days} days (older ones are deleted)"
+        return TOOL | {"description": TOOL["description"].replace("on every app and all time", kept)}
 
 
 class InvalidSearch(ValueError):
@@ -171,11 +191,13 @@ class MemorySearch:
 
     @property
     def instructions(self) -> str:
-        return INSTRUCTIONS if self.rules is not None else SWITCHED_OFF
+        if self.rules is None:
+            return SWITCHED_OFF
+        return KEPT.format(days=self.rules.kept_days) if self.rules.kept_days else INSTRUCTIONS
 
     @property
     def definitions(self) -> tuple[dict[str, Any], ...]:
-        return (TOOL,) if self.rules is not None else ()
+        return (self.rules.tool,) if self.rules is not None else ()
 
     def toolset(self, turn: TurnState) -> MemorySearchTools | None:
         """The turn's search, leaving out what the model already sees: the message it answers, what
@@ -190,7 +212,7 @@ class MemorySearch:
             seen.update(message.id for message in turn.start.history)
         else:
             seen.update(item.id for item in turn.client_history if item.id is not None)
-        return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules)
+        return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules, self.definitions)
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ EVERY_FUNCTION = frozenset(
         "memory_search",
         "search_max_tokens",
         "search_max_hits",
+        "message_retention_days",  # how far back the prompt says the search reaches
         # The tool loop and the operator's own tools (core/turn/capabilities.py), in every turn.
         "tool_rounds",
         "extra_tools",
@@ -125,7 +126,6 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             "digest_batch_size",
             "digest_time_budget",
             "digest_pause_seconds",
-            "message_retention_days",
             "purge_batch",
             # Owed replies (core/turn/owed.py), through each surface's adapter.
             "owed_reply_max_age",

@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import itertools
 import re
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
 from core.memory.search import TOOL as SEARCH_TOOL
+from core.memory.service import Memory
 from core.model.prompt import DEFAULT_PERSONA
-from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, standing_instructions
+from core.models import TurnStart
+from core.stores.store import UnavailableStore
+from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, TurnState, standing_instructions
 from functions.runtime import capabilities
 from functions.settings import Settings
+from tests.helpers import context_limits
 
 # What the prompt of every configuration must never say: the agent does see photos and PDFs.
 NEVER = ("see attachments", "you only learn that they sent one", "ask them to tell you in words")
@@ -107,3 +114,27 @@ def test_an_operators_tool_is_not_denied_by_what_the_agent_cannot_do(
         "What you cannot do\n- Do not claim to have done anything none of your tools did: without a tool for"
         " it, you cannot send emails, make calls or browse the web.\n"
     )
+
+
+def test_with_a_retention_neither_the_prompt_nor_the_search_tool_promises_all_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MESSAGE_RETENTION_DAYS=30: the scheduled job deletes what is older, so the agent can find only
+    the last 30 days. Seen failing with the prompt saying "Everything older ... is still stored" and
+    the tool "on every app and all time" (a review of the prompt's claims): asked how far back it
+    remembers, the agent said forever, and a purged message's search "found nothing"."""
+    monkeypatch.setenv("MESSAGE_RETENTION_DAYS", "30")
+    config = Settings(_env_file=None)  # type: ignore[call-arg]
+    able = capabilities(config)
+    prompt = standing_instructions(config.system_prompt, able)
+    [search] = [tool for capability in able for tool in capability.definitions if tool["name"] == "search_memory"]
+    assert "all time" not in search["description"] and "the last 30 days" in search["description"]
+    assert "Everything older" not in prompt
+    assert "in the last 30 days" in prompt and "older ones are deleted" in prompt
+    # The turn sends the capability's definition: the toolset's is the same.
+    [searching] = [capability for capability in able if search in capability.definitions]
+    start = TurnStart(uuid.uuid4(), uuid.uuid4(), 1, duplicate=False, reply=None)
+    memory = Memory(UnavailableStore("no database"), context_limits())
+    turn = TurnState(memory, uuid.uuid4(), start, ZoneInfo("UTC"), datetime.now(UTC))
+    toolset = searching.toolset(turn)
+    assert toolset is not None and toolset.definitions == (search,)
