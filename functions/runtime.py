@@ -273,7 +273,7 @@ def turns() -> Turns:
         model,
         identity(),
         TurnSettings(
-            system_prompt=standing_instructions(config.system_prompt, able),
+            system_prompt=standing_instructions(config.system_prompt, able, tagged=config.context_annotations),
             fallback_reply=config.fallback_reply,
             stranger_reply=config.stranger_reply,
             annotate=config.context_annotations,

@@ -82,6 +82,16 @@ Answer all of what they asked.
 
 """
 
+# CONTEXT_ANNOTATIONS=false: the messages carry no tag, and the prompt must not say they do.
+MECHANICS_UNTAGGED = """\
+How the conversation reaches you
+- The person's messages do not say on which app or when they were written: never guess it, and \
+never mention the mechanics of databases, context windows or message limits. Just remember.
+- Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
+Answer all of what they asked.
+
+"""
+
 CANNOT = """\
 What you cannot do
 - Do not claim to have done anything none of your tools did: without a tool for it, you \

@@ -29,7 +29,7 @@ from core.errors import ConfigurationError
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.media.capability import Media
 from core.memory.search import MemorySearch, SearchRules
-from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS
+from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTAGGED
 
 if TYPE_CHECKING:
     from core.memory.service import Memory
@@ -64,10 +64,11 @@ class Capability(Protocol):
     def toolset(self, turn: TurnState) -> Toolset | None: ...
 
 
-def standing_instructions(persona: str, capabilities: Sequence[Capability]) -> str:
+def standing_instructions(persona: str, capabilities: Sequence[Capability], *, tagged: bool = True) -> str:
     """The whole system prompt: the persona (SYSTEM_PROMPT), how the conversation reaches the
-    agent, each capability's part in order, and what no capability lets it do."""
-    parts = [persona.strip() + "\n", MECHANICS]
+    agent (with the `[telegram · 09:12]` tags, or without: CONTEXT_ANNOTATIONS), each capability's
+    part in order, and what no capability lets it do."""
+    parts = [persona.strip() + "\n", MECHANICS if tagged else MECHANICS_UNTAGGED]
     parts += [capability.instructions for capability in capabilities if capability.instructions]
     parts.append(CANNOT)
     return "\n".join(part.strip("\n") + "\n" for part in parts)

@@ -8,6 +8,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -21,7 +22,8 @@ from core.stores.store import UnavailableStore
 from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, TurnState, standing_instructions
 from functions.runtime import capabilities
 from functions.settings import Settings
-from tests.helpers import context_limits
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.helpers import TELEGRAM_SECRET, app_client, context_limits
 
 # What the prompt of every configuration must never say: the agent does see photos and PDFs.
 NEVER = ("see attachments", "you only learn that they sent one", "ask them to tell you in words")
@@ -138,3 +140,29 @@ def test_with_a_retention_neither_the_prompt_nor_the_search_tool_promises_all_ti
     turn = TurnState(memory, uuid.uuid4(), start, ZoneInfo("UTC"), datetime.now(UTC))
     toolset = searching.toolset(turn)
     assert toolset is not None and toolset.definitions == (search,)
+
+
+def telegram_update(update_id: int, text: str) -> dict[str, Any]:
+    chat = {"id": 4242, "type": "private"}
+    sender = {"id": 4242, "is_bot": False, "first_name": "Ana"}
+    return {
+        "update_id": update_id,
+        "message": {"message_id": 1, "date": 1796547600, "chat": chat, "from": sender, "text": text},
+    }
+
+
+def test_without_the_tags_the_prompt_does_not_say_every_message_carries_one(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """CONTEXT_ANNOTATIONS=false: the model reads the person's words without `[telegram · 09:12]`.
+    Seen failing with the prompt still saying that every message starts with such a tag (a review
+    of the prompt's claims): the model is told where and when each message was written, and is not."""
+    environment.setenv("CONTEXT_ANNOTATIONS", "false")
+    headers = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+    response = app_client("telegram_webhook").post("/", json=telegram_update(99101, "hello"), headers=headers)
+    assert response.status_code == 200
+    (sent,) = fake_anthropic.requests
+    assert sent["messages"][-1]["content"][-1]["text"] == "hello"  # no tag
+    system = sent["system"][0]["text"]
+    assert "starts with a short tag" not in system and "[telegram · 09:12]" not in system
+    assert "do not say on which app or when they were written" in system
