@@ -16,8 +16,8 @@ answer about what they show; in later turns you see a short note of what was sen
 """
 
 # The same whether DEEPGRAM_API_KEY is set or not: a note that cannot be transcribed never reaches
-# the model (the person is told at once), and the web and the digest, which hold no Deepgram key,
-# send the same prompt as Telegram and WhatsApp (docs/decisions.md, The prompt).
+# the model (the person is told at once), and the digest (its owed answers), which holds no Deepgram
+# key, sends the same prompt as the chat functions (docs/decisions.md, The prompt).
 VOICE = """\
 Voice notes
 - A voice note reaches you as its transcript, marked as a voice note. Answer what was said; if \

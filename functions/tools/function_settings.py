@@ -104,7 +104,7 @@ MEDIA = frozenset(
         "anthropic_digest_model",
     }
 )
-# Speech to text (Deepgram): the voice notes of Telegram and WhatsApp; the web takes images only.
+# Speech to text (Deepgram): the voice notes of every chat surface (the web's demo page records them).
 SPEECH = frozenset({"deepgram_api_key", "deepgram_api_base", "deepgram_model"})
 
 # A surface's own function: its webhook and how this deployment reaches it (its adapter).
@@ -116,7 +116,7 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
         for surface in Surface
         if surface.is_secondary
     },
-    "web_chat": MEDIA | marked(Surface.WEB, *OWN),
+    "web_chat": MEDIA | SPEECH | marked(Surface.WEB, *OWN),
     "memory_digest": frozenset(
         {
             "digest_secret",

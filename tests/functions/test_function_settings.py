@@ -182,3 +182,24 @@ def test_a_function_reads_only_the_settings_its_list_names(
         "serverless.yml (the test above says where)"
     )
     assert settings_read & BY_FUNCTION[function]  # the recording saw the function's own settings
+
+
+def test_the_web_is_given_what_transcribes_the_voice_notes_it_takes(
+    environment: pytest.MonkeyPatch, settings_read: set[str]
+) -> None:
+    """The web takes voice notes (docs/api.md, the demo page's microphone) and the prompt tells the
+    model they reach it as transcripts. Seen failing with web_chat's list and serverless.yml without
+    DEEPGRAM_API_KEY, and `crossmem deploy` refusing it there as a setting web_chat does not read (a
+    review of the prompt's claims): every voice note sent to a deployed web was answered "I can't
+    listen to voice notes here yet"."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("DEEPGRAM_API_KEY", "dg-test-key")
+    environment.setenv("DEEPGRAM_API_BASE", "http://127.0.0.1:9")  # nothing answers: the turn says so
+    voice = {"media_type": "audio/webm", "data": "T2dnUw==", "seconds": 4}
+    answered = app_client("web_chat").post(
+        "/", json={"message": "", "attachments": [voice]}, headers=bearer(uuid.uuid4())
+    )
+    assert answered.status_code == 200, answered.text
+    assert settings_read >= SPEECH and settings_of("web_chat") >= SPEECH
+    [web] = [function for function in read_description().functions if function.name == "web_chat"]
+    assert {name.lower() for name in (*web.environment, *web.secrets)} >= SPEECH
