@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import math
 import re
@@ -64,10 +65,48 @@ def described(target: object, entry: str) -> OperatorTool:
     schema = getattr(target, "input_schema", None)
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise ConfigurationError(f'EXTRA_TOOLS: {entry} needs an input_schema, a JSON schema of "type": "object"')
+    if (problem := schema_problem(schema)) is not None:
+        raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s {problem}")
     instructions = getattr(target, "instructions", "")
     if not isinstance(instructions, str):
         raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s instructions must be text")
     return OperatorTool(name, description.strip(), schema, target, instructions)
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """What in an input_schema the turn could not send, or the Messages API would refuse in every
+    request that carries it (400: it must be JSON Schema draft 2020-12), or None: the slips of a
+    hand-written schema, not the whole draft (no dependency for it)."""
+    try:
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"input_schema is not JSON ({exc})"
+    return subschema_problem(schema, "input_schema")
+
+
+def subschema_problem(schema: object, where: str) -> str | None:
+    if isinstance(schema, bool):
+        return None  # true and false are schemas too
+    if not isinstance(schema, dict):
+        return f"{where} is not a schema (an object)"
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        return f"{where}.required is not a list of names"
+    nested: list[tuple[object, str]] = []
+    for keyword in ("properties", "$defs", "definitions"):
+        if keyword in schema:
+            if not isinstance(schema[keyword], dict):
+                return f"{where}.{keyword} is not an object"
+            nested += [(value, f"{where}.{keyword}.{name}") for name, value in schema[keyword].items()]
+    for keyword in ("items", "additionalProperties", "not"):
+        if keyword in schema:
+            nested.append((schema[keyword], f"{where}.{keyword}"))
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        if keyword in schema:
+            if not isinstance(schema[keyword], list):
+                return f"{where}.{keyword} is not a list"
+            nested += [(value, f"{where}.{keyword}.{index}") for index, value in enumerate(schema[keyword])]
+    return next((problem for value, at in nested if (problem := subschema_problem(value, at))), None)
 
 
 @dataclass(frozen=True, eq=False)

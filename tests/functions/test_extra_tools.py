@@ -202,3 +202,71 @@ def test_crossmem_dev_refuses_to_start_with_a_tool_it_cannot_load(tmp_path: Path
     assert done.stderr.splitlines()[-1] == (
         "crossmem dev: EXTRA_TOOLS: nope_tools:x could not be loaded (ModuleNotFoundError)"
     )
+
+
+SCHEMA_SLIPS = '''
+HOURS = {"bakery": "Mon-Sat 7:00-14:00", "pharmacy": "every day 9:00-21:00"}
+
+
+def hours(arguments):
+    """When a shop near the person is open."""
+    return HOURS.get(str(arguments.get("shop")), "unknown")
+
+
+def keys_hours(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
+def short_hours(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
+def loose_required(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
+hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": sorted(HOURS)}}}
+keys_hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": HOURS.keys()}}}
+short_hours.input_schema = {"type": "object", "properties": {"shop": "string"}}
+loose_required.input_schema = {"type": "object", "properties": {"shop": {"type": "string"}}, "required": "shop"}
+'''
+
+
+@pytest.mark.parametrize(
+    ("tool", "error"),
+    [
+        ("keys_hours", "input_schema is not JSON (Object of type dict_keys is not JSON serializable)"),
+        ("short_hours", "input_schema.properties.shop is not a schema (an object)"),
+        ("loose_required", "input_schema.required is not a list of names"),
+    ],
+)
+def test_a_schema_the_messages_api_would_refuse_is_refused_where_it_loads(
+    environment: pytest.MonkeyPatch, tmp_path: Path, fake_anthropic: FakeAnthropic, tool: str, error: str
+) -> None:
+    """Three slips of a hand-written schema. Seen failing (a review of the tools): `HOURS.keys()` in
+    an enum made every turn of every function a bare 500 before the message was stored (the turn's
+    estimate could not serialise the tools), so Telegram redelivered it for a day and nobody was
+    answered; a property written as "string", and `required` as a name, were sent with every request,
+    which the Messages API refuses (400: "JSON schema is invalid. It must match JSON Schema draft
+    2020-12"), so every turn answered the fallback. Now each is refused as the docs say a tool that
+    cannot load is: 503 `not_configured`, naming it and what is wrong."""
+    (tmp_path / "schema_slips.py").write_text(SCHEMA_SLIPS)
+    environment.syspath_prepend(str(tmp_path))
+    assert extra_tools(["schema_slips:hours"]).definitions[0]["input_schema"]["properties"]["shop"]["enum"] == [
+        "bakery",
+        "pharmacy",
+    ]
+    with pytest.raises(ConfigurationError) as refused:
+        extra_tools([f"schema_slips:{tool}"])
+    assert str(refused.value) == f"EXTRA_TOOLS: schema_slips:{tool}'s {error}"
+    environment.setenv("EXTRA_TOOLS", f"schema_slips:{tool}")
+    response = app_client("telegram_webhook").post(
+        "/",
+        json=update("is the bakery open?", user_id=7201),
+        headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET},
+    )
+    assert (response.status_code, response.get_json()["error"]) == (503, "not_configured")
+    assert fake_anthropic.requests == []
