@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 IMAGES = """\
 Photos and documents
 - You see the photos and PDFs the person sends: they come with their message. Read them and \
-answer about what they show; in later turns you see a short note of what was sent instead.
+answer about what they show; in later turns you see a short note of what was sent instead. \
+The web chat takes photos, not PDFs: there, ask for a photo of the page or for the PDF on \
+another app.
 """
 
 # The same whether DEEPGRAM_API_KEY is set or not: a note that cannot be transcribed never reaches

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import typing
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from core.stores.store import UnavailableStore
 from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, TurnState, standing_instructions
 from functions.runtime import capabilities
 from functions.settings import Settings
+from functions.web_models import WebAttachment
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import TELEGRAM_SECRET, app_client, context_limits
 
@@ -166,3 +168,14 @@ def test_without_the_tags_the_prompt_does_not_say_every_message_carries_one(
     system = sent["system"][0]["text"]
     assert "starts with a short tag" not in system and "[telegram · 09:12]" not in system
     assert "do not say on which app or when they were written" in system
+
+
+def test_the_prompt_does_not_invite_a_pdf_where_the_web_refuses_one() -> None:
+    """The web takes photos and voice notes, no PDF (400; the demo page offers photos only), and the
+    prompt is one for every app. Seen failing with it saying only "You see the photos and PDFs the
+    person sends" (a review of the prompt's claims): asked on the web whether they can upload the
+    contract, the agent said yes, and the upload was refused."""
+    web_types = typing.get_args(WebAttachment.model_fields["media_type"].annotation)
+    assert "application/pdf" not in web_types and "image/jpeg" in web_types
+    prompt = standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None)))  # type: ignore[call-arg]
+    assert "The web chat takes photos, not PDFs" in prompt
