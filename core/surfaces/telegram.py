@@ -15,8 +15,9 @@ lack some now required). `classify` turns an update into one of six actions:
 - `Ignore`: a 200 and nothing else (service updates, edited captions, a live location's new
   positions, queries, channels, and every update kind this code does not know: Bot API 10.x
   added `guest_message`, `managed_bot`, `subscription`..., docs/decisions.md, Bot API 10.x).
-- `Command`: a chat command (core/surfaces/commands.py: linking, unlinking, forgetting), or the Confirm
-  button under a link's question (a `callback_query`): never part of the thread.
+- `Command`: a chat command (core/surfaces/commands.py: linking, unlinking, forgetting) the person
+  typed (a forwarded one is someone else's words), or the Confirm button under a link's question (a
+  `callback_query`): never part of the thread.
 - `StopGeneration`: the person tapped the stop button under a reply's draft (Bot API 10.3's
   `stopped_message_generation`): the turn writing it stops (core/turn/stopped_generation.py).
 docs/api.md's table lists every kind; `WEBHOOK_UPDATES` the kinds the webhook is set up to get.
@@ -108,6 +109,7 @@ class Message(_Tolerant):
     location: dict[str, object] | None = None
     venue: dict[str, object] | None = None
     contact: dict[str, object] | None = None
+    forward_origin: dict[str, object] | None = None  # a MessageOrigin: whose message this was (Bot API 7.0)
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -256,7 +258,8 @@ def classify(
         return Ignore(f"{message.chat.type} message")
     text = (message.text or message.caption or "").strip()
     sender_id, delivery = str(sender.id), str(update.update_id)
-    reads = commands and message.text  # a command is a text; a caption never is
+    # A command is a text the person typed: a caption never is, nor someone else's message forwarded.
+    reads = commands and message.text and not forwarded(message)
     if reads and (
         command := chat_command(Surface.TELEGRAM, sender_id, text, bot_username=bot_username, delivery=delivery)
     ):
@@ -278,6 +281,17 @@ def classify(
     if media is not None:
         return Notice(message.chat.id, TEXT_ONLY, media, language, str(sender.id))
     return Ignore("private message without text")
+
+
+def forwarded(message: Message) -> bool:
+    """Whether the message is someone else's, forwarded: Bot API 7.0's `forward_origin`, or the
+    `forward_date` that every forward carried before it. One that names the person themself (their
+    own message, forwarded from their Saved Messages, say) is still their own words."""
+    origin = message.forward_origin
+    if origin is None:
+        return "forward_date" in (message.model_extra or {})
+    own = origin.get("sender_user")
+    return not (isinstance(own, dict) and message.from_ is not None and own.get("id") == message.from_.id)
 
 
 def platform_message(message: Message) -> PlatformMessage:

@@ -186,6 +186,34 @@ def test_a_number_alone_that_no_code_has_is_a_message_of_the_thread(
     assert count(database_url, f"select count(*) from messages where content = '{issued['code']}'") == 0
 
 
+def test_a_forwarded_link_command_is_not_the_persons_and_links_nothing(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """Someone else's message, forwarded to the bot, is not a command the person gave: a stranger who
+    gets them to forward "/link CODE" (a long press and a tap, as little as the deep link the
+    question guards) would otherwise have their whole thread moved to the stranger's web account,
+    unasked. Seen failing with the forward linked at once."""
+    telegram(apps, "My sister's name is Carmen")
+    stranger = uuid.uuid4()
+    issued = new_code(apps, stranger)
+    origin = {"type": "user", "sender_user": {"id": 7001, "is_bot": False, "first_name": "Mallory"}, "date": 1732860000}
+    for text in (f"/link {issued['code']}", f"link {issued['code']}", issued["code"]):
+        body = update(text, user_id=apps.chat)
+        body["message"]["forward_origin"] = origin
+        assert apps.telegram.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+    assert count(database_url, "select count(*) from identities where user_id = %s", stranger) == 0
+    assert count(database_url, "select count(*) from messages where user_id = %s", stranger) == 0
+    assert linked() not in [payload["text"] for payload in fake_telegram.sent()]
+    # The person's own message, forwarded (the code sent to their Saved Messages on the computer,
+    # forwarded on the phone): their own words, a command as typed.
+    person = uuid.uuid4()
+    mine = update(f"/link {new_code(apps, person)['code']}", user_id=apps.chat)
+    mine["message"]["forward_origin"] = {**origin, "sender_user": {"id": apps.chat, "is_bot": False}}
+    assert apps.telegram.post("/", json=mine, headers=TELEGRAM_HEADERS).status_code == 200
+    assert fake_telegram.sent()[-1]["text"] == linked()
+    assert count(database_url, "select count(*) from identities where user_id = %s", person) == 1
+
+
 def test_a_redelivered_code_counts_one_wrong_code(
     apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
 ) -> None:
