@@ -8,7 +8,9 @@ line the model reads like any message and the search finds later:
   platform gives them, its coordinates to 4 decimals (about 11 m: enough to say where, no more);
 - a contact card: `[contact: Ana López]`, the name only. Its phone number, its vCard and its
   Telegram user id are never stored nor shown to the model: they are a third person's, who never
-  wrote to us (docs/decisions.md, Places and contacts; SECURITY.md, Privacy).
+  wrote to us (docs/decisions.md, Places and contacts; SECURITY.md, Privacy);
+- a forwarded message's origin, before its words: `[forwarded from Ana López]` (a person's name,
+  a chat's or channel's title: never an id), or `[forwarded]` when the platform names no one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ def contact_text(first_name: object, last_name: object = None) -> str:
     """A shared contact as a line of the thread: its name, never its number."""
     name = " ".join(part for part in (_clean(first_name), _clean(last_name)) if part)
     return f"[contact: {name}]" if name else "[contact]"
+
+
+def forwarded_text(origin: object = None) -> str:
+    """Whose words a forwarded message holds, as the thread keeps it before them."""
+    name = _clean(origin)
+    return f"[forwarded from {name}]" if name else "[forwarded]"
 
 
 def _coordinates(latitude: object, longitude: object) -> str:

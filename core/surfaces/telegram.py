@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.channels.places import contact_text, location_text
+from core.channels.places import contact_text, forwarded_text, location_text
 from core.identity.linking import LinkRequest, looks_like_code
 from core.media.kinds import MediaKind, MediaRef, media_kind, photo_size
 from core.memory.edits import MessageEdit
@@ -271,12 +271,12 @@ def classify(
     platform = platform_message(message)
     chat, person, update_id = message.chat.id, str(sender.id), update.update_id
     if attached := readable_media(message):
-        caption = (message.caption or "").strip()
+        caption = _said_by(message, (message.caption or "").strip())
         return Converse(chat, person, caption, update_id, attached, platform, language)
     if text:
-        return Converse(chat, person, text, update_id, platform=platform, language_code=language)
+        return Converse(chat, person, _said_by(message, text), update_id, platform=platform, language_code=language)
     if shared := shared_place_or_contact(message):
-        return Converse(chat, person, shared, update_id, platform=platform, language_code=language)
+        return Converse(chat, person, _said_by(message, shared), update_id, platform=platform, language_code=language)
     media = _media_kind(message)
     if media is not None:
         return Notice(message.chat.id, TEXT_ONLY, media, language, str(sender.id))
@@ -292,6 +292,21 @@ def forwarded(message: Message) -> bool:
         return "forward_date" in (message.model_extra or {})
     own = origin.get("sender_user")
     return not (isinstance(own, dict) and message.from_ is not None and own.get("id") == message.from_.id)
+
+
+def _said_by(message: Message, text: str) -> str:
+    """The text as the thread keeps it: a forward's words after whose they were
+    (`[forwarded from Ana López] …`), so that no one else's message is remembered as the person's."""
+    if not forwarded(message):
+        return text
+    origin = message.forward_origin or {}
+    by: object = origin.get("sender_user_name")  # a person who hides their account: a name only
+    for key in ("sender_user", "sender_chat", "chat"):  # a person, a group, a channel
+        if isinstance(found := origin.get(key), dict):
+            title, first, last = found.get("title"), found.get("first_name"), found.get("last_name")
+            by = title or " ".join(part for part in (first, last) if isinstance(part, str) and part) or None
+            break
+    return f"{forwarded_text(by)} {text}".strip()
 
 
 def platform_message(message: Message) -> PlatformMessage:

@@ -200,6 +200,45 @@ def test_one_update_delivered_three_times_is_one_turn(
     assert len(fake_telegram.sent()) == 2
 
 
+RENT_NEWS = {"id": -1001, "type": "channel", "title": "Rent News"}
+FLAT = {"id": -1002, "type": "supergroup", "title": "Flat 3B"}
+ORIGINS = [
+    ({"type": "hidden_user", "sender_user_name": "Ana\nGómez", "date": 1}, "[forwarded from Ana Gómez]"),
+    ({"type": "channel", "chat": RENT_NEWS, "message_id": 7, "date": 1}, "[forwarded from Rent News]"),
+    ({"type": "chat", "sender_chat": FLAT, "date": 1}, "[forwarded from Flat 3B]"),
+    ({"type": "user", "sender_user": {"id": 7, "is_bot": False}, "date": 1}, "[forwarded]"),
+]
+
+
+def test_a_forwarded_message_is_remembered_as_someone_elses_words(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """The corpus's forward (someone's "喵呜呜～") and the other origins Telegram names: the thread
+    keeps whose words they were, or the model, the search and the notes take a landlord's or a
+    channel's message for the person's own. Seen failing with the forwarded text stored bare."""
+    body = json.loads((CORPUS / "16_forward_origin.json").read_text())
+    person = 610_000_000 + uuid.uuid4().int % 10**8
+    body["update_id"] = uuid.uuid4().int % 10**9
+    body["message"]["from"]["id"] = body["message"]["chat"]["id"] = person
+    client = app_client("telegram_webhook")
+    assert client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+    assert stored_turn(database_url, str(body["update_id"]))[0] == ("user", "[forwarded from 猫] 喵呜呜～")
+    assert fake_anthropic.requests[-1]["messages"][-1]["content"][-1]["text"].endswith("[forwarded from 猫] 喵呜呜～")
+    for origin, said in ORIGINS:
+        forward = update("The rent goes up to 900 in March.", user_id=person)
+        forward["message"]["forward_origin"] = origin
+        assert client.post("/", json=forward, headers=TELEGRAM_HEADERS).status_code == 200
+        assert stored_turn(database_url, str(forward["update_id"]))[0] == (
+            "user",
+            f"{said} The rent goes up to 900 in March.",
+        )
+    # The person's own message, forwarded back (from their Saved Messages): their own words.
+    own = update("My passport number ends in 4417.", user_id=person)
+    own["message"]["forward_origin"] = {"type": "user", "sender_user": {"id": person, "is_bot": False}, "date": 1}
+    assert client.post("/", json=own, headers=TELEGRAM_HEADERS).status_code == 200
+    assert stored_turn(database_url, str(own["update_id"]))[0] == ("user", "My passport number ends in 4417.")
+
+
 def test_a_long_answer_arrives_in_parts_of_at_most_4096_characters(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
