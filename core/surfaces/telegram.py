@@ -372,7 +372,9 @@ def readable_media(message: Message) -> tuple[MediaRef, ...]:
             mime = str(sound.get("mime_type") or "audio/ogg")
             size, seconds = _int(sound.get("file_size")), _int(sound.get("duration"))
             return (MediaRef(MediaKind.VOICE, mime, str(sound["file_id"]), size=size, seconds=seconds),)
-    document = message.document
+    # A GIF comes as an `animation` and, "for backward compatibility", as a `document` too (the Bot
+    # API's Message.animation): it is answered as the animation it is, as a video is, not as a file.
+    document = message.document if "animation" not in (message.model_extra or {}) else None
     if document is not None and isinstance(document.get("file_id"), str):
         mime = str(document.get("mime_type") or "")
         kind = media_kind(mime)

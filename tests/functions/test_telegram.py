@@ -21,7 +21,7 @@ from core.turn.request import TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import MAIN, TELEGRAM_HEADERS, app_client, as_owner, rows, stored_turn, update
+from tests.helpers import ENGLISH, MAIN, TELEGRAM_HEADERS, app_client, as_owner, rows, stored_turn, update
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "telegram"
 
@@ -237,6 +237,26 @@ def test_a_forwarded_message_is_remembered_as_someone_elses_words(
     own["message"]["forward_origin"] = {"type": "user", "sender_user": {"id": person, "is_bot": False}, "date": 1}
     assert client.post("/", json=own, headers=TELEGRAM_HEADERS).status_code == 200
     assert stored_turn(database_url, str(own["update_id"]))[0] == ("user", "My passport number ends in 4417.")
+
+
+def test_a_gif_is_answered_as_a_video_is_not_as_an_mp4_file(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """A GIF reaches a bot as an `animation` and, "for backward compatibility", as a `document` (the
+    Bot API's Message.animation): the person sent a GIF, not an .mp4 file, and gets the answer a video
+    gets, with nothing stored. Seen failing with "not .mp4 files" answered and the GIF kept as one."""
+    gif = {
+        "file_id": "CgACAgQAAxkBAAIBq2",
+        "file_unique_id": "AgADq2",
+        "mime_type": "video/mp4",
+        "file_name": "dance.mp4",
+    }
+    body = update("")
+    del body["message"]["text"]
+    body["message"] |= {"animation": {**gif, "width": 320, "height": 240, "duration": 3}, "document": gif}
+    assert app_client("telegram_webhook").post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+    assert [payload["text"] for payload in fake_telegram.sent()] == [ENGLISH.say("media.text_only")]
+    assert stored_turn(database_url, str(body["update_id"])) == [] and fake_anthropic.requests == []
 
 
 def test_a_long_answer_arrives_in_parts_of_at_most_4096_characters(
