@@ -97,6 +97,10 @@ class TelegramInbound:
             button = confirm_button(answered.confirm_code, phrases) if answered.confirm_code else None
             return self._reply(action.chat_id, answered.text, button)
         if not isinstance(action, Converse):
+            tapped = update.callback_query.get("id") if update.callback_query is not None else None
+            if isinstance(tapped, str) and options.bot is not None:
+                # A button we do not act on: its progress bar shows until the tap is answered.
+                options.bot().answer_callback_query(tapped)
             return {"ok": True, "ignored": action.reason}
         return self._converse(action)
 

@@ -214,6 +214,29 @@ def test_a_forwarded_link_command_is_not_the_persons_and_links_nothing(
     assert count(database_url, "select count(*) from identities where user_id = %s", person) == 1
 
 
+def test_a_tap_the_webhook_cannot_use_is_still_answered_so_its_spinner_stops(
+    apps: Apps, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """The Bot API's callback_query: "Telegram clients will display a progress bar until you call
+    answerCallbackQuery. It is, therefore, necessary to react by calling answerCallbackQuery even if no
+    notification to the user is needed." A Confirm that comes without its `message` (Bot API 10.5's
+    callback_query_mode: docs/decisions.md) or any other button links nothing, and is answered. Seen
+    failing with no answerCallbackQuery at all."""
+    person = uuid.uuid4()
+    issued = new_code(apps, person)
+    tapped = json.loads(json.dumps(CALLBACK_QUERY))
+    tapped["update_id"] = uuid.uuid4().int % 10**9
+    tapped["callback_query"]["from"]["id"] = apps.chat
+    del tapped["callback_query"]["message"]
+    tapped["callback_query"] |= {"inline_message_id": "AAAAAFx3", "data": f"link:{issued['code']}"}
+    for body in (tapped, CALLBACK_QUERY):
+        response = apps.telegram.post("/", json=body, headers=TELEGRAM_HEADERS)
+        assert response.status_code == 200 and response.get_json()["ignored"] == "callback_query"
+    assert fake_telegram.sent("answerCallbackQuery") == [{"callback_query_id": "4278655576917205700"}] * 2
+    assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
+    assert fake_telegram.sent() == []
+
+
 def test_a_redelivered_code_counts_one_wrong_code(
     apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
 ) -> None:
