@@ -52,16 +52,20 @@ class ModelMessage:
     attachments: Final[tuple[Attachment, ...]] = ()  # before the text, as Claude reads best
 
 
-def tag(item: ContextItem | StoredMessage, zone: ZoneInfo, today: date | None) -> str:
-    """Where and when, `[telegram · 09:12]`; the weekday too when `today` (in `zone`) is another day."""
-    if item.created_at is None:
-        return f"[{item.surface.value}]"
-    local = item.created_at.astimezone(zone)
-    if today is not None and local.date() != today:
-        return f"[{item.surface.value} · {local:%a %H:%M}]"
+def tag(surface: Surface, local: datetime | None, today: date | None, *, dated: bool = False) -> str:
+    """Where and when (`local`: the message's time on the person's clock), `[telegram · 09:12]`; the
+    weekday too when `today` is another day; the whole date when `dated` (the day's first message in
+    the window), `[telegram · Sun 6 Dec 2026 · 09:12]`: the model reads today's date and year there."""
+    if local is None:
+        return f"[{surface.value}]"
     # %H:%M without strftime, which cost more than the rest of the tag (and every turn tags each of
     # the person's messages in its window).
-    return f"[{item.surface.value} · {local.time().isoformat('minutes')}]"
+    time = local.time().isoformat("minutes")
+    if dated:
+        return f"[{surface.value} · {local:%a} {local.day} {local:%b %Y} · {time}]"
+    if today is not None and local.date() != today:
+        return f"[{surface.value} · {local:%a} {time}]"
+    return f"[{surface.value} · {time}]"
 
 
 def build_model_messages(
@@ -72,8 +76,16 @@ def build_model_messages(
     latest = next((item.created_at for item, _ in reversed(kept) if item.created_at is not None), None)
     today = latest.astimezone(zone).date() if annotate and latest is not None else None
     merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
+    day: date | None = None  # the day of the person's latest message so far
     for item, text in kept:
-        rendered = f"{tag(item, zone, today)} {text}" if annotate and item.role is Role.USER else text
+        rendered = text
+        if annotate and item.role is Role.USER:
+            local = item.created_at.astimezone(zone) if item.created_at is not None else None
+            # The day's first message in the window bears the date, the same from turn to turn (the
+            # window's start moves by steps), so the prefix stays cached.
+            dated = local is not None and local.date() != day
+            rendered = f"{tag(item.surface, local, today, dated=dated)} {text}"
+            day = local.date() if local is not None else day
         if merged and merged[-1][0] is item.role:
             merged[-1][1].append(rendered)
             merged[-1][2].append(Source(item.surface, text))

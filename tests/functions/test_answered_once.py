@@ -252,7 +252,8 @@ def test_the_scheduled_job_shows_an_owed_message_on_the_persons_clock(
     assert job.get_json()["owed_answered"] == 1
     shown = created_at.astimezone(ZoneInfo("Asia/Kathmandu"))
     first = fake_anthropic.requests[-1]["messages"][0]["content"][-1]["text"]
-    assert first == f"[whatsapp · {shown.hour:02d}:{shown.minute:02d}] Is the pharmacy open on Sunday?"
+    day = f"{shown:%a} {shown.day} {shown:%b %Y}"  # its day's first message: the whole date
+    assert first == f"[whatsapp · {day} · {shown.hour:02d}:{shown.minute:02d}] Is the pharmacy open on Sunday?"
 
 
 def test_two_job_runs_at_once_answer_each_owed_message_once(

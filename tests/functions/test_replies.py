@@ -31,6 +31,8 @@ from tests.helpers import (
 
 CORPUS_CHAT = "1111111"  # the Telegram corpus's chat and sender (files 19 and 20)
 CORPUS_NUMBER = "15555550101"  # the Twilio corpus's sender (files 04 and 10)
+# The tag of a day's first message, its app named `app`: `[app · Sun 6 Dec 2026 · 09:12]`.
+DATED = r"\[app · [A-Z][a-z]{2} \d{1,2} [A-Z][a-z]{2} \d{4} · \d\d:\d\d\]"
 
 
 def reply_row(database_url: str, external_id: str) -> tuple[Any, ...]:
@@ -89,7 +91,8 @@ def test_a_telegram_reply_to_a_30_day_old_message_shows_the_model_the_quoted_tex
     # The message replied to left the 24-hour window long ago: the quote is the model's only view of it.
     texts = sent_texts(fake_anthropic.requests[-1])
     assert len(texts) == 1
-    assert re.fullmatch(r'\[telegram · \d\d:\d\d\] \[replying to: "Edited"\] Reply with a quote', texts[0])
+    quoted = r' \[replying to: "Edited"\] Reply with a quote'
+    assert re.fullmatch(DATED + quoted, texts[0].replace("telegram", "app", 1))
     assert reply_row(database_url, str(reply["update_id"])) == (
         '[replying to: "Edited"] Reply with a quote',
         "Edited",
@@ -137,7 +140,7 @@ def test_a_whatsapp_reply_to_a_30_day_old_message_shows_the_model_its_text(
     assert response.status_code == 200
     texts = sent_texts(fake_anthropic.requests[-1])
     quoted = '[replying to: "The plumber comes on the 3rd, ask for Iñaki"] Nice'
-    assert len(texts) == 1 and re.fullmatch(r"\[whatsapp · \d\d:\d\d\] " + re.escape(quoted), texts[0])
+    assert len(texts) == 1 and re.fullmatch(DATED + " " + re.escape(quoted), texts[0].replace("whatsapp", "app", 1))
     assert messages_of(response.text) == [f"Claude heard: {texts[0]}"]
     assert reply_row(database_url, fields["MessageSid"]) == (
         quoted,

@@ -317,7 +317,8 @@ def test_the_context_tags_read_the_persons_clock_else_the_configured_one(
         assert row is not None
         shown = row[0].astimezone(zone)
         first = fake.requests[-1]["messages"][0]["content"][0]["text"]
-        assert first == f"[telegram · {shown.hour:02d}:{shown.minute:02d}] the dentist is at nine"
+        day = f"{shown:%a} {shown.day} {shown:%b %Y}"  # its day's first message: the whole date
+        assert first == f"[telegram · {day} · {shown.hour:02d}:{shown.minute:02d}] the dentist is at nine"
 
 
 @pytest.mark.parametrize("follow_ups", [20, 0])

@@ -324,7 +324,7 @@ def test_a_turn_with_tool_rounds_stays_within_what_it_reserved(
     assert (result.outcome, result.reply) == (Outcome.ANSWERED, "Here is what I found.")
     assert [body.get("tool_choice") for body in fake.requests] == [None, None, {"type": "none"}]
     cut = [[(len(r["content"]), r["content"].endswith(CUT)) for r in tool_results(body)] for body in fake.requests]
-    assert cut == [[], [(108, False)] * 3, [(5400, False), (5400, False), (3616, True)]]
+    assert cut == [[], [(108, False)] * 3, [(5400, False), (5400, False), (3556, True)]]
     assert result.figures.reserved_tokens == 5 * (43 + 1000)
     assert usage_of(database_url, "within-1") == [(spent_by(fake, "", "", "Here is what I found."), 0)]
     assert spent_by(fake, "", "", "Here is what I found.") == 4220 <= result.figures.reserved_tokens
@@ -351,7 +351,7 @@ def test_a_round_whose_calls_leave_no_room_asks_its_request_again_without_tools(
     assert fake.requests[1]["messages"] == fake.requests[0]["messages"]
     spent = spent_by(fake, lead, "Here is what I found.")
     assert usage_of(database_url, "again-1") == [(spent, 0)]
-    assert (spent, result.figures.reserved_tokens) == (1074, 2 * (43 + 1000))
+    assert (spent, result.figures.reserved_tokens) == (1084, 2 * (43 + 1000))
 
 
 def test_two_turns_with_tool_rounds_started_at_once_stay_within_the_day_and_one_output(

@@ -1,0 +1,50 @@
+"""The tags on the person's messages (core/turn/context.py): where and when, on the person's clock,
+and the whole date on each day's first message, the model's one view of today's date and year."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from core.models import Role, Surface
+from core.turn.context import ContextItem, build_model_messages
+
+MADRID = ZoneInfo("Europe/Madrid")
+
+
+def said(role: Role, surface: Surface, text: str, at: str) -> ContextItem:
+    return ContextItem(role, text, surface, datetime.fromisoformat(at).replace(tzinfo=UTC))
+
+
+THREAD = [
+    said(Role.USER, Surface.TELEGRAM, "I fly home on the 24th", "2026-12-05T21:40:00"),
+    said(Role.ASSISTANT, Surface.TELEGRAM, "Noted.", "2026-12-05T21:40:05"),
+    said(Role.USER, Surface.WHATSAPP, "morning!", "2026-12-06T07:05:00"),
+    said(Role.USER, Surface.WHATSAPP, "coffee first", "2026-12-06T07:06:00"),
+    said(Role.ASSISTANT, Surface.WHATSAPP, "Good morning.", "2026-12-06T07:06:05"),
+    said(Role.USER, Surface.WEB, "how many days until my flight?", "2026-12-06T08:12:00"),
+]
+
+
+def test_each_days_first_message_bears_the_whole_date_on_the_persons_clock() -> None:
+    messages = build_model_messages(THREAD, zone=MADRID)
+    assert [(message.role, message.content) for message in messages] == [
+        (Role.USER, "[telegram · Sat 5 Dec 2026 · 22:40] I fly home on the 24th"),
+        (Role.ASSISTANT, "Noted."),
+        (Role.USER, "[whatsapp · Sun 6 Dec 2026 · 08:05] morning!\n\n[whatsapp · 08:06] coffee first"),
+        (Role.ASSISTANT, "Good morning."),
+        (Role.USER, "[web · 09:12] how many days until my flight?"),
+    ]
+
+
+def test_a_message_is_tagged_alike_from_one_turn_to_the_next_so_the_prefix_stays_cached() -> None:
+    """The date goes on a day's first message, never on the latest one alone: a message keeps its
+    tag once later ones follow it, the same day's."""
+    earlier = build_model_messages(THREAD[:4], zone=MADRID)
+    later = build_model_messages(THREAD, zone=MADRID)
+    assert later[: len(earlier)] == earlier
+
+
+def test_without_annotations_no_tag_and_no_date() -> None:
+    messages = build_model_messages(THREAD, annotate=False, zone=MADRID)
+    assert messages[0].content == "I fly home on the 24th"
