@@ -231,13 +231,17 @@ $$;
 -- without notes covering nothing: every message the merged thread holds reaches the notes.
 -- The joined notes are cut to the table's limit (the merged person's part, which comes last,
 -- is cut): two full notes never fail a link. The next digest folds them into one within
--- MEMORY_NOTES_MAX_TOKENS.
+-- MEMORY_NOTES_MAX_TOKENS. A digest of p_into running meanwhile loses its claim: it read neither
+-- the merged notes nor the merged messages, and its write (write_memory_notes) would replace the
+-- one and cover the other (older than what it digested), so that neither ever reached the notes.
 create or replace function public.fold_memory_notes(p_from uuid, p_into uuid)
     returns void language plpgsql set search_path = '' as $$
 declare
     v_from public.memory_notes;
 begin
     delete from public.memory_notes n where n.user_id = p_from returning n.* into v_from;
+    update public.memory_notes n set claim = null, claimed_until = null
+     where n.user_id = p_into and n.claim is not null;
     update public.memory_notes n
        set content = left(concat_ws(E'\n', nullif(n.content, ''), nullif(v_from.content, '')), 64000),
            covered_until_at = case
