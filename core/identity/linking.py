@@ -350,8 +350,11 @@ class Linking:
         code = normalise_code(request.code)
         # Unnamed, an account asking a number to confirm is not "yours": a forger's may name nothing.
         unnamed = "link.unnamed_account" if outcome.status is LinkStatus.NEEDS_CONFIRMATION else "link.unknown_account"
+        phrase = ANSWERS[outcome.status]
+        if outcome.status is LinkStatus.NEEDS_CONSENT and outcome.messages == 0:
+            phrase = "link.needs_consent_memory"  # what a purge of its messages left: no count to say
         answer = phrases.say(
-            ANSWERS[outcome.status],
+            phrase,
             retry=retry,
             unlink=unlink,
             account=outcome.account or phrases.say(unnamed),

@@ -248,12 +248,14 @@ $$;
 
 -- One call: the hourly limit, the code (single-use: of two identities racing for it, exactly one
 -- wins), consent, the link and the merge. Without p_consented, a valid code on a chat whose
--- person has messages links nothing and spends nothing: it answers {"status": "needs_consent",
--- "account", "messages"}. From a sender its platform does not vouch for (p_vouched_for false: an
--- SMS's caller ID, which a forger can set), a valid code links only with p_confirmation, the six
--- digits it gives this identity: without them it answers {"status": "needs_confirmation",
--- "account", "messages", "confirmation"}, which the answer sends to the identity itself (a forger
--- never reads it; its holder's consent is typing them back); wrong ones count as a wrong code.
+-- person has a history links nothing and spends nothing: it answers {"status": "needs_consent",
+-- "account", "messages"}. A history is messages, or what a purge of them leaves (the memory notes,
+-- a conversation with its follow-ups), which a link would move to the account all the same. From
+-- a sender its platform does not vouch for (p_vouched_for false: an SMS's caller ID, which a
+-- forger can set), a valid code links only with p_confirmation, the six digits it gives this
+-- identity: without them it answers {"status": "needs_confirmation", "account", "messages",
+-- "confirmation"}, which the answer sends to the identity itself (a forger never reads it; its
+-- holder's consent is typing them back); wrong ones count as a wrong code.
 -- Returns {"status": "linked"|"already_linked"|"linked_elsewhere"|"needs_consent"|
 -- "needs_confirmation"|"invalid"|"expired"|"used"|"too_many_attempts", ...}; every success names
 -- the code's account.
@@ -322,7 +324,11 @@ begin
             return jsonb_build_object('status', 'invalid');
         end if;
         -- typed back from the identity that was sent them: its holder's consent
-    elsif not p_consented and v_messages > 0 then
+    elsif not p_consented and (v_messages > 0 or exists (
+              select from public.identities i
+               where i.surface = p_surface and i.external_id = p_external_id and i.user_id <> v_code.user_id
+                 and (exists (select from public.conversations c where c.user_id = i.user_id)
+                      or exists (select from public.memory_notes n where n.user_id = i.user_id and n.revision > 0)))) then
         return jsonb_build_object('status', 'needs_consent', 'account', v_code.account, 'messages', v_messages);
     end if;
     update public.link_codes c

@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -24,6 +25,8 @@ from core.identity.linking import (
     normalise_code,
 )
 from core.identity.policy import IdentityPolicy
+from core.memory.digest import DigestJob, ExtractiveDigester, read_notes
+from core.memory.retention import Retention
 from core.memory.service import Memory
 from core.models import Delivery, Person, Role, Sent, Surface
 from core.stores.postgres_store import PostgresStore
@@ -32,7 +35,7 @@ from core.surfaces.telegram import classify as classify_telegram
 from core.surfaces.whatsapp import WhatsAppForm
 from core.surfaces.whatsapp import classify as classify_whatsapp
 from tests.database import begin_turn_arguments, begin_turn_sql
-from tests.helpers import ENGLISH, context_limits, execute, rows, turn_budget
+from tests.helpers import ENGLISH, context_limits, digest_limits, execute, rows, turn_budget
 
 AUTO = IdentityPolicy.build("auto", None, {})
 
@@ -650,3 +653,30 @@ def test_a_link_and_a_reply_stored_at_once_neither_deadlocks_and_the_reply_is_th
         assert rows(own_database, "select user_id, language from person_languages") == [(web_person, "es")]
     finally:
         store.close()
+
+
+def test_a_deep_link_asks_before_taking_a_chat_whose_messages_were_purged_but_whose_memory_stays(
+    own_database: str,
+) -> None:
+    """The purge deleted the chat's messages; its memory notes, follow-ups and time zone stay. A
+    deep link's `/start CODE` is one tap on a link anyone can make: it must not move that memory
+    to the code's account without the chat's consent."""
+    store = PostgresStore(own_database, max_connections=4)
+    memory = Memory(store, context_limits(max_messages=4, window_step=2))
+    linking = Linking(store, AUTO, ttl_minutes=10, attempts_per_hour=5)
+    chat = f"{uuid.uuid4().int % 10**9}"
+    for text in ("my diagnosis came back positive", "x", "y"):
+        victim = talk(memory, Surface.TELEGRAM, chat, text)
+    limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+    assert DigestJob(store, ExtractiveDigester(800), limits).run(victim).updated == 1
+    assert "my diagnosis came back positive" in read_notes(store, victim).content
+    execute(own_database, "update messages set created_at = created_at - interval '100 days'")
+    assert Retention(store, batch_size=100, in_flight=timedelta(minutes=2)).purge(timedelta(days=90)).deleted == 6
+
+    stranger = uuid.uuid4()
+    outcome = linking.redeem(Surface.TELEGRAM, chat, linking.new_code(stranger).code, consented=False)
+    assert outcome.status is LinkStatus.NEEDS_CONSENT
+    assert read_notes(store, stranger).content == ""
+    said = linking.answer(LinkRequest(Surface.TELEGRAM, chat, linking.new_code(stranger).code, consented=False))
+    assert said.text.startswith("This code would join this chat") and "0 messages" not in said.text, said.text
+    store.close()
