@@ -800,7 +800,7 @@ begin
         select i.user_id into v_user
           from public.identities i where i.surface = p_surface and i.external_id = p_sender_id;
     end if;
-    select m.id, m.edited_at into v_message
+    select m.id, m.edited_at, m.created_at into v_message
       from public.messages m
      where m.user_id = v_user and m.surface = p_surface and m.platform_ref = p_platform_ref and m.role = 'user'
      order by m.id desc
@@ -824,6 +824,12 @@ begin
                                                substr(r.content, char_length(crossmem_private.quoting(r.quoted, '')) + 1)),
            quoted = v_quote.quoted
      where r.replied_to = v_message.id and r.user_id = v_user;
+    -- Notes that hold the message were written from its old words: they go, as forgetting's do,
+    -- and the next digest writes them again from the thread as corrected (a running one's write
+    -- finds no row). An edit of a message the window still shows leaves them alone.
+    delete from public.memory_notes n
+     where n.user_id = v_user
+       and (n.covered_until_at, n.covered_until_id) >= (v_message.created_at, v_message.id);
     return json_build_object('found', true, 'edited', true, 'message_id', v_message.id);
 end;
 $$;

@@ -6,9 +6,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from core.memory.digest import DigestJob, ExtractiveDigester, read_notes
 from core.memory.service import EditResult, Memory
 from core.models import Person, PlatformMessage, Surface
-from tests.helpers import execute, rows
+from core.stores.postgres_store import PostgresStore
+from tests.helpers import context_limits, digest_limits, execute, rows
 
 EDITED_AT = datetime(2026, 11, 30, 9, 15, tzinfo=UTC)
 
@@ -209,3 +211,23 @@ def test_the_replies_to_an_edited_message_quote_its_new_words_only(memory: Memor
     assert ana.user_id is not None
     assert memory.search(ana.user_id, "Marguerite Lisboa") == []
     assert stored(database_url, his)[:2] == ('[replying to: "Marguerite"] not yours', "Marguerite")
+
+
+def test_an_edit_of_a_message_the_notes_already_hold_leaves_no_earlier_version_in_them(
+    store: PostgresStore, database_url: str
+) -> None:
+    """No earlier version is kept anywhere (docs/decisions.md): not in the memory notes either,
+    which the digest wrote from the old words once the message had left the window."""
+    small = Memory(store, context_limits(max_messages=4, window_step=2))
+    person = Person(user_id=uuid.uuid4())
+    said(small, person, "my card PIN is 4821", "5:1")
+    said(small, person, "b", "5:2")
+    said(small, person, "c", "5:3")
+    job = DigestJob(store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=2, idle_s=0))
+    assert job.run(person.user_id).updated == 1
+    assert "my card PIN is 4821" in read_notes(store, person.user_id).content  # type: ignore[arg-type]
+    edit = small.edit_message(person, Surface.TELEGRAM, PlatformMessage("5:1"), "my card is blue", EDITED_AT)
+    assert edit.edited
+    job.run(person.user_id)
+    notes = read_notes(store, person.user_id).content  # type: ignore[arg-type]
+    assert "4821" not in notes, notes
