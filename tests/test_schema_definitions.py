@@ -180,7 +180,7 @@ def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str)
             ).fetchone()
             assert linked is not None and linked[0]["status"] == "linked" and linked[0]["moved_messages"] == 2
             requested = connection.execute(
-                "select public.forget_request('signal', false, null, '+34600111222', 5, null, 5)"
+                "select public.forget_request('signal', false, null, '+34600111222', 5, null, 5, null)"
             ).fetchone()
             assert requested is not None and requested[0]["status"] == "requested"
             assert rows(url, "select surface, external_id from public.link_attempts") == [("signal", "+34600999888")]
@@ -188,7 +188,7 @@ def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str)
                 ("signal",)
             ]
             forgotten = connection.execute(
-                "select public.forget_request('signal', true, null, '+34600111222', 5, null, 5)"
+                "select public.forget_request('signal', true, null, '+34600111222', 5, null, 5, null)"
             ).fetchone()
             assert forgotten is not None and forgotten[0]["status"] == "forgotten"
             assert rows(

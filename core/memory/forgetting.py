@@ -43,6 +43,7 @@ class ForgetRequest:
     sender_id: str
     confirm: bool
     code: str | None = None
+    also_known_as: str | None = None  # the same sender's other id (a WhatsApp number beside its BSUID)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ class Forgetting:
                     "p_window_minutes": CONFIRM_MINUTES,
                     "p_code": code,
                     "p_max_attempts": self._attempts_per_hour,
+                    "p_sender_alias": identity_key(request.surface, request.also_known_as)
+                    if request.also_known_as
+                    else None,
                 },
             )
         except StoreUnavailable:

@@ -75,9 +75,9 @@ def chat_command(
             confirm, typed = "confirm", confirm[7:]
         code = six_digits(typed.strip())
         if confirm == "confirm" and (not typed.strip() or code):
-            return ForgetRequest(surface, sender_id, confirm=True, code=code)
+            return ForgetRequest(surface, sender_id, confirm=True, code=code, also_known_as=also_known_as)
         if not argument or text.startswith("/"):
-            return ForgetRequest(surface, sender_id, confirm=False)
+            return ForgetRequest(surface, sender_id, confirm=False, also_known_as=also_known_as)
     return None
 
 

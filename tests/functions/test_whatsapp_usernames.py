@@ -19,6 +19,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
     CORPUS,
+    ENGLISH,
     JWT_SECRET,
     PUBLIC_BASE_URL,
     SPANISH,
@@ -338,3 +339,28 @@ def test_unlink_from_a_bsuid_is_said_in_the_senders_language_never_the_numbers_p
     unlink = corpus_form("09_text_bsuid_with_number.json", From=f"whatsapp:{newcomer}", WaId=number[1:], Body="unlink")
     answered = messages_of(whatsapp.post("/", data=unlink, headers=signed(unlink)).text)
     assert answered[0].startswith("Unlinked.")
+
+
+def test_forget_sent_first_with_a_bsuid_beside_a_known_number_forgets_the_numbers_thread(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The turn would join the BSUID to the number's person (and read its thread): so must
+    `forget`, which otherwise answered that nothing was stored and forgot nothing."""
+    number, sender = f"+3473{uuid.uuid4().int % 10**7:07d}", fresh_bsuid()
+    before = corpus_form(
+        "01_text_profilename_waid.json", From=f"whatsapp:{number}", WaId=number[1:], Body="Mi hermana es Carmen"
+    )
+    assert whatsapp.post("/", data=before, headers=signed(before)).status_code == 200
+    (person,) = one_thread(database_url, number)
+    for body in ("forget", "forget confirm"):
+        command = corpus_form(
+            "09_text_bsuid_with_number.json",
+            From=f"whatsapp:{sender}",
+            ExternalUserIdentifier=sender,
+            WaId=number[1:],
+            Body=body,
+        )
+        answered = whatsapp.post("/", data=command, headers=signed(command))
+        said = messages_of(answered.text)
+        assert ENGLISH.say("forget.nothing_stored") not in said and SPANISH.say("forget.nothing_stored") not in said
+    assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(0,)]

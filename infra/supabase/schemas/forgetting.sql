@@ -118,7 +118,9 @@ $$;
 -- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"wrong_code"|"too_many_attempts"|"unknown", "messages",
 -- "conversations", "language"}: the counts that will be deleted (requested) or were (forgotten),
 -- and the person's language as it was before (forgetting deletes it), which the answer is said in.
--- p_sender_id is the sender's key (under the owner policy too). p_code: on a request, the code its
+-- p_sender_id is the sender's key (under the owner policy too); p_sender_alias its other id (a
+-- WhatsApp number beside its BSUID): a sender id never seen is the person the turn would join it
+-- to (identities.sql's alias_identity), whose thread its next message reads. p_code: on a request, the code its
 -- answer sends (null: none asked); on a confirmation, the code it repeats. A request with a code
 -- is confirmed only with that code, from the number it was sent to; any other confirmation ends
 -- the request ("wrong_code") and counts as the confirming sender's wrong code (link_attempts, as a
@@ -132,7 +134,8 @@ create or replace function public.forget_request(
     p_sender_id text,
     p_window_minutes integer,
     p_code text,
-    p_max_attempts integer
+    p_max_attempts integer,
+    p_sender_alias text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid := p_user_id;
@@ -146,6 +149,9 @@ begin
         select i.user_id into v_user
           from public.identities i
          where i.surface = p_surface and i.external_id = p_sender_id;
+    end if;
+    if v_user is null then
+        v_user := (crossmem_private.alias_identity(p_surface, p_sender_id, p_sender_alias)).user_id;
     end if;
     if v_user is null then
         -- A sender who never wrote: nothing of theirs is stored, nothing to remember.

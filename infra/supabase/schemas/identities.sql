@@ -15,6 +15,32 @@ alter table public.identities enable row level security;  -- who reads what: acc
 create index identities_by_user on public.identities (user_id);
 
 
+-- The identity of a sender's other id (p_sender_alias: a WhatsApp number beside its BSUID) as the
+-- same sender's: null when there is none, when it is the sender id itself, or when its person
+-- writes with another BSUID (the number has passed to someone else, who starts anew). Held `for
+-- key share`, as turn_person (turn.sql) holds the sender's. What a turn joins a new sender id to,
+-- and what `forget` from that id forgets (forgetting.sql).
+create function crossmem_private.alias_identity(p_surface text, p_sender_id text, p_sender_alias text)
+    returns public.identities language plpgsql set search_path = '' as $$
+declare
+    v_alias public.identities;
+begin
+    if p_sender_alias is null or p_sender_alias = p_sender_id then
+        return null;
+    end if;
+    select i.* into v_alias
+      from public.identities i
+     where i.surface = p_surface and i.external_id = p_sender_alias
+       for key share;
+    if exists (select from public.identities j
+                where j.surface = p_surface and j.user_id = v_alias.user_id
+                  and j.external_id <> p_sender_alias and j.external_id ~ '^[A-Z]{2}(\.ENT)?\.') then
+        return null;  -- the number's person has a BSUID of their own: not this sender
+    end if;
+    return v_alias;
+end;
+$$;
+
 -- A person's Telegram chats and WhatsApp numbers, oldest link first.
 create or replace function public.list_identities(p_user_id uuid)
     returns jsonb language sql stable set search_path = '' as $$

@@ -49,15 +49,7 @@ begin
      where i.surface = p_surface and i.external_id = p_sender_id
        for key share;
     if p_sender_alias is not null and p_sender_alias <> p_sender_id then
-        select i.* into v_alias
-          from public.identities i
-         where i.surface = p_surface and i.external_id = p_sender_alias
-           for key share;
-        if exists (select from public.identities j
-                    where j.surface = p_surface and j.user_id = v_alias.user_id
-                      and j.external_id <> p_sender_alias and j.external_id ~ '^[A-Z]{2}(\.ENT)?\.') then
-            v_alias := null;  -- the number's person has a BSUID of their own: not this sender
-        end if;
+        v_alias := crossmem_private.alias_identity(p_surface, p_sender_id, p_sender_alias);  -- identities.sql
     end if;
     if v_user is null then
         insert into public.identities (surface, external_id, user_id, linked_at)
