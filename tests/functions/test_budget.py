@@ -164,3 +164,32 @@ def test_a_turn_through_the_function_settles_its_reservation_to_what_the_model_r
     # at least the input it read and ANTHROPIC_MAX_TOKENS for its answer
     spent = ("input_tokens", "cache_creation_tokens", "cache_read_tokens")
     assert len(lines) == 2 and all(line["reserved_tokens"] > sum(line[key] for key in spent) + 4096 for line in lines)
+
+
+def test_a_chat_linked_again_straight_after_unlinking_brings_its_day_back(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """`/unlink`, then `/link CODE` before any other message: the day the chat spent, which left with
+    it, comes back with it, as it does when its next message makes a person of its own."""
+    environment.setenv("TURNS_PER_DAY", "3")
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    environment.setenv("TELEGRAM_DRAFTS", "false")
+    fake_anthropic.answer = lambda body: "Noted."
+    chat = 720000000 + uuid.uuid4().int % 10**6
+    web_person = uuid.uuid4()
+    telegram, web = app_client("telegram_webhook"), app_client("web_chat")
+
+    def say(text: str) -> None:
+        assert telegram.post("/", json=update(text, user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
+
+    def link() -> None:
+        say(f"/link {web.post('/links', headers=bearer(web_person)).get_json()['code']}")
+
+    asked = len(fake_anthropic.requests)
+    link()
+    for round_ in range(3):
+        for index in range(3):
+            say(f"Round {round_}, note {index}")
+        say("/unlink")
+        link()
+    assert len(fake_anthropic.requests) - asked == 3

@@ -106,6 +106,9 @@ begin
          values (p_surface, p_external_id, p_user_id, clock_timestamp())
     on conflict (surface, external_id) do nothing;
     if found then
+        -- A chat unlinked today and linked again before it wrote: what it spent comes back with it,
+        -- as it would to the person its next message made (turn.sql's claim_unlinked_usage).
+        perform crossmem_private.claim_unlinked_usage(p_surface, p_external_id, p_user_id);
         return jsonb_build_object('status', 'linked', 'user_id', p_user_id, 'moved_messages', 0);
     end if;
     select i.user_id, i.linked_at into v_previous, v_linked_at
