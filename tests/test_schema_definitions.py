@@ -171,7 +171,8 @@ def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str)
             ]
             # A wrong code, a link to a web account, a forget request: each table of chats takes it.
             wrong = connection.execute(
-                "select public.redeem_link_code('signal', '+34600999888', %s, 5, false, true, null, null)", ("0" * 64,)
+                "select public.redeem_link_code('signal', '+34600999888', %s, 5, false, true, null, null, null)",
+                ("0" * 64,),
             ).fetchone()
             assert wrong is not None and wrong[0] == {"status": "invalid", "language": None}
             web_person = uuid.uuid4()

@@ -213,6 +213,7 @@ class LinkRequest:
     # The platform's id of the message that carried it (a Telegram update_id, a Twilio MessageSid):
     # a redelivery of that message counts as one wrong code, not another (links.sql's link_attempts).
     delivery: str | None = None
+    also_known_as: str | None = None  # the same sender's other id (a WhatsApp number beside its BSUID)
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,7 @@ class Linking:
                 consented=request.consented,
                 confirmation=request.confirmation,
                 delivery=request.delivery,
+                also_known_as=request.also_known_as,
             )
         except StoreUnavailable:
             return LinkAnswer(self._catalogue.phrases(language).say("link.unavailable"), language)
@@ -386,6 +388,7 @@ class Linking:
         consented: bool = True,
         confirmation: str | None = None,
         delivery: str | None = None,
+        also_known_as: str | None = None,
     ) -> LinkOutcome:
         row = self._store.call(
             "redeem_link_code",
@@ -398,6 +401,7 @@ class Linking:
                 "p_vouched_for": rules(surface).sender_vouched_for,
                 "p_confirmation": confirmation,
                 "p_delivery": delivery,
+                "p_sender_alias": identity_key(surface, also_known_as) if also_known_as else None,
             },
         )
         return LinkOutcome.from_row(row)

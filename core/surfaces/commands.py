@@ -57,14 +57,25 @@ def chat_command(
         name, argument = name.lower(), argument.strip()
     if name == "start" and text.startswith("/"):
         if argument and looks_like_code(argument):
-            return LinkRequest(surface, sender_id, argument, consented=False, delivery=delivery)
+            return LinkRequest(
+                surface, sender_id, argument, consented=False, delivery=delivery, also_known_as=also_known_as
+            )
         return None
     if confirmed := confirmed_link(_without_addressee(text)):
-        return LinkRequest(surface, sender_id, confirmed[0], confirmation=confirmed[1], delivery=delivery)
+        return LinkRequest(
+            surface,
+            sender_id,
+            confirmed[0],
+            confirmation=confirmed[1],
+            delivery=delivery,
+            also_known_as=also_known_as,
+        )
     if name in ("link", "link:") or not text.startswith("/"):
         code = link_command(_without_addressee(text))
         if code is not None:
-            return LinkRequest(surface, sender_id, code, bare=bare_code(text), delivery=delivery)
+            return LinkRequest(
+                surface, sender_id, code, bare=bare_code(text), delivery=delivery, also_known_as=also_known_as
+            )
     if name == "unlink" and not argument:
         return UnlinkRequest(surface, sender_id, also_known_as)
     # Written out, only "forget", "forget confirm" and "forget confirm 123456" (the code an SMS

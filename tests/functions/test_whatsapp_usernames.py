@@ -364,3 +364,35 @@ def test_forget_sent_first_with_a_bsuid_beside_a_known_number_forgets_the_number
         said = messages_of(answered.text)
         assert ENGLISH.say("forget.nothing_stored") not in said and SPANISH.say("forget.nothing_stored") not in said
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(0,)]
+
+
+def test_link_sent_first_with_a_bsuid_beside_a_known_number_takes_the_numbers_thread_along(
+    whatsapp: Any, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The number's thread is the sender's (a turn from the BSUID would have joined it): linking
+    from the BSUID links the person, both ids, not the BSUID alone, away from its own past."""
+    person, number, sender = uuid.uuid4(), f"+3474{uuid.uuid4().int % 10**7:07d}", fresh_bsuid()
+    before = corpus_form(
+        "01_text_profilename_waid.json", From=f"whatsapp:{number}", WaId=number[1:], Body="Mi hermana es Carmen"
+    )
+    assert whatsapp.post("/", data=before, headers=signed(before)).status_code == 200
+    code = app_client("web_chat").post("/links", headers=bearer(person)).get_json()["code"]
+    link = corpus_form(
+        "09_text_bsuid_with_number.json",
+        From=f"whatsapp:{sender}",
+        ExternalUserIdentifier=sender,
+        WaId=number[1:],
+        Body=f"link {code}",
+    )
+    assert whatsapp.post("/", data=link, headers=signed(link)).status_code == 200
+    ask = corpus_form(
+        "09_text_bsuid_with_number.json",
+        From=f"whatsapp:{sender}",
+        ExternalUserIdentifier=sender,
+        WaId=number[1:],
+        Body="¿Cómo se llama mi hermana?",
+    )
+    assert whatsapp.post("/", data=ask, headers=signed(ask)).status_code == 200
+    assert one_thread(database_url, number, sender) == {person}
+    texts = [block["content"][0]["text"] for block in fake_anthropic.requests[-1]["messages"]]
+    assert any(text.endswith("Mi hermana es Carmen") for text in texts)

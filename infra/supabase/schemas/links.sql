@@ -239,11 +239,13 @@ create or replace function public.redeem_link_code(
     p_consented boolean,
     p_vouched_for boolean,
     p_confirmation text,
-    p_delivery text  -- the platform's id of the message the code came in (count_wrong_code)
+    p_delivery text,  -- the platform's id of the message the code came in (count_wrong_code)
+    p_sender_alias text  -- the sender's other id (a WhatsApp number beside its BSUID)
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_outcome jsonb := crossmem_private.redeem_code(p_surface, p_external_id, p_code_hash, p_max_attempts,
-                                                    p_consented, p_vouched_for, p_confirmation, p_delivery);
+                                                    p_consented, p_vouched_for, p_confirmation, p_delivery,
+                                                    p_sender_alias);
 begin
     return v_outcome || jsonb_build_object('language', public.person_language(null, p_surface, p_external_id));
 end;
@@ -270,9 +272,11 @@ create or replace function crossmem_private.redeem_code(
     p_consented boolean,
     p_vouched_for boolean,
     p_confirmation text,
-    p_delivery text  -- the platform's id of the message the code came in (count_wrong_code)
+    p_delivery text,  -- the platform's id of the message the code came in (count_wrong_code)
+    p_sender_alias text  -- the sender's other id (a WhatsApp number beside its BSUID)
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
+    v_alias public.identities;
     v_confirmation text;
     v_retry_at timestamptz;
     v_code record;
@@ -282,6 +286,18 @@ begin
     v_retry_at := crossmem_private.wrong_codes_retry_at(p_surface, p_external_id, p_max_attempts);
     if v_retry_at is not null then
         return jsonb_build_object('status', 'too_many_attempts', 'retry_at', v_retry_at);
+    end if;
+    -- A sender id never seen beside its other id is that id's person, as its turn would make it
+    -- (turn.sql's turn_person): the code is for the person, both ids and their thread, which a
+    -- link of the new id alone would leave behind (and `forget` from it, with the person).
+    if p_sender_alias is not null and not exists (select from public.identities i
+                                                   where i.surface = p_surface and i.external_id = p_external_id) then
+        v_alias := crossmem_private.alias_identity(p_surface, p_external_id, p_sender_alias);  -- identities.sql
+        if v_alias.user_id is not null then
+            insert into public.identities (surface, external_id, user_id, linked_at)
+                 values (p_surface, p_external_id, v_alias.user_id, v_alias.linked_at)
+            on conflict (surface, external_id) do nothing;
+        end if;
     end if;
 
     -- The row lock makes the code single-use: of two identities racing, the second waits,

@@ -163,7 +163,7 @@ def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url:
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute("select public.create_link_code(%s, repeat('a', 64), 10, '')", (owner,))
         connection.execute(
-            "select public.redeem_link_code('telegram', '99', repeat('b', 64), 5, true, true, null, null)"
+            "select public.redeem_link_code('telegram', '99', repeat('b', 64), 5, true, true, null, null, null)"
         )
     with as_role(database_url, "authenticated", sub=owner) as connection:
         assert connection.execute("select count(*) from link_codes").fetchone() == (1,)
@@ -173,7 +173,7 @@ def test_link_codes_and_attempts_are_no_ones_to_read_but_their_own(database_url:
         assert connection.execute("select count(*) from link_codes").fetchone() == (0,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             connection.execute(
-                "select public.redeem_link_code('telegram', '99', repeat('a', 64), 5, true, true, null, null)"
+                "select public.redeem_link_code('telegram', '99', repeat('a', 64), 5, true, true, null, null, null)"
             )
 
 
