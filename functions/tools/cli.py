@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import uuid
 import warnings
 from typing import Any
@@ -245,14 +246,16 @@ def dev(port: int | None) -> int:
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
 @click.option("--from", "sender", help="the sender on that app: a Telegram user id, a number (default: the demo owner)")
 @click.option("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
-@click.option("--url", help="server base URL (default http://127.0.0.1:PORT)")
+@click.option("--url", help="server base URL (default http://127.0.0.1:PORT; its port is then the port)")
 @click.argument("text")
 def say(surface: str, sender: str | None, port: int | None, url: str | None, text: str) -> int:
     """Post a correctly signed delivery from another app to the running dev server."""
     from functions.settings import Settings
     from functions.tools.local_dev import apply_dev_defaults, deliver_locally
 
-    port = dev_port(port)
+    # The server checks a Twilio form's signature against its PUBLIC_BASE_URL, http://127.0.0.1:<its
+    # port>: with --url alone, that port is the URL's, not PORT's (another shell may have none).
+    port = dev_port(port if port is not None or url is None else urllib.parse.urlsplit(url).port)
     apply_dev_defaults(port)
     url = url or f"http://127.0.0.1:{port}"
     try:

@@ -73,6 +73,16 @@ def test_make_dev_serves_everything_on_an_embedded_database(dev: tuple[str, dict
     assert crossmem(env, "identities", "--user", nobody) == "no linked chats or numbers\n"
 
 
+def test_say_with_url_alone_signs_for_the_server_it_names(dev: tuple[str, dict[str, str]]) -> None:
+    # Another shell, without PORT: `--url` names the server, and a Twilio form is signed for that
+    # server's PUBLIC_BASE_URL (http://127.0.0.1:<its port>), not for 8080's.
+    url, env = dev
+    elsewhere = {name: value for name, value in env.items() if name != "PORT"}
+    for surface in ("whatsapp", "sms", "telegram"):
+        answer = crossmem(elsewhere, "say", "--url", url, "--surface", surface, f"hello by --url on {surface}")
+        assert f'You said on {surface}: "hello by --url on {surface}"' in answer
+
+
 def crossmem(env: dict[str, str], *args: str) -> str:
     done = subprocess.run([*CROSSMEM, *args], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
