@@ -409,6 +409,7 @@ class Linking:
     # The operator's side.
 
     def link(self, user_id: UUID, surface: Surface, identity_id: str) -> LinkOutcome:
+        self.refuse_under_owner()  # the owner's apps are their lists: a linked chat would still be a stranger
         row = self._store.call(
             "link_identity",
             {

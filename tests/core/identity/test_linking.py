@@ -308,6 +308,11 @@ def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
     linking = Linking(store, policy, stranger_reply="Private assistant.")
     with pytest.raises(LinkingNotNeeded):
         linking.new_code(owner)
+    # Nor does an operator's link (`crossmem link`): the policy would still turn the chat away, and
+    # "linked" would be a promise the next message breaks.
+    with pytest.raises(LinkingNotNeeded):
+        linking.link(owner, Surface.TELEGRAM, "5555")
+    assert linking.identities(owner) == []
     assert linking.answer(LinkRequest(Surface.TELEGRAM, "4242", "ABCDEFGHJ")).text == ENGLISH.say("link.not_needed")
     assert linking.answer(UnlinkRequest(Surface.TELEGRAM, "9999")).text == "Private assistant."
 
