@@ -140,3 +140,21 @@ def test_dot_env_wins_over_the_development_defaults(tmp_path: Path, monkeypatch:
     assert config.identity_policy == "owner"  # not in .env: the development value
     assert config.public_base_url == "http://127.0.0.1:8080"
     runtime.reset()
+
+
+def test_a_copy_of_the_example_configuration_keeps_the_development_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """.env.example says "Copy to .env for local use": its copy must leave `make dev` local (a copied
+    APP_ENV=production made every turn 503 `no database` while the banner said store=embedded)."""
+    for name in [*DEV_DEFAULTS, "PUBLIC_BASE_URL"]:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    (tmp_path / ".env").write_text((ROOT / ".env.example").read_text())
+    monkeypatch.chdir(tmp_path)
+    apply_dev_defaults(8080)
+    runtime.reset()
+    config = runtime.settings()
+    assert {name: os.environ.get(name) for name in DEV_DEFAULTS} == DEV_DEFAULTS
+    assert config.app_env == "local" and config.identity_policy == "owner"
+    runtime.reset()
