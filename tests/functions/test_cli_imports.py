@@ -82,6 +82,15 @@ def test_say_imports_the_settings_and_no_sdk(tmp_path: Path) -> None:
     assert modules & (NEVER_FOR_A_QUICK_COMMAND | {"psycopg"}) == set()
 
 
+@pytest.mark.parametrize("surface", ["whatsapp", "sms"])
+def test_say_from_a_twilio_surface_imports_the_sdk_that_signs_its_form(surface: str, tmp_path: Path) -> None:
+    # The form is signed by the twilio SDK, as Twilio signs it (core/channels/whatsapp.py): the one
+    # SDK `say` imports, and only for a Twilio surface (docs/configuration.md says so).
+    modules = loaded(["say", "--surface", surface, "--port", "9", "hello"], tmp_path, {})
+    assert "twilio" in modules
+    assert modules & ((NEVER_FOR_A_QUICK_COMMAND - {"twilio"}) | {"psycopg"}) == set()
+
+
 def test_history_imports_the_database_driver_and_no_sdk(tmp_path: Path, database_url: str) -> None:
     modules = loaded(
         ["history", "--user", "00000000-0000-4000-8000-00000000d3e0"], tmp_path, {"DATABASE_URL": database_url}
