@@ -115,6 +115,10 @@ def deliver_locally(
     secrets of `config`, to a running dev server; return the status and the reply it carried.
     Raises OSError when nothing answers at `base_url`."""
     if surface == "telegram":
+        if sender is not None and not re.fullmatch(r"-?[0-9]+", sender):
+            raise ValueError(
+                f"--from on telegram is a Telegram user id (digits, e.g. {DEMO_TELEGRAM_ID}), not {sender!r}"
+            )
         chat = int(sender or DEMO_TELEGRAM_ID)
         update = {
             "update_id": uuid.uuid4().int % 2**31,

@@ -17,7 +17,8 @@ import pytest
 from werkzeug.test import Client
 
 from functions import runtime
-from functions.tools.local_dev import DEV_DEFAULTS, NO_MESSAGE, apply_dev_defaults, build_dev_app
+from functions.settings import Settings
+from functions.tools.local_dev import DEV_DEFAULTS, NO_MESSAGE, apply_dev_defaults, build_dev_app, deliver_locally
 from tests.helpers import crossmem_dev, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,3 +159,11 @@ def test_a_copy_of_the_example_configuration_keeps_the_development_values(
     assert {name: os.environ.get(name) for name in DEV_DEFAULTS} == DEV_DEFAULTS
     assert config.app_env == "local" and config.identity_policy == "owner"
     runtime.reset()
+
+
+def test_say_from_a_telegram_sender_that_is_not_a_user_id_says_what_it_wants() -> None:
+    # It was `invalid literal for int() with base 10: 'abc'`; nothing is posted either way.
+    with pytest.raises(
+        ValueError, match=r"^--from on telegram is a Telegram user id \(digits, e.g. 100200300\), not 'abc'$"
+    ):
+        deliver_locally("http://127.0.0.1:9", "telegram", "hello", Settings.defaults(), "abc")
