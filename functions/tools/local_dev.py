@@ -324,11 +324,18 @@ def build_dev_app() -> Any:
 def serve(port: int) -> None:
     from werkzeug.serving import run_simple
 
+    from core.errors import ConfigurationError
     from core.turn.operator_tools import OperatorTools
     from functions import runtime
 
     apply_dev_defaults(port)
     config = runtime.settings()
+    # What every function would answer to every request (503 `not_configured`), said once before
+    # serving: APP_ENV=production from the environment or .env beats the development value.
+    try:
+        runtime.check_can_serve(config)
+    except ConfigurationError as refused:
+        raise ConfigurationError(f"APP_ENV={config.app_env} (the environment or .env): {refused}") from None
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
     capabilities = runtime.capabilities(config)  # and EXTRA_TOOLS, which would otherwise refuse every turn
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")

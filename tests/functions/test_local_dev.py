@@ -167,3 +167,16 @@ def test_say_from_a_telegram_sender_that_is_not_a_user_id_says_what_it_wants() -
         ValueError, match=r"^--from on telegram is a Telegram user id \(digits, e.g. 100200300\), not 'abc'$"
     ):
         deliver_locally("http://127.0.0.1:9", "telegram", "hello", Settings.defaults(), "abc")
+
+
+def test_crossmem_dev_under_app_env_production_without_a_database_stops_before_it_serves(tmp_path: Path) -> None:
+    # It served, its banner saying store=embedded and /healthz ok, and every turn was 503 "no database".
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PORT": str(free_port())}
+    (tmp_path / ".env").write_text("APP_ENV=production\n")
+    done = subprocess.run([*CROSSMEM, "dev"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "crossmem dev: APP_ENV=production (the environment or .env): no database: set DATABASE_URL (on Supabase,"
+        " the transaction pooler's URL) or SUPABASE_URL with SUPABASE_SERVICE_ROLE_KEY\n"
+    )
+    assert not (tmp_path / ".local").exists()  # no embedded database was started for nothing
