@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 import psycopg
 import pytest
+from flask.testing import FlaskClient
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -100,21 +102,30 @@ def test_the_models_tokens_count_against_the_day(
     assert (refused.status_code, refused.get_json()["error"]) == (429, "over_budget")
 
 
-def test_linking_and_unlinking_a_chat_again_and_again_never_starts_a_new_day(
-    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
-) -> None:
-    """A linked chat counts with its web account; unlinked, it leaves with what it spent today. Four
-    rounds of four messages, `/link CODE`, four more, `/unlink`: three turns in all reach the model."""
+def three_turns_a_day(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> tuple[Callable[[str], None], FlaskClient]:
+    """TURNS_PER_DAY=3: a new Telegram chat's `say` (each update answered 200) and the web."""
     environment.setenv("TURNS_PER_DAY", "3")
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     environment.setenv("TELEGRAM_DRAFTS", "false")
     fake_anthropic.answer = lambda body: "Noted."
     chat = 710000000 + uuid.uuid4().int % 10**6
-    web_person = uuid.uuid4()
-    telegram, web = app_client("telegram_webhook"), app_client("web_chat")
+    telegram = app_client("telegram_webhook")
 
     def say(text: str) -> None:
         assert telegram.post("/", json=update(text, user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
+
+    return say, app_client("web_chat")
+
+
+def test_linking_and_unlinking_a_chat_again_and_again_never_starts_a_new_day(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """A linked chat counts with its web account; unlinked, it leaves with what it spent today. Four
+    rounds of four messages, `/link CODE`, four more, `/unlink`: three turns in all reach the model."""
+    web_person = uuid.uuid4()
+    say, web = three_turns_a_day(environment, fake_anthropic)
 
     asked = len(fake_anthropic.requests)
     for round_ in range(4):
@@ -171,16 +182,8 @@ def test_a_chat_linked_again_straight_after_unlinking_brings_its_day_back(
 ) -> None:
     """`/unlink`, then `/link CODE` before any other message: the day the chat spent, which left with
     it, comes back with it, as it does when its next message makes a person of its own."""
-    environment.setenv("TURNS_PER_DAY", "3")
-    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
-    environment.setenv("TELEGRAM_DRAFTS", "false")
-    fake_anthropic.answer = lambda body: "Noted."
-    chat = 720000000 + uuid.uuid4().int % 10**6
     web_person = uuid.uuid4()
-    telegram, web = app_client("telegram_webhook"), app_client("web_chat")
-
-    def say(text: str) -> None:
-        assert telegram.post("/", json=update(text, user_id=chat), headers=TELEGRAM_HEADERS).status_code == 200
+    say, web = three_turns_a_day(environment, fake_anthropic)
 
     def link() -> None:
         say(f"/link {web.post('/links', headers=bearer(web_person)).get_json()['code']}")
