@@ -150,6 +150,11 @@ def deployment_environment(
         "TELEGRAM_WEBHOOK_SECRET": SECRETS["telegram"],
         "TELEGRAM_API_BASE": bot.url,
         "TWILIO_AUTH_TOKEN": SECRETS["twilio"],
+        # What whatsapp_webhook needs outside APP_ENV=local, something to send later from; the soak
+        # sends nothing later (no scheduled job runs), and nothing listens at this base.
+        "TWILIO_ACCOUNT_SID": "AC" + "5" * 32,
+        "TWILIO_WHATSAPP_FROM": "whatsapp:+14155238886",
+        "TWILIO_API_BASE": "http://127.0.0.1:9",
         "PUBLIC_BASE_URL": PUBLIC_BASE_URL,
         "SUPABASE_JWT_SECRET": SECRETS["jwt"],
         "IDENTITY_POLICY": policy,

@@ -232,12 +232,15 @@ def telegram(config: Settings) -> SurfaceAdapter:
 
 def whatsapp(config: Settings) -> SurfaceAdapter:
     """WhatsApp: pushed through Twilio's Messages API when the account and TWILIO_WHATSAPP_FROM
-    are set (twilio imported on the first push: a Telegram invocation never imports it)."""
+    are set (twilio imported on the first push: a Telegram invocation never imports it), which
+    whatsapp_webhook needs outside APP_ENV=local, as sms_webhook its own."""
     send_parts = template = channel = None
+    later_needs: str | None = "TWILIO_ACCOUNT_SID and TWILIO_WHATSAPP_FROM"
     if config.twilio_whatsapp_from and whatsapp_configured(config):
         send_parts = lambda to, text, part: twilio_sender().send_parts(to, text, first_part=part)  # noqa: E731
         channel = lambda to: twilio_sender().channel(to)  # noqa: E731
         template = lambda to, text, part: follow_up_template(config, to, text, part)  # noqa: E731
+        later_needs = None
     return SurfaceAdapter(
         whatsapp_surface.Rules,
         config.whatsapp_model_deadline,
@@ -245,6 +248,7 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
         whatsapp_surface.say_follow_up(send_parts, template),
         frozenset(whatsapp_surface.Rules.key(sender) for sender in config.owner_whatsapp_numbers),
         channel,
+        later_needs,
     )
 
 

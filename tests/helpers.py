@@ -107,6 +107,11 @@ def production_settings(database_url: str, anthropic: FakeAnthropic, telegram: F
         "TELEGRAM_WEBHOOK_SECRET": TELEGRAM_SECRET,
         "TELEGRAM_API_BASE": telegram.url,
         "IDENTITY_POLICY": "auto",
+        # What whatsapp_webhook needs outside APP_ENV=local (something to send later from); nothing
+        # listens at this base: a test that sends through Twilio sets its fake's.
+        "TWILIO_ACCOUNT_SID": "AC" + "9" * 32,
+        "TWILIO_WHATSAPP_FROM": "whatsapp:+14155238886",
+        "TWILIO_API_BASE": "http://127.0.0.1:9",
         # Tests send many turns as one person in a second; the budget's own tests turn it on.
         "TURNS_PER_MINUTE": "0",
         "TURNS_PER_DAY": "0",

@@ -46,12 +46,14 @@ def deploying_shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.M
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("GCP_PROJECT", "advisor-prod")
     monkeypatch.setenv("GCP_REGION", "us-central1")
+    # A Twilio account with a WhatsApp sender: whatsapp_webhook's `needs` (serverless.yml).
+    monkeypatch.setenv("TWILIO_ACCOUNT_SID", "AC" + "0" * 32)
+    monkeypatch.setenv("TWILIO_WHATSAPP_FROM", "whatsapp:+14155238886")
     return monkeypatch
 
 
 def sms_number(shell: pytest.MonkeyPatch) -> None:
-    """What sms_webhook is deployed with (serverless.yml's `needs`): an SMS number of an account."""
-    shell.setenv("TWILIO_ACCOUNT_SID", "AC" + "0" * 32)
+    """What sms_webhook is deployed with beside the account (serverless.yml's `needs`): an SMS number."""
     shell.setenv("TWILIO_SMS_FROM", "+14155550100")
 
 
@@ -108,8 +110,7 @@ def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
     commands = printed_commands(output)
     assert sorted(commands) == ["memory_digest", "telegram_webhook", "web_chat", "whatsapp_webhook"]
     assert (
-        "# sms_webhook: not deployed: it needs TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM; "
-        "not set here: TWILIO_ACCOUNT_SID, TWILIO_SMS_FROM\n"
+        "# sms_webhook: not deployed: it needs TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM; not set here: TWILIO_SMS_FROM\n"
     ) in output
     assert commands["telegram_webhook"] == [
         "gcloud",
@@ -154,6 +155,8 @@ def test_dry_run_prints_one_gen2_deploy_per_function_without_gcloud(
         "IDENTITY_POLICY": "owner",
         "PUBLIC_BASE_URL": "https://us-central1-advisor-prod.cloudfunctions.net/whatsapp_webhook",
         "THREADS": "8",
+        "TWILIO_ACCOUNT_SID": "AC" + "0" * 32,
+        "TWILIO_WHATSAPP_FROM": "whatsapp:+14155238886",
     }
     assert (PACKAGE / "main.py").is_file() and (PACKAGE / "core" / "turn" / "turns.py").is_file()
 

@@ -1359,3 +1359,26 @@ def test_a_redelivery_after_the_jobs_push_sends_nothing_more_later(
     repeated = messages_of(app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).text)
     assert repeated == [f"Take the pills.\n\n{longs[0]}", *longs[1:9], "Good morning!"]
     assert rows(job_database, "select count(*) from follow_ups where status <> 'sent'") == [(0,)]
+
+
+@pytest.mark.parametrize("missing", ["TWILIO_WHATSAPP_FROM", "TWILIO_ACCOUNT_SID"])
+def test_without_a_sender_to_send_from_later_whatsapp_is_not_served(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, missing: str
+) -> None:
+    """As SMS's function: without them a reminder asked on WhatsApp inside its 24-hour window was
+    scheduled, promised ("I'll remind you."), and retried by every run of the job until given up,
+    never said, and an owed reply never sent. Seen failing with a 200 and the reminder promised (a
+    review of the prompt's claims: "you can message the person later on the app they use")."""
+    environment.delenv(missing)
+    number = "whatsapp:+34611000099"
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=5)
+    fields = form("remind me in 5 minutes to take the pills", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert (answered.status_code, answered.get_json()) == (
+        503,
+        {
+            "error": "not_configured",
+            "message": "set TWILIO_ACCOUNT_SID and TWILIO_WHATSAPP_FROM: nothing could be sent later",
+        },
+    )
+    assert fake_anthropic.requests == [] and follow_ups(job_database) == []
