@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -77,11 +78,16 @@ FULL = Timeline()
 QUICK = Timeline(people=3, warm_up_s=3.0, load_s=2.0, drain_s=5.0, pace=0.1, workers=1)
 
 
+# A tag's start, one for each of the person's messages (core/turn/context.py's `tag`).
+TAG = re.compile(r"\[[a-z]+ · ")
+
+
 def answer_with_context_size(body: dict[str, Any]) -> str:
-    """The fake model's echo, led by how many of the person's messages it was shown: a turn
-    answered without memory (the database was away) shows one, the new message."""
+    """The fake model's echo, led by how many of the person's messages it was shown (their tags,
+    `[telegram · 09:12]`, `[whatsapp · Sun 6 Dec 2026 · 08:05]`): a turn answered without memory
+    (the database was away) shows one, the new message."""
     shown = sum(
-        block.get("text", "").count(" · ")
+        len(TAG.findall(block.get("text", "")))
         for message in body["messages"]
         if message["role"] == "user"
         for block in (message["content"] if isinstance(message["content"], list) else [{"text": message["content"]}])
