@@ -249,6 +249,7 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
         frozenset(whatsapp_surface.Rules.key(sender) for sender in config.owner_whatsapp_numbers),
         channel,
         later_needs,
+        None if config.twilio_follow_up_content_sid else whatsapp_surface.WHATSAPP_WINDOW,
     )
 
 
@@ -261,7 +262,14 @@ def capabilities(config: Settings) -> tuple[Capability, ...]:
     return checked(
         (
             Media(),
-            FollowUps(FollowUpRules(max_pending=config.follow_ups_per_person, max_chars=config.max_message_chars)),
+            FollowUps(
+                FollowUpRules(
+                    max_pending=config.follow_ups_per_person,
+                    max_chars=config.max_message_chars,
+                    # the turn's surface only, built when a follow-up is scheduled there
+                    said_within=lambda surface: surfaces()[surface].said_within,
+                )
+            ),
             MemorySearch(search),
             extra_tools(config.extra_tools),  # EXTRA_TOOLS: the operator's own (docs/extending.md)
         )

@@ -181,9 +181,9 @@ class Settings(BaseSettings):
     # Twilio's REST API (tests point it at a fake).
     twilio_api_base: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None
     # An approved WhatsApp template (Content API, HX...) with one variable, {{1}}: the follow-up's
-    # text. Outside the 24-hour window a follow-up goes out through it; unset, it waits for the
-    # person's next WhatsApp message. Only the scheduled job reads it (function_settings.py).
-    twilio_follow_up_content_sid: str | None = None
+    # text. Outside the 24-hour window a follow-up goes out through it (the scheduled job); unset,
+    # it waits for the person's next WhatsApp message, which the tool scheduling it says (the turn).
+    twilio_follow_up_content_sid: Annotated[str | None, setting_of(Surface.WHATSAPP)] = None
     # "typing…" on WhatsApp while a turn runs (needs TWILIO_ACCOUNT_SID); it marks the message read.
     whatsapp_typing_indicator: Annotated[bool, setting_of(Surface.WHATSAPP, read_by=ReadBy.ITS_FUNCTION)] = True
     twilio_auth_token: Annotated[SecretStr | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None

@@ -13,15 +13,16 @@ FOLLOW_UPS_PER_PERSON=0 switches it off: no tools, and the prompt says the agent
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from core.follow_ups.wall_clock import InvalidTime, resolve_when, shown, zone_named
 from core.model.llm import ToolCall
-from core.models import FollowUp
+from core.models import FollowUp, Surface
 from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
@@ -91,6 +92,14 @@ reminder or a check-in, and say when it will come. list_follow_ups and cancel_fo
 and cancel the pending ones; set_timezone records where they live when they tell you.
 """
 
+# A follow-up due past the surface's window after the person's message (this one): said only if
+# they write there again before it is due, else with their next message (core/surfaces/whatsapp.py).
+WAITS = (
+    " This app lets it reach them only within {hours} hours of their last message here: unless they write"
+    " here again before it is due, it comes with their next message, not at that time. Tell them so, and"
+    " for anything that matters suggest a reminder on their phone too."
+)
+
 SWITCHED_OFF = """\
 Reminders and follow-ups
 - You cannot set reminders or message the person later on your own: say so, and suggest they \
@@ -102,6 +111,9 @@ set one on their phone.
 class FollowUpRules:
     max_pending: int = 20  # FOLLOW_UPS_PER_PERSON; 0 turns follow-ups off
     max_chars: int = 16000  # MAX_MESSAGE_CHARS: the text is bounded like a message
+    # How long after the person's last message a surface can still say a follow-up (its adapter's
+    # `said_within`: WhatsApp's 24-hour window without an approved template); None: any time.
+    said_within: Callable[[Surface], timedelta | None] = lambda surface: None
 
 
 @dataclass
@@ -115,12 +127,15 @@ class TurnTools:
     scheduled: list[dict[str, Any]] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
+    surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
+    waiting: set[str] = field(default_factory=set)  # the calls whose follow-up may wait (WAITS)
     definitions: tuple[dict[str, Any], ...] = TOOLS
     round_trips: int = 0  # they only record intent: finish_turn writes it
 
     def must_answer(self, result: ToolResult) -> bool:
-        """A list is for the model to read; a schedule or a cancel is only recorded."""
-        return result.call.name == LIST
+        """A list is for the model to read, and a schedule whose follow-up may wait past its time
+        (the person must be told); a schedule or a cancel is otherwise only recorded."""
+        return result.call.name == LIST or result.call.id in self.waiting
 
     def recorded(self) -> dict[str, Any]:
         """finish_turn's arguments for what the tools changed, within the person's limit."""
@@ -141,7 +156,7 @@ class TurnTools:
     def run(self, call: ToolCall) -> ToolResult:
         try:
             if call.name == SCHEDULE:
-                return ToolResult(call, self._schedule(call.input))
+                return ToolResult(call, self._schedule(call.input, call.id))
             if call.name == LIST:
                 return ToolResult(call, self._list())
             if call.name == CANCEL:
@@ -152,7 +167,7 @@ class TurnTools:
             return ToolResult(call, f"Not done: {exc}.", is_error=True)
         return ToolResult(call, f"Not done: there is no tool {call.name!r}.", is_error=True)
 
-    def _schedule(self, arguments: dict[str, Any]) -> str:
+    def _schedule(self, arguments: dict[str, Any], call_id: str) -> str:
         content = str(arguments.get("content") or "").replace("\x00", "").strip()
         if not content:
             raise InvalidTime("content is empty")
@@ -172,6 +187,10 @@ class TurnTools:
             in_minutes=minutes if minutes is not None else None,
         )
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
+        window = self.rules.said_within(self.surface) if self.surface is not None else None
+        if window is not None and due - self.now > window:
+            said += WAITS.format(hours=round(window.total_seconds() / 3600))
+            self.waiting.add(call_id)
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})
         return said
 
@@ -206,10 +225,15 @@ def _text(value: object) -> str | None:
 
 
 def turn_tools(
-    rules: FollowUpRules, pending: list[FollowUp], zone: ZoneInfo, now: datetime, client_zone: str | None
+    rules: FollowUpRules,
+    pending: list[FollowUp],
+    zone: ZoneInfo,
+    now: datetime,
+    client_zone: str | None,
+    surface: Surface | None = None,
 ) -> TurnTools:
-    """A turn's tools; a web client's Intl timezone, when it differs from the person's, is set."""
-    tools = TurnTools(rules, pending, zone, now)
+    """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set."""
+    tools = TurnTools(rules, pending, zone, now, surface=surface)
     if (sent := zone_named(client_zone)) is not None and str(sent) != str(zone):
         tools.zone, tools.timezone = sent, sent.key
     return tools
@@ -230,7 +254,7 @@ class FollowUps:
         return TOOLS if self.rules.max_pending > 0 else ()
 
     def toolset(self, turn: TurnState) -> TurnTools | None:
-        tools = turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone)
+        tools = turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface)
         if self.rules.max_pending > 0:
             return tools
         # Off: no tools, but a web client's timezone still becomes the person's (the context's tags).

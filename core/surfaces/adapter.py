@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -132,6 +132,10 @@ class SurfaceAdapter:
     # (SMS: "TWILIO_ACCOUNT_SID and TWILIO_SMS_FROM"); its function refuses to serve without them
     # outside APP_ENV=local (functions/twilio.py). None: nothing lacks.
     later_needs: str | None = None
+    # How long after the person's last message on the surface a follow-up can still be said there
+    # (WhatsApp's 24-hour window, without an approved template); None: at any time. A later one
+    # waits for their next message, and the tool that schedules it says so.
+    said_within: timedelta | None = None
 
     @property
     def surface(self) -> Surface:

@@ -33,7 +33,7 @@ from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTA
 
 if TYPE_CHECKING:
     from core.memory.service import Memory
-    from core.models import TurnStart
+    from core.models import Surface, TurnStart
     from core.turn.context import ContextItem
     from core.turn.tool_loop import Toolset
 
@@ -52,6 +52,7 @@ class TurnState:
     client_zone: str | None = None  # the web client's Intl timezone
     client_history: Sequence[ContextItem] | None = None  # the web client's own thread, when it sent one
     time_left: Callable[[], float] = lambda: math.inf  # seconds before the turn must have answered
+    surface: Surface | None = None  # the app the turn answers on
 
 
 class Capability(Protocol):

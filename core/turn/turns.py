@@ -136,7 +136,7 @@ class Turns:
             return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
         messages, merged = self._messages(request, start, prepared)
-        tools = self._tools(start, max(deadline_s, 1.0), request)
+        tools = self._tools(start, request.surface, max(deadline_s, 1.0), request)
         return self._answer(
             request.surface,
             start,
@@ -180,7 +180,7 @@ class Turns:
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
         merged = merged_into_last(items, owed.start.message_id)
         with self._ended_if_failed(owed.start, figures):
-            tools = self._tools(owed.start, deadline_s)  # as the person's turn would have had them
+            tools = self._tools(owed.start, owed.surface, deadline_s)  # as the person's turn would have had them
             return self._answer(
                 owed.surface,
                 owed.start,
@@ -314,7 +314,7 @@ class Turns:
         parts: list[str] = []
         unreported: list[str] = []  # the model's text since it last said what it has written
         outcome = Outcome.ANSWERED
-        tools = self._tools(start, request.deadline_s - (self._clock() - began), request)
+        tools = self._tools(start, request.surface, request.deadline_s - (self._clock() - began), request)
         chunks = tool_loop.answered(
             self._model(),
             self._settings.system_prompt,
@@ -653,8 +653,10 @@ class Turns:
         figures.error = "the attempt's time ran out before its reply went out; the message is owed"
         return True
 
-    def _tools(self, start: TurnStart, deadline_s: float, request: TurnRequest | None = None) -> Toolbox | None:
-        """This turn's tools: each capability's that is on, from what begin_turn brought, in the
+    def _tools(
+        self, start: TurnStart, surface: Surface, deadline_s: float, request: TurnRequest | None = None
+    ) -> Toolbox | None:
+        """This turn's tools on `surface`: each capability's that is on, from what begin_turn brought, in the
         person's timezone (theirs, else CONTEXT_TIMEZONE), with the `deadline_s` the answer has
         from now; `request`: the web client's own."""
         if start.message_id is None or start.user_id is None:
@@ -669,6 +671,7 @@ class Turns:
             client_zone=request.timezone if request is not None else None,
             client_history=request.client_history if request is not None else None,
             time_left=lambda: until - clock(),
+            surface=surface,
         )
         toolsets = [toolset for c in self._settings.capabilities if (toolset := c.toolset(turn)) is not None]
         if not toolsets:

@@ -130,8 +130,6 @@ BY_FUNCTION: Mapping[str, frozenset[str]] = {
             # Owed replies (core/turn/owed.py), through each surface's adapter.
             "owed_reply_max_age",
             "owed_reply_max_tries",
-            # Follow-ups outside WhatsApp's 24-hour window.
-            "twilio_follow_up_content_sid",
         }
     )
     # Every surface's adapter: owed replies and follow-ups through its channel, and a purge spares

@@ -1382,3 +1382,38 @@ def test_without_a_sender_to_send_from_later_whatsapp_is_not_served(
         },
     )
     assert fake_anthropic.requests == [] and follow_ups(job_database) == []
+
+
+@pytest.mark.parametrize("template", [False, True], ids=["held", "template"])
+def test_a_whatsapp_reminder_due_past_the_window_is_said_to_wait_unless_a_template_takes_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, template: bool
+) -> None:
+    """Asked on Wednesday at 18:00 for Friday at 10:00, without TWILIO_FOLLOW_UP_CONTENT_SID: the job
+    holds it until the person writes again, where the agent had said only "I'll remind you." and the
+    prompt promises it at its time (a review of the prompt's claims). The tool's result now says it
+    may wait, and the model is asked again with it, to tell the person; within the window, or with a
+    template, the schedule is only recorded, as before."""
+    if template:
+        environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
+    number = "whatsapp:+34611000077"
+    fake_anthropic.answer = remind("The dentist at 10.", day="friday", time="10:00")
+    fields = form("Remind me on Friday at 10 about the dentist", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    scheduled = "Scheduled for Fri 4 Dec 2026 10:00 (Europe/Madrid)."
+    if template:
+        assert messages_of(answered.text) == ["I'll remind you."]
+        assert len(fake_anthropic.requests) == 1
+    else:
+        assert messages_of(answered.text) == [
+            "I'll remind you.\n\nDone: " + scheduled + " This app lets it reach them only within 24 hours of their"
+            " last message here: unless they write here again before it is due, it comes with their next message,"
+            " not at that time. Tell them so, and for anything that matters suggest a reminder on their phone too."
+        ]
+        assert len(fake_anthropic.requests) == 2
+    assert [row[3] for row in follow_ups(job_database)] == ["pending"]
+    # Within the window (in two hours), nothing more is said, template or not.
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
+    asked = len(fake_anthropic.requests)
+    soon = form("In two hours tell me to take the pills", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=soon, headers=signed(soon))
+    assert messages_of(answered.text) == ["I'll remind you."] and len(fake_anthropic.requests) == asked + 1

@@ -60,6 +60,7 @@ def test_a_surfaces_settings_reach_its_function_and_the_job_by_their_mark() -> N
         "twilio_auth_token",
         "twilio_api_base",
         "twilio_whatsapp_from",
+        "twilio_follow_up_content_sid",
         "whatsapp_model_deadline",
         "twilio_sms_from",
         "sms_model_deadline",
