@@ -258,7 +258,9 @@ def capabilities(config: Settings) -> tuple[Capability, ...]:
     each says its part of the prompt (what it can, or cannot, do) and brings its tools."""
     search = None
     if config.memory_search:
-        search = SearchRules(config.search_max_tokens, config.search_max_hits, config.message_retention_days)
+        search = SearchRules(
+            config.search_max_tokens, config.search_max_hits, config.message_retention_days, config.memory_notes
+        )
     return checked(
         (
             Media(),

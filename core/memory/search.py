@@ -95,6 +95,7 @@ class SearchRules:
     max_tokens: int = 1500  # SEARCH_MAX_TOKENS: the most one search adds to the request
     max_hits: int = 8  # SEARCH_MAX_HITS
     kept_days: int = 0  # MESSAGE_RETENTION_DAYS: what is older is deleted; 0 keeps everything
+    notes: bool = True  # MEMORY_NOTES: the person's notes go with every turn
 
     @property
     def tool(self) -> dict[str, Any]:
@@ -193,7 +194,8 @@ class MemorySearch:
     def instructions(self) -> str:
         if self.rules is None:
             return SWITCHED_OFF
-        return KEPT.format(days=self.rules.kept_days) if self.rules.kept_days else INSTRUCTIONS
+        said = KEPT.format(days=self.rules.kept_days) if self.rules.kept_days else INSTRUCTIONS
+        return said if self.rules.notes else said.replace(", and your notes.", ".")  # none are sent
 
     @property
     def definitions(self) -> tuple[dict[str, Any], ...]:

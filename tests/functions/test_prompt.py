@@ -144,6 +144,22 @@ def test_with_a_retention_neither_the_prompt_nor_the_search_tool_promises_all_ti
     assert toolset is not None and toolset.definitions == (search,)
 
 
+@pytest.mark.parametrize("retention", ["0", "30"])
+def test_without_memory_notes_the_prompt_does_not_say_the_agent_sees_its_notes(
+    monkeypatch: pytest.MonkeyPatch, retention: str
+) -> None:
+    """MEMORY_NOTES=false sends no notes: the search's part of the prompt said "What you see is the
+    recent part of the thread, and your notes" all the same (a review of the prompt's claims)."""
+    monkeypatch.setenv("MESSAGE_RETENTION_DAYS", retention)
+    monkeypatch.setenv("MEMORY_NOTES", "false")
+    prompt = standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None)))  # type: ignore[call-arg]
+    assert "your notes" not in prompt
+    assert "- What you see is the recent part of the thread. " in prompt
+    monkeypatch.setenv("MEMORY_NOTES", "true")
+    prompt = standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None)))  # type: ignore[call-arg]
+    assert "- What you see is the recent part of the thread, and your notes. " in prompt
+
+
 def telegram_update(update_id: int, text: str) -> dict[str, Any]:
     chat = {"id": 4242, "type": "private"}
     sender = {"id": 4242, "is_bot": False, "first_name": "Ana"}
