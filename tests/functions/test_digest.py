@@ -119,7 +119,10 @@ def test_memory_notes_false_sends_no_notes(
     notes_env.setenv("MEMORY_NOTES", "false")
     runtime.reset()
     telegram("d", sender="6161")
-    assert [block["text"] for block in fake_anthropic.requests[-1]["system"]] == [DEFAULT_SYSTEM_PROMPT]
+    # One block, no notes; and the prompt does not say the agent sees notes.
+    without_notes = DEFAULT_SYSTEM_PROMPT.replace("the thread, and your notes.", "the thread.")
+    assert without_notes != DEFAULT_SYSTEM_PROMPT
+    assert [block["text"] for block in fake_anthropic.requests[-1]["system"]] == [without_notes]
     capsys.readouterr()
     assert main(["digest"]) == 0
     assert capsys.readouterr().out == "updated 0 people (MEMORY_NOTES is false)\n"
