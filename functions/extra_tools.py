@@ -21,6 +21,10 @@ def extra_tools(entries: Sequence[str]) -> OperatorTools:
         try:
             target = getattr(importlib.import_module(module), attribute)
         except Exception as exc:  # an operator's module: missing, or failing as it imports
-            raise ConfigurationError(f"EXTRA_TOOLS: {entry} could not be loaded ({type(exc).__name__})") from None
+            # ImportError: the module, or one it imports, is not installed, or not where Python looks
+            where = ": not installed, or not on PYTHONPATH" * isinstance(exc, ImportError)
+            raise ConfigurationError(
+                f"EXTRA_TOOLS: {entry} could not be loaded ({type(exc).__name__}{where})"
+            ) from None
         tools.append(described(target, entry))
     return OperatorTools(tuple(tools))

@@ -246,7 +246,8 @@ def test_an_extra_tool_that_cannot_load_leaves_the_owed_messages_and_the_jobs_ot
         assert [(r.message, r.error) for r in caplog.records if r.name == "crossmem.digest"] == [  # type: ignore[attr-defined]
             (
                 "owed messages not answered: the turn is misconfigured",
-                "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)",
+                "EXTRA_TOOLS: no_such_module:tool could not be loaded "
+                "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
             )
         ]
         runtime.reset()

@@ -115,7 +115,11 @@ def test_the_docs_example_tool_is_called_by_the_model_in_a_turn_through_crossmem
 @pytest.mark.parametrize(
     ("entry", "error"),
     [
-        ("no_such_module:tool", "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)"),
+        (
+            "no_such_module:tool",
+            "EXTRA_TOOLS: no_such_module:tool could not be loaded "
+            "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
+        ),
         ("json:no_such_thing", "EXTRA_TOOLS: json:no_such_thing could not be loaded (AttributeError)"),
         ("json", "EXTRA_TOOLS: json is not package.module:callable"),
         ("json:__doc__", "EXTRA_TOOLS: json:__doc__ is not callable"),
@@ -159,7 +163,8 @@ def test_a_function_whose_extra_tool_cannot_load_answers_503_and_stores_nothing(
         503,
         {
             "error": "not_configured",
-            "message": "EXTRA_TOOLS: no_such_module:tool could not be loaded (ModuleNotFoundError)",
+            "message": "EXTRA_TOOLS: no_such_module:tool could not be loaded "
+            "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
         },
     )
     assert (
@@ -200,7 +205,8 @@ def test_crossmem_dev_refuses_to_start_with_a_tool_it_cannot_load(tmp_path: Path
     done = subprocess.run([*CROSSMEM, "dev"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == (
-        "crossmem dev: EXTRA_TOOLS: nope_tools:x could not be loaded (ModuleNotFoundError)"
+        "crossmem dev: EXTRA_TOOLS: nope_tools:x could not be loaded "
+        "(ModuleNotFoundError: not installed, or not on PYTHONPATH)"
     )
 
 
