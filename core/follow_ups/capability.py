@@ -188,7 +188,9 @@ class TurnTools:
         )
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
         window = self.rules.said_within(self.surface) if self.surface is not None else None
-        if window is not None and due - self.now > window:
+        # Due at the window's very end is past it too: the job says it only while `now - last` is
+        # under the window (core/surfaces/whatsapp.py), and runs at or after the due time.
+        if window is not None and due - self.now >= window:
             said += WAITS.format(hours=round(window.total_seconds() / 3600))
             self.waiting.add(call_id)
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})

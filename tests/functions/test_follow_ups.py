@@ -1417,3 +1417,21 @@ def test_a_whatsapp_reminder_due_past_the_window_is_said_to_wait_unless_a_templa
     soon = form("In two hours tell me to take the pills", sender=number)
     answered = app_client("whatsapp_webhook").post("/", data=soon, headers=signed(soon))
     assert messages_of(answered.text) == ["I'll remind you."] and len(fake_anthropic.requests) == asked + 1
+
+
+def test_a_whatsapp_reminder_due_24_hours_on_is_said_to_wait_as_the_job_holds_it(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """ "In 24 hours" (or "tomorrow at this time"), without TWILIO_FOLLOW_UP_CONTENT_SID: due exactly
+    at the window's end, which the job's rule leaves outside it (`now - last < 24 h`), so it is held
+    until the person writes again; the tool counted only a later one as waiting, and the agent said
+    only "I'll remind you." (a re-review of the 24-hour rule)."""
+    number = "whatsapp:+34611000078"
+    fake_anthropic.answer = remind("Call the bank.", in_minutes=24 * 60)
+    fields = form("Remind me in 24 hours to call the bank", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert len(fake_anthropic.requests) == 2, messages_of(answered.text)
+    assert "it comes with their next message" in messages_of(answered.text)[0]
+    execute(job_database, "update messages set created_at = %s", clock.at)
+    clock.at += timedelta(hours=24, seconds=30)  # the job's next minute after it is due
+    assert run_job()["follow_ups_held"] == 1
