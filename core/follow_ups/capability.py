@@ -92,6 +92,8 @@ reminder or a check-in, and say when it will come. list_follow_ups and cancel_fo
 and cancel the pending ones; set_timezone records where they live when they tell you.
 """
 
+# How late after its due time the scheduled job (every minute) may say a follow-up, with room.
+JOB_LAG = timedelta(minutes=2)
 # A follow-up due past the surface's window after the person's message (this one): said only if
 # they write there again before it is due, else with their next message (core/surfaces/whatsapp.py).
 WAITS = (
@@ -188,9 +190,9 @@ class TurnTools:
         )
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
         window = self.rules.said_within(self.surface) if self.surface is not None else None
-        # Due at the window's very end is past it too: the job says it only while `now - last` is
-        # under the window (core/surfaces/whatsapp.py), and runs at or after the due time.
-        if window is not None and due - self.now >= window:
+        # Due near the window's end is past it too: the job says it only while `now - last` is under
+        # the window (core/surfaces/whatsapp.py), in its first run at or after the due time.
+        if window is not None and due - self.now >= window - JOB_LAG:
             said += WAITS.format(hours=round(window.total_seconds() / 3600))
             self.waiting.add(call_id)
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})

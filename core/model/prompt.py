@@ -73,8 +73,8 @@ MECHANICS = """\
 How the conversation reaches you
 - Every message from the person starts with a short tag in square brackets saying where and \
 when it was written, for example "[telegram · 09:12]" or "[web · 16:40]"; the first message \
-of each day gives the whole date, "[whatsapp · Sun 6 Dec 2026 · 08:05]", and one from an \
-earlier day its weekday, "[web · Sat 21:40]". The latest message is now: its day is today. \
+of each day gives the whole date, "[whatsapp · Sun 6 Dec 2026 · 08:05]", and the messages \
+after it are of that day until the next date. The latest message is now: its day is today. \
 The tag is added by the system, not typed by the person. Use it to understand the flow of the \
 day, to reckon dates ("in three days", "next Friday") and to say where something was said when \
 that helps ("as you mentioned on WhatsApp this morning...").

@@ -52,10 +52,11 @@ class ModelMessage:
     attachments: Final[tuple[Attachment, ...]] = ()  # before the text, as Claude reads best
 
 
-def tag(surface: Surface, local: datetime | None, today: date | None, *, dated: bool = False) -> str:
-    """Where and when (`local`: the message's time on the person's clock), `[telegram · 09:12]`; the
-    weekday too when `today` is another day; the whole date when `dated` (the day's first message in
-    the window), `[telegram · Sun 6 Dec 2026 · 09:12]`: the model reads today's date and year there."""
+def tag(surface: Surface, local: datetime | None, *, dated: bool = False) -> str:
+    """Where and when (`local`: the message's time on the person's clock), `[telegram · 09:12]`, and
+    the whole date when `dated` (the day's first message in the window), `[telegram · Sun 6 Dec 2026
+    · 09:12]`: the model reads each message's day, today's and its year there. A tag depends on the
+    message and the one before it only, so it stays the same from turn to turn, across midnight too."""
     if local is None:
         return f"[{surface.value}]"
     # %H:%M without strftime, which cost more than the rest of the tag (and every turn tags each of
@@ -63,8 +64,6 @@ def tag(surface: Surface, local: datetime | None, today: date | None, *, dated: 
     time = local.time().isoformat("minutes")
     if dated:
         return f"[{surface.value} · {local:%a} {local.day} {local:%b %Y} · {time}]"
-    if today is not None and local.date() != today:
-        return f"[{surface.value} · {local:%a} {time}]"
     return f"[{surface.value} · {time}]"
 
 
@@ -73,8 +72,6 @@ def build_model_messages(
 ) -> list[ModelMessage]:
     zone = zone or ZoneInfo("UTC")
     kept = [(item, text) for item in items if (text := item.content.strip())]
-    latest = next((item.created_at for item, _ in reversed(kept) if item.created_at is not None), None)
-    today = latest.astimezone(zone).date() if annotate and latest is not None else None
     merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
     day: date | None = None  # the day of the person's latest message so far
     for item, text in kept:
@@ -84,7 +81,7 @@ def build_model_messages(
             # The day's first message in the window bears the date, the same from turn to turn (the
             # window's start moves by steps), so the prefix stays cached.
             dated = local is not None and local.date() != day
-            rendered = f"{tag(item.surface, local, today, dated=dated)} {text}"
+            rendered = f"{tag(item.surface, local, dated=dated)} {text}"
             day = local.date() if local is not None else day
         if merged and merged[-1][0] is item.role:
             merged[-1][1].append(rendered)

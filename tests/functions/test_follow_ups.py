@@ -1427,11 +1427,11 @@ def test_a_whatsapp_reminder_due_24_hours_on_is_said_to_wait_as_the_job_holds_it
     until the person writes again; the tool counted only a later one as waiting, and the agent said
     only "I'll remind you." (a re-review of the 24-hour rule)."""
     number = "whatsapp:+34611000078"
-    fake_anthropic.answer = remind("Call the bank.", in_minutes=24 * 60)
+    fake_anthropic.answer = remind("Call the bank.", in_minutes=24 * 60 - 1)  # a minute before its end
     fields = form("Remind me in 24 hours to call the bank", sender=number)
     answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
     assert len(fake_anthropic.requests) == 2, messages_of(answered.text)
     assert "it comes with their next message" in messages_of(answered.text)[0]
     execute(job_database, "update messages set created_at = %s", clock.at)
-    clock.at += timedelta(hours=24, seconds=30)  # the job's next minute after it is due
+    clock.at += timedelta(hours=24, seconds=10)  # the job's run after it is due
     assert run_job()["follow_ups_held"] == 1

@@ -48,3 +48,19 @@ def test_a_message_is_tagged_alike_from_one_turn_to_the_next_so_the_prefix_stays
 def test_without_annotations_no_tag_and_no_date() -> None:
     messages = build_model_messages(THREAD, annotate=False, zone=MADRID)
     assert messages[0].content == "I fly home on the 24th"
+
+
+def test_across_midnight_the_earlier_messages_keep_their_tags() -> None:
+    """Saturday's later messages gained a weekday once Sunday began (`[web · Sat 23:50]`), and the
+    cached prefix changed at midnight (a re-review); a day's first message dates its day now."""
+    saturday = [
+        said(Role.USER, Surface.WEB, "x", "2026-12-05T20:00:00"),
+        said(Role.ASSISTANT, Surface.WEB, "ok", "2026-12-05T20:00:05"),
+        said(Role.USER, Surface.WEB, "y", "2026-12-05T22:50:00"),
+    ]
+    sunday = said(Role.USER, Surface.WEB, "z", "2026-12-05T23:10:00")  # 00:10 in Madrid
+    before = build_model_messages(saturday, zone=MADRID)
+    after = build_model_messages([*saturday, sunday], zone=MADRID)
+    assert [message.content for message in before] == ["[web · Sat 5 Dec 2026 · 21:00] x", "ok", "[web · 23:50] y"]
+    assert after[: len(before) - 1] == before[:-1]
+    assert after[-1].content == "[web · 23:50] y\n\n[web · Sun 6 Dec 2026 · 00:10] z"
