@@ -322,7 +322,7 @@ def build_dev_app() -> Any:
 
 
 def serve(port: int) -> None:
-    from werkzeug.serving import run_simple
+    from werkzeug.serving import make_server
 
     from core.errors import ConfigurationError
     from core.turn.operator_tools import OperatorTools
@@ -336,6 +336,9 @@ def serve(port: int) -> None:
         runtime.check_can_serve(config)
     except ConfigurationError as refused:
         raise ConfigurationError(f"APP_ENV={config.app_env} (the environment or .env): {refused}") from None
+    # The port first: one in use stops here, saying so, before a database starts or a banner says
+    # the server is on (werkzeug prints why and exits 1).
+    server = make_server("127.0.0.1", port, build_dev_app(), threaded=True)
     runtime.build_store(config).close()  # start (and migrate) the embedded database now, failing loudly
     capabilities = runtime.capabilities(config)  # and EXTRA_TOOLS, which would otherwise refuse every turn
     print(f"crossmem on http://127.0.0.1:{port}  store={runtime.store_kind(config)}  model={runtime.model().name}")
@@ -352,4 +355,4 @@ def serve(port: int) -> None:
     # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     threading.Thread(target=digest_every_minute, name="memory-digest", daemon=True).start()
-    run_simple("127.0.0.1", port, build_dev_app(), threaded=True, use_reloader=False)
+    server.serve_forever()

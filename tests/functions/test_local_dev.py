@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -180,3 +181,20 @@ def test_crossmem_dev_under_app_env_production_without_a_database_stops_before_i
         " the transaction pooler's URL) or SUPABASE_URL with SUPABASE_SERVICE_ROLE_KEY\n"
     )
     assert not (tmp_path / ".local").exists()  # no embedded database was started for nothing
+
+
+def test_crossmem_dev_on_a_port_in_use_says_so_before_any_banner_or_database(tmp_path: Path) -> None:
+    # It started the embedded database, printed "crossmem on http://127.0.0.1:PORT" and `try: ...`,
+    # and only then said the port was taken.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PORT": str(port)}
+        done = subprocess.run([*CROSSMEM, "dev"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"Address already in use\nPort {port} is in use by another program. Either identify and stop that program,"
+        " or start the server with a different port.\n"
+    )
+    assert not (tmp_path / ".local").exists()
