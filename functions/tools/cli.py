@@ -174,17 +174,25 @@ def digest(user: str | None) -> int:
 def identities(user: str, as_json: bool) -> int:
     from functions import runtime
 
-    linked = runtime.linking().identities(uuid.UUID(user))
+    person = uuid.UUID(user)
+    linked = runtime.linking().identities(person)
+    # Under the owner policy the owner's chats and numbers are the settings' OWNER_* lists, not links.
+    policy = runtime.identity()
+    owned = policy.mode == "owner" and policy.owner_user_id == person
+    configured = [(surface, sender) for surface in policy.owners if owned for sender in sorted(policy.owners[surface])]
     if as_json:
-        rows = [
+        rows: list[dict[str, str | None]] = [
             {"surface": item.surface.value, "external_id": item.external_id, "linked_at": item.linked_at.isoformat()}
             for item in linked
         ]
+        rows += [{"surface": surface.value, "external_id": sender, "linked_at": None} for surface, sender in configured]
         print(json.dumps(rows, indent=2))
         return 0
     for item in linked:
         print(f"{item.linked_at:%Y-%m-%d %H:%M} {item.surface.value} {item.external_id}")
-    if not linked:
+    for surface, sender in configured:
+        print(f"IDENTITY_POLICY=owner {surface.value} {sender}")
+    if not linked and not configured:
         print("no linked chats or numbers")
     return 0
 

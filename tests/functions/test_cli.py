@@ -20,7 +20,7 @@ from functions import runtime
 from functions.tools.cli import main
 from tests.database import fresh_database, migrated_database
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import TELEGRAM_SECRET, count, free_port
+from tests.helpers import TELEGRAM_SECRET, as_owner, count, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +82,27 @@ def test_history_prints_a_persons_thread_over_every_surface(
     assert main(["history", "--user", str(person), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(row["surface"], row["role"]) for row in rows][:2] == [("telegram", "user"), ("telegram", "assistant")]
+
+
+def test_identities_under_the_owner_policy_lists_the_owners_configured_chats_and_numbers(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "no linked chats or numbers" for the owner, whose Telegram and WhatsApp were answered.
+    owner, someone = uuid.uuid4(), uuid.uuid4()
+    as_owner(environment, owner, telegram="4242,77", whatsapp="+34600111222")
+    assert main(["identities", "--user", str(owner)]) == 0
+    assert capsys.readouterr().out == (
+        "IDENTITY_POLICY=owner telegram 4242\nIDENTITY_POLICY=owner telegram 77\n"
+        "IDENTITY_POLICY=owner whatsapp +34600111222\n"
+    )
+    assert main(["identities", "--user", str(owner), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"surface": "telegram", "external_id": "4242", "linked_at": None},
+        {"surface": "telegram", "external_id": "77", "linked_at": None},
+        {"surface": "whatsapp", "external_id": "+34600111222", "linked_at": None},
+    ]
+    assert main(["identities", "--user", str(someone)]) == 0  # anyone else: only their links
+    assert capsys.readouterr().out == "no linked chats or numbers\n"
 
 
 def test_telegram_set_webhook_and_info_go_through_the_bot_api(
