@@ -36,9 +36,14 @@ from core.turn.context import ModelMessage, Source
 
 log = logging.getLogger("crossmem.digest")
 
-# What a person says about themselves, their plans and what to remember: the lines the
-# extractive digest keeps longest when the notes are over their budget.
-_ABOUT_THEMSELVES = re.compile(r"\b(i|i'm|i've|i'll|my|me|we|our|remember)\b", re.IGNORECASE)
+# What a person says about themselves, their plans and what to remember, in English and in
+# Spanish (the catalogue's two languages): the lines the extractive digest keeps longest when the
+# notes are over their budget.
+_ABOUT_THEMSELVES = re.compile(
+    r"\b(i|i'm|i've|i'll|my|me|we|our|remember"
+    r"|yo|mi|mis|nosotros|nosotras|nuestro|nuestra|nuestros|nuestras|recuerda|recu[eé]rdame|acu[eé]rdate)\b",
+    re.IGNORECASE,
+)
 
 DIGEST_INSTRUCTIONS = """\
 You keep the memory notes of a personal assistant about one person. You get the current \

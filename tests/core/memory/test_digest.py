@@ -382,6 +382,28 @@ def test_the_notes_stay_within_their_budget_keeping_what_the_person_said_of_them
     assert within_budget(["x" * 1000], 100) == ["x" * 400]  # one long line is cut, never dropped
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        "mi hermana se llama Ana",
+        "mis padres viven en Sevilla",
+        "yo trabajo de noche los viernes",
+        "nuestro vuelo sale el martes",
+        "recuérdame llamar al dentista",
+        "acuérdate de que no como carne",
+        "recuerdame que el martes tengo medico",  # typed without its accents
+    ],
+)
+def test_what_a_spanish_speaker_said_of_themselves_outlasts_small_talk(said: str) -> None:
+    """The notes of a Spanish thread keep its person's facts as an English thread's do: Spanish
+    small talk goes first, as English does."""
+    lines = [f"- [whatsapp · 2026-11-{day:02d}] qué calor hace hoy, número {day}" for day in range(1, 20)]
+    lines.insert(3, f"- [telegram · 2026-11-03] {said}")
+    kept = within_budget(lines, 100)
+    assert kept[0] == f"- [telegram · 2026-11-03] {said}"
+    assert kept[-1] == lines[-1]
+
+
 def test_the_request_carries_the_notes_after_the_system_prompt_within_four_breakpoints() -> None:
     note = "- [web · 2026-11-30] a note"
     request = messages_request("claude-sonnet-4-5", 10, "SYSTEM", [], note)
