@@ -21,11 +21,14 @@ from collections.abc import Collection
 
 _TAG = re.compile(r"^([A-Za-z]{2,3})(?:[-_][0-9A-Za-z]{1,8})*$")
 
+# Spanish as most of it is typed on a phone, without its accents ("como estas"): the words are
+# compared with theirs taken off, so "cómo" and "como" count alike.
+_PLAIN = str.maketrans("áéíóúüñ", "aeiouun")
 # Words that are common in one language and rare in the other, and letters only Spanish uses.
 _SPANISH = frozenset(
     "que de el la los las del por para con una es está están hola gracias qué cómo cuándo dónde "
     "porque pero muy también mi mis tu tus yo estoy tengo quiero puedes hoy mañana ayer bien buenos "
-    "buenas días sí nada algo esto eso este esta".split()
+    "buenas días sí nada algo esto eso este esta".translate(_PLAIN).split()
 )
 _ENGLISH = frozenset(
     "the and is are you i what how when where why but very also my your me am have want can "
@@ -49,7 +52,7 @@ def written_in(text: str) -> str | None:
     or Portuguese may read as Spanish) and a message of a word or two ("ok", "/forget") says
     nothing."""
     lowered = text.lower()
-    words = _WORDS.findall(lowered)
+    words = _WORDS.findall(lowered.translate(_PLAIN))
     # map over a set's own __contains__, not a generator: every turn that states no language asks
     spanish = sum(map(_SPANISH.__contains__, words)) + (not _SPANISH_LETTERS.isdisjoint(lowered))
     english = sum(map(_ENGLISH.__contains__, words))

@@ -218,6 +218,18 @@ def test_whatsapp_has_no_language_field_so_the_words_choose(
     assert answered == [ENGLISH.say("whatsapp.empty")]  # nothing to go by: DEFAULT_LANGUAGE
 
 
+def test_whatsapp_spanish_typed_without_accents_is_answered_in_spanish(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    fake_anthropic.behaviour = "500"
+    client, number = app_client("whatsapp_webhook"), f"whatsapp:+3462{uuid.uuid4().int % 10**7:07d}"
+    fields = form("hola como estas", sender=number)
+    answered = messages_of(client.post("/", data=fields, headers=signed(fields)).get_data(as_text=True))
+    assert answered == [SPANISH.say("turn.fallback")]
+
+
 def test_the_web_clients_language_chooses_the_fallback_and_is_remembered(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -140,6 +140,15 @@ def test_the_default_language_is_the_settings() -> None:
     assert Catalogue("es").phrases("fr").language == "es"
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["hola como estas", "cuando llega mi hermana", "si, manana te escribo", "donde estan las llaves"],
+)
+def test_spanish_typed_without_accents_reads_as_spanish(text: str) -> None:
+    """On a phone most Spanish is typed without its accents: "como" is "cómo", "estan" "están"."""
+    assert written_in(text) == "es"
+
+
 def test_what_the_heuristic_cannot_tell() -> None:
     assert language_tag("zh-Hant-TW") == "zh" and language_tag("") is None and language_tag("e") is None
     assert written_in("sí") is None  # one word says too little
