@@ -261,13 +261,19 @@ $$;
 -- plural's -s off ("keys", "mesas"; not "-ss"), and -es after s, x, z or h ("taxes", "dishes").
 -- A singular under four letters is itself or its plurals ("key": key, keys, keyes); from four
 -- letters on, its start as a prefix (two letters off past six: "arrives" finds "arrived").
+-- Spanish writes the plural of a word in -z with -ces, which no prefix reaches from a short
+-- word: "luz" also finds "luces", and "veces" (or "cruces") "vez" ("cruz").
 create function crossmem_private.term_query(p_term text) returns tsquery
     language sql immutable parallel safe set search_path = '' as $$
-    select case when char_length(s.word) < 4
-                then (pg_catalog.quote_literal(s.word) || ' | ' || pg_catalog.quote_literal(s.word || 's')
-                      || ' | ' || pg_catalog.quote_literal(s.word || 'es'))::tsquery
-                else (pg_catalog.quote_literal(left(s.word, greatest(4, char_length(s.word) - 2))) || ':*')::tsquery
-           end
+    select (case when char_length(s.word) < 4
+                 then pg_catalog.quote_literal(s.word) || ' | ' || pg_catalog.quote_literal(s.word || 's')
+                      || ' | ' || pg_catalog.quote_literal(s.word || 'es')
+                 else pg_catalog.quote_literal(left(s.word, greatest(4, char_length(s.word) - 2))) || ':*'
+            end
+            || case when p_term ~ '.z$' then ' | ' || pg_catalog.quote_literal(left(p_term, -1) || 'ces')
+                    when p_term ~ '..ces$' then ' | ' || pg_catalog.quote_literal(left(p_term, -3) || 'z')
+                    else ''
+               end)::tsquery
       from (select case when char_length(p_term) >= 5 and p_term ~ '[sxzh]es$' then left(p_term, -2)
                         when char_length(p_term) >= 4 and p_term ~ '[^s]s$' then left(p_term, -1)
                         else p_term

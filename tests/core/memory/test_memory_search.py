@@ -241,6 +241,11 @@ def test_a_question_as_a_person_asks_it_finds_its_message_in_either_language(mem
         ("paid the taxes yesterday", "when did I pay the tax?"),
         ("washed the dishes after dinner", "who did the dish?"),
         ("las mesas llegan el lunes", "¿cuándo llega la mesa?"),
+        ("se fundió la luz del portal", "¿qué dije de las luces?"),
+        ("me quedé sin voz", "¿cuándo perdí las voces?"),
+        ("las luces del coche no van", "¿qué le pasa a la luz?"),
+        ("fui dos veces al médico", "¿cuántas vez fui?"),
+        ("pusimos la cruz en el monte", "¿dónde están las cruces?"),
     ],
 )
 def test_a_plural_finds_its_singular_and_back(memory: Memory, database_url: str, said: str, asked: str) -> None:
