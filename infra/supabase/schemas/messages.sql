@@ -242,14 +242,21 @@ create text search dictionary crossmem_private.spanish_stopwords (
 -- The query's words: searchable, distinct, neither a stopword nor a single character; at most the
 -- 16 longest (the rarer, as a rule). A question of a thousand characters had some 140, whose `or`
 -- the planner took for most of the table: it read every message of everyone's (2.5 s at 300,000),
--- and anyone may send one.
+-- and anyone may send one. Spanish's list writes some of its words with their accents ("más",
+-- "también", "tenía"), so a word of the question is also a stopword when it was one as written.
 create function crossmem_private.search_terms(p_query text) returns text[]
     language plpgsql stable set search_path = '' as $$
+declare
+    v_accented text[] := (select coalesce(array_agg(extensions.unaccent('extensions.unaccent'::regdictionary, a)), '{}')
+                            from unnest(pg_catalog.tsvector_to_array(
+                                     pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, p_query))) a
+                           where pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, a) is not null);
 begin
     return (select coalesce(array_agg(t.w order by t.w), '{}')
               from (select d.w from (select distinct w
                                        from unnest(pg_catalog.tsvector_to_array(crossmem_private.searchable(p_query))) w
                                       where char_length(w) > 1
+                                        and w <> all(v_accented)
                                         and pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, w) is null
                                         and pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, w) is null) d
                      order by char_length(d.w) desc, d.w

@@ -232,6 +232,25 @@ def test_a_question_as_a_person_asks_it_finds_its_message_in_either_language(mem
     assert memory.search(person, "what did I say?") == []
 
 
+def test_spanish_stopwords_written_with_their_accents_are_dropped_from_the_question(
+    memory: Memory, database_url: str
+) -> None:
+    """Postgres's Spanish list writes "más", "también", "tenía" with their accents; the question's
+    words are compared unaccented, so these went on being searched for."""
+    person = uuid.uuid4()
+    rent = planted(database_url, person, "whatsapp", "user", "Ya pagué el alquiler de marzo, también", 30)
+    for day in range(1, 20):
+        planted(database_url, person, "web", "user", f"también quería decirte algo más, el día {day}", day)
+    # A question of stopwords alone finds nothing rather than everything.
+    assert memory.search(person, "¿Y qué más había también?") == []
+    assert [hit.message.id for hit in memory.search(person, "¿Qué más te dije del alquiler? También")] == [rent]
+    with psycopg.connect(database_url) as connection:
+        [(terms,)] = connection.execute(
+            "select crossmem_private.search_terms(%s)", ("¿Qué más tenía que pagar también? Estaré en Sevilla",)
+        ).fetchall()
+    assert terms == ["pagar", "sevilla"]
+
+
 @pytest.mark.parametrize(
     ("said", "asked"),
     [
