@@ -135,6 +135,22 @@ def test_linking_is_answered_in_the_persons_language(
         )
 
 
+def test_a_spanish_chat_of_one_message_is_asked_in_good_spanish(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """A chat whose one message has no answer stored (the model failed) is asked before it links,
+    counting one message: "nuestros 1 mensaje" is not Spanish."""
+    fake_anthropic.behaviour = "500"
+    said(apps.telegram, update("Vivo en Madrid", user_id=apps.chat), "es")
+    code = new_code(apps, uuid.uuid4())["code"]
+    said(apps.telegram, update(f"/start {code}", user_id=apps.chat), "es")
+    assert fake_telegram.sent()[-1]["text"] == (
+        f"Este código uniría este chat a la cuenta web {ACCOUNT} y le pasaría lo que nos hemos dicho aquí "
+        "(1 mensaje): quien entre en esa cuenta podría leerlo. Solo si esa cuenta es tuya, pulsa Confirmar o "
+        f"envía: /link {code}"
+    )
+
+
 @pytest.mark.parametrize(("language_code", "phrases"), LANGUAGES)
 def test_forgetting_is_answered_in_the_persons_language(
     apps: Apps, fake_telegram: FakeTelegram, language_code: str, phrases: Phrases
