@@ -10,6 +10,10 @@ import { readUIMessageStream } from "ai";
 import { crossmemTransport, listConversations, loadMessages, newConversation } from "./crossmem-chat.mjs";
 
 const api = process.env.CROSSMEM_API;
+// A browser's navigator, which Node 20 has not: a Spanish speaker's.
+if (globalThis.navigator?.language === undefined) {
+  Object.defineProperty(globalThis, "navigator", { value: { language: "es-ES" }, configurable: true });
+}
 
 // What the transport's fetch was answered: status, the stream's header, and the raw bytes the
 // SDK's parser read (passed through unchanged).
@@ -186,4 +190,6 @@ test("a thread's earlier photos stay on the page: a turn sends only its own", as
   const files = (answer) => JSON.parse(answer.sent).messages.map((m) => m.parts.filter((p) => p.type === "file").length);
   assert.deepEqual(recorder.seen.map(files), [[1], [0, 0, 1]]);
   assert.equal(JSON.parse(recorder.seen[1].sent).timezone, Intl.DateTimeFormat().resolvedOptions().timeZone);
+  // The browser's language too: the fixed answers' (a fallback, a pause), kept for the person's other apps.
+  assert.equal(JSON.parse(recorder.seen[1].sent).language, navigator.language);
 });

@@ -10,7 +10,9 @@ export function crossmemTransport({ api, accessToken, fetch }) {
   return new DefaultChatTransport({
     api, // POST `${api}` sends a turn; GET `${api}${chatId}/stream` resumes it
     headers: async () => ({ Authorization: `Bearer ${await accessToken()}` }),
-    body: () => ({ timezone: Intl.DateTimeFormat().resolvedOptions().timeZone }),
+    // The person's clock and language: their follow-ups' time, and the language of the fixed
+    // answers (a fallback, a pause), both kept for their other apps.
+    body: () => ({ timezone: Intl.DateTimeFormat().resolvedOptions().timeZone, language: navigator.language }),
     // The function reads only the words of the earlier messages: their photos and voice notes
     // (the data URLs useChat keeps) stay on the page, or two would pass the body's 1,000,000 bytes.
     prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => ({
