@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import time
 import uuid
@@ -20,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import jwt
+import psycopg
 import pytest
 from playwright.sync_api import Page, Route, sync_playwright
 from werkzeug.serving import make_server
@@ -526,6 +528,25 @@ def test_a_stored_photo_and_voice_note_show_by_their_kind_not_their_marker(
             browser.close()
     finally:
         deepgram.close()
+
+
+def test_the_page_states_the_browsers_language_and_clock(dev_server: str, database_url: str) -> None:
+    """A Spanish speaker in Madrid on the demo page: their language (the fixed answers', kept for
+    their other apps) and their clock (their follow-ups') are the browser's, as a frontend's are."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["desktop"], timezone_id="Europe/Madrid", locale="es-ES")  # type: ignore[arg-type]
+        page.goto(dev_server)
+        page.wait_for_selector("body[data-ready=true]")
+        send_on_the_web(page, "hola")
+        browser.close()
+    person = os.environ["OWNER_USER_ID"]
+    with psycopg.connect(database_url) as connection:
+        language = connection.execute("select language from person_languages where user_id = %s", (person,)).fetchone()
+        zone = connection.execute("select timezone from person_timezones where user_id = %s", (person,)).fetchone()
+    assert (language, zone) == (("es",), ("Europe/Madrid",))
 
 
 def test_the_search_box_finds_what_was_said_on_another_app(dev_server: str) -> None:
