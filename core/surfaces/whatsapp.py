@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from core.channels.places import location_text
+from core.channels.places import forwarded_text, location_text
 from core.media.kinds import twilio_media
 from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Sent, Surface, SurfaceRules, mask_number, unsent_part
@@ -104,6 +104,10 @@ class WhatsAppForm(TwilioMessageForm):
     # A reply: the Sid of the message replied to (the person's own, or one of ours) and who sent it.
     replied_sid: str | None = Field(default=None, alias="OriginalRepliedMessageSid", max_length=64)
     replied_sender: str | None = Field(default=None, alias="OriginalRepliedMessageSender", max_length=140)
+    # "true" when the message is a forward (WhatsApp's "Forwarded", "Forwarded many times"): words
+    # that came from someone else. Twilio names no origin.
+    forwarded_flag: str | None = Field(default=None, alias="Forwarded", max_length=10)
+    frequently_forwarded_flag: str | None = Field(default=None, alias="FrequentlyForwarded", max_length=10)
 
     @property
     def platform(self) -> PlatformMessage:
@@ -111,6 +115,15 @@ class WhatsAppForm(TwilioMessageForm):
         it says is looked up among the person's stored messages (begin_turn). One of ours is not
         stored by a Sid (a TwiML answer's is never told us): it is not found, and nothing quoted."""
         return PlatformMessage(self.message_sid, self.replied_sid or None)
+
+    @property
+    def forwarded(self) -> bool:
+        return "true" in ((self.forwarded_flag or "").lower(), (self.frequently_forwarded_flag or "").lower())
+
+    def said(self, text: str) -> str:
+        """The text as the thread keeps it: a forward's after `[forwarded]`, so that no one else's
+        message is remembered as the person's (docs/decisions.md, Corrections and replies)."""
+        return f"{forwarded_text()} {text}".strip() if self.forwarded else text
 
     @property
     def bsuid(self) -> str | None:
@@ -146,20 +159,28 @@ def classify(form: WhatsAppForm, commands: bool = True) -> Converse | Notice | C
     text = form.body.strip()
     # A chat command (core/surfaces/commands.py) is never a message of the thread: `link CODE` with the
     # code as typed (even a mistyped one gets a clear answer, and counts), a code alone that a code
-    # has, `unlink`, `forget`.
-    if commands and (
-        command := chat_command(
-            Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as, delivery=form.message_sid
+    # has, `unlink`, `forget`. A forward is never one: a person tricked into forwarding a stranger's
+    # `link CODE` would have their thread moved to the stranger's account.
+    if (
+        commands
+        and not form.forwarded
+        and (
+            command := chat_command(
+                Surface.WHATSAPP, form.identity, text, also_known_as=form.also_known_as, delivery=form.message_sid
+            )
         )
     ):
         return command
     if media := twilio_media(form.media_urls, form.media_content_types):
-        return Converse(form.identity, text, form.message_sid, form.also_known_as, media, form.platform)
+        caption = form.said(text)
+        return Converse(form.identity, caption, form.message_sid, form.also_known_as, media, form.platform)
     if text:
-        return Converse(form.identity, text, form.message_sid, form.also_known_as, platform=form.platform)
+        return Converse(form.identity, form.said(text), form.message_sid, form.also_known_as, platform=form.platform)
     if form.latitude is not None or form.message_type == "location":
         if place := location_text(form.latitude, form.longitude, form.label, form.address):
-            return Converse(form.identity, place, form.message_sid, form.also_known_as, platform=form.platform)
+            return Converse(
+                form.identity, form.said(place), form.message_sid, form.also_known_as, platform=form.platform
+            )
         return Notice(LOCATION, "location")
     if form.num_media:
         return Notice(TEXT_ONLY, "media:" + ",".join(form.media_content_types))

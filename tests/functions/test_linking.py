@@ -21,8 +21,12 @@ from tests.helpers import (
     as_owner,
     bearer,
     count,
+    form,
+    messages_of,
     new_code,
     sent_texts,
+    signed,
+    stored_turn,
     telegram,
     update,
     whatsapp,
@@ -212,6 +216,29 @@ def test_a_forwarded_link_command_is_not_the_persons_and_links_nothing(
     assert apps.telegram.post("/", json=mine, headers=TELEGRAM_HEADERS).status_code == 200
     assert fake_telegram.sent()[-1]["text"] == linked()
     assert count(database_url, "select count(*) from identities where user_id = %s", person) == 1
+
+
+def test_a_message_forwarded_on_whatsapp_is_no_command_and_stays_someone_elses(
+    apps: Apps, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """Twilio marks a WhatsApp forward `Forwarded=true` (`FrequentlyForwarded=true` when WhatsApp
+    says "Forwarded many times"): words that came from someone else. Read as typed, a stranger's forwarded
+    `link CODE` moved the person's whole thread to the stranger's web account at once (WhatsApp
+    asks nothing first), and a forwarded "I am allergic to peanuts" was kept as theirs. Seen failing
+    with the forward linked."""
+    whatsapp(apps, "My sister's name is Carmen")
+    stranger = uuid.uuid4()
+    issued = new_code(apps, stranger)
+    for text, flag in ((f"link {issued['code']}", "Forwarded"), (issued["code"], "FrequentlyForwarded")):
+        fields = form(text, sender=f"whatsapp:{apps.number}", **{flag: "true"})
+        response = apps.whatsapp.post("/", data=fields, headers=signed(fields))
+        assert response.status_code == 200 and messages_of(response.text) != [linked()]
+        assert stored_turn(database_url, fields["MessageSid"])[0] == ("user", f"[forwarded] {text}")
+    assert count(database_url, "select count(*) from identities where user_id = %s", stranger) == 0
+    assert count(database_url, "select count(*) from messages where user_id = %s", stranger) == 0
+    # Their own words, typed (`Forwarded=false`, or no such field): a command.
+    mine = form(f"link {issued['code']}", sender=f"whatsapp:{apps.number}", Forwarded="false")
+    assert messages_of(apps.whatsapp.post("/", data=mine, headers=signed(mine)).text) == [linked()]
 
 
 def test_a_tap_the_webhook_cannot_use_is_still_answered_so_its_spinner_stops(
