@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from core.channels.places import forwarded_text, location_text
-from core.media.kinds import twilio_media
+from core.media.kinds import MediaRef, media_kind, twilio_media
 from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Sent, Surface, SurfaceRules, mask_number, unsent_part
 from core.surfaces.commands import ChatCommand, chat_command
-from core.surfaces.twilio_form import EMPTY, TEXT_ONLY, Converse, Notice, TwilioMessageForm
+from core.surfaces.twilio_form import EMPTY, Converse, Notice, TwilioMessageForm
 
 # Meta's business-scoped user id: a two-letter country code, a period and up to 128 alphanumerics
 # (`US.13491208655302741918`); a parent BSUID has `ENT` between them (`US.ENT.11815799212886844830`).
@@ -183,5 +183,13 @@ def classify(form: WhatsAppForm, commands: bool = True) -> Converse | Notice | C
             )
         return Notice(LOCATION, "location")
     if form.num_media:
-        return Notice(TEXT_ONLY, "media:" + ",".join(form.media_content_types))
+        # Only files no model reads (a GIF, which WhatsApp sends as a video; a contact's vCard), and no
+        # word: a turn all the same, answered with what cannot be read (core/media/turn_media.py), so
+        # that the thread keeps what was sent, and what waits for the person's next message (a
+        # follow-up held outside the 24-hour window) is said first.
+        unread = tuple(
+            MediaRef(media_kind(kind), kind, url)
+            for url, kind in zip(form.media_urls, form.media_content_types, strict=True)
+        )
+        return Converse(form.identity, form.said(""), form.message_sid, form.also_known_as, unread, form.platform)
     return Notice(EMPTY, "empty body")

@@ -51,6 +51,7 @@ from tests.helpers import (
     saying_on_telegram,
     sent_texts,
     signed,
+    stored_turn,
     three_apps,
     update,
 )
@@ -419,6 +420,39 @@ def test_a_held_follow_up_is_in_every_answer_to_the_message_that_took_it(
     receipts = form("Here are my receipts", sender=other, **media)
     notice = messages_of(whatsapp.post("/", data=receipts, headers=signed(receipts)).text)
     assert notice[0] == "Take the pills." and len(notice) == 2 and "more than 4 files" in notice[1]
+
+
+def test_a_held_follow_up_comes_with_a_gif_or_a_contact_card_sent_alone(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """The agent said the reminder "comes with their next message"; their next message was a GIF
+    (WhatsApp sends one as a video) or a contact card, without a word. It was answered "I can read
+    text, photos, PDFs and voice notes, not this", the reminder stayed held, and, nothing being
+    stored, the job never learned that the window was open again. Now the message is a turn that
+    keeps what was sent, answers what cannot be read, and says the reminder first."""
+    for number, kind, what in (
+        ("whatsapp:+34611000015", "video/mp4", "videos"),
+        ("whatsapp:+34611000016", "text/vcard", "this kind of file"),
+    ):
+        hold_a_follow_up(job_database, clock, fake_anthropic, number)
+        asked = len(fake_anthropic.requests)
+        url = f"https://api.twilio.com/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM1/Media/ME1"
+        fields = form("", sender=number, NumMedia="1", MediaUrl0=url, MediaContentType0=kind)
+        answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+        assert messages_of(answered.text) == [
+            "Take the pills.",
+            f"I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?",
+        ]
+        assert len(fake_anthropic.requests) == asked and fake_twilio.media_requests == []
+        assert stored_turn(job_database, fields["MessageSid"])[0] == (
+            "user",
+            f"[file {kind}, not read: a type I cannot read]",
+        )
+        assert [row[3] for row in follow_ups(job_database) if row[0] == "Take the pills."][-1] == "sent"
 
 
 def test_a_held_follow_up_taken_by_an_instance_that_died_goes_out_with_the_owed_answer_once(

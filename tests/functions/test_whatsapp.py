@@ -118,7 +118,7 @@ CORPUS_ANSWERS = {
     "03_location_address_label.json": "turn",  # as text: tests/functions/test_places.py
     "04_reply_profilename_waid.json": "turn",
     "05_location_messagetype.json": "turn",
-    "06_contact_vcard_media.json": "text only",
+    "06_contact_vcard_media.json": "not readable",  # stored as a file not read, never fetched
     "07_text_basic_2019.json": "turn",
     "10_reply_to_own_message.json": "turn",  # its quote: tests/functions/test_replies.py
 }
@@ -141,8 +141,10 @@ def test_real_payloads_get_valid_twiml(
         assert len(replies) == 1 and replies[0].startswith("Sorry, I couldn't use what you sent")
         assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 1
     else:
-        assert len(replies) == 1 and "photos, PDFs" in replies[0]
-        assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 0
+        assert replies == [
+            "I can read photos, PDFs and voice notes, not this kind of file. Could you tell me in words what it says?"
+        ]
+        assert fake_anthropic.requests == [] and stored_with_external_id(database_url, fields["MessageSid"]) == 1
 
 
 def test_a_video_with_a_caption_is_a_turn_of_its_caption(whatsapp: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
