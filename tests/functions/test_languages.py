@@ -135,20 +135,33 @@ def test_linking_is_answered_in_the_persons_language(
         )
 
 
-def test_a_spanish_chat_of_one_message_is_asked_in_good_spanish(
-    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+@pytest.mark.parametrize(
+    ("language_code", "asked"),
+    [
+        (
+            "es",
+            "Este código uniría este chat a la cuenta web {account} y le pasaría lo que nos hemos dicho aquí "
+            "(1 mensaje): quien entre en esa cuenta podría leerlo. Solo si esa cuenta es tuya, pulsa Confirmar o "
+            "envía: /link {code}",
+        ),
+        (
+            "en",
+            "This code would join this chat to the web account {account}, and move what we have said here "
+            "(1 message) to it: whoever signs in there would read it. Only if that account is yours, tap Confirm, "
+            "or send: /link {code}",
+        ),
+    ],
+)
+def test_a_chat_of_one_message_is_asked_in_good_words(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, language_code: str, asked: str
 ) -> None:
     """A chat whose one message has no answer stored (the model failed) is asked before it links,
-    counting one message: "nuestros 1 mensaje" is not Spanish."""
+    counting one message: "nuestros 1 mensaje" is not Spanish, nor "our 1 message ... read them" English."""
     fake_anthropic.behaviour = "500"
-    said(apps.telegram, update("Vivo en Madrid", user_id=apps.chat), "es")
+    said(apps.telegram, update("Vivo en Madrid", user_id=apps.chat), language_code)
     code = new_code(apps, uuid.uuid4())["code"]
-    said(apps.telegram, update(f"/start {code}", user_id=apps.chat), "es")
-    assert fake_telegram.sent()[-1]["text"] == (
-        f"Este código uniría este chat a la cuenta web {ACCOUNT} y le pasaría lo que nos hemos dicho aquí "
-        "(1 mensaje): quien entre en esa cuenta podría leerlo. Solo si esa cuenta es tuya, pulsa Confirmar o "
-        f"envía: /link {code}"
-    )
+    said(apps.telegram, update(f"/start {code}", user_id=apps.chat), language_code)
+    assert fake_telegram.sent()[-1]["text"] == asked.format(account=ACCOUNT, code=code)
 
 
 @pytest.mark.parametrize(("language_code", "phrases"), LANGUAGES)

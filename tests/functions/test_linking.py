@@ -69,8 +69,8 @@ def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
     telegram(apps, f"/start {issued['code']}")
     question = fake_telegram.sent()[-1]
     assert question["text"] == (
-        f"This code would join this chat to the web account {ACCOUNT}, and move our 4 messages here to it: "
-        f"whoever signs in there would read them. Only if that account is yours, tap Confirm, or send: "
+        f"This code would join this chat to the web account {ACCOUNT}, and move what we have said here (4 messages)"
+        f" to it: whoever signs in there would read it. Only if that account is yours, tap Confirm, or send: "
         f"/link {issued['code']}"
     )
     assert question["reply_markup"] == {
