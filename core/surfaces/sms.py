@@ -11,9 +11,10 @@ only when OWNER_SMS_NUMBERS lists it.
 How long a reply may be (`SMS_LIMIT`): Twilio takes a message body of at most 1,600 characters
 counted in UTF-16 code units, so an emoji counts two, and refuses a longer one (its error 21617);
 carriers carry it as concatenated segments (153 GSM-7 characters each, or 67 when any character is
-outside GSM-7: an emoji, most accented capitals); the phone shows one message. A longer reply,
-owed reply or follow-up is split into messages of at most 1,600 such units at paragraph, line or
-sentence ends (core/channels/splitting.py), each sent in order; Twilio bills each segment.
+outside GSM-7: an emoji, `á`, `í`, `ó`, `ú`, most accented capitals); the phone shows one message.
+A longer reply, owed reply or follow-up is split into messages of at most 1,600 such units at
+paragraph, line or sentence ends (core/channels/splitting.py), each sent in order; Twilio bills
+each segment.
 
 Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
 Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
