@@ -6,7 +6,8 @@ before the system prompt and never changes): schedule a follow-up, list the pend
 one, set the person's timezone. A tool runs here, on what `begin_turn` brought (the person's
 pending follow-ups and timezone), and only records intent: `finish_turn` writes it, so a turn
 still costs two round trips. A tool call costs a second model request only when the model needs
-its result to answer: a list, a refusal, or a call that came with no text (core/turn/tool_loop.py).
+its result to answer: a list, a refusal, a follow-up that may wait past its time, a time of day
+read on a timezone the person never gave, or a call that came with no text (core/turn/tool_loop.py).
 FOLLOW_UPS_PER_PERSON=0 switches it off: no tools, and the prompt says the agent cannot.
 "Friday at 9" is read on the person's wall clock (core/follow_ups/wall_clock.py).
 """
@@ -102,6 +103,14 @@ WAITS = (
     " for anything that matters suggest a reminder on their phone too."
 )
 
+# A time of day read in CONTEXT_TIMEZONE for a person who never said where they live (Telegram and
+# Twilio say nothing of it): the model must not promise "at 9" on a clock it was never told of.
+ASSUMED = (
+    " They have not said where they live, so this reads their time in {zone}, the default here: say the time"
+    " with that timezone, and ask where they are. Once they say, call set_timezone, and if theirs is another,"
+    " schedule it again at their time and cancel this one."
+)
+
 SWITCHED_OFF = """\
 Reminders and follow-ups
 - You cannot set reminders or message the person later on your own: say so, and suggest they \
@@ -130,14 +139,17 @@ class TurnTools:
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
     surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
-    waiting: set[str] = field(default_factory=set)  # the calls whose follow-up may wait (WAITS)
+    # The zone is CONTEXT_TIMEZONE's, not one the person gave (set_timezone, a web client's)
+    assumed: bool = False
+    told: set[str] = field(default_factory=set)  # the calls the person must be told of (WAITS, ASSUMED)
     definitions: tuple[dict[str, Any], ...] = TOOLS
     round_trips: int = 0  # they only record intent: finish_turn writes it
 
     def must_answer(self, result: ToolResult) -> bool:
-        """A list is for the model to read, and a schedule whose follow-up may wait past its time
-        (the person must be told); a schedule or a cancel is otherwise only recorded."""
-        return result.call.name == LIST or result.call.id in self.waiting
+        """A list is for the model to read, and a schedule whose follow-up may wait past its time or
+        was read on a timezone only assumed (the person must be told); a schedule or a cancel is
+        otherwise only recorded."""
+        return result.call.name == LIST or result.call.id in self.told
 
     def recorded(self) -> dict[str, Any]:
         """finish_turn's arguments for what the tools changed, within the person's limit."""
@@ -194,7 +206,10 @@ class TurnTools:
         # the window (core/surfaces/whatsapp.py), in its first run at or after the due time.
         if window is not None and due - self.now >= window - JOB_LAG:
             said += WAITS.format(hours=round(window.total_seconds() / 3600))
-            self.waiting.add(call_id)
+            self.told.add(call_id)
+        if self.assumed and minutes is None:  # a time of day, on a clock the person never gave
+            said += ASSUMED.format(zone=self.zone.key)
+            self.told.add(call_id)
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})
         return said
 
@@ -220,7 +235,7 @@ class TurnTools:
         if zone is None:
             raise InvalidTime("not an IANA timezone name (like Europe/Madrid)")
         said = f"Timezone set to {zone.key}; it is {self.now.astimezone(zone):%a %H:%M} there now."
-        self.zone, self.timezone = zone, zone.key
+        self.zone, self.timezone, self.assumed = zone, zone.key, False
         return said
 
 
@@ -235,11 +250,15 @@ def turn_tools(
     now: datetime,
     client_zone: str | None,
     surface: Surface | None = None,
+    assumed: bool = False,
 ) -> TurnTools:
-    """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set."""
-    tools = TurnTools(rules, pending, zone, now, surface=surface)
-    if (sent := zone_named(client_zone)) is not None and str(sent) != str(zone):
-        tools.zone, tools.timezone = sent, sent.key
+    """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set.
+    `assumed`: `zone` is CONTEXT_TIMEZONE's, the person having none (a web client's is theirs)."""
+    tools = TurnTools(rules, pending, zone, now, surface=surface, assumed=assumed)
+    if (sent := zone_named(client_zone)) is not None:
+        tools.assumed = False
+        if str(sent) != str(zone):
+            tools.zone, tools.timezone = sent, sent.key
     return tools
 
 
@@ -258,7 +277,10 @@ class FollowUps:
         return TOOLS if self.rules.max_pending > 0 else ()
 
     def toolset(self, turn: TurnState) -> TurnTools | None:
-        tools = turn_tools(self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface)
+        assumed = zone_named(turn.start.timezone) is None  # the turn's zone is CONTEXT_TIMEZONE's
+        tools = turn_tools(
+            self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed
+        )
         if self.rules.max_pending > 0:
             return tools
         # Off: no tools, but a web client's timezone still becomes the person's (the context's tags).

@@ -127,13 +127,15 @@ def job_database(environment: pytest.MonkeyPatch, postgres_server: str, fake_twi
         runtime.reset()
 
 
-def remind(content: str, **when: Any) -> Any:
-    """The model: schedules a follow-up and says so; given the tool's result, repeats it."""
+def remind(content: str, lives_in: str | None = None, **when: Any) -> Any:
+    """The model: schedules a follow-up and says so; given the tool's result, repeats it. With
+    `lives_in`, the person has said where they live: the model sets their timezone first."""
 
     def answer(body: dict[str, Any]) -> Any:
         if results := tool_results(body):
-            return f"Done: {results[0]['content']}"
-        return [text_block("I'll remind you."), tool_use("schedule_follow_up", {"content": content, **when})]
+            return f"Done: {results[-1]['content']}"
+        where = [tool_use("set_timezone", {"timezone": lives_in})] if lives_in else []
+        return [text_block("I'll remind you."), *where, tool_use("schedule_follow_up", {"content": content, **when})]
 
     return answer
 
@@ -195,6 +197,7 @@ def test_remind_me_tomorrow_at_9_on_telegram_is_said_once_at_9_madrid_time_and_r
         apps.telegram.post("/", json=update(code_text, user_id=apps.chat), headers=TELEGRAM_HEADERS)
     fields = form(f"link {new_code(apps, person)['code']}", sender=f"whatsapp:{apps.number}")
     assert apps.whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    execute(job_database, "insert into person_timezones (user_id, timezone) values (%s, 'Europe/Madrid')", person)
     fake_anthropic.answer = remind("Time to call the dentist.", day="tomorrow", time="09:00")
     asked = len(fake_anthropic.requests)
 
@@ -249,7 +252,7 @@ def test_a_whatsapp_follow_up_outside_the_window_goes_through_the_template(
 ) -> None:
     environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
     number = "whatsapp:+34611000001"
-    fake_anthropic.answer = remind("Check in about the budget.", day="friday", time="19:30")
+    fake_anthropic.answer = remind("Check in about the budget.", "Europe/Madrid", day="friday", time="19:30")
     fields = form("Check in with me on Friday evening about the budget", sender=number)
     whatsapp = app_client("whatsapp_webhook")
     assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == ["I'll remind you."]
@@ -1458,7 +1461,7 @@ def test_a_whatsapp_reminder_due_past_the_window_is_said_to_wait_unless_a_templa
     if template:
         environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
     number = "whatsapp:+34611000077"
-    fake_anthropic.answer = remind("The dentist at 10.", day="friday", time="10:00")
+    fake_anthropic.answer = remind("The dentist at 10.", "Europe/Madrid", day="friday", time="10:00")
     fields = form("Remind me on Friday at 10 about the dentist", sender=number)
     answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
     scheduled = "Scheduled for Fri 4 Dec 2026 10:00 (Europe/Madrid)."
@@ -1497,3 +1500,42 @@ def test_a_whatsapp_reminder_due_24_hours_on_is_said_to_wait_as_the_job_holds_it
     execute(job_database, "update messages set created_at = %s", clock.at)
     clock.at += timedelta(hours=24, seconds=10)  # the job's run after it is due
     assert run_job()["follow_ups_held"] == 1
+
+
+def test_a_reminder_at_a_time_of_day_in_a_timezone_only_assumed_is_said_with_that_timezone(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """A person in Sydney, on Telegram (which says nothing of where they are), at 08:30 on Thursday
+    there, asks to be reminded "tomorrow at 9"; they never said where they live, so the tools read it
+    in CONTEXT_TIMEZONE (UTC). Seen failing: the agent said only "I'll remind you." and the reminder
+    came at 09:00 UTC, 20:00 in Sydney that same evening. The tool's result now says the timezone is
+    only assumed, and the model is asked again with it, to say the time with its zone and ask."""
+    environment.setenv("CONTEXT_TIMEZONE", "UTC")
+    clock.at = datetime(2026, 12, 2, 21, 30, tzinfo=UTC)  # Thursday 3 December, 08:30 in Sydney
+    chat = 61_200_300
+    fake_anthropic.answer = remind("Call mum.", day="tomorrow", time="09:00")
+    telegram_turn("Remind me tomorrow at 9 to call mum", chat)
+
+    assert len(fake_anthropic.requests) == 2
+    assert [m["text"] for m in fake_telegram.sent() if m["chat_id"] == chat] == [
+        "I'll remind you.\n\nDone: Scheduled for Thu 3 Dec 2026 09:00 (UTC). They have not said where they live,"
+        " so this reads their time in UTC, the default here: say the time with that timezone, and ask where they"
+        " are. Once they say, call set_timezone, and if theirs is another, schedule it again at their time and"
+        " cancel this one."
+    ]
+    # Once the timezone is theirs, a time of day is only recorded, as before.
+    sydney = tool_use("set_timezone", {"timezone": "Australia/Sydney"})
+    fake_anthropic.answer = lambda body: [text_block("Noted."), sydney]
+    telegram_turn("I'm in Sydney", chat)
+    fake_anthropic.answer = remind("Water the plants.", day="friday", time="18:00")
+    asked = len(fake_anthropic.requests)
+    telegram_turn("Remind me on Friday at 6pm to water the plants", chat)
+    assert len(fake_anthropic.requests) == asked + 1
+    assert [row[:2] for row in follow_ups(job_database)] == [
+        ("Call mum.", datetime(2026, 12, 3, 9, 0, tzinfo=UTC)),
+        ("Water the plants.", datetime(2026, 12, 4, 7, 0, tzinfo=UTC)),  # 18:00 in Sydney (UTC+11)
+    ]
