@@ -107,8 +107,8 @@ WAITS = (
 # Twilio say nothing of it): the model must not promise "at 9" on a clock it was never told of.
 ASSUMED = (
     " They have not said where they live, so this reads their time in {zone}, the default here: say the time"
-    " with that timezone, and ask where they are. Once they say, call set_timezone, and if theirs is another,"
-    " schedule it again at their time and cancel this one."
+    " with that timezone, and ask where they are. Once they say, call set_timezone; if theirs is another,"
+    " cancel this one (list_follow_ups gives its id) and schedule it again at their time."
 )
 
 SWITCHED_OFF = """\
@@ -142,6 +142,9 @@ class TurnTools:
     # The zone is CONTEXT_TIMEZONE's, not one the person gave (set_timezone, a web client's)
     assumed: bool = False
     told: set[str] = field(default_factory=set)  # the calls the person must be told of (WAITS, ASSUMED)
+    # Each of `scheduled`'s day and time as the model gave them (None: minutes from now), read
+    # again when set_timezone changes the clock later in the turn
+    walls: list[tuple[str | None, str | None] | None] = field(default_factory=list)
     definitions: tuple[dict[str, Any], ...] = TOOLS
     round_trips: int = 0  # they only record intent: finish_turn writes it
 
@@ -176,7 +179,7 @@ class TurnTools:
             if call.name == CANCEL:
                 return ToolResult(call, self._cancel(call.input))
             if call.name == SET_TIMEZONE:
-                return ToolResult(call, self._set_timezone(call.input))
+                return ToolResult(call, self._set_timezone(call.input, call.id))
         except InvalidTime as exc:
             return ToolResult(call, f"Not done: {exc}.", is_error=True)
         return ToolResult(call, f"Not done: there is no tool {call.name!r}.", is_error=True)
@@ -201,17 +204,24 @@ class TurnTools:
             in_minutes=minutes if minutes is not None else None,
         )
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
-        window = self.rules.said_within(self.surface) if self.surface is not None else None
-        # Due near the window's end is past it too: the job says it only while `now - last` is under
-        # the window (core/surfaces/whatsapp.py), in its first run at or after the due time.
-        if window is not None and due - self.now >= window - JOB_LAG:
-            said += WAITS.format(hours=round(window.total_seconds() / 3600))
+        if waits := self._waits(due):
+            said += waits
             self.told.add(call_id)
         if self.assumed and minutes is None:  # a time of day, on a clock the person never gave
             said += ASSUMED.format(zone=self.zone.key)
             self.told.add(call_id)
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})
+        self.walls.append(None if minutes is not None else (_text(arguments.get("day")), _text(arguments.get("time"))))
         return said
+
+    def _waits(self, due: datetime) -> str:
+        """WAITS, for a follow-up due past the window in which the turn's surface can say it; else ''."""
+        window = self.rules.said_within(self.surface) if self.surface is not None else None
+        # Due near the window's end is past it too: the job says it only while `now - last` is under
+        # the window (core/surfaces/whatsapp.py), in its first run at or after the due time.
+        if window is None or due - self.now < window - JOB_LAG:
+            return ""
+        return WAITS.format(hours=round(window.total_seconds() / 3600))
 
     def _list(self) -> str:
         pending = [f for f in self.pending if f.id not in self.cancelled]
@@ -230,12 +240,35 @@ class TurnTools:
         self.cancelled.append(match.id)
         return said
 
-    def _set_timezone(self, arguments: dict[str, Any]) -> str:
+    def _set_timezone(self, arguments: dict[str, Any], call_id: str) -> str:
         zone = zone_named(_text(arguments.get("timezone")))
         if zone is None:
             raise InvalidTime("not an IANA timezone name (like Europe/Madrid)")
         said = f"Timezone set to {zone.key}; it is {self.now.astimezone(zone):%a %H:%M} there now."
         self.zone, self.timezone, self.assumed = zone, zone.key, False
+        # A time of day this turn scheduled on another clock ("I'm in Sydney: remind me tomorrow at
+        # 9", the calls in either order) is that time on this one.
+        moved, kept = [], []
+        for entry, wall in zip(self.scheduled, self.walls, strict=True):
+            if wall is None or entry["timezone"] == zone.key:
+                continue
+            try:
+                due = resolve_when(self.now, zone, day=wall[0], at=wall[1])
+            except InvalidTime as exc:
+                kept.append(f"{shown(datetime.fromisoformat(entry['due_at']), zone)}: {entry['content']} ({exc})")
+                continue
+            waits = self._waits(due) if not self._waits(datetime.fromisoformat(entry["due_at"])) else ""
+            entry.update(due_at=due.isoformat(), timezone=zone.key)
+            moved.append(f"{shown(due, zone)}: {entry['content']}")
+            if waits:  # moved past the window its schedule said it was within
+                moved[-1] += " (it now may wait:" + waits + ")"
+                self.told.add(call_id)
+        if moved:
+            said += " The follow-ups scheduled in this turn at a time of day are now at that time there: "
+            said += "; ".join(moved)
+        if kept:  # at another time than the person asked for: they must be told
+            said += " Not moved, so not at the time they asked: " + "; ".join(kept)
+            self.told.add(call_id)
         return said
 
 

@@ -1524,8 +1524,8 @@ def test_a_reminder_at_a_time_of_day_in_a_timezone_only_assumed_is_said_with_tha
     assert [m["text"] for m in fake_telegram.sent() if m["chat_id"] == chat] == [
         "I'll remind you.\n\nDone: Scheduled for Thu 3 Dec 2026 09:00 (UTC). They have not said where they live,"
         " so this reads their time in UTC, the default here: say the time with that timezone, and ask where they"
-        " are. Once they say, call set_timezone, and if theirs is another, schedule it again at their time and"
-        " cancel this one."
+        " are. Once they say, call set_timezone; if theirs is another, cancel this one (list_follow_ups gives its"
+        " id) and schedule it again at their time."
     ]
     # Once the timezone is theirs, a time of day is only recorded, as before.
     sydney = tool_use("set_timezone", {"timezone": "Australia/Sydney"})

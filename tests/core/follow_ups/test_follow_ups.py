@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -212,3 +212,52 @@ def test_a_tool_that_fails_as_it_answers_records_nothing(monkeypatch: pytest.Mon
     ]
     assert [toolbox.run(call)[0].is_error for call in calls] == [True, True]
     assert tools.changes() == {}
+
+
+def test_a_timezone_set_after_a_follow_up_in_the_same_turn_moves_it_to_that_timezones_clock() -> None:
+    """ "I'm in Sydney: remind me tomorrow at 9", the model's calls in the other order (or the
+    timezone set in the round after the schedule was said to read UTC): the follow-up stayed at
+    09:00 UTC, 20:00 in Sydney, and one scheduled again to fix it would have come twice. A time of
+    day scheduled in the turn is read on the clock the turn ends with; minutes from now stay so."""
+    now = datetime(2026, 12, 2, 21, 30, tzinfo=UTC)  # Thursday 3 December, 08:30 in Sydney
+    tools = turn_tools(FollowUpRules(), [], ZoneInfo("UTC"), now, None, assumed=True)
+    tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call mum.", "day": "tomorrow", "time": "09:00"}))
+    tools.run(ToolCall("b", "schedule_follow_up", {"content": "Stretch.", "in_minutes": 30}))
+    tools.run(ToolCall("c", "schedule_follow_up", {"content": "Lunch.", "day": "2026-12-03", "time": "13:00"}))
+    moved = tools.run(ToolCall("d", "set_timezone", {"timezone": "Australia/Sydney"}))
+    assert (moved.content, moved.is_error) == (
+        "Timezone set to Australia/Sydney; it is Thu 08:30 there now. The follow-ups scheduled in this turn at a"
+        " time of day are now at that time there: Fri 4 Dec 2026 09:00 (Australia/Sydney): Call mum.;"
+        " Thu 3 Dec 2026 13:00 (Australia/Sydney): Lunch.",
+        False,
+    )
+    assert not tools.must_answer(moved)  # what the model said ("tomorrow at 9") is now true
+    # 23:00 on Wednesday is still to come in UTC, long past in Sydney: kept, and the model told.
+    late = turn_tools(FollowUpRules(), [], ZoneInfo("UTC"), now, None, assumed=True)
+    late.run(ToolCall("e", "schedule_follow_up", {"content": "Bed.", "day": "2026-12-02", "time": "23:00"}))
+    kept = late.run(ToolCall("f", "set_timezone", {"timezone": "Australia/Sydney"}))
+    assert kept.content == (
+        "Timezone set to Australia/Sydney; it is Thu 08:30 there now. Not moved, so not at the time they asked:"
+        " Thu 3 Dec 2026 10:00 (Australia/Sydney): Bed. (Wed 2 Dec 2026 23:00 (Australia/Sydney) has already passed)"
+    )
+    assert late.must_answer(kept)
+    assert late.changes()["schedule"] == [{"content": "Bed.", "due_at": "2026-12-02T23:00:00+00:00", "timezone": "UTC"}]
+    assert tools.changes() == {
+        "schedule": [
+            {"content": "Call mum.", "due_at": "2026-12-03T22:00:00+00:00", "timezone": "Australia/Sydney"},
+            {"content": "Stretch.", "due_at": "2026-12-02T22:00:00+00:00", "timezone": "UTC"},
+            {"content": "Lunch.", "due_at": "2026-12-03T02:00:00+00:00", "timezone": "Australia/Sydney"},
+        ],
+        "timezone": "Australia/Sydney",
+    }
+    # On WhatsApp (a 24-hour window): "tomorrow at 20:00" is within it in UTC, past it in Los Angeles.
+    rules = FollowUpRules(said_within=lambda surface: timedelta(hours=24) if surface is Surface.WHATSAPP else None)
+    later = turn_tools(rules, [], ZoneInfo("UTC"), now, None, Surface.WHATSAPP, assumed=True)
+    later.run(ToolCall("g", "schedule_follow_up", {"content": "Call Bo.", "day": "tomorrow", "time": "20:00"}))
+    waits = later.run(ToolCall("h", "set_timezone", {"timezone": "America/Los_Angeles"}))
+    assert waits.content.startswith(
+        "Timezone set to America/Los_Angeles; it is Wed 13:30 there now. The follow-ups scheduled in this turn at"
+        " a time of day are now at that time there: Thu 3 Dec 2026 20:00 (America/Los_Angeles): Call Bo. (it now"
+        " may wait: This app lets it reach them only within 24 hours of their last message here:"
+    )
+    assert later.must_answer(waits)
