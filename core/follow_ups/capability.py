@@ -37,7 +37,7 @@ TOOLS: tuple[dict[str, Any], ...] = (
     {
         "name": SCHEDULE,
         "description": (
-            "Schedule a follow-up: a message you will send the person on your own at a later time, "
+            "Schedule a follow-up: a message you will send the person on your own at a later time, said once, "
             "on the app they are using now (a reminder, a check-in). Give either in_minutes, or day "
             "and time as the person said them; they are read in the person's timezone. content is "
             "exactly what you will say then, addressed to the person. Only when the person asks."
@@ -91,6 +91,9 @@ Reminders and follow-ups
 at the time they asked (their timezone), on the app they use. Use it when they ask for a \
 reminder or a check-in, and say when it will come. list_follow_ups and cancel_follow_up show \
 and cancel the pending ones; set_timezone records where they live when they tell you.
+- Each follow-up is said once: nothing repeats it. For something that repeats ("every Monday"), \
+schedule the next one, or the next few if they want, say when the last one is, and never say you \
+will keep reminding them on your own.
 """
 
 # How late after its due time the scheduled job (every minute) may say a follow-up, with room.

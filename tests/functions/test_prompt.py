@@ -195,3 +195,16 @@ def test_the_prompt_does_not_invite_a_pdf_where_the_web_refuses_one() -> None:
     assert "application/pdf" not in web_types and "image/jpeg" in web_types
     prompt = standing_instructions(DEFAULT_PERSONA, capabilities(Settings(_env_file=None)))  # type: ignore[call-arg]
     assert "The web chat takes photos, not PDFs" in prompt
+
+
+def test_the_prompt_and_the_tool_say_a_follow_up_is_said_once_so_every_monday_is_not_promised() -> None:
+    """ "Remind me every Monday to water the plants": a follow-up is said once, and nothing says
+    the next. Seen failing: neither the prompt nor the tool said so, so the agent could schedule one
+    and say "I'll remind you every Monday" (a review of the follow-ups as people use them)."""
+    [schedule] = [tool for tool in FOLLOW_UP_TOOLS if tool["name"] == "schedule_follow_up"]
+    assert "said once" in schedule["description"]
+    assert (
+        '- Each follow-up is said once: nothing repeats it. For something that repeats ("every Monday"), schedule'
+        " the next one, or the next few if they want, say when the last one is, and never say you will keep"
+        " reminding them on your own.\n"
+    ) in DEFAULT_SYSTEM_PROMPT
