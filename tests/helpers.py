@@ -412,14 +412,18 @@ ENGLISH = Catalogue().phrases("en")
 SPANISH = Catalogue().phrases("es")
 
 
-def will_delete(phrases: Phrases, messages: int, conversations: int, confirm: str) -> str:
-    """What `/forget` (or `forget`) answers before anything is deleted."""
+def will_delete(phrases: Phrases, messages: int, conversations: int, confirm: str, follow_ups: int = 0) -> str:
+    """What `/forget` (or `forget`) answers before anything is deleted; `follow_ups`: the person's
+    pending ones, which it cancels."""
+    pending = phrases.count("count.follow_ups", follow_ups)
+    cancelled = " " + phrases.say("forget.follow_ups_cancelled", follow_ups=pending) if follow_ups else ""
     return phrases.say(
         "forget.will_delete",
         messages=phrases.count("count.messages", messages),
         conversations=phrases.count("count.conversations", conversations),
         confirm=confirm,
         minutes=5,
+        follow_ups_cancelled=cancelled,
     )
 
 

@@ -54,6 +54,7 @@ class Forgotten:
     conversations: int
     link_codes: int = 0
     identities: int = 0
+    follow_ups: int = 0  # a request's: the pending ones it cancels with their conversations
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Forgotten:
@@ -62,6 +63,7 @@ class Forgotten:
             conversations=int(row["conversations"]),
             link_codes=int(row.get("link_codes") or 0),
             identities=int(row.get("identities") or 0),
+            follow_ups=int(row.get("follow_ups") or 0),
         )
 
 
@@ -119,12 +121,15 @@ class Forgetting:
         counts = Forgotten.from_row(row)
         status = row["status"]
         if status == "requested" and counts.messages + counts.conversations > 0:
+            pending = phrases.count("count.follow_ups", counts.follow_ups)
+            cancelled = phrases.say("forget.follow_ups_cancelled", follow_ups=pending) if counts.follow_ups else ""
             return phrases.say(
                 "forget.will_delete",
                 messages=phrases.count("count.messages", counts.messages),
                 conversations=phrases.count("count.conversations", counts.conversations),
                 confirm=f"{command} confirm {code}" if code else f"{command} confirm",
                 minutes=CONFIRM_MINUTES,
+                follow_ups_cancelled=" " + cancelled if cancelled else "",
             )
         if status == "forgotten":
             return phrases.say("forget.forgotten", messages=phrases.count("count.messages", counts.messages))

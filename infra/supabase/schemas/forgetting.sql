@@ -116,7 +116,8 @@ $$;
 -- the person is p_user_id (the owner policy) or the identity's. A request is remembered per person
 -- and surface; a confirmation within p_window_minutes of it forgets the person (forget_person).
 -- Returns {"status": "requested"|"forgotten"|"no_request"|"expired"|"wrong_code"|"too_many_attempts"|"unknown", "messages",
--- "conversations", "language"}: the counts that will be deleted (requested) or were (forgotten),
+-- "conversations", "language"}: the counts that will be deleted (requested, with "follow_ups": the
+-- pending ones it cancels) or were (forgotten),
 -- and the person's language as it was before (forgetting deletes it), which the answer is said in.
 -- p_sender_id is the sender's key (under the owner policy too); p_sender_alias its other id (a
 -- WhatsApp number beside its BSUID): a sender id never seen is the person the turn would join it
@@ -175,7 +176,10 @@ begin
         return jsonb_build_object(
             'status', 'requested',
             'messages', (select count(*) from public.messages m where m.user_id = v_user),
-            'conversations', (select count(*) from public.conversations c where c.user_id = v_user)) || v_language;
+            'conversations', (select count(*) from public.conversations c where c.user_id = v_user),
+            -- the reminders they wait for, which go with their conversations (follow_ups.sql)
+            'follow_ups', (select count(*) from public.follow_ups f
+                            where f.user_id = v_user and f.status in ('pending', 'sending', 'held'))) || v_language;
     end if;
 
     delete from public.forget_requests r

@@ -317,3 +317,26 @@ def test_forgetting_takes_the_memory_notes_written_from_what_was_forgotten(
     usage = one(database_url, "select count(*) from turn_usage where user_id = %s", person)
     listened = one(database_url, "select count(*) from voice_usage where user_id = %s", person)
     assert (usage, listened) == ((0, 0) if how == "erasure" else (1, 1))
+
+
+def test_forget_says_it_also_cancels_the_reminders_the_person_is_waiting_for(
+    memory: Memory, forgetting: Forgetting, database_url: str
+) -> None:
+    """Asked on Telegram to remind them of two things, the person sends /forget to clear the
+    history. Seen failing: the answer listed the messages and answers only, and confirming deleted
+    the reminders too (they go with the conversation), so they waited for reminders that never
+    came. The answer now says they are cancelled too; one already said is not counted."""
+    sender = chat()
+    start = memory.begin_turn(Person(sender_id=sender), Surface.TELEGRAM, "remind me", uuid.uuid4().hex)
+    assert start.user_id is not None and start.message_id is not None
+    due = [{"content": text, "due_at": "2027-01-04T08:00:00+00:00", "timezone": "UTC"} for text in ("Pills.", "Gym.")]
+    memory.finish_turn(
+        start.user_id, start.message_id, "I'll remind you.", follow_ups={"schedule": due}, max_follow_ups=20
+    )
+    execute(database_url, "update follow_ups set status = 'sent' where content = 'Gym.'")
+    ask = ForgetRequest(Surface.TELEGRAM, sender, False)
+
+    assert forgetting.answer(ask) == will_delete(ENGLISH, 2, 1, "/forget confirm", follow_ups=1)
+    assert ENGLISH.say("forget.follow_ups_cancelled", follow_ups="1 reminder") in forgetting.answer(ask)
+    assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, sender, True)) == forgotten(ENGLISH, 2)
+    assert rows(database_url, "select count(*) from follow_ups where user_id = %s", start.user_id) == [(0,)]
