@@ -7,7 +7,8 @@ one, set the person's timezone. A tool runs here, on what `begin_turn` brought (
 pending follow-ups and timezone), and only records intent: `finish_turn` writes it, so a turn
 still costs two round trips. A tool call costs a second model request only when the model needs
 its result to answer: a list, a refusal, a follow-up that may wait past its time, a time of day
-read on a timezone the person never gave, or a call that came with no text (core/turn/tool_loop.py).
+read on a timezone the person never gave, "tomorrow" said after midnight, or a call that came with
+no text (core/turn/tool_loop.py).
 FOLLOW_UPS_PER_PERSON=0 switches it off: no tools, and the prompt says the agent cannot.
 "Friday at 9" is read on the person's wall clock (core/follow_ups/wall_clock.py).
 """
@@ -114,6 +115,14 @@ ASSUMED = (
     " cancel this one (list_follow_ups gives its id) and schedule it again at their time."
 )
 
+# "Tomorrow" said between midnight and this hour, before the person has slept: they may mean the
+# coming morning, which is today; the tool reads the next date, and the model must say which.
+SMALL_HOURS_END = 5
+AFTER_MIDNIGHT = (
+    " It is {now:%a %H:%M} there: tomorrow is {due:%A}, not the coming morning. Say the day with its date,"
+    " so that they can say if they meant today."
+)
+
 SWITCHED_OFF = """\
 Reminders and follow-ups
 - You cannot set reminders or message the person later on your own: say so, and suggest they \
@@ -144,7 +153,8 @@ class TurnTools:
     surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
     # The zone is CONTEXT_TIMEZONE's, not one the person gave (set_timezone, a web client's)
     assumed: bool = False
-    told: set[str] = field(default_factory=set)  # the calls the person must be told of (WAITS, ASSUMED)
+    # the calls the person must be told of (WAITS, ASSUMED, AFTER_MIDNIGHT)
+    told: set[str] = field(default_factory=set)
     # Each of `scheduled`'s day and time as the model gave them (None: minutes from now), read
     # again when set_timezone changes the clock later in the turn
     walls: list[tuple[str | None, str | None] | None] = field(default_factory=list)
@@ -152,9 +162,9 @@ class TurnTools:
     round_trips: int = 0  # they only record intent: finish_turn writes it
 
     def must_answer(self, result: ToolResult) -> bool:
-        """A list is for the model to read, and a schedule whose follow-up may wait past its time or
-        was read on a timezone only assumed (the person must be told); a schedule or a cancel is
-        otherwise only recorded."""
+        """A list is for the model to read, and a schedule whose follow-up may wait past its time,
+        was read on a timezone only assumed, or is "tomorrow" said after midnight (the person must
+        be told); a schedule or a cancel is otherwise only recorded."""
         return result.call.name == LIST or result.call.id in self.told
 
     def recorded(self) -> dict[str, Any]:
@@ -209,6 +219,11 @@ class TurnTools:
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
         if waits := self._waits(due):
             said += waits
+            self.told.add(call_id)
+        local = self.now.astimezone(self.zone)
+        late_night = local.hour < SMALL_HOURS_END and not self.assumed  # on a clock that is theirs (else ASSUMED)
+        if late_night and (_text(arguments.get("day")) or "").strip().lower() == "tomorrow":
+            said += AFTER_MIDNIGHT.format(now=local, due=due.astimezone(self.zone))
             self.told.add(call_id)
         if self.assumed and minutes is None:  # a time of day, on a clock the person never gave
             said += ASSUMED.format(zone=self.zone.key)

@@ -261,3 +261,32 @@ def test_a_timezone_set_after_a_follow_up_in_the_same_turn_moves_it_to_that_time
         " may wait: This app lets it reach them only within 24 hours of their last message here:"
     )
     assert later.must_answer(waits)
+
+
+def test_tomorrow_said_just_after_midnight_is_said_back_with_its_date() -> None:
+    """At 00:20 on Tuesday in Madrid, "remind me tomorrow at 8": the person, not yet asleep, most
+    likely means the coming morning; the tool reads Wednesday. Seen failing: the schedule was only
+    recorded and the agent said "I'll remind you tomorrow at 8", a day later than the person
+    expected. Now the model is asked again, to say the day with its date; later in the day,
+    "tomorrow" is only recorded."""
+    late_night = datetime(2026, 12, 7, 23, 20, tzinfo=UTC)  # Tuesday 8 December, 00:20 in Madrid
+    tools = turn_tools(FollowUpRules(), [], MADRID, late_night, None)
+    said = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "day": "Tomorrow", "time": "08:00"}))
+    assert said.content == (
+        "Scheduled for Wed 9 Dec 2026 08:00 (Europe/Madrid). It is Tue 00:20 there: tomorrow is Wednesday, not"
+        " the coming morning. Say the day with its date, so that they can say if they meant today."
+    )
+    assert tools.must_answer(said)
+    today = tools.run(ToolCall("b", "schedule_follow_up", {"content": "Call Bo.", "day": "today", "time": "08:00"}))
+    assert (today.content, tools.must_answer(today)) == ("Scheduled for Tue 8 Dec 2026 08:00 (Europe/Madrid).", False)
+    # On a clock only assumed, ASSUMED says what to ask, not the hour of a clock that may not be theirs.
+    assumed = turn_tools(FollowUpRules(), [], MADRID, late_night, None, assumed=True)
+    said = assumed.run(
+        ToolCall("d", "schedule_follow_up", {"content": "Call Ana.", "day": "tomorrow", "time": "08:00"})
+    )
+    assert "not the coming morning" not in said.content and "They have not said where they live" in said.content
+    morning = turn_tools(FollowUpRules(), [], MADRID, datetime(2026, 12, 8, 8, 0, tzinfo=UTC), None)
+    said = morning.run(
+        ToolCall("c", "schedule_follow_up", {"content": "Call Ana.", "day": "tomorrow", "time": "08:00"})
+    )
+    assert (said.content, morning.must_answer(said)) == ("Scheduled for Wed 9 Dec 2026 08:00 (Europe/Madrid).", False)
