@@ -85,6 +85,25 @@ def checked(capabilities: Sequence[Capability]) -> tuple[Capability, ...]:
     return tuple(capabilities)
 
 
+# After the prompt in a turn sent no tools although some are on (the database could not begin it,
+# so nothing they decided could be written): the prompt describes them, and the agent must not
+# say it did what they do ("I'll remind you") for this message.
+WITHOUT_TOOLS = """
+Just now
+- None of the tools described above can be used for this message: do not say you did what one of \
+them does (a reminder set or cancelled, a search made). If the person asks for one, say you cannot \
+do it at this moment and ask them to send it again in a few minutes.
+"""
+
+
+def prompt_for(system_prompt: str, capabilities: Sequence[Capability], tools_sent: bool) -> str:
+    """The system prompt of one request: WITHOUT_TOOLS after it when the capabilities' tools are
+    not sent."""
+    if tools_sent or not any(capability.definitions for capability in capabilities):
+        return system_prompt
+    return system_prompt + WITHOUT_TOOLS
+
+
 # Everything on, at its defaults: the prompt the benchmarks measure.
 DEFAULT_CAPABILITIES: tuple[Capability, ...] = (Media(), FollowUps(FollowUpRules()), MemorySearch(SearchRules()))
 DEFAULT_SYSTEM_PROMPT = standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES)

@@ -34,7 +34,7 @@ from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, SaidFirst, Sent, StoredMessage, Surface, TurnStart
 from core.phrases.language import language_tag
 from core.turn import tool_loop
-from core.turn.capabilities import TurnState
+from core.turn.capabilities import TurnState, prompt_for
 from core.turn.context import (
     ContextItem,
     ModelMessage,
@@ -317,7 +317,7 @@ class Turns:
         tools = self._tools(start, request.surface, request.deadline_s - (self._clock() - began), request)
         chunks = tool_loop.answered(
             self._model(),
-            self._settings.system_prompt,
+            prompt_for(self._settings.system_prompt, self._settings.capabilities, tools is not None),
             messages,
             request.deadline_s,
             self._notes(start),
@@ -717,7 +717,7 @@ class Turns:
             usage = Usage()
             chunks = tool_loop.answered(
                 self._model(),
-                self._settings.system_prompt,
+                prompt_for(self._settings.system_prompt, self._settings.capabilities, tools is not None),
                 messages,
                 deadline_s,
                 notes,

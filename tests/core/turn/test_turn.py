@@ -389,3 +389,41 @@ def test_an_unfinished_answer_is_not_stored_as_one(
     with psycopg.connect(database_url) as connection:
         stored = connection.execute("select role from messages where user_id = %s", (person,)).fetchall()
     assert stored == [("user",)]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_turn_the_database_cannot_begin_is_told_its_tools_are_not_there(
+    store: PostgresStore, fake: FakeAnthropic, streamed: bool
+) -> None:
+    """The database is down as the person asks "remind me tomorrow at 9": the turn answers from
+    nothing, without tools (nothing they decide could be written). Seen failing: the model was
+    sent no tools under a prompt that says it can schedule follow-ups, so it could say "I'll remind
+    you" for a reminder that never existed. The prompt now ends by saying its tools are not there
+    for this message; a turn with its tools is sent the prompt alone."""
+    from core.turn.capabilities import DEFAULT_CAPABILITIES, WITHOUT_TOOLS
+    from tests.helpers import FailingStore
+
+    model = claude(fake)
+    settings = replace(SETTINGS, capabilities=DEFAULT_CAPABILITIES)
+    down = FailingStore(store, {"begin_turn"})
+    turns = Turns(Memory(down, context_limits()), lambda: model, IdentityPolicy("auto"), settings)
+    fake.answer = lambda body: "I can't set that just now."
+    person = uuid.uuid4()
+    asked = TurnRequest(Surface.TELEGRAM, "remind me tomorrow at 9", "down-1", user_id=person, deadline_s=30)
+    result = list(turns.stream(asked))[-1] if streamed else turns.run(asked)
+    assert isinstance(result, TurnResult) and result.figures.degraded
+    assert "tools" not in fake.requests[-1]
+    assert fake.requests[-1]["system"][0]["text"] == DEFAULT_SYSTEM_PROMPT + WITHOUT_TOOLS
+    assert WITHOUT_TOOLS == (
+        "\nJust now\n- None of the tools described above can be used for this message: do not say you did what"
+        " one of them does (a reminder set or cancelled, a search made). If the person asks for one, say you"
+        " cannot do it at this moment and ask them to send it again in a few minutes.\n"
+    )
+    down.failing = set()
+    say(
+        Turns(Memory(down, context_limits()), lambda: model, IdentityPolicy("auto"), settings),
+        Surface.TELEGRAM,
+        "hi",
+        person,
+    )
+    assert "tools" in fake.requests[-1] and fake.requests[-1]["system"][0]["text"] == DEFAULT_SYSTEM_PROMPT
