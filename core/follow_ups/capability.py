@@ -59,7 +59,7 @@ TOOLS: tuple[dict[str, Any], ...] = (
     },
     {
         "name": LIST,
-        "description": "List the person's pending follow-ups, with their ids and local times.",
+        "description": "List the person's pending follow-ups, with their ids, local times and the app each comes on.",
         "input_schema": {"type": "object", "properties": {}},
     },
     {
@@ -122,6 +122,9 @@ AFTER_MIDNIGHT = (
     " It is {now:%a %H:%M} there: tomorrow is {due:%A}, not the coming morning. Say the day with its date,"
     " so that they can say if they meant today."
 )
+
+# A pending one the job held (WhatsApp outside its window without a template), as the list says it.
+HELD = ", its time passed: said with their next WhatsApp message"
 
 SWITCHED_OFF = """\
 Reminders and follow-ups
@@ -243,9 +246,15 @@ class TurnTools:
 
     def _list(self) -> str:
         pending = [f for f in self.pending if f.id not in self.cancelled]
-        lines = [f"#{f.id} {shown(f.due_at, self.zone)}: {f.content}" for f in pending]
+        # Each is said on the app it was asked on; a held one (WhatsApp's window closed) waits.
+        lines = [
+            f"#{f.id} {shown(f.due_at, self.zone)}, on {f.surface.value}{HELD * (f.status == 'held')}: {f.content}"
+            for f in pending
+        ]
+        where = f", on {self.surface.value}" if self.surface is not None else ""
         lines += [
-            f"(new) {shown(datetime.fromisoformat(s['due_at']), self.zone)}: {s['content']}" for s in self.scheduled
+            f"(new) {shown(datetime.fromisoformat(s['due_at']), self.zone)}{where}: {s['content']}"
+            for s in self.scheduled
         ]
         return "\n".join(lines) if lines else "No pending follow-ups."
 

@@ -1296,7 +1296,7 @@ def test_the_list_tool_and_the_web_show_only_the_persons_own_follow_ups(
     assert web.post("/", json={"message": "what's pending?"}, headers=bearer(person)).status_code == 200
     results = tool_results(fake_anthropic.requests[-1])
     assert [result["content"] for result in results] == [
-        "#2 Wed 2 Dec 2026 19:00 (Europe/Madrid): Mine.",
+        "#2 Wed 2 Dec 2026 19:00 (Europe/Madrid), on web: Mine.",
         f"Not done: no pending follow-up #{theirs}.",
     ]
     assert rows(job_database, "select content, status from follow_ups where user_id = %s", other) == [

@@ -104,7 +104,8 @@ def test_a_second_request_only_when_the_model_needs_the_result() -> None:
     scheduled = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10}))
     listed = tools.run(ToolCall("b", "list_follow_ups", {}))
     assert listed.content == (
-        "#1 Thu 10 Dec 2026 09:00 (Europe/Madrid): Thing 1.\n(new) Wed 2 Dec 2026 18:10 (Europe/Madrid): Call Ana."
+        "#1 Thu 10 Dec 2026 09:00 (Europe/Madrid), on telegram: Thing 1.\n"
+        "(new) Wed 2 Dec 2026 18:10 (Europe/Madrid): Call Ana."
     )
     assert not tools.must_answer(scheduled)
     assert tools.must_answer(listed)
@@ -290,3 +291,22 @@ def test_tomorrow_said_just_after_midnight_is_said_back_with_its_date() -> None:
         ToolCall("c", "schedule_follow_up", {"content": "Call Ana.", "day": "tomorrow", "time": "08:00"})
     )
     assert (said.content, morning.must_answer(said)) == ("Scheduled for Wed 9 Dec 2026 08:00 (Europe/Madrid).", False)
+
+
+def test_the_list_says_on_which_app_each_follow_up_comes_and_which_wait_for_a_message() -> None:
+    """On WhatsApp the person asks "will my dentist reminder come here?": the list gave only times
+    and texts, so the agent could not say that it comes on Telegram, where it was asked, nor that a
+    held WhatsApp one (its time passed) waits for their next WhatsApp message (a review of the
+    follow-ups as people use them)."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    dentist = FollowUp(1, "The dentist.", datetime(2026, 12, 3, 8, 0, tzinfo=UTC), "Europe/Madrid", Surface.TELEGRAM)
+    pills = FollowUp(2, "Pills.", datetime(2026, 12, 2, 7, 0, tzinfo=UTC), "Europe/Madrid", Surface.WHATSAPP, "held")
+    tools = turn_tools(FollowUpRules(), [pills, dentist], MADRID, now, None, Surface.WHATSAPP)
+    tools.run(ToolCall("a", "schedule_follow_up", {"content": "Stretch.", "in_minutes": 10}))
+    listed = tools.run(ToolCall("b", "list_follow_ups", {}))
+    assert listed.content == (
+        "#2 Wed 2 Dec 2026 08:00 (Europe/Madrid), on whatsapp, its time passed: said with their next WhatsApp"
+        " message: Pills.\n"
+        "#1 Thu 3 Dec 2026 09:00 (Europe/Madrid), on telegram: The dentist.\n"
+        "(new) Wed 2 Dec 2026 18:10 (Europe/Madrid), on whatsapp: Stretch."
+    )
