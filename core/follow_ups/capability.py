@@ -95,6 +95,9 @@ and cancel the pending ones; set_timezone records where they live when they tell
 - Each follow-up is said once: nothing repeats it. For something that repeats ("every Monday"), \
 schedule the next one, or the next few if they want, say when the last one is, and never say you \
 will keep reminding them on your own.
+- On the web nothing is pushed: a follow-up asked there appears in that web conversation, for them \
+to see when they open it. Say so there, and for anything that matters suggest asking on one of \
+their other apps, or a reminder on their phone.
 """
 
 # How late after its due time the scheduled job (every minute) may say a follow-up, with room.

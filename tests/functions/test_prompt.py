@@ -208,3 +208,15 @@ def test_the_prompt_and_the_tool_say_a_follow_up_is_said_once_so_every_monday_is
         " the next one, or the next few if they want, say when the last one is, and never say you will keep"
         " reminding them on your own.\n"
     ) in DEFAULT_SYSTEM_PROMPT
+
+
+def test_the_prompt_says_a_follow_up_asked_on_the_web_is_not_pushed() -> None:
+    """ "Remind me at 9 to call the bank" in the web chat: the follow-up is only stored in that
+    conversation (core/surfaces/web.py: nothing to push), seen when the page is open. Seen failing:
+    the prompt said it comes "on the app they use" and nothing more, so the agent promised a
+    reminder at 9 that a person who closed the tab never saw."""
+    assert (
+        "- On the web nothing is pushed: a follow-up asked there appears in that web conversation, for them to"
+        " see when they open it. Say so there, and for anything that matters suggest asking on one of their"
+        " other apps, or a reminder on their phone.\n"
+    ) in DEFAULT_SYSTEM_PROMPT
