@@ -266,6 +266,8 @@ class TurnTools:
         match = next((f for f in self.pending if f.id == wanted and f.id not in self.cancelled), None)
         if match is None:
             raise InvalidTime(f"no pending follow-up #{wanted}")
+        if match.status == "sending":  # the job has it: finish_turn cancels only pending and held ones
+            raise InvalidTime(f"#{match.id} is being sent right now: too late to cancel")
         said = f"Cancelled #{match.id} ({shown(match.due_at, self.zone)})."
         self.cancelled.append(match.id)
         return said

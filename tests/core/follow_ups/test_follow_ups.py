@@ -310,3 +310,16 @@ def test_the_list_says_on_which_app_each_follow_up_comes_and_which_wait_for_a_me
         "#1 Thu 3 Dec 2026 09:00 (Europe/Madrid), on telegram: The dentist.\n"
         "(new) Wed 2 Dec 2026 18:10 (Europe/Madrid), on whatsapp: Stretch."
     )
+
+
+def test_a_follow_up_being_sent_right_now_is_not_said_to_be_cancelled() -> None:
+    """At 09:00:10 the person writes "cancel my 9:00 reminder" as the job sends it (`sending`).
+    Seen failing: the tool answered "Cancelled #1", finish_turn deletes only pending and held ones,
+    and the reminder arrived after the agent said it was cancelled."""
+    now = datetime(2026, 12, 3, 8, 0, 10, tzinfo=UTC)
+    due = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    sending = FollowUp(1, "The dentist.", due, "Europe/Madrid", Surface.TELEGRAM, "sending")
+    tools = turn_tools(FollowUpRules(), [sending], MADRID, now, None)
+    said = tools.run(ToolCall("a", "cancel_follow_up", {"id": 1}))
+    assert (said.content, said.is_error) == ("Not done: #1 is being sent right now: too late to cancel.", True)
+    assert tools.changes() == {}
