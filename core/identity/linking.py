@@ -370,14 +370,19 @@ class Linking:
         """`/unlink` (its number beside a BSUID too), answered in the language of the person the
         chat was theirs, as remembered before it left them: the sender's own identity's only, never
         the number's (a number can have changed hands; turn.sql's rule for the number beside a BSUID)."""
-        unlinked, remembered = self._unlink(request.surface, key)
+        unlinked, remembered, waiting = self._unlink(request.surface, key)
         if request.also_known_as:
-            also, _ = self._unlink(request.surface, identity_key(request.surface, request.also_known_as))
-            unlinked += also
+            also, _, also_waiting = self._unlink(request.surface, identity_key(request.surface, request.also_known_as))
+            unlinked, waiting = unlinked + also, waiting + also_waiting
         language = self._catalogue.choose(stated, text, remembered=remembered)
-        return LinkAnswer(
-            self._catalogue.phrases(language).say("link.unlinked" if unlinked else "link.not_linked"), language
-        )
+        phrases = self._catalogue.phrases(language)
+        if not unlinked:
+            return LinkAnswer(phrases.say("link.not_linked"), language)
+        answer = phrases.say("link.unlinked")
+        if waiting:  # promised in this chat, and said to nobody unless it is linked again in time
+            pending = phrases.count("count.follow_ups", waiting)
+            answer += " " + phrases.say("link.unlinked_follow_ups", follow_ups=pending)
+        return LinkAnswer(answer, language)
 
     def redeem(
         self,
@@ -423,13 +428,14 @@ class Linking:
     def unlink(self, surface: Surface, identity_id: str) -> int:
         return self._unlink(surface, identity_id)[0]
 
-    def _unlink(self, surface: Surface, identity_id: str) -> tuple[int, str | None]:
-        """How many identities were unlinked, and the language of the person they were theirs."""
+    def _unlink(self, surface: Surface, identity_id: str) -> tuple[int, str | None, int]:
+        """How many identities were unlinked, the language of the person they were theirs, and how
+        many of that person's pending follow-ups were asked from it."""
         row = self._store.call(
             "unlink_identities",
             {"p_surface": surface.value, "p_user_id": None, "p_external_id": identity_key(surface, identity_id)},
         )
-        return int(row["unlinked"]), row.get("language") or None
+        return int(row["unlinked"]), row.get("language") or None, int(row.get("follow_ups") or 0)
 
     def refuse_under_owner(self) -> None:
         if self._identity.mode == "owner":

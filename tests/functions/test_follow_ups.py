@@ -35,6 +35,7 @@ from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, t
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
+    ENGLISH,
     JWT_SECRET,
     PUBLIC_BASE_URL,
     TELEGRAM_HEADERS,
@@ -1539,3 +1540,31 @@ def test_a_reminder_at_a_time_of_day_in_a_timezone_only_assumed_is_said_with_tha
         ("Call mum.", datetime(2026, 12, 3, 9, 0, tzinfo=UTC)),
         ("Water the plants.", datetime(2026, 12, 4, 7, 0, tzinfo=UTC)),  # 18:00 in Sydney (UTC+11)
     ]
+
+
+def test_unlinking_a_chat_says_the_reminders_asked_there_will_not_come_to_it(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """Linked to their web account, the person asks on Telegram to be reminded in an hour, then
+    sends /unlink. The reminder stays with the web account and reaches that chat only if it is
+    linked again before it is due (delivery.py: said to nobody, given up). Seen failing: the answer
+    said only "Unlinked. From your next message this chat starts fresh...", and the reminder the
+    agent had promised in that chat never came."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    fake_anthropic.answer = remind("Pick up the keys.", in_minutes=60)
+    telegram_turn("in an hour remind me to pick up the keys", apps.chat)
+    telegram_turn("/unlink", apps.chat)
+    waiting = ENGLISH.say("link.unlinked_follow_ups", follow_ups=ENGLISH.count("count.follow_ups", 1))
+    assert fake_telegram.sent()[-1]["text"] == ENGLISH.say("link.unlinked") + " " + waiting
+    assert waiting == (
+        "What you asked me to send you later (1 reminder) stays with your web account: it comes to this chat"
+        " only if you link it again before it is due."
+    )
+    telegram_turn("/unlink", apps.chat)
+    assert fake_telegram.sent()[-1]["text"] == ENGLISH.say("link.not_linked")

@@ -361,7 +361,8 @@ $$;
 -- identity (/unlink on Telegram, `unlink` on WhatsApp, the operator's command). Only linked
 -- identities: one made by `auto` is its person's only way in. The person keeps every
 -- message, and their language; the identity's next message starts a new person.
--- Returns {"unlinked", "language"}: the language of the identity's person before (null for the
+-- Returns {"unlinked", "follow_ups", "language"}: how many of its person's pending follow-ups were
+-- asked from it; the language of the identity's person before (null for the
 -- web's, which names no identity), which the chat is answered in.
 create or replace function public.unlink_identities(
     p_surface text,
@@ -370,6 +371,7 @@ create or replace function public.unlink_identities(
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_count integer;
+    v_follow_ups integer;
     v_language text := public.person_language(null, p_surface, p_external_id);
 begin
     if p_user_id is null and p_external_id is null then
@@ -395,8 +397,13 @@ begin
          where v.user_id = g.user_id and v.at > clock_timestamp() - interval '1 day'
            and m.id = v.message_id and m.surface = g.surface and m.sender = g.external_id
     )
-    select count(*) into v_count from gone;
-    return jsonb_build_object('unlinked', v_count, 'language', v_language);
+    -- The follow-ups asked from an unlinked chat or number stay with its person, and reach it
+    -- only if linked again before they are due (follow_ups.sql): its answer says how many.
+    select (select count(*) from gone),
+           (select count(*) from public.follow_ups f join gone g on f.user_id = g.user_id
+             where f.surface = g.surface and f.sender = g.external_id and f.status in ('pending', 'held'))
+      into v_count, v_follow_ups;
+    return jsonb_build_object('unlinked', v_count, 'follow_ups', v_follow_ups, 'language', v_language);
 end;
 $$;
 
