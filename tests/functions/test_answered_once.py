@@ -567,7 +567,8 @@ def test_one_tap_on_someone_elses_deep_link_moves_nothing_until_the_chat_consent
     tapped = telegram.post("/", json=update(f"/start {code}", user_id=victim), headers=TELEGRAM_HEADERS)
     assert tapped.status_code == 200
     assert fake_telegram.sent()[-1]["text"].startswith(
-        "This code would join this chat to the web account m•••@example.net, and move what we have said here (2 messages)"
+        "This code would join this chat to the web account m•••@example.net, and move what we have said here"
+        " (2 messages)"
     )
     assert rows(database_url, "select count(*) from messages where user_id = %s", attacker) == [(0,)]
     later = telegram.post("/", json=update("And my locker is 12", user_id=victim), headers=TELEGRAM_HEADERS)
