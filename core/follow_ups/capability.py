@@ -282,7 +282,7 @@ class TurnTools:
         # 9", the calls in either order) is that time on this one.
         moved, kept = [], []
         for entry, wall in zip(self.scheduled, self.walls, strict=True):
-            if wall is None or entry["timezone"] == zone.key:
+            if wall is None or entry["timezone"] == self.timezone:
                 continue
             try:
                 due = resolve_when(self.now, zone, day=wall[0], at=wall[1])
