@@ -322,7 +322,13 @@ class Memory:
             except StoreUnavailable as exc:
                 wait = next(waits, math.inf)
                 if exc.final or time.monotonic() + wait + STORE_TRY_S > retry_until:
-                    log.error("finish_turn failed; the reply went out but is not stored", extra={"error": str(exc)})
+                    # What the agent may have promised and nothing will do: counted, never its words.
+                    changes = (follow_ups or {}).items()
+                    lost = {change: len(items) for change, items in changes if isinstance(items, list)}
+                    log.error(
+                        "finish_turn failed; the reply went out but is not stored",
+                        extra={"error": str(exc), "follow_ups_not_recorded": lost} if lost else {"error": str(exc)},
+                    )
                     return None
                 log.warning("finish_turn failed; trying again", extra={"error": str(exc), "wait_s": wait})
                 time.sleep(wait)

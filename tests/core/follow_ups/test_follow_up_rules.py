@@ -5,17 +5,19 @@ when its one rule is broken, and the privacy ones have a second person whose row
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database
-from tests.helpers import messages_read, rows
+from tests.helpers import FailingStore, messages_read, rows
 
 IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
 
@@ -186,3 +188,21 @@ def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_
             assert (claimed["user_id"], claimed["surface"], claimed["last_sender"]) == (str(person), "telegram", "4242")
             assert claimed["last_whatsapp_at"] is None
         assert reads[2_000] == reads[20] <= 2, reads
+
+
+def test_a_reply_that_cannot_be_stored_logs_the_follow_ups_it_loses(
+    store: PostgresStore, memory: Memory, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent said "I'll remind you", and finish_turn failed for good: the log said only that the
+    reply is not stored, so no one could tell a reminder was promised and will never come. It now
+    counts what was lost (never its words)."""
+    person = uuid.uuid4()
+    message = asked(memory, person)
+    failing = Memory(FailingStore(store, {"finish_turn_follow_ups"}), memory.limits)
+    changes = {"schedule": schedule("Take the pills.")["schedule"], "cancel": [7, 8], "timezone": "Europe/Madrid"}
+    with caplog.at_level(logging.ERROR, logger="crossmem.memory"):
+        assert failing.finish_turn(person, message, "I'll remind you.", follow_ups=changes, max_follow_ups=2) is None
+    [record] = [r for r in caplog.records if r.getMessage().startswith("finish_turn failed")]
+    assert record.follow_ups_not_recorded == {"schedule": 1, "cancel": 2}  # type: ignore[attr-defined]
+    assert "Take the pills." not in caplog.text
+    assert contents_of(database_url, person) == []
