@@ -21,6 +21,7 @@ from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigurationError
+from core.memory.retention import MAX_AGE_DAYS
 from core.model.prompt import DEFAULT_PERSONA
 from core.surfaces.adapter import Surface
 
@@ -131,7 +132,7 @@ class Settings(BaseSettings):
     link_attempts_per_hour: int = Field(default=5, ge=0)
 
     # Retention: `crossmem purge` without --older-than deletes messages older than this (0: never).
-    message_retention_days: int = Field(default=0, ge=0)
+    message_retention_days: int = Field(default=0, ge=0, le=MAX_AGE_DAYS)
     purge_batch: int = Field(default=5000, ge=1)
 
     # The model.

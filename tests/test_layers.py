@@ -150,6 +150,7 @@ ASKED_BY_FUNCTIONS = {
     "core.follow_ups.capability",
     "core.media.kinds",
     "core.memory.digest",
+    "core.memory.retention",  # MAX_AGE_DAYS, for functions/settings.py's MESSAGE_RETENTION_DAYS
     "core.memory.service",
     "core.model.prompt",
     "core.models",

@@ -26,15 +26,20 @@ from core.stores.store import MemoryStore
 # covers storing a reply that made the deadline (finish_turn's round trip, a connect timeout).
 FINISH_MARGIN = timedelta(minutes=1)
 _AGE = re.compile(r"^\s*(\d+)\s*([dh])\s*$", re.IGNORECASE)
+# The oldest age a purge takes (MESSAGE_RETENTION_DAYS too): older than any message. Past it the
+# cutoff soon leaves what Postgres's intervals and Python's dates hold (999999d is a date in BC).
+MAX_AGE_DAYS = 36_500
 
 
 def parse_age(text: str) -> timedelta:
-    """`90d` or `36h`: a positive number of days or hours."""
+    """`90d` or `36h`: a positive number of days or hours, at most MAX_AGE_DAYS."""
     match = _AGE.match(text)
-    if match is None or int(match[1]) == 0:
-        raise ValueError(f"{text!r} is not an age like 90d or 36h (a positive number of days or hours)")
-    amount = int(match[1])
-    return timedelta(days=amount) if match[2].lower() == "d" else timedelta(hours=amount)
+    hours = 0 if match is None else int(match[1]) * (24 if match[2].lower() == "d" else 1)
+    if not 0 < hours <= MAX_AGE_DAYS * 24:
+        raise ValueError(
+            f"{text!r} is not an age like 90d or 36h (a positive number of days or hours, at most {MAX_AGE_DAYS}d)"
+        )
+    return timedelta(hours=hours)
 
 
 def describe_age(age: timedelta) -> str:

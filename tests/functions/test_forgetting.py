@@ -248,7 +248,20 @@ def test_crossmem_purge_without_an_age_uses_message_retention_days(
     assert messages_left(purge_database) == 30
 
 
-@pytest.mark.parametrize("age", ["90", "90m", "0d"])
+@pytest.mark.parametrize("days", ["36501", "1000000", "1000000000"])
+def test_a_retention_past_a_century_is_refused_as_a_setting(
+    days: str, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was a traceback (OverflowError) past 999,999,999 days, and below that a cutoff in BC
+    # that the purge could not read, at every run of the scheduled job.
+    environment.setenv("MESSAGE_RETENTION_DAYS", days)
+    assert main(["purge", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("crossmem purge: invalid configuration: MESSAGE_RETENTION_DAYS")
+    assert "36500" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("age", ["90", "90m", "0d", "99999999999d", "999999d", "99999999h"])
 def test_crossmem_purge_refuses_an_age_that_is_not_days_or_hours(
     age: str, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

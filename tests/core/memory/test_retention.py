@@ -183,6 +183,19 @@ def test_other_ages_are_refused(text: str) -> None:
         parse_age(text)
 
 
+# An age past a century reached before the year 1 (999999d: Postgres's cutoff in BC, which Python
+# cannot read), past Postgres's intervals (99999999h) or past Python's (99999999999d: OverflowError).
+@pytest.mark.parametrize("text", ["36501d", "876001h", "999999d", "99999999h", "99999999999d"])
+def test_an_age_past_a_century_is_refused(text: str) -> None:
+    refused = r"is not an age like 90d or 36h \(a positive number of days or hours, at most 36500d\)"
+    with pytest.raises(ValueError, match=refused):
+        parse_age(text)
+
+
+def test_a_century_is_an_age() -> None:
+    assert parse_age("36500d") == timedelta(days=36500) and parse_age("876000h") == timedelta(days=36500)
+
+
 def test_the_in_flight_window_is_the_longest_deadline_and_a_minute() -> None:
     assert in_flight_window(25, 12, 60) == timedelta(seconds=120)
 
