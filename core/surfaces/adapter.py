@@ -72,11 +72,18 @@ class SurfaceRules:
     # carriers pass on, which another sender can forge; there, what cannot be undone (forgetting)
     # waits for a code sent to the number, which only its holder reads (core/memory/forgetting.py).
     sender_vouched_for: ClassVar[bool] = True
+    # What a sender is here, for whoever typed one that is not (an operator's `--external-id`).
+    sender_form: ClassVar[str] = "a sender id"
 
     @classmethod
     def key(cls, sender: str) -> str:
         """A sender as `identities` keys it."""
         return sender.strip()
+
+    @classmethod
+    def is_sender(cls, key: str) -> bool:
+        """Whether `key`, as `key` made it, can be a sender here (a message can come from it)."""
+        return bool(key)
 
     @classmethod
     def mask(cls, key: str) -> str:

@@ -64,6 +64,7 @@ class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.SMS
     label: ClassVar[str] = "SMS"
     sender_vouched_for: ClassVar[bool] = False  # a caller ID: forgetting and linking repeat a code sent to it
+    sender_form: ClassVar[str] = "an SMS number (+digits)"
 
     @classmethod
     def key(cls, sender: str) -> str:

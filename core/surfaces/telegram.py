@@ -46,6 +46,11 @@ class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.TELEGRAM
     label: ClassVar[str] = "Telegram"
     command_prefix: ClassVar[str] = "/"
+    sender_form: ClassVar[str] = "a Telegram user id (digits)"
+
+    @classmethod
+    def is_sender(cls, key: str) -> bool:
+        return re.fullmatch(r"-?[0-9]+", key) is not None
 
 
 def say_follow_up(send_parts: Callable[[int, str, int], Sent]) -> SayFollowUp:

@@ -45,6 +45,7 @@ def whatsapp_key(sender: str) -> str:
 class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.WHATSAPP
     label: ClassVar[str] = "WhatsApp"
+    sender_form: ClassVar[str] = "a WhatsApp number (+digits) or BSUID"
 
     @classmethod
     def key(cls, sender: str) -> str:

@@ -202,6 +202,17 @@ EXTERNAL_ID = click.option(
 )
 
 
+def check_external_id(surface: Surface, external_id: str) -> None:
+    """A usage error, before anything runs, unless `external_id` keys an identity of `surface`: a
+    Telegram "abc" would be linked though no message can come from it, a number without digits
+    refused by the database in words an operator cannot act on."""
+    from core.surfaces import rules
+
+    surface_rules = rules(surface)
+    if not surface_rules.is_sender(surface_rules.key(external_id)):
+        raise click.BadParameter(f"{external_id!r} is not {surface_rules.sender_form}", param_hint="'--external-id'")
+
+
 @crossmem.command(help="join a chat or number to a person, without a code")
 @USER
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
@@ -210,6 +221,7 @@ EXTERNAL_ID = click.option(
 def link(user: str, surface: str, external_id: str, yes: bool) -> int:
     from functions import runtime
 
+    check_external_id(Surface(surface), external_id)
     if not confirmed(yes, f"Join {surface} {external_id} to {user}, moving its messages there?"):
         return 1
     outcome = runtime.linking().link(uuid.UUID(user), Surface(surface), external_id)
@@ -224,6 +236,7 @@ def link(user: str, surface: str, external_id: str, yes: bool) -> int:
 def unlink(surface: str, external_id: str) -> int:
     from functions import runtime
 
+    check_external_id(Surface(surface), external_id)
     unlinked = runtime.linking().unlink(Surface(surface), external_id)
     print(f"unlinked {unlinked} identity" if unlinked else f"{surface} {external_id} is not linked")
     return 0 if unlinked else 1

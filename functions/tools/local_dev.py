@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.models import Surface
+from core.surfaces import rules
 from functions.settings import ReadBy, Settings
 from functions.tools.function_settings import SURFACE_SETTINGS
 
@@ -115,7 +116,7 @@ def deliver_locally(
     secrets of `config`, to a running dev server; return the status and the reply it carried.
     Raises OSError when nothing answers at `base_url`."""
     if surface == "telegram":
-        if sender is not None and not re.fullmatch(r"-?[0-9]+", sender):
+        if sender is not None and not rules(Surface.TELEGRAM).is_sender(sender):
             raise ValueError(
                 f"--from on telegram is a Telegram user id (digits, e.g. {DEMO_TELEGRAM_ID}), not {sender!r}"
             )

@@ -335,3 +335,33 @@ def test_a_usage_error_exits_2_naming_its_option_before_anything_runs(
     assert exited.value.code == 2
     refused = "Error: Invalid value for '--user': 'not-a-uuid' is not a user id (a uuid)"
     assert capsys.readouterr().err.splitlines()[-1] == refused
+
+
+@pytest.mark.parametrize(
+    ("surface", "external_id", "refused"),
+    [
+        ("telegram", "abc", "'abc' is not a Telegram user id (digits)"),
+        ("telegram", "@somebody", "'@somebody' is not a Telegram user id (digits)"),
+        ("whatsapp", "hello", "'hello' is not a WhatsApp number (+digits) or BSUID"),
+        ("sms", "  ", "'  ' is not an SMS number (+digits)"),
+    ],
+)
+def test_link_and_unlink_refuse_an_id_that_is_none_of_its_surfaces(
+    two_threads: tuple[str, uuid.UUID, uuid.UUID],
+    capsys: pytest.CaptureFixture[str],
+    surface: str,
+    external_id: str,
+    refused: str,
+) -> None:
+    """A Telegram "abc" was linked (an identity no message can ever come from), a WhatsApp "hello"
+    ended in "link_identity failed: InvalidParameterValue"."""
+    url, person, _ = two_threads
+    for command in (
+        ["link", "--user", str(person), "--surface", surface, "--external-id", external_id, "--yes"],
+        ["unlink", "--surface", surface, "--external-id", external_id],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(command)
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"Error: Invalid value for '--external-id': {refused}"
+    assert count(url, "select count(*) from identities where user_id = %s", person) == 0
