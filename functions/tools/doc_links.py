@@ -19,5 +19,6 @@ WEBHOOKS = "docs/deploy.md#5-telegram-twilio-the-web"
 SCHEDULE = "docs/deploy.md#6-the-memory-digest-on-a-schedule"
 DOCTOR = "docs/deploy.md#7-check-it-crossmem-doctor"
 PARTLY_MIGRATED = "docs/deploy.md#a-partly-migrated-database"
+OLDER_DEFINITIONS = "docs/deploy.md#a-database-made-from-older-definitions"
 # docs/configuration.md: every setting.
 CONFIGURATION = "docs/configuration.md#configuration"

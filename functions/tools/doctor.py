@@ -3,8 +3,8 @@ fails (every fix names its page of docs/); `--json` for scripts, JSON even when 
 exit 1 when a check fails, and only then (a check skipped is not a failure).
 
 What it asks, and whom: the database (`DATABASE_URL`: reachable, every migration of
-infra/supabase/migrations applied, and every table and SQL function they define there:
-functions/tools/schema_objects.py); Secret Manager (`gcloud secrets list`: every secret the
+infra/supabase/migrations applied, and every table and SQL function they define there, each
+function as defined: functions/tools/schema_objects.py); Secret Manager (`gcloud secrets list`: every secret the
 deployed functions reference exists); each function (`gcloud functions describe`: deployed and
 ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
 or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
@@ -45,6 +45,7 @@ from functions.tools.doc_links import (
     DATABASE,
     DOCTOR,
     FUNCTIONS,
+    OLDER_DEFINITIONS,
     PARTLY_MIGRATED,
     SECRETS,
     WEBHOOKS,
@@ -58,7 +59,13 @@ from functions.tools.gcloud_checks import (
     check_secrets,
     describe,
 )
-from functions.tools.schema_objects import SchemaObject, defined_objects, missing_objects
+from functions.tools.schema_objects import (
+    SchemaObject,
+    defined_bodies,
+    defined_objects,
+    differing_functions,
+    missing_objects,
+)
 
 # The database.
 
@@ -87,7 +94,7 @@ def check_database(config: Settings) -> Check:
     migrations = sorted(MIGRATIONS.glob("*.sql"))
     wanted = [path.stem.partition("_")[0] for path in migrations]
     try:
-        applied, missing = read_schema(url, config.database_connect_timeout, migrations)
+        applied, missing, differing = read_schema(url, config.database_connect_timeout, migrations)
     except Exception as exc:  # the driver's error: its first line says what (Check masks a password in it)
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return fail(
@@ -102,6 +109,15 @@ def check_database(config: Settings) -> Check:
             f"reachable; {len(pending)} of {len(wanted)} migrations not applied: {', '.join(pending)}",
             f"`make db-push DB_URL=…` (or `crossmem migrate` with DATABASE_URL; {DATABASE})",
         )
+    if differing:
+        lacking = f"; {len(missing)} missing: {', '.join(map(str, missing))}" if missing else ""
+        return fail(
+            name,
+            f"made from other definitions than these: all {len(wanted)} migrations are recorded as applied, but "
+            f"{len(differing)} SQL function(s) differ from their definition in infra/supabase/schemas/: "
+            f"{', '.join(map(str, differing))}{lacking}",
+            f"a push runs no migration recorded as applied: bring the database across ({OLDER_DEFINITIONS})",
+        )
     if missing:
         return fail(
             name,
@@ -114,18 +130,25 @@ def check_database(config: Settings) -> Check:
     )
 
 
-def read_schema(url: str, connect_timeout_s: int, migrations: list[Path]) -> tuple[set[str], list[SchemaObject]]:
-    """The versions recorded in Supabase's bookkeeping table (empty when it does not exist), and
-    the tables and functions the applied ones define that the database lacks."""
+def read_schema(
+    url: str, connect_timeout_s: int, migrations: list[Path]
+) -> tuple[set[str], list[SchemaObject], list[SchemaObject]]:
+    """The versions recorded in Supabase's bookkeeping table (empty when it does not exist), the
+    tables and functions the applied ones define that the database lacks, and the functions it
+    has otherwise than they define them."""
     from core.stores.postgres_store import connect
 
     with connect(url, connect_timeout_s) as connection:
         table = connection.execute("select to_regclass('supabase_migrations.schema_migrations')").fetchone()
         if table is None or table[0] is None:
-            return set(), []
+            return set(), [], []
         applied = {row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")}
         ran = [path for path in migrations if path.stem.partition("_")[0] in applied]
-        return applied, missing_objects(connection, defined_objects(ran))
+        return (
+            applied,
+            missing_objects(connection, defined_objects(ran)),
+            differing_functions(connection, defined_bodies(ran)),
+        )
 
 
 # Telegram and Twilio: no project needed, though only a project says which URLs are ours.

@@ -1,11 +1,17 @@
-"""The tables and SQL functions the migrations define, and which of them a database lacks:
-`crossmem doctor` tells a partly migrated database (its bookkeeping says every migration ran, but
-a function or a table was dropped, or a migration was recorded without running) from a whole one.
+"""The tables and SQL functions the migrations define, which of them a database lacks, and which
+of its functions are not as defined: `crossmem doctor` tells a partly migrated database (its
+bookkeeping says every migration ran, but a function or a table was dropped, or a migration was
+recorded without running), and one made from other definitions (pushed from an earlier checkout:
+the baseline links to the definitions, so a changed definition changes a migration already
+recorded as applied, which no push runs again), from a whole one.
 
 The migrations are read, not the catalog of a reference database: each `create table` and `create
 [or replace] function` of a migration that the database records as applied, in order, less what a
 later one drops. A function is looked up by schema and name (an overload with other arguments
-counts as present); a table by schema and name among ordinary and partitioned tables.
+counts as present); a table by schema and name among ordinary and partitioned tables. A function's
+body is the text between its dollar quotes, which Postgres keeps as written (`prosrc`): a function
+whose last definition's bodies are not all among the database's bodies of that name differs. A
+SQL-standard body (`begin atomic`, `return`), kept parsed, is looked up by name only.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ _STATEMENT = re.compile(
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"--[^\n]*")
+# A function's statement as it starts a line (never inside a comment), then what ends its header:
+# its body's opening dollar quote, or the `;` of a SQL-standard body's first statement.
+_FUNCTION = re.compile(r"^\s*create\s+(?:or\s+replace\s+)?function\s+(\w+)\.(\w+)\s*\(", re.IGNORECASE | re.MULTILINE)
+_BODY_OPENS = re.compile(r"\bas\s+(\$\w*\$)|;", re.IGNORECASE)
 
 # One round trip: each expected object with whether the catalog has it.
 _MISSING = """
@@ -74,3 +84,41 @@ def missing_objects(connection: Any, expected: list[SchemaObject]) -> list[Schem
         )
     }
     return [o for o in expected if (o.kind, o.schema, o.name) in lacking]
+
+
+def defined_bodies(migrations: list[Path]) -> dict[SchemaObject, set[str]]:
+    """Each function `migrations` define with a dollar-quoted body: the bodies of the last
+    migration that defines its name (its overloads there)."""
+    last: dict[tuple[str, str], tuple[SchemaObject, set[str]]] = {}
+    for path in migrations:
+        text, here = path.read_text(), dict[tuple[str, str], tuple[SchemaObject, set[str]]]()
+        # Its comments blanked, where a header is read: one may hold a `;` (the offsets stay).
+        blanked = _COMMENT.sub(lambda comment: " " * len(comment[0]), text)
+        for match in _FUNCTION.finditer(blanked):
+            opens = _BODY_OPENS.search(blanked, match.end())
+            if opens is None or opens[1] is None:
+                continue
+            end = text.find(opens[1], opens.end())
+            key = (match[1].lower(), match[2].lower())
+            function = SchemaObject("function", *key, path.resolve().name)
+            here.setdefault(key, (function, set()))[1].add(text[opens.end() : end])
+        last.update(here)
+    return dict(last.values())
+
+
+def differing_functions(connection: Any, expected: dict[SchemaObject, set[str]]) -> list[SchemaObject]:
+    """Those of `expected` the database behind `connection` has, but not with every body defined."""
+    held: dict[tuple[str, str], set[str]] = {}
+    for schema, name, body in connection.execute(
+        """select n.nspname, p.proname, p.prosrc from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+            where n.nspname = any(%s)""",
+        (sorted({function.schema for function in expected}),),
+    ):
+        # As a file is read here (universal newlines): a body pushed from a checkout with Windows
+        # line ends is the same text.
+        held.setdefault((schema, name), set()).add(body.replace("\r\n", "\n"))
+    return [
+        function
+        for function, bodies in expected.items()
+        if (function.schema, function.name) in held and not bodies <= held[(function.schema, function.name)]
+    ]

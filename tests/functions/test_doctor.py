@@ -328,6 +328,59 @@ def test_a_partly_migrated_database_names_what_is_missing_and_where_it_is_define
             )
 
 
+def test_a_database_made_from_older_definitions_names_each_function_that_differs(
+    live: Live, environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pushed from an earlier checkout, then `make db-push` from this one: every baseline migration
+    is recorded as applied, so the push ("Remote database is up to date.") changed no function. The
+    doctor said ok, and a changed function failed each call (a new argument: UndefinedFunction, a
+    reply that went out unstored); a new one was "partly migrated", with a fix that left the others."""
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        runtime.reset()
+        with psycopg.connect(url, autocommit=True) as connection:
+            # An earlier body (same arguments), and an earlier signature in place of today's.
+            connection.execute(
+                """create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
+                   returns integer language sql immutable set search_path = '' as $$ select 0 $$"""
+            )
+            connection.execute("drop function public.finish_turn")
+            connection.execute(
+                """create function public.finish_turn(p_user_id uuid, p_user_message_id bigint)
+                   returns jsonb language sql set search_path = '' as $$ select null::jsonb $$"""
+            )
+            connection.execute("drop function public.record_delivery")
+            code, report = doctor_json(capsys)
+    migrations = sorted((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))
+    assert code == 1 and list(failed(report)) == ["database"]
+    assert failed(report)["database"] == {
+        "check": "database",
+        "status": "fail",
+        "detail": f"made from other definitions than these: all {len(migrations)} migrations are recorded as "
+        "applied, but 2 SQL function(s) differ from their definition in infra/supabase/schemas/: "
+        "function public.window_keeps (context.sql), function public.finish_turn (turn.sql); "
+        "1 missing: function public.record_delivery (turn.sql)",
+        "fix": "a push runs no migration recorded as applied: bring the database across "
+        f"({doc_links.OLDER_DEFINITIONS})",
+    }
+
+
+def test_a_function_pushed_from_a_checkout_with_crlf_line_ends_is_as_defined(
+    live: Live, environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkout with Windows line ends (git's autocrlf) pushes each body with them: the same text."""
+    definitions = (ROOT / "infra" / "supabase" / "schemas" / "context.sql").read_text()
+    start = definitions.index("create or replace function public.window_keeps(")
+    statement = definitions[start : definitions.index("$$;", start) + 3]
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        runtime.reset()
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(statement.replace("\n", "\r\n").encode())
+        code, report = doctor_json(capsys)
+    assert code == 0 and by_check(report)["database"]["status"] == "ok"
+
+
 def test_a_referenced_secret_missing_from_secret_manager(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
     live.gcloud.answer(["secrets", "list"], "".join(f"{s}\n" for s in SECRET_IDS if s != "crossmem-database-url"))
     code, report = doctor_json(capsys)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.stores.embedded import MIGRATIONS
-from functions.tools.schema_objects import SchemaObject, defined_objects
+from functions.tools.schema_objects import SchemaObject, defined_bodies, defined_objects
 
 
 def test_what_a_later_migration_drops_is_not_expected_and_what_it_makes_again_is(tmp_path: Path) -> None:
@@ -42,3 +42,35 @@ def test_the_baseline_defines_every_table_and_the_turns_functions_where_their_fi
         "public.stopped_generations",
         "crossmem_private.link_confirmation_key",
     } <= set(tables)
+
+
+def test_a_functions_bodies_are_its_last_definitions_as_written(tmp_path: Path) -> None:
+    first, second = tmp_path / "1_first.sql", tmp_path / "2_second.sql"
+    first.write_text(
+        "create or replace function public.kept(p int) returns int language sql as $$ select p $$;\n"
+        "create or replace function public.changed(p int) returns int language sql as $$ select 1 $$;\n"
+        "-- create or replace function public.only_in_a_comment() returns int as $$ select 9 $$;\n"
+        "create function public.standard(p int) returns int language sql\n    return p;\n"
+    )
+    second.write_text(
+        "create or replace function public.changed(\n"
+        "    p int,  -- the first; the second\n"
+        "    q int\n"
+        ") returns int language plpgsql as $body$\nbegin\n    return p + q; -- $$ is text here\nend\n$body$;\n"
+        "create or replace function public.changed(p text) returns int language sql as $$ select 2 $$;\n"
+    )
+    assert defined_bodies([first, second]) == {
+        SchemaObject("function", "public", "kept", "1_first.sql"): {" select p "},
+        SchemaObject("function", "public", "changed", "2_second.sql"): {
+            "\nbegin\n    return p + q; -- $$ is text here\nend\n",
+            " select 2 ",
+        },
+    }
+
+
+def test_every_function_of_the_baseline_has_its_body_but_the_sql_standard_ones() -> None:
+    migrations = sorted(MIGRATIONS.glob("*.sql"))
+    functions = {(o.schema, o.name) for o in defined_objects(migrations) if o.kind == "function"}
+    with_bodies = {(o.schema, o.name) for o in defined_bodies(migrations)}
+    assert functions - with_bodies == {("crossmem_private", "settled"), ("crossmem_private", "quoting")}
+    assert with_bodies <= functions
