@@ -64,7 +64,7 @@ class Settings(BaseSettings):
 
     # Where this runs: `local` relaxes nothing but the refusal to serve without secrets.
     app_env: Literal["local", "production"] = "production"
-    port: int = 8080
+    port: int = Field(default=8080, ge=1, le=65535)
 
     # Storage: DATABASE_URL (psycopg), else SUPABASE_URL (PostgREST rpc), else embedded.
     database_url: SecretStr | None = None

@@ -33,6 +33,8 @@ SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not e
 SURFACES_TO_LINK = click.Choice([surface.value for surface in Surface if surface.is_secondary])
 USER = user_option()
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of lines")
+# A port to serve on or reach (0, "any free port", would serve where the banner does not say).
+TCP_PORT = click.IntRange(1, 65535)
 
 
 class Commands(click.Group):
@@ -255,7 +257,7 @@ def dev_port(port: int | None) -> int:
 
 
 @crossmem.command(help="serve every function, the demo page and /healthz on 127.0.0.1")
-@click.option("--port", type=int, help="default: PORT, from the environment or .env (else 8080)")
+@click.option("--port", type=TCP_PORT, help="default: PORT, from the environment or .env (else 8080)")
 def dev(port: int | None) -> int:
     from functions.tools.local_dev import serve
 
@@ -266,7 +268,7 @@ def dev(port: int | None) -> int:
 @crossmem.command(help="send a signed message from another app (--surface) to the dev server")
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
 @click.option("--from", "sender", help="the sender on that app: a Telegram user id, a number (default: the demo owner)")
-@click.option("--port", type=int, help="the dev server's port (default: PORT, as for `crossmem dev`)")
+@click.option("--port", type=TCP_PORT, help="the dev server's port (default: PORT, as for `crossmem dev`)")
 @click.option("--url", help="server base URL (default http://127.0.0.1:PORT; its port is then the port)")
 @click.argument("text")
 def say(surface: str, sender: str | None, port: int | None, url: str | None, text: str) -> int:

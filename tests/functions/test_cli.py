@@ -154,6 +154,35 @@ def test_say_reads_port_like_dev_and_names_the_url_it_could_not_reach(port_from:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(("command", "port"), [("dev", "-1"), ("dev", "0"), ("say", "99999"), ("say", "-1")])
+def test_a_port_that_is_no_tcp_port_is_a_usage_error(
+    command: str, port: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`dev --port 99999` served on 34463 (the port modulo 65536) under a banner saying 99999, and
+    `dev --port -1` ended in a traceback (OverflowError: bind(): port must be 0-65535)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--port", port, *(["--surface", "telegram", "hello?"] if command == "say" else [])])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"Error: Invalid value for '--port': {port} is not in the range 1<=x<=65535."
+    )
+
+
+def test_a_port_setting_that_is_no_tcp_port_is_refused_as_configuration(tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PORT": "70000"}
+    done = subprocess.run(
+        [sys.executable, "-m", "functions.tools.cli", "say", "--surface", "telegram", "hello?"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "crossmem say: invalid configuration: PORT: Input should be less than or equal to 65535\n"
+
+
 # The commands that delete or move a person's memory: asked first, and a purge counts first.
 
 
