@@ -95,27 +95,42 @@ def _parameter(value: JsonScalar) -> bytes | None:
     return repr(value).encode()
 
 
+# libpq ends a URI's user part at its first '@': the rest of a password holding one unescaped is
+# taken for the host, which every connection error then quotes, past the logs' mask (no `user:`).
+UNESCAPED_AT = "an '@' of its password is written %40 (else the password's end is taken for the host)"
+
+
+def _password_in_host(parameters: dict[str, Any]) -> bool:
+    """Whether a host name holds an '@' (a socket's directory may: it is a path)."""
+    hosts = str(parameters.get("host") or "").split(",")
+    return any("@" in host and not host.startswith("/") for host in hosts)
+
+
 def parsed(conninfo: str) -> str:
     """The connection string, once it parses: a mistyped one (`postgres:S3cret@host/x`, a missing
-    scheme) is a ConfigurationError naming DATABASE_URL and quoting nothing of it, raised before
-    any connection is tried, so no pool retries it (and logs it) on every turn."""
+    scheme, a password's unescaped '@') is a ConfigurationError naming DATABASE_URL and quoting
+    nothing of it, raised before any connection is tried, so no pool retries it (and logs it) on
+    every turn."""
     try:
-        conninfo_to_dict(conninfo)
+        parameters = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
         raise ConfigurationError(
             "DATABASE_URL is not a connection string: write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
         ) from None
+    if _password_in_host(parameters):
+        raise ConfigurationError(f"DATABASE_URL is not a connection string: {UNESCAPED_AT}")
     return conninfo
 
 
 def conninfo_problem(conninfo: str) -> str | None:
     """What psycopg says is wrong with a connection string (quoting it, password and all: a log
-    line or `crossmem doctor` masks it), None when it parses."""
+    line or `crossmem doctor` masks it), or that a password's '@' was left unescaped (quoting
+    nothing); None when it parses."""
     try:
-        conninfo_to_dict(conninfo)
+        parameters = conninfo_to_dict(conninfo)
     except psycopg.Error as exc:
         return str(exc).strip()
-    return None
+    return UNESCAPED_AT if _password_in_host(parameters) else None
 
 
 def connect(conninfo: str, connect_timeout_s: int) -> psycopg.Connection[Any]:

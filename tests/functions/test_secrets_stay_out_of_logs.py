@@ -70,6 +70,33 @@ def test_a_mistyped_database_url_never_prints_its_password(
         assert masked in printed  # the lines that quoted it are there, masked
 
 
+def test_a_password_with_an_unescaped_at_never_reaches_a_log_line_as_a_host(
+    environment: pytest.MonkeyPatch,
+    fake_telegram: FakeTelegram,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """libpq ends the user's part at the first '@': the rest of a password `S3cr@TopSecret` was taken
+    for the host, and every pool line and the doctor quoted it ("failed to resolve host
+    'TopSecret@127.0.0.1'"), unmasked (no `user:` before it), on every turn."""
+    from functions.tools.cli import main
+
+    environment.setenv("DATABASE_URL", "postgresql://postgres:S3cr@TopSecret@127.0.0.1/x")
+    environment.setenv("DATABASE_CONNECT_TIMEOUT", "1")
+    with caplog.at_level(logging.DEBUG):
+        client = app_client("telegram_webhook")
+        update = telegram_skeleton(31339, 4242, "hello")
+        response = client.post("/", json=update, headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
+        assert response.status_code == 200  # answered without history
+        assert main(["doctor"]) == 1
+    printed = "".join(capfd.readouterr())
+    logged = [record_text(record) for record in caplog.records if reaches_the_root(record)]
+    assert "TopSecret" not in printed and not [line for line in logged if "TopSecret" in line]
+    assert '"logger": "psycopg.pool"' not in printed  # parsed before use: no pool ever tries it
+    said = "DATABASE_URL is not a connection string: an '@' of its password is written %40"
+    assert f"FAIL  database: {said}" in printed and said in printed.split("FAIL")[0]
+
+
 def reaches_the_root(record: logging.LogRecord) -> bool:
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None and logger.parent is not None:
