@@ -78,7 +78,9 @@ def migrate(supabase_standins: bool) -> int:
     if config.database_url is None:
         print("crossmem migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
         return 2
+    from core.errors import StoreUnavailable
     from core.stores.embedded import prepare_database
+    from functions.logs import redacted
 
     try:
         applied = prepare_database(
@@ -86,6 +88,13 @@ def migrate(supabase_standins: bool) -> int:
             supabase_standins=supabase_standins,
             connect_timeout_s=config.database_connect_timeout,
         )
+    except StoreUnavailable as exc:  # no connection: the driver's first line says why (a password masked)
+        why = str(exc.__cause__ or "").strip().splitlines()
+        print(
+            f"crossmem migrate: {redacted(f'cannot connect to the database: {why[0]}') if why else exc}",
+            file=sys.stderr,
+        )
+        return 1
     except Exception as exc:  # the driver's error, whose class only the store module may name
         missing = next((part for part in SUPABASE_PARTS if part in str(exc)), None)
         if missing is None or supabase_standins:

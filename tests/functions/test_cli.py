@@ -18,7 +18,7 @@ from core.models import Person, Surface
 from core.stores.embedded import MIGRATIONS
 from functions import runtime
 from functions.tools.cli import main
-from tests.database import fresh_database, migrated_database
+from tests.database import fresh_database, migrated_database, with_database
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import TELEGRAM_SECRET, as_owner, count, free_port
 
@@ -50,6 +50,25 @@ def test_migrate_on_a_plain_postgres_says_to_use_the_standins(
     assert captured.err.startswith(('crossmem migrate: role "anon" does not exist', 'crossmem migrate: schema "auth"'))
     assert "this Postgres is not a Supabase project. Run `crossmem migrate --supabase-standins`" in captured.err
     assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+def test_migrate_says_why_it_cannot_connect_and_masks_the_password(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """It said "cannot connect to the database: OperationalError" for a database that does not
+    exist, a server that does not answer and a password refused alike."""
+    monkeypatch.chdir(str(tmp_path))
+    missing = with_database(postgres_server, "crossmem_test_no_such_database")
+    monkeypatch.setenv("DATABASE_URL", missing)
+    assert main(["migrate"]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("crossmem migrate: cannot connect to the database: connection failed: ")
+    assert said.endswith('database "crossmem_test_no_such_database" does not exist\n') and said.count("\n") == 1
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://postgres:hunter2-password@127.0.0.1:{free_port()}/postgres")
+    assert main(["migrate"]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("crossmem migrate: cannot connect to the database: connection failed: ")
+    assert "Connection refused" in said and "hunter2" not in said and said.count("\n") == 1
 
 
 def test_migrate_without_a_database_url_says_so(
