@@ -106,7 +106,27 @@ def migrate(supabase_standins: bool) -> int:
         )
         return 1
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
-    return 0
+    return 0 if as_defined(config.database_url.get_secret_value(), config.database_connect_timeout) else 1
+
+
+def as_defined(url: str, connect_timeout_s: int) -> bool:
+    """Whether the migrated database's SQL functions are the definitions' (one pushed from an
+    earlier checkout has the baseline recorded as applied, which no push runs again); says which not."""
+    from core.stores.embedded import MIGRATIONS
+    from core.stores.postgres_store import connect
+    from functions.tools.doc_links import OLDER_DEFINITIONS
+    from functions.tools.schema_objects import defined_bodies, differing_functions
+
+    with connect(url, connect_timeout_s) as connection:
+        differing = differing_functions(connection, defined_bodies(sorted(MIGRATIONS.glob("*.sql"))))
+    if differing:
+        print(
+            f"crossmem migrate: made from other definitions than these: {len(differing)} SQL function(s) differ "
+            f"from their definition in infra/supabase/schemas/: {', '.join(map(str, differing))}; a push runs no "
+            f"migration recorded as applied: bring the database across ({OLDER_DEFINITIONS})",
+            file=sys.stderr,
+        )
+    return not differing
 
 
 @crossmem.command(help="print a person's latest messages over every surface")

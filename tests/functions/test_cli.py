@@ -38,6 +38,30 @@ def test_migrate_applies_once_then_reports_up_to_date(
         assert "up to date" in capsys.readouterr().out
 
 
+def test_migrate_up_to_date_on_a_database_made_from_older_definitions_says_so(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """Its baseline recorded as applied, a function as an earlier checkout defined it: migrate said
+    "up to date" and exited 0, as `make db-push` says "Remote database is up to date."."""
+    monkeypatch.chdir(str(tmp_path))
+    with migrated_database(postgres_server) as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(
+                """create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
+                   returns integer language sql immutable set search_path = '' as $$ select 0 $$"""
+            )
+        assert main(["migrate"]) == 1
+    said, complained = capsys.readouterr()
+    assert said == "applied 0 migration(s); up to date\n"
+    assert complained == (
+        "crossmem migrate: made from other definitions than these: 1 SQL function(s) differ from their "
+        "definition in infra/supabase/schemas/: function public.window_keeps (context.sql); a push runs no "
+        "migration recorded as applied: bring the database across "
+        "(docs/deploy.md#a-database-made-from-older-definitions)\n"
+    )
+
+
 def test_migrate_on_a_plain_postgres_says_to_use_the_standins(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
 ) -> None:
