@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import pq, sql
@@ -125,11 +126,17 @@ def parsed(conninfo: str) -> str:
 def conninfo_problem(conninfo: str) -> str | None:
     """What psycopg says is wrong with a connection string (quoting it, password and all: a log
     line or `crossmem doctor` masks it), or that a password's '@' was left unescaped (quoting
-    nothing); None when it parses."""
+    nothing); None when it parses. A URI's password is masked here: psycopg may quote it alone
+    (`unexpected spaces found in "Top Secret"`), with no `user:` before it for a mask to find."""
     try:
         parameters = conninfo_to_dict(conninfo)
     except psycopg.Error as exc:
-        return str(exc).strip()
+        said = str(exc).strip()
+        try:
+            password = urlsplit(conninfo).password if "://" in conninfo else None
+        except ValueError:  # a port urllib cannot read: psycopg's message is left to the mask
+            password = None
+        return said.replace(password, "***") if password else said
     return UNESCAPED_AT if _password_in_host(parameters) else None
 
 

@@ -97,6 +97,29 @@ def test_a_password_with_an_unescaped_at_never_reaches_a_log_line_as_a_host(
     assert f"FAIL  database: {said}" in printed and said in printed.split("FAIL")[0]
 
 
+@pytest.mark.parametrize(
+    ("password", "said"),
+    [
+        ("Top Secret", 'unexpected spaces found in "***", use percent-encoded spaces (%20) instead'),
+        ("Top%ZZSecret", 'invalid percent-encoded token: "***"'),
+    ],
+)
+def test_the_doctor_never_quotes_a_password_psycopg_cannot_read(
+    environment: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], password: str, said: str
+) -> None:
+    """psycopg names the token it cannot read, the password alone, with no `user:` before it to
+    mask: `crossmem doctor` printed "unexpected spaces found in "Top Secret"" as it was."""
+    from functions.tools.cli import main
+
+    environment.setenv("DATABASE_URL", f"postgresql://postgres:{password}@127.0.0.1:5432/postgres")
+    assert main(["doctor", "--json"]) == 1
+    assert main(["doctor"]) == 1
+    printed = "".join(capfd.readouterr())
+    assert "Secret" not in printed
+    assert f'"detail": "DATABASE_URL is not a connection string: {said}'.replace('"***"', '\\"***\\"') in printed
+    assert f"FAIL  database: DATABASE_URL is not a connection string: {said}." in printed
+
+
 def reaches_the_root(record: logging.LogRecord) -> bool:
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None and logger.parent is not None:
