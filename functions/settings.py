@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigurationError
@@ -35,6 +36,22 @@ def comma_separated(value: object) -> object:
 
 # Split by its type, wherever it is declared: a new surface's owners' list needs no other line.
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(comma_separated)]
+
+
+def http_url(value: str | None) -> str | None:
+    """A base URL the SDKs and httpx will call: http or https, a host, a port that is a number
+    (httpx met `http://localhost:80x81` at the first call, a 500 on every delivery)."""
+    try:
+        parts = urlsplit(value or "")
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a port that is no number, an unclosed IPv6 bracket
+        valid = False
+    if value is not None and not valid:
+        raise ValueError("not an http(s) URL with a host")
+    return value
+
+
+HttpUrl = AfterValidator(http_url)
 
 
 class ReadBy(Enum):
@@ -137,7 +154,7 @@ class Settings(BaseSettings):
 
     # The model.
     anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str | None = None
+    anthropic_base_url: Annotated[str | None, HttpUrl] = None
     # Anthropic's current Sonnet (models overview and its migration guide, read 2026): adaptive
     # thinking is on by default, and max_tokens bounds thinking and reply together, so it leaves
     # room for both; `low` effort keeps a chat turn inside the surfaces' deadlines (12 s on WhatsApp).
@@ -160,7 +177,7 @@ class Settings(BaseSettings):
     telegram_webhook_secret: Annotated[SecretStr | None, setting_of(Surface.TELEGRAM, read_by=ReadBy.ITS_FUNCTION)] = (
         None
     )
-    telegram_api_base: Annotated[str, setting_of(Surface.TELEGRAM)] = "https://api.telegram.org"
+    telegram_api_base: Annotated[str, setting_of(Surface.TELEGRAM), HttpUrl] = "https://api.telegram.org"
     telegram_bot_username: str | None = None
     telegram_reply_in_webhook: Annotated[bool, setting_of(Surface.TELEGRAM, read_by=ReadBy.ITS_FUNCTION)] = False
     # Stream the reply as it is written (sendMessageDraft).
@@ -180,7 +197,7 @@ class Settings(BaseSettings):
     # The sender of messages the agent starts: whatsapp:+14155238886.
     twilio_whatsapp_from: Annotated[str | None, setting_of(Surface.WHATSAPP)] = None
     # Twilio's REST API (tests point it at a fake).
-    twilio_api_base: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None
+    twilio_api_base: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS), HttpUrl] = None
     # An approved WhatsApp template (Content API, HX...) with one variable, {{1}}: the follow-up's
     # text. Outside the 24-hour window a follow-up goes out through it (the scheduled job); unset,
     # it waits for the person's next WhatsApp message, which the tool scheduling it says (the turn).
@@ -191,9 +208,9 @@ class Settings(BaseSettings):
     twilio_webhook_shared_key: Annotated[
         SecretStr | None, setting_of(Surface.WHATSAPP, Surface.SMS, read_by=ReadBy.ITS_FUNCTION)
     ] = None
-    public_base_url: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS, read_by=ReadBy.ITS_FUNCTION)] = (
-        None
-    )
+    public_base_url: Annotated[
+        str | None, setting_of(Surface.WHATSAPP, Surface.SMS, read_by=ReadBy.ITS_FUNCTION), HttpUrl
+    ] = None
     whatsapp_model_deadline: Annotated[float, setting_of(Surface.WHATSAPP)] = Field(default=12.0, gt=0)
 
     # SMS through Twilio (the account, token and shared key above).
@@ -210,14 +227,14 @@ class Settings(BaseSettings):
     voice_seconds_per_day: int = Field(default=1800, ge=0)  # a person's transcribed voice a day; 0: no limit
     media_fetch_timeout: float = Field(default=5.0, gt=0)
     deepgram_api_key: SecretStr | None = None  # unset: voice notes get a polite answer, not a transcript
-    deepgram_api_base: str = "https://api.deepgram.com"
+    deepgram_api_base: Annotated[str, HttpUrl] = "https://api.deepgram.com"
     deepgram_model: str = "nova-3"
     transcription_timeout: float = Field(default=8.0, gt=0)
     media_descriptions: bool = True  # a small model (ANTHROPIC_DIGEST_MODEL) describes photos and PDFs
 
     # Web.
     supabase_jwt_secret: Annotated[SecretStr | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
-    supabase_jwks_url: Annotated[str | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
+    supabase_jwks_url: Annotated[str | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION), HttpUrl] = None
     cors_origins: Annotated[CommaList, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = []
     web_model_deadline: Annotated[float, setting_of(Surface.WEB)] = Field(default=60.0, gt=0)
     # POST /conversations: web conversations never written in a person may hold (0: no limit).

@@ -79,3 +79,15 @@ def test_locally_the_embedded_database_and_the_offline_model_are_fine(environmen
     environment.setenv("TELEGRAM_REPLY_IN_WEBHOOK", "true")
     headers = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
     assert app_client("telegram_webhook").post("/", json=update("hi"), headers=headers).status_code == 200
+
+
+def test_a_bot_api_base_that_is_no_url_is_a_503_with_its_reason_not_a_500(environment: pytest.MonkeyPatch) -> None:
+    """It was a 500 (httpx: "invalid literal for int() with base 10: '80x81'") on every delivery."""
+    environment.setenv("TELEGRAM_API_BASE", "http://localhost:80x81")
+    client = app_client("telegram_webhook")
+    response = client.post("/", json=update("hello"), headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
+    assert response.status_code == 503
+    assert response.get_json() == {
+        "error": "not_configured",
+        "message": "invalid configuration: TELEGRAM_API_BASE: Value error, not an http(s) URL with a host",
+    }
