@@ -244,16 +244,32 @@ def test_remind_me_tomorrow_at_9_on_telegram_is_said_once_at_9_madrid_time_and_r
     assert context[2].endswith("] Thanks for the reminder!")
 
 
-def test_a_whatsapp_follow_up_outside_the_window_goes_through_the_template(
+@pytest.mark.parametrize(
+    ("content", "variable"),
+    [
+        ("Check in about the budget.", "Check in about the budget."),
+        # WhatsApp refuses a template variable holding a line break, a tab or more than four spaces
+        # in a row (Twilio's error 63013, "Channel policy violation", reported after the send was
+        # accepted): a reminder's list, due outside the window, never reached the person, and the
+        # job counted it sent. Its lines go as one; the thread keeps them as the model wrote them.
+        (
+            "For the market:\n- milk\n- eggs\n\nAnd\tcall Ana      after.",
+            "For the market: - milk - eggs And call Ana after.",
+        ),
+    ],
+)
+def test_a_whatsapp_follow_up_outside_the_window_goes_through_the_template_on_one_line(
     environment: pytest.MonkeyPatch,
     job_database: str,
     clock: Clock,
     fake_anthropic: FakeAnthropic,
     fake_twilio: FakeTwilio,
+    content: str,
+    variable: str,
 ) -> None:
     environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
     number = "whatsapp:+34611000001"
-    fake_anthropic.answer = remind("Check in about the budget.", "Europe/Madrid", day="friday", time="19:30")
+    fake_anthropic.answer = remind(content, "Europe/Madrid", day="friday", time="19:30")
     fields = form("Check in with me on Friday evening about the budget", sender=number)
     whatsapp = app_client("whatsapp_webhook")
     assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == ["I'll remind you."]
@@ -263,37 +279,10 @@ def test_a_whatsapp_follow_up_outside_the_window_goes_through_the_template(
 
     assert run_job()["follow_ups_sent"] == 1
 
-    assert [(m["To"], m["ContentSid"], m["ContentVariables"]) for m in fake_twilio.messages] == [
-        (number, TEMPLATE, '{"1": "Check in about the budget."}')
+    assert [(m["To"], m["ContentSid"], json.loads(m["ContentVariables"])) for m in fake_twilio.messages] == [
+        (number, TEMPLATE, {"1": variable})
     ]
     assert "Body" not in fake_twilio.messages[0]
-
-
-def test_a_follow_up_of_several_lines_goes_through_the_template_on_one_line(
-    environment: pytest.MonkeyPatch,
-    job_database: str,
-    clock: Clock,
-    fake_anthropic: FakeAnthropic,
-    fake_twilio: FakeTwilio,
-) -> None:
-    """WhatsApp refuses a template variable holding a line break, a tab or more than four spaces in
-    a row (Twilio's error 63013, "Channel policy violation", reported after the send was accepted):
-    a list of a reminder, due outside the window, never reached the person, and the job counted it
-    sent. Its lines go as one; the thread keeps them as the model wrote them."""
-    environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
-    number = "whatsapp:+34611000003"
-    content = "For the market:\n- milk\n- eggs\n\nAnd\tcall Ana      after."
-    fake_anthropic.answer = remind(content, day="friday", time="19:30")
-    fields = form("On Friday evening remind me of my market list", sender=number)
-    app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
-    clock.at = datetime(2026, 12, 4, 18, 31, tzinfo=UTC)
-    execute(job_database, "update messages set created_at = %s - interval '2 days'", clock.at)
-
-    assert run_job()["follow_ups_sent"] == 1
-
-    assert [json.loads(m["ContentVariables"]) for m in fake_twilio.messages] == [
-        {"1": "For the market: - milk - eggs And call Ana after."}
-    ]
     assert follow_ups(job_database)[0][0] == content
 
 
