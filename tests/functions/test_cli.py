@@ -184,14 +184,7 @@ def test_say_reads_port_like_dev_and_names_the_url_it_could_not_reach(port_from:
         env["PORT"] = str(port)
     else:
         (tmp_path / ".env").write_text(f"PORT={port}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "functions.tools.cli", "say", "--surface", "telegram", "hello?"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = say_hello(env, tmp_path)
     assert done.returncode == 1 and done.stdout == ""
     assert f"could not reach the dev server at http://127.0.0.1:{port} " in done.stderr
     assert "Traceback" not in done.stderr
@@ -214,16 +207,15 @@ def test_a_port_that_is_no_tcp_port_is_a_usage_error(
 
 def test_a_port_setting_that_is_no_tcp_port_is_refused_as_configuration(tmp_path: Path) -> None:
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PORT": "70000"}
-    done = subprocess.run(
-        [sys.executable, "-m", "functions.tools.cli", "say", "--surface", "telegram", "hello?"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = say_hello(env, tmp_path)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == "crossmem say: invalid configuration: PORT: Input should be less than or equal to 65535\n"
+
+
+def say_hello(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`crossmem say --surface telegram hello?` in its own process, from `cwd`."""
+    command = [sys.executable, "-m", "functions.tools.cli", "say", "--surface", "telegram", "hello?"]
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 # The commands that delete or move a person's memory: asked first, and a purge counts first.
