@@ -226,10 +226,8 @@ class TurnTools:
         if waits := self._waits(due):
             said += waits
             self.told.add(call_id)
-        local = self.now.astimezone(self.zone)
-        late_night = local.hour < SMALL_HOURS_END and not self.assumed  # on a clock that is theirs (else ASSUMED)
-        if late_night and (_text(arguments.get("day")) or "").strip().lower() == "tomorrow":
-            said += AFTER_MIDNIGHT.format(now=local, due=due.astimezone(self.zone))
+        if not self.assumed and (late := self._after_midnight(_text(arguments.get("day")), due)):
+            said += late  # on a clock that is theirs (else ASSUMED)
             self.told.add(call_id)
         if self.assumed and minutes is None:  # a time of day, on a clock the person never gave
             said += ASSUMED.format(zone=self.zone.key)
@@ -237,6 +235,13 @@ class TurnTools:
         self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})
         self.walls.append(None if minutes is not None else (_text(arguments.get("day")), _text(arguments.get("time"))))
         return said
+
+    def _after_midnight(self, day: str | None, due: datetime) -> str:
+        """AFTER_MIDNIGHT, for "tomorrow" said in the small hours of the turn's clock; else ''."""
+        local = self.now.astimezone(self.zone)
+        if local.hour >= SMALL_HOURS_END or (day or "").strip().lower() != "tomorrow":
+            return ""
+        return AFTER_MIDNIGHT.format(now=local, due=due.astimezone(self.zone))
 
     def _waits(self, due: datetime) -> str:
         """WAITS, for a follow-up due past the window in which the turn's surface can say it; else ''."""
@@ -294,6 +299,9 @@ class TurnTools:
             moved.append(f"{shown(due, zone)}: {entry['content']}")
             if waits:  # moved past the window its schedule said it was within
                 moved[-1] += " (it now may wait:" + waits + ")"
+                self.told.add(call_id)
+            if late := self._after_midnight(wall[0], due):  # "tomorrow", and it is the small hours there
+                moved[-1] += " (" + late.strip() + ")"
                 self.told.add(call_id)
         if moved:
             said += " The follow-ups scheduled in this turn at a time of day are now at that time there: "

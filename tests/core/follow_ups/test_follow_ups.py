@@ -323,3 +323,26 @@ def test_a_follow_up_being_sent_right_now_is_not_said_to_be_cancelled() -> None:
     said = tools.run(ToolCall("a", "cancel_follow_up", {"id": 1}))
     assert (said.content, said.is_error) == ("Not done: #1 is being sent right now: too late to cancel.", True)
     assert tools.changes() == {}
+
+
+def test_tomorrow_moved_by_a_timezone_set_after_midnight_there_is_said_back_with_its_date() -> None:
+    """A person whose timezone is Madrid lands in Sydney and writes at 00:30 there on Thursday
+    "I'm in Sydney now, remind me tomorrow at 8". The schedule reads Madrid's clock (14:30 on
+    Wednesday: only recorded), set_timezone moves it to "tomorrow" on Sydney's, Friday. Seen
+    failing: the move was only recorded, so the agent said "tomorrow at 8" and the person, meaning
+    the coming morning, got it a day late; now the move says which day it is, as a schedule made in
+    the small hours does, and the model is asked again."""
+    now = datetime(2026, 12, 2, 13, 30, tzinfo=UTC)  # Thursday 3 December, 00:30 in Sydney
+    tools = turn_tools(FollowUpRules(), [], MADRID, now, None, Surface.TELEGRAM)
+    scheduled = tools.run(
+        ToolCall("a", "schedule_follow_up", {"content": "Call mum.", "day": "tomorrow", "time": "08:00"})
+    )
+    assert not tools.must_answer(scheduled)
+    moved = tools.run(ToolCall("b", "set_timezone", {"timezone": "Australia/Sydney"}))
+    assert moved.content == (
+        "Timezone set to Australia/Sydney; it is Thu 00:30 there now. The follow-ups scheduled in this turn at a"
+        " time of day are now at that time there: Fri 4 Dec 2026 08:00 (Australia/Sydney): Call mum. (It is"
+        " Thu 00:30 there: tomorrow is Friday, not the coming morning. Say the day with its date, so that they"
+        " can say if they meant today.)"
+    )
+    assert tools.must_answer(moved)
