@@ -340,3 +340,18 @@ def test_forget_says_it_also_cancels_the_reminders_the_person_is_waiting_for(
     assert ENGLISH.say("forget.follow_ups_cancelled", follow_ups="1 reminder") in forgetting.answer(ask)
     assert forgetting.answer(ForgetRequest(Surface.TELEGRAM, sender, True)) == forgotten(ENGLISH, 2)
     assert rows(database_url, "select count(*) from follow_ups where user_id = %s", start.user_id) == [(0,)]
+
+
+def test_forget_counts_only_the_persons_own_reminders(memory: Memory, forgetting: Forgetting) -> None:
+    """Another person's pending reminders are not counted as the asker's (the count's user_id
+    filter: without it, the answer said everyone's)."""
+    due = {"content": "Pills.", "due_at": "2027-01-04T08:00:00+00:00", "timezone": "UTC"}
+    senders = (chat(), chat())
+    for sender in senders:
+        start = memory.begin_turn(Person(sender_id=sender), Surface.TELEGRAM, "remind me", uuid.uuid4().hex)
+        assert start.user_id is not None and start.message_id is not None
+        memory.finish_turn(
+            start.user_id, start.message_id, "I will.", follow_ups={"schedule": [due]}, max_follow_ups=20
+        )
+    ask = ForgetRequest(Surface.TELEGRAM, senders[0], False)
+    assert forgetting.answer(ask) == will_delete(ENGLISH, 2, 1, "/forget confirm", follow_ups=1)
