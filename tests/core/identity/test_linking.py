@@ -685,3 +685,21 @@ def test_a_deep_link_asks_before_taking_a_chat_whose_messages_were_purged_but_wh
     said = linking.answer(LinkRequest(Surface.TELEGRAM, chat, linking.new_code(stranger).code, consented=False))
     assert said.text.startswith("This code would join this chat") and "0 messages" not in said.text, said.text
     store.close()
+
+
+def test_unlinking_counts_only_the_reminders_of_the_person_the_chat_leaves(linking: Linking, memory: Memory) -> None:
+    """A chat linked to one web account asks for a reminder and is unlinked (the reminder stays
+    with that account), then is linked to another account and unlinked again: its answer counts
+    none, the first account's reminder being no longer its person's (the count's user_id filter:
+    without it, the second answer said 1 reminder)."""
+    chat = f"{uuid.uuid4().int % 10**9}"
+    first, second = uuid.uuid4(), uuid.uuid4()
+    linking.link(first, Surface.TELEGRAM, chat)
+    start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "remind me at 9", uuid.uuid4().hex, sender=chat)
+    assert start.user_id == first and start.message_id is not None
+    due = {"content": "Pills.", "due_at": "2027-01-04T09:00:00+00:00", "timezone": "UTC"}
+    memory.finish_turn(first, start.message_id, "I will.", follow_ups={"schedule": [due]}, max_follow_ups=20)
+    waiting = ENGLISH.say("link.unlinked_follow_ups", follow_ups=ENGLISH.count("count.follow_ups", 1))
+    assert linking.answer(UnlinkRequest(Surface.TELEGRAM, chat)).text == ENGLISH.say("link.unlinked") + " " + waiting
+    linking.link(second, Surface.TELEGRAM, chat)
+    assert linking.answer(UnlinkRequest(Surface.TELEGRAM, chat)).text == ENGLISH.say("link.unlinked")
