@@ -304,7 +304,8 @@ class TurnTools:
                 moved[-1] += " (" + late.strip() + ")"
                 self.told.add(call_id)
         if moved:
-            said += " The follow-ups scheduled in this turn at a time of day are now at that time there: "
+            said += " The follow-ups scheduled in this turn at a time of day (do not schedule them again) are now at"
+            said += " that time there: "
             said += "; ".join(moved)
         if kept:  # at another time than the person asked for: they must be told
             said += " Not moved, so not at the time they asked: " + "; ".join(kept)

@@ -1553,7 +1553,7 @@ def test_unlinking_a_chat_says_the_reminders_asked_there_will_not_come_to_it(
     assert fake_telegram.sent()[-1]["text"] == ENGLISH.say("link.unlinked") + " " + waiting
     assert waiting == (
         "What you asked me to send you later (1 reminder) stays with your web account: it comes to this chat"
-        " only if you link it again before it is due."
+        " only if you link it again in time."
     )
     telegram_turn("/unlink", apps.chat)
     assert fake_telegram.sent()[-1]["text"] == ENGLISH.say("link.not_linked")

@@ -228,7 +228,8 @@ def test_a_timezone_set_after_a_follow_up_in_the_same_turn_moves_it_to_that_time
     moved = tools.run(ToolCall("d", "set_timezone", {"timezone": "Australia/Sydney"}))
     assert (moved.content, moved.is_error) == (
         "Timezone set to Australia/Sydney; it is Thu 08:30 there now. The follow-ups scheduled in this turn at a"
-        " time of day are now at that time there: Fri 4 Dec 2026 09:00 (Australia/Sydney): Call mum.;"
+        " time of day (do not schedule them again) are now at that time there:"
+        " Fri 4 Dec 2026 09:00 (Australia/Sydney): Call mum.;"
         " Thu 3 Dec 2026 13:00 (Australia/Sydney): Lunch.",
         False,
     )
@@ -258,7 +259,8 @@ def test_a_timezone_set_after_a_follow_up_in_the_same_turn_moves_it_to_that_time
     waits = later.run(ToolCall("h", "set_timezone", {"timezone": "America/Los_Angeles"}))
     assert waits.content.startswith(
         "Timezone set to America/Los_Angeles; it is Wed 13:30 there now. The follow-ups scheduled in this turn at"
-        " a time of day are now at that time there: Thu 3 Dec 2026 20:00 (America/Los_Angeles): Call Bo. (it now"
+        " a time of day (do not schedule them again) are now at that time there:"
+        " Thu 3 Dec 2026 20:00 (America/Los_Angeles): Call Bo. (it now"
         " may wait: This app lets it reach them only within 24 hours of their last message here:"
     )
     assert later.must_answer(waits)
@@ -341,7 +343,8 @@ def test_tomorrow_moved_by_a_timezone_set_after_midnight_there_is_said_back_with
     moved = tools.run(ToolCall("b", "set_timezone", {"timezone": "Australia/Sydney"}))
     assert moved.content == (
         "Timezone set to Australia/Sydney; it is Thu 00:30 there now. The follow-ups scheduled in this turn at a"
-        " time of day are now at that time there: Fri 4 Dec 2026 08:00 (Australia/Sydney): Call mum. (It is"
+        " time of day (do not schedule them again) are now at that time there:"
+        " Fri 4 Dec 2026 08:00 (Australia/Sydney): Call mum. (It is"
         " Thu 00:30 there: tomorrow is Friday, not the coming morning. Say the day with its date, so that they"
         " can say if they meant today.)"
     )
