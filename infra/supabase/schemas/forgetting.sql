@@ -179,7 +179,7 @@ begin
             'conversations', (select count(*) from public.conversations c where c.user_id = v_user),
             -- the reminders they wait for, which go with their conversations (follow_ups.sql)
             'follow_ups', (select count(*) from public.follow_ups f
-                            where f.user_id = v_user and f.status in ('pending', 'sending', 'held'))) || v_language;
+                            where f.user_id = v_user and f.status in ('pending', 'held'))) || v_language;
     end if;
 
     delete from public.forget_requests r

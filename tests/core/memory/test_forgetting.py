@@ -325,15 +325,20 @@ def test_forget_says_it_also_cancels_the_reminders_the_person_is_waiting_for(
     """Asked on Telegram to remind them of two things, the person sends /forget to clear the
     history. Seen failing: the answer listed the messages and answers only, and confirming deleted
     the reminders too (they go with the conversation), so they waited for reminders that never
-    came. The answer now says they are cancelled too; one already said is not counted."""
+    came. The answer now says they are cancelled too; one already said is not counted, nor one the
+    job is sending at that moment (it holds its text, and says it)."""
     sender = chat()
     start = memory.begin_turn(Person(sender_id=sender), Surface.TELEGRAM, "remind me", uuid.uuid4().hex)
     assert start.user_id is not None and start.message_id is not None
-    due = [{"content": text, "due_at": "2027-01-04T08:00:00+00:00", "timezone": "UTC"} for text in ("Pills.", "Gym.")]
+    due = [
+        {"content": text, "due_at": "2027-01-04T08:00:00+00:00", "timezone": "UTC"}
+        for text in ("Pills.", "Gym.", "Walk.")
+    ]
     memory.finish_turn(
         start.user_id, start.message_id, "I'll remind you.", follow_ups={"schedule": due}, max_follow_ups=20
     )
     execute(database_url, "update follow_ups set status = 'sent' where content = 'Gym.'")
+    execute(database_url, "update follow_ups set status = 'sending', claimed_until = now() where content = 'Walk.'")
     ask = ForgetRequest(Surface.TELEGRAM, sender, False)
 
     assert forgetting.answer(ask) == will_delete(ENGLISH, 2, 1, "/forget confirm", follow_ups=1)
