@@ -265,10 +265,15 @@ def link(user: str, surface: str, external_id: str, yes: bool) -> int:
 @click.option("--surface", type=SURFACES_TO_LINK, required=True)
 @EXTERNAL_ID
 def unlink(surface: str, external_id: str) -> int:
+    from core.surfaces import rules
     from functions import runtime
 
-    check_external_id(Surface(surface), external_id)
-    unlinked = runtime.linking().unlink(Surface(surface), external_id)
+    # An identity an earlier release linked in no form of its surface (a Telegram "abc") is still
+    # unlinked: the form is checked only when nothing was, or when nothing can be keyed by it.
+    keyed = bool(rules(Surface(surface)).key(external_id))
+    unlinked = runtime.linking().unlink(Surface(surface), external_id) if keyed else 0
+    if not unlinked:
+        check_external_id(Surface(surface), external_id)
     print(f"unlinked {unlinked} identity" if unlinked else f"{surface} {external_id} is not linked")
     return 0 if unlinked else 1
 

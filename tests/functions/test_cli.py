@@ -429,3 +429,19 @@ def test_link_and_unlink_refuse_an_id_that_is_none_of_its_surfaces(
         assert exited.value.code == 2
         assert capsys.readouterr().err.splitlines()[-1] == f"Error: Invalid value for '--external-id': {refused}"
     assert count(url, "select count(*) from identities where user_id = %s", person) == 0
+
+
+def test_unlink_removes_an_identity_an_earlier_release_linked_in_no_form_of_its_surface(
+    two_threads: tuple[str, uuid.UUID, uuid.UUID], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before link checked the form, `crossmem link --external-id abc` linked a Telegram "abc";
+    `crossmem identities` lists it, and unlink must still take it away (it said it was no id)."""
+    url, person, _ = two_threads
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(
+            "insert into identities (surface, external_id, user_id, linked_at) values ('telegram', 'abc', %s, now())",
+            (person,),
+        )
+    assert main(["unlink", "--surface", "telegram", "--external-id", "abc"]) == 0
+    assert capsys.readouterr().out == "unlinked 1 identity\n"
+    assert count(url, "select count(*) from identities where user_id = %s", person) == 0
