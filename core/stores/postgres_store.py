@@ -17,13 +17,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import pq, sql
@@ -131,12 +131,12 @@ def conninfo_problem(conninfo: str) -> str | None:
     try:
         parameters = conninfo_to_dict(conninfo)
     except psycopg.Error as exc:
+        # The password as libpq reads it, to its first '@' or '/' ('#' and '?' included, where
+        # urllib would end it), past its first ':' (before a '/', taken for a port).
+        _, separator, rest = conninfo.partition("://")
+        password = re.split("[@/]", rest, maxsplit=1)[0].partition(":")[2] if separator else ""
         said = str(exc).strip()
-        try:
-            password = urlsplit(conninfo).password if "://" in conninfo else None
-        except ValueError:  # a port urllib cannot read: psycopg's message is left to the mask
-            password = None
-        return said.replace(password, "***") if password else said
+        return said.replace(f'"{password}"', '"***"') if password else said
     return UNESCAPED_AT if _password_in_host(parameters) else None
 
 

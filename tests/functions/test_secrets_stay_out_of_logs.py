@@ -102,6 +102,12 @@ def test_a_password_with_an_unescaped_at_never_reaches_a_log_line_as_a_host(
     [
         ("Top Secret", 'unexpected spaces found in "***", use percent-encoded spaces (%20) instead'),
         ("Top%ZZSecret", 'invalid percent-encoded token: "***"'),
+        # A '#', '?' or '/' beside the space: urllib split the URL there, and psycopg's quote of the
+        # password (or of its start, before a '/') was printed whole.
+        ("Top Secret#1", 'unexpected spaces found in "***", use percent-encoded spaces (%20) instead'),
+        ("Top Secret?1", 'unexpected spaces found in "***", use percent-encoded spaces (%20) instead'),
+        ("Top Secret/1", 'unexpected spaces found in "***", use percent-encoded spaces (%20) instead'),
+        ("Top%ZZSecret/1", 'invalid percent-encoded token: "***"'),
     ],
 )
 def test_the_doctor_never_quotes_a_password_psycopg_cannot_read(
