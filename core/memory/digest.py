@@ -38,10 +38,12 @@ log = logging.getLogger("crossmem.digest")
 
 # What a person says about themselves, their plans and what to remember, in English and in
 # Spanish (the catalogue's two languages): the lines the extractive digest keeps longest when the
-# notes are over their budget.
+# notes are over their budget. Spanish leaves out the "yo" its verb says: "soy", "estoy", "tengo"
+# and "voy" are its "I'm", "I've" and "I'll".
 _ABOUT_THEMSELVES = re.compile(
     r"\b(i|i'm|i've|i'll|my|me|we|our|remember"
-    r"|yo|mi|mis|nosotros|nosotras|nuestro|nuestra|nuestros|nuestras|recuerda|recu[eé]rdame|acu[eé]rdate)\b",
+    r"|yo|mi|mis|nosotros|nosotras|nuestro|nuestra|nuestros|nuestras|recuerda|recu[eé]rdame|acu[eé]rdate"
+    r"|soy|estoy|tengo|voy)\b",
     re.IGNORECASE,
 )
 
