@@ -242,23 +242,32 @@ create text search dictionary crossmem_private.spanish_stopwords (
 -- The query's words: searchable, distinct, neither a stopword nor a single character; at most the
 -- 16 longest (the rarer, as a rule). A question of a thousand characters had some 140, whose `or`
 -- the planner took for most of the table: it read every message of everyone's (2.5 s at 300,000),
--- and anyone may send one. Spanish's list writes some of its words with their accents ("más",
--- "también", "tenía"), so a word of the question is also a stopword when it was one as written.
+-- and anyone may send one. Spanish's stopwords are dropped from a question that reads Spanish: one
+-- holding a Spanish stopword that is neither an English stopword nor an English word too ("son",
+-- "sea", "Sean", "era", "sin"...: "what did Sean say about my son?" searched "say" alone). Spanish's
+-- list writes some of its words with their accents ("más", "también", "tenía"), so a word of the
+-- question is also a stopword when it was one as written.
 create function crossmem_private.search_terms(p_query text) returns text[]
     language plpgsql stable set search_path = '' as $$
 declare
-    v_accented text[] := (select coalesce(array_agg(extensions.unaccent('extensions.unaccent'::regdictionary, a)), '{}')
-                            from unnest(pg_catalog.tsvector_to_array(
-                                     pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, p_query))) a
-                           where pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, a) is not null);
+    v_spanish text[] := array(select a from unnest(pg_catalog.tsvector_to_array(
+                                                 pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, p_query))) a
+                               where pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, a) is not null);
+    v_reads_spanish boolean := exists (
+        select from unnest(v_spanish) a
+         where pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, a) is null
+           and a <> all('{son,sea,seas,sean,era,eras,sin,hay,ante,contra,uno,todo,han}'::text[]));
+    v_accented text[] := array(select extensions.unaccent('extensions.unaccent'::regdictionary, a) from unnest(v_spanish) a);
 begin
     return (select coalesce(array_agg(t.w order by t.w), '{}')
               from (select d.w from (select distinct w
                                        from unnest(pg_catalog.tsvector_to_array(crossmem_private.searchable(p_query))) w
                                       where char_length(w) > 1
-                                        and w <> all(v_accented)
                                         and pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, w) is null
-                                        and pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, w) is null) d
+                                        and not (v_reads_spanish
+                                                 and (w = any(v_accented)
+                                                      or pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, w)
+                                                         is not null))) d
                      order by char_length(d.w) desc, d.w
                      limit 16) t);
 end;

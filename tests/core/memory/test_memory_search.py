@@ -252,6 +252,33 @@ def test_spanish_stopwords_written_with_their_accents_are_dropped_from_the_quest
 
 
 @pytest.mark.parametrize(
+    ("question", "terms"),
+    [
+        # English words that are Spanish stopwords: "what did Sean say about my son?" searched "say".
+        ("What did Sean say about my son?", ["say", "sean", "son"]),
+        ("the sea trip in that era, no sin", ["era", "sea", "sin", "trip"]),
+        # A question that reads Spanish drops them, as it drops every Spanish stopword.
+        ("¿Qué dijo Sean? Son las luces del mar", ["dijo", "luces", "mar"]),
+        ("¿Y qué más había también?", []),
+    ],
+)
+def test_spanish_stopwords_are_dropped_from_a_question_that_reads_spanish(
+    database_url: str, question: str, terms: list[str]
+) -> None:
+    with psycopg.connect(database_url) as connection:
+        [(found,)] = connection.execute("select crossmem_private.search_terms(%s)", (question,)).fetchall()
+    assert found == terms
+
+
+def test_an_english_question_finds_the_son_the_spanish_list_would_drop(memory: Memory, database_url: str) -> None:
+    person = uuid.uuid4()
+    fact = planted(database_url, person, "telegram", "user", "My son starts at the new school on Monday", 30)
+    for day in range(1, 20):
+        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
+    assert [hit.message.id for hit in memory.search(person, "what did I say about my son?")] == [fact]
+
+
+@pytest.mark.parametrize(
     ("said", "asked"),
     [
         ("I left the key with Marta", "where are my keys?"),
