@@ -245,19 +245,23 @@ create text search dictionary crossmem_private.spanish_stopwords (
 -- and anyone may send one. Spanish's stopwords are dropped from a question that reads Spanish: one
 -- holding a Spanish stopword that is neither an English stopword nor an English word too ("son",
 -- "sea", "Sean", "era", "sin"...: "what did Sean say about my son?" searched "say" alone). Spanish's
--- list writes some of its words with their accents ("más", "también", "tenía"), so a word of the
--- question is also a stopword when it was one as written.
+-- list writes 84 of its words with their accents ("más", "también", "tenía"); a phone types them
+-- without, and the question's words are compared without, so they are listed here as typed so.
 create function crossmem_private.search_terms(p_query text) returns text[]
     language plpgsql stable set search_path = '' as $$
 declare
-    v_spanish text[] := array(select a from unnest(pg_catalog.tsvector_to_array(
-                                                 pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, p_query))) a
-                               where pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, a) is not null);
-    v_reads_spanish boolean := exists (
-        select from unnest(v_spanish) a
-         where pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, a) is null
-           and a <> all('{son,sea,seas,sean,era,eras,sin,hay,ante,contra,uno,todo,han}'::text[]));
-    v_accented text[] := array(select extensions.unaccent('extensions.unaccent'::regdictionary, a) from unnest(v_spanish) a);
+    v_unaccented constant text[] := '{eramos,estabamos,estais,estan,estara,estaran,estaras,estare,estareis,estaria,
+        estariais,estariamos,estarian,estarias,esteis,esten,estes,estuvieramos,estuviesemos,fueramos,fuesemos,habeis,
+        habia,habiais,habiamos,habian,habias,habra,habran,habras,habre,habreis,habria,habriais,habriamos,habrian,
+        habrias,hayais,hubieramos,hubiesemos,mas,mia,mias,mio,mios,seais,sera,seran,seras,sere,sereis,seria,seriais,
+        seriamos,serian,serias,si,tambien,tendra,tendran,tendras,tendre,tendreis,tendria,tendriais,tendriamos,tendrian,
+        tendrias,teneis,tengais,tenia,teniais,teniamos,tenian,tenias,tuvieramos,tuviesemos}';
+    v_reads_spanish constant boolean := exists (
+        select from unnest(pg_catalog.tsvector_to_array(crossmem_private.searchable(p_query))) a
+         where (pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, a) is not null
+                or a = any(v_unaccented))
+           and pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, a) is null
+           and a <> all('{son,sea,seas,sean,era,eras,sin,hay,ante,contra,uno,todo,han,mia}'::text[]));
 begin
     return (select coalesce(array_agg(t.w order by t.w), '{}')
               from (select d.w from (select distinct w
@@ -265,7 +269,7 @@ begin
                                       where char_length(w) > 1
                                         and pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, w) is null
                                         and not (v_reads_spanish
-                                                 and (w = any(v_accented)
+                                                 and (w = any(v_unaccented)
                                                       or pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, w)
                                                          is not null))) d
                      order by char_length(d.w) desc, d.w

@@ -260,6 +260,10 @@ def test_spanish_stopwords_written_with_their_accents_are_dropped_from_the_quest
         # A question that reads Spanish drops them, as it drops every Spanish stopword.
         ("¿Qué dijo Sean? Son las luces del mar", ["dijo", "luces", "mar"]),
         ("¿Y qué más había también?", []),
+        # Typed without its accents, as a phone does: "más", "había", "también" are stopwords still.
+        ("y que mas habia tambien", []),
+        ("que mas te dije del alquiler", ["alquiler", "dije"]),
+        ("What did Mia say about my son?", ["mia", "say", "son"]),
     ],
 )
 def test_spanish_stopwords_are_dropped_from_a_question_that_reads_spanish(
