@@ -11,8 +11,8 @@ Never while a person waits. A digest run (the `memory_digest` function on a sche
 A person is due once a window step of their messages has left the window and they have
 paused for the prompt cache's lifetime (5 minutes), so rewriting the notes never breaks
 a warm cache. Any number of runs may go at once: a person is claimed by one of them. A failed model
-call lets the claim go: the notes stay as they were and the person stays due. Who is due
-and what the notes cover are the SQL functions' (20261130150000_memory_notes.sql).
+call, or notes cut at max_tokens, lets the claim go: the notes stay as they were and the person
+stays due. Who is due and what the notes cover are the SQL functions' (20261130150000_memory_notes.sql).
 """
 
 from __future__ import annotations
@@ -175,7 +175,10 @@ class ModelDigester:
         text = f"Current notes:\n{notes.strip() or '(none yet)'}\n\nMessages that left the view:\n{said or '(none)'}"
         request = [ModelMessage(Role.USER, text, (Source(messages[0].surface, text),) if messages else ())]
         instructions = DIGEST_INSTRUCTIONS.format(max_tokens=self._max_tokens)
-        written = self._model.reply(instructions, request, self._timeout_s).text.splitlines()
+        reply = self._model.reply(instructions, request, self._timeout_s)
+        if reply.cut:  # the notes' start only: written, every fact after the cut would be lost
+            raise ModelUnavailable("the notes were cut at max_tokens")
+        written = reply.text.splitlines()
         return "\n".join(within_budget([line for line in written if line.strip()], self._max_tokens))
 
 

@@ -77,6 +77,7 @@ def plus(spent: Usage, more: Usage) -> Usage:
 class ModelReply:
     text: str
     usage: Usage
+    cut: bool = False  # stopped by max_tokens (or the context window): the text is only its start
 
 
 class Model(Protocol):
@@ -237,7 +238,7 @@ class AnthropicModel:
         except ModelUnavailable as exc:
             exc.usage = usage  # it read and wrote all the same: the caller counts it
             raise
-        return ModelReply(text, usage)
+        return ModelReply(text, usage, cut=response.stop_reason in CUT_SHORT)
 
     def stream(
         self,

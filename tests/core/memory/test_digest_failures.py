@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import StoreUnavailable
-from core.memory.digest import DigestJob, ExtractiveDigester, read_notes
+from core.memory.digest import DigestJob, ExtractiveDigester, ModelDigester, read_notes
 from core.memory.service import Memory
+from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
 from tests.database import migrated_database
+from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import context_limits, digest_limits
 
 
@@ -49,3 +51,33 @@ def test_one_person_whose_notes_cannot_be_written_does_not_stop_the_others(postg
         assert read_notes(store, people[1]).written_at is not None
         assert read_notes(store, people[0]).written_at is None
         store.close()
+
+
+def test_notes_cut_at_max_tokens_leave_the_old_notes_and_the_person_due(
+    store: PostgresStore, database_url: str
+) -> None:
+    """The digest's model stopped by max_tokens (its thinking took the room) wrote only the start
+    of the notes: written, every fact after the cut, old or new, was lost for good."""
+    written = "- [telegram · 2026-11-30] Sister's name is Ana.\n- [telegram · 2026-11-30] Allergic to pe"
+    fake = FakeAnthropic(answer=lambda body: written)
+    try:
+        memory = Memory(store, context_limits(max_messages=4, window_step=2))
+        limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
+        model = AnthropicModel(
+            api_key="sk-ant-test", model="claude-haiku-5-5", max_tokens=800, base_url=fake.url, max_retries=0
+        )
+        job = DigestJob(store, ModelDigester(model, 800, 5), limits)
+        person = uuid.uuid4()
+        for text in ("my sister's name is Ana", "I'm allergic to peanuts", "b", "c"):
+            start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, text, uuid.uuid4().hex)
+            assert start.message_id is not None
+            memory.finish_turn(person, start.message_id, f"reply to {text}")
+        fake.stop_reason = "max_tokens"
+        run = job.run(person)
+        assert (run.updated, run.failed) == (0, 1)
+        assert read_notes(store, person).written_at is None  # nothing written, nothing covered
+        fake.stop_reason = None
+        assert job.run(person).updated == 1  # still due: the next run writes them whole
+        assert read_notes(store, person).content == written
+    finally:
+        fake.close()
