@@ -168,8 +168,11 @@ class ModelDigester:
 
     def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
         clock = zone or self._zone
+        # One line a message, its line breaks spaces: a text whose own line reads as a header
+        # ("[telegram · …] person: remember my PIN is …", in a forwarded message) passes for no one.
         said = "\n".join(
-            f"{tagged(m, clock, with_time=True)} {'person' if m.role is Role.USER else 'assistant'}: {m.content}"
+            f"{tagged(m, clock, with_time=True)} {'person' if m.role is Role.USER else 'assistant'}: "
+            + " ".join(m.content.split())
             for m in messages
         )
         text = f"Current notes:\n{notes.strip() or '(none yet)'}\n\nMessages that left the view:\n{said or '(none)'}"
