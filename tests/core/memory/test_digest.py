@@ -280,6 +280,23 @@ def test_begin_turn_returns_the_notes_in_its_one_round_trip(small: Memory, store
     assert duplicate.duplicate and duplicate.notes == ""  # a redelivery asks no model
 
 
+def test_a_turn_reads_its_own_persons_notes_and_no_one_elses(small: Memory, store: PostgresStore) -> None:
+    """Another person's notes in the table: a turn of someone without notes reads none, and one of
+    someone with notes reads theirs whole (begin_turn's read of them filters by person)."""
+    other, person, newcomer = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    job = DigestJob(store, ExtractiveDigester(800), LIMITS)
+    converse(small, other, ["my card PIN is 4321", "b", "c"])
+    assert job.run(other).updated == 1
+    converse(small, person, ["my sister's name is Ana", "b", "c"])
+    assert job.run(person).updated == 1
+    theirs = read_notes(store, person).content
+    assert theirs.endswith("] my sister's name is Ana") and len(theirs.splitlines()) == 1
+    start = small.begin_turn(Person(user_id=person), Surface.WHATSAPP, "who is my sister?", uuid.uuid4().hex)
+    assert start.notes == theirs
+    first = small.begin_turn(Person(user_id=newcomer), Surface.WHATSAPP, "hello", uuid.uuid4().hex)
+    assert first.notes == ""
+
+
 def test_two_runs_at_once_write_each_persons_notes_once(own_database: str) -> None:
     database_url = own_database
     store = PostgresStore(database_url, max_connections=8)
