@@ -818,10 +818,13 @@ begin
      where r.replied_to = v_message.id and r.user_id = v_user;
     -- Notes that hold the message were written from its old words: they go, as forgetting's do,
     -- and the next digest writes them again from the thread as corrected (a running one's write
-    -- finds no row). An edit of a message the window still shows leaves them alone.
+    -- finds no row). An edit of a message the window still shows leaves them alone. Notes a link
+    -- merged (pending_fold) may hold the merged person's messages past their coverage (none, when
+    -- the account had no notes): they go too.
     delete from public.memory_notes n
      where n.user_id = v_user
-       and (n.covered_until_at, n.covered_until_id) >= (v_message.created_at, v_message.id);
+       and (n.pending_fold
+            or (n.covered_until_at, n.covered_until_id) >= (v_message.created_at, v_message.id));
     return json_build_object('found', true, 'edited', true, 'message_id', v_message.id);
 end;
 $$;

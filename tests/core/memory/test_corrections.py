@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from core.identity.linking import Linking
+from core.identity.policy import IdentityPolicy
 from core.memory.digest import DigestJob, ExtractiveDigester, read_notes
 from core.memory.service import EditResult, Memory
 from core.models import Person, PlatformMessage, Surface
@@ -231,3 +233,31 @@ def test_an_edit_of_a_message_the_notes_already_hold_leaves_no_earlier_version_i
     job.run(person.user_id)
     notes = read_notes(store, person.user_id).content  # type: ignore[arg-type]
     assert "4821" not in notes, notes
+
+
+def test_an_edit_after_a_link_leaves_no_earlier_version_in_the_merged_notes(
+    store: PostgresStore, database_url: str
+) -> None:
+    """A Telegram chat's notes hold a message; the person links the chat to their web account,
+    which has no notes yet: the account takes the chat's notes, covering nothing yet. An edit of
+    that message then kept the notes (no coverage reached it) and the next digest kept the old
+    words beside the new ones."""
+    small = Memory(store, context_limits(max_messages=4, window_step=2))
+    chat = Person(sender_id=f"tg-{uuid.uuid4().hex[:8]}")
+    said(small, chat, "my card PIN is 4821", "6:1")
+    said(small, chat, "b", "6:2")
+    chat_id = said(small, chat, "c", "6:3")
+    chat_user = rows(database_url, "select user_id from messages where id = %s", chat_id)[0][0]
+    job = DigestJob(store, ExtractiveDigester(800), digest_limits(max_messages=4, window_step=2, idle_s=0))
+    assert job.run(chat_user).updated == 1
+    assert "my card PIN is 4821" in read_notes(store, chat_user).content
+    account = uuid.uuid4()
+    linking = Linking(store, IdentityPolicy("auto"), ttl_minutes=10, attempts_per_hour=5)
+    linking.link(account, Surface.TELEGRAM, chat.sender_id)  # type: ignore[arg-type]
+    assert "my card PIN is 4821" in read_notes(store, account).content
+    edit = small.edit_message(chat, Surface.TELEGRAM, PlatformMessage("6:1"), "my card is blue", EDITED_AT)
+    assert edit.edited
+    job.run(account)
+    notes = read_notes(store, account).content
+    assert "4821" not in notes, notes
+    assert notes.endswith("] my card is blue (edited)"), notes
