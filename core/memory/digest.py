@@ -11,8 +11,9 @@ Never while a person waits. A digest run (the `memory_digest` function on a sche
 A person is due once a window step of their messages has left the window and they have
 paused for the prompt cache's lifetime (5 minutes), so rewriting the notes never breaks
 a warm cache. Any number of runs may go at once: a person is claimed by one of them. A failed model
-call, or notes cut at max_tokens, lets the claim go: the notes stay as they were and the person
-stays due. Who is due and what the notes cover are the SQL functions' (20261130150000_memory_notes.sql).
+call, notes cut at max_tokens, or an answer with no note line where there were notes lets the
+claim go: the notes stay as they were and the person stays due. Who is due and what the notes
+cover are the SQL functions' (20261130150000_memory_notes.sql).
 """
 
 from __future__ import annotations
@@ -181,8 +182,13 @@ class ModelDigester:
         reply = self._model.reply(instructions, request, self._timeout_s)
         if reply.cut:  # the notes' start only: written, every fact after the cut would be lost
             raise ModelUnavailable("the notes were cut at max_tokens")
-        written = reply.text.splitlines()
-        return "\n".join(within_budget([line for line in written if line.strip()], self._max_tokens))
+        # The notes are their lines, "- [telegram · 2026-11-28] …": what else it wrote ("Here are
+        # the notes:", an answer to the person) is left out. An answer with none ("OK.", as a
+        # message told it) would wipe the notes: a failure, unless there were none to lose.
+        written = [line.strip() for line in reply.text.splitlines() if line.strip().startswith("- [")]
+        if not written and notes.strip():
+            raise ModelUnavailable("the model's answer held no note")
+        return "\n".join(within_budget(written, self._max_tokens))
 
 
 @dataclass(frozen=True)
