@@ -825,6 +825,10 @@ begin
      where n.user_id = v_user
        and (n.pending_fold
             or (n.covered_until_at, n.covered_until_id) >= (v_message.created_at, v_message.id));
+    -- A digest running meanwhile read the old words: it loses its claim (its write finds none, as
+    -- after a link), and the next digest reads the corrected thread.
+    update public.memory_notes n set claim = null, claimed_until = null
+     where n.user_id = v_user and n.claim is not null;
     return json_build_object('found', true, 'edited', true, 'message_id', v_message.id);
 end;
 $$;

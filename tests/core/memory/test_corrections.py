@@ -4,13 +4,15 @@ an edit corrects only the person's own message, once; a reply keeps what it answ
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.memory.digest import DigestJob, ExtractiveDigester, read_notes
 from core.memory.service import EditResult, Memory
-from core.models import Person, PlatformMessage, Surface
+from core.models import Person, PlatformMessage, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import context_limits, digest_limits, execute, rows
 
@@ -259,5 +261,30 @@ def test_an_edit_after_a_link_leaves_no_earlier_version_in_the_merged_notes(
     assert edit.edited
     job.run(account)
     notes = read_notes(store, account).content
+    assert "4821" not in notes, notes
+    assert notes.endswith("] my card is blue (edited)"), notes
+
+
+def test_an_edit_while_the_persons_digest_runs_leaves_no_earlier_version_in_the_notes(
+    store: PostgresStore,
+) -> None:
+    """The digest read the message's old words; the person edited it while the model wrote: the
+    digest's write then stored the old words and covered the message, so its new words never
+    reached the notes and the old ones stayed in them."""
+    small = Memory(store, context_limits(max_messages=4, window_step=2))
+    person = Person(user_id=uuid.uuid4())
+    said(small, person, "my card PIN is 4821", "7:1")
+    said(small, person, "b", "7:2")
+    said(small, person, "c", "7:3")
+
+    class EditedMeanwhile(ExtractiveDigester):
+        def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
+            small.edit_message(person, Surface.TELEGRAM, PlatformMessage("7:1"), "my card is blue", EDITED_AT)
+            return super().digest(notes, messages, zone)
+
+    limits = digest_limits(max_messages=4, window_step=2, idle_s=0)
+    DigestJob(store, EditedMeanwhile(800), limits).run(person.user_id)
+    DigestJob(store, ExtractiveDigester(800), limits).run(person.user_id)
+    notes = read_notes(store, person.user_id).content  # type: ignore[arg-type]
     assert "4821" not in notes, notes
     assert notes.endswith("] my card is blue (edited)"), notes
