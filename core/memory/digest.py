@@ -48,6 +48,10 @@ _ABOUT_THEMSELVES = re.compile(
     re.IGNORECASE,
 )
 
+# What of a note line is not the person's own words: its tag, the text a reply quotes (before the
+# reply), or the whole of a forwarded message (core/models.py's quoting, core/channels/places.py).
+_NOT_THEIRS = re.compile(r'^-\s*\[[^\]]*\]\s*(?:\[replying to: ".*?"\]\s*|\[forwarded[^\]]*\].*)?', re.DOTALL)
+
 DIGEST_INSTRUCTIONS = """\
 You keep the memory notes of a personal assistant about one person. You get the current \
 notes and the messages that have just left the assistant's view. Write the new notes: \
@@ -132,12 +136,18 @@ def tagged(message: StoredMessage, zone: ZoneInfo, *, with_time: bool = False) -
     return f"[{message.surface.value} · {when}]"
 
 
+def _about_themselves(line: str) -> bool:
+    """Whether a note line's own words (not a forwarded message's, nor what a reply quotes) say
+    something of the person."""
+    return _ABOUT_THEMSELVES.search(_NOT_THEIRS.sub("", line, count=1)) is not None
+
+
 def within_budget(lines: list[str], max_tokens: int) -> list[str]:
     """The lines, oldest dropped first until they fit, keeping what the person said about
     themselves longer than the rest."""
     kept = list(lines)
     while len(kept) > 1 and approximate_tokens("\n".join(kept)) > max_tokens:
-        plain = next((index for index, line in enumerate(kept) if not _ABOUT_THEMSELVES.search(line)), 0)
+        plain = next((index for index, line in enumerate(kept) if not _about_themselves(line)), 0)
         kept.pop(plain)
     if kept and approximate_tokens(kept[0]) > max_tokens:  # one line over the whole budget: its start
         kept[0] = kept[0][: max_tokens * 4]

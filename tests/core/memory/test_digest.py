@@ -426,6 +426,27 @@ def test_what_a_spanish_speaker_said_of_themselves_outlasts_small_talk(said: str
     assert kept[-1] == lines[-1]
 
 
+@pytest.mark.parametrize(
+    "theirs",
+    [
+        "[forwarded from Promo Club] I'm giving you my best offer: 50% off",
+        '[replying to: "I can remind you of my notes"] sure',
+        "[forwarded] my new number is 600 000 000",
+    ],
+)
+def test_someone_elses_words_do_not_outlast_small_talk_as_the_persons_own(theirs: str) -> None:
+    """Over the budget, a forwarded message's "I'm …" or the assistant's "my …" a reply quotes
+    counted as what the person said of themselves and outlasted the rest: someone else's words
+    kept as the person's own facts. Only the person's own words count now."""
+    lines = [f"- [web · 2026-11-{day:02d}] filler about the weather, number {day}" for day in range(1, 20)]
+    lines.insert(3, "- [telegram · 2026-11-03] my sister's name is Ana")
+    lines.insert(4, f"- [telegram · 2026-11-03] {theirs}")
+    kept = within_budget(lines, 100)
+    assert kept[0] == "- [telegram · 2026-11-03] my sister's name is Ana"
+    assert f"- [telegram · 2026-11-03] {theirs}" not in kept
+    assert kept[-1] == lines[-1]
+
+
 def test_the_request_carries_the_notes_after_the_system_prompt_within_four_breakpoints() -> None:
     note = "- [web · 2026-11-30] a note"
     request = messages_request("claude-sonnet-4-5", 10, "SYSTEM", [], note)
