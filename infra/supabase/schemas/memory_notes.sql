@@ -23,7 +23,11 @@ create table public.memory_notes (
     -- A digest run working on this person, and until when its claim holds. A run that died
     -- mid-way leaves a claim that simply expires.
     claim uuid,
-    claimed_until timestamptz
+    claimed_until timestamptz,
+    -- When a digest of theirs last failed (the model down, declining, cut): the claim takes them
+    -- after the people written or tried before, so those whose digest keeps failing never hold
+    -- everyone else back.
+    tried_at timestamptz
 );
 alter table public.memory_notes enable row level security;  -- who reads what: access.sql
 -- The digest's claim looks among the people whose notes were written in the last days too
@@ -145,7 +149,7 @@ begin
         select n.user_id
           from public.memory_notes n
          where n.user_id = any(v_due) and (n.claimed_until is null or n.claimed_until < v_now)
-         order by n.written_at nulls first, n.user_id
+         order by greatest(n.written_at, n.tried_at) nulls first, n.user_id
          limit p_batch
            for update skip locked
     )
@@ -205,12 +209,12 @@ create or replace function public.write_memory_notes(
     select jsonb_build_object('written', count(*) > 0, 'revision', max(w.revision)) from written w;
 $$;
 
--- A digest that failed (the model was down): the notes stay as they were and the person
--- stays due for the next run.
+-- A digest that failed (the model was down), or a run out of time: the notes stay as they were
+-- and the person stays due for the next run, which takes them after the others (tried_at).
 create or replace function public.release_memory_claim(p_user_id uuid, p_claim uuid)
     returns jsonb language sql set search_path = '' as $$
     with released as (
-        update public.memory_notes n set claim = null, claimed_until = null
+        update public.memory_notes n set claim = null, claimed_until = null, tried_at = clock_timestamp()
          where n.user_id = p_user_id and n.claim = p_claim
         returning n.user_id
     )

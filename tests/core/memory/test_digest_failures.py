@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from core.errors import StoreUnavailable
-from core.memory.digest import DigestJob, ExtractiveDigester, ModelDigester, read_notes
+from core.memory.digest import DigestJob, DigestRun, ExtractiveDigester, ModelDigester, read_notes
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
 from tests.database import migrated_database
-from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic
 from tests.helpers import context_limits, digest_limits
 
 
@@ -126,3 +126,35 @@ def test_an_answer_that_holds_no_note_leaves_the_notes_and_the_person_due(store:
         assert read_notes(store, person).content == f"{written}\n- [telegram · 2026-12-06] Said hello."
     finally:
         fake.close()
+
+
+def test_people_whose_digest_keeps_failing_do_not_hold_back_everyone_else(postgres_server: str) -> None:
+    """The claim takes the people written longest ago first, and a failed digest writes nothing:
+    a person whose digest the model declines every time (as it does while their thread holds what
+    it refused) came first in every run, and a batch of such people ended every run before anyone
+    else's notes were written (a whole batch failing ends a run). A failed person now waits behind
+    the others."""
+    with migrated_database(postgres_server) as url:  # its own: the run takes every due person
+        store = PostgresStore(url)
+        memory = Memory(store, context_limits(max_messages=4, window_step=2))
+        declined, other = sorted((uuid.uuid4(), uuid.uuid4()))  # both never written: by id, `declined` first
+        for person, first in ((declined, f"tell me {REFUSAL_TRIGGER}"), (other, "my sister's name is Ana")):
+            for text in (first, "b", "c"):
+                start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, text, uuid.uuid4().hex)
+                assert start.message_id is not None
+                memory.finish_turn(person, start.message_id, "ok")
+        fake = FakeAnthropic(answer=lambda body: "- [telegram · 2026-12-06] Sister's name is Ana.")
+        try:
+            model = AnthropicModel(
+                api_key="sk-ant-test", model="claude-haiku-5-5", max_tokens=800, base_url=fake.url, max_retries=0
+            )
+            limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0, batch_size=1)
+            job = DigestJob(store, ModelDigester(model, 800, 5), limits)
+            assert job.run() == DigestRun(0, 1)  # the declined person's batch: the run ends
+            assert job.run() == DigestRun(1, 1)  # the next one takes the other person first, then tries it again
+            assert read_notes(store, other).content == "- [telegram · 2026-12-06] Sister's name is Ana."
+            assert read_notes(store, declined).written_at is None
+            assert job.run(declined) == DigestRun(0, 1)  # still due, still declined
+        finally:
+            fake.close()
+        store.close()
