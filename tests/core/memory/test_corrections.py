@@ -288,3 +288,30 @@ def test_an_edit_while_the_persons_digest_runs_leaves_no_earlier_version_in_the_
     notes = read_notes(store, person.user_id).content  # type: ignore[arg-type]
     assert "4821" not in notes, notes
     assert notes.endswith("] my card is blue (edited)"), notes
+
+
+def test_an_edit_touches_its_own_persons_notes_and_digest_only(store: PostgresStore) -> None:
+    """Another person's notes, covering messages later than the one edited, and their digest
+    running meanwhile: the edit leaves both alone (edit_message's notes filter by person)."""
+    small = Memory(store, context_limits(max_messages=4, window_step=2))
+    limits = digest_limits(max_messages=4, window_step=2, idle_s=0)
+    editor, other = Person(user_id=uuid.uuid4()), Person(user_id=uuid.uuid4())
+    for text, ref in (("my card PIN is 4821", "8:1"), ("b", "8:2"), ("c", "8:3")):
+        said(small, editor, text, ref)
+    assert DigestJob(store, ExtractiveDigester(800), limits).run(editor.user_id).updated == 1
+    for text, ref in (("my sister's name is Ana", "9:1"), ("b", "9:2"), ("c", "9:3")):
+        said(small, other, text, ref)
+    assert DigestJob(store, ExtractiveDigester(800), limits).run(other.user_id).updated == 1
+    before = read_notes(store, other.user_id)  # type: ignore[arg-type]
+    for text, ref in (("d", "9:4"), ("e", "9:5")):
+        said(small, other, text, ref)
+
+    class EditedElsewhere(ExtractiveDigester):
+        def digest(self, notes: str, messages: Sequence[StoredMessage], zone: ZoneInfo | None = None) -> str:
+            small.edit_message(editor, Surface.TELEGRAM, PlatformMessage("8:1"), "my card is blue", EDITED_AT)
+            return super().digest(notes, messages, zone)
+
+    assert DigestJob(store, EditedElsewhere(800), limits).run(other.user_id).updated == 1
+    after = read_notes(store, other.user_id)  # type: ignore[arg-type]
+    assert after.content.startswith(before.content + "\n"), after.content
+    assert read_notes(store, editor.user_id).content == ""  # type: ignore[arg-type]  # theirs went
