@@ -170,6 +170,8 @@ class ExtractiveDigester:
             if message.role is not Role.USER:
                 continue
             line = f"- {tagged(message, zone or self._zone)} {' '.join(message.content.split())}"
+            if len(line) > self._max_tokens:  # a quarter of the budget (4 characters a token) at most:
+                line = line[: self._max_tokens - 1] + "…"  # one pasted email never pushes the rest out
             if line not in lines:  # notes folded after a merge may already hold it
                 lines.append(line)
         return "\n".join(within_budget(lines, self._max_tokens))
