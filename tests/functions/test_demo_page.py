@@ -678,3 +678,30 @@ def test_a_reminder_asked_for_on_another_app_arrives_under_make_dev(
     assert said.startswith(f"follow-up on {surface} to ") and said.endswith(": Reminder: stretch.")
     thread = next(c for c in api.conversations() if c["surface"] == surface)
     assert [m["content"] for m in api.messages(thread["id"])][-1] == "Reminder: stretch."
+
+
+# A first-time user's pass over the page (a review of 6 December): emoji, the keyboard alone, the
+# errors a person meets, and what a screen reader names.
+EMOJI = "😀"  # one character to people and to the server (Python's len); two UTF-16 units to JavaScript
+
+
+def test_emoji_count_as_the_server_counts_them(dev_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """90 emoji under a limit of 100: the page said "180 / 100 characters: 80 over the limit" for
+    a message the server takes; 300 of them were "600 characters long", shown cut at 140."""
+    monkeypatch.setenv("MAX_MESSAGE_CHARS", "100")
+    runtime.reset()
+    with desktop_page(dev_server) as page:
+        page.fill("#message-input", EMOJI * 90)
+        assert page.inner_text("#counter") == "90 / 100 characters"
+        assert not page.locator("#counter.over").count()
+        send_on_the_web(page, EMOJI * 90)
+        assert page.locator(".message.failed").count() == 0
+
+        page.fill("#message-input", EMOJI * 300)
+        assert page.inner_text("#counter") == "300 / 100 characters: 200 over the limit"
+        page.click("#send")
+        page.wait_for_selector(".message.failed .reason")
+        assert page.inner_text(".message.failed .reason") == (
+            "Not sent: it is 300 characters long, over the limit of 100. Shorten it, then retry."
+        )
+        assert page.inner_text(".message.failed .text") == EMOJI * 280 + "…"  # not 140, nor half of one
