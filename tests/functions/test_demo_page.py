@@ -705,3 +705,16 @@ def test_emoji_count_as_the_server_counts_them(dev_server: str, monkeypatch: pyt
             "Not sent: it is 300 characters long, over the limit of 100. Shorten it, then retry."
         )
         assert page.inner_text(".message.failed .text") == EMOJI * 280 + "…"  # not 140, nor half of one
+
+
+def test_the_conversations_open_from_the_keyboard(dev_server: str) -> None:
+    """Tab reached the search results but not the conversations: a person without a mouse could
+    not open their Telegram thread."""
+    DevApi(dev_server).say("I moved my dentist appointment to Friday")
+    with desktop_page(dev_server) as page:
+        page.focus("#new-conversation")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.dataset.surface") == "telegram"
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#surface-note:visible")
+        assert page.locator("#messages .message .text").first.inner_text() == "I moved my dentist appointment to Friday"
