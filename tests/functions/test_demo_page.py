@@ -718,3 +718,22 @@ def test_the_conversations_open_from_the_keyboard(dev_server: str) -> None:
         page.keyboard.press("Enter")
         page.wait_for_selector("#surface-note:visible")
         assert page.locator("#messages .message .text").first.inner_text() == "I moved my dentist appointment to Friday"
+
+
+def test_a_person_over_their_budget_is_told_when_to_write_again(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 429: the page added "Retry in a moment" to the server's own sentence, after its full stop
+    ("You can write again in 60 seconds.. Retry in a moment.")."""
+    monkeypatch.setenv("TURNS_PER_MINUTE", "1")
+    runtime.reset()
+    with desktop_page(dev_server) as page:
+        send_on_the_web(page, "first words")
+        page.fill("#message-input", "second words")
+        page.click("#send")
+        page.wait_for_selector(".message.failed .reason")
+        reason = page.inner_text(".message.failed .reason")
+    assert reason.startswith(
+        "Not sent: You've written a lot in a short time, so I'm taking a pause. You can write again in "
+    )
+    assert reason.endswith(" seconds.") and ".." not in reason
