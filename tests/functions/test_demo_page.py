@@ -737,3 +737,18 @@ def test_a_person_over_their_budget_is_told_when_to_write_again(
         "Not sent: You've written a lot in a short time, so I'm taking a pause. You can write again in "
     )
     assert reason.endswith(" seconds.") and ".." not in reason
+
+
+def test_an_attachment_too_large_to_send_says_so(dev_server: str) -> None:
+    """A 413 body_too_large: the page said "the request body is larger than 1000000 bytes. Retry
+    in a moment.", and a retry fails the same way; it now says what to do."""
+    with desktop_page(dev_server) as page:
+        page.evaluate("""() => { state.photo = { media_type: 'image/jpeg', data: 'A'.repeat(1100000),
+          url: 'data:image/gif;base64,R0lGODlhAQABAAAAACw=' }; showAttachment(); }""")
+        page.fill("#message-input", "what is this?")
+        page.click("#send")
+        page.wait_for_selector(".message.failed .reason")
+        assert page.inner_text(".message.failed .reason") == (
+            "Not sent: the message and what is attached are over the 1 MB it can carry."
+            " Remove the photo, or record a shorter voice note, then retry."
+        )
