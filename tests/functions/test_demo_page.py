@@ -752,3 +752,11 @@ def test_an_attachment_too_large_to_send_says_so(dev_server: str) -> None:
             "Not sent: the message and what is attached are over the 1 MB it can carry."
             " Remove the photo, or record a shorter voice note, then retry."
         )
+
+
+def test_every_field_has_a_name_a_screen_reader_reads(dev_server: str) -> None:
+    """The other-app panel's list of apps had no name at all, and its text box only its example."""
+    with desktop_page(dev_server) as page:
+        unnamed = page.evaluate("""() => [...document.querySelectorAll('input:not([type=file]), select, textarea')]
+          .filter((field) => !field.labels.length && !field.getAttribute('aria-label')).map((field) => field.id)""")
+    assert unnamed == []
