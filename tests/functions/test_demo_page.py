@@ -760,3 +760,37 @@ def test_every_field_has_a_name_a_screen_reader_reads(dev_server: str) -> None:
         unnamed = page.evaluate("""() => [...document.querySelectorAll('input:not([type=file]), select, textarea')]
           .filter((field) => !field.labels.length && !field.getAttribute('aria-label')).map((field) => field.id)""")
     assert unnamed == []
+
+
+def test_a_reload_mid_answer_shows_the_answer(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """Reloaded while the answer was being written (the stream abandoned, the message owed): the
+    question stayed on the page unanswered for good, polls or not, until the person wrote again.
+    The page now resumes the chat's stream (GET /chat/<conversation>/stream), as useChat does."""
+    story = "one two three four five six seven eight nine ten eleven twelve"
+    fake_anthropic.answer = lambda body: story
+    fake_anthropic.delta_pause_s = 0.2
+    for name, value in {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+    with desktop_page(dev_server) as page:
+        page.fill("#message-input", "Tell me a long story")
+        page.click("#send")
+        page.wait_for_function("document.querySelector('.message.assistant .text')?.textContent.includes('two')")
+        page.reload()
+        page.wait_for_selector("body[data-ready=true]")
+        fake_anthropic.delta_pause_s = 0.0
+        page.wait_for_function(
+            f"[...document.querySelectorAll('.message.assistant.done .text')].some((t) => t.textContent === '{story}')"
+        )
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        page.clock.fast_forward(POLL_MS)  # and a poll adds it no second time
+        with page.expect_response(lambda response: response.url.endswith("/messages?limit=50")) as polled:
+            page.clock.fast_forward(POLL_MS)
+        polled.value.finished()
+        assert page.evaluate(TEXTS) == ["Tell me a long story", story]
