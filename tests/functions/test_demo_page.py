@@ -794,3 +794,25 @@ def test_a_reload_mid_answer_shows_the_answer(
             page.clock.fast_forward(POLL_MS)
         polled.value.finished()
         assert page.evaluate(TEXTS) == ["Tell me a long story", story]
+
+
+def test_sending_from_the_keyboard_keeps_the_focus(dev_server: str) -> None:
+    """Tab to Send, Enter: Send was disabled while it had the focus, which fell to the page, and
+    the next message began with Tab from the top; so did "Send from that app"."""
+    with desktop_page(dev_server) as page:
+        page.fill("#message-input", "first words")
+        page.focus("#send")
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelectorAll('.message.assistant.done').length === 1")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        page.keyboard.type("second words")
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelectorAll('.message.assistant.done').length === 2")
+        assert page.locator(".message.user .text").all_inner_texts() == ["first words", "second words"]
+
+        page.fill("#say-text", "I moved my dentist appointment to Friday")
+        page.focus("#say-send")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#say-log li.delivered")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        assert page.evaluate("document.activeElement.id") == "say-text"
