@@ -816,3 +816,27 @@ def test_sending_from_the_keyboard_keeps_the_focus(dev_server: str) -> None:
         page.wait_for_selector("#say-log li.delivered")
         page.wait_for_selector("body:not([data-busy])", state="attached")
         assert page.evaluate("document.activeElement.id") == "say-text"
+
+
+def test_a_screen_reader_hears_that_the_advisor_is_writing(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """The typing bubble's "Your advisor is writing" was an aria-label on a plain div, which
+    Chromium leaves out of the accessibility tree: a screen reader heard nothing until the text."""
+    fake_anthropic.answer = lambda body: "Friday it is."
+    fake_anthropic.first_token_s = 2.0
+    for name, value in {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+    with desktop_page(dev_server) as page:
+        page.fill("#message-input", "When is the dentist?")
+        page.click("#send")
+        page.wait_for_selector(".message.typing")
+        said = page.locator("#messages").aria_snapshot()
+        page.wait_for_selector(".message.assistant.done")
+        assert page.locator("#messages").aria_snapshot() == "- text: When is the dentist? Friday it is."
+    assert said == '- text: When is the dentist?\n- img "Your advisor is writing"'
