@@ -840,3 +840,22 @@ def test_a_screen_reader_hears_that_the_advisor_is_writing(
         page.wait_for_selector(".message.assistant.done")
         assert page.locator("#messages").aria_snapshot() == "- text: When is the dentist? Friday it is."
     assert said == '- text: When is the dentist?\n- img "Your advisor is writing"'
+
+
+def test_the_other_apps_are_named_as_people_name_them(dev_server: str) -> None:
+    """The thread said "via whatsapp" and "via sms", the list "whatsapp" and "sms", the panel's log
+    "sms", where the search hits, the panel's list of apps and the note above the box said
+    "WhatsApp" and "SMS"."""
+    api = DevApi(dev_server)
+    api.say("I moved my dentist appointment to Friday", surface="whatsapp")
+    api.say("The taxi is at 9", surface="sms")
+    with desktop_page(dev_server) as page:
+        assert sorted(page.locator("#conversations small").all_inner_texts()) == ["SMS", "WhatsApp"]
+        open_conversation(page, "#conversations li[data-surface=sms]", phone=False)
+        page.wait_for_selector("#surface-note:visible")
+        assert page.locator(".message .tag").all_inner_texts() == ["via SMS", "via SMS"]
+        page.select_option("#say-surface", "sms")
+        page.fill("#say-text", "And the ferry at 11")
+        page.click("#say-send")
+        page.wait_for_selector("#say-log li.delivered")
+        assert page.locator("#say-log li .surface-sms").inner_text() == "SMS"
