@@ -859,3 +859,19 @@ def test_the_other_apps_are_named_as_people_name_them(dev_server: str) -> None:
         page.click("#say-send")
         page.wait_for_selector("#say-log li.delivered")
         assert page.locator("#say-log li .surface-sms").inner_text() == "SMS"
+
+
+def test_a_photo_the_browser_cannot_open_is_said_once_and_cleared(dev_server: str, tmp_path: Path) -> None:
+    """A broken image chosen: the page said "Could not read that photo: The source image could not
+    be decoded.." (the browser's own sentence, and a second full stop), and the red line stayed
+    after a good photo was chosen."""
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png at all")
+    with desktop_page(dev_server) as page:
+        page.set_input_files("#photo-input", str(broken))
+        page.wait_for_selector("#notice:visible")
+        assert page.inner_text("#notice") == "Could not read that photo: this browser cannot open it as an image."
+        assert page.is_hidden("#attachment")
+        page.set_input_files("#photo-input", str(RECEIPT))
+        page.wait_for_selector("#attachment:visible")
+        assert page.is_hidden("#notice")
