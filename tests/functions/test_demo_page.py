@@ -875,3 +875,32 @@ def test_a_photo_the_browser_cannot_open_is_said_once_and_cleared(dev_server: st
         page.set_input_files("#photo-input", str(RECEIPT))
         page.wait_for_selector("#attachment:visible")
         assert page.is_hidden("#notice")
+
+
+@contextmanager
+def phone_page(url: str) -> Iterator[Page]:
+    """The demo page in Chromium at a phone's size, ready to send."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: `make test` installs it"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport=SIZES["phone"])  # type: ignore[arg-type]
+        page.goto(url)
+        page.wait_for_selector("body[data-ready=true]")
+        yield page
+        browser.close()
+
+
+DRAWER_OPEN = "document.body.classList.contains('show-conversations')"
+
+
+def test_escape_closes_a_drawer_on_a_phone(dev_server: str) -> None:
+    """On a phone (or a narrow window with a keyboard), the conversations' drawer opened with Enter
+    closed only with a click on Close or on the page behind: Escape did nothing."""
+    with phone_page(dev_server) as page:
+        page.focus("#show-conversations")
+        page.keyboard.press("Enter")
+        assert page.evaluate(DRAWER_OPEN)
+        page.keyboard.press("Escape")
+        assert not page.evaluate(DRAWER_OPEN)
+        assert page.evaluate("document.activeElement.id") == "show-conversations"
