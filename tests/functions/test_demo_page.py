@@ -904,3 +904,14 @@ def test_escape_closes_a_drawer_on_a_phone(dev_server: str) -> None:
         page.keyboard.press("Escape")
         assert not page.evaluate(DRAWER_OPEN)
         assert page.evaluate("document.activeElement.id") == "show-conversations"
+
+
+def test_a_screen_reader_hears_whether_a_drawer_is_open(dev_server: str) -> None:
+    """The buttons "☰ Chats" and "Other app" said nothing of the drawers they open: a screen reader
+    read the same button before and after."""
+    with phone_page(dev_server) as page:
+        page.click("#show-elsewhere")
+        assert page.get_attribute("#show-elsewhere", "aria-expanded") == "true"
+        assert page.get_attribute("#show-conversations", "aria-expanded") == "false"
+        page.click("#elsewhere [data-close]")
+        assert page.get_attribute("#show-elsewhere", "aria-expanded") == "false"
