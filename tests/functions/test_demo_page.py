@@ -915,3 +915,20 @@ def test_a_screen_reader_hears_whether_a_drawer_is_open(dev_server: str) -> None
         assert page.get_attribute("#show-conversations", "aria-expanded") == "false"
         page.click("#elsewhere [data-close]")
         assert page.get_attribute("#show-elsewhere", "aria-expanded") == "false"
+
+
+def test_a_photo_is_attached_from_the_keyboard(dev_server: str) -> None:
+    """The paperclip was a label around a hidden file input: Tab passed it by, and a person without
+    a mouse could not attach a photo."""
+    with desktop_page(dev_server) as page:
+        page.on("filechooser", lambda chooser: None)  # file choosers caught from now on: no race with the keys
+        page.focus("#record")
+        page.keyboard.press("Shift+Tab")
+        assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Attach a photo"
+        with page.expect_file_chooser(timeout=5000) as chooser:
+            page.keyboard.press("Enter")
+        chooser.value.set_files([])  # the person changed their mind
+        with page.expect_file_chooser(timeout=5000) as chooser:
+            page.keyboard.press("Space")  # as a button is pressed
+        chooser.value.set_files(str(RECEIPT))
+        page.wait_for_selector("#attachment:visible")
