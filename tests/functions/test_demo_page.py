@@ -932,3 +932,38 @@ def test_a_photo_is_attached_from_the_keyboard(dev_server: str) -> None:
             page.keyboard.press("Space")  # as a button is pressed
         chooser.value.set_files(str(RECEIPT))
         page.wait_for_selector("#attachment:visible")
+
+
+def test_a_conversation_opened_mid_answer_keeps_its_own_thread(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """Sent on the web, then the Telegram conversation opened before the answer came: the answer's
+    end made the web conversation the page's again, under the Telegram thread, and the next poll
+    added the web messages to the Telegram thread."""
+    DevApi(dev_server).say("I moved my dentist appointment to Friday")
+    fake_anthropic.answer = lambda body: "Friday it is."
+    fake_anthropic.first_token_s = 2.0
+    for name, value in {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+    with desktop_page(dev_server) as page:
+        telegram = page.get_attribute("#conversations li[data-surface=telegram]", "data-id")
+        page.fill("#message-input", "When is the dentist?")
+        page.click("#send")
+        page.wait_for_selector(".message.typing")
+        page.click("#conversations li[data-surface=telegram]")
+        page.wait_for_selector("#surface-note:visible")
+        shown = page.evaluate(TEXTS)
+        page.wait_for_function("document.querySelectorAll('#conversations li').length === 2")  # the web one, stored
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        page.clock.fast_forward(POLL_MS)  # the page's next poll
+        with page.expect_response(lambda response: response.url.endswith("/messages?limit=50")) as polled:
+            page.clock.fast_forward(POLL_MS)
+        polled.value.finished()
+        assert page.evaluate("state.conversationId") == telegram
+        assert page.get_attribute("#conversations li.active", "data-id") == telegram
+        assert page.evaluate(TEXTS) == shown
