@@ -967,3 +967,30 @@ def test_a_conversation_opened_mid_answer_keeps_its_own_thread(
         assert page.evaluate("state.conversationId") == telegram
         assert page.get_attribute("#conversations li.active", "data-id") == telegram
         assert page.evaluate(TEXTS) == shown
+
+
+def test_earlier_messages_stay_in_their_own_conversation(dev_server: str) -> None:
+    """Show earlier messages in the Telegram thread, then the WhatsApp one opened before the older
+    page came (a slow network): Telegram's older messages were put at the top of WhatsApp's."""
+    api = DevApi(dev_server)
+    for surface in ("telegram", "whatsapp"):
+        for index in range(TELEGRAM_NOTES):
+            api.say(f"{surface} note {index}", surface=surface)
+    with desktop_page(dev_server) as page:
+        held: list[Route] = []
+        page.route("**/messages?limit=50&before=*", lambda route: held.append(route))  # answered late
+        open_conversation(page, "#conversations li[data-surface=telegram]", phone=False)
+        page.wait_for_selector("#earlier")
+        page.click("#earlier")
+        for _ in range(50):
+            if held:
+                break
+            page.wait_for_timeout(100)
+        open_conversation(page, "#conversations li[data-surface=whatsapp]", phone=False)
+        page.wait_for_function("document.querySelector('#messages .text').textContent.startsWith('whatsapp')")
+        whatsapp = page.evaluate(TEXTS)
+        with page.expect_response(lambda response: "before=" in response.url) as late:
+            held[0].continue_()
+        late.value.finished()
+        page.wait_for_timeout(500)  # what the page does with it
+        assert page.evaluate(TEXTS) == whatsapp
