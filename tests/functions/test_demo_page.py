@@ -994,3 +994,41 @@ def test_earlier_messages_stay_in_their_own_conversation(dev_server: str) -> Non
         late.value.finished()
         page.wait_for_timeout(500)  # what the page does with it
         assert page.evaluate(TEXTS) == whatsapp
+
+
+def test_the_conversation_opened_last_is_the_one_shown(dev_server: str) -> None:
+    """Telegram clicked, then WhatsApp before Telegram's messages came (a slow network): WhatsApp's
+    thread showed, then Telegram's replaced it, the one the person had left."""
+    api = DevApi(dev_server)
+    api.say("a telegram note", surface="telegram")
+    api.say("a whatsapp note", surface="whatsapp")
+    with desktop_page(dev_server) as page:
+        telegram = page.get_attribute("#conversations li[data-surface=telegram]", "data-id")
+        held: list[Route] = []
+        page.route(f"**/conversations/{telegram}/messages?limit=50", lambda route: held.append(route))
+        page.click("#conversations li[data-surface=telegram]")
+        for _ in range(50):
+            if held:
+                break
+            page.wait_for_timeout(100)
+        page.click("#conversations li[data-surface=whatsapp]")
+        page.wait_for_function("document.querySelector('#messages .text')?.textContent === 'a whatsapp note'")
+        with page.expect_response(lambda response: telegram in response.url) as late:
+            held[0].continue_()
+        late.value.finished()
+        page.wait_for_timeout(500)  # what the page does with it
+        assert page.locator("#messages .text").first.inner_text() == "a whatsapp note"
+        assert page.inner_text("#conversations li.active small") == "WhatsApp"
+
+        held.clear()  # and "New conversation" clicked while Telegram's messages are on their way
+        page.click("#conversations li[data-surface=telegram]")
+        for _ in range(50):
+            if held:
+                break
+            page.wait_for_timeout(100)
+        page.click("#new-conversation")
+        with page.expect_response(lambda response: telegram in response.url) as late:
+            held[0].continue_()
+        late.value.finished()
+        page.wait_for_timeout(500)
+        assert page.inner_text("#messages") == "A new conversation. It is saved when you send its first message."
