@@ -1032,3 +1032,16 @@ def test_the_conversation_opened_last_is_the_one_shown(dev_server: str) -> None:
         late.value.finished()
         page.wait_for_timeout(500)
         assert page.inner_text("#messages") == "A new conversation. It is saved when you send its first message."
+
+
+def test_a_message_sent_clears_what_went_wrong_before(dev_server: str, tmp_path: Path) -> None:
+    """A red line ("Could not read that photo", "Could not use the microphone", "Could not refresh
+    your conversations") stayed above the box through every message sent after it, until another
+    conversation was opened."""
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png at all")
+    with desktop_page(dev_server) as page:
+        page.set_input_files("#photo-input", str(broken))
+        page.wait_for_selector("#notice:visible")
+        send_on_the_web(page, "Never mind the photo: when is the dentist?")
+        assert page.is_hidden("#notice")
