@@ -166,9 +166,10 @@ def test_the_offline_digest_cuts_the_stored_notes_to_their_budget(
     assert row is not None
     content = str(row[0])
     assert approximate_tokens(content) <= 50, f"notes of {len(content)} characters for a budget of 50 tokens"
-    # One line fits: the newest of the digested messages (the person's 4th); the older are dropped.
-    assert content.startswith("- [telegram · ") and content.endswith("] " + " ".join(texts[3].split()))
-    assert "\n" not in content
+    # A line takes at most a quarter of the budget: the four digested messages, each cut, in order.
+    lines = content.split("\n")
+    assert [line.split("] ", 1)[1][:17] for line in lines] == [f"weather report {k}:" for k in range(4)]
+    assert all(line.startswith("- [telegram · ") and line.endswith("…") for line in lines)
 
 
 def test_the_offline_digest_keeps_digesting_a_person_past_the_tables_limit(
@@ -186,9 +187,10 @@ def test_the_offline_digest_keeps_digesting_a_person_past_the_tables_limit(
         assert (run.updated, run.failed) == (1, 0), f"digest {k - 1} wrote nothing"
     row = notes_row(database_url, person)
     assert row is not None and row[1] == 6
-    # Two of the long lines fit in 8000 tokens: the newest two digested (stories 4 and 5).
+    # A line takes at most a quarter of 8000 tokens: the newest four digested (stories 2 to 5), each cut.
     lines = str(row[0]).split("\n")
-    assert [line.split("] ", 1)[1][:14] for line in lines] == ["long story 4 x", "long story 5 x"]
+    assert [line.split("] ", 1)[1][:14] for line in lines] == [f"long story {k} x" for k in range(2, 6)]
+    assert all(line.endswith("…") for line in lines)
     assert approximate_tokens(str(row[0])) <= 8000
 
 
