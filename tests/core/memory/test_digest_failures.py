@@ -36,6 +36,15 @@ class FailsOneWrite:
         pass
 
 
+def model_digest(store: PostgresStore, fake: FakeAnthropic, batch_size: int = 10) -> DigestJob:
+    """A digest job whose notes the model behind `fake` writes, over a window of 4 (step 2)."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-haiku-5-5", max_tokens=800, base_url=fake.url, max_retries=0
+    )
+    limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0, batch_size=batch_size)
+    return DigestJob(store, ModelDigester(model, 800, 5), limits)
+
+
 def test_one_person_whose_notes_cannot_be_written_does_not_stop_the_others(postgres_server: str) -> None:
     with migrated_database(postgres_server) as url:  # its own: the run takes every due person
         store = PostgresStore(url)
@@ -64,11 +73,7 @@ def test_notes_cut_at_max_tokens_leave_the_old_notes_and_the_person_due(
     fake = FakeAnthropic(answer=lambda body: written)
     try:
         memory = Memory(store, context_limits(max_messages=4, window_step=2))
-        limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
-        model = AnthropicModel(
-            api_key="sk-ant-test", model="claude-haiku-5-5", max_tokens=800, base_url=fake.url, max_retries=0
-        )
-        job = DigestJob(store, ModelDigester(model, 800, 5), limits)
+        job = model_digest(store, fake)
         person = uuid.uuid4()
         for text in ("my sister's name is Ana", "I'm allergic to peanuts", "b", "c"):
             start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, text, uuid.uuid4().hex)
@@ -100,11 +105,7 @@ def test_an_answer_that_holds_no_note_leaves_the_notes_and_the_person_due(store:
     fake = FakeAnthropic(answer=lambda body: written)
     try:
         memory = Memory(store, context_limits(max_messages=4, window_step=2))
-        limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
-        model = AnthropicModel(
-            api_key="sk-ant-test", model="claude-haiku-5-5", max_tokens=800, base_url=fake.url, max_retries=0
-        )
-        job = DigestJob(store, ModelDigester(model, 800, 5), limits)
+        job = model_digest(store, fake)
         person = uuid.uuid4()
 
         def said(texts: tuple[str, ...]) -> None:
@@ -145,11 +146,7 @@ def test_people_whose_digest_keeps_failing_do_not_hold_back_everyone_else(postgr
                 memory.finish_turn(person, start.message_id, "ok")
         fake = FakeAnthropic(answer=lambda body: "- [telegram · 2026-12-06] Sister's name is Ana.")
         try:
-            model = AnthropicModel(
-                api_key="sk-ant-test", model="claude-haiku-5-5", max_tokens=800, base_url=fake.url, max_retries=0
-            )
-            limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0, batch_size=1)
-            job = DigestJob(store, ModelDigester(model, 800, 5), limits)
+            job = model_digest(store, fake, batch_size=1)
             assert job.run() == DigestRun(0, 1)  # the declined person's batch: the run ends
             assert job.run() == DigestRun(1, 1)  # the next one takes the other person first, then tries it again
             assert read_notes(store, other).content == "- [telegram · 2026-12-06] Sister's name is Ana."
