@@ -148,6 +148,17 @@ def send_on_the_web(page: Page, text: str) -> str:
     return page.locator(".message.assistant.done").last.inner_text()
 
 
+def answering_with(monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> None:
+    """The dev server's turns answered by the fake Anthropic, not the offline model."""
+    for name, value in {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": fake_anthropic.url,
+        "ANTHROPIC_MAX_RETRIES": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset()
+
+
 @contextmanager
 def desktop_page(url: str) -> Iterator[Page]:
     """The demo page in Chromium at a desktop's size, its clock the test's, ready to send."""
@@ -771,13 +782,7 @@ def test_a_reload_mid_answer_shows_the_answer(
     story = "one two three four five six seven eight nine ten eleven twelve"
     fake_anthropic.answer = lambda body: story
     fake_anthropic.delta_pause_s = 0.2
-    for name, value in {
-        "ANTHROPIC_API_KEY": "sk-ant-test",
-        "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "ANTHROPIC_MAX_RETRIES": "0",
-    }.items():
-        monkeypatch.setenv(name, value)
-    runtime.reset()
+    answering_with(monkeypatch, fake_anthropic)
     with desktop_page(dev_server) as page:
         page.fill("#message-input", "Tell me a long story")
         page.click("#send")
@@ -825,13 +830,7 @@ def test_a_screen_reader_hears_that_the_advisor_is_writing(
     Chromium leaves out of the accessibility tree: a screen reader heard nothing until the text."""
     fake_anthropic.answer = lambda body: "Friday it is."
     fake_anthropic.first_token_s = 2.0
-    for name, value in {
-        "ANTHROPIC_API_KEY": "sk-ant-test",
-        "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "ANTHROPIC_MAX_RETRIES": "0",
-    }.items():
-        monkeypatch.setenv(name, value)
-    runtime.reset()
+    answering_with(monkeypatch, fake_anthropic)
     with desktop_page(dev_server) as page:
         page.fill("#message-input", "When is the dentist?")
         page.click("#send")
@@ -943,13 +942,7 @@ def test_a_conversation_opened_mid_answer_keeps_its_own_thread(
     DevApi(dev_server).say("I moved my dentist appointment to Friday")
     fake_anthropic.answer = lambda body: "Friday it is."
     fake_anthropic.first_token_s = 2.0
-    for name, value in {
-        "ANTHROPIC_API_KEY": "sk-ant-test",
-        "ANTHROPIC_BASE_URL": fake_anthropic.url,
-        "ANTHROPIC_MAX_RETRIES": "0",
-    }.items():
-        monkeypatch.setenv(name, value)
-    runtime.reset()
+    answering_with(monkeypatch, fake_anthropic)
     with desktop_page(dev_server) as page:
         telegram = page.get_attribute("#conversations li[data-surface=telegram]", "data-id")
         page.fill("#message-input", "When is the dentist?")
