@@ -160,13 +160,13 @@ def answering_with(monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropi
 
 
 @contextmanager
-def desktop_page(url: str) -> Iterator[Page]:
-    """The demo page in Chromium at a desktop's size, its clock the test's, ready to send."""
+def demo_page(url: str, size: str = "desktop") -> Iterator[Page]:
+    """The demo page in Chromium at a desktop's size (or `size`'s), its clock the test's, ready to send."""
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is missing: `make test` installs it"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport=SIZES["desktop"])  # type: ignore[arg-type]
+        page = browser.new_page(viewport=SIZES[size])  # type: ignore[arg-type]
         page.clock.install()
         page.goto(url)
         page.wait_for_selector("body[data-ready=true]")
@@ -384,7 +384,7 @@ def test_the_demo_page_as_people_use_it(dev_server: str, size: str) -> None:
 def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_reload(
     dev_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.evaluate("window.sameDocument = true")
         answer = send_on_the_web(page, "remind me in 1 minute to stretch")
         assert answer == "(Offline stand-in model.) I will remind you in 1 minute."
@@ -619,7 +619,7 @@ TEXTS = "[...document.querySelectorAll('#messages .message .text')].map((t) => t
 
 
 def test_a_reply_stored_after_the_pages_turn_with_a_lower_id_appears_once(dev_server: str) -> None:
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         first = send_on_the_web(page, "first words")
         chat = uuid.UUID(page.evaluate("state.conversationId"))
         owner = runtime.settings().owner_user_id
@@ -701,7 +701,7 @@ def test_emoji_count_as_the_server_counts_them(dev_server: str, monkeypatch: pyt
     a message the server takes; 300 of them were "600 characters long", shown cut at 140."""
     monkeypatch.setenv("MAX_MESSAGE_CHARS", "100")
     runtime.reset()
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.fill("#message-input", EMOJI * 90)
         assert page.inner_text("#counter") == "90 / 100 characters"
         assert not page.locator("#counter.over").count()
@@ -722,7 +722,7 @@ def test_the_conversations_open_from_the_keyboard(dev_server: str) -> None:
     """Tab reached the search results but not the conversations: a person without a mouse could
     not open their Telegram thread."""
     DevApi(dev_server).say("I moved my dentist appointment to Friday")
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.focus("#new-conversation")
         page.keyboard.press("Tab")
         assert page.evaluate("document.activeElement.dataset.surface") == "telegram"
@@ -738,7 +738,7 @@ def test_a_person_over_their_budget_is_told_when_to_write_again(
     ("You can write again in 60 seconds.. Retry in a moment.")."""
     monkeypatch.setenv("TURNS_PER_MINUTE", "1")
     runtime.reset()
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         send_on_the_web(page, "first words")
         page.fill("#message-input", "second words")
         page.click("#send")
@@ -753,7 +753,7 @@ def test_a_person_over_their_budget_is_told_when_to_write_again(
 def test_an_attachment_too_large_to_send_says_so(dev_server: str) -> None:
     """A 413 body_too_large: the page said "the request body is larger than 1000000 bytes. Retry
     in a moment.", and a retry fails the same way; it now says what to do."""
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.evaluate("""() => { state.photo = { media_type: 'image/jpeg', data: 'A'.repeat(1100000),
           url: 'data:image/gif;base64,R0lGODlhAQABAAAAACw=' }; showAttachment(); }""")
         page.fill("#message-input", "what is this?")
@@ -767,7 +767,7 @@ def test_an_attachment_too_large_to_send_says_so(dev_server: str) -> None:
 
 def test_every_field_has_a_name_a_screen_reader_reads(dev_server: str) -> None:
     """The other-app panel's list of apps had no name at all, and its text box only its example."""
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         unnamed = page.evaluate("""() => [...document.querySelectorAll('input:not([type=file]), select, textarea')]
           .filter((field) => !field.labels.length && !field.getAttribute('aria-label')).map((field) => field.id)""")
     assert unnamed == []
@@ -783,7 +783,7 @@ def test_a_reload_mid_answer_shows_the_answer(
     fake_anthropic.answer = lambda body: story
     fake_anthropic.delta_pause_s = 0.2
     answering_with(monkeypatch, fake_anthropic)
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.fill("#message-input", "Tell me a long story")
         page.click("#send")
         page.wait_for_function("document.querySelector('.message.assistant .text')?.textContent.includes('two')")
@@ -804,7 +804,7 @@ def test_a_reload_mid_answer_shows_the_answer(
 def test_sending_from_the_keyboard_keeps_the_focus(dev_server: str) -> None:
     """Tab to Send, Enter: Send was disabled while it had the focus, which fell to the page, and
     the next message began with Tab from the top; so did "Send from that app"."""
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.fill("#message-input", "first words")
         page.focus("#send")
         page.keyboard.press("Enter")
@@ -831,7 +831,7 @@ def test_a_screen_reader_hears_that_the_advisor_is_writing(
     fake_anthropic.answer = lambda body: "Friday it is."
     fake_anthropic.first_token_s = 2.0
     answering_with(monkeypatch, fake_anthropic)
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.fill("#message-input", "When is the dentist?")
         page.click("#send")
         page.wait_for_selector(".message.typing")
@@ -848,7 +848,7 @@ def test_the_other_apps_are_named_as_people_name_them(dev_server: str) -> None:
     api = DevApi(dev_server)
     api.say("I moved my dentist appointment to Friday", surface="whatsapp")
     api.say("The taxi is at 9", surface="sms")
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         assert sorted(page.locator("#conversations small").all_inner_texts()) == ["SMS", "WhatsApp"]
         open_conversation(page, "#conversations li[data-surface=sms]", phone=False)
         page.wait_for_selector("#surface-note:visible")
@@ -866,7 +866,7 @@ def test_a_photo_the_browser_cannot_open_is_said_once_and_cleared(dev_server: st
     after a good photo was chosen."""
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not a png at all")
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.set_input_files("#photo-input", str(broken))
         page.wait_for_selector("#notice:visible")
         assert page.inner_text("#notice") == "Could not read that photo: this browser cannot open it as an image."
@@ -919,7 +919,7 @@ def test_a_screen_reader_hears_whether_a_drawer_is_open(dev_server: str) -> None
 def test_a_photo_is_attached_from_the_keyboard(dev_server: str) -> None:
     """The paperclip was a label around a hidden file input: Tab passed it by, and a person without
     a mouse could not attach a photo."""
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.on("filechooser", lambda chooser: None)  # file choosers caught from now on: no race with the keys
         page.focus("#record")
         page.keyboard.press("Shift+Tab")
@@ -943,7 +943,7 @@ def test_a_conversation_opened_mid_answer_keeps_its_own_thread(
     fake_anthropic.answer = lambda body: "Friday it is."
     fake_anthropic.first_token_s = 2.0
     answering_with(monkeypatch, fake_anthropic)
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         telegram = page.get_attribute("#conversations li[data-surface=telegram]", "data-id")
         page.fill("#message-input", "When is the dentist?")
         page.click("#send")
@@ -969,7 +969,7 @@ def test_earlier_messages_stay_in_their_own_conversation(dev_server: str) -> Non
     for surface in ("telegram", "whatsapp"):
         for index in range(TELEGRAM_NOTES):
             api.say(f"{surface} note {index}", surface=surface)
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         held: list[Route] = []
         page.route("**/messages?limit=50&before=*", lambda route: held.append(route))  # answered late
         open_conversation(page, "#conversations li[data-surface=telegram]", phone=False)
@@ -995,7 +995,7 @@ def test_the_conversation_opened_last_is_the_one_shown(dev_server: str) -> None:
     api = DevApi(dev_server)
     api.say("a telegram note", surface="telegram")
     api.say("a whatsapp note", surface="whatsapp")
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         telegram = page.get_attribute("#conversations li[data-surface=telegram]", "data-id")
         held: list[Route] = []
         page.route(f"**/conversations/{telegram}/messages?limit=50", lambda route: held.append(route))
@@ -1033,8 +1033,19 @@ def test_a_message_sent_clears_what_went_wrong_before(dev_server: str, tmp_path:
     conversation was opened."""
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not a png at all")
-    with desktop_page(dev_server) as page:
+    with demo_page(dev_server) as page:
         page.set_input_files("#photo-input", str(broken))
         page.wait_for_selector("#notice:visible")
         send_on_the_web(page, "Never mind the photo: when is the dentist?")
         assert page.is_hidden("#notice")
+
+
+def test_no_field_on_a_phone_is_small_enough_for_safari_to_zoom_into(dev_server: str) -> None:
+    """The fields' text was 15 px: iPhone Safari zooms the page into a focused field under 16 px, so
+    every tap on the message box zoomed the chat sideways. Chromium does not zoom; what the phone
+    reads, each field's computed size, is checked instead."""
+    with demo_page(dev_server, "phone") as page:
+        sizes = page.evaluate("""() => Object.fromEntries(
+          [...document.querySelectorAll('input:not([type=file]), select, textarea')]
+            .map((field) => [field.id, parseFloat(getComputedStyle(field).fontSize)]))""")
+    assert sizes and min(sizes.values()) >= 16, sizes
