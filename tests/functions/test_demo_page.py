@@ -1049,3 +1049,25 @@ def test_no_field_on_a_phone_is_small_enough_for_safari_to_zoom_into(dev_server:
           [...document.querySelectorAll('input:not([type=file]), select, textarea')]
             .map((field) => [field.id, parseFloat(getComputedStyle(field).fontSize)]))""")
     assert sizes and min(sizes.values()) >= 16, sizes
+
+
+def test_a_screen_reader_hears_the_answer_once_not_every_piece_of_it(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """The whole thread was one live region: every piece of a streamed answer changed it again (a
+    screen reader read the answer over and over as it grew), and opening a conversation put 50
+    messages in it at once. The thread is no longer live; one region says the advisor is writing,
+    then the whole answer once."""
+    fake_anthropic.answer = lambda body: "one two three four five six"
+    fake_anthropic.delta_pause_s = 0.05
+    answering_with(monkeypatch, fake_anthropic)
+    with demo_page(dev_server) as page:
+        assert page.get_attribute("#messages", "aria-live") is None
+        page.evaluate("""() => { window.said = [];
+          new MutationObserver(() => window.said.push(document.getElementById('announce').textContent))
+            .observe(document.getElementById('announce'), {childList: true, characterData: true, subtree: true}); }""")
+        page.fill("#message-input", "Count to six")
+        page.click("#send")
+        page.wait_for_selector(".message.assistant.done")
+        assert page.evaluate("window.said") == ["Your advisor is writing", "one two three four five six"]
+        assert page.get_attribute("#announce", "aria-live") == "polite"
