@@ -82,10 +82,16 @@ class MediaLimits:
     voice_max_bytes: int = 5_000_000
 
 
+def twilio_refs(urls: Sequence[str], content_types: Sequence[str]) -> tuple[MediaRef, ...]:
+    """A Twilio form's media, each by its kind; where each URL may be fetched from is
+    core/channels/media_fetch.py's to say."""
+    return tuple(MediaRef(media_kind(kind), kind, url) for url, kind in zip(urls, content_types, strict=True))
+
+
 def twilio_media(urls: Sequence[str], content_types: Sequence[str]) -> tuple[MediaRef, ...]:
-    """A WhatsApp form's media, when any of it is an image, a PDF or audio (a shared contact's
-    vCard alone is not); where each URL may be fetched from is core/channels/media_fetch.py's to say."""
-    refs = tuple(MediaRef(media_kind(kind), kind, url) for url, kind in zip(urls, content_types, strict=True))
+    """A Twilio form's media, when any of it is an image, a PDF or audio (a shared contact's vCard
+    alone is not)."""
+    refs = twilio_refs(urls, content_types)
     return refs if any(ref.kind is not MediaKind.OTHER for ref in refs) else ()
 
 

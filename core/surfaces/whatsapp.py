@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from core.channels.places import forwarded_text, location_text
-from core.media.kinds import MediaRef, media_kind, twilio_media
+from core.media.kinds import twilio_media, twilio_refs
 from core.models import PlatformMessage
 from core.surfaces.adapter import Delivery, SayFollowUp, Sent, Surface, SurfaceRules, mask_number, unsent_part
 from core.surfaces.commands import ChatCommand, chat_command
@@ -188,9 +188,6 @@ def classify(form: WhatsAppForm, commands: bool = True) -> Converse | Notice | C
         # word: a turn all the same, answered with what cannot be read (core/media/turn_media.py), so
         # that the thread keeps what was sent, and what waits for the person's next message (a
         # follow-up held outside the 24-hour window) is said first.
-        unread = tuple(
-            MediaRef(media_kind(kind), kind, url)
-            for url, kind in zip(form.media_urls, form.media_content_types, strict=True)
-        )
+        unread = twilio_refs(form.media_urls, form.media_content_types)
         return Converse(form.identity, form.said(""), form.message_sid, form.also_known_as, unread, form.platform)
     return Notice(EMPTY, "empty body")

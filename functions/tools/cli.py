@@ -114,16 +114,13 @@ def as_defined(url: str, connect_timeout_s: int) -> bool:
     earlier checkout has the baseline recorded as applied, which no push runs again); says which not."""
     from core.stores.embedded import MIGRATIONS
     from core.stores.postgres_store import connect
-    from functions.tools.doc_links import OLDER_DEFINITIONS
-    from functions.tools.schema_objects import defined_bodies, differing_functions
+    from functions.tools.schema_objects import BRING_ACROSS, defined_bodies, differing_functions, differing_said
 
     with connect(url, connect_timeout_s) as connection:
         differing = differing_functions(connection, defined_bodies(sorted(MIGRATIONS.glob("*.sql"))))
     if differing:
         print(
-            f"crossmem migrate: made from other definitions than these: {len(differing)} SQL function(s) differ "
-            f"from their definition in infra/supabase/schemas/: {', '.join(map(str, differing))}; a push runs no "
-            f"migration recorded as applied: bring the database across ({OLDER_DEFINITIONS})",
+            f"crossmem migrate: made from other definitions than these: {differing_said(differing)}; {BRING_ACROSS}",
             file=sys.stderr,
         )
     return not differing

@@ -45,7 +45,6 @@ from functions.tools.doc_links import (
     DATABASE,
     DOCTOR,
     FUNCTIONS,
-    OLDER_DEFINITIONS,
     PARTLY_MIGRATED,
     SECRETS,
     WEBHOOKS,
@@ -60,10 +59,12 @@ from functions.tools.gcloud_checks import (
     describe,
 )
 from functions.tools.schema_objects import (
+    BRING_ACROSS,
     SchemaObject,
     defined_bodies,
     defined_objects,
     differing_functions,
+    differing_said,
     missing_objects,
 )
 
@@ -114,9 +115,8 @@ def check_database(config: Settings) -> Check:
         return fail(
             name,
             f"made from other definitions than these: all {len(wanted)} migrations are recorded as applied, but "
-            f"{len(differing)} SQL function(s) differ from their definition in infra/supabase/schemas/: "
-            f"{', '.join(map(str, differing))}{lacking}",
-            f"a push runs no migration recorded as applied: bring the database across ({OLDER_DEFINITIONS})",
+            f"{differing_said(differing)}{lacking}",
+            BRING_ACROSS,
         )
     if missing:
         return fail(

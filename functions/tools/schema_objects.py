@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from functions.tools.doc_links import OLDER_DEFINITIONS
+
 _STATEMENT = re.compile(
     r"\b(create|drop)\s+(?:or\s+replace\s+)?(table|function)\s+(?:if\s+(?:not\s+)?exists\s+)?"
     r"([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)",
@@ -104,6 +106,17 @@ def defined_bodies(migrations: list[Path]) -> dict[SchemaObject, set[str]]:
             here.setdefault(key, (function, set()))[1].add(text[opens.end() : end])
         last.update(here)
     return dict(last.values())
+
+
+def differing_said(differing: list[SchemaObject]) -> str:
+    """How `crossmem doctor` and `crossmem migrate` name the functions not as defined."""
+    return f"{len(differing)} SQL function(s) differ from their definition in infra/supabase/schemas/: " + ", ".join(
+        map(str, differing)
+    )
+
+
+# What brings a database made from older definitions across (a push runs nothing recorded as applied).
+BRING_ACROSS = f"a push runs no migration recorded as applied: bring the database across ({OLDER_DEFINITIONS})"
 
 
 def differing_functions(connection: Any, expected: dict[SchemaObject, set[str]]) -> list[SchemaObject]:
