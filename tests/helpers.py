@@ -384,6 +384,17 @@ def execute(database_url: str, query: str, *params: Any) -> None:
         connection.execute(query, params)
 
 
+def digest_wait_over(database_url: str, person: uuid.UUID) -> None:
+    """A person backed off after a failed digest: their wait is over (its end moved a second back,
+    as if waited out)."""
+    execute(
+        database_url,
+        "update memory_notes set claimed_until = clock_timestamp() - interval '1 second'"
+        " where user_id = %s and claim is null",
+        person,
+    )
+
+
 def ogg_lasting(ogg: bytes, seconds: float) -> bytes:
     """An OGG/Opus file whose last page says it lasts `seconds` (its granule position, at 48 kHz,
     less the head's pre-skip): the length core/media/kinds.py reads, forged or not (the CRC is left)."""

@@ -59,6 +59,8 @@ OFF = {(TurnBudget, "turns_per_minute"), (TurnBudget, "turns_per_day"), (TurnBud
 # Defaults that are not a setting's: bounds no setting names.
 NOT_SETTINGS = {
     (DigestLimits, "messages_per_digest"),
+    (DigestLimits, "first_wait_s"),  # the back-off after a failed digest (design.md, Memory notes)
+    (DigestLimits, "longest_wait_s"),
     (MediaLimits, "voice_max_bytes"),  # a download's bound, no setting's
     (TurnSettings, "capabilities"),  # built from several settings by functions/runtime.py
 }

@@ -11,9 +11,10 @@ Never while a person waits. A digest run (the `memory_digest` function on a sche
 A person is due once a window step of their messages has left the window and they have
 paused for the prompt cache's lifetime (5 minutes), so rewriting the notes never breaks
 a warm cache. Any number of runs may go at once: a person is claimed by one of them. A failed model
-call, notes cut at max_tokens, or an answer with no note line where there were notes lets the
-claim go: the notes stay as they were and the person stays due. Who is due and what the notes
-cover are the SQL functions' (20261130150000_memory_notes.sql).
+call (down, declining, timed out), notes cut at max_tokens, or an answer with no note line where
+there were notes writes nothing: the notes stay as they were and the person stays due, after a wait
+that doubles with each failure in a row (1 minute, 2, 4, ... 6 hours at most; fail_memory_digest).
+Who is due and what the notes cover are the SQL functions' (schemas/memory_notes.sql).
 """
 
 from __future__ import annotations
@@ -224,6 +225,12 @@ class DigestLimits:
     # lifetime: new notes then cost no cache write that the pause has not already cost.
     idle_s: int
     messages_per_digest: int = 200  # not a setting: the most messages one digest reads
+    # Not settings either: the wait after a failed digest, doubled by each failure in a row up to
+    # the longest. A minute is the schedule's own step; 6 hours is 4 model calls a day for a person
+    # whose digest always fails, and still several tries while they are looked for (twice
+    # CONTEXT_WINDOW_HOURS after their last message), so one that failed for a while is written.
+    first_wait_s: int = 60
+    longest_wait_s: int = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -290,8 +297,7 @@ class DigestJob:
         try:
             notes = self._digester.digest(due.notes, due.messages, zone_named(due.timezone))
         except ModelUnavailable as exc:
-            log.warning("a digest failed; the person stays due", extra={"user_id": str(due.user_id), "error": str(exc)})
-            self._release(due)
+            self._back_off(due, exc)
             return False
         last = due.messages[-1] if due.messages else None
         try:
@@ -313,5 +319,25 @@ class DigestJob:
             return False
         return bool(row and row.get("written"))
 
+    def _back_off(self, due: DueDigest, exc: ModelUnavailable) -> None:
+        """Let the claim go with the failure counted: the person waits before the next try."""
+        row = self._store.call(
+            "fail_memory_digest",
+            {
+                "p_user_id": str(due.user_id),
+                "p_claim": str(due.claim),
+                "p_first_wait_seconds": self._limits.first_wait_s,
+                "p_longest_wait_seconds": self._limits.longest_wait_s,
+            },
+        )
+        # The error is ours (a status, a stop reason, a policy area), never the person's words.
+        failure = {"user_id": str(due.user_id), "error": str(exc), "messages": len(due.messages)}
+        if not (row and row.get("failed")):  # a link or an edit took the claim meanwhile: no wait
+            log.warning("a digest failed; the person stays due", extra=failure)
+            return
+        backed_off = failure | {"failures": row["failures"], "wait_s": row["wait_s"]}
+        log.warning("a digest failed; the person is backed off", extra=backed_off)
+
     def _release(self, due: DueDigest) -> None:
+        """Let the claim go untried (the run's time is up): the person keeps their place."""
         self._store.call("release_memory_claim", {"p_user_id": str(due.user_id), "p_claim": str(due.claim)})

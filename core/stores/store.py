@@ -69,6 +69,7 @@ SQL_FUNCTIONS = frozenset(
         "claim_memory_digests",
         "write_memory_notes",
         "release_memory_claim",
+        "fail_memory_digest",
         "memory_notes_of",
         "reserve_voice_seconds",
         "settle_voice_seconds",

@@ -21,13 +21,16 @@ create table public.memory_notes (
     -- Set when linking merged another person's notes in: the next digest folds them into one.
     pending_fold boolean not null default false,
     -- A digest run working on this person, and until when its claim holds. A run that died
-    -- mid-way leaves a claim that simply expires.
+    -- mid-way leaves a claim that simply expires. After a failed digest, no claim and a
+    -- claimed_until ahead: the person's wait before the next try (fail_memory_digest).
     claim uuid,
     claimed_until timestamptz,
     -- When a digest of theirs last failed (the model down, declining, cut): the claim takes them
     -- after the people written or tried before, so those whose digest keeps failing never hold
     -- everyone else back.
-    tried_at timestamptz
+    tried_at timestamptz,
+    -- Their digests that failed in a row since the last one written: each doubles the wait.
+    failures integer not null default 0
 );
 alter table public.memory_notes enable row level security;  -- who reads what: access.sql
 -- The digest's claim looks among the people whose notes were written in the last days too
@@ -79,7 +82,8 @@ $$;
 --   would see none of it);
 --   or linking merged two people's notes.
 -- Any number of runs may claim at once: `for update skip locked` and the claim's expiry
--- give each due person to one of them.
+-- give each due person to one of them. One whose digest failed is due but waits: its
+-- claimed_until is ahead until the back-off ends (fail_memory_digest).
 -- Returns [{"user_id", "claim", "notes", "pending_fold", "messages": [...]}].
 create or replace function public.claim_memory_digests(
     p_batch integer,
@@ -202,23 +206,52 @@ create or replace function public.write_memory_notes(
                written_at = clock_timestamp(),
                pending_fold = false,
                claim = null,
-               claimed_until = null
+               claimed_until = null,
+               failures = 0
          where n.user_id = p_user_id and n.claim = p_claim
         returning n.revision
     )
     select jsonb_build_object('written', count(*) > 0, 'revision', max(w.revision)) from written w;
 $$;
 
--- A digest that failed (the model was down), or a run out of time: the notes stay as they were
--- and the person stays due for the next run, which takes them after the others (tried_at).
+-- A claimed person a run did not try (its time was up): let go as they were, no try recorded,
+-- so the next run takes them in their place.
 create or replace function public.release_memory_claim(p_user_id uuid, p_claim uuid)
     returns jsonb language sql set search_path = '' as $$
     with released as (
-        update public.memory_notes n set claim = null, claimed_until = null, tried_at = clock_timestamp()
+        update public.memory_notes n set claim = null, claimed_until = null
          where n.user_id = p_user_id and n.claim = p_claim
         returning n.user_id
     )
     select jsonb_build_object('released', count(*) > 0) from released;
+$$;
+
+-- A digest that failed (the model down, declining, timed out, cut, or answering no note): the
+-- notes stay as they were and the person stays due, but waits before the next try, a wait that
+-- doubles with each failure in a row (p_first_wait_seconds, twice that, ... at most
+-- p_longest_wait_seconds; a digest written starts it again): one whose digest always fails costs
+-- a few model calls a day, not one a minute. The wait holds the claim by no run (claimed_until
+-- ahead, claim null), which claim_memory_digests already skips; tried_at puts them after the
+-- others once it is over. Returns {"failed": true|false, "failures", "wait_s"}.
+create or replace function public.fail_memory_digest(
+    p_user_id uuid,
+    p_claim uuid,
+    p_first_wait_seconds integer,
+    p_longest_wait_seconds integer
+) returns jsonb language sql set search_path = '' as $$
+    with failed as (
+        update public.memory_notes n
+           set claim = null,
+               failures = n.failures + 1,
+               tried_at = t.now,
+               claimed_until = t.now + make_interval(secs => least(
+                   p_first_wait_seconds * power(2, least(n.failures, 30)), p_longest_wait_seconds))
+          from (select clock_timestamp() as now) t
+         where n.user_id = p_user_id and n.claim = p_claim
+        returning n.failures, extract(epoch from n.claimed_until - n.tried_at)::integer as wait_s
+    )
+    select jsonb_build_object('failed', count(*) > 0, 'failures', max(f.failures), 'wait_s', max(f.wait_s))
+      from failed f;
 $$;
 
 -- A person's notes and when they were written (the web's GET /memory, the CLI's history).

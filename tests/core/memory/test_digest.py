@@ -22,7 +22,7 @@ from core.model.prompt import NOTES_PREAMBLE
 from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import as_role, context_limits, digest_limits, messages_read
+from tests.helpers import as_role, context_limits, digest_limits, digest_wait_over, messages_read
 
 CACHE = {"type": "ephemeral"}
 WINDOW = context_limits(max_messages=4, window_step=2)
@@ -359,7 +359,9 @@ def test_a_failing_model_leaves_the_notes_and_the_person_due(
     assert (run.updated, run.failed) == (0, 1)
     assert notes_row(database_url, person) == before  # same text, revision, time and coverage; no claim
     fake.behaviour = "ok"
-    assert job.run(person).updated == 1  # still due
+    assert job.run(person).updated == 0  # still due, after a wait (a minute)
+    digest_wait_over(database_url, person)
+    assert job.run(person).updated == 1
     after = notes_row(database_url, person)
     assert after is not None and after[1] == 2 and after[3] != before[3]
 
