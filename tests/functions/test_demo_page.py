@@ -837,7 +837,7 @@ def test_a_screen_reader_hears_that_the_advisor_is_writing(
         page.wait_for_selector(".message.typing")
         said = page.locator("#messages").aria_snapshot()
         page.wait_for_selector(".message.assistant.done")
-        assert page.locator("#messages").aria_snapshot() == "- text: When is the dentist? Friday it is."
+        assert page.locator("#messages").aria_snapshot() == "- text: When is the dentist?\n- paragraph: Friday it is."
     assert said == '- text: When is the dentist?\n- img "Your advisor is writing"'
 
 
@@ -1071,3 +1071,79 @@ def test_a_screen_reader_hears_the_answer_once_not_every_piece_of_it(
         page.wait_for_selector(".message.assistant.done")
         assert page.evaluate("window.said") == ["Your advisor is writing", "one two three four five six"]
         assert page.get_attribute("#announce", "aria-live") == "polite"
+
+
+# An element's nodes as [tag, ...children], its text as strings (adjacent ones as one).
+MESSAGE_TREE = """(selector) => { const tree = (node) => node.nodeType === Node.TEXT_NODE ? node.textContent
+  : [node.tagName.toLowerCase(), ...[...node.childNodes].map(tree)];
+  const copy = document.querySelector(selector).cloneNode(true);
+  copy.normalize();
+  return [...copy.childNodes].map(tree); }"""
+HOSTILE = '<img src=x onerror="window.pwned = 1"> <script>window.pwned = 2</script>'
+MARKDOWN_ANSWER = (
+    "## Your week\n"
+    "**Bold**, *italic*, __strong__ and `code <b>x</b>` in snake_case_names.\n"
+    "A second line.\n\n"
+    "- one\n"
+    "- two with [a page](https://example.com/a?b=1)\n"
+    "  - nested\n\n"
+    "3. third\n"
+    "4. fourth\n\n"
+    "```python\n"
+    "print('<script>**not bold**</script>')\n"
+    "```\n\n"
+    f"[not a page](javascript:window.pwned=3) and {HOSTILE}"
+)
+MARKDOWN_TREE = [
+    ["p", ["strong", "Your week"]],
+    [
+        "p",
+        ["strong", "Bold"],
+        ", ",
+        ["em", "italic"],
+        ", ",
+        ["strong", "strong"],
+        " and ",
+        ["code", "code <b>x</b>"],
+        " in snake_case_names.\nA second line.",
+    ],
+    ["ul", ["li", "one"], ["li", "two with ", ["a", "a page"], ["ul", ["li", "nested"]]]],
+    ["ol", ["li", "third"], ["li", "fourth"]],
+    ["pre", ["code", "print('<script>**not bold**</script>')"]],
+    ["p", f"[not a page](javascript:window.pwned=3) and {HOSTILE}"],
+]
+
+
+def test_the_advisors_markdown_shows_as_text_set_out_and_runs_nothing(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """The advisor's Markdown showed raw (**bold**, lists, `code`). A safe subset is now set out,
+    built as nodes with text in them, never as HTML: markup in an answer (or in the person's own
+    message, which stays plain text) shows as written and runs nothing; a link goes to a web page
+    only, in a new tab that cannot reach back (rel=noopener)."""
+    fake_anthropic.answer = lambda body: MARKDOWN_ANSWER
+    fake_anthropic.delta_pause_s = 0.01  # set out again at every piece, as it streams
+    answering_with(monkeypatch, fake_anthropic)
+    mine = f"**not bold** `not code` {HOSTILE}"
+    with demo_page(dev_server) as page:
+        page.fill("#message-input", mine)
+        page.click("#send")
+        page.wait_for_selector(".message.assistant.done")
+        streamed = page.evaluate(MESSAGE_TREE, ".message.assistant.done .text")
+        link = page.eval_on_selector(
+            ".message.assistant.done a", "(a) => [a.getAttribute('href'), a.target, a.rel, a.textContent]"
+        )
+        own = page.evaluate(MESSAGE_TREE, ".message.user .text")
+        page.reload()  # the stored answer, set out the same
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_selector(".message.assistant")
+        stored = page.evaluate(MESSAGE_TREE, ".message.assistant .text")
+        page.wait_for_load_state("load")
+        pwned = page.evaluate("window.pwned ?? null")
+        run = page.evaluate("document.querySelectorAll('#messages img, #messages script').length")
+        fits = page.evaluate("document.documentElement.scrollWidth === innerWidth")
+    assert streamed == MARKDOWN_TREE
+    assert stored == MARKDOWN_TREE
+    assert link == ["https://example.com/a?b=1", "_blank", "noopener", "a page"]
+    assert own == [mine]
+    assert (pwned, run, fits) == (None, 0, True)
