@@ -1073,6 +1073,138 @@ def test_a_screen_reader_hears_the_answer_once_not_every_piece_of_it(
         assert page.get_attribute("#announce", "aria-live") == "polite"
 
 
+def abandoned_turns(caplog: pytest.LogCaptureFixture, count: int) -> None:
+    """Wait until the server has ended `count` turns as abandoned (its turn line's outcome)."""
+    deadline = time.monotonic() + 10
+    while sum(getattr(record, "outcome", None) == "abandoned" for record in caplog.records) < count:
+        assert time.monotonic() < deadline, "the server did not end the stopped turn"
+        time.sleep(0.05)
+
+
+def polled_twice(page: Page) -> None:
+    """Two polls of the open conversation: once the second is answered, the first has changed the page."""
+    page.clock.fast_forward(POLL_MS)
+    with page.expect_response(lambda response: response.url.endswith("/messages?limit=50")) as polled:
+        page.clock.fast_forward(POLL_MS)
+    polled.value.finished()
+
+
+def stored_thread(api: DevApi) -> list[tuple[str, str]]:
+    """The one web conversation's stored messages, as (role, content)."""
+    (conversation,) = [c for c in api.conversations() if c["surface"] == "web"]
+    return [(m["role"], m["content"]) for m in api.messages(conversation["id"])]
+
+
+def test_stop_ends_the_answer_and_the_page_goes_on(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    """There was no Stop: an answer once asked ran to its end. Stop takes Send's place while the
+    answer streams, from the keyboard too; it aborts the stream (the web's stop, docs/frontend.md),
+    what was shown stays, marked, the server stores no reply, and the page goes on: the next
+    message continues the conversation, a poll adds nothing twice, and a reload does not answer
+    the stopped message anew."""
+    story = "one two three four five six seven eight nine ten eleven twelve"
+    fake_anthropic.answer = lambda body: story
+    fake_anthropic.delta_pause_s = 0.2
+    answering_with(monkeypatch, fake_anthropic)
+    api = DevApi(dev_server)
+    with demo_page(dev_server) as page:
+        page.add_init_script(RECORD_FETCHES)
+        page.evaluate(RECORD_FETCHES)
+        assert page.is_hidden("#stop")
+        page.fill("#message-input", "Tell me a long story")
+        page.keyboard.press("Enter")  # the box has the focus
+        page.wait_for_function("document.querySelector('.message.assistant .text')?.textContent.includes('two')")
+        assert page.is_hidden("#send")
+        assert page.get_by_role("button", name="Stop the answer").is_visible()
+        page.keyboard.press("Tab")  # from the box, Stop is next, where Send was
+        assert page.evaluate("document.activeElement.id") == "stop"
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".message.assistant.stopped")
+        shown = page.inner_text(".message.assistant.stopped .text")
+        fake_anthropic.delta_pause_s = 0.0  # a server that had not stopped would now write the rest at once
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        assert story.startswith(shown) and "two" in shown and shown != story
+        assert page.inner_text(".message.assistant.stopped .status") == "You stopped this answer. It is not saved."
+        assert page.text_content("#announce") == f"Stopped. {shown}"
+        assert page.is_visible("#send") and page.is_hidden("#stop")
+        assert page.evaluate("document.activeElement.id") == "message-input"
+        time.sleep(0.5)  # the rest of the answer, had the page still read it
+        assert page.inner_text(".message.assistant.stopped .text") == shown
+        abandoned_turns(caplog, 1)  # the server stopped the model, and stored no reply
+        assert stored_thread(api) == [("user", "Tell me a long story")]
+        # The stopped first message made the conversation: the page knows it (the list shows it open).
+        assert page.text_content("#conversations li.active .title") == "Tell me a long story"
+
+        # A poll shows the stored message no second time (the page never heard its id).
+        polled_twice(page)
+        assert page.evaluate(TEXTS) == ["Tell me a long story", shown]
+
+        # The next message goes on in the same conversation, answered whole.
+        fake_anthropic.answer = lambda body: "Friday it is."
+        assert send_on_the_web(page, "When is the dentist?") == "Friday it is."
+        assert page.evaluate(TEXTS) == ["Tell me a long story", shown, "When is the dentist?", "Friday it is."]
+        assert stored_thread(api) == [
+            ("user", "Tell me a long story"),
+            ("user", "When is the dentist?"),
+            ("assistant", "Friday it is."),
+        ]
+
+        # Stopped before any word: the typing bubble goes; a reload does not answer it anew.
+        fake_anthropic.answer = lambda body: story
+        fake_anthropic.first_token_s = 1.0
+        page.fill("#message-input", "And another story")
+        page.click("#send")
+        page.wait_for_selector(".message.typing")
+        page.click("#stop")
+        page.wait_for_selector(".message.typing", state="detached")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        assert page.text_content("#announce") == "Stopped."
+        assert page.locator(".message.assistant").count() == 2
+        fake_anthropic.first_token_s = 0.0
+        abandoned_turns(caplog, 2)
+        polled_twice(page)
+        assert page.evaluate(TEXTS)[-2:] == ["Friday it is.", "And another story"]  # shown once
+        page.reload()
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        texts = page.evaluate(TEXTS)
+        asked = [path for method, path, status in fetched(page) if path.endswith("/stream")]
+    assert texts == ["Tell me a long story", "When is the dentist?", "Friday it is.", "And another story"]
+    assert asked == []
+    assert stored_thread(api)[-1] == ("user", "And another story")
+
+
+def test_an_answer_resumed_after_a_reload_stops_too(
+    dev_server: str, monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The answer a reload resumes streams as a sent one does: Stop stops it, and the next reload
+    (the tab remembers the stop) does not answer that message again."""
+    story = "one two three four five six seven eight nine ten eleven twelve"
+    fake_anthropic.answer = lambda body: story
+    fake_anthropic.delta_pause_s = 0.2
+    answering_with(monkeypatch, fake_anthropic)
+    api = DevApi(dev_server)
+    with demo_page(dev_server) as page:
+        page.fill("#message-input", "Tell me a long story")
+        page.click("#send")
+        page.wait_for_function("document.querySelector('.message.assistant .text')?.textContent.includes('two')")
+        page.reload()
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_function("document.querySelector('.message.assistant .text')?.textContent.includes('two')")
+        page.click("#stop")
+        page.wait_for_selector(".message.assistant.stopped")
+        shown = page.inner_text(".message.assistant.stopped .text")
+        abandoned_turns(caplog, 2)  # the first attempt, left by the reload, and the resumed one
+        page.reload()
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_selector("body:not([data-busy])", state="attached")
+        texts = page.evaluate(TEXTS)
+    assert story.startswith(shown) and "two" in shown and shown != story
+    assert texts == ["Tell me a long story"]
+    assert stored_thread(api) == [("user", "Tell me a long story")]
+
+
 # An element's nodes as [tag, ...children], its text as strings (adjacent ones as one).
 MESSAGE_TREE = """(selector) => { const tree = (node) => node.nodeType === Node.TEXT_NODE ? node.textContent
   : [node.tagName.toLowerCase(), ...[...node.childNodes].map(tree)];
