@@ -109,6 +109,17 @@ def subschema_problem(schema: object, where: str) -> str | None:
     return next((problem for value, at in nested if (problem := subschema_problem(value, at))), None)
 
 
+def sendable(text: str) -> str:
+    """`text` as UTF-8 can carry it: a lone surrogate (a file name decoded with surrogateescape,
+    half of an emoji cut from UTF-16) becomes U+FFFD, where the model's request could not be
+    encoded and the turn answered the fallback."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 @dataclass(frozen=True, eq=False)
 class OperatorTools:
     """The capability (core/turn/capabilities.py): on when EXTRA_TOOLS names at least one tool."""
@@ -149,12 +160,15 @@ class OperatorToolset:
             log.error("an operator's tool was not run: the turn's time is up", extra={"tool": call.name})
             return ToolResult(call, f"Not done: no time was left to run {call.name}. Answer without it.", is_error=True)
         outcome: list[object] = []
-        failed: list[Exception] = []
+        failed: list[BaseException] = []
 
         def run() -> None:
             try:
                 outcome.append(tool.run(dict(call.input)))
-            except Exception as exc:  # an operator's code: whatever it raises, the turn still answers
+            # An operator's code: whatever it raises, the turn still answers. BaseException too
+            # (asyncio's CancelledError, a library's sys.exit): uncaught, it ended the thread and
+            # Python printed it whole on stderr, its message with it.
+            except BaseException as exc:
                 failed.append(exc)
 
         # On a thread of its own, waited for while the model still has time to answer after it: a
@@ -174,7 +188,7 @@ class OperatorToolset:
         if not isinstance(text, str):
             log.error("an operator's tool answered no text", extra={"tool": call.name, "type": type(text).__name__})
             return ToolResult(call, f"Not done: {call.name} answered no text. Answer without it.", is_error=True)
-        return ToolResult(call, text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…")
+        return ToolResult(call, sendable(text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…"))
 
     def must_answer(self, result: ToolResult) -> bool:
         return True  # what the tool found is for the model to read

@@ -6,6 +6,7 @@ back), and real Postgres."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -234,6 +235,47 @@ def test_a_tool_that_raises_is_said_back_and_the_turn_answers(
     assert (failed.__dict__["tool"], failed.__dict__["error"]) == ("weather", "TimeoutError")
     assert failed.__dict__["where"][-1].endswith(" broken")  # the operator's function that raised
     assert "did not answer" not in caplog.text  # its message is not logged: it may hold the person's words
+
+
+def test_a_tool_that_raises_a_base_exception_is_said_back_as_its_own_failure(
+    store: PostgresStore, fake: FakeAnthropic, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio's CancelledError is no Exception. Seen failing (an extension's try): it ended the
+    tool's thread, Python printed it on stderr with its message (here a key), and the empty outcome
+    failed the toolset, logged as a ValueError of operator_tools.py."""
+    printed: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", printed.append)  # what Python prints a thread's end with
+
+    def cancelled(arguments: dict[str, Any]) -> str:
+        raise asyncio.CancelledError("upstream cancelled: key=sk_live_SECRET")
+
+    fake.answer = lambda body: "No weather now." if tool_results(body) else [tool_use("weather", {"city": "Oslo"})]
+    result = turns_with(store, fake, cancelled).run(
+        TurnRequest(Surface.TELEGRAM, "weather in Oslo?", "base-1", user_id=uuid.uuid4())
+    )
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, "No weather now.")
+    [said] = tool_results(fake.requests[-1])
+    assert (said["content"], said.get("is_error")) == ("Not done: weather failed. Answer without it.", True)
+    failures = [r for r in caplog.records if r.name == "crossmem.tools"]
+    assert [(r.getMessage(), r.__dict__["tool"], r.__dict__["error"]) for r in failures] == [
+        ("an operator's tool failed", "weather", "CancelledError")
+    ]
+    assert failures[0].__dict__["where"][-1].endswith(" cancelled")
+    assert printed == [] and "SECRET" not in caplog.text
+
+
+def test_a_tool_result_utf8_cannot_carry_reaches_the_model_readable(store: PostgresStore, fake: FakeAnthropic) -> None:
+    """A lone surrogate in a tool's text (a file name decoded with surrogateescape): seen failing,
+    the request with the result could not be encoded (UnicodeEncodeError), so the person got the
+    fallback and the model never saw the result."""
+    fake.answer = lambda body: "Found it." if tool_results(body) else [tool_use("weather", {"city": "Oslo"})]
+    listing = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    result = turns_with(store, fake, lambda arguments: f"files: {listing} \U0001f600").run(
+        TurnRequest(Surface.TELEGRAM, "which files?", "surrogate-1", user_id=uuid.uuid4())
+    )
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, "Found it.")
+    [said] = tool_results(fake.requests[-1])
+    assert said["content"] == "files: caf\ufffd.txt \U0001f600"
 
 
 @pytest.mark.parametrize("streamed", [False, True])
