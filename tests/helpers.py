@@ -445,9 +445,11 @@ def forgotten(phrases: Phrases, messages: int) -> str:
 
 def crossmem_dev(env: dict[str, str], cwd: Path, port: int) -> subprocess.Popen[str]:
     """`crossmem dev` in its own process, as `make dev` runs it, once it answers /healthz (or the
-    test fails with what it printed). The caller stops it with SIGTERM, as a process manager would."""
+    test fails with what it printed). The caller stops it with SIGTERM, as a process manager would.
+    `-P`: the directory it runs in is not on the import path, as it is not for the console script
+    `make dev` runs (`-m` alone put it there, so a module beside it loaded without PYTHONPATH)."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "functions.tools.cli", "dev"],
+        [sys.executable, "-P", "-m", "functions.tools.cli", "dev"],
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,
