@@ -730,3 +730,23 @@ def test_a_check_that_breaks_is_one_failed_line_and_the_others_still_answer(
     assert code == 1 and list(failed(report)) == ["telegram webhook"]
     assert failed(report)["telegram webhook"]["detail"].startswith("the check itself failed: AttributeError")
     assert [check["check"] for check in report["checks"]] == CHECKS
+
+
+def test_the_doctor_checks_the_inbound_url_of_every_twilio_surface() -> None:
+    """TWILIO_WEBHOOKS is written by hand: each surface TWILIO_AUTH_TOKEN's mark names (a Twilio
+    surface, docs/extending.md) has its entry, with its function, its number's setting, and the
+    deploying shell's variable serverless.yml gives that function's PUBLIC_BASE_URL from. Without
+    one, a fifth Twilio surface added by docs/extending.md's table alone was never checked: its
+    number's 'A message comes in' could point elsewhere, every message refused 403."""
+    from core.surfaces.adapter import Surface
+    from functions.settings import Settings, SurfaceSetting
+    from functions.tools.doctor import TWILIO_WEBHOOKS
+
+    [mark] = [m for m in Settings.model_fields["twilio_auth_token"].metadata if isinstance(m, SurfaceSetting)]
+    twilio = [surface for surface in Surface if surface in mark.surfaces]
+    assert [hook.function for hook in TWILIO_WEBHOOKS] == [f"{surface.value}_webhook" for surface in twilio]
+    described = {function.name: function for function in read_description().functions}
+    for hook, surface in zip(TWILIO_WEBHOOKS, twilio, strict=True):
+        assert hook.number_setting == f"TWILIO_{surface.name}_FROM"
+        assert hook.number_setting.lower() in Settings.model_fields
+        assert described[hook.function].environment["PUBLIC_BASE_URL"].startswith(f"${{env:{hook.url_variable},")
