@@ -20,7 +20,9 @@ def extra_tools(entries: Sequence[str]) -> OperatorTools:
             raise ConfigurationError(f"EXTRA_TOOLS: {entry} is not package.module:callable")
         try:
             target = getattr(importlib.import_module(module), attribute)
-        except Exception as exc:  # an operator's module: missing, or failing as it imports
+        # An operator's module: missing, or failing as it imports; SystemExit too (a script's
+        # argparse at its top), which would go past Flask and end the server's worker.
+        except (Exception, SystemExit) as exc:
             # ImportError: the module, or one it imports, is not installed, or not where Python looks
             where = ": not installed, or not on PYTHONPATH" * isinstance(exc, ImportError)
             raise ConfigurationError(

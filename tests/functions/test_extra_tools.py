@@ -173,6 +173,33 @@ def test_a_function_whose_extra_tool_cannot_load_answers_503_and_stores_nothing(
     )
 
 
+def test_a_module_that_exits_as_it_imports_is_refused_naming_it(
+    environment: pytest.MonkeyPatch, tmp_path: Path, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A script's module made a tool: argparse at its top raises SystemExit, no Exception. Seen
+    failing: it went past the loader's refusal, `crossmem dev` ended with the script's usage line
+    (exit 2), and a function's request raised it out of Flask, which ends the server's worker."""
+    (tmp_path / "script_tools.py").write_text(
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        'parser.add_argument("--city", required=True)\n'
+        "ARGS = parser.parse_args()\n"
+    )
+    environment.syspath_prepend(str(tmp_path))
+    environment.setenv("EXTRA_TOOLS", "script_tools:weather")
+    response = app_client("telegram_webhook").post(
+        "/",
+        json=update("hello with a script as a tool", user_id=7003),
+        headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET},
+    )
+    assert (response.status_code, response.get_json()) == (
+        503,
+        {"error": "not_configured", "message": "EXTRA_TOOLS: script_tools:weather could not be loaded (SystemExit)"},
+    )
+    assert count(database_url, "select count(*) from messages where content = %s", "hello with a script as a tool") == 0
+    assert fake_anthropic.requests == []
+
+
 def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
