@@ -19,14 +19,16 @@ def extra_tools(entries: Sequence[str]) -> OperatorTools:
         if not module or not attribute:
             raise ConfigurationError(f"EXTRA_TOOLS: {entry} is not package.module:callable")
         try:
-            target = getattr(importlib.import_module(module), attribute)
-        # An operator's module: missing, or failing as it imports; SystemExit too (a script's
-        # argparse at its top), which would go past Flask and end the server's worker.
+            tools.append(described(getattr(importlib.import_module(module), attribute), entry))
+        except ConfigurationError:
+            raise
+        # An operator's module: missing, or failing as it imports or as its tool is read (a
+        # property that reads a file: a 500 on every request); SystemExit too (a script's argparse
+        # at its top), which would go past Flask and end the server's worker.
         except (Exception, SystemExit) as exc:
             # ImportError: the module, or one it imports, is not installed, or not where Python looks
             where = ": not installed, or not on PYTHONPATH" * isinstance(exc, ImportError)
             raise ConfigurationError(
                 f"EXTRA_TOOLS: {entry} could not be loaded ({type(exc).__name__}{where})"
             ) from None
-        tools.append(described(target, entry))
     return OperatorTools(tuple(tools))

@@ -200,6 +200,41 @@ def test_a_module_that_exits_as_it_imports_is_refused_naming_it(
     assert fake_anthropic.requests == []
 
 
+def test_a_tool_whose_description_fails_as_it_is_read_is_refused_naming_it(
+    environment: pytest.MonkeyPatch, tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """A class's tool (the docs' way for type-checked code) whose description is a property that
+    reads a file. Seen failing: its FileNotFoundError went past the loader, a 500 on every request,
+    which Telegram redelivers."""
+    (tmp_path / "class_tools.py").write_text(
+        "class Weather:\n"
+        '    name = "weather"\n'
+        '    input_schema = {"type": "object"}\n'
+        "\n"
+        "    @property\n"
+        "    def description(self):\n"
+        '        return open("/nonexistent/weather.txt").read()\n'
+        "\n"
+        "    def __call__(self, arguments):\n"
+        '        return "sunny"\n'
+        "\n"
+        "weather = Weather()\n"
+    )
+    environment.syspath_prepend(str(tmp_path))
+    environment.setenv("EXTRA_TOOLS", "class_tools:weather")
+    response = app_client("telegram_webhook").post(
+        "/", json=update("hello, class", user_id=7004), headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+    )
+    assert (response.status_code, response.get_json()) == (
+        503,
+        {
+            "error": "not_configured",
+            "message": "EXTRA_TOOLS: class_tools:weather could not be loaded (FileNotFoundError)",
+        },
+    )
+    assert fake_anthropic.requests == []
+
+
 def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
