@@ -441,5 +441,5 @@ class Linking:
         if self._identity.mode == "owner":
             raise LinkingNotNeeded(
                 "IDENTITY_POLICY=owner: this assistant serves one person, whose apps are configured "
-                "(OWNER_TELEGRAM_IDS, OWNER_WHATSAPP_NUMBERS, OWNER_SMS_NUMBERS); there is nothing to link"
+                "(the OWNER_* settings, one for each app); there is nothing to link"
             )

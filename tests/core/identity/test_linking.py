@@ -306,8 +306,13 @@ def test_owner_policy_needs_no_linking(store: PostgresStore) -> None:
     owner = uuid.uuid4()
     policy = IdentityPolicy.build("owner", owner, {Surface.TELEGRAM: ["4242"], Surface.WHATSAPP: ["+34600111222"]})
     linking = Linking(store, policy, stranger_reply="Private assistant.")
-    with pytest.raises(LinkingNotNeeded):
+    with pytest.raises(LinkingNotNeeded) as refused:
         linking.new_code(owner)
+    # Named for every app alike, so a new surface's owners' setting needs no edit here.
+    assert str(refused.value) == (
+        "IDENTITY_POLICY=owner: this assistant serves one person, whose apps are configured "
+        "(the OWNER_* settings, one for each app); there is nothing to link"
+    )
     # Nor does an operator's link (`crossmem link`): the policy would still turn the chat away, and
     # "linked" would be a promise the next message breaks.
     with pytest.raises(LinkingNotNeeded):
