@@ -75,9 +75,17 @@ class Toolbox:
         self.definitions = tuple(definition for toolset in self.toolsets for definition in toolset.definitions)
         self._owners = {definition["name"]: toolset for toolset in self.toolsets for definition in toolset.definitions}
         self.requests = 0  # model requests made with these tools
+        self.calls = 0  # calls run, and of them the ones said back as not done
+        self.errors = 0
 
     def run(self, call: ToolCall) -> tuple[ToolResult, bool]:
         """The call's result, and whether the model must see it."""
+        result, must = self._run(call)
+        self.calls += 1
+        self.errors += result.is_error
+        return result, must
+
+    def _run(self, call: ToolCall) -> tuple[ToolResult, bool]:
         owner = self._owners.get(call.name)
         if owner is None:
             return ToolResult(call, f"Not done: there is no tool {call.name!r}.", is_error=True), True

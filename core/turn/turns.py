@@ -684,6 +684,7 @@ class Turns:
         """The model requests and the round trips of the tools' calls: the turn's log line and its budget."""
         figures.model_requests = tools.requests if tools is not None else 1
         figures.round_trips += tools.round_trips if tools is not None else 0
+        figures.tool_calls, figures.tool_errors = (tools.calls, tools.errors) if tools is not None else (0, 0)
 
     def _zone_of(self, start: TurnStart) -> ZoneInfo:
         """The person's timezone (theirs, else CONTEXT_TIMEZONE): the context's tags and the

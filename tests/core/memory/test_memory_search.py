@@ -124,6 +124,7 @@ def test_a_turn_finds_what_was_said_90_days_ago_on_whatsapp_and_counts_both_requ
     assert figures.input_tokens == sum(usage["input_tokens"] for usage in fake.usages[-2:])
     line = [record for record in caplog.records if record.getMessage() == "turn"][-1]
     assert (line.__dict__["model_requests"], line.__dict__["round_trips"]) == (2, 3)
+    assert (line.__dict__["tool_calls"], line.__dict__["tool_errors"]) == (1, 0)
     tokens = rows(database_url, "select coalesce(sum(tokens), 0) from turn_usage where user_id = %s", person)[0][0]
     assert tokens == figures.model_tokens
 

@@ -118,6 +118,7 @@ def test_a_tool_call_in_the_answer_to_tool_results_runs_in_a_second_round(
     assert all("tool_choice" not in body for body in fake.requests)  # rounds left: the default, auto
     # Three requests, every one's tokens the turn's; two database round trips (the tool is not ours).
     assert (result.figures.model_requests, result.figures.round_trips) == (3, 2)
+    assert (result.figures.tool_calls, result.figures.tool_errors) == (2, 0)  # the turn's log line
     written = ("", "Madrid is warm. And Lisbon:", "Both are sunny today.")
     assert result.figures.model_tokens == spent(fake, *written)
     assert stored_tokens(database_url, "r2-1") == [(spent(fake, *written), 0)]
@@ -262,6 +263,8 @@ def test_a_tool_that_raises_a_base_exception_is_said_back_as_its_own_failure(
     ]
     assert failures[0].__dict__["where"][-1].endswith(" cancelled")
     assert printed == [] and "SECRET" not in caplog.text
+    # The turn's own line says a tool failed in it: the tools' line names no person nor turn.
+    assert (result.figures.tool_calls, result.figures.tool_errors) == (1, 1)
 
 
 def test_a_tool_result_utf8_cannot_carry_reaches_the_model_readable(store: PostgresStore, fake: FakeAnthropic) -> None:
