@@ -5,7 +5,7 @@ and hands the pieces to the objects that need them, so every setting's default l
 Secrets are `SecretStr`, so they never print in a log line or a traceback.
 
 A setting of one surface (or of a few) says so where it is declared, `setting_of(Surface.SMS)`:
-which deployed functions read it follows from that mark (functions/tools/function_settings.py),
+which deployed functions read it follows from that mark (functions/function_settings.py),
 so a new surface's settings are placed here, beside their defaults, and nowhere else.
 """
 

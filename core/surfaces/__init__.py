@@ -14,7 +14,7 @@ conversation by its rules) stays a leaf, and a surface's module may import what 
 messages needs (pydantic, core.models) without a cycle.
 
 Each adapter is built on the first use of its surface (`Registry`): a function reads the settings
-of the surfaces it serves only (functions/tools/function_settings.py lists them), and a Telegram
+of the surfaces it serves only (functions/function_settings.py lists them), and a Telegram
 invocation never builds WhatsApp's.
 """
 

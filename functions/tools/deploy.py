@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from core.stores.embedded import REPOSITORY
+from functions.function_settings import deployment_problems
 from functions.tools.doc_links import GOOGLE_CLOUD
-from functions.tools.function_settings import deployment_problems
 from functions.tools.tool_failures import ToolFailed, run_tool
 from functions.tools.upload import PACKAGE, build_package
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from core.models import Surface
 from core.surfaces import rules
+from functions.function_settings import SURFACE_SETTINGS
 from functions.settings import ReadBy, Settings
-from functions.tools.function_settings import SURFACE_SETTINGS
 
 if TYPE_CHECKING:
     from core.follow_ups.delivery import FollowUpDelivery

@@ -1,5 +1,5 @@
 """Each deployed function gets the settings it reads, no more, and every secret from Secret
-Manager: serverless.yml against functions/tools/function_settings.py, and that list against what
+Manager: serverless.yml against functions/function_settings.py, and that list against what
 each function really reads while it serves a turn."""
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.settings import Settings
-from functions.tools.deploy import Description, FunctionSpec, read_description
-from functions.tools.function_settings import (
+from functions.function_settings import (
     BY_FUNCTION,
     EVERY_FUNCTION,
     MEDIA,
@@ -21,6 +19,8 @@ from functions.tools.function_settings import (
     settings_of,
     undeclared_settings,
 )
+from functions.settings import Settings
+from functions.tools.deploy import Description, FunctionSpec, read_description
 from tests.helpers import (
     BOT_TOKEN,
     JWT_SECRET,
@@ -100,7 +100,7 @@ def test_the_problems_say_what_to_add_where() -> None:
         "serverless.yml: telegram_webhook reads TELEGRAM_API_BASE but is not given it: add "
         "`TELEGRAM_API_BASE: ${env:TELEGRAM_API_BASE}` under functions.telegram_webhook.environment",
         "serverless.yml gives telegram_webhook DIGEST_BATCH_SIZE, which it does not read: remove it there "
-        "(or, if it does read it, add 'digest_batch_size' to its list in functions/tools/function_settings.py)",
+        "(or, if it does read it, add 'digest_batch_size' to its list in functions/function_settings.py)",
         # A surface's setting is placed by its mark (a new Twilio surface adds itself to this one's).
         "serverless.yml gives telegram_webhook TWILIO_AUTH_TOKEN, which it does not read: remove it there "
         "(or, if it does read it, add the function's surface to the mark of 'twilio_auth_token' in "
@@ -178,7 +178,7 @@ def test_a_function_reads_only_the_settings_its_list_names(
     unlisted = sorted(settings_read - settings_of(function))
     assert unlisted == [], (
         f"{function} reads {[name.upper() for name in unlisted]}: add {unlisted} to its list in "
-        "functions/tools/function_settings.py (EVERY_FUNCTION when every function does), or mark a surface's "
+        "functions/function_settings.py (EVERY_FUNCTION when every function does), or mark a surface's "
         "setting with its surface in functions/settings.py (setting_of), then give it to the function in "
         "serverless.yml (the test above says where)"
     )

@@ -146,7 +146,7 @@ NEVER_DEPLOYED = frozenset({"port", "embedded_data_dir"})
 LEFT_TO_THE_PLATFORM = frozenset({"digest_secret"})
 
 SECRET_REFERENCE = re.compile(r"^(projects/[^/]+/secrets/)?[A-Za-z0-9_-]+:(latest|[0-9]+)$")
-DECLARED_IN = "functions/tools/function_settings.py"
+DECLARED_IN = "functions/function_settings.py"
 
 
 def settings_of(function: str) -> frozenset[str]:
