@@ -21,6 +21,7 @@ CrossmemError
 ├── DeliveryFailed        a surface's API refused a reply or could not be reached
 ├── MediaUnreadable       a photo, PDF or voice note that could not be fetched, read or transcribed
 └── ConfigurationError    invalid or missing settings (503)
+    └── InvalidSetting    a setting that does not parse, said to whoever reads it
 """
 
 from datetime import UTC, datetime
@@ -186,3 +187,8 @@ class MediaUnreadable(CrossmemError):
 
 class ConfigurationError(CrossmemError):
     """Invalid settings. The message names the variables, never their values."""
+
+
+class InvalidSetting(ConfigurationError):
+    """Settings that do not parse (functions/settings.py holds each back): raised to whoever reads
+    one, never turned into a degraded answer (a store that "could not be set up")."""

@@ -1,4 +1,6 @@
-"""Which settings each deployed function reads: the list serverless.yml is checked against.
+"""Which settings each deployed function reads: the list serverless.yml is checked against, and
+the settings each function refuses to serve for while one of them does not parse (functions/http.py's
+`serving`: another surface's wrong setting refuses no function that does not read it).
 
 `crossmem deploy` refuses to deploy while serverless.yml gives a function less or more than
 this, or a secret as a plain value; tests/functions/test_function_settings.py also checks it

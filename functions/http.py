@@ -29,6 +29,7 @@ from core.errors import (
     Forbidden,
     HistoryTooLong,
     InputError,
+    InvalidSetting,
     LinkingNotNeeded,
     MediaUnreadable,
     MessageTooLong,
@@ -42,6 +43,7 @@ from core.errors import (
     UnsupportedBodyType,
 )
 from functions import runtime
+from functions.function_settings import BY_FUNCTION, settings_of
 
 MAX_BODY_BYTES = 1_000_000
 
@@ -69,6 +71,7 @@ HTTP_ERRORS: list[tuple[type[CrossmemError], int, str]] = [
     (ModelDeclined, 503, "model_unavailable"),  # a turn answers it (core/turn/turns.py): never here but by a bug
     (ModelUnavailable, 503, "model_unavailable"),
     (DeliveryFailed, 503, "delivery_failed"),
+    (InvalidSetting, 503, "not_configured"),
     (ConfigurationError, 503, "not_configured"),
     (MediaUnreadable, 500, "media_unreadable"),
 ]
@@ -79,10 +82,17 @@ Model = TypeVar("Model", bound=BaseModel)
 log = logging.getLogger("crossmem.functions")
 
 
-def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[flask.Request], flask.Response]:
+def serving(
+    handler: Callable[[flask.Request], flask.Response], function: str = ""
+) -> Callable[[flask.Request], flask.Response]:
     """A function that reads at most MAX_BODY_BYTES of its request, answers an error of ours by
     the table (a configuration error with 503 and its reason, not a crash), and refuses every
-    route while it lacks what it must not serve without (a database, a model)."""
+    route while a setting it reads does not parse, or while it lacks what it must not serve
+    without (a database, a model). What it reads is the list of `function` (main.py's name, the
+    handler's by default) in functions/function_settings.py; a function no list names reads
+    every setting: another surface's wrong setting refuses no function that does not read it."""
+    name = function or getattr(handler, "__name__", "")
+    reads = settings_of(name) if name in BY_FUNCTION else None
 
     @functools.wraps(handler)
     def serve(request: flask.Request) -> flask.Response:
@@ -93,7 +103,7 @@ def serving(handler: Callable[[flask.Request], flask.Response]) -> Callable[[fla
         # the limit from a longer one by it.
         request.max_content_length = MAX_BODY_BYTES + 1
         try:
-            runtime.check_can_serve(runtime.settings())
+            runtime.check_can_serve(runtime.settings(), reads)
             return handler(request)
         except ConfigurationError as exc:
             if str(exc) not in (logged := runtime.refusals_logged()):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, InvalidSetting
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.delivery import FollowUpDelivery
 from core.identity.linking import Linking
@@ -81,11 +82,13 @@ def store_kind(config: Settings) -> str:
     return "embedded"
 
 
-def check_can_serve(config: Settings) -> None:
-    """Outside APP_ENV=local, refuse to serve rather than degrade without a word: with no
-    database a deployed function would reach for the embedded one (not installed there) and
+def check_can_serve(config: Settings, reads: Iterable[str] | None = None) -> None:
+    """Refuse to serve while a setting the function reads (`reads`; every one when None) does not
+    parse, naming each. And outside APP_ENV=local, refuse rather than degrade without a word: with
+    no database a deployed function would reach for the embedded one (not installed there) and
     answer every turn without memory; with no model key the offline stand-in would answer
     real people."""
+    config.require_valid(reads)
     if config.is_local:
         return
     if store_kind(config) == "embedded":
@@ -106,6 +109,8 @@ def store() -> MemoryStore:
     config = settings()
     try:
         return build_store(config)
+    except InvalidSetting:  # said as the setting it is (`crossmem history`), not as a store down
+        raise
     except Exception as exc:  # any failure to set up: the instance still answers, without memory
         log.error("the memory store could not be set up", extra={"error": f"{type(exc).__name__}: {exc}"})
         return UnavailableStore(f"the memory store could not be set up: {type(exc).__name__}")

@@ -2,7 +2,9 @@
 
 core never reads the environment, nor this module: `functions/runtime.py` builds one `Settings`
 and hands the pieces to the objects that need them, so every setting's default lives here only.
-Secrets are `SecretStr`, so they never print in a log line or a traceback.
+Secrets are `SecretStr`, so they never print in a log line or a traceback. A setting that does not
+parse is held back: whoever reads it is told which and why (`InvalidSetting`), never its value,
+and nothing else is stopped by it (docs/configuration.md: "A wrong setting stops only what reads it").
 
 A setting of one surface (or of a few) says so where it is declared, `setting_of(Surface.SMS)`:
 which deployed functions read it follows from that mark (functions/function_settings.py),
@@ -11,17 +13,18 @@ so a new surface's settings are placed here, beside their defaults, and nowhere 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, ValidationError, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.errors import ConfigurationError
+from core.errors import InvalidSetting
 from core.memory.retention import MAX_AGE_DAYS
 from core.model.prompt import DEFAULT_PERSONA
 from core.surfaces.adapter import Surface
@@ -248,19 +251,45 @@ class Settings(BaseSettings):
             raise ValueError("CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES")
         return self
 
+    # The settings that did not parse, each with what is wrong: held back (see from_environment).
+    _invalid: dict[str, str] = PrivateAttr(default_factory=dict)
+
     @classmethod
     def from_environment(cls) -> Settings:
-        """The settings, or a ConfigurationError that names what is wrong without any value."""
+        """The settings. One that does not parse is held back, with what is wrong and never its value:
+        reading it raises InvalidSetting (a ConfigurationError) naming it, and so does `require_valid`
+        of any list of settings that holds it, so a function refuses only for the settings it reads.
+        A problem of no one setting (CONTEXT_WINDOW_STEP above CONTEXT_MAX_MESSAGES) is every
+        reader's: raised here."""
         try:
             return cls()
         except ValidationError as exc:
-            problems = []
-            for error in exc.errors(include_input=False, include_url=False):
-                field = ".".join(str(part) for part in error["loc"]).upper()
-                problems.append(
-                    f"{field}: {error['msg']}" if field else str(error["msg"]).removeprefix("Value error, ")
-                )
-            raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
+            invalid = problems(exc)
+        if "" in invalid:
+            raise InvalidSetting(refusal(invalid))
+        # Read again with each invalid one at its default, then dropped: never a default in its place.
+        defaults = {name: cls.model_fields[name].get_default(call_default_factory=True) for name in invalid}
+        try:
+            config = cls(**defaults)
+        except ValidationError as exc:
+            raise InvalidSetting(refusal({**invalid, **problems(exc)})) from None
+        for name in invalid:
+            del config.__dict__[name]
+        config._invalid = invalid
+        return config
+
+    def require_valid(self, names: Iterable[str] | None = None) -> None:
+        """InvalidSetting naming each of these settings (every setting: None) that did not parse."""
+        wanted = type(self).model_fields if names is None else set(names)
+        if wrong := {name: problem for name, problem in self._invalid.items() if name in wanted}:
+            raise InvalidSetting(refusal(wrong))
+
+    if not TYPE_CHECKING:  # as pydantic's own: mypy still sees every field, and no other name
+
+        def __getattr__(self, name: str) -> Any:
+            if name in type(self).model_fields and name in self._invalid:
+                self.require_valid([name])
+            return super().__getattr__(name)
 
     @classmethod
     def defaults(cls) -> Settings:
@@ -283,3 +312,19 @@ class Settings(BaseSettings):
             return None
         head = self.telegram_bot_token.get_secret_value().split(":", 1)[0]
         return int(head) if head.isdigit() else None
+
+
+def problems(error: ValidationError) -> dict[str, str]:
+    """Each invalid setting's field name ("" for a rule of several) -> what is wrong, its name first
+    and never its value: `TWILIO_API_BASE: Value error, not an http(s) URL with a host`."""
+    found: dict[str, str] = {}
+    for item in error.errors(include_input=False, include_url=False):
+        where = ".".join(str(part) for part in item["loc"]).upper()
+        said = f"{where}: {item['msg']}" if where else str(item["msg"]).removeprefix("Value error, ")
+        name = str(item["loc"][0]) if item["loc"] else ""
+        found[name] = f"{found[name]}; {said}" if name in found else said
+    return found
+
+
+def refusal(invalid: Mapping[str, str]) -> str:
+    return "invalid configuration: " + "; ".join(invalid.values())

@@ -45,13 +45,12 @@ def twilio_webhook(
     if not (signature := request.headers.get("X-Twilio-Signature")):
         raise Forbidden("invalid Twilio signature")
     fields = read_form(request, MAX_FORM_FIELDS)
-    shared_key = config.twilio_webhook_shared_key
     if not runtime.twilio_signatures().valid(
         public_url(config.public_base_url, request),
         fields,
         signature,
         auth_token=config.twilio_auth_token.get_secret_value(),
-        shared_key=shared_key.get_secret_value() if shared_key else None,
+        shared_key=config.twilio_webhook_shared_key.get_secret_value() if config.twilio_webhook_shared_key else None,
         settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
     ):
         raise Forbidden("invalid Twilio signature")
@@ -68,4 +67,5 @@ def twilio_function(
 ) -> Callable[[flask.Request], flask.Response]:
     """The function of a Twilio surface that has nothing of its own at the edge (main.py's
     `sms_webhook`): `twilio_webhook` with its form and its messages' limit, served as every function is."""
-    return serving(functools.partial(twilio_webhook, surface=surface, parse=parse, classify=classify, limit=limit))
+    webhook = functools.partial(twilio_webhook, surface=surface, parse=parse, classify=classify, limit=limit)
+    return serving(webhook, f"{surface.value}_webhook")

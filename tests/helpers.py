@@ -188,6 +188,38 @@ def signed(fields: dict[str, str], url: str = PUBLIC_BASE_URL, token: str = TWIL
     return {"X-Twilio-Signature": RequestValidator(token).compute_signature(url, fields)}
 
 
+DIGEST_SECRET = "digest-secret-for-tests"  # noqa: S105 (a test's, not a secret)
+
+
+def one_request(function: str, environment: pytest.MonkeyPatch, **settings: str) -> TestResponse:
+    """One ordinary request to `function` (main.py's name), as its caller makes it, with what the
+    function needs to answer 200 set first, then `settings` over it: a turn on a chat surface,
+    a run of the scheduled job."""
+    if function in ("whatsapp_webhook", "sms_webhook"):
+        environment.setenv("TWILIO_AUTH_TOKEN", TWILIO_TOKEN)
+        environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
+    if function == "sms_webhook":
+        sms_can_send_later(environment)
+    if function == "memory_digest":
+        environment.setenv("DIGEST_SECRET", DIGEST_SECRET)
+    if function == "web_chat":
+        environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    for name, value in settings.items():
+        environment.setenv(name, value)
+    client = app_client(function)
+    if function == "telegram_webhook":
+        return client.post("/", json=update("hello"), headers=TELEGRAM_HEADERS)
+    if function == "whatsapp_webhook":
+        fields = form("hello")
+        return client.post("/", data=fields, headers=signed(fields))
+    if function == "sms_webhook":
+        fields = {"From": "+34600111222", "To": "+14155238886", "Body": "hello", "MessageSid": "SM" + "0" * 32}
+        return client.post("/", data=fields, headers=signed(fields))
+    if function == "memory_digest":
+        return client.post("/", headers={"X-Digest-Secret": DIGEST_SECRET})
+    return client.post("/", json={"message": "hello"}, headers=bearer(uuid.uuid4()))
+
+
 def messages_of(response_text: str) -> list[str]:
     """The messages of a TwiML answer."""
     root = ET.fromstring(response_text)

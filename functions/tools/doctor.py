@@ -372,6 +372,7 @@ def every_check(shell: Mapping[str, str]) -> list[Check]:
     check, and every check that does not need what is missing still runs."""
     try:
         config = runtime.settings()
+        config.require_valid()  # every function's, each named
     except ConfigurationError as exc:  # a setting here does not parse: it names which, never the value
         return [fail("settings", str(exc), f"correct the setting it names ({CONFIGURATION})")]
     try:

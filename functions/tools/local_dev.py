@@ -331,6 +331,7 @@ def serve(port: int) -> None:
 
     apply_dev_defaults(port)
     config = runtime.settings()
+    config.require_valid()  # every function is served here: each setting that does not parse, named
     # What every function would answer to every request (503 `not_configured`), said once before
     # serving: APP_ENV=production from the environment or .env beats the development value.
     try:

@@ -127,6 +127,23 @@ def test_history_prints_a_persons_thread_over_every_surface(
     assert [(row["surface"], row["role"]) for row in rows][:2] == [("telegram", "user"), ("telegram", "assistant")]
 
 
+def test_a_command_stops_at_a_wrong_setting_it_reads_and_names_it(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store's own settings are said as what they are, not as a store that could not be set up
+    (which a function answers without memory); another surface's wrong setting stops nothing here."""
+    person = str(uuid.uuid4())
+    environment.setenv("TWILIO_API_BASE", "twilio")
+    assert main(["history", "--user", person]) == 0
+    environment.setenv("DATABASE_POOL_SIZE", "0")
+    runtime.reset()
+    capsys.readouterr()
+    assert main(["history", "--user", person]) == 1
+    assert capsys.readouterr().err == (
+        "crossmem history: invalid configuration: DATABASE_POOL_SIZE: Input should be greater than or equal to 1\n"
+    )
+
+
 def test_identities_under_the_owner_policy_lists_the_owners_configured_chats_and_numbers(
     environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

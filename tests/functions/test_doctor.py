@@ -687,6 +687,20 @@ def test_json_even_when_a_setting_does_not_parse(tmp_path: Path) -> None:
     }
 
 
+def test_every_wrong_setting_is_named_whichever_function_reads_it(tmp_path: Path) -> None:
+    """A function refuses only for its own wrong settings; the doctor names all of them, never a value."""
+    wrong = {"TWILIO_API_BASE": "https://AC1:hunter2@api.twilio.com:443x", "SUPABASE_JWKS_URL": "jwks.json"}
+    code, report = doctor_process({**wrong, "DATABASE_POOL_SIZE": "0"}, tmp_path)
+    assert code == 1
+    ((check),) = report["checks"]
+    assert check["detail"] == (
+        "invalid configuration: DATABASE_POOL_SIZE: Input should be greater than or equal to 1; "
+        "TWILIO_API_BASE: Value error, not an http(s) URL with a host; "
+        "SUPABASE_JWKS_URL: Value error, not an http(s) URL with a host"
+    )
+    assert "hunter2" not in json.dumps(report)
+
+
 def test_json_even_without_pyyaml_and_every_check_that_needs_no_serverless_yml_runs(tmp_path: Path) -> None:
     # An environment without PyYAML: importing it fails as it would when it is not installed.
     blocker = tmp_path / "no-pyyaml"

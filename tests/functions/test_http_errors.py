@@ -48,6 +48,7 @@ EXPECTED: dict[type[CrossmemError], tuple[CrossmemError, int, str]] = {
     core.errors.DeliveryFailed: (core.errors.DeliveryFailed("sendMessage: HTTP 502"), 503, "delivery_failed"),
     core.errors.MediaUnreadable: (core.errors.MediaUnreadable("too large"), 500, "media_unreadable"),
     core.errors.ConfigurationError: (core.errors.ConfigurationError("set X"), 503, "not_configured"),
+    core.errors.InvalidSetting: (core.errors.InvalidSetting("invalid configuration: X: bad"), 503, "not_configured"),
 }
 
 

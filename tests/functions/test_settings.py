@@ -37,9 +37,55 @@ def test_a_url_setting_that_is_no_http_url_is_named(monkeypatch: pytest.MonkeyPa
     """httpx met it at the first call: "invalid literal for int() with base 10: '80x81'", a 500
     on every Telegram delivery, and a traceback from `crossmem telegram info`."""
     monkeypatch.setenv(name, value)
+    read = Settings.from_environment()  # held back: said to whoever reads it, and to no one else
+    with pytest.raises(ConfigurationError) as refused:
+        getattr(read, name.lower())
+    assert str(refused.value) == f"invalid configuration: {name}: Value error, not an http(s) URL with a host"
+
+
+def test_a_setting_that_does_not_parse_is_held_back_and_the_others_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never its default in its place: whoever reads it is told what is wrong, never its value."""
+    monkeypatch.setenv("TWILIO_API_BASE", "https://AC1:twilio-password@api.twilio.com:443x")
+    monkeypatch.setenv("SMS_MODEL_DEADLINE", "soon")
+    monkeypatch.setenv("TELEGRAM_API_BASE", "http://127.0.0.1:8081")
+    monkeypatch.setenv("DATABASE_POOL_SIZE", "3")
+    read = Settings.from_environment()
+    assert (read.telegram_api_base, read.database_pool_size, read.whatsapp_model_deadline) == (
+        "http://127.0.0.1:8081",
+        3,
+        12.0,
+    )
+    read.require_valid(["telegram_api_base", "database_pool_size"])
+    with pytest.raises(ConfigurationError) as refused:
+        read.require_valid(["database_pool_size", "sms_model_deadline", "twilio_api_base"])
+    # in the order the settings are declared, whatever the order asked
+    assert str(refused.value) == (
+        "invalid configuration: TWILIO_API_BASE: Value error, not an http(s) URL with a host; "
+        "SMS_MODEL_DEADLINE: Input should be a valid number, unable to parse string as a number"
+    )
+    with pytest.raises(ConfigurationError) as everything:
+        read.require_valid()
+    assert str(everything.value) == str(refused.value)
+    with pytest.raises(ConfigurationError) as read_anyway:
+        read.sms_model_deadline  # noqa: B018 (reading it is the test)
+    assert str(read_anyway.value) == (
+        "invalid configuration: SMS_MODEL_DEADLINE: Input should be a valid number, unable to parse string as a number"
+    )
+    assert "twilio-password" not in repr(read) + str(refused.value)
+
+
+def test_a_rule_of_several_settings_is_every_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CONTEXT_WINDOW_STEP above CONTEXT_MAX_MESSAGES is no one setting's: nothing is read, and the
+    settings that do not parse are named with it."""
+    monkeypatch.setenv("CONTEXT_MAX_MESSAGES", "16")
+    monkeypatch.setenv("CONTEXT_WINDOW_STEP", "20")
+    monkeypatch.setenv("SUPABASE_JWKS_URL", "jwks.json")
     with pytest.raises(ConfigurationError) as refused:
         Settings.from_environment()
-    assert str(refused.value) == f"invalid configuration: {name}: Value error, not an http(s) URL with a host"
+    assert str(refused.value) == (
+        "invalid configuration: SUPABASE_JWKS_URL: Value error, not an http(s) URL with a host; "
+        "CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES"
+    )
 
 
 @pytest.mark.parametrize("name", URL_SETTINGS)
