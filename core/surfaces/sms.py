@@ -18,7 +18,8 @@ each segment.
 
 Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
 Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
-no turn, no reply (any answer to STOP would be refused, error 21610), nothing stored.
+no turn, no reply (any answer to STOP would be refused, error 21610), nothing stored. But YES, one
+of Twilio's opt-in words, is also the person's answer to the advisor's question: a turn.
 
 What an inbound message asks for (`SmsForm`, `classify`): a keyword (nothing said), a chat command,
 a turn, or a notice. The form is read as every Twilio surface's is (core/surfaces/twilio_form.py),
@@ -49,14 +50,20 @@ SMS_LIMIT = 1600  # UTF-16 code units in one Twilio message body
 # message dropped as one would be answered by nobody).
 KEYWORDS = frozenset(
     {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
-    | {"START", "YES", "UNSTOP"}
+    | {"START", "UNSTOP"}
     | {"HELP", "INFO"}
 )
+# Twilio's opt-in keyword that is also how people answer a question ("Shall I remind you at 9?"):
+# Twilio opts the number in (and may say so), and the advisor hears it too, with or without
+# `OptOutType`; nothing the person meant for the advisor is dropped.
+ANSWERS = frozenset({"YES"})
 
 
 def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
-    """Whether Twilio handles this message itself (it has answered it already)."""
+    """Whether Twilio handles this message itself (it has answered it already), and no one else."""
     word = body.strip(" \t\r\n")
+    if word.isascii() and word.upper() in ANSWERS:
+        return False
     return bool(opt_out_type) or (word.isascii() and word.upper() in KEYWORDS)
 
 

@@ -199,7 +199,7 @@ def test_an_owed_reply_with_emoji_goes_in_bodies_twilio_takes(
 
 @pytest.mark.parametrize(
     ("body", "extra"),
-    [("STOP", {}), (" stop ", {}), ("Unsubscribe", {}), ("START", {}), ("yes", {}), ("HELP", {}), ("info", {})]
+    [("STOP", {}), (" stop ", {}), ("Unsubscribe", {}), ("START", {}), ("unstop", {}), ("HELP", {}), ("info", {})]
     + [("Arrêt", {"OptOutType": "STOP"})],
 )
 def test_twilios_keywords_are_left_to_twilio(
@@ -211,6 +211,24 @@ def test_twilios_keywords_are_left_to_twilio(
     assert send(fields) == []
     assert fake_anthropic.requests == []
     assert rows(sms_database, "select count(*) from messages") == [(0,)]
+
+
+@pytest.mark.parametrize("extra", [{}, {"OptOutType": "START"}])
+def test_a_yes_answers_the_advisors_question(
+    sms_database: str, fake_anthropic: FakeAnthropic, extra: dict[str, str]
+) -> None:
+    """"Yes" is how a person answers "Shall I remind you at 9?". Twilio also reads it as an opt-in
+    keyword (and may say so itself, re-subscribing a number that had opted out), but it still posts
+    it, and the advisor must hear it: a turn, stored (a review's finding: it was dropped as a keyword,
+    and the reminder the person agreed to was never set)."""
+    sender = number()
+    fake_anthropic.answer = lambda body: "Shall I remind you at 9?"
+    send(sms("I keep forgetting my pills", sender))
+    fake_anthropic.answer = lambda body: "Done: every day at 9."
+    fields = sms(" Yes ", sender, **extra)
+    assert send(fields) == ["Done: every day at 9."]
+    assert sent_texts(fake_anthropic.requests[-1])[-1].endswith("] Yes")
+    assert stored_turn(sms_database, fields["MessageSid"]) == [("user", "Yes"), ("assistant", "Done: every day at 9.")]
 
 
 @pytest.mark.parametrize("body", ["stop reminding me about the gym", "\u017ftop", "\u0131nfo", "STOP\u3000"])
