@@ -477,7 +477,12 @@ def sms_sender() -> WhatsAppSender:
     assert config.twilio_account_sid and config.twilio_auth_token is not None and config.twilio_sms_from
     token = config.twilio_auth_token.get_secret_value()
     return WhatsAppSender(
-        config.twilio_account_sid, token, config.twilio_sms_from, sms_surface.SMS_LIMIT, config.twilio_api_base
+        config.twilio_account_sid,
+        token,
+        config.twilio_sms_from,
+        sms_surface.SMS_LIMIT,
+        config.twilio_api_base,
+        numbered=sms_surface.Rules.numbers_parts,
     )
 
 

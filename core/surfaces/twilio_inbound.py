@@ -21,6 +21,7 @@ from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.remembered_language import RememberedLanguage
 from core.phrases.catalogue import Catalogue, Phrases
 from core.phrases.refusals import input_refused, over_budget
+from core.surfaces import rules
 from core.surfaces.adapter import Surface
 from core.surfaces.commands import ChatCommand, Commands
 from core.surfaces.twilio_form import Converse, Notice
@@ -65,6 +66,7 @@ class TwilioInbound(Generic[Form]):
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
         form = self.parse(fields)
         action = self.classify(form, True)
+        numbered = rules(self.surface).numbers_parts
         if isinstance(action, Notice):
             return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit)
         if not isinstance(action, Converse):
@@ -89,13 +91,13 @@ class TwilioInbound(Generic[Form]):
             self.typing(action.message_sid)
         try:
             result = self.turns.run(turn)
-            carried = carried_first(result.reply, result.follow_ups_first, self.limit)
+            carried = carried_first(result.reply, result.follow_ups_first, self.limit, numbered=numbered)
             # The first answer to the message leaves to the job what it has no room for; one repeated
             # (Twilio's redelivery) was answered by whoever answered it first, which said them.
             if (left := result.follow_ups_first[len(carried) :]) and result.outcome is not Outcome.REDELIVERED:
                 assert result.user_id is not None and result.message_id is not None  # they were taken by it
                 self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
-            return twiml(result.reply, self.limit, carried)
+            return twiml(result.reply, self.limit, carried, numbered=numbered)
         except OverBudget as exc:
             return twiml(over_budget(phrases, exc), self.limit)
         except StillAnswering:

@@ -127,8 +127,37 @@ def test_a_long_reply_goes_in_messages_of_at_most_1600_characters(
     paragraph = "A sentence about the week's plans, written out in full. " * 20  # 1,120 characters
     fake_anthropic.answer = lambda body: f"{paragraph.strip()}\n\n{paragraph.strip()}"
     said = send(sms("Plan my week", number()))
-    assert [len(part) for part in said] == [len(paragraph.strip())] * 2
-    assert all(len(part) <= 1600 for part in said)
+    assert said == [f"(1/2) {paragraph.strip()}", f"(2/2) {paragraph.strip()}"]
+
+
+def test_each_part_of_a_long_sms_reply_says_its_place_however_it_is_sent(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Carriers deliver each of a reply's messages on its own, in any order (a long one of many
+    segments often after a short one sent later): on a basic phone the person cannot tell which
+    comes first. Each part starts with its place, in TwiML and through the Messages API, also a
+    part sent later from where a failure stopped; a reply of one message has none, and the thread
+    keeps the reply whole (an SMS review's finding)."""
+    environment.setattr(sms_surface, "SMS_LIMIT", 40)
+    sender = number()
+    reply = "First, book the dentist. Then call the bank about the card. Last, water the plants."
+    fake_anthropic.answer = lambda body: reply
+    fields = sms("What do I do today?", sender)
+    said = [
+        "(1/3) First, book the dentist.",
+        "(2/3) Then call the bank about the card.",
+        "(3/3) Last, water the plants.",
+    ]
+    assert send(fields) == said
+    assert stored_turn(sms_database, fields["MessageSid"])[1] == ("assistant", reply)
+    fake_anthropic.answer = lambda body: "Good luck."
+    assert send(sms("thanks", sender)) == ["Good luck."]
+    owed(fake_anthropic, "And tomorrow?", sender)
+    fake_anthropic.answer = lambda body: reply
+    fake_twilio.fail_once_after(1, 503, 20500)  # the second part fails: the next run sends from it
+    run_the_job()
+    run_the_job()
+    assert [message["Body"] for message in fake_twilio.messages] == said
 
 
 def test_a_public_base_url_at_a_domains_root_checks_the_url_twilio_signed(
@@ -165,12 +194,12 @@ def test_a_reply_with_emoji_is_cut_at_1600_as_twilio_counts_them(
     sms_database: str, fake_anthropic: FakeAnthropic
 ) -> None:
     """Twilio refuses a body past 1,600 UTF-16 code units (its error 21617): 120 cheers are 1,559
-    characters and 1,679 such units, so the first message holds 114 of them (a review's finding: cut
-    at 1,600 characters, the reply was one message Twilio refused)."""
+    characters and 1,679 such units, so the first message holds 113 of them after its `(1/2) ` (a
+    review's finding: cut at 1,600 characters, the reply was one message Twilio refused)."""
     fake_anthropic.answer = lambda body: f"{cheers(120)}\n\nSee you tomorrow."
     said = send(sms("I finished the marathon!", number()))
-    assert said == [cheers(114), f"{cheers(6)}\n\nSee you tomorrow."]
-    assert len(said[0].encode("utf-16-le")) // 2 == 1595
+    assert said == [f"(1/2) {cheers(113)}", f"(2/2) {cheers(7)}\n\nSee you tomorrow."]
+    assert len(said[0].encode("utf-16-le")) // 2 == 1587
 
 
 def test_sms_messages_are_cut_at_sms_limit(
@@ -180,10 +209,11 @@ def test_sms_messages_are_cut_at_sms_limit(
     environment.setattr(sms_surface, "SMS_LIMIT", 30)
     sender = number()
     fake_anthropic.answer = lambda body: "One sentence here. Another sentence here."
-    assert send(sms("Hello", sender)) == ["One sentence here.", "Another sentence here."]
+    said = ["(1/2) One sentence here.", "(2/2) Another sentence here."]
+    assert send(sms("Hello", sender)) == said
     owed(fake_anthropic, "And now?", sender)
     assert run_the_job()["owed_answered"] == 1
-    assert [message["Body"] for message in fake_twilio.messages] == ["One sentence here.", "Another sentence here."]
+    assert [message["Body"] for message in fake_twilio.messages] == said
 
 
 def test_an_owed_reply_with_emoji_goes_in_bodies_twilio_takes(
@@ -194,7 +224,7 @@ def test_an_owed_reply_with_emoji_goes_in_bodies_twilio_takes(
     owed(fake_anthropic, "How did I do?", sender)
     fake_anthropic.answer = lambda body: cheers(120)
     assert run_the_job()["owed_answered"] == 1
-    assert [message["Body"] for message in fake_twilio.messages] == [cheers(114), cheers(6)]
+    assert [message["Body"] for message in fake_twilio.messages] == [f"(1/2) {cheers(113)}", f"(2/2) {cheers(7)}"]
 
 
 @pytest.mark.parametrize(
@@ -217,7 +247,7 @@ def test_twilios_keywords_are_left_to_twilio(
 def test_a_yes_answers_the_advisors_question(
     sms_database: str, fake_anthropic: FakeAnthropic, extra: dict[str, str]
 ) -> None:
-    """"Yes" is how a person answers "Shall I remind you at 9?". Twilio also reads it as an opt-in
+    """ "Yes" is how a person answers "Shall I remind you at 9?". Twilio also reads it as an opt-in
     keyword (and may say so itself, re-subscribing a number that had opted out), but it still posts
     it, and the advisor must hear it: a turn, stored (a review's finding: it was dropped as a keyword,
     and the reminder the person agreed to was never set)."""

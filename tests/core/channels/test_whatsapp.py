@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from core.channels.splitting import packed, split_message
-from core.channels.whatsapp import WhatsAppSender, twilio_length, twiml
+from core.channels.whatsapp import WhatsAppSender, twilio_length, twilio_parts, twiml
 from core.models import Delivery, SaidFirst, Sent
 from core.surfaces.whatsapp import WHATSAPP_LIMIT
 from tests.fakes.twilio_api import FakeTwilio
@@ -148,3 +148,17 @@ def test_a_reply_that_fits_ten_messages_at_paragraphs_is_not_cut_into_more_at_se
     assert len(split_message(reply, WHATSAPP_LIMIT)) == 10
     assert len(split_message(reply, WHATSAPP_LIMIT, at_paragraphs=False)) == 11
     assert messages_of(twiml(reply, WHATSAPP_LIMIT)) == split_message(reply, WHATSAPP_LIMIT)
+
+
+def test_numbered_parts_keep_room_for_their_place_when_it_takes_a_digit_more() -> None:
+    """SMS's parts each start with their place (core/surfaces/sms.py). Forty words in messages of 22:
+    eight unnumbered; cut with room for `(8/8) `, ten; a place of ten, `(10/10) `, takes two more
+    characters, so they are cut again with room for it: fourteen of three words, none longer than
+    22 (cut only once, the tenth was 23, a body past the limit). A text of one message has no place."""
+    text = " ".join(f"w{n:02d}" for n in range(40))
+    parts = twilio_parts(text, 22, numbered=True)
+    assert len(split_message(text, 22)) == 8
+    words = [" ".join(f"w{w:02d}" for w in range(3 * n, min(3 * n + 3, 40))) for n in range(14)]
+    assert parts == [f"({n + 1}/14) {said}" for n, said in enumerate(words)]
+    assert max(twilio_length(part) for part in parts) == 19  # "(10/14) w27 w28 w29"
+    assert twilio_parts("w00 w01", 22, numbered=True) == ["w00 w01"]
