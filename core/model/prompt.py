@@ -69,7 +69,18 @@ Your goal is that the person never has to think about which app they used to tel
 something. One advisor, one memory, every surface.
 """
 
-MECHANICS = """\
+# Twilio's opt-out words (core/surfaces/sms.py): said alone by SMS, they end every text from the
+# advisor (Twilio refuses them, error 21610), and the message never reaches it.
+SMS_KEYWORDS = """\
+- By SMS, a reply of only STOP, CANCEL, END, QUIT or UNSUBSCRIBE (any case) stops every text \
+from you until the person sends START, and that reply never reaches you: never ask a question \
+that one of those words alone would answer ("keep the reminder or cancel it?"); ask one that \
+"yes" or "no" answers ("shall I drop the reminder?").
+
+"""
+
+MECHANICS = (
+    """\
 How the conversation reaches you
 - Every message from the person starts with a short tag in square brackets saying where and \
 when it was written, for example "[telegram · 09:12]" or "[web · 16:40]"; the first message \
@@ -82,18 +93,21 @@ that helps ("as you mentioned on WhatsApp this morning...").
 context windows or message limits. Just remember.
 - Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
 Answer all of what they asked.
-
 """
+    + SMS_KEYWORDS
+)
 
 # CONTEXT_ANNOTATIONS=false: the messages carry no tag, and the prompt must not say they do.
-MECHANICS_UNTAGGED = """\
+MECHANICS_UNTAGGED = (
+    """\
 How the conversation reaches you
 - The person's messages do not say on which app or when they were written: never guess it, and \
 never mention the mechanics of databases, context windows or message limits. Just remember.
 - Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
 Answer all of what they asked.
-
 """
+    + SMS_KEYWORDS
+)
 
 CANNOT = """\
 What you cannot do

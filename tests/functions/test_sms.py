@@ -261,6 +261,33 @@ def test_a_yes_answers_the_advisors_question(
     assert stored_turn(sms_database, fields["MessageSid"]) == [("user", "Yes"), ("assistant", "Done: every day at 9.")]
 
 
+KEYWORD_ANSWERS = (
+    "- By SMS, a reply of only STOP, CANCEL, END, QUIT or UNSUBSCRIBE (any case) stops every text "
+    "from you until the person sends START, and that reply never reaches you: never ask a question "
+    'that one of those words alone would answer ("keep the reminder or cancel it?"); ask one that '
+    '"yes" or "no" answers ("shall I drop the reminder?").'
+)
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"SYSTEM_PROMPT": "You are Ada, a calm coach."}, {"CONTEXT_ANNOTATIONS": "false"}]
+)
+def test_the_model_is_told_that_a_one_word_cancel_by_sms_stops_every_text(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, settings: dict[str, str]
+) -> None:
+    """An advisor that asks "Keep the 9 o'clock reminder or cancel it?" gets "Cancel": Twilio opts
+    the number out, says so itself, and refuses every text after it (error 21610) until START, the
+    reminders the person kept included; the message never reaches the advisor, which cannot
+    answer it. The prompt, the operator's persona or not, tagged or not, says so (an SMS review's
+    finding)."""
+    for name, value in settings.items():
+        environment.setenv(name, value)
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("Remind me about the gym", number()))
+    system = json.dumps(fake_anthropic.requests[0]["system"], ensure_ascii=False)
+    assert KEYWORD_ANSWERS.replace('"', '\\"') in system
+
+
 @pytest.mark.parametrize("body", ["stop reminding me about the gym", "\u017ftop", "\u0131nfo", "STOP\u3000"])
 def test_stop_within_a_sentence_or_spelled_past_ascii_is_a_message(
     sms_database: str, fake_anthropic: FakeAnthropic, body: str
@@ -322,6 +349,31 @@ def test_a_follow_up_asked_by_sms_is_said_through_the_messages_api(
     assert fake_twilio.messages == [{"From": SMS_FROM, "To": sender, "Body": "Take the pills."}]
     stored = rows(sms_database, "select role, content from messages where role = 'assistant' order by id")
     assert stored[-1] == ("assistant", "Take the pills.")
+
+
+def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_start(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """STOP is Twilio's (no turn, nothing stored); a reminder due after it is refused by Twilio
+    (400, error 21610): given up at its first try, never stored in the thread as said, and START
+    does not bring it back (docs/api.md, SMS)."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    assert send(sms("STOP", sender)) == []
+    fake_twilio.fail_with(400, 21610)
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_given_up"] == 1
+    assert rows(sms_database, "select status, attempts from follow_ups") == [("given_up", 1)]
+    fake_twilio.recover()
+    assert send(sms("START", sender)) == []
+    now += timedelta(minutes=10)
+    assert run_the_job()["follow_ups_sent"] == 0
+    assert fake_twilio.messages == []
+    said = rows(sms_database, "select role, content from messages order by id")
+    assert said == [("user", "remind me in 5 minutes to take the pills"), ("assistant", "I'll remind you.")]
 
 
 @pytest.mark.parametrize("missing", ["TWILIO_SMS_FROM", "TWILIO_ACCOUNT_SID"])
