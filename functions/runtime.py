@@ -482,7 +482,7 @@ def sms_sender() -> WhatsAppSender:
         config.twilio_sms_from,
         sms_surface.SMS_LIMIT,
         config.twilio_api_base,
-        numbered=sms_surface.Rules.numbers_parts,
+        sms=sms_surface.Rules.carried_as_sms,
     )
 
 

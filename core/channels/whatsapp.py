@@ -101,24 +101,22 @@ def twilio_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def twiml(text: str | None, limit: int, first: Sequence[SaidFirst] = (), *, numbered: bool = False) -> str:
+def twiml(text: str | None, limit: int, first: Sequence[SaidFirst] = (), *, sms: bool = False) -> str:
     """A TwiML answer: the text in messages of at most `limit` (`twilio_length`), or no message,
-    each saying its place when `numbered` (`twilio_parts`); `first` (follow-ups held outside the
-    24-hour window, each from its first part not sent) before it, packed into as few messages as
-    they fit (`carried_first`: the ones there is room for)."""
+    as SMS carries it when `sms` (`twilio_parts`); `first` (follow-ups held outside the 24-hour
+    window, each from its first part not sent) before it, packed into as few messages as they fit
+    (`carried_first`: the ones there is room for)."""
     response = MessagingResponse()
-    for part in [*packed(_pieces(first, limit), limit, twilio_length), *_reply_parts(text, limit, numbered)]:
+    for part in [*packed(_pieces(first, limit), limit, twilio_length), *_reply_parts(text, limit, sms)]:
         if readable := _NOT_IN_XML.sub("", part.translate(_LINE_BREAKS)).strip():  # no empty message
             response.message(readable)
     return str(response)
 
 
-def carried_first(
-    text: str | None, first: Sequence[SaidFirst], limit: int, *, numbered: bool = False
-) -> list[SaidFirst]:
+def carried_first(text: str | None, first: Sequence[SaidFirst], limit: int, *, sms: bool = False) -> list[SaidFirst]:
     """The follow-ups said first that one TwiML answer with `text` has room for, in order: Twilio
     sends at most 10 messages in answer to one, the reply's whole among them."""
-    room = TWIML_MESSAGES - len(_reply_parts(text, limit, numbered))
+    room = TWIML_MESSAGES - len(_reply_parts(text, limit, sms))
     carried: list[SaidFirst] = []
     for said in first:
         if len(packed(_pieces([*carried, said], limit), limit, twilio_length)) > room:
@@ -127,13 +125,16 @@ def carried_first(
     return carried
 
 
-def twilio_parts(text: str, limit: int, *, at_paragraphs: bool = True, numbered: bool = False) -> list[str]:
+def twilio_parts(text: str, limit: int, *, at_paragraphs: bool = True, sms: bool = False) -> list[str]:
     """`text` in messages of at most `limit` as Twilio counts them (core/channels/splitting.py).
-    `numbered` (SMS: carriers deliver separate messages in any order, a long one of many segments
-    often after a short one sent later): a text of several messages has each start with its place,
-    `(1/3) `, the room for it taken from each."""
+    `sms`, as the carriers carry it: its typographic punctuation as GSM-7 has it (`gsm_lookalikes`),
+    and, since they deliver separate messages in any order (a long one of many segments often after
+    a short one sent later), a text of several messages has each start with its place, `(1/3) `,
+    the room for it taken from each."""
+    if sms:
+        text = gsm_lookalikes(text)
     parts = split_message(text, limit, at_paragraphs=at_paragraphs, length=twilio_length)
-    if not numbered or len(parts) < 2:
+    if not sms or len(parts) < 2:
         return parts
     count = len(parts)
     while True:
@@ -146,17 +147,44 @@ def twilio_parts(text: str, limit: int, *, at_paragraphs: bool = True, numbered:
     return [f"{part_label(place, len(parts))}{part}" for place, part in enumerate(parts, 1)]
 
 
+# Characters outside GSM-7 that one of it stands for (most of the list Twilio's Smart Encoding
+# uses): a single curly apostrophe or dash, which the model writes often, sends a whole SMS in
+# UCS-2, in segments of 67 characters instead of 153 (two or three times the messages billed), and
+# an old phone may not show it. Letters are never changed (Spanish á stays á).
+_GSM_LOOKALIKES = str.maketrans(
+    {
+        **dict.fromkeys("«»“”„‟″＂", '"'),
+        **dict.fromkeys("‘’‛′´`ʼ＇", "'"),
+        **dict.fromkeys("‐‑‒–—―−", "-"),
+        **dict.fromkeys(
+            "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000", " "
+        ),
+        **dict.fromkeys("\u200b\u2060\ufeff", ""),
+        "…": "...",
+        "‚": ",",
+        "‹": "<",
+        "›": ">",
+        "⁄": "/",
+    }
+)
+
+
+def gsm_lookalikes(text: str) -> str:
+    """`text` with the punctuation and spaces outside GSM-7 that GSM-7 has a look-alike for replaced by it."""
+    return text.translate(_GSM_LOOKALIKES)
+
+
 def part_label(place: int, count: int) -> str:
     return f"({place}/{count}) "
 
 
-def _reply_parts(text: str | None, limit: int, numbered: bool = False) -> list[str]:
+def _reply_parts(text: str | None, limit: int, sms: bool = False) -> list[str]:
     """A reply's messages in a TwiML answer: cut at paragraphs, or, when that fills what one answer
     holds (paragraphs of 900 characters take a message each), at sentence ends if that takes fewer."""
-    parts = twilio_parts(text or "", limit, numbered=numbered)
+    parts = twilio_parts(text or "", limit, sms=sms)
     if len(parts) < TWIML_MESSAGES:
         return parts
-    return min(parts, twilio_parts(text or "", limit, at_paragraphs=False, numbered=numbered), key=len)
+    return min(parts, twilio_parts(text or "", limit, at_paragraphs=False, sms=sms), key=len)
 
 
 def _pieces(first: Sequence[SaidFirst], limit: int) -> list[str]:
@@ -186,9 +214,9 @@ class WhatsAppSender:
         api_base: str | None = None,
         timeout_s: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
-        numbered: bool = False,
+        sms: bool = False,
     ) -> None:
-        self._numbered = numbered  # each of a text's messages says its place (`twilio_parts`)
+        self._sms = sms  # its texts as SMS carries them (`twilio_parts`)
         self._sleep = sleep
         self._account_sid = account_sid
         self._auth_token = auth_token
@@ -211,7 +239,7 @@ class WhatsAppSender:
         and never again). With `content_sid`, each part as approved templates (Twilio's Content
         API: `ContentSid`, `ContentVariables`, a piece of the part its one variable, on one
         line): what reaches a person outside the 24-hour window."""
-        parts = twilio_parts(text, self._limit, numbered=self._numbered and content_sid is None)
+        parts = twilio_parts(text, self._limit, sms=self._sms and content_sid is None)
         longest_try = TRIES_OF_THE_TIMEOUT * self._timeout_s
         for index in range(first_part, len(parts)):
             pieces = [parts[index]] if content_sid is None else twilio_parts(parts[index], WHATSAPP_TEMPLATE_LIMIT)

@@ -74,9 +74,10 @@ class SurfaceRules:
     sender_vouched_for: ClassVar[bool] = True
     # What a sender is here, for whoever typed one that is not (an operator's `--external-id`).
     sender_form: ClassVar[str] = "a sender id"
-    # Whether each message of a text sent in several says its place, `(1/3) `: where the
-    # platform does not keep them in order (SMS: each is its own message to the carriers).
-    numbers_parts: ClassVar[bool] = False
+    # Whether the carriers carry its texts as SMS: each of a text's messages then says its place,
+    # `(1/3) ` (they deliver them in any order), and typographic punctuation goes as GSM-7's
+    # look-alikes (one curly apostrophe sends the whole message in UCS-2's shorter segments).
+    carried_as_sms: ClassVar[bool] = False
 
     @classmethod
     def key(cls, sender: str) -> str:

@@ -14,8 +14,9 @@ carriers carry it as concatenated segments (153 GSM-7 characters each, or 67 whe
 outside GSM-7: an emoji, `á`, `í`, `ó`, `ú`, most accented capitals); the phone shows one message.
 A longer reply, owed reply or follow-up is split into messages of at most 1,600 such units at
 paragraph, line or sentence ends (core/channels/splitting.py), each sent in order; Twilio bills
-each segment. The carriers deliver those messages in any order, so each says its place, `(1/3) `
-(`Rules.numbers_parts`).
+each segment. The carriers deliver those messages in any order, so each says its place, `(1/3) `;
+and typographic punctuation goes as GSM-7's look-alikes, `’` as `'`, `—` as `-`, so that one
+of them does not send the whole message in UCS-2 (`Rules.carried_as_sms`).
 
 Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
 Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
@@ -73,7 +74,7 @@ class Rules(SurfaceRules):
     label: ClassVar[str] = "SMS"
     sender_vouched_for: ClassVar[bool] = False  # a caller ID: forgetting and linking repeat a code sent to it
     sender_form: ClassVar[str] = "an SMS number (+digits)"
-    numbers_parts: ClassVar[bool] = True  # carriers deliver a reply's messages in any order
+    carried_as_sms: ClassVar[bool] = True
 
     @classmethod
     def key(cls, sender: str) -> str:

@@ -66,13 +66,13 @@ class TwilioInbound(Generic[Form]):
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
         form = self.parse(fields)
         action = self.classify(form, True)
-        numbered = rules(self.surface).numbers_parts
+        sms = rules(self.surface).carried_as_sms
         if isinstance(action, Notice):
-            return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit)
+            return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit, sms=sms)
         if not isinstance(action, Converse):
             answered = self.commands.answer(action, None, form.body)
             if not answered.for_the_thread:
-                return twiml(answered.text, self.limit)
+                return twiml(answered.text, self.limit, sms=sms)
             action = self.classify(form, False)  # a code alone that no code has: what they wrote
             assert isinstance(action, Converse)
         phrases = self.catalogue.phrases(self.catalogue.choose(None, form.body))
@@ -91,19 +91,19 @@ class TwilioInbound(Generic[Form]):
             self.typing(action.message_sid)
         try:
             result = self.turns.run(turn)
-            carried = carried_first(result.reply, result.follow_ups_first, self.limit, numbered=numbered)
+            carried = carried_first(result.reply, result.follow_ups_first, self.limit, sms=sms)
             # The first answer to the message leaves to the job what it has no room for; one repeated
             # (Twilio's redelivery) was answered by whoever answered it first, which said them.
             if (left := result.follow_ups_first[len(carried) :]) and result.outcome is not Outcome.REDELIVERED:
                 assert result.user_id is not None and result.message_id is not None  # they were taken by it
                 self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
-            return twiml(result.reply, self.limit, carried, numbered=numbered)
+            return twiml(result.reply, self.limit, carried, sms=sms)
         except OverBudget as exc:
-            return twiml(over_budget(phrases, exc), self.limit)
+            return twiml(over_budget(phrases, exc), self.limit, sms=sms)
         except StillAnswering:
             return twiml(None, self.limit)  # the first attempt, or the scheduled job once it cannot, answers
         except InputError as exc:
-            return twiml(input_refused(phrases, exc), self.limit)
+            return twiml(input_refused(phrases, exc), self.limit, sms=sms)
 
     def _noticed_in(self, form: Form) -> Phrases:
         """A notice's phrases (an empty message, a file we cannot read): the person's remembered

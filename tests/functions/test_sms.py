@@ -160,6 +160,26 @@ def test_each_part_of_a_long_sms_reply_says_its_place_however_it_is_sent(
     assert [message["Body"] for message in fake_twilio.messages] == said
 
 
+def test_typographic_punctuation_goes_as_gsm_7_so_one_apostrophe_does_not_triple_the_segments(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """One character outside GSM-7 sends the whole SMS in UCS-2, in segments of 67 instead of 153:
+    the model's curly apostrophe or dash made a 150-character answer three messages billed instead
+    of one (and an old phone may show a box for it). They go as GSM-7's look-alikes, in TwiML and
+    through the Messages API; letters never change (Spanish á stays), and the thread keeps the
+    reply as written (an SMS review's finding)."""
+    sender = number()
+    reply = "It’s booked — “Dr Ruiz”, Tuesday 9:00… Sí, ahí."
+    fake_anthropic.answer = lambda body: reply
+    fields = sms("Did you book it?", sender)
+    assert send(fields) == ['It\'s booked - "Dr Ruiz", Tuesday 9:00... Sí, ahí.']
+    assert stored_turn(sms_database, fields["MessageSid"])[1] == ("assistant", reply)
+    owed(fake_anthropic, "And the time?", sender)
+    fake_anthropic.answer = lambda body: "At 9:00 – don’t be late."
+    assert run_the_job()["owed_answered"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == ["At 9:00 - don't be late."]
+
+
 def test_a_public_base_url_at_a_domains_root_checks_the_url_twilio_signed(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -156,9 +156,9 @@ def test_numbered_parts_keep_room_for_their_place_when_it_takes_a_digit_more() -
     characters, so they are cut again with room for it: fourteen of three words, none longer than
     22 (cut only once, the tenth was 23, a body past the limit). A text of one message has no place."""
     text = " ".join(f"w{n:02d}" for n in range(40))
-    parts = twilio_parts(text, 22, numbered=True)
+    parts = twilio_parts(text, 22, sms=True)
     assert len(split_message(text, 22)) == 8
     words = [" ".join(f"w{w:02d}" for w in range(3 * n, min(3 * n + 3, 40))) for n in range(14)]
     assert parts == [f"({n + 1}/14) {said}" for n, said in enumerate(words)]
     assert max(twilio_length(part) for part in parts) == 19  # "(10/14) w27 w28 w29"
-    assert twilio_parts("w00 w01", 22, numbered=True) == ["w00 w01"]
+    assert twilio_parts("w00 w01", 22, sms=True) == ["w00 w01"]
