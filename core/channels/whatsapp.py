@@ -217,6 +217,7 @@ class WhatsAppSender:
         sms: bool = False,
     ) -> None:
         self._sms = sms  # its texts as SMS carries them (`twilio_parts`)
+        self._failed = "sending an SMS failed" if sms else "sending a WhatsApp message failed"
         self._sleep = sleep
         self._account_sid = account_sid
         self._auth_token = auth_token
@@ -273,10 +274,10 @@ class WhatsAppSender:
         except TwilioRestException as exc:
             # 4xx but 429: the request itself is refused (an unknown number, outside the window).
             final = 400 <= exc.status < 500 and exc.status != 429
-            log.error("sending a WhatsApp message failed", extra={"status": exc.status, "code": exc.code})
+            log.error(self._failed, extra={"status": exc.status, "code": exc.code})
             return Delivery.GIVEN_UP if final else Delivery.OWED
         except (TwilioException, OSError) as exc:
-            log.error("sending a WhatsApp message failed", extra={"error": type(exc).__name__})
+            log.error(self._failed, extra={"error": type(exc).__name__})
             return Delivery.OWED
         return Delivery.DELIVERED
 

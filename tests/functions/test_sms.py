@@ -372,7 +372,11 @@ def test_a_follow_up_asked_by_sms_is_said_through_the_messages_api(
 
 
 def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_start(
-    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """STOP is Twilio's (no turn, nothing stored); a reminder due after it is refused by Twilio
     (400, error 21610): given up at its first try, never stored in the thread as said, and START
@@ -387,6 +391,11 @@ def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_s
     now += timedelta(minutes=6)
     assert run_the_job()["follow_ups_given_up"] == 1
     assert rows(sms_database, "select status, attempts from follow_ups") == [("given_up", 1)]
+    # Said as the SMS it was (it read "sending a WhatsApp message failed").
+    refused = [r for r in caplog.records if r.name == "crossmem.whatsapp" and r.levelname == "ERROR"]
+    assert [(r.getMessage(), r.__dict__["status"], r.__dict__["code"]) for r in refused] == [
+        ("sending an SMS failed", 400, 21610)
+    ]
     fake_twilio.recover()
     assert send(sms("START", sender)) == []
     now += timedelta(minutes=10)
