@@ -198,6 +198,8 @@ class SaidFirst:
     id: int
     content: str
     from_part: int = 0
+    due_at: datetime | None = None  # said late, it says when (core/follow_ups/lateness.py)
+    timezone: str | None = None  # the one it was asked in
 
 
 @dataclass(frozen=True)

@@ -435,7 +435,7 @@ def owed_replies() -> OwedReplies:
 @functools.cache
 def follow_up_delivery() -> FollowUpDelivery:
     """The scheduled job's delivery of due follow-ups, on the apps it can reach."""
-    return FollowUpDelivery(store(), surfaces(), identity(), now=lambda: now())
+    return FollowUpDelivery(store(), surfaces(), identity(), now=lambda: now(), catalogue=catalogue())
 
 
 def sms(config: Settings) -> SurfaceAdapter:

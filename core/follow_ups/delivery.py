@@ -22,7 +22,9 @@ nobody: given up and logged, never stored in the thread nor counted as sent.
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), so every app's
 memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
 backoff (1, 2, 4 ... minutes, MAX_ATTEMPTS in all); one that cannot (a blocked bot, an unknown
-chat, a refused number) is given up and logged.
+chat, a refused number) is given up and logged. Said more than a few minutes after its time,
+what reaches the person ends with when it was due (core/follow_ups/lateness.py); the thread
+keeps the text alone.
 
 A claim lasts LEASE_S, at least the scheduled function's timeout (serverless.yml; a test checks
 it): a live run never sees its claims expire, whatever its sends take. Only a run that died
@@ -50,10 +52,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
+from zoneinfo import ZoneInfo
 
 from core.errors import StoreUnavailable
+from core.follow_ups.lateness import said_late
+from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Sent, Surface
+from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
 from core.surfaces import Surfaces, complete
 
@@ -103,6 +109,7 @@ class FollowUpDelivery:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         batch: int = 50,
         clock: Callable[[], float] = time.monotonic,
+        catalogue: Catalogue | None = None,
     ) -> None:
         self._store = store
         self._surfaces = complete(surfaces, "the surface registry")
@@ -110,6 +117,7 @@ class FollowUpDelivery:
         self._now = now
         self._batch = batch
         self._clock = clock
+        self._catalogue = catalogue or Catalogue()
 
     def run(self, time_budget_s: float) -> FollowUpRun:
         """Deliver the due follow-ups in batches while the time budget lasts."""
@@ -183,7 +191,7 @@ class FollowUpDelivery:
         if surface.is_secondary and to is None:
             outcome, sent = "given_up", Sent(Delivery.GIVEN_UP, 0)
         else:
-            sent, outcome = self._surfaces[surface].say_follow_up(to, row, now)
+            sent, outcome = self._surfaces[surface].say_follow_up(to, self._as_said(row, now), now)
         delivery = sent.delivery
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
@@ -231,6 +239,16 @@ class FollowUpDelivery:
         else:
             done.given_up += 1
             log.error("follow-up", extra=extra)
+
+    def _as_said(self, row: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """The row with its text as the person reads it: said late, it says when it was due
+        (core/follow_ups/lateness.py), in their language (remembered, else the one the agent wrote
+        it in) and on their clock (theirs, else the one it was asked in)."""
+        content = str(row["content"])
+        language = self._catalogue.choose(None, content, remembered=row.get("language"))
+        zone = zone_named(row.get("timezone")) or ZoneInfo("UTC")
+        due = datetime.fromisoformat(row["due_at"])
+        return {**row, "content": said_late(content, due, now, zone, self._catalogue.phrases(language))}
 
     def _reachable(self, surface: Surface, row: dict[str, Any]) -> str | None:
         """The chat or number to say it to: the one the person last wrote from on its app, else

@@ -141,7 +141,13 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
         timezone=row.get("timezone") or None,
         delivered_first=[
-            SaidFirst(int(item["id"]), str(item["content"]), int(item.get("unsent_from") or 0))
+            SaidFirst(
+                int(item["id"]),
+                str(item["content"]),
+                int(item.get("unsent_from") or 0),
+                datetime.fromisoformat(item["due_at"]) if item.get("due_at") else None,
+                item.get("timezone"),
+            )
             for item in row.get("delivered_first") or []
         ],
         quoted=row.get("quoted"),

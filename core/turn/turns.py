@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from core.errors import ModelDeclined, ModelUnavailable, StillAnswering
+from core.follow_ups.lateness import said_late
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import placeholder, unread_notice
@@ -448,7 +449,8 @@ class Turns:
             # response repeats it whole, so it is recorded delivered, or the job would send the rest.
             self.memory.record_delivery(start.user_id, stored.id, start.attempt, IN_THE_RESPONSE)
             figures.round_trips += 1
-        result.follow_ups_first = list(start.delivered_first)  # what the first answer said before it
+        # what the first answer said before it
+        result.follow_ups_first = self._held_as_said(replace(start, language=self._language(request, start)))
         return start, figures, result
 
     @staticmethod
@@ -582,24 +584,37 @@ class Turns:
         result.reply_owed = sent.delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
 
-    @staticmethod
     def _say_first(
-        start: TurnStart, channel: ReplyChannel | None, until: float
+        self, start: TurnStart, channel: ReplyChannel | None, until: float
     ) -> tuple[list[SaidFirst], list[SaidFirst]]:
         """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
         channel that pushes; else returned first, for the caller's response to carry. Second, when
         one did not go for a reason that may pass: the ones pushed, each from the part not out yet
         (its count of parts when all went), which the next answer starts them from. One refused
         for good (the number cannot receive) is passed over: waiting would never say it."""
+        first = self._held_as_said(start)
         if channel is None:
-            return list(start.delivered_first), []
+            return first, []
         pushed: list[SaidFirst] = []
-        for said in start.delivered_first:
+        for said in first:
             sent = channel.send(said.content, until, said.from_part)
             pushed.append(replace(said, from_part=sent.parts))
             if sent.delivery is Delivery.OWED:
                 return [], pushed
         return [], []
+
+    def _held_as_said(self, start: TurnStart) -> list[SaidFirst]:
+        """The held follow-ups as the person reads them: said late, each says when it was due
+        (core/follow_ups/lateness.py), on their clock (theirs, else the one it was asked in) and in
+        the turn's language."""
+        phrases, now = self._settings.phrases(start.language), self._now()
+        told: list[SaidFirst] = []
+        for said in start.delivered_first:
+            if said.due_at is not None:
+                zone = zone_named(start.timezone) or zone_named(said.timezone) or self._zone
+                said = replace(said, content=said_late(said.content, said.due_at, now, zone, phrases))
+            told.append(said)
+        return told
 
     def _in_the_response(self, until: float) -> Sent:
         """A reply the caller answers with in its response: owed, nothing of it out, when that

@@ -213,7 +213,9 @@ def dev_follow_up_delivery() -> FollowUpDelivery:
         surface: replace(adapter, say_follow_up=said_here(surface)) if unreachable(surface, adapter) else adapter
         for surface, adapter in runtime.surfaces().items()
     }
-    return FollowUpDelivery(runtime.store(), adapters, runtime.identity(), now=lambda: runtime.now())
+    return FollowUpDelivery(
+        runtime.store(), adapters, runtime.identity(), now=lambda: runtime.now(), catalogue=runtime.catalogue()
+    )
 
 
 def unreachable(surface: Surface, adapter: SurfaceAdapter) -> bool:

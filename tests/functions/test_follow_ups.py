@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -302,7 +303,7 @@ def test_without_a_template_it_is_held_and_said_first_on_the_next_whatsapp_messa
     fields = form("Good morning", sender=number)
     whatsapp = app_client("whatsapp_webhook")
     answered = whatsapp.post("/", data=fields, headers=signed(fields))
-    assert messages_of(answered.text) == ["Take the pills.", "Good morning!"]
+    assert messages_of(answered.text) == [PILLS_LATE, "Good morning!"]
     assert follow_ups(job_database)[0][3] == "sent"
     again = form("And now?", sender=number)
     assert messages_of(whatsapp.post("/", data=again, headers=signed(again)).text) == ["Good morning!"]
@@ -336,9 +337,14 @@ def test_a_whatsapp_follow_up_whose_window_closed_after_its_first_part_says_only
     fake_twilio.recover()
     clock.at += timedelta(hours=26)  # the window closed two hours ago
     execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    # Said a day late, it ends with when it was due; where its parts were cut is as it was.
+    said_late = split_message(f"{content}\n\n(due yesterday at 18:05, sent late)", WHATSAPP_LIMIT)
+    assert said_late[:2] == parts[:2] and said_late[2] == f"{parts[2]}\n\n(due yesterday at 18:05, sent late)"
     if template:
         assert run_job()["follow_ups_sent"] == 1
-        pieces = [piece for part in parts[1:] for piece in split_message(part, WHATSAPP_TEMPLATE_LIMIT)]
+        pieces = [
+            " ".join(piece.split()) for part in said_late[1:] for piece in split_message(part, WHATSAPP_TEMPLATE_LIMIT)
+        ]
         assert [json.loads(m["ContentVariables"])["1"] for m in fake_twilio.messages[1:]] == pieces
         assert all(len(piece) <= WHATSAPP_TEMPLATE_LIMIT for piece in pieces) and len(pieces) > 2
         return
@@ -346,7 +352,7 @@ def test_a_whatsapp_follow_up_whose_window_closed_after_its_first_part_says_only
     fake_anthropic.answer = lambda body: "Good morning!"
     again = form("Good morning", sender=number)
     answered = app_client("whatsapp_webhook").post("/", data=again, headers=signed(again))
-    assert messages_of(answered.text) == [*parts[1:], "Good morning!"]
+    assert messages_of(answered.text) == [*said_late[1:], "Good morning!"]
 
 
 def test_a_follow_up_given_up_after_its_first_part_went_out_is_kept_in_the_thread(
@@ -368,14 +374,48 @@ def test_a_follow_up_given_up_after_its_first_part_went_out_is_kept_in_the_threa
     assert rows(job_database, stored, content) == [("assistant", True)]
 
 
-def hold_a_follow_up(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> None:
-    """ "Take the pills." held for `number`: asked on WhatsApp, due after its window closed."""
+# "Take the pills." as the person reads it when it was held: due at 20:00 the day before their next
+# message (core/follow_ups/lateness.py).
+PILLS_LATE = "Take the pills.\n\n(due yesterday at 20:00, sent late)"
+
+
+# Said by the job on the database's clock (days after the test's): due on Wednesday at 20:00 in Madrid.
+LATE_ON_DECEMBER_2 = "(due on 2026-12-02 at 20:00, sent late)"
+
+
+def late(text: str, note: str = "(due yesterday at 20:00, sent late)") -> str:
+    return f"{text}\n\n{note}"
+
+
+def hold_a_follow_up(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> str:
+    """ "Take the pills." held for `number`: asked on WhatsApp, due after its window closed. What
+    the person's next message is answered with first, the day after (PILLS_LATE the first time)."""
+    due = (clock.at + timedelta(minutes=120)).astimezone(ZoneInfo("Europe/Madrid"))
     fake_anthropic.answer = remind("Take the pills.", in_minutes=120)
     fields = form("In two hours tell me to take the pills", sender=number)
     app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
     clock.at += timedelta(hours=26)  # the window closed two hours ago
     execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
     assert run_job()["follow_ups_held"] == 1
+    return late("Take the pills.", f"(due yesterday at {due:%H:%M}, sent late)")
+
+
+def test_a_held_follow_up_said_with_a_spanish_message_says_when_it_was_due_in_spanish(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    number = "whatsapp:+34611000017"
+    hold_a_follow_up(job_database, clock, fake_anthropic, number)
+    fake_anthropic.answer = lambda body: "¡Buenos días!"
+    fields = form("Buenos días, ¿qué tal estás hoy?", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == [
+        "Take the pills.\n\n(programado para ayer a las 20:00, enviado con retraso)",
+        "¡Buenos días!",
+    ]
 
 
 def test_a_held_follow_up_is_in_every_answer_to_the_message_that_took_it(
@@ -392,18 +432,15 @@ def test_a_held_follow_up_is_in_every_answer_to_the_message_that_took_it(
     fake_anthropic.answer = lambda body: "Good morning!"
     fields = form("Good morning", sender=number)
     whatsapp = app_client("whatsapp_webhook")
-    assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == [
-        "Take the pills.",
-        "Good morning!",
-    ]
+    assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == [PILLS_LATE, "Good morning!"]
     asked = len(fake_anthropic.requests)
     redelivered = whatsapp.post("/", data=fields, headers=signed(fields))
-    assert messages_of(redelivered.text) == ["Take the pills.", "Good morning!"]
+    assert messages_of(redelivered.text) == [PILLS_LATE, "Good morning!"]
     assert len(fake_anthropic.requests) == asked
     assert rows(job_database, "select count(*) from messages where content = 'Take the pills.'") == [(1,)]
 
     other = "whatsapp:+34611000013"
-    hold_a_follow_up(job_database, clock, fake_anthropic, other)
+    pills = hold_a_follow_up(job_database, clock, fake_anthropic, other)
     media: dict[str, str] = {"NumMedia": "5"}
     for index in range(5):
         media[f"MediaContentType{index}"] = "image/jpeg"
@@ -412,7 +449,7 @@ def test_a_held_follow_up_is_in_every_answer_to_the_message_that_took_it(
         )
     receipts = form("Here are my receipts", sender=other, **media)
     notice = messages_of(whatsapp.post("/", data=receipts, headers=signed(receipts)).text)
-    assert notice[0] == "Take the pills." and len(notice) == 2 and "more than 4 files" in notice[1]
+    assert notice[0] == pills and len(notice) == 2 and "more than 4 files" in notice[1]
 
 
 def test_a_held_follow_up_comes_with_a_gif_or_a_contact_card_sent_alone(
@@ -431,13 +468,13 @@ def test_a_held_follow_up_comes_with_a_gif_or_a_contact_card_sent_alone(
         ("whatsapp:+34611000015", "video/mp4", "videos"),
         ("whatsapp:+34611000016", "text/vcard", "this kind of file"),
     ):
-        hold_a_follow_up(job_database, clock, fake_anthropic, number)
+        pills = hold_a_follow_up(job_database, clock, fake_anthropic, number)
         asked = len(fake_anthropic.requests)
         url = f"https://api.twilio.com/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM1/Media/ME1"
         fields = form("", sender=number, NumMedia="1", MediaUrl0=url, MediaContentType0=kind)
         answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
         assert messages_of(answered.text) == [
-            "Take the pills.",
+            pills,
             f"I can read photos, PDFs and voice notes, not {what}. Could you tell me in words what it says?",
         ]
         assert len(fake_anthropic.requests) == asked and fake_twilio.media_requests == []
@@ -471,15 +508,15 @@ def test_a_held_follow_up_taken_by_an_instance_that_died_goes_out_with_the_owed_
     execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
     fake_anthropic.answer = lambda body: "Good morning! Did you take them?"
     assert run_job()["owed_answered"] == 1
-    assert [m["Body"] for m in fake_twilio.messages] == ["Take the pills.", "Good morning! Did you take them?"]
+    assert [m["Body"] for m in fake_twilio.messages] == [PILLS_LATE, "Good morning! Did you take them?"]
     assert run_job()["owed_answered"] == 0 and len(fake_twilio.messages) == 2
 
     other = "whatsapp:+34611000015"
-    hold_a_follow_up(job_database, clock, fake_anthropic, other)
+    pills = hold_a_follow_up(job_database, clock, fake_anthropic, other)
     fake_anthropic.behaviour = "500"
     fields = form("Good morning", sender=other)
     answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
-    assert messages_of(answered.text)[0] == "Take the pills." and len(messages_of(answered.text)) == 2
+    assert messages_of(answered.text)[0] == pills and len(messages_of(answered.text)) == 2
     fake_anthropic.behaviour = "ok"
     fake_anthropic.answer = lambda body: "Good morning! Did you take them?"
     execute(job_database, "update messages set answer_by = clock_timestamp() - interval '1 second'")
@@ -691,7 +728,8 @@ def test_a_run_killed_mid_batch_loses_only_the_follow_up_it_was_sending(
 
     clock.at += timedelta(seconds=LEASE_S + 1)
     run = FollowUpDelivery(store, saying_on_telegram(said), runtime.identity(), now=clock).run(60)
-    assert said.texts == ["Ping 780002.", "Ping 780003."]
+    # 12 minutes after they were due: said late (core/follow_ups/lateness.py)
+    assert said.texts == ["Ping 780002.\n\n(due at 18:05, sent late)", "Ping 780003.\n\n(due at 18:05, sent late)"]
     assert (run.lost, run.sent) == (1, 2)
     assert rows(job_database, "select content, status, attempts from follow_ups order by id") == [
         ("Ping 780001.", "given_up", 1),
@@ -1225,14 +1263,14 @@ def test_a_held_follow_up_is_said_only_in_its_own_persons_answer(
     fake_anthropic.answer = lambda body: "Good morning!"
     morning = form("Good morning", sender=first)
     answered = app_client("whatsapp_webhook").post("/", data=morning, headers=signed(morning))
-    assert messages_of(answered.text) == ["Take the pills.", "Good morning!"]
+    assert messages_of(answered.text) == [late("Take the pills.", LATE_ON_DECEMBER_2), "Good morning!"]
     assert rows(job_database, "select content, status from follow_ups order by id") == [
         ("Take the pills.", "sent"),
         ("Feed the cat.", "held"),
     ]
     evening = form("Good evening", sender=second)
     answered = app_client("whatsapp_webhook").post("/", data=evening, headers=signed(evening))
-    assert messages_of(answered.text) == ["Feed the cat.", "Good morning!"]
+    assert messages_of(answered.text) == [late("Feed the cat.", "(due yesterday at 22:00, sent late)"), "Good morning!"]
 
 
 def test_the_window_counts_only_the_persons_own_messages(
@@ -1315,7 +1353,8 @@ def test_an_answer_says_first_the_held_follow_ups_it_has_room_for_and_the_job_th
     fields = form("Good morning", sender=number)
     first = whatsapp.post("/", data=fields, headers=signed(fields)).text
     parts = split_message(reply, WHATSAPP_LIMIT)
-    assert len(parts) == 4 and messages_of(first) == [f"Take the pills.\n\n{said[0]}", *said[1:6], *parts]
+    assert len(parts) == 4
+    assert messages_of(first) == [f"{PILLS_LATE}\n\n{late(said[0])}", *map(late, said[1:6]), *parts]
     assert rows(job_database, "select status, said_with from follow_ups where content = %s", said[6]) == [
         ("pending", None)
     ]
@@ -1323,7 +1362,7 @@ def test_an_answer_says_first_the_held_follow_ups_it_has_room_for_and_the_job_th
     assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == messages_of(first)
     clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
     assert run_job()["follow_ups_sent"] == 1
-    assert [message["Body"] for message in fake_twilio.messages] == [said[6]]
+    assert [message["Body"] for message in fake_twilio.messages] == [late(said[6], LATE_ON_DECEMBER_2)]
     assert rows(job_database, "select count(*) from messages where content = %s", said[6]) == [(1,)]
 
 
@@ -1336,9 +1375,10 @@ def held_after_the_pills(
     for n, text in enumerate(longs, start=1):
         execute(
             job_database,
-            "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, status,"
+            "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, timezone, status,"
             " next_attempt_at) select user_id, conversation_id, surface, sender, %s,"
-            " due_at + make_interval(secs => %s), 'held', now() from follow_ups where content = 'Take the pills.'",
+            " due_at + make_interval(secs => %s), timezone, 'held', now() from follow_ups"
+            " where content = 'Take the pills.'",
             text,
             n,
         )
@@ -1375,7 +1415,7 @@ def test_the_follow_ups_a_fallback_or_a_linked_persons_answer_had_no_room_for_go
     first = messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text)
     fallback = "Sorry, I can't think straight right now. I have your message and will remember it; please try again"
     answer = "Sure." if linked_meanwhile else fallback + " in a moment."
-    assert first == [f"Take the pills.\n\n{longs[0]}", *longs[1:9], answer]
+    assert first == [f"{PILLS_LATE}\n\n{late(longs[0])}", *map(late, longs[1:9]), answer]
     assert rows(job_database, "select status, said_with from follow_ups where content = %s", longs[9]) == [
         ("pending", None)
     ]
@@ -1384,7 +1424,7 @@ def test_the_follow_ups_a_fallback_or_a_linked_persons_answer_had_no_room_for_go
     fake_anthropic.answer = lambda body: "Now I can."  # the job answers a message the fallback left owed
     assert run_job()["follow_ups_sent"] == 1
     owed = [] if linked_meanwhile else ["Now I can."]
-    assert [message["Body"] for message in fake_twilio.messages] == [*owed, longs[9]]
+    assert [message["Body"] for message in fake_twilio.messages] == [*owed, late(longs[9], LATE_ON_DECEMBER_2)]
 
 
 def test_a_redelivery_after_the_jobs_push_sends_nothing_more_later(
@@ -1410,9 +1450,9 @@ def test_a_redelivery_after_the_jobs_push_sends_nothing_more_later(
     fake_anthropic.answer = lambda body: "Good morning!"
     before = len(fake_twilio.messages)
     assert run_job()["owed_answered"] == 1
-    assert [m["Body"] for m in fake_twilio.messages[before:]] == ["Take the pills.", *longs, "Good morning!"]
+    assert [m["Body"] for m in fake_twilio.messages[before:]] == [PILLS_LATE, *map(late, longs), "Good morning!"]
     repeated = messages_of(app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).text)
-    assert repeated == [f"Take the pills.\n\n{longs[0]}", *longs[1:9], "Good morning!"]
+    assert repeated == [f"{PILLS_LATE}\n\n{late(longs[0])}", *map(late, longs[1:9]), "Good morning!"]
     assert rows(job_database, "select count(*) from follow_ups where status <> 'sent'") == [(0,)]
 
 
@@ -1557,3 +1597,58 @@ def test_unlinking_a_chat_says_the_reminders_asked_there_will_not_come_to_it(
     )
     telegram_turn("/unlink", apps.chat)
     assert fake_telegram.sent()[-1]["text"] == ENGLISH.say("link.not_linked")
+
+
+def test_a_reminder_the_job_sends_late_says_when_it_was_due_in_each_persons_language_and_clock(
+    job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """The scheduled job was down from 08:55 to 09:40 (UTC): a reminder said 40 minutes after its
+    time read as if it were on time. Now it says when it was due, on the person's own clock and in
+    their language: one person in Madrid who writes in English, one in the Canaries (an hour behind)
+    whose Telegram is in Spanish. Each is due at 09:00 on their own wall clock."""
+    english, spanish = 990001, 990002
+    fake_anthropic.answer = remind("Time to call the dentist.", "Europe/Madrid", day="tomorrow", time="09:00")
+    telegram_turn("I live in Madrid: remind me tomorrow at 9 to call the dentist", english)
+    fake_anthropic.answer = remind("Hora de llamar al dentista.", "Atlantic/Canary", day="tomorrow", time="09:00")
+    asked = update("Vivo en Canarias: recuérdame mañana a las 9 que llame al dentista", user_id=spanish)
+    asked["message"]["from"]["language_code"] = "es"
+    sent = app_client("telegram_webhook").post("/", json=asked, headers=TELEGRAM_HEADERS)
+    assert sent.status_code == 200
+    before = len(fake_telegram.sent())
+
+    clock.at = datetime(2026, 12, 3, 9, 40, tzinfo=UTC)
+    assert run_job()["follow_ups_sent"] == 2
+
+    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[before:]] == [
+        (english, "Time to call the dentist.\n\n(due at 09:00, sent late)"),
+        (spanish, "Hora de llamar al dentista.\n\n(programado para las 09:00, enviado con retraso)"),
+    ]
+    # The thread keeps what the agent wrote; its message's time says when it was said.
+    assert rows(job_database, "select content from messages where role = 'assistant' order by id")[-2:] == [
+        ("Time to call the dentist.",),
+        ("Hora de llamar al dentista.",),
+    ]
+
+
+def test_a_whatsapp_reminder_the_template_says_late_says_when_it_was_due_on_its_one_line(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Outside the window, through the approved template: the note is on the variable's one line."""
+    environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
+    number = "whatsapp:+34611000301"
+    fake_anthropic.answer = remind("Check in about the budget.", "Europe/Madrid", day="friday", time="19:30")
+    fields = form("Check in with me on Friday evening about the budget", sender=number)
+    assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    # Friday 4 December 19:30 in Madrid is 18:30 UTC; the job runs again at 21:00 in Madrid.
+    clock.at = datetime(2026, 12, 4, 20, 0, tzinfo=UTC)
+    execute(job_database, "update messages set created_at = %s - interval '2 days'", clock.at)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [json.loads(m["ContentVariables"]) for m in fake_twilio.messages] == [
+        {"1": "Check in about the budget. (due at 19:30, sent late)"}
+    ]

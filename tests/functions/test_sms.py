@@ -405,6 +405,27 @@ def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_s
     assert said == [("user", "remind me in 5 minutes to take the pills"), ("assistant", "I'll remind you.")]
 
 
+def test_a_follow_up_the_job_sends_late_by_sms_says_when_it_was_due_in_the_language_it_is_in(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """The job was down for half an hour: the reminder says when it was due (UTC here, where the
+    person never said where they live). SMS states no language: a Spanish reminder says it in
+    Spanish, as its words are."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    english, spanish = number(), number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", english))
+    fake_anthropic.answer = remind("Tómate las pastillas, que ya es la hora.")
+    send(sms("recuérdame en 5 minutos que tome las pastillas", spanish))
+    now += timedelta(minutes=35)
+    assert run_the_job()["follow_ups_sent"] == 2
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [
+        (english, "Take the pills.\n\n(due at 17:05, sent late)"),
+        (spanish, "Tómate las pastillas, que ya es la hora.\n\n(programado para las 17:05, enviado con retraso)"),
+    ]
+
+
 @pytest.mark.parametrize("missing", ["TWILIO_SMS_FROM", "TWILIO_ACCOUNT_SID"])
 def test_without_a_number_to_send_from_later_sms_is_not_served(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, missing: str

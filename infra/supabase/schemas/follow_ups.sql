@@ -155,10 +155,12 @@ $$;
 
 
 -- The follow-ups said first in the answer to a WhatsApp message (`said_with`), in the order they
--- were due: what every answer to that message carries before its reply.
+-- were due: what every answer to that message carries before its reply, with when each was due
+-- and in which timezone (one said late says so: core/follow_ups/lateness.py).
 create function crossmem_private.follow_ups_said_with(p_message_id bigint)
     returns json language sql stable set search_path = '' as $$
-    select coalesce(json_agg(json_build_object('id', f.id, 'content', f.content, 'unsent_from', f.unsent_from)
+    select coalesce(json_agg(json_build_object('id', f.id, 'content', f.content, 'unsent_from', f.unsent_from,
+                                               'due_at', f.due_at, 'timezone', f.timezone)
                              order by f.due_at, f.id), '[]'::json)
       from public.follow_ups f
      where f.said_with = p_message_id;
@@ -415,6 +417,11 @@ begin
                'id', t.id, 'user_id', t.user_id, 'conversation_id', t.conversation_id, 'surface', t.surface,
                'sender', t.sender, 'content', t.content, 'due_at', t.due_at, 'attempts', t.attempts,
                'unsent_from', t.unsent_from,
+               -- one said late says when it was due, on the person's clock and in their language
+               -- (core/follow_ups/lateness.py): theirs now, else the one it was asked in
+               'timezone', coalesce((select z.timezone from public.person_timezones z where z.user_id = t.user_id),
+                                    t.timezone),
+               'language', (select g.language from public.person_languages g where g.user_id = t.user_id),
                'identity_user', (select i.user_id from public.identities i
                                   where i.surface = t.surface and i.external_id = t.sender),
                'last_sender', l.sender,
