@@ -16,6 +16,7 @@ from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.errors import ConfigurationError, InvalidSetting
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.delivery import FollowUpDelivery
+from core.follow_ups.held import HeldFollowUps
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.identity.remembered_language import RememberedLanguage
@@ -255,6 +256,8 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
         channel,
         later_needs,
         None if config.twilio_follow_up_content_sid else whatsapp_surface.WHATSAPP_WINDOW,
+        # held before a template was set, or while it was unset: let go all the same
+        release_held=lambda sender: held_follow_ups(Surface.WHATSAPP).release(sender),
     )
 
 
@@ -430,6 +433,12 @@ def owed_replies() -> OwedReplies:
         max_age_s=config.owed_reply_max_age * 60,
         max_tries=config.owed_reply_max_tries,
     )
+
+
+@functools.cache
+def held_follow_ups(surface: Surface) -> HeldFollowUps:
+    """A surface's held follow-ups, let go by a message that is no turn (WhatsApp's)."""
+    return HeldFollowUps(store(), identity(), surface)
 
 
 @functools.cache
@@ -638,6 +647,7 @@ _CACHED = (
     digest_job,
     owed_replies,
     follow_up_delivery,
+    held_follow_ups,
     whatsapp_sender,
     sms_sender,
     refusals_logged,

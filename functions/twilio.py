@@ -54,8 +54,9 @@ def twilio_webhook(
         settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
     ):
         raise Forbidden("invalid Twilio signature")
-    answering = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
-    inbound = TwilioInbound(surface, parse, classify, limit, *answering, adapter.deadline_s, typing)
+    answers = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
+    # adapter.release_held: where the surface holds follow-ups (WhatsApp), core/follow_ups/held.py
+    inbound = TwilioInbound(surface, parse, classify, limit, *answers, adapter.deadline_s, typing, adapter.release_held)
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 

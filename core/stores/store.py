@@ -43,6 +43,7 @@ SQL_FUNCTIONS = frozenset(
         "try_follow_up",
         "end_attempt",
         "send_follow_ups_later",
+        "release_held_follow_ups",
         "claim_owed_replies",
         "record_delivery",
         "stop_generation",

@@ -147,6 +147,9 @@ class SurfaceAdapter:
     # (WhatsApp's 24-hour window, without an approved template); None: at any time. A later one
     # waits for their next message, and the tool that schedules it says so.
     said_within: timedelta | None = None
+    # Lets a sender's held follow-ups go to the follow-up job, after a message of theirs that is no
+    # turn (a link, a notice: core/follow_ups/held.py); None: the surface holds none (all but WhatsApp).
+    release_held: Callable[[str], object] | None = None
 
     @property
     def surface(self) -> Surface:

@@ -18,6 +18,7 @@ from typing import Generic, Protocol, TypeVar
 
 from core.channels.whatsapp import carried_first, twiml
 from core.errors import InputError, OverBudget, StillAnswering
+from core.identity.linking import LinkRequest
 from core.identity.remembered_language import RememberedLanguage
 from core.phrases.catalogue import Catalogue, Phrases
 from core.phrases.refusals import input_refused, over_budget
@@ -49,7 +50,9 @@ class TwilioInbound(Generic[Form]):
     """One Twilio surface's inbound messages. `parse`: the form as the surface reads it (InputError
     when it cannot); `classify`: what it asks for; `limit`: the longest message it takes (its
     module's WHATSAPP_LIMIT, SMS_LIMIT); `typing`: shows the person a message is being answered (by
-    its Sid), where the surface has that."""
+    its Sid), where the surface has that; `release_held`: lets the sender's held follow-ups go to the
+    follow-up job after a message that is no turn (a link, a notice), where the surface holds them
+    (WhatsApp: core/follow_ups/held.py)."""
 
     surface: Surface
     parse: Callable[[Mapping[str, str]], Form]
@@ -61,6 +64,7 @@ class TwilioInbound(Generic[Form]):
     remembered: RememberedLanguage
     deadline_s: float
     typing: Callable[[str], None] | None = None
+    release_held: Callable[[str], object] | None = None
 
     def answer(self, fields: Mapping[str, str]) -> str:
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
@@ -68,10 +72,13 @@ class TwilioInbound(Generic[Form]):
         action = self.classify(form, True)
         sms = rules(self.surface).carried_as_sms
         if isinstance(action, Notice):
+            self._let_go(form.identity)
             return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit, sms=sms)
         if not isinstance(action, Converse):
             answered = self.commands.answer(action, None, form.body)
             if not answered.for_the_thread:
+                if isinstance(action, LinkRequest):  # never forgetting's, nor unlinking's
+                    self._let_go(form.identity)
                 return twiml(answered.text, self.limit, sms=sms)
             action = self.classify(form, False)  # a code alone that no code has: what they wrote
             assert isinstance(action, Converse)
@@ -104,6 +111,10 @@ class TwilioInbound(Generic[Form]):
             return twiml(None, self.limit)  # the first attempt, or the scheduled job once it cannot, answers
         except InputError as exc:
             return twiml(input_refused(phrases, exc), self.limit, sms=sms)
+
+    def _let_go(self, sender: str) -> None:
+        if self.release_held is not None:
+            self.release_held(sender)
 
     def _noticed_in(self, form: Form) -> Phrases:
         """A notice's phrases (an empty message, a file we cannot read): the person's remembered

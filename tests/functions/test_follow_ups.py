@@ -24,6 +24,7 @@ from core.channels.telegram_bot import TELEGRAM_LIMIT
 from core.channels.whatsapp import WHATSAPP_TEMPLATE_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
+from core.follow_ups.held import HeldFollowUps
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.twilio_form import Converse
@@ -1651,4 +1652,75 @@ def test_a_whatsapp_reminder_the_template_says_late_says_when_it_was_due_on_its_
 
     assert [json.loads(m["ContentVariables"]) for m in fake_twilio.messages] == [
         {"1": "Check in about the budget. (due at 19:30, sent late)"}
+    ]
+
+
+def test_a_held_reminder_is_let_go_by_a_link_or_a_notice_and_never_by_forgetting(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """The agent said the reminder comes with the person's next WhatsApp message; that message was a
+    command or a notice, which no turn answers and nothing stores: the reminder stayed held, the
+    window the message opened went unused. Now `forget` (which asks first, and counts the reminders
+    it would delete) and its confirmation (which deletes them) never say it; a link, or a message
+    the agent answers with a notice, lets it go to the job, whose next run says it inside that window,
+    after the answer, with when it was due."""
+    apps = three_apps(environment, fake_anthropic)
+    forgetting, linking, empty = "whatsapp:+34611000401", "whatsapp:+34611000402", "whatsapp:+34611000403"
+    for number in (forgetting, linking, empty):
+        hold_a_follow_up(job_database, clock, fake_anthropic, number)
+    # all due on Wednesday at 20:00 in Madrid: their notes read the same, whatever today's date
+    execute(job_database, "update follow_ups set due_at = %s", WEDNESDAY_EVENING + timedelta(hours=2))
+    held = "select status from follow_ups where sender = %s"
+
+    def whatsapp(text: str, sender: str) -> list[str]:
+        fields = form(text, sender=sender)
+        return messages_of(apps.whatsapp.post("/", data=fields, headers=signed(fields)).text)
+
+    asked = whatsapp("forget", forgetting)
+    assert len(asked) == 1 and asked[0].endswith("to keep it, do nothing.") and "1 reminder" in asked[0]
+    assert rows(job_database, held, forgetting.removeprefix("whatsapp:")) == [("held",)]
+
+    person = uuid.uuid4()
+    linked = whatsapp(f"link {new_code(apps, person)['code']}", linking)
+    assert len(linked) == 1 and linked[0].startswith("Linked to the web account ")
+    assert whatsapp("", empty) == ["I received an empty message. What would you like to tell me?"]
+    # Only theirs: the one whose person only asked to forget is still held.
+    assert rows(job_database, held, forgetting.removeprefix("whatsapp:")) == [("held",)]
+
+    clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
+    assert run_job()["follow_ups_sent"] == 2
+    assert sorted((m["To"], m["Body"]) for m in fake_twilio.messages) == [
+        (linking, late("Take the pills.", LATE_ON_DECEMBER_2)),
+        (empty, late("Take the pills.", LATE_ON_DECEMBER_2)),
+    ]
+    assert whatsapp("forget confirm", forgetting)[0].startswith("Done: I have forgotten everything")
+    assert rows(job_database, held, forgetting.removeprefix("whatsapp:")) == []
+    assert run_job()["follow_ups_sent"] == 0 and len(fake_twilio.messages) == 2
+
+
+def test_a_notice_is_answered_and_its_held_reminder_waits_when_the_database_cannot_let_it_go(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    number = "whatsapp:+34611000404"
+    pills = hold_a_follow_up(job_database, clock, fake_anthropic, number)
+    failing = FailingStore(runtime.store(), ["release_held_follow_ups"])
+    environment.setattr(runtime, "held_follow_ups", lambda surface: HeldFollowUps(failing, runtime.identity(), surface))
+    fields = form("", sender=number)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["I received an empty message. What would you like to tell me?"]
+    assert failing.calls == ["release_held_follow_ups"]
+    assert follow_ups(job_database)[0][3] == "held"
+    fake_anthropic.answer = lambda body: "Good morning!"
+    morning = form("Good morning", sender=number)
+    assert messages_of(app_client("whatsapp_webhook").post("/", data=morning, headers=signed(morning)).text) == [
+        pills,
+        "Good morning!",
     ]

@@ -53,6 +53,10 @@ create table public.follow_ups (
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
     said_with bigint references public.messages (id) on delete set null,
+    -- Let go from held by a WhatsApp message of the person's that is no message of the thread (a
+    -- link, a notice: release_held_follow_ups): WhatsApp's 24-hour window opened then, which the
+    -- thread's messages do not show.
+    window_opened_at timestamptz,
     created_at timestamptz not null default clock_timestamp(),
     sent_at timestamptz,
     constraint follow_ups_once_per_turn unique (asked_in, asked_order)
@@ -220,6 +224,28 @@ begin
     pending := public.follow_ups_of(p_user_id);
     timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
 end;
+$$;
+
+
+-- The held WhatsApp follow-ups of the person a message of theirs that is no message of the thread
+-- lets go: a link (a code, a code mistyped) or a notice (an empty message, a place without
+-- coordinates). Nothing of it is stored, so it cannot say them first as a turn does (no message
+-- for `said_with`): they are pending again at once, and the follow-up job's next run says them
+-- free-form inside the window that message opened (`window_opened_at`). Never on forgetting (the
+-- question, or its confirmation, which deletes them) nor unlinking (they stay with the person who
+-- asked, off this number). The person: p_user_id (the owner), else whose p_sender is on p_surface.
+-- {"released": n}.
+create function public.release_held_follow_ups(p_user_id uuid, p_surface text, p_sender text)
+    returns jsonb language sql set search_path = '' as $$
+    with released as (
+        update public.follow_ups f
+           set status = 'pending', next_attempt_at = clock_timestamp(), window_opened_at = clock_timestamp()
+         where f.user_id = coalesce(p_user_id, (select i.user_id from public.identities i
+                                                 where i.surface = p_surface and i.external_id = p_sender))
+           and f.surface = p_surface and f.status = 'held'
+        returning f.id
+    )
+    select jsonb_build_object('released', count(*)) from released;
 $$;
 
 
@@ -430,8 +456,10 @@ begin
                -- only where it is read: looked for on another app's, it read every message of a
                -- person who never wrote on WhatsApp
                'last_whatsapp_at', case when t.surface = 'whatsapp' then
-                                       (select max(m.created_at) from public.messages m
-                                         where m.user_id = t.user_id and m.surface = 'whatsapp' and m.role = 'user')
+                                       greatest((select max(m.created_at) from public.messages m
+                                                  where m.user_id = t.user_id and m.surface = 'whatsapp'
+                                                    and m.role = 'user'),
+                                                t.window_opened_at)
                                    end)
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
