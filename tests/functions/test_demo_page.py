@@ -1279,3 +1279,53 @@ def test_the_advisors_markdown_shows_as_text_set_out_and_runs_nothing(
     assert link == ["https://example.com/a?b=1", "_blank", "noopener", "a page"]
     assert own == [mine]
     assert (pwned, run, fits) == (None, 0, True)
+
+
+# Answers as long as a prompt injected into a forwarded message can ask the model for: each made
+# the Markdown's patterns try again from every character (seconds at every piece of a stream).
+SLOW_MARKDOWN = {
+    "brackets": "[" * 60_000,
+    "a heading's spaces": "# a" + " " * 60_000 + "x",
+    "a fence's spaces": "```" + " " * 60_000 + "`",
+    "backticks of every length": "".join("`" * n + "a" for n in range(1, 340)),
+    "italics never closed": "*a " * 20_000,
+    "bold never closed": "**a " * 15_000,
+}
+SET_OUT = "(answers) => answers.map((text) => markdownNodes(text).length)"
+SET_OUT_AS_HTML = """(text) => { const shown = document.createElement('div');
+  shown.replaceChildren(...markdownNodes(text)); return shown.innerHTML; }"""
+
+
+def test_a_long_hostile_answer_is_set_out_at_once(dev_server: str) -> None:
+    """The advisor's Markdown read in time that grew with the square of an answer (a heading's
+    spaces taken in every split, italics or code read from each mark to the end): a heading of
+    60,000 spaces took 3 seconds in Chromium, backticks of every length 2.8, and the page sets an
+    answer out again at every piece of its stream, so one such answer froze the tab for minutes.
+    Each pattern now reads linearly; what they set out is as before."""
+    with demo_page(dev_server) as page:
+        page.evaluate(SET_OUT, ["warm"])
+        took = {}
+        for name, text in SLOW_MARKDOWN.items():
+            started = time.monotonic()
+            page.evaluate(SET_OUT, [text])
+            took[name] = time.monotonic() - started
+        kept = (
+            "# C#",
+            "## Plan ##",
+            "**a *b* c**",
+            "_a_b c_",
+            "``a ` b``",
+            "[[b](https://x.y/)",
+            "```py  more\nx\n```",
+        )
+        trees = [page.evaluate(SET_OUT_AS_HTML, text) for text in kept]
+    assert {name: seconds for name, seconds in took.items() if seconds > 0.5} == {}
+    assert trees == [
+        "<p><strong>C#</strong></p>",
+        "<p><strong>Plan</strong></p>",
+        "<p><strong>a <em>b</em> c</strong></p>",
+        "<p><em>a_b c</em></p>",
+        "<p><code>a ` b</code></p>",
+        '<p>[<a href="https://x.y/" target="_blank" rel="noopener">b</a></p>',
+        '<pre data-language="py"><code>x</code></pre>',
+    ]
