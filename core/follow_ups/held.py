@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 
 from core.errors import StoreUnavailable
-from core.identity.policy import IdentityPolicy
+from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
 from core.stores.store import MemoryStore
 
@@ -47,7 +47,8 @@ class HeldFollowUps:
         arguments = {
             "p_user_id": str(person.user_id) if person.user_id else None,
             "p_surface": self._surface.value,
-            "p_sender": person.sender_id,
+            # whose window it opened: the reminders are said there (the owner's too, by number)
+            "p_sender": identity_key(self._surface, sender_id),
         }
         try:
             released = int(self._store.call("release_held_follow_ups", arguments)["released"])

@@ -1724,3 +1724,31 @@ def test_a_notice_is_answered_and_its_held_reminder_waits_when_the_database_cann
         pills,
         "Good morning!",
     ]
+
+
+def test_a_held_reminder_let_go_by_another_number_of_the_person_is_said_to_that_number(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """A person with two WhatsApp numbers asked on one, and the reminder was held; an empty message
+    from the other opened that one's window and let the reminder go. The job said it to the number
+    they last wrote from in the thread, whose window was closed (Twilio refuses a free-form message
+    there): it goes to the number whose window the message opened."""
+    asked, other = "whatsapp:+34611000405", "whatsapp:+34611000406"
+    hold_a_follow_up(job_database, clock, fake_anthropic, asked)
+    execute(
+        job_database,
+        "insert into identities (surface, external_id, user_id)"
+        " select surface, %s, user_id from identities where external_id = %s",
+        other.removeprefix("whatsapp:"),
+        asked.removeprefix("whatsapp:"),
+    )
+    fields = form("", sender=other)
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["I received an empty message. What would you like to tell me?"]
+    clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
+    assert run_job()["follow_ups_sent"] == 1
+    assert [m["To"] for m in fake_twilio.messages] == [other]

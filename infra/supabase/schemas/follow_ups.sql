@@ -234,12 +234,15 @@ $$;
 -- free-form inside the window that message opened (`window_opened_at`). Never on forgetting (the
 -- question, or its confirmation, which deletes them) nor unlinking (they stay with the person who
 -- asked, off this number). The person: p_user_id (the owner), else whose p_sender is on p_surface.
--- {"released": n}.
+-- Said to p_sender, the number whose window is open (`sender`, which the claim prefers to the last
+-- stored message's while the window is newer): a person with two numbers wrote last from the other
+-- one perhaps, whose window is closed. {"released": n}.
 create function public.release_held_follow_ups(p_user_id uuid, p_surface text, p_sender text)
     returns jsonb language sql set search_path = '' as $$
     with released as (
         update public.follow_ups f
-           set status = 'pending', next_attempt_at = clock_timestamp(), window_opened_at = clock_timestamp()
+           set status = 'pending', next_attempt_at = clock_timestamp(), window_opened_at = clock_timestamp(),
+               sender = p_sender
          where f.user_id = coalesce(p_user_id, (select i.user_id from public.identities i
                                                  where i.surface = p_surface and i.external_id = p_sender))
            and f.surface = p_surface and f.status = 'held'
@@ -450,9 +453,12 @@ begin
                'language', (select g.language from public.person_languages g where g.user_id = t.user_id),
                'identity_user', (select i.user_id from public.identities i
                                   where i.surface = t.surface and i.external_id = t.sender),
-               'last_sender', l.sender,
+               -- a window opened since their last stored message (release_held_follow_ups): its number
+               'last_sender', case when t.window_opened_at > l.created_at then t.sender else l.sender end,
                'last_sender_user', (select i.user_id from public.identities i
-                                     where i.surface = t.surface and i.external_id = l.sender),
+                                     where i.surface = t.surface and i.external_id =
+                                           case when t.window_opened_at > l.created_at then t.sender
+                                                else l.sender end),
                -- only where it is read: looked for on another app's, it read every message of a
                -- person who never wrote on WhatsApp
                'last_whatsapp_at', case when t.surface = 'whatsapp' then
@@ -464,7 +470,7 @@ begin
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
       from public.follow_ups t
-      left join lateral (select m.sender
+      left join lateral (select m.sender, m.created_at
                            from public.messages m
                           where m.user_id = t.user_id and m.surface = t.surface and m.role = 'user'
                             and m.sender is not null
