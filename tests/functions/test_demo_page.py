@@ -1290,6 +1290,7 @@ SLOW_MARKDOWN = {
     "backticks of every length": "".join("`" * n + "a" for n in range(1, 340)),
     "italics never closed": "*a " * 20_000,
     "bold never closed": "**a " * 15_000,
+    "a list item's spaces": "-" + " " * 60_000 + "x\u2028y",
 }
 SET_OUT = "(answers) => answers.map((text) => markdownNodes(text).length)"
 SET_OUT_AS_HTML = """(text) => { const shown = document.createElement('div');
