@@ -33,12 +33,15 @@ def said_late(content: str, due_at: datetime, now: datetime, zone: ZoneInfo, phr
 
 def late_note(due_at: datetime, now: datetime, zone: ZoneInfo, phrases: Phrases) -> str:
     """ "(due at 09:00, sent late)": the hour alone when it was due today on the person's clock,
-    "yesterday at" the day after, the date before that."""
+    "yesterday at" the day after, the day and date before that ("on Thu 3 Dec at", its year when not
+    this one's)."""
     due, today = due_at.astimezone(zone), now.astimezone(zone).date()
     time = f"{due:%H:%M}"
     if due.date() == today:
         return phrases.count("follow_up.late_today", due.hour, time=time)
     if due.date() == today - timedelta(days=1):
         return phrases.count("follow_up.late_yesterday", due.hour, time=time)
-    date = phrases.say("follow_up.date", year=due.year, month=due.month, day=due.day)
+    weekday, month = phrases.say(f"follow_up.weekdays.{due.isoweekday()}"), phrases.say(f"follow_up.months.{due.month}")
+    form = "follow_up.date" if due.year == today.year else "follow_up.date_in_year"
+    date = phrases.say(form, weekday=weekday, day=due.day, month=month, year=due.year)
     return phrases.count("follow_up.late_on", due.hour, time=time, date=date)

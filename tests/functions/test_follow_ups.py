@@ -381,7 +381,7 @@ PILLS_LATE = "Take the pills.\n\n(due yesterday at 20:00, sent late)"
 
 
 # Said by the job on the database's clock (days after the test's): due on Wednesday at 20:00 in Madrid.
-LATE_ON_DECEMBER_2 = "(due on 2026-12-02 at 20:00, sent late)"
+LATE_ON_DECEMBER_2 = "(due on Wed 2 Dec at 20:00, sent late)"
 
 
 def late(text: str, note: str = "(due yesterday at 20:00, sent late)") -> str:

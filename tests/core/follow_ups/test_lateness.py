@@ -27,7 +27,7 @@ CATALOGUE = Catalogue()
         (timedelta(hours=14, minutes=59), "Call the dentist.\n\n(due at 09:00, sent late)"),
         # Midnight in Madrid has passed (it is 00:00 on Friday there): yesterday's.
         (timedelta(hours=15), "Call the dentist.\n\n(due yesterday at 09:00, sent late)"),
-        (timedelta(days=2), "Call the dentist.\n\n(due on 2026-12-03 at 09:00, sent late)"),
+        (timedelta(days=2), "Call the dentist.\n\n(due on Thu 3 Dec at 09:00, sent late)"),
     ],
 )
 def test_a_follow_up_says_when_it_was_due_only_past_five_minutes(after: timedelta, said: str) -> None:
@@ -46,7 +46,7 @@ def test_a_follow_up_says_when_it_was_due_only_past_five_minutes(after: timedelt
         (
             DUE,
             timedelta(days=3),
-            "Llama al dentista.\n\n(programado para el 3/12/2026 a las 09:00, enviado con retraso)",
+            "Llama al dentista.\n\n(programado para el jueves 3 de diciembre a las 09:00, enviado con retraso)",
         ),
         # One o'clock is "la una": "a la 01:30", not "a las".
         (
@@ -66,3 +66,43 @@ def test_the_hour_is_the_persons_own() -> None:
     phrases = CATALOGUE.phrases("en")
     assert said_late("Up.", DUE, late, ZoneInfo("America/New_York"), phrases) == "Up.\n\n(due at 03:00, sent late)"
     assert said_late("Up.", DUE, late, ZoneInfo("UTC"), phrases) == "Up.\n\n(due at 08:00, sent late)"
+
+
+def test_a_date_of_another_year_says_its_year() -> None:
+    """A WhatsApp reminder held over the new year, for the person's next message."""
+    due, now = datetime(2025, 12, 30, 8, 0, tzinfo=UTC), datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    assert (
+        said_late("Up.", due, now, MADRID, CATALOGUE.phrases("en"))
+        == "Up.\n\n(due on Tue 30 Dec 2025 at 09:00, sent late)"
+    )
+    assert (
+        said_late("Arriba.", due, now, MADRID, CATALOGUE.phrases("es"))
+        == "Arriba.\n\n(programado para el martes 30 de diciembre de 2025 a las 09:00, enviado con retraso)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("due", "now", "said"),
+    [
+        # Madrid's clocks go from 02:00 to 03:00 on 29 March 2026: 01:59 was due, it is 03:10.
+        (
+            datetime(2026, 3, 29, 0, 59, tzinfo=UTC),
+            datetime(2026, 3, 29, 1, 10, tzinfo=UTC),
+            "(due at 01:59, sent late)",
+        ),
+        # And back from 03:00 to 02:00 on 25 October: 02:30 summer time, said at 02:30 winter time.
+        (
+            datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+            datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+            "(due at 02:30, sent late)",
+        ),
+        # A day of 23 hours: 09:00 on Saturday 28 March is yesterday at 09:00 on Sunday.
+        (
+            datetime(2026, 3, 28, 8, 0, tzinfo=UTC),
+            datetime(2026, 3, 29, 7, 0, tzinfo=UTC),
+            "(due yesterday at 09:00, sent late)",
+        ),
+    ],
+)
+def test_across_the_changes_of_summer_time(due: datetime, now: datetime, said: str) -> None:
+    assert said_late("Up.", due, now, MADRID, CATALOGUE.phrases("en")) == f"Up.\n\n{said}"
