@@ -61,7 +61,7 @@ from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Sent, Surface
 from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
-from core.surfaces import Surfaces, complete
+from core.surfaces import Surfaces, complete, rules
 
 log = logging.getLogger("crossmem.follow_ups")
 
@@ -188,10 +188,11 @@ class FollowUpDelivery:
         # A secondary surface's follow-up goes to a chat or number that still reaches the person;
         # the web's is said in their thread.
         to = self._reachable(surface, row) if surface.is_secondary else None
+        said, numbered = self._as_said(row, now), rules(surface).carried_as_sms
         if surface.is_secondary and to is None:
             outcome, sent = "given_up", Sent(Delivery.GIVEN_UP, 0)
         else:
-            sent, outcome = self._surfaces[surface].say_follow_up(to, self._as_said(row, now), now)
+            sent, outcome = self._surfaces[surface].say_follow_up(to, said, now)
         delivery = sent.delivery
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
@@ -212,6 +213,10 @@ class FollowUpDelivery:
                     "p_retry_at": retry_at.isoformat(),
                     # how far it got, when it did not get through: where a retry starts
                     "p_unsent_from": None if delivery is Delivery.DELIVERED else sent.parts or None,
+                    # what SMS's numbered parts were cut from: the rest is said from it, the count kept
+                    "p_said_as": said["content"]
+                    if numbered and sent.parts and delivery is not Delivery.DELIVERED
+                    else None,
                     # held on the person's last WhatsApp message the claim saw: one since opens the window
                     "p_seen_at": row.get("last_whatsapp_at"),
                 },
@@ -243,7 +248,11 @@ class FollowUpDelivery:
     def _as_said(self, row: dict[str, Any], now: datetime) -> dict[str, Any]:
         """The row with its text as the person reads it: said late, it says when it was due
         (core/follow_ups/lateness.py), in their language (remembered, else the one the agent wrote
-        it in) and on their clock (theirs, else the one it was asked in)."""
+        it in) and on their clock (theirs, else the one it was asked in). By SMS, one whose first
+        parts went out says the rest of what they were cut from (`said_as`): a note added, or said
+        anew, now would renumber its parts ("(1/2)", then "(2/3)")."""
+        if row.get("said_as"):
+            return {**row, "content": row["said_as"]}
         content = str(row["content"])
         language = self._catalogue.choose(None, content, remembered=row.get("language"))
         zone = zone_named(row.get("timezone")) or ZoneInfo("UTC")

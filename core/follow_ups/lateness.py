@@ -9,8 +9,11 @@ it was due, on the person's clock and in their language: "Time to call the denti
 
 The note goes after the text, never before it: a follow-up said in parts is tried again from a
 later part (`unsent_from`), and a note at its end leaves where the parts before it were cut as they
-were. Only what reaches the person carries it: the thread keeps the text as the agent wrote it,
-and its message's time says when it was said.
+were. By SMS that retry says the rest of the very text its first parts were cut from (`said_as`),
+the note as it was or none, never one added or said anew then: the cuts would hold, but the parts'
+numbers would not ("(1/2)", then "(2/3)" and "(3/3)" for the note in a part of its own). Only what
+reaches the person carries it: the thread keeps the text as the agent wrote it, and its message's
+time says when it was said.
 """
 
 from __future__ import annotations

@@ -658,7 +658,7 @@ def test_a_claim_is_finished_and_handed_back_only_by_the_run_that_holds_it(
 
     def finish(row: dict[str, Any], claim: str) -> Any:
         arguments = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
-        arguments["p_unsent_from"] = arguments["p_seen_at"] = None
+        arguments["p_unsent_from"] = arguments["p_seen_at"] = arguments["p_said_as"] = None
         return store.call("finish_follow_up", arguments)
 
     first = store.call("claim_due_follow_ups", {**claiming, "p_claim": str(uuid.uuid4())})
@@ -877,7 +877,7 @@ def test_a_follow_up_recorded_while_its_conversation_is_forgotten_neither_deadlo
         pytest.fail(f"never {count} waiting for a lock")
 
     recording = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
-    recording["p_unsent_from"] = recording["p_seen_at"] = None
+    recording["p_unsent_from"] = recording["p_seen_at"] = recording["p_said_as"] = None
     forgetting = {"p_user_id": row["user_id"], "p_conversation_id": None}
     threads = [
         threading.Thread(target=attempt, args=("finish", "finish_follow_up", recording)),

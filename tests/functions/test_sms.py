@@ -426,6 +426,31 @@ def test_a_follow_up_the_job_sends_late_by_sms_says_when_it_was_due_in_the_langu
     ]
 
 
+def test_a_follow_up_whose_rest_goes_late_keeps_the_numbering_its_first_part_went_with(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Its first part went on time, the second failed, and the retry that says it is late: the rest
+    is said as the first part was cut from, with no note added, and "(2/2)" follows "(1/2)". The
+    note, "(due at 17:05, sent late)" in a part of its own, made it three: "(2/3)" then "(3/3)"."""
+    environment.setattr(sms_surface, "SMS_LIMIT", 40)
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Book the dentist at nine. Then call the bank.")
+    send(sms("remind me in 5 minutes", sender))
+    now += timedelta(minutes=5, seconds=30)
+    fake_twilio.fail_once_after(1, 503, 20500)
+    assert run_the_job()["follow_ups_sent"] == 0
+    now += timedelta(minutes=10)
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == [
+        "(1/2) Book the dentist at nine.",
+        "(2/2) Then call the bank.",
+    ]
+    stored = rows(sms_database, "select role, content from messages where role = 'assistant' order by id")
+    assert stored[-1] == ("assistant", "Book the dentist at nine. Then call the bank.")
+
+
 @pytest.mark.parametrize("missing", ["TWILIO_SMS_FROM", "TWILIO_ACCOUNT_SID"])
 def test_without_a_number_to_send_from_later_sms_is_not_served(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, missing: str

@@ -49,6 +49,11 @@ create table public.follow_ups (
     -- Said in parts (past a surface's limit), a later one refused for a reason that may pass: its
     -- first part not sent, which the retry starts from (the person has the ones before it).
     unsent_from smallint check (unsent_from >= 0),
+    -- By SMS, what those first parts were cut from as the person reads it (the text, and when said
+    -- late the note of when it was due: core/follow_ups/lateness.py): the retry says the rest of
+    -- it, so a note first added, or said anew, at a later try never renumbers the parts ("(1/2)"
+    -- then "(2/3)").
+    said_as text,
     message_id bigint references public.messages (id) on delete set null,
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
@@ -445,7 +450,7 @@ begin
     select coalesce(jsonb_agg(jsonb_build_object(
                'id', t.id, 'user_id', t.user_id, 'conversation_id', t.conversation_id, 'surface', t.surface,
                'sender', t.sender, 'content', t.content, 'due_at', t.due_at, 'attempts', t.attempts,
-               'unsent_from', t.unsent_from,
+               'unsent_from', t.unsent_from, 'said_as', t.said_as,
                -- one said late says when it was due, on the person's clock and in their language
                -- (core/follow_ups/lateness.py): theirs now, else the one it was asked in
                'timezone', coalesce((select z.timezone from public.person_timezones z where z.user_id = t.user_id),
@@ -515,7 +520,8 @@ $$;
 
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
 -- delivered), 'retry' (pending again from p_retry_at; p_unsent_from, when its first parts went
--- out, the part the retry starts from, never an earlier one), 'held' or 'given_up' (stored in its
+-- out, the part the retry starts from, never an earlier one, and p_said_as what they were cut
+-- from, kept from the first parts on), 'held' or 'given_up' (stored in its
 -- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
 -- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since,
 -- the window is open again, and it is pending again at once, its attempt not counted (held, only
@@ -523,7 +529,8 @@ $$;
 -- still p_claim's (`sending`): {"done": boolean, "message_id"}. The same call retried after it
 -- committed (its answer lost with the connection) finds its own outcome and answers it again.
 create function public.finish_follow_up(
-    p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz, p_unsent_from integer, p_seen_at timestamptz
+    p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz, p_unsent_from integer, p_seen_at timestamptz,
+    p_said_as text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_follow_up public.follow_ups;
@@ -553,7 +560,8 @@ begin
     elsif p_outcome = 'retry' then
         update public.follow_ups f
            set status = 'pending', next_attempt_at = p_retry_at, claimed_until = null,
-               unsent_from = greatest(p_unsent_from, f.unsent_from)
+               unsent_from = greatest(p_unsent_from, f.unsent_from),
+               said_as = coalesce(f.said_as, case when p_unsent_from > 0 then p_said_as end)
          where f.id = p_id;
     elsif p_outcome = 'given_up' and greatest(p_unsent_from, v_follow_up.unsent_from) > 0 then
         -- Its first parts reached the person: kept in the thread (whole, as a reply given up is),

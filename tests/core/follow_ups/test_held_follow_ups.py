@@ -228,7 +228,10 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
     _, outcome = say_follow_up(None, None)(number, row, now)
     assert outcome == "held"  # on what the claim saw
     finishing = {"p_id": row["id"], "p_claim": claim, "p_outcome": outcome, "p_retry_at": None}
-    store.call("finish_follow_up", {**finishing, "p_unsent_from": None, "p_seen_at": row["last_whatsapp_at"]})
+    store.call(
+        "finish_follow_up",
+        {**finishing, "p_unsent_from": None, "p_seen_at": row["last_whatsapp_at"], "p_said_as": None},
+    )
     assert rows(url, "select status, attempts from follow_ups") == [("pending", 0)]
     later = {**claiming, "p_now": (now + timedelta(minutes=1)).isoformat(), "p_claim": str(uuid.uuid4())}
     [again] = store.call("claim_due_follow_ups", later)["claimed"]
