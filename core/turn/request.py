@@ -108,7 +108,7 @@ class TurnFigures:
     latency_ms: float = 0.0
     round_trips: int = 0
     model_requests: int = 0  # an answer, then one more for each round of tool results it needed
-    tool_calls: int = 0  # the model's calls of its tools, run or not
+    tool_calls: int = 0  # the model's calls of its tools that ran (none past the last round)
     tool_errors: int = 0  # of those, the ones said back as not done (a refusal, a failure, no time)
     input_tokens: int = 0
     output_tokens: int = 0
