@@ -453,6 +453,21 @@ def saying_on_telegram(send_text: Callable[[int, str], Delivery]) -> dict[Surfac
 # The fixed phrases as a person reads them (core/phrases/), for exact asserts in either language.
 ENGLISH = Catalogue().phrases("en")
 SPANISH = Catalogue().phrases("es")
+# The command menus `crossmem telegram set-webhook` sets (setMyCommands), as Telegram is sent them.
+ENGLISH_MENU = [
+    {"command": "start", "description": "Say hello"},
+    {"command": "help", "description": "What I can do, and my commands"},
+    {"command": "link", "description": "Join this chat to your web account, with the code from the web page"},
+    {"command": "unlink", "description": "Stop sharing this chat with your web account"},
+    {"command": "forget", "description": "Erase everything I remember of you (I ask first)"},
+]
+SPANISH_MENU = [
+    {"command": "start", "description": "Saludar"},
+    {"command": "help", "description": "Qué puedo hacer y mis comandos"},
+    {"command": "link", "description": "Unir este chat a tu cuenta web, con el código de la página web"},
+    {"command": "unlink", "description": "Dejar de compartir este chat con tu cuenta web"},
+    {"command": "forget", "description": "Borrar todo lo que recuerdo de ti (antes te pregunto)"},
+]
 
 
 def will_delete(phrases: Phrases, messages: int, conversations: int, confirm: str, follow_ups: int = 0) -> str:

@@ -332,10 +332,13 @@ def telegram() -> None:
     """Nothing to do before its action. A Bot API failure (DeliveryFailed) ends in `crossmem telegram: ...`."""
 
 
-@telegram.command("set-webhook", help="point the bot at URL, with the secret token")
+@telegram.command("set-webhook", help="point the bot at URL, with the secret token, and set its command menu")
 @click.option("--url", required=True)
 @click.option("--drop-pending-updates", is_flag=True)
 def set_webhook(url: str, drop_pending_updates: bool) -> int:
+    """The webhook, then the menu "/" shows in each language of core/phrases/ (setMyCommands). A
+    menu Telegram refuses leaves the webhook set: said on stderr, exit 1."""
+    from core.channels.telegram_menu import MENU_COMMANDS, set_menus
     from core.surfaces.telegram import WEBHOOK_UPDATES
     from functions import runtime
 
@@ -352,6 +355,12 @@ def set_webhook(url: str, drop_pending_updates: bool) -> int:
     }
     bot.call("setWebhook", payload)
     print(f"webhook set to {url}")
+    failures = set_menus(bot.call, runtime.catalogue())
+    for failure in failures:
+        print(f"crossmem telegram set-webhook: the webhook is set, but {failure}; run it again", file=sys.stderr)
+    if failures:
+        return 1
+    print(f"command menu set: /{', /'.join(MENU_COMMANDS)} ({', '.join(sorted(runtime.catalogue().languages))})")
     return 0
 
 

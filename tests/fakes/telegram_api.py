@@ -7,6 +7,10 @@ tests/corpus/telegram_botapi_errors/errors.json (`times` answers, or until `reco
 payload)`, when set, runs before an accepted call is answered: what the person does while a call
 is in flight (tapping a draft's stop button) happens before the bot hears back.
 
+The command menus: `setMyCommands` keeps its list in `menus[(scope type, language_code)]` (the
+default scope is "default", no language_code is ""), which `getMyCommands` answers, an empty list
+for a scope and language with none, as Telegram does.
+
 Files: `files[file_id] = bytes` are what `getFile` knows (an unknown id is the Bot API's 400),
 served at `GET /file/bot<token>/<file_path>`; `downloads` lists the paths downloaded.
 """
@@ -36,6 +40,7 @@ class FakeTelegram:
         self.times: list[float] = []  # when each accepted call arrived (time.monotonic)
         self.refused: list[tuple[str, dict[str, Any]]] = []
         self.webhook_info: dict[str, Any] = {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+        self.menus: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.files: dict[str, bytes] = {}
         self.file_paths: dict[str, str] = {}  # a file_path getFile answers for that file_id, odd or not
         self.downloads: list[str] = []
@@ -119,6 +124,13 @@ class FakeTelegram:
                     }
                 elif method == "getWebhookInfo":
                     result = fake.webhook_info
+                elif method in ("setMyCommands", "getMyCommands"):
+                    scope = payload.get("scope") or {"type": "default"}
+                    menu = (str(scope["type"]), str(payload.get("language_code", "")))
+                    with fake._lock:
+                        if method == "setMyCommands":
+                            fake.menus[menu] = list(payload["commands"])
+                        result = True if method == "setMyCommands" else list(fake.menus.get(menu, []))
                 elif method == "sendMessage":
                     result = {"message_id": message_id, "chat": {"id": payload.get("chat_id")}, "text": ""}
                 else:

@@ -20,7 +20,7 @@ from functions import runtime
 from functions.tools.cli import main
 from tests.database import fresh_database, migrated_database, with_database
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import TELEGRAM_SECRET, as_owner, count, free_port
+from tests.helpers import ENGLISH_MENU, SPANISH_MENU, TELEGRAM_SECRET, as_owner, count, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -180,17 +180,44 @@ def test_telegram_set_webhook_and_info_go_through_the_bot_api(
         )
         == 0
     )
-    ((method, payload),) = fake_telegram.calls
+    (method, payload), *menus = fake_telegram.calls
     assert method == "setWebhook"
     assert payload["url"] == "https://advisor.example.com/telegram_webhook"
     assert payload["secret_token"] == TELEGRAM_SECRET and payload["drop_pending_updates"] is True
     assert "message" in payload["allowed_updates"] and "my_chat_member" in payload["allowed_updates"]
+    # Then the command menu "/" shows: the default one in English, one for Spanish.
+    assert menus == [
+        ("setMyCommands", {"commands": ENGLISH_MENU}),
+        ("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"}),
+    ]
+    assert capsys.readouterr().out == (
+        "webhook set to https://advisor.example.com/telegram_webhook\n"
+        "command menu set: /start, /help, /link, /unlink, /forget (en, es)\n"
+    )
     assert main(["telegram", "info"]) == 0
-    assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["pending_update_count"] == 0
+    assert json.loads(capsys.readouterr().out)["pending_update_count"] == 0
     fake_telegram.down = True
     assert main(["telegram", "info"]) == 1
     err = capsys.readouterr().err
     assert "getWebhookInfo" in err and "TEST-token" not in err  # the token never reaches the terminal
+
+
+def test_a_menu_telegram_refuses_is_said_and_the_webhook_stays_set(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_telegram.fail_with("gateway", times=1, method="setMyCommands")
+    assert main(["telegram", "set-webhook", "--url", "https://advisor.example.com/telegram_webhook"]) == 1
+    assert [method for method, _ in fake_telegram.calls] == ["setWebhook", "setMyCommands"]
+    assert fake_telegram.calls[1][1] == {"commands": SPANISH_MENU, "language_code": "es"}
+    said = capsys.readouterr()
+    assert said.out == "webhook set to https://advisor.example.com/telegram_webhook\n"
+    assert said.err == (
+        "crossmem telegram set-webhook: the webhook is set, but the default menu (en) was not set "
+        "(setMyCommands: HTTP 502); run it again\n"
+    )
+    # Run again, it sets both.
+    assert main(["telegram", "set-webhook", "--url", "https://advisor.example.com/telegram_webhook"]) == 0
+    assert fake_telegram.menus == {("default", ""): ENGLISH_MENU, ("default", "es"): SPANISH_MENU}
 
 
 @pytest.mark.parametrize("port_from", ["environment", ".env"])
@@ -375,7 +402,7 @@ def test_help_lists_every_command_in_its_order_with_its_whole_line(capsys: pytes
     assert main(["telegram", "--help"]) == 0
     listing = capsys.readouterr().out.split("\nCommands:\n", 1)[1]
     assert " ".join(listing.split()) == (
-        "set-webhook point the bot at URL, with the secret token info print getWebhookInfo"
+        "set-webhook point the bot at URL, with the secret token, and set its command menu info print getWebhookInfo"
     )
 
 

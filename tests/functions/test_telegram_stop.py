@@ -273,7 +273,7 @@ def test_the_webhook_is_set_up_to_get_the_stop_button(
     environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
 ) -> None:
     assert main(["telegram", "set-webhook", "--url", "https://advisor.example.com/telegram_webhook"]) == 0
-    ((method, payload),) = fake_telegram.calls
+    method, payload = fake_telegram.calls[0]  # then the command menus
     assert method == "setWebhook"
     assert payload["allowed_updates"] == [
         "message",

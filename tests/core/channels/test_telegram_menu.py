@@ -1,0 +1,90 @@
+"""The command menu (core/channels/telegram_menu.py) against the fake Bot API: the exact
+setMyCommands bodies, one menu refused without the other lost, and what getMyCommands lacks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from core.channels.telegram_bot import TelegramBot
+from core.channels.telegram_menu import MENU_COMMANDS, menu_differences, menus, set_menus
+from core.phrases.catalogue import Catalogue
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import BOT_TOKEN, ENGLISH_MENU, SPANISH_MENU
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTelegram]:
+    server = FakeTelegram(BOT_TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def bot(fake: FakeTelegram) -> Iterator[TelegramBot]:
+    client = TelegramBot(BOT_TOKEN, fake.url)
+    yield client
+    client.close()
+
+
+def test_the_default_menu_is_english_and_spanish_goes_with_its_language_code(
+    bot: TelegramBot, fake: FakeTelegram
+) -> None:
+    assert set_menus(bot.call, Catalogue()) == []
+    assert fake.calls == [
+        ("setMyCommands", {"commands": ENGLISH_MENU}),
+        ("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"}),
+    ]
+    assert menu_differences(bot.call, Catalogue()) == []
+    assert fake.calls[2:] == [("getMyCommands", {}), ("getMyCommands", {"language_code": "es"})]
+
+
+def test_with_spanish_as_the_default_language_english_is_the_one_with_a_code(
+    bot: TelegramBot, fake: FakeTelegram
+) -> None:
+    assert set_menus(bot.call, Catalogue("es")) == []
+    assert fake.calls == [
+        ("setMyCommands", {"commands": SPANISH_MENU}),
+        ("setMyCommands", {"commands": ENGLISH_MENU, "language_code": "en"}),
+    ]
+
+
+def test_a_refused_menu_is_said_and_the_other_is_still_set(bot: TelegramBot, fake: FakeTelegram) -> None:
+    fake.fail_with("too_many_requests", times=1, method="setMyCommands")
+    assert set_menus(bot.call, Catalogue()) == [
+        "the default menu (en) was not set (setMyCommands: Too Many Requests: retry after 41)"
+    ]
+    assert fake.calls == [("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"})]
+    assert menu_differences(bot.call, Catalogue()) == ["the default menu (en) is not set"]
+
+
+def test_what_the_listed_menu_lacks_describes_otherwise_or_adds_is_said(bot: TelegramBot, fake: FakeTelegram) -> None:
+    # A menu set earlier by BotFather: an old description, a command the bot never answered.
+    fake.menus[("default", "")] = [
+        {"command": "start", "description": "Say hello"},
+        {"command": "help", "description": "Help"},
+        {"command": "settings", "description": "Settings"},
+    ]
+    fake.menus[("default", "es")] = SPANISH_MENU[:3]
+    assert menu_differences(bot.call, Catalogue()) == [
+        "the default menu (en) lacks /link, lacks /unlink, lacks /forget, describes /help otherwise, "
+        "lists /settings, which the bot does not answer",
+        "the es menu lacks /unlink, lacks /forget",
+    ]
+    fake.menus[("default", "")] = list(reversed(ENGLISH_MENU))  # the order is Telegram's to show
+    fake.menus[("default", "es")] = SPANISH_MENU
+    assert menu_differences(bot.call, Catalogue()) == []
+
+
+def test_every_language_keeps_to_telegrams_limits() -> None:
+    """BotCommand: a command of 1 to 32 characters of a-z, 0-9 and _, a description of 1 to 256;
+    language_code, a two-letter ISO 639-1 code."""
+    catalogue = Catalogue()
+    assert all(re.fullmatch(r"[a-z0-9_]{1,32}", command) for command in MENU_COMMANDS)
+    for menu in menus(catalogue):
+        assert menu.language_code is None or re.fullmatch(r"[a-z]{2}", menu.language_code)
+        assert [command for command, _ in menu.commands] == list(MENU_COMMANDS)
+        assert all(1 <= len(description.strip()) == len(description) <= 256 for _, description in menu.commands)
+    assert [menu.language for menu in menus(catalogue)] == ["en", "es"]
