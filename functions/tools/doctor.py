@@ -8,7 +8,8 @@ function as defined: functions/tools/schema_objects.py); Secret Manager (`gcloud
 deployed functions reference exists); each function (`gcloud functions describe`: deployed and
 ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
 or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
-telegram_webhook's, no failing deliveries, every update kind the webhook acts on asked for);
+telegram_webhook's, no failing deliveries, every update kind the webhook acts on asked for;
+`getMyCommands`: the command menu, in each language of core/phrases/, lists the bot's commands);
 Twilio (the IncomingPhoneNumbers resource: the SmsUrl, "A message comes in", of the WhatsApp
 sender and of the SMS number is whatsapp_webhook's and sms_webhook's PUBLIC_BASE_URL);
 Anthropic (`GET /v1/models/{id}`: the turn's and the digest's models are available to the key);
@@ -193,6 +194,28 @@ def check_telegram(config: Settings, ours: list[str], region: str | None) -> Che
     return ok(name, f"Telegram calls {url}; {pending} update(s) waiting{earlier}{unchecked}")
 
 
+def check_telegram_menu(config: Settings, ours: list[str]) -> Check:
+    """The command menu "/" shows, in each language of core/phrases/ (`getMyCommands`)."""
+    name = "telegram command menu"
+    if config.telegram_bot_token is None:
+        return skip(name, "TELEGRAM_BOT_TOKEN is not set here: set it to ask Telegram")
+    from core.channels.telegram_menu import MENU_COMMANDS, menu_differences
+
+    catalogue = runtime.catalogue()
+    try:
+        differences = menu_differences(runtime.telegram_bot().call, catalogue)
+    except DeliveryFailed as exc:
+        return fail(name, f"the Bot API refused or did not answer ({exc})", f"try again; check the network ({DOCTOR})")
+    if differences:
+        return fail(
+            name,
+            "; ".join(differences),
+            f"`crossmem telegram set-webhook --url {ours[0] if ours else 'URL'}` sets every menu ({WEBHOOKS})",
+        )
+    languages = ", ".join(sorted(catalogue.languages))
+    return ok(name, f"/{', /'.join(MENU_COMMANDS)} listed in every language ({languages})")
+
+
 @dataclass(frozen=True)
 class TwilioWebhook:
     """A Twilio function as the doctor checks it: the setting naming its number, and the deploying
@@ -349,6 +372,7 @@ def run_checks(config: Settings, cloud: Cloud, shell: Mapping[str, str]) -> list
             cloud.url_of("telegram_webhook", deployed),
             target.region if target else None,
         ),
+        guarded("telegram command menu", check_telegram_menu, config, cloud.url_of("telegram_webhook", deployed)),
         *(
             guarded(hook.check, check_twilio, config, hook, shell.get(hook.url_variable) or own_url(hook.function))
             for hook in TWILIO_WEBHOOKS

@@ -36,7 +36,7 @@ from tests.fakes.gcloud import (
 )
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
-from tests.helpers import TELEGRAM_HEADERS, TWILIO_TOKEN, app_client, free_port
+from tests.helpers import ENGLISH_MENU, SPANISH_MENU, TELEGRAM_HEADERS, TWILIO_TOKEN, app_client, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT, REGION = "advisor-prod", "us-central1"
@@ -52,6 +52,7 @@ CHECKS = [
     "secrets",
     *(f"function {name}" for name in FUNCTIONS),
     "telegram webhook",
+    "telegram command menu",
     "twilio inbound url",
     "twilio sms inbound url",
     "model",
@@ -151,6 +152,8 @@ def live(
         "pending_update_count": 0,
         "max_connections": 40,
     }
+    # The command menus `crossmem telegram set-webhook` sets.
+    fake_telegram.menus = {("default", ""): ENGLISH_MENU, ("default", "es"): SPANISH_MENU}
     fake_twilio.numbers = {NUMBER: deployed.url("whatsapp_webhook"), SMS_NUMBER: deployed.url("sms_webhook")}
     return deployed
 
@@ -198,17 +201,20 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     )
     assert lines[7] == f"ok    telegram webhook: Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting"
     assert lines[8] == (
+        "ok    telegram command menu: /start, /help, /link, /unlink, /forget listed in every language (en, es)"
+    )
+    assert lines[9] == (
         f"ok    twilio inbound url: Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}, "
         "which is whatsapp_webhook's PUBLIC_BASE_URL"
     )
-    assert lines[9] == (
+    assert lines[10] == (
         f"ok    twilio sms inbound url: Twilio posts {SMS_NUMBER}'s messages to {live.url('sms_webhook')}, "
         "which is sms_webhook's PUBLIC_BASE_URL"
     )
-    assert lines[10] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
-    assert lines[11] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
-    assert lines[12] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
-    assert lines[13] == (
+    assert lines[11] == "ok    model: claude-sonnet-5-5 (Claude Sonnet 5.5) is available to the key"
+    assert lines[12] == "ok    digest model: claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
+    assert lines[13] == "ok    deepgram: the key is accepted; voice notes are transcribed with nova-3"
+    assert lines[14] == (
         "ok    scheduler job crossmem-memory-digest: enabled, * * * * *; its last run, at "
         "2026-12-01T12:00:00.123456Z, succeeded"
     )
@@ -267,6 +273,35 @@ def test_failing_deliveries_say_what_telegram_said(live: Live, capsys: pytest.Ca
         check["detail"] == "deliveries fail: 'Wrong response from the webhook: 401 Unauthorized', 7 update(s) waiting"
     )
     assert check["fix"].startswith("a 401 means TELEGRAM_WEBHOOK_SECRET is not the secret_token set")
+
+
+def test_a_command_menu_not_set_or_short_of_a_command_is_named_with_its_fix(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bot whose webhook was set before the menu was (or by another tool): "/" shows nothing."""
+    live.telegram.menus = {("default", "es"): SPANISH_MENU[:3]}
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report) == {
+        "telegram command menu": {
+            "check": "telegram command menu",
+            "status": "fail",
+            "detail": "the default menu (en) is not set; the es menu lacks /unlink, lacks /forget",
+            "fix": f"`crossmem telegram set-webhook --url {live.url('telegram_webhook')}` sets every menu "
+            f"({doc_links.WEBHOOKS})",
+        }
+    }
+    assert [name for name, _ in live.telegram.calls] == [
+        "getWebhookInfo",
+        "getMyCommands",
+        "getMyCommands",
+    ]
+    assert live.telegram.calls[1:] == [("getMyCommands", {}), ("getMyCommands", {"language_code": "es"})]
+    live.telegram.down = True
+    code, report = doctor_json(capsys)
+    assert failed(report)["telegram command menu"]["detail"] == (
+        "the Bot API refused or did not answer (getMyCommands: HTTP 502)"
+    )
 
 
 def test_migrations_not_applied_and_a_database_that_does_not_answer(
@@ -605,6 +640,7 @@ def test_without_a_project_every_check_that_needs_none_runs_and_the_cloud_ones_a
     assert {name: check["status"] for name, check in checks.items() if name not in THROUGH_GCLOUD} == {
         "database": "ok",
         "telegram webhook": "ok",
+        "telegram command menu": "ok",
         "twilio inbound url": "ok",  # WHATSAPP_PUBLIC_BASE_URL says which URL is ours
         "twilio sms inbound url": "ok",
         "model": "ok",
