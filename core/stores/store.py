@@ -65,6 +65,7 @@ SQL_FUNCTIONS = frozenset(
         "forget_conversations",
         "forget_person",
         "forget_request",
+        "export_person",
         "purge_messages",
         "expire_usage",
         "claim_memory_digests",
