@@ -25,6 +25,7 @@ from core.media.kinds import MediaLimits
 from core.media.turn_media import MediaReader
 from core.memory.digest import DigestJob, DigestLimits, ExtractiveDigester, ModelDigester
 from core.memory.edits import Corrections
+from core.memory.export import Export
 from core.memory.forgetting import Forgetting
 from core.memory.retention import Retention, in_flight_window
 from core.memory.search import MemorySearch, SearchRules
@@ -604,6 +605,11 @@ def forgetting() -> Forgetting:
 
 
 @functools.cache
+def export() -> Export:
+    return Export(store(), now)
+
+
+@functools.cache
 def retention() -> Retention:
     config = settings()
     deadlines = (adapter.deadline_s for adapter in surfaces().values())
@@ -641,6 +647,7 @@ _CACHED = (
     remembered_language,
     corrections,
     forgetting,
+    export,
     retention,
     telegram_bot,
     token_verifier,

@@ -6,6 +6,7 @@ GET  /<conversation>/stream            useChat's resume of that stream (function
 GET, POST /conversations; GET /conversations/<id>/messages   (functions/conversation_routes.py)
 DELETE /conversations/<id>, /memory   forgetting (functions/forget_routes.py)
 GET  /memory                           the person's memory notes (functions/note_routes.py)
+GET  /export                           everything held of the person, a JSON download (functions/export_routes.py)
 POST, GET /links; DELETE /links/<surface>   linking the person's other apps (functions/link_routes.py)
 GET  /follow-ups, DELETE /follow-ups/<id>   their pending follow-ups (functions/follow_up_routes.py)
 GET  /search?q=                        searching the person's own messages (functions/search_routes.py)
@@ -26,6 +27,7 @@ from werkzeug.routing import IntegerConverter, Map, Rule
 from core.errors import CrossmemError
 from functions import (
     conversation_routes,
+    export_routes,
     follow_up_routes,
     forget_routes,
     link_routes,
@@ -107,6 +109,7 @@ URLS = Map(
         Rule("/conversations/<uuid:conversation>", methods=["DELETE"], endpoint=forget_routes.delete_conversation),
         Rule("/memory", methods=["GET"], endpoint=note_routes.show_memory),
         Rule("/memory", methods=["DELETE"], endpoint=forget_routes.forget_memory),
+        Rule("/export", methods=["GET"], endpoint=export_routes.export_person),
         Rule("/links", methods=["POST"], endpoint=link_routes.new_code),
         Rule("/links", methods=["GET"], endpoint=link_routes.list_links),
         Rule(f"/links/<any({LINKABLE}):surface>", methods=["DELETE"], endpoint=link_routes.unlink),

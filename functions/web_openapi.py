@@ -162,6 +162,17 @@ UI_STREAM = {
     }
 }
 EMPTY = {"description": "done; no body"}
+# GET /export's document (core/memory/export.py), written by the SQL function, not by a model.
+EXPORT = {
+    "type": "object",
+    "required": ["format", "exported_at", "user_id", "messages_total", "conversations", "identities", "messages"],
+    "properties": {
+        "format": {"const": "crossmem-export/1"},
+        "user_id": {"type": "string", "format": "uuid"},
+        "messages_total": {"type": "integer", "minimum": 0},
+        "messages": {"type": "array", "items": {"type": "object"}},
+    },
+}
 CONVERSATION_ID = {
     "name": "conversation_id",
     "in": "path",
@@ -216,6 +227,8 @@ def paths() -> dict[str, Any]:
     resume["200"]["content"] = UI_STREAM
     resume["204"] = {"description": "nothing running or unanswered in this chat"}
     messages = answered("200", ConversationPageAnswer, "a page of the conversation, oldest first")
+    export = answered("200", None, "the export, as an attachment (docs/design.md#exporting-a-persons-data)")
+    export["200"]["content"] = {"application/json": {"schema": EXPORT}}
     return {
         "/": {"post": send},
         "/messages": {"post": send},
@@ -270,6 +283,7 @@ def paths() -> dict[str, Any]:
                 "responses": answered("204", None, EMPTY["description"]),
             },
         },
+        "/export": {"get": {"summary": "Everything held of the person, as a JSON download", "responses": export}},
         "/links": {
             "post": {
                 "summary": "A link code for the person's other apps",

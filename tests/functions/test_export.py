@@ -1,0 +1,84 @@
+"""The data export through the real functions: GET /export on the web (the signed-in person's own,
+as a download), under the owner policy only the owner's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import date
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from tests.helpers import JWT_SECRET, app_client, as_owner, bearer, rows
+
+
+def said(web: FlaskClient, person: uuid.UUID, text: str) -> None:
+    assert web.post("/", json={"message": text}, headers=bearer(person)).status_code == 200
+
+
+def stored(database_url: str, person: uuid.UUID) -> list[tuple[Any, ...]]:
+    return rows(
+        database_url,
+        "select id, surface, role, content from messages where user_id = %s order by created_at, id",
+        person,
+    )
+
+
+def as_rows(export: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(m["id"], m["surface"], m["role"], m["content"]) for m in export["messages"]]
+
+
+def test_get_export_is_a_download_of_the_persons_own_data(web: FlaskClient, database_url: str) -> None:
+    person, other = uuid.uuid4(), uuid.uuid4()
+    said(web, person, "My bank is Northwind")
+    said(web, other, "someone else's words")
+    said(web, person, "My sister lands on the 14th")
+
+    response = web.get("/export", headers=bearer(person))
+
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    filename = f"crossmem-export-{person}-{date.today():%Y%m%d}.json"
+    assert response.headers["Content-Disposition"] == f'attachment; filename="{filename}"'
+    assert response.headers["Cache-Control"] == "no-store"
+    export = json.loads(response.get_data(as_text=True))
+    assert export["user_id"] == str(person) and export["messages_total"] == 4
+    assert [m["content"] for m in export["messages"] if m["role"] == "user"] == [
+        "My bank is Northwind",
+        "My sister lands on the 14th",
+    ]
+    assert as_rows(export) == stored(database_url, person)
+    assert len(export["conversations"]) == 2
+
+
+def test_get_export_refuses_what_it_cannot_answer(web: FlaskClient) -> None:
+    person = uuid.uuid4()
+    assert web.get("/export").status_code == 401
+    asked = web.get(f"/export?user={uuid.uuid4()}", headers=bearer(person))
+    assert (asked.status_code, asked.get_json()) == (
+        400,
+        {"error": "bad_request", "message": "GET /export takes no parameters (got user): it exports all of yours"},
+    )
+    posted = web.post("/export", headers=bearer(person))
+    assert (posted.status_code, posted.headers["Allow"]) == (405, "GET")
+
+
+def test_under_the_owner_policy_only_the_owner_exports(environment: pytest.MonkeyPatch, owner: uuid.UUID) -> None:
+    as_owner(environment, owner)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    someone = web.get("/export", headers=bearer(uuid.uuid4()))
+    assert someone.status_code == 403 and someone.get_json()["error"] == "forbidden"
+    mine = web.get("/export", headers=bearer(owner))
+    assert mine.status_code == 200 and json.loads(mine.get_data(as_text=True))["user_id"] == str(owner)
+
+
+def test_with_the_database_down_get_export_is_503_before_any_download(
+    web: FlaskClient, environment: pytest.MonkeyPatch
+) -> None:
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    response = app_client("web_chat").get("/export", headers=bearer(uuid.uuid4()))
+    assert response.status_code == 503 and response.get_json()["error"] == "store_unavailable"
+    assert "Content-Disposition" not in response.headers
