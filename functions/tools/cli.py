@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from core.surfaces.adapter import Surface
-from functions.tools import forget_commands, search_command
+from functions.tools import export_command, forget_commands, search_command
 from functions.tools.confirmation import confirmed, yes_option
 from functions.tools.person_option import user_option
 
@@ -277,6 +277,7 @@ def unlink(surface: str, external_id: str) -> int:
 
 crossmem.add_command(forget_commands.forget)
 crossmem.add_command(forget_commands.purge)
+crossmem.add_command(export_command.export)
 crossmem.add_command(search_command.search)
 
 

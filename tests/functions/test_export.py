@@ -1,16 +1,18 @@
 """The data export through the real functions: GET /export on the web (the signed-in person's own,
-as a download), under the owner policy only the owner's."""
+as a download), under the owner policy only the owner's; the operator's crossmem export."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
+from functions.tools.cli import main
 from tests.helpers import JWT_SECRET, app_client, as_owner, bearer, rows
 
 
@@ -73,6 +75,31 @@ def test_under_the_owner_policy_only_the_owner_exports(environment: pytest.Monke
     assert someone.status_code == 403 and someone.get_json()["error"] == "forbidden"
     mine = web.get("/export", headers=bearer(owner))
     assert mine.status_code == 200 and json.loads(mine.get_data(as_text=True))["user_id"] == str(owner)
+
+
+def test_crossmem_export_writes_the_persons_data_to_a_file_or_stdout(
+    web: FlaskClient, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    person, other = uuid.uuid4(), uuid.uuid4()
+    said(web, person, "My locker code is 4417")
+    said(web, other, "someone else's words")
+    output = tmp_path / "person.json"
+
+    assert main(["export", "--user", str(person), "--output", str(output)]) == 0
+
+    written = json.loads(output.read_text())
+    assert written["user_id"] == str(person)
+    assert as_rows(written) == stored(database_url, person)
+    assert [m["content"] for m in written["messages"]][0] == "My locker code is 4417"
+    assert not (tmp_path / "person.json.partial").exists()
+    assert capsys.readouterr().err == f"exported {person} to {output}\n"
+
+    assert main(["export", "--user", str(person)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert as_rows(printed) == as_rows(written)
+    with pytest.raises(SystemExit) as refused:
+        main(["export", "--user", "not-a-uuid"])
+    assert refused.value.code == 2
 
 
 def test_with_the_database_down_get_export_is_503_before_any_download(
