@@ -72,7 +72,10 @@ class Export:
                 break
             try:
                 page = self._page(person, page["next"])
-            except Exception:
-                log.exception("export of %s stopped after %d message(s)", person, written)
+            except Exception as exc:  # its type only: a driver's message may quote what it read
+                log.error(
+                    "an export stopped partway",
+                    extra={"user_id": str(person), "messages": written, "error": type(exc).__name__},
+                )
                 raise
         yield "\n]}\n"

@@ -216,6 +216,9 @@ def test_an_installed_crossmem_migrates_from_its_package_data_and_fails_loudly_w
 ) -> None:
     _, venv = packaged
     installed = tmp_path / "site"
+    # setuptools builds in the tree's build/, and keeps there what an earlier run of this test put:
+    # a migration renamed since (access.sql's baseline link, 13 then 14) was installed twice.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
     installing = subprocess.run([*pip, f"--target={installed}", str(ROOT)], capture_output=True, text=True, timeout=300)
     assert installing.returncode == 0, installing.stderr

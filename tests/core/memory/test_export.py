@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+import pytest
 
+from core.errors import StoreUnavailable
 from core.memory.export import Export
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import JsonScalar
@@ -270,3 +272,44 @@ def test_a_person_of_thousands_of_messages_is_read_a_page_at_a_time(store: Postg
     assert counted.calls == 11  # 500 a page: 10 full pages, and the one that says there is no more
     assert found["messages_total"] == 5001
     assert [message["content"] for message in found["messages"]] == [f"message {n}" for n in range(5001)]
+
+
+def test_an_export_whose_store_fails_between_pages_ends_unclosed_and_says_so(
+    own_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database gone after the first page (here its function: a real failure of a real call,
+    on a database of the test's own): the pieces end before the closing bracket, so what was
+    written is no JSON, never a short export that reads as whole; the log line says how far it
+    got, with the error's type and no word of the person's."""
+    person, conversation = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(own_database) as connection:
+        connection.execute(
+            "insert into conversations (id, user_id, surface, title) values (%s, %s, 'web', 'short')",
+            (conversation, person),
+        )
+        connection.execute(
+            """insert into messages (conversation_id, user_id, surface, role, content, created_at)
+               select %s, %s, 'web', 'user', 'my pin is ' || n, '2026-01-01 00:00Z'::timestamptz + n * interval '1 s'
+                 from generate_series(1, 3) n""",
+            (conversation, person),
+        )
+    store = PostgresStore(own_database)
+    try:
+        pieces = Export(store, clock, page_size=2).pieces(person)
+        written = [next(pieces), next(pieces), next(pieces)]  # the head, then the first page's two
+        with psycopg.connect(own_database, autocommit=True) as connection:
+            connection.execute("drop function public.export_person")
+        with pytest.raises(StoreUnavailable):
+            written.extend(pieces)
+    finally:
+        store.close()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads("".join(written))
+    assert ["my pin is 1" in written[1], "my pin is 2" in written[2], len(written)] == [True, True, 3]
+    [line] = [record for record in caplog.records if record.name == "crossmem.export"]
+    assert (line.getMessage(), line.__dict__["messages"], line.__dict__["error"]) == (
+        "an export stopped partway",
+        2,
+        "StoreUnavailable",
+    )
+    assert line.__dict__["user_id"] == str(person) and "pin" not in caplog.text
