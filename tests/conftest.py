@@ -8,7 +8,8 @@ from core.memory.service import Memory
 from core.stores.postgres_store import PostgresStore
 from tests.database import migrated_database, server_url
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import context_limits
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import BOT_TOKEN, context_limits
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     ]
     for line in said:
         terminalreporter.write_line(str(line))
+
+
+@pytest.fixture
+def fake_telegram() -> Iterator[FakeTelegram]:
+    server = FakeTelegram(BOT_TOKEN)
+    yield server
+    server.close()

@@ -15,7 +15,6 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.jwks import FakeJwks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import (
-    BOT_TOKEN,
     CORS_ORIGIN,
     JWT_SECRET,
     Apps,
@@ -23,13 +22,6 @@ from tests.helpers import (
     production_settings,
     three_apps,
 )
-
-
-@pytest.fixture
-def fake_telegram() -> Iterator[FakeTelegram]:
-    server = FakeTelegram(BOT_TOKEN)
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The command menu (core/channels/telegram_menu.py) against the fake Bot API: the exact
+"""The command menu (core/channels/telegram_menu.py) against the fake_telegram Bot API: the exact
 setMyCommands bodies, one menu refused without the other lost, and what getMyCommands lacks."""
 
 from __future__ import annotations
@@ -16,65 +16,60 @@ from tests.helpers import BOT_TOKEN, ENGLISH_MENU, SPANISH_MENU
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeTelegram]:
-    server = FakeTelegram(BOT_TOKEN)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def bot(fake: FakeTelegram) -> Iterator[TelegramBot]:
-    client = TelegramBot(BOT_TOKEN, fake.url)
+def bot(fake_telegram: FakeTelegram) -> Iterator[TelegramBot]:
+    client = TelegramBot(BOT_TOKEN, fake_telegram.url)
     yield client
     client.close()
 
 
 def test_the_default_menu_is_english_and_spanish_goes_with_its_language_code(
-    bot: TelegramBot, fake: FakeTelegram
+    bot: TelegramBot, fake_telegram: FakeTelegram
 ) -> None:
     assert set_menus(bot.call, Catalogue()) == []
-    assert fake.calls == [
+    assert fake_telegram.calls == [
         ("setMyCommands", {"commands": ENGLISH_MENU}),
         ("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"}),
     ]
     assert menu_differences(bot.call, Catalogue()) == []
-    assert fake.calls[2:] == [("getMyCommands", {}), ("getMyCommands", {"language_code": "es"})]
+    assert fake_telegram.calls[2:] == [("getMyCommands", {}), ("getMyCommands", {"language_code": "es"})]
 
 
 def test_with_spanish_as_the_default_language_english_is_the_one_with_a_code(
-    bot: TelegramBot, fake: FakeTelegram
+    bot: TelegramBot, fake_telegram: FakeTelegram
 ) -> None:
     assert set_menus(bot.call, Catalogue("es")) == []
-    assert fake.calls == [
+    assert fake_telegram.calls == [
         ("setMyCommands", {"commands": SPANISH_MENU}),
         ("setMyCommands", {"commands": ENGLISH_MENU, "language_code": "en"}),
     ]
 
 
-def test_a_refused_menu_is_said_and_the_other_is_still_set(bot: TelegramBot, fake: FakeTelegram) -> None:
-    fake.fail_with("too_many_requests", times=1, method="setMyCommands")
+def test_a_refused_menu_is_said_and_the_other_is_still_set(bot: TelegramBot, fake_telegram: FakeTelegram) -> None:
+    fake_telegram.fail_with("too_many_requests", times=1, method="setMyCommands")
     assert set_menus(bot.call, Catalogue()) == [
         "the default menu (en) was not set (setMyCommands: Too Many Requests: retry after 41)"
     ]
-    assert fake.calls == [("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"})]
+    assert fake_telegram.calls == [("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"})]
     assert menu_differences(bot.call, Catalogue()) == ["the default menu (en) is not set"]
 
 
-def test_what_the_listed_menu_lacks_describes_otherwise_or_adds_is_said(bot: TelegramBot, fake: FakeTelegram) -> None:
+def test_what_the_listed_menu_lacks_describes_otherwise_or_adds_is_said(
+    bot: TelegramBot, fake_telegram: FakeTelegram
+) -> None:
     # A menu set earlier by BotFather: an old description, a command the bot never answered.
-    fake.menus[("default", "")] = [
+    fake_telegram.menus[("default", "")] = [
         {"command": "start", "description": "Say hello"},
         {"command": "help", "description": "Help"},
         {"command": "settings", "description": "Settings"},
     ]
-    fake.menus[("default", "es")] = SPANISH_MENU[:3]
+    fake_telegram.menus[("default", "es")] = SPANISH_MENU[:3]
     assert menu_differences(bot.call, Catalogue()) == [
         "the default menu (en) lacks /link, lacks /unlink, lacks /forget, describes /help otherwise, "
         "lists /settings, which the bot does not answer",
         "the es menu lacks /unlink, lacks /forget",
     ]
-    fake.menus[("default", "")] = list(reversed(ENGLISH_MENU))  # the order is Telegram's to show
-    fake.menus[("default", "es")] = SPANISH_MENU
+    fake_telegram.menus[("default", "")] = list(reversed(ENGLISH_MENU))  # the order is Telegram's to show
+    fake_telegram.menus[("default", "es")] = SPANISH_MENU
     assert menu_differences(bot.call, Catalogue()) == []
 
 
