@@ -607,6 +607,8 @@ class Turns:
         """The held follow-ups as the person reads them: said late, each says when it was due
         (core/follow_ups/lateness.py), on their clock (theirs, else the one it was asked in) and in
         the turn's language."""
+        if not start.delivered_first:  # nearly every turn: nothing held
+            return []
         phrases, now = self._settings.phrases(start.language), self._now()
         told: list[SaidFirst] = []
         for said in start.delivered_first:
