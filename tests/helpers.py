@@ -453,7 +453,10 @@ def saying_on_telegram(send_text: Callable[[int, str], Delivery]) -> dict[Surfac
 # The fixed phrases as a person reads them (core/phrases/), for exact asserts in either language.
 ENGLISH = Catalogue().phrases("en")
 SPANISH = Catalogue().phrases("es")
-# The command menus `crossmem telegram set-webhook` sets (setMyCommands), as Telegram is sent them.
+# The command menus `crossmem telegram set-webhook` sets (setMyCommands), as Telegram is sent them,
+# in every private chat (PRIVATE), and taken out of Telegram's default scope (DEFAULT: groups).
+PRIVATE = {"type": "all_private_chats"}
+DEFAULT = {"type": "default"}
 ENGLISH_MENU = [
     {"command": "start", "description": "Say hello"},
     {"command": "help", "description": "What I can do, and my commands"},

@@ -210,10 +210,11 @@ def check_telegram_menu(config: Settings, ours: list[str]) -> Check:
         return fail(
             name,
             "; ".join(differences),
-            f"`crossmem telegram set-webhook --url {ours[0] if ours else 'URL'}` sets every menu ({WEBHOOKS})",
+            f"`crossmem telegram set-webhook --url {ours[0] if ours else 'URL'}` sets every menu, "
+            f"in private chats only ({WEBHOOKS})",
         )
     languages = ", ".join(sorted(catalogue.languages))
-    return ok(name, f"/{', /'.join(MENU_COMMANDS)} listed in every language ({languages})")
+    return ok(name, f"/{', /'.join(MENU_COMMANDS)} listed in private chats in every language ({languages})")
 
 
 @dataclass(frozen=True)

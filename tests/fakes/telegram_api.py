@@ -9,7 +9,7 @@ is in flight (tapping a draft's stop button) happens before the bot hears back.
 
 The command menus: `setMyCommands` keeps its list in `menus[(scope type, language_code)]` (the
 default scope is "default", no language_code is ""), which `getMyCommands` answers, an empty list
-for a scope and language with none, as Telegram does.
+for a scope and language with none, as Telegram does, and `deleteMyCommands` drops.
 
 Files: `files[file_id] = bytes` are what `getFile` knows (an unknown id is the Bot API's 400),
 served at `GET /file/bot<token>/<file_path>`; `downloads` lists the paths downloaded.
@@ -124,13 +124,15 @@ class FakeTelegram:
                     }
                 elif method == "getWebhookInfo":
                     result = fake.webhook_info
-                elif method in ("setMyCommands", "getMyCommands"):
+                elif method in ("setMyCommands", "getMyCommands", "deleteMyCommands"):
                     scope = payload.get("scope") or {"type": "default"}
                     menu = (str(scope["type"]), str(payload.get("language_code", "")))
                     with fake._lock:
                         if method == "setMyCommands":
                             fake.menus[menu] = list(payload["commands"])
-                        result = True if method == "setMyCommands" else list(fake.menus.get(menu, []))
+                        elif method == "deleteMyCommands":
+                            fake.menus.pop(menu, None)
+                        result = list(fake.menus.get(menu, [])) if method == "getMyCommands" else True
                 elif method == "sendMessage":
                     result = {"message_id": message_id, "chat": {"id": payload.get("chat_id")}, "text": ""}
                 else:

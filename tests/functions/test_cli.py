@@ -20,7 +20,7 @@ from functions import runtime
 from functions.tools.cli import main
 from tests.database import fresh_database, migrated_database, with_database
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import ENGLISH_MENU, SPANISH_MENU, TELEGRAM_SECRET, as_owner, count, free_port
+from tests.helpers import DEFAULT, ENGLISH_MENU, PRIVATE, SPANISH_MENU, TELEGRAM_SECRET, as_owner, count, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,10 +185,13 @@ def test_telegram_set_webhook_and_info_go_through_the_bot_api(
     assert payload["url"] == "https://advisor.example.com/telegram_webhook"
     assert payload["secret_token"] == TELEGRAM_SECRET and payload["drop_pending_updates"] is True
     assert "message" in payload["allowed_updates"] and "my_chat_member" in payload["allowed_updates"]
-    # Then the command menu "/" shows: the default one in English, one for Spanish.
+    # Then the command menu "/" shows in private chats: the default one in English, one for
+    # Spanish; and none in groups, where the bot does not talk.
     assert menus == [
-        ("setMyCommands", {"commands": ENGLISH_MENU}),
-        ("setMyCommands", {"commands": SPANISH_MENU, "language_code": "es"}),
+        ("setMyCommands", {"commands": ENGLISH_MENU, "scope": PRIVATE}),
+        ("deleteMyCommands", {"scope": DEFAULT}),
+        ("setMyCommands", {"commands": SPANISH_MENU, "scope": PRIVATE, "language_code": "es"}),
+        ("deleteMyCommands", {"scope": DEFAULT, "language_code": "es"}),
     ]
     assert capsys.readouterr().out == (
         "webhook set to https://advisor.example.com/telegram_webhook\n"
@@ -207,8 +210,13 @@ def test_a_menu_telegram_refuses_is_said_and_the_webhook_stays_set(
 ) -> None:
     fake_telegram.fail_with("gateway", times=1, method="setMyCommands")
     assert main(["telegram", "set-webhook", "--url", "https://advisor.example.com/telegram_webhook"]) == 1
-    assert [method for method, _ in fake_telegram.calls] == ["setWebhook", "setMyCommands"]
-    assert fake_telegram.calls[1][1] == {"commands": SPANISH_MENU, "language_code": "es"}
+    assert [method for method, _ in fake_telegram.calls] == [
+        "setWebhook",
+        "deleteMyCommands",
+        "setMyCommands",
+        "deleteMyCommands",
+    ]
+    assert fake_telegram.calls[2][1] == {"commands": SPANISH_MENU, "scope": PRIVATE, "language_code": "es"}
     said = capsys.readouterr()
     assert said.out == "webhook set to https://advisor.example.com/telegram_webhook\n"
     assert said.err == (
@@ -217,7 +225,7 @@ def test_a_menu_telegram_refuses_is_said_and_the_webhook_stays_set(
     )
     # Run again, it sets both.
     assert main(["telegram", "set-webhook", "--url", "https://advisor.example.com/telegram_webhook"]) == 0
-    assert fake_telegram.menus == {("default", ""): ENGLISH_MENU, ("default", "es"): SPANISH_MENU}
+    assert fake_telegram.menus == {("all_private_chats", ""): ENGLISH_MENU, ("all_private_chats", "es"): SPANISH_MENU}
 
 
 @pytest.mark.parametrize("port_from", ["environment", ".env"])

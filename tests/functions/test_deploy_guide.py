@@ -374,8 +374,8 @@ def run_crossmem(guide: Guide, command: str) -> None:
         if words[2] == "set-webhook":
             url = words[words.index("--url") + 1]
             # The webhook, then a command menu in each language.
-            method, payload = telegram.calls[-3]  # type: ignore[attr-defined]
-            assert [name for name, _ in telegram.calls[-2:]] == ["setMyCommands", "setMyCommands"]  # type: ignore[attr-defined]
+            method, payload = telegram.calls[-5]  # type: ignore[attr-defined]
+            assert [name for name, _ in telegram.calls[-4:]] == ["setMyCommands", "deleteMyCommands"] * 2  # type: ignore[attr-defined]
             assert method == "setWebhook" and payload["url"] == url
             assert payload["secret_token"] == environment["TELEGRAM_WEBHOOK_SECRET"]
             assert url.endswith("/telegram_webhook")

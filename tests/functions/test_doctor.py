@@ -36,7 +36,16 @@ from tests.fakes.gcloud import (
 )
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
-from tests.helpers import ENGLISH_MENU, SPANISH_MENU, TELEGRAM_HEADERS, TWILIO_TOKEN, app_client, free_port
+from tests.helpers import (
+    DEFAULT,
+    ENGLISH_MENU,
+    PRIVATE,
+    SPANISH_MENU,
+    TELEGRAM_HEADERS,
+    TWILIO_TOKEN,
+    app_client,
+    free_port,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT, REGION = "advisor-prod", "us-central1"
@@ -153,7 +162,7 @@ def live(
         "max_connections": 40,
     }
     # The command menus `crossmem telegram set-webhook` sets.
-    fake_telegram.menus = {("default", ""): ENGLISH_MENU, ("default", "es"): SPANISH_MENU}
+    fake_telegram.menus = {("all_private_chats", ""): ENGLISH_MENU, ("all_private_chats", "es"): SPANISH_MENU}
     fake_twilio.numbers = {NUMBER: deployed.url("whatsapp_webhook"), SMS_NUMBER: deployed.url("sms_webhook")}
     return deployed
 
@@ -201,7 +210,8 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     )
     assert lines[7] == f"ok    telegram webhook: Telegram calls {live.url('telegram_webhook')}; 0 update(s) waiting"
     assert lines[8] == (
-        "ok    telegram command menu: /start, /help, /link, /unlink, /forget listed in every language (en, es)"
+        "ok    telegram command menu: /start, /help, /link, /unlink, /forget listed in private chats "
+        "in every language (en, es)"
     )
     assert lines[9] == (
         f"ok    twilio inbound url: Twilio posts {NUMBER}'s messages to {live.url('whatsapp_webhook')}, "
@@ -279,24 +289,25 @@ def test_a_command_menu_not_set_or_short_of_a_command_is_named_with_its_fix(
     live: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A bot whose webhook was set before the menu was (or by another tool): "/" shows nothing."""
-    live.telegram.menus = {("default", "es"): SPANISH_MENU[:3]}
+    live.telegram.menus = {("all_private_chats", "es"): SPANISH_MENU[:3], ("default", ""): ENGLISH_MENU}
     code, report = doctor_json(capsys)
     assert code == 1
     assert failed(report) == {
         "telegram command menu": {
             "check": "telegram command menu",
             "status": "fail",
-            "detail": "the default menu (en) is not set; the es menu lacks /unlink, lacks /forget",
-            "fix": f"`crossmem telegram set-webhook --url {live.url('telegram_webhook')}` sets every menu "
-            f"({doc_links.WEBHOOKS})",
+            "detail": "the default menu (en) is not set, is listed in groups too; "
+            "the es menu lacks /unlink, lacks /forget",
+            "fix": f"`crossmem telegram set-webhook --url {live.url('telegram_webhook')}` sets every menu, "
+            f"in private chats only ({doc_links.WEBHOOKS})",
         }
     }
-    assert [name for name, _ in live.telegram.calls] == [
-        "getWebhookInfo",
-        "getMyCommands",
-        "getMyCommands",
+    assert live.telegram.calls[1:] == [
+        ("getMyCommands", {"scope": PRIVATE}),
+        ("getMyCommands", {"scope": DEFAULT}),
+        ("getMyCommands", {"scope": PRIVATE, "language_code": "es"}),
+        ("getMyCommands", {"scope": DEFAULT, "language_code": "es"}),
     ]
-    assert live.telegram.calls[1:] == [("getMyCommands", {}), ("getMyCommands", {"language_code": "es"})]
     live.telegram.down = True
     code, report = doctor_json(capsys)
     assert failed(report)["telegram command menu"]["detail"] == (
