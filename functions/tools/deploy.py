@@ -34,7 +34,7 @@ from core.stores.embedded import REPOSITORY
 from functions.function_settings import deployment_problems
 from functions.tools.doc_links import GOOGLE_CLOUD
 from functions.tools.tool_failures import ToolFailed, run_tool
-from functions.tools.upload import PACKAGE, build_package
+from functions.tools.upload import PACKAGE, build_package, unshipped_tools
 
 SERVERLESS_YML = REPOSITORY / "serverless.yml"
 ENV_FILES = REPOSITORY / "build" / "env"
@@ -339,11 +339,15 @@ def plan(
     problems = description.problems()
     if problems:
         raise DescriptionError("serverless.yml does not match what the functions read:\n  " + "\n  ".join(problems))
-    build_package(REPOSITORY, PACKAGE)
+    files = build_package(REPOSITORY, PACKAGE)
     steps = []
     for function in description.functions:
         if function.unmet(shell):
             continue
+        if "EXTRA_TOOLS" in function.environment:
+            tools = resolve(function.environment["EXTRA_TOOLS"], shell, description.raw)
+            if problems := unshipped_tools(tools or "", files):
+                raise DescriptionError(f"{function.name} would refuse every turn:\n  " + "\n  ".join(problems))
         present = {
             name: reference
             for name, reference in sorted(function.secrets.items())

@@ -10,7 +10,12 @@ tests/functions/test_upload.py compares the result with `gcloud meta list-files-
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import re
 import shutil
+import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from pathspec import GitIgnoreSpec
@@ -19,6 +24,7 @@ from core.stores.embedded import REPOSITORY
 
 GCLOUDIGNORE = ".gcloudignore"
 PACKAGE = REPOSITORY / "build" / "function-source"
+REQUIREMENTS = "requirements.txt"
 
 
 def read_rules(root: Path) -> GitIgnoreSpec:
@@ -56,6 +62,54 @@ def build_package(root: Path = REPOSITORY, destination: Path = PACKAGE) -> list[
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / relative, target)
     return files
+
+
+def unshipped_tools(extra_tools: str, files: Collection[str], root: Path = REPOSITORY) -> list[str]:
+    """What EXTRA_TOOLS (`package.module:callable`, comma-separated) names that the deployed
+    functions could not import, one line each: a module the upload `files` leave out (a file of
+    the checkout outside them), one from an installed package requirements.txt does not list, or
+    one not found here at all. A function with such a tool refuses every turn (503), so the deploy
+    stops first."""
+    requirements = {
+        _distribution(line.split("==")[0])
+        for line in (root / REQUIREMENTS).read_text().splitlines()
+        if re.match(r"[A-Za-z0-9]", line)
+    }
+    problems = []
+    for entry in (part.strip() for part in extra_tools.split(",") if part.strip()):
+        module, _, attribute = entry.partition(":")
+        if not module or not attribute:
+            problems.append(f"EXTRA_TOOLS: {entry} is not package.module:callable (docs/extending.md)")
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        origin = Path(spec.origin) if spec is not None and spec.origin and spec.has_location else None
+        if origin is None:
+            problems.append(
+                f"EXTRA_TOOLS: {entry}: no module {module} here, where the deploy looks for it: put it in "
+                "functions/, or install its package (docs/extending.md)"
+            )
+        elif origin.is_relative_to(root) and not origin.is_relative_to(sys.prefix):  # .venv may be in the checkout
+            if origin.relative_to(root).as_posix() not in files:
+                problems.append(
+                    f"EXTRA_TOOLS: {entry} is {origin.relative_to(root).as_posix()}, which the upload leaves out "
+                    "(.gcloudignore): put it in functions/ (docs/extending.md)"
+                )
+        else:
+            installed_by = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
+            if installed_by and not requirements & {_distribution(name) for name in installed_by}:
+                problems.append(
+                    f"EXTRA_TOOLS: {entry} comes from {', '.join(sorted(installed_by))}, which {REQUIREMENTS} does "
+                    "not list: add it to pyproject.toml's dependencies and run `make requirements` (docs/extending.md)"
+                )
+    return problems
+
+
+def _distribution(name: str) -> str:
+    """A distribution's name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 if __name__ == "__main__":

@@ -392,3 +392,38 @@ def test_make_dev_installs_what_deploy_and_doctor_read_serverless_yml_with() -> 
         *(line for extra in extras for line in project["optional-dependencies"][extra]),
     ]
     assert "pyyaml" in {canonicalize_name(Requirement(line).name) for line in installed}, extras
+
+
+def test_a_tool_the_upload_would_not_carry_stops_the_deploy_before_any_function(
+    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EXTRA_TOOLS left in the shell from `make dev` (a module of the checkout that the upload
+    leaves out, a package installed here but not in requirements.txt, a typo) would make every
+    deployed function refuse every turn: the deploy names each and deploys nothing."""
+    deploying_shell.setenv(
+        "EXTRA_TOOLS",
+        "tests.fakes.gcloud:FakeGcloud, pytest:fixture,functions.nowhere:tool,functions.logs",
+    )
+    assert main(["deploy", "--dry-run"]) == 1
+    said = capsys.readouterr()
+    assert said.err == (
+        "crossmem deploy: telegram_webhook would refuse every turn:\n"
+        "  EXTRA_TOOLS: tests.fakes.gcloud:FakeGcloud is tests/fakes/gcloud.py, which the upload leaves out "
+        "(.gcloudignore): put it in functions/ (docs/extending.md)\n"
+        "  EXTRA_TOOLS: pytest:fixture comes from pytest, which requirements.txt does not list: add it to "
+        "pyproject.toml's dependencies and run `make requirements` (docs/extending.md)\n"
+        "  EXTRA_TOOLS: functions.nowhere:tool: no module functions.nowhere here, where the deploy looks for it: "
+        "put it in functions/, or install its package (docs/extending.md)\n"
+        "  EXTRA_TOOLS: functions.logs is not package.module:callable (docs/extending.md)\n"
+    )
+    assert "gcloud " not in said.out
+
+
+def test_a_tool_in_functions_or_from_a_required_package_is_deployed_with_its_setting(
+    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tools = "functions.logs:redacted,twilio.rest:Client,json:dumps"
+    deploying_shell.setenv("EXTRA_TOOLS", tools)
+    assert main(["deploy", "--dry-run"]) == 0
+    assert "gcloud functions deploy telegram_webhook " in capsys.readouterr().out
+    assert yaml.safe_load((ENV_FILES / "telegram_webhook.env.yaml").read_text())["EXTRA_TOOLS"] == tools
