@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     import httpx
 
 log = logging.getLogger("crossmem.telegram")
+# sendMessage's "1-4096 characters after entities parsing", counted in code points (Python's
+# characters): a message of 4,096 emoji (8,192 UTF-16 units) is taken, one more is "message is too
+# long" (measured on the live Bot API, github.com/FerroxLabs/wayland/issues/934, August 2026). Only
+# entity offsets count UTF-16 units, and our replies are plain text, with none.
 TELEGRAM_LIMIT = 4096
 # Statuses after which the same request can never succeed.
 _FINAL_STATUSES = frozenset({400, 403})
