@@ -10,6 +10,12 @@ long. Each batch starts where the previous one stopped, so none rescans deleted 
 A turn goes whole: a message whose reply is younger than the age waits for it. A turn in
 flight is never touched: a message without a reply is kept for `in_flight`, the longest
 model deadline and a margin for storing the reply.
+
+The memory notes' lines about what goes, go too: each batch also rewrites the notes of at most a
+fortieth of `batch_size` people that hold a line whose day is over everywhere before the cutoff
+(or, for a line without a day, whose notes cover nothing younger), keeping every other line as it
+was (schemas/memory_notes.sql's purge_note_lines). The batches go on until one finds nothing of
+either to do.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class PurgeBatch:
     deleted: int
     total: int
     seconds: float
+    notes: int  # the people whose notes lost lines in this batch
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class PurgeReport:
     batches: int
     dry_run: bool
     longest_statement_s: float
+    notes: int  # the people whose notes lost lines (with dry_run: would lose them)
 
 
 class Retention:
@@ -89,9 +97,9 @@ class Retention:
         dry_run: bool = False,
         on_batch: Callable[[PurgeBatch], None] | None = None,
     ) -> PurgeReport:
-        """Delete the messages older than `older_than`, a batch per call; with `dry_run`, count
-        them in one read and delete nothing."""
-        total = batches = 0
+        """Delete the messages older than `older_than`, and the note lines about them, a batch per
+        call; with `dry_run`, count them in one read and delete nothing."""
+        total = batches = notes = 0
         longest = 0.0
         below: tuple[str | None, int | None] = (None, None)  # where the previous batch stopped
         while True:
@@ -111,17 +119,17 @@ class Retention:
             longest = max(longest, seconds)
             cutoff = datetime.fromisoformat(row["cutoff"])
             if dry_run:
-                return PurgeReport(cutoff, int(row["candidates"]), 0, True, longest)
-            deleted = int(row["deleted"])
-            if deleted == 0:
-                return PurgeReport(cutoff, total, batches, False, longest)
+                return PurgeReport(cutoff, int(row["candidates"]), 0, True, longest, int(row["notes"]))
+            deleted, rewritten = int(row["deleted"]), int(row["notes"])
+            if deleted == 0 and rewritten == 0:
+                return PurgeReport(cutoff, total, batches, False, longest, notes)
             batches += 1
             total += deleted
-            below = (row["below_at"], row["below_id"])
+            notes += rewritten
+            if deleted:  # a batch of notes alone leaves the messages' place where it was
+                below = (row["below_at"], row["below_id"])
             if on_batch is not None:
-                on_batch(PurgeBatch(batches, deleted, total, seconds))
-            if deleted < self._batch_size:
-                return PurgeReport(cutoff, total, batches, False, longest)
+                on_batch(PurgeBatch(batches, deleted, total, seconds, rewritten))
 
     def expire_usage(self) -> int:
         """Drop the budget's counts older than a day (turn_usage, voice_usage: budget.sql), a batch

@@ -206,8 +206,15 @@ $$;
 -- A turn goes whole: a message whose reply is younger than the age waits for it. A turn in
 -- flight is never touched: a message without a reply is kept for p_in_flight_seconds (the
 -- longest model deadline and then some), while its reply may still be written.
+-- The memory notes' lines about what the purge deletes go too (memory_notes.sql's
+-- purge_note_lines: a line once its day is over everywhere before the cutoff), in the same batch
+-- and transaction: the notes of at most p_limit / 40 people, since rewriting one person's (some
+-- thirty lines, read twice and written again: 0.5 ms) costs about what deleting a dozen or more
+-- messages does, and a batch's statements stay short. The caller loops until a batch deletes
+-- nothing and rewrites no notes.
 -- p_dry_run counts and deletes nothing.
--- Returns {"cutoff", "candidates", "deleted", "below_at", "below_id"}.
+-- Returns {"cutoff", "candidates", "deleted", "below_at", "below_id", "notes"}: "notes", the people
+-- whose notes lost lines (would lose them).
 create or replace function public.purge_messages(
     p_older_than_seconds bigint,
     p_in_flight_seconds integer,
@@ -258,6 +265,7 @@ begin
     -- after the delete and its foreign keys' actions (messages, then conversations, as a turn)
     update public.conversations c set counted = null, counted_at = null, counted_id = null
      where c.id = any(v_conversations) and c.counted is not null;
-    return v_result;
+    return v_result || jsonb_build_object(
+        'notes', crossmem_private.purge_note_lines(v_cutoff, ceil(p_limit / 40.0)::integer, p_dry_run));
 end;
 $$;

@@ -8,6 +8,60 @@
 -- Table: memory_notes, one row per person, reachable by user_id only (forgetting a person
 -- deletes it with them). When linking merges two people, a trigger on identities moves the
 -- merged person's notes (fold_memory_notes).
+--
+-- A purge by age (forgetting.sql's purge_messages) drops the note lines about the messages it
+-- deletes: each line's day is read from its tag, and the table keeps, per person, when their
+-- first line expires (first_line_expires_at, indexed), so the purge finds the notes that hold an
+-- expired line without reading the others (purge_note_lines).
+
+-- The notes as a purge with cutoff p_cutoff leaves them: `kept`, every line that has not expired
+-- by then, as it was and in its place, and when the first of those expires. A line expires:
+--   dated: when its day is over in every time zone, 12:00 UTC the next day (the day's end at
+--   UTC-12): the day is on the person's clock (core/memory/digest.py's `tagged`), whatever their
+--   zone, so a line outlives the last message of its day by a day and a half at most and never
+--   goes before it. Its day is the first YYYY-MM-DD in its tag ("- [telegram · 2026-11-28] …"):
+--   a line the model merged from several days holds words of the first, and goes with it;
+--   without a day (no tag, "[telegram]", "[telegram · Sat 21:40]", "28 Nov", "2026-02-30": no
+--   day that a year places; a day in the words after the tag is not the line's): when
+--   everything the notes cover is older (p_covered_until, the newest message covered), the
+--   only messages it can be about; never while the notes cover nothing;
+--   blank: never (it is about nothing).
+-- One function for both (the generated column's first expiry, with p_cutoff '-infinity', and the
+-- purge's rewrite), so what the purge keeps is what the column says expires later: rewritten
+-- notes are never taken again at the same cutoff.
+create or replace function crossmem_private.notes_at_cutoff(
+    p_content text,
+    p_covered_until timestamptz,
+    p_cutoff timestamptz,
+    out kept text,
+    out first_line_expires_at timestamptz
+) language plpgsql immutable parallel safe set search_path = '' as $$
+begin
+    select coalesce(string_agg(e.line, E'\n' order by e.n), ''), min(e.expires_at)
+      into kept, first_line_expires_at
+      from (select l.n, l.line,
+                   case when btrim(l.line) <> '' then
+                       coalesce(case when extract(month from d.day) = substr(t.said, 6, 2)::integer
+                                     then (d.day + 1)::timestamp at time zone 'UTC' + interval '12 hours' end,
+                                p_covered_until) end as expires_at
+              from string_to_table(p_content, E'\n') with ordinality l(line, n)
+             -- The tag's first YYYY-MM-DD: where its digits, all written 9, read 9999-99-99 (no
+             -- regular expression: a tenth of the time). Offset 0: each worked out once a line.
+             cross join lateral (
+                     select case when position('9999-99-99' in translate(g.tag, '012345678', '999999999')) > 0
+                                 then substr(g.tag, position('9999-99-99' in translate(g.tag, '012345678', '999999999')), 10)
+                                 end as said
+                       from (select case when l.line like '- [%]%' then split_part(substr(l.line, 4), ']', 1) end as tag) g
+                     offset 0) t
+             cross join lateral (
+                     select case when left(t.said, 4)::integer > 0 and substr(t.said, 6, 2)::integer between 1 and 12
+                                      and right(t.said, 2)::integer between 1 and 31
+                                 then make_date(left(t.said, 4)::integer, substr(t.said, 6, 2)::integer, 1)
+                                      + (right(t.said, 2)::integer - 1) end as day
+                     offset 0) d) e
+     where coalesce(e.expires_at >= p_cutoff, true);
+end;
+$$;
 
 create table public.memory_notes (
     user_id uuid primary key,
@@ -30,12 +84,17 @@ create table public.memory_notes (
     -- everyone else back.
     tried_at timestamptz,
     -- Their digests that failed in a row since the last one written: each doubles the wait.
-    failures integer not null default 0
+    failures integer not null default 0,
+    -- When the first of their note lines expires (notes_at_cutoff): a purge whose cutoff is past
+    -- it has lines to drop here (purge_note_lines). Null: no line ever expires.
+    first_line_expires_at timestamptz generated always as (
+        (crossmem_private.notes_at_cutoff(content, covered_until_at, '-infinity')).first_line_expires_at) stored
 );
 alter table public.memory_notes enable row level security;  -- who reads what: access.sql
 -- The digest's claim looks among the people whose notes were written in the last days too
 -- (claim_memory_digests): a digest that left some of their messages for the next run.
 create index memory_notes_by_written on public.memory_notes (written_at);
+create index memory_notes_by_line_expiry on public.memory_notes (first_line_expires_at);
 
 
 -- The messages of one person that have left the window and are not in the notes yet,
@@ -252,6 +311,45 @@ create or replace function public.fail_memory_digest(
     )
     select jsonb_build_object('failed', count(*) > 0, 'failures', max(f.failures), 'wait_s', max(f.wait_s))
       from failed f;
+$$;
+
+-- One batch of a purge's notes (purge_messages calls it after each batch of messages): the notes
+-- of at most p_limit people (null: no limit) that hold a line expired before p_cutoff lose those
+-- lines (notes_at_cutoff), every other line kept as it was. What they cover stays: the purged
+-- messages are not digested again, and the rest were digested already. A digest running on one
+-- of them read the lines that went: it loses its claim, so its write (write_memory_notes) finds
+-- none and cannot bring them back, and the next digest starts from what is left; a person waiting
+-- after a failed digest keeps their wait. Rewritten notes hold no expired line (their
+-- first_line_expires_at is past p_cutoff), so no batch takes a person twice; one a digest holds
+-- locked at that moment is left for the next. p_dry_run counts the people and changes nothing.
+-- Returns how many people's notes it rewrote (would rewrite).
+create or replace function crossmem_private.purge_note_lines(p_cutoff timestamptz, p_limit integer, p_dry_run boolean)
+    returns integer language plpgsql set search_path = '' as $$
+declare
+    v_people integer;
+begin
+    if p_dry_run then
+        select count(*) into v_people from public.memory_notes n where n.first_line_expires_at < p_cutoff;
+        return v_people;
+    end if;
+    with expired as (
+        select n.user_id
+          from public.memory_notes n
+         where n.first_line_expires_at < p_cutoff
+         order by n.first_line_expires_at
+         limit p_limit
+           for update skip locked
+    )
+    update public.memory_notes n
+       set content = (crossmem_private.notes_at_cutoff(n.content, n.covered_until_at, p_cutoff)).kept,
+           revision = n.revision + 1,
+           claim = null,
+           claimed_until = case when n.claim is null then n.claimed_until end
+      from expired e
+     where n.user_id = e.user_id;
+    get diagnostics v_people = row_count;
+    return v_people;
+end;
 $$;
 
 -- A person's notes and when they were written (the web's GET /memory, the CLI's history).
