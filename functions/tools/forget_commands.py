@@ -63,21 +63,28 @@ def purge(older_than: timedelta | None, dry_run: bool, yes: bool) -> int:
         counted = runtime.retention().purge(older_than, dry_run=True)
         question = (
             f"{counted.deleted} message(s) older than {age} (before {counted.cutoff:%Y-%m-%d %H:%M} UTC)"
-            " will be deleted. Delete them?"
+            f"{notes_lines(counted.notes)} will be deleted. Delete them?"
         )
         print(question.removesuffix(" Delete them?"))
-        if counted.deleted == 0:
+        if counted.deleted == 0 and counted.notes == 0:
             return 0
         if not confirmed(yes, question):
             return 1
     report = runtime.retention().purge(older_than, dry_run=dry_run, on_batch=print_batch)
-    before = f"{report.cutoff:%Y-%m-%d %H:%M} UTC"
+    purged = f"{report.deleted} message(s) older than {age} (before {report.cutoff:%Y-%m-%d %H:%M} UTC)"
+    purged += notes_lines(report.notes)
     if report.dry_run:
-        print(f"dry run: {report.deleted} message(s) older than {age} (before {before}) would be deleted")
+        print(f"dry run: {purged} would be deleted")
     else:
-        print(f"purged {report.deleted} message(s) older than {age} (before {before}) in {report.batches} batch(es)")
+        print(f"purged {purged} in {report.batches} batch(es)")
     return 0
 
 
+def notes_lines(people: int) -> str:
+    """What the purge takes of the memory notes, said only when it takes some."""
+    return f", and the older lines of {people} person(s)' memory notes," if people else ""
+
+
 def print_batch(batch: PurgeBatch) -> None:
-    print(f"batch {batch.number}: {batch.deleted} deleted, {batch.total} so far ({batch.seconds * 1000:.0f} ms)")
+    notes = f", {batch.notes} person(s)' notes" if batch.notes else ""
+    print(f"batch {batch.number}: {batch.deleted} deleted{notes}, {batch.total} so far ({batch.seconds * 1000:.0f} ms)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -246,6 +247,31 @@ def test_crossmem_purge_without_an_age_uses_message_retention_days(
     assert main(["purge", "--yes"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("purged 70 message(s) older than 30d")
     assert messages_left(purge_database) == 30
+
+
+def test_crossmem_purge_takes_the_note_lines_about_what_is_gone_with_no_message_left_to_delete(
+    purge_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A person whose old messages an earlier purge took, before it reached the notes: the lines it
+    left go, it says so before and after, and every other line stays as it was."""
+    person, today = uuid.uuid4(), f"{datetime.now(UTC):%Y-%m-%d}"
+    with psycopg.connect(purge_database, autocommit=True) as connection:
+        connection.execute("delete from messages where created_at < now() - interval '90 days'")
+        connection.execute(
+            "insert into memory_notes (user_id, content, revision) values (%s, %s, 1)",
+            (person, f"- [web · 2020-01-01] the old flat's code\n- [web · {today}] the new one"),
+        )
+    assert main(["purge", "--older-than", "90d", "--yes"]) == 0
+    output = capsys.readouterr().out.splitlines()
+    notes = ", and the older lines of 1 person(s)' memory notes,"
+    assert output[0].startswith("0 message(s) older than 90d (before ")
+    assert output[0].endswith(f" UTC){notes} will be deleted.")
+    assert [line.split(" (")[0] for line in output[1:-1]] == ["batch 1: 0 deleted, 1 person(s)' notes, 0 so far"]
+    assert output[-1].startswith("purged 0 message(s) older than 90d (before ")
+    assert output[-1].endswith(f" UTC){notes} in 1 batch(es)")
+    with psycopg.connect(purge_database) as connection:
+        row = connection.execute("select content from memory_notes where user_id = %s", (person,)).fetchone()
+    assert row == (f"- [web · {today}] the new one",)
 
 
 @pytest.mark.parametrize("days", ["36501", "1000000", "1000000000"])
