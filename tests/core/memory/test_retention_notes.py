@@ -4,9 +4,11 @@ byte, what the notes cover stays, and nothing purged comes back."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -263,3 +265,17 @@ def test_a_line_expires_when_its_day_is_over_in_every_time_zone(
         (line,),
     ).fetchone()
     assert row == (None if expires is None else datetime.fromisoformat(expires),)
+
+
+def test_the_pg_cron_job_the_design_shows_purges_a_batch_with_the_notes(database: psycopg.Connection) -> None:
+    """docs/design.md's job for a deployment without the digest, run as written: it once named three
+    of the function's six arguments, which no function matched."""
+    design = (Path(__file__).parents[3] / "docs" / "design.md").read_text(encoding="utf-8")
+    job = re.search(r"select cron\.schedule\('crossmem-purge', '[^']*', \$\$\n(.*?)\n\$\$\);", design, re.DOTALL)
+    assert job is not None
+    person = uuid.uuid4()
+    said(database, person, "said long ago", timedelta(days=100))
+    noted(database, person, f"- [telegram · {day(timedelta(days=100))}] said long ago\n- [web] no day")
+    row = database.execute(job[1]).fetchone()
+    assert row is not None and (row[0]["deleted"], row[0]["notes"]) == (2, 1)
+    assert content_of(database, person) == "- [web] no day"
