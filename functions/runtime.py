@@ -16,7 +16,7 @@ from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.errors import ConfigurationError, InvalidSetting
 from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.delivery import FollowUpDelivery
-from core.follow_ups.held import HeldFollowUps
+from core.follow_ups.outside_thread import MessagesOutsideThread
 from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.identity.remembered_language import RememberedLanguage
@@ -257,8 +257,8 @@ def whatsapp(config: Settings) -> SurfaceAdapter:
         channel,
         later_needs,
         None if config.twilio_follow_up_content_sid else whatsapp_surface.WHATSAPP_WINDOW,
-        # held before a template was set, or while it was unset: let go all the same
-        release_held=lambda sender: held_follow_ups(Surface.WHATSAPP).release(sender),
+        # with a template too: inside the window a reminder goes free-form; ones held before it was set go
+        off_thread=lambda sender, let_go: outside_thread(Surface.WHATSAPP).record(sender, let_go),
     )
 
 
@@ -437,9 +437,9 @@ def owed_replies() -> OwedReplies:
 
 
 @functools.cache
-def held_follow_ups(surface: Surface) -> HeldFollowUps:
-    """A surface's held follow-ups, let go by a message that is no turn (WhatsApp's)."""
-    return HeldFollowUps(store(), identity(), surface)
+def outside_thread(surface: Surface) -> MessagesOutsideThread:
+    """A surface's messages that are no turn, as the follow-ups see them (WhatsApp's window)."""
+    return MessagesOutsideThread(store(), identity(), surface)
 
 
 @functools.cache
@@ -654,7 +654,7 @@ _CACHED = (
     digest_job,
     owed_replies,
     follow_up_delivery,
-    held_follow_ups,
+    outside_thread,
     whatsapp_sender,
     sms_sender,
     refusals_logged,

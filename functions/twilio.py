@@ -55,8 +55,8 @@ def twilio_webhook(
     ):
         raise Forbidden("invalid Twilio signature")
     answers = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
-    # adapter.release_held: where the surface holds follow-ups (WhatsApp), core/follow_ups/held.py
-    inbound = TwilioInbound(surface, parse, classify, limit, *answers, adapter.deadline_s, typing, adapter.release_held)
+    # adapter.off_thread: where the surface has a window (WhatsApp), core/follow_ups/outside_thread.py
+    inbound = TwilioInbound(surface, parse, classify, limit, *answers, adapter.deadline_s, typing, adapter.off_thread)
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 

@@ -43,7 +43,7 @@ SQL_FUNCTIONS = frozenset(
         "try_follow_up",
         "end_attempt",
         "send_follow_ups_later",
-        "release_held_follow_ups",
+        "wrote_outside_thread",
         "claim_owed_replies",
         "record_delivery",
         "stop_generation",

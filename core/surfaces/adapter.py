@@ -147,9 +147,10 @@ class SurfaceAdapter:
     # (WhatsApp's 24-hour window, without an approved template); None: at any time. A later one
     # waits for their next message, and the tool that schedules it says so.
     said_within: timedelta | None = None
-    # Lets a sender's held follow-ups go to the follow-up job, after a message of theirs that is no
-    # turn (a link, a notice: core/follow_ups/held.py); None: the surface holds none (all but WhatsApp).
-    release_held: Callable[[str], object] | None = None
+    # Records a sender's message that is no turn (a chat command, a notice, one over budget): it opens the window
+    # `said_within` counts from, and with True lets their held follow-ups go to the follow-up job
+    # (core/follow_ups/outside_thread.py); None: the surface has no such window (all but WhatsApp).
+    off_thread: Callable[[str, bool], object] | None = None
 
     @property
     def surface(self) -> Surface:

@@ -50,9 +50,10 @@ class TwilioInbound(Generic[Form]):
     """One Twilio surface's inbound messages. `parse`: the form as the surface reads it (InputError
     when it cannot); `classify`: what it asks for; `limit`: the longest message it takes (its
     module's WHATSAPP_LIMIT, SMS_LIMIT); `typing`: shows the person a message is being answered (by
-    its Sid), where the surface has that; `release_held`: lets the sender's held follow-ups go to the
-    follow-up job after a message that is no turn (a link, a notice), where the surface holds them
-    (WhatsApp: core/follow_ups/held.py)."""
+    its Sid), where the surface has that; `off_thread`: records a message that is no turn (a chat
+    command, a notice, words over the day's budget), the window it opens, and with True lets the
+    sender's held follow-ups go to the follow-up job, where the surface has a window (WhatsApp:
+    core/follow_ups/outside_thread.py)."""
 
     surface: Surface
     parse: Callable[[Mapping[str, str]], Form]
@@ -64,7 +65,7 @@ class TwilioInbound(Generic[Form]):
     remembered: RememberedLanguage
     deadline_s: float
     typing: Callable[[str], None] | None = None
-    release_held: Callable[[str], object] | None = None
+    off_thread: Callable[[str, bool], object] | None = None
 
     def answer(self, fields: Mapping[str, str]) -> str:
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
@@ -72,13 +73,13 @@ class TwilioInbound(Generic[Form]):
         action = self.classify(form, True)
         sms = rules(self.surface).carried_as_sms
         if isinstance(action, Notice):
-            self._let_go(form.identity)
+            self._off_thread(form.identity, let_go_held=True)
             return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit, sms=sms)
         if not isinstance(action, Converse):
             answered = self.commands.answer(action, None, form.body)
             if not answered.for_the_thread:
-                if isinstance(action, LinkRequest):  # never forgetting's, nor unlinking's
-                    self._let_go(form.identity)
+                # after the answer: a forget or an unlink leaves nothing of the person's to record it on
+                self._off_thread(form.identity, let_go_held=isinstance(action, LinkRequest))
                 return twiml(answered.text, self.limit, sms=sms)
             action = self.classify(form, False)  # a code alone that no code has: what they wrote
             assert isinstance(action, Converse)
@@ -106,15 +107,16 @@ class TwilioInbound(Generic[Form]):
                 self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
             return twiml(result.reply, self.limit, carried, sms=sms)
         except OverBudget as exc:
+            self._off_thread(form.identity, let_go_held=True)  # nothing of it stored: it writes no turn
             return twiml(over_budget(phrases, exc), self.limit, sms=sms)
         except StillAnswering:
             return twiml(None, self.limit)  # the first attempt, or the scheduled job once it cannot, answers
         except InputError as exc:
             return twiml(input_refused(phrases, exc), self.limit, sms=sms)
 
-    def _let_go(self, sender: str) -> None:
-        if self.release_held is not None:
-            self.release_held(sender)
+    def _off_thread(self, sender: str, let_go_held: bool) -> None:
+        if self.off_thread is not None:
+            self.off_thread(sender, let_go_held)
 
     def _noticed_in(self, form: Form) -> Phrases:
         """A notice's phrases (an empty message, a file we cannot read): the person's remembered

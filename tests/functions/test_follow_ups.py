@@ -24,7 +24,7 @@ from core.channels.telegram_bot import TELEGRAM_LIMIT
 from core.channels.whatsapp import WHATSAPP_TEMPLATE_LIMIT
 from core.errors import StoreUnavailable
 from core.follow_ups.delivery import LEASE_S, MAX_ATTEMPTS, FollowUpDelivery
-from core.follow_ups.held import HeldFollowUps
+from core.follow_ups.outside_thread import MessagesOutsideThread
 from core.models import Delivery, Person, Surface
 from core.stores.postgres_store import PostgresStore
 from core.surfaces.twilio_form import Converse
@@ -37,11 +37,13 @@ from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, t
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
+    CORPUS,
     ENGLISH,
     JWT_SECRET,
     PUBLIC_BASE_URL,
     TELEGRAM_HEADERS,
     TWILIO_TOKEN,
+    Apps,
     FailingStore,
     app_client,
     as_owner,
@@ -1711,12 +1713,14 @@ def test_a_notice_is_answered_and_its_held_reminder_waits_when_the_database_cann
 ) -> None:
     number = "whatsapp:+34611000404"
     pills = hold_a_follow_up(job_database, clock, fake_anthropic, number)
-    failing = FailingStore(runtime.store(), ["release_held_follow_ups"])
-    environment.setattr(runtime, "held_follow_ups", lambda surface: HeldFollowUps(failing, runtime.identity(), surface))
+    failing = FailingStore(runtime.store(), ["wrote_outside_thread"])
+    environment.setattr(
+        runtime, "outside_thread", lambda surface: MessagesOutsideThread(failing, runtime.identity(), surface)
+    )
     fields = form("", sender=number)
     answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
     assert messages_of(answered.text) == ["I received an empty message. What would you like to tell me?"]
-    assert failing.calls == ["release_held_follow_ups"]
+    assert failing.calls == ["wrote_outside_thread"]
     assert follow_ups(job_database)[0][3] == "held"
     fake_anthropic.answer = lambda body: "Good morning!"
     morning = form("Good morning", sender=number)
@@ -1752,3 +1756,175 @@ def test_a_held_reminder_let_go_by_another_number_of_the_person_is_said_to_that_
     clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
     assert run_job()["follow_ups_sent"] == 1
     assert [m["To"] for m in fake_twilio.messages] == [other]
+
+
+WATER, BANK = "Water the plants.", "Call the bank."
+
+
+def asked_two_days_ago(job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str) -> datetime:
+    """Two days ago the person asked on WhatsApp for WATER 5 hours from now and BANK 25 hours from
+    now; they have stored nothing since. Now, as the database's clock has it (its messages' time)."""
+    now = datetime.now(UTC)
+    clock.at = now - timedelta(days=2)
+    for content, hours in ((WATER, 53), (BANK, 73)):
+        fake_anthropic.answer = remind(content, in_minutes=hours * 60)
+        fields = form(f"remind me in {hours} hours", sender=number)
+        assert app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields)).status_code == 200
+    execute(job_database, "update messages set created_at = %s", clock.at)
+    asked = "select content, due_at, status from follow_ups where sender = %s order by id"
+    assert rows(job_database, asked, number.removeprefix("whatsapp:")) == [
+        (WATER, now + timedelta(hours=5), "pending"),
+        (BANK, now + timedelta(hours=25), "pending"),
+    ]
+    return now
+
+
+def location_without_coordinates(number: str) -> dict[str, str]:
+    """The captured location message (tests/corpus/twilio/05), from `number`, its coordinates gone."""
+    fields: dict[str, str] = json.loads((CORPUS / "twilio" / "05_location_messagetype.json").read_text())
+    for field in ("Latitude", "Longitude"):
+        del fields[field]
+    return {**fields, "From": number, "WaId": number.removeprefix("whatsapp:+"), "MessageSid": "SM" + uuid.uuid4().hex}
+
+
+def outside_the_thread(apps: Apps, message: str, number: str, person: uuid.UUID | None = None) -> list[str]:
+    """The answer to `number`'s message that the thread does not keep: a link with a code (of
+    `person`'s web account, else a new one's), an empty message, a place without coordinates,
+    `forget` (which only asks), `unlink`, or words past the day's budget (which no turn answers)."""
+    if message == "link":
+        fields = form(f"link {new_code(apps, person or uuid.uuid4())['code']}", sender=number)
+    elif message == "location":
+        fields = location_without_coordinates(number)
+    else:
+        words = {"empty": "", "forget": "forget", "unlink": "unlink", "over-budget": "one more thing"}
+        fields = form(words[message], sender=number)
+    answered = messages_of(apps.whatsapp.post("/", data=fields, headers=signed(fields)).text)
+    assert len(answered) == 1
+    return answered
+
+
+@pytest.mark.parametrize("template", [False, True], ids=["no-template", "template"])
+@pytest.mark.parametrize("message", ["link", "empty", "location", "forget", "over-budget"])
+def test_a_message_the_thread_does_not_keep_opens_whatsapps_window_for_a_reminder_due_that_day(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    message: str,
+    template: bool,
+) -> None:
+    """The person's last stored WhatsApp message is two days old. At 10:00 they send a message the
+    thread does not keep (a command, a notice, words over the day's budget), which opens WhatsApp's
+    24-hour window all the same; a reminder due at 15:00
+    was held (or went through the template) as if the window were closed: it goes free-form, to that
+    number. One due at 11:00 the next day, past that window, is held, or templated, as before."""
+    if template:
+        environment.setenv("TWILIO_FOLLOW_UP_CONTENT_SID", TEMPLATE)
+    if message == "over-budget":  # the two turns that asked were today, whatever their messages' time says
+        environment.setenv("TURNS_PER_DAY", "2")
+    apps = three_apps(environment, fake_anthropic)
+    number = f"whatsapp:{apps.number}"
+    ten = asked_two_days_ago(job_database, clock, fake_anthropic, number)
+
+    outside_the_thread(apps, message, number)
+    clock.at = ten + timedelta(hours=5, seconds=30)
+    assert run_job()["follow_ups_sent"] == 1
+    clock.at = ten + timedelta(hours=25, seconds=30)
+    job = run_job()
+
+    said = [(m["To"], m.get("Body"), m.get("ContentSid")) for m in fake_twilio.messages]
+    if template:
+        assert job["follow_ups_sent"] == 1
+        assert said == [(number, WATER, None), (number, None, TEMPLATE)]
+        assert json.loads(fake_twilio.messages[1]["ContentVariables"]) == {"1": BANK}
+    else:
+        assert job["follow_ups_held"] == 1
+        assert said == [(number, WATER, None)]
+    assert rows(job_database, "select content, status from follow_ups order by id") == [
+        (WATER, "sent"),
+        (BANK, "sent" if template else "held"),
+    ]
+
+
+def test_a_message_the_thread_does_not_keep_opens_only_its_own_persons_window(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Two people asked two days ago for a reminder due in 5 hours; only the second sends an empty
+    message now. Theirs goes free-form; the first's window is still closed, and theirs is held."""
+    first, second = "whatsapp:+34611000501", "whatsapp:+34611000502"
+    ten = asked_two_days_ago(job_database, clock, fake_anthropic, first)
+    asked_two_days_ago(job_database, clock, fake_anthropic, second)
+    empty = form("", sender=second)
+    assert messages_of(app_client("whatsapp_webhook").post("/", data=empty, headers=signed(empty)).text) == [
+        "I received an empty message. What would you like to tell me?"
+    ]
+    clock.at = ten + timedelta(hours=5, seconds=30)
+
+    job = run_job()
+
+    assert (job["follow_ups_sent"], job["follow_ups_held"]) == (1, 1)
+    assert [(m["To"], m.get("Body")) for m in fake_twilio.messages] == [(second, WATER)]
+    assert rows(job_database, "select sender, status from follow_ups where content = %s order by id", WATER) == [
+        (first.removeprefix("whatsapp:"), "held"),
+        (second.removeprefix("whatsapp:"), "sent"),
+    ]
+
+
+def test_an_unlinked_number_takes_the_window_it_opened_with_it(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """A web account's two numbers: the first asked two days ago for a reminder due in 5 hours; the
+    second is linked now, which opens its window, then unlinked. The window leaves with the number:
+    the reminder is held, never said free-form to the first number, whose window is closed (Twilio
+    refuses that: its error 63016), nor to the second, no longer theirs."""
+    apps = three_apps(environment, fake_anthropic)
+    person, asked_on, other = uuid.uuid4(), f"whatsapp:{apps.number}", "whatsapp:+34611000503"
+    linked = outside_the_thread(apps, "link", asked_on, person)
+    assert linked[0].startswith("Linked to the web account ")
+    ten = asked_two_days_ago(job_database, clock, fake_anthropic, asked_on)
+    assert outside_the_thread(apps, "link", other, person)[0].startswith("Linked to the web account ")
+    assert outside_the_thread(apps, "unlink", other, person)[0].startswith(ENGLISH.say("link.unlinked"))
+    clock.at = ten + timedelta(hours=5, seconds=30)
+
+    assert run_job()["follow_ups_held"] == 1
+
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select user_id, content, status from follow_ups order by id") == [
+        (person, WATER, "held"),
+        (person, BANK, "pending"),
+    ]
+
+
+def test_the_owners_message_the_thread_does_not_keep_opens_their_window(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    owner: uuid.UUID,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Under the owner policy no identity is stored for the owner's numbers: their empty message
+    opens the window all the same, and the reminder due 5 hours later goes free-form."""
+    as_owner(environment, owner, whatsapp=OWNER_NUMBER)
+    number = f"whatsapp:{OWNER_NUMBER}"
+    ten = asked_two_days_ago(job_database, clock, fake_anthropic, number)
+    empty = form("", sender=number)
+    app_client("whatsapp_webhook").post("/", data=empty, headers=signed(empty))
+    clock.at = ten + timedelta(hours=5, seconds=30)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["To"], m.get("Body")) for m in fake_twilio.messages] == [(number, WATER)]
+    assert rows(job_database, "select user_id, content, status from follow_ups order by id") == [
+        (owner, WATER, "sent"),
+        (owner, BANK, "pending"),
+    ]

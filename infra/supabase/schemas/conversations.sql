@@ -20,7 +20,15 @@ create table public.conversations (
     -- Whether a message was ever stored in it (its first turn sets it; turn.sql's
     -- turn_conversation): an empty web conversation is one never written in, which a purge of its
     -- old messages does not make it (create_conversation's limit).
-    written boolean not null default false
+    written boolean not null default false,
+    -- When the person last wrote in this chat a message the thread does not keep (a chat command,
+    -- a notice: an empty message, a place without coordinates), and from which chat or number:
+    -- WhatsApp's 24-hour window opens on any message of theirs (follow_ups.sql's
+    -- claim_due_follow_ups), and a message of the thread is its own record. Set by
+    -- wrote_outside_thread (follow_ups.sql); gone with the conversation when forgotten, and with
+    -- the number when it is unlinked (links.sql).
+    unstored_message_at timestamptz,
+    unstored_message_from text
 );
 alter table public.conversations enable row level security;  -- who reads what: access.sql
 

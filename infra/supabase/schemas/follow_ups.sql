@@ -58,10 +58,6 @@ create table public.follow_ups (
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
     said_with bigint references public.messages (id) on delete set null,
-    -- Let go from held by a WhatsApp message of the person's that is no message of the thread (a
-    -- link, a notice: release_held_follow_ups): WhatsApp's 24-hour window opened then, which the
-    -- thread's messages do not show.
-    window_opened_at timestamptz,
     created_at timestamptz not null default clock_timestamp(),
     sent_at timestamptz,
     constraint follow_ups_once_per_turn unique (asked_in, asked_order)
@@ -232,28 +228,38 @@ end;
 $$;
 
 
--- The held WhatsApp follow-ups of the person a message of theirs that is no message of the thread
--- lets go: a link (a code, a code mistyped) or a notice (an empty message, a place without
--- coordinates). Nothing of it is stored, so it cannot say them first as a turn does (no message
--- for `said_with`): they are pending again at once, and the follow-up job's next run says them
--- free-form inside the window that message opened (`window_opened_at`). Never on forgetting (the
--- question, or its confirmation, which deletes them) nor unlinking (they stay with the person who
--- asked, off this number). The person: p_user_id (the owner), else whose p_sender is on p_surface.
--- Said to p_sender, the number whose window is open (`sender`, which the claim prefers to the last
--- stored message's while the window is newer): a person with two numbers wrote last from the other
--- one perhaps, whose window is closed. {"released": n}.
-create function public.release_held_follow_ups(p_user_id uuid, p_surface text, p_sender text)
-    returns jsonb language sql set search_path = '' as $$
-    with released as (
-        update public.follow_ups f
-           set status = 'pending', next_attempt_at = clock_timestamp(), window_opened_at = clock_timestamp(),
-               sender = p_sender
-         where f.user_id = coalesce(p_user_id, (select i.user_id from public.identities i
-                                                 where i.surface = p_surface and i.external_id = p_sender))
-           and f.surface = p_surface and f.status = 'held'
-        returning f.id
-    )
-    select jsonb_build_object('released', count(*)) from released;
+-- A WhatsApp message of the person's that is no message of the thread (a chat command, a notice:
+-- an empty message, a place without coordinates; words past the day's budget). Nothing of it is
+-- stored, yet for WhatsApp it is a message like any other: it opens the 24-hour window for the
+-- number that wrote it. Kept on the person's conversation there (conversations.sql's
+-- `unstored_message_at`, `unstored_message_from`), which claim_due_follow_ups reads beside their
+-- last stored message: a reminder due inside that window goes free-form, to that number (a person
+-- with two numbers may have written last in the thread from the other, whose window is closed). A
+-- message of the thread is its own record: a turn never calls this. With p_let_go_held (a link, a
+-- code mistyped, a notice, words over budget) their held reminders are let go too: no answer to
+-- such a message is stored, so it cannot say them first as a turn's does (no message for
+-- `said_with`); pending again at once, the follow-up job's next run says them in that window.
+-- Never on forgetting (its question, or its confirmation, which deletes them) nor unlinking (they
+-- stay with the person who asked, off this number). Called after the command is answered: a
+-- forget that deleted the conversation, or an unlink that took the number away, leaves nothing to
+-- record it on. The person: p_user_id (the owner), else whose p_sender is on p_surface.
+-- {"released": n}.
+create function public.wrote_outside_thread(p_user_id uuid, p_surface text, p_sender text, p_let_go_held boolean)
+    returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_user uuid := coalesce(p_user_id, (select i.user_id from public.identities i
+                                          where i.surface = p_surface and i.external_id = p_sender));
+    v_released integer := 0;
+begin
+    update public.conversations c set unstored_message_at = clock_timestamp(), unstored_message_from = p_sender
+     where c.user_id = v_user and c.surface = p_surface;
+    if p_let_go_held then
+        update public.follow_ups f set status = 'pending', next_attempt_at = clock_timestamp()
+         where f.user_id = v_user and f.surface = p_surface and f.status = 'held';
+        get diagnostics v_released = row_count;
+    end if;
+    return jsonb_build_object('released', v_released);
+end;
 $$;
 
 
@@ -413,8 +419,9 @@ $$;
 -- delivering it needs: `identity_user` (whom its chat or number belongs to now: an unlinked one
 -- is no longer the person's), `last_sender` and `last_sender_user` (the chat or number the person
 -- last wrote from on its app, a WhatsApp BSUID or number, and whom that belongs to now: said
--- there, whichever id they wrote with) and, for a WhatsApp one, `last_whatsapp_at` (the person's
--- last WhatsApp message, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
+-- there, whichever id they wrote with: a message of the thread, or a later one it does not keep,
+-- wrote_outside_thread's) and, for a WhatsApp one, `last_whatsapp_at` (the person's last WhatsApp
+-- message, stored or not, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
 -- had begun to send (tried) are given up, as they may have gone out; the ones it never reached
 -- are due again. The same call retried
 -- after its first try committed (its answer lost with the connection) answers what p_claim
@@ -458,19 +465,16 @@ begin
                'language', (select g.language from public.person_languages g where g.user_id = t.user_id),
                'identity_user', (select i.user_id from public.identities i
                                   where i.surface = t.surface and i.external_id = t.sender),
-               -- a window opened since their last stored message (release_held_follow_ups): its number
-               'last_sender', case when t.window_opened_at > l.created_at then t.sender else l.sender end,
+               'last_sender', w.sender,
                'last_sender_user', (select i.user_id from public.identities i
-                                     where i.surface = t.surface and i.external_id =
-                                           case when t.window_opened_at > l.created_at then t.sender
-                                                else l.sender end),
+                                     where i.surface = t.surface and i.external_id = w.sender),
                -- only where it is read: looked for on another app's, it read every message of a
                -- person who never wrote on WhatsApp
                'last_whatsapp_at', case when t.surface = 'whatsapp' then
                                        greatest((select max(m.created_at) from public.messages m
                                                   where m.user_id = t.user_id and m.surface = 'whatsapp'
                                                     and m.role = 'user'),
-                                                t.window_opened_at)
+                                                u.unstored_message_at)
                                    end)
              order by t.next_attempt_at, t.id), '[]'::jsonb)
       into v_claimed
@@ -481,6 +485,10 @@ begin
                             and m.sender is not null
                           order by m.created_at desc, m.id desc
                           limit 1) l on true
+      -- a message since that the thread does not keep (wrote_outside_thread): its number
+      left join public.conversations u on u.user_id = t.user_id and u.surface = t.surface and u.surface <> 'web'
+      cross join lateral (select case when u.unstored_message_at > coalesce(l.created_at, '-infinity')
+                                      then u.unstored_message_from else l.sender end as sender) w
      where t.status = 'sending' and t.claim = p_claim;
     return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', p_claim);
 end;
@@ -523,7 +531,8 @@ $$;
 -- out, the part the retry starts from, never an earlier one, and p_said_as what they were cut
 -- from, kept from the first parts on), 'held' or 'given_up' (stored in its
 -- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
--- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since,
+-- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since (a
+-- message of the thread, or one it does not keep: wrote_outside_thread),
 -- the window is open again, and it is pending again at once, its attempt not counted (held, only
 -- their next message after this one would say it, days later perhaps). Only while it is
 -- still p_claim's (`sending`): {"done": boolean, "message_id"}. The same call retried after it
@@ -575,10 +584,13 @@ begin
            set status = 'given_up', message_id = v_message, claimed_until = null,
                unsent_from = greatest(p_unsent_from, f.unsent_from)
          where f.id = p_id;
-    elsif p_outcome = 'held' and exists (
+    elsif p_outcome = 'held' and (exists (
               select from public.messages m
                where m.user_id = v_follow_up.user_id and m.surface = 'whatsapp' and m.role = 'user'
-                 and m.created_at > coalesce(p_seen_at, '-infinity')) then
+                 and m.created_at > coalesce(p_seen_at, '-infinity')) or exists (
+              select from public.conversations c
+               where c.user_id = v_follow_up.user_id and c.surface = 'whatsapp'
+                 and c.unstored_message_at > coalesce(p_seen_at, '-infinity'))) then
         update public.follow_ups f
            set status = 'pending', next_attempt_at = clock_timestamp(), attempts = f.attempts - 1,
                claimed_until = null

@@ -396,6 +396,12 @@ begin
           from gone g, public.messages m
          where v.user_id = g.user_id and v.at > clock_timestamp() - interval '1 day'
            and m.id = v.message_id and m.surface = g.surface and m.sender = g.external_id
+    ), windows as (
+        -- When it last wrote outside the thread (follow_ups.sql's wrote_outside_thread) leaves too:
+        -- no reminder of the person's is said to a number no longer theirs as if it had written.
+        update public.conversations c set unstored_message_at = null, unstored_message_from = null
+          from gone g
+         where c.user_id = g.user_id and c.surface = g.surface and c.unstored_message_from = g.external_id
     )
     -- The follow-ups asked from an unlinked chat or number stay with its person, and reach it
     -- only if linked again before they are due (follow_ups.sql): its answer says how many.

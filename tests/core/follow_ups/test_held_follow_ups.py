@@ -2,7 +2,7 @@
 Postgres. A WhatsApp message takes the held follow-ups an earlier message of its person took and no
 answer said (turn_follow_ups): it locks that message's row, skipping one another session holds, so
 it waits on no lock of anyone's and touches no answered message (sessions in threads, a third one
-ordering them). One the job would hold after the person wrote is not held."""
+ordering them). One the job would hold after the person wrote (in the thread or not) is not held."""
 
 from __future__ import annotations
 
@@ -243,6 +243,47 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
 
     assert say_follow_up(free_form, None)(number, again, now + timedelta(minutes=1))[1] == "sent"
     assert said == [(f"whatsapp:{number}", "Call mum.", 0)]
+
+
+def test_a_follow_up_the_job_would_hold_after_a_message_outside_the_thread_is_pending_again(
+    own_database: str,
+) -> None:
+    """Two people whose last WhatsApp message is two days old each have a reminder due; the job's
+    claim sees both windows closed. Before it records them held, the second sends a message the
+    thread does not keep (wrote_outside_thread): their window is open again, so theirs is pending at
+    once, not held until a message after this one. The first's stays held."""
+    with psycopg.connect(own_database, autocommit=True) as db:
+        people = {"+34611000601": uuid.uuid4(), "+34611000602": uuid.uuid4()}
+        for number, person in people.items():
+            db.execute(
+                "with chat as (insert into conversations (user_id, surface) values (%(person)s, 'whatsapp')"
+                "              returning id),"
+                " said as (insert into messages (conversation_id, user_id, surface, role, content, sender, created_at)"
+                "          select id, %(person)s, 'whatsapp', 'user', 'remind me', %(number)s,"
+                "                 now() - interval '2 days' from chat)"
+                " insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at, next_attempt_at)"
+                " select %(person)s, id, 'whatsapp', %(number)s, 'Stretch.', now(), now() from chat",
+                {"person": person, "number": number},
+            )
+            db.execute(
+                "insert into identities (surface, external_id, user_id) values ('whatsapp', %s, %s)", (number, person)
+            )
+        claim = uuid.uuid4()
+        [(claimed,)] = db.execute(
+            "select public.claim_due_follow_ups(now() + interval '1 minute', 50, 360, %s)", (claim,)
+        ).fetchall()
+        assert len(claimed["claimed"]) == 2
+        db.execute("select public.wrote_outside_thread(null, 'whatsapp', '+34611000602', false)")
+        for row in claimed["claimed"]:
+            [(finished,)] = db.execute(
+                "select public.finish_follow_up(%s, %s, 'held', now(), null, %s, null)",
+                (row["id"], claim, row["last_whatsapp_at"]),
+            ).fetchall()
+            assert finished == {"done": True, "message_id": None}
+        assert rows(own_database, "select sender, status from follow_ups order by sender") == [
+            ("+34611000601", "held"),
+            ("+34611000602", "pending"),
+        ]
 
 
 def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_them(
