@@ -31,6 +31,7 @@ from core.surfaces.twilio_form import Converse
 from core.surfaces.whatsapp import WHATSAPP_LIMIT, WhatsAppForm, classify
 from functions import runtime
 from functions.digest import memory_digest
+from functions.tools.cli import main
 from functions.tools.deploy import read_description
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
@@ -1927,4 +1928,37 @@ def test_the_owners_message_the_thread_does_not_keep_opens_their_window(
     assert rows(job_database, "select user_id, content, status from follow_ups order by id") == [
         (owner, WATER, "sent"),
         (owner, BANK, "pending"),
+    ]
+
+
+def test_a_number_the_operator_links_brings_the_window_it_opened(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """A web account's number asked two days ago for a reminder due in 5 hours. A second number,
+    a person of its own whose last stored message is as old, sends an empty message now; then the
+    operator links it to the account (`crossmem link`), which merges its conversation into the
+    account's: the window that message opened comes with it, and the reminder goes free-form there."""
+    apps = three_apps(environment, fake_anthropic)
+    person, asked_on, other = uuid.uuid4(), f"whatsapp:{apps.number}", "whatsapp:+34611000504"
+    assert outside_the_thread(apps, "link", asked_on, person)[0].startswith("Linked to the web account ")
+    ten = asked_two_days_ago(job_database, clock, fake_anthropic, asked_on)
+    fake_anthropic.answer = lambda body: "Hello!"
+    hello = form("hello", sender=other)
+    assert messages_of(apps.whatsapp.post("/", data=hello, headers=signed(hello)).text) == ["Hello!"]
+    execute(job_database, "update messages set created_at = %s", ten - timedelta(days=2))
+    outside_the_thread(apps, "empty", other)
+    identity = ["--surface", "whatsapp", "--external-id", other.removeprefix("whatsapp:")]
+    assert main(["link", "--user", str(person), *identity, "--yes"]) == 0
+    clock.at = ten + timedelta(hours=5, seconds=30)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["To"], m.get("Body")) for m in fake_twilio.messages] == [(other, WATER)]
+    assert rows(job_database, "select user_id, content, status from follow_ups order by id") == [
+        (person, WATER, "sent"),
+        (person, BANK, "pending"),
     ]

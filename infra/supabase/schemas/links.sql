@@ -157,6 +157,13 @@ begin
                                                          where f.id = v_from.id)),
                    counted = null, counted_at = null, counted_id = null  -- counted whole again (context.sql)
              where c.id = v_into;
+            -- The later of the two messages outside the thread: the window it opened stays open
+            -- (follow_ups.sql's wrote_outside_thread).
+            update public.conversations c
+               set unstored_message_at = f.unstored_message_at, unstored_message_from = f.unstored_message_from
+              from public.conversations f
+             where c.id = v_into and f.id = v_from.id
+               and f.unstored_message_at > coalesce(c.unstored_message_at, '-infinity');
             delete from public.conversations c where c.id = v_from.id;
         end if;
         v_moved := v_moved + v_count;
