@@ -8,7 +8,12 @@ take one) and says each where it was asked, through its surface's adapter (core/
 - WhatsApp: Twilio's Messages API. Free-form inside WhatsApp's 24-hour window (the person's last
   WhatsApp message); outside it, the approved template TWILIO_FOLLOW_UP_CONTENT_SID with the
   text as its variable, or, without one, held: begin_turn says it first on their next message.
-- The web: nothing to push; it appears in their conversation as the agent's message.
+- The web: nothing to push. Asked there, it goes to the app the person last wrote from (a chat
+  or number linked to them); with none, it appears in their web conversation as the agent's message.
+
+Refused for good with nothing of it out (a blocked bot, a refused number, no chat or number of
+theirs there any more), it moves once to another app of the person's before it is given up
+(core/follow_ups/moves.py).
 
 The registry names every surface (core/surfaces/`registry`): a follow-up on a surface without
 an adapter cannot be recorded as sent, since there is no such delivery to build.
@@ -19,8 +24,8 @@ asked from, if that still is: linked to them (`auto`), or in the owner's allow-l
 When neither is (unlinked since, passed to someone else, dropped from the allow-list), it reaches
 nobody: given up and logged, never stored in the thread nor counted as sent.
 
-Sent, it is stored in the thread as the agent's message (`finish_follow_up`), so every app's
-memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
+Sent, it is stored in the thread as the agent's message (`finish_follow_up`), in the conversation
+of the app it was said on, so every app's memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
 backoff (1, 2, 4 ... minutes, MAX_ATTEMPTS in all); one that cannot (a blocked bot, an unknown
 chat, a refused number) is given up and logged. Said more than a few minutes after its time,
 what reaches the person ends with when it was due (core/follow_ups/lateness.py); the thread
@@ -56,6 +61,7 @@ from zoneinfo import ZoneInfo
 
 from core.errors import StoreUnavailable
 from core.follow_ups.lateness import said_late
+from core.follow_ups.moves import FollowUpMoves
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Sent, Surface
@@ -118,6 +124,7 @@ class FollowUpDelivery:
         self._batch = batch
         self._clock = clock
         self._catalogue = catalogue or Catalogue()
+        self._moves = FollowUpMoves(store, identity)
 
     def run(self, time_budget_s: float) -> FollowUpRun:
         """Deliver the due follow-ups in batches while the time budget lasts."""
@@ -184,15 +191,15 @@ class FollowUpDelivery:
         )
 
     def _deliver(self, row: dict[str, Any], claim: str, now: datetime, done: FollowUpRun) -> None:
+        # Asked on the web, said on the app the person last wrote from; refused for good there, on
+        # another of theirs, once (core/follow_ups/moves.py).
+        row = self._moves.placed(row, claim)
+        sent, outcome, to = self._say(row, now)
+        if (moved := self._moves.moved_on(row, claim, sent)) is not None:
+            row = moved
+            sent, outcome, to = self._say(row, now)
         surface = Surface(row["surface"])
-        # A secondary surface's follow-up goes to a chat or number that still reaches the person;
-        # the web's is said in their thread.
-        to = self._reachable(surface, row) if surface.is_secondary else None
         said, numbered = self._as_said(row, now), rules(surface).carried_as_sms
-        if surface.is_secondary and to is None:
-            outcome, sent = "given_up", Sent(Delivery.GIVEN_UP, 0)
-        else:
-            sent, outcome = self._surfaces[surface].say_follow_up(to, said, now)
         delivery = sent.delivery
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
@@ -244,6 +251,17 @@ class FollowUpDelivery:
         else:
             done.given_up += 1
             log.error("follow-up", extra=extra)
+
+    def _say(self, row: dict[str, Any], now: datetime) -> tuple[Sent, str, str | None]:
+        """Said on its surface: a secondary surface's to a chat or number that still reaches the
+        person (given up when none does), the web's in their thread. What became of it, the
+        outcome, and to whom."""
+        surface = Surface(row["surface"])
+        to = self._reachable(surface, row) if surface.is_secondary else None
+        if surface.is_secondary and to is None:
+            return Sent(Delivery.GIVEN_UP, 0), "given_up", None
+        sent, outcome = self._surfaces[surface].say_follow_up(to, self._as_said(row, now), now)
+        return sent, outcome, to
 
     def _as_said(self, row: dict[str, Any], now: datetime) -> dict[str, Any]:
         """The row with its text as the person reads it: said late, it says when it was due

@@ -41,6 +41,8 @@ SQL_FUNCTIONS = frozenset(
         "finish_follow_up",
         "release_follow_ups",
         "try_follow_up",
+        "follow_up_elsewhere",
+        "move_follow_up",
         "end_attempt",
         "send_follow_ups_later",
         "wrote_outside_thread",

@@ -1156,6 +1156,159 @@ def test_unlinking_keeps_a_follow_up_with_the_person_who_asked_and_off_the_unlin
     )
 
 
+def said_in(database_url: str, content: str) -> list[tuple[Any, ...]]:
+    """Where a text is stored: its conversation's surface and person, once a row per message."""
+    return rows(
+        database_url,
+        "select c.surface, c.user_id, m.role from messages m join conversations c on c.id = m.conversation_id"
+        " where m.content = %s order by m.id",
+        content,
+    )
+
+
+def on_whatsapp(apps: Apps, text: str, number: str | None = None) -> None:
+    fields = form(text, sender=f"whatsapp:{number or apps.number}")
+    assert apps.whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+
+
+def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_last_wrote_from(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """ "In 30 minutes tell me to stretch", typed in the web chat by a person whose account is
+    linked to their Telegram: the web pushes nothing, so it went only into that web conversation,
+    and a person who had closed the tab never saw it. It reaches their Telegram, stored once, in
+    the Telegram conversation it was said in (the web shows that one too). Someone else's chat
+    written from later is never theirs (follow_up_apps reads the person's conversations only)."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    telegram_turn("hello from my phone", apps.chat)
+    telegram_turn("hello, I am someone else", apps.chat + 1)
+    fake_anthropic.answer = remind("Stand up and stretch.", in_minutes=30)
+    asked = apps.web.post("/", json={"message": "in 30 minutes tell me to stretch"}, headers=bearer(person))
+    assert asked.status_code == 200
+    before = len(fake_telegram.sent())
+    clock.at += timedelta(minutes=31)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[before:]] == [(apps.chat, "Stand up and stretch.")]
+    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("telegram", str(apps.chat), "web", "sent")
+    ]
+    assert said_in(job_database, "Stand up and stretch.") == [("telegram", person, "assistant")]
+    assert run_job()["follow_ups_sent"] == 0
+
+
+@pytest.mark.parametrize("refusal", ["blocked_by_user", "user_is_blocked_as_400", "chat_not_found"])
+def test_a_reminder_whose_telegram_bot_is_blocked_goes_to_the_persons_whatsapp(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_twilio: FakeTwilio,
+    caplog: pytest.LogCaptureFixture,
+    refusal: str,
+) -> None:
+    """A reminder asked on Telegram by a person who has since blocked the bot (the Bot API's 403
+    "Forbidden: bot was blocked by the user", as Telegram answers it: tests/corpus), or whose chat
+    Telegram no longer finds: it was given up, though they write on WhatsApp every day. It moves
+    once, to the WhatsApp number they last wrote from (inside its 24-hour window, free-form), and is
+    stored once, in their WhatsApp conversation. Someone else's number written from later is never
+    theirs."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    on_whatsapp(apps, f"link {new_code(apps, person)['code']}")
+    on_whatsapp(apps, "on my way")
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=5)
+    telegram_turn("remind me in 5 minutes to take the pills", apps.chat)
+    fake_anthropic.answer = lambda body: "Hello."
+    on_whatsapp(apps, "hello, I am someone else", number="+34609990001")
+    fake_telegram.fail_with(refusal)
+    caplog.set_level(logging.INFO, logger="crossmem.follow_ups")
+    clock.at += timedelta(minutes=6)
+
+    job = run_job()
+
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (1, 0)
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(f"whatsapp:{apps.number}", "Take the pills.")]
+    assert rows(job_database, "select surface, sender, moved_from, status, attempts from follow_ups") == [
+        ("whatsapp", apps.number, "telegram", "sent", 1)
+    ]
+    assert said_in(job_database, "Take the pills.") == [("whatsapp", person, "assistant")]
+    [moved] = [vars(r) for r in caplog.records if r.getMessage() == "follow-up moved"]
+    assert (moved["from"], moved["to"]) == ("telegram", "whatsapp")
+
+
+def test_a_reminder_moved_after_a_refusal_moves_no_further(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Moved from a blocked Telegram to WhatsApp, where Twilio fails for a while and then refuses
+    the number for good: given up there, never moved on again (back to the blocked bot, or round
+    and round the person's apps), and stored nowhere."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    on_whatsapp(apps, f"link {new_code(apps, person)['code']}")
+    on_whatsapp(apps, "on my way")
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=5)
+    telegram_turn("remind me in 5 minutes to take the pills", apps.chat)
+    fake_telegram.fail_with("blocked_by_user")
+    fake_twilio.fail_with(503, 20500)
+    clock.at += timedelta(minutes=6)
+    assert run_job()["follow_ups_retried"] == 1
+    assert rows(job_database, "select surface, moved_from, status from follow_ups") == [
+        ("whatsapp", "telegram", "pending")
+    ]
+    fake_twilio.fail_with(400, 63024)  # WhatsApp's "invalid message recipient"
+    fake_telegram.recover()
+    telegram_calls = len(fake_telegram.calls)
+    clock.at += timedelta(minutes=2)
+
+    assert run_job()["follow_ups_given_up"] == 1
+
+    assert len(fake_telegram.calls) == telegram_calls
+    assert rows(job_database, "select surface, status, message_id from follow_ups") == [("whatsapp", "given_up", None)]
+    assert said_in(job_database, "Take the pills.") == []
+
+
+def test_a_reminder_refused_for_good_by_a_person_with_no_other_app_is_given_up(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """A web account linked to Telegram alone, the bot blocked: nowhere else to push it, so it is
+    given up as before, never stored in the thread as if it had been said (the web pushes nothing)."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    assert apps.web.post("/", json={"message": "hello"}, headers=bearer(person)).status_code == 200
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=5)
+    telegram_turn("remind me in 5 minutes to take the pills", apps.chat)
+    fake_telegram.fail_with("blocked_by_user")
+    clock.at += timedelta(minutes=6)
+
+    assert run_job()["follow_ups_given_up"] == 1
+
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select surface, moved_from, status from follow_ups") == [("telegram", None, "given_up")]
+    assert said_in(job_database, "Take the pills.") == []
+
+
 def test_under_the_owner_policy_a_strangers_remind_me_is_refused_and_schedules_nothing(
     environment: pytest.MonkeyPatch,
     job_database: str,

@@ -29,6 +29,10 @@ create table public.follow_ups (
     surface public.surface not null,
     -- The chat id or WhatsApp address to say it to (null on the web).
     sender text,
+    -- The app it was going to before it moved (move_follow_up, core/follow_ups/moves.py): 'web' for
+    -- one asked there and said on the app the person last wrote from; the app that refused it for
+    -- good for one moved on from there, which moves no further. Null: said where it was asked.
+    moved_from public.surface,
     -- The user message it was asked in, and its place among that turn's follow-ups: a retried
     -- finish_turn_follow_ups schedules nothing twice.
     asked_in bigint,
@@ -491,6 +495,71 @@ begin
                                       then u.unstored_message_from else l.sender end as sender) w
      where t.status = 'sending' and t.claim = p_claim;
     return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', p_claim);
+end;
+$$;
+
+
+-- The person's apps a follow-up can be pushed on (a chat's conversation of theirs with a message of
+-- theirs in it), but p_except's: in each, the chat or number they last wrote from there, whom that
+-- belongs to now (`sender_user`: an unlinked one is no longer theirs) and when they wrote; the
+-- app they last wrote from first. One conversation a person on each (conversations.sql), so one
+-- of each app. For where a follow-up asked on the web goes, and where one goes when its app
+-- refuses it for good (core/follow_ups/moves.py); on the web, begin_turn's too (turn_follow_ups).
+create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
+    returns json language sql stable set search_path = '' as $$
+    select coalesce(json_agg(json_build_object(
+               'surface', a.surface, 'sender', a.sender, 'last_at', a.created_at,
+               'sender_user', (select i.user_id from public.identities i
+                                where i.surface = a.surface and i.external_id = a.sender))
+             order by a.created_at desc, a.surface), '[]'::json)
+      from (select distinct on (c.surface) c.surface, l.sender, l.created_at
+              from public.conversations c
+              cross join lateral (select m.sender, m.created_at
+                                    from public.messages m
+                                   where m.conversation_id = c.id and m.role = 'user' and m.sender is not null
+                                   order by m.created_at desc, m.id desc
+                                   limit 1) l
+             where c.user_id = p_user_id and c.surface <> 'web' and c.surface <> p_except
+             order by c.surface, l.created_at desc) a;
+$$;
+
+-- follow_up_apps for a follow-up its run holds (p_claim): the person's apps but the one it is on.
+-- {"apps": [...]}, empty when it is no longer that run's, or has moved on after a refusal already.
+create function public.follow_up_elsewhere(p_id bigint, p_claim uuid) returns jsonb
+    language sql stable set search_path = '' as $$
+    select jsonb_build_object('apps', coalesce((select crossmem_private.follow_up_apps(f.user_id, f.surface)::jsonb
+                                                  from public.follow_ups f
+                                                 where f.id = p_id and f.claim = p_claim and f.status = 'sending'
+                                                   and (f.moved_from is null or f.moved_from = 'web')),
+                                                '[]'::jsonb));
+$$;
+
+-- A follow-up its run holds (p_claim), moved to another app of its person's (p_surface), to say
+-- to p_sender there: its conversation becomes the person's one on that app, where it is stored
+-- once said, and it is tried, held, templated or given up there as any follow-up of that app is
+-- (`moved_from` keeps the app it leaves). Only one of which nothing went out (a move says it whole),
+-- and once after a refusal: one that moved on from a refusing app moves no further.
+-- Both conversations are locked first, as finish_follow_up, forgetting and linking lock them
+-- before a follow-up. {"moved": boolean}: false when it is no longer p_claim's or the person has
+-- no conversation there any more (forgotten meanwhile).
+create function public.move_follow_up(p_id bigint, p_claim uuid, p_surface text, p_sender text) returns jsonb
+    language plpgsql set search_path = '' as $$
+declare
+    v_follow_up public.follow_ups;
+    v_to uuid;
+begin
+    select * into v_follow_up from public.follow_ups f where f.id = p_id and f.claim = p_claim;
+    v_to := (select c.id from public.conversations c where c.user_id = v_follow_up.user_id and c.surface = p_surface);
+    perform from public.conversations c
+     where c.id in (v_follow_up.conversation_id, v_to)
+     order by c.id
+       for key share;
+    update public.follow_ups f
+       set surface = p_surface, sender = p_sender, conversation_id = v_to, moved_from = f.surface,
+           unsent_from = null, said_as = null, window_opened_at = null
+     where f.id = p_id and f.claim = p_claim and f.status = 'sending' and v_to is not null
+       and coalesce(f.unsent_from, 0) = 0 and (f.moved_from is null or f.moved_from = 'web');
+    return jsonb_build_object('moved', found);
 end;
 $$;
 
