@@ -236,6 +236,28 @@ class FollowUp:
 
 
 @dataclass(frozen=True)
+class PushApp:
+    """An app of the person's a follow-up asked on the web would be pushed on (follow_ups.sql's
+    follow_up_apps): the chat or number they last wrote from there, and whose it is now (None:
+    nobody's, as the owner policy's are)."""
+
+    surface: Surface
+    sender: str
+    owner: UUID | None
+    last_at: datetime  # their last message there (WhatsApp's 24-hour window runs from it)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> PushApp:
+        owner = row.get("sender_user")
+        return cls(
+            Surface(row["surface"]),
+            str(row["sender"]),
+            UUID(owner) if owner else None,
+            datetime.fromisoformat(str(row["last_at"])),
+        )
+
+
+@dataclass(frozen=True)
 class TurnStart:
     """What `begin_turn` returns. `degraded` means the store failed: nothing was stored."""
 
@@ -260,6 +282,8 @@ class TurnStart:
     timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
     # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.
     delivered_first: list[SaidFirst] = field(default_factory=list)
+    # On the web: the person's apps a follow-up asked there would be pushed on, the last written from first.
+    push_apps: list[PushApp] = field(default_factory=list)
     # What this message quotes, when it is a reply (its stored content begins with it).
     quoted: str | None = None
     # The tokens this attempt reserved of the person's day (TOKENS_PER_DAY), which its end settles.

@@ -279,6 +279,7 @@ def capabilities(config: Settings) -> tuple[Capability, ...]:
                     max_chars=config.max_message_chars,
                     # the turn's surface only, built when a follow-up is scheduled there
                     said_within=lambda surface: surfaces()[surface].said_within,
+                    reaches=lambda surface, sender, owner, person: identity().reaches(surface, sender, owner, person),
                 )
             ),
             MemorySearch(search),

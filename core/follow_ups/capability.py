@@ -24,7 +24,8 @@ from zoneinfo import ZoneInfo
 
 from core.follow_ups.wall_clock import InvalidTime, resolve_when, shown, zone_named
 from core.model.llm import ToolCall
-from core.models import FollowUp, Surface
+from core.models import FollowUp, PushApp, Surface
+from core.surfaces import rules as surface_rules
 from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ TOOLS: tuple[dict[str, Any], ...] = (
         "name": SCHEDULE,
         "description": (
             "Schedule a follow-up: a message you will send the person on your own at a later time, said once, "
-            "on the app they are using now (a reminder, a check-in). Give either in_minutes, or day "
+            "on the app they are using now, or, asked on the web, on the app they last wrote from (the result "
+            "says which) (a reminder, a check-in). Give either in_minutes, or day "
             "and time as the person said them; they are read in the person's timezone. content is "
             "exactly what you will say then, addressed to the person. Only when the person asks."
         ),
@@ -95,9 +97,10 @@ and cancel the pending ones; set_timezone records where they live when they tell
 - Each follow-up is said once: nothing repeats it. For something that repeats ("every Monday"), \
 schedule the next one, or the next few if they want, say when the last one is, and never say you \
 will keep reminding them on your own.
-- On the web nothing is pushed: a follow-up asked there appears in that web conversation, for them \
-to see when they open it. Say so there, and for anything that matters suggest asking on one of \
-their other apps, or a reminder on their phone.
+- The web pushes nothing: a follow-up asked there is pushed to the app linked to their account \
+that they last wrote from (Telegram, WhatsApp or SMS), and schedule_follow_up's result names it. \
+When they have none, its result says so: it then appears only in that web conversation, for them \
+to see when they open it.
 """
 
 # How late after its due time the scheduled job (every minute) may say a follow-up, with room.
@@ -126,6 +129,24 @@ AFTER_MIDNIGHT = (
     " so that they can say if they meant today."
 )
 
+# Asked on the web: pushed on the person's app they last wrote from (core/follow_ups/moves.py), or,
+# with none, said in the web conversation only; and past that app's window after their last
+# message there, it waits (WhatsApp's, as WAITS).
+PUSHED = (
+    " It will be pushed to them on {app}, the app linked to their account they last wrote from (on another of"
+    " theirs if they write from that one last before it is due)."
+)
+NOT_PUSHED = (
+    " They have no app linked to this account that it can be pushed to: it will only appear in this web"
+    " conversation, with no notification. Tell them so, and for anything that matters suggest asking on one of"
+    " their other apps, or a reminder on their phone."
+)
+WAITS_THERE = (
+    " {app} lets it reach them only within {hours} hours of their last message there: unless they write there"
+    " again before it is due, it comes with their next message there, not at that time. Tell them so, and"
+    " for anything that matters suggest a reminder on their phone too."
+)
+
 # A pending one the job held (WhatsApp outside its window without a template), as the list says it.
 HELD = ", its time passed: said with their next WhatsApp message"
 
@@ -143,6 +164,9 @@ class FollowUpRules:
     # How long after the person's last message a surface can still say a follow-up (its adapter's
     # `said_within`: WhatsApp's 24-hour window without an approved template); None: any time.
     said_within: Callable[[Surface], timedelta | None] = lambda surface: None
+    # Whether a chat or number (surface, sender, whose it is now) still reaches a person: the
+    # identity policy's `reaches`, as the job that pushes a web-asked follow-up asks it.
+    reaches: Callable[[Surface, str, UUID | None, UUID], bool] = lambda surface, sender, owner, person: owner == person
 
 
 @dataclass
@@ -157,6 +181,9 @@ class TurnTools:
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
     surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
+    # A surface that pushes nothing (the web): the person's app a follow-up is pushed on instead,
+    # None when they have none (said in the conversation only). Unused on the others.
+    pushed_on: PushApp | None = None
     # The zone is CONTEXT_TIMEZONE's, not one the person gave (set_timezone, a web client's)
     assumed: bool = False
     # the calls the person must be told of (WAITS, ASSUMED, AFTER_MIDNIGHT)
@@ -223,6 +250,12 @@ class TurnTools:
             in_minutes=minutes if minutes is not None else None,
         )
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
+        if self.surface is not None and not self.surface.is_secondary:
+            if self.pushed_on is None:
+                said += NOT_PUSHED
+                self.told.add(call_id)
+            else:
+                said += PUSHED.format(app=surface_rules(self.pushed_on.surface).label)
         if waits := self._waits(due):
             said += waits
             self.told.add(call_id)
@@ -244,27 +277,38 @@ class TurnTools:
         return AFTER_MIDNIGHT.format(now=local, due=due.astimezone(self.zone))
 
     def _waits(self, due: datetime) -> str:
-        """WAITS, for a follow-up due past the window in which the turn's surface can say it; else ''."""
-        window = self.rules.said_within(self.surface) if self.surface is not None else None
+        """WAITS, for a follow-up due past the window in which the turn's surface can say it (the
+        web's: WAITS_THERE, the app it is pushed on, from their last message there); else ''."""
+        on: Surface | None = self.surface
+        said, since = WAITS, self.now
+        if self.pushed_on is not None:
+            said, on, since = WAITS_THERE, self.pushed_on.surface, self.pushed_on.last_at
+        window = self.rules.said_within(on) if on is not None else None
         # Due near the window's end is past it too: the job says it only while `now - last` is under
         # the window (core/surfaces/whatsapp.py), in its first run at or after the due time.
-        if window is None or due - self.now < window - JOB_LAG:
+        if window is None or on is None or due - since < window - JOB_LAG:
             return ""
-        return WAITS.format(hours=round(window.total_seconds() / 3600))
+        return said.format(hours=round(window.total_seconds() / 3600), app=surface_rules(on).label)
 
     def _list(self) -> str:
         pending = [f for f in self.pending if f.id not in self.cancelled]
-        # Each is said on the app it was asked on; a held one (WhatsApp's window closed) waits.
+        # Each is said on the app it was asked on, one asked on the web on the app it is pushed on;
+        # a held one (WhatsApp's window closed) waits.
         lines = [
-            f"#{f.id} {shown(f.due_at, self.zone)}, on {f.surface.value}{HELD * (f.status == 'held')}: {f.content}"
+            f"#{f.id} {shown(f.due_at, self.zone)}, on {self._on(f.surface).value}{HELD * (f.status == 'held')}: "
+            f"{f.content}"
             for f in pending
         ]
-        where = f", on {self.surface.value}" if self.surface is not None else ""
+        where = f", on {self._on(self.surface).value}" if self.surface is not None else ""
         lines += [
             f"(new) {shown(datetime.fromisoformat(s['due_at']), self.zone)}{where}: {s['content']}"
             for s in self.scheduled
         ]
         return "\n".join(lines) if lines else "No pending follow-ups."
+
+    def _on(self, surface: Surface) -> Surface:
+        """The app a follow-up asked on `surface` comes on: the one it is pushed on, from the web."""
+        return self.pushed_on.surface if self.pushed_on is not None and not surface.is_secondary else surface
 
     def _cancel(self, arguments: dict[str, Any]) -> str:
         wanted = arguments.get("id")
@@ -325,10 +369,12 @@ def turn_tools(
     client_zone: str | None,
     surface: Surface | None = None,
     assumed: bool = False,
+    pushed_on: PushApp | None = None,
 ) -> TurnTools:
     """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set.
-    `assumed`: `zone` is CONTEXT_TIMEZONE's, the person having none (a web client's is theirs)."""
-    tools = TurnTools(rules, pending, zone, now, surface=surface, assumed=assumed)
+    `assumed`: `zone` is CONTEXT_TIMEZONE's, the person having none (a web client's is theirs).
+    `pushed_on`: on the web, the person's app its follow-ups are pushed on."""
+    tools = TurnTools(rules, pending, zone, now, surface=surface, assumed=assumed, pushed_on=pushed_on)
     if (sent := zone_named(client_zone)) is not None:
         tools.assumed = False
         if str(sent) != str(zone):
@@ -352,8 +398,11 @@ class FollowUps:
 
     def toolset(self, turn: TurnState) -> TurnTools | None:
         assumed = zone_named(turn.start.timezone) is None  # the turn's zone is CONTEXT_TIMEZONE's
+        # begin_turn brings the person's apps on the web only; the first that still reaches them
+        reaching = (a for a in turn.start.push_apps if self.rules.reaches(a.surface, a.sender, a.owner, turn.user_id))
+        pushed_on = next(reaching, None)
         tools = turn_tools(
-            self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed
+            self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed, pushed_on
         )
         if self.rules.max_pending > 0:
             return tools

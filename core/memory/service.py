@@ -35,6 +35,7 @@ from core.models import (
     MemoryHit,
     Person,
     PlatformMessage,
+    PushApp,
     SaidFirst,
     Sent,
     StoredMessage,
@@ -150,6 +151,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
             )
             for item in row.get("delivered_first") or []
         ],
+        push_apps=[PushApp.from_row(item) for item in row.get("follow_up_apps") or []],
         quoted=row.get("quoted"),
         reserved_tokens=int(row.get("reserved") or 0),
         reply_id=int(reply["id"]) if reply else int(row["reply_id"]) if row.get("reply_id") is not None else None,

@@ -387,7 +387,15 @@ def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_
     with demo_page(dev_server) as page:
         page.evaluate("window.sameDocument = true")
         answer = send_on_the_web(page, "remind me in 1 minute to stretch")
-        assert answer == "(Offline stand-in model.) I will remind you in 1 minute."
+        # asked again with the tool's result: this web account has no app it could be pushed on
+        assert answer.startswith(
+            "(Offline stand-in model.) I will remind you in 1 minute.\n\n(Offline stand-in model.) Scheduled for "
+        )
+        assert answer.endswith(
+            " They have no app linked to this account that it can be pushed to: it will only appear in this web"
+            " conversation, with no notification. Tell them so, and for anything that matters suggest asking on one"
+            " of their other apps, or a reminder on their phone."
+        )
         assert run_scheduled_job() == 0  # not due yet
 
         # Two minutes later (the server's clock), the scheduled job of `crossmem dev` says it.
@@ -400,7 +408,8 @@ def test_a_follow_up_the_agent_sends_appears_in_the_open_conversation_without_a_
         with page.expect_response(lambda response: response.url.endswith("/messages?limit=50")) as polled:
             page.clock.fast_forward(POLL_MS)  # and the one after it adds nothing more
         polled.value.finished()
-        assert page.evaluate(f"{reminder}.slice(-2)") == [answer, "Reminder: stretch."]
+        # (its two paragraphs, one element each: their textContent joined without the blank line)
+        assert page.evaluate(f"{reminder}.slice(-2)") == [answer.replace("\n\n", ""), "Reminder: stretch."]
         assert page.evaluate("window.sameDocument") is True
 
 

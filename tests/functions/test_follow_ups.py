@@ -1064,7 +1064,13 @@ def test_the_offline_model_schedules_remind_me_in_n_minutes_and_the_cli_lists_it
     web = app_client("web_chat")
     person = uuid.uuid4()
     sent = web.post("/", json={"message": "remind me in 5 minutes to stretch"}, headers=bearer(person))
-    assert sent.get_json()["reply"] == "(Offline stand-in model.) I will remind you in 5 minutes."
+    # asked again with the tool's result, which says where it comes (a web account with no app)
+    assert sent.get_json()["reply"] == (
+        "(Offline stand-in model.) I will remind you in 5 minutes.\n\n(Offline stand-in model.) Scheduled for"
+        " Wed 2 Dec 2026 18:05 (Europe/Madrid). They have no app linked to this account that it can be pushed to:"
+        " it will only appear in this web conversation, with no notification. Tell them so, and for anything that"
+        " matters suggest asking on one of their other apps, or a reminder on their phone."
+    )
     capsys.readouterr()
     assert cli.main(["follow-ups", "--user", str(person)]) == 0
     # 17:05 UTC is 18:05 in Madrid.
@@ -1188,9 +1194,16 @@ def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_l
     telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
     telegram_turn("hello from my phone", apps.chat)
     telegram_turn("hello, I am someone else", apps.chat + 1)
-    fake_anthropic.answer = remind("Stand up and stretch.", in_minutes=30)
-    asked = apps.web.post("/", json={"message": "in 30 minutes tell me to stretch"}, headers=bearer(person))
+    # 18:30 on a clock the person never gave (CONTEXT_TIMEZONE's): the model is asked again with the result
+    fake_anthropic.answer = remind("Stand up and stretch.", day="today", time="18:30")
+    asked = apps.web.post("/", json={"message": "at 18:30 tell me to stretch"}, headers=bearer(person))
     assert asked.status_code == 200
+    [result] = tool_results(fake_anthropic.requests[-1])
+    assert result["content"].startswith(
+        "Scheduled for Wed 2 Dec 2026 18:30 (Europe/Madrid). It will be pushed to them on Telegram, the app linked to"
+        " their account they last wrote from (on another of theirs if they write from that one last before it is"
+        " due). They have not said where they live"
+    )
     before = len(fake_telegram.sent())
     clock.at += timedelta(minutes=31)
 
@@ -1202,6 +1215,88 @@ def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_l
     ]
     assert said_in(job_database, "Stand up and stretch.") == [("telegram", person, "assistant")]
     assert run_job()["follow_ups_sent"] == 0
+
+
+def test_a_reminder_asked_on_the_web_by_a_person_with_no_app_is_said_to_stay_in_that_conversation(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """A web account with no app linked, or whose Telegram chat was unlinked since (its messages
+    stay theirs, the chat does not reach them): the tool's result says it will only appear in the
+    web conversation, the model is asked again to tell them, and that is where the job says it."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    telegram_turn("hello from my phone", apps.chat)
+    assert apps.web.delete("/links/telegram", headers=bearer(person)).get_json() == {
+        "surface": "telegram",
+        "unlinked": 1,
+    }
+    fake_anthropic.answer = remind("Stand up and stretch.", in_minutes=30)
+    asked = len(fake_anthropic.requests)
+    sent = apps.web.post("/", json={"message": "in 30 minutes tell me to stretch"}, headers=bearer(person))
+
+    assert len(fake_anthropic.requests) == asked + 2
+    [result] = tool_results(fake_anthropic.requests[-1])
+    assert result["content"] == (
+        "Scheduled for Wed 2 Dec 2026 18:30 (Europe/Madrid). They have no app linked to this account that it can be"
+        " pushed to: it will only appear in this web conversation, with no notification. Tell them so, and for"
+        " anything that matters suggest asking on one of their other apps, or a reminder on their phone."
+    )
+    before = len(fake_telegram.sent())
+    clock.at += timedelta(minutes=31)
+    assert run_job()["follow_ups_sent"] == 1
+    assert fake_telegram.sent()[before:] == []
+    assert rows(job_database, "select surface, moved_from, status from follow_ups") == [("web", None, "sent")]
+    assert said_in(job_database, "Stand up and stretch.") == [("web", person, "assistant")]
+    assert rows(job_database, "select conversation_id from messages where content = 'Stand up and stretch.'") == [
+        (uuid.UUID(sent.get_json()["conversation_id"]),)
+    ]
+
+
+def test_a_reminder_asked_on_the_web_and_pushed_on_whatsapp_past_its_window_is_held_for_their_next_message(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Pushed on WhatsApp, a web-asked reminder is one of WhatsApp's: the person last wrote there 25
+    hours ago, the window is closed and there is no template, so the schedule's result says it may
+    wait (from their last WhatsApp message, not from this web one), the job holds it, and the answer
+    to their next WhatsApp message says it first, stored once in their WhatsApp conversation."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    on_whatsapp(apps, f"link {new_code(apps, person)['code']}")
+    on_whatsapp(apps, "on my way")
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    fake_anthropic.answer = remind("Call the bank.", in_minutes=60)
+    asked = apps.web.post("/", json={"message": "in an hour tell me to call the bank"}, headers=bearer(person))
+    assert asked.status_code == 200
+    [result] = tool_results(fake_anthropic.requests[-1])
+    assert result["content"] == (
+        "Scheduled for Wed 2 Dec 2026 19:00 (Europe/Madrid). It will be pushed to them on WhatsApp, the app linked to"
+        " their account they last wrote from (on another of theirs if they write from that one last before it is"
+        " due). WhatsApp lets it reach them only within 24 hours of their last message there: unless they write"
+        " there again before it is due, it comes with their next message there, not at that time. Tell them so, and"
+        " for anything that matters suggest a reminder on their phone too."
+    )
+    clock.at += timedelta(minutes=61)
+
+    assert run_job()["follow_ups_held"] == 1
+
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("whatsapp", apps.number, "web", "held")
+    ]
+    fake_anthropic.answer = lambda body: "Good morning!"
+    fields = form("Good morning", sender=f"whatsapp:{apps.number}")
+    answered = apps.whatsapp.post("/", data=fields, headers=signed(fields))
+    assert messages_of(answered.text) == ["Call the bank.", "Good morning!"]
+    assert said_in(job_database, "Call the bank.") == [("whatsapp", person, "assistant")]
 
 
 @pytest.mark.parametrize("refusal", ["blocked_by_user", "user_is_blocked_as_400", "chat_not_found"])

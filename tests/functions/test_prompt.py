@@ -210,13 +210,18 @@ def test_the_prompt_and_the_tool_say_a_follow_up_is_said_once_so_every_monday_is
     ) in DEFAULT_SYSTEM_PROMPT
 
 
-def test_the_prompt_says_a_follow_up_asked_on_the_web_is_not_pushed() -> None:
-    """ "Remind me at 9 to call the bank" in the web chat: the follow-up is only stored in that
-    conversation (core/surfaces/web.py: nothing to push), seen when the page is open. Seen failing:
-    the prompt said it comes "on the app they use" and nothing more, so the agent promised a
-    reminder at 9 that a person who closed the tab never saw."""
+def test_the_prompt_says_a_follow_up_asked_on_the_web_is_pushed_on_their_app_and_the_tool_says_which() -> None:
+    """ "Remind me at 9 to call the bank" in the web chat: the web pushes nothing itself, so it goes
+    to the app linked to their account they last wrote from, and with none it stays in that web
+    conversation (core/follow_ups/moves.py). Seen failing: the prompt said it comes "on the app they
+    use" and nothing more, so the agent promised a reminder at 9 that a person who closed the tab
+    never saw; then that nothing is pushed from the web, untrue for a person with a linked app. The
+    tool's result says which, per person (tests/core/follow_ups, tests/functions/test_follow_ups)."""
+    [schedule] = [tool for tool in FOLLOW_UP_TOOLS if tool["name"] == "schedule_follow_up"]
+    assert "asked on the web, on the app they last wrote from (the result says which)" in schedule["description"]
     assert (
-        "- On the web nothing is pushed: a follow-up asked there appears in that web conversation, for them to"
-        " see when they open it. Say so there, and for anything that matters suggest asking on one of their"
-        " other apps, or a reminder on their phone.\n"
+        "- The web pushes nothing: a follow-up asked there is pushed to the app linked to their account that they"
+        " last wrote from (Telegram, WhatsApp or SMS), and schedule_follow_up's result names it. When they have"
+        " none, its result says so: it then appears only in that web conversation, for them to see when they open"
+        " it.\n"
     ) in DEFAULT_SYSTEM_PROMPT

@@ -528,7 +528,7 @@ begin
         'conversation_surface', v_context.conversation_surface, 'history', v_context.history,
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
-        'delivered_first', v_follow_ups.delivered_first, 'quoted', v_quoted,
+        'delivered_first', v_follow_ups.delivered_first, 'follow_up_apps', v_follow_ups.apps, 'quoted', v_quoted,
         'reserved', coalesce(v_reserved, 0), 'language', v_language,
         -- The id finish_turn stores this attempt's reply under, drawn now so that the web's
         -- stream names the reply before its first word. An attempt that stores none leaves a gap,

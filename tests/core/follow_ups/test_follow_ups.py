@@ -11,7 +11,7 @@ import pytest
 from core.follow_ups.capability import TOOLS, FollowUpRules, turn_tools
 from core.follow_ups.wall_clock import InvalidTime, resolve_when
 from core.model.llm import ToolCall, messages_request
-from core.models import FollowUp, Surface
+from core.models import FollowUp, PushApp, Surface
 from core.turn.tool_loop import Toolbox, continuation
 
 MADRID = ZoneInfo("Europe/Madrid")
@@ -311,6 +311,58 @@ def test_the_list_says_on_which_app_each_follow_up_comes_and_which_wait_for_a_me
         " message: Pills.\n"
         "#1 Thu 3 Dec 2026 09:00 (Europe/Madrid), on telegram: The dentist.\n"
         "(new) Wed 2 Dec 2026 18:10 (Europe/Madrid), on whatsapp: Stretch."
+    )
+
+
+def test_asked_on_the_web_the_schedule_says_which_app_it_is_pushed_on_or_that_it_is_pushed_nowhere() -> None:
+    """ "Remind me at 9 to call the bank" in the web chat: the prompt said nothing is pushed from the
+    web, which is no longer so for a person with a linked app, and is still so for one without.
+    The tool's result says which, per person: the app it is pushed on (not a second request), or
+    that it stays in the web conversation (the model is asked again, to tell them); the list says
+    the app it comes on."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    telegram = PushApp(Surface.TELEGRAM, "515100042", None, now - timedelta(hours=1))
+    pushed = turn_tools(FollowUpRules(), [], MADRID, now, None, Surface.WEB, pushed_on=telegram)
+    said = pushed.run(ToolCall("a", "schedule_follow_up", {"content": "Call the bank.", "in_minutes": 60}))
+    assert (said.content, pushed.must_answer(said)) == (
+        "Scheduled for Wed 2 Dec 2026 19:00 (Europe/Madrid). It will be pushed to them on Telegram, the app linked"
+        " to their account they last wrote from (on another of theirs if they write from that one last before it"
+        " is due).",
+        False,
+    )
+    assert pushed.run(ToolCall("b", "list_follow_ups", {})).content == (
+        "(new) Wed 2 Dec 2026 19:00 (Europe/Madrid), on telegram: Call the bank."
+    )
+    alone = turn_tools(FollowUpRules(), [], MADRID, now, None, Surface.WEB)
+    said = alone.run(ToolCall("a", "schedule_follow_up", {"content": "Call the bank.", "in_minutes": 60}))
+    assert (said.content, alone.must_answer(said)) == (
+        "Scheduled for Wed 2 Dec 2026 19:00 (Europe/Madrid). They have no app linked to this account that it can be"
+        " pushed to: it will only appear in this web conversation, with no notification. Tell them so, and for"
+        " anything that matters suggest asking on one of their other apps, or a reminder on their phone.",
+        True,
+    )
+    on_telegram = turn_tools(FollowUpRules(), [], MADRID, now, None, Surface.TELEGRAM)
+    said = on_telegram.run(ToolCall("a", "schedule_follow_up", {"content": "Call the bank.", "in_minutes": 60}))
+    assert said.content == "Scheduled for Wed 2 Dec 2026 19:00 (Europe/Madrid)."
+
+
+def test_asked_on_the_web_and_pushed_on_whatsapp_it_may_wait_past_the_window_of_their_last_message_there() -> None:
+    """Pushed on WhatsApp without a template, a web-asked reminder is held past 24 hours after the
+    person's last WhatsApp message (not after this web message): the result says so then."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    rules = FollowUpRules(said_within=lambda surface: timedelta(hours=24) if surface is Surface.WHATSAPP else None)
+    whatsapp = PushApp(Surface.WHATSAPP, "+34600111222", None, now - timedelta(hours=20))
+    tools = turn_tools(rules, [], MADRID, now, None, Surface.WEB, pushed_on=whatsapp)
+    soon = tools.run(ToolCall("a", "schedule_follow_up", {"content": "Call the bank.", "in_minutes": 60}))
+    assert not tools.must_answer(soon)
+    later = tools.run(ToolCall("b", "schedule_follow_up", {"content": "Call the bank.", "in_minutes": 5 * 60}))
+    assert tools.must_answer(later)
+    assert later.content == (
+        "Scheduled for Wed 2 Dec 2026 23:00 (Europe/Madrid). It will be pushed to them on WhatsApp, the app linked to"
+        " their account they last wrote from (on another of theirs if they write from that one last before it is"
+        " due). WhatsApp lets it reach them only within 24 hours of their last message"
+        " there: unless they write there again before it is due, it comes with their next message there, not at that"
+        " time. Tell them so, and for anything that matters suggest a reminder on their phone too."
     )
 
 
