@@ -25,9 +25,10 @@ When neither is (unlinked since, passed to someone else, dropped from the allow-
 nobody: given up and logged, never stored in the thread nor counted as sent.
 
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), in the conversation
-of the app it was said on, so every app's memory knows it was said. A failure that may pass (5xx, 429, the network) is tried again with
-backoff (1, 2, 4 ... minutes, MAX_ATTEMPTS in all); one that cannot (a blocked bot, an unknown
-chat, a refused number) is given up and logged. Said more than a few minutes after its time,
+of the app it was said on, so every app's memory knows it was said. A failure that may pass
+(5xx, 429, the network) is tried again with backoff (1, 2, 4 ... minutes, MAX_ATTEMPTS in all);
+one that cannot (a blocked bot, an unknown chat, a refused number) is given up and logged, where
+it does not move. Said more than a few minutes after its time,
 what reaches the person ends with when it was due (core/follow_ups/lateness.py); the thread
 keeps the text alone.
 
