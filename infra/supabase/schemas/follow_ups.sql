@@ -559,7 +559,7 @@ begin
        for key share;
     update public.follow_ups f
        set surface = p_surface, sender = p_sender, conversation_id = v_to, moved_from = f.surface,
-           unsent_from = null, said_as = null, window_opened_at = null
+           unsent_from = null, said_as = null
      where f.id = p_id and f.claim = p_claim and f.status = 'sending' and v_to is not null
        and coalesce(f.unsent_from, 0) = 0 and (f.moved_from is null or f.moved_from = 'web');
     return jsonb_build_object('moved', found);
