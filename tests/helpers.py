@@ -683,6 +683,11 @@ def delivery(target: str, authenticated: bool, body: Body, headers: dict[str, st
 # Telegram.
 
 
+# A person whose Telegram app is in Spanish (the skeleton's language_code): never `update()`'s
+# default 4242, whom tests sharing a worker's database expect to be answered in English.
+SKELETON_PERSON = 3434
+
+
 def telegram_skeleton(update_id: int, person: int, text: str) -> dict[str, Any]:
     return {
         "update_id": update_id,

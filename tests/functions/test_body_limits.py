@@ -25,6 +25,7 @@ from tests.helpers import (
     JWT_SECRET,
     MAIN,
     PUBLIC_BASE_URL,
+    SKELETON_PERSON,
     TELEGRAM_SECRET,
     TWILIO_TOKEN,
     app_client,
@@ -167,7 +168,7 @@ def test_a_chunked_body_past_the_limit_is_refused_having_read_no_more_than_the_l
 
 def test_a_chunked_body_within_the_limit_still_reaches_the_turn(loopback: Any) -> None:
     server = loopback("telegram_webhook")
-    update = telegram_skeleton(77, 4242, "hello")
+    update = telegram_skeleton(77, SKELETON_PERSON, "hello")
     status, body = post_chunked(
         server.port, headers_for("telegram_webhook"), len(json.dumps(update)), json.dumps(update).encode()
     )

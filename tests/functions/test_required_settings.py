@@ -12,6 +12,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import (
     JWT_SECRET,
     PUBLIC_BASE_URL,
+    SKELETON_PERSON,
     TELEGRAM_SECRET,
     TWILIO_TOKEN,
     app_client,
@@ -26,7 +27,9 @@ WEB_REFUSAL = "set SUPABASE_JWT_SECRET or SUPABASE_JWKS_URL to verify web tokens
 
 def post_telegram() -> tuple[int, object]:
     response = app_client("telegram_webhook").post(
-        "/", json=telegram_skeleton(1, 4242, "hello"), headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+        "/",
+        json=telegram_skeleton(1, SKELETON_PERSON, "hello"),
+        headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET},
     )
     return response.status_code, response.get_json()
 

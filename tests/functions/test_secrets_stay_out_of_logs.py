@@ -7,18 +7,18 @@ import logging
 import pytest
 
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import BOT_TOKEN, TELEGRAM_SECRET, app_client, telegram_skeleton
+from tests.helpers import BOT_TOKEN, SKELETON_PERSON, TELEGRAM_SECRET, app_client, telegram_skeleton
 
 
 def test_httpx_never_logs_the_bot_api_url_that_holds_the_token(
     environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
     client = app_client("telegram_webhook")
-    update = telegram_skeleton(31337, 4242, "hello")
+    update = telegram_skeleton(31337, SKELETON_PERSON, "hello")
     with caplog.at_level(logging.DEBUG):  # the root logger at DEBUG, as a debugging session might set it
         response = client.post("/", json=update, headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
     assert (response.status_code, response.get_json()) == (200, {"ok": True, "outcome": "answered"})
-    assert [sent["chat_id"] for sent in fake_telegram.sent()] == [4242]
+    assert [sent["chat_id"] for sent in fake_telegram.sent()] == [SKELETON_PERSON]
     assert caplog.records, "the turn's own line is still logged"
     assert BOT_TOKEN not in caplog.text
     assert TELEGRAM_SECRET not in caplog.text
@@ -50,7 +50,7 @@ def test_a_mistyped_database_url_never_prints_its_password(
     environment.setenv("DATABASE_CONNECT_TIMEOUT", "1")
     with caplog.at_level(logging.DEBUG):
         client = app_client("telegram_webhook")
-        update = telegram_skeleton(31338, 4242, "hello")
+        update = telegram_skeleton(31338, SKELETON_PERSON, "hello")
         response = client.post("/", json=update, headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
         assert response.status_code == 200  # answered without history
         assert main(["doctor", "--json"]) == 1
@@ -85,7 +85,7 @@ def test_a_password_with_an_unescaped_at_never_reaches_a_log_line_as_a_host(
     environment.setenv("DATABASE_CONNECT_TIMEOUT", "1")
     with caplog.at_level(logging.DEBUG):
         client = app_client("telegram_webhook")
-        update = telegram_skeleton(31339, 4242, "hello")
+        update = telegram_skeleton(31339, SKELETON_PERSON, "hello")
         response = client.post("/", json=update, headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET})
         assert response.status_code == 200  # answered without history
         assert main(["doctor"]) == 1
