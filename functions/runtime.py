@@ -18,6 +18,7 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.delivery import FollowUpDelivery
 from core.follow_ups.outside_thread import MessagesOutsideThread
 from core.identity.linking import Linking
+from core.identity.opt_outs import OptOuts
 from core.identity.policy import IdentityPolicy
 from core.identity.remembered_language import RememberedLanguage
 from core.media.capability import Media
@@ -444,6 +445,12 @@ def outside_thread(surface: Surface) -> MessagesOutsideThread:
 
 
 @functools.cache
+def opt_outs() -> OptOuts:
+    """The chats and numbers that opted out (SMS's STOP), heard from the webhook or a refused send."""
+    return OptOuts(store(), identity())
+
+
+@functools.cache
 def follow_up_delivery() -> FollowUpDelivery:
     """The scheduled job's delivery of due follow-ups, on the apps it can reach."""
     return FollowUpDelivery(store(), surfaces(), identity(), now=lambda: now(), catalogue=catalogue())
@@ -494,6 +501,8 @@ def sms_sender() -> WhatsAppSender:
         sms_surface.SMS_LIMIT,
         config.twilio_api_base,
         sms=sms_surface.Rules.carried_as_sms,
+        # a number Twilio refused as opted out (21610): its STOP may have come while we were down
+        opted_out=lambda to: opt_outs().heard(Surface.SMS, to, True),
     )
 
 
@@ -656,6 +665,7 @@ _CACHED = (
     owed_replies,
     follow_up_delivery,
     outside_thread,
+    opt_outs,
     whatsapp_sender,
     sms_sender,
     refusals_logged,

@@ -42,6 +42,8 @@ WHATSAPP_TEMPLATE_LIMIT = 1000
 # A try that can end past the moment it must be done by is not started: Twilio's client applies
 # its timeout to connecting and again to reading.
 TRIES_OF_THE_TIMEOUT = 2
+# Twilio's refusal of a send to a number that opted out (STOP), until it opts in (START): 400.
+OPTED_OUT = 21610
 
 
 class TwilioSignatures:
@@ -215,8 +217,10 @@ class WhatsAppSender:
         timeout_s: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
         sms: bool = False,
+        opted_out: Callable[[str], object] | None = None,
     ) -> None:
         self._sms = sms  # its texts as SMS carries them (`twilio_parts`)
+        self._opted_out = opted_out  # told of a number Twilio refused as opted out (OPTED_OUT)
         self._failed = "sending an SMS failed" if sms else "sending a WhatsApp message failed"
         self._sleep = sleep
         self._account_sid = account_sid
@@ -275,6 +279,8 @@ class WhatsAppSender:
             # 4xx but 429: the request itself is refused (an unknown number, outside the window).
             final = 400 <= exc.status < 500 and exc.status != 429
             log.error(self._failed, extra={"status": exc.status, "code": exc.code})
+            if exc.code == OPTED_OUT and self._opted_out is not None:
+                self._opted_out(message["to"])
             return Delivery.GIVEN_UP if final else Delivery.OWED
         except (TwilioException, OSError) as exc:
             log.error(self._failed, extra={"error": type(exc).__name__})

@@ -63,6 +63,7 @@ SQL_FUNCTIONS = frozenset(
         "link_identity",
         "list_identities",
         "person_language",
+        "record_opt_out",
         "unlink_identities",
         "forget_conversations",
         "forget_person",

@@ -20,8 +20,20 @@ of them does not send the whole message in UCS-2 (`Rules.carried_as_sms`).
 
 Keywords: Twilio answers STOP, START and HELP itself (its default opt-out handling, or Advanced
 Opt-Out's messages), and still posts them to the webhook. Those messages are not the thread's:
-no turn, no reply (any answer to STOP would be refused, error 21610), nothing stored. But YES, one
-of Twilio's opt-in words, is also the person's answer to the advisor's question: a turn.
+no turn, no reply (any answer to STOP would be refused, error 21610), nothing stored in the thread
+(what they do to the number is, below). But YES, one of Twilio's opt-in words, is also the
+person's answer to the advisor's question: a turn.
+
+Opted out (`SmsForm.opted_out`, core/identity/opt_outs.py): after STOP (or another of its opt-out
+words, or Advanced Opt-Out's `OptOutType` STOP, whatever word the operator set) Twilio refuses
+every send to the number until it texts START, UNSTOP or YES (`OptOutType` START); no other
+message opts it in (Twilio's "Twilio support for opt-out keywords (SMS STOP filtering)", error
+21610's page). So the number's identity remembers it, from that delivery or from a send Twilio
+refused with 21610 (the STOP may have come while the webhook was down), and the scheduled job
+sends nothing there and asks no model for it: an owed reply is given up unwritten, a follow-up due
+is given up unsaid (logged, counted); neither comes back after START, as what the person stopped
+would arrive as a stranger's. The opt-in words clear it (a toll-free number takes only START and
+UNSTOP: after a YES there, Twilio's next refusal records the opt-out again).
 
 What an inbound message asks for (`SmsForm`, `classify`): a keyword (nothing said), a chat command,
 a turn, or a notice. The form is read as every Twilio surface's is (core/surfaces/twilio_form.py),
@@ -50,23 +62,27 @@ SMS_LIMIT = 1600  # UTF-16 code units in one Twilio message body
 # names the kind as well. Letters and spaces as ASCII has them: Python's upper() makes "ſtop"
 # STOP and strip() takes an ideographic space, which Twilio does not take for the keyword (and a
 # message dropped as one would be answered by nobody).
-KEYWORDS = frozenset(
-    {"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"}
-    | {"START", "UNSTOP"}
-    | {"HELP", "INFO"}
-)
+OPT_OUT_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"})
+KEYWORDS = OPT_OUT_WORDS | {"START", "UNSTOP"} | {"HELP", "INFO"}
 # Twilio's opt-in keyword that is also how people answer a question ("Shall I remind you at 9?"):
 # Twilio opts the number in (and may say so), and the advisor hears it too, with or without
 # `OptOutType`; nothing the person meant for the advisor is dropped.
 ANSWERS = frozenset({"YES"})
+OPT_IN_WORDS = frozenset({"START", "UNSTOP"}) | ANSWERS
+
+
+def keyword_of(body: str) -> str:
+    """The body as Twilio reads a keyword: upper case, without the ASCII spaces around it; "" for
+    one outside ASCII."""
+    word = body.strip(" \t\r\n")
+    return word.upper() if word.isascii() else ""
 
 
 def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
     """Whether Twilio handles this message itself (it has answered it already), and no one else."""
-    word = body.strip(" \t\r\n")
-    if word.isascii() and word.upper() in ANSWERS:
+    if keyword_of(body) in ANSWERS:
         return False
-    return bool(opt_out_type) or (word.isascii() and word.upper() in KEYWORDS)
+    return bool(opt_out_type) or keyword_of(body) in KEYWORDS
 
 
 class Rules(SurfaceRules):
@@ -108,9 +124,20 @@ class SmsForm(TwilioMessageForm):
     def identity(self) -> str:
         return Rules.key(self.sender)
 
+    @property
+    def opted_out(self) -> bool | None:
+        """Advanced Opt-Out names the kind (`OptOutType`, whatever the word); without it, Twilio's
+        default words."""
+        kind = (self.opt_out_type or "").upper()
+        if kind == "STOP" or not kind and keyword_of(self.body) in OPT_OUT_WORDS:
+            return True
+        if kind == "START" or not kind and keyword_of(self.body) in OPT_IN_WORDS:
+            return False
+        return None
+
 
 class Keyword(Notice):
-    """STOP, START or HELP: Twilio has answered it; nothing to say, nothing stored."""
+    """STOP, START or HELP: Twilio has answered it; nothing to say, nothing stored in the thread."""
 
 
 def classify(form: SmsForm, commands: bool = True) -> Converse | Notice | ChatCommand:

@@ -49,6 +49,12 @@ class TwilioMessageForm(BaseModel):
         parsed.media_urls = [form.get(f"MediaUrl{index}", "") for index in range(parsed.num_media)]
         return parsed
 
+    @property
+    def opted_out(self) -> bool | None:
+        """What the message did to its sender's subscription at Twilio: opted them out (True), in
+        again (False), neither (None: the surface has no such words, or it is none of them)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Converse:

@@ -19,6 +19,7 @@ from typing import Generic, Protocol, TypeVar
 from core.channels.whatsapp import carried_first, twiml
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.linking import LinkRequest
+from core.identity.opt_outs import OptOuts
 from core.identity.remembered_language import RememberedLanguage
 from core.phrases.catalogue import Catalogue, Phrases
 from core.phrases.refusals import input_refused, over_budget
@@ -40,6 +41,9 @@ class TwilioForm(Protocol):
     @property
     def identity(self) -> str: ...
 
+    @property
+    def opted_out(self) -> bool | None: ...
+
 
 Form = TypeVar("Form", bound=TwilioForm)
 TwilioAction = Converse | Notice | ChatCommand
@@ -53,7 +57,9 @@ class TwilioInbound(Generic[Form]):
     its Sid), where the surface has that; `off_thread`: records a message that is no turn (a chat
     command, a notice, words over the day's budget), the window it opens, and with True lets the
     sender's held follow-ups go to the follow-up job, where the surface has a window (WhatsApp:
-    core/follow_ups/outside_thread.py)."""
+    core/follow_ups/outside_thread.py). What a form did to its sender's subscription (`opted_out`:
+    SMS's STOP and START) is recorded before anything else is done with it, in the turns' store
+    (core/identity/opt_outs.py)."""
 
     surface: Surface
     parse: Callable[[Mapping[str, str]], Form]
@@ -70,6 +76,8 @@ class TwilioInbound(Generic[Form]):
     def answer(self, fields: Mapping[str, str]) -> str:
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
         form = self.parse(fields)
+        if form.opted_out is not None:
+            OptOuts(self.turns.memory.store, self.turns.identity).heard(self.surface, form.identity, form.opted_out)
         action = self.classify(form, True)
         sms = rules(self.surface).carried_as_sms
         if isinstance(action, Notice):

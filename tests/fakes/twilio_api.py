@@ -6,6 +6,7 @@
 `{"success": true}`; both with HTTP basic auth (the account SID and auth token).
 `fail_with(status, code)` answers messages with Twilio's error body instead, e.g. 400 / 63016
 (outside WhatsApp's 24-hour window); `fail_once_after` and `fail_after` once some were taken.
+`refused` lists the forms of the messages answered so (`messages`, the ones taken).
 
 `GET /2010-04-01/Accounts/{AccountSid}/IncomingPhoneNumbers.json?PhoneNumber=+1...` lists the
 account's numbers in `numbers` (phone number -> its SmsUrl, "When a message comes in") as
@@ -34,6 +35,7 @@ class FakeTwilio:
         self.account_sid = account_sid
         self.auth_token = auth_token
         self.messages: list[dict[str, str]] = []
+        self.refused: list[dict[str, str]] = []
         self.typing: list[dict[str, str]] = []  # typing indicators (POST /v2/Indicators/Typing.json)
         self.failure: tuple[int, int] | None = None
         self.numbers: dict[str, str] = {}
@@ -121,8 +123,11 @@ class FakeTwilio:
                     return self.answer_json(200, {"success": True})
                 if self.path != f"/2010-04-01/Accounts/{fake.account_sid}/Messages.json":
                     return self.answer_json(404, {"code": 20404, "message": "not found", "status": 404})
+                form = dict(parse_qsl(body, keep_blank_values=True))
                 if fake.failure is not None:
                     status, code = fake.failure
+                    with fake._lock:
+                        fake.refused.append(form)
                     return self.answer_json(status, {"code": code, "message": f"error {code}", "status": status})
                 with fake._lock:
                     after, fake.failing_after = fake.failing_after, None
@@ -132,8 +137,9 @@ class FakeTwilio:
                         after = fake.down_after
                 if after is not None:
                     _, status, code = after
+                    with fake._lock:
+                        fake.refused.append(form)
                     return self.answer_json(status, {"code": code, "message": f"error {code}", "status": status})
-                form = dict(parse_qsl(body, keep_blank_values=True))
                 with fake._lock:
                     fake.messages.append(form)
                 sid = "SM" + uuid.uuid4().hex

@@ -261,6 +261,7 @@ def test_twilios_keywords_are_left_to_twilio(
     assert send(fields) == []
     assert fake_anthropic.requests == []
     assert rows(sms_database, "select count(*) from messages") == [(0,)]
+    assert rows(sms_database, "select count(*) from identities") == [(0,)]  # nor an opt-out: nothing goes there
 
 
 @pytest.mark.parametrize("extra", [{}, {"OptOutType": "START"}])
@@ -403,6 +404,47 @@ def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_s
     assert fake_twilio.messages == []
     said = rows(sms_database, "select role, content from messages order by id")
     assert said == [("user", "remind me in 5 minutes to take the pills"), ("assistant", "I'll remind you.")]
+
+
+def opted_out(database_url: str, sender: str) -> list[tuple[Any, ...]]:
+    """Whether the number's identity is opted out, as the database has it ([] for no identity)."""
+    return rows(database_url, "select opted_out_at is not null from identities where external_id = %s", sender)
+
+
+@pytest.mark.parametrize(
+    ("body", "extra", "out"),
+    [("STOP", {}, True), ("Quit", {}, True), ("optout", {}, True), ("Baja", {"OptOutType": "STOP"}, True)]
+    + [("HELP", {}, False), ("info", {}, False), ("Ayuda", {"OptOutType": "HELP"}, False)]
+    + [("stop texting me", {}, False), ("\u017ftop", {}, False)],
+)
+def test_only_twilios_opt_out_words_opt_a_number_out(
+    sms_database: str, fake_anthropic: FakeAnthropic, body: str, extra: dict[str, str], out: bool
+) -> None:
+    """Twilio's default opt-out words, and whatever Advanced Opt-Out names STOP; never HELP, nor a
+    message that is no keyword."""
+    sender = number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("Hello", sender))
+    send(sms(body, sender, **extra))
+    assert opted_out(sms_database, sender) == [(out,)]
+
+
+def test_an_opt_out_goes_with_the_identity_when_the_person_is_erased(
+    sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A plain forget keeps the identities (the number still opted out at Twilio: nothing goes to it);
+    the operator's erasure removes the number, and its opt-out with it."""
+    sender, other = number(), number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("My sister is Eva", sender))
+    send(sms("My brother is Leo", other))
+    send(sms("STOP", sender))
+    send(sms("STOP", other))
+    [(person,)] = rows(sms_database, "select user_id from identities where external_id = %s", sender)
+    rows(sms_database, "select public.forget_person(%s, false)", person)
+    assert opted_out(sms_database, sender) == [(True,)]
+    rows(sms_database, "select public.forget_person(%s, true)", person)
+    assert (opted_out(sms_database, sender), opted_out(sms_database, other)) == ([], [(True,)])
 
 
 def test_a_follow_up_the_job_sends_late_by_sms_says_when_it_was_due_in_the_language_it_is_in(

@@ -2,6 +2,12 @@
 --
 -- linked_at tells a linked identity (its person is a web account: links.sql) from one that
 -- IDENTITY_POLICY=auto made for an unknown sender (its person exists only through it).
+--
+-- opted_out_at: when the chat or number asked its platform for no more messages (an SMS number's
+-- STOP, which Twilio answers and keeps itself, refusing every later send with its error 21610),
+-- learned from that message or from such a refusal; null while it takes messages. Nothing is sent
+-- to it meanwhile, and nothing asked of the model for it (owed_replies.sql, follow_ups.sql), until
+-- its opt-in word (START) clears it (record_opt_out). It goes with the identity (unlinked, erased).
 
 create table public.identities (
     surface public.chat_surface not null,
@@ -9,6 +15,7 @@ create table public.identities (
     user_id uuid not null,
     created_at timestamptz not null default clock_timestamp(),
     linked_at timestamptz,
+    opted_out_at timestamptz,
     primary key (surface, external_id)
 );
 alter table public.identities enable row level security;  -- who reads what: access.sql
@@ -63,5 +70,30 @@ begin
               from public.person_languages l
              where l.user_id = coalesce(p_user_id, (select i.user_id from public.identities i
                                                      where i.surface = p_surface and i.external_id = p_external_id)));
+end;
+$$;
+
+-- A chat or number opted out (p_opted_out) or in again, as its platform told us: its message (an
+-- SMS's STOP, START) or a send it refused as opted out. Its identity's: p_user_id's, the owner
+-- policy's person for a number the operator lists, whose identity is made when an opt-out has none
+-- (that policy keeps none otherwise); else whoever's the identity is. An identity never seen
+-- records nothing: nothing is ever sent to it. The first opt-out's time is kept. {"recorded"}:
+-- whether an identity took it.
+create or replace function public.record_opt_out(p_surface text, p_external_id text, p_user_id uuid, p_opted_out boolean)
+    returns jsonb language plpgsql set search_path = '' as $$
+begin
+    if p_user_id is not null and p_opted_out then
+        insert into public.identities (surface, external_id, user_id, opted_out_at)
+             values (p_surface, p_external_id, p_user_id, clock_timestamp())
+        on conflict (surface, external_id) do update
+            set opted_out_at = coalesce(identities.opted_out_at, excluded.opted_out_at)
+          where identities.user_id = excluded.user_id;
+    else
+        update public.identities i
+           set opted_out_at = case when p_opted_out then coalesce(i.opted_out_at, clock_timestamp()) end
+         where i.surface = p_surface and i.external_id = p_external_id
+           and (p_user_id is null or i.user_id = p_user_id);
+    end if;
+    return jsonb_build_object('recorded', found);
 end;
 $$;
