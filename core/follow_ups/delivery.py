@@ -22,7 +22,10 @@ Said to the chat or number the person last wrote from on that app (a WhatsApp us
 number one day and by business-scoped id the next), if it is still theirs, else to the one it was
 asked from, if that still is: linked to them (`auto`), or in the owner's allow-list (`owner`).
 When neither is (unlinked since, passed to someone else, dropped from the allow-list), it reaches
-nobody: given up and logged, never stored in the thread nor counted as sent.
+nobody: given up and logged, never stored in the thread nor counted as sent. One whose chat or
+number has opted out (an SMS number's STOP: core/identity/opt_outs.py) is refused for good alike,
+with no send tried (the person asked for no more texts, and Twilio would refuse it): moved once to
+another app of theirs, as any refused one (core/follow_ups/moves.py), else given up.
 
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), in the conversation
 of the app it was said on, so every app's memory knows it was said. A failure that may pass
@@ -200,6 +203,7 @@ class FollowUpDelivery:
             row = moved
             sent, outcome, to = self._say(row, now)
         surface = Surface(row["surface"])
+        opted_out = to is not None and to in row.get("opted_out", ())
         said, numbered = self._as_said(row, now), rules(surface).carried_as_sms
         delivery = sent.delivery
         if outcome != "held":
@@ -210,6 +214,8 @@ class FollowUpDelivery:
         extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
         if surface.is_secondary and to is None:
             extra["reason"] = "no chat or number of the person's reaches them any more: said to nobody"
+        if opted_out:
+            extra["reason"] = "its chat or number opted out (STOP): nothing is sent there"
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
             finished = self._store.call(
@@ -251,7 +257,7 @@ class FollowUpDelivery:
             log.info("follow-up", extra=extra)
         else:
             done.given_up += 1
-            log.error("follow-up", extra=extra)
+            log.log(logging.WARNING if opted_out else logging.ERROR, "follow-up", extra=extra)  # a STOP is no fault
 
     def _say(self, row: dict[str, Any], now: datetime) -> tuple[Sent, str, str | None]:
         """Said on its surface: a secondary surface's to a chat or number that still reaches the
@@ -261,6 +267,8 @@ class FollowUpDelivery:
         to = self._reachable(surface, row) if surface.is_secondary else None
         if surface.is_secondary and to is None:
             return Sent(Delivery.GIVEN_UP, 0), "given_up", None
+        if to in row.get("opted_out", ()):  # refused for good before any send: moved, else given up
+            return Sent(Delivery.GIVEN_UP, 0), "given_up", to
         sent, outcome = self._surfaces[surface].say_follow_up(to, self._as_said(row, now), now)
         return sent, outcome, to
 

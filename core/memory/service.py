@@ -104,6 +104,7 @@ class OwedMessage:
     start: TurnStart
     tries: int  # the job's tries at it, this one included
     sender_user: UUID | None = None  # whose the chat or number is now: None, nobody's (unlinked, forgotten)
+    opted_out: bool = False  # the chat or number asked for no more messages (SMS's STOP): not answered
 
 
 @dataclass(frozen=True)
@@ -445,9 +446,21 @@ class Memory:
                 turn_start(row),
                 int(row["tries"]),
                 UUID(row["sender_user"]) if row.get("sender_user") else None,
+                bool(row.get("opted_out")),
             )
             for row in rows
         ]
+
+    def give_up_owed(self, user_id: UUID, message_id: int, attempt: UUID | None) -> bool:
+        """An owed message the job will not answer (its number opted out), claimed under `attempt`:
+        no longer owed, its reply owed a send given up, nothing stored (owed_replies.sql's
+        give_up_owed). Whether the claim still held it. Raises StoreUnavailable."""
+        arguments: dict[str, JsonScalar] = {
+            "p_user_id": str(user_id),
+            "p_message_id": message_id,
+            "p_attempt": None if attempt is None else str(attempt),
+        }
+        return bool(self.store.call("give_up_owed", arguments)["given_up"])
 
     def record_delivery(self, user_id: UUID, reply_id: int, attempt: UUID | None, sent: Sent) -> None:
         """What a send of a reply stored undelivered came to: delivered, owed from a later part, or

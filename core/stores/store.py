@@ -47,6 +47,7 @@ SQL_FUNCTIONS = frozenset(
         "send_follow_ups_later",
         "wrote_outside_thread",
         "claim_owed_replies",
+        "give_up_owed",
         "record_delivery",
         "stop_generation",
         "generation_stopped",

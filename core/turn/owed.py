@@ -10,7 +10,10 @@ does not redeliver and Telegram gives up, so the scheduled job answers the Teleg
 WhatsApp ones younger than OWED_REPLY_MAX_AGE: it takes each over in the database (one
 attempt at a time, whoever asks), asks the model once, sends the reply through the Bot API or
 Twilio's Messages API and stores it. Older ones are left to the person's next message, as a
-reply minutes late reads as an answer and one an hour late as a stranger's.
+reply minutes late reads as an answer and one an hour late as a stranger's. One owed to a chat or
+number that has opted out (an SMS number's STOP: core/identity/opt_outs.py) is given up at its
+claim, with no model asked and nothing sent, whatever it is: no longer owed, logged, and counted
+with the ones the run could not send.
 
 Fair and bounded. Nobody waits on the job, so its model call is not given the webhook's
 deadline again but up to half the run's time (a long answer that missed 12 s on WhatsApp gets
@@ -143,6 +146,10 @@ class OwedReplies:
             person = owed.start.user_id
             assert person is not None  # a claimed message is a stored one
             taken[person] += 1
+            if owed.opted_out:
+                failed += 1
+                self._give_up_opted_out(owed)
+                continue
             try:
                 channel = self._channels[owed.surface](owed.sender)
             except ValueError as exc:
@@ -238,6 +245,23 @@ class OwedReplies:
             extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
         )
         return sent.delivery
+
+    def _give_up_opted_out(self, owed: OwedMessage) -> None:
+        """A message owed to a chat or number that opted out: no longer owed, its stored reply
+        never sent (owed_replies.sql's give_up_owed); the database down, its claim lapses and a
+        later run gives it up."""
+        start = owed.start
+        assert start.user_id is not None and start.message_id is not None
+        extra = {"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries}
+        try:
+            given_up = self._memory.give_up_owed(start.user_id, start.message_id, start.attempt)
+        except StoreUnavailable as exc:
+            log.error("an owed message to a number that opted out was not given up", extra={**extra, "error": str(exc)})
+            return
+        log.warning(
+            "an owed message was given up: its chat or number opted out; no model asked, nothing sent",
+            extra={**extra, "given_up": given_up},
+        )
 
     def _release(self, owed: OwedMessage) -> None:
         """A claim the job does not answer gives back what it reserved (the message is owed again at

@@ -372,36 +372,35 @@ def test_a_follow_up_asked_by_sms_is_said_through_the_messages_api(
     assert stored[-1] == ("assistant", "Take the pills.")
 
 
-def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_start(
+def test_a_reminder_due_after_stop_is_given_up_unsent_and_not_said_after_start(
     environment: pytest.MonkeyPatch,
     sms_database: str,
     fake_anthropic: FakeAnthropic,
     fake_twilio: FakeTwilio,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """STOP is Twilio's (no turn, nothing stored); a reminder due after it is refused by Twilio
-    (400, error 21610): given up at its first try, never stored in the thread as said, and START
-    does not bring it back (docs/api.md, SMS)."""
+    """STOP is Twilio's (no turn, nothing stored but the number's opt-out); a reminder due after it
+    is given up with no send tried (Twilio would refuse it, error 21610), never stored in the thread
+    as said, and START does not bring it back (docs/decisions.md, An SMS number that opted out)."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
     sender = number()
     fake_anthropic.answer = remind("Take the pills.")
     send(sms("remind me in 5 minutes to take the pills", sender))
     assert send(sms("STOP", sender)) == []
-    fake_twilio.fail_with(400, 21610)
+    assert rows(sms_database, "select external_id, opted_out_at is not null from identities") == [(sender, True)]
     now += timedelta(minutes=6)
     assert run_the_job()["follow_ups_given_up"] == 1
     assert rows(sms_database, "select status, attempts from follow_ups") == [("given_up", 1)]
-    # Said as the SMS it was (it read "sending a WhatsApp message failed").
-    refused = [r for r in caplog.records if r.name == "crossmem.whatsapp" and r.levelname == "ERROR"]
-    assert [(r.getMessage(), r.__dict__["status"], r.__dict__["code"]) for r in refused] == [
-        ("sending an SMS failed", 400, 21610)
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    given_up = [r for r in caplog.records if r.name == "crossmem.follow_ups" and r.__dict__.get("outcome")]
+    assert [(r.levelname, r.__dict__["reason"]) for r in given_up] == [
+        ("WARNING", "its chat or number opted out (STOP): nothing is sent there")
     ]
-    fake_twilio.recover()
     assert send(sms("START", sender)) == []
     now += timedelta(minutes=10)
     assert run_the_job()["follow_ups_sent"] == 0
-    assert fake_twilio.messages == []
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
     said = rows(sms_database, "select role, content from messages order by id")
     assert said == [("user", "remind me in 5 minutes to take the pills"), ("assistant", "I'll remind you.")]
 
@@ -409,6 +408,86 @@ def test_a_reminder_due_after_stop_is_refused_once_given_up_and_not_said_after_s
 def opted_out(database_url: str, sender: str) -> list[tuple[Any, ...]]:
     """Whether the number's identity is opted out, as the database has it ([] for no identity)."""
     return rows(database_url, "select opted_out_at is not null from identities where external_id = %s", sender)
+
+
+def test_after_stop_an_owed_reply_is_given_up_with_no_model_call_and_no_send(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A message owed when its number texted STOP: the job asks no model (nothing to pay for a reply
+    nobody may send) and sends nothing, and it is owed no more (given up at once, counted with the
+    ones the job could not send, logged without the number), not tried at every run."""
+    sender = number()
+    owed(fake_anthropic, "Is the pharmacy open on Sunday?", sender)
+    assert send(sms("stop", sender)) == []
+    asked = len(fake_anthropic.requests)
+    fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
+    first = run_the_job()
+    assert (first["owed_answered"], first["owed_failed"]) == (0, 1)
+    assert len(fake_anthropic.requests) == asked
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    second = run_the_job()
+    assert (second["owed_answered"], second["owed_failed"]) == (0, 0)
+    assert rows(sms_database, "select role, content from messages order by id") == [
+        ("user", "Is the pharmacy open on Sunday?")
+    ]
+    [line] = [r for r in caplog.records if r.name == "crossmem.owed" and "opted out" in r.getMessage()]
+    assert (line.levelname, line.__dict__["surface"], line.__dict__["given_up"]) == ("WARNING", "sms", True)
+    assert sender not in json.dumps(line.__dict__, default=str)
+
+
+def test_after_stop_a_reply_owed_a_send_is_given_up_unsent(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """A reply written while Twilio was down, owed a send, when its number texts STOP: given up at
+    the next run, not sent (kept in the thread undelivered, as any reply given up is)."""
+    sender = number()
+    owed(fake_anthropic, "Is the pharmacy open on Sunday?", sender)
+    fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
+    fake_twilio.fail_with(503, 20500)
+    assert run_the_job()["owed_answered"] == 1  # written and stored, owed a send
+    fake_twilio.recover()
+    refused = len(fake_twilio.refused)
+    assert send(sms("STOP", sender)) == []
+    done = run_the_job()
+    assert (done["owed_answered"], done["owed_failed"]) == (0, 1)
+    assert (fake_twilio.messages, len(fake_twilio.refused)) == ([], refused)
+    assert rows(sms_database, "select content, delivered_at, unsent_from from messages where role = 'assistant'") == [
+        ("Yes, from 10 to 14.", None, None)
+    ]
+    assert run_the_job()["owed_failed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "extra"), [("START", {}), (" unstop ", {}), ("Yes", {}), ("Vuelvo", {"OptOutType": "START"})]
+)
+def test_after_start_replies_and_reminders_flow_again(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    body: str,
+    extra: dict[str, str],
+) -> None:
+    """Twilio's opt-in words (START, UNSTOP, YES; or Advanced Opt-Out's, whatever the operator made
+    them, named by `OptOutType` START) opt the number in again: what is owed or due after it is
+    answered and said as before."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("I keep forgetting my pills", sender))
+    assert send(sms("STOP", sender)) == []
+    assert opted_out(sms_database, sender) == [(True,)]
+    send(sms(body, sender, **extra))
+    assert opted_out(sms_database, sender) == [(False,)]
+    owed(fake_anthropic, "Is the pharmacy open on Sunday?", sender)
+    fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
+    assert run_the_job()["owed_answered"] == 1
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == ["Yes, from 10 to 14.", "Take the pills."]
 
 
 @pytest.mark.parametrize(
@@ -429,6 +508,54 @@ def test_only_twilios_opt_out_words_opt_a_number_out(
     assert opted_out(sms_database, sender) == [(out,)]
 
 
+def test_a_send_refused_as_opted_out_records_the_opt_out_when_the_stop_was_missed(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """The STOP came while the webhook was down (Twilio opts the number out all the same): the first
+    send refused with error 21610 records it, and nothing after it is tried, nor asked of the model."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    send(sms("and remind me in 5 minutes to call mum", sender))
+    fake_anthropic.answer = lambda body: "Yes, from 10 to 14."
+    owed(fake_anthropic, "Is the pharmacy open on Sunday?", sender)
+    fake_twilio.fail_with(400, 21610)
+    asked = len(fake_anthropic.requests)
+    now += timedelta(minutes=6)
+    done = run_the_job()
+    # the owed reply is written (the STOP is not known yet), and refused: that refusal is the opt-out
+    assert (done["owed_answered"], done["owed_failed"], done["follow_ups_given_up"]) == (1, 0, 2)
+    assert (len(fake_anthropic.requests), len(fake_twilio.refused)) == (asked + 1, 1)
+    assert opted_out(sms_database, sender) == [(True,)]
+    assert rows(sms_database, "select status from follow_ups") == [("given_up",), ("given_up",)]
+
+
+def test_under_the_owner_policy_a_stop_from_the_owners_number_is_remembered(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """The owner policy keeps no identity for the numbers its list names: the opt-out makes one,
+    the owner's, and nothing is sent to that number until START; a stranger's STOP records nothing."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    owner, mine, stranger = uuid.uuid4(), number(), number()
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", mine))
+    assert send(sms("STOP", mine)) == [] and send(sms("STOP", stranger)) == []
+    assert rows(sms_database, "select surface, external_id, user_id, opted_out_at is not null from identities") == [
+        ("sms", mine, owner, True)
+    ]
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_given_up"] == 1
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    send(sms("START", mine))
+    assert opted_out(sms_database, mine) == [(False,)]
+
+
 def test_an_opt_out_goes_with_the_identity_when_the_person_is_erased(
     sms_database: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -445,6 +572,27 @@ def test_an_opt_out_goes_with_the_identity_when_the_person_is_erased(
     assert opted_out(sms_database, sender) == [(True,)]
     rows(sms_database, "select public.forget_person(%s, true)", person)
     assert (opted_out(sms_database, sender), opted_out(sms_database, other)) == ([], [(True,)])
+
+
+def test_a_persons_follow_ups_carry_their_own_opt_outs_only(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """What the job's claim says of the numbers that opted out is the person's own (read by their
+    user_id): someone else's STOP is not theirs to know, nor to hold their reminders."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    stopped, other = number(), number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", stopped))
+    send(sms("remind me in 5 minutes to take the pills", other))
+    send(sms("STOP", stopped))
+    [(claimed,)] = rows(
+        sms_database,
+        "select public.claim_due_follow_ups(%s, 10, 360, %s)",
+        now + timedelta(minutes=6),
+        uuid.uuid4(),
+    )
+    assert {row["sender"]: row["opted_out"] for row in claimed["claimed"]} == {stopped: [stopped], other: []}
 
 
 def test_a_follow_up_the_job_sends_late_by_sms_says_when_it_was_due_in_the_language_it_is_in(

@@ -470,6 +470,8 @@ begin
                'timezone', coalesce((select z.timezone from public.person_timezones z where z.user_id = t.user_id),
                                     t.timezone),
                'language', (select g.language from public.person_languages g where g.user_id = t.user_id),
+               -- the person's chats or numbers there that opted out (identities.sql): nothing is sent to them
+               'opted_out', crossmem_private.opted_out_of(t.user_id, t.surface),
                'identity_user', (select i.user_id from public.identities i
                                   where i.surface = t.surface and i.external_id = t.sender),
                'last_sender', w.sender,

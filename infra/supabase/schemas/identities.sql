@@ -97,3 +97,12 @@ begin
     return jsonb_build_object('recorded', found);
 end;
 $$;
+
+-- A person's chats or numbers on p_surface that opted out (a JSON array of their ids): what the
+-- scheduled job sends nothing to (owed_replies.sql, follow_ups.sql).
+create function crossmem_private.opted_out_of(p_user_id uuid, p_surface text)
+    returns jsonb language sql stable set search_path = '' as $$
+    select coalesce(jsonb_agg(i.external_id order by i.external_id), '[]'::jsonb)
+      from public.identities i
+     where i.user_id = p_user_id and i.surface = p_surface and i.opted_out_at is not null;
+$$;

@@ -396,8 +396,10 @@ $$;
 -- while a turn was writing its reply; Telegram tells the bot with a `stopped_message_generation`
 -- update, which may reach another instance than the one writing. That webhook records the stop
 -- here (stop_generation); the writing turn's drafts thread reads it (generation_stopped), stops
--- reading the model and keeps what the person was shown (docs/decisions.md, Bot API 10.x). A row
--- goes with its message (a purge, forgetting).
+-- reading the model and keeps what the person was shown (docs/decisions.md, Bot API 10.x). An owed
+-- message to a number that opted out (an SMS's STOP) is recorded here too, by the job that gives it
+-- up (owed_replies.sql's give_up_owed): not wanted, not owed. A row goes with its message (a purge,
+-- forgetting).
 create table public.stopped_generations (
     message_id bigint not null references public.messages (id) on delete cascade,
     user_id uuid not null,

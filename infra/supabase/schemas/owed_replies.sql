@@ -23,6 +23,9 @@
 -- out, as their own message would be refused. A message claimed to be answered reserves its
 -- answer's tokens (p_requests times its input and p_output_tokens) beside its earlier attempts',
 -- returned as 'reserved' for finish_turn or end_attempt to settle.
+-- One whose chat or number has opted out (identities.sql's opted_out_at: an SMS number's STOP) is
+-- claimed with 'opted_out' true, no context and nothing reserved, whatever the budget: the job asks
+-- no model and sends nothing for it, and settles it (give_up_owed).
 create or replace function public.claim_owed_replies(
     p_surfaces text, p_max_age_seconds integer, p_answer_within_seconds integer, p_limit integer,
     p_skip_users text, p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer,
@@ -42,6 +45,7 @@ declare
     v_reply jsonb;
     v_input integer;
     v_reserved integer;
+    v_opted_out boolean;
 begin
     if p_limit <= 0 then
         return v_claimed;
@@ -84,9 +88,10 @@ begin
             continue;
         end if;
         v_reply := crossmem_private.stored_reply(v_message.id, v_message.user_id);
+        v_opted_out := crossmem_private.opted_out_of(v_message.user_id, v_message.surface) ? v_message.sender;
         v_input := 0;
         v_reserved := 0;
-        if v_reply is null then
+        if v_reply is null and not v_opted_out then
             if p_tokens_per_day > 0 and p_requests > 0 then
                 -- the message is in its window: no content of its own
                 v_input := crossmem_private.turn_input_tokens(
@@ -119,8 +124,9 @@ begin
             'sender_user', (select i.user_id from public.identities i
                              where i.surface = v_message.surface and i.external_id = v_message.sender),
             'duplicate', false, 'owed', true, 'reply', v_reply, 'prepend', '[]'::jsonb, 'reserved', v_reserved,
-            -- a reply to send needs no context
-            'history', case when v_reply is null
+            'opted_out', v_opted_out,
+            -- a reply to send needs no context, nor one that will not be asked for
+            'history', case when v_reply is null and not v_opted_out
                             then public.context_window(v_message.user_id, null,
                                                        v_message.created_at - make_interval(hours => p_window_hours),
                                                        v_message.created_at, v_message.id, p_max_messages,
@@ -141,5 +147,29 @@ begin
         exit when v_count >= p_limit;
     end loop;
     return v_claimed;
+end;
+$$;
+
+-- An owed message the job will not answer, claimed under p_attempt: its chat or number opted out
+-- (claim_owed_replies' 'opted_out'). No longer owed, as a message whose reply the person stopped
+-- (stopped_generations, messages.sql: they asked for no more), and its reply owed a send, if it has
+-- one, given up (never delivered, kept in the thread as a reply given up is). Nothing is stored in
+-- the thread. {"given_up": boolean}: false when the claim no longer holds it.
+create or replace function public.give_up_owed(p_user_id uuid, p_message_id bigint, p_attempt uuid)
+    returns jsonb language plpgsql set search_path = '' as $$
+begin
+    perform from public.messages m
+     where m.id = p_message_id and m.user_id = p_user_id and m.attempt = p_attempt
+       for update of m;
+    if not found then
+        return jsonb_build_object('given_up', false);
+    end if;
+    update public.messages r set unsent_from = null
+     where r.in_reply_to = p_message_id and r.user_id = p_user_id and r.unsent_from is not null;
+    insert into public.stopped_generations (message_id, user_id) values (p_message_id, p_user_id)
+        on conflict do nothing;
+    update public.messages m set answer_by = clock_timestamp()
+     where m.id = p_message_id and m.user_id = p_user_id;
+    return jsonb_build_object('given_up', true);
 end;
 $$;
