@@ -17,12 +17,15 @@ from core.surfaces import sms as sms_surface
 from functions import runtime
 from tests.database import migrated_database
 from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
     ENGLISH,
     JWT_SECRET,
+    TELEGRAM_HEADERS,
     TWILIO_TOKEN,
     app_client,
+    as_owner,
     bearer,
     forgotten,
     messages_of,
@@ -30,6 +33,7 @@ from tests.helpers import (
     sent_texts,
     signed,
     stored_turn,
+    update,
     will_delete,
 )
 
@@ -554,6 +558,41 @@ def test_under_the_owner_policy_a_stop_from_the_owners_number_is_remembered(
     assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
     send(sms("START", mine))
     assert opted_out(sms_database, mine) == [(False,)]
+
+
+def test_a_reminder_to_a_number_that_opted_out_goes_to_the_persons_telegram(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """STOP stops texts, not the advisor: a reminder asked by SMS and due after it is refused for
+    good with no send tried, as a blocked bot's is, and moves once to the app the person last wrote
+    from among their others (here the owner's Telegram chat), stored once, in that conversation."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    owner, mine = uuid.uuid4(), number()
+    as_owner(environment, owner, telegram="5161")
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    fake_anthropic.answer = lambda body: "Hello."
+    assert (
+        app_client("telegram_webhook").post("/", json=update("hi", user_id=5161), headers=TELEGRAM_HEADERS).status_code
+        == 200
+    )
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", mine))
+    assert send(sms("STOP", mine)) == []
+    now += timedelta(minutes=6)
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (1, 0)
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[1:]] == [(5161, "Take the pills.")]
+    assert rows(sms_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("telegram", "5161", "sms", "sent")
+    ]
+    said = rows(sms_database, "select surface, role from messages where content = 'Take the pills.'")
+    assert said == [("telegram", "assistant")]
 
 
 def test_an_opt_out_goes_with_the_identity_when_the_person_is_erased(
