@@ -595,6 +595,43 @@ def test_a_reminder_to_a_number_that_opted_out_goes_to_the_persons_telegram(
     assert said == [("telegram", "assistant")]
 
 
+def test_a_reminder_asked_on_the_web_is_not_pushed_to_a_number_that_opted_out(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """The owner's one app is an SMS number that texted STOP: a reminder they ask for on the web is
+    not said to be pushed there (the tool says it stays in the web conversation), no text is tried,
+    and the job says it in that web conversation. Pushed there, Twilio refused it, no other app took
+    it, and it was given up: never shown anywhere, after the model had told them it would come."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    owner, mine = uuid.uuid4(), number()
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    fake_anthropic.answer = lambda body: "Hello."
+    send(sms("hi", mine))
+    assert send(sms("STOP", mine)) == []
+    fake_twilio.fail_with(400, 21610)  # as Twilio refuses every send to the number now
+    fake_anthropic.answer = remind("Take the pills.")
+    web = app_client("web_chat").post("/", json={"message": "in 5 minutes remind me"}, headers=bearer(owner))
+    assert web.status_code == 200
+    [result] = tool_results(fake_anthropic.requests[-1])
+    assert result["content"].startswith(
+        "Scheduled for Wed 2 Dec 2026 17:05 (UTC). They have no app linked to this account that it can be"
+        " pushed to: it will only appear in this web conversation"
+    )
+    now += timedelta(minutes=6)
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (1, 0)
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    assert rows(sms_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("web", None, None, "sent")
+    ]
+    said = rows(sms_database, "select surface, role from messages where content = 'Take the pills.'")
+    assert said == [("web", "assistant")]
+
+
 def test_an_opt_out_goes_with_the_identity_when_the_person_is_erased(
     sms_database: str, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -510,6 +510,8 @@ $$;
 -- app they last wrote from first. One conversation a person on each (conversations.sql), so one
 -- of each app. For where a follow-up asked on the web goes, and where one goes when its app
 -- refuses it for good (core/follow_ups/moves.py); on the web, begin_turn's too (turn_follow_ups).
+-- An app whose chat or number opted out (identities.sql: an SMS number's STOP) is none: nothing
+-- is sent there, and a follow-up placed there would be refused and lost, not said on the web.
 create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
     returns json language sql stable set search_path = '' as $$
     select coalesce(json_agg(json_build_object(
@@ -525,7 +527,8 @@ create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
                                    order by m.created_at desc, m.id desc
                                    limit 1) l
              where c.user_id = p_user_id and c.surface <> 'web' and c.surface <> p_except
-             order by c.surface, l.created_at desc) a;
+             order by c.surface, l.created_at desc) a
+     where not crossmem_private.opted_out_of(p_user_id, a.surface) ? a.sender;
 $$;
 
 -- follow_up_apps for a follow-up its run holds (p_claim): the person's apps but the one it is on.
