@@ -1378,6 +1378,42 @@ def test_a_reminder_moved_after_a_refusal_moves_no_further(
     assert said_in(job_database, "Take the pills.") == []
 
 
+def test_a_move_retried_after_it_committed_answers_moved_and_changes_nothing(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """move_follow_up commits, its answer is lost with the connection, and the store tries once
+    more on a fresh one: the same move answers moved again, and the follow-up stays as the first
+    try left it. Answered "not moved", the run gave up on Telegram the reminder the database held
+    on WhatsApp (lost); a move from the web, retried, recorded Telegram as the app it left, which
+    then refused it for good, moved no further."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    on_whatsapp(apps, f"link {new_code(apps, person)['code']}")
+    on_whatsapp(apps, "on my way")
+    fake_anthropic.answer = remind("Take the pills.", in_minutes=5)
+    telegram_turn("remind me in 5 minutes to take the pills", apps.chat)
+    fake_anthropic.answer = remind("Call mum.", in_minutes=5)
+    assert apps.web.post("/", json={"message": "in 5 minutes: call mum"}, headers=bearer(person)).status_code == 200
+    clock.at += timedelta(minutes=6)
+    store = runtime.store()
+    claimed = store.call(
+        "claim_due_follow_ups",
+        {"p_now": clock.at.isoformat(), "p_limit": 50, "p_lease_seconds": LEASE_S, "p_claim": str(uuid.uuid4())},
+    )
+    ids = {row["content"]: row["id"] for row in claimed["claimed"]}
+    to_whatsapp = {"p_claim": claimed["claim"], "p_surface": "whatsapp", "p_sender": apps.number}
+    to_telegram = {"p_claim": claimed["claim"], "p_surface": "telegram", "p_sender": str(apps.chat)}
+    for moved in ({"p_id": ids["Take the pills."], **to_whatsapp}, {"p_id": ids["Call mum."], **to_telegram}):
+        assert store.call("move_follow_up", moved) == {"moved": True}
+        assert store.call("move_follow_up", moved) == {"moved": True}  # retried after it committed
+
+    assert rows(job_database, "select content, surface, sender, moved_from, status from follow_ups order by id") == [
+        ("Take the pills.", "whatsapp", apps.number, "telegram", "sending"),
+        ("Call mum.", "telegram", str(apps.chat), "web", "sending"),
+    ]
+
+
 def test_a_reminder_refused_for_good_by_a_person_with_no_other_app_is_given_up(
     environment: pytest.MonkeyPatch,
     job_database: str,

@@ -549,7 +549,10 @@ $$;
 -- and once after a refusal: one that moved on from a refusing app moves no further.
 -- Both conversations are locked first, as finish_follow_up, forgetting and linking lock them
 -- before a follow-up. {"moved": boolean}: false when it is no longer p_claim's or the person has
--- no conversation there any more (forgotten meanwhile).
+-- no conversation there any more (forgotten meanwhile). The same call retried after its first try
+-- committed (its answer lost with the connection) finds it moved there and answers so again,
+-- changing nothing: answered false, the run gave it up where it was; moved again, a move from the
+-- web recorded the app it went to as the one it left.
 create function public.move_follow_up(p_id bigint, p_claim uuid, p_surface text, p_sender text) returns jsonb
     language plpgsql set search_path = '' as $$
 declare
@@ -565,9 +568,11 @@ begin
     update public.follow_ups f
        set surface = p_surface, sender = p_sender, conversation_id = v_to, moved_from = f.surface,
            unsent_from = null, said_as = null
-     where f.id = p_id and f.claim = p_claim and f.status = 'sending' and v_to is not null
+     where f.id = p_id and f.claim = p_claim and f.status = 'sending' and v_to is not null and f.surface <> p_surface
        and coalesce(f.unsent_from, 0) = 0 and (f.moved_from is null or f.moved_from = 'web');
-    return jsonb_build_object('moved', found);
+    return jsonb_build_object('moved', found or coalesce(v_follow_up.status = 'sending' and v_follow_up.surface = p_surface
+                                                         and v_follow_up.sender = p_sender
+                                                         and v_follow_up.moved_from is not null, false));
 end;
 $$;
 
