@@ -523,7 +523,8 @@ create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
               from public.conversations c
               cross join lateral (select m.sender, m.created_at
                                     from public.messages m
-                                   where m.conversation_id = c.id and m.role = 'user' and m.sender is not null
+                                   where m.conversation_id = c.id and m.user_id = p_user_id
+                                     and m.role = 'user' and m.sender is not null
                                    order by m.created_at desc, m.id desc
                                    limit 1) l
              where c.user_id = p_user_id and c.surface <> 'web' and c.surface <> p_except
