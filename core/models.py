@@ -282,7 +282,8 @@ class TurnStart:
     timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
     # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.
     delivered_first: list[SaidFirst] = field(default_factory=list)
-    # On the web: the person's apps a follow-up asked there would be pushed on, the last written from first.
+    # On the web, or while a web-asked follow-up is pending: the person's apps one asked there would be
+    # pushed on, the last written from first.
     push_apps: list[PushApp] = field(default_factory=list)
     # What this message quotes, when it is a reply (its stored content begins with it).
     quoted: str | None = None

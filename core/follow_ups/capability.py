@@ -181,8 +181,8 @@ class TurnTools:
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
     surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
-    # A surface that pushes nothing (the web): the person's app a follow-up is pushed on instead,
-    # None when they have none (said in the conversation only). Unused on the others.
+    # The person's app a follow-up asked on the web is pushed on, None when they have none (said
+    # in the conversation only): what the schedule tool says on the web, and the list on every app.
     pushed_on: PushApp | None = None
     # The zone is CONTEXT_TIMEZONE's, not one the person gave (set_timezone, a web client's)
     assumed: bool = False
@@ -281,7 +281,7 @@ class TurnTools:
         web's: WAITS_THERE, the app it is pushed on, from their last message there); else ''."""
         on: Surface | None = self.surface
         said, since = WAITS, self.now
-        if self.pushed_on is not None:
+        if self.pushed_on is not None and on is not None and not on.is_secondary:
             said, on, since = WAITS_THERE, self.pushed_on.surface, self.pushed_on.last_at
         window = self.rules.said_within(on) if on is not None else None
         # Due near the window's end is past it too: the job says it only while `now - last` is under
@@ -373,7 +373,7 @@ def turn_tools(
 ) -> TurnTools:
     """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set.
     `assumed`: `zone` is CONTEXT_TIMEZONE's, the person having none (a web client's is theirs).
-    `pushed_on`: on the web, the person's app its follow-ups are pushed on."""
+    `pushed_on`: the person's app the follow-ups asked on the web are pushed on."""
     tools = TurnTools(rules, pending, zone, now, surface=surface, assumed=assumed, pushed_on=pushed_on)
     if (sent := zone_named(client_zone)) is not None:
         tools.assumed = False
@@ -398,7 +398,8 @@ class FollowUps:
 
     def toolset(self, turn: TurnState) -> TurnTools | None:
         assumed = zone_named(turn.start.timezone) is None  # the turn's zone is CONTEXT_TIMEZONE's
-        # begin_turn brings the person's apps on the web only; the first that still reaches them
+        # begin_turn brings the person's apps on the web, or while a web-asked one is pending;
+        # the first that still reaches them
         reaching = (a for a in turn.start.push_apps if self.rules.reaches(a.surface, a.sender, a.owner, turn.user_id))
         pushed_on = next(reaching, None)
         tools = turn_tools(

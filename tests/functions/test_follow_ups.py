@@ -1217,6 +1217,43 @@ def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_l
     assert run_job()["follow_ups_sent"] == 0
 
 
+def test_a_reminder_asked_on_the_web_is_listed_on_the_app_it_will_be_pushed_on_from_every_app(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """ "Remind me at 18:30 to call the bank", typed on the web by a person with Telegram linked;
+    later, on Telegram, "what's pending?" and "cancel it". The list the model reads there says the
+    app it will reach them on (Telegram), as the web's does, never "on web" (a model told that says
+    it will only appear in the web chat); the cancel made there finds it."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    telegram_turn("hello from my phone", apps.chat)
+    fake_anthropic.answer = remind("Call the bank.", day="today", time="18:30")
+    assert apps.web.post("/", json={"message": "at 18:30 remind me"}, headers=bearer(person)).status_code == 200
+    [(reminder,)] = rows(job_database, "select id from follow_ups")
+
+    def listed(body: dict[str, Any]) -> Any:
+        return "Here they are." if tool_results(body) else [tool_use("list_follow_ups", {})]
+
+    fake_anthropic.answer = listed
+    assert apps.web.post("/", json={"message": "what's pending?"}, headers=bearer(person)).status_code == 200
+    line = f"#{reminder} Wed 2 Dec 2026 18:30 (Europe/Madrid), on telegram: Call the bank."
+    assert [r["content"] for r in tool_results(fake_anthropic.requests[-1])] == [line]
+    telegram_turn("what's pending?", apps.chat)
+    assert [r["content"] for r in tool_results(fake_anthropic.requests[-1])] == [line]
+
+    def cancel(body: dict[str, Any]) -> Any:
+        return "Cancelled." if tool_results(body) else [tool_use("cancel_follow_up", {"id": reminder})]
+
+    fake_anthropic.answer = cancel
+    telegram_turn("cancel it", apps.chat)
+    assert rows(job_database, "select id from follow_ups") == []  # cancelled: gone
+
+
 def test_a_reminder_asked_on_the_web_by_a_person_with_no_app_is_said_to_stay_in_that_conversation(
     environment: pytest.MonkeyPatch,
     job_database: str,

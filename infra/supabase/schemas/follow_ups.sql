@@ -186,9 +186,10 @@ $$;
 -- its push got to. That message's row is locked first, skipped when another holds it (the job's
 -- claim, a redelivery, forgetting: it keeps them), so a claim after this finds none left to say;
 -- no wait, so no lock order to keep with them). A TwiML answer with no room for some of them
--- leaves those to the follow-up job (send_follow_ups_later, below). On the web, `apps` (else
--- empty): the person's apps a follow-up asked there would be pushed on, the one they last wrote
--- from first (follow_up_apps, below), for the schedule tool to say where it will reach them.
+-- leaves those to the follow-up job (send_follow_ups_later, below). On the web, or on another app
+-- while one asked on the web is pending, `apps` (else empty): the person's apps a follow-up asked
+-- there would be pushed on, the one they last wrote from first (follow_up_apps, below), for the
+-- schedule tool to say where it will reach them, and the list where a pending one will.
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
     out delivered_first json, out apps json
@@ -229,7 +230,10 @@ begin
         delivered_first := crossmem_private.follow_ups_said_with(p_message_id);
     end if;
     pending := public.follow_ups_of(p_user_id);
-    apps := case when p_surface = 'web' then crossmem_private.follow_up_apps(p_user_id, p_surface) else '[]'::json end;
+    apps := case when p_surface = 'web' or exists (
+                          select from public.follow_ups f
+                           where f.user_id = p_user_id and f.surface = 'web' and f.status in ('pending', 'held'))
+                 then crossmem_private.follow_up_apps(p_user_id, 'web') else '[]'::json end;
     timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
 end;
 $$;
