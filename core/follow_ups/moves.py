@@ -11,7 +11,8 @@ to them, or in the owner's allow-list):
 - The app it was going to refuses it for good (a blocked bot, a deactivated user, a chat not
   found, a number Twilio refuses), or no chat or number of theirs reaches them there any more
   (unlinked since): before it is given up, it moves once to the app they last wrote from among
-  the others. Only one of which nothing went out: the person read its first parts where they were
+  the others; one asked on the web, with none left, goes back to the web conversation it was
+  asked in. Only one of which nothing went out: the person read its first parts where they were
   said. A failure that may pass stays where it is, retried with backoff.
 
 Moved (`move_follow_up`), it belongs to that app's conversation of the person's: it is tried
@@ -63,7 +64,9 @@ class FollowUpMoves:
             apps = self.store.call("follow_up_elsewhere", {"p_id": row["id"], "p_claim": claim})["apps"]
             for app in apps:
                 surface, owner = Surface(app["surface"]), app.get("sender_user")
-                if not self.identity.reaches(surface, str(app["sender"]), UUID(owner) if owner else None, person):
+                # the web (back where it was asked) is theirs; a chat or number, while it reaches them
+                sender, whose = str(app["sender"]), UUID(owner) if owner else None
+                if surface.is_secondary and not self.identity.reaches(surface, sender, whose, person):
                     continue
                 arguments = {"p_id": row["id"], "p_claim": claim, "p_surface": surface.value, "p_sender": app["sender"]}
                 if not self.store.call("move_follow_up", arguments)["moved"]:

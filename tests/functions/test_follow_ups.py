@@ -1477,6 +1477,40 @@ def test_a_reminder_refused_for_good_by_a_person_with_no_other_app_is_given_up(
     assert said_in(job_database, "Take the pills.") == []
 
 
+def test_a_reminder_asked_on_the_web_whose_telegram_bot_is_blocked_comes_back_to_that_web_conversation(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Asked on the web by a person whose one app is Telegram, whose bot they blocked since: pushed
+    nowhere, it is said where they asked it, in that web conversation, as it was before pushes (a
+    person with no app gets it there too), not given up with nothing of it anywhere."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    telegram_turn("hello from my phone", apps.chat)
+    fake_anthropic.answer = remind("Call the bank.", in_minutes=5)
+    asked = apps.web.post("/", json={"message": "in 5 minutes remind me"}, headers=bearer(person))
+    assert asked.status_code == 200
+    fake_telegram.fail_with("blocked_by_user")
+    clock.at += timedelta(minutes=6)
+
+    job = run_job()
+
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (1, 0)
+    assert fake_twilio.messages == []
+    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("web", None, "telegram", "sent")
+    ]
+    assert rows(job_database, "select conversation_id from messages where content = 'Call the bank.'") == [
+        (uuid.UUID(asked.get_json()["conversation_id"]),)
+    ]
+    assert run_job()["follow_ups_sent"] == 0
+
+
 def test_under_the_owner_policy_a_strangers_remind_me_is_refused_and_schedules_nothing(
     environment: pytest.MonkeyPatch,
     job_database: str,

@@ -536,11 +536,18 @@ create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
      where not crossmem_private.opted_out_of(p_user_id, a.surface) ? a.sender;
 $$;
 
--- follow_up_apps for a follow-up its run holds (p_claim): the person's apps but the one it is on.
+-- follow_up_apps for a follow-up its run holds (p_claim): the person's apps but the one it is on,
+-- and last, for one asked on the web and pushed (moved_from 'web'), the web (no sender): with no
+-- app left to push it on, it is said where it was asked, as one of a person with no app is.
 -- {"apps": [...]}, empty when it is no longer that run's, or has moved on after a refusal already.
 create function public.follow_up_elsewhere(p_id bigint, p_claim uuid) returns jsonb
     language sql stable set search_path = '' as $$
     select jsonb_build_object('apps', coalesce((select crossmem_private.follow_up_apps(f.user_id, f.surface)::jsonb
+                                                       || case when f.moved_from = 'web'
+                                                               then jsonb_build_array(jsonb_build_object(
+                                                                        'surface', 'web', 'sender', null,
+                                                                        'last_at', null, 'sender_user', null))
+                                                               else '[]'::jsonb end
                                                   from public.follow_ups f
                                                  where f.id = p_id and f.claim = p_claim and f.status = 'sending'
                                                    and (f.moved_from is null or f.moved_from = 'web')),
@@ -551,7 +558,8 @@ $$;
 -- to p_sender there: its conversation becomes the person's one on that app, where it is stored
 -- once said, and it is tried, held, templated or given up there as any follow-up of that app is
 -- (`moved_from` keeps the app it leaves). Only one of which nothing went out (a move says it whole),
--- and once after a refusal: one that moved on from a refusing app moves no further.
+-- and once after a refusal: one that moved on from a refusing app moves no further. To the web
+-- (p_surface 'web'), it goes back to the web conversation it was asked in (`asked_in`'s).
 -- Both conversations are locked first, as finish_follow_up, forgetting and linking lock them
 -- before a follow-up. {"moved": boolean}: false when it is no longer p_claim's or the person has
 -- no conversation there any more (forgotten meanwhile). The same call retried after its first try
@@ -565,7 +573,11 @@ declare
     v_to uuid;
 begin
     select * into v_follow_up from public.follow_ups f where f.id = p_id and f.claim = p_claim;
-    v_to := (select c.id from public.conversations c where c.user_id = v_follow_up.user_id and c.surface = p_surface);
+    v_to := case when p_surface = 'web'
+                 then (select m.conversation_id from public.messages m
+                        where m.id = v_follow_up.asked_in and m.user_id = v_follow_up.user_id and m.surface = 'web')
+                 else (select c.id from public.conversations c
+                        where c.user_id = v_follow_up.user_id and c.surface = p_surface) end;
     perform from public.conversations c
      where c.id in (v_follow_up.conversation_id, v_to)
      order by c.id
@@ -576,7 +588,7 @@ begin
      where f.id = p_id and f.claim = p_claim and f.status = 'sending' and v_to is not null and f.surface <> p_surface
        and coalesce(f.unsent_from, 0) = 0 and (f.moved_from is null or f.moved_from = 'web');
     return jsonb_build_object('moved', found or coalesce(v_follow_up.status = 'sending' and v_follow_up.surface = p_surface
-                                                         and v_follow_up.sender = p_sender
+                                                         and v_follow_up.sender is not distinct from p_sender
                                                          and v_follow_up.moved_from is not null, false));
 end;
 $$;
