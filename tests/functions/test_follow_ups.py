@@ -1217,6 +1217,41 @@ def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_l
     assert run_job()["follow_ups_sent"] == 0
 
 
+def test_a_reminder_asked_on_the_web_right_after_linking_telegram_is_pushed_there(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """The web shows a code, the person sends it to the bot (/start CODE, a command: nothing of it
+    stored), and back on the web asks "in 30 minutes remind me to call the bank". Their Telegram is
+    linked: the tool's result says so and names it (it said "They have no app linked to this
+    account"), and the reminder reaches that chat, stored in their Telegram conversation. Another
+    person's chat linked later is not theirs (follow_up_apps reads the person's identities only)."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    telegram_turn(f"/start {new_code(apps, uuid.uuid4())['code']}", apps.chat + 1)
+    fake_anthropic.answer = remind("Call the bank.", day="today", time="18:30")
+    assert apps.web.post("/", json={"message": "at 18:30 remind me"}, headers=bearer(person)).status_code == 200
+    [result] = tool_results(fake_anthropic.requests[-1])
+    assert result["content"].startswith(
+        "Scheduled for Wed 2 Dec 2026 18:30 (Europe/Madrid). It will be pushed to them on Telegram, the app linked to"
+        " their account they last wrote from"
+    )
+    before = len(fake_telegram.sent())
+    clock.at += timedelta(minutes=31)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[before:]] == [(apps.chat, "Call the bank.")]
+    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("telegram", str(apps.chat), "web", "sent")
+    ]
+    assert said_in(job_database, "Call the bank.") == [("telegram", person, "assistant")]
+
+
 def test_a_reminder_asked_on_the_web_is_listed_on_the_app_it_will_be_pushed_on_from_every_app(
     environment: pytest.MonkeyPatch,
     job_database: str,

@@ -508,12 +508,13 @@ end;
 $$;
 
 
--- The person's apps a follow-up can be pushed on (a chat's conversation of theirs with a message of
--- theirs in it), but p_except's: in each, the chat or number they last wrote from there, whom that
--- belongs to now (`sender_user`: an unlinked one is no longer theirs) and when they wrote; the
--- app they last wrote from first. One conversation a person on each (conversations.sql), so one
--- of each app. For where a follow-up asked on the web goes, and where one goes when its app
--- refuses it for good (core/follow_ups/moves.py); on the web, begin_turn's too (turn_follow_ups).
+-- The person's apps a follow-up can be pushed on, but p_except's: in each, the chat or number they
+-- last wrote from there (their latest message in their conversation there; with none, a chat or
+-- number linked to them, links.sql: sending its code was writing from it, though a command is no
+-- message of the thread), whom that belongs to now (`sender_user`: an unlinked one is no longer
+-- theirs) and when they wrote; the app they last wrote from first. One of each app. For where a
+-- follow-up asked on the web goes, and where one goes when its app refuses it for good
+-- (core/follow_ups/moves.py); begin_turn's too (turn_follow_ups).
 -- An app whose chat or number opted out (identities.sql: an SMS number's STOP) is none: nothing
 -- is sent there, and a follow-up placed there would be refused and lost, not said on the web.
 create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
@@ -523,16 +524,22 @@ create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
                'sender_user', (select i.user_id from public.identities i
                                 where i.surface = a.surface and i.external_id = a.sender))
              order by a.created_at desc, a.surface), '[]'::json)
-      from (select distinct on (c.surface) c.surface, l.sender, l.created_at
-              from public.conversations c
-              cross join lateral (select m.sender, m.created_at
-                                    from public.messages m
-                                   where m.conversation_id = c.id and m.user_id = p_user_id
-                                     and m.role = 'user' and m.sender is not null
-                                   order by m.created_at desc, m.id desc
-                                   limit 1) l
-             where c.user_id = p_user_id and c.surface <> 'web' and c.surface <> p_except
-             order by c.surface, l.created_at desc) a
+      from (select distinct on (w.surface) w.surface, w.sender, w.created_at
+              from (select c.surface, l.sender, l.created_at, true as in_thread
+                      from public.conversations c
+                      cross join lateral (select m.sender, m.created_at
+                                            from public.messages m
+                                           where m.conversation_id = c.id and m.user_id = p_user_id
+                                             and m.role = 'user' and m.sender is not null
+                                           order by m.created_at desc, m.id desc
+                                           limit 1) l
+                     where c.user_id = p_user_id and c.surface <> 'web'
+                    union all
+                    select i.surface, i.external_id, i.linked_at, false
+                      from public.identities i
+                     where i.user_id = p_user_id and i.linked_at is not null) w
+             where w.surface <> p_except
+             order by w.surface, w.in_thread desc, w.created_at desc) a
      where not crossmem_private.opted_out_of(p_user_id, a.surface) ? a.sender;
 $$;
 
@@ -561,8 +568,9 @@ $$;
 -- and once after a refusal: one that moved on from a refusing app moves no further. To the web
 -- (p_surface 'web'), it goes back to the web conversation it was asked in (`asked_in`'s).
 -- Both conversations are locked first, as finish_follow_up, forgetting and linking lock them
--- before a follow-up. {"moved": boolean}: false when it is no longer p_claim's or the person has
--- no conversation there any more (forgotten meanwhile). The same call retried after its first try
+-- before a follow-up. The person's conversation there is made when they have none (a chat linked
+-- and never written in since, or one they forgot). {"moved": boolean}: false when it is no longer
+-- p_claim's, or its web conversation is gone. The same call retried after its first try
 -- committed (its answer lost with the connection) finds it moved there and answers so again,
 -- changing nothing: answered false, the run gave it up where it was; moved again, a move from the
 -- web recorded the app it went to as the one it left.
@@ -573,6 +581,12 @@ declare
     v_to uuid;
 begin
     select * into v_follow_up from public.follow_ups f where f.id = p_id and f.claim = p_claim;
+    if p_surface <> 'web' and v_follow_up.status = 'sending' then
+        -- a chat linked with no message of the thread yet has no conversation: its first, as begin_turn's
+        insert into public.conversations (user_id, surface, title)
+             values (v_follow_up.user_id, p_surface, public.conversation_title(p_surface))
+        on conflict (user_id, surface) where surface <> 'web' do nothing;
+    end if;
     v_to := case when p_surface = 'web'
                  then (select m.conversation_id from public.messages m
                         where m.id = v_follow_up.asked_in and m.user_id = v_follow_up.user_id and m.surface = 'web')
