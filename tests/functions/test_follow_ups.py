@@ -1371,6 +1371,37 @@ def test_a_reminder_asked_on_the_web_and_pushed_on_whatsapp_past_its_window_is_h
     assert said_in(job_database, "Call the bank.") == [("whatsapp", person, "assistant")]
 
 
+def test_a_reminder_asked_on_the_web_is_pushed_on_whatsapp_inside_the_window_a_message_outside_the_thread_opened(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """Their last WhatsApp message of the thread is 25 hours old, but an hour ago they sent an empty
+    one (no turn, nothing stored: it opened the window all the same). Asked on the web, the reminder
+    due in an hour is inside that window: the result does not say it waits, and the job says it
+    free-form then, to that number, not held for a next message."""
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    on_whatsapp(apps, f"link {new_code(apps, person)['code']}")
+    on_whatsapp(apps, "on my way")
+    execute(job_database, "update messages set created_at = %s - interval '25 hours'", clock.at)
+    outside_the_thread(apps, "empty", f"whatsapp:{apps.number}")
+    execute(job_database, "update conversations set unstored_message_at = %s - interval '1 hour'", clock.at)
+    fake_anthropic.answer = remind("Call the bank.", in_minutes=60)
+    before = len(fake_anthropic.requests)
+    asked = apps.web.post("/", json={"message": "in an hour tell me to call the bank"}, headers=bearer(person))
+    # nothing to tell them (no "WhatsApp lets it reach them only within 24 hours"): the model is not asked again
+    assert asked.status_code == 200 and len(fake_anthropic.requests) == before + 1
+    clock.at += timedelta(minutes=61)
+
+    assert run_job()["follow_ups_sent"] == 1
+
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(f"whatsapp:{apps.number}", "Call the bank.")]
+    assert rows(job_database, "select surface, moved_from, status from follow_ups") == [("whatsapp", "web", "sent")]
+
+
 @pytest.mark.parametrize("refusal", ["blocked_by_user", "user_is_blocked_as_400", "chat_not_found"])
 def test_a_reminder_whose_telegram_bot_is_blocked_goes_to_the_persons_whatsapp(
     environment: pytest.MonkeyPatch,

@@ -509,7 +509,8 @@ $$;
 
 
 -- The person's apps a follow-up can be pushed on, but p_except's: in each, the chat or number they
--- last wrote from there (their latest message in their conversation there; with none, a chat or
+-- last wrote from there (their latest message in their conversation there, or a later one it does
+-- not keep, wrote_outside_thread's, which opened WhatsApp's window too; with none, a chat or
 -- number linked to them, links.sql: sending its code was writing from it, though a command is no
 -- message of the thread), whom that belongs to now (`sender_user`: an unlinked one is no longer
 -- theirs) and when they wrote; the app they last wrote from first. One of each app. For where a
@@ -525,15 +526,19 @@ create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
                                 where i.surface = a.surface and i.external_id = a.sender))
              order by a.created_at desc, a.surface), '[]'::json)
       from (select distinct on (w.surface) w.surface, w.sender, w.created_at
-              from (select c.surface, l.sender, l.created_at, true as in_thread
+              from (select c.surface,
+                           case when c.unstored_message_at > coalesce(l.created_at, '-infinity')
+                                then c.unstored_message_from else l.sender end as sender,
+                           greatest(l.created_at, c.unstored_message_at) as created_at, true as in_thread
                       from public.conversations c
-                      cross join lateral (select m.sender, m.created_at
-                                            from public.messages m
-                                           where m.conversation_id = c.id and m.user_id = p_user_id
-                                             and m.role = 'user' and m.sender is not null
-                                           order by m.created_at desc, m.id desc
-                                           limit 1) l
+                      left join lateral (select m.sender, m.created_at
+                                           from public.messages m
+                                          where m.conversation_id = c.id and m.user_id = p_user_id
+                                            and m.role = 'user' and m.sender is not null
+                                          order by m.created_at desc, m.id desc
+                                          limit 1) l on true
                      where c.user_id = p_user_id and c.surface <> 'web'
+                       and coalesce(l.sender, c.unstored_message_from) is not null
                     union all
                     select i.surface, i.external_id, i.linked_at, false
                       from public.identities i
