@@ -39,7 +39,9 @@ def age(text: str) -> timedelta:
     return parse_age(text)
 
 
-@click.command(help="delete messages older than an age, in batches of PURGE_BATCH")
+@click.command(
+    help="delete messages older than an age, and the memory-note lines about them, in batches of PURGE_BATCH"
+)
 @click.option(
     "--older-than",
     type=age,

@@ -393,7 +393,7 @@ HELP_LINES = [
     ("link", "join a chat or number to a person, without a code"),
     ("unlink", "let a linked chat or number go (the person keeps its messages)"),
     ("forget", "erase a person: every conversation, message and identity"),
-    ("purge", "delete messages older than an age, in batches of PURGE_BATCH"),
+    ("purge", "delete messages older than an age, and the memory-note lines about them, in batches of PURGE_BATCH"),
     ("export", "write everything held of a person as JSON (an access request)"),
     ("search", "search a person's messages on every surface, as the agent can"),
     ("dev", "serve every function, the demo page and /healthz on 127.0.0.1"),
