@@ -230,9 +230,10 @@ begin
         delivered_first := crossmem_private.follow_ups_said_with(p_message_id);
     end if;
     pending := public.follow_ups_of(p_user_id);
+    -- read from the pending ones just read (no second probe of follow_ups on every turn)
     apps := case when p_surface = 'web' or exists (
-                          select from public.follow_ups f
-                           where f.user_id = p_user_id and f.surface = 'web' and f.status in ('pending', 'held'))
+                          select from json_array_elements(pending) e
+                           where e->>'surface' = 'web' and e->>'status' in ('pending', 'held'))
                  then crossmem_private.follow_up_apps(p_user_id, 'web') else '[]'::json end;
     timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
 end;
