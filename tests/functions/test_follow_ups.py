@@ -1177,6 +1177,21 @@ def on_whatsapp(apps: Apps, text: str, number: str | None = None) -> None:
     assert apps.whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
 
 
+def pushed_on_telegram(
+    job_database: str, fake_telegram: FakeTelegram, clock: Clock, apps: Apps, person: uuid.UUID, content: str
+) -> None:
+    """Half an hour on, the job pushes the web-asked `content` to the person's Telegram chat, once,
+    stored in their Telegram conversation."""
+    before = len(fake_telegram.sent())
+    clock.at += timedelta(minutes=31)
+    assert run_job()["follow_ups_sent"] == 1
+    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[before:]] == [(apps.chat, content)]
+    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("telegram", str(apps.chat), "web", "sent")
+    ]
+    assert said_in(job_database, content) == [("telegram", person, "assistant")]
+
+
 def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_last_wrote_from(
     environment: pytest.MonkeyPatch,
     job_database: str,
@@ -1204,16 +1219,7 @@ def test_a_reminder_asked_on_the_web_is_pushed_to_the_telegram_chat_the_person_l
         " their account they last wrote from (on another of theirs if they write from that one last before it is"
         " due). They have not said where they live"
     )
-    before = len(fake_telegram.sent())
-    clock.at += timedelta(minutes=31)
-
-    assert run_job()["follow_ups_sent"] == 1
-
-    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[before:]] == [(apps.chat, "Stand up and stretch.")]
-    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
-        ("telegram", str(apps.chat), "web", "sent")
-    ]
-    assert said_in(job_database, "Stand up and stretch.") == [("telegram", person, "assistant")]
+    pushed_on_telegram(job_database, fake_telegram, clock, apps, person, "Stand up and stretch.")
     assert run_job()["follow_ups_sent"] == 0
 
 
@@ -1240,16 +1246,7 @@ def test_a_reminder_asked_on_the_web_right_after_linking_telegram_is_pushed_ther
         "Scheduled for Wed 2 Dec 2026 18:30 (Europe/Madrid). It will be pushed to them on Telegram, the app linked to"
         " their account they last wrote from"
     )
-    before = len(fake_telegram.sent())
-    clock.at += timedelta(minutes=31)
-
-    assert run_job()["follow_ups_sent"] == 1
-
-    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[before:]] == [(apps.chat, "Call the bank.")]
-    assert rows(job_database, "select surface, sender, moved_from, status from follow_ups") == [
-        ("telegram", str(apps.chat), "web", "sent")
-    ]
-    assert said_in(job_database, "Call the bank.") == [("telegram", person, "assistant")]
+    pushed_on_telegram(job_database, fake_telegram, clock, apps, person, "Call the bank.")
 
 
 def test_a_reminder_asked_on_the_web_is_listed_on_the_app_it_will_be_pushed_on_from_every_app(
