@@ -75,6 +75,9 @@ from core.surfaces import Surfaces, complete, rules
 
 log = logging.getLogger("crossmem.follow_ups")
 
+# Why a follow-up was not tried, as its log line says.
+NOBODY = "no chat or number of the person's reaches them any more: said to nobody"
+OPTED_OUT = "its chat or number opted out (STOP): nothing is sent there"
 MAX_ATTEMPTS = 6  # 1 + 2 + 4 + 8 + 16 minutes of retries: a platform outage of half an hour
 # At least the scheduled function's timeout (serverless.yml's memory_digest, 300 s), with a minute
 # for the instances' clocks: a claim older than this is a run that died, never one still sending.
@@ -198,13 +201,11 @@ class FollowUpDelivery:
         # Asked on the web, said on the app the person last wrote from; refused for good there, on
         # another of theirs, once (core/follow_ups/moves.py).
         row = self._moves.placed(row, claim)
-        sent, outcome, to = self._say(row, now)
+        sent, outcome, unsaid = self._say(row, now)
         if (moved := self._moves.moved_on(row, claim, sent)) is not None:
             row = moved
-            sent, outcome, to = self._say(row, now)
+            sent, outcome, unsaid = self._say(row, now)
         surface = Surface(row["surface"])
-        opted_out = to is not None and to in row.get("opted_out", ())
-        said, numbered = self._as_said(row, now), rules(surface).carried_as_sms
         delivery = sent.delivery
         if outcome != "held":
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
@@ -212,10 +213,8 @@ class FollowUpDelivery:
             outcome = "given_up"
         retry_at = now + backoff(int(row["attempts"]))
         extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
-        if surface.is_secondary and to is None:
-            extra["reason"] = "no chat or number of the person's reaches them any more: said to nobody"
-        if opted_out:
-            extra["reason"] = "its chat or number opted out (STOP): nothing is sent there"
+        if unsaid is not None:
+            extra["reason"] = unsaid
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
             finished = self._store.call(
@@ -228,8 +227,8 @@ class FollowUpDelivery:
                     # how far it got, when it did not get through: where a retry starts
                     "p_unsent_from": None if delivery is Delivery.DELIVERED else sent.parts or None,
                     # what SMS's numbered parts were cut from: the rest is said from it, the count kept
-                    "p_said_as": said["content"]
-                    if numbered and sent.parts and delivery is not Delivery.DELIVERED
+                    "p_said_as": self._as_said(row, now)["content"]
+                    if rules(surface).carried_as_sms and sent.parts and delivery is not Delivery.DELIVERED
                     else None,
                     # held on the person's last WhatsApp message the claim saw: one since opens the window
                     "p_seen_at": row.get("last_whatsapp_at"),
@@ -257,20 +256,22 @@ class FollowUpDelivery:
             log.info("follow-up", extra=extra)
         else:
             done.given_up += 1
-            log.log(logging.WARNING if opted_out else logging.ERROR, "follow-up", extra=extra)  # a STOP is no fault
+            log.log(
+                logging.WARNING if unsaid == OPTED_OUT else logging.ERROR, "follow-up", extra=extra
+            )  # a STOP is no fault
 
     def _say(self, row: dict[str, Any], now: datetime) -> tuple[Sent, str, str | None]:
         """Said on its surface: a secondary surface's to a chat or number that still reaches the
-        person (given up when none does), the web's in their thread. What became of it, the
-        outcome, and to whom."""
+        person, the web's in their thread. What became of it, the outcome, and why it was not
+        tried (NOBODY, OPTED_OUT: refused for good before any send, so moved, else given up)."""
         surface = Surface(row["surface"])
         to = self._reachable(surface, row) if surface.is_secondary else None
         if surface.is_secondary and to is None:
-            return Sent(Delivery.GIVEN_UP, 0), "given_up", None
-        if to in row.get("opted_out", ()):  # refused for good before any send: moved, else given up
-            return Sent(Delivery.GIVEN_UP, 0), "given_up", to
+            return Sent(Delivery.GIVEN_UP, 0), "given_up", NOBODY
+        if to in row.get("opted_out", ()):
+            return Sent(Delivery.GIVEN_UP, 0), "given_up", OPTED_OUT
         sent, outcome = self._surfaces[surface].say_follow_up(to, self._as_said(row, now), now)
-        return sent, outcome, to
+        return sent, outcome, None
 
     def _as_said(self, row: dict[str, Any], now: datetime) -> dict[str, Any]:
         """The row with its text as the person reads it: said late, it says when it was due
