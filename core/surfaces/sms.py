@@ -31,9 +31,10 @@ message opts it in (Twilio's "Twilio support for opt-out keywords (SMS STOP filt
 21610's page). So the number's identity remembers it, from that delivery or from a send Twilio
 refused with 21610 (the STOP may have come while the webhook was down), and the scheduled job
 sends nothing there and asks no model for it: an owed reply is given up unwritten, a follow-up due
-is given up unsaid (logged, counted); neither comes back after START, as what the person stopped
-would arrive as a stranger's. The opt-in words clear it (a toll-free number takes only START and
-UNSTOP: after a YES there, Twilio's next refusal records the opt-out again).
+goes to another app of the person's (core/follow_ups/moves.py), else is given up unsaid (logged,
+counted); neither comes back after START, as what the person stopped would arrive as a
+stranger's. The opt-in words clear it (a toll-free number takes only START and UNSTOP: after a
+YES there, Twilio's next refusal records the opt-out again).
 
 What an inbound message asks for (`SmsForm`, `classify`): a keyword (nothing said), a chat command,
 a turn, or a notice. The form is read as every Twilio surface's is (core/surfaces/twilio_form.py),
