@@ -70,6 +70,7 @@ EVERY_FUNCTION = frozenset(
         "anthropic_model",
         "anthropic_max_tokens",
         "anthropic_effort",
+        "anthropic_thinking",
         "anthropic_timeout",
         "anthropic_max_retries",
         "allow_offline_model",

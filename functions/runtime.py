@@ -31,7 +31,7 @@ from core.memory.forgetting import Forgetting
 from core.memory.retention import Retention, in_flight_window
 from core.memory.search import MemorySearch, SearchRules
 from core.memory.service import ContextLimits, Memory, TurnBudget
-from core.model.llm import AnthropicModel, Model
+from core.model.llm import AnthropicModel, Model, Thinking
 from core.model.offline_model import OfflineModel
 from core.models import Sent, Surface
 from core.phrases.catalogue import Catalogue
@@ -169,11 +169,23 @@ def model() -> Model:
     config = settings()
     if config.anthropic_api_key is None:
         return OfflineModel()
-    return claude(config, config.anthropic_model, config.anthropic_max_tokens, effort=config.anthropic_effort)
+    return claude(
+        config,
+        config.anthropic_model,
+        config.anthropic_max_tokens,
+        effort=config.anthropic_effort,
+        thinking=config.anthropic_thinking,
+    )
 
 
 def claude(
-    config: Settings, name: str, max_tokens: int, *, cached: bool = True, effort: str | None = None
+    config: Settings,
+    name: str,
+    max_tokens: int,
+    *,
+    cached: bool = True,
+    effort: str | None = None,
+    thinking: Thinking = "adaptive",
 ) -> AnthropicModel:
     assert config.anthropic_api_key is not None
     return AnthropicModel(
@@ -185,6 +197,7 @@ def claude(
         max_retries=config.anthropic_max_retries,
         cached=cached,
         effort=effort,
+        thinking=thinking,
     )
 
 

@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import InvalidSetting
 from core.memory.retention import MAX_AGE_DAYS
+from core.model.llm import Thinking
 from core.model.prompt import DEFAULT_PERSONA
 from core.surfaces.adapter import Surface
 
@@ -164,6 +165,10 @@ class Settings(BaseSettings):
     anthropic_model: str = "claude-sonnet-5-5"
     anthropic_max_tokens: int = Field(default=4096, ge=1)
     anthropic_effort: Literal["low", "medium", "high", "xhigh", "max"] | None = "low"
+    # The turn's thinking (docs/decisions.md, "Thinking between tool calls"): between_tools (Sonnet
+    # 5.5: no up-front thinking, and a note before a tool call reaches the person) or adaptive (the
+    # models' default; a model whose capabilities lack between_tools needs it: crossmem doctor).
+    anthropic_thinking: Thinking = "between_tools"
     anthropic_timeout: float = Field(default=30.0, gt=0)
     anthropic_max_retries: int = Field(default=2, ge=0)
     # Outside APP_ENV=local, no ANTHROPIC_API_KEY means refusing to serve, unless this says the
@@ -249,6 +254,8 @@ class Settings(BaseSettings):
     def consistent(self) -> Settings:
         if self.context_window_step > self.context_max_messages:
             raise ValueError("CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES")
+        if self.anthropic_thinking == "between_tools" and self.anthropic_effort in ("xhigh", "max"):
+            raise ValueError("ANTHROPIC_THINKING=between_tools takes ANTHROPIC_EFFORT low, medium or high")
         return self
 
     # The settings that did not parse, each with what is wrong: held back (see from_environment).

@@ -29,6 +29,10 @@ CACHE = {"type": "ephemeral"}
 # input among them, which the SDK parses as far as it goes: {"id": 12} for booking 123).
 CUT_SHORT = frozenset({"max_tokens", "model_context_window_exceeded"})
 ToolChoice = Literal["auto", "none"]  # never a forced tool: the current models refuse it
+# `thinking` of a turn's requests (ANTHROPIC_THINKING): "between_tools", no up-front thinking and
+# a note written before a tool call comes back with its text (Sonnet 5.5); "adaptive", the
+# models' default (the field left out), whose notes before a tool call come back empty.
+Thinking = Literal["between_tools", "adaptive"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,15 @@ class AssistantContent:
     Current models refuse a rebuilt turn, or lose its thinking (docs/research/model-changes-2026.md)."""
 
     blocks: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A model as the Models API lists it: its name for people, and the `thinking.type` values it
+    takes (None when the listing does not say)."""
+
+    display_name: str
+    thinking: frozenset[str] | None
 
 
 def plus(spent: Usage, more: Usage) -> Usage:
@@ -116,6 +129,7 @@ def messages_request(
     *,
     cached: bool = True,
     effort: str | None = None,
+    thinking: Thinking = "adaptive",
     tools: Sequence[dict[str, Any]] = (),
     continuation: Sequence[dict[str, Any]] = (),
     tool_choice: ToolChoice = "auto",
@@ -128,7 +142,7 @@ def messages_request(
     context ends with the person's message), no forced tool choice (`tools` go with the default
     `auto`, or `none` once a turn's tool rounds are spent; `continuation` follows the context: the
     model's tool calls and their results). `effort` goes out as `output_config.effort` only when
-    given."""
+    given; `thinking` only when not the default (adaptive)."""
     marker = {"cache_control": CACHE} if cached else {}
     system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system, **marker}]
     if notes.strip():
@@ -155,6 +169,8 @@ def messages_request(
             request["tool_choice"] = {"type": tool_choice}
     if effort is not None:
         request["output_config"] = {"effort": effort}
+    if thinking != "adaptive":
+        request["thinking"] = {"type": thinking}
     return request
 
 
@@ -205,12 +221,14 @@ class AnthropicModel:
         max_retries: int = 2,
         cached: bool = True,
         effort: str | None = None,
+        thinking: Thinking = "adaptive",
     ) -> None:
         """`cached=False` for a request that is never repeated (the digest's): a cache
         write would cost 1.25x for nothing."""
         self.name = model
         self._cached = cached
         self._effort = effort
+        self._thinking = thinking
         self._api_key = api_key
         self._max_tokens = max_tokens
         self._base_url = base_url
@@ -223,7 +241,14 @@ class AnthropicModel:
         import anthropic
 
         request = messages_request(
-            self.name, self._max_tokens, system, messages, notes, cached=self._cached, effort=self._effort
+            self.name,
+            self._max_tokens,
+            system,
+            messages,
+            notes,
+            cached=self._cached,
+            effort=self._effort,
+            thinking=self._thinking,
         )
         try:
             response = self._sdk(timeout_s).messages.create(**request)
@@ -260,17 +285,32 @@ class AnthropicModel:
             notes,
             cached=self._cached,
             effort=self._effort,
+            thinking=self._thinking,
             tools=tools,
             continuation=continuation,
             tool_choice=tool_choice,
         )
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
+                said = False
+                # With between_tools, a thinking block is a note the model wrote before a tool call
+                # (a progress update), said when the call comes next; with adaptive thinking it is
+                # reasoning, never said (and empty at the default display).
+                notes_said = self._thinking == "between_tools"
+                note = ""
                 for event in stream:
                     if event.type == "message_start":
                         yield _usage(event.message.usage)
                     elif event.type == "text":
+                        said = True
                         yield event.text
+                    elif event.type == "content_block_stop" and event.content_block.type == "thinking":
+                        note = event.content_block.thinking.strip() if notes_said else ""
+                    elif event.type == "content_block_start":
+                        if note and event.content_block.type == "tool_use":
+                            yield ("\n\n" if said else "") + note
+                            said = True
+                        note = ""
                 final = stream.get_final_message()
                 yield _usage(final.usage)  # what it wrote counts, whatever it was
                 calls = [block for block in final.content if getattr(block, "type", "") == "tool_use"]
@@ -286,21 +326,26 @@ class AnthropicModel:
         except Exception as exc:
             raise _unavailable(exc) from exc
 
-    def display_name(self) -> str | None:
-        """This model's display name, None when it is not available to the key (`GET
-        /v1/models/{id}`: `crossmem doctor`). Raises ConfigurationError (the status: our key, no
-        caller's fault) when the key is refused, ModelUnavailable (the error's type) when Anthropic
-        does not answer."""
+    def listed(self) -> Listed | None:
+        """This model as the key sees it (`GET /v1/models/{id}`: `crossmem doctor`), None when it
+        is not available to the key. Raises ConfigurationError (the status: our key, no caller's
+        fault) when the key is refused, ModelUnavailable (the error's type) when Anthropic does not
+        answer."""
         import anthropic
 
         try:
-            return str(self._sdk(self._timeout_s).models.retrieve(self.name).display_name)
+            found = self._sdk(self._timeout_s).models.retrieve(self.name)
         except anthropic.NotFoundError:
             return None
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
             raise ConfigurationError(str(exc.status_code)) from None
         except anthropic.APIError as exc:
             raise ModelUnavailable(type(exc).__name__) from None
+        types = getattr(getattr(found.capabilities, "thinking", None), "types", None)
+        if types is None:
+            return Listed(str(found.display_name), None)
+        taken = frozenset(name for name, support in types if getattr(support, "supported", False))
+        return Listed(str(found.display_name), taken)
 
     def close(self) -> None:
         if self._client is not None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigurationError, DeliveryFailed, MediaUnreadable, ModelUnavailable
+from core.model.llm import Thinking
 from core.stores.embedded import MIGRATIONS
 from core.surfaces.telegram import WEBHOOK_UPDATES
 from core.surfaces.whatsapp import WHATSAPP_LIMIT
@@ -281,7 +282,9 @@ def check_twilio(config: Settings, webhook: TwilioWebhook, expected: str | None)
 # The model and speech to text: no project needed.
 
 
-def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
+def check_model(config: Settings, name: str, model: str, setting: str, thinking: Thinking = "adaptive") -> Check:
+    """The model is available to the key, and takes the `thinking` its requests send (the Models
+    API's capabilities: ANTHROPIC_THINKING=between_tools is refused with a 400 by a model that lacks it)."""
     if config.anthropic_api_key is None:
         return skip(name, "ANTHROPIC_API_KEY is not set here: set it to ask Anthropic")
     from core.model.llm import AnthropicModel
@@ -295,7 +298,7 @@ def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
         max_retries=0,
     )
     try:
-        display_name = claude.display_name()
+        listed = claude.listed()
     except ConfigurationError as exc:
         return fail(
             name, f"the key is refused ({exc})", f"check ANTHROPIC_API_KEY (crossmem-anthropic-api-key; {SECRETS})"
@@ -304,13 +307,19 @@ def check_model(config: Settings, name: str, model: str, setting: str) -> Check:
         return fail(name, f"Anthropic did not answer: {exc}", f"try again; status.anthropic.com ({DOCTOR})")
     finally:
         claude.close()
-    if display_name is None:
+    if listed is None:
         return fail(
             name,
             f"{model} is not available to this key",
             f"set {setting} to a model `GET /v1/models` lists for the key, then `make deploy` ({CONFIGURATION})",
         )
-    return ok(name, f"{model} ({display_name}) is available to the key")
+    if thinking != "adaptive" and listed.thinking is not None and thinking not in listed.thinking:
+        return fail(
+            name,
+            f"{model} does not take thinking {thinking}: every turn would be refused",
+            f"set ANTHROPIC_THINKING=adaptive, or {setting} to a model that takes it; `make deploy` ({CONFIGURATION})",
+        )
+    return ok(name, f"{model} ({listed.display_name}) is available to the key")
 
 
 def check_deepgram(config: Settings) -> Check:
@@ -378,7 +387,9 @@ def run_checks(config: Settings, cloud: Cloud, shell: Mapping[str, str]) -> list
             guarded(hook.check, check_twilio, config, hook, shell.get(hook.url_variable) or own_url(hook.function))
             for hook in TWILIO_WEBHOOKS
         ),
-        guarded("model", check_model, config, "model", config.anthropic_model, "ANTHROPIC_MODEL"),
+        guarded(
+            "model", check_model, config, "model", config.anthropic_model, "ANTHROPIC_MODEL", config.anthropic_thinking
+        ),
         guarded(
             "digest model", check_model, config, "digest model", config.anthropic_digest_model, "ANTHROPIC_DIGEST_MODEL"
         ),

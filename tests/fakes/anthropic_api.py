@@ -16,7 +16,11 @@ The 2026 models (`THINKING_MODELS`: Sonnet 5.5, Haiku 5.5) behave as their pages
 (docs/research/model-changes-2026.md): every answer begins with a `thinking` block (empty at the
 default display, with a signature bound to the request's prefix), a continuation must carry such
 a block back unchanged (a rebuilt turn, or a block whose prefix changed, answers 400), and Sonnet
-5.5 answers 400 to a forced `tool_choice` and to `thinking.type` `disabled` or `enabled`.
+5.5 answers 400 to a forced `tool_choice` and to `thinking.type` `disabled` or `enabled`. With
+`thinking: {"type": "between_tools"}` (Sonnet 5.5 only: the models' capabilities say so, and the
+fake answers 400 for another model, or at effort xhigh or max, or with any other thinking field),
+an answer has no up-front thinking block, and its note before a tool call comes back as a thinking
+block holding the note's text.
 """
 
 from __future__ import annotations
@@ -73,6 +77,9 @@ THINKING_DISABLED = (
     '"thinking.type.disabled" is not supported for this model. Use "thinking.type.between_tools" for the lowest'
     ' thinking setting, or "thinking.type.adaptive" and "output_config.effort" to control thinking behavior.'
 )
+BETWEEN_TOOLS_MODELS = frozenset({"claude-sonnet-5-5"})
+BETWEEN_TOOLS_ONLY = "thinking.type.between_tools takes no other field"
+BETWEEN_TOOLS_EFFORT = "thinking.type.between_tools is not supported at this effort; use low, medium or high"
 THINKING_ENABLED = (
     '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and'
     ' "output_config.effort" to control thinking behavior.'
@@ -89,16 +96,25 @@ def signature(body: dict[str, Any], before: int) -> str:
 def refusal(body: dict[str, Any]) -> str | None:
     """What a 2026 model answers 400 to in this request, or None."""
     model = body.get("model")
+    thinking = (body.get("thinking") or {}).get("type")
+    if thinking == "between_tools":
+        if model not in BETWEEN_TOOLS_MODELS:
+            return f'"thinking.type.between_tools" is not supported for this model ({model})'
+        if set(body["thinking"]) != {"type"}:
+            return BETWEEN_TOOLS_ONLY
+        if (body.get("output_config") or {}).get("effort") in ("xhigh", "max"):
+            return BETWEEN_TOOLS_EFFORT
     if model not in THINKING_MODELS:
         return None
     choice = (body.get("tool_choice") or {}).get("type")
-    thinking = (body.get("thinking") or {}).get("type")
     if model == "claude-sonnet-5-5" and choice in ("any", "tool"):
         return FORCED_TOOL
     if model == "claude-sonnet-5-5" and thinking == "disabled":
         return THINKING_DISABLED
     if thinking == "enabled":
         return THINKING_ENABLED
+    if thinking == "between_tools":
+        return misplaced_thinking(body)
     for index, message in enumerate(body["messages"]):
         # An earlier turn is text (rebuilt from the store each time): only an answer that called a
         # tool, sent back within its turn, must be the model's own, thinking block first.
@@ -112,14 +128,42 @@ def refusal(body: dict[str, Any]) -> str | None:
     return None
 
 
-def between_tools(blocks: list[dict[str, Any]], signed: str) -> list[dict[str, Any]]:
+def capabilities(model: str) -> dict[str, Any]:
+    """The model object's `capabilities.thinking` (the Models API's, which the SDK reads): which
+    `thinking.type` values the model takes."""
+    types = {
+        "adaptive": model in THINKING_MODELS,
+        "between_tools": model in BETWEEN_TOOLS_MODELS,
+        "disabled": model != "claude-sonnet-5-5",
+        "enabled": model not in THINKING_MODELS,
+    }
+    support = {name: {"supported": supported} for name, supported in types.items()}
+    return {"thinking": {"supported": True, "types": support}}
+
+
+def misplaced_thinking(body: dict[str, Any]) -> str | None:
+    """With between_tools there is no up-front block to require: each thinking block sent back must
+    still be the model's own, for this conversation (its signature)."""
+    for index, message in enumerate(body["messages"]):
+        if message["role"] != "assistant" or isinstance(message["content"], str):
+            continue
+        for position, block in enumerate(message["content"]):
+            if block.get("type") == "thinking" and block.get("signature") != signature(body, index):
+                return f"messages.{index}.content.{position}: this thinking block is not of this conversation"
+    return None
+
+
+def between_tools(blocks: list[dict[str, Any]], signed: str, *, said: bool = False) -> list[dict[str, Any]]:
     """A 2026 model's answer: a note of more than a sentence or two before a tool call comes back
-    as a `thinking` block, empty at the default display; a short remark stays text."""
+    as a `thinking` block, empty at the default display, holding the note with `said` (thinking
+    between_tools); a short remark stays text."""
     shaped = []
     for index, block in enumerate(blocks):
         calls_next = index + 1 < len(blocks) and blocks[index + 1]["type"] == "tool_use"
         long_note = block["type"] == "text" and block["text"].count(". ") >= 2
-        shaped.append({"type": "thinking", "thinking": "", "signature": signed} if calls_next and long_note else block)
+        if calls_next and long_note:
+            block = {"type": "thinking", "thinking": block["text"] if said else "", "signature": signed}
+        shaped.append(block)
     return shaped
 
 
@@ -166,6 +210,7 @@ class FakeAnthropic:
                         "id": model,
                         "display_name": fake.models[model],
                         "created_at": "2026-06-01T00:00:00Z",
+                        "capabilities": capabilities(model),
                     }
                     return self.answer_json(200, found)
                 error = {"type": "error", "error": {"type": "not_found_error", "message": f"model: {model}"}}
@@ -203,7 +248,9 @@ class FakeAnthropic:
                     blocks, stop = [text_block("Hello..")], "refusal"
                 else:
                     stop = fake.stop_reason
-                if body.get("model") in THINKING_MODELS:
+                if (body.get("thinking") or {}).get("type") == "between_tools":  # no up-front thinking
+                    blocks = between_tools(blocks, signature(body, len(body["messages"])), said=True)
+                elif body.get("model") in THINKING_MODELS:
                     signed = signature(body, len(body["messages"]))
                     blocks = [{"type": "thinking", "thinking": "", "signature": signed}, *between_tools(blocks, signed)]
                 text = "".join(b["text"] for b in blocks if b["type"] == "text")
@@ -236,12 +283,16 @@ class FakeAnthropic:
                     ("message_start", {"type": "message_start", "message": start}),
                 ]
                 for index, block in enumerate(blocks):
-                    if block["type"] == "thinking":  # at the default display: no text, one signature
+                    if block["type"] == "thinking":  # its text (none at the default display), one signature
                         opened = {"type": "thinking", "thinking": "", "signature": ""}
-                        signed = {"type": "signature_delta", "signature": block["signature"]}
                         start_event = {"type": "content_block_start", "index": index, "content_block": opened}
-                        delta_event = {"type": "content_block_delta", "index": index, "delta": signed}
-                        events += [("content_block_start", start_event), ("content_block_delta", delta_event)]
+                        events.append(("content_block_start", start_event))
+                        delta_event = {"type": "content_block_delta", "index": index}
+                        if block["thinking"]:
+                            thought = {"type": "thinking_delta", "thinking": block["thinking"]}
+                            events.append(("content_block_delta", {**delta_event, "delta": thought}))
+                        signed = {"type": "signature_delta", "signature": block["signature"]}
+                        events.append(("content_block_delta", {**delta_event, "delta": signed}))
                     elif block["type"] == "tool_use":
                         opened = {**block, "input": {}}
                         events.append(

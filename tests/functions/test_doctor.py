@@ -583,6 +583,28 @@ def test_a_model_the_key_cannot_use(
     }
 
 
+def test_a_model_that_does_not_take_the_thinking_the_turns_send(
+    live: Live, environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ANTHROPIC_THINKING=between_tools (the default) with a model whose capabilities lack it (Haiku
+    5.5, as the Models API lists it): every turn would answer 400. Adaptive thinking is taken."""
+    environment.setenv("ANTHROPIC_MODEL", "claude-haiku-5-5")
+    runtime.reset()
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert failed(report)["model"] == {
+        "check": "model",
+        "status": "fail",
+        "detail": "claude-haiku-5-5 does not take thinking between_tools: every turn would be refused",
+        "fix": "set ANTHROPIC_THINKING=adaptive, or ANTHROPIC_MODEL to a model that takes it; `make deploy` "
+        f"({doc_links.CONFIGURATION})",
+    }
+    environment.setenv("ANTHROPIC_THINKING", "adaptive")
+    runtime.reset()
+    _, report = doctor_json(capsys)
+    assert by_check(report)["model"]["detail"] == "claude-haiku-5-5 (Claude Haiku 5.5) is available to the key"
+
+
 def test_the_scheduler_job_missing_paused_or_failing(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
     name = "scheduler job crossmem-memory-digest"
     live.job(status={"code": 7, "message": "The caller does not have permission"})

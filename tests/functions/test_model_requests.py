@@ -1,7 +1,8 @@
 """Every request the project sends Anthropic has a shape the current models accept: the
 Sonnet 5 generation answers 400 to sampling parameters, a thinking budget, `thinking:
 disabled`, an assistant prefill and a forced tool choice (Anthropic's Claude Sonnet 5.5
-migration guide); the digest's Haiku 5.5 thinks adaptively too, at `low` effort."""
+migration guide), and takes `thinking: between_tools` alone, at effort low to high (the turn's,
+ANTHROPIC_THINKING); the digest's Haiku 5.5 thinks adaptively, at `low` effort."""
 
 from __future__ import annotations
 
@@ -16,19 +17,26 @@ from functions.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import TELEGRAM_SECRET, app_client
 
-REFUSED_KEYS = {"temperature", "top_p", "top_k", "thinking", "tool_choice"}
+REFUSED_KEYS = {"temperature", "top_p", "top_k", "tool_choice"}
 EFFORTS = {"low", "medium", "high", "xhigh", "max"}
 
 
 def refusals(body: dict[str, Any]) -> list[str]:
     """What a current model would refuse in `body`, by the migration guide's list."""
     found = [f"{key} is set" for key in sorted(REFUSED_KEYS & set(body))]
+    thinking = body.get("thinking", {"type": "adaptive"})
+    between_tools = thinking == {"type": "between_tools"} and body["model"] == "claude-sonnet-5-5"
+    if thinking != {"type": "adaptive"} and not between_tools:
+        found.append(f"thinking {thinking} for {body['model']}")
     if body["messages"][-1]["role"] != "user":
         found.append("the last message is an assistant prefill")
     effort = body.get("output_config", {}).get("effort")
     if effort is not None and (effort not in EFFORTS or body["model"].startswith("claude-haiku-4-5")):
         found.append(f"effort {effort!r} for {body['model']}")
-    adaptive = not body["model"].startswith("claude-haiku-4-5")  # Haiku 4.5 thinks only when asked
+    if between_tools and effort in ("xhigh", "max"):
+        found.append(f"effort {effort!r} without up-front thinking")
+    # Haiku 4.5 thinks only when asked; between_tools thinks before no reply.
+    adaptive = not body["model"].startswith("claude-haiku-4-5") and not between_tools
     if adaptive and body["max_tokens"] < 2048:
         found.append("max_tokens leaves adaptive thinking too little room before the reply")
     return found
@@ -59,6 +67,7 @@ def test_a_turn_sends_a_request_the_current_models_accept(
     assert app_client("telegram_webhook").post("/", json=update, headers=headers).status_code == 200
     (sent,) = fake_anthropic.requests
     assert sent["model"] == "claude-sonnet-5-5" and sent["output_config"] == {"effort": "low"}
+    assert sent["thinking"] == {"type": "between_tools"}
     assert refusals(sent) == []
 
 
@@ -99,6 +108,13 @@ def test_the_rules_catch_what_a_current_model_refuses() -> None:
         "the last message is an assistant prefill",
         "effort 'lowest' for claude-sonnet-5-5",
         "max_tokens leaves adaptive thinking too little room before the reply",
+    ]
+    asked = [ModelMessage(Role.USER, "hi", ())]
+    assert refusals(
+        messages_request("claude-sonnet-5-5", 1024, "s", asked, effort="xhigh", thinking="between_tools")
+    ) == ["effort 'xhigh' without up-front thinking"]
+    assert refusals(messages_request("claude-haiku-5-5", 4096, "s", asked, thinking="between_tools")) == [
+        "thinking {'type': 'between_tools'} for claude-haiku-5-5"
     ]
 
 

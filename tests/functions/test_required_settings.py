@@ -81,3 +81,7 @@ def test_an_invalid_configuration_is_refused_by_every_function(environment: pyte
     environment.setenv("CONTEXT_WINDOW_STEP", "20")
     message = "invalid configuration: CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES"
     assert post() == (503, {"error": "not_configured", "message": message})  # type: ignore[operator]
+    environment.setenv("CONTEXT_WINDOW_STEP", "8")
+    environment.setenv("ANTHROPIC_EFFORT", "xhigh")  # which Sonnet 5.5 refuses without up-front thinking
+    message = "invalid configuration: ANTHROPIC_THINKING=between_tools takes ANTHROPIC_EFFORT low, medium or high"
+    assert post() == (503, {"error": "not_configured", "message": message})  # type: ignore[operator]

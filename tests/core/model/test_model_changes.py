@@ -21,7 +21,7 @@ from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ModelMessage
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
-from tests.fakes.anthropic_api import FORCED_TOOL, FakeAnthropic, tool_results, tool_use
+from tests.fakes.anthropic_api import FORCED_TOOL, FakeAnthropic, text_block, tool_results, tool_use
 
 SONNET = "claude-sonnet-5-5"
 
@@ -112,6 +112,88 @@ def test_a_long_note_before_a_tool_call_lost_to_thinking_still_ends_in_an_answer
     assert result.figures.model_requests == 2
     first_answer = fake.requests[-1]["messages"][-2]["content"]
     assert [block["type"] for block in first_answer] == ["thinking", "thinking", "tool_use"]
+
+
+def test_with_between_tools_a_long_note_before_a_tool_call_reaches_the_person(
+    memory: Memory, fake: FakeAnthropic
+) -> None:
+    """ANTHROPIC_THINKING=between_tools (the default): no up-front thinking, and the note comes back
+    as a thinking block with its text, said before the call: one request, as on Sonnet 5."""
+    from core.follow_ups.capability import FollowUpRules, FollowUps
+
+    note = "Sure. I will set that up for you now. It will come on this app. Give me a second."
+    scheduled = tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 30}, "t1")
+    fake.answer = lambda body: [{"type": "text", "text": note}, scheduled]
+    model = AnthropicModel(
+        api_key="sk-ant-test",
+        model=SONNET,
+        max_tokens=300,
+        base_url=fake.url,
+        max_retries=0,
+        effort="low",
+        thinking="between_tools",
+    )
+    settings = TurnSettings(
+        DEFAULT_SYSTEM_PROMPT, "FALLBACK", "NO", capabilities=(FollowUps(FollowUpRules(max_pending=5)),)
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), settings)
+    asked = TurnRequest(Surface.TELEGRAM, "remind me in 30 minutes to stretch", "b-1", user_id=uuid.uuid4())
+    result = turns.run(asked)
+
+    assert result.outcome is Outcome.ANSWERED and result.reply == note
+    assert result.figures.model_requests == 1
+    (request,) = fake.requests
+    assert request["thinking"] == {"type": "between_tools"} and request["output_config"] == {"effort": "low"}
+
+
+def test_a_thinking_block_is_said_only_before_a_tool_call_and_only_with_between_tools(fake: FakeAnthropic) -> None:
+    """Up-front reasoning never reaches the person: a thinking block followed by text is not said,
+    nor any thinking block under adaptive thinking; a note before a call comes after the text
+    already said, a paragraph apart."""
+    signed = "s" * 64
+    reasoning = {"type": "thinking", "thinking": "They want a reminder. Keep it short.", "signature": signed}
+    called = tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 30}, "t1")
+    asked = [ModelMessage(Role.USER, "remind me", ())]
+
+    def said(thinking: Any, blocks: list[dict[str, Any]]) -> list[str]:
+        fake.answer = lambda body: blocks
+        model = AnthropicModel(
+            api_key="sk-ant-test", model=SONNET, max_tokens=300, base_url=fake.url, thinking=thinking
+        )
+        return [chunk for chunk in model.stream("system", asked, 5.0, tools=[{"name": "x"}]) if isinstance(chunk, str)]
+
+    note = {**reasoning, "thinking": "I will set that up now. One moment while I do."}
+    assert said("between_tools", [reasoning, text_block("Fine.")]) == ["Fine."]
+    assert said("between_tools", [text_block("Fine."), note, called]) == ["Fine.", "\n\n" + note["thinking"]]
+    assert said("adaptive", [note, called]) == []
+
+
+def test_the_fake_refuses_between_tools_where_the_model_does_not_take_it(fake: FakeAnthropic) -> None:
+    client = sdk(fake)
+    asked = [{"role": "user", "content": "hello"}]
+    refused = {
+        "claude-haiku-5-5": ({"type": "between_tools"}, None, "not supported for this model"),
+        SONNET: ({"type": "between_tools"}, {"effort": "xhigh"}, "not supported at this effort"),
+        "claude-sonnet-5-5 ": ({"type": "between_tools", "display": "summarized"}, None, "takes no other field"),
+    }
+    for model, (thinking, output, said) in refused.items():
+        extra = {"output_config": output} if output else {}
+        with pytest.raises(anthropic.BadRequestError, match=said):
+            client.messages.create(
+                model=model.strip(),
+                max_tokens=50,
+                messages=asked,  # type: ignore[arg-type]
+                thinking=thinking,  # type: ignore[arg-type]
+                **extra,  # type: ignore[arg-type]
+            )
+    taken = client.messages.create(
+        model=SONNET,
+        max_tokens=50,
+        messages=asked,  # type: ignore[arg-type]
+        thinking={"type": "between_tools"},
+        output_config={"effort": "high"},
+    )
+    assert [block.type for block in taken.content] == ["text"]  # no up-front thinking block
 
 
 def test_a_refused_answer_asked_whole_is_not_an_answer(fake: FakeAnthropic) -> None:
