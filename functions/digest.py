@@ -18,12 +18,11 @@ what was done.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 
 import flask
 
-from core.errors import ConfigurationError, StoreUnavailable
+from core.errors import ConfigurationError
 from core.memory.digest import DigestRun
 from functions import runtime
 from functions.http import json_response, same_secret, serving
@@ -46,9 +45,6 @@ def memory_digest(request: flask.Request) -> flask.Response:
     # Then the follow-ups due: said on time matters more than the notes (whose run may be long).
     follow_ups = runtime.follow_up_delivery().run(config.digest_time_budget / 4)
     run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
-    age = timedelta(days=config.message_retention_days)
-    purged = housekeeping("purge", lambda: runtime.retention().purge(age).deleted) if age else 0
-    usage_expired = housekeeping("expire_usage", runtime.retention().expire_usage)
     done = {
         "owed_answered": owed_answered,
         "owed_failed": owed_failed,
@@ -56,8 +52,8 @@ def memory_digest(request: flask.Request) -> flask.Response:
         "updated": run.updated,
         "failed": run.failed,
         "memory_notes": config.memory_notes,
-        "purged": purged,
-        "usage_expired": usage_expired,
+        # the purge (and the notes' lines about it), the budget's old counts: null for a step that failed
+        **runtime.retention().housekeeping(timedelta(days=config.message_retention_days)),
     }
     return json_response(done)
 
@@ -72,13 +68,3 @@ def owed_replies(time_budget_s: float) -> tuple[int, int]:
         log.error("owed messages not answered: the turn is misconfigured", extra={"error": str(exc)})
         return 0, 0
     return owed.answered, owed.failed
-
-
-def housekeeping(step: str, run: Callable[[], int]) -> int | None:
-    """A step after the run's work (the purge, the budget's old counts): when the database fails
-    it, the answer still says what the run did, with null for it; the next run does it."""
-    try:
-        return run()
-    except StoreUnavailable as exc:
-        log.error("housekeeping failed; the next run tries again", extra={"step": step, "error": str(exc)})
-        return None

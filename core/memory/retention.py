@@ -20,13 +20,19 @@ either to do.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
+from core.errors import StoreUnavailable
 from core.stores.store import MemoryStore
+
+log = logging.getLogger("crossmem.retention")
+T = TypeVar("T")
 
 # Past a surface's deadline the turn answers with the fallback, which is not stored; the margin
 # covers storing a reply that made the deadline (finish_turn's round trip, a connect timeout).
@@ -131,6 +137,22 @@ class Retention:
             if on_batch is not None:
                 on_batch(PurgeBatch(batches, deleted, total, seconds, rewritten))
 
+    def housekeeping(self, older_than: timedelta) -> dict[str, int | None]:
+        """The scheduled job's last steps: purge what is older than `older_than` (zero: the retention
+        is off, nothing), then drop the budget's old counts. {"purged": the messages deleted,
+        "purged_notes": the people whose notes lost the lines about them, "usage_expired": the rows
+        dropped}, as `crossmem purge` and `expire_usage` say them; a step the database fails is
+        null, logged, and the next run does it."""
+        done: dict[str, int | None] = {"purged": 0, "purged_notes": 0}
+        if older_than:
+            report = _step("purge", lambda: self.purge(older_than))
+            done = {"purged": None, "purged_notes": None}
+            if report is not None:
+                done = {"purged": report.deleted, "purged_notes": report.notes}
+            if report is not None and (report.deleted or report.notes):
+                log.info("purged", extra={"messages": report.deleted, "notes": report.notes, "batches": report.batches})
+        return {**done, "usage_expired": _step("expire_usage", self.expire_usage)}
+
     def expire_usage(self) -> int:
         """Drop the budget's counts older than a day (turn_usage, voice_usage: budget.sql), a batch
         per call, whoever they belong to; how many rows went."""
@@ -141,3 +163,12 @@ class Retention:
             total += turns + voice
             if max(turns, voice) < self._batch_size:
                 return total
+
+
+def _step(step: str, run: Callable[[], T]) -> T | None:
+    """A housekeeping step's result; None when the database failed it (logged)."""
+    try:
+        return run()
+    except StoreUnavailable as exc:
+        log.error("housekeeping failed; the next run tries again", extra={"step": step, "error": str(exc)})
+        return None

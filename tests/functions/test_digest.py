@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -35,6 +37,7 @@ NOTHING_DONE = {
     "failed": 0,
     "memory_notes": True,
     "purged": 0,
+    "purged_notes": 0,
     "usage_expired": 0,
 }
 
@@ -183,8 +186,11 @@ def test_get_memory_and_crossmem_history_show_the_notes(
 
 
 def test_memory_digest_purges_by_age_when_retention_is_set_and_the_budgets_old_counts_always(
-    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, postgres_server: str
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, postgres_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The purge takes the old writer's two messages and the line of their notes about that day
+    (the other line stays): the answer and the log line count both, as `crossmem purge` says them."""
+    caplog.set_level(logging.INFO, logger="crossmem.retention")
     with migrated_database(postgres_server) as database:  # a purge spans everyone: a database of its own
         notes_env.setenv("DATABASE_URL", database)
         notes_env.setenv("TURNS_PER_DAY", "300")  # a budget on, as deployed: each turn is counted
@@ -208,18 +214,38 @@ def test_memory_digest_purges_by_age_when_retention_is_set_and_the_budgets_old_c
                 "insert into turn_usage (message_id, user_id, at)"
                 " values (-1, crossmem_private.unlinked_person('telegram', '7474'), now() - interval '30 hours')"
             )
+            kept = f"- [telegram · {datetime.now(UTC):%Y-%m-%d}] likes tea"
+            connection.execute(
+                "insert into memory_notes (user_id, content, written_at) values (%s, %s, now())",
+                (old.user_id, f"- [telegram · {datetime.now(UTC) - timedelta(days=5):%Y-%m-%d}] an old line\n{kept}"),
+            )
         notes_env.setenv("MEMORY_NOTES", "false")
         notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
         # As deployed: no DIGEST_SECRET, no header (Cloud Run checked the scheduler's OIDC token).
         answered = app_client("memory_digest").post("/")
         assert answered.status_code == 200
-        assert answered.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": 2, "usage_expired": 3}
+        assert answered.get_json() == {
+            **NOTHING_DONE,
+            "memory_notes": False,
+            "purged": 2,
+            "purged_notes": 1,
+            "usage_expired": 3,
+        }
+        [line] = [record for record in caplog.records if record.name == "crossmem.retention"]
+        assert (line.levelname, line.getMessage(), vars(line)["messages"], vars(line)["notes"]) == (
+            "INFO",
+            "purged",
+            2,
+            1,
+        )
         with psycopg.connect(database) as connection:
             left = connection.execute("select user_id, count(*) from messages group by user_id").fetchall()
             counted = connection.execute("select user_id, count(*) from turn_usage group by user_id").fetchall()
             assert connection.execute("select count(*) from voice_usage").fetchone() == (0,)
         assert left == [(recent.user_id, 2)]
         assert counted == [(recent.user_id, 1)]
+        with psycopg.connect(database) as connection:
+            assert connection.execute("select content from memory_notes").fetchall() == [(kept,)]
         runtime.reset()
 
 
@@ -242,7 +268,7 @@ def test_an_extra_tool_that_cannot_load_leaves_the_owed_messages_and_the_jobs_ot
         runtime.reset()
         answered = app_client("memory_digest").post("/")
         assert answered.status_code == 200
-        assert answered.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": 2}
+        assert answered.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": 2}  # no notes to purge
         assert [(r.message, r.error) for r in caplog.records if r.name == "crossmem.digest"] == [  # type: ignore[attr-defined]
             (
                 "owed messages not answered: the turn is misconfigured",
