@@ -7,8 +7,10 @@
 -- most p_limit a call, after (p_after_at, p_after_id): a person with 100,000 messages is many
 -- short statements, each an index range of messages_by_user_recent, never one answer of
 -- everything. The first page (p_after_at null) carries the rest of what is held of the person as
--- "person": their conversations, memory notes, follow-ups (pending and past), identities (their
--- own ids, unmasked: they are theirs), who was merged into them, their remembered language and
+-- "person": their conversations (with when and from which chat or number they last wrote a message
+-- the thread does not keep: conversations.sql's unstored_message_at and _from), memory notes,
+-- follow-ups (pending and past), identities (their own ids, unmasked: they are theirs; with when
+-- each opted out of messages, identities.sql's opted_out_at), who was merged into them, their remembered language and
 -- time zone, the budget's counts, link codes (never the code's hash) and pending forget requests
 -- (never the code). Not exported: bookkeeping that holds no word of theirs (forgotten_deliveries'
 -- delivery ids, stopped_generations, the claims and tries of the jobs).
@@ -55,7 +57,9 @@ begin
         'conversations', (
             select coalesce(jsonb_agg(jsonb_build_object(
                        'id', c.id, 'surface', c.surface, 'title', c.title,
-                       'created_at', c.created_at, 'updated_at', c.updated_at) order by c.created_at, c.id), '[]')
+                       'created_at', c.created_at, 'updated_at', c.updated_at,
+                       'unstored_message_at', c.unstored_message_at,
+                       'unstored_message_from', c.unstored_message_from) order by c.created_at, c.id), '[]')
               from public.conversations c where c.user_id = p_user_id),
         'memory_notes', (
             select jsonb_build_object('content', n.content, 'written_at', n.written_at,
@@ -71,7 +75,7 @@ begin
         'identities', (
             select coalesce(jsonb_agg(jsonb_build_object(
                        'surface', i.surface, 'external_id', i.external_id,
-                       'created_at', i.created_at, 'linked_at', i.linked_at)
+                       'created_at', i.created_at, 'linked_at', i.linked_at, 'opted_out_at', i.opted_out_at)
                        order by i.surface, i.external_id), '[]')
               from public.identities i where i.user_id = p_user_id),
         'merged_from', (

@@ -32,10 +32,12 @@ def held_of(
     conversation, web = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(url) as connection:
         connection.execute(
-            """insert into conversations (id, user_id, surface, title, created_at, updated_at) values
-                   (%s, %s, 'telegram', '[Telegram]', '2026-03-01 09:00Z', '2026-03-02 10:00Z'),
-                   (%s, %s, 'web', %s, '2026-03-03 08:00Z', '2026-03-03 08:01Z')""",
-            (conversation, person, web, person, f"{tag} plans"),
+            """insert into conversations (id, user_id, surface, title, created_at, updated_at, unstored_message_at,
+                                          unstored_message_from) values
+                   (%s, %s, 'telegram', '[Telegram]', '2026-03-01 09:00Z', '2026-03-02 10:00Z', '2026-03-02 09:30Z',
+                    %s),
+                   (%s, %s, 'web', %s, '2026-03-03 08:00Z', '2026-03-03 08:01Z', null, null)""",
+            (conversation, person, chat, web, person, f"{tag} plans"),
         )
         ids = [
             row[0]
@@ -63,9 +65,10 @@ def held_of(
             {"p": person, "w": web, "c": conversation, "t": tag, "chat": chat},
         )
         connection.execute(
-            """insert into identities (surface, external_id, user_id, created_at, linked_at)
-               values ('telegram', %s, %s, '2026-03-01 09:00Z', '2026-03-01 09:05Z')""",
-            (chat, person),
+            """insert into identities (surface, external_id, user_id, created_at, linked_at, opted_out_at)
+               values ('telegram', %s, %s, '2026-03-01 09:00Z', '2026-03-01 09:05Z', null),
+                      ('sms', %s, %s, '2026-03-01 09:20Z', '2026-03-01 09:25Z', '2026-03-02 11:00Z')""",
+            (chat, person, f"+34{chat}", person),
         )
         merged = uuid.uuid4()
         connection.execute(
@@ -123,6 +126,9 @@ def test_the_export_is_everything_held_of_the_person_and_nothing_of_anyone_else(
                 "title": "[Telegram]",
                 "created_at": "2026-03-01T09:00:00+00:00",
                 "updated_at": "2026-03-02T10:00:00+00:00",
+                # a message of theirs the thread does not keep (a command): WhatsApp's window opens on it
+                "unstored_message_at": "2026-03-02T09:30:00+00:00",
+                "unstored_message_from": chat,
             },
             {
                 "id": web,
@@ -130,6 +136,8 @@ def test_the_export_is_everything_held_of_the_person_and_nothing_of_anyone_else(
                 "title": "Ana plans",
                 "created_at": "2026-03-03T08:00:00+00:00",
                 "updated_at": "2026-03-03T08:01:00+00:00",
+                "unstored_message_at": None,
+                "unstored_message_from": None,
             },
         ],
         "memory_notes": {
@@ -164,11 +172,19 @@ def test_the_export_is_everything_held_of_the_person_and_nothing_of_anyone_else(
         # Their own ids, unmasked: they are theirs (GET /links masks them on a screen).
         "identities": [
             {
+                "surface": "sms",
+                "external_id": f"+34{chat}",
+                "created_at": "2026-03-01T09:20:00+00:00",
+                "linked_at": "2026-03-01T09:25:00+00:00",
+                "opted_out_at": "2026-03-02T11:00:00+00:00",  # its STOP
+            },
+            {
                 "surface": "telegram",
                 "external_id": chat,
                 "created_at": "2026-03-01T09:00:00+00:00",
                 "linked_at": "2026-03-01T09:05:00+00:00",
-            }
+                "opted_out_at": None,
+            },
         ],
         "merged_from": [{"user_id": mine["merged"], "merged_at": "2026-03-01T09:05:00+00:00"}],
         "language": "es",
