@@ -1,6 +1,7 @@
 """The web's follow-up routes, inside `web_chat` (locally under `/chat`):
 
-GET    /follow-ups        the person's pending follow-ups, soonest first: 200 {follow_ups: [...]}
+GET    /follow-ups        the person's pending follow-ups, soonest first: 200 {follow_ups: [...]}, each
+                          with the app it will be said on (`said_on`; core/follow_ups/listing.py)
 DELETE /follow-ups/<id>   cancel one: 200 {cancelled: true}, or 404 if they have no such pending one
 
 Under IDENTITY_POLICY=owner only the owner reaches these (web_chat admits no one else).
@@ -12,13 +13,14 @@ import uuid
 
 import flask
 
-from core.follow_ups.capability import cancel_follow_up, pending_follow_ups
+from core.follow_ups.capability import cancel_follow_up
+from core.follow_ups.listing import pending_follow_ups
 from functions import runtime
 from functions.http import json_response
 
 
 def list_follow_ups(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
-    listed = [f.as_json() for f in pending_follow_ups(runtime.store(), person)]
+    listed = [f.as_json() for f in pending_follow_ups(runtime.store(), person, runtime.identity().reaches)]
     return json_response({"follow_ups": listed}, headers=cors)
 
 

@@ -129,7 +129,13 @@ class FollowUpAnswer(BaseModel):
     content: str
     due_at: datetime
     timezone: str
-    surface: Surface
+    surface: Surface = Field(description="the app it was asked on (or moved to): its conversation's")
+    said_on: Surface = Field(
+        description=(
+            "the app it will be said on: `surface`'s, or for one asked on the web the linked app the person last"
+            " wrote from that still reaches them, `web` with none (shown in its web conversation, nothing pushed)"
+        )
+    )
     status: Literal["pending", "sending", "held"]
 
 

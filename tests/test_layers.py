@@ -148,6 +148,7 @@ def test_each_sdk_is_imported_by_its_one_module_and_functions_ask_it() -> None:
 ASKED_BY_FUNCTIONS = {
     "core.errors",
     "core.follow_ups.capability",
+    "core.follow_ups.listing",  # where each pending follow-up is said, for GET /follow-ups
     "core.media.kinds",
     "core.memory.digest",
     "core.memory.retention",  # MAX_AGE_DAYS, for functions/settings.py's MESSAGE_RETENTION_DAYS

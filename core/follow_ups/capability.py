@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from core.follow_ups.listing import pushed_on, said_on
 from core.follow_ups.wall_clock import InvalidTime, resolve_when, shown, zone_named
 from core.model.llm import ToolCall
 from core.models import FollowUp, PushApp, Surface
@@ -308,7 +309,7 @@ class TurnTools:
 
     def _on(self, surface: Surface) -> Surface:
         """The app a follow-up asked on `surface` comes on: the one it is pushed on, from the web."""
-        return self.pushed_on.surface if self.pushed_on is not None and not surface.is_secondary else surface
+        return said_on(surface, self.pushed_on)
 
     def _cancel(self, arguments: dict[str, Any]) -> str:
         wanted = arguments.get("id")
@@ -400,22 +401,15 @@ class FollowUps:
         assumed = zone_named(turn.start.timezone) is None  # the turn's zone is CONTEXT_TIMEZONE's
         # begin_turn brings the person's apps on the web, or while a web-asked one is pending;
         # the first that still reaches them
-        reaching = (a for a in turn.start.push_apps if self.rules.reaches(a.surface, a.sender, a.owner, turn.user_id))
-        pushed_on = next(reaching, None)
+        pushed = pushed_on(turn.start.push_apps, self.rules.reaches, turn.user_id)
         tools = turn_tools(
-            self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed, pushed_on
+            self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed, pushed
         )
         if self.rules.max_pending > 0:
             return tools
         # Off: no tools, but a web client's timezone still becomes the person's (the context's tags).
         tools.definitions = ()
         return tools if tools.timezone else None
-
-
-def pending_follow_ups(store: MemoryStore, person: UUID) -> list[FollowUp]:
-    """A person's pending follow-ups, soonest first, as the web and `crossmem follow-ups` list them
-    (raises StoreUnavailable)."""
-    return [FollowUp.from_row(row) for row in store.call("follow_ups_of", {"p_user_id": str(person)})]
 
 
 def cancel_follow_up(store: MemoryStore, person: UUID, follow_up_id: int) -> bool:

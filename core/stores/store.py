@@ -36,6 +36,7 @@ SQL_FUNCTIONS = frozenset(
         "finish_turn",
         "finish_turn_follow_ups",
         "follow_ups_of",
+        "follow_ups_with_apps",
         "cancel_follow_up",
         "claim_due_follow_ups",
         "finish_follow_up",

@@ -151,17 +151,20 @@ def history(user: str, limit: int, as_json: bool) -> int:
 def follow_ups(user: str, as_json: bool) -> int:
     from zoneinfo import ZoneInfo
 
-    from core.follow_ups.capability import pending_follow_ups
+    from core.follow_ups.listing import pending_follow_ups
     from core.follow_ups.wall_clock import shown, zone_named
     from functions import runtime
 
-    pending = pending_follow_ups(runtime.store(), uuid.UUID(user))
+    pending = pending_follow_ups(runtime.store(), uuid.UUID(user), runtime.identity().reaches)
     if as_json:
         print(json.dumps([f.as_json() for f in pending], ensure_ascii=False, indent=2))
         return 0
-    for f in pending:
+    for listed in pending:
+        f = listed.follow_up
         zone = zone_named(f.timezone) or ZoneInfo("UTC")
-        print(f"#{f.id} {shown(f.due_at, zone)} [{f.surface.value}] {f.status}: {f.content}")
+        # asked on the web, pushed on an app: "[web, said on telegram]"
+        said = "" if listed.said_on is f.surface else f", said on {listed.said_on.value}"
+        print(f"#{f.id} {shown(f.due_at, zone)} [{f.surface.value}{said}] {f.status}: {f.content}")
     if not pending:
         print("no pending follow-ups")
     return 0

@@ -1286,6 +1286,83 @@ def test_a_reminder_asked_on_the_web_is_listed_on_the_app_it_will_be_pushed_on_f
     assert rows(job_database, "select id from follow_ups") == []  # cancelled: gone
 
 
+def test_get_follow_ups_says_the_app_each_pending_one_will_be_said_on(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """ "At 18:30 remind me to call the bank", typed on the web by a person with Telegram linked:
+    GET /follow-ups said `"surface": "web"` and nothing more, so a client showed "on the web" for a
+    reminder the job pushes to their Telegram (the model's list tool named the app). `surface`
+    stays where it was asked; `said_on` is where it will be said: the app they last wrote from,
+    one asked on an app that app, and "web" for someone with no app it can be pushed on (a second
+    person, web only: another's Telegram is never theirs)."""
+    apps = three_apps(environment, fake_anthropic)
+    person, other = uuid.uuid4(), uuid.uuid4()
+    telegram_turn(f"/start {new_code(apps, person)['code']}", apps.chat)
+    telegram_turn("hello from my phone", apps.chat)
+    fake_anthropic.answer = remind("Call the bank.", day="today", time="18:30")
+    assert apps.web.post("/", json={"message": "at 18:30 remind me"}, headers=bearer(person)).status_code == 200
+    fake_anthropic.answer = remind("Stretch.", in_minutes=45)
+    telegram_turn("in 45 minutes tell me to stretch", apps.chat)
+    fake_anthropic.answer = remind("Water the plants.", in_minutes=20)
+    assert apps.web.post("/", json={"message": "remind me"}, headers=bearer(other)).status_code == 200
+    [(bank,), (stretch,), (plants,)] = rows(job_database, "select id from follow_ups order by id")
+
+    listed = apps.web.get("/follow-ups", headers=bearer(person))
+
+    assert listed.status_code == 200
+    assert listed.get_json() == {
+        "follow_ups": [
+            {
+                "id": bank,
+                "content": "Call the bank.",
+                "due_at": "2026-12-02T17:30:00+00:00",
+                "timezone": "Europe/Madrid",
+                "surface": "web",
+                "said_on": "telegram",
+                "status": "pending",
+            },
+            {
+                "id": stretch,
+                "content": "Stretch.",
+                "due_at": "2026-12-02T17:45:00+00:00",
+                "timezone": "Europe/Madrid",
+                "surface": "telegram",
+                "said_on": "telegram",
+                "status": "pending",
+            },
+        ]
+    }
+    assert apps.web.get("/follow-ups", headers=bearer(other)).get_json() == {
+        "follow_ups": [
+            {
+                "id": plants,
+                "content": "Water the plants.",
+                "due_at": "2026-12-02T17:20:00+00:00",
+                "timezone": "Europe/Madrid",
+                "surface": "web",
+                "said_on": "web",
+                "status": "pending",
+            }
+        ]
+    }
+    capsys.readouterr()
+    assert main(["follow-ups", "--user", str(person)]) == 0  # the operator's list says it too
+    assert capsys.readouterr().out == (
+        f"#{bank} Wed 2 Dec 2026 18:30 (Europe/Madrid) [web, said on telegram] pending: Call the bank.\n"
+        f"#{stretch} Wed 2 Dec 2026 18:45 (Europe/Madrid) [telegram] pending: Stretch.\n"
+    )
+    assert main(["follow-ups", "--user", str(person), "--json"]) == 0
+    assert [(f["surface"], f["said_on"]) for f in json.loads(capsys.readouterr().out)] == [
+        ("web", "telegram"),
+        ("telegram", "telegram"),
+    ]
+
+
 def test_a_reminder_asked_on_the_web_by_a_person_with_no_app_is_said_to_stay_in_that_conversation(
     environment: pytest.MonkeyPatch,
     job_database: str,
@@ -1309,6 +1386,9 @@ def test_a_reminder_asked_on_the_web_by_a_person_with_no_app_is_said_to_stay_in_
     sent = apps.web.post("/", json={"message": "in 30 minutes tell me to stretch"}, headers=bearer(person))
 
     assert len(fake_anthropic.requests) == asked + 2
+    # their unlinked chat, which follow_up_apps still names, reaches them no more: said here
+    [listed] = apps.web.get("/follow-ups", headers=bearer(person)).get_json()["follow_ups"]
+    assert (listed["surface"], listed["said_on"]) == ("web", "web")
     [result] = tool_results(fake_anthropic.requests[-1])
     assert result["content"] == (
         "Scheduled for Wed 2 Dec 2026 18:30 (Europe/Madrid). They have no app linked to this account that it can be"

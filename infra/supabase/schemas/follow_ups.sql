@@ -549,6 +549,23 @@ create function crossmem_private.follow_up_apps(p_user_id uuid, p_except text)
      where not crossmem_private.opted_out_of(p_user_id, a.surface) ? a.sender;
 $$;
 
+-- GET /follow-ups and `crossmem follow-ups` (core/follow_ups/listing.py): the person's pending
+-- follow-ups (follow_ups_of) and, when one of them was asked on the web, the apps it would be pushed
+-- on (follow_up_apps, the one they last wrote from first), in one call: the caller says where each
+-- will be said, the first of those apps that still reaches them, as the turn's tools say it.
+-- {"follow_ups": [...], "apps": [...]}.
+create function public.follow_ups_with_apps(p_user_id uuid) returns json
+    language plpgsql stable set search_path = '' as $$
+declare
+    v_pending json := public.follow_ups_of(p_user_id);
+begin
+    return json_build_object(
+        'follow_ups', v_pending,
+        'apps', case when exists (select from json_array_elements(v_pending) e where e->>'surface' = 'web')
+                     then crossmem_private.follow_up_apps(p_user_id, 'web') else '[]'::json end);
+end;
+$$;
+
 -- follow_up_apps for a follow-up its run holds (p_claim): the person's apps but the one it is on,
 -- and last, for one asked on the web and pushed (moved_from 'web'), the web (no sender): with no
 -- app left to push it on, it is said where it was asked, as one of a person with no app is.
