@@ -153,6 +153,7 @@ ASKED_BY_FUNCTIONS = {
     "core.memory.digest",
     "core.memory.retention",  # MAX_AGE_DAYS, for functions/settings.py's MESSAGE_RETENTION_DAYS
     "core.memory.service",
+    "core.model.llm",  # Thinking, for functions/settings.py's ANTHROPIC_THINKING
     "core.model.prompt",
     "core.models",
     "core.surfaces.adapter",  # Surface, for functions/settings.py's marks, without the records
