@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -258,3 +260,27 @@ def test_the_twiml_answer_is_xml_whatever_the_text_holds(whatsapp: FlaskClient, 
     answered = post(whatsapp, fields)
     assert answered.status_code == 200
     assert messages_of(answered.get_data(as_text=True)) == ["Your list:\nmilk\neggs"]
+
+
+def test_a_redelivery_while_the_first_attempt_still_answers_gets_an_empty_answer_and_one_reply(
+    whatsapp: FlaskClient, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """Twilio posts a MessageSid again while its first request is still with the model (Twilio's
+    retry after a dropped connection): the second gets an empty TwiML answer at once, not a 5xx
+    and not a second reply; the first answers, and the model is asked once."""
+    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.5
+    fields = form("are you still there?")
+    first: dict[str, str] = {}
+    running = threading.Thread(target=lambda: first.update(answer=post(whatsapp, fields).get_data(as_text=True)))
+    running.start()
+    for _ in range(150):
+        if fake_anthropic.requests:
+            break
+        time.sleep(0.02)
+    again = post(app_client("whatsapp_webhook"), fields)
+    running.join()
+    assert again.status_code == 200 and messages_of(again.get_data(as_text=True)) == []
+    assert len(messages_of(first["answer"])) == 1
+    assert messages_of(first["answer"])[0].startswith("Claude heard: ")
+    assert stored_with_external_id(database_url, fields["MessageSid"]) == 1
+    assert len(fake_anthropic.requests) == 1
