@@ -862,3 +862,81 @@ def test_fixtures_are_what_their_sources_say() -> None:
 
 def unreadable(reason: str) -> str:
     return ENGLISH.say("media.unreadable", reason=reason)
+
+
+def test_a_streamed_web_turn_with_an_attachment_that_is_no_image_streams_the_notice_once(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+) -> None:
+    """The server-sent events' turn: a "PNG" whose bytes are a PDF is refused as the JSON turn
+    refuses it; the notice is the one delta and the done event's reply, stored once, no model asked."""
+    attachment = {"media_type": "image/png", "data": base64.b64encode(LEASE).decode()}
+    payload = {"message": "what is this?", "attachments": [attachment], "client_message_id": f"m-{uuid.uuid4()}"}
+    headers = {**bearer(owner), "Accept": "text/event-stream"}
+    sent = web.post("/", json=payload, headers=headers)
+    assert sent.status_code == 200 and sent.mimetype == "text/event-stream"
+    events = [block.split("\n", 1) for block in sent.get_data(as_text=True).split("\n\n") if block]
+    notice = unreadable("not a JPEG, PNG, GIF or WebP image")
+    assert [(name, json.loads(data.removeprefix("data: "))) for name, data in events][0] == (
+        "event: delta",
+        {"text": notice},
+    )
+    done = json.loads(events[1][1].removeprefix("data: "))
+    assert len(events) == 2 and (done["reply"], done["outcome"]) == (notice, "media_refused")
+    assert stored_turn(database_url, payload["client_message_id"]) == [
+        ("user", "[photo, not read: not a JPEG, PNG, GIF or WebP image] what is this?"),
+        ("assistant", notice),
+    ]
+    assert fake_anthropic.requests == []
+    again = web.post("/", json=payload, headers=headers)
+    redone = json.loads(again.get_data(as_text=True).split("\n\n")[-2].split("\n", 1)[1].removeprefix("data: "))
+    assert (redone["reply"], redone["outcome"]) == (notice, "redelivered")
+    assert len(rows(database_url, "select 1 from messages where user_id = %s", owner)) == 2
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(17)
+GIF = b"GIF89a" + bytes(20)
+WEBP = b"RIFF" + (20).to_bytes(4, "little") + b"WEBPVP8 " + bytes(12)
+
+
+@pytest.mark.parametrize(
+    ("data", "claimed", "read_as"),
+    [(PNG, "image/png", "image/png"), (GIF, "image/jpeg", "image/gif"), (WEBP, "image/jpeg", "image/webp")],
+    ids=["png", "gif said jpeg", "webp said jpeg"],
+)
+def test_a_whatsapp_image_reaches_the_model_as_the_type_its_bytes_are(
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    data: bytes,
+    claimed: str,
+    read_as: str,
+) -> None:
+    """Anthropic refuses an image block whose media_type is not its bytes': the bytes say it."""
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME1"
+    fake_twilio.media[path] = (data, claimed)
+    fields = form("", NumMedia="1", MediaUrl0="https://api.twilio.com" + path, MediaContentType0=claimed)
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    image = replies(fake_anthropic)[0]["messages"][-1]["content"][0]
+    assert image["source"] == {"type": "base64", "media_type": read_as, "data": base64.b64encode(data).decode()}
+
+
+def test_a_twilio_media_file_that_is_gone_is_a_clear_answer_and_the_message_is_kept(
+    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str
+) -> None:
+    """Twilio answers 404 for a media file deleted before it was fetched: the person is told, the
+    model is not asked, and the message is stored as what is known of it."""
+    path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME1"
+    sender = f"whatsapp:+3462{uuid.uuid4().int % 10**7:07d}"  # a number with no language remembered
+    url = "https://api.twilio.com" + path
+    fields = form("and this one?", sender=sender, NumMedia="1", MediaUrl0=url, MediaContentType0="image/jpeg")
+    response = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields))
+    assert response.status_code == 200
+    assert fake_twilio.media_requests == [path] and fake_anthropic.requests == []
+    assert messages_of(response.text) == [unreadable("the download failed")]
+    stored = user_message(database_url, fields["MessageSid"])
+    assert stored == "[photo, not read: the download failed (404)] and this one?"
