@@ -363,3 +363,47 @@ def test_with_the_database_down_linking_answers_and_never_fails(
     telegram(down, "/start ABCDEFGHJ")
     assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("link.unavailable")}
     assert whatsapp(down, "unlink") == [ENGLISH.say("link.unavailable")]
+
+
+def test_the_link_command_alone_says_how_to_send_the_code_and_is_no_turn(
+    apps: Apps, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """The bot's menu sends `/link` with no code; WhatsApp's person types `link`: each is told the
+    command with a code after it, in its own app's way of writing it; no model is asked."""
+    for text in ("/link", "/link@advisor_bot"):
+        telegram(apps, text)
+        assert fake_telegram.sent()[-1] == {
+            "chat_id": apps.chat,
+            "text": ENGLISH.say("link.no_code", example="/link ABC234XYZ"),
+        }
+    assert whatsapp(apps, "Link") == [ENGLISH.say("link.no_code", example="link ABC234XYZ")]
+    assert fake_anthropic.requests == []  # no turn: nothing of it is the thread's
+
+
+@pytest.mark.parametrize("whose", ["another person's tap", "a group's chat", "a bot's tap", "not a code"])
+def test_a_confirm_tap_that_is_not_the_chats_own_person_links_nothing(
+    apps: Apps, fake_telegram: FakeTelegram, database_url: str, whose: str
+) -> None:
+    """The Confirm button links only the private chat of the person who tapped it: a tap whose sender
+    is not the chat (a group, someone else's), a bot's, or data that is no code, is ignored (its spinner
+    stopped) and links nothing."""
+    person = uuid.uuid4()
+    issued = new_code(apps, person)
+    tapped = json.loads(json.dumps(CALLBACK_QUERY))
+    tapped["update_id"] = uuid.uuid4().int % 10**9
+    query = tapped["callback_query"]
+    query["from"]["id"] = query["message"]["chat"]["id"] = apps.chat
+    query["data"] = f"link:{issued['code']}"
+    if whose == "another person's tap":
+        query["from"]["id"] = apps.chat + 1
+    elif whose == "a group's chat":
+        query["message"]["chat"] = {"id": apps.chat, "type": "group", "title": "Family"}
+    elif whose == "a bot's tap":
+        query["from"]["is_bot"] = True
+    else:
+        query["data"] = "link:not-a-code!"
+    response = apps.telegram.post("/", json=tapped, headers=TELEGRAM_HEADERS)
+    assert response.status_code == 200 and response.get_json() == {"ok": True, "ignored": "callback_query"}
+    assert fake_telegram.sent("answerCallbackQuery") == [{"callback_query_id": query["id"]}]
+    assert fake_telegram.sent() == []
+    assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
