@@ -227,7 +227,18 @@ def test_a_token_naming_a_key_the_jwks_lacks_is_401(
 
 
 @pytest.mark.parametrize(
-    "case", ["expired", "wrong-audience", "tampered", "wrong-secret", "missing", "not-bearer", "no-sub", "alg-none"]
+    "case",
+    [
+        "expired",
+        "wrong-audience",
+        "tampered",
+        "wrong-secret",
+        "missing",
+        "not-bearer",
+        "no-sub",
+        "sub-no-uuid",
+        "alg-none",
+    ],
 )
 def test_bad_tokens_are_401_and_store_nothing(
     web: FlaskClient, case: str, database_url: str, fake_anthropic: FakeAnthropic
@@ -252,11 +263,16 @@ def test_bad_tokens_are_401_and_store_nothing(
     elif case == "no-sub":
         token = jwt.encode({k: v for k, v in claims(person).items() if k != "sub"}, JWT_SECRET, algorithm="HS256")
         headers = {"Authorization": f"Bearer {token}"}
+    elif case == "sub-no-uuid":  # signed with the project's secret, for no user (a service's token)
+        token = jwt.encode({**claims(person), "sub": "cron"}, JWT_SECRET, algorithm="HS256")
+        headers = {"Authorization": f"Bearer {token}"}
     else:
         headers = {"Authorization": "Bearer " + jwt.encode(claims(person), None, algorithm="none")}
     response = web.post("/", json={"message": "let me in"}, headers=headers)
     assert response.status_code == 401 and response.get_json()["error"] == "unauthorized"
     assert response.get_json()["message"]
+    if case == "sub-no-uuid":
+        assert response.get_json()["message"] == "the token's subject is not a user id"
     assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
 
 
