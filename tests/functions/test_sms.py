@@ -892,3 +892,22 @@ def test_under_the_owner_policy_only_the_number_a_forget_code_was_sent_to_may_re
     send(sms("forget", first))
     [(code,)] = rows(sms_database, "select code from forget_requests")
     assert send(sms(f"forget confirm {code}", first)) == [forgotten(ENGLISH, 2)]
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({}, ENGLISH.say("whatsapp.empty")),
+        ({"NumMedia": "1", "MediaContentType0": "video/3gpp"}, ENGLISH.say("media.text_only")),
+    ],
+    ids=["empty", "media without its url"],
+)
+def test_an_sms_with_no_words_is_answered_and_no_turn(
+    sms_database: str, fake_anthropic: FakeAnthropic, extra: dict[str, str], said: str
+) -> None:
+    """A blank SMS (a carrier's empty message, or spaces), or an MMS whose media Twilio names no
+    URL for: a short answer in TwiML, no model asked, nothing in the thread."""
+    fields = sms("  ", number(), **extra)
+    assert send(fields) == [said]
+    assert fake_anthropic.requests == []
+    assert rows(sms_database, "select count(*) from messages") == [(0,)]
