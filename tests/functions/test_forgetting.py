@@ -323,3 +323,19 @@ def test_deleting_commands_ask_first_and_without_a_terminal_do_nothing_without_y
     environment.setattr("sys.stdin", Terminal("y\n"))
     assert main(["purge", "--older-than", "90d"]) == 0
     assert messages_left(purge_database) == 90
+
+
+def test_with_the_database_down_forgetting_answers_and_never_fails(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
+) -> None:
+    """A /forget or a forget confirm that cannot reach the memory deletes nothing, is told to try
+    again in a minute (a 200 the platform does not redeliver), and the web's is 503."""
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    down = Apps(
+        app_client("telegram_webhook"), app_client("whatsapp_webhook"), app_client("web_chat"), apps.chat, apps.number
+    )
+    telegram(down, "/forget")
+    assert fake_telegram.sent()[-1] == {"chat_id": apps.chat, "text": ENGLISH.say("link.unavailable")}
+    assert whatsapp(down, "forget confirm") == [ENGLISH.say("link.unavailable")]
+    response = down.web.delete("/memory", headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()["error"]) == (503, "store_unavailable")
