@@ -177,9 +177,11 @@ class TurnSettings:
     def phrases(self, language: str | None) -> Phrases:
         return self.catalogue.phrases(language)
 
-    def fallback(self, language: str | None) -> str:
-        """What a person waiting is told when the model fails."""
-        return self.fallback_reply or self.phrases(language).say("turn.fallback")
+    def fallback(self, language: str | None, kept: bool = True) -> str:
+        """What a person waiting is told when the model fails; `kept`: their message is stored (and
+        so answered later). Not kept (the database away), the person is asked to send it again:
+        nothing will answer it."""
+        return self.fallback_reply or self.phrases(language).say("turn.fallback" if kept else "turn.fallback_not_kept")
 
     def declined(self, language: str | None) -> str:
         """What a person is told when the model declines their turn (its stop reason `refusal`)."""

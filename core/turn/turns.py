@@ -241,7 +241,8 @@ class Turns:
         except ModelDeclined as exc:
             outcome, text, figures.error = Outcome.DECLINED, self._settings.declined(start.language), str(exc)
         except ModelUnavailable as exc:
-            outcome, text, figures.error = Outcome.FALLBACK, self._settings.fallback(start.language), str(exc)
+            outcome, figures.error = Outcome.FALLBACK, str(exc)
+            text = self._settings.fallback(start.language, kept=start.message_id is not None)
         self._count_tools(figures, tools)
         sends = channel is not None and (waiting or outcome is not Outcome.FALLBACK)
         sent = IN_THE_RESPONSE
@@ -345,7 +346,9 @@ class Turns:
                 declined = isinstance(exc, ModelDeclined)
                 outcome, figures.error = Outcome.DECLINED if declined else Outcome.FALLBACK, str(exc)
                 answer = (
-                    self._settings.declined(start.language) if declined else self._settings.fallback(start.language)
+                    self._settings.declined(start.language)
+                    if declined
+                    else self._settings.fallback(start.language, kept=start.message_id is not None)
                 )
                 # What the model wrote before it was stopped was shown: the answer follows it. A
                 # declined turn stores only the answer (the rest is no answer: Anthropic's page).

@@ -12,15 +12,24 @@ from typing import Any
 import pytest
 
 import core.memory.service as service
-from core.errors import StillAnswering
+from core.errors import ModelUnavailable, StillAnswering
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.offline_model import OfflineModel
 from core.models import Delivery, Person, Sent, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
-from core.turn.request import Outcome, TurnRequest, TurnSettings
+from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
-from tests.helpers import FailingStore, MovedClock, RecordingChannel, context_limits, count, execute, rows
+from tests.helpers import (
+    ENGLISH,
+    FailingStore,
+    MovedClock,
+    RecordingChannel,
+    context_limits,
+    count,
+    execute,
+    rows,
+)
 
 SETTINGS = TurnSettings(system_prompt="be brief", fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -284,3 +293,44 @@ def test_storing_a_reply_inside_twilios_answer_is_tried_again_only_while_twilio_
     result = turns.run(asked)
     assert result.outcome is Outcome.ANSWERED and result.reply
     assert clock.now - began == 11.75 and clock.slept == [0.25, 0.5]  # a third try could end past 14 s
+
+
+class ModelDown(OfflineModel):
+    def stream(self, *arguments: Any, **options: Any) -> Iterator[Any]:
+        raise ModelUnavailable("the model answered 500")
+        yield  # a generator, as a model's stream is
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["a chat's turn", "the web's stream"])
+def test_a_fallback_for_a_message_the_database_did_not_take_asks_for_it_again(
+    store: PostgresStore, database_url: str, streamed: bool
+) -> None:
+    """The database away (begin_turn failed) and the model failing too: nothing is stored, so no
+    redelivery or scheduled job will answer the message. The fallback said "I have your message
+    and will remember it", and the person waited for an answer that never came; it now asks them
+    to send it again. With the message stored, the usual fallback (the job answers it later)."""
+    failing = FailingStore(store, failing=["begin_turn"])
+    settings = TurnSettings(system_prompt="be brief", fallback_reply="", stranger_reply="")
+    model = ModelDown()
+    turns = Turns(Memory(failing, context_limits()), lambda: model, IdentityPolicy("auto"), settings)
+    person = uuid.uuid4()
+
+    def fallback(external_id: str) -> str | None:
+        if not streamed:
+            channel = RecordingChannel()
+            result = turns.run(telegram(person, external_id), channel)
+            assert channel.sent == [result.reply]
+        else:
+            *_, result = turns.stream(TurnRequest(Surface.WEB, "hello", external_id, user_id=person))
+            assert isinstance(result, TurnResult)
+        assert result.outcome is Outcome.FALLBACK
+        return result.reply
+
+    not_kept = (
+        "Sorry, I can't think straight right now, and I couldn't keep your message: please send it again in a moment."
+    )
+    assert fallback("down-1") == not_kept
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 0
+    failing.failing = set()
+    assert fallback("down-2") == ENGLISH.say("turn.fallback")
+    assert count(database_url, "select count(*) from messages where user_id = %s", person) == 1
