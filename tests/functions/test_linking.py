@@ -407,3 +407,21 @@ def test_a_confirm_tap_that_is_not_the_chats_own_person_links_nothing(
     assert fake_telegram.sent("answerCallbackQuery") == [{"callback_query_id": query["id"]}]
     assert fake_telegram.sent() == []
     assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
+
+
+def test_a_link_question_answered_in_the_webhooks_response_carries_its_confirm_button(
+    apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, database_url: str
+) -> None:
+    """TELEGRAM_REPLY_IN_WEBHOOK: the deep link's question on a chat with history goes back in the
+    webhook's response; without its button the person could only type the command out."""
+    telegram(apps, "My sister's name is Carmen")
+    environment.setenv("TELEGRAM_REPLY_IN_WEBHOOK", "true")
+    client = app_client("telegram_webhook")
+    person = uuid.uuid4()
+    code = new_code(apps, person)["code"]
+    response = client.post("/", json=update(f"/start {code}", user_id=apps.chat), headers=TELEGRAM_HEADERS)
+    answer = response.get_json()
+    assert (answer["method"], answer["chat_id"]) == ("sendMessage", apps.chat)
+    assert answer["text"].startswith(f"This code would join this chat to the web account {ACCOUNT}")
+    assert answer["reply_markup"] == {"inline_keyboard": [[{"text": "Confirm", "callback_data": f"link:{code}"}]]}
+    assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
