@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, rows, sent_texts, update
+from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, as_owner, rows, sent_texts, update
 
 TELEGRAM = CORPUS / "telegram"
 CORPUS_CHAT = 1111111  # files 04, 19 and 20's chat and sender
@@ -142,3 +142,21 @@ def test_an_edit_whose_text_cannot_be_stored_keeps_the_old_text_and_is_no_error(
     assert (response.status_code, response.get_json()) == (200, {"ok": True, "edit": "unusable"})
     assert stored(database_url, chat, 1365) == [("Original text", None, None)]
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+def test_under_the_owner_policy_a_strangers_edit_is_refused_and_changes_nothing(
+    environment: pytest.MonkeyPatch, chat: int, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The owner's stored message, and a stranger's edit of the same message id in their own chat:
+    refused before any round trip, nothing of the owner's changed, nothing stored for the stranger."""
+    as_owner(environment, uuid.uuid4(), telegram=str(chat))
+    client = app_client("telegram_webhook")
+    edit = corpus_update("04_edited_message.json", chat)
+    assert client.post("/", json=original_of(edit, "Original text"), headers=TELEGRAM_HEADERS).status_code == 200
+    stranger = chat + 1
+    theirs = corpus_update("04_edited_message.json", stranger)
+    response = client.post("/", json=theirs, headers=TELEGRAM_HEADERS)
+    assert response.status_code == 200 and response.get_json() == {"ok": True, "edit": "refused"}
+    assert stored(database_url, chat, 1365) == [("Original text", None, None)]
+    assert stored(database_url, stranger, 1365) == []
+    assert len(fake_anthropic.requests) == 1
