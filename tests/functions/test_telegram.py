@@ -105,6 +105,16 @@ def test_a_missing_or_wrong_secret_is_401_and_touches_nothing(
     assert fake_anthropic.requests == [] and fake_telegram.calls == []
 
 
+def test_a_get_with_the_right_secret_is_405_and_touches_nothing(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """Telegram only POSTs; a GET (a browser, a health check given the secret) is told so, not a 500."""
+    response = app_client("telegram_webhook").get("/", headers=TELEGRAM_HEADERS)
+    assert response.status_code == 405
+    assert response.get_json() == {"error": "method_not_allowed", "message": "POST an Update"}
+    assert fake_anthropic.requests == [] and fake_telegram.calls == []
+
+
 def test_without_a_secret_configured_production_refuses_to_serve(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
