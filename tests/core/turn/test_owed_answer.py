@@ -34,6 +34,7 @@ from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
     CORPUS,
     TWILIO_TOKEN,
+    FailingStore,
     MovedClock,
     RecordingChannel,
     answered_once_with_held,
@@ -738,3 +739,23 @@ def test_a_person_whose_number_was_unlinked_is_still_answered_on_telegram_in_the
     channels = {Surface.WHATSAPP: lambda to: twilio, Surface.TELEGRAM: lambda to: telegram}
     job = OwedReplies(memory, turns, channels, {Surface.WHATSAPP: 12.0, Surface.TELEGRAM: 5.0}, 600, 3)
     assert job.run(120) == OwedRun(1, 1) and twilio.taken == [] and len(telegram.sent) == 1
+
+
+def test_a_run_whose_claim_fails_sends_nothing_and_the_next_run_answers(memory: Memory) -> None:
+    """The database away when the job claims: the run ends at once, nothing sent and no error out
+    of it; the owed reply is still owed, and the next run sends it once."""
+    failing = FailingStore(memory.store, failing=["claim_owed_replies"])
+    away = Memory(failing, context_limits())
+    model = OfflineModel()
+    turns = Turns(away, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    start = memory.begin_turn(Person(sender_id="5101"), Surface.TELEGRAM, "hello", "claim-away", sender="5101")
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(
+        start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
+    )
+    channel = RecordingChannel()
+    job = OwedReplies(away, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(60) == OwedRun(0, 0) and channel.sent == []
+    failing.failing = set()
+    assert job.run(60) == OwedRun(1, 0) and channel.sent == ["an answer"]
+    assert job.run(60) == OwedRun(0, 0) and channel.sent == ["an answer"]
