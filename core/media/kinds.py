@@ -191,9 +191,9 @@ def message_kind(content: str) -> str:
     return "text"
 
 
-def photo_size(sizes: Sequence[dict[str, object]]) -> dict[str, object] | None:
-    """Of Telegram's sizes of one photo, the largest within the recommended dimensions (else
-    the smallest): Claude would only scale a larger one down, later and for nothing."""
+def photo_size(sizes: Sequence[dict[str, object]]) -> dict[str, object]:
+    """Of Telegram's sizes of one photo (at least one), the largest within the recommended
+    dimensions (else the smallest): Claude would only scale a larger one down, later and for nothing."""
 
     def dimensions(size: dict[str, object]) -> tuple[int, int]:
         width, height = size.get("width"), size.get("height")
@@ -205,8 +205,6 @@ def photo_size(sizes: Sequence[dict[str, object]]) -> dict[str, object] | None:
         if max(dimensions(size)) <= RECOMMENDED_EDGE and dimensions(size)[0] * dimensions(size)[1] <= RECOMMENDED_PIXELS
     ]
     ranked = sorted(fitting or sizes, key=lambda size: dimensions(size)[0] * dimensions(size)[1])
-    if not ranked:
-        return None
     return ranked[-1] if fitting else ranked[0]
 
 

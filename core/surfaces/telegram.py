@@ -370,7 +370,7 @@ def readable_media(message: Message) -> tuple[MediaRef, ...]:
     file, or a document (an image, a PDF, audio; any other file as one the model cannot read)."""
     if message.photo:
         best = photo_size(message.photo)
-        if best is not None and isinstance(best.get("file_id"), str):
+        if isinstance(best.get("file_id"), str):
             return (MediaRef(MediaKind.IMAGE, "image/jpeg", str(best["file_id"]), size=_int(best.get("file_size"))),)
     for sound in (message.voice, message.audio):
         if sound is not None and isinstance(sound.get("file_id"), str):
