@@ -13,7 +13,7 @@ from core.channels.whatsapp import WhatsAppSender, twilio_length, twilio_parts, 
 from core.models import Delivery, SaidFirst, Sent
 from core.surfaces.whatsapp import WHATSAPP_LIMIT
 from tests.fakes.twilio_api import FakeTwilio
-from tests.helpers import TWILIO_TOKEN, messages_of
+from tests.helpers import TWILIO_TOKEN, free_port, messages_of
 
 ACCOUNT_SID = "AC" + "4" * 32
 LONG = " ".join(f"Sentence {n} of a long answer." for n in range(130))  # three messages of WhatsApp's
@@ -89,6 +89,18 @@ def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> Non
         is Delivery.GIVEN_UP
     )
     assert len(fake_twilio.messages) == 1 and waited == []
+
+
+def test_a_twilio_that_cannot_be_reached_leaves_the_message_owed_from_its_first_part(fake_twilio: FakeTwilio) -> None:
+    """No answer at all from Twilio's host (a network failure, not an error of Twilio's): nothing
+    escapes to the job, the reply is owed from the part not out, and the next run sends it whole."""
+    closed = free_port()
+    unreachable = WhatsAppSender(
+        ACCOUNT_SID, TWILIO_TOKEN, "whatsapp:+15550001111", WHATSAPP_LIMIT, api_base=f"http://127.0.0.1:{closed}"
+    )
+    assert unreachable.send_parts("whatsapp:+34600000003", LONG) == Sent(Delivery.OWED, 0)
+    assert sender(fake_twilio, []).send_parts("whatsapp:+34600000003", LONG) == Sent(Delivery.DELIVERED, 3)
+    assert [message["Body"] for message in fake_twilio.messages] == split_message(LONG, WHATSAPP_LIMIT)
 
 
 def test_texts_are_packed_in_order_into_as_few_messages_as_fit_whole() -> None:
