@@ -67,6 +67,35 @@ def test_a_429_on_drafts_skips_drafts_and_leaves_the_reply_on_time(
     assert took < 41  # the reply did not wait out the drafts' retry_after
 
 
+@pytest.mark.parametrize(
+    ("method", "error"),
+    [("sendMessageDraft", "chat_not_found"), ("sendChatAction", "gateway")],
+    ids=["drafts refused for good", "typing behind a 502"],
+)
+def test_drafts_or_typing_the_bot_api_refuses_never_cost_the_reply(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    writing: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+    method: str,
+    error: str,
+) -> None:
+    """A draft answered 400 (a Bot API that will not take drafts in this chat) stops the drafts
+    after that one try; a "typing…" answered 502 is only logged: the reply goes out once, whole,
+    and is stored."""
+    fake_telegram.fail_with(error, method=method)
+    delivery = update("How was my week?")
+    response = app_client("telegram_webhook").post("/", json=delivery, headers=TELEGRAM_HEADERS)
+    assert response.status_code == 200 and response.get_json() == {"ok": True, "outcome": "answered"}
+    if method == "sendMessageDraft":
+        assert [name for name, _ in fake_telegram.refused] == ["sendMessageDraft"]  # one try, then none
+    assert fake_telegram.sent() == [{"chat_id": 4242, "text": ANSWER}]
+    assert stored_turn(database_url, str(delivery["update_id"])) == [
+        ("user", "How was my week?"),
+        ("assistant", ANSWER),
+    ]
+
+
 def test_a_redelivery_sends_no_drafts(
     environment: pytest.MonkeyPatch, writing: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
