@@ -425,3 +425,15 @@ def test_a_link_question_answered_in_the_webhooks_response_carries_its_confirm_b
     assert answer["text"].startswith(f"This code would join this chat to the web account {ACCOUNT}")
     assert answer["reply_markup"] == {"inline_keyboard": [[{"text": "Confirm", "callback_data": f"link:{code}"}]]}
     assert count(database_url, "select count(*) from identities where user_id = %s", person) == 0
+
+
+def test_an_account_signed_in_by_phone_is_named_by_its_last_four_digits(apps: Apps, database_url: str) -> None:
+    """Supabase's phone sign-in: the token's email is empty and its phone the number. The chat that
+    links is told the account as `•••` and its last four digits, never the whole number."""
+    person = uuid.uuid4()
+    made = apps.web.post("/links", headers=bearer(person, email="", phone="34600111222"))
+    assert made.status_code == 201
+    said = whatsapp(apps, f"link {made.get_json()['code']}")
+    assert said == [ENGLISH.say(ANSWERS[LinkStatus.LINKED], account="•••1222")]
+    assert "34600111222" not in said[0]
+    assert count(database_url, "select count(*) from identities where user_id = %s", person) == 1
