@@ -84,3 +84,27 @@ def test_a_retried_send_gets_its_reply_back(
     ]
     assert stored(database_url, person) == [("user", "hello"), ("assistant", "The first and only answer.")]
     assert len(fake_anthropic.requests) == 1
+
+
+def test_a_streamed_answer_still_being_written_at_the_deadline_ends_in_the_fallback_and_stays_owed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model writes steadily past WEB_MODEL_DEADLINE (1 s here: 40 words, one each 0.05 s):
+    the page has read the start, then the fallback after it; the half answer is not stored as the
+    reply, and the retry of the same send gets a whole answer."""
+    answer = " ".join(f"word{index}" for index in range(40))
+    fake_anthropic.answer = lambda body: answer
+    fake_anthropic.first_token_s, fake_anthropic.delta_pause_s = 0.5, 0.05
+    person = uuid.uuid4()
+    send = {"message": "tell me everything", "client_message_id": "late-1"}
+    events = events_of(web.post("/", json=send, headers={**bearer(person), **STREAM}).get_data(as_text=True))
+    written = "".join(data["text"] for name, data in events if name == "delta")
+    shown, _, said = written.rpartition("\n\n")
+    assert said == FALLBACK and shown and answer.startswith(shown) and shown != answer
+    assert [name for name, _ in events].count("done") == 1
+    assert (events[-1][1]["outcome"], events[-1][1]["reply"]) == ("fallback", written)
+    assert stored(database_url, person) == [("user", "tell me everything")]
+    fake_anthropic.delta_pause_s = 0.0
+    again = web.post("/", json=send, headers=bearer(person)).get_json()
+    assert (again["outcome"], again["reply"]) == ("answered", answer)
+    assert stored(database_url, person) == [("user", "tell me everything"), ("assistant", answer)]
