@@ -73,6 +73,10 @@ class TelegramInbound:
         options = self.options
         action = classify_update(update, options.bot_id, options.bot_username)
         if isinstance(action, Notice):
+            if self.turns.identity.resolve(Surface.TELEGRAM, action.sender_id) is None:
+                # Turned away (the owner policy): what a stranger meets first is what their words
+                # get, never a welcome, the commands, or an invitation to write.
+                return self._reply(action.chat_id, self.turns.stranger_reply(action.language_code))
             # An app that states no language we have: the person's as remembered (a round trip, for this alone).
             remembered = None
             if not self.catalogue.has(action.language_code):

@@ -81,6 +81,9 @@ class TwilioInbound(Generic[Form]):
         action = self.classify(form, True)
         sms = rules(self.surface).carried_as_sms
         if isinstance(action, Notice):
+            if action.phrase and self.turns.identity.resolve(self.surface, form.identity) is None:
+                # Turned away (the owner policy): the stranger's answer, not an invitation to write.
+                return twiml(self.turns.stranger_reply(None, form.body), self.limit, sms=sms)
             self._off_thread(form.identity, let_go_held=True)
             return twiml(self._noticed_in(form).say(action.phrase) if action.phrase else None, self.limit, sms=sms)
         if not isinstance(action, Converse):

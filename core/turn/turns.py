@@ -157,6 +157,11 @@ class Turns:
         the scheduled job, which has no request to say it."""
         return self._settings.fallback(self._settings.catalogue.choose(None, said, remembered=remembered))
 
+    def stranger_reply(self, stated: str | None, said: str = "") -> str:
+        """What a sender the identity policy turns away is told, in the language they state, else
+        that of what they `said`: for a fixed answer that is no turn (a chat's notice)."""
+        return self._settings.stranger(self._settings.catalogue.choose(stated, said))
+
     def owed_estimate(self) -> TurnEstimate:
         """What `answer_owed` reads besides the window and the notes, and its requests: for the
         tokens the scheduled job's claim reserves."""

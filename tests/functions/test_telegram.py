@@ -420,6 +420,28 @@ def test_the_owner_policy_refuses_strangers_politely_and_keeps_nothing(
     assert "safe code is 1234" in texts  # 777 is the owner too: the same memory
 
 
+def test_under_the_owner_policy_a_stranger_is_never_welcomed_or_invited_to_write(
+    environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """What a stranger meets first (/start, /help, a sticker, the bot named in a group) is the
+    stranger's answer, as their words get: the welcome said "write to me here ... I remember our one
+    conversation", /help listed the commands, and a sticker asked them to write instead. The
+    owner still gets each fixed answer. Seen failing with the welcome sent to the stranger."""
+    as_owner(environment, owner, telegram="4242")
+    environment.setenv("STRANGER_REPLY", "This assistant is private.")
+    environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
+    client = app_client("telegram_webhook")
+    sticker = json.loads((CORPUS / "06_sticker.json").read_text())
+    sticker["message"]["from"]["id"] = sticker["message"]["chat"]["id"] = 999
+    group = update("@advisor_bot what is the safe code?", user_id=999, chat_type="group")
+    for body in (update("/start", user_id=999), update("/help", user_id=999), sticker, group):
+        assert client.post("/", json=body, headers=TELEGRAM_HEADERS).status_code == 200
+        assert fake_telegram.sent()[-1] == {"chat_id": 999, "text": "This assistant is private."}
+    assert client.post("/", json=update("/start"), headers=TELEGRAM_HEADERS).status_code == 200
+    assert fake_telegram.sent()[-1] == {"chat_id": 4242, "text": ENGLISH.say("telegram.welcome")}
+    assert fake_anthropic.requests == []
+
+
 def test_without_a_bot_token_locally_a_long_reply_comes_back_cut_not_crashed(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:

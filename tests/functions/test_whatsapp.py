@@ -284,3 +284,19 @@ def test_a_redelivery_while_the_first_attempt_still_answers_gets_an_empty_answer
     assert messages_of(first["answer"])[0].startswith("Claude heard: ")
     assert stored_with_external_id(database_url, fields["MessageSid"]) == 1
     assert len(fake_anthropic.requests) == 1
+
+
+def test_under_the_owner_policy_an_empty_message_from_a_stranger_gets_the_strangers_answer(
+    whatsapp: FlaskClient, environment: pytest.MonkeyPatch, owner: uuid.UUID, fake_anthropic: FakeAnthropic
+) -> None:
+    """An empty message, or a location with no place in it, from a number that is not the owner's:
+    the stranger's answer, not "What would you like to tell me?"; the owner's gets the notice."""
+    as_owner(environment, owner, whatsapp="+34600111222")
+    environment.setenv("STRANGER_REPLY", "This assistant is private.")
+    client = app_client("whatsapp_webhook")
+    for extra in ({}, {"MessageType": "location"}):
+        stranger = form("", sender="whatsapp:+447700900123", **extra)
+        assert messages_of(post(client, stranger).get_data(as_text=True)) == ["This assistant is private."]
+    owners = messages_of(post(client, form("", sender="whatsapp:+34600111222")).get_data(as_text=True))
+    assert owners == ["I received an empty message. What would you like to tell me?"]
+    assert fake_anthropic.requests == []
