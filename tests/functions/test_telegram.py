@@ -296,6 +296,23 @@ def test_with_the_database_down_the_person_still_gets_an_answer(
     assert any("begin_turn failed" in record.getMessage() for record in caplog.records)
 
 
+def test_with_the_database_down_an_edit_or_a_stop_is_a_200_that_says_so(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
+) -> None:
+    """Neither is redelivered into the same failure nor answered: Telegram would hold the chat's
+    next updates behind a non-2xx. The edit is dropped (`failed`), the stop not recorded."""
+    environment.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/postgres")
+    client = app_client("telegram_webhook")
+    edit = json.loads((CORPUS / "04_edited_message.json").read_text())
+    stop = json.loads((CORPUS / "29_stopped_message_generation.json").read_text())
+    answers = [client.post("/", json=body, headers=TELEGRAM_HEADERS) for body in (edit, stop)]
+    assert [(answer.status_code, answer.get_json()) for answer in answers] == [
+        (200, {"ok": True, "edit": "failed"}),
+        (200, {"ok": True, "stopped": False}),
+    ]
+    assert fake_anthropic.requests == [] and fake_telegram.calls == []
+
+
 @pytest.mark.parametrize(
     ("data", "content_type"),
     [
