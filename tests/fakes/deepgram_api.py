@@ -3,7 +3,8 @@
 `POST /v1/listen?model=...&detect_language=true` with the audio as the body and
 `Authorization: Token <key>`, answered as Deepgram does: `metadata.duration`, and the channel's
 `detected_language` and first alternative's `transcript`. Records each request (its query,
-content type and bytes). `behaviour`: "500" answers an error, "slow" waits `slow_s` first;
+content type and bytes). `behaviour`: "500" answers an error, "slow" waits `slow_s` first,
+"nonsense" answers 200 with JSON that holds no transcript (a proxy's, an API changed);
 `latency_s` makes every answer take that long (the bench: a fixed transcriber time).
 `GET /v1/auth/token`, Deepgram's own test of a key (what `crossmem doctor` asks): the key's
 details when it is the fake's, 401 otherwise.
@@ -65,6 +66,8 @@ class FakeDeepgram:
                     fake.requests.append(Heard(parse_qs(parts.query), self.headers.get("Content-Type", ""), audio))
                 if fake.behaviour == "500":
                     return self.answer_json(500, {"err_code": "INTERNAL_SERVER_ERROR", "err_msg": "oops"})
+                if fake.behaviour == "nonsense":
+                    return self.answer_json(200, {"metadata": {"request_id": "fake"}, "results": {"channels": []}})
                 if fake.behaviour == "slow":
                     time.sleep(fake.slow_s)
                 elif fake.latency_s:

@@ -604,6 +604,21 @@ def test_a_note_with_no_words_or_a_failed_transcription_still_counts_in_the_day(
     assert len(fake_deepgram.requests) == 2
 
 
+def test_a_transcription_service_answering_nonsense_is_a_failed_transcription_counted_as_said(
+    media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID, database_url: str
+) -> None:
+    """A 200 whose JSON holds no transcript: the person is told the transcription failed (no
+    500, no model asked with an empty note), and the note counts what it said in their day."""
+    fake_deepgram.behaviour = "nonsense"
+    assert voice_note(web, owner, 6) == unreadable("the transcription service failed")
+    assert len(fake_deepgram.requests) == 1
+    assert rows(database_url, "select seconds, in_flight_since from voice_usage where user_id = %s", owner) == [
+        (6, None)
+    ]
+    listed = rows(database_url, "select content from messages where user_id = %s and role = 'user'", owner)
+    assert listed == [("[voice note, 0:06, not transcribed: the transcription service answered nonsense]",)]
+
+
 def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_deepgram(
     media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID
 ) -> None:
