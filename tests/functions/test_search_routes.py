@@ -175,6 +175,11 @@ def test_search_pages_by_offset_and_says_whether_more_are_left(web: FlaskClient)
             " not '9999-12-31'",
         ),
         ("q=kiwi&since=2026-04-01&until=2026-03-01", "since (2026-04-01) must be before until (2026-03-01)"),
+        (  # past 40 characters it is not parsed, and the reason quotes its first 40
+            "q=kiwi&since=2026-03-31T18:30:00.000000" + "0" * 40,
+            "since must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00),"
+            " not '2026-03-31T18:30:00.00000000000000000000'",
+        ),
     ],
 )
 def test_bad_search_parameters_are_refused_with_the_reason(web: FlaskClient, query: str, reason: str) -> None:
