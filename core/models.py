@@ -298,6 +298,9 @@ class TurnStart:
     # The language the turn heard in a voice note when the request stated none: kept as the
     # person's by the round trip that ends the turn (docs/decisions.md, "The person's language").
     heard_language: str | None = None
+    # Its chat or number has opted out (an SMS number's STOP): the message is stored, and nobody
+    # answers it (turn.sql's opted_out_message).
+    opted_out: bool = False
 
     def quoting(self, content: str) -> str:
         """`content` as begin_turn stores this message (turn.sql's quoting): after the text it

@@ -157,6 +157,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         reserved_tokens=int(row.get("reserved") or 0),
         reply_id=int(reply["id"]) if reply else int(row["reply_id"]) if row.get("reply_id") is not None else None,
         language=row.get("language") or None,
+        opted_out=bool(row.get("opted_out")),
     )
 
 

@@ -101,6 +101,9 @@ class Outcome(StrEnum):
     # The person stopped the reply as it was written (Telegram's stop button): what they were shown
     # is the reply, sent and stored; what the model spent is counted.
     STOPPED = "stopped"
+    # From a chat or number that opted out (an SMS number's STOP: Twilio refuses every send to it
+    # until START, error 21610): stored, no model asked, nothing reserved, nothing said.
+    OPTED_OUT = "opted_out"
 
 
 @dataclass

@@ -404,7 +404,8 @@ class Turns:
 
     def _begin(self, request: TurnRequest, *, pushes: bool) -> tuple[TurnStart, TurnFigures, TurnResult | None]:
         """Resolve the person and store the message. The third value is the finished
-        result of a turn that needs no model: a stranger, or a redelivery.
+        result of a turn that needs no model: a stranger, a redelivery, or a message from a
+        number that opted out.
 
         A redelivery answers with the reply stored for it. A surface that answers in its
         HTTP response cannot know whether that response arrived, so it always repeats
@@ -433,6 +434,8 @@ class Turns:
         )
         figures.round_trips, figures.degraded = 1, start.degraded
         figures.reserved_tokens = start.reserved_tokens
+        if start.opted_out:  # stored; any answer would be refused (core/identity/opt_outs.py)
+            return start, figures, self._result(Outcome.OPTED_OUT, None, start, figures)
         if not start.duplicate:
             return start, figures, None
         stored = start.reply

@@ -27,6 +27,7 @@ from tests.helpers import (
     app_client,
     as_owner,
     bearer,
+    count,
     forgotten,
     messages_of,
     rows,
@@ -407,6 +408,55 @@ def test_a_reminder_due_after_stop_is_given_up_unsent_and_not_said_after_start(
     assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
     said = rows(sms_database, "select role, content from messages order by id")
     assert said == [("user", "remind me in 5 minutes to take the pills"), ("assistant", "I'll remind you.")]
+
+
+def test_a_message_from_a_number_that_opted_out_is_kept_with_no_model_call_and_no_answer(
+    sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After STOP, a message that is no opt-in word: Twilio keeps the number opted out and would
+    refuse any answer (error 21610). It is the person's memory, so it is stored in their thread; no
+    model is asked, nothing of their day's budget is reserved, the TwiML answer is empty, and it is
+    owed to nobody (the job neither answers nor gives it up). After START, the next turn reads it."""
+    sender = number()
+    fake_anthropic.answer = lambda body: "Noted."
+    assert send(sms("My sister is Eva", sender)) == ["Noted."]
+    assert send(sms("STOP", sender)) == []
+    asked, usage = len(fake_anthropic.requests), count(sms_database, "select count(*) from turn_usage")
+    fields = sms("and my brother is Leo", sender)
+    assert send(fields) == []
+    assert send(fields) == []  # Twilio's retry of it: stored once, answered by nobody
+    assert len(fake_anthropic.requests) == asked
+    assert stored_turn(sms_database, fields["MessageSid"]) == [("user", "and my brother is Leo")]
+    assert count(sms_database, "select count(*) from turn_usage") == usage
+    lines = [r for r in caplog.records if r.name == "crossmem.turn" and r.__dict__.get("outcome") == "opted_out"]
+    said = [
+        (r.levelname, r.__dict__["surface"], r.__dict__["model_requests"], r.__dict__["reserved_tokens"]) for r in lines
+    ]
+    assert said == [("INFO", "sms", 0, 0)] * 2
+    job = run_the_job()
+    assert (job["owed_answered"], job["owed_failed"]) == (0, 0)
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    send(sms("START", sender))
+    assert send(sms("who are my siblings?", sender)) == ["Noted."]
+    assert "and my brother is Leo" in "\n".join(sent_texts(fake_anthropic.requests[-1]))
+
+
+def test_a_number_opted_out_for_someone_else_does_not_silence_the_owner(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """An opt-out is its identity's person's (record_opt_out keeps it so): a number whose STOP was
+    recorded for the person `auto` made for it, listed for the owner since, does not silence the
+    owner's turns (begin_turn reads the opt-out by the turn's person, as the job reads it by the
+    follow-up's)."""
+    owner, mine = uuid.uuid4(), number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("hello", mine))
+    send(sms("STOP", mine))
+    runtime.reset()
+    environment.setenv("IDENTITY_POLICY", "owner")
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    assert send(sms("it's me, the owner", mine)) == ["Noted."]
 
 
 def opted_out(database_url: str, sender: str) -> list[tuple[Any, ...]]:

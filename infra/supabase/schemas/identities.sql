@@ -6,8 +6,9 @@
 -- opted_out_at: when the chat or number asked its platform for no more messages (an SMS number's
 -- STOP, which Twilio answers and keeps itself, refusing every later send with its error 21610),
 -- learned from that message or from such a refusal; null while it takes messages. Nothing is sent
--- to it meanwhile, and nothing asked of the model for it (owed_replies.sql, follow_ups.sql), until
--- its opt-in word (START) clears it (record_opt_out). It goes with the identity (unlinked, erased).
+-- to it meanwhile, and nothing asked of the model for it (owed_replies.sql, follow_ups.sql; a message
+-- it writes is stored, unanswered: turn.sql's begin_turn), until its opt-in word (START) clears it
+-- (record_opt_out). It goes with the identity (unlinked, erased).
 
 create table public.identities (
     surface public.chat_surface not null,
@@ -95,6 +96,18 @@ begin
            and (p_user_id is null or i.user_id = p_user_id);
     end if;
     return jsonb_build_object('recorded', found);
+end;
+$$;
+
+-- Whether p_sender, on p_surface, is an opted-out chat or number of p_user_id's (record_opt_out
+-- keeps an opt-out as the identity's person's): what begin_turn asks for a message from a surface
+-- whose numbers opt out (turn.sql), one read of the identity by its key.
+create function crossmem_private.sender_opted_out(p_user_id uuid, p_surface text, p_sender text)
+    returns boolean language plpgsql stable set search_path = '' as $$
+begin
+    return exists (select from public.identities i
+                    where i.surface = p_surface and i.external_id = p_sender and i.user_id = p_user_id
+                      and i.opted_out_at is not null);
 end;
 $$;
 
