@@ -460,7 +460,7 @@ def outside_thread(surface: Surface) -> MessagesOutsideThread:
 @functools.cache
 def opt_outs() -> OptOuts:
     """The chats and numbers that opted out (SMS's STOP), heard from the webhook or a refused send."""
-    return OptOuts(store(), identity())
+    return OptOuts(store(), identity(), now=lambda: now())
 
 
 @functools.cache

@@ -54,9 +54,9 @@ def twilio_webhook(
         settings_header=request.headers.get("X-Twilio-Webhooks-Signature-Settings"),
     ):
         raise Forbidden("invalid Twilio signature")
-    answers = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language()
+    needs = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language(), runtime.opt_outs()
     # adapter.off_thread: where the surface has a window (WhatsApp), core/follow_ups/outside_thread.py
-    inbound = TwilioInbound(surface, parse, classify, limit, *answers, adapter.deadline_s, typing, adapter.off_thread)
+    inbound = TwilioInbound(surface, parse, classify, limit, *needs, adapter.deadline_s, typing, adapter.off_thread)
     return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
 
 

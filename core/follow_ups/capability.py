@@ -148,8 +148,9 @@ WAITS_THERE = (
     " for anything that matters suggest a reminder on their phone too."
 )
 
-# A pending one the job held (WhatsApp outside its window without a template), as the list says it.
-HELD = ", its time passed: said with their next WhatsApp message"
+# A pending one the job held (WhatsApp outside its window without a template, an SMS number that
+# opted out), as the list says it: when it is said, by the surface's rules (`held_until`).
+HELD = ", its time passed: said {until}"
 
 SWITCHED_OFF = """\
 Reminders and follow-ups
@@ -294,10 +295,9 @@ class TurnTools:
     def _list(self) -> str:
         pending = [f for f in self.pending if f.id not in self.cancelled]
         # Each is said on the app it was asked on, one asked on the web on the app it is pushed on;
-        # a held one (WhatsApp's window closed) waits.
+        # a held one (WhatsApp's window closed, an SMS number's STOP) waits.
         lines = [
-            f"#{f.id} {shown(f.due_at, self.zone)}, on {self._on(f.surface).value}{HELD * (f.status == 'held')}: "
-            f"{f.content}"
+            f"#{f.id} {shown(f.due_at, self.zone)}, on {self._on(f.surface).value}{self._held(f)}: {f.content}"
             for f in pending
         ]
         where = f", on {self._on(self.surface).value}" if self.surface is not None else ""
@@ -306,6 +306,11 @@ class TurnTools:
             for s in self.scheduled
         ]
         return "\n".join(lines) if lines else "No pending follow-ups."
+
+    def _held(self, follow_up: FollowUp) -> str:
+        if follow_up.status != "held":
+            return ""
+        return HELD.format(until=surface_rules(follow_up.surface).held_until)
 
     def _on(self, surface: Surface) -> Surface:
         """The app a follow-up asked on `surface` comes on: the one it is pushed on, from the web."""

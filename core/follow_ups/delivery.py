@@ -25,7 +25,8 @@ When neither is (unlinked since, passed to someone else, dropped from the allow-
 nobody: given up and logged, never stored in the thread nor counted as sent. One whose chat or
 number has opted out (an SMS number's STOP: core/identity/opt_outs.py) is refused for good alike,
 with no send tried (the person asked for no more texts, and Twilio would refuse it): moved once to
-another app of theirs, as any refused one (core/follow_ups/moves.py), else given up.
+another app of theirs, as any refused one (core/follow_ups/moves.py), else held until the number
+opts in again, for a week at most (core/follow_ups/opted_out.py).
 
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), in the conversation
 of the app it was said on, so every app's memory knows it was said. A failure that may pass
@@ -66,6 +67,7 @@ from zoneinfo import ZoneInfo
 from core.errors import StoreUnavailable
 from core.follow_ups.lateness import said_late
 from core.follow_ups.moves import FollowUpMoves
+from core.follow_ups.opted_out import HELD, held_for_opt_in
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Sent, Surface
@@ -205,14 +207,18 @@ class FollowUpDelivery:
         if (moved := self._moves.moved_on(row, claim, sent)) is not None:
             row = moved
             sent, outcome, unsaid = self._say(row, now)
+        elif unsaid == OPTED_OUT and held_for_opt_in(datetime.fromisoformat(row["due_at"]), now):
+            # no other app of theirs: held until the number opts in (core/follow_ups/opted_out.py)
+            outcome, unsaid = "opted_out", HELD
         surface = Surface(row["surface"])
         delivery = sent.delivery
-        if outcome != "held":
+        if outcome not in ("held", "opted_out"):
             outcome = {Delivery.DELIVERED: "sent", Delivery.OWED: "retry", Delivery.GIVEN_UP: "given_up"}[delivery]
         if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
             outcome = "given_up"
         retry_at = now + backoff(int(row["attempts"]))
-        extra = {"id": row["id"], "surface": surface.value, "outcome": outcome, "attempts": row["attempts"]}
+        shown = "held" if outcome == "opted_out" else outcome  # the log's: `reason` says what for
+        extra = {"id": row["id"], "surface": surface.value, "outcome": shown, "attempts": row["attempts"]}
         if unsaid is not None:
             extra["reason"] = unsaid
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
@@ -251,7 +257,7 @@ class FollowUpDelivery:
         elif outcome == "retry":
             done.retried += 1
             log.warning("follow-up", extra={**extra, "retry_at": retry_at.isoformat()})
-        elif outcome == "held":
+        elif shown == "held":
             done.held += 1
             log.info("follow-up", extra=extra)
         else:

@@ -29,12 +29,14 @@ words, or Advanced Opt-Out's `OptOutType` STOP, whatever word the operator set) 
 every send to the number until it texts START, UNSTOP or YES (`OptOutType` START); no other
 message opts it in (Twilio's "Twilio support for opt-out keywords (SMS STOP filtering)", error
 21610's page). So the number's identity remembers it, from that delivery or from a send Twilio
-refused with 21610 (the STOP may have come while the webhook was down), and the scheduled job
-sends nothing there and asks no model for it: an owed reply is given up unwritten, a follow-up due
-goes to another app of the person's (core/follow_ups/moves.py), else is given up unsaid (logged,
-counted); neither comes back after START, as what the person stopped would arrive as a
-stranger's. The opt-in words clear it (a toll-free number takes only START and UNSTOP: after a
-YES there, Twilio's next refusal records the opt-out again).
+refused with 21610 (the STOP may have come while the webhook was down). A message it sends
+meanwhile is stored, with no turn (begin_turn answers it: no model, nothing reserved, an empty
+TwiML answer), and the scheduled job sends nothing there and asks no model for it: an owed reply is
+given up unwritten (an answer after START would read as a stranger's); a follow-up due goes to
+another app of the person's (core/follow_ups/moves.py), else is held until START, then said late,
+if due within the week before (core/follow_ups/opted_out.py). The opt-in words clear it (a
+toll-free number takes only START and UNSTOP: after a YES there, Twilio's next refusal records the
+opt-out again).
 
 What an inbound message asks for (`SmsForm`, `classify`): a keyword (nothing said), a chat command,
 a turn, or a notice. The form is read as every Twilio surface's is (core/surfaces/twilio_form.py),
@@ -92,6 +94,8 @@ class Rules(SurfaceRules):
     sender_vouched_for: ClassVar[bool] = False  # a caller ID: forgetting and linking repeat a code sent to it
     sender_form: ClassVar[str] = "an SMS number (+digits)"
     carried_as_sms: ClassVar[bool] = True
+    # held only for an opt-out (core/follow_ups/opted_out.py): SMS has no window
+    held_until: ClassVar[str] = "once their number texts START (it texted STOP), if within a week"
 
     @classmethod
     def key(cls, sender: str) -> str:

@@ -58,8 +58,8 @@ class TwilioInbound(Generic[Form]):
     command, a notice, words over the day's budget), the window it opens, and with True lets the
     sender's held follow-ups go to the follow-up job, where the surface has a window (WhatsApp:
     core/follow_ups/outside_thread.py). What a form did to its sender's subscription (`opted_out`:
-    SMS's STOP and START) is recorded before anything else is done with it, in the turns' store
-    (core/identity/opt_outs.py)."""
+    SMS's STOP and START) is recorded before anything else is done with it (`opt_outs`:
+    core/identity/opt_outs.py)."""
 
     surface: Surface
     parse: Callable[[Mapping[str, str]], Form]
@@ -69,6 +69,7 @@ class TwilioInbound(Generic[Form]):
     commands: Commands
     catalogue: Catalogue
     remembered: RememberedLanguage
+    opt_outs: OptOuts
     deadline_s: float
     typing: Callable[[str], None] | None = None
     off_thread: Callable[[str, bool], object] | None = None
@@ -77,7 +78,7 @@ class TwilioInbound(Generic[Form]):
         """The TwiML answering a verified form; InputError for a form the surface cannot read."""
         form = self.parse(fields)
         if form.opted_out is not None:
-            OptOuts(self.turns.memory.store, self.turns.identity).heard(self.surface, form.identity, form.opted_out)
+            self.opt_outs.heard(self.surface, form.identity, form.opted_out)
         action = self.classify(form, True)
         sms = rules(self.surface).carried_as_sms
         if isinstance(action, Notice):

@@ -46,6 +46,7 @@ class Rules(SurfaceRules):
     surface: ClassVar[Surface] = Surface.WHATSAPP
     label: ClassVar[str] = "WhatsApp"
     sender_form: ClassVar[str] = "a WhatsApp number (+digits) or BSUID"
+    held_until: ClassVar[str] = "with their next WhatsApp message"  # outside its 24-hour window
 
     @classmethod
     def key(cls, sender: str) -> str:

@@ -29,6 +29,7 @@ from tests.helpers import (
     bearer,
     count,
     forgotten,
+    form,
     messages_of,
     rows,
     sent_texts,
@@ -377,16 +378,17 @@ def test_a_follow_up_asked_by_sms_is_said_through_the_messages_api(
     assert stored[-1] == ("assistant", "Take the pills.")
 
 
-def test_a_reminder_due_after_stop_is_given_up_unsent_and_not_said_after_start(
+def test_a_reminder_due_after_stop_is_held_and_said_late_once_after_start(
     environment: pytest.MonkeyPatch,
     sms_database: str,
     fake_anthropic: FakeAnthropic,
     fake_twilio: FakeTwilio,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """STOP is Twilio's (no turn, nothing stored but the number's opt-out); a reminder due after it
-    is given up with no send tried (Twilio would refuse it, error 21610), never stored in the thread
-    as said, and START does not bring it back (docs/decisions.md, An SMS number that opted out)."""
+    """STOP by mistake, START an hour later: the reminder due in between is held with no send tried
+    (Twilio would refuse it, error 21610) and nothing given up; START lets it go, and the job says it
+    through the Messages API once, with when it was due (docs/decisions.md, An SMS number that opted
+    out)."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
     sender = number()
@@ -394,20 +396,135 @@ def test_a_reminder_due_after_stop_is_given_up_unsent_and_not_said_after_start(
     send(sms("remind me in 5 minutes to take the pills", sender))
     assert send(sms("STOP", sender)) == []
     assert rows(sms_database, "select external_id, opted_out_at is not null from identities") == [(sender, True)]
+    fake_twilio.fail_with(400, 21610)  # as Twilio refuses every send to the number now
     now += timedelta(minutes=6)
-    assert run_the_job()["follow_ups_given_up"] == 1
-    assert rows(sms_database, "select status, attempts from follow_ups") == [("given_up", 1)]
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_held"], job["follow_ups_given_up"]) == (0, 1, 0)
+    assert rows(sms_database, "select status, attempts from follow_ups") == [("held", 1)]
     assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
-    given_up = [r for r in caplog.records if r.name == "crossmem.follow_ups" and r.__dict__.get("outcome")]
-    assert [(r.levelname, r.__dict__["reason"]) for r in given_up] == [
-        ("WARNING", "its chat or number opted out (STOP): nothing is sent there")
+    held = [r for r in caplog.records if r.name == "crossmem.follow_ups" and r.__dict__.get("outcome")]
+    assert [(r.levelname, r.__dict__["outcome"], r.__dict__["reason"]) for r in held] == [
+        ("INFO", "held", "its number opted out (STOP): held until it opts in again (START)")
     ]
-    assert send(sms("START", sender)) == []
     now += timedelta(minutes=10)
+    assert run_the_job()["follow_ups_held"] == 0  # held, not claimed again at every run
+    now += timedelta(minutes=44)
+    assert send(sms("START", sender)) == []
+    fake_twilio.recover()
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert fake_twilio.messages == [
+        {"From": SMS_FROM, "To": sender, "Body": "Take the pills.\n\n(due at 17:05, sent late)"}
+    ]
+    now += timedelta(minutes=5)
+    assert run_the_job()["follow_ups_sent"] == 0
+    assert len(fake_twilio.messages) == 1 and fake_twilio.refused == []
+    said = rows(sms_database, "select role, content from messages order by id")
+    assert said == [
+        ("user", "remind me in 5 minutes to take the pills"),
+        ("assistant", "I'll remind you."),
+        ("assistant", "Take the pills."),
+    ]
+
+
+def test_start_lets_go_only_its_own_persons_held_reminders(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Two numbers texted STOP, each with a reminder held; one texts START: its reminder is said,
+    the other's stays held (let go by the person's user_id, never someone else's)."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    back, away = number(), number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", back))
+    send(sms("remind me in 5 minutes to take the pills", away))
+    send(sms("STOP", back))
+    send(sms("STOP", away))
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_held"] == 2
+    send(sms("START", back))
+    assert rows(sms_database, "select sender, status from follow_ups order by sender") == sorted(
+        [(back, "pending"), (away, "held")]
+    )
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [m["To"] for m in fake_twilio.messages] == [back]
+    assert rows(sms_database, "select sender, status from follow_ups order by sender") == sorted(
+        [(back, "sent"), (away, "held")]
+    )
+
+
+def test_a_reminder_held_for_start_past_a_week_is_given_up_when_start_comes(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Held for START at most HELD_FOR_OPT_IN (a week): a START eight days later gives it up, unsaid
+    (a reminder of a week gone), and says so in its log line."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    send(sms("STOP", sender))
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_held"] == 1
+    rows(sms_database, "update follow_ups set due_at = due_at - interval '8 days' returning id")
+    send(sms("START", sender))
+    assert rows(sms_database, "select status from follow_ups") == [("given_up",)]
     assert run_the_job()["follow_ups_sent"] == 0
     assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
-    said = rows(sms_database, "select role, content from messages order by id")
-    assert said == [("user", "remind me in 5 minutes to take the pills"), ("assistant", "I'll remind you.")]
+    [line] = [r for r in caplog.records if r.name == "crossmem.opt_outs" and r.__dict__.get("given_up")]
+    assert (line.__dict__["released"], line.__dict__["given_up"]) == (0, 1)
+
+
+def test_a_start_while_the_job_holds_the_reminder_does_not_leave_it_held(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """START comes between the job's claim (which read the number as opted out) and the outcome it
+    records: the hold finds the number in again and leaves the reminder pending for the next run,
+    not held for a START that has already come."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    send(sms("STOP", sender))
+    now += timedelta(minutes=6)
+    claim = uuid.uuid4()
+    [(claimed,)] = rows(sms_database, "select public.claim_due_follow_ups(%s, 10, 360, %s)", now, claim)
+    [row] = claimed["claimed"]
+    assert row["opted_out"] == [sender]
+    send(sms("START", sender))
+    rows(sms_database, "select public.finish_follow_up(%s, %s, 'opted_out', now(), null, null, null)", row["id"], claim)
+    assert rows(sms_database, "select status, attempts from follow_ups") == [("pending", 0)]
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(sender, "Take the pills.")]
+
+
+def test_a_reminder_held_for_start_is_not_said_first_on_whatsapp(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """A WhatsApp answer says first the reminders held for the person's next WhatsApp message, not
+    one held for their SMS number's START (it belongs to their SMS thread, and is said there then)."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    owner, mine = uuid.uuid4(), number()
+    as_owner(environment, owner, whatsapp="+34600999888")
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", mine))
+    send(sms("STOP", mine))
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_held"] == 1
+    fake_anthropic.answer = lambda body: "Hello."
+    fields = form("hi", sender="whatsapp:+34600999888")
+    answered = app_client("whatsapp_webhook").post("/", data=fields, headers=signed(fields, SMS_URL))
+    assert messages_of(answered.text) == ["Hello."]
+    assert rows(sms_database, "select surface, status from follow_ups") == [("sms", "held")]
+    send(sms("START", mine))
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(mine, "Take the pills.")]
 
 
 def test_a_message_from_a_number_that_opted_out_is_kept_with_no_model_call_and_no_answer(
@@ -566,7 +683,8 @@ def test_a_send_refused_as_opted_out_records_the_opt_out_when_the_stop_was_misse
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
     """The STOP came while the webhook was down (Twilio opts the number out all the same): the first
-    send refused with error 21610 records it, and nothing after it is tried, nor asked of the model."""
+    send refused with error 21610 records it, and nothing after it is tried, nor asked of the model;
+    the reminders due are held for START, as after a STOP the webhook heard."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
     sender = number()
@@ -580,17 +698,18 @@ def test_a_send_refused_as_opted_out_records_the_opt_out_when_the_stop_was_misse
     now += timedelta(minutes=6)
     done = run_the_job()
     # the owed reply is written (the STOP is not known yet), and refused: that refusal is the opt-out
-    assert (done["owed_answered"], done["owed_failed"], done["follow_ups_given_up"]) == (1, 0, 2)
+    assert (done["owed_answered"], done["owed_failed"], done["follow_ups_held"]) == (1, 0, 2)
     assert (len(fake_anthropic.requests), len(fake_twilio.refused)) == (asked + 1, 1)
     assert opted_out(sms_database, sender) == [(True,)]
-    assert rows(sms_database, "select status from follow_ups") == [("given_up",), ("given_up",)]
+    assert rows(sms_database, "select status from follow_ups") == [("held",), ("held",)]
 
 
 def test_under_the_owner_policy_a_stop_from_the_owners_number_is_remembered(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
     """The owner policy keeps no identity for the numbers its list names: the opt-out makes one,
-    the owner's, and nothing is sent to that number until START; a stranger's STOP records nothing."""
+    the owner's, and nothing is sent to that number until START, which lets the reminder held for it
+    go; a stranger's STOP records nothing."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
     owner, mine, stranger = uuid.uuid4(), number(), number()
@@ -604,10 +723,12 @@ def test_under_the_owner_policy_a_stop_from_the_owners_number_is_remembered(
         ("sms", mine, owner, True)
     ]
     now += timedelta(minutes=6)
-    assert run_the_job()["follow_ups_given_up"] == 1
+    assert run_the_job()["follow_ups_held"] == 1
     assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
     send(sms("START", mine))
     assert opted_out(sms_database, mine) == [(False,)]
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(mine, "Take the pills.")]
 
 
 def test_a_reminder_to_a_number_that_opted_out_goes_to_the_persons_telegram(

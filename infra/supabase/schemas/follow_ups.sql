@@ -7,7 +7,8 @@
 --    share them out), `sending` while one run delivers it, then `sent` (stored in the thread as
 --    the agent's message), `pending` again with a later `next_attempt_at` (a failure that may
 --    pass), `held` (WhatsApp outside its 24-hour window without a template: delivered first on
---    the person's next WhatsApp message) or `given_up`. A run whose time budget ends before it
+--    the person's next WhatsApp message; or due to an SMS number that opted out, with no other app
+--    to move to: let go by its opt-in, let_go_after_opt_in) or `given_up`. A run whose time budget ends before it
 --    tries some of its claimed rows hands them back, pending (`release_follow_ups`). A run marks
 --    each row just before it sends it (`try_follow_up`): of a run that never came back, the rows
 --    it tried are given up, never sent again (a follow-up goes out at most once), and the ones it
@@ -213,9 +214,10 @@ begin
              where f.said_with = v_unsaid and f.user_id = p_user_id;
         end loop;
         for v_held in
+            -- WhatsApp's own: one held for an SMS number's START waits for it (opted_out.py)
             select f.id, f.content, f.conversation_id, f.user_id
               from public.follow_ups f
-             where f.user_id = p_user_id and f.status = 'held'
+             where f.user_id = p_user_id and f.status = 'held' and f.surface = p_surface
              order by f.due_at, f.id
                for update skip locked
         loop
@@ -271,6 +273,31 @@ begin
         get diagnostics v_released = row_count;
     end if;
     return jsonb_build_object('released', v_released);
+end;
+$$;
+
+
+-- A person's chat or number on p_surface opted in again (record_opt_out, identities.sql: an SMS
+-- number's START, UNSTOP or YES after STOP): the follow-ups held there because it had opted out
+-- (finish_follow_up's 'opted_out') are let go. Due since p_held_since (the opt-in's time less how
+-- long one is held: core/follow_ups/opted_out.py), pending again, due as they were (their claim
+-- left next_attempt_at past): the follow-up job's next run says them, late, with when they were
+-- due (core/follow_ups/lateness.py), through the Messages API. Due before it, given up unsaid: a
+-- reminder of days gone. Only p_user_id's; on a surface with no window, `held` is only ever an
+-- opt-out's. {released, given_up}.
+create function crossmem_private.let_go_after_opt_in(
+    p_user_id uuid, p_surface text, p_held_since timestamptz, out released integer, out given_up integer
+) language plpgsql set search_path = '' as $$
+begin
+    with let_go as (
+        update public.follow_ups f
+           set status = case when f.due_at >= p_held_since then 'pending' else 'given_up' end
+         where f.user_id = p_user_id and f.surface = p_surface and f.status = 'held'
+        returning f.status
+    )
+    select count(*) filter (where l.status = 'pending'), count(*) filter (where l.status = 'given_up')
+      into released, given_up
+      from let_go l;
 end;
 $$;
 
@@ -665,7 +692,9 @@ $$;
 -- What became of a claimed follow-up: 'sent' (stored in its conversation as the agent's message,
 -- delivered), 'retry' (pending again from p_retry_at; p_unsent_from, when its first parts went
 -- out, the part the retry starts from, never an earlier one, and p_said_as what they were cut
--- from, kept from the first parts on), 'held' or 'given_up' (stored in its
+-- from, kept from the first parts on), 'held', 'opted_out' (held until its chat or number opts
+-- in again: let_go_after_opt_in; pending again at once when none of the person's there is opted
+-- out any more, an opt-in that came after the claim read it) or 'given_up' (stored in its
 -- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
 -- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since (a
 -- message of the thread, or one it does not keep: wrote_outside_thread),
@@ -731,8 +760,15 @@ begin
            set status = 'pending', next_attempt_at = clock_timestamp(), attempts = f.attempts - 1,
                claimed_until = null
          where f.id = p_id;
-    elsif p_outcome in ('held', 'given_up') then
-        update public.follow_ups f set status = p_outcome, claimed_until = null where f.id = p_id;
+    elsif p_outcome = 'opted_out'
+          and crossmem_private.opted_out_of(v_follow_up.user_id, v_follow_up.surface) = '[]'::jsonb then
+        -- due as it was (its claim found it due): the next run says it
+        update public.follow_ups f set status = 'pending', attempts = f.attempts - 1, claimed_until = null
+         where f.id = p_id;
+    elsif p_outcome in ('held', 'opted_out', 'given_up') then
+        update public.follow_ups f set status = case when p_outcome = 'given_up' then 'given_up' else 'held' end,
+               claimed_until = null
+         where f.id = p_id;
     else
         raise exception 'unknown outcome %', p_outcome using errcode = '22023';
     end if;

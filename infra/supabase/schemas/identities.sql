@@ -8,7 +8,8 @@
 -- learned from that message or from such a refusal; null while it takes messages. Nothing is sent
 -- to it meanwhile, and nothing asked of the model for it (owed_replies.sql, follow_ups.sql; a message
 -- it writes is stored, unanswered: turn.sql's begin_turn), until its opt-in word (START) clears it
--- (record_opt_out). It goes with the identity (unlinked, erased).
+-- (record_opt_out), which lets go the follow-ups held for it. It goes with the identity (unlinked,
+-- erased).
 
 create table public.identities (
     surface public.chat_surface not null,
@@ -78,24 +79,38 @@ $$;
 -- SMS's STOP, START) or a send it refused as opted out. Its identity's: p_user_id's, the owner
 -- policy's person for a number the operator lists, whose identity is made when an opt-out has none
 -- (that policy keeps none otherwise); else whoever's the identity is. An identity never seen
--- records nothing: nothing is ever sent to it. The first opt-out's time is kept. {"recorded"}:
--- whether an identity took it.
-create or replace function public.record_opt_out(p_surface text, p_external_id text, p_user_id uuid, p_opted_out boolean)
-    returns jsonb language plpgsql set search_path = '' as $$
+-- records nothing: nothing is ever sent to it. The first opt-out's time is kept. In again, the
+-- person's follow-ups held on p_surface for it are let go (follow_ups.sql's
+-- let_go_after_opt_in): pending, for the job's next run, when due since p_held_since, else given
+-- up. {"recorded": whether an identity took it, "released", "given_up": how many held follow-ups
+-- went either way}.
+create or replace function public.record_opt_out(
+    p_surface text, p_external_id text, p_user_id uuid, p_opted_out boolean, p_held_since timestamptz
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_user uuid;
+    v_released integer := 0;
+    v_given_up integer := 0;
 begin
     if p_user_id is not null and p_opted_out then
         insert into public.identities (surface, external_id, user_id, opted_out_at)
              values (p_surface, p_external_id, p_user_id, clock_timestamp())
         on conflict (surface, external_id) do update
             set opted_out_at = coalesce(identities.opted_out_at, excluded.opted_out_at)
-          where identities.user_id = excluded.user_id;
+          where identities.user_id = excluded.user_id
+        returning user_id into v_user;
     else
         update public.identities i
            set opted_out_at = case when p_opted_out then coalesce(i.opted_out_at, clock_timestamp()) end
          where i.surface = p_surface and i.external_id = p_external_id
-           and (p_user_id is null or i.user_id = p_user_id);
+           and (p_user_id is null or i.user_id = p_user_id)
+        returning i.user_id into v_user;
     end if;
-    return jsonb_build_object('recorded', found);
+    if v_user is not null and not p_opted_out then
+        select l.released, l.given_up into v_released, v_given_up
+          from crossmem_private.let_go_after_opt_in(v_user, p_surface, p_held_since) l;
+    end if;
+    return jsonb_build_object('recorded', v_user is not null, 'released', v_released, 'given_up', v_given_up);
 end;
 $$;
 

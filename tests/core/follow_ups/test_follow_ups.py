@@ -299,16 +299,19 @@ def test_the_list_says_on_which_app_each_follow_up_comes_and_which_wait_for_a_me
     """On WhatsApp the person asks "will my dentist reminder come here?": the list gave only times
     and texts, so the agent could not say that it comes on Telegram, where it was asked, nor that a
     held WhatsApp one (its time passed) waits for their next WhatsApp message (a review of the
-    follow-ups as people use them)."""
+    follow-ups as people use them), and a held SMS one for START."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     dentist = FollowUp(1, "The dentist.", datetime(2026, 12, 3, 8, 0, tzinfo=UTC), "Europe/Madrid", Surface.TELEGRAM)
     pills = FollowUp(2, "Pills.", datetime(2026, 12, 2, 7, 0, tzinfo=UTC), "Europe/Madrid", Surface.WHATSAPP, "held")
-    tools = turn_tools(FollowUpRules(), [pills, dentist], MADRID, now, None, Surface.WHATSAPP)
+    water = FollowUp(3, "Water.", datetime(2026, 12, 2, 7, 30, tzinfo=UTC), "Europe/Madrid", Surface.SMS, "held")
+    tools = turn_tools(FollowUpRules(), [pills, water, dentist], MADRID, now, None, Surface.WHATSAPP)
     tools.run(ToolCall("a", "schedule_follow_up", {"content": "Stretch.", "in_minutes": 10}))
     listed = tools.run(ToolCall("b", "list_follow_ups", {}))
     assert listed.content == (
         "#2 Wed 2 Dec 2026 08:00 (Europe/Madrid), on whatsapp, its time passed: said with their next WhatsApp"
         " message: Pills.\n"
+        "#3 Wed 2 Dec 2026 08:30 (Europe/Madrid), on sms, its time passed: said once their number texts START (it"
+        " texted STOP), if within a week: Water.\n"
         "#1 Thu 3 Dec 2026 09:00 (Europe/Madrid), on telegram: The dentist.\n"
         "(new) Wed 2 Dec 2026 18:10 (Europe/Madrid), on whatsapp: Stretch."
     )
