@@ -58,7 +58,7 @@ begin
             p_window_step => {LIMITS.window_step}, p_web_prepend => {LIMITS.web_prepend},
             p_attempt => gen_random_uuid(), p_turns_per_minute => 0, p_turns_per_day => 0, p_tokens_per_day => 0,
             p_answer_within_seconds => 60,
-            p_sender => null, p_sender_alias => null, p_platform_ref => null, p_reply_ref => null,
+            p_sender => null, p_sender_alias => null, p_opts_out => false, p_platform_ref => null, p_reply_ref => null,
             p_quoted => null, p_input_tokens => 0, p_output_tokens => 0, p_requests => 0, p_language => null);
         perform public.finish_turn(
             p_user_id => v_person, p_user_message_id => (v_start ->> 'message_id')::bigint,

@@ -200,6 +200,7 @@ def begin_turn_arguments(**given: object) -> dict[str, object]:
         "p_answer_within_seconds": 60,
         "p_sender": None,
         "p_sender_alias": None,
+        "p_opts_out": False,
         "p_platform_ref": None,
         "p_reply_ref": None,
         "p_quoted": None,

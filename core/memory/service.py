@@ -47,6 +47,7 @@ from core.models import (
 )
 from core.phrases.language import language_tag
 from core.stores.store import JsonScalar, MemoryStore
+from core.surfaces import rules
 
 log = logging.getLogger("crossmem.memory")
 # The longest question a search takes (the web's GET /search refuses a longer one; the model's is cut).
@@ -244,6 +245,7 @@ class Memory:
             "p_answer_within_seconds": math.ceil(answer_within_s),
             "p_sender": sender,
             "p_sender_alias": person.sender_alias,
+            "p_opts_out": rules(surface).opts_out,
             **platform_arguments(platform),
             "p_input_tokens": estimate.input_tokens if estimate is not None else 0,
             "p_output_tokens": self.budget.reply_tokens,

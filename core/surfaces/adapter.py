@@ -78,6 +78,9 @@ class SurfaceRules:
     # `(1/3) ` (they deliver them in any order), and typographic punctuation goes as GSM-7's
     # look-alikes (one curly apostrophe sends the whole message in UCS-2's shorter segments).
     carried_as_sms: ClassVar[bool] = False
+    # Whether its chats or numbers opt out of messages at the platform (SMS's STOP): a message from
+    # one that has is stored and answered by nobody (turn.sql's begin_turn reads the sender for it).
+    opts_out: ClassVar[bool] = False
     # When a follow-up held there (its time passed and it could not be said) is said, as the
     # list tool tells the model (core/follow_ups/capability.py).
     held_until: ClassVar[str] = "with their next message there"

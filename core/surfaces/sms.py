@@ -94,6 +94,7 @@ class Rules(SurfaceRules):
     sender_vouched_for: ClassVar[bool] = False  # a caller ID: forgetting and linking repeat a code sent to it
     sender_form: ClassVar[str] = "an SMS number (+digits)"
     carried_as_sms: ClassVar[bool] = True
+    opts_out: ClassVar[bool] = True
     # held only for an opt-out (core/follow_ups/opted_out.py): SMS has no window
     held_until: ClassVar[str] = "once their number texts START (it texted STOP), if within a week"
 

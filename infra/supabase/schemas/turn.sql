@@ -428,6 +428,8 @@ create or replace function public.begin_turn(
     p_answer_within_seconds integer, p_sender text,
     -- the sender's other id (a WhatsApp number beside its BSUID), kept as the same person
     p_sender_alias text,
+    -- whether the surface's senders opt out at the platform (its adapter's `opts_out`: SMS's STOP)
+    p_opts_out boolean,
     -- the platform's name for this message, and for the one it replies to with the text it quotes
     p_platform_ref text, p_reply_ref text, p_quoted text,
     -- the turn's reservation: what each request reads besides the window and the notes, the most it
@@ -460,9 +462,9 @@ begin
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
     v_language := crossmem_private.remember_language(v_user, p_language);  -- follow_ups.sql
-    -- SMS, the one surface whose numbers opt out (identities.sql): its sender read, by its key, on
-    -- that surface alone; every other turn compares one string here and reads nothing more.
-    if p_surface = 'sms' and crossmem_private.sender_opted_out(v_user, p_surface, p_sender) then
+    -- A surface whose senders opt out (identities.sql; its adapter says so): its sender read, by its
+    -- key, there alone; every other turn reads nothing more.
+    if p_opts_out and crossmem_private.sender_opted_out(v_user, p_surface, p_sender) then
         return crossmem_private.opted_out_message(v_user, p_surface, p_content, p_external_id, p_attempt, p_sender,
                                                   p_platform_ref, p_reply_ref, p_quoted, v_language);
     end if;

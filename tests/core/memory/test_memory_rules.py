@@ -235,7 +235,8 @@ def web_turn_reads(database_url: str, person: uuid.UUID, conversation: uuid.UUID
                    p_sender_id => null, p_conversation_id => %s, p_window_hours => 24, p_max_messages => %s,
                    p_window_step => %s, p_web_prepend => 2, p_attempt => gen_random_uuid(), p_turns_per_minute => 0,
                    p_turns_per_day => 0, p_tokens_per_day => 2000000, p_answer_within_seconds => 60, p_sender => null,
-                   p_sender_alias => null, p_platform_ref => null, p_reply_ref => null, p_quoted => null,
+                   p_sender_alias => null, p_opts_out => false, p_platform_ref => null, p_reply_ref => null,
+                   p_quoted => null,
                    p_input_tokens => 0, p_output_tokens => 1024, p_requests => 1, p_language => null)""",
             (uuid.uuid4().hex, person, conversation, limit, step),
         )
