@@ -240,16 +240,7 @@ class AnthropicModel:
     def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "") -> ModelReply:
         import anthropic
 
-        request = messages_request(
-            self.name,
-            self._max_tokens,
-            system,
-            messages,
-            notes,
-            cached=self._cached,
-            effort=self._effort,
-            thinking=self._thinking,
-        )
+        request = self._request(system, messages, notes)
         try:
             response = self._sdk(timeout_s).messages.create(**request)
             text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
@@ -276,19 +267,8 @@ class AnthropicModel:
         continuation: Sequence[dict[str, Any]] = (),
         tool_choice: ToolChoice = "auto",
     ) -> Iterator[str | Usage | ToolCall | AssistantContent]:
-
-        request = messages_request(
-            self.name,
-            self._max_tokens,
-            system,
-            messages,
-            notes,
-            cached=self._cached,
-            effort=self._effort,
-            thinking=self._thinking,
-            tools=tools,
-            continuation=continuation,
-            tool_choice=tool_choice,
+        request = self._request(
+            system, messages, notes, tools=tools, continuation=continuation, tool_choice=tool_choice
         )
         try:
             with self._sdk(timeout_s).messages.stream(**request) as stream:
@@ -325,6 +305,20 @@ class AnthropicModel:
         # one that stalls mid-way raises its HTTP client's timeout, which the SDK does not wrap.
         except Exception as exc:
             raise _unavailable(exc) from exc
+
+    def _request(self, system: str, messages: Sequence[ModelMessage], notes: str, **tools: Any) -> dict[str, Any]:
+        """This model's request body, with its settings (`tools`: messages_request's tool arguments)."""
+        return messages_request(
+            self.name,
+            self._max_tokens,
+            system,
+            messages,
+            notes,
+            cached=self._cached,
+            effort=self._effort,
+            thinking=self._thinking,
+            **tools,
+        )
 
     def listed(self) -> Listed | None:
         """This model as the key sees it (`GET /v1/models/{id}`: `crossmem doctor`), None when it
