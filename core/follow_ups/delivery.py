@@ -26,7 +26,7 @@ nobody: given up and logged, never stored in the thread nor counted as sent. One
 number has opted out (an SMS number's STOP: core/identity/opt_outs.py) is refused for good alike,
 with no send tried (the person asked for no more texts, and Twilio would refuse it): moved once to
 another app of theirs, as any refused one (core/follow_ups/moves.py), else held until the number
-opts in again, for a week at most (core/follow_ups/opted_out.py).
+opts in again, for a week at most (core/follow_ups/opted_out.py): past it, the claim gives it up.
 
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), in the conversation
 of the app it was said on, so every app's memory knows it was said. A failure that may pass
@@ -67,7 +67,7 @@ from zoneinfo import ZoneInfo
 from core.errors import StoreUnavailable
 from core.follow_ups.lateness import said_late
 from core.follow_ups.moves import FollowUpMoves
-from core.follow_ups.opted_out import HELD, held_for_opt_in
+from core.follow_ups.opted_out import HELD, held_for_opt_in, held_until
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.models import Delivery, Sent, Surface
@@ -98,6 +98,7 @@ class FollowUpRun:
     held: int = 0
     given_up: int = 0
     lost: int = 0  # claims of a run that died mid-send, given up
+    expired: int = 0  # held a week for an opt-in that never came, given up by the claim
     # Tried, its outcome not recorded (no longer this run's claim, or the database did not take
     # it): a sent one is not in the thread. Its row is counted where its fate is decided (a later
     # run gives a claim left `sending` up, as `lost`), so not among this run's given up.
@@ -109,7 +110,7 @@ class FollowUpRun:
             "follow_ups_sent": self.sent,
             "follow_ups_retried": self.retried,
             "follow_ups_held": self.held,
-            "follow_ups_given_up": self.given_up + self.lost,
+            "follow_ups_given_up": self.given_up + self.lost + self.expired,
             "follow_ups_released": self.released,
             "follow_ups_unrecorded": self.unrecorded,
         }
@@ -153,6 +154,13 @@ class FollowUpDelivery:
             if claimed["lost"]:
                 done.lost += int(claimed["lost"])
                 log.error("follow-ups given up: a run died while sending them", extra={"count": claimed["lost"]})
+            if claimed["expired"]:
+                done.expired += len(claimed["expired"])
+                # a STOP meant for good is no fault; by id, never the number
+                log.warning(
+                    "follow-ups given up: held a week for an opt-in that never came",
+                    extra={"expired": claimed["expired"]},
+                )
             rows: list[dict[str, Any]] = claimed["claimed"]
             tried = 0
             try:
@@ -217,6 +225,7 @@ class FollowUpDelivery:
         if outcome == "retry" and int(row["attempts"]) >= MAX_ATTEMPTS:
             outcome = "given_up"
         retry_at = now + backoff(int(row["attempts"]))
+        due = datetime.fromisoformat(row["due_at"])
         shown = "held" if outcome == "opted_out" else outcome  # the log's: `reason` says what for
         extra = {"id": row["id"], "surface": surface.value, "outcome": shown, "attempts": row["attempts"]}
         if unsaid is not None:
@@ -238,6 +247,8 @@ class FollowUpDelivery:
                     else None,
                     # held on the person's last WhatsApp message the claim saw: one since opens the window
                     "p_seen_at": row.get("last_whatsapp_at"),
+                    # held for its number's opt-in: the claim gives it up after this
+                    "p_held_until": held_until(due).isoformat(),
                 },
             )
         except StoreUnavailable as exc:
@@ -250,7 +261,6 @@ class FollowUpDelivery:
             else:
                 log.error("a follow-up's outcome was not recorded", extra={**extra, "reason": why})
             return
-        due = datetime.fromisoformat(row["due_at"])
         if outcome == "sent":
             done.sent += 1
             log.info("follow-up", extra={**extra, "lag_s": round((now - due).total_seconds(), 1)})

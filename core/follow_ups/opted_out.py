@@ -11,11 +11,14 @@ a minute, says it through the Messages API, once, ending with when it was due ("
 sent late)": core/follow_ups/lateness.py). Not in the answer to the opt-in: Twilio answers START
 itself, and YES is a turn whose TwiML answer is the advisor's reply.
 
-Held at most HELD_FOR_OPT_IN after it was due: an opt-in later than that gives it up unsaid
-(logged with the count, never the number), as a reminder of a week gone is noise, and the person
-who stopped texts for that long meant it; one the job first finds that late (the job was down) is
-given up at once. Until then it stays in the person's list, where the list tool says what it
-waits for (core/surfaces/sms.py's `held_until`) and they can cancel it, from any of their apps.
+Held at most HELD_FOR_OPT_IN after it was due (its `held_until`): an opt-in later than that gives
+it up unsaid (logged with the count, never the number), as a reminder of a week gone is noise, and
+the person who stopped texts for that long meant it; one the job first finds that late (the job was
+down) is given up at once; and with no opt-in at all, the job's first run past that time gives it
+up (follow_ups.sql's claim_due_follow_ups, logged with its id), else it would stay held for ever, in
+the person's list and against their FOLLOW_UPS_PER_PERSON. Until then it stays in the person's
+list, where the list tool says what it waits for (core/surfaces/sms.py's `held_until`) and they
+can cancel it, from any of their apps.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ HELD_FOR_OPT_IN = timedelta(days=7)
 HELD = "its number opted out (STOP): held until it opts in again (START)"
 
 
+def held_until(due_at: datetime) -> datetime:
+    """Until when a follow-up due at `due_at` is held for its number's opt-in: given up after it."""
+    return due_at + HELD_FOR_OPT_IN
+
+
 def held_for_opt_in(due_at: datetime, now: datetime) -> bool:
     """Whether a follow-up due at `due_at` to a number that opted out, with no other app to go to,
     is held for the number's opt-in at `now` (else given up)."""
-    return now - due_at <= HELD_FOR_OPT_IN
+    return now <= held_until(due_at)

@@ -661,7 +661,7 @@ def test_a_claim_is_finished_and_handed_back_only_by_the_run_that_holds_it(
 
     def finish(row: dict[str, Any], claim: str) -> Any:
         arguments = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
-        arguments["p_unsent_from"] = arguments["p_seen_at"] = arguments["p_said_as"] = None
+        arguments["p_unsent_from"] = arguments["p_seen_at"] = arguments["p_said_as"] = arguments["p_held_until"] = None
         return store.call("finish_follow_up", arguments)
 
     first = store.call("claim_due_follow_ups", {**claiming, "p_claim": str(uuid.uuid4())})
@@ -848,7 +848,7 @@ def test_a_mark_that_lands_while_a_later_run_claims_keeps_the_follow_up_with_the
             pytest.fail("the later run's claim never waited for the mark")
         marking.commit()
     claiming_thread.join(10)
-    assert other == [{"claimed": [], "lost": 0, "claim": later}]
+    assert other == [{"claimed": [], "lost": 0, "expired": [], "claim": later}]
     assert rows(job_database, "select status, claim::text, tried_at is not null from follow_ups") == [
         ("sending", claim, True)
     ]
@@ -880,7 +880,7 @@ def test_a_follow_up_recorded_while_its_conversation_is_forgotten_neither_deadlo
         pytest.fail(f"never {count} waiting for a lock")
 
     recording = {"p_id": row["id"], "p_claim": claim, "p_outcome": "sent", "p_retry_at": clock.at.isoformat()}
-    recording["p_unsent_from"] = recording["p_seen_at"] = recording["p_said_as"] = None
+    recording["p_unsent_from"] = recording["p_seen_at"] = recording["p_said_as"] = recording["p_held_until"] = None
     forgetting = {"p_user_id": row["user_id"], "p_conversation_id": None}
     threads = [
         threading.Thread(target=attempt, args=("finish", "finish_follow_up", recording)),

@@ -478,6 +478,43 @@ def test_a_reminder_held_for_start_past_a_week_is_given_up_when_start_comes(
     assert (line.__dict__["released"], line.__dict__["given_up"]) == (0, 1)
 
 
+def test_a_reminder_held_for_a_start_that_never_comes_is_given_up_by_the_job_after_a_week(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No START ever comes: held for ever, it stayed in the person's list and counted against
+    FOLLOW_UPS_PER_PERSON. The job's first run past the week (HELD_FOR_OPT_IN after it was due)
+    gives it up, unsaid, once, and logs it; a run at the week's very end still holds it."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    send(sms("STOP", sender))
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_held"] == 1
+    now = datetime(2026, 12, 9, 17, 5, tzinfo=UTC)  # a week after it was due, to the minute
+    assert run_the_job()["follow_ups_given_up"] == 0
+    assert rows(sms_database, "select status from follow_ups") == [("held",)]
+    now += timedelta(minutes=1)
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_held"], job["follow_ups_given_up"]) == (0, 0, 1)
+    [(held_id, status, listed)] = rows(sms_database, "select id, status, public.follow_ups_of(user_id) from follow_ups")
+    assert (status, listed) == ("given_up", [])  # nothing of it left in the person's list, nor their limit
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    [line] = [r for r in caplog.records if r.name == "crossmem.follow_ups" and r.__dict__.get("expired")]
+    assert (line.levelname, line.getMessage(), line.__dict__["expired"]) == (
+        "WARNING",
+        "follow-ups given up: held a week for an opt-in that never came",
+        [held_id],
+    )
+    now += timedelta(minutes=1)
+    assert run_the_job()["follow_ups_given_up"] == 0  # given up once
+
+
 def test_a_start_while_the_job_holds_the_reminder_does_not_leave_it_held(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:
@@ -496,7 +533,12 @@ def test_a_start_while_the_job_holds_the_reminder_does_not_leave_it_held(
     [row] = claimed["claimed"]
     assert row["opted_out"] == [sender]
     send(sms("START", sender))
-    rows(sms_database, "select public.finish_follow_up(%s, %s, 'opted_out', now(), null, null, null)", row["id"], claim)
+    rows(
+        sms_database,
+        "select public.finish_follow_up(%s, %s, 'opted_out', now(), null, null, null, now() + interval '7 days')",
+        row["id"],
+        claim,
+    )
     assert rows(sms_database, "select status, attempts from follow_ups") == [("pending", 0)]
     assert run_the_job()["follow_ups_sent"] == 1
     assert [(m["To"], m["Body"]) for m in fake_twilio.messages] == [(sender, "Take the pills.")]

@@ -8,7 +8,8 @@
 --    the agent's message), `pending` again with a later `next_attempt_at` (a failure that may
 --    pass), `held` (WhatsApp outside its 24-hour window without a template: delivered first on
 --    the person's next WhatsApp message; or due to an SMS number that opted out, with no other app
---    to move to: let go by its opt-in, let_go_after_opt_in) or `given_up`. A run whose time budget ends before it
+--    to move to: let go by its opt-in, let_go_after_opt_in, given up by the job's claim once its
+--    `held_until` has passed with none) or `given_up`. A run whose time budget ends before it
 --    tries some of its claimed rows hands them back, pending (`release_follow_ups`). A run marks
 --    each row just before it sends it (`try_follow_up`): of a run that never came back, the rows
 --    it tried are given up, never sent again (a follow-up goes out at most once), and the ones it
@@ -59,6 +60,11 @@ create table public.follow_ups (
     -- it, so a note first added, or said anew, at a later try never renumbers the parts ("(1/2)"
     -- then "(2/3)").
     said_as text,
+    -- Held for its chat or number's opt-in (finish_follow_up's 'opted_out'): until when, a week
+    -- after it was due (core/follow_ups/opted_out.py); past it with no opt-in, the job's claim gives
+    -- it up. Null for a hold of another kind (WhatsApp's window), which has no end. Read only while
+    -- `held`: every hold sets it anew.
+    held_until timestamptz,
     message_id bigint references public.messages (id) on delete set null,
     -- Held, then said first in the answer to this user message: every answer to it (a redelivery's,
     -- the scheduled job's, a later attempt's) says it again, until one reaches the person.
@@ -71,6 +77,9 @@ alter table public.follow_ups enable row level security;  -- who reads what: acc
 -- What the job scans: the due ones, oldest first (an index of pending rows only).
 create index follow_ups_due on public.follow_ups (next_attempt_at) where status = 'pending';
 create index follow_ups_sending on public.follow_ups (claimed_until) where status = 'sending';
+-- The holds for an opt-in whose week has passed, which the claim gives up: found without reading
+-- the pending ones nor the holds that have no end.
+create index follow_ups_held_until on public.follow_ups (held_until) where status = 'held' and held_until is not null;
 create index follow_ups_by_user on public.follow_ups (user_id, due_at) where status in ('pending', 'sending', 'held');
 create index follow_ups_by_conversation on public.follow_ups (conversation_id);
 create index follow_ups_said_with on public.follow_ups (said_with) where said_with is not null;
@@ -462,13 +471,19 @@ $$;
 -- wrote_outside_thread's) and, for a WhatsApp one, `last_whatsapp_at` (the person's last WhatsApp
 -- message, stored or not, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
 -- had begun to send (tried) are given up, as they may have gone out; the ones it never reached
--- are due again. The same call retried
+-- are due again. Then up to p_limit holds for an opt-in that never came (`held_until` passed by
+-- p_now: a week after they were due, core/follow_ups/opted_out.py) are given up unsaid, as an
+-- opt-in that late would give them up (let_go_after_opt_in): held for ever, they stayed in the
+-- person's list and counted against their limit. Found by their index, the oldest first, so a
+-- run's work is bounded however many there are; the rest go at the next runs. The same call retried
 -- after its first try committed (its answer lost with the connection) answers what p_claim
--- already holds, and claims nothing more. Answers {"claimed": [...], "lost": n, "claim": p_claim}.
+-- already holds, and claims nothing more. Answers {"claimed": [...], "lost": n, "expired": [ids of
+-- the holds given up], "claim": p_claim}.
 create function public.claim_due_follow_ups(p_now timestamptz, p_limit integer, p_lease_seconds integer, p_claim uuid)
     returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_lost integer := 0;
+    v_expired jsonb := '[]'::jsonb;
     v_claimed jsonb;
 begin
     if not exists (select from public.follow_ups f where f.status = 'sending' and f.claim = p_claim) then
@@ -479,6 +494,20 @@ begin
         update public.follow_ups f
            set status = 'pending', attempts = f.attempts - 1, claimed_until = null, claim = null
          where f.status = 'sending' and f.claimed_until < p_now and f.tried_at is null;
+        with expired as (
+            select f.id
+              from public.follow_ups f
+             where f.status = 'held' and f.held_until < p_now
+             order by f.held_until
+             limit p_limit
+               for update skip locked
+        ), given_up as (
+            update public.follow_ups f set status = 'given_up'
+              from expired e
+             where f.id = e.id
+            returning f.id
+        )
+        select coalesce(jsonb_agg(g.id order by g.id), '[]'::jsonb) into v_expired from given_up g;
         with due as (
             select f.id
               from public.follow_ups f
@@ -531,7 +560,7 @@ begin
       cross join lateral (select case when u.unstored_message_at > coalesce(l.created_at, '-infinity')
                                       then u.unstored_message_from else l.sender end as sender) w
      where t.status = 'sending' and t.claim = p_claim;
-    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'claim', p_claim);
+    return jsonb_build_object('claimed', v_claimed, 'lost', v_lost, 'expired', v_expired, 'claim', p_claim);
 end;
 $$;
 
@@ -693,8 +722,9 @@ $$;
 -- delivered), 'retry' (pending again from p_retry_at; p_unsent_from, when its first parts went
 -- out, the part the retry starts from, never an earlier one, and p_said_as what they were cut
 -- from, kept from the first parts on), 'held', 'opted_out' (held until its chat or number opts
--- in again: let_go_after_opt_in; pending again at once when none of the person's there is opted
--- out any more, an opt-in that came after the claim read it) or 'given_up' (stored in its
+-- in again: let_go_after_opt_in, or until p_held_until, when the job's claim gives it up; pending
+-- again at once when none of the person's there is opted out any more, an opt-in that came after
+-- the claim read it) or 'given_up' (stored in its
 -- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
 -- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since (a
 -- message of the thread, or one it does not keep: wrote_outside_thread),
@@ -704,7 +734,7 @@ $$;
 -- committed (its answer lost with the connection) finds its own outcome and answers it again.
 create function public.finish_follow_up(
     p_id bigint, p_claim uuid, p_outcome text, p_retry_at timestamptz, p_unsent_from integer, p_seen_at timestamptz,
-    p_said_as text
+    p_said_as text, p_held_until timestamptz
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_follow_up public.follow_ups;
@@ -767,7 +797,7 @@ begin
          where f.id = p_id;
     elsif p_outcome in ('held', 'opted_out', 'given_up') then
         update public.follow_ups f set status = case when p_outcome = 'given_up' then 'given_up' else 'held' end,
-               claimed_until = null
+               claimed_until = null, held_until = case when p_outcome = 'opted_out' then p_held_until end
          where f.id = p_id;
     else
         raise exception 'unknown outcome %', p_outcome using errcode = '22023';

@@ -190,6 +190,74 @@ def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_
         assert reads[2_000] == reads[20] <= 2, reads
 
 
+def follow_ups_read(connection: psycopg.Connection[Any]) -> tuple[int, int]:
+    """The scans of `follow_ups` `connection`'s transaction has made so far, and the rows it read
+    (by an index or a scan)."""
+    found = connection.execute(
+        "select seq_scan, idx_tup_fetch + seq_tup_read from pg_stat_xact_user_tables"
+        " where relid = 'public.follow_ups'::regclass"
+    ).fetchone()
+    assert found is not None
+    return int(found[0]), int(found[1])
+
+
+def test_the_claim_gives_up_the_holds_past_their_week_by_index_a_batch_a_run(postgres_server: str) -> None:
+    """Holds for an opt-in that never came are given up by the job's claim once their week is
+    over (`held_until`). Among 20,000 follow-ups due next month, 20,000 sent, 2,000 held with no
+    end (WhatsApp's window) and 2,000 held for an opt-in within their week, the claim reads the 60
+    past it by their index, never a scan of follow_ups, and gives up its batch of them (50) a run,
+    the oldest first; the next run the other 10; nothing else moves."""
+    with migrated_database(postgres_server) as database_url:  # the job's claim reads everyone's
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            connection.execute(
+                "with people as (select gen_random_uuid() as person from generate_series(1, 1000)),"
+                " chats as (insert into conversations (user_id, surface) select person, 'sms' from people"
+                "           returning id, user_id)"
+                " insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at,"
+                "                         next_attempt_at, status, held_until)"
+                " select c.user_id, c.id, 'sms', '+34600000000', 'Stretch.', now() + interval '30 days',"
+                "        now() + interval '30 days', k.status, k.held_until"
+                "   from (select c.*, row_number() over () as n from chats c) c"
+                "   cross join generate_series(1, 44) s"
+                "   cross join lateral (select case when s <= 20 then 'pending' when s <= 40 then 'sent'"
+                "                                   else 'held' end as status,"
+                "                              case when s between 43 and 44 then now() + interval '3 days'"
+                "                              end as held_until) k"
+            )
+            connection.execute(
+                "insert into follow_ups (user_id, conversation_id, surface, sender, content, due_at,"
+                "                        next_attempt_at, status, held_until)"
+                " select c.user_id, c.id, 'sms', '+34600000000', 'Call mum ' || n, now() - interval '8 days',"
+                "        now() - interval '8 days', 'held', now() - n * interval '1 minute'"
+                "   from (select * from conversations limit 1) c, generate_series(1, 60) n"
+            )
+            connection.execute("analyze follow_ups")
+        with psycopg.connect(database_url) as connection:
+            connection.execute("select pg_stat_clear_snapshot()")
+            before = follow_ups_read(connection)
+            [(first,)] = connection.execute(
+                "select public.claim_due_follow_ups(now(), 50, 60, gen_random_uuid())"
+            ).fetchall()
+            after = follow_ups_read(connection)
+            connection.commit()
+        scans, read = after[0] - before[0], after[1] - before[1]
+        assert (scans, first["claimed"]) == (0, [])
+        assert read <= 2 * 50, read  # each found by the index, then updated by its key
+        expired = rows(database_url, "select id from follow_ups where content like 'Call mum %%' order by held_until")
+        assert first["expired"] == sorted(row[0] for row in expired[:50])
+        [(second,)] = rows(database_url, "select public.claim_due_follow_ups(now(), 50, 60, gen_random_uuid())")
+        assert second["expired"] == sorted(row[0] for row in expired[50:])
+        assert rows(
+            database_url, "select status, held_until < now(), count(*) from follow_ups group by 1, 2 order by 1, 2"
+        ) == [
+            ("given_up", True, 60),
+            ("held", False, 2_000),
+            ("held", None, 2_000),
+            ("pending", None, 20_000),
+            ("sent", None, 20_000),
+        ]
+
+
 def test_a_reply_that_cannot_be_stored_logs_the_follow_ups_it_loses(
     store: PostgresStore, memory: Memory, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -230,7 +230,13 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
     finishing = {"p_id": row["id"], "p_claim": claim, "p_outcome": outcome, "p_retry_at": None}
     store.call(
         "finish_follow_up",
-        {**finishing, "p_unsent_from": None, "p_seen_at": row["last_whatsapp_at"], "p_said_as": None},
+        {
+            **finishing,
+            "p_unsent_from": None,
+            "p_seen_at": row["last_whatsapp_at"],
+            "p_said_as": None,
+            "p_held_until": None,
+        },
     )
     assert rows(url, "select status, attempts from follow_ups") == [("pending", 0)]
     later = {**claiming, "p_now": (now + timedelta(minutes=1)).isoformat(), "p_claim": str(uuid.uuid4())}
@@ -276,7 +282,7 @@ def test_a_follow_up_the_job_would_hold_after_a_message_outside_the_thread_is_pe
         db.execute("select public.wrote_outside_thread(null, 'whatsapp', '+34611000602', false)")
         for row in claimed["claimed"]:
             [(finished,)] = db.execute(
-                "select public.finish_follow_up(%s, %s, 'held', now(), null, %s, null)",
+                "select public.finish_follow_up(%s, %s, 'held', now(), null, %s, null, null)",
                 (row["id"], claim, row["last_whatsapp_at"]),
             ).fetchall()
             assert finished == {"done": True, "message_id": None}
