@@ -176,8 +176,10 @@ class DeliveryFailed(CrossmemError):
 
 class MediaUnreadable(CrossmemError):
     """Media we could not use; the message says why ("larger than 3.8 MB", "the download
-    failed"), never a URL or a token: it is what the thread keeps. The person reads `phrase`
-    (core/phrases/*.toml's `media.reason` table) filled with `values`, in their language."""
+    failed"), never a URL or a token: it is what the thread keeps, which the person reads in their
+    history and the model in later turns, so in words a person understands (never a status code
+    or a service's fault: those are the log line's, where it is raised). The person's answer says
+    `phrase` (core/phrases/*.toml's `media.reason` table) filled with `values`, in their language."""
 
     def __init__(self, message: str, phrase: str = "unusable", **values: object) -> None:
         super().__init__(message)

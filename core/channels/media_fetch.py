@@ -91,7 +91,8 @@ class TelegramFiles:
             ends = time.monotonic() + timeout_s
             with self._http.stream("GET", url, timeout=timeout_s) as response:
                 if response.status_code != 200:
-                    raise MediaUnreadable(f"the download failed ({response.status_code})", "download_failed")
+                    log.warning("a Telegram file could not be fetched", extra={"status": response.status_code})
+                    raise MediaUnreadable("the download failed", "download_failed")
                 return read_capped(response, max_bytes, ends)
         except MediaUnreadable:
             raise
@@ -142,12 +143,14 @@ class TwilioMedia:
                         url = response.url.join(response.headers.get("Location", ""))
                         if origin(url) not in self._redirects_to:
                             log.warning("a Twilio media redirect outside its CDN was not followed")
-                            raise MediaUnreadable("Twilio's answer pointed outside its media host")
+                            raise MediaUnreadable("the download failed", "download_failed")
                         continue
                     if response.status_code != 200:
-                        raise MediaUnreadable(f"the download failed ({response.status_code})", "download_failed")
+                        log.warning("a Twilio media file could not be fetched", extra={"status": response.status_code})
+                        raise MediaUnreadable("the download failed", "download_failed")
                     return read_capped(response, max_bytes, ends)
-            raise MediaUnreadable("the download failed (too many redirects)", "download_failed")
+            log.warning("a Twilio media file could not be fetched", extra={"error": "too many redirects"})
+            raise MediaUnreadable("the download failed", "download_failed")
         except MediaUnreadable:
             raise
         except Exception as exc:  # an odd Location (httpx.InvalidURL) as much as a network error

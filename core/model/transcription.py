@@ -25,6 +25,11 @@ from core.errors import MediaUnreadable
 
 log = logging.getLogger("crossmem.transcription")
 
+# What the person's history keeps of a note the service failed on ("[voice note, 0:42, not
+# transcribed: the transcription service failed]"), in the words they were answered with
+# (media.reason.transcription_failed): its status, or what was wrong with its answer, is the log's.
+FAILED = "the transcription service failed"
+
 
 @dataclass(frozen=True)
 class Transcript:
@@ -66,15 +71,16 @@ class DeepgramTranscriber:
             raise MediaUnreadable("the transcription service could not be reached") from None
         if status != 200:
             log.warning("the transcription service refused", extra={"status": status})
-            raise MediaUnreadable(f"the transcription service answered {status}")
+            raise MediaUnreadable(FAILED)
         try:
             body = json.loads(answer)
             channel = body["results"]["channels"][0]
             text = str(channel["alternatives"][0]["transcript"])
             language = channel.get("detected_language")
             seconds = body.get("metadata", {}).get("duration")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise MediaUnreadable("the transcription service answered nonsense") from None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            log.warning("the transcription service answered nonsense", extra={"error": type(exc).__name__})
+            raise MediaUnreadable(FAILED) from None
         # No words is still an answer: its length counts in the person's day (core/media/listening.py).
         return Transcript(
             text.strip(),

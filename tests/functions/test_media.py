@@ -315,7 +315,10 @@ def test_a_failing_transcription_service_is_a_clear_answer_and_never_retried_on_
     fake_telegram: FakeTelegram,
     fake_deepgram: FakeDeepgram,
     database_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The person's history says the service failed, in the words they were answered with; its
+    status is the log line's (the thread kept "the transcription service answered 500")."""
     fake_deepgram.behaviour = "500"
     body = private("07_voice.json")
     fake_telegram.files[body["message"]["voice"]["file_id"]] = VOICE
@@ -323,12 +326,17 @@ def test_a_failing_transcription_service_is_a_clear_answer_and_never_retried_on_
     assert telegram_post(client, body) == 200
     assert telegram_post(client, body) == 200
     assert len(fake_deepgram.requests) == 1 and fake_anthropic.requests == []
-    reason = "the transcription service answered 500"
     assert stored_turn(database_url, str(body["update_id"]))[0] == (
         "user",
-        f"[voice note, 0:03, not transcribed: {reason}]",
+        "[voice note, 0:03, not transcribed: the transcription service failed]",
     )
     assert fake_telegram.sent()[0]["text"] == unreadable("the transcription service failed")
+    [line] = [r for r in caplog.records if r.name == "crossmem.transcription"]
+    assert (line.levelname, line.getMessage(), line.__dict__["status"]) == (
+        "WARNING",
+        "the transcription service refused",
+        500,
+    )
 
 
 def test_a_slow_transcription_service_is_given_up_within_its_timeout(
@@ -605,10 +613,17 @@ def test_a_note_with_no_words_or_a_failed_transcription_still_counts_in_the_day(
 
 
 def test_a_transcription_service_answering_nonsense_is_a_failed_transcription_counted_as_said(
-    media_env: pytest.MonkeyPatch, fake_deepgram: FakeDeepgram, web: FlaskClient, owner: uuid.UUID, database_url: str
+    media_env: pytest.MonkeyPatch,
+    fake_deepgram: FakeDeepgram,
+    web: FlaskClient,
+    owner: uuid.UUID,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A 200 whose JSON holds no transcript: the person is told the transcription failed (no
-    500, no model asked with an empty note), and the note counts what it said in their day."""
+    500, no model asked with an empty note), and the note counts what it said in their day. Their
+    history (GET /conversations/<id>/messages) says it in those words too; "answered nonsense",
+    which it said before, is the log line's alone."""
     fake_deepgram.behaviour = "nonsense"
     assert voice_note(web, owner, 6) == unreadable("the transcription service failed")
     assert len(fake_deepgram.requests) == 1
@@ -616,7 +631,13 @@ def test_a_transcription_service_answering_nonsense_is_a_failed_transcription_co
         (6, None)
     ]
     listed = rows(database_url, "select content from messages where user_id = %s and role = 'user'", owner)
-    assert listed == [("[voice note, 0:06, not transcribed: the transcription service answered nonsense]",)]
+    assert listed == [("[voice note, 0:06, not transcribed: the transcription service failed]",)]
+    [line] = [r for r in caplog.records if r.name == "crossmem.transcription"]
+    assert (line.levelname, line.getMessage(), line.__dict__["error"]) == (
+        "WARNING",
+        "the transcription service answered nonsense",
+        "IndexError",
+    )
 
 
 def test_a_message_with_a_voice_note_said_too_long_sends_none_of_its_notes_to_deepgram(
@@ -941,10 +962,15 @@ def test_a_whatsapp_image_reaches_the_model_as_the_type_its_bytes_are(
 
 
 def test_a_twilio_media_file_that_is_gone_is_a_clear_answer_and_the_message_is_kept(
-    media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str
+    media_env: pytest.MonkeyPatch,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Twilio answers 404 for a media file deleted before it was fetched: the person is told, the
-    model is not asked, and the message is stored as what is known of it."""
+    model is not asked, and the message is stored as what is known of it, in the words they were
+    told (the status is the log line's: "the download failed (404)" was the thread's)."""
     path = f"/2010-04-01/Accounts/{ACCOUNT_SID}/Messages/MM{uuid.uuid4().hex}/Media/ME1"
     sender = f"whatsapp:+3462{uuid.uuid4().int % 10**7:07d}"  # a number with no language remembered
     url = "https://api.twilio.com" + path
@@ -954,4 +980,10 @@ def test_a_twilio_media_file_that_is_gone_is_a_clear_answer_and_the_message_is_k
     assert fake_twilio.media_requests == [path] and fake_anthropic.requests == []
     assert messages_of(response.text) == [unreadable("the download failed")]
     stored = user_message(database_url, fields["MessageSid"])
-    assert stored == "[photo, not read: the download failed (404)] and this one?"
+    assert stored == "[photo, not read: the download failed] and this one?"
+    [line] = [r for r in caplog.records if r.name == "crossmem.media" and "fetched" in r.getMessage()]
+    assert (line.levelname, line.getMessage(), line.__dict__["status"]) == (
+        "WARNING",
+        "a Twilio media file could not be fetched",
+        404,
+    )

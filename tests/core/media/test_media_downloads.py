@@ -65,7 +65,11 @@ def redirecting_to(location: str) -> type[QuietHandler]:
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
-def test_a_twilio_media_redirect_to_a_host_outside_its_cdn_is_not_followed(elsewhere: LocalServer, scheme: str) -> None:
+def test_a_twilio_media_redirect_to_a_host_outside_its_cdn_is_not_followed(
+    elsewhere: LocalServer, scheme: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a byte asked of the other host; the thread keeps what the person was told (the download
+    failed), and where the answer pointed is the log line's."""
     target = elsewhere.url.replace("http://", f"{scheme}://") + "/stolen.jpg"
     api = LocalServer(redirecting_to(target))
     try:
@@ -74,7 +78,10 @@ def test_a_twilio_media_redirect_to_a_host_outside_its_cdn_is_not_followed(elsew
             media.fetch(PHOTO, 1_000_000, 5.0)
     finally:
         api.close()
-    assert str(refused.value) == "Twilio's answer pointed outside its media host"
+    assert (str(refused.value), refused.value.phrase) == ("the download failed", "download_failed")
+    assert [r.getMessage() for r in caplog.records if r.name == "crossmem.media"] == [
+        "a Twilio media redirect outside its CDN was not followed"
+    ]
     assert Elsewhere.requests == []  # not a byte was asked of it
 
 
