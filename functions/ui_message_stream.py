@@ -24,8 +24,8 @@ status by the caller: a stream is only started once the turn has begun.
 The useChat body always gets it; today's body gets it when it asks with `Accept: text/event-stream`
 and the request header `x-vercel-ai-ui-message-stream: v1` (the demo page does, keeping the
 voice recorder's `seconds`, which a UI file part has no place for); without that header today's
-body keeps today's `delta` / `done` events (functions/web.py's `sse`), for the clients written
-against them.
+body keeps today's `delta` / `done` events (functions/message_routes.py's `sse`, which ends in an
+`error` event where this stream has its `error` part), for the clients written against them.
 """
 
 from __future__ import annotations

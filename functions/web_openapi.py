@@ -205,7 +205,10 @@ def query(name: str, schema: dict[str, Any], description: str, *, required: bool
 
 def send_operation() -> dict[str, Any]:
     answers = answered(
-        "200", SendAnswer, "the turn: JSON, or a stream (today's `delta`/`done` events, or the UI message stream)"
+        "200",
+        SendAnswer,
+        "the turn: JSON, or a stream (today's `delta`/`done` events, `error` for a failure after the first,"
+        " or the UI message stream)",
     )
     answers["200"]["content"].update(UI_STREAM)
     return {

@@ -4,13 +4,19 @@ and a retried send, which must get its reply back."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
 import pytest
 from flask.testing import FlaskClient
 
+from core.errors import StoreUnavailable
+from core.model.llm import ModelReply, Usage
+from core.turn.context import ModelMessage
+from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import bearer
 
@@ -108,3 +114,70 @@ def test_a_streamed_answer_still_being_written_at_the_deadline_ends_in_the_fallb
     again = web.post("/", json=send, headers=bearer(person)).get_json()
     assert (again["outcome"], again["reply"]) == ("answered", answer)
     assert stored(database_url, person) == [("user", "tell me everything"), ("assistant", answer)]
+
+
+class BreaksAfterItsFirstWords:
+    """A model whose stream raises `error` after its first words, as a bug of ours would (a model's
+    own failure, ModelUnavailable, is the fallback's: the test above); with `error` None, it answers."""
+
+    name = "breaks-after-its-first-words"
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+
+    def reply(self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "") -> ModelReply:
+        raise AssertionError("a streamed turn asks for a stream")
+
+    def stream(
+        self, system: str, messages: Sequence[ModelMessage], timeout_s: float, notes: str = "", **_: Any
+    ) -> Iterator[str | Usage]:
+        yield "The first words"
+        if self.error is not None:
+            raise self.error
+        yield " and the rest."
+        yield Usage(input_tokens=10, output_tokens=5)
+
+
+@pytest.mark.parametrize(
+    ("error", "ends_with"),
+    [
+        (
+            StoreUnavailable("the database went away"),
+            {"error": "store_unavailable", "message": "the database went away"},
+        ),
+        (
+            RuntimeError("a bug's own words"),
+            {"error": "internal_error", "message": "the turn failed; your message is kept: send it again"},
+        ),
+    ],
+    ids=["an error of ours", "a bug"],
+)
+def test_a_streamed_turn_that_fails_after_its_first_event_ends_with_one_error_event(
+    environment: pytest.MonkeyPatch,
+    web: FlaskClient,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+    error: Exception,
+    ends_with: dict[str, str],
+) -> None:
+    """Once the first event is out, the status and headers are sent: a failure after it was a
+    stream cut with no last event (the UI message stream ends in its `error` part). It ends with
+    one `error` event, `{"error", "message"}` as our JSON errors are (a bug's own words stay in the
+    log), and the message is kept, owed: the same send again is answered."""
+    model = BreaksAfterItsFirstWords(error)
+    environment.setattr(runtime, "model", lambda: model)
+    person = uuid.uuid4()
+    send = {"message": "tell me", "client_message_id": "broken-1"}
+    response = web.post("/", json=send, headers={**bearer(person), **STREAM})
+    assert response.status_code == 200 and response.mimetype == "text/event-stream"
+    assert events_of(response.get_data(as_text=True)) == [("delta", {"text": "The first words"}), ("error", ends_with)]
+    [line] = [r for r in caplog.records if r.name == "crossmem.functions" and r.levelno >= logging.ERROR]
+    assert (line.getMessage(), line.__dict__["error"]) == (
+        "a streamed turn failed after its first event",
+        ends_with["error"],
+    )
+    assert stored(database_url, person) == [("user", "tell me")]
+    model.error = None
+    again = web.post("/", json=send, headers=bearer(person)).get_json()
+    assert (again["outcome"], again["reply"]) == ("answered", "The first words and the rest.")
+    assert stored(database_url, person) == [("user", "tell me"), ("assistant", "The first words and the rest.")]
