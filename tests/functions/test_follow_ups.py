@@ -404,6 +404,17 @@ def hold_a_follow_up(job_database: str, clock: Clock, fake_anthropic: FakeAnthro
     return late("Take the pills.", f"(due yesterday at {due:%H:%M}, sent late)")
 
 
+def test_a_follow_up_held_for_the_persons_next_whatsapp_message_has_no_end(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """Only a hold for an SMS number's opt-in is given up after its week (core/follow_ups/opted_out.py):
+    one held outside WhatsApp's window waits for the person's next WhatsApp message, however late."""
+    hold_a_follow_up(job_database, clock, fake_anthropic, "whatsapp:+34611000099")
+    clock.at += timedelta(days=8)
+    assert run_job()["follow_ups_given_up"] == 0
+    assert rows(job_database, "select status, held_until from follow_ups") == [("held", None)]
+
+
 def test_a_held_follow_up_said_with_a_spanish_message_says_when_it_was_due_in_spanish(
     environment: pytest.MonkeyPatch,
     job_database: str,
