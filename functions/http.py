@@ -124,6 +124,21 @@ def serving(
     return serve
 
 
+# What a stream's error says of a failure that is no error of ours (a bug): its own words are the
+# log's. The turn has kept the message, owed: the same send again is answered.
+BROKEN = "the turn failed; your message is kept: send it again"
+
+
+def failed_mid_stream(exc: Exception) -> tuple[str, str]:
+    """A turn's failure after its stream's first event (the status and headers sent): its error code
+    and the words a client is shown, for the stream's last event; logged, a bug with its
+    traceback (its own words never leave the log)."""
+    ours = isinstance(exc, CrossmemError)
+    code = error_status(exc)[1] if isinstance(exc, CrossmemError) else UNNAMED_ERROR[1]
+    log.error("a streamed turn failed after its first event", exc_info=not ours, extra={"error": code})
+    return code, str(exc) if ours else BROKEN
+
+
 def error_status(exc: CrossmemError) -> tuple[int, str]:
     """The HTTP status and the error code of `exc`, by the table."""
     for kind, status, code in HTTP_ERRORS:

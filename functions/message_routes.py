@@ -9,25 +9,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import uuid
 from collections.abc import Iterator
 
 import flask
 
-from core.errors import CrossmemError
 from core.models import Surface
 from core.turn.context import ContextItem, undeclined
 from core.turn.request import TurnRequest, TurnResult
 from functions import runtime, ui_chat_routes
-from functions.http import UNNAMED_ERROR, error_status, json_response, parse_json, read_json_body
+from functions.http import failed_mid_stream, json_response, parse_json, read_json_body
 from functions.ui_message_stream import UI_STREAM_HEADER
 from functions.web_models import SendMessage
-
-log = logging.getLogger("crossmem.functions")
-# What the stream's `error` event says of a failure that is no error of ours (a bug): its own words
-# are the log's. The turn has kept the message, owed: the same send again is answered.
-BROKEN = "the turn failed; your message is kept: send it again"
 
 
 def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
@@ -83,11 +76,8 @@ def sse(first: TurnResult | str, rest: Iterator[TurnResult | str]) -> Iterator[s
             else:
                 yield f"event: delta\ndata: {json.dumps({'text': event})}\n\n"
     except Exception as exc:
-        ours = isinstance(exc, CrossmemError)
-        code = error_status(exc)[1] if isinstance(exc, CrossmemError) else UNNAMED_ERROR[1]
-        log.error("a streamed turn failed after its first event", exc_info=not ours, extra={"error": code})
-        failed = {"error": code, "message": str(exc) if ours else BROKEN}
-        yield f"event: error\ndata: {json.dumps(failed)}\n\n"
+        code, message = failed_mid_stream(exc)
+        yield f"event: error\ndata: {json.dumps({'error': code, 'message': message})}\n\n"
 
 
 def result_json(result: TurnResult) -> dict[str, object]:

@@ -35,9 +35,8 @@ import json
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from core.errors import CrossmemError
 from core.turn.request import Outcome, TurnResult
-from functions.http import error_status
+from functions.http import failed_mid_stream
 
 UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 HEADERS = {
@@ -69,8 +68,9 @@ def turn_events(reply_id: int | None, first: TurnResult | str, rest: Iterator[Tu
                 yield from closing(item)
                 return
             yield event({"type": "text-delta", "id": TEXT_ID, "delta": item})
-    except CrossmemError as exc:
-        yield event({"type": "error", "errorText": error_text(exc)})
+    except Exception as exc:  # ours, or a bug (whose own words stay in the log)
+        code, message = failed_mid_stream(exc)
+        yield event({"type": "error", "errorText": f"{code}: {message}"})
         yield event({"type": "finish", "finishReason": "error"})
         yield DONE
     finally:
@@ -103,8 +103,3 @@ def turn_data(result: TurnResult) -> dict[str, Any]:
         "replyId": result.reply_id,
         "outcome": result.outcome.value,
     }
-
-
-def error_text(exc: CrossmemError) -> str:
-    """An error part's text: our error code first (docs/api.md), as the JSON answers name it."""
-    return f"{error_status(exc)[1]}: {exc}"

@@ -297,6 +297,41 @@ def test_a_model_that_fails_mid_stream_ends_in_an_error_part_with_our_code(
     assert rows(database_url, "select count(*) from messages where id = %s", int(parts[0]["messageId"])) == [(0,)]
 
 
+def test_a_bug_mid_stream_ends_in_an_error_part_that_keeps_its_words_in_the_log(
+    environment: pytest.MonkeyPatch, web: FlaskClient, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure that is no error of ours, after the first part: the stream was cut with no `error`
+    part, no `finish` and no `[DONE]` (only our errors were caught). It ends as ours do, with our
+    code and plain words; the bug's own words and its traceback are the log's; the message is kept."""
+
+    class BreaksAfterItsFirstWords:
+        name = "breaks"
+
+        def stream(self, *_: Any, **__: Any) -> Any:
+            yield "The first words"
+            raise RuntimeError("a bug's own words")
+
+    environment.setattr(runtime, "model", lambda: BreaksAfterItsFirstWords())
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    response = web.post("/", json=chat_body(chat, ui_message("u-1", "user", "hello?")), headers=bearer(person))
+    parts = parts_of(response.get_data(as_text=True))
+    assert [part if isinstance(part, str) else part["type"] for part in parts] == [
+        "start",
+        "text-start",
+        "text-delta",
+        "error",
+        "finish",
+        "[DONE]",
+    ]
+    assert parts[3]["errorText"] == "internal_error: the turn failed; your message is kept: send it again"
+    assert parts[4] == {"type": "finish", "finishReason": "error"}
+    [line] = [r for r in caplog.records if r.name == "crossmem.functions" and r.levelno >= logging.ERROR]
+    assert line.getMessage() == "a streamed turn failed after its first event" and line.exc_info is not None
+    assert "a bug's own words" not in response.get_data(as_text=True)
+    assert rows(database_url, "select role, content from messages where user_id = %s", person) == [("user", "hello?")]
+
+
 def test_the_chat_stream_resumes_an_abandoned_turn_once(
     environment: pytest.MonkeyPatch,
     database_url: str,
