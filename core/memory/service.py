@@ -293,6 +293,7 @@ class Memory:
         language: str | None = None,
         retry_for_s: float = 0.0,
         declined: Sequence[int] | None = None,
+        said_later: Sequence[SaidFirst] = (),
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
         budget counts them, in place of the `reserved` its begin_turn reserved); the reply's id
@@ -305,8 +306,10 @@ class Memory:
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; `declined`: the model declined the turn
         and the reply says so, with the ids of the other stored messages its last turn merged (they
-        and the message and the reply are left out of every later context); all in the same round
-        trip."""
+        and the message and the reply are left out of every later context); `said_later`: the held
+        follow-ups the message took to say first that its answer had no room for (a TwiML answer),
+        left to the follow-up job once the reply is stored; all in the same round trip, so that a
+        database failing after it leaves them with the message, never said by nothing."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -321,9 +324,10 @@ class Memory:
             "p_language": language_tag(language),
         }
         function = "finish_turn"
-        if follow_ups:
+        written = {**(follow_ups or {}), **({"later": [said.id for said in said_later]} if said_later else {})}
+        if written:
             function = "finish_turn_follow_ups"
-            arguments.update(p_follow_ups=json.dumps(follow_ups), p_max_pending=max_follow_ups)
+            arguments.update(p_follow_ups=json.dumps(written), p_max_pending=max_follow_ups)
         else:
             arguments["p_declined"] = None if declined is None else json.dumps(list(declined))
         waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
@@ -360,6 +364,7 @@ class Memory:
         language: str | None = None,
         said_first: bool = False,
         first_parts: Sequence[SaidFirst] = (),
+        said_later: Sequence[SaidFirst] = (),
     ) -> None:
         """A turn that stored no reply (a fallback, an abandoned stream): count the model's
         tokens (in place of the `reserved` its begin_turn reserved), and make its message owed at
@@ -368,7 +373,9 @@ class Memory:
         failed. `said_first`: the held follow-ups the attempt took reached the person (with its
         fallback, or pushed before it), and the next answer does not say them again. `first_parts`:
         the held follow-ups pushed when one of them did not go, each from the part not out yet (its
-        count of parts when all went), where the next answer starts them."""
+        count of parts when all went), where the next answer starts them. `said_later`, with
+        `said_first`: the ones its answer had no room for, left to the follow-up job in the same
+        round trip (as finish_turn's)."""
         arguments: dict[str, Any] = {
             "p_user_id": str(user_id),
             "p_user_message_id": user_message_id,
@@ -381,26 +388,12 @@ class Memory:
             "p_first_parts": json.dumps([{"id": said.id, "unsent_from": said.from_part} for said in first_parts])
             if first_parts
             else None,
+            "p_said_later": json.dumps([said.id for said in said_later]) if said_later else None,
         }
         try:
             self.store.call("end_attempt", arguments)
         except StoreUnavailable as exc:
             log.error("end_attempt failed; its tokens are not counted", extra={"error": str(exc), "tokens": tokens})
-
-    def send_follow_ups_later(self, user_id: UUID, message_id: int, follow_ups: Sequence[SaidFirst]) -> None:
-        """Follow-ups a WhatsApp message took to say first that its TwiML answer had no room for:
-        the follow-up job's next run sends them, inside the window the message opened
-        (follow_ups.sql). Not done (the database away): they stay with this message, said by
-        nothing, and the error is logged."""
-        arguments: dict[str, JsonScalar] = {
-            "p_user_id": str(user_id),
-            "p_message_id": message_id,
-            "p_ids": json.dumps([said.id for said in follow_ups]),
-        }
-        try:
-            self.store.call("send_follow_ups_later", arguments)
-        except StoreUnavailable as exc:
-            log.error("follow-ups an answer had no room for could not be left to the job", extra={"error": str(exc)})
 
     def _learned(self, content: str) -> str:
         """A message rewritten by its turn, within the message limit (a long transcript is cut)."""

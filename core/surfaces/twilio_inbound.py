@@ -27,7 +27,7 @@ from core.surfaces import rules
 from core.surfaces.adapter import Surface
 from core.surfaces.commands import ChatCommand, Commands
 from core.surfaces.twilio_form import Converse, Notice
-from core.turn.request import Outcome, TurnRequest
+from core.turn.request import TurnRequest
 from core.turn.turns import Turns
 
 # Twilio waits 15 s for the TwiML answer; a second of it is the way here and back.
@@ -106,17 +106,15 @@ class TwilioInbound(Generic[Form]):
             media=action.media,
             platform=action.platform,
             reply_within_s=TWIML_WITHIN_S,
+            first_room=lambda text, first: len(carried_first(text, first, self.limit, sms=sms)),
         )
         if self.typing is not None:
             self.typing(action.message_sid)
         try:
             result = self.turns.run(turn)
+            # The first answer to the message left to the job, as it ended, what it had no room for
+            # (`first_room`); one repeated (Twilio's redelivery) says again what the first one said.
             carried = carried_first(result.reply, result.follow_ups_first, self.limit, sms=sms)
-            # The first answer to the message leaves to the job what it has no room for; one repeated
-            # (Twilio's redelivery) was answered by whoever answered it first, which said them.
-            if (left := result.follow_ups_first[len(carried) :]) and result.outcome is not Outcome.REDELIVERED:
-                assert result.user_id is not None and result.message_id is not None  # they were taken by it
-                self.turns.memory.send_follow_ups_later(result.user_id, result.message_id, left)
             return twiml(result.reply, self.limit, carried, sms=sms)
         except OverBudget as exc:
             self._off_thread(form.identity, let_go_held=True)  # nothing of it stored: it writes no turn

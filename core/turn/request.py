@@ -4,7 +4,7 @@ core/turn/turns.py runs it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -80,6 +80,10 @@ class TurnRequest:
     # how long after the turn's start the response is still taken. Past it the reply is not given
     # (nor stored): the attempt ends and the message is owed (core/turn/owed.py answers it).
     reply_within_s: float | None = None
+    # A surface that answers in its response, with room for only so many messages (Twilio's 10 a
+    # TwiML answer): how many of the held follow-ups said first fit beside a reply of this text. The
+    # rest are left to the follow-up job in the round trip that ends the turn (core/turn/turns.py).
+    first_room: Callable[[str, Sequence[SaidFirst]], int] | None = None
     # The language the request states (a BCP 47 tag: Telegram's language_code, the web's
     # navigator.language; None: it states none), first of the fixed phrases' rule (core/phrases/).
     language: str | None = None

@@ -134,7 +134,9 @@ class Turns:
         prepared = self._prepared(request, start)
         start = self._spoken(request, start, prepared)
         if prepared is not None and prepared.notice is not None:
-            return self._refuse_media(request.surface, start, prepared, figures, channel, began, until)
+            return self._refuse_media(
+                request.surface, start, prepared, figures, channel, began, until, room=request.first_room
+            )
         deadline_s = request.deadline_s - (self._clock() - began) if prepared is not None else request.deadline_s
         messages, merged = self._messages(request, start, prepared)
         tools = self._tools(start, request.surface, max(deadline_s, 1.0), request)
@@ -150,6 +152,7 @@ class Turns:
             tools,
             until=until,
             merged=merged,
+            room=request.first_room,
         )
 
     def fallback_reply(self, said: str, remembered: str | None) -> str:
@@ -216,12 +219,14 @@ class Turns:
         waiting: bool = True,
         until: float | None = None,
         merged: tuple[int, ...] = (),
+        room: Callable[[str, Sequence[SaidFirst]], int] | None = None,
     ) -> TurnResult:
         """`waiting`: the person is waiting on this turn (a webhook's, the web's): they see "typing…",
         and the fallback when the model fails. The scheduled job's owed answer has nobody waiting:
         a failure sends nothing (they had the fallback already) and leaves the message owed.
         `until`: when the attempt must have sent by (default: from `began` and `deadline_s`).
-        `merged`: the stored messages the context's last turn merged with this one."""
+        `merged`: the stored messages the context's last turn merged with this one. `room`: the
+        request's `first_room`."""
         until = until if until is not None else self._send_by(began, deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
@@ -262,20 +267,22 @@ class Turns:
             figures.error = "the reply could not be delivered"
         handed_over = self._handed_over(sent, until, figures)
         result = self._result(outcome, None if handed_over else text, start, figures)
-        result.follow_ups_first = [] if handed_over else first
+        first, later = ([], []) if handed_over else self._with_room(first, text, room)
+        result.follow_ups_first = first
         learned = self._learned(prepared, described, figures, began + deadline_s)
         if outcome is not Outcome.FALLBACK and not handed_over:
             # Tried again until its answer_by, and a reply inside the caller's response until the
             # platform stops waiting for it.
             store_by = min(self._answer_by(began, deadline_s), until if channel is None else math.inf)
             declined = merged if outcome is Outcome.DECLINED else None
-            self._finish(result, start, text, sent, learned, tools, store_by, declined)
+            self._finish(result, start, text, sent, learned, tools, store_by, declined, later)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
             # The held follow-ups went first: pushed, or in this fallback's response (not a response
             # that comes after the platform stopped waiting).
-            self._end_attempt(start, figures, learned, said_first=channel is not None or not handed_over)
+            said_first = channel is not None or not handed_over
+            self._end_attempt(start, figures, learned, said_first=said_first, said_later=later)
             # Handed over: the redelivery this asks for answers the message, unless the job has.
             result.reply_owed = handed_over and outcome is not Outcome.FALLBACK
         return self._logged(surface, result, began)
@@ -576,6 +583,7 @@ class Turns:
         channel: ReplyChannel | None,
         began: float,
         until: float = math.inf,
+        room: Callable[[str, Sequence[SaidFirst]], int] | None = None,
     ) -> TurnResult:
         """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
         rather than asking anything again), and the message is stored as what is known."""
@@ -590,8 +598,8 @@ class Turns:
             result.reply_owed = True
             return self._logged(surface, result, began)
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
-        result.follow_ups_first = first
-        self._finish(result, start, prepared.notice, sent, prepared.stored())
+        result.follow_ups_first, later = self._with_room(first, prepared.notice, room)
+        self._finish(result, start, prepared.notice, sent, prepared.stored(), said_later=later)
         result.reply_owed = sent.delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
 
@@ -613,6 +621,18 @@ class Turns:
             if sent.delivery is Delivery.OWED:
                 return [], pushed
         return [], []
+
+    @staticmethod
+    def _with_room(
+        first: list[SaidFirst], text: str, room: Callable[[str, Sequence[SaidFirst]], int] | None
+    ) -> tuple[list[SaidFirst], list[SaidFirst]]:
+        """The held follow-ups said first that the caller's response has room for beside `text`,
+        and the rest, which the turn's last round trip leaves to the follow-up job (never a round
+        trip of their own after it: the database failing then would leave them marked said)."""
+        if room is None or not first:
+            return first, []
+        fits = room(text, first)
+        return first[:fits], first[fits:]
 
     def _held_as_said(self, start: TurnStart) -> list[SaidFirst]:
         """The held follow-ups as the person reads them: said late, each says when it was due
@@ -806,10 +826,12 @@ class Turns:
         *,
         said_first: bool = False,
         first_parts: list[SaidFirst] | None = None,
+        said_later: list[SaidFirst] | None = None,
     ) -> None:
         """A turn that stored no reply: its tokens count, and its message is owed. `said_first`:
-        the held follow-ups it took reached the person (pushed, or in the answer it returned);
-        `first_parts`: how far pushing them got when one did not go."""
+        the held follow-ups it took reached the person (pushed, or in the answer it returned), but
+        `said_later`, which that answer had no room for; `first_parts`: how far pushing them got
+        when one did not go."""
         figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
@@ -823,6 +845,7 @@ class Turns:
             language=start.heard_language,
             said_first=said_first,
             first_parts=first_parts or (),
+            said_later=said_later or (),
         )
         figures.round_trips += 1
 
@@ -848,10 +871,12 @@ class Turns:
         tools: Toolbox | None = None,
         store_by: float = -math.inf,
         declined: tuple[int, ...] | None = None,
+        said_later: list[SaidFirst] | None = None,
     ) -> None:
         """Store the reply, tried again until `store_by` (a time on the turn's clock; by default, not).
         `declined`: the model declined the turn, and the reply says so: the other stored messages
-        the turn merged, declined with it; what its tools decided before is dropped."""
+        the turn merged, declined with it; what its tools decided before is dropped. `said_later`:
+        the held follow-ups the answer had no room for, left to the follow-up job with it."""
         result.figures.ended = True
         if start.message_id is None or start.user_id is None:
             return
@@ -871,6 +896,7 @@ class Turns:
             reply_id=start.reply_id,
             retry_for_s=store_by - self._clock(),
             declined=declined,
+            said_later=said_later or (),
         )
         result.figures.round_trips += 1
         if result.reply_id is not None and recorded.get("follow_ups"):

@@ -1879,6 +1879,44 @@ def test_an_answer_says_first_the_held_follow_ups_it_has_room_for_and_the_job_th
     assert rows(job_database, "select count(*) from messages where content = %s", said[6]) == [(1,)]
 
 
+def test_the_held_follow_ups_an_answer_had_no_room_for_are_not_lost_when_the_database_fails_after_it(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """A review's finding: the follow-ups a TwiML answer had no room for were handed to the job by
+    a round trip of their own after the reply was stored (send_follow_ups_later); the database
+    away for it, they stayed marked sent and stored in the thread, said to nobody. They are handed
+    back in the round trip that stores what the answer said: the database failing for any call
+    after it loses none, and the job's next run says the one left out."""
+    number = "whatsapp:+34611000098"
+    said = held_after_the_pills(job_database, clock, fake_anthropic, number, 7)
+    reply = "\n\n".join([f"Part {n}. " + "All good here. " * 99 for n in range(1, 5)])
+    fake_anthropic.answer = lambda body: reply
+    whatsapp = app_client("whatsapp_webhook")  # (a new client builds the instance's anew)
+    failing = FailingStore(runtime.store(), {"send_follow_ups_later"})
+    failing.final = True
+    environment.setattr(runtime.memory(), "store", failing)
+    fields = form("Good morning", sender=number)
+    first = whatsapp.post("/", data=fields, headers=signed(fields)).text
+    assert messages_of(first) == [
+        f"{PILLS_LATE}\n\n{late(said[0])}",
+        *map(late, said[1:6]),
+        *split_message(reply, WHATSAPP_LIMIT),
+    ]
+    assert rows(job_database, "select status, said_with, message_id from follow_ups where content = %s", said[6]) == [
+        ("pending", None, None)
+    ]
+    assert rows(job_database, "select count(*) from messages where content = %s", said[6]) == [(0,)]
+    failing.failing.clear()
+    clock.at = datetime.now(UTC) + timedelta(seconds=1)  # the job's clock as the database's: inside the window
+    assert run_job()["follow_ups_sent"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == [late(said[6], LATE_ON_DECEMBER_2)]
+    assert rows(job_database, "select count(*) from messages where content = %s", said[6]) == [(1,)]
+
+
 def held_after_the_pills(
     job_database: str, clock: Clock, fake_anthropic: FakeAnthropic, number: str, count: int
 ) -> list[str]:

@@ -312,7 +312,7 @@ $$;
 
 
 -- The follow-ups a WhatsApp message took to say first (p_ids, a JSON array) for which its TwiML
--- answer had no room: Twilio sends at most 10 messages in answer to one (its error 14109), and a
+-- answer had no room (called by finish_turn_follow_ups, in the round trip that stores the answer): Twilio sends at most 10 messages in answer to one (its error 14109), and a
 -- long reply with many follow-ups before it would pass that (core/surfaces/twilio_inbound.py). The
 -- person has just written, so WhatsApp's window is open: pending again at once, with every try
 -- before it, and the follow-up job's next run sends them through the Messages API, each from the
@@ -368,7 +368,12 @@ $$;
 
 -- finish_turn, and with it (same round trip) what the model's tools decided in this turn,
 -- p_follow_ups as JSON: {"schedule": [{"content", "due_at", "timezone"}], "cancel": [id],
--- "timezone": name}. Written only when the reply is stored; a follow-up is said where the
+-- "timezone": name}, and the held follow-ups the message took to say first that its TwiML answer
+-- had no room for, "later": [id], left to the follow-up job (send_follow_ups_later, above). In
+-- the round trip that stores the reply, not one of their own after it: a database that fails
+-- after that answer leaves them with the message (its reply not stored, the message owed, every
+-- answer to it says them first), never marked said and said by nothing (a review's finding).
+-- Written only when the reply is stored; a follow-up is said where the
 -- message was written (its conversation and sender). At most p_max_pending pending per person
 -- (counted one turn at a time), never more than a year ahead. Answers finish_turn's result with
 -- 'scheduled' (the new ids), 'refused' (how many the limits refused) and 'cancelled'.
@@ -412,6 +417,9 @@ begin
                         where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
     if v_asked.id is null then
         return v_result;
+    end if;
+    if jsonb_array_length(coalesce(v_changes->'later', '[]')) > 0 then
+        perform public.send_follow_ups_later(p_user_id, p_user_message_id, (v_changes->'later')::text);
     end if;
     if coalesce(v_changes->>'timezone', '') <> '' then
         insert into public.person_timezones (user_id, timezone) values (v_asked.user_id, v_changes->>'timezone')

@@ -738,7 +738,11 @@ create or replace function public.end_attempt(
     -- how far pushing them got when one did not go, as JSON text (as every JSON argument: PostgREST
     -- passes a json parameter a string as a JSON string): [{"id", "unsent_from"}], each follow-up's
     -- first part not out (its count of parts when all are), which the next answer starts from
-    p_first_parts text
+    p_first_parts text,
+    -- with p_said_first, the ones its answer had no room for (a TwiML answer: Twilio's 10
+    -- messages), as a JSON array of ids: left to the follow-up job (follow_ups.sql's
+    -- send_follow_ups_later) in this round trip, so a database failing after it loses none
+    p_said_later text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_owed boolean;
@@ -773,6 +777,9 @@ begin
     if p_said_first then
         update public.follow_ups f set said_with = null
          where f.said_with = p_user_message_id and f.user_id in (p_user_id, v_user);
+        if p_said_later is not null then
+            perform public.send_follow_ups_later(p_user_id, p_user_message_id, p_said_later);
+        end if;
     end if;
     -- Parts that went out never go again (never back a part: another attempt may have pushed more).
     update public.follow_ups f set unsent_from = greatest(f.unsent_from, (p.value ->> 'unsent_from')::smallint)

@@ -6,6 +6,7 @@ ordering them). One the job would hold after the person wrote (in the thread or 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -17,8 +18,9 @@ import psycopg
 import pytest
 
 from core.memory.service import Memory
-from core.models import Delivery, Person, Sent, Surface
+from core.models import Delivery, Person, Sent, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
+from core.stores.store import JsonScalar
 from core.surfaces.whatsapp import say_follow_up
 from tests.database import begin_turn_arguments, begin_turn_sql
 from tests.helpers import answered_once_with_held, context_limits, execute, hold_a_follow_up, rows
@@ -305,9 +307,9 @@ def test_follow_ups_are_left_to_the_job_only_for_the_person_whose_message_took_t
     assert start.user_id is not None and start.message_id is not None and stranger.user_id is not None
     taken = "select status, said_with is not null, attempts, next_attempt_at <= clock_timestamp() from follow_ups"
     in_the_thread = "select count(*) from messages where content = 'Stretch now.'"
-    memory.send_follow_ups_later(stranger.user_id, start.message_id, start.delivered_first)
+    memory.store.call("send_follow_ups_later", later_arguments(stranger.user_id, start))
     assert rows(url, taken) == [("sent", True, 6, True)]
-    memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
+    memory.store.call("send_follow_ups_later", later_arguments(start.user_id, start))
     assert rows(url, taken) == [("pending", False, 0, True)] and rows(url, in_the_thread) == [(0,)]
 
 
@@ -459,6 +461,12 @@ def test_a_thread_message_taken_out_before_its_conversations_count_mark_has_it_c
     assert rows(url, "select counted is not null from conversations where id = %s", first.conversation_id) == [(True,)]
     start = memory.begin_turn(Person(sender_id=number), Surface.WHATSAPP, "hello?", "SM-c-3", sender=number)
     assert start.user_id is not None and start.message_id is not None and len(start.delivered_first) == 1
-    memory.finish_turn(start.user_id, start.message_id, "Sure.", attempt=start.attempt)
-    memory.send_follow_ups_later(start.user_id, start.message_id, start.delivered_first)
+    left = start.delivered_first  # an answer with no room for it
+    memory.finish_turn(start.user_id, start.message_id, "Sure.", attempt=start.attempt, said_later=left)
     assert rows(url, "select counted from conversations where id = %s", first.conversation_id) == [(None,)]
+
+
+def later_arguments(person: uuid.UUID, start: TurnStart) -> dict[str, JsonScalar]:
+    """send_follow_ups_later's arguments for the follow-ups `start` took, named with `person`."""
+    ids = json.dumps([said.id for said in start.delivered_first])
+    return {"p_user_id": str(person), "p_message_id": start.message_id, "p_ids": ids}
