@@ -5,16 +5,21 @@ The model gets four tools in every turn (`TOOLS`, a constant: it sits in the cac
 before the system prompt and never changes): schedule a follow-up, list the pending ones, cancel
 one, set the person's timezone. A tool runs here, on what `begin_turn` brought (the person's
 pending follow-ups and timezone), and only records intent: `finish_turn` writes it, so a turn
-still costs two round trips. A tool call costs a second model request only when the model needs
-its result to answer: a list, a refusal, a follow-up that may wait past its time, a time of day
-read on a timezone the person never gave, "tomorrow" said after midnight, or a call that came with
-no text (core/turn/tool_loop.py).
+still costs two round trips; but a schedule first holds the follow-up's place among the person's
+FOLLOW_UPS_PER_PERSON (`reserve_follow_up`, one round trip, in a turn that schedules only), so
+that of two turns of the person's racing for the last place the second is told it is not set,
+never refused by its finish_turn after the person read "I'll remind you". A tool call costs a
+second model request only when the model needs its result to answer: a list, a refusal, a
+follow-up that may wait past its time, a time of day read on a timezone the person never gave,
+"tomorrow" said after midnight, or a call that came with no text (core/turn/tool_loop.py).
 FOLLOW_UPS_PER_PERSON=0 switches it off: no tools, and the prompt says the agent cannot.
 "Friday at 9" is read on the person's wall clock (core/follow_ups/wall_clock.py).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from core.errors import StoreUnavailable
 from core.follow_ups.listing import pushed_on, said_on
 from core.follow_ups.wall_clock import InvalidTime, resolve_when, shown, zone_named
 from core.model.llm import ToolCall
@@ -33,7 +39,13 @@ if TYPE_CHECKING:
     from core.stores.store import MemoryStore
     from core.turn.capabilities import TurnState
 
+log = logging.getLogger("crossmem.follow_ups")
+
 SCHEDULE, LIST, CANCEL, SET_TIMEZONE = "schedule_follow_up", "list_follow_ups", "cancel_follow_up", "set_timezone"
+
+# How long a schedule tool's place is held for its turn (reserve_follow_up): longer than any attempt
+# lasts (the job's, the longest, holds its message LEASE_S, 360 s), so only a turn that died loses it.
+PLACE_HELD_S = 600
 
 # The tool definitions: the same bytes in every turn (the prompt cache's prefix).
 TOOLS: tuple[dict[str, Any], ...] = (
@@ -194,7 +206,11 @@ class TurnTools:
     # again when set_timezone changes the clock later in the turn
     walls: list[tuple[str | None, str | None] | None] = field(default_factory=list)
     definitions: tuple[dict[str, Any], ...] = TOOLS
-    round_trips: int = 0  # they only record intent: finish_turn writes it
+    round_trips: int = 0  # a schedule's place (`reserve`); the rest only record intent: finish_turn writes it
+    # Holds the place of the `position`-th follow-up this turn schedules, given what it is and the
+    # ids the turn cancelled: False when the person has none left (another turn of theirs took it).
+    # None: no place held (a turn with no stored message), finish_turn counts alone.
+    reserve: Callable[[int, dict[str, Any], list[int]], bool] | None = None
 
     def must_answer(self, result: ToolResult) -> bool:
         """A list is for the model to read, and a schedule whose follow-up may wait past its time,
@@ -251,6 +267,8 @@ class TurnTools:
             at=_text(arguments.get("time")),
             in_minutes=minutes if minutes is not None else None,
         )
+        entry = {"content": content, "due_at": due.isoformat(), "timezone": self.zone.key}
+        self._hold_place(entry)
         said = f"Scheduled for {shown(due, self.zone)}."  # the answer first: what it records, it then says
         if self.surface is not None and not self.surface.is_secondary:
             if self.pushed_on is None:
@@ -267,9 +285,27 @@ class TurnTools:
         if self.assumed and minutes is None:  # a time of day, on a clock the person never gave
             said += ASSUMED.format(zone=self.zone.key)
             self.told.add(call_id)
-        self.scheduled.append({"content": content, "due_at": due.isoformat(), "timezone": self.zone.key})
+        self.scheduled.append(entry)
         self.walls.append(None if minutes is not None else (_text(arguments.get("day")), _text(arguments.get("time"))))
         return said
+
+    def _hold_place(self, entry: dict[str, Any]) -> None:
+        """The place of the follow-up `entry` among the person's, held for this turn; InvalidTime
+        (said back to the model, which is asked again) when there is none, or the database cannot
+        hold it: the person must not read that it is set."""
+        if self.reserve is None:
+            return
+        self.round_trips += 1
+        try:
+            held = self.reserve(len(self.scheduled) + 1, entry, self.cancelled)
+        except StoreUnavailable as exc:
+            log.warning("a follow-up's place could not be held; not scheduled", extra={"error": str(exc)})
+            raise InvalidTime("it could not be saved just now; ask them to ask again in a few minutes") from exc
+        if not held:
+            raise InvalidTime(
+                f"the person already has {self.rules.max_pending} pending follow-ups, the most allowed (one just"
+                " scheduled from another of their conversations); one must be cancelled first"
+            )
 
     def _after_midnight(self, day: str | None, due: datetime) -> str:
         """AFTER_MIDNIGHT, for "tomorrow" said in the small hours of the turn's clock; else ''."""
@@ -411,6 +447,8 @@ class FollowUps:
             self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed, pushed
         )
         if self.rules.max_pending > 0:
+            if turn.start.message_id is not None:
+                tools.reserve = place_holder(turn.memory.store, turn.user_id, turn.start.message_id, self.rules)
             return tools
         # Off: no tools, but a web client's timezone still becomes the person's (the context's tags).
         tools.definitions = ()
@@ -421,3 +459,29 @@ def cancel_follow_up(store: MemoryStore, person: UUID, follow_up_id: int) -> boo
     """Cancel one of the person's pending follow-ups; False when they have no such pending one."""
     done = store.call("cancel_follow_up", {"p_user_id": str(person), "p_id": follow_up_id})
     return bool(done["cancelled"])
+
+
+def place_holder(
+    store: MemoryStore, person: UUID, message_id: int, rules: FollowUpRules
+) -> Callable[[int, dict[str, Any], list[int]], bool]:
+    """A turn's `TurnTools.reserve`: the place of the follow-up its message (`message_id`) schedules
+    at a position, held by the database for PLACE_HELD_S (follow_ups.sql's reserve_follow_up)."""
+
+    def reserve(position: int, entry: dict[str, Any], cancelled: list[int]) -> bool:
+        held = store.call(
+            "reserve_follow_up",
+            {
+                "p_user_id": str(person),
+                "p_message_id": message_id,
+                "p_position": position,
+                "p_content": entry["content"],
+                "p_due_at": entry["due_at"],
+                "p_timezone": entry["timezone"],
+                "p_cancelled": json.dumps(cancelled),
+                "p_max_pending": rules.max_pending,
+                "p_hold_seconds": PLACE_HELD_S,
+            },
+        )
+        return bool(held and held.get("reserved"))
+
+    return reserve

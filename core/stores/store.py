@@ -35,6 +35,7 @@ SQL_FUNCTIONS = frozenset(
         "begin_turn",
         "finish_turn",
         "finish_turn_follow_ups",
+        "reserve_follow_up",
         "follow_ups_of",
         "follow_ups_with_apps",
         "cancel_follow_up",

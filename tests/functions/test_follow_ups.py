@@ -1810,6 +1810,62 @@ def test_the_window_counts_only_the_persons_own_messages(
     assert rows(job_database, "select status from follow_ups") == [("held",)]
 
 
+def test_of_two_turns_racing_for_a_persons_last_follow_up_the_second_is_told_it_is_not_set(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """A review's finding: a person one follow-up short of FOLLOW_UPS_PER_PERSON asks for one on
+    Telegram and, while the model writes that answer, for another on WhatsApp, whose turn ends
+    first. Each tool counted the pending ones its own begin_turn read and said "Scheduled"; the
+    Telegram one's finish_turn then refused it, which was only logged, after the person had read
+    "I'll remind you". The tool holds the follow-up's place when it runs (one round trip, in a turn
+    that schedules only): the second is told there is none left, and the model is asked again with
+    that, so the person reads it is not set. Two turns interleaved, no sleeps."""
+    environment.setenv("FOLLOW_UPS_PER_PERSON", "1")
+    apps = three_apps(environment, fake_anthropic)
+    person = uuid.uuid4()
+    apps.telegram.post(
+        "/", json=update(f"/start {new_code(apps, person)['code']}", user_id=apps.chat), headers=TELEGRAM_HEADERS
+    )
+    fields = form(f"link {new_code(apps, person)['code']}", sender=f"whatsapp:{apps.number}")
+    assert apps.whatsapp.post("/", data=fields, headers=signed(fields)).status_code == 200
+    answered_on_whatsapp: list[str] = []
+
+    def answer(body: dict[str, Any]) -> Any:
+        if results := tool_results(body):
+            return f"Sorry: {results[-1]['content']}"
+        if sent_texts(body)[-1].endswith("remind me to stretch in an hour"):
+            # The Telegram turn has begun and waits for the model: the WhatsApp one runs whole.
+            fields = form("remind me to drink water in an hour", sender=f"whatsapp:{apps.number}")
+            answered = apps.whatsapp.post("/", data=fields, headers=signed(fields))
+            answered_on_whatsapp.extend(messages_of(answered.text))
+            return [
+                text_block("I'll remind you."),
+                tool_use("schedule_follow_up", {"content": "Stretch.", "in_minutes": 60}),
+            ]
+        return [
+            text_block("I'll remind you."),
+            tool_use("schedule_follow_up", {"content": "Drink water.", "in_minutes": 60}),
+        ]
+
+    fake_anthropic.answer = answer
+    before = len(fake_telegram.sent())
+    telegram_turn("remind me to stretch in an hour", apps.chat)
+
+    assert answered_on_whatsapp == ["I'll remind you."]
+    assert rows(job_database, "select content, status from follow_ups where user_id = %s", person) == [
+        ("Drink water.", "pending")
+    ]
+    told = [message["text"] for message in fake_telegram.sent()[before:]]
+    assert told == [
+        "I'll remind you.\n\nSorry: Not done: the person already has 1 pending follow-ups, the most allowed (one"
+        " just scheduled from another of their conversations); one must be cancelled first."
+    ]
+
+
 def test_the_list_tool_and_the_web_show_only_the_persons_own_follow_ups(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
 ) -> None:

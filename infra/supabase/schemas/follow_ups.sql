@@ -42,7 +42,11 @@ create table public.follow_ups (
     content text not null check (char_length(content) between 1 and 200000),
     due_at timestamptz not null,
     timezone text not null default 'UTC',
-    status text not null default 'pending' check (status in ('pending', 'sending', 'held', 'sent', 'given_up')),
+    -- `reserved`: its place among the person's FOLLOW_UPS_PER_PERSON taken by the schedule tool of a
+    -- turn still running (reserve_follow_up), until claimed_until; pending once the turn's reply is
+    -- stored (finish_turn_follow_ups), gone with an attempt that ends without one (end_attempt).
+    status text not null default 'pending'
+        check (status in ('reserved', 'pending', 'sending', 'held', 'sent', 'given_up')),
     attempts integer not null default 0,
     next_attempt_at timestamptz not null,
     claimed_until timestamptz,
@@ -50,6 +54,7 @@ create table public.follow_ups (
     -- recorded, and it is handed back, only under that claim, so a retried call of the run that
     -- claimed it knows its own work and never touches a later run's claim.
     claim uuid,
+    -- (claimed_until: for a `reserved` one, when its place is no longer held: a turn that died.)
     -- When its claim's run began to send it (try_follow_up); null while claimed and not yet tried.
     tried_at timestamptz,
     -- Said in parts (past a surface's limit), a later one refused for a reason that may pass: its
@@ -82,6 +87,7 @@ create index follow_ups_sending on public.follow_ups (claimed_until) where statu
 create index follow_ups_held_until on public.follow_ups (held_until) where status = 'held' and held_until is not null;
 create index follow_ups_by_user on public.follow_ups (user_id, due_at) where status in ('pending', 'sending', 'held');
 create index follow_ups_by_conversation on public.follow_ups (conversation_id);
+create index follow_ups_reserved on public.follow_ups (user_id) where status = 'reserved';
 create index follow_ups_said_with on public.follow_ups (said_with) where said_with is not null;
 create index follow_ups_said_by_user on public.follow_ups (user_id) where said_with is not null;
 -- Deleting a message (a purge, forgetting) sets the follow-ups stored as it to null: found by this.
@@ -404,6 +410,7 @@ declare
     v_refused integer := 0;
     v_cancelled integer := 0;
     v_id bigint;
+    v_held boolean;
     v_now timestamptz := clock_timestamp();
 begin
     if v_result->>'reply_id' is null then
@@ -431,31 +438,116 @@ begin
     get diagnostics v_cancelled = row_count;
 
     perform pg_advisory_xact_lock(hashtextextended('follow_ups/' || v_asked.user_id, 0));
-    select count(*) into v_pending
-      from public.follow_ups f where f.user_id = v_asked.user_id and f.status in ('pending', 'sending', 'held');
+    -- with the places other turns of the person's hold (reserve_follow_up); this turn's own become
+    -- pending below, counted then
+    v_pending := crossmem_private.follow_ups_counted(v_asked.user_id, v_asked.id, v_now);
     for v_item in
         select s.ordinality::integer as position, s.value->>'content' as content,
                (s.value->>'due_at')::timestamptz as due_at, coalesce(s.value->>'timezone', 'UTC') as timezone
           from jsonb_array_elements(coalesce(v_changes->'schedule', '[]')) with ordinality s
     loop
-        if v_pending >= p_max_pending or v_item.due_at > v_now + interval '366 days'
+        -- Its place held by the tool (still held: a place given up may have been taken since) is
+        -- its own whatever the count; without one, the count decides, as it did before places.
+        v_held := exists (select from public.follow_ups f
+                           where f.asked_in = v_asked.id and f.asked_order = v_item.position
+                             and f.user_id = v_asked.user_id and f.status = 'reserved' and f.claimed_until >= v_now);
+        if not v_held and v_pending >= p_max_pending or v_item.due_at > v_now + interval '366 days'
            or coalesce(v_item.content, '') = '' then
             v_refused := v_refused + 1;
             continue;
         end if;
-        v_id := null;
-        insert into public.follow_ups (user_id, conversation_id, surface, sender, asked_in, asked_order, content,
-                                       due_at, timezone, next_attempt_at)
-             values (v_asked.user_id, v_asked.conversation_id, v_asked.surface, v_asked.sender, v_asked.id,
-                     v_item.position, v_item.content, v_item.due_at, v_item.timezone, v_item.due_at)
-        on conflict (asked_in, asked_order) do nothing
-          returning id into v_id;
+        -- its place becomes it, with its id (at the time set_timezone may have moved it to)
+        update public.follow_ups f
+           set status = 'pending', content = v_item.content, due_at = v_item.due_at, timezone = v_item.timezone,
+               next_attempt_at = v_item.due_at, claimed_until = null
+         where f.asked_in = v_asked.id and f.asked_order = v_item.position and f.user_id = v_asked.user_id
+           and f.status = 'reserved'
+        returning f.id into v_id;
+        if v_id is null then
+            insert into public.follow_ups (user_id, conversation_id, surface, sender, asked_in, asked_order, content,
+                                           due_at, timezone, next_attempt_at)
+                 values (v_asked.user_id, v_asked.conversation_id, v_asked.surface, v_asked.sender, v_asked.id,
+                         v_item.position, v_item.content, v_item.due_at, v_item.timezone, v_item.due_at)
+            on conflict (asked_in, asked_order) do nothing
+              returning id into v_id;
+        end if;
         if v_id is not null then
             v_pending := v_pending + 1;
             v_scheduled := v_scheduled || to_jsonb(v_id);
         end if;
     end loop;
+    -- a place this turn's tools held and its schedule no longer asks for (none, as the tool counts)
+    delete from public.follow_ups f
+     where f.asked_in = v_asked.id and f.user_id = v_asked.user_id and f.status = 'reserved';
     return v_result || jsonb_build_object('scheduled', v_scheduled, 'refused', v_refused, 'cancelled', v_cancelled);
+end;
+$$;
+
+
+-- What counts against FOLLOW_UPS_PER_PERSON for p_user_id: the pending ones (pending, being sent,
+-- held) and the places other turns hold (`reserved`, until their claimed_until; p_asked_in's own
+-- are the caller's to count). Under the person's follow-ups lock (pg_advisory_xact_lock).
+create function crossmem_private.follow_ups_counted(p_user_id uuid, p_asked_in bigint, p_now timestamptz)
+    returns integer language sql stable set search_path = '' as $$
+    select (select count(*) from public.follow_ups f
+             where f.user_id = p_user_id and f.status in ('pending', 'sending', 'held'))::integer
+         + (select count(*) from public.follow_ups f
+             where f.user_id = p_user_id and f.status = 'reserved' and f.claimed_until >= p_now
+               and f.asked_in is distinct from p_asked_in)::integer;
+$$;
+
+
+-- The schedule tool's round trip (core/follow_ups/capability.py): a place among the person's
+-- p_max_pending for the follow-up a turn is scheduling, the p_position-th of its message
+-- (p_message_id), held until p_hold_seconds from now, while the turn writes its answer; its
+-- finish_turn_follow_ups makes it pending, its end without a reply (end_attempt) frees it, and one
+-- of a turn that died is no longer counted after that time. Counted under the person's lock, as
+-- finish_turn_follow_ups counts: two turns of the same person on two apps that schedule at once
+-- cannot both be told "Scheduled" for the last place (a review's finding: the second was refused
+-- by its finish, after the person had read "I'll remind you"). p_cancelled (a JSON array): the ids
+-- the turn's cancel tool took back, not counted. Only p_user_id's message (or the person they were
+-- linked into since). {"reserved": boolean, "pending": what counts, this one included when held}.
+create function public.reserve_follow_up(
+    p_user_id uuid, p_message_id bigint, p_position integer, p_content text, p_due_at timestamptz,
+    p_timezone text, p_cancelled text, p_max_pending integer, p_hold_seconds integer
+) returns jsonb language plpgsql set search_path = '' as $$
+declare
+    v_asked record;
+    v_pending integer;
+    v_now timestamptz := clock_timestamp();
+begin
+    select m.id, m.user_id, m.conversation_id, m.surface, m.sender into v_asked
+      from public.messages m
+     where m.id = p_message_id and m.role = 'user'
+       and (m.user_id = p_user_id
+            or exists (select from public.merged_people x
+                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+    if v_asked.id is null then
+        return jsonb_build_object('reserved', false, 'pending', null);
+    end if;
+    perform pg_advisory_xact_lock(hashtextextended('follow_ups/' || v_asked.user_id, 0));
+    -- places of turns that died, no longer counted: gone
+    delete from public.follow_ups f
+     where f.user_id = v_asked.user_id and f.status = 'reserved' and f.claimed_until < v_now;
+    v_pending := crossmem_private.follow_ups_counted(v_asked.user_id, v_asked.id, v_now)
+        + (select count(*) from public.follow_ups f
+            where f.asked_in = v_asked.id and f.user_id = v_asked.user_id and f.status = 'reserved'
+              and f.asked_order <> p_position)::integer
+        - (select count(*) from public.follow_ups f
+            where f.user_id = v_asked.user_id and f.status in ('pending', 'held')
+              and f.id in (select e::bigint from json_array_elements_text(coalesce(nullif(p_cancelled, ''), '[]')::json) e))::integer;
+    if v_pending >= p_max_pending then
+        return jsonb_build_object('reserved', false, 'pending', v_pending);
+    end if;
+    insert into public.follow_ups (user_id, conversation_id, surface, sender, asked_in, asked_order, content, due_at,
+                                   timezone, next_attempt_at, status, claimed_until)
+         values (v_asked.user_id, v_asked.conversation_id, v_asked.surface, v_asked.sender, v_asked.id, p_position,
+                 p_content, p_due_at, p_timezone, p_due_at, 'reserved', v_now + make_interval(secs => p_hold_seconds))
+    on conflict (asked_in, asked_order) do update
+       set content = excluded.content, due_at = excluded.due_at, timezone = excluded.timezone,
+           next_attempt_at = excluded.next_attempt_at, claimed_until = excluded.claimed_until
+     where follow_ups.status = 'reserved';
+    return jsonb_build_object('reserved', true, 'pending', v_pending + 1);
 end;
 $$;
 

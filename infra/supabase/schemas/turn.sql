@@ -781,6 +781,10 @@ begin
             perform public.send_follow_ups_later(p_user_id, p_user_message_id, p_said_later);
         end if;
     end if;
+    -- The places its schedule tool held (follow_ups.sql's reserve_follow_up): nothing was stored,
+    -- so nothing is scheduled; freed at once for the person's next turn (or this message's next answer).
+    delete from public.follow_ups f
+     where f.asked_in = p_user_message_id and f.user_id in (p_user_id, v_user) and f.status = 'reserved';
     -- Parts that went out never go again (never back a part: another attempt may have pushed more).
     update public.follow_ups f set unsent_from = greatest(f.unsent_from, (p.value ->> 'unsent_from')::smallint)
       from json_array_elements(coalesce(p_first_parts, '[]')::json) p
