@@ -242,7 +242,9 @@ def test_the_claim_gives_up_the_holds_past_their_week_by_index_a_batch_a_run(pos
             connection.commit()
         scans, read = after[0] - before[0], after[1] - before[1]
         assert (scans, first["claimed"]) == (0, [])
-        assert read <= 2 * 50, read  # each found by the index, then updated by its key
+        # Each found by the index, then updated by its key, and the claim's other statements' few
+        # (104 on the embedded server, 100 here); without the index, over 24,000.
+        assert read <= 4 * 50, read
         expired = rows(database_url, "select id from follow_ups where content like 'Call mum %%' order by held_until")
         assert first["expired"] == sorted(row[0] for row in expired[:50])
         [(second,)] = rows(database_url, "select public.claim_due_follow_ups(now(), 50, 60, gen_random_uuid())")
