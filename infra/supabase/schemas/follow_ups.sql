@@ -372,6 +372,18 @@ end;
 $$;
 
 
+-- The person's message a turn's follow-up is asked in (its conversation and sender are where it
+-- is said), theirs or, after a link's merge, the person's it was merged into; null when neither's.
+create function crossmem_private.turn_message(p_user_id uuid, p_message_id bigint) returns public.messages
+    language sql stable set search_path = '' as $$
+    select m.*
+      from public.messages m
+     where m.id = p_message_id and m.role = 'user'
+       and (m.user_id = p_user_id
+            or exists (select from public.merged_people x
+                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+$$;
+
 -- finish_turn, and with it (same round trip) what the model's tools decided in this turn,
 -- p_follow_ups as JSON: {"schedule": [{"content", "due_at", "timezone"}], "cancel": [id],
 -- "timezone": name}, and the held follow-ups the message took to say first that its TwiML answer
@@ -403,7 +415,7 @@ declare
                                          p_attempt, p_tokens, p_user_content, p_reserved, p_reply_id,
                                          p_language, null);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
-    v_asked record;
+    v_asked public.messages;
     v_item record;
     v_pending integer;
     v_scheduled jsonb := '[]'::jsonb;
@@ -416,12 +428,7 @@ begin
     if v_result->>'reply_id' is null then
         return v_result;
     end if;
-    select m.id, m.user_id, m.conversation_id, m.surface, m.sender into v_asked
-      from public.messages m
-     where m.id = p_user_message_id and m.role = 'user'
-       and (m.user_id = p_user_id
-            or exists (select from public.merged_people x
-                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+    v_asked := crossmem_private.turn_message(p_user_id, p_user_message_id);
     if v_asked.id is null then
         return v_result;
     end if;
@@ -512,16 +519,11 @@ create function public.reserve_follow_up(
     p_timezone text, p_cancelled text, p_max_pending integer, p_hold_seconds integer
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
-    v_asked record;
+    v_asked public.messages;
     v_pending integer;
     v_now timestamptz := clock_timestamp();
 begin
-    select m.id, m.user_id, m.conversation_id, m.surface, m.sender into v_asked
-      from public.messages m
-     where m.id = p_message_id and m.role = 'user'
-       and (m.user_id = p_user_id
-            or exists (select from public.merged_people x
-                        where x.from_user_id = p_user_id and x.into_user_id = m.user_id));
+    v_asked := crossmem_private.turn_message(p_user_id, p_message_id);
     if v_asked.id is null then
         return jsonb_build_object('reserved', false, 'pending', null);
     end if;
