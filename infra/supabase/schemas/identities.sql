@@ -114,20 +114,9 @@ begin
 end;
 $$;
 
--- Whether p_sender, on p_surface, is an opted-out chat or number of p_user_id's (record_opt_out
--- keeps an opt-out as the identity's person's): what begin_turn asks for a message from a surface
--- whose numbers opt out (turn.sql), one read of the identity by its key.
-create function crossmem_private.sender_opted_out(p_user_id uuid, p_surface text, p_sender text)
-    returns boolean language plpgsql stable set search_path = '' as $$
-begin
-    return exists (select from public.identities i
-                    where i.surface = p_surface and i.external_id = p_sender and i.user_id = p_user_id
-                      and i.opted_out_at is not null);
-end;
-$$;
-
 -- A person's chats or numbers on p_surface that opted out (a JSON array of their ids): what the
--- scheduled job sends nothing to (owed_replies.sql, follow_ups.sql).
+-- scheduled job sends nothing to (owed_replies.sql, follow_ups.sql), and whether begin_turn answers
+-- a message (turn.sql).
 create function crossmem_private.opted_out_of(p_user_id uuid, p_surface text)
     returns jsonb language sql stable set search_path = '' as $$
     select coalesce(jsonb_agg(i.external_id order by i.external_id), '[]'::jsonb)

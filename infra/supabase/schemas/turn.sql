@@ -462,9 +462,9 @@ begin
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
     v_language := crossmem_private.remember_language(v_user, p_language);  -- follow_ups.sql
-    -- A surface whose senders opt out (identities.sql; its adapter says so): its sender read, by its
-    -- key, there alone; every other turn reads nothing more.
-    if p_opts_out and crossmem_private.sender_opted_out(v_user, p_surface, p_sender) then
+    -- A surface whose senders opt out (identities.sql; its adapter says so): the person's opted-out
+    -- chats or numbers there read, as the job reads them; every other turn reads nothing more.
+    if p_opts_out and crossmem_private.opted_out_of(v_user, p_surface) ? p_sender then
         return crossmem_private.opted_out_message(v_user, p_surface, p_content, p_external_id, p_attempt, p_sender,
                                                   p_platform_ref, p_reply_ref, p_quoted, v_language);
     end if;
