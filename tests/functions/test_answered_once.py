@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from core.channels.splitting import split_message
@@ -270,11 +271,13 @@ def test_two_job_runs_at_once_answer_each_owed_message_once(
     fake_anthropic.behaviour = "ok"
     fake_anthropic.latency_s = (0.1, 0.2)
     answers: list[dict[str, Any]] = []
+    # Both built before either runs: building one resets the runtime, closing the pool the other uses.
+    jobs = [app_client("memory_digest") for _ in range(2)]
 
-    def run_the_job() -> None:
-        answers.append(app_client("memory_digest").post("/", headers=DIGEST).get_json())
+    def run_the_job(job: FlaskClient) -> None:
+        answers.append(job.post("/", headers=DIGEST).get_json())
 
-    runs = [threading.Thread(target=run_the_job) for _ in range(2)]
+    runs = [threading.Thread(target=run_the_job, args=(job,)) for job in jobs]
     for run in runs:
         run.start()
     for run in runs:
