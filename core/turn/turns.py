@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from core.errors import ModelDeclined, ModelUnavailable, StillAnswering
-from core.follow_ups.lateness import said_late
+from core.follow_ups.said_first import HeldFirst, Room, with_room
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
 from core.media.kinds import placeholder, unread_notice
@@ -89,6 +89,7 @@ class Turns:
         self._zone = ZoneInfo(settings.timezone)
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="model")
+        self._held = HeldFirst(settings.phrases, now, self._zone)
 
     @property
     def identity(self) -> IdentityPolicy:
@@ -219,7 +220,7 @@ class Turns:
         waiting: bool = True,
         until: float | None = None,
         merged: tuple[int, ...] = (),
-        room: Callable[[str, Sequence[SaidFirst]], int] | None = None,
+        room: Room | None = None,
     ) -> TurnResult:
         """`waiting`: the person is waiting on this turn (a webhook's, the web's): they see "typing…",
         and the fallback when the model fails. The scheduled job's owed answer has nobody waiting:
@@ -230,7 +231,7 @@ class Turns:
         until = until if until is not None else self._send_by(began, deadline_s)
         figures.context_messages = len(messages)
         figures.owed = start.owed
-        first, unsaid = self._say_first(start, channel, until)
+        first, unsaid = self._held.pushed(start, channel, until)
         if unsaid:
             return self._held_not_said(surface, start, figures, began, unsaid)
         if channel is not None and waiting:
@@ -267,7 +268,7 @@ class Turns:
             figures.error = "the reply could not be delivered"
         handed_over = self._handed_over(sent, until, figures)
         result = self._result(outcome, None if handed_over else text, start, figures)
-        first, later = ([], []) if handed_over else self._with_room(first, text, room)
+        first, later = ([], []) if handed_over else with_room(first, text, room)
         result.follow_ups_first = first
         learned = self._learned(prepared, described, figures, began + deadline_s)
         if outcome is not Outcome.FALLBACK and not handed_over:
@@ -468,7 +469,7 @@ class Turns:
             self.memory.record_delivery(start.user_id, stored.id, start.attempt, IN_THE_RESPONSE)
             figures.round_trips += 1
         # what the first answer said before it
-        result.follow_ups_first = self._held_as_said(replace(start, language=self._language(request, start)))
+        result.follow_ups_first = self._held.as_said(replace(start, language=self._language(request, start)))
         return start, figures, result
 
     @staticmethod
@@ -583,12 +584,12 @@ class Turns:
         channel: ReplyChannel | None,
         began: float,
         until: float = math.inf,
-        room: Callable[[str, Sequence[SaidFirst]], int] | None = None,
+        room: Room | None = None,
     ) -> TurnResult:
         """Media that could not be used: the notice is the answer (stored, so a redelivery repeats it
         rather than asking anything again), and the message is stored as what is known."""
         assert prepared.notice is not None
-        first, unsaid = self._say_first(start, channel, until)
+        first, unsaid = self._held.pushed(start, channel, until)
         if unsaid:
             return self._held_not_said(surface, start, figures, began, unsaid, prepared.stored())
         sent = channel.send(prepared.notice, until) if channel is not None else self._in_the_response(until)
@@ -598,56 +599,10 @@ class Turns:
             result.reply_owed = True
             return self._logged(surface, result, began)
         result = self._result(Outcome.MEDIA_REFUSED, prepared.notice, start, figures)
-        result.follow_ups_first, later = self._with_room(first, prepared.notice, room)
+        result.follow_ups_first, later = with_room(first, prepared.notice, room)
         self._finish(result, start, prepared.notice, sent, prepared.stored(), said_later=later)
         result.reply_owed = sent.delivery is Delivery.OWED and result.reply_id is not None
         return self._logged(surface, result, began)
-
-    def _say_first(
-        self, start: TurnStart, channel: ReplyChannel | None, until: float
-    ) -> tuple[list[SaidFirst], list[SaidFirst]]:
-        """Held WhatsApp follow-ups go before the answer, whatever the answer is: sent through a
-        channel that pushes; else returned first, for the caller's response to carry. Second, when
-        one did not go for a reason that may pass: the ones pushed, each from the part not out yet
-        (its count of parts when all went), which the next answer starts them from. One refused
-        for good (the number cannot receive) is passed over: waiting would never say it."""
-        first = self._held_as_said(start)
-        if channel is None:
-            return first, []
-        pushed: list[SaidFirst] = []
-        for said in first:
-            sent = channel.send(said.content, until, said.from_part)
-            pushed.append(replace(said, from_part=sent.parts))
-            if sent.delivery is Delivery.OWED:
-                return [], pushed
-        return [], []
-
-    @staticmethod
-    def _with_room(
-        first: list[SaidFirst], text: str, room: Callable[[str, Sequence[SaidFirst]], int] | None
-    ) -> tuple[list[SaidFirst], list[SaidFirst]]:
-        """The held follow-ups said first that the caller's response has room for beside `text`,
-        and the rest, which the turn's last round trip leaves to the follow-up job (never a round
-        trip of their own after it: the database failing then would leave them marked said)."""
-        if room is None or not first:
-            return first, []
-        fits = room(text, first)
-        return first[:fits], first[fits:]
-
-    def _held_as_said(self, start: TurnStart) -> list[SaidFirst]:
-        """The held follow-ups as the person reads them: said late, each says when it was due
-        (core/follow_ups/lateness.py), on their clock (theirs, else the one it was asked in) and in
-        the turn's language."""
-        if not start.delivered_first:  # nearly every turn: nothing held
-            return []
-        phrases, now = self._settings.phrases(start.language), self._now()
-        told: list[SaidFirst] = []
-        for said in start.delivered_first:
-            if said.due_at is not None:
-                zone = zone_named(start.timezone) or zone_named(said.timezone) or self._zone
-                said = replace(said, content=said_late(said.content, said.due_at, now, zone, phrases))
-            told.append(said)
-        return told
 
     def _in_the_response(self, until: float) -> Sent:
         """A reply the caller answers with in its response: owed, nothing of it out, when that
@@ -658,7 +613,7 @@ class Turns:
         """The held follow-ups pushed before an answer that asks no model (the scheduled job's
         give-up); False when one did not go: the attempt is ended with how far each got, and the
         message is owed with them."""
-        _, unsaid = self._say_first(start, channel, until)
+        _, unsaid = self._held.pushed(start, channel, until)
         if unsaid:
             self._end_attempt(start, TurnFigures(), first_parts=unsaid)
         return not unsaid
