@@ -34,7 +34,7 @@ from functions.digest import memory_digest
 from functions.tools.cli import main
 from functions.tools.deploy import read_description
 from tests.database import migrated_database
-from tests.fakes.anthropic_api import FakeAnthropic, text_block, tool_results, tool_use
+from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic, text_block, tool_results, tool_use
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
@@ -1990,6 +1990,37 @@ def held_after_the_pills(
             n,
         )
     return longs
+
+
+def test_a_declined_answer_with_held_follow_ups_it_had_no_room_for_is_still_marked_declined(
+    environment: pytest.MonkeyPatch,
+    job_database: str,
+    clock: Clock,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+) -> None:
+    """The model declines a WhatsApp message whose answer has no room for every held follow-up:
+    the turn's message and its reply are marked declined (out of every later context), as any
+    declined turn's, while the one left out goes to the job. Handing it to the job must not cost
+    the mark: left unmarked, the refused message stays in the context and every next turn of the
+    person's is declined too."""
+    number = "whatsapp:+34611000202"
+    longs = held_after_the_pills(job_database, clock, fake_anthropic, number, 10)
+    whatsapp = app_client("whatsapp_webhook")
+    fields = form(f"explain {REFUSAL_TRIGGER}", sender=number)
+    first = messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text)
+    assert first[:9] == [f"{PILLS_LATE}\n\n{late(longs[0])}", *map(late, longs[1:9])]
+    assert rows(job_database, "select status, said_with from follow_ups where content = %s", longs[9]) == [
+        ("pending", None)
+    ]
+    assert rows(
+        job_database,
+        "select role, declined from messages where role = 'user' and content like 'explain %%'"
+        " or in_reply_to in (select id from messages where content like 'explain %%') order by id",
+    ) == [("user", True), ("assistant", True)]
+    fake_anthropic.answer = lambda body: "Good morning to you."
+    fields = form("Good morning", sender=number)
+    assert messages_of(whatsapp.post("/", data=fields, headers=signed(fields)).text) == ["Good morning to you."]
 
 
 @pytest.mark.parametrize("linked_meanwhile", [False, True])
