@@ -322,14 +322,13 @@ class Memory:
             "p_reserved": reserved,
             "p_reply_id": reply_id,
             "p_language": language_tag(language),
+            "p_declined": None if declined is None else json.dumps(list(declined)),
         }
         function = "finish_turn"
         written = {**(follow_ups or {}), **({"later": [said.id for said in said_later]} if said_later else {})}
         if written:
             function = "finish_turn_follow_ups"
             arguments.update(p_follow_ups=json.dumps(written), p_max_pending=max_follow_ups)
-        else:
-            arguments["p_declined"] = None if declined is None else json.dumps(list(declined))
         waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
         while True:
             try:
