@@ -11,7 +11,8 @@ a minute, says it through the Messages API, once, ending with when it was due ("
 sent late)": core/follow_ups/lateness.py). Not in the answer to the opt-in: Twilio answers START
 itself, and YES is a turn whose TwiML answer is the advisor's reply.
 
-Held at most HELD_FOR_OPT_IN after it was due (its `held_until`): an opt-in later than that gives
+Held at most HELD_FOR_OPT_IN after it was due (its `held_until`, recorded when it is held and the
+one bound both the opt-in and the claim read, with the job's clock): an opt-in later than that gives
 it up unsaid (logged with the count, never the number), as a reminder of a week gone is noise, and
 the person who stopped texts for that long meant it; one the job first finds that late (the job was
 down) is given up at once; and with no opt-in at all, the job's first run past that time gives it

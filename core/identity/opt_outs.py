@@ -10,7 +10,8 @@ number sends is stored and answered by nobody, with no model call (turn.sql's be
 answer would be refused); the scheduled job gives up what it owed the number, with no model call
 and no send (core/turn/owed.py), and holds the follow-ups due there that no other app of the
 person's takes (core/follow_ups/delivery.py). The opt-in lets those go, for the job to say late;
-ones due more than HELD_FOR_OPT_IN before it are given up (core/follow_ups/opted_out.py).
+ones whose hold ended before it (`held_until`, HELD_FOR_OPT_IN after they were due) are given up
+(core/follow_ups/opted_out.py).
 
 Whose identity: the owner policy's person for a number its list names (the identity is made for
 them, as that policy keeps none otherwise), else whoever's the number's identity is; a stranger
@@ -25,7 +26,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from core.errors import StoreUnavailable
-from core.follow_ups.opted_out import HELD_FOR_OPT_IN
 from core.identity.policy import IdentityPolicy, identity_key
 from core.models import Surface
 from core.stores.store import MemoryStore
@@ -39,7 +39,7 @@ class OptOuts:
     ) -> None:
         self._store = store
         self._identity = identity
-        self._now = now  # the follow-up job's clock: an opt-in lets go the ones held within the week before it
+        self._now = now  # the follow-up job's clock: an opt-in lets go the ones whose hold has not ended
 
     def heard(self, surface: Surface, sender: str, opted_out: bool | None) -> bool:
         """What a message, or a refused send, said of `sender`'s subscription: opted out (True), in
@@ -52,7 +52,8 @@ class OptOuts:
             "p_external_id": identity_key(surface, sender),
             "p_user_id": None if person.user_id is None else str(person.user_id),
             "p_opted_out": opted_out,
-            "p_held_since": (self._now() - HELD_FOR_OPT_IN).isoformat(),
+            # the job's clock, against each held one's `held_until` (the one place its week is counted)
+            "p_now": self._now().isoformat(),
         }
         try:
             answer = self._store.call("record_opt_out", arguments)

@@ -452,15 +452,24 @@ def test_start_lets_go_only_its_own_persons_held_reminders(
     )
 
 
+@pytest.mark.parametrize(
+    ("after", "status", "released", "sent"),
+    [(timedelta(days=7), "pending", (1, 0), 1), (timedelta(days=7, minutes=1), "given_up", (0, 1), 0)],
+)
 def test_a_reminder_held_for_start_past_a_week_is_given_up_when_start_comes(
     environment: pytest.MonkeyPatch,
     sms_database: str,
     fake_anthropic: FakeAnthropic,
     fake_twilio: FakeTwilio,
     caplog: pytest.LogCaptureFixture,
+    after: timedelta,
+    status: str,
+    released: tuple[int, int],
+    sent: int,
 ) -> None:
-    """Held for START at most HELD_FOR_OPT_IN (a week): a START eight days later gives it up, unsaid
-    (a reminder of a week gone), and says so in its log line."""
+    """Held for START at most HELD_FOR_OPT_IN (a week) after it was due, by the job's clock against
+    the hold's `held_until` (the week counted once): a START at the week's very end lets it go, one
+    a minute later gives it up, unsaid (a reminder of a week gone), and says so in its log line."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
     sender = number()
@@ -469,13 +478,15 @@ def test_a_reminder_held_for_start_past_a_week_is_given_up_when_start_comes(
     send(sms("STOP", sender))
     now += timedelta(minutes=6)
     assert run_the_job()["follow_ups_held"] == 1
-    rows(sms_database, "update follow_ups set due_at = due_at - interval '8 days' returning id")
+    now = datetime(2026, 12, 2, 17, 5, tzinfo=UTC) + after  # the START, `after` past when it was due
     send(sms("START", sender))
-    assert rows(sms_database, "select status from follow_ups") == [("given_up",)]
-    assert run_the_job()["follow_ups_sent"] == 0
-    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
-    [line] = [r for r in caplog.records if r.name == "crossmem.opt_outs" and r.__dict__.get("given_up")]
-    assert (line.__dict__["released"], line.__dict__["given_up"]) == (0, 1)
+    assert rows(sms_database, "select status from follow_ups") == [(status,)]
+    assert run_the_job()["follow_ups_sent"] == sent
+    said_late = "Take the pills.\n\n(due on Wed 2 Dec at 17:05, sent late)"
+    assert [m["Body"] for m in fake_twilio.messages] == [said_late][:sent]
+    assert fake_twilio.refused == []
+    [line] = [r for r in caplog.records if r.name == "crossmem.opt_outs" and r.getMessage() == "opted in again"]
+    assert (line.__dict__["released"], line.__dict__["given_up"]) == released
 
 
 def test_a_reminder_held_for_a_start_that_never_comes_is_given_up_by_the_job_after_a_week(

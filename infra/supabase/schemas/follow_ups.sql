@@ -294,19 +294,20 @@ $$;
 
 -- A person's chat or number on p_surface opted in again (record_opt_out, identities.sql: an SMS
 -- number's START, UNSTOP or YES after STOP): the follow-ups held there because it had opted out
--- (finish_follow_up's 'opted_out') are let go. Due since p_held_since (the opt-in's time less how
--- long one is held: core/follow_ups/opted_out.py), pending again, due as they were (their claim
--- left next_attempt_at past): the follow-up job's next run says them, late, with when they were
--- due (core/follow_ups/lateness.py), through the Messages API. Due before it, given up unsaid: a
--- reminder of days gone. Only p_user_id's; on a surface with no window, `held` is only ever an
--- opt-out's. {released, given_up}.
+-- (finish_follow_up's 'opted_out') are let go. Still within their hold at p_now (the job's clock:
+-- `held_until`, which the job recorded when it held them, core/follow_ups/opted_out.py, and which
+-- the claim gives them up by), pending again, due as they were (their claim left next_attempt_at
+-- past): the follow-up job's next run says them, late, with when they were due
+-- (core/follow_ups/lateness.py), through the Messages API. Past it, given up unsaid: a reminder of
+-- days gone. Only p_user_id's; on a surface with no window, `held` is only ever an opt-out's.
+-- {released, given_up}.
 create function crossmem_private.let_go_after_opt_in(
-    p_user_id uuid, p_surface text, p_held_since timestamptz, out released integer, out given_up integer
+    p_user_id uuid, p_surface text, p_now timestamptz, out released integer, out given_up integer
 ) language plpgsql set search_path = '' as $$
 begin
     with let_go as (
         update public.follow_ups f
-           set status = case when f.due_at >= p_held_since then 'pending' else 'given_up' end
+           set status = case when f.held_until >= p_now then 'pending' else 'given_up' end
          where f.user_id = p_user_id and f.surface = p_surface and f.status = 'held'
         returning f.status
     )

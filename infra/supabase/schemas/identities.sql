@@ -81,11 +81,11 @@ $$;
 -- (that policy keeps none otherwise); else whoever's the identity is. An identity never seen
 -- records nothing: nothing is ever sent to it. The first opt-out's time is kept. In again, the
 -- person's follow-ups held on p_surface for it are let go (follow_ups.sql's
--- let_go_after_opt_in): pending, for the job's next run, when due since p_held_since, else given
--- up. {"recorded": whether an identity took it, "released", "given_up": how many held follow-ups
--- went either way}.
+-- let_go_after_opt_in): pending, for the job's next run, while their hold lasts at p_now (the
+-- job's clock: each one's `held_until`), else given up. {"recorded": whether an identity took it,
+-- "released", "given_up": how many held follow-ups went either way}.
 create or replace function public.record_opt_out(
-    p_surface text, p_external_id text, p_user_id uuid, p_opted_out boolean, p_held_since timestamptz
+    p_surface text, p_external_id text, p_user_id uuid, p_opted_out boolean, p_now timestamptz
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_user uuid;
@@ -108,7 +108,7 @@ begin
     end if;
     if v_user is not null and not p_opted_out then
         select l.released, l.given_up into v_released, v_given_up
-          from crossmem_private.let_go_after_opt_in(v_user, p_surface, p_held_since) l;
+          from crossmem_private.let_go_after_opt_in(v_user, p_surface, p_now) l;
     end if;
     return jsonb_build_object('recorded', v_user is not null, 'released', v_released, 'given_up', v_given_up);
 end;
