@@ -258,19 +258,20 @@ class WhatsAppSender:
                     # the rest is owed from this part (the reply's unsent_from).
                     return Sent(Delivery.OWED, index)
                 waits = iter(LATER_PART_WAITS_S if index else ())  # the parts before it are out
-                delivery = self._create(to=to, **message)
+                delivery, opted_out = self._create(to=to, **message)
                 while delivery is Delivery.OWED and (wait := next(waits, None)) is not None:
                     if until is None or time.monotonic() + wait + longest_try >= until:
                         break
                     log.warning("sending a message's later part failed; trying again", extra={"part": index + 1})
                     self._sleep(wait)
-                    delivery = self._create(to=to, **message)
+                    delivery, opted_out = self._create(to=to, **message)
                 if delivery is not Delivery.DELIVERED:
-                    return Sent(delivery, index)
+                    return Sent(delivery, index, opted_out)
         return Sent(Delivery.DELIVERED, len(parts))
 
-    def _create(self, **message: str) -> Delivery:
-        """One message through Twilio's Messages API, from this sender; what became of it."""
+    def _create(self, **message: str) -> tuple[Delivery, bool]:
+        """One message through Twilio's Messages API, from this sender; what became of it, and
+        whether it was refused as sent to a number that opted out (OPTED_OUT)."""
         from twilio.base.exceptions import TwilioException, TwilioRestException
 
         try:
@@ -279,13 +280,14 @@ class WhatsAppSender:
             # 4xx but 429: the request itself is refused (an unknown number, outside the window).
             final = 400 <= exc.status < 500 and exc.status != 429
             log.error(self._failed, extra={"status": exc.status, "code": exc.code})
-            if exc.code == OPTED_OUT and self._opted_out is not None:
+            opted_out = exc.code == OPTED_OUT
+            if opted_out and self._opted_out is not None:
                 self._opted_out(message["to"])
-            return Delivery.GIVEN_UP if final else Delivery.OWED
+            return (Delivery.GIVEN_UP if final else Delivery.OWED), opted_out
         except (TwilioException, OSError) as exc:
             log.error(self._failed, extra={"error": type(exc).__name__})
-            return Delivery.OWED
-        return Delivery.DELIVERED
+            return Delivery.OWED, False
+        return Delivery.DELIVERED, False
 
     def inbound_url(self, number: str) -> str | None:
         """The URL Twilio posts `number`'s messages to (its SmsUrl, "A message comes in"; "" when

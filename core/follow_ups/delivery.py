@@ -27,6 +27,8 @@ number has opted out (an SMS number's STOP: core/identity/opt_outs.py) is refuse
 with no send tried (the person asked for no more texts, and Twilio would refuse it): moved once to
 another app of theirs, as any refused one (core/follow_ups/moves.py), else held until the number
 opts in again, for a week at most (core/follow_ups/opted_out.py): past it, the claim gives it up.
+So is one whose own send the platform refuses as opted out (`Sent.opted_out`: a STOP we missed,
+recorded then by the sender), from the part it got to.
 
 Sent, it is stored in the thread as the agent's message (`finish_follow_up`), in the conversation
 of the app it was said on, so every app's memory knows it was said. A failure that may pass
@@ -279,7 +281,8 @@ class FollowUpDelivery:
     def _say(self, row: dict[str, Any], now: datetime) -> tuple[Sent, str, str | None]:
         """Said on its surface: a secondary surface's to a chat or number that still reaches the
         person, the web's in their thread. What became of it, the outcome, and why it was not
-        tried (NOBODY, OPTED_OUT: refused for good before any send, so moved, else given up)."""
+        said (NOBODY, OPTED_OUT: refused for good before any send, or the send refused as opted
+        out, so moved, else held for an opt-out, given up for nobody)."""
         surface = Surface(row["surface"])
         to = self._reachable(surface, row) if surface.is_secondary else None
         if surface.is_secondary and to is None:
@@ -287,7 +290,8 @@ class FollowUpDelivery:
         if to in row.get("opted_out", ()):
             return Sent(Delivery.GIVEN_UP, 0), "given_up", OPTED_OUT
         sent, outcome = self._surfaces[surface].say_follow_up(to, self._as_said(row, now), now)
-        return sent, outcome, None
+        # refused as opted out (a STOP we missed): as one known before the send, moved or held
+        return sent, outcome, OPTED_OUT if sent.opted_out else None
 
     def _as_said(self, row: dict[str, Any], now: datetime) -> dict[str, Any]:
         """The row with its text as the person reads it: said late, it says when it was due

@@ -11,6 +11,10 @@ a minute, says it through the Messages API, once, ending with when it was due ("
 sent late)": core/follow_ups/lateness.py). Not in the answer to the opt-in: Twilio answers START
 itself, and YES is a turn whose TwiML answer is the advisor's reply.
 
+One whose own send Twilio refuses as opted out (21610: a STOP the webhook never heard; the
+refusal records it) is moved or held alike, from the part it got to: its first parts out, it is
+held (it moves only whole), and the rest is said after START.
+
 Held at most HELD_FOR_OPT_IN after it was due (its `held_until`, recorded when it is held and the
 one bound both the opt-in and the claim read, with the job's clock): an opt-in later than that gives
 it up unsaid (logged with the count, never the number), as a reminder of a week gone is noise, and

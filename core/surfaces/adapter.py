@@ -53,6 +53,10 @@ class Sent:
 
     delivery: Delivery
     parts: int
+    # Given up because the chat or number opted out at the platform (Twilio's 21610 after an SMS
+    # STOP): nothing more goes there until it opts in, so the follow-up job holds it for that, as
+    # after an opt-out it knew of (core/follow_ups/opted_out.py), rather than giving it up.
+    opted_out: bool = False
 
     @property
     def unsent_from(self) -> int | None:

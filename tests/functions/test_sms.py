@@ -757,6 +757,118 @@ def test_a_send_refused_as_opted_out_records_the_opt_out_when_the_stop_was_misse
     assert rows(sms_database, "select status from follow_ups") == [("held",), ("held",)]
 
 
+def test_a_reminder_whose_own_send_is_refused_as_opted_out_is_held_for_start_and_said_once_after_it(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The STOP came while the webhook was down and nothing went to the number before the reminder:
+    its own send is refused with error 21610. That refusal records the opt-out, and the reminder is
+    held for START, for the week, as one due after a STOP the webhook heard (it was given up, as
+    any other refusal is); START lets the job say it, once."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", sender))
+    fake_twilio.fail_with(400, 21610)
+    now += timedelta(minutes=6)
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_held"], job["follow_ups_given_up"]) == (0, 1, 0)
+    assert ([m["To"] for m in fake_twilio.refused], fake_twilio.messages) == ([sender], [])
+    assert rows(sms_database, "select status, attempts, held_until, unsent_from, message_id from follow_ups") == [
+        ("held", 1, datetime(2026, 12, 9, 17, 5, tzinfo=UTC), None, None)
+    ]
+    assert opted_out(sms_database, sender) == [(True,)]
+    held = [r for r in caplog.records if r.name == "crossmem.follow_ups" and r.__dict__.get("outcome")]
+    assert [(r.levelname, r.__dict__["outcome"], r.__dict__["reason"]) for r in held] == [
+        ("INFO", "held", "its number opted out (STOP): held until it opts in again (START)")
+    ]
+    now += timedelta(minutes=10)
+    assert run_the_job()["follow_ups_held"] == 0 and len(fake_twilio.refused) == 1  # not tried again
+    send(sms("START", sender))
+    fake_twilio.recover()
+    assert run_the_job()["follow_ups_sent"] == 1
+    now += timedelta(minutes=5)
+    assert run_the_job()["follow_ups_sent"] == 0
+    assert fake_twilio.messages == [
+        {"From": SMS_FROM, "To": sender, "Body": "Take the pills.\n\n(due at 17:05, sent late)"}
+    ]
+    assert rows(sms_database, "select role, content from messages where role = 'assistant' order by id") == [
+        ("assistant", "I'll remind you."),
+        ("assistant", "Take the pills."),
+    ]
+
+
+def test_a_reminder_whose_own_send_is_refused_as_opted_out_goes_to_the_persons_telegram(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """Refused with 21610 and nothing of it out, the reminder moves once to the person's other app
+    (the owner's Telegram chat), as one due after a STOP the webhook heard, and is stored there."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    owner, mine = uuid.uuid4(), number()
+    as_owner(environment, owner, telegram="5161")
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    fake_anthropic.answer = lambda body: "Hello."
+    assert (
+        app_client("telegram_webhook").post("/", json=update("hi", user_id=5161), headers=TELEGRAM_HEADERS).status_code
+        == 200
+    )
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", mine))
+    fake_twilio.fail_with(400, 21610)
+    now += timedelta(minutes=6)
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_held"], job["follow_ups_given_up"]) == (1, 0, 0)
+    assert ([m["To"] for m in fake_twilio.refused], fake_twilio.messages) == ([mine], [])
+    assert [(m["chat_id"], m["text"]) for m in fake_telegram.sent()[1:]] == [(5161, "Take the pills.")]
+    assert rows(sms_database, "select surface, sender, moved_from, status from follow_ups") == [
+        ("telegram", "5161", "sms", "sent")
+    ]
+    assert opted_out(sms_database, mine) == [(True,)]
+
+
+def test_a_reminder_refused_as_opted_out_after_its_first_part_says_the_rest_after_start(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Its first part went out, then the STOP we missed refused the second (21610): held for START
+    from the part it got to, as one held after a STOP the webhook heard is; START lets the job say
+    the rest, numbered as the first part was, and the thread keeps it whole, once."""
+    environment.setattr(sms_surface, "SMS_LIMIT", 40)
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender = number()
+    fake_anthropic.answer = remind("Book the dentist at nine. Then call the bank.")
+    send(sms("remind me in 5 minutes", sender))
+    now += timedelta(minutes=5, seconds=30)
+    fake_twilio.fail_after(1, 400, 21610)
+    assert run_the_job()["follow_ups_held"] == 1
+    assert rows(sms_database, "select status, held_until, unsent_from, said_as, message_id from follow_ups") == [
+        ("held", datetime(2026, 12, 9, 17, 5, tzinfo=UTC), 1, "Book the dentist at nine. Then call the bank.", None)
+    ]
+    assert opted_out(sms_database, sender) == [(True,)]
+    now += timedelta(minutes=30)
+    send(sms("START", sender))
+    fake_twilio.recover()
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [message["Body"] for message in fake_twilio.messages] == [
+        "(1/2) Book the dentist at nine.",
+        "(2/2) Then call the bank.",
+    ]
+    assert len(fake_twilio.refused) == 1
+    assert rows(sms_database, "select role, content from messages where role = 'assistant' order by id") == [
+        ("assistant", "I'll remind you."),
+        ("assistant", "Book the dentist at nine. Then call the bank."),
+    ]
+
+
 def test_under_the_owner_policy_a_stop_from_the_owners_number_is_remembered(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:

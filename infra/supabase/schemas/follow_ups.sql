@@ -830,7 +830,8 @@ $$;
 -- from, kept from the first parts on), 'held', 'opted_out' (held until its chat or number opts
 -- in again: let_go_after_opt_in, or until p_held_until, when the job's claim gives it up; pending
 -- again at once when none of the person's there is opted out any more, an opt-in that came after
--- the claim read it) or 'given_up' (stored in its
+-- the claim read it; p_unsent_from and p_said_as kept as a retry's, when the platform refused a
+-- later part as opted out) or 'given_up' (stored in its
 -- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
 -- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since (a
 -- message of the thread, or one it does not keep: wrote_outside_thread),
@@ -898,12 +899,20 @@ begin
          where f.id = p_id;
     elsif p_outcome = 'opted_out'
           and crossmem_private.opted_out_of(v_follow_up.user_id, v_follow_up.surface) = '[]'::jsonb then
-        -- due as it was (its claim found it due): the next run says it
-        update public.follow_ups f set status = 'pending', attempts = f.attempts - 1, claimed_until = null
+        -- due as it was (its claim found it due): the next run says it, from the part it got to
+        update public.follow_ups f set status = 'pending', attempts = f.attempts - 1, claimed_until = null,
+               unsent_from = greatest(p_unsent_from, f.unsent_from),
+               said_as = coalesce(f.said_as, case when p_unsent_from > 0 then p_said_as end)
          where f.id = p_id;
     elsif p_outcome in ('held', 'opted_out', 'given_up') then
+        -- an opt-out refused by the platform mid-text (its 21610 on a later part): the rest after START
         update public.follow_ups f set status = case when p_outcome = 'given_up' then 'given_up' else 'held' end,
-               claimed_until = null, held_until = case when p_outcome = 'opted_out' then p_held_until end
+               claimed_until = null, held_until = case when p_outcome = 'opted_out' then p_held_until end,
+               unsent_from = case when p_outcome = 'opted_out' then greatest(p_unsent_from, f.unsent_from)
+                                  else f.unsent_from end,
+               said_as = case when p_outcome = 'opted_out'
+                              then coalesce(f.said_as, case when p_unsent_from > 0 then p_said_as end)
+                              else f.said_as end
          where f.id = p_id;
     else
         raise exception 'unknown outcome %', p_outcome using errcode = '22023';

@@ -91,6 +91,17 @@ def test_a_later_part_refused_is_not_tried_again(fake_twilio: FakeTwilio) -> Non
     assert len(fake_twilio.messages) == 1 and waited == []
 
 
+@pytest.mark.parametrize(("code", "opted_out"), [(21610, True), (21211, False)])
+def test_a_part_refused_as_sent_to_a_number_that_opted_out_says_so(
+    fake_twilio: FakeTwilio, code: int, opted_out: bool
+) -> None:
+    """Twilio's 21610 (the number texted STOP) is told apart from other refusals, with how far the
+    text got: the follow-up job holds such a one for START rather than giving it up."""
+    fake_twilio.fail_after(1, 400, code)
+    sent = sender(fake_twilio, []).send_parts("+34600000006", LONG, time.monotonic() + 60)
+    assert sent == Sent(Delivery.GIVEN_UP, 1, opted_out) and len(fake_twilio.messages) == 1
+
+
 def test_a_twilio_that_cannot_be_reached_leaves_the_message_owed_from_its_first_part(fake_twilio: FakeTwilio) -> None:
     """No answer at all from Twilio's host (a network failure, not an error of Twilio's): nothing
     escapes to the job, the reply is owed from the part not out, and the next run sends it whole."""
