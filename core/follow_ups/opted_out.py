@@ -23,7 +23,8 @@ down) is given up at once; and with no opt-in at all, the job's first run past t
 up (follow_ups.sql's claim_due_follow_ups, logged with its id), else it would stay held for ever, in
 the person's list and against their FOLLOW_UPS_PER_PERSON. Until then it stays in the person's
 list, where the list tool says what it waits for (core/surfaces/sms.py's `held_until`) and they
-can cancel it, from any of their apps.
+can cancel it, from any of their apps. Given up with its first parts out (sent before the STOP),
+it is stored in its thread whole, undelivered (follow_ups.sql's `kept_in_thread`).
 """
 
 from __future__ import annotations

@@ -869,6 +869,54 @@ def test_a_reminder_refused_as_opted_out_after_its_first_part_says_the_rest_afte
     ]
 
 
+@pytest.mark.parametrize("start", [False, True])
+def test_a_reminder_held_for_start_after_its_first_part_went_out_is_kept_in_the_thread_when_given_up(
+    environment: pytest.MonkeyPatch,
+    sms_database: str,
+    fake_anthropic: FakeAnthropic,
+    fake_twilio: FakeTwilio,
+    start: bool,
+) -> None:
+    """Its first part went out, the second failed for a reason that may pass, then the number texted
+    STOP: held for START. Given up after its week (by the job's claim with no START, or by a START
+    too late), what the person read is in their thread: the reminder whole, as the agent's message,
+    undelivered (docs/decisions.md, An SMS number that opted out); the rest is never sent."""
+    environment.setattr(sms_surface, "SMS_LIMIT", 40)
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    sender, other = number(), number()
+    fake_anthropic.answer = remind("Book the dentist at nine. Then call the bank.")
+    send(sms("remind me in 5 minutes", sender))
+    send(sms("remind me in 5 minutes", other))
+    send(sms("STOP", other))  # another person's hold, nothing of it out: given up by the claim, stored nowhere
+    now += timedelta(minutes=5, seconds=30)
+    fake_twilio.fail_once_after(1, 503, 20500)
+    assert run_the_job()["follow_ups_retried"] == 1
+    send(sms("STOP", sender))
+    now += timedelta(minutes=5)
+    assert run_the_job()["follow_ups_held"] == 1
+    held = rows(sms_database, "select sender, status, unsent_from, message_id from follow_ups order by sender")
+    assert held == sorted([(sender, "held", 1, None), (other, "held", None, None)])
+    now = datetime(2026, 12, 9, 17, 6, tzinfo=UTC)  # a minute past the week
+    if start:
+        send(sms("START", sender))
+    job = run_the_job()
+    assert (job["follow_ups_sent"], job["follow_ups_given_up"]) == (0, 1 if start else 2)
+    assert [message["Body"] for message in fake_twilio.messages] == ["(1/2) Book the dentist at nine."]
+    kept = rows(
+        sms_database,
+        "select m.surface, m.role, m.content, m.delivered_at, m.user_id = f.user_id,"
+        "       m.conversation_id = f.conversation_id"
+        "  from follow_ups f join messages m on m.id = f.message_id where f.sender = %s",
+        sender,
+    )
+    assert kept == [("sms", "assistant", "Book the dentist at nine. Then call the bank.", None, True, True)]
+    assert rows(sms_database, "select status, message_id from follow_ups where sender = %s", other) == [
+        ("given_up", None)
+    ]
+    assert count(sms_database, "select count(*) from messages where role = 'assistant' and content like 'Book%%'") == 1
+
+
 def test_under_the_owner_policy_a_stop_from_the_owners_number_is_remembered(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
 ) -> None:

@@ -292,6 +292,29 @@ end;
 $$;
 
 
+-- A follow-up given up after its first parts reached the person (`unsent_from` past 0): kept in its
+-- conversation as the agent's message, whole and undelivered, as a reply given up is, so that the
+-- thread holds what the person was told and the agent knows it said it. Called where it is given
+-- up: finish_follow_up, and a hold for an opt-in whose week passed (claim_due_follow_ups,
+-- let_go_after_opt_in), whose first parts went before the STOP. Its message's id; null, and
+-- nothing stored, when nothing of it went out.
+create function crossmem_private.kept_in_thread(p_follow_up public.follow_ups) returns bigint
+    language plpgsql set search_path = '' as $$
+declare
+    v_message bigint;
+begin
+    if coalesce(p_follow_up.unsent_from, 0) = 0 then
+        return null;
+    end if;
+    insert into public.messages (conversation_id, user_id, surface, role, content)
+         values (p_follow_up.conversation_id, p_follow_up.user_id, p_follow_up.surface, 'assistant',
+                 p_follow_up.content)
+      returning id into v_message;
+    update public.conversations c set updated_at = clock_timestamp() where c.id = p_follow_up.conversation_id;
+    return v_message;
+end;
+$$;
+
 -- A person's chat or number on p_surface opted in again (record_opt_out, identities.sql: an SMS
 -- number's START, UNSTOP or YES after STOP): the follow-ups held there because it had opted out
 -- (finish_follow_up's 'opted_out') are let go. Still within their hold at p_now (the job's clock:
@@ -299,15 +322,17 @@ $$;
 -- the claim gives them up by), pending again, due as they were (their claim left next_attempt_at
 -- past): the follow-up job's next run says them, late, with when they were due
 -- (core/follow_ups/lateness.py), through the Messages API. Past it, given up unsaid: a reminder of
--- days gone. Only p_user_id's; on a surface with no window, `held` is only ever an opt-out's.
--- {released, given_up}.
+-- days gone (one whose first parts went out kept in its thread: kept_in_thread). Only p_user_id's;
+-- on a surface with no window, `held` is only ever an opt-out's. {released, given_up}.
 create function crossmem_private.let_go_after_opt_in(
     p_user_id uuid, p_surface text, p_now timestamptz, out released integer, out given_up integer
 ) language plpgsql set search_path = '' as $$
 begin
     with let_go as (
         update public.follow_ups f
-           set status = case when f.held_until >= p_now then 'pending' else 'given_up' end
+           set status = case when f.held_until >= p_now then 'pending' else 'given_up' end,
+               message_id = case when f.held_until >= p_now then f.message_id
+                                 else crossmem_private.kept_in_thread(f) end
          where f.user_id = p_user_id and f.surface = p_surface and f.status = 'held'
         returning f.status
     )
@@ -608,7 +633,7 @@ begin
              limit p_limit
                for update skip locked
         ), given_up as (
-            update public.follow_ups f set status = 'given_up'
+            update public.follow_ups f set status = 'given_up', message_id = crossmem_private.kept_in_thread(f)
               from expired e
              where f.id = e.id
             returning f.id
@@ -832,7 +857,7 @@ $$;
 -- again at once when none of the person's there is opted out any more, an opt-in that came after
 -- the claim read it; p_unsent_from and p_said_as kept as a retry's, when the platform refused a
 -- later part as opted out) or 'given_up' (stored in its
--- conversation, undelivered, when some of its parts went out). 'held' was decided on the person's
+-- conversation, undelivered, when some of its parts went out: kept_in_thread). 'held' was decided on the person's
 -- last WhatsApp message the claim saw (p_seen_at, null for none): when they have written since (a
 -- message of the thread, or one it does not keep: wrote_outside_thread),
 -- the window is open again, and it is pending again at once, its attempt not counted (held, only
@@ -875,16 +900,11 @@ begin
                said_as = coalesce(f.said_as, case when p_unsent_from > 0 then p_said_as end)
          where f.id = p_id;
     elsif p_outcome = 'given_up' and greatest(p_unsent_from, v_follow_up.unsent_from) > 0 then
-        -- Its first parts reached the person: kept in the thread (whole, as a reply given up is),
-        -- so that the agent knows it said it; not delivered.
-        insert into public.messages (conversation_id, user_id, surface, role, content)
-             values (v_follow_up.conversation_id, v_follow_up.user_id, v_follow_up.surface, 'assistant',
-                     v_follow_up.content)
-          returning id into v_message;
-        update public.conversations c set updated_at = clock_timestamp() where c.id = v_follow_up.conversation_id;
+        v_follow_up.unsent_from := greatest(p_unsent_from, v_follow_up.unsent_from);
+        v_message := crossmem_private.kept_in_thread(v_follow_up);
         update public.follow_ups f
            set status = 'given_up', message_id = v_message, claimed_until = null,
-               unsent_from = greatest(p_unsent_from, f.unsent_from)
+               unsent_from = v_follow_up.unsent_from
          where f.id = p_id;
     elsif p_outcome = 'held' and (exists (
               select from public.messages m
