@@ -1295,3 +1295,39 @@ def test_an_sms_with_no_words_is_answered_and_no_turn(
     assert send(fields) == [said]
     assert fake_anthropic.requests == []
     assert rows(sms_database, "select count(*) from messages") == [(0,)]
+
+
+def linked_number(web: FlaskClient, person: uuid.UUID) -> str:
+    """A new number joined to `person`'s web account with the digits sent to it."""
+    sender = number()
+    code = web.post("/links", headers=bearer(person)).get_json()["code"]
+    [asked] = send(sms(f"link {code}", sender))
+    assert send(sms(f"link {code} {asked.rsplit(' ', 1)[1]}", sender))[0].startswith("Linked to the web account")
+    return sender
+
+
+def test_a_yes_from_another_of_the_persons_numbers_leaves_a_reminder_held_for_start(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """One person, two numbers: the one that texted STOP has a reminder held for its START; a YES
+    from the other (an answer to the advisor, and an opt-in word of a number that never opted out)
+    lets nothing go (before, it was let go, and held again by the next run, an attempt more): the hold
+    waits for the number that opted out."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: now)
+    person, web = uuid.uuid4(), app_client("web_chat")
+    stopped, other = linked_number(web, person), linked_number(web, person)
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", stopped))
+    send(sms("STOP", stopped))
+    now += timedelta(minutes=6)
+    assert run_the_job()["follow_ups_held"] == 1
+    fake_anthropic.answer = lambda body: "Good."
+    assert send(sms("yes", other)) == ["Good."]
+    assert rows(sms_database, "select sender, status, attempts from follow_ups") == [(stopped, "held", 1)]
+    assert run_the_job()["follow_ups_sent"] == 0
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    send(sms("START", stopped))
+    assert run_the_job()["follow_ups_sent"] == 1
+    assert [m["To"] for m in fake_twilio.messages] == [other]  # the number the person last wrote from

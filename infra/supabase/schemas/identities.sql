@@ -79,7 +79,8 @@ $$;
 -- SMS's STOP, START) or a send it refused as opted out. Its identity's: p_user_id's, the owner
 -- policy's person for a number the operator lists, whose identity is made when an opt-out has none
 -- (that policy keeps none otherwise); else whoever's the identity is. An identity never seen
--- records nothing: nothing is ever sent to it. The first opt-out's time is kept. In again, the
+-- records nothing: nothing is ever sent to it. The first opt-out's time is kept. In again (from an
+-- opt-out: an opt-in word of a number that never opted out lets go nothing), the
 -- person's follow-ups held on p_surface for it are let go (follow_ups.sql's
 -- let_go_after_opt_in): pending, for the job's next run, while their hold lasts at p_now (the
 -- job's clock: each one's `held_until`), else given up. {"recorded": whether an identity took it,
@@ -91,6 +92,7 @@ declare
     v_user uuid;
     v_released integer := 0;
     v_given_up integer := 0;
+    v_was_out boolean := false;
 begin
     if p_user_id is not null and p_opted_out then
         insert into public.identities (surface, external_id, user_id, opted_out_at)
@@ -100,13 +102,20 @@ begin
           where identities.user_id = excluded.user_id
         returning user_id into v_user;
     else
+        -- whether this number was out: an opt-in word from one that never opted out (YES, an answer
+        -- to the advisor) lets go nothing held for another of the person's numbers
+        select i.opted_out_at is not null into v_was_out
+          from public.identities i
+         where i.surface = p_surface and i.external_id = p_external_id
+           and (p_user_id is null or i.user_id = p_user_id)
+           for update;
         update public.identities i
            set opted_out_at = case when p_opted_out then coalesce(i.opted_out_at, clock_timestamp()) end
          where i.surface = p_surface and i.external_id = p_external_id
            and (p_user_id is null or i.user_id = p_user_id)
         returning i.user_id into v_user;
     end if;
-    if v_user is not null and not p_opted_out then
+    if v_user is not null and not p_opted_out and v_was_out then
         select l.released, l.given_up into v_released, v_given_up
           from crossmem_private.let_go_after_opt_in(v_user, p_surface, p_now) l;
     end if;
