@@ -221,7 +221,8 @@ class Memory:
         the start's `language` is the person's as remembered, this one included.
 
         Raises InputError for a message we cannot store, NotFound for someone else's
-        conversation and OverBudget for a person past their budget (nothing stored); a store
+        conversation and OverBudget for a person past their budget (nothing stored; a number that
+        opted out is answered by nobody all the same: its start says so, with no message); a store
         failure gives a degraded, empty start instead.
         """
         content = clean_text(text, self.limits.max_message_chars)
@@ -269,6 +270,9 @@ class Memory:
         if row.get("limited_until"):
             until = datetime.fromisoformat(row["limited_until"])
             log.info("over budget; no turn", extra={"user_id": row["user_id"], "until": until.isoformat()})
+            if row.get("opted_out"):
+                # Nothing stored, and no pause to say: any answer to it would be refused.
+                return TurnStart(parse_uuid(row["user_id"]), None, None, duplicate=False, reply=None, opted_out=True)
             raise OverBudget(until, datetime.now(UTC), language=row.get("language"))
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.

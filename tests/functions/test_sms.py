@@ -611,6 +611,35 @@ def test_a_message_from_a_number_that_opted_out_is_kept_with_no_model_call_and_n
     assert "and my brother is Leo" in "\n".join(sent_texts(fake_anthropic.requests[-1]))
 
 
+def test_a_flood_from_a_number_that_opted_out_is_kept_within_the_budget_and_no_further(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio
+) -> None:
+    """Each message from a number that opted out counts one turn of the person's budget (no tokens),
+    as every message of theirs does: past it, it is not stored, as none past the budget is, and not
+    answered either (no pause to say: Twilio would refuse it). A script texting after STOP cannot
+    fill the database; a redelivery of one stored stores nothing more; another number's budget is its own."""
+    environment.setenv("TURNS_PER_MINUTE", "3")
+    sender, other = number(), number()
+    fake_anthropic.answer = lambda body: "Noted."
+    assert send(sms("hi", sender)) == ["Noted."]
+    assert send(sms("STOP", sender)) == []
+    asked = len(fake_anthropic.requests)
+    kept = [sms(text, sender) for text in ("one", "two")]
+    for fields in kept:
+        assert send(fields) == []
+    dropped = sms("three", sender)
+    assert send(dropped) == []
+    assert send(kept[1]) == []  # Twilio's retry of one stored: found by its Sid, nothing counted again
+    assert len(fake_anthropic.requests) == asked
+    assert (fake_twilio.messages, fake_twilio.refused) == ([], [])
+    theirs = "select m.role, m.content from messages m where m.sender = %s order by m.id"
+    assert rows(sms_database, theirs, sender) == [("user", "hi"), ("user", "one"), ("user", "two")]
+    assert stored_turn(sms_database, dropped["MessageSid"]) == []
+    counted = "select m.content, u.tokens = 0 from turn_usage u join messages m on m.id = u.message_id order by m.id"
+    assert rows(sms_database, counted) == [("hi", False), ("one", True), ("two", True)]
+    assert send(sms("mine", other)) == ["Noted."]
+
+
 def test_a_number_opted_out_for_someone_else_does_not_silence_the_owner(
     environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -371,29 +371,40 @@ $$;
 -- every send to which Twilio refuses until START, error 21610), which begin_turn answers with
 -- this: stored in the person's thread, once (a redelivery finds it by its key, under its lock), for
 -- it is their memory on every surface; and answered by nobody: no model asked (its answer would be
--- refused), nothing of the budget checked, reserved or counted (no turn is run), and owed to
--- nobody (no attempt holds it, and a stopped_generations row says no reply is wanted, as
--- give_up_owed's does: claim_owed_replies passes it by). {"opted_out": true}, with the message.
+-- refused), no tokens reserved, and owed to nobody (no attempt holds it, and a stopped_generations
+-- row says no reply is wanted, as give_up_owed's does: claim_owed_replies passes it by). Bounded as
+-- every message of the person's is (docs/decisions.md): a new one counts one turn of the budget (no
+-- tokens) and past it is not stored, with no answer either ("message_id" null, "limited_until").
+-- {"opted_out": true}, with the message.
 create or replace function crossmem_private.opted_out_message(
     p_user_id uuid, p_surface text, p_content text, p_external_id text, p_attempt uuid, p_sender text,
-    p_platform_ref text, p_reply_ref text, p_quoted text, p_language text
+    p_platform_ref text, p_reply_ref text, p_quoted text, p_language text,
+    p_turns_per_minute integer, p_turns_per_day integer, p_tokens_per_day integer
 ) returns json language plpgsql set search_path = '' as $$
 declare
     v_stored record;
     v_conversation uuid;
     v_quote record;
     v_message bigint;
+    v_limited_until timestamptz;
 begin
     v_stored := crossmem_private.stored_delivery(p_user_id, p_surface, p_external_id, p_attempt);
     v_conversation := v_stored.conversation_id;
     v_message := v_stored.message_id;
     if v_message is null then
+        v_limited_until := crossmem_private.turn_limited_until(
+            p_user_id, p_turns_per_minute, p_turns_per_day, p_tokens_per_day, 0, 0, 0);
+        if v_limited_until is not null then
+            return json_build_object('user_id', p_user_id, 'opted_out', true, 'limited_until', v_limited_until,
+                                     'message_id', null, 'language', p_language);
+        end if;
         v_conversation := crossmem_private.turn_conversation(p_user_id, p_surface, null, p_content);
         v_quote := crossmem_private.reply_quote(p_user_id, p_surface, p_reply_ref, p_quoted);
         select s.message_id into v_message
           from crossmem_private.store_user_message(
                    p_user_id, v_conversation, p_surface, p_content, p_external_id, p_attempt, clock_timestamp(),
-                   p_sender, false, p_platform_ref, v_quote.replied_to, v_quote.quoted, 0) s;
+                   p_sender, p_turns_per_minute > 0 or p_turns_per_day > 0 or p_tokens_per_day > 0,
+                   p_platform_ref, v_quote.replied_to, v_quote.quoted, 0) s;
         insert into public.stopped_generations (message_id, user_id) values (v_message, p_user_id);
     end if;
     return json_build_object(
@@ -407,8 +418,8 @@ $$;
 -- the delivery's key (a redelivery stores nothing and returns the reply already stored for it,
 -- if any; an owed message is taken over), the budget, the conversation, the message, the
 -- context the model reads with it, and what the person's follow-ups need (follow_ups.sql's
--- turn_follow_ups). A message from an SMS number that opted out is stored and answered by nobody
--- (opted_out_message). Every setting is an argument (the settings hold the defaults). Its answer is
+-- turn_follow_ups). A message from an SMS number that opted out is stored (within the budget) and
+-- answered by nobody (opted_out_message). Every setting is an argument (the settings hold the defaults). Its answer is
 -- json, built once: every turn reads it.
 --
 -- With TOKENS_PER_DAY on, the turn's tokens are reserved here (budget.sql), in the budget's lock:
@@ -466,7 +477,8 @@ begin
     -- chats or numbers there read, as the job reads them; every other turn reads nothing more.
     if p_opts_out and crossmem_private.opted_out_of(v_user, p_surface) ? p_sender then
         return crossmem_private.opted_out_message(v_user, p_surface, p_content, p_external_id, p_attempt, p_sender,
-                                                  p_platform_ref, p_reply_ref, p_quoted, v_language);
+                                                  p_platform_ref, p_reply_ref, p_quoted, v_language,
+                                                  p_turns_per_minute, p_turns_per_day, p_tokens_per_day);
     end if;
 
     v_stored := crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
