@@ -9,7 +9,7 @@
 -- everything. The first page (p_after_at null) carries the rest of what is held of the person as
 -- "person": their conversations (with when and from which chat or number they last wrote a message
 -- the thread does not keep: conversations.sql's unstored_message_at and _from), memory notes,
--- follow-ups (pending and past), identities (their own ids, unmasked: they are theirs; with when
+-- follow-ups (pending and past: no place a turn holds), identities (their own ids, unmasked: they are theirs; with when
 -- each opted out of messages, identities.sql's opted_out_at), who was merged into them, their remembered language and
 -- time zone, the budget's counts, link codes (never the code's hash) and pending forget requests
 -- (never the code). Not exported: bookkeeping that holds no word of theirs (forgotten_deliveries'
@@ -71,7 +71,9 @@ begin
                        'content', f.content, 'due_at', f.due_at, 'timezone', f.timezone,
                        'status', f.status, 'created_at', f.created_at, 'sent_at', f.sent_at)
                        order by f.due_at, f.id), '[]')
-              from public.follow_ups f where f.user_id = p_user_id),
+              -- a place a turn's schedule tool holds (follow_ups.sql's `reserved`) is no follow-up
+              -- yet, nor ever one when its turn died: the list and forgetting's count leave it out too
+              from public.follow_ups f where f.user_id = p_user_id and f.status <> 'reserved'),
         'identities', (
             select coalesce(jsonb_agg(jsonb_build_object(
                        'surface', i.surface, 'external_id', i.external_id,

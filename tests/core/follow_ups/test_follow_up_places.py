@@ -4,6 +4,7 @@ turn of the person's, and nobody else's."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from core.follow_ups.capability import FollowUpRules, place_holder
+from core.memory.export import Export
 from core.memory.service import Memory
 from core.models import Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
@@ -103,3 +105,73 @@ def test_the_follow_ups_a_turn_cancels_free_their_places(memory: Memory, own_dat
     changes = {"cancel": [old], "schedule": [entry("New.")]}
     memory.finish_turn(start.user_id, start.message_id, "Done.", follow_ups=changes, max_follow_ups=1)
     assert rows(own_database, "select content, status from follow_ups") == [("New.", "pending")]
+
+
+def test_a_place_its_turn_never_ended_is_in_no_reader_of_the_persons_follow_ups(
+    memory: Memory, own_database: str
+) -> None:
+    """A turn that died holding a place (its instance gone before its end: nothing frees it) leaves
+    a `reserved` row until the person's next place. It is no follow-up: not in their list (GET
+    /follow-ups, `crossmem follow-ups`), nor in forgetting's "I'll cancel N reminders", nor in the
+    export, nor counted against their limit; neither is a place a turn still running holds (which
+    counts). Another person's pending one is in none of this person's."""
+    rules = FollowUpRules(max_pending=2)
+    running, died = asking(memory, "9301", "remind me"), asking(memory, "9301", "and this")
+    other = asking(memory, "9302", "mine")
+    assert died.user_id is not None and died.message_id is not None and running.message_id is not None
+    assert other.user_id is not None and other.message_id is not None
+    theirs = {"schedule": [entry("Theirs.")]}
+    memory.finish_turn(other.user_id, other.message_id, "Sure.", follow_ups=theirs, max_follow_ups=1)
+    assert place_holder(memory.store, died.user_id, running.message_id, rules)(1, entry("Walk."), []) is True
+    assert place_holder(memory.store, died.user_id, died.message_id, rules)(1, entry("Stretch."), []) is True
+    execute(
+        own_database,
+        "update follow_ups set claimed_until = clock_timestamp() - interval '1 second' where content = 'Stretch.'",
+    )  # its turn died: its time is over
+
+    listed = memory.store.call("follow_ups_with_apps", {"p_user_id": str(died.user_id)})
+    assert listed == {"follow_ups": [], "apps": []}
+    asked = memory.store.call(
+        "forget_request",
+        {
+            "p_surface": "telegram",
+            "p_confirm": False,
+            "p_user_id": str(died.user_id),
+            "p_sender_id": "9301",
+            "p_window_minutes": 10,
+            "p_code": None,
+            "p_max_attempts": 0,
+            "p_sender_alias": None,
+        },
+    )
+    assert (asked["status"], asked["follow_ups"]) == ("requested", 0)
+    record = json.loads("".join(Export(memory.store, lambda: datetime.now(UTC)).pieces(died.user_id)))
+    assert record["follow_ups"] == []
+    assert rows(own_database, "select content, status from follow_ups order by id") == [
+        ("Theirs.", "pending"),
+        ("Walk.", "reserved"),
+        ("Stretch.", "reserved"),
+    ]
+    # The limit of 2: the running turn's place and this one; the dead place is not a third.
+    later = asking(memory, "9301", "one more")
+    assert later.message_id is not None
+    water = {"schedule": [entry("Water.")]}
+    finished = memory.store.call(
+        "finish_turn_follow_ups",
+        {
+            "p_user_id": str(died.user_id),
+            "p_user_message_id": later.message_id,
+            "p_content": "Sure.",
+            "p_delivered": True,
+            "p_unsent_from": None,
+            "p_attempt": str(later.attempt),
+            "p_tokens": 0,
+            "p_user_content": None,
+            "p_follow_ups": json.dumps(water),
+            "p_max_pending": 2,
+            "p_reserved": 0,
+            "p_reply_id": later.reply_id,
+            "p_language": None,
+        },
+    )
+    assert (len(finished["scheduled"]), finished["refused"]) == (1, 0)
