@@ -257,7 +257,7 @@ class TurnTools:
         live = len(self.pending) - len(self.cancelled) + len(self.scheduled)
         if live >= self.rules.max_pending:
             raise InvalidTime(
-                f"the person already has {live} pending follow-ups, the most allowed; one must be cancelled first"
+                f"the person already has {_follow_ups(live)}, the most allowed; one must be cancelled first"
             )
         minutes = arguments.get("in_minutes")
         due = resolve_when(
@@ -303,7 +303,7 @@ class TurnTools:
             raise InvalidTime("it could not be saved just now; ask them to ask again in a few minutes") from exc
         if not held:
             raise InvalidTime(
-                f"the person already has {self.rules.max_pending} pending follow-ups, the most allowed (one just"
+                f"the person already has {_follow_ups(self.rules.max_pending)}, the most allowed (one just"
                 " scheduled from another of their conversations); one must be cancelled first"
             )
 
@@ -397,6 +397,11 @@ class TurnTools:
             said += " Not moved, so not at the time they asked: " + "; ".join(kept)
             self.told.add(call_id)
         return said
+
+
+def _follow_ups(count: int) -> str:
+    """How many pending follow-ups, as the model reads it: "1 pending follow-up", "2 pending follow-ups"."""
+    return f"{count} pending follow-up{'' if count == 1 else 's'}"
 
 
 def _text(value: object) -> str | None:

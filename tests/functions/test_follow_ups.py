@@ -1861,7 +1861,7 @@ def test_of_two_turns_racing_for_a_persons_last_follow_up_the_second_is_told_it_
     ]
     told = [message["text"] for message in fake_telegram.sent()[before:]]
     assert told == [
-        "I'll remind you.\n\nSorry: Not done: the person already has 1 pending follow-ups, the most allowed (one"
+        "I'll remind you.\n\nSorry: Not done: the person already has 1 pending follow-up, the most allowed (one"
         " just scheduled from another of their conversations); one must be cancelled first."
     ]
 

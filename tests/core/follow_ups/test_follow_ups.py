@@ -78,6 +78,29 @@ def pending(n: int) -> list[FollowUp]:
     return [FollowUp(i, f"Thing {i}.", due, "Europe/Madrid", Surface.TELEGRAM) for i in range(1, n + 1)]
 
 
+@pytest.mark.parametrize(
+    ("limit", "counted"), [(1, "1 pending follow-up"), (2, "2 pending follow-ups")], ids=["one", "two"]
+)
+def test_the_limits_refusals_count_the_persons_follow_ups_in_words(limit: int, counted: str) -> None:
+    """Both refusals the model reads at the limit: the one this turn's own count makes, and the one
+    a place the database did not hold makes (another conversation of theirs took the last)."""
+    now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    call = ToolCall("a", "schedule_follow_up", {"content": "Call Ana.", "in_minutes": 10})
+    full = turn_tools(FollowUpRules(max_pending=limit), pending(limit), MADRID, now, None).run(call)
+    assert (full.content, full.is_error) == (
+        f"Not done: the person already has {counted}, the most allowed; one must be cancelled first.",
+        True,
+    )
+    taken = turn_tools(FollowUpRules(max_pending=limit), pending(limit - 1), MADRID, now, None)
+    taken.reserve = lambda position, entry, cancelled: False
+    refused = taken.run(call)
+    assert (refused.content, refused.is_error) == (
+        f"Not done: the person already has {counted}, the most allowed (one just scheduled from another of"
+        " their conversations); one must be cancelled first.",
+        True,
+    )
+
+
 def test_the_limit_counts_what_this_turn_schedules_and_cancels() -> None:
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     tools = turn_tools(FollowUpRules(max_pending=3, max_chars=20), pending(2), MADRID, now, None)
