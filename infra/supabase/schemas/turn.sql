@@ -760,9 +760,20 @@ declare
     v_owed boolean;
     v_user uuid;
 begin
-    -- The message's row first, as begin_turn, the scheduled job's claim and a link take a person's
-    -- rows (the message before its turn_usage row, the messages before the language): an attempt
-    -- ending while the job claims its message, or while its chat is linked, never deadlocks.
+    -- The message's conversation first, as a link takes it and finish_turn does (a key share: one
+    -- ending while its chat is linked waits for the link, holding nothing the link then needs; with
+    -- the message first, the link's move of the conversation's follow-ups and the message's own
+    -- delete here of its places each waited for the other). Then the message's row, as begin_turn,
+    -- the scheduled job's claim and a link take a person's rows (the message before its turn_usage
+    -- row, the messages before the language): an attempt ending while the job claims its message
+    -- never deadlocks.
+    perform from public.conversations c
+     where c.id = (select m.conversation_id from public.messages m
+                    where m.id = p_user_message_id
+                      and (m.user_id = p_user_id
+                           or m.user_id = (select x.into_user_id from public.merged_people x
+                                            where x.from_user_id = p_user_id)))
+       for key share of c;
     perform from public.messages m
      where m.id = p_user_message_id
        and (m.user_id = p_user_id

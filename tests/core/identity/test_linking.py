@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from core.errors import LinkingNotNeeded
+from core.follow_ups.capability import FollowUpRules, place_holder
 from core.identity.linking import (
     CODE_ALPHABET,
     Linking,
@@ -564,21 +565,36 @@ def test_a_confirm_button_links_only_from_a_chat_whose_id_is_a_number(
     assert (action == expected) if linked else not isinstance(action, Command)
 
 
-def waiting_for_a_lock(database_url: str) -> bool:
+def sessions_waiting(database_url: str) -> int:
+    """How many sessions of the database wait for a lock now."""
     found = rows(
         database_url,
         "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
     )
-    return int(found[0][0]) > 0
+    return int(found[0][0])
+
+
+def waiting_for_a_lock(database_url: str) -> bool:
+    return sessions_waiting(database_url) > 0
+
+
+def until_waiting(database_url: str, sessions: int) -> None:
+    """Until `sessions` sessions wait for a lock (a bounded wait, then the test fails)."""
+    for _ in range(500):
+        if sessions_waiting(database_url) >= sessions:
+            return
+        time.sleep(0.02)
+    assert sessions_waiting(database_url) >= sessions
 
 
 def test_a_link_and_an_attempt_ending_at_once_neither_deadlocks_and_the_attempt_counts_for_the_person(
     own_database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A link takes the chat's messages, then its language row; end_attempt took the language row
-    first (a review's note): with the link holding the message, the two deadlocked and one was
-    undone. The link here takes the message in its transaction before its own call, so that the
-    attempt always meets it so; the attempt then ends for the person the chat was linked into."""
+    """A link takes the chat's conversation, then its messages, then its language row; end_attempt
+    took the language row first (a review's note), and now takes the conversation first, as the
+    link does: it waits for the link, holding nothing the link needs. The link here takes the
+    conversation in its transaction before its own call, so that the attempt always meets it so;
+    the attempt then ends for the person the chat was linked into."""
     store = PostgresStore(own_database)
     try:
         memory = Memory(store, context_limits(), turn_budget(tokens_per_day=1_000_000, reply_tokens=100))
@@ -589,15 +605,14 @@ def test_a_link_and_an_attempt_ending_at_once_neither_deadlocks_and_the_attempt_
         web_person = uuid.uuid4()
 
         with psycopg.connect(own_database) as link:
-            link.execute("select from messages where id = %s for update", (start.message_id,))
+            link.execute("select from conversations where user_id = %s for update", (start.user_id,))
             ending = threading.Thread(
                 target=lambda: memory.end_attempt(
                     start.user_id, start.message_id, start.attempt, 40, reserved=start.reserved_tokens, language="es"
                 )
             )
             ending.start()
-            while not waiting_for_a_lock(own_database):  # the attempt waits for the message's row
-                time.sleep(0.02)
+            until_waiting(own_database, 1)  # the attempt waits for the conversation
             linked = link.execute("select link_identity(%s, 'telegram', %s)", (web_person, chat)).fetchone()
             link.commit()
         ending.join(20)
@@ -612,6 +627,92 @@ def test_a_link_and_an_attempt_ending_at_once_neither_deadlocks_and_the_attempt_
         assert rows(
             own_database, "select user_id, tokens, reserved from turn_usage where message_id = %s", start.message_id
         ) == [(web_person, 40, 0)]
+    finally:
+        store.close()
+
+
+def test_an_attempt_ending_with_a_held_place_while_its_chat_is_linked_never_deadlocks(own_database: str) -> None:
+    """end_attempt frees the places its turn's schedule tool held (follow-ups `reserved`); a link
+    moving the chat's conversation moves its follow-ups, places included, before its messages. With
+    the message locked first, the attempt held the message the link waited for while it waited for
+    the place the link held: Postgres undid one of them (a deadlock). Interleaved here at that very
+    point: a third session holds the person's language row, which the attempt takes after its
+    message (and, now, its conversation), until the link waits too. Now the attempt takes the
+    conversation first, as the link and finish_turn do: the link waits for it, and both end."""
+    store = PostgresStore(own_database)
+    try:
+        memory = Memory(store, context_limits(), turn_budget())
+        chat = f"lock-{uuid.uuid4().hex[:8]}"
+        start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "remind me", f"{chat}-1", sender=chat)
+        assert start.user_id is not None and start.message_id is not None
+        due = {"content": "Stretch.", "due_at": "2099-01-01T09:00:00+00:00", "timezone": "UTC"}
+        assert place_holder(store, start.user_id, start.message_id, FollowUpRules(max_pending=5))(1, due, []) is True
+        execute(own_database, "insert into person_languages (user_id, language) values (%s, 'en')", start.user_id)
+        web_person = uuid.uuid4()
+        answers: dict[str, Any] = {}
+        failures: list[BaseException] = []
+
+        def run(name: str, query: str, *params: Any) -> None:
+            try:
+                with psycopg.connect(own_database, autocommit=True) as session:
+                    found = session.execute(query, params).fetchone()
+                    answers[name] = found[0] if found else None
+            except psycopg.Error as exc:
+                failures.append(exc)
+
+        with psycopg.connect(own_database) as language:
+            language.execute("select from person_languages where user_id = %s for update", (start.user_id,))
+            ending = threading.Thread(
+                target=run,
+                args=(
+                    "ended",
+                    "select public.end_attempt(%s, %s, %s, 0, null, 0, 'es', false, null, null)",
+                    start.user_id,
+                    start.message_id,
+                    start.attempt,
+                ),
+            )
+            ending.start()
+            until_waiting(own_database, 1)  # the attempt, for the language row
+            linking = threading.Thread(
+                target=run,
+                args=("linked", "select public.link_identity(%s, 'telegram', %s)", web_person, chat),
+            )
+            linking.start()
+            until_waiting(own_database, 2)  # the link too, for what the attempt holds
+            language.commit()
+        ending.join(30)
+        linking.join(30)
+        assert failures == []
+        assert answers["ended"] == {"owed": True}
+        assert (answers["linked"]["status"], answers["linked"]["moved_messages"]) == ("linked", 1)
+        assert rows(own_database, "select count(*) from follow_ups") == [(0,)]  # the place freed
+        assert rows(own_database, "select user_id, content from messages") == [(web_person, "remind me")]
+        assert rows(own_database, "select user_id, language from person_languages") == [(web_person, "es")]
+    finally:
+        store.close()
+
+
+def test_an_attempt_naming_someone_elses_message_waits_for_none_of_their_locks(own_database: str) -> None:
+    """end_attempt's first lock, the message's conversation, is the caller's own or nobody's: another
+    person naming this person's message (a forged or confused id) neither waits for their
+    conversation (held here, as a link holds it) nor changes anything of theirs."""
+    store = PostgresStore(own_database)
+    try:
+        memory = Memory(store, context_limits(), turn_budget())
+        chat = f"lock-{uuid.uuid4().hex[:8]}"
+        start = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "mine", f"{chat}-1", sender=chat)
+        assert start.user_id is not None and start.message_id is not None
+        before = rows(own_database, "select answer_by from messages where id = %s", start.message_id)
+        with psycopg.connect(own_database) as link, psycopg.connect(own_database, autocommit=True) as other:
+            link.execute("select from conversations where user_id = %s for update", (start.user_id,))
+            other.execute("set lock_timeout = '5s'")  # a wait at all would be the filter lost; never reached
+            ended = other.execute(
+                "select public.end_attempt(%s, %s, %s, 0, null, 0, null, false, null, null)",
+                (uuid.uuid4(), start.message_id, start.attempt),
+            ).fetchone()
+        assert ended == ({"owed": False},)
+        assert rows(own_database, "select answer_by from messages where id = %s", start.message_id) == before
     finally:
         store.close()
 
