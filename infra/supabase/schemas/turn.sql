@@ -806,8 +806,12 @@ begin
     end if;
     -- The places its schedule tool held (follow_ups.sql's reserve_follow_up): nothing was stored,
     -- so nothing is scheduled; freed at once for the person's next turn (or this message's next answer).
-    delete from public.follow_ups f
-     where f.asked_in = p_user_message_id and f.user_id in (p_user_id, v_user) and f.status = 'reserved';
+    -- Only while the message is still this attempt's: one that lost it (the job took it over) leaves
+    -- the places to the attempt holding it now, whose tool may have taken them.
+    if v_owed then
+        delete from public.follow_ups f
+         where f.asked_in = p_user_message_id and f.user_id in (p_user_id, v_user) and f.status = 'reserved';
+    end if;
     -- Parts that went out never go again (never back a part: another attempt may have pushed more).
     update public.follow_ups f set unsent_from = greatest(f.unsent_from, (p.value ->> 'unsent_from')::smallint)
       from json_array_elements(coalesce(p_first_parts, '[]')::json) p

@@ -175,3 +175,21 @@ def test_a_place_its_turn_never_ended_is_in_no_reader_of_the_persons_follow_ups(
         },
     )
     assert (len(finished["scheduled"]), finished["refused"]) == (1, 0)
+
+
+def test_an_attempt_that_lost_its_message_frees_none_of_the_places_the_one_holding_it_took(
+    memory: Memory, own_database: str
+) -> None:
+    """A first attempt whose time ran out ends after the scheduled job took its message over
+    (another attempt) and that attempt's tool held a place: the place stays the holder's, counted,
+    so no other turn of the person's takes the last one from under it."""
+    rules = FollowUpRules(max_pending=1)
+    stale = asking(memory, "9201", "remind me")
+    assert stale.user_id is not None and stale.message_id is not None
+    execute(own_database, "update messages set attempt = gen_random_uuid() where id = %s", stale.message_id)
+    assert place_holder(memory.store, stale.user_id, stale.message_id, rules)(1, entry("Stretch."), []) is True
+    memory.end_attempt(stale.user_id, stale.message_id, stale.attempt, 0)
+    assert rows(own_database, "select content, status from follow_ups") == [("Stretch.", "reserved")]
+    other = asking(memory, "9201", "and me")
+    assert other.message_id is not None
+    assert place_holder(memory.store, stale.user_id, other.message_id, rules)(1, entry("Water."), []) is False
