@@ -226,7 +226,7 @@ def test_a_surface_listed_without_a_title_fails_at_its_first_conversation(postgr
         assert rows(url, "select count(*) from public.messages") == [(0,)]
 
 
-def test_every_surface_python_knows_is_listed_and_every_chat_has_a_title(database_url: str) -> None:
+def test_every_surface_python_knows_is_listed_and_every_chat_has_a_title_and_its_window(database_url: str) -> None:
     listed = [
         value
         for (value,) in rows(
@@ -238,3 +238,6 @@ def test_every_surface_python_knows_is_listed_and_every_chat_has_a_title(databas
     assert sorted(listed) == sorted(surface.value for surface in Surface)
     titles = dict(rows(database_url, "select s, public.conversation_title(s) from unnest(%s::text[]) s", listed))
     assert titles == {"web": None, "telegram": "[Telegram]", "whatsapp": "[WhatsApp]", "sms": "[SMS]"}
+    # where follow-ups wait for the person's window (WhatsApp's 24 hours): named here alone in the SQL
+    windows = dict(rows(database_url, "select s, public.surface_has_window(s) from unnest(%s::text[]) s", listed))
+    assert windows == {"web": False, "telegram": False, "whatsapp": True, "sms": False}

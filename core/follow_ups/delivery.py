@@ -247,8 +247,8 @@ class FollowUpDelivery:
                     "p_said_as": self._as_said(row, now)["content"]
                     if rules(surface).carried_as_sms and sent.parts and delivery is not Delivery.DELIVERED
                     else None,
-                    # held on the person's last WhatsApp message the claim saw: one since opens the window
-                    "p_seen_at": row.get("last_whatsapp_at"),
+                    # held on the person's last message there the claim saw: one since opens the window
+                    "p_seen_at": row.get("window_opened_at"),
                     # held for its number's opt-in: the claim gives it up after this
                     "p_held_until": held_until(due).isoformat(),
                 },

@@ -79,8 +79,8 @@ class FollowUpMoves:
                     "identity_user": owner,
                     "last_sender": app["sender"],
                     "last_sender_user": owner,
-                    # the window of a WhatsApp one: their last message there (follow_up_apps' last_at)
-                    "last_whatsapp_at": app["last_at"] if surface is Surface.WHATSAPP else None,
+                    # where a window counts (WhatsApp's): their last message there (follow_up_apps' last_at)
+                    "window_opened_at": app["last_at"],
                     "unsent_from": None,
                     "said_as": None,
                 }

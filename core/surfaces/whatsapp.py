@@ -69,7 +69,7 @@ def say_follow_up(
         if to is None:
             raise ValueError("a WhatsApp follow-up needs a number")
         to = to if to.startswith("whatsapp:") else f"whatsapp:{to}"
-        last = row.get("last_whatsapp_at")
+        last = row.get("window_opened_at")
         inside = last is not None and now - datetime.fromisoformat(last) < WHATSAPP_WINDOW
         first_part = unsent_part(row)
         if inside and send_parts is not None:

@@ -216,7 +216,7 @@ declare
     v_unsaid bigint;
 begin
     delivered_first := '[]'::json;
-    if p_surface = 'whatsapp' then
+    if public.surface_has_window(p_surface) then
         for v_unsaid in
             select m.id from public.messages m
              where m.user_id = p_user_id and m.id <> p_message_id and m.answer_by < clock_timestamp()
@@ -237,7 +237,7 @@ begin
                for update skip locked
         loop
             insert into public.messages (conversation_id, user_id, surface, role, content, delivered_at)
-                 values (v_held.conversation_id, v_held.user_id, 'whatsapp', 'assistant', v_held.content,
+                 values (v_held.conversation_id, v_held.user_id, p_surface, 'assistant', v_held.content,
                          clock_timestamp())
               returning id into v_message;
             update public.follow_ups f
@@ -599,8 +599,8 @@ $$;
 -- is no longer the person's), `last_sender` and `last_sender_user` (the chat or number the person
 -- last wrote from on its app, a WhatsApp BSUID or number, and whom that belongs to now: said
 -- there, whichever id they wrote with: a message of the thread, or a later one it does not keep,
--- wrote_outside_thread's) and, for a WhatsApp one, `last_whatsapp_at` (the person's last WhatsApp
--- message, stored or not, never one of the agent's: the 24-hour window). First, a dead run's claims: the ones it
+-- wrote_outside_thread's) and, on a surface with a window (surface_has_window: WhatsApp's 24
+-- hours), `window_opened_at` (the person's last message there, stored or not, never the agent's). First, a dead run's claims: the ones it
 -- had begun to send (tried) are given up, as they may have gone out; the ones it never reached
 -- are due again. Then up to p_limit holds for an opt-in that never came (`held_until` passed by
 -- p_now: a week after they were due, core/follow_ups/opted_out.py) are given up unsaid, as an
@@ -669,11 +669,11 @@ begin
                'last_sender', w.sender,
                'last_sender_user', (select i.user_id from public.identities i
                                      where i.surface = t.surface and i.external_id = w.sender),
-               -- only where it is read: looked for on another app's, it read every message of a
-               -- person who never wrote on WhatsApp
-               'last_whatsapp_at', case when t.surface = 'whatsapp' then
+               -- only where it is read (a surface with a window): looked for on another app's, it
+               -- read every message of a person who never wrote there
+               'window_opened_at', case when public.surface_has_window(t.surface) then
                                        greatest((select max(m.created_at) from public.messages m
-                                                  where m.user_id = t.user_id and m.surface = 'whatsapp'
+                                                  where m.user_id = t.user_id and m.surface = t.surface
                                                     and m.role = 'user'),
                                                 u.unstored_message_at)
                                    end)
@@ -908,10 +908,10 @@ begin
          where f.id = p_id;
     elsif p_outcome = 'held' and (exists (
               select from public.messages m
-               where m.user_id = v_follow_up.user_id and m.surface = 'whatsapp' and m.role = 'user'
+               where m.user_id = v_follow_up.user_id and m.surface = v_follow_up.surface and m.role = 'user'
                  and m.created_at > coalesce(p_seen_at, '-infinity')) or exists (
               select from public.conversations c
-               where c.user_id = v_follow_up.user_id and c.surface = 'whatsapp'
+               where c.user_id = v_follow_up.user_id and c.surface = v_follow_up.surface
                  and c.unstored_message_at > coalesce(p_seen_at, '-infinity'))) then
         update public.follow_ups f
            set status = 'pending', next_attempt_at = clock_timestamp(), attempts = f.attempts - 1,

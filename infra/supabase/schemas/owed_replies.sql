@@ -140,8 +140,9 @@ begin
             -- their pending follow-ups, which the answer's tools read as a turn's (follow_ups.sql)
             'follow_ups', public.follow_ups_of(v_message.user_id),
             'language', public.person_language(v_message.user_id, null, null),
-            -- held follow-ups an attempt at this WhatsApp message took: said first (follow_ups.sql)
-            'delivered_first', case when v_message.surface = 'whatsapp'
+            -- held follow-ups an attempt at this message took, where they wait for a window: said
+            -- first (follow_ups.sql)
+            'delivered_first', case when public.surface_has_window(v_message.surface)
                                     then crossmem_private.follow_ups_said_with(v_message.id) end);
         v_count := v_count + 1;
         exit when v_count >= p_limit;

@@ -40,3 +40,14 @@ create function public.conversation_title(p_surface text) returns text
                when 'sms' then '[SMS]'
            end;
 $$;
+
+-- Whether a follow-up due on p_surface is said only within a window after the person's last
+-- message there (WhatsApp's 24 hours, without an approved template: its adapter's `said_within`,
+-- core/surfaces/whatsapp.py): past it, it is held and said first with the answer to their next
+-- message there (follow_ups.sql's turn_follow_ups), and the follow-up job reads when that window
+-- opened (`window_opened_at`). The one place the SQL names such a surface. A SQL-standard body,
+-- bound when it is created, which the planner inlines where it is asked (with `set search_path`
+-- it would be a call planned again at each turn: turn.sql's quoting says the same).
+create function public.surface_has_window(p_surface text) returns boolean
+    language sql immutable parallel safe
+    return p_surface = 'whatsapp';

@@ -511,8 +511,8 @@ begin
                 'conversation_surface',
                 (select c.surface from public.conversations c where c.id = v_stored.conversation_id),
                 'message_id', v_stored.message_id, 'duplicate', true, 'reply', v_reply,
-                -- a WhatsApp answer repeated: with the held follow-ups it said first
-                'delivered_first', case when p_surface = 'whatsapp'
+                -- an answer repeated where follow-ups wait for a window: with the held ones it said first
+                'delivered_first', case when public.surface_has_window(p_surface)
                                         then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
                 -- Not answered yet (or its reply being sent), and its attempt may still: ask again after this.
                 'answer_by', case when v_reply is null and (not v_stored.declined or v_stored.answer_by > v_now)

@@ -186,7 +186,7 @@ def test_a_follow_up_claim_reads_as_many_rows_for_a_person_of_months_as_for_one_
             person = uuid.uuid4()
             reads[length], [claimed] = claim_reads(database_url, person, length)
             assert (claimed["user_id"], claimed["surface"], claimed["last_sender"]) == (str(person), "telegram", "4242")
-            assert claimed["last_whatsapp_at"] is None
+            assert claimed["window_opened_at"] is None
         assert reads[2_000] == reads[20] <= 2, reads
 
 

@@ -235,7 +235,7 @@ def test_a_follow_up_the_job_would_hold_after_the_person_wrote_is_sent_at_the_ne
         {
             **finishing,
             "p_unsent_from": None,
-            "p_seen_at": row["last_whatsapp_at"],
+            "p_seen_at": row["window_opened_at"],
             "p_said_as": None,
             "p_held_until": None,
         },
@@ -285,7 +285,7 @@ def test_a_follow_up_the_job_would_hold_after_a_message_outside_the_thread_is_pe
         for row in claimed["claimed"]:
             [(finished,)] = db.execute(
                 "select public.finish_follow_up(%s, %s, 'held', now(), null, %s, null, null)",
-                (row["id"], claim, row["last_whatsapp_at"]),
+                (row["id"], claim, row["window_opened_at"]),
             ).fetchall()
             assert finished == {"done": True, "message_id": None}
         assert rows(own_database, "select sender, status from follow_ups order by sender") == [

@@ -36,7 +36,7 @@ SAYING: dict[str, Callable[[Recorded], SayFollowUp]] = {
 def test_a_follow_up_is_said_from_its_first_part_not_sent(surface: str, unsent_from: int | None) -> None:
     send = Recorded()
     inside_the_window = (NOW - timedelta(hours=1)).isoformat()
-    row = {"content": "the plan", "unsent_from": unsent_from, "last_whatsapp_at": inside_the_window}
+    row = {"content": "the plan", "unsent_from": unsent_from, "window_opened_at": inside_the_window}
     said = SAYING[surface](send)("4242", row, NOW)
     assert said == (Sent(Delivery.DELIVERED, 3), "sent")
     assert [first for _, _, first in send.asked] == [unsent_from or 0]
