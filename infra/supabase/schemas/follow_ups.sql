@@ -437,7 +437,7 @@ create function public.finish_turn_follow_ups(
     p_reserved integer,
     p_reply_id bigint,
     p_language text,
-    p_declined text default null
+    p_declined text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_unsent_from,

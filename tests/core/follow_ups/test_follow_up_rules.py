@@ -54,6 +54,7 @@ def finish(
             "p_reserved": 0,
             "p_reply_id": None,
             "p_language": None,
+            "p_declined": None,
         },
     )
     return answer
