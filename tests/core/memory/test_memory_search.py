@@ -489,3 +489,28 @@ def test_the_offline_stand_in_answers_from_the_window_when_the_search_has_nothin
     assert (
         where.reply is not None and 'You told me on telegram: "I moved my dentist appointment to Friday"' in where.reply
     )
+
+
+def test_a_long_message_shows_the_model_the_words_it_was_found_by(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """A voice note of two minutes is some 1,800 characters, and a hit showed its first 1,200: what
+    the search matched at its end (the landlord, the rent) was found, ranked first, and never shown
+    to the model, which then answers without it."""
+    memory = Memory(store, context_limits(), turn_budget(tokens_per_day=10_000_000))
+    person = uuid.uuid4()
+    chatter = "bueno pues nada, el fin de semana estuvimos en la sierra con los niños y " * 22
+    fact = "antes de que se me olvide, el casero me dijo que en abril el alquiler sube a 950 euros"
+    planted(database_url, person, "whatsapp", "user", f"[voice note, 1:58] {chatter}{fact}", 40)
+    for day in range(1, 20):
+        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
+    fake.answer = searching("casero alquiler")
+
+    result = turns_with(memory, fake).run(
+        TurnRequest(Surface.TELEGRAM, "¿qué me dijo el casero del alquiler?", "v-1", user_id=person)
+    )
+
+    sent = tool_results(fake.requests[-1])[0]["content"]
+    assert result.outcome is Outcome.ANSWERED
+    assert sent.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
+    assert fact in sent
