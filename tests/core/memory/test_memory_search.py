@@ -514,3 +514,38 @@ def test_a_long_message_shows_the_model_the_words_it_was_found_by(
     assert result.outcome is Outcome.ANSWERED
     assert sent.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
     assert fact in sent
+
+
+def test_an_app_and_a_period_alone_find_what_was_said_then(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """ "Remind me what we decided last week on WhatsApp": the model searches that app and that week
+    with the person's question, whose words the week's messages do not hold. The search required a
+    word, found nothing, and the agent, as its prompt tells it, said nothing was said; the week's
+    messages were in the database all along."""
+    memory = Memory(store, context_limits(), turn_budget(tokens_per_day=10_000_000))
+    person = uuid.uuid4()
+    decision = "ok, let's take the flat on Calle Mayor, I sign the lease on Friday"
+    decided = planted(database_url, person, "whatsapp", "user", decision, 6)
+    planted(database_url, person, "whatsapp", "assistant", "Agreed: the Calle Mayor flat, signed on Friday.", 5.999)
+    planted(database_url, person, "whatsapp", "user", "the other flat had no lift anyway", 40)
+    planted(database_url, person, "telegram", "user", "an ordinary message about nothing", 5)
+    today = datetime.now(MADRID).date()
+    said = created_at(database_url, decided).astimezone(MADRID)
+    asked = "remind me what we decided last week on WhatsApp"
+
+    def answer(body: dict[str, Any]) -> Answer:
+        results = tool_results(body)
+        if results:
+            return "From memory: " + str(results[0]["content"])
+        period = {"from_date": str(today - timedelta(days=8)), "to_date": str(today - timedelta(days=1))}
+        return [tool_use(SEARCH_MEMORY, {"query": asked, "surface": "whatsapp", **period}, id="toolu_week")]
+
+    fake.answer = answer
+    result = turns_with(memory, fake).run(TurnRequest(Surface.TELEGRAM, asked, "w-1", user_id=person))
+
+    sent = tool_results(fake.requests[-1])[0]["content"]
+    assert result.outcome is Outcome.ANSWERED
+    assert sent != "Nothing found in older messages."
+    assert f"[whatsapp · {said:%a} {said.day} {said:%b %Y %H:%M}] the person: {decision}" in sent
+    assert "the other flat had no lift anyway" not in sent  # 40 days ago: outside the week
