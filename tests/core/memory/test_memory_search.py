@@ -549,3 +549,19 @@ def test_an_app_and_a_period_alone_find_what_was_said_then(
     assert sent != "Nothing found in older messages."
     assert f"[whatsapp · {said:%a} {said.day} {said:%b %Y %H:%M}] the person: {decision}" in sent
     assert "the other flat had no lift anyway" not in sent  # 40 days ago: outside the week
+
+
+def test_a_neighbour_says_when_it_was_said(memory: Memory, database_url: str) -> None:
+    """A hit's neighbour is the next message in its conversation, however long after: shown as "just
+    after" with no date, a message of this week reads as said in the same breath as one of March."""
+    person = uuid.uuid4()
+    planted(database_url, person, "telegram", "user", "my landlord wants the keys back by June", 40)
+    later = planted(database_url, person, "telegram", "user", "I moved into the new flat, all good", 3)
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+
+    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "landlord keys"}))
+
+    when = created_at(database_url, later).astimezone(MADRID)
+    [after] = [line for line in found.content.splitlines() if line.startswith("   just after")]
+    assert after.endswith("the person: I moved into the new flat, all good")
+    assert f"{when:%a} {when.day} {when:%b %Y}" in after
