@@ -565,3 +565,25 @@ def test_a_neighbour_says_when_it_was_said(memory: Memory, database_url: str) ->
     [after] = [line for line in found.content.splitlines() if line.startswith("   just after")]
     assert after.endswith("the person: I moved into the new flat, all good")
     assert f"{when:%a} {when.day} {when:%b %Y}" in after
+
+
+@pytest.mark.parametrize(
+    ("said", "asked"),
+    [
+        # A plural of a short word in -es, asked for: its start ("bare", "pane", "rede") is no word.
+        ("el bar de la esquina cierra tarde", "¿qué bares te recomendé?"),
+        ("el pan de la panadería nueva es bueno", "¿dónde compro los panes?"),
+        ("la red del wifi de casa va fatal", "¿qué dije de las redes?"),
+        # A singular of four letters in -s, taken for a plural: "país" searched "pai", "lens" "len".
+        ("visité tres países en verano", "¿qué país me gustó?"),
+        ("my new lenses arrive on Monday", "when do I get the lens?"),
+    ],
+)
+def test_a_plural_in_es_and_a_singular_in_s_find_each_other(
+    memory: Memory, database_url: str, said: str, asked: str
+) -> None:
+    person = uuid.uuid4()
+    fact = planted(database_url, person, "telegram", "user", said, 30)
+    for day in range(1, 20):
+        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
+    assert [hit.message.id for hit in memory.search(person, asked)] == [fact]
