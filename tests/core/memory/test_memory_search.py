@@ -587,3 +587,37 @@ def test_a_plural_in_es_and_a_singular_in_s_find_each_other(
     for day in range(1, 20):
         planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
     assert [hit.message.id for hit in memory.search(person, asked)] == [fact]
+
+
+def test_a_reply_at_the_windows_start_is_shown_or_found(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The window's start moves in steps, so it can fall on a reply whose question has left it (the
+    person wrote twice in a row before). The model is not shown a conversation that starts with its
+    own turn, so that reply is dropped; and the search leaves out every id of the window, so it is
+    not found either: "what was the Miramar's phone?" found nothing, with the answer stored."""
+    memory = Memory(store, context_limits(window_hours=24, max_messages=16, window_step=8))
+    person = uuid.uuid4()
+    hours = iter(range(23, 0, -1))
+
+    def said(role: str, text: str) -> int:
+        return planted(database_url, person, "telegram", role, text, next(hours) / 24)
+
+    for n in range(3):
+        said("user", f"an ordinary question number {n}")
+        said("assistant", f"an ordinary answer number {n}")
+    said("user", "an ordinary question number 3")
+    said("user", "we go to Cádiz in May, which hotel would you pick?")  # twice in a row: the 8th to leave
+    advice = "I'd pick Hotel Miramar on Playa Victoria: 95 EUR a night, phone 956 22 11 00."
+    said("assistant", advice)  # the window's first message
+    for n in range(4, 8):
+        said("user", f"an ordinary question number {n}")
+        said("assistant", f"an ordinary answer number {n}")
+    fake.answer = searching("Miramar phone")
+
+    result = turns_with(memory, fake).run(
+        TurnRequest(Surface.TELEGRAM, "what was the Miramar's phone?", "m-1", user_id=person)
+    )
+
+    assert result.outcome is Outcome.ANSWERED
+    assert advice in json.dumps(fake.requests[-1]["messages"], ensure_ascii=False)
