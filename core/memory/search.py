@@ -24,6 +24,7 @@ from core.errors import StoreUnavailable
 from core.memory.service import Memory
 from core.model.llm import ToolCall, approximate_tokens
 from core.models import MemoryHit, Neighbour, Role, Surface
+from core.turn.context import shown
 from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
@@ -204,16 +205,14 @@ class MemorySearch:
     def toolset(self, turn: TurnState) -> MemorySearchTools | None:
         """The turn's search, leaving out what the model already sees: the message it answers, what
         the web puts before its thread, and the thread: the web client's own history when it sent
-        one (the stored window then is not shown, so what it holds can be found), else the window."""
+        one (the stored window then is not shown, so what it holds can be found), else the window;
+        of them, only what the model is shown (`shown`: a reply at the window's start is not)."""
         if self.rules is None:
             return None
-        seen = {message.id for message in turn.start.prepend}
+        own = turn.start.history if turn.client_history is None else turn.client_history
+        seen = {item.id for item in shown([*turn.start.prepend, *own]) if item.id is not None}
         if turn.start.message_id is not None:
             seen.add(turn.start.message_id)  # the message it answers, stored as the turn began
-        if turn.client_history is None:
-            seen.update(message.id for message in turn.start.history)
-        else:
-            seen.update(item.id for item in turn.client_history if item.id is not None)
         return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules, self.definitions)
 
 
@@ -252,14 +251,18 @@ def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
         f"{_cut(message.content, HIT_CHARS)}"
     ]
     if hit.before is not None:
-        lines.append(f"   just before, {_neighbour(hit.before)}")
+        lines.append(f"   just before, {_neighbour(hit.before, message.created_at, zone)}")
     if hit.after is not None:
-        lines.append(f"   just after, {_neighbour(hit.after)}")
+        lines.append(f"   just after, {_neighbour(hit.after, message.created_at, zone)}")
     return "\n".join(lines)
 
 
-def _neighbour(neighbour: Neighbour) -> str:
-    return f"{_who(neighbour.role)}: {_cut(neighbour.content, NEIGHBOUR_CHARS)}"
+def _neighbour(neighbour: Neighbour, beside: datetime, zone: ZoneInfo) -> str:
+    """The message before or after a hit said `beside`, with when (the next one may come weeks
+    later): its time that day, else its date."""
+    local = neighbour.created_at.astimezone(zone)
+    when = f"{local:%H:%M}" if local.date() == beside.astimezone(zone).date() else _when(local, zone)
+    return f"[{when}] {_who(neighbour.role)}: {_cut(neighbour.content, NEIGHBOUR_CHARS)}"
 
 
 def _who(role: Role) -> str:

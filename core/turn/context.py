@@ -67,11 +67,20 @@ def tag(surface: Surface, local: datetime | None, *, dated: bool = False) -> str
     return f"[{surface.value} · {time}]"
 
 
+def shown(items: Sequence[ContextItem | StoredMessage]) -> list[ContextItem | StoredMessage]:
+    """The messages the model is shown of `items`: none empty, and from the person's first to their
+    last, as the model's conversation never starts or ends with its own turn (a reply at the start
+    of a window whose question has left it is not shown: memory search finds it)."""
+    kept = [item for item in items if item.content.strip()]
+    theirs = [index for index, item in enumerate(kept) if item.role is Role.USER]
+    return kept[theirs[0] : theirs[-1] + 1] if theirs else []
+
+
 def build_model_messages(
     items: Sequence[ContextItem | StoredMessage], *, annotate: bool = True, zone: ZoneInfo | None = None
 ) -> list[ModelMessage]:
     zone = zone or ZoneInfo("UTC")
-    kept = [(item, text) for item in items if (text := item.content.strip())]
+    kept = [(item, item.content.strip()) for item in shown(items)]
     merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
     day: date | None = None  # the day of the person's latest message so far
     for item, text in kept:
@@ -89,10 +98,6 @@ def build_model_messages(
             merged[-1][3].extend(item.attachments)
         else:
             merged.append((item.role, [rendered], [Source(item.surface, text)], list(item.attachments)))
-    while merged and merged[0][0] is Role.ASSISTANT:
-        merged.pop(0)
-    while merged and merged[-1][0] is Role.ASSISTANT:
-        merged.pop()
     return [
         ModelMessage(role, "\n\n".join(parts), tuple(sources), tuple(attached))
         for role, parts, sources, attached in merged

@@ -107,11 +107,16 @@ def test_a_turn_finds_what_was_said_90_days_ago_on_whatsapp_and_counts_both_requ
 
     when = created_at(database_url, fact).astimezone(MADRID)
     said = f"{when:%a} {when.day} {when:%b %Y %H:%M}"
+
+    def beside(message_id: int) -> str:  # a neighbour's time that day, else its date (near midnight)
+        at = created_at(database_url, message_id).astimezone(MADRID)
+        return f"{at:%H:%M}" if at.date() == when.date() else f"{at:%a} {at.day} {at:%b %Y %H:%M}"
+
     expected = (
         "Found 1 older message, best match first:\n\n"
         f"1. [whatsapp · {said}] the person: The doctor said 400 mg of ibuprofen, twice a day\n"
-        "   just before, you: How did the appointment go?\n"
-        "   just after, you: Noted: 400 mg twice a day."
+        f"   just before, [{beside(before)}] you: How did the appointment go?\n"
+        f"   just after, [{beside(after)}] you: Noted: 400 mg twice a day."
     )
     assert tool_results(fake.requests[-1]) == [
         {"type": "tool_result", "tool_use_id": "toolu_search", "content": expected}
