@@ -282,7 +282,10 @@ $$;
 -- A singular under four letters is itself or its plurals ("key": key, keys, keyes); from four
 -- letters on, its start as a prefix (two letters off past six: "arrives" finds "arrived").
 -- Spanish writes the plural of a word in -z with -ces, which no prefix reaches from a short
--- word: "luz" also finds "luces", and "veces" (or "cruces") "vez" ("cruz").
+-- word: "luz" also finds "luces", and "veces" (or "cruces") "vez" ("cruz"). A Spanish plural in
+-- -es of a word in l, n, r, d, j or y leaves a start that is no word ("bares", "redes", "leyes"):
+-- it also finds the word itself ("bar", "red", "ley"). A word of four letters in -s may be a
+-- singular ("país", "lens"): it also finds what starts with it ("países", "lenses").
 create function crossmem_private.term_query(p_term text) returns tsquery
     language sql immutable parallel safe set search_path = '' as $$
     select (case when char_length(s.word) < 4
@@ -292,6 +295,10 @@ create function crossmem_private.term_query(p_term text) returns tsquery
             end
             || case when p_term ~ '.z$' then ' | ' || pg_catalog.quote_literal(left(p_term, -1) || 'ces')
                     when p_term ~ '..ces$' then ' | ' || pg_catalog.quote_literal(left(p_term, -3) || 'z')
+                    when char_length(p_term) >= 5 and p_term ~ '[lnrdjy]es$'
+                        then ' | ' || pg_catalog.quote_literal(left(p_term, -2))
+                    when char_length(p_term) = 4 and p_term ~ '[^s]s$'
+                        then ' | ' || pg_catalog.quote_literal(p_term) || ':*'
                     else ''
                end)::tsquery
       from (select case when char_length(p_term) >= 5 and p_term ~ '[sxzh]es$' then left(p_term, -2)
