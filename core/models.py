@@ -372,6 +372,7 @@ class MemoryHit:
     score: float
     before: Neighbour | None
     after: Neighbour | None
+    terms: tuple[str, ...] = ()  # the query's words it matched, unaccented and lower-cased
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> MemoryHit:
@@ -382,6 +383,7 @@ class MemoryHit:
             float(row["score"]),
             Neighbour.from_row(row.get("before")),
             Neighbour.from_row(row.get("after")),
+            tuple(row.get("terms") or ()),
         )
 
     def as_json(self) -> dict[str, Any]:

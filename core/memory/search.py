@@ -14,6 +14,9 @@ sight.
 from __future__ import annotations
 
 import logging
+import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
@@ -89,6 +92,12 @@ plainly and ask them to remind you; never invent what they said.
 # A hit's text, and a neighbour's, as the model reads them: enough to answer from, not a whole essay.
 HIT_CHARS = 1200
 NEIGHBOUR_CHARS = 300
+# A longer hit whose words come past what its start shows: its start (what it is about), then from
+# a little before the first word it was found by (a voice note's fact at its end).
+HIT_HEAD_CHARS = 300
+BEFORE_MATCH_CHARS = 200
+# What a hit shown from its start shows after the word it was found by, at least.
+AFTER_MATCH_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -248,7 +257,7 @@ def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
     message = hit.message
     lines = [
         f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
-        f"{_cut(message.content, HIT_CHARS)}"
+        f"{_excerpt(message.content, hit.terms)}"
     ]
     if hit.before is not None:
         lines.append(f"   just before, {_neighbour(hit.before, message.created_at, zone)}")
@@ -273,6 +282,30 @@ def _when(moment: datetime, zone: ZoneInfo) -> str:
     """`Tue 1 Sep 2026 09:12`, where the person lives."""
     local = moment.astimezone(zone)
     return f"{local:%a} {local.day} {local:%b %Y %H:%M}"
+
+
+def _excerpt(text: str, terms: Sequence[str]) -> str:
+    """A hit's text on one line: whole up to HIT_CHARS; longer, its start, or, when the first of
+    the words it was found by (`terms`) comes past it, its start and the part around that word."""
+    flat = " ".join(text.split())
+    at = _first_match(flat, terms)
+    if len(flat) <= HIT_CHARS or at is None or at + AFTER_MATCH_CHARS <= HIT_CHARS - 1:
+        return _cut(flat, HIT_CHARS)
+    head = flat[:HIT_HEAD_CHARS].rstrip() + " … "
+    room = HIT_CHARS - len(head)
+    start = max(min(at - BEFORE_MATCH_CHARS, len(flat) - room), HIT_HEAD_CHARS)
+    start = flat.find(" ", start) + 1 if flat[start - 1] != " " and " " in flat[start:at] else start
+    return head + _cut(flat[start:], room)
+
+
+def _first_match(text: str, terms: Sequence[str]) -> int | None:
+    """Where in `text` the first word the search matched by one of `terms` starts, as the search
+    reads words (unaccented, lower-cased; a term of four letters or more by its start, as
+    messages.sql's term_query): None when none is found (a plural's other spelling)."""
+    folded = "".join(unicodedata.normalize("NFD", ch)[:1].lower()[:1] for ch in text)
+    starts = (term if len(term) < 4 else term[: max(4, len(term) - 2)] for term in terms)
+    found = [match.start() for start in starts if (match := re.search(r"(?<!\w)" + re.escape(start), folded))]
+    return min(found, default=None)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -356,7 +356,7 @@ begin
         select greatest(avg(c.words), 1) as words from candidates c
     ), scored as (
         -- BM25 with every word counted once: the rarer words it shares, the shorter the message.
-        select c.id, c.created_at,
+        select c.id, c.created_at, array_agg(mt.term order by mt.term) as terms,
                sum(r.idf) * 2.2 / (1 + 1.2 * (0.25 + 0.75 * c.words / t.words))
                    * (1 + 0.2 * exp(-extract(epoch from now() - c.created_at) / (86400 * 60.0))) as score
           from candidates c
@@ -368,7 +368,7 @@ begin
          order by score desc, c.created_at desc, c.id desc
          limit greatest(p_limit, 0) offset greatest(p_offset, 0)
     ), ranked as (
-        select s.id, s.score,
+        select s.id, s.score, s.terms,
                row_number() over (order by s.score desc, s.created_at desc, s.id desc) + greatest(p_offset, 0) as rank
           from scored s
     )
@@ -376,6 +376,8 @@ begin
                'id', h.id, 'conversation_id', h.conversation_id, 'surface', h.surface, 'role', h.role,
                'content', left(h.content, 8000), 'created_at', h.created_at,
                'ranker', 'fulltext', 'rank', r.rank, 'score', round(r.score::numeric, 4),
+               -- the words of the query it matched: where in a long message to show it from
+               'terms', to_json(r.terms),
                'before', (select json_build_object('id', b.id, 'role', b.role, 'content', left(b.content, 2000),
                                                    'created_at', b.created_at)
                             from public.messages b
