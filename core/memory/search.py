@@ -43,7 +43,8 @@ TOOL: dict[str, Any] = {
         "Search everything the person said, and you answered, on every app and all time: older "
         "messages than the ones you see. Use it when they refer to something you cannot see. "
         "query: the words they would have used (their question as they asked it works too). "
-        "Optionally only one app, or a period of their local dates."
+        "Optionally only one app, or a period of their local dates: when no message there holds the "
+        "words, you get what was said there, newest first."
     ),
     "input_schema": {
         "type": "object",
@@ -89,6 +90,8 @@ messages may have been left out. If the person refers to something you cannot se
 plainly and ask them to remind you; never invent what they said.
 """
 
+# The ranker of hits that matched no word: the app's or period's messages (messages.sql's search_memory).
+PERIOD = "period"
 # A hit's text, and a neighbour's, as the model reads them: enough to answer from, not a whole essay.
 HIT_CHARS = 1200
 NEIGHBOUR_CHARS = 300
@@ -153,6 +156,7 @@ class MemorySearchTools:
                 until=until,
                 exclude_ids=sorted(self.seen_ids),
                 limit=self.rules.max_hits,
+                or_latest=True,
             )
         except StoreUnavailable as exc:
             log.error("memory search failed", extra={"error": str(exc)})
@@ -247,9 +251,13 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int) -> Rendered
             cost = max_tokens
         lines.append(block)
         used += cost
-    head = f"Found {len(lines)} older message{'s' if len(lines) != 1 else ''}, best match first"
+    found = f"{len(lines)} older message{'s' if len(lines) != 1 else ''}"
+    head = f"Found {found}, best match first"
     more = len(hits) - len(lines)
     tail = f"\n({more} more matched; search with other words or a period to see them.)" if more else ""
+    if hits[0].ranker == PERIOD:  # no word matched: what was said on the app or in the period given
+        head = f"No message there holds those words. The app or period you gave holds these {found}, newest first"
+        tail = f"\n({more} more there; narrow the period to see them.)" if more else ""
     return Rendered(f"{head}:\n\n" + "\n\n".join(lines) + tail, len(lines))
 
 

@@ -596,10 +596,12 @@ class Memory:
         exclude_ids: Sequence[int] = (),
         limit: int = 8,
         offset: int = 0,
+        or_latest: bool = False,
     ) -> list[MemoryHit]:
         """The person's own messages that best match `query` (every surface, all time, or the
-        surface and period given), best first, none of `exclude_ids`. One round trip; raises
-        StoreUnavailable."""
+        surface and period given), best first, none of `exclude_ids`; `or_latest`: when none
+        matches and a surface or period is given, what was said there, newest first (ranker
+        "period"). One round trip; raises StoreUnavailable."""
         rows = self.store.call(
             "search_memory",
             {
@@ -611,6 +613,7 @@ class Memory:
                 "p_exclude_ids": json.dumps(sorted(set(exclude_ids))),
                 "p_limit": limit,
                 "p_offset": offset,
+                "p_or_latest": or_latest,
             },
         )
         return [MemoryHit.from_row(row) for row in rows["hits"]]

@@ -311,10 +311,13 @@ $$;
 -- p_until: a period), leaving out p_exclude_ids (a JSON array: what the model already sees),
 -- ranked, from p_offset on. Each hit carries the message before and after it in its
 -- conversation, and its rank and score under its ranker, so a second ranker (embeddings) can be
--- fused in by rank later (docs/decisions.md).
+-- fused in by rank later (docs/decisions.md). With p_or_latest, when no message matches the words
+-- but an app or a period was given ("what did we decide last week on WhatsApp?", whose words the
+-- week's messages need not hold: the agent's tool asks so), that app's or period's messages,
+-- newest first, ranker 'period': what was said then is what was asked for.
 create or replace function public.search_memory(
     p_user_id uuid, p_query text, p_surface text, p_since timestamptz, p_until timestamptz,
-    p_exclude_ids text, p_limit integer, p_offset integer
+    p_exclude_ids text, p_limit integer, p_offset integer, p_or_latest boolean
 ) returns json language plpgsql stable set search_path = ''
   -- A plan for each person's words: a cached generic plan cannot know how many rows a word
   -- matches, and guessed wrong it scans the person's whole history for every search.
@@ -328,7 +331,8 @@ declare
     v_total bigint;
     v_hits json;
 begin
-    if cardinality(v_terms) = 0 then
+    if cardinality(v_terms) = 0 and not (p_or_latest and (p_surface is not null or p_since is not null
+                                                          or p_until is not null)) then
         return json_build_object('terms', '[]'::json, 'hits', '[]'::json);
     end if;
     -- Each word's query once (not once a candidate), and all of them as one.
@@ -368,14 +372,29 @@ begin
          order by score desc, c.created_at desc, c.id desc
          limit greatest(p_limit, 0) offset greatest(p_offset, 0)
     ), ranked as (
-        select s.id, s.score, s.terms,
+        select s.id, s.score, s.terms, 'fulltext' as ranker,
                row_number() over (order by s.score desc, s.created_at desc, s.id desc) + greatest(p_offset, 0) as rank
           from scored s
+        union all
+        select p.id, 0, '{}'::text[], 'period',
+               row_number() over (order by p.created_at desc, p.id desc) + greatest(p_offset, 0)
+          from (select m.id, m.created_at
+                  from public.messages m
+                 where m.user_id = p_user_id
+                   and p_or_latest and (p_surface is not null or p_since is not null or p_until is not null)
+                   and not exists (select from candidates c where c.id <> all(v_exclude))
+                   and not m.declined
+                   and (p_surface is null or m.surface = p_surface)
+                   and (p_since is null or m.created_at >= p_since)
+                   and (p_until is null or m.created_at < p_until)
+                   and m.id <> all(v_exclude)
+                 order by m.created_at desc, m.id desc
+                 limit greatest(p_limit, 0) offset greatest(p_offset, 0)) p
     )
     select coalesce(json_agg(json_build_object(
                'id', h.id, 'conversation_id', h.conversation_id, 'surface', h.surface, 'role', h.role,
                'content', left(h.content, 8000), 'created_at', h.created_at,
-               'ranker', 'fulltext', 'rank', r.rank, 'score', round(r.score::numeric, 4),
+               'ranker', r.ranker, 'rank', r.rank, 'score', round(r.score::numeric, 4),
                -- the words of the query it matched: where in a long message to show it from
                'terms', to_json(r.terms),
                'before', (select json_build_object('id', b.id, 'role', b.role, 'content', left(b.content, 2000),
