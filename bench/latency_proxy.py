@@ -1,9 +1,10 @@
 """A loopback TCP proxy that counts round trips and can add latency to each one.
 
 A round trip is a burst of bytes from the client that follows an answer from the server
-(or opens the connection). With `delay_s`, the first chunk of each round trip is held
-until `delay_s` after it arrived, so each round trip costs `delay_s` more, as between a
-function and its database in one region. Used by the tests (to count, and to lose an
+(or opens the connection); a statement is a round trip that asks the database something (not
+one that opens, authenticates or closes a connection). With `delay_s`, the first chunk of each
+round trip is held until `delay_s` after it arrived, so each round trip costs `delay_s` more,
+as between a function and its database in one region. Used by the tests (to count, and to lose an
 answer on its way back) and by the benchmarks (to delay, and to cut the database off).
 """
 
@@ -26,8 +27,25 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 @dataclass
 class _Counter:
     round_trips: int = 0
+    statements: int = 0
     connections: int = 0
+    open: int = 0  # connections whose two directions are not both finished yet
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class _Link:
+    """One proxied connection: which side spoke last, and how many of its two directions still run."""
+
+    last: str = "server"
+    pumps: int = 2
+
+
+def _asks_something(burst: bytes) -> bool:
+    """Whether a client's burst asks the database something. The ones that do not: a connection's
+    SSL or GSS request and its startup message (they begin with their length, so with a zero
+    byte), a password message ('p') and Terminate ('X'); every other begins with its type byte."""
+    return burst[:1] not in (b"\x00", b"p", b"X")
 
 
 def postgres_target(conninfo: str) -> tuple[int, object]:
@@ -66,12 +84,25 @@ class LatencyProxy:
         return self._counter.round_trips
 
     @property
+    def statements(self) -> int:
+        """Round trips that asked the database something: a pool's connections opened or closed
+        in the background are not among them."""
+        return self._counter.statements
+
+    @property
     def connections(self) -> int:
         return self._counter.connections
+
+    @property
+    def open_connections(self) -> int:
+        """Connections still forwarded: one the server has closed leaves once both of its
+        directions have seen the end (what a client sends on it after that reaches nothing)."""
+        return self._counter.open
 
     def reset(self) -> None:
         with self._counter.lock:
             self._counter.round_trips = 0
+            self._counter.statements = 0
             self._counter.connections = 0
 
     def lose_next_answer(self) -> None:
@@ -121,11 +152,12 @@ class LatencyProxy:
             self._sockets += [client, server]
             with self._counter.lock:
                 self._counter.connections += 1
-            state = {"last": "server"}
-            threading.Thread(target=self._pump, args=(client, server, state, "client"), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, state, "server"), daemon=True).start()
+                self._counter.open += 1
+            link = _Link()
+            threading.Thread(target=self._pump, args=(client, server, link, "client"), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, link, "server"), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, state: dict[str, str], side: str) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, link: _Link, side: str) -> None:
         try:
             while True:
                 chunk = source.recv(65536)
@@ -135,11 +167,12 @@ class LatencyProxy:
                 opens_round_trip = False
                 if side == "client":
                     with self._counter.lock:
-                        opens_round_trip = state["last"] != "client"
+                        opens_round_trip = link.last != "client"
                         self._counter.round_trips += opens_round_trip
-                        state["last"] = "client"
+                        self._counter.statements += opens_round_trip and _asks_something(chunk)
+                        link.last = "client"
                 else:
-                    state["last"] = "server"
+                    link.last = "server"
                     if self._lose_next_answer.is_set():
                         self._lose_next_answer.clear()
                         break
@@ -152,6 +185,9 @@ class LatencyProxy:
             for sock in (source, sink):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+            with self._counter.lock:
+                link.pumps -= 1
+                self._counter.open -= link.pumps == 0
 
 
 def _sleep_until(deadline: float) -> None:
