@@ -40,12 +40,12 @@ PDF_PAGE_TOKENS = 2000
 
 def block_tokens(block: dict[str, Any]) -> int:
     """A content block's tokens: text by its length, a tool call and a tool result by their JSON
-    (the API reads a call's input and a result's content as it reads text), images by their
-    pixels, PDFs by their pages."""
+    (the API reads a call's input and a result's content as it reads text: an "é" as one
+    character, not as its escape), images by their pixels, PDFs by their pages."""
     if block.get("type") == "tool":  # a tool's definition, as the JSON it is sent as
-        return count_tokens(json.dumps(block["tool"], sort_keys=True))
+        return count_tokens(json.dumps(block["tool"], sort_keys=True, ensure_ascii=False))
     if block.get("type") in ("tool_use", "tool_result"):
-        return count_tokens(json.dumps(block, sort_keys=True))
+        return count_tokens(json.dumps(block, sort_keys=True, ensure_ascii=False))
     if block.get("type") not in ("image", "document"):
         return count_tokens(str(block.get("text", "")))
     import base64

@@ -62,7 +62,7 @@ def _answer_requests(settings: TurnSettings) -> int:
 
 @functools.cache
 def _tool_tokens(capabilities: tuple[Capability, ...]) -> int:
-    """The tools' definitions as sent: the same bytes every turn, so counted once (a capability
-    hashes as itself)."""
+    """The tools' definitions as the model reads them (each character once, not escaped): the same
+    every turn, so counted once (a capability hashes as itself)."""
     definitions = [definition for capability in capabilities for definition in capability.definitions]
-    return approximate_tokens(json.dumps(definitions)) if definitions else 0
+    return approximate_tokens(json.dumps(definitions, ensure_ascii=False)) if definitions else 0

@@ -265,8 +265,9 @@ def result_blocks(results: Sequence[ToolResult]) -> list[dict[str, Any]]:
 
 def tokens_of(blocks: Sequence[dict[str, Any]]) -> int:
     """Content blocks' tokens as a request reads them, at most: each block's JSON, about four
-    characters a token (the fake Anthropic server counts a tool call and a result so)."""
-    return sum(approximate_tokens(json.dumps(block, default=str)) for block in blocks)
+    characters a token (the fake Anthropic server counts a tool call and a result so). Its
+    characters as the model reads them: an "é" is one, not the six of its escape (`\\u00e9`)."""
+    return sum(approximate_tokens(json.dumps(block, default=str, ensure_ascii=False)) for block in blocks)
 
 
 def result_tokens(results: Sequence[ToolResult]) -> int:

@@ -330,6 +330,26 @@ def test_a_turn_with_tool_rounds_stays_within_what_it_reserved(
     assert spent_by(fake, "", "", "Here is what I found.") == 4220 <= result.figures.reserved_tokens
 
 
+def test_a_spanish_tool_result_is_counted_as_the_model_reads_it_not_as_escaped_json(
+    store: PostgresStore, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The same turn with pages in Spanish: the model reads "página" as 6 characters, not as the
+    11 of its escaped JSON ("p\\u00e1gina"), so the last round's second page is cut where the
+    turn's ceiling is. Seen failing with the results counted escaped: cut to 2,153 characters."""
+    fake.answer = three_calls_a_round
+    pages = lambda topic: ("Una página sobre " + topic + " y su sección única. ") * (4 if topic < "topic 3" else 200)  # noqa: E731
+    result = researching(store, fake, pages).run(
+        TurnRequest(Surface.TELEGRAM, "investiga", "within-es", user_id=uuid.uuid4())
+    )
+    assert (result.outcome, result.reply) == (Outcome.ANSWERED, "Here is what I found.")
+    assert [body.get("tool_choice") for body in fake.requests] == [None, None, {"type": "none"}]
+    cut = [[(len(r["content"]), r["content"].endswith(CUT)) for r in tool_results(body)] for body in fake.requests]
+    assert cut == [[], [(180, False)] * 3, [(8000, False), (5888, True), (36, True)]]
+    assert result.figures.reserved_tokens == 5 * (43 + 1000)
+    assert usage_of(database_url, "within-es") == [(spent_by(fake, "", "", "Here is what I found."), 0)]
+    assert spent_by(fake, "", "", "Here is what I found.") == 4220 <= result.figures.reserved_tokens
+
+
 def test_a_round_whose_calls_leave_no_room_asks_its_request_again_without_tools(
     store: PostgresStore, fake: FakeAnthropic, database_url: str
 ) -> None:
