@@ -34,9 +34,10 @@ meanwhile is stored, with no turn (begin_turn answers it: no model, nothing rese
 TwiML answer), and the scheduled job sends nothing there and asks no model for it: an owed reply is
 given up unwritten (an answer after START would read as a stranger's); a follow-up due goes to
 another app of the person's (core/follow_ups/moves.py), else is held until START, then said late,
-if due within the week before (core/follow_ups/opted_out.py). The opt-in words clear it (a
-toll-free number takes only START and UNSTOP: after a YES there, Twilio's next refusal records the
-opt-out again).
+if due within the week before (core/follow_ups/opted_out.py). The opt-in words clear it, but on a
+toll-free number (the `To` the message was sent to: `is_toll_free`) only START and UNSTOP do: the
+carriers keep that block themselves, and YES or an Advanced Opt-Out word does not lift it (Twilio's
+"Opt-out keyword handling (SMS STOP Filtering) for Toll-Free SMS").
 
 What an inbound message asks for (`SmsForm`, `classify`): a keyword (nothing said), a chat command,
 a turn, or a notice. The form is read as every Twilio surface's is (core/surfaces/twilio_form.py),
@@ -71,7 +72,10 @@ KEYWORDS = OPT_OUT_WORDS | {"START", "UNSTOP"} | {"HELP", "INFO"}
 # Twilio opts the number in (and may say so), and the advisor hears it too, with or without
 # `OptOutType`; nothing the person meant for the advisor is dropped.
 ANSWERS = frozenset({"YES"})
-OPT_IN_WORDS = frozenset({"START", "UNSTOP"}) | ANSWERS
+TOLL_FREE_OPT_IN_WORDS = frozenset({"START", "UNSTOP"})
+OPT_IN_WORDS = TOLL_FREE_OPT_IN_WORDS | ANSWERS
+# The North American Numbering Plan's toll-free area codes in use (US and Canada).
+TOLL_FREE_PREFIXES = tuple(f"+1{code}" for code in ("800", "833", "844", "855", "866", "877", "888"))
 
 
 def keyword_of(body: str) -> str:
@@ -79,6 +83,11 @@ def keyword_of(body: str) -> str:
     one outside ASCII."""
     word = body.strip(" \t\r\n")
     return word.upper() if word.isascii() else ""
+
+
+def is_toll_free(number: str) -> bool:
+    """Whether a number is a US or Canadian toll-free one, by its NANP area code."""
+    return normalise_phone(number).startswith(TOLL_FREE_PREFIXES)
 
 
 def is_keyword(body: str, opt_out_type: str | None = None) -> bool:
@@ -120,10 +129,12 @@ def say_follow_up(send_parts: Callable[[str, str, int], Sent]) -> SayFollowUp:
 
 
 class SmsForm(TwilioMessageForm):
-    """Twilio's inbound SMS and MMS webhook: the sender's number, and `OptOutType` (STOP, START or
-    HELP), when the number is in a Messaging Service with Advanced Opt-Out."""
+    """Twilio's inbound SMS and MMS webhook: the sender's number, the number it texted (`To`), and
+    `OptOutType` (STOP, START or HELP), when the number is in a Messaging Service with Advanced
+    Opt-Out."""
 
     sender: str = Field(alias="From", pattern=r"^\+?[0-9][0-9 ()-]{4,20}$")
+    to: str = Field(default="", alias="To", max_length=32)
     opt_out_type: str | None = Field(default=None, alias="OptOutType", max_length=16)
 
     @property
@@ -133,11 +144,14 @@ class SmsForm(TwilioMessageForm):
     @property
     def opted_out(self) -> bool | None:
         """Advanced Opt-Out names the kind (`OptOutType`, whatever the word); without it, Twilio's
-        default words."""
+        default words. Texted to a toll-free number, only START and UNSTOP opt in, whatever the kind."""
         kind = (self.opt_out_type or "").upper()
-        if kind == "STOP" or not kind and keyword_of(self.body) in OPT_OUT_WORDS:
+        word = keyword_of(self.body)
+        if kind == "STOP" or not kind and word in OPT_OUT_WORDS:
             return True
-        if kind == "START" or not kind and keyword_of(self.body) in OPT_IN_WORDS:
+        if is_toll_free(self.to):
+            return False if word in TOLL_FREE_OPT_IN_WORDS else None
+        if kind == "START" or not kind and word in OPT_IN_WORDS:
             return False
         return None
 

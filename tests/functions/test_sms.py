@@ -744,6 +744,27 @@ def test_after_start_replies_and_reminders_flow_again(
 
 
 @pytest.mark.parametrize(
+    ("to", "body", "extra", "out"),
+    [("+18885550100", "Yes", {}, True), ("+18005550100", "yes", {"OptOutType": "START"}, True)]
+    + [("+18445550100", "Vuelvo", {"OptOutType": "START"}, True), ("+18335550100", "START", {}, False)]
+    + [("+18775550100", " unstop ", {"OptOutType": "START"}, False), ("+14155550100", "Yes", {}, False)],
+)
+def test_on_a_toll_free_number_only_start_and_unstop_opt_in_again(
+    sms_database: str, fake_anthropic: FakeAnthropic, to: str, body: str, extra: dict[str, str], out: bool
+) -> None:
+    """The carriers keep a toll-free number's opt-out themselves and lift it only for START or
+    UNSTOP (Twilio's "Opt-out keyword handling for Toll-Free SMS"): a YES, or an Advanced Opt-Out
+    word, texted there leaves the number opted out, as Twilio's sends to it stay refused; texted to
+    a local number, YES opts it in."""
+    sender = number()
+    fake_anthropic.answer = lambda body: "Noted."
+    send(sms("Hello", sender, To=to))
+    assert send(sms("STOP", sender, To=to)) == []
+    send(sms(body, sender, To=to, **extra))
+    assert opted_out(sms_database, sender) == [(out,)]
+
+
+@pytest.mark.parametrize(
     ("body", "extra", "out"),
     [("STOP", {}, True), ("Quit", {}, True), ("optout", {}, True), ("Baja", {"OptOutType": "STOP"}, True)]
     + [("HELP", {}, False), ("info", {}, False), ("Ayuda", {"OptOutType": "HELP"}, False)]
