@@ -14,9 +14,9 @@ ones whose hold ended before it (`held_until`, HELD_FOR_OPT_IN after they were d
 (core/follow_ups/opted_out.py).
 
 Whose identity: the owner policy's person for a number its list names (the identity is made for
-them, as that policy keeps none otherwise), else whoever's the number's identity is; a stranger
-the owner policy turns away, or a number never seen, records nothing (nothing is ever sent to
-it). Logged without the number.
+them, linked as to a web account, as that policy keeps none otherwise), else whoever's the number's
+identity is; a stranger the owner policy turns away, or a number never seen, records nothing
+(nothing is ever sent to it). Logged without the number.
 """
 
 from __future__ import annotations

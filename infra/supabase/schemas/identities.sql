@@ -78,7 +78,9 @@ $$;
 -- A chat or number opted out (p_opted_out) or in again, as its platform told us: its message (an
 -- SMS's STOP, START) or a send it refused as opted out. Its identity's: p_user_id's, the owner
 -- policy's person for a number the operator lists, whose identity is made when an opt-out has none
--- (that policy keeps none otherwise); else whoever's the identity is. An identity never seen
+-- (that policy keeps none otherwise), linked as link_identity makes one (the owner is a web account:
+-- under `auto` later, the number is theirs, not a person of its own whom a link would merge
+-- away with the owner's history); else whoever's the identity is. An identity never seen
 -- records nothing: nothing is ever sent to it. The first opt-out's time is kept. In again (from an
 -- opt-out: an opt-in word of a number that never opted out lets go nothing), the
 -- person's follow-ups held on p_surface for it are let go (follow_ups.sql's
@@ -95,8 +97,8 @@ declare
     v_was_out boolean := false;
 begin
     if p_user_id is not null and p_opted_out then
-        insert into public.identities (surface, external_id, user_id, opted_out_at)
-             values (p_surface, p_external_id, p_user_id, clock_timestamp())
+        insert into public.identities (surface, external_id, user_id, linked_at, opted_out_at)
+             values (p_surface, p_external_id, p_user_id, clock_timestamp(), clock_timestamp())
         on conflict (surface, external_id) do update
             set opted_out_at = coalesce(identities.opted_out_at, excluded.opted_out_at)
           where identities.user_id = excluded.user_id
