@@ -22,9 +22,12 @@
 --   goes before it. Its day is the first YYYY-MM-DD in its tag ("- [telegram · 2026-11-28] …"):
 --   a line the model merged from several days holds words of the first, and goes with it;
 --   without a day (no tag, "[telegram]", "[telegram · Sat 21:40]", "28 Nov", "2026-02-30": no
---   day that a year places; a day in the words after the tag is not the line's): when
---   everything the notes cover is older (p_covered_until, the newest message covered), the
---   only messages it can be about; never while the notes cover nothing;
+--   day that a year places; a day in the words after the tag is not the line's; a day after the
+--   notes were written, p_written_at, on any clock (UTC+14): no message was said then, so it is
+--   the day of what the line is about, "the dentist on 2027-03-01", and would outlive the purge of
+--   the messages it came from by as long): when everything the notes cover is older
+--   (p_covered_until, the newest message covered), the only messages it can be about; never while
+--   the notes cover nothing;
 --   blank: never (it is about nothing).
 -- One function for both (the generated column's first expiry, with p_cutoff '-infinity', and the
 -- purge's rewrite), so what the purge keeps is what the column says expires later: rewritten
@@ -32,6 +35,7 @@
 create or replace function crossmem_private.notes_at_cutoff(
     p_content text,
     p_covered_until timestamptz,
+    p_written_at timestamptz,
     p_cutoff timestamptz,
     out kept text,
     out first_line_expires_at timestamptz
@@ -42,6 +46,8 @@ begin
       from (select l.n, l.line,
                    case when btrim(l.line) <> '' then
                        coalesce(case when extract(month from d.day) = substr(t.said, 6, 2)::integer
+                                          and not coalesce(d.day > (p_written_at at time zone interval '14 hours')::date,
+                                                           false)
                                      then (d.day + 1)::timestamp at time zone 'UTC' + interval '12 hours' end,
                                 p_covered_until) end as expires_at
               from string_to_table(p_content, E'\n') with ordinality l(line, n)
@@ -88,7 +94,7 @@ create table public.memory_notes (
     -- When the first of their note lines expires (notes_at_cutoff): a purge whose cutoff is past
     -- it has lines to drop here (purge_note_lines). Null: no line ever expires.
     first_line_expires_at timestamptz generated always as (
-        (crossmem_private.notes_at_cutoff(content, covered_until_at, '-infinity')).first_line_expires_at) stored
+        (crossmem_private.notes_at_cutoff(content, covered_until_at, written_at, '-infinity')).first_line_expires_at) stored
 );
 alter table public.memory_notes enable row level security;  -- who reads what: access.sql
 -- The digest's claim looks among the people whose notes were written in the last days too
@@ -341,7 +347,7 @@ begin
            for update skip locked
     )
     update public.memory_notes n
-       set content = (crossmem_private.notes_at_cutoff(n.content, n.covered_until_at, p_cutoff)).kept,
+       set content = (crossmem_private.notes_at_cutoff(n.content, n.covered_until_at, n.written_at, p_cutoff)).kept,
            revision = n.revision + 1,
            claim = null,
            claimed_until = case when n.claim is null then n.claimed_until end
@@ -389,6 +395,8 @@ begin
                when (v_from.covered_until_at, v_from.covered_until_id) < (n.covered_until_at, n.covered_until_id)
                then v_from.covered_until_id
                else n.covered_until_id end,
+           -- the later writing: a folded line's day is no later than it (notes_at_cutoff)
+           written_at = greatest(n.written_at, v_from.written_at),
            pending_fold = true
      where n.user_id = p_into and n.revision > 0;
     if not found and v_from.revision > 0 then

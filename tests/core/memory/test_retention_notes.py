@@ -242,6 +242,45 @@ def test_a_line_without_a_day_goes_once_everything_the_notes_cover_is_older_than
     assert content_of(database, covering_none) == NO_DAY
 
 
+def test_a_line_dated_after_the_notes_were_written_goes_with_the_messages_they_cover(
+    database: psycopg.Connection, store: PostgresStore
+) -> None:
+    """A model may tag a line with the day of what it is about ("the dentist on ...", two months
+    ahead) rather than the day it was said: no message was said then, so the line goes as one
+    without a day does, once everything the notes cover is older than the cutoff (by its date it
+    outlived the purge of its messages by two months); notes covering a message within the
+    retention keep it."""
+    covering_old, covering_young = uuid.uuid4(), uuid.uuid4()
+    ahead = f"- [sms · {day(-timedelta(days=60))}] the dentist on that day"
+    past = f"- [sms · {day(timedelta(days=32))}] said 32 days ago"
+    noted(database, covering_old, f"{ahead}\n{past}", timedelta(days=31))
+    noted(database, covering_young, ahead, timedelta(days=29))
+
+    assert Retention(store, batch_size=10, in_flight=IN_FLIGHT).purge(RETENTION).notes == 1
+
+    assert content_of(database, covering_old) == ""
+    assert content_of(database, covering_young) == ahead
+
+
+def test_notes_folded_in_keep_the_lines_of_days_after_the_ones_they_join_were_written(
+    database: psycopg.Connection, store: PostgresStore
+) -> None:
+    """A link folds a person's notes into another's, written 40 days ago: the folded lines' days
+    are after that but not after the folded notes were written, so they are still their lines' days
+    (the fold keeps the later writing): a purge of 30 days drops the line of 32 days ago, and keeps
+    the one of 2 days ago."""
+    into, folded = uuid.uuid4(), uuid.uuid4()
+    recent = f"- [telegram · {day(timedelta(days=2))}] said 2 days ago"
+    noted(database, into, f"- [web · {day(timedelta(days=32))}] said 32 days ago", timedelta(days=31))
+    database.execute("update memory_notes set written_at = now() - interval '40 days' where user_id = %s", (into,))
+    noted(database, folded, recent, timedelta(days=1))
+    database.execute("select public.fold_memory_notes(%s, %s)", (folded, into))
+
+    assert Retention(store, batch_size=10, in_flight=IN_FLIGHT).purge(RETENTION).notes == 1
+
+    assert content_of(database, into) == recent
+
+
 @pytest.mark.parametrize(
     ("line", "expires"),
     [
@@ -252,6 +291,9 @@ def test_a_line_without_a_day_goes_once_everything_the_notes_cover_is_older_than
         ("- [sms · 2023-02-29] no such day: as no day", "2026-01-10 08:00+00:00"),
         ("- [sms · 2024-13-01] no month 13", "2026-01-10 08:00+00:00"),
         ("- [sms · 0000-01-01] no year 0", "2026-01-10 08:00+00:00"),
+        ("- [sms · 2026-12-11] written on the 10th at 12:00 UTC, the 11th at UTC+14", "2026-12-12 12:00+00:00"),
+        ("- [sms · 2026-12-12] after the notes were written, anywhere: as no day", "2026-01-10 08:00+00:00"),
+        ("- [sms · 2027-03-01] the dentist: the day of what it is about", "2026-01-10 08:00+00:00"),
         ("   ", None),
     ],
 )
@@ -259,9 +301,11 @@ def test_a_line_expires_when_its_day_is_over_in_every_time_zone(
     database: psycopg.Connection, line: str, expires: str | None
 ) -> None:
     """The day is on the person's clock, whatever their zone: it is over everywhere at 12:00 UTC the
-    next day (UTC-12). A line with no readable day expires with the notes' coverage (here 08:00)."""
+    next day (UTC-12). A line with no readable day, or a day after the notes were written (here on
+    10 December at 12:00 UTC) on every clock, expires with the notes' coverage (here 08:00)."""
     row = database.execute(
-        "select (crossmem_private.notes_at_cutoff(%s, '2026-01-10 08:00+00', '-infinity')).first_line_expires_at",
+        "select (crossmem_private.notes_at_cutoff(%s, '2026-01-10 08:00+00', '2026-12-10 12:00+00', '-infinity'))"
+        ".first_line_expires_at",
         (line,),
     ).fetchone()
     assert row == (None if expires is None else datetime.fromisoformat(expires),)
