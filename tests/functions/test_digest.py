@@ -292,3 +292,43 @@ def test_memory_digest_answers_what_it_did_when_expiring_old_counts_fails(notes_
         answered = app_client("memory_digest").post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
     assert answered.status_code == 200
     assert answered.get_json() == {**NOTHING_DONE, "usage_expired": None}
+
+
+def test_memory_digest_answers_null_for_a_purge_the_database_fails_and_the_next_run_purges(
+    notes_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The purge meets a database that will not give it the notes' lock in time (a migration, a
+    VACUUM FULL): the run's answer still comes, with null for the purge and its notes (what it
+    deleted is rolled back with it), logged; the next run purges."""
+    database = runtime.settings().database_url.get_secret_value()  # type: ignore[union-attr]
+    notes_env.setenv("DATABASE_URL", make_conninfo(database, options="-c lock_timeout=300"))
+    notes_env.setenv("MEMORY_NOTES", "false")
+    notes_env.setenv("MESSAGE_RETENTION_DAYS", "2")
+    runtime.reset()
+    person = uuid.uuid4()
+    with psycopg.connect(database) as connection:
+        connection.execute("insert into conversations (user_id, surface) values (%s, 'telegram')", (person,))
+        connection.execute(
+            "insert into messages (conversation_id, user_id, surface, role, content, external_id, created_at)"
+            " select id, user_id, 'telegram', 'user', 'an old message', 'old-1', now() - interval '3 days'"
+            " from conversations where user_id = %s",
+            (person,),
+        )
+    digest = app_client("memory_digest")
+    with psycopg.connect(database) as holder:
+        holder.execute("lock table memory_notes in access exclusive mode")
+        answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+    assert answered.status_code == 200
+    assert answered.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": None, "purged_notes": None}
+    [line] = [r for r in caplog.records if r.name == "crossmem.retention"]
+    assert (line.levelname, line.getMessage(), vars(line)["step"], vars(line)["error"]) == (
+        "ERROR",
+        "housekeeping failed; the next run tries again",
+        "purge",
+        "purge_messages failed: LockNotAvailable",
+    )
+    with psycopg.connect(database) as connection:
+        assert connection.execute("select count(*) from messages where user_id = %s", (person,)).fetchone() == (1,)
+    again = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+    assert again.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": 1}
+    runtime.reset()

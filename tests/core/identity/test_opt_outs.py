@@ -3,7 +3,10 @@ an owner's STOP makes, and what a database down leaves recorded."""
 
 from __future__ import annotations
 
+import json
 import uuid
+
+import pytest
 
 from core.identity.linking import Linking, LinkStatus
 from core.identity.opt_outs import OptOuts
@@ -43,3 +46,25 @@ def test_an_identity_an_owners_stop_makes_is_linked_to_the_owner_and_stays_their
         (owner,),
         (owner,),
     ]
+
+
+def test_with_the_database_away_an_opt_out_is_logged_as_not_recorded_and_taken_by_no_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No connection to be had: the STOP is not recorded (False: the webhook still answers, and the
+    next send Twilio refuses records it), and the log line says so without the number."""
+    away = PostgresStore("postgresql://postgres@127.0.0.1:1/nothing", connect_timeout_s=1)
+    mine = number()
+    try:
+        heard = OptOuts(away, IdentityPolicy.build("auto", None, {})).heard(Surface.SMS, mine, opted_out=True)
+    finally:
+        away.close()
+    assert heard is False
+    [line] = [record for record in caplog.records if record.name == "crossmem.opt_outs"]
+    assert (line.levelname, line.getMessage(), vars(line)["surface"], vars(line)["error"]) == (
+        "ERROR",
+        "an opt-out or opt-in could not be recorded",
+        "sms",
+        "no database connection within the connect timeout",
+    )
+    assert mine not in json.dumps(vars(line), default=str)
