@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { test } from "node:test";
-import { readUIMessageStream } from "ai";
+import { AbstractChat, readUIMessageStream } from "ai";
 import { crossmemTransport, listConversations, loadMessages, newConversation } from "./crossmem-chat.mjs";
 
 const api = process.env.CROSSMEM_API;
@@ -192,4 +192,64 @@ test("a thread's earlier photos stay on the page: a turn sends only its own", as
   assert.equal(JSON.parse(recorder.seen[1].sent).timezone, Intl.DateTimeFormat().resolvedOptions().timeZone);
   // The browser's language too: the fixed answers' (a fallback, a pause), kept for the person's other apps.
   assert.equal(JSON.parse(recorder.seen[1].sent).language, navigator.language);
+});
+
+// useChat's state, as @ai-sdk/react's Chat keeps it (plain arrays: no framework here).
+class ChatState {
+  status = "ready";
+  error = undefined;
+  messages = [];
+  pushMessage = (message) => { this.messages = [...this.messages, message]; };
+  popMessage = () => { this.messages = this.messages.slice(0, -1); };
+  replaceMessage = (index, message) => { this.messages = this.messages.map((m, i) => (i === index ? message : m)); };
+  snapshot = (thing) => structuredClone(thing);
+}
+
+// A fetch whose first answer's connection drops after the reply's first words, as a phone's does
+// when the page goes to the background: the browser's fetch then fails with a TypeError.
+function droppingFetch() {
+  let dropped = false;
+  return async (url, init) => {
+    if (dropped || init?.method !== "POST") return fetch(url, init);
+    dropped = true;
+    const hangUp = new AbortController();
+    const response = await fetch(url, { ...init, signal: hangUp.signal });
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let words = false; // the reply's first words were passed on: the next read fails
+    const body = new ReadableStream({
+      async pull(controller) {
+        if (words) {
+          hangUp.abort();
+          return controller.error(new TypeError("network error"));
+        }
+        const { value, done } = await reader.read();
+        if (done) return controller.close();
+        controller.enqueue(value);
+        words = decoder.decode(value).includes('"text-delta"');
+      },
+    });
+    return new Response(body, { status: response.status, headers: response.headers });
+  };
+}
+
+test("a reconnect after a dropped connection shows the reply once", async () => {
+  // useChat({ resume: true }) reconnects when the page is visible again after a network
+  // disconnect (the AI SDK's "Chatbot Resume Streams"): the chat ends with one reply, not the
+  // cut-off words beside the reply that the resume brought.
+  const token = process.env.CROSSMEM_TOKEN;
+  const transport = crossmemTransport({ api, accessToken: async () => token, fetch: droppingFetch() });
+  const conversation = await newConversation(api, async () => token);
+  const chat = new AbstractChat({ id: conversation.id, transport, state: new ChatState() });
+  await chat.sendMessage({ text: "Tell me a long story" });
+  assert.equal(chat.status, "error"); // the dropped connection
+  await chat["~resumeStreamIfDisconnected"]();
+  assert.equal(chat.status, "ready");
+  const stored = await loadMessages(api, async () => token, conversation.id);
+  assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
+  assert.deepEqual(chat.messages.map((m) => [m.role, m.role === "user" ? m.id : textOf(m)]), [
+    ["user", stored[0].id],
+    ["assistant", textOf(stored[1])],
+  ]);
+  assert.equal(chat.messages[1].id, stored[1].id);
 });
