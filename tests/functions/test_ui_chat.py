@@ -836,3 +836,27 @@ def test_a_use_chat_message_with_an_empty_id_is_a_400_not_the_last_ones_resend(
         "message": "invalid body at messages.0.id: String should have at least 1 character",
     }
     assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
+
+
+def test_an_edited_message_is_not_answered_with_the_reply_to_its_old_words(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """useChat's edit, `sendMessage({ text, messageId })` ("the message will be replaced"), posts
+    the new words under the message's id, with `messageId` that id: the model reads the edit, and
+    the person is not shown the reply to the words they replaced as if it answered it."""
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = web.post(
+        "/", json=chat_body(chat, ui_message("u-1", "user", "book the dentist on monday")), headers=bearer(person)
+    )
+    assert parts_of(first.get_data(as_text=True))[-3]["data"]["outcome"] == "answered"
+    edited = {**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"}
+    response = web.post("/", json=edited, headers=bearer(person))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    parts = parts_of(response.get_data(as_text=True))
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    assert text == "Tuesday it is."  # it was the stored "Monday it is.", redelivered
+
