@@ -860,3 +860,32 @@ def test_an_edited_message_is_not_answered_with_the_reply_to_its_old_words(
     text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
     assert text == "Tuesday it is."  # it was the stored "Monday it is.", redelivered
 
+
+def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The page lists the person's [Telegram] thread (GET /conversations) and loads it as
+    loadMessages does: a Telegram message has no client_id, so it keeps its stored id. "Try again"
+    (regenerate()) on its last reply posts that message again under its stored id: it is the stored
+    message, sent again, not a new web message with the same words."""
+    owner = uuid.uuid4()
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    runtime.reset()
+    web = app_client("web_chat")
+    fake_anthropic.answer = lambda body: "Noted."
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", "4242"))
+    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
+    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    assert telegram["title"] == "[Telegram]"
+    thread = loaded(web, person, telegram["id"])
+    assert [(message["id"], message["role"]) for message in thread] == [
+        (str(said.message_id), "user"),
+        (str(said.reply_id), "assistant"),
+    ]
+    again = {**chat_body(telegram["id"], *thread[:-1]), "trigger": "regenerate-message", "messageId": thread[-1]["id"]}
+    response = web.post("/", json=again, headers=bearer(person))
+    assert response.status_code == 200
+    assert parts_of(response.get_data(as_text=True))[-1] == "[DONE]"
+    stored = rows(database_url, "select surface, role, content from messages where user_id = %s order by id", person)
+    assert stored == [("telegram", "user", "my passport expires in May"), ("telegram", "assistant", "Noted.")]
