@@ -889,3 +889,38 @@ def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     assert parts_of(response.get_data(as_text=True))[-1] == "[DONE]"
     stored = rows(database_url, "select surface, role, content from messages where user_id = %s order by id", person)
     assert stored == [("telegram", "user", "my passport expires in May"), ("telegram", "assistant", "Noted.")]
+
+
+def test_try_again_right_after_stop_answers_the_message(
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """useChat's stop() aborts the stream; its "Try again" (regenerate()) posts the same message at
+    once. The attempt the stop ended is noticed only at its next write, so the resend finds it
+    still running: it is answered once that attempt has ended (as the chat's resume waits for it),
+    not refused with 409 still_answering and "ask again in 70 seconds"."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web = app_client("web_chat")
+    story = "one two three four five six"
+    fake_anthropic.answer = lambda body: story
+    fake_anthropic.delta_pause_s = 0.5  # a model between two words (or in a tool call)
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    server = make_server("127.0.0.1", 0, web.application, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/"
+        body = chat_body(chat, ui_message("u-stop", "user", "Tell me a story"))
+        with httpx.Client(timeout=30) as client:
+            with client.stream("POST", url, json=body, headers=bearer(person)) as stream:
+                for line in stream.iter_lines():
+                    if '"text-delta"' in line:
+                        break  # stop()
+            fake_anthropic.delta_pause_s = 0.0
+            again = client.post(url, json={**body, "trigger": "regenerate-message"}, headers=bearer(person))
+        assert again.status_code == 200, again.text
+        parts = parts_of(again.text)
+        assert parts[-3]["data"]["outcome"] == "answered"
+        said = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+        assert said == [("user", "Tell me a story"), ("assistant", story)]
+    finally:
+        server.shutdown()
