@@ -643,6 +643,23 @@ begin
 end;
 $$;
 
+-- The conversation of p_user_id's message p_message_id (or of the person they were linked into
+-- since: their rows moved there), locked key share, as a link takes it first: finish_turn and
+-- end_attempt take it before the message's rows, so one ending while its chat is linked waits for
+-- the link and never deadlocks with it.
+create function crossmem_private.hold_conversation_of(p_user_id uuid, p_message_id bigint) returns void
+    language plpgsql set search_path = '' as $$
+begin
+    perform from public.conversations c
+     where c.id = (select m.conversation_id from public.messages m
+                    where m.id = p_message_id
+                      and (m.user_id = p_user_id
+                           or m.user_id = (select x.into_user_id from public.merged_people x
+                                            where x.from_user_id = p_user_id)))
+       for key share of c;
+end;
+$$;
+
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
@@ -671,13 +688,7 @@ begin
     -- a reply stored while its chat is linked waits for the link, never deadlocks with it, and is
     -- then stored where the link moved the message, the person's (with the chat's old id, it was
     -- out of every context). Once the reply is stored, a link waits for this turn, and moves it.
-    perform from public.conversations c
-     where c.id = (select m.conversation_id from public.messages m
-                    where m.id = p_user_message_id
-                      and (m.user_id = p_user_id
-                           or m.user_id = (select x.into_user_id from public.merged_people x
-                                            where x.from_user_id = p_user_id)))
-       for key share of c;
+    perform crossmem_private.hold_conversation_of(p_user_id, p_user_message_id);
     if p_language is not null then  -- null: nothing learned, and nothing to answer with it
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
@@ -767,13 +778,7 @@ begin
     -- the scheduled job's claim and a link take a person's rows (the message before its turn_usage
     -- row, the messages before the language): an attempt ending while the job claims its message
     -- never deadlocks.
-    perform from public.conversations c
-     where c.id = (select m.conversation_id from public.messages m
-                    where m.id = p_user_message_id
-                      and (m.user_id = p_user_id
-                           or m.user_id = (select x.into_user_id from public.merged_people x
-                                            where x.from_user_id = p_user_id)))
-       for key share of c;
+    perform crossmem_private.hold_conversation_of(p_user_id, p_user_message_id);
     perform from public.messages m
      where m.id = p_user_message_id
        and (m.user_id = p_user_id
