@@ -645,3 +645,39 @@ def test_an_app_and_a_period_list_only_the_persons_own_messages_and_only_for_the
 
     assert [(hit.message.id, hit.ranker) for hit in listed] == [(mine, "period")]
     assert plain == []
+
+
+SIERRA = "bueno pues nada, el fin de semana estuvimos en la sierra con los niños y " * 22
+HILLS = "so anyway, at the weekend we went hiking in the hills with the kids and " * 22
+
+
+@pytest.mark.parametrize(
+    ("said", "asked", "fact"),
+    [
+        # the query's plural, the message's singular: the search finds it, the excerpt looked for "keys"
+        (HILLS, "where are my keys?", "before I forget, I left the spare key with Marta on the third floor"),
+        (HILLS, "when did I pay the taxes?", "and the tax return went in on Monday, 312 euros back"),
+        (SIERRA, "¿qué dije de las luces?", "y al final se fundió la luz del portal, llamo al del taller el lunes"),
+        (SIERRA, "¿qué bares te recomendé?", "y el bar de la esquina de Lavapiés cierra a las tres"),
+        # a short word looked for as a start: "barrio" (no hit of the search's) taken for "bar"
+        (
+            SIERRA + "en el barrio ya lo sabían todos, " + SIERRA[:900],
+            "¿qué dije del bar?",
+            "el bar de la esquina de Lavapiés cierra a las tres",
+        ),
+    ],
+)
+def test_a_long_message_shows_the_words_it_was_found_by_in_their_other_form(
+    memory: Memory, database_url: str, said: str, asked: str, fact: str
+) -> None:
+    """The search finds a plural's singular ("keys": key, "luces": luz, "bares": bar), and a short
+    word only as itself; the excerpt looks for the query's word as typed, by its start, so a long
+    hit found by the other form is shown from its start, without what it was found by."""
+    person = uuid.uuid4()
+    planted(database_url, person, "whatsapp", "user", f"[voice note, 1:58] {said}{fact}", 40)
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+
+    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": asked}))
+
+    assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
+    assert fact in found.content
