@@ -681,3 +681,41 @@ def test_a_long_message_shows_the_words_it_was_found_by_in_their_other_form(
 
     assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
     assert fact in found.content
+
+
+def test_a_web_turn_with_its_clients_thread_leaves_the_reply_it_shows_out_of_its_search(
+    memory: Memory, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The web client sends its thread, which ends with the agent's last reply; the model is shown it
+    (the message it answers comes after it), so it is no older message to find."""
+    person = uuid.uuid4()
+    conversation = memory.create_conversation(person).id
+    fake.answer = lambda body: "Noted: the garage door code is 7788."
+    turns = turns_with(memory, fake)
+    stored = turns.run(
+        TurnRequest(Surface.WEB, "The garage door code is 7788", "g-1", user_id=person, conversation_id=conversation)
+    )
+    assert stored.outcome is Outcome.ANSWERED
+    thread = [
+        ContextItem(Role(role), content, Surface.WEB, at, id)
+        for id, role, content, at in rows(
+            database_url,
+            "select id, role, content, created_at from messages where user_id = %s order by id",
+            person,
+        )
+    ]
+    assert [item.role for item in thread] == [Role.USER, Role.ASSISTANT]
+    fake.answer = searching("garage door code")
+
+    answered = turns.run(
+        TurnRequest(
+            Surface.WEB,
+            "what was the garage code?",
+            "g-2",
+            user_id=person,
+            conversation_id=conversation,
+            client_history=thread,
+        )
+    )
+
+    assert answered.reply == "From memory: Nothing found in older messages."
