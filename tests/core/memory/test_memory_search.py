@@ -719,3 +719,20 @@ def test_a_web_turn_with_its_clients_thread_leaves_the_reply_it_shows_out_of_its
     )
 
     assert answered.reply == "From memory: Nothing found in older messages."
+
+
+def test_a_message_past_8000_characters_shows_the_words_it_was_found_by(memory: Memory, database_url: str) -> None:
+    """A message may hold MAX_MESSAGE_CHARS (16,000 by default: a long voice note's transcript, a
+    pasted text); search_memory hands over its first 8,000 characters, so words found past them are
+    looked for in a text that no longer holds them, and the hit is shown from its start."""
+    person = uuid.uuid4()
+    chatter = SIERRA * 6  # some 8,700 characters
+    fact = "antes de que se me olvide, el casero me dijo que en abril el alquiler sube a 950 euros"
+    planted(database_url, person, "whatsapp", "user", f"[voice note, 9:40] {chatter}{fact}", 40)
+    assert 8000 < len(f"[voice note, 9:40] {chatter}{fact}") <= 16000
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+
+    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "¿qué me dijo el casero del alquiler?"}))
+
+    assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
+    assert fact in found.content
