@@ -736,3 +736,24 @@ def test_a_message_past_8000_characters_shows_the_words_it_was_found_by(memory: 
 
     assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
     assert fact in found.content
+
+
+def test_an_app_and_a_period_holding_more_than_a_search_shows_say_there_are_more(
+    memory: Memory, database_url: str
+) -> None:
+    """A busy week on WhatsApp: the listing shows its newest eight and says the week "holds these 8
+    older messages", with nothing to say there are more; the decision of the week's start, never
+    shown, reads to the model as never said."""
+    person = uuid.uuid4()
+    planted(database_url, person, "whatsapp", "user", "decided: we take the flat on Calle Mayor", 6)
+    for n in range(11):
+        planted(database_url, person, "whatsapp", "user", f"an ordinary message number {n} about nothing", 5 - n / 4)
+    today = datetime.now(MADRID).date()
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+    week = {"from_date": str(today - timedelta(days=8)), "to_date": str(today - timedelta(days=1))}
+
+    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "what was agreed", "surface": "whatsapp", **week}))
+
+    assert found.content.startswith("No message there holds those words.")
+    assert "decided: we take the flat on Calle Mayor" not in found.content  # the newest eight only
+    assert "more there; narrow the period to see them.)" in found.content
