@@ -757,3 +757,34 @@ def test_an_app_and_a_period_holding_more_than_a_search_shows_say_there_are_more
     assert found.content.startswith("No message there holds those words.")
     assert "decided: we take the flat on Calle Mayor" not in found.content  # the newest eight only
     assert "more there; narrow the period to see them.)" in found.content
+
+
+@pytest.mark.parametrize(
+    ("said", "asked", "fact"),
+    [
+        (
+            HILLS[:1330] + "and I have to say the weather was great, " + HILLS[:900],
+            "what did the landlord say about the rent?",
+            "the landlord called: the rent goes up to 950 euros in April",
+        ),
+        (
+            SIERRA[:1330] + "y mi madre me dijo que fuéramos el domingo, " + SIERRA[:900],
+            "¿qué me dijo el casero del alquiler?",
+            "el casero llamó: en abril el alquiler sube a 950 euros",
+        ),
+    ],
+)
+def test_a_long_message_is_shown_around_what_it_was_found_for_not_the_first_common_word(
+    memory: Memory, database_url: str, said: str, asked: str, fact: str
+) -> None:
+    """The question's common word ("say", "dijo") comes early in a long voice note, its rare ones
+    (the landlord, the rent) at its end: the excerpt is cut around the first of any of them, and the
+    fact the hit was ranked for is left out."""
+    person = uuid.uuid4()
+    planted(database_url, person, "whatsapp", "user", f"[voice note, 2:40] {said}{fact}", 40)
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+
+    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": asked}))
+
+    assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
+    assert fact in found.content
