@@ -372,7 +372,7 @@ class MemoryHit:
     score: float
     before: Neighbour | None
     after: Neighbour | None
-    terms: tuple[str, ...] = ()  # the query's words it matched, unaccented and lower-cased
+    words: tuple[str, ...] = ()  # its own words the query matched, as search reads them, rarest first
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> MemoryHit:
@@ -383,7 +383,7 @@ class MemoryHit:
             float(row["score"]),
             Neighbour.from_row(row.get("before")),
             Neighbour.from_row(row.get("after")),
-            tuple(row.get("terms") or ()),
+            tuple(row.get("words") or ()),
         )
 
     def as_json(self) -> dict[str, Any]:

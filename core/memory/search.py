@@ -27,7 +27,7 @@ from core.errors import StoreUnavailable
 from core.memory.service import Memory
 from core.model.llm import ToolCall, approximate_tokens
 from core.models import MemoryHit, Neighbour, Role, Surface
-from core.turn.context import shown
+from core.turn.context import from_their_first
 from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class MemorySearchTools:
                 since=since,
                 until=until,
                 exclude_ids=sorted(self.seen_ids),
-                limit=self.rules.max_hits,
+                limit=self.rules.max_hits + 1,  # one more than shown: whether there are more
                 or_latest=True,
             )
         except StoreUnavailable as exc:
@@ -166,7 +166,7 @@ class MemorySearchTools:
                 "you could not look further back this time.",
                 is_error=True,
             )
-        return ToolResult(call, rendered(hits, self.zone, self.rules.max_tokens).text)
+        return ToolResult(call, rendered(hits, self.zone, self.rules.max_tokens, self.rules.max_hits).text)
 
     def _arguments(self, given: dict[str, Any]) -> tuple[str, Surface | None, datetime | None, datetime | None]:
         query = given.get("query")
@@ -219,11 +219,12 @@ class MemorySearch:
         """The turn's search, leaving out what the model already sees: the message it answers, what
         the web puts before its thread, and the thread: the web client's own history when it sent
         one (the stored window then is not shown, so what it holds can be found), else the window;
-        of them, only what the model is shown (`shown`: a reply at the window's start is not)."""
+        of them, only what the model is shown (`from_their_first`: a reply at the window's start is not)."""
         if self.rules is None:
             return None
         own = turn.start.history if turn.client_history is None else turn.client_history
-        seen = {item.id for item in shown([*turn.start.prepend, *own]) if item.id is not None}
+        # the message it answers comes after them: a reply that ends them is shown
+        seen = {item.id for item in from_their_first([*turn.start.prepend, *own]) if item.id is not None}
         if turn.start.message_id is not None:
             seen.add(turn.start.message_id)  # the message it answers, stored as the turn began
         return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules, self.definitions)
@@ -235,13 +236,14 @@ class Rendered:
     count: int  # how many hits it holds
 
 
-def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int) -> Rendered:
-    """The hits as the model reads them, best first, as many as fit in `max_tokens`."""
+def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: int | None = None) -> Rendered:
+    """The hits as the model reads them, best first, at most `max_hits` (a search asks one more,
+    to know there are more) and as many as fit in `max_tokens`."""
     if not hits:
         return Rendered("Nothing found in older messages.", 0)
     lines: list[str] = []
     used = 0
-    for index, hit in enumerate(hits):
+    for index, hit in enumerate(hits[:max_hits]):
         block = _hit_block(index + 1, hit, zone)
         cost = approximate_tokens(block)
         if lines and used + cost > max_tokens:
@@ -251,13 +253,14 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int) -> Rendered
             cost = max_tokens
         lines.append(block)
         used += cost
-    found = f"{len(lines)} older message{'s' if len(lines) != 1 else ''}"
-    head = f"Found {found}, best match first"
+    head = f"Found {len(lines)} older message{'s' if len(lines) != 1 else ''}, best match first"
     more = len(hits) - len(lines)
-    tail = f"\n({more} more matched; search with other words or a period to see them.)" if more else ""
+    # past max_hits, how many more is not known: that there are
+    counted = f"{more} " if more and (max_hits is None or len(hits) <= max_hits) else ""
+    tail = f"\n({counted}more matched; search with other words or a period to see them.)" if more else ""
     if hits[0].ranker == PERIOD:  # no word matched: what was said on the app or in the period given
-        head = f"No message there holds those words. The app or period you gave holds these {found}, newest first"
-        tail = f"\n({more} more there; narrow the period to see them.)" if more else ""
+        head = "No message there holds those words. What was said there, newest first"
+        tail = f"\n({counted}more there; narrow the period to see them.)" if more else ""
     return Rendered(f"{head}:\n\n" + "\n\n".join(lines) + tail, len(lines))
 
 
@@ -265,7 +268,7 @@ def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
     message = hit.message
     lines = [
         f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
-        f"{_excerpt(message.content, hit.terms)}"
+        f"{_excerpt(message.content, hit.words)}"
     ]
     if hit.before is not None:
         lines.append(f"   just before, {_neighbour(hit.before, message.created_at, zone)}")
@@ -292,11 +295,11 @@ def _when(moment: datetime, zone: ZoneInfo) -> str:
     return f"{local:%a} {local.day} {local:%b %Y %H:%M}"
 
 
-def _excerpt(text: str, terms: Sequence[str]) -> str:
-    """A hit's text on one line: whole up to HIT_CHARS; longer, its start, or, when the first of
-    the words it was found by (`terms`) comes past it, its start and the part around that word."""
+def _excerpt(text: str, words: Sequence[str]) -> str:
+    """A hit's text on one line: whole up to HIT_CHARS; longer, its start, or, when the rarest of
+    the words it was found by (`words`) comes past it, its start and the part around that word."""
     flat = " ".join(text.split())
-    at = _first_match(flat, terms)
+    at = _first_match(flat, words)
     if len(flat) <= HIT_CHARS or at is None or at + AFTER_MATCH_CHARS <= HIT_CHARS - 1:
         return _cut(flat, HIT_CHARS)
     head = flat[:HIT_HEAD_CHARS].rstrip() + " … "
@@ -306,14 +309,15 @@ def _excerpt(text: str, terms: Sequence[str]) -> str:
     return head + _cut(flat[start:], room)
 
 
-def _first_match(text: str, terms: Sequence[str]) -> int | None:
-    """Where in `text` the first word the search matched by one of `terms` starts, as the search
-    reads words (unaccented, lower-cased; a term of four letters or more by its start, as
-    messages.sql's term_query): None when none is found (a plural's other spelling)."""
+def _first_match(text: str, words: Sequence[str]) -> int | None:
+    """Where in `text` the first of `words` (the hit's own words the search matched, as it reads
+    them: unaccented, lower-cased; the rarest query word's first) is first found, as a whole word;
+    None when none is (a letter unaccent spells with two)."""
     folded = "".join(unicodedata.normalize("NFD", ch)[:1].lower()[:1] for ch in text)
-    starts = (term if len(term) < 4 else term[: max(4, len(term) - 2)] for term in terms)
-    found = [match.start() for start in starts if (match := re.search(r"(?<!\w)" + re.escape(start), folded))]
-    return min(found, default=None)
+    for word in words:
+        if (match := re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", folded)) is not None:
+            return match.start()
+    return None
 
 
 def _cut(text: str, limit: int) -> str:

@@ -67,13 +67,21 @@ def tag(surface: Surface, local: datetime | None, *, dated: bool = False) -> str
     return f"[{surface.value} · {time}]"
 
 
-def shown(items: Sequence[ContextItem | StoredMessage]) -> list[ContextItem | StoredMessage]:
-    """The messages the model is shown of `items`: none empty, and from the person's first to their
-    last, as the model's conversation never starts or ends with its own turn (a reply at the start
-    of a window whose question has left it is not shown: memory search finds it)."""
+def from_their_first(items: Sequence[ContextItem | StoredMessage]) -> list[ContextItem | StoredMessage]:
+    """Of `items`, the messages with words from the person's first on: the model's conversation
+    never starts with its own turn (a reply at the start of a window whose question has left it is
+    not shown: memory search finds it)."""
     kept = [item for item in items if item.content.strip()]
-    theirs = [index for index, item in enumerate(kept) if item.role is Role.USER]
-    return kept[theirs[0] : theirs[-1] + 1] if theirs else []
+    first = next((index for index, item in enumerate(kept) if item.role is Role.USER), len(kept))
+    return kept[first:]
+
+
+def shown(items: Sequence[ContextItem | StoredMessage]) -> list[ContextItem | StoredMessage]:
+    """The messages the model is shown of `items`: from the person's first to their last (nor
+    does its conversation end with its own turn)."""
+    kept = from_their_first(items)
+    last = next((index for index in range(len(kept) - 1, -1, -1) if kept[index].role is Role.USER), -1)
+    return kept[: last + 1]
 
 
 def build_model_messages(

@@ -360,7 +360,7 @@ begin
         select greatest(avg(c.words), 1) as words from candidates c
     ), scored as (
         -- BM25 with every word counted once: the rarer words it shares, the shorter the message.
-        select c.id, c.created_at, array_agg(mt.term order by mt.term) as terms,
+        select c.id, c.created_at,
                sum(r.idf) * 2.2 / (1 + 1.2 * (0.25 + 0.75 * c.words / t.words))
                    * (1 + 0.2 * exp(-extract(epoch from now() - c.created_at) / (86400 * 60.0))) as score
           from candidates c
@@ -372,11 +372,11 @@ begin
          order by score desc, c.created_at desc, c.id desc
          limit greatest(p_limit, 0) offset greatest(p_offset, 0)
     ), ranked as (
-        select s.id, s.score, s.terms, 'fulltext' as ranker,
+        select s.id, s.score, 'fulltext' as ranker,
                row_number() over (order by s.score desc, s.created_at desc, s.id desc) + greatest(p_offset, 0) as rank
           from scored s
         union all
-        select p.id, 0, '{}'::text[], 'period',
+        select p.id, 0, 'period',
                row_number() over (order by p.created_at desc, p.id desc) + greatest(p_offset, 0)
           from (select m.id, m.created_at
                   from public.messages m
@@ -393,10 +393,19 @@ begin
     )
     select coalesce(json_agg(json_build_object(
                'id', h.id, 'conversation_id', h.conversation_id, 'surface', h.surface, 'role', h.role,
-               'content', left(h.content, 8000), 'created_at', h.created_at,
+               -- whole up to 20,000 characters (a voice note's transcript of many minutes): the
+               -- model is shown a part of a long one, around its words (core/memory/search.py)
+               'content', left(h.content, 20000), 'created_at', h.created_at,
                'ranker', r.ranker, 'rank', r.rank, 'score', round(r.score::numeric, 4),
-               -- the words of the query it matched: where in a long message to show it from
-               'terms', to_json(r.terms),
+               -- its own words the query matched ("keys" for key, "luz" for luces), the rarest
+               -- query word's first: where in a long message to show it from
+               'words', (select coalesce(json_agg(w.lexeme order by w.idf desc, w.lexeme), '[]'::json)
+                           from (select u.lexeme, max(ra.idf) as idf
+                                   from unnest(h.search_text) u
+                                   join unnest(v_terms, v_queries) as t(term, q)
+                                     on pg_catalog.array_to_tsvector(array[u.lexeme]) @@ t.q
+                                   join rarity ra on ra.term = t.term
+                                  group by u.lexeme) w),
                'before', (select json_build_object('id', b.id, 'role', b.role, 'content', left(b.content, 2000),
                                                    'created_at', b.created_at)
                             from public.messages b
