@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 import time
 import uuid
@@ -50,7 +51,11 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
-    stored = stored_messages(earlier, person, body.id)
+    # An edit (sendMessage with messageId) or a Try again (regenerate) sends a message that may
+    # be stored under its id with other words: its own stored words are read in the same round trip.
+    sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
+    stored = stored_messages(earlier, person, body.id, sent_again)
+    key = edit_key(last, stored.get(last.id)) if sent_again is not None else None
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)
@@ -61,10 +66,11 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     return TurnRequest(
         Surface.WEB,
         words(last),
-        last.id,
+        key or last.id,
         user_id=person,
         conversation_id=body.id,
-        client_history=history if earlier else None,
+        # An edit's page holds the thread before it: the replaced words and their reply are no history.
+        client_history=history if earlier or key else None,
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment(part).media() for part in last.parts if isinstance(part, UIFilePart)),
         timezone=body.timezone,
@@ -76,11 +82,26 @@ def words(message: UIMessage) -> str:
     return "\n\n".join(part.text for part in message.parts if isinstance(part, UITextPart))
 
 
-def stored_messages(earlier: list[UIMessage], person: uuid.UUID, conversation: uuid.UUID) -> dict[str, StoredMessage]:
+def stored_messages(
+    earlier: list[UIMessage], person: uuid.UUID, conversation: uuid.UUID, sent_again: UIMessage | None = None
+) -> dict[str, StoredMessage]:
     """The person's earlier web messages as stored, by the ids their page sent them under (a live
-    tab's, and loadMessages' after a reload): one round trip, only when there are such ids."""
-    client_ids = [message.id for message in earlier if message.role == "user" and stored_id(message.id) is None]
+    tab's, and loadMessages' after a reload), and the one `sent_again`: one round trip, only when
+    there are such ids."""
+    asked = [*earlier, sent_again] if sent_again is not None else earlier
+    client_ids = [message.id for message in asked if message.role == "user" and stored_id(message.id) is None]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
+
+
+def edit_key(message: UIMessage, stored: StoredMessage | None) -> str | None:
+    """The key of an edited message (docs/decisions.md, An edit on the web is a new message): its
+    id and its new words, so that the edit is stored and answered once, after the words it
+    replaces; None when its words are the stored ones (a Try again), or it has files (stored as
+    what the turn learned of them, which its parts do not hold)."""
+    text = words(message)
+    if stored is None or stored.content == text or any(isinstance(p, UIFilePart) for p in message.parts):
+        return None
+    return f"{message.id}~{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def history_item(message: UIMessage, stored: StoredMessage | None) -> ContextItem | None:

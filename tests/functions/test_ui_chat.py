@@ -861,6 +861,37 @@ def test_an_edited_message_is_not_answered_with_the_reply_to_its_old_words(
     assert text == "Tuesday it is."  # it was the stored "Monday it is.", redelivered
 
 
+def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_replaced(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The edit is a message of its own, keyed by the message's id and its new words: the same edit
+    posted again, or its Try again (regenerate() under the same id), is its stored reply again; the
+    replaced words and their reply stay stored before it (docs/decisions.md)."""
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
+    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    edited = {**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"}
+    tried_again = {**edited, "trigger": "regenerate-message", "messageId": None}
+    texts = []
+    for body in (edited, edited, tried_again):
+        parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+        text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
+        texts.append((parts[-3]["data"]["outcome"], text))
+    assert texts == [("answered", "Tuesday it is."), ("redelivered", "Tuesday it is."), ("redelivered", "Tuesday it is.")]
+    assert len(fake_anthropic.requests) == 2
+    said = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+    assert said == [
+        ("user", "book the dentist on monday"),
+        ("assistant", "Monday it is."),
+        ("user", "book the dentist on tuesday"),
+        ("assistant", "Tuesday it is."),
+    ]
+
+
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
