@@ -76,6 +76,10 @@ create table public.messages (
     -- shown, and left out of every later context, as Anthropic asks (a conversation that goes on
     -- with the refused turn in it is refused again).
     declined boolean not null default false,
+    -- A person's message: the id its reply is stored under, drawn when it is stored (turn.sql's
+    -- store_user_message), so that every attempt at it names the same reply (the web's stream
+    -- resumed after a dropped connection shows the reply it began, not a second one).
+    reply_id bigint,
     search_text tsvector generated always as (crossmem_private.searchable(content)) stored
 );
 alter table public.messages enable row level security;  -- who reads what: access.sql

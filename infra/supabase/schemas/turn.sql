@@ -305,20 +305,22 @@ end;
 $$;
 
 -- Store the user message (its key was looked up under its lock: the insert meets no other
--- delivery of it), counted for the budget when a limit is on, with the tokens its turn reserves.
+-- delivery of it), counted for the budget when a limit is on, with the tokens its turn reserves,
+-- and the id its reply will be stored under (messages.sql's reply_id).
 create or replace function crossmem_private.store_user_message(
     p_user_id uuid, p_conversation_id uuid, p_surface text, p_content text,
     p_external_id text, p_attempt uuid, p_answer_by timestamptz, p_sender text, p_counted boolean,
     p_platform_ref text, p_replied_to bigint, p_quoted text, p_reserved integer,
-    out message_id bigint, out created_at timestamptz
+    out message_id bigint, out created_at timestamptz, out reply_id bigint
 ) language plpgsql set search_path = '' as $$
 begin
     insert into public.messages (conversation_id, user_id, surface, role, content, external_id, attempt,
-                                 answer_by, sender, platform_ref, replied_to, quoted)
+                                 answer_by, sender, platform_ref, replied_to, quoted, reply_id)
          values (p_conversation_id, p_user_id, p_surface, 'user',
                  crossmem_private.quoting(p_quoted, p_content), p_external_id, p_attempt,
-                 p_answer_by, p_sender, p_platform_ref, p_replied_to, p_quoted)
-      returning id, messages.created_at into message_id, created_at;
+                 p_answer_by, p_sender, p_platform_ref, p_replied_to, p_quoted,
+                 nextval('public.messages_id_seq'))
+      returning id, messages.created_at, messages.reply_id into message_id, created_at, reply_id;
     if p_counted then
         insert into public.turn_usage (message_id, user_id, at, tokens, reserved)
              values (message_id, p_user_id, created_at, p_reserved, p_reserved);
@@ -559,8 +561,9 @@ begin
             select u.reserved into v_reserved from public.turn_usage u where u.message_id = v_stored.message_id;
         end if;
         v_conversation := v_stored.conversation_id;
-        select v_stored.message_id as message_id, v_stored.created_at as created_at into v_message;
-        select m.quoted into v_quoted from public.messages m where m.id = v_stored.message_id;
+        select m.id as message_id, v_stored.created_at as created_at, m.reply_id, m.quoted into v_message
+          from public.messages m where m.id = v_stored.message_id and m.user_id = v_user;
+        v_quoted := v_message.quoted;
     else
         v_conversation := crossmem_private.turn_conversation(v_user, p_surface, p_conversation_id, p_content);
         if v_conversation is null then
@@ -587,11 +590,11 @@ begin
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
         'delivered_first', v_follow_ups.delivered_first, 'follow_up_apps', v_follow_ups.apps, 'quoted', v_quoted,
         'reserved', coalesce(v_reserved, 0), 'language', v_language,
-        -- The id finish_turn stores this attempt's reply under, drawn now so that the web's
-        -- stream names the reply before its first word. An attempt that stores none leaves a gap,
-        -- and a reply stored later than a message with a higher id is ordered by its time, as
-        -- every message is: (created_at, id).
-        'reply_id', nextval('public.messages_id_seq'));
+        -- The id finish_turn stores the reply under, drawn when the message was stored (every
+        -- attempt at it names the same) so that the web's stream names the reply before its first
+        -- word. A message that gets no reply leaves a gap, and a reply stored later than a message
+        -- with a higher id is ordered by its time, as every message is: (created_at, id).
+        'reply_id', v_message.reply_id);
 end;
 $$;
 
@@ -624,8 +627,8 @@ $$;
 -- what its earlier attempts spent; the user message rewritten as the turn learned it
 -- (p_user_content, null: as stored). A message whose person has since been merged into another
 -- takes the reply; a retried finish_turn whose first try committed gets the reply's id back (and
--- counts nothing again); another reply to the same message (another attempt's, under its own
--- reserved id) is refused (null), its tokens settled.
+-- counts nothing again); another reply to the same message (another attempt's: the same reserved
+-- id, other words) is refused (null), its tokens settled.
 -- A turn the model declined, marked (messages.sql's `declined`; its reply is stored marked): the
 -- person's message, and p_merged (a JSON array of ids), the stored messages the context's last turn
 -- merged with it (core/turn/context.py's merged_into_last: theirs, after the latest reply shown),
@@ -734,7 +737,7 @@ begin
         select r.id into v_reply_id
           from public.messages r
          where r.in_reply_to = p_user_message_id
-           and (r.id = p_reply_id or p_reply_id is null and r.content = p_content)
+           and (r.id = p_reply_id or p_reply_id is null) and r.content = p_content
            and (r.user_id = p_user_id
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = r.user_id));

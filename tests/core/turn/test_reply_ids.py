@@ -60,32 +60,34 @@ def test_the_reply_is_stored_under_the_id_its_turn_began_with_once(both: Memory,
     assert replies_of(database_url, other) == []
 
 
-def test_two_attempts_at_one_message_store_one_reply_under_the_first_ones_id(memory: Memory, database_url: str) -> None:
+def test_two_attempts_at_one_message_name_one_reply_id_and_store_one_reply(memory: Memory, database_url: str) -> None:
     person = uuid.uuid4()
     chat = memory.create_conversation(person, "plans")
     first = memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "c-1", chat.id, answer_within_s=0)
-    # Its time is up: the same message sent again takes it over, with an id of its own.
+    # Its time is up: the same message sent again takes it over, naming the reply the first named.
     second = memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "c-1", chat.id)
     assert second.owed and second.message_id == first.message_id
-    assert first.reply_id is not None and second.reply_id is not None and second.reply_id > first.reply_id
+    assert first.reply_id is not None and second.reply_id == first.reply_id
     assert first.message_id is not None
     assert memory.finish_turn(person, first.message_id, "the first", reply_id=first.reply_id) == first.reply_id
+    # The other attempt's words are refused, though under the same id; the same words are a retry.
     assert memory.finish_turn(person, first.message_id, "the second", reply_id=second.reply_id) is None
-    assert memory.finish_turn(person, first.message_id, "the first", reply_id=second.reply_id) is None
+    assert memory.finish_turn(person, first.message_id, "the first", reply_id=second.reply_id) == first.reply_id
     assert replies_of(database_url, person) == [(first.reply_id, "the first")]
 
 
-def test_an_ended_attempts_id_is_never_used(memory: Memory, database_url: str) -> None:
+def test_an_ended_attempts_id_is_the_next_ones(memory: Memory, database_url: str) -> None:
+    """The web's stream cut off (its attempt ended) named the reply: the message answered again (a
+    resume, a Try again) names the same, and the page replaces the cut-off words with the reply."""
     person = uuid.uuid4()
     chat = memory.create_conversation(person, "plans")
     ended = memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "c-1", chat.id)
     assert ended.message_id is not None and ended.reply_id is not None
     memory.end_attempt(person, ended.message_id, ended.attempt, 0)
     retried = memory.begin_turn(Person(user_id=person), Surface.WEB, "hello", "c-1", chat.id)
-    assert retried.owed and retried.reply_id is not None and retried.reply_id > ended.reply_id
-    assert memory.finish_turn(person, ended.message_id, "at last", reply_id=retried.reply_id) == retried.reply_id
-    assert replies_of(database_url, person) == [(retried.reply_id, "at last")]
-    assert rows(database_url, "select count(*) from messages where id = %s", ended.reply_id) == [(0,)]
+    assert retried.owed and retried.reply_id == ended.reply_id
+    assert memory.finish_turn(person, ended.message_id, "at last", reply_id=retried.reply_id) == ended.reply_id
+    assert replies_of(database_url, person) == [(ended.reply_id, "at last")]
 
 
 def test_a_reply_with_a_lower_id_than_a_message_stored_during_its_turn_orders_and_pages_by_time(
