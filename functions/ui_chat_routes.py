@@ -56,6 +56,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
     stored = stored_messages(earlier, person, body.id, sent_again)
     key = edit_key(last, stored.get(last.id)) if sent_again is not None else None
+    surface, external_id = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id)
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)
@@ -64,9 +65,9 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
         ]
     )
     return TurnRequest(
-        Surface.WEB,
+        surface,
         words(last),
-        key or last.id,
+        external_id,
         user_id=person,
         conversation_id=body.id,
         # An edit's page holds the thread before it: the replaced words and their reply are no history.
@@ -91,6 +92,15 @@ def stored_messages(
     asked = [*earlier, sent_again] if sent_again is not None else earlier
     client_ids = [message.id for message in asked if message.role == "user" and stored_id(message.id) is None]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
+
+
+def sent_by_stored_id(message: UIMessage, person: uuid.UUID, conversation: uuid.UUID) -> tuple[Surface, str] | None:
+    """The surface and key of the person's stored message that `message` names by its stored id
+    (the history route gives another app's message no client id, so `loadMessages` keeps that id,
+    and Try again sends it so): it is that message sent again, its stored reply sent again, or its
+    answer if it has none (docs/decisions.md). None for an id that names none of theirs there."""
+    named = stored_id(message.id)
+    return runtime.memory().message_delivery(person, conversation, named) if named is not None else None
 
 
 def edit_key(message: UIMessage, stored: StoredMessage | None) -> str | None:

@@ -581,6 +581,23 @@ class Memory:
             return {}
         return {client_id: StoredMessage.from_row(row) for client_id, row in rows.items()}
 
+    def message_delivery(self, user_id: UUID, conversation_id: UUID, message_id: int) -> tuple[Surface, str] | None:
+        """Where and under which key the person's own message `message_id` of the conversation was
+        stored (a Telegram update_id, a web client id), or None: none of theirs there, or the store
+        failed (begin_turn then answers as it can)."""
+        arguments: dict[str, JsonScalar] = {
+            "p_user_id": str(user_id),
+            "p_conversation_id": str(conversation_id),
+            "p_message_id": message_id,
+        }
+        try:
+            row = self.store.call("message_delivery", arguments)
+        except StoreUnavailable as exc:
+            log.error("message_delivery failed; the id is taken for a client's", extra={"error": str(exc)})
+            return None
+        message = row.get("message")
+        return (Surface(message["surface"]), str(message["external_id"])) if message else None
+
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
         rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})
         return [StoredMessage.from_row(row) for row in rows]

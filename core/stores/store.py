@@ -59,6 +59,7 @@ SQL_FUNCTIONS = frozenset(
         "conversation_messages",
         "unanswered_message",
         "web_messages_by_client_id",
+        "message_delivery",
         "person_history",
         "search_memory",
         "create_link_code",

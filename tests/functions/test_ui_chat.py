@@ -881,7 +881,11 @@ def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_r
         parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
         text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
         texts.append((parts[-3]["data"]["outcome"], text))
-    assert texts == [("answered", "Tuesday it is."), ("redelivered", "Tuesday it is."), ("redelivered", "Tuesday it is.")]
+    assert texts == [
+        ("answered", "Tuesday it is."),
+        ("redelivered", "Tuesday it is."),
+        ("redelivered", "Tuesday it is."),
+    ]
     assert len(fake_anthropic.requests) == 2
     said = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
     assert said == [
@@ -920,6 +924,19 @@ def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     assert parts_of(response.get_data(as_text=True))[-1] == "[DONE]"
     stored = rows(database_url, "select surface, role, content from messages where user_id = %s order by id", person)
     assert stored == [("telegram", "user", "my passport expires in May"), ("telegram", "assistant", "Noted.")]
+    text = "".join(
+        p["delta"]
+        for p in parts_of(response.get_data(as_text=True))
+        if isinstance(p, dict) and p["type"] == "text-delta"
+    )
+    assert text == "Noted."  # its stored reply, sent again
+    # Another person naming that message and that conversation names none of theirs: the id is a
+    # client's, and the conversation is not theirs.
+    stranger = uuid.uuid4()
+    theirs = web.post("/", json=again, headers=bearer(stranger))
+    assert theirs.status_code == 404, theirs.get_data(as_text=True)
+    assert stored_count(database_url, stranger) == 0
+    assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(2,)]
 
 
 def test_try_again_right_after_stop_answers_the_message(
