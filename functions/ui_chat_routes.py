@@ -29,7 +29,7 @@ from functions.ui_message_stream import HEADERS, turn_events
 from functions.web_models import UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
 
 DATA_URL = re.compile(r"data:([^;,]+)(?:;[^;,=]+=[^;,]*)*;base64,(.*)", re.DOTALL)
-# How often a resume asks again while another attempt is answering the message.
+# How often a turn asks again while another attempt is answering its message.
 RESUME_POLL_S = 1.0
 
 
@@ -40,7 +40,7 @@ def is_ui_chat(body: object) -> bool:
 
 def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     body = parse_json(raw, UIChatRequest)
-    return streamed(ui_turn(body, person), cors)
+    return answered(ui_turn(body, person), cors)
 
 
 def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
@@ -174,10 +174,17 @@ def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], conv
         return flask.Response(status=204, headers=cors)
     client_id, text = unanswered
     deadline_s = runtime.settings().web_model_deadline
-    turn = TurnRequest(
-        Surface.WEB, text, client_id, user_id=person, conversation_id=conversation, deadline_s=deadline_s
+    return answered(
+        TurnRequest(Surface.WEB, text, client_id, user_id=person, conversation_id=conversation, deadline_s=deadline_s),
+        cors,
     )
-    give_up_at = time.monotonic() + deadline_s + ANSWER_MARGIN_S
+
+
+def answered(turn: TurnRequest, cors: dict[str, str]) -> flask.Response:
+    """The turn's stream once no other attempt is answering its message: one still answering (a
+    stream the person stopped a moment ago, which its instance notices at its next write; another
+    tab's) is waited for, asked again every RESUME_POLL_S; past its deadline and margin, the 409."""
+    give_up_at = time.monotonic() + turn.deadline_s + ANSWER_MARGIN_S
     while True:
         try:
             return streamed(turn, cors)
