@@ -904,12 +904,13 @@ def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     (regenerate()) on its last reply posts that message again under its stored id: it is the stored
     message, sent again, not a new web message with the same words."""
     owner = uuid.uuid4()
+    chat_id = str(owner.int % 10**9)  # the session's database: another test's chat 4242 is someone else's
     environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", "4242")
+    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
     runtime.reset()
     web = app_client("web_chat")
     fake_anthropic.answer = lambda body: "Noted."
-    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", "4242"))
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
     person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
     [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
     assert telegram["title"] == "[Telegram]"
