@@ -61,7 +61,8 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
         [
             (item, message.metadata is not None and message.metadata.declined)
             for message in earlier
-            if (item := history_item(message, stored.get(message.id))) is not None
+            # A message the page edited keeps its id there: its edit is stored under the edit's key.
+            if (item := history_item(message, stored.get(edited_key(message)) or stored.get(message.id))) is not None
         ]
     )
     return TurnRequest(
@@ -87,10 +88,15 @@ def stored_messages(
     earlier: list[UIMessage], person: uuid.UUID, conversation: uuid.UUID, sent_again: UIMessage | None = None
 ) -> dict[str, StoredMessage]:
     """The person's earlier web messages as stored, by the ids their page sent them under (a live
-    tab's, and loadMessages' after a reload), and the one `sent_again`: one round trip, only when
-    there are such ids."""
+    tab's, and loadMessages' after a reload) and by the keys their edits would be stored under, and
+    the one `sent_again`: one round trip, only when there are such ids."""
     asked = [*earlier, sent_again] if sent_again is not None else earlier
-    client_ids = [message.id for message in asked if message.role == "user" and stored_id(message.id) is None]
+    client_ids = [
+        key
+        for message in asked
+        if message.role == "user" and stored_id(message.id) is None
+        for key in (message.id, edited_key(message))
+    ]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
 
 
@@ -108,10 +114,14 @@ def edit_key(message: UIMessage, stored: StoredMessage | None) -> str | None:
     id and its new words, so that the edit is stored and answered once, after the words it
     replaces; None when its words are the stored ones (a Try again), or it has files (stored as
     what the turn learned of them, which its parts do not hold)."""
-    text = words(message)
-    if stored is None or stored.content == text or any(isinstance(p, UIFilePart) for p in message.parts):
+    if stored is None or stored.content == words(message) or any(isinstance(p, UIFilePart) for p in message.parts):
         return None
-    return f"{message.id}~{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return edited_key(message)
+
+
+def edited_key(message: UIMessage) -> str:
+    """The key `message` is stored under if it is an edit: its id and a digest of its words."""
+    return f"{message.id}~{hashlib.sha256(words(message).encode()).hexdigest()[:16]}"
 
 
 def history_item(message: UIMessage, stored: StoredMessage | None) -> ContextItem | None:

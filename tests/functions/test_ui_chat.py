@@ -861,6 +861,13 @@ def test_an_edited_message_is_not_answered_with_the_reply_to_its_old_words(
     assert text == "Tuesday it is."  # it was the stored "Monday it is.", redelivered
 
 
+def said_reply_id(database_url: str, person: uuid.UUID) -> int:
+    """The id of the person's latest reply."""
+    return int(
+        rows(database_url, "select max(id) from messages where user_id = %s and role = 'assistant'", person)[0][0]
+    )
+
+
 def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_replaced(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -894,6 +901,17 @@ def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_r
         ("user", "book the dentist on tuesday"),
         ("assistant", "Tuesday it is."),
     ]
+    # The page keeps the edit under the message's id: the next turn's history is its words, not the replaced ones.
+    fake_anthropic.answer = lambda body: "At 9."
+    later = chat_body(
+        chat,
+        ui_message("u-1", "user", "book the dentist on tuesday"),
+        ui_message(str(said_reply_id(database_url, person)), "assistant", "Tuesday it is."),
+        ui_message("u-2", "user", "what time?"),
+    )
+    assert parts_of(web.post("/", json=later, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    read = json.dumps(fake_anthropic.requests[-1]["messages"])
+    assert "tuesday" in read and "monday" not in read
 
 
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
