@@ -852,6 +852,24 @@ def test_a_reminder_whose_own_send_is_refused_as_opted_out_is_held_for_start_and
     ]
 
 
+def owner_on_telegram_asking_by_sms(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> tuple[uuid.UUID, str]:
+    """The owner, who wrote on Telegram (chat 5161) first, asks by SMS for a reminder in 5 minutes:
+    the owner and their number."""
+    owner, mine = uuid.uuid4(), number()
+    as_owner(environment, owner, telegram="5161")
+    environment.setenv("OWNER_SMS_NUMBERS", mine)
+    fake_anthropic.answer = lambda body: "Hello."
+    assert (
+        app_client("telegram_webhook").post("/", json=update("hi", user_id=5161), headers=TELEGRAM_HEADERS).status_code
+        == 200
+    )
+    fake_anthropic.answer = remind("Take the pills.")
+    send(sms("remind me in 5 minutes to take the pills", mine))
+    return owner, mine
+
+
 def test_a_reminder_whose_own_send_is_refused_as_opted_out_goes_to_the_persons_telegram(
     environment: pytest.MonkeyPatch,
     sms_database: str,
@@ -863,16 +881,7 @@ def test_a_reminder_whose_own_send_is_refused_as_opted_out_goes_to_the_persons_t
     (the owner's Telegram chat), as one due after a STOP the webhook heard, and is stored there."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
-    owner, mine = uuid.uuid4(), number()
-    as_owner(environment, owner, telegram="5161")
-    environment.setenv("OWNER_SMS_NUMBERS", mine)
-    fake_anthropic.answer = lambda body: "Hello."
-    assert (
-        app_client("telegram_webhook").post("/", json=update("hi", user_id=5161), headers=TELEGRAM_HEADERS).status_code
-        == 200
-    )
-    fake_anthropic.answer = remind("Take the pills.")
-    send(sms("remind me in 5 minutes to take the pills", mine))
+    owner, mine = owner_on_telegram_asking_by_sms(environment, fake_anthropic)
     fake_twilio.fail_with(400, 21610)
     now += timedelta(minutes=6)
     job = run_the_job()
@@ -1006,16 +1015,7 @@ def test_a_reminder_to_a_number_that_opted_out_goes_to_the_persons_telegram(
     from among their others (here the owner's Telegram chat), stored once, in that conversation."""
     now = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
     environment.setattr(runtime, "now", lambda: now)
-    owner, mine = uuid.uuid4(), number()
-    as_owner(environment, owner, telegram="5161")
-    environment.setenv("OWNER_SMS_NUMBERS", mine)
-    fake_anthropic.answer = lambda body: "Hello."
-    assert (
-        app_client("telegram_webhook").post("/", json=update("hi", user_id=5161), headers=TELEGRAM_HEADERS).status_code
-        == 200
-    )
-    fake_anthropic.answer = remind("Take the pills.")
-    send(sms("remind me in 5 minutes to take the pills", mine))
+    owner, mine = owner_on_telegram_asking_by_sms(environment, fake_anthropic)
     assert send(sms("STOP", mine)) == []
     now += timedelta(minutes=6)
     job = run_the_job()
