@@ -246,3 +246,51 @@ def test_a_message_whose_chat_no_longer_reaches_its_person_is_claimed_once_a_run
         assert channel.sent == []
     finally:
         store.close()
+
+
+def test_a_second_attempt_with_the_same_words_as_the_stored_reply_still_counts_what_it_spent(
+    memory: Memory, own_database: str
+) -> None:
+    """Both attempts at one message now name one reply id (messages.reply_id): the one that ends
+    second with the same words (a short question, a deterministic answer) is not a retried
+    finish_turn of the first: what it spent counts, and its reservation is given back."""
+    person = uuid.uuid4()
+    chat = memory.create_conversation(person).id
+    first = memory.begin_turn(
+        Person(user_id=person),
+        Surface.WEB,
+        "hello",
+        "same-words-1",
+        chat,
+        answer_within_s=0,
+        estimate=TurnEstimate(100),
+    )
+    second = memory.begin_turn(
+        Person(user_id=person), Surface.WEB, "hello", "same-words-1", chat, estimate=TurnEstimate(100)
+    )
+    assert second.owed and first.message_id is not None and second.reply_id == first.reply_id
+    both_reserved = first.reserved_tokens + second.reserved_tokens
+    assert usage(own_database, first.message_id) == [(both_reserved, both_reserved)]
+    assert (
+        memory.finish_turn(
+            person,
+            first.message_id,
+            "hi",
+            attempt=first.attempt,
+            tokens=100,
+            reserved=first.reserved_tokens,
+            reply_id=first.reply_id,
+        )
+        == first.reply_id
+    )
+    # The second attempt's words are the stored reply's: it stored nothing, and spent 100 all the same.
+    memory.finish_turn(
+        person,
+        first.message_id,
+        "hi",
+        attempt=second.attempt,
+        tokens=100,
+        reserved=second.reserved_tokens,
+        reply_id=second.reply_id,
+    )
+    assert usage(own_database, first.message_id) == [(200, 0)]
