@@ -991,3 +991,36 @@ def test_try_again_right_after_stop_answers_the_message(
         assert said == [("user", "Tell me a story"), ("assistant", story)]
     finally:
         server.shutdown()
+
+
+def test_an_edit_in_the_telegram_thread_is_answered_not_the_old_reply_sent_again(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """An edit (sendMessage({ text, messageId })) of a Telegram message in the web's [Telegram]
+    thread posts the new words under the message's stored id: it is a new message, answered
+    (docs/decisions.md, An edit on the web is a new message), not the Telegram message sent again,
+    its old reply shown as the answer to words it never read."""
+    owner = uuid.uuid4()
+    chat_id = str(owner.int % 10**9)
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
+    runtime.reset()
+    web = app_client("web_chat")
+    fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
+    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    thread = loaded(web, person, telegram["id"])
+    edit = ui_message(thread[0]["id"], "user", "my passport expires in June")
+    response = web.post("/", json={**chat_body(telegram["id"], edit), "messageId": edit["id"]}, headers=bearer(person))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    parts = parts_of(response.get_data(as_text=True))
+    text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
+    assert (parts[-3]["data"]["outcome"], text) == ("answered", "June, noted.")
+    stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+    assert stored == [
+        ("user", "my passport expires in May"),
+        ("assistant", "Noted."),
+        ("user", "my passport expires in June"),
+        ("assistant", "June, noted."),
+    ]
