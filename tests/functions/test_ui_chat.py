@@ -1024,3 +1024,23 @@ def test_an_edit_in_the_telegram_thread_is_answered_not_the_old_reply_sent_again
         ("user", "my passport expires in June"),
         ("assistant", "June, noted."),
     ]
+
+
+def test_try_again_of_a_message_stored_without_its_nul_is_not_an_edit_answered_again(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A message's words are stored without their NUL characters (Postgres text holds none): its
+    Try again, the same words under the same id, is the stored message sent again, not an edit
+    stored and answered a second time."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    body = chat_body(chat, ui_message("u-nul", "user", "pasted\u0000 text"))
+    assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-3]["data"]["outcome"] == (
+        "answered"
+    )
+    again = web.post("/", json={**body, "trigger": "regenerate-message"}, headers=bearer(person))
+    assert parts_of(again.get_data(as_text=True))[-3]["data"]["outcome"] == "redelivered"
+    assert len(fake_anthropic.requests) == 1
+    stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+    assert stored == [("user", "pasted text"), ("assistant", "Noted.")]
