@@ -19,6 +19,7 @@ import flask
 from pydantic import ValidationError
 
 from core.errors import InputError, StillAnswering
+from core.memory.service import storable
 from core.models import Role, StoredMessage, Surface, TurnStart
 from core.turn.context import undeclined
 from core.turn.request import ContextItem, TurnRequest
@@ -55,7 +56,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     # be stored under its id with other words: its own stored words are read in the same round trip.
     sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
     stored = stored_messages(earlier, person, body.id, sent_again)
-    key = edit_key(last, stored.get(last.id)) if sent_again is not None else None
+    key = edit_key(last, stored[last.id].content if last.id in stored else None) if sent_again is not None else None
     surface, external_id = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id)
     history = undeclined(
         [
@@ -104,24 +105,31 @@ def sent_by_stored_id(message: UIMessage, person: uuid.UUID, conversation: uuid.
     """The surface and key of the person's stored message that `message` names by its stored id
     (the history route gives another app's message no client id, so `loadMessages` keeps that id,
     and Try again sends it so): it is that message sent again, its stored reply sent again, or its
-    answer if it has none (docs/decisions.md). None for an id that names none of theirs there."""
+    answer if it has none (docs/decisions.md); with other words, its edit, under its key and a
+    digest of them (`edit_key`). None for an id that names none of theirs there."""
     named = stored_id(message.id)
-    return runtime.memory().message_delivery(person, conversation, named) if named is not None else None
+    found = runtime.memory().message_delivery(person, conversation, named) if named is not None else None
+    if found is None:
+        return None
+    surface, external_id, content = found
+    edited = edit_key(message, content)
+    return surface, external_id if edited is None else f"{external_id}{edited.removeprefix(message.id)}"
 
 
-def edit_key(message: UIMessage, stored: StoredMessage | None) -> str | None:
+def edit_key(message: UIMessage, stored: str | None) -> str | None:
     """The key of an edited message (docs/decisions.md, An edit on the web is a new message): its
     id and its new words, so that the edit is stored and answered once, after the words it
-    replaces; None when its words are the stored ones (a Try again), or it has files (stored as
-    what the turn learned of them, which its parts do not hold)."""
-    if stored is None or stored.content == words(message) or any(isinstance(p, UIFilePart) for p in message.parts):
+    replaces; None when its words are the `stored` ones as they are stored (a Try again), or it has
+    files (stored as what the turn learned of them, which its parts do not hold)."""
+    if stored is None or stored == storable(words(message)) or any(isinstance(p, UIFilePart) for p in message.parts):
         return None
     return edited_key(message)
 
 
 def edited_key(message: UIMessage) -> str:
-    """The key `message` is stored under if it is an edit: its id and a digest of its words."""
-    return f"{message.id}~{hashlib.sha256(words(message).encode()).hexdigest()[:16]}"
+    """The key `message` is stored under if it is an edit: its id and a digest of its words, as
+    they are stored."""
+    return f"{message.id}~{hashlib.sha256(storable(words(message)).encode()).hexdigest()[:16]}"
 
 
 def history_item(message: UIMessage, stored: StoredMessage | None) -> ContextItem | None:

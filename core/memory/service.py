@@ -581,10 +581,12 @@ class Memory:
             return {}
         return {client_id: StoredMessage.from_row(row) for client_id, row in rows.items()}
 
-    def message_delivery(self, user_id: UUID, conversation_id: UUID, message_id: int) -> tuple[Surface, str] | None:
+    def message_delivery(
+        self, user_id: UUID, conversation_id: UUID, message_id: int
+    ) -> tuple[Surface, str, str] | None:
         """Where and under which key the person's own message `message_id` of the conversation was
-        stored (a Telegram update_id, a web client id), or None: none of theirs there, or the store
-        failed (begin_turn then answers as it can)."""
+        stored (a Telegram update_id, a web client id), and its words; or None: none of theirs
+        there, or the store failed (begin_turn then answers as it can)."""
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(user_id),
             "p_conversation_id": str(conversation_id),
@@ -596,7 +598,7 @@ class Memory:
             log.error("message_delivery failed; the id is taken for a client's", extra={"error": str(exc)})
             return None
         message = row.get("message")
-        return (Surface(message["surface"]), str(message["external_id"])) if message else None
+        return (Surface(message["surface"]), str(message["external_id"]), str(message["content"])) if message else None
 
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
         rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})

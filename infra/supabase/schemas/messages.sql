@@ -217,14 +217,14 @@ create or replace function public.web_messages_by_client_id(p_user_id uuid, p_co
 $$;
 
 -- The key one of the person's own messages in one of their conversations was stored under, by its
--- stored id: {"message": {"surface", "external_id"}}, its message null when there is no such message
+-- stored id, and its words: {"message": {"surface", "external_id", "content"}}, its message null when there is no such message
 -- of theirs there (or one with no key). The web's useChat sends a message the history route gave no
 -- client id (another app's: a Telegram one) under its stored id; sent under this key, it is that
 -- message sent again.
 create or replace function public.message_delivery(p_user_id uuid, p_conversation_id uuid, p_message_id bigint)
     returns jsonb language sql stable set search_path = '' as $$
     select jsonb_build_object('message', (
-        select jsonb_build_object('surface', m.surface, 'external_id', m.external_id)
+        select jsonb_build_object('surface', m.surface, 'external_id', m.external_id, 'content', m.content)
           from public.messages m
          where m.id = p_message_id and m.user_id = p_user_id and m.conversation_id = p_conversation_id
            and m.role = 'user' and m.external_id is not null));

@@ -725,7 +725,8 @@ begin
     select s.id, s.user_id into v_reply_id, v_owner from stored s;
 
     if v_reply_id is not null then
-        perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, null);
+        -- settled as this attempt's: its finish_turn retried after this commit settles nothing twice
+        perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, p_attempt);
         if p_declined is not null then
             perform crossmem_private.mark_declined(v_owner, p_user_message_id, p_declined);
         end if;
@@ -741,9 +742,11 @@ begin
            and (r.user_id = p_user_id
                 or exists (select from public.merged_people x
                             where x.from_user_id = p_user_id and x.into_user_id = r.user_id));
-        if v_reply_id is null then
-            -- another attempt's reply came first: what this one spent counts all the same
-            perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens, null);
+        if v_reply_id is null or p_attempt is not null then
+            -- another attempt's reply came first (the same words, under the message's one reply id,
+            -- or others): what this one spent counts all the same; its own retried after its commit
+            -- (the same attempt, already settled) counts nothing again
+            perform crossmem_private.settle_turn_tokens(p_user_message_id, p_user_id, p_reserved, p_tokens, p_attempt);
         end if;
     end if;
     return jsonb_build_object('reply_id', v_reply_id);
