@@ -112,8 +112,7 @@ def sent_by_stored_id(message: UIMessage, person: uuid.UUID, conversation: uuid.
     if found is None:
         return None
     surface, external_id, content = found
-    edited = edit_key(message, content)
-    return surface, external_id if edited is None else f"{external_id}{edited.removeprefix(message.id)}"
+    return surface, external_id if edit_key(message, content) is None else external_id + edited(message)
 
 
 def edit_key(message: UIMessage, stored: str | None) -> str | None:
@@ -127,9 +126,14 @@ def edit_key(message: UIMessage, stored: str | None) -> str | None:
 
 
 def edited_key(message: UIMessage) -> str:
-    """The key `message` is stored under if it is an edit: its id and a digest of its words, as
-    they are stored."""
-    return f"{message.id}~{hashlib.sha256(storable(words(message)).encode()).hexdigest()[:16]}"
+    """The key `message` is stored under if it is an edit: its id and a digest of its words."""
+    return message.id + edited(message)
+
+
+def edited(message: UIMessage) -> str:
+    """What an edit's key adds to the key of the message it edits: a digest of its words, as they
+    are stored."""
+    return "~" + hashlib.sha256(storable(words(message)).encode()).hexdigest()[:16]
 
 
 def history_item(message: UIMessage, stored: StoredMessage | None) -> ContextItem | None:
