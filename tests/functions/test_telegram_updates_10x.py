@@ -56,7 +56,7 @@ def test_a_guest_message_from_a_person_with_a_memory_never_reaches_it(
     their guest message (same person, same words) is neither stored nor answered."""
     environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
     client = app_client("telegram_webhook")
-    person = 4343000 + uuid.uuid4().int % 10**3
+    person = 4343000 + uuid.uuid4().int % 10**6
     said = update("Hola, soy Ana", user_id=person)
     assert client.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
     guest: dict[str, Any] = json.loads((CORPUS / "26_guest_message.json").read_text())
