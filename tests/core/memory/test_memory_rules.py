@@ -18,7 +18,7 @@ from core.errors import EmptyMessage, MessageTooLong, TooManyEmptyConversations
 from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
-from tests.helpers import context_limits, count, rows
+from tests.helpers import context_limits, count, messages_read, rows
 
 
 def test_fifty_concurrent_first_messages_make_one_conversation(memory: Memory, database_url: str) -> None:
@@ -223,29 +223,34 @@ def test_a_long_web_conversation_steps_as_the_rule_says(store: PostgresStore, da
     assert len(marks) > 10  # the mark moved all along (and the window stayed the rule's)
 
 
-def web_turn_reads(database_url: str, person: uuid.UUID, conversation: uuid.UUID, limit: int, step: int) -> int:
-    """The rows of `messages` a web begin_turn fetched through an index (the statistics of its own
-    transaction, rolled back), with the budget on (TOKENS_PER_DAY's default) and the plans a session
-    keeps after five calls (generic ones)."""
+def web_turn_reads(
+    database_url: str, conversations: dict[int, tuple[uuid.UUID, uuid.UUID]], limit: int, step: int
+) -> dict[int, int]:
+    """The rows of `messages` a web begin_turn read in each conversation (its transaction's
+    statistics, read before and after: a session's add up until it reports them), with the budget
+    on (TOKENS_PER_DAY's default) and generic plans, made once in one session for every
+    conversation: an autovacuum's analyze of the shared database between two sessions could plan
+    them apart."""
+    reads = {}
     with psycopg.connect(database_url) as connection:
         connection.execute("set plan_cache_mode = force_generic_plan")
-        connection.execute(
-            """select public.begin_turn(
-                   p_surface => 'web', p_content => 'and now?', p_external_id => %s, p_user_id => %s,
-                   p_sender_id => null, p_conversation_id => %s, p_window_hours => 24, p_max_messages => %s,
-                   p_window_step => %s, p_web_prepend => 2, p_attempt => gen_random_uuid(), p_turns_per_minute => 0,
-                   p_turns_per_day => 0, p_tokens_per_day => 2000000, p_answer_within_seconds => 60, p_sender => null,
-                   p_sender_alias => null, p_opts_out => false, p_platform_ref => null, p_reply_ref => null,
-                   p_quoted => null,
-                   p_input_tokens => 0, p_output_tokens => 1024, p_requests => 1, p_language => null)""",
-            (uuid.uuid4().hex, person, conversation, limit, step),
-        )
-        row = connection.execute(
-            "select idx_tup_fetch from pg_stat_xact_user_tables where relid = 'public.messages'::regclass"
-        ).fetchone()
-        connection.rollback()
-    assert row is not None
-    return int(row[0])
+        connection.commit()
+        for length, (person, conversation) in conversations.items():
+            before = messages_read(connection)
+            connection.execute(
+                """select public.begin_turn(
+                       p_surface => 'web', p_content => 'and now?', p_external_id => %s, p_user_id => %s,
+                       p_sender_id => null, p_conversation_id => %s, p_window_hours => 24, p_max_messages => %s,
+                       p_window_step => %s, p_web_prepend => 2, p_attempt => gen_random_uuid(),
+                       p_turns_per_minute => 0, p_turns_per_day => 0, p_tokens_per_day => 2000000,
+                       p_answer_within_seconds => 60, p_sender => null, p_sender_alias => null, p_opts_out => false,
+                       p_platform_ref => null, p_reply_ref => null, p_quoted => null,
+                       p_input_tokens => 0, p_output_tokens => 1024, p_requests => 1, p_language => null)""",
+                (uuid.uuid4().hex, person, conversation, limit, step),
+            )
+            reads[length] = messages_read(connection) - before
+            connection.rollback()
+    return reads
 
 
 def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_a_day(
@@ -258,15 +263,16 @@ def test_a_web_turn_reads_as_many_rows_in_a_conversation_of_months_as_in_one_of_
     the window read the conversation whole in a generic plan (turn_input_tokens)."""
     limit, step = 6, 4
     memory = Memory(store, context_limits(max_messages=limit, window_step=step, web_prepend=2))
-    reads, marks = {}, {}
+    conversations, marks = {}, {}
     for length in (20, 2_000):
         person = uuid.uuid4()
         conversation = memory.create_conversation(person).id
         store_conversation(database_url, person, conversation, length)
         first = memory.begin_turn(Person(user_id=person), Surface.WEB, "first", uuid.uuid4().hex, conversation)
         assert first.history[-2].content.startswith(f"message {length} ") and first.history[-1].content == "first"
-        reads[length] = web_turn_reads(database_url, person, conversation, limit, step)
+        conversations[length] = (person, conversation)
         marks[length] = rows(database_url, "select counted from conversations where id = %s", conversation)
+    reads = web_turn_reads(database_url, conversations, limit, step)
     # as many, give or take the row at the mark (generic plans read from it); 2,014 against 19 before
     assert abs(reads[2_000] - reads[20]) <= 1 and reads[2_000] <= 4 * limit, (reads, marks)
 
