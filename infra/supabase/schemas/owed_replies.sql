@@ -75,7 +75,7 @@ begin
                    and m.user_id::text <> all (string_to_array(p_skip_users, ','))) c
          order by c.person_tries, c.owed_tries, c.answer_by nulls first, c.created_at
     loop
-        select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at into v_message
+        select m.id, m.user_id, m.conversation_id, m.surface, m.sender, m.created_at, m.reply_id into v_message
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
            and (not exists (select from public.messages r where r.in_reply_to = m.id and r.user_id = m.user_id)
@@ -124,6 +124,9 @@ begin
             'sender_user', (select i.user_id from public.identities i
                              where i.surface = v_message.surface and i.external_id = v_message.sender),
             'duplicate', false, 'owed', true, 'reply', v_reply, 'prepend', '[]'::jsonb, 'reserved', v_reserved,
+            -- the id its answer is stored under: the one its turn named (a web client resuming the
+            -- stream is told it; messages.sql's reply_id)
+            'reply_id', v_message.reply_id,
             'opted_out', v_opted_out,
             -- a reply to send needs no context, nor one that will not be asked for
             'history', case when v_reply is null and not v_opted_out

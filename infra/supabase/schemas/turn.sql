@@ -714,7 +714,9 @@ begin
                'assistant', p_content, a.id, case when p_delivered then clock_timestamp() end,
                case when not p_delivered then p_unsent_from end, p_declined is not null
           from asked a
-        on conflict (in_reply_to) where in_reply_to is not null do nothing
+        -- on the one reply (in_reply_to) or on its id: two attempts may insert at once, and the
+        -- one that waited on the other's id is told that reply below, not an error
+        on conflict do nothing
         returning id, conversation_id, user_id
     ), touched as (
         update public.conversations c

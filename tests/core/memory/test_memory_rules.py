@@ -16,7 +16,7 @@ from bench.memory_core import fill
 from bench.web_window import store_conversation
 from core.errors import EmptyMessage, MessageTooLong, TooManyEmptyConversations
 from core.memory.service import Memory
-from core.models import Person, Surface
+from core.models import Person, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import context_limits, count, messages_read, rows
 
@@ -321,3 +321,29 @@ def test_a_step_longer_than_the_window_never_empties_it(store: PostgresStore, li
         assert 1 <= len(start.history) <= limit
         assert start.history[-1].content == f"m{index}"
         assert [m.content for m in start.history] == [i.content for i in stepped_tail(items, limit, step)]
+
+
+def test_attempts_storing_one_reply_at_once_store_it_once_and_each_is_told_its_id(
+    memory: Memory, database_url: str
+) -> None:
+    """Attempts of one message (a Try again beside a stream the tab left, a job's claim beside a late
+    turn) store its reply under the one id its begin_turn drew: racing on that id as on the one
+    reply, none fails; each is told the stored reply's id, and the reply is stored once."""
+
+    def store_reply(start: TurnStart, barrier: threading.Barrier) -> int | None:
+        assert start.user_id is not None and start.message_id is not None
+        barrier.wait()
+        return memory.finish_turn(
+            start.user_id, start.message_id, "Told.", attempt=uuid.uuid4(), reply_id=start.reply_id
+        )
+
+    for _ in range(20):
+        start = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.WEB, "Tell me", uuid.uuid4().hex)
+        assert start.reply_id is not None
+        barrier = threading.Barrier(6)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            stored = list(pool.map(lambda _: store_reply(start, barrier), range(6)))  # noqa: B023 (joined here)
+        assert stored == [start.reply_id] * 6
+        assert rows(database_url, "select id from messages where in_reply_to = %s", start.message_id) == [
+            (start.reply_id,)
+        ]

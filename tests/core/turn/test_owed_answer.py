@@ -138,6 +138,26 @@ def test_a_declined_owed_message_is_answered_once_and_never_given_up(
     assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []
 
 
+def test_the_jobs_answer_is_stored_under_the_id_the_turn_drew_for_it(
+    memory: Memory, fake_anthropic: FakeAnthropic, own_database: str
+) -> None:
+    """A message's reply has one id, drawn when the message was stored (messages.sql's reply_id):
+    the one a client was told by the turn names the job's answer too (it drew a new one)."""
+    turns = claude_turns(memory, fake_anthropic)
+    fake_anthropic.behaviour = "529"
+    asked = TurnRequest(Surface.TELEGRAM, "what time is it in Lima?", "owed-reply-id", sender_id="4343")
+    assert turns.run(asked, RecordingChannel()).outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "Seven in the morning."
+    assert job_of(memory, turns, RecordingChannel()).run(120).answered == 1
+    [(message, drawn, reply)] = rows(
+        own_database,
+        "select m.id, m.reply_id, r.id from messages m join messages r on r.in_reply_to = m.id"
+        " where m.external_id = 'owed-reply-id'",
+    )
+    assert reply == drawn and drawn is not None and drawn != message
+
+
 def test_a_message_declined_with_a_later_turn_is_not_owed(memory: Memory, fake_anthropic: FakeAnthropic) -> None:
     """The model was down for A on Telegram (A owed); B's turn merged A in and was declined for it:
     A is part of that declined turn, answered with it, and the job leaves it alone."""
