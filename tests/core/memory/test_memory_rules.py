@@ -342,7 +342,7 @@ def test_attempts_storing_one_reply_at_once_store_it_once_and_each_is_told_its_i
         assert start.reply_id is not None
         barrier = threading.Barrier(6)
         with ThreadPoolExecutor(max_workers=6) as pool:
-            stored = list(pool.map(lambda _: store_reply(start, barrier), range(6)))  # noqa: B023 (joined here)
+            stored = list(pool.map(store_reply, [start] * 6, [barrier] * 6))
         assert stored == [start.reply_id] * 6
         assert rows(database_url, "select id from messages where in_reply_to = %s", start.message_id) == [
             (start.reply_id,)
