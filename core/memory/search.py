@@ -243,8 +243,9 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
         return Rendered("Nothing found in older messages.", 0)
     lines: list[str] = []
     used = 0
+    shown: dict[int, int] = {}  # a shown hit's message id: its number
     for index, hit in enumerate(hits[:max_hits]):
-        block = _hit_block(index + 1, hit, zone)
+        block = _hit_block(index + 1, hit, zone, shown)
         cost = approximate_tokens(block)
         if lines and used + cost > max_tokens:
             break
@@ -253,6 +254,7 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
             cost = max_tokens
         lines.append(block)
         used += cost
+        shown[hit.message.id] = index + 1
     head = f"Found {len(lines)} older message{'s' if len(lines) != 1 else ''}, best match first"
     more = len(hits) - len(lines)
     # past max_hits, how many more is not known: that there are
@@ -264,16 +266,18 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
     return Rendered(f"{head}:\n\n" + "\n\n".join(lines) + tail, len(lines))
 
 
-def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo) -> str:
+def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo, shown: dict[int, int]) -> str:
+    """A hit, and the messages just before and after it: one shown as a hit above, by its number."""
     message = hit.message
     lines = [
         f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
         f"{_excerpt(message.content, hit.words)}"
     ]
-    if hit.before is not None:
-        lines.append(f"   just before, {_neighbour(hit.before, message.created_at, zone)}")
-    if hit.after is not None:
-        lines.append(f"   just after, {_neighbour(hit.after, message.created_at, zone)}")
+    for side, neighbour in (("before", hit.before), ("after", hit.after)):
+        if neighbour is not None and neighbour.id in shown:
+            lines.append(f"   just {side}, number {shown[neighbour.id]} above")
+        elif neighbour is not None:
+            lines.append(f"   just {side}, {_neighbour(neighbour, message.created_at, zone)}")
     return "\n".join(lines)
 
 
