@@ -241,20 +241,19 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
     to know there are more) and as many as fit in `max_tokens`."""
     if not hits:
         return Rendered("Nothing found in older messages.", 0)
-    lines: list[str] = []
-    used = 0
+    # As many as fit, each costing what it costs with the hits before it named by their number;
+    # then each neighbour that is a hit shown, above or below, is named so (never longer).
     shown: dict[int, int] = {}  # a shown hit's message id: its number
+    used = 0
     for index, hit in enumerate(hits[:max_hits]):
-        block = _hit_block(index + 1, hit, zone, shown)
-        cost = approximate_tokens(block)
-        if lines and used + cost > max_tokens:
+        cost = approximate_tokens(_hit_block(index + 1, hit, zone, shown))
+        if shown and used + cost > max_tokens:
             break
-        if not lines and cost > max_tokens:  # the best hit alone is too long: its start
-            block = block[: max_tokens * 4 - 1] + "…"
-            cost = max_tokens
-        lines.append(block)
         used += cost
         shown[hit.message.id] = index + 1
+    lines = [_hit_block(index + 1, hit, zone, shown) for index, hit in enumerate(hits[: len(shown)])]
+    if approximate_tokens(lines[0]) > max_tokens:  # the best hit alone is too long: its start
+        lines[0] = lines[0][: max_tokens * 4 - 1] + "…"
     head = f"Found {len(lines)} older message{'s' if len(lines) != 1 else ''}, best match first"
     more = len(hits) - len(lines)
     # past max_hits, how many more is not known: that there are
@@ -267,7 +266,7 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
 
 
 def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo, shown: dict[int, int]) -> str:
-    """A hit, and the messages just before and after it: one shown as a hit above, by its number."""
+    """A hit, and the messages just before and after it: one of the hits `shown`, by its number."""
     message = hit.message
     lines = [
         f"{number}. [{message.surface.value} · {_when(message.created_at, zone)}] {_who(message.role)}: "
@@ -275,7 +274,8 @@ def _hit_block(number: int, hit: MemoryHit, zone: ZoneInfo, shown: dict[int, int
     ]
     for side, neighbour in (("before", hit.before), ("after", hit.after)):
         if neighbour is not None and neighbour.id in shown:
-            lines.append(f"   just {side}, number {shown[neighbour.id]} above")
+            where = "above" if shown[neighbour.id] < number else "below"
+            lines.append(f"   just {side}, number {shown[neighbour.id]} {where}")
         elif neighbour is not None:
             lines.append(f"   just {side}, {_neighbour(neighbour, message.created_at, zone)}")
     return "\n".join(lines)

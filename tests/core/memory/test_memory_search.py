@@ -349,8 +349,8 @@ def test_the_cap_keeps_the_best_hits_and_says_how_many_more(memory: Memory, data
     hits = memory.search(person, "gym session")
     assert len(hits) == 8
     shown = rendered(hits, MADRID, max_tokens=600)
-    assert shown.count == 2
-    assert shown.text.endswith("\n(6 more matched; search with other words or a period to see them.)")
+    assert shown.count == 3  # the second's neighbour is the first, named by its number: a third fits
+    assert shown.text.endswith("\n(5 more matched; search with other words or a period to see them.)")
     assert len(shown.text) // 4 <= 600 + 30  # the cap, plus the head and the tail lines
 
 
@@ -573,9 +573,9 @@ def test_a_neighbour_says_when_it_was_said(memory: Memory, database_url: str) ->
     assert f"{when:%a} {when.day} {when:%b %Y}" in after
 
 
-def test_a_neighbour_shown_as_a_hit_above_is_named_by_its_number(memory: Memory, database_url: str) -> None:
-    """A message and its answer both found: the message's "just after" is the answer, shown in full
-    above; it is named by its number rather than said again (tokens of the turn's budget)."""
+def test_a_neighbour_shown_as_a_hit_is_named_by_its_number(memory: Memory, database_url: str) -> None:
+    """A message and its answer both found: each is the other's neighbour, shown in full as a hit;
+    named by its number rather than said twice (tokens of the turn's budget)."""
     person = uuid.uuid4()
     asked = planted(database_url, person, "telegram", "user", "my sister Carmen moved to Lima in May", 40.001)
     answered = planted(database_url, person, "telegram", "assistant", "Carmen in Lima since May, noted.", 40)
@@ -587,17 +587,12 @@ def test_a_neighbour_shown_as_a_hit_above_is_named_by_its_number(memory: Memory,
         at = created_at(database_url, message_id).astimezone(MADRID)
         return f"{at:%a} {at.day} {at:%b %Y %H:%M}"
 
-    same_day = when(asked)[:-6] == when(answered)[:-6]  # a neighbour of that day says its time only
-    assert (
-        found.content
-        == (  # the answer first: its words are a larger share of it
-            "Found 2 older messages, best match first:\n\n"
-            f"1. [telegram · {when(answered)}] you: Carmen in Lima since May, noted.\n"
-            f"   just before, [{when(asked)[-5:] if same_day else when(asked)}] the person: "
-            "my sister Carmen moved to Lima in May\n\n"
-            f"2. [telegram · {when(asked)}] the person: my sister Carmen moved to Lima in May\n"
-            "   just after, number 1 above"
-        )
+    assert found.content == (  # the answer first: its words are a larger share of it
+        "Found 2 older messages, best match first:\n\n"
+        f"1. [telegram · {when(answered)}] you: Carmen in Lima since May, noted.\n"
+        "   just before, number 2 below\n\n"
+        f"2. [telegram · {when(asked)}] the person: my sister Carmen moved to Lima in May\n"
+        "   just after, number 1 above"
     )
 
 
