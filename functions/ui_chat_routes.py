@@ -41,14 +41,16 @@ def is_ui_chat(body: object) -> bool:
 
 def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     body = parse_json(raw, UIChatRequest)
-    return answered(ui_turn(body, person), cors)
+    turn, replaces = ui_turn(body, person)
+    return answered(turn, cors, replaces)
 
 
-def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
+def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | None]:
     """The turn of a `useChat` request: its last message the person's new one (its id the
     idempotency key, as `client_message_id`), the earlier ones the client's history. Without
     earlier ones (a page that loaded none, or sends the new message alone) the stored thread is
-    read, as for today's body without `history`."""
+    read, as for today's body without `history`. With it, the key of the message it replaces when
+    it is an edit (None when it is not)."""
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
@@ -57,7 +59,11 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
     sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
     stored = stored_messages(earlier, person, body.id, sent_again)
     key = edit_key(last, stored[last.id].content if last.id in stored else None) if sent_again is not None else None
-    surface, external_id = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id)
+    surface, external_id, replaces = sent_by_stored_id(last, person, body.id) or (
+        Surface.WEB,
+        key or last.id,
+        last.id if key else None,
+    )
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)
@@ -66,7 +72,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
             if (item := history_item(message, stored.get(edited_key(message)) or stored.get(message.id))) is not None
         ]
     )
-    return TurnRequest(
+    turn = TurnRequest(
         surface,
         words(last),
         external_id,
@@ -79,6 +85,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> TurnRequest:
         timezone=body.timezone,
         language=body.language,
     )
+    return turn, replaces
 
 
 def words(message: UIMessage) -> str:
@@ -101,18 +108,23 @@ def stored_messages(
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
 
 
-def sent_by_stored_id(message: UIMessage, person: uuid.UUID, conversation: uuid.UUID) -> tuple[Surface, str] | None:
+def sent_by_stored_id(
+    message: UIMessage, person: uuid.UUID, conversation: uuid.UUID
+) -> tuple[Surface, str, str | None] | None:
     """The surface and key of the person's stored message that `message` names by its stored id
     (the history route gives another app's message no client id, so `loadMessages` keeps that id,
     and Try again sends it so): it is that message sent again, its stored reply sent again, or its
     answer if it has none (docs/decisions.md); with other words, its edit, under its key and a
-    digest of them (`edit_key`). None for an id that names none of theirs there."""
+    digest of them (`edit_key`), replacing it (its key, else None). None for an id that names none
+    of theirs there."""
     named = stored_id(message.id)
     found = runtime.memory().message_delivery(person, conversation, named) if named is not None else None
     if found is None:
         return None
     surface, external_id, content = found
-    return surface, external_id if edit_key(message, content) is None else external_id + edited(message)
+    if edit_key(message, content) is None:
+        return surface, external_id, None
+    return surface, external_id + edited(message), external_id
 
 
 def edit_key(message: UIMessage, stored: str | None) -> str | None:
@@ -202,28 +214,32 @@ def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], conv
     )
 
 
-def answered(turn: TurnRequest, cors: dict[str, str]) -> flask.Response:
+def answered(turn: TurnRequest, cors: dict[str, str], replaces: str | None = None) -> flask.Response:
     """The turn's stream once no other attempt is answering its message: one still answering (a
     stream the person stopped a moment ago, which its instance notices at its next write; another
-    tab's) is waited for, asked again every RESUME_POLL_S; past its deadline and margin, the 409."""
+    tab's) is waited for, asked again every RESUME_POLL_S; past its deadline and margin, the 409.
+    `replaces`: the key of the message the turn's (an edit) replaces on the page."""
     give_up_at = time.monotonic() + turn.deadline_s + ANSWER_MARGIN_S
     while True:
         try:
-            return streamed(turn, cors)
+            return streamed(turn, cors, replaces)
         except StillAnswering:
             if time.monotonic() + RESUME_POLL_S > give_up_at:
                 raise
             time.sleep(RESUME_POLL_S)
 
 
-def streamed(turn: TurnRequest, cors: dict[str, str]) -> flask.Response:
+def streamed(turn: TurnRequest, cors: dict[str, str], replaces: str | None = None) -> flask.Response:
     """The UI message stream of a turn, started only once its first event came: its errors of
     input, ownership, budget and auth are answered with their status, before any byte. By then
-    the turn has begun, and its start knows the id its reply is stored under."""
+    the turn has begun, and its start knows the id its reply is stored under; an edit is stored,
+    and what it `replaces` leaves the page's listing."""
     begun: list[TurnStart] = []
     events = runtime.turns().stream(turn, begun.append)
     first = next(events)
     reply_id = begun[0].reply_id if begun else None
+    if replaces is not None and begun and begun[0].user_id is not None and begun[0].message_id is not None:
+        runtime.memory().replace_message(begun[0].user_id, begun[0].message_id, replaces)
     return flask.Response(
         turn_events(reply_id, first, events), headers={**cors, **HEADERS}, mimetype="text/event-stream"
     )

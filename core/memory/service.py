@@ -600,6 +600,16 @@ class Memory:
         message = row.get("message")
         return (Surface(message["surface"]), str(message["external_id"]), str(message["content"])) if message else None
 
+    def replace_message(self, user_id: UUID, edit_id: int, key: str) -> None:
+        """The person's message stored under `key`, and its earlier edits, replaced by their edit
+        `edit_id` (stored): out of the page's listing, kept for memory. A store that fails leaves
+        them listed before the edit, as they were said (logged)."""
+        arguments: dict[str, JsonScalar] = {"p_user_id": str(user_id), "p_message_id": edit_id, "p_key": key}
+        try:
+            self.store.call("replace_message", arguments)
+        except StoreUnavailable as exc:
+            log.error("replace_message failed; the edited message stays listed", extra={"error": str(exc)})
+
     def person_history(self, user_id: UUID, limit: int = 100) -> list[StoredMessage]:
         rows = self.store.call("person_history", {"p_user_id": str(user_id), "p_limit": limit})
         return [StoredMessage.from_row(row) for row in rows]

@@ -60,6 +60,7 @@ SQL_FUNCTIONS = frozenset(
         "unanswered_message",
         "web_messages_by_client_id",
         "message_delivery",
+        "replace_message",
         "person_history",
         "search_memory",
         "create_link_code",

@@ -6,6 +6,7 @@ parser reads the same stream in tests/functions/test_ai_sdk_client.py."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import threading
@@ -914,6 +915,54 @@ def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_r
     assert "tuesday" in read and "monday" not in read
 
 
+def test_a_reloaded_page_lists_the_thread_its_edits_left(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The page replaced the edited message and dropped its reply; reloaded (loadMessages from the
+    history route), it showed them again before the edit, and the next turn read them as the
+    page's thread. The history lists the thread the edits left; memory keeps every word said. An
+    edit of the reloaded edit (its id the edit's key) replaces it too."""
+    day = {"monday": "Monday", "tuesday": "Tuesday", "wednesday": "Wednesday"}
+    fake_anthropic.answer = lambda body: next(
+        f"{name} it is." for word, name in day.items() if word in json.dumps(body["messages"][-1])
+    )
+    person, other = uuid.uuid4(), uuid.uuid4()
+    chat = new_conversation(web, person)
+
+    def posted(body: dict[str, Any]) -> None:
+        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+
+    def listed() -> list[tuple[str, str, str | None]]:
+        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+        return [(message["role"], message["content"], message["client_id"]) for message in page]
+
+    def digest(text: str) -> str:
+        return "~" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    posted(chat_body(chat, ui_message("u-1", "user", "book the dentist on monday")))
+    posted({**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"})
+    tuesday = "u-1" + digest("book the dentist on tuesday")
+    assert listed() == [("user", "book the dentist on tuesday", tuesday), ("assistant", "Tuesday it is.", None)]
+    posted({**chat_body(chat, ui_message(tuesday, "user", "book the dentist on wednesday")), "messageId": tuesday})
+    wednesday = tuesday + digest("book the dentist on wednesday")
+    assert listed() == [("user", "book the dentist on wednesday", wednesday), ("assistant", "Wednesday it is.", None)]
+    said = rows(database_url, "select content from messages where user_id = %s order by id", person)
+    assert [content for (content,) in said] == [
+        "book the dentist on monday",
+        "Monday it is.",
+        "book the dentist on tuesday",
+        "Tuesday it is.",
+        "book the dentist on wednesday",
+        "Wednesday it is.",
+    ]
+    # Only the person's own edits replace: another's call naming their message replaces nothing.
+    posted(chat_body(chat, ui_message("u-2", "user", "and the hygienist on monday")))
+    [(later,)] = rows(database_url, "select id from messages where user_id = %s and external_id = 'u-2'", person)
+    runtime.memory().replace_message(other, later, wednesday)
+    assert rows(database_url, "select count(*) from messages where user_id = %s and replaced", person) == [(2,)]
+    assert [content for _, content, _ in listed()][:2] == ["book the dentist on wednesday", "Wednesday it is."]
+
+
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -1024,6 +1073,9 @@ def test_an_edit_in_the_telegram_thread_is_answered_not_the_old_reply_sent_again
         ("user", "my passport expires in June"),
         ("assistant", "June, noted."),
     ]
+    # Reloaded, the page shows the thread it showed: the edit replaced the message there too.
+    reloaded = [(m["role"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])]
+    assert reloaded == [("user", "my passport expires in June"), ("assistant", "June, noted.")]
 
 
 def test_try_again_of_a_message_stored_without_its_nul_is_not_an_edit_answered_again(

@@ -80,6 +80,10 @@ create table public.messages (
     -- store_user_message), so that every attempt at it names the same reply (the web's stream
     -- resumed after a dropped connection shows the reply it began, not a second one).
     reply_id bigint,
+    -- A person's message a later edit of it replaced on the page (useChat's edit, docs/decisions.md):
+    -- kept, as said, for memory; out of the page's listing, with its reply (conversation_messages),
+    -- so a reloaded page reads the thread it showed (replace_message).
+    replaced boolean not null default false,
     search_text tsvector generated always as (crossmem_private.searchable(content)) stored
 );
 alter table public.messages enable row level security;  -- who reads what: access.sql
@@ -171,11 +175,29 @@ begin
                            case when m.role = 'user' and m.surface = 'web' then m.external_id end as client_id
                       from public.messages m
                      where m.conversation_id = p_conversation_id and m.user_id = p_user_id
+                       and not m.replaced
+                       and not exists (select from public.messages q
+                                        where q.id = m.in_reply_to and q.user_id = p_user_id and q.replaced)
                        and (m.created_at, m.id) < (v_before_at, v_before)
                        and (v_below_id is null or m.id < v_below_id)
                      order by m.created_at desc, m.id desc
                      limit p_limit) p));
 end;
+$$;
+
+-- The page edited the message it sent under p_key (useChat's id, or a stored message's key) and
+-- its edit is stored (p_message_id, keyed `<p_key>~<digest of its words>`): the message and any
+-- earlier edit of it (`<p_key>~...`), stored before the edit in its conversation, are replaced,
+-- out of the page's listing. Only p_user_id's. Idempotent; an older edit posted again (another
+-- tab) replaces only what came before it.
+create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
+    language sql set search_path = '' as $$
+    update public.messages m set replaced = true
+      from public.messages e
+     where e.id = p_message_id and e.user_id = p_user_id
+       and m.user_id = e.user_id and m.surface = e.surface and m.conversation_id = e.conversation_id
+       and m.role = 'user' and m.id < e.id and not m.replaced
+       and (m.external_id = p_key or left(m.external_id, length(p_key) + 1) = p_key || '~');
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and
