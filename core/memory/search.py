@@ -260,7 +260,10 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
     counted = f"{more} " if more and (max_hits is None or len(hits) <= max_hits) else ""
     tail = f"\n({counted}more matched; search with other words or a period to see them.)" if more else ""
     if hits[0].ranker == PERIOD:  # no word matched: what was said on the app or in the period given
-        head = "No message there holds those words. What was said there, newest first"
+        head = (
+            "No older message there holds those words (what this conversation shows is not searched)."
+            " What was said there, newest first"
+        )
         tail = f"\n({counted}more there; narrow the period to see them.)" if more else ""
     return Rendered(f"{head}:\n\n" + "\n\n".join(lines) + tail, len(lines))
 

@@ -777,7 +777,9 @@ def test_an_app_and_a_period_holding_more_than_a_search_shows_say_there_are_more
 
     found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": "what was agreed", "surface": "whatsapp", **week}))
 
-    assert found.content.startswith("No message there holds those words.")
+    assert found.content.startswith(
+        "No older message there holds those words (what this conversation shows is not searched)."
+    )
     assert "decided: we take the flat on Calle Mayor" not in found.content  # the newest eight only
     assert "more there; narrow the period to see them.)" in found.content
 
