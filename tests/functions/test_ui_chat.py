@@ -963,6 +963,40 @@ def test_a_reloaded_page_lists_the_thread_its_edits_left(
     assert [content for _, content, _ in listed()][:2] == ["book the dentist on wednesday", "Wednesday it is."]
 
 
+def test_an_edit_back_to_words_the_page_showed_before_is_listed_with_their_reply(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A live tab keeps the edited message under its id: an edit back to words it was stored with
+    before (the first ones, or an earlier edit's) is that message sent again, its stored reply shown
+    again. The page shows those words and that reply; reloaded, it lists them, not the edit they
+    came back from (which the listing showed, and the next turn read as the page's thread)."""
+    day = {"monday": "Monday", "tuesday": "Tuesday", "wednesday": "Wednesday"}
+    fake_anthropic.answer = lambda body: next(
+        f"{name} it is." for word, name in day.items() if word in json.dumps(body["messages"][-1])
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+
+    def edited(text: str) -> tuple[str, str]:
+        body = {**chat_body(chat, ui_message("u-1", "user", text)), "messageId": "u-1"}
+        parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+        return parts[-3]["data"]["outcome"], "".join(p["delta"] for p in parts[:-3] if p["type"] == "text-delta")
+
+    def listed() -> list[tuple[str, str]]:
+        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+        return [(message["role"], message["content"]) for message in page]
+
+    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
+    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    assert edited("book the dentist on tuesday") == ("answered", "Tuesday it is.")
+    assert edited("book the dentist on monday") == ("redelivered", "Monday it is.")
+    assert listed() == [("user", "book the dentist on monday"), ("assistant", "Monday it is.")]
+    assert edited("book the dentist on wednesday") == ("answered", "Wednesday it is.")
+    assert edited("book the dentist on tuesday") == ("redelivered", "Tuesday it is.")
+    assert listed() == [("user", "book the dentist on tuesday"), ("assistant", "Tuesday it is.")]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
+
+
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
