@@ -49,8 +49,9 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     """The turn of a `useChat` request: its last message the person's new one (its id the
     idempotency key, as `client_message_id`), the earlier ones the client's history. Without
     earlier ones (a page that loaded none, or sends the new message alone) the stored thread is
-    read, as for today's body without `history`. With it, the key of the message it replaces when
-    it is an edit (None when it is not)."""
+    read, as for today's body without `history`. With it, the key of the message whose versions
+    it replaces on the page when it is an edit, or an edit back to words stored before (None when
+    it is neither)."""
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
@@ -59,11 +60,10 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
     stored = stored_messages(earlier, person, body.id, sent_again)
     key = edit_key(last, stored[last.id].content if last.id in stored else None) if sent_again is not None else None
-    surface, external_id, replaces = sent_by_stored_id(last, person, body.id) or (
-        Surface.WEB,
-        key or last.id,
-        last.id if key else None,
-    )
+    surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id, last.id)
+    # An edit, or words the page put back in the message's place (an edit back to words it was
+    # stored with, the first ones or an earlier edit's): the page shows this message there.
+    replaces = edits if external_id != edits or body.messageId == last.id else None
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)
@@ -110,20 +110,20 @@ def stored_messages(
 
 def sent_by_stored_id(
     message: UIMessage, person: uuid.UUID, conversation: uuid.UUID
-) -> tuple[Surface, str, str | None] | None:
+) -> tuple[Surface, str, str] | None:
     """The surface and key of the person's stored message that `message` names by its stored id
     (the history route gives another app's message no client id, so `loadMessages` keeps that id,
     and Try again sends it so): it is that message sent again, its stored reply sent again, or its
     answer if it has none (docs/decisions.md); with other words, its edit, under its key and a
-    digest of them (`edit_key`), replacing it (its key, else None). None for an id that names none
-    of theirs there."""
+    digest of them (`edit_key`); and the key of the message it is a version of (its own). None
+    for an id that names none of theirs there."""
     named = stored_id(message.id)
     found = runtime.memory().message_delivery(person, conversation, named) if named is not None else None
     if found is None:
         return None
     surface, external_id, content = found
     if edit_key(message, content) is None:
-        return surface, external_id, None
+        return surface, external_id, external_id
     return surface, external_id + edited(message), external_id
 
 
@@ -218,7 +218,7 @@ def answered(turn: TurnRequest, cors: dict[str, str], replaces: str | None = Non
     """The turn's stream once no other attempt is answering its message: one still answering (a
     stream the person stopped a moment ago, which its instance notices at its next write; another
     tab's) is waited for, asked again every RESUME_POLL_S; past its deadline and margin, the 409.
-    `replaces`: the key of the message the turn's (an edit) replaces on the page."""
+    `replaces`: the key of the message whose other versions the turn's message replaces on the page."""
     give_up_at = time.monotonic() + turn.deadline_s + ANSWER_MARGIN_S
     while True:
         try:
@@ -232,8 +232,9 @@ def answered(turn: TurnRequest, cors: dict[str, str], replaces: str | None = Non
 def streamed(turn: TurnRequest, cors: dict[str, str], replaces: str | None = None) -> flask.Response:
     """The UI message stream of a turn, started only once its first event came: its errors of
     input, ownership, budget and auth are answered with their status, before any byte. By then
-    the turn has begun, and its start knows the id its reply is stored under; an edit is stored,
-    and what it `replaces` leaves the page's listing."""
+    the turn has begun, and its start knows the id its reply is stored under; an edit is stored
+    (or the version put back found), and the other versions of what it `replaces` leave the page's
+    listing."""
     begun: list[TurnStart] = []
     events = runtime.turns().stream(turn, begun.append)
     first = next(events)

@@ -601,9 +601,10 @@ class Memory:
         return (Surface(message["surface"]), str(message["external_id"]), str(message["content"])) if message else None
 
     def replace_message(self, user_id: UUID, edit_id: int, key: str) -> None:
-        """The person's message stored under `key`, and its earlier edits, replaced by their edit
-        `edit_id` (stored): out of the page's listing, kept for memory. A store that fails leaves
-        them listed before the edit, as they were said (logged)."""
+        """The person's message stored under `key`, and its edits, replaced by the version of it
+        the page shows, `edit_id` (stored: an edit, or words put back): out of the page's listing,
+        kept for memory; that version listed. A store that fails leaves them listed as they were
+        (logged)."""
         arguments: dict[str, JsonScalar] = {"p_user_id": str(user_id), "p_message_id": edit_id, "p_key": key}
         try:
             self.store.call("replace_message", arguments)
