@@ -997,6 +997,29 @@ def test_an_edit_back_to_words_the_page_showed_before_is_listed_with_their_reply
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
 
 
+def test_an_edit_replaces_only_the_versions_of_its_message(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """An edit of "u-1" replaces it and its edits (`u-1~<digest>`, chained), never the person's other
+    messages whose ids begin alike: "u-10", or "u-1~2" from a page whose generateId joins with `~`."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    for message_id, text in (("u-1", "dentist on monday"), ("u-1~2", "and the hygienist"), ("u-10", "at nine")):
+        body = chat_body(chat, ui_message(message_id, "user", text))
+        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    edit = {**chat_body(chat, ui_message("u-1", "user", "dentist on tuesday")), "messageId": "u-1"}
+    assert parts_of(web.post("/", json=edit, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    assert [message["content"] for message in page if message["role"] == "user"] == [
+        "and the hygienist",
+        "at nine",
+        "dentist on tuesday",
+    ]
+    replaced = "select external_id from messages where user_id = %s and replaced order by id"
+    assert rows(database_url, replaced, person) == [("u-1",)]
+
+
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
