@@ -188,9 +188,10 @@ $$;
 -- The page edited the message it sent under p_key (useChat's id, or a stored message's key) and
 -- the version it shows is stored (p_message_id: an edit, keyed `<p_key>~<digest of its words>`,
 -- or a version stored before, the words put back): the message's other versions in its
--- conversation (itself and its edits, `<p_key>~...`) are replaced, out of the page's listing, and
--- that one is listed. Only p_user_id's. Idempotent; the version posted last is the one listed (a
--- live tab's edit back to earlier words; another tab's too).
+-- conversation (itself and its edits, `<p_key>~<digest>`, chained; never another key that begins
+-- so, "u-10" or "u-1~2") are replaced, out of the page's listing, and that one is listed. Only
+-- p_user_id's. Idempotent; the version posted last is the one listed (a live tab's edit back to
+-- earlier words; another tab's too).
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
     update public.messages m set replaced = m.id <> e.id
@@ -198,7 +199,9 @@ create or replace function public.replace_message(p_user_id uuid, p_message_id b
      where e.id = p_message_id and e.user_id = p_user_id
        and m.user_id = e.user_id and m.surface = e.surface and m.conversation_id = e.conversation_id
        and m.role = 'user' and m.replaced = (m.id = e.id)
-       and (m.external_id = p_key or left(m.external_id, length(p_key) + 1) = p_key || '~');
+       -- an edit's key: its message's, `~` and 16 hex digits (ui_chat_routes.py's edited)
+       and left(m.external_id, length(p_key)) = p_key
+       and substr(m.external_id, length(p_key) + 1) ~ '^(~[0-9a-f]{16})*$';
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and
