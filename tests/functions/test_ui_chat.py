@@ -997,6 +997,35 @@ def test_an_edit_back_to_words_the_page_showed_before_is_listed_with_their_reply
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
 
 
+def test_a_stopped_edit_the_page_edited_back_is_not_resumed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The person stops an edit's reply (stop(): the edit stored, unanswered), then edits the message
+    back to its first words (their stored reply shown again). The page shows those words and that
+    reply; the replaced edit, the conversation's newest message, was resumed when the page mounted
+    (useChat's resume), its answer streamed below a reply to other words and stored."""
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"]) else "Monday it is."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
+    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    edit = {**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"}
+    web.post("/", json=edit, headers=bearer(person)).close()  # stop(): its turn ends, nothing answers it
+    back = {**first, "messageId": "u-1"}
+    parts = parts_of(web.post("/", json=back, headers=bearer(person)).get_data(as_text=True))
+    assert parts[-3]["data"]["outcome"] == "redelivered"
+    resumed = web.get(f"/{chat}/stream", headers=bearer(person))
+    assert (resumed.status_code, resumed.get_data(as_text=True)) == (204, "")
+    said = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+    assert said == [
+        ("user", "book the dentist on monday"),
+        ("assistant", "Monday it is."),
+        ("user", "book the dentist on tuesday"),
+    ]
+
+
 def test_an_edit_replaces_only_the_versions_of_its_message(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
