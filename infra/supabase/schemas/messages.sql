@@ -207,7 +207,9 @@ $$;
 -- The newest message of one of the person's conversations when it is their web message and
 -- nothing answers it yet (its turn still running, or left by a client that went away): the
 -- web's resume route (functions/ui_chat_routes.py) sends it again by its client's id, which answers it
--- once (begin_turn: the stored reply, a wait for the running attempt, or a new one).
+-- once (begin_turn: the stored reply, a wait for the running attempt, or a new one). Messages an
+-- edit replaced (replace_message) are off the page and passed over: an edit stopped and then
+-- edited back is never answered below the reply the page shows.
 create or replace function public.unanswered_message(p_user_id uuid, p_conversation_id uuid)
     returns jsonb language sql stable set search_path = '' as $$
     select case when c.id is null then jsonb_build_object('error', 'conversation_not_found')
@@ -215,7 +217,7 @@ create or replace function public.unanswered_message(p_user_id uuid, p_conversat
                select jsonb_build_object('id', n.id, 'external_id', n.external_id, 'content', n.content)
                  from (select m.id, m.role, m.surface, m.external_id, m.content, m.declined
                          from public.messages m
-                        where m.conversation_id = c.id and m.user_id = p_user_id
+                        where m.conversation_id = c.id and m.user_id = p_user_id and not m.replaced
                         order by m.created_at desc, m.id desc
                         limit 1) n
                 where n.role = 'user' and n.surface = 'web' and n.external_id is not null and not n.declined
