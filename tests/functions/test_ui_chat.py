@@ -1049,6 +1049,28 @@ def test_an_edit_replaces_only_the_versions_of_its_message(
     assert rows(database_url, replaced, person) == [("u-1",)]
 
 
+def test_a_message_edited_after_each_of_many_reloads_can_still_be_sent_with_its_thread(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """After a reload, an edited message's id is its edit's key (`<id>~<digest>`), and its next edit
+    adds a digest to that: from a useChat id (16 characters), the seventh made a key of 135, past
+    the 128 an id may have, and from then on every request of a page that loads the history (its
+    thread holds that id) was a 400: the conversation could no longer be written in."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = chat_body(chat, ui_message("V1StGXR8_Z5jdHi6", "user", "the dentist, version 0"))
+    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    for version in range(1, 9):
+        [message, _] = loaded(web, person, chat)
+        edit = {**message, "parts": [ui_text(f"the dentist, version {version}")]}
+        response = web.post("/", json={**chat_body(chat, edit), "messageId": edit["id"]}, headers=bearer(person))
+        assert (version, response.status_code) == (version, 200), response.get_data(as_text=True)
+        assert parts_of(response.get_data(as_text=True))[-1] == "[DONE]"
+    later = chat_body(chat, *loaded(web, person, chat), ui_message("u-2", "user", "and at nine"))
+    assert web.post("/", json=later, headers=bearer(person)).status_code == 200
+
+
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
