@@ -29,6 +29,9 @@ from functions.http import parse_json
 from functions.ui_message_stream import HEADERS, turn_events
 from functions.web_models import UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
 
+# What edits add to a message's key (`edited`): a reloaded page's id for an edited message is the
+# edit's key, and its next edit is keyed from the message's own, never a chain that outgrows an id.
+EDITS = re.compile(r"(?:~[0-9a-f]{16})+\Z")
 DATA_URL = re.compile(r"data:([^;,]+)(?:;[^;,=]+=[^;,]*)*;base64,(.*)", re.DOTALL)
 # How often a turn asks again while another attempt is answering its message.
 RESUME_POLL_S = 1.0
@@ -60,7 +63,11 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
     stored = stored_messages(earlier, person, body.id, sent_again)
     key = edit_key(last, stored[last.id].content if last.id in stored else None) if sent_again is not None else None
-    surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id, last.id)
+    surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (
+        Surface.WEB,
+        key or last.id,
+        first_key(last.id),
+    )
     # An edit, or words the page put back in the message's place (an edit back to words it was
     # stored with, the first ones or an earlier edit's): the page shows this message there.
     replaces = edits if external_id != edits or body.messageId == last.id else None
@@ -123,8 +130,8 @@ def sent_by_stored_id(
         return None
     surface, external_id, content = found
     if edit_key(message, content) is None:
-        return surface, external_id, external_id
-    return surface, external_id + edited(message), external_id
+        return surface, external_id, first_key(external_id)
+    return surface, first_key(external_id) + edited(message), first_key(external_id)
 
 
 def edit_key(message: UIMessage, stored: str | None) -> str | None:
@@ -138,8 +145,15 @@ def edit_key(message: UIMessage, stored: str | None) -> str | None:
 
 
 def edited_key(message: UIMessage) -> str:
-    """The key `message` is stored under if it is an edit: its id and a digest of its words."""
-    return message.id + edited(message)
+    """The key `message` is stored under if it is an edit: its message's key (its id's, but for an
+    edit's digests) and a digest of its words."""
+    return first_key(message.id) + edited(message)
+
+
+def first_key(key: str) -> str:
+    """The key of the message `key` names a version of: the key itself, or an edit's without the
+    digests its edits added."""
+    return EDITS.sub("", key) or key
 
 
 def edited(message: UIMessage) -> str:

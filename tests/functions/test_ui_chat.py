@@ -921,7 +921,7 @@ def test_a_reloaded_page_lists_the_thread_its_edits_left(
     """The page replaced the edited message and dropped its reply; reloaded (loadMessages from the
     history route), it showed them again before the edit, and the next turn read them as the
     page's thread. The history lists the thread the edits left; memory keeps every word said. An
-    edit of the reloaded edit (its id the edit's key) replaces it too."""
+    edit of the reloaded edit (its id the edit's key) replaces it too, keyed from the message's own id."""
     day = {"monday": "Monday", "tuesday": "Tuesday", "wednesday": "Wednesday"}
     fake_anthropic.answer = lambda body: next(
         f"{name} it is." for word, name in day.items() if word in json.dumps(body["messages"][-1])
@@ -944,7 +944,7 @@ def test_a_reloaded_page_lists_the_thread_its_edits_left(
     tuesday = "u-1" + digest("book the dentist on tuesday")
     assert listed() == [("user", "book the dentist on tuesday", tuesday), ("assistant", "Tuesday it is.", None)]
     posted({**chat_body(chat, ui_message(tuesday, "user", "book the dentist on wednesday")), "messageId": tuesday})
-    wednesday = tuesday + digest("book the dentist on wednesday")
+    wednesday = "u-1" + digest("book the dentist on wednesday")  # keyed from the message, never a chain
     assert listed() == [("user", "book the dentist on wednesday", wednesday), ("assistant", "Wednesday it is.", None)]
     said = rows(database_url, "select content from messages where user_id = %s order by id", person)
     assert [content for (content,) in said] == [
