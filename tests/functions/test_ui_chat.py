@@ -1049,6 +1049,26 @@ def test_an_edit_replaces_only_the_versions_of_its_message(
     assert rows(database_url, replaced, person) == [("u-1",)]
 
 
+def test_an_edit_of_a_message_whose_id_is_all_digits_is_answered(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """A page whose generateId is `Date.now()` sends ids of digits only, which could name a stored
+    message (another app's, as the history lists it): read as one and as a client's key, its edit
+    is answered; it was taken for a Try again and shown the reply to the words it replaced."""
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = chat_body(chat, ui_message("1765090000001", "user", "book the dentist on monday"))
+    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    edit = ui_message("1765090000001", "user", "book the dentist on tuesday")
+    response = web.post("/", json={**chat_body(chat, edit), "messageId": edit["id"]}, headers=bearer(person))
+    parts = parts_of(response.get_data(as_text=True))
+    text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
+    assert (parts[-3]["data"]["outcome"], text) == ("answered", "Tuesday it is.")
+
+
 def test_a_message_edited_after_each_of_many_reloads_can_still_be_sent_with_its_thread(
     web: FlaskClient, fake_anthropic: FakeAnthropic
 ) -> None:
