@@ -109,7 +109,8 @@ def stored_messages(
     client_ids = [
         key
         for message in asked
-        if message.role == "user" and stored_id(message.id) is None
+        # an id of digits may be a client's too (generateId: Date.now()): the one sent again is asked
+        if message.role == "user" and (stored_id(message.id) is None or message is sent_again)
         for key in (message.id, edited_key(message))
     ]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
