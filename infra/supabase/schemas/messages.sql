@@ -188,8 +188,8 @@ $$;
 -- The page edited the message it sent under p_key (useChat's id, or a stored message's key) and
 -- the version it shows is stored (p_message_id: an edit, keyed `<p_key>~<digest of its words>`,
 -- or a version stored before, the words put back): the message's other versions in its
--- conversation (itself and its edits, `<p_key>~<digest>`, chained; never another key that begins
--- so, "u-10" or "u-1~2") are replaced, out of the page's listing, and that one is listed. Only
+-- conversation (itself and its edits, `<p_key>~<digest>`; never another key that begins so,
+-- "u-10" or "u-1~2") are replaced, out of the page's listing, and that one is listed. Only
 -- p_user_id's. Idempotent; the version posted last is the one listed (a live tab's edit back to
 -- earlier words; another tab's too).
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
