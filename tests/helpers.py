@@ -248,7 +248,7 @@ def three_apps(environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -
     environment.setenv("PUBLIC_BASE_URL", PUBLIC_BASE_URL)
     environment.setenv("TELEGRAM_BOT_USERNAME", "advisor_bot")
     chat = 515100042 + uuid.uuid4().int % 10**8 * 10**5  # wide enough that no two tests share one
-    number = f"+3460{uuid.uuid4().int % 10**6:06d}7888"
+    number = f"+34{uuid.uuid4().int % 10**9:09d}7888"  # so is this (15 digits, E.164's most)
     return Apps(app_client("telegram_webhook"), app_client("whatsapp_webhook"), app_client("web_chat"), chat, number)
 
 

@@ -106,7 +106,7 @@ def test_one_thread_across_telegram_the_web_and_whatsapp_once_linked(
     assert listed.status_code == 200
     assert [(item["surface"], item["external_id"]) for item in listed.get_json()["links"]] == [
         ("telegram", "•" * (len(str(apps.chat)) - 4) + str(apps.chat)[-4:]),
-        ("whatsapp", "+34" + "•" * 8 + "7888"),
+        ("whatsapp", "+34" + "•" * 9 + "7888"),
     ]
 
 
