@@ -31,7 +31,10 @@ def begin(connection: psycopg.Connection[Any], external_id: str, attempt: str, w
     return row[0]
 
 
-def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_over_too(database_url: str) -> None:
+def test_a_redelivery_waits_for_the_jobs_claim_and_does_not_take_the_message_over_too(own_database: str) -> None:
+    """The claim reads everyone's owed messages: a database of the test's own, where the session's
+    could hold more than its limit, older, of other tests (and has them claimed)."""
+    database_url = own_database
     external_id = f"upd-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(database_url, autocommit=True) as first:
         stored = begin(first, external_id, str(uuid.uuid4()))
