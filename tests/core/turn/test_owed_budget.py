@@ -188,9 +188,12 @@ def test_an_attempt_ending_while_the_job_claims_its_message_does_not_deadlock(
             memory.end_attempt(late.user_id, late.message_id, late.attempt, 500, reserved=late.reserved_tokens)
 
         def waiting(kind: str) -> int:
-            return int(
-                rows(own_database, "select count(*) from pg_locks where not granted and locktype = %s", kind)[0][0]
+            """Sessions of this database waiting on a lock of `kind` (the server's others are other tests')."""
+            query = (
+                "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid"
+                " where not l.granted and l.locktype = %s and a.datname = current_database()"
             )
+            return int(rows(own_database, query, kind)[0][0])
 
         with psycopg.connect(own_database) as holder:
             holder.execute(
