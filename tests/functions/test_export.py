@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import date
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
+from functions import runtime
 from functions.tools.cli import main
 from tests.helpers import JWT_SECRET, app_client, as_owner, bearer, rows
 
@@ -32,7 +33,13 @@ def as_rows(export: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [(m["id"], m["surface"], m["role"], m["content"]) for m in export["messages"]]
 
 
-def test_get_export_is_a_download_of_the_persons_own_data(web: FlaskClient, database_url: str) -> None:
+def test_get_export_is_a_download_of_the_persons_own_data(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str
+) -> None:
+    # The day in the file's name is the export's clock's (UTC): fixed, one second before midnight,
+    # where the machine's own day (date.today(), in its zone) or a second later would be another.
+    exported_at = datetime(2026, 12, 6, 23, 59, 59, tzinfo=UTC)
+    environment.setattr(runtime, "now", lambda: exported_at)
     person, other = uuid.uuid4(), uuid.uuid4()
     said(web, person, "My bank is Northwind")
     said(web, other, "someone else's words")
@@ -42,11 +49,12 @@ def test_get_export_is_a_download_of_the_persons_own_data(web: FlaskClient, data
 
     assert response.status_code == 200
     assert response.mimetype == "application/json"
-    filename = f"crossmem-export-{person}-{date.today():%Y%m%d}.json"
+    filename = f"crossmem-export-{person}-20261206.json"
     assert response.headers["Content-Disposition"] == f'attachment; filename="{filename}"'
     assert response.headers["Cache-Control"] == "no-store"
     export = json.loads(response.get_data(as_text=True))
     assert export["user_id"] == str(person) and export["messages_total"] == 4
+    assert export["exported_at"] == "2026-12-06T23:59:59+00:00"
     assert [m["content"] for m in export["messages"] if m["role"] == "user"] == [
         "My bank is Northwind",
         "My sister lands on the 14th",
