@@ -19,7 +19,7 @@ from core.channels.telegram_bot import TELEGRAM_LIMIT
 from core.models import Surface
 from core.turn.request import TurnRequest
 from functions import runtime
-from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_api import FakeAnthropic, echo_last_message
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import ENGLISH, MAIN, TELEGRAM_HEADERS, app_client, as_owner, rows, stored_turn, update
 
@@ -179,23 +179,29 @@ def test_one_update_delivered_three_times_is_one_turn(
     environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
     fake_anthropic.behaviour = "ok"
-    # The first delivery's model takes a while, so the other two arrive while its attempt runs
-    # (on a loaded machine a thread could start after a quick answer and find it stored: 200).
-    fake_anthropic.latency_s = (0.5, 0.5)
+    # The first delivery's model answers once the other two have been answered, so they arrive
+    # while its attempt runs however late a loaded machine starts their threads (a wait of half a
+    # second was not always enough: a thread started after the answer found it stored, a 200).
+    statuses: list[int] = []
+    others_answered = threading.Event()
+
+    def answer_once_the_others_were(body: dict[str, Any]) -> str:
+        others_answered.wait(30)
+        return echo_last_message(body)
+
+    def deliver() -> None:
+        statuses.append(client.post("/", json=concurrent, headers=TELEGRAM_HEADERS).status_code)
+        if len(statuses) >= 2:
+            others_answered.set()
+
+    fake_anthropic.answer = answer_once_the_others_were
     client = app_client("telegram_webhook")
     concurrent = update("three times at once")
-    statuses: list[int] = []
-    threads = [
-        threading.Thread(
-            target=lambda: statuses.append(client.post("/", json=concurrent, headers=TELEGRAM_HEADERS).status_code)
-        )
-        for _ in range(3)
-    ]
+    threads = [threading.Thread(target=deliver) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    fake_anthropic.latency_s = (0.0, 0.0)
     in_sequence = update("three times in a row")
     for _ in range(3):
         statuses.append(client.post("/", json=in_sequence, headers=TELEGRAM_HEADERS).status_code)
