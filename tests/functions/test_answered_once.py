@@ -34,7 +34,7 @@ from core.turn.turns import Turns
 from functions import runtime
 from functions.telegram import REPLY_DEADLINE_S
 from tests.database import migrated_database
-from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_api import FakeAnthropic, echo_last_message
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.twilio_api import FakeTwilio
 from tests.helpers import (
@@ -467,18 +467,27 @@ def test_a_retry_while_the_first_attempt_still_streams_is_told_to_wait(
     environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
     person, client_id = uuid.uuid4(), f"client-{uuid.uuid4()}"
     execute_turn = app_client("web_chat")
-    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.5
+    # The model answers once the retry has been answered, however slow the machine (a model that
+    # took 1.5 s lost to a second instance that took longer to get there).
+    retried = threading.Event()
+
+    def answer_after_the_retry(body: dict[str, Any]) -> str:
+        retried.wait(30)
+        return echo_last_message(body)
+
+    fake_anthropic.answer = answer_after_the_retry
     body = {"message": "Are you there?", "client_message_id": client_id}
     first: dict[str, Any] = {}
     running = threading.Thread(
         target=lambda: first.update(response=execute_turn.post("/", json=body, headers=bearer(person)))
     )
     running.start()
-    for _ in range(100):
-        if fake_anthropic.requests:
-            break
+    deadline = time.monotonic() + 30
+    while not fake_anthropic.requests:
+        assert time.monotonic() < deadline, "the first attempt never reached the model"
         time.sleep(0.02)
     retry = app_client("web_chat").post("/", json=body, headers=bearer(person))
+    retried.set()
     running.join()
     assert retry.status_code == 409
     assert retry.get_json()["error"] == "still_answering"

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
@@ -16,7 +17,7 @@ from twilio.request_validator import RequestValidator
 from core.models import Surface
 from core.turn.request import TurnRequest
 from functions import runtime
-from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_api import FakeAnthropic, echo_last_message
 from tests.helpers import (
     PUBLIC_BASE_URL,
     TWILIO_TOKEN,
@@ -268,16 +269,25 @@ def test_a_redelivery_while_the_first_attempt_still_answers_gets_an_empty_answer
     """Twilio posts a MessageSid again while its first request is still with the model (Twilio's
     retry after a dropped connection): the second gets an empty TwiML answer at once, not a 5xx
     and not a second reply; the first answers, and the model is asked once."""
-    fake_anthropic.behaviour, fake_anthropic.slow_s = "slow", 1.5
+    # The model answers once the second post has been answered, however slow the machine (a model
+    # that took 1.5 s lost to a second instance that took longer to get there).
+    retried = threading.Event()
+
+    def answer_after_the_retry(body: dict[str, Any]) -> str:
+        retried.wait(30)
+        return echo_last_message(body)
+
+    fake_anthropic.answer = answer_after_the_retry
     fields = form("are you still there?")
     first: dict[str, str] = {}
     running = threading.Thread(target=lambda: first.update(answer=post(whatsapp, fields).get_data(as_text=True)))
     running.start()
-    for _ in range(150):
-        if fake_anthropic.requests:
-            break
+    deadline = time.monotonic() + 30
+    while not fake_anthropic.requests:
+        assert time.monotonic() < deadline, "the first attempt never reached the model"
         time.sleep(0.02)
     again = post(app_client("whatsapp_webhook"), fields)
+    retried.set()
     running.join()
     assert again.status_code == 200 and messages_of(again.get_data(as_text=True)) == []
     assert len(messages_of(first["answer"])) == 1
