@@ -21,8 +21,10 @@ CORPUS_CHAT = 1111111  # files 04, 19 and 20's chat and sender
 
 
 def corpus_update(name: str, chat: int) -> dict[str, Any]:
-    """A corpus update as if from `chat`, this test's own (the database is shared by the session)."""
+    """A corpus update as if from `chat`, with an update_id of this test's own too (the database is
+    shared by the session: test_telegram.py reads the corpus's update ids' messages, whoever's)."""
     body: dict[str, Any] = json.loads((TELEGRAM / name).read_text().replace(str(CORPUS_CHAT), str(chat)))
+    body["update_id"] = uuid.uuid4().int % 10**9
     return body
 
 
