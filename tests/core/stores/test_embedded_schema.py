@@ -4,7 +4,7 @@ its old functions would have stayed beside today's code."""
 
 from __future__ import annotations
 
-import os
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -79,6 +79,13 @@ def test_a_stale_pid_file_naming_another_program_is_no_running_server() -> None:
         data = Path(directory) / "pgdata"
         data.mkdir()
         (data / "PG_VERSION").write_text("15\n")
-        (data / "postmaster.pid").write_text(f"{os.getpid()}\n{data}\n")  # this pytest: alive, not postgres
-        embedded._set_aside(data)
+        # A program alive and not postgres: a `sleep` of its own, not this pytest, whose command line
+        # names whatever it was given (tests/core/stores/test_postgres_store_calls.py, a -k "postgres").
+        other = subprocess.Popen(["sleep", "60"])
+        try:
+            (data / "postmaster.pid").write_text(f"{other.pid}\n{data}\n")
+            embedded._set_aside(data)
+        finally:
+            other.kill()
+            other.wait()
         assert (Path(directory) / "pgdata.old" / "PG_VERSION").exists() and not data.exists()
