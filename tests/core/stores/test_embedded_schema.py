@@ -74,14 +74,15 @@ def test_a_directory_never_made_whole_is_removed_and_what_was_set_aside_kept() -
 
 def test_a_stale_pid_file_naming_another_program_is_no_running_server() -> None:
     """After a crash and a restart, postmaster.pid names a pid another program has since: the
-    database is set aside as any other. Seen failing with `make dev` refused."""
+    database is set aside as any other, even when that program's arguments name postgres. Seen
+    failing with `make dev` refused."""
     with tempfile.TemporaryDirectory(prefix="crossmem-dev-") as directory:
         data = Path(directory) / "pgdata"
         data.mkdir()
         (data / "PG_VERSION").write_text("15\n")
-        # A program alive and not postgres: a `sleep` of its own, not this pytest, whose command line
-        # names whatever it was given (tests/core/stores/test_postgres_store_calls.py, a -k "postgres").
-        other = subprocess.Popen(["sleep", "60"])
+        # A program alive and not postgres, though its arguments name it (a `psql postgresql://...`):
+        # a shell of its own, not this pytest, whose command line names whatever it was given.
+        other = subprocess.Popen(["sh", "-c", "sleep 60; :", "psql-postgresql://localhost/postgres"])
         try:
             (data / "postmaster.pid").write_text(f"{other.pid}\n{data}\n")
             embedded._set_aside(data)
