@@ -111,10 +111,11 @@ def _server_pid(data_directory: Path) -> int | None:
         return None
     except PermissionError:  # another user's process: alive
         pass
-    try:  # a pid reused since (a restarted host) is some other program's
-        return pid if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes() else None
+    try:  # a pid reused since (a restarted host) is some other program's: the program is postgres
+        program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
     except OSError:  # no /proc here: alive is all that can be told
         return pid
+    return pid if os.path.basename(program).startswith((b"postgres", b"postmaster")) else None
 
 
 def stop_embedded_postgres(data_directory: Path) -> None:
