@@ -1311,7 +1311,7 @@ def set_out_beside_plain_words(page: Page, text: str) -> float:
 
     def least(answer: str) -> float:
         tries = []
-        for _ in range(3):
+        for _ in range(5):
             started = time.perf_counter()
             page.evaluate(SET_OUT, [answer])
             tries.append(time.perf_counter() - started)
@@ -1328,7 +1328,7 @@ def test_a_long_hostile_answer_is_set_out_at_once(dev_server: str) -> None:
     Each pattern now reads linearly; what they set out is as before."""
     with demo_page(dev_server) as page:
         page.evaluate(SET_OUT, ["warm"])
-        # Each answer beside plain words of its length, the least of three tries each: how much longer
+        # Each answer beside plain words of its length, the least of five tries each: how much longer
         # it takes, not how long (the host's load moves both alike). Linear, each was at most 6 times
         # its plain words here; the patterns before, 25 to 990 times (seconds against milliseconds).
         slower = {name: set_out_beside_plain_words(page, text) for name, text in SLOW_MARKDOWN.items()}
