@@ -1207,3 +1207,31 @@ def test_try_again_of_a_message_stored_without_its_nul_is_not_an_edit_answered_a
     assert len(fake_anthropic.requests) == 1
     stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
     assert stored == [("user", "pasted text"), ("assistant", "Noted.")]
+
+
+def test_a_client_id_shaped_like_an_edits_key_replaces_no_other_message(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A page's generateId may join a prefix and 16 hex digits with `~` (createIdGenerator({ prefix:
+    "m", separator: "~", alphabet: "0123456789abcdef" })): every id then looks like an edit's key
+    of the message "m". A new message, and a Try again of one, replaced every other message of the
+    conversation ("m" and its "edits"), and a reloaded page listed only the last one."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = ui_message("m~0123456789abcdef", "user", "the dentist on monday")
+    second = ui_message("m~fedcba9876543210", "user", "and the hygienist")
+    for body in (
+        chat_body(chat, first),
+        chat_body(chat, second),
+        {**chat_body(chat, second), "trigger": "regenerate-message"},
+    ):
+        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    assert [(message["content"], message["client_id"]) for message in page] == [
+        ("the dentist on monday", "m~0123456789abcdef"),
+        ("Noted.", None),
+        ("and the hygienist", "m~fedcba9876543210"),
+        ("Noted.", None),
+    ]
+    assert rows(database_url, "select count(*) from messages where user_id = %s and replaced", person) == [(0,)]
