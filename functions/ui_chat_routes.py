@@ -29,9 +29,10 @@ from functions.http import parse_json
 from functions.ui_message_stream import HEADERS, turn_events
 from functions.web_models import UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
 
-# What edits add to a message's key (`edited`): a reloaded page's id for an edited message is the
-# edit's key, and its next edit is keyed from the message's own, never a chain that outgrows an id.
-EDITS = re.compile(r"(?:~[0-9a-f]{16})+\Z")
+# What an edit adds to its message's key (`edited`): `~` and the digest of its words. A reloaded
+# page's id for an edited message is the edit's key, and its next edit is keyed from the message's
+# own, never a chain that outgrows an id; a client's id may end so too, with other words.
+EDIT = re.compile(r"~[0-9a-f]{16}\Z")
 DATA_URL = re.compile(r"data:([^;,]+)(?:;[^;,=]+=[^;,]*)*;base64,(.*)", re.DOTALL)
 # How often a turn asks again while another attempt is answering its message.
 RESUME_POLL_S = 1.0
@@ -62,11 +63,12 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     # be stored under its id with other words: its own stored words are read in the same round trip.
     sent_again = last if body.messageId == last.id or body.trigger == "regenerate-message" else None
     stored = stored_messages(earlier, person, body.id, sent_again)
-    key = edit_key(last, stored[last.id].content if last.id in stored else None) if sent_again is not None else None
+    own = stored[last.id].content if last.id in stored else None
+    key = edit_key(last, last.id, own) if sent_again is not None else None
     surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (
         Surface.WEB,
         key or last.id,
-        first_key(last.id),
+        first_key(last.id, own),
     )
     # An edit, or words the page put back in the message's place (an edit back to words it was
     # stored with, the first ones or an earlier edit's): the page shows this message there.
@@ -111,7 +113,12 @@ def stored_messages(
         for message in asked
         # an id of digits may be a client's too (generateId: Date.now()): the one sent again is asked
         if message.role == "user" and (stored_id(message.id) is None or message is sent_again)
-        for key in (message.id, edited_key(message))
+        # the one sent again: its id may be an edit's key (a reloaded edit's) or a client's
+        for key in (
+            message.id,
+            edited_key(message),
+            *((EDIT.sub("", message.id) + edited(message),) if message is sent_again else ()),
+        )
     ]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
 
@@ -130,37 +137,45 @@ def sent_by_stored_id(
     if found is None:
         return None
     surface, external_id, content = found
-    if edit_key(message, content) is None:
-        return surface, external_id, first_key(external_id)
-    return surface, first_key(external_id) + edited(message), first_key(external_id)
+    edit = edit_key(message, external_id, content)
+    return surface, edit or external_id, first_key(external_id, content)
 
 
-def edit_key(message: UIMessage, stored: str | None) -> str | None:
-    """The key of an edited message (docs/decisions.md, An edit on the web is a new message): its
-    id and its new words, so that the edit is stored and answered once, after the words it
-    replaces; None when its words are the `stored` ones as they are stored (a Try again), or it has
-    files (stored as what the turn learned of them, which its parts do not hold)."""
+def edit_key(message: UIMessage, key: str, stored: str | None) -> str | None:
+    """The key of an edited message (docs/decisions.md, An edit on the web is a new message): the
+    key of the message it edits (`key` names a version of it, stored with the words `stored`) and
+    its new words, so that the edit is stored and answered once, after the words it replaces; None
+    when its words are the `stored` ones as they are stored (a Try again), or it has files (stored
+    as what the turn learned of them, which its parts do not hold)."""
     if stored is None or stored == storable(words(message)) or any(isinstance(p, UIFilePart) for p in message.parts):
         return None
-    return edited_key(message)
+    return first_key(key, stored) + edited(message)
 
 
 def edited_key(message: UIMessage) -> str:
-    """The key `message` is stored under if it is an edit: its message's key (its id's, but for an
-    edit's digests) and a digest of its words."""
-    return first_key(message.id) + edited(message)
+    """The key `message`, as the page shows it, is stored under if it is an edit: its message's key
+    and a digest of its words."""
+    return first_key(message.id, words(message)) + edited(message)
 
 
-def first_key(key: str) -> str:
-    """The key of the message `key` names a version of: the key itself, or an edit's without the
-    digests its edits added."""
-    return EDITS.sub("", key) or key
+def first_key(key: str, text: str | None) -> str:
+    """The key of the message `key` names a version of, stored with the words `text`: an edit's
+    key without the digest of those words its edit added, any other key itself (a client's id
+    that ends in `~` and 16 hex digits of other words is its own message's)."""
+    found = EDIT.search(key)
+    return (
+        key[: found.start()] if found and found.start() > 0 and text is not None and found[0] == digest(text) else key
+    )
 
 
 def edited(message: UIMessage) -> str:
     """What an edit's key adds to the key of the message it edits: a digest of its words, as they
     are stored."""
-    return "~" + hashlib.sha256(storable(words(message)).encode()).hexdigest()[:16]
+    return digest(words(message))
+
+
+def digest(text: str) -> str:
+    return "~" + hashlib.sha256(storable(text).encode()).hexdigest()[:16]
 
 
 def history_item(message: UIMessage, stored: StoredMessage | None) -> ContextItem | None:
