@@ -1235,3 +1235,35 @@ def test_a_client_id_shaped_like_an_edits_key_replaces_no_other_message(
         ("Noted.", None),
     ]
     assert rows(database_url, "select count(*) from messages where user_id = %s and replaced", person) == [(0,)]
+
+
+def test_an_edit_back_to_the_first_words_after_a_reload_is_their_message_sent_again(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Reloaded, an edited message's id is its edit's key; edited back to its first words (stored
+    under the message's own key), it was keyed `<key>~<digest of the first words>`: a new message,
+    the same words stored a second time and answered again, where a live tab's edit back is that
+    message sent again, its stored reply shown (docs/decisions.md)."""
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
+    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    edit = {**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"}
+    assert parts_of(web.post("/", json=edit, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    [message, _] = loaded(web, person, chat)
+    back = {**message, "parts": [ui_text("book the dentist on monday")]}
+    parts = parts_of(
+        web.post("/", json={**chat_body(chat, back), "messageId": back["id"]}, headers=bearer(person)).get_data(
+            as_text=True
+        )
+    )
+    text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
+    assert (parts[-3]["data"]["outcome"], text) == ("redelivered", "Monday it is.")
+    assert len(fake_anthropic.requests) == 2
+    said = rows(database_url, "select external_id, content from messages where user_id = %s and role = 'user'", person)
+    assert sorted(said) == [("u-1", "book the dentist on monday"), (message["id"], "book the dentist on tuesday")]
+    listed = [(m["id"], m["parts"][0]["text"]) for m in loaded(web, person, chat)]
+    assert listed == [("u-1", "book the dentist on monday"), (listed[1][0], "Monday it is.")]
