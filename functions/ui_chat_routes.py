@@ -65,11 +65,10 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     stored = stored_messages(earlier, person, body.id, sent_again)
     own = stored[last.id].content if last.id in stored else None
     key = edit_key(last, last.id, own) if sent_again is not None else None
-    surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (
-        Surface.WEB,
-        key or last.id,
-        first_key(last.id, own),
-    )
+    origin = first_key(last.id, own)
+    if key is not None and origin in stored and stored[origin].content == storable(words(last)):
+        key = origin  # a reloaded edit edited back to its message's first words: that message sent again
+    surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id, origin)
     # An edit, or words the page put back in the message's place (an edit back to words it was
     # stored with, the first ones or an earlier edit's): the page shows this message there.
     replaces = edits if external_id != edits or body.messageId == last.id else None
@@ -113,11 +112,12 @@ def stored_messages(
         for message in asked
         # an id of digits may be a client's too (generateId: Date.now()): the one sent again is asked
         if message.role == "user" and (stored_id(message.id) is None or message is sent_again)
-        # the one sent again: its id may be an edit's key (a reloaded edit's) or a client's
+        # the one sent again: its id may be an edit's key (a reloaded edit's: its message's first
+        # words and its edit's key) or a client's
         for key in (
             message.id,
             edited_key(message),
-            *((EDIT.sub("", message.id) + edited(message),) if message is sent_again else ()),
+            *((EDIT.sub("", message.id), EDIT.sub("", message.id) + edited(message)) if message is sent_again else ()),
         )
     ]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
