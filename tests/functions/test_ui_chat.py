@@ -1267,3 +1267,41 @@ def test_an_edit_back_to_the_first_words_after_a_reload_is_their_message_sent_ag
     assert sorted(said) == [("u-1", "book the dentist on monday"), (message["id"], "book the dentist on tuesday")]
     listed = [(m["id"], m["parts"][0]["text"]) for m in loaded(web, person, chat)]
     assert listed == [("u-1", "book the dentist on monday"), (listed[1][0], "Monday it is.")]
+
+
+def test_an_edit_in_the_telegram_thread_edited_back_after_a_reload_is_the_message_sent_again(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """In the web's [Telegram] thread a reloaded edit keeps its stored id (it has no client id):
+    edited back to the Telegram message's words, it was keyed `<key>~<digest of them>`, the words
+    stored a second time and answered again, where a live tab's edit back is the message sent
+    again, its stored reply shown."""
+    owner = uuid.uuid4()
+    chat_id = str(owner.int % 10**9)
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
+    runtime.reset()
+    web = app_client("web_chat")
+    fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
+    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    outcomes = []
+    for text in ("my passport expires in June", "my passport expires in May"):
+        [message, _] = loaded(web, person, telegram["id"])
+        edit = {**message, "parts": [ui_text(text)]}
+        body = {**chat_body(telegram["id"], edit), "messageId": edit["id"]}
+        parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+        outcomes.append(
+            (parts[-3]["data"]["outcome"], "".join(p["delta"] for p in parts[:-3] if p["type"] == "text-delta"))
+        )
+    assert outcomes == [("answered", "June, noted."), ("redelivered", "Noted.")]
+    stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
+    assert stored == [
+        ("user", "my passport expires in May"),
+        ("assistant", "Noted."),
+        ("user", "my passport expires in June"),
+        ("assistant", "June, noted."),
+    ]
+    reloaded = [(m["id"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])]
+    assert reloaded == [(str(said.message_id), "my passport expires in May"), (str(said.reply_id), "Noted.")]
