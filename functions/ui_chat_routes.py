@@ -130,15 +130,19 @@ def sent_by_stored_id(
     (the history route gives another app's message no client id, so `loadMessages` keeps that id,
     and Try again sends it so): it is that message sent again, its stored reply sent again, or its
     answer if it has none (docs/decisions.md); with other words, its edit, under its key and a
-    digest of them (`edit_key`); and the key of the message it is a version of (its own). None
-    for an id that names none of theirs there."""
+    digest of them (`edit_key`), or back to that message's first words, it sent again; and the
+    key of the message it is a version of (its own). None for an id that names none of theirs
+    there."""
     named = stored_id(message.id)
     found = runtime.memory().message_delivery(person, conversation, named) if named is not None else None
     if found is None:
         return None
-    surface, external_id, content = found
+    surface, external_id, content, first = found
+    origin = first_key(external_id, content)
     edit = edit_key(message, external_id, content)
-    return surface, edit or external_id, first_key(external_id, content)
+    if edit is not None and origin != external_id and first == storable(words(message)):
+        edit = origin  # a reloaded edit edited back to its message's first words: that message sent again
+    return surface, edit or external_id, origin
 
 
 def edit_key(message: UIMessage, key: str, stored: str | None) -> str | None:

@@ -583,9 +583,10 @@ class Memory:
 
     def message_delivery(
         self, user_id: UUID, conversation_id: UUID, message_id: int
-    ) -> tuple[Surface, str, str] | None:
+    ) -> tuple[Surface, str, str, str | None] | None:
         """Where and under which key the person's own message `message_id` of the conversation was
-        stored (a Telegram update_id, a web client id), and its words; or None: none of theirs
+        stored (a Telegram update_id, a web client id), its words, and when its key may be an
+        edit's, the words of the message it may be an edit of (else None); or None: none of theirs
         there, or the store failed (begin_turn then answers as it can)."""
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(user_id),
@@ -598,7 +599,15 @@ class Memory:
             log.error("message_delivery failed; the id is taken for a client's", extra={"error": str(exc)})
             return None
         message = row.get("message")
-        return (Surface(message["surface"]), str(message["external_id"]), str(message["content"])) if message else None
+        if not message:
+            return None
+        first = message["first"]
+        surface, external_id, content = (
+            Surface(message["surface"]),
+            str(message["external_id"]),
+            str(message["content"]),
+        )
+        return surface, external_id, content, str(first) if first is not None else None
 
     def replace_message(self, user_id: UUID, edit_id: int, key: str) -> None:
         """The person's message stored under `key`, and its edits, replaced by the version of it

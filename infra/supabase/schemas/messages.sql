@@ -245,14 +245,21 @@ create or replace function public.web_messages_by_client_id(p_user_id uuid, p_co
 $$;
 
 -- The key one of the person's own messages in one of their conversations was stored under, by its
--- stored id, and its words: {"message": {"surface", "external_id", "content"}}, its message null when there is no such message
+-- stored id, and its words: {"message": {"surface", "external_id", "content", "first"}}, its message null when there is no such message
 -- of theirs there (or one with no key). The web's useChat sends a message the history route gave no
 -- client id (another app's: a Telegram one) under its stored id; sent under this key, it is that
--- message sent again.
+-- message sent again. "first": when its key may be an edit's (`~` and 16 hex digits), the words
+-- stored under that key without them (the message it may be an edit of; ui_chat_routes.py's
+-- first_key tells), which an edit back to them puts back; else null.
 create or replace function public.message_delivery(p_user_id uuid, p_conversation_id uuid, p_message_id bigint)
     returns jsonb language sql stable set search_path = '' as $$
     select jsonb_build_object('message', (
-        select jsonb_build_object('surface', m.surface, 'external_id', m.external_id, 'content', m.content)
+        select jsonb_build_object('surface', m.surface, 'external_id', m.external_id, 'content', m.content,
+                                  'first', (select f.content
+                                              from public.messages f
+                                             where m.external_id ~ '.~[0-9a-f]{16}$' and f.user_id = p_user_id
+                                               and f.surface = m.surface and f.external_id = left(m.external_id, -17)
+                                               and f.conversation_id = m.conversation_id and f.role = 'user'))
           from public.messages m
          where m.id = p_message_id and m.user_id = p_user_id and m.conversation_id = p_conversation_id
            and m.role = 'user' and m.external_id is not null));
