@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
@@ -1305,3 +1306,38 @@ def test_an_edit_in_the_telegram_thread_edited_back_after_a_reload_is_the_messag
     ]
     reloaded = [(m["id"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])]
     assert reloaded == [(str(said.message_id), "my passport expires in May"), (str(said.reply_id), "Noted.")]
+
+
+def test_two_tabs_edits_of_one_message_replaced_at_once_leave_one_of_them_listed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Two tabs edit the same message to other words at the same moment: both edits are stored, then
+    each replaces the message's other versions. The second waited for the first's lock and, on the
+    versions its statement had read, replaced the first's edit while the first replaced the
+    second's: every version was replaced, and the message and its replies left the listing."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    for text, edit in (("dentist on monday", {}), ("dentist on tuesday", {"messageId": "u-1"})):
+        body = {**chat_body(chat, ui_message("u-1", "user", text)), **edit}
+        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    body = {**chat_body(chat, ui_message("u-1", "user", "dentist on wednesday")), "messageId": "u-1"}
+    assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    versions = "select id from messages where user_id = %s and role = 'user' order by id"
+    [_, tuesday, wednesday] = [message_id for (message_id,) in rows(database_url, versions, person)]
+    rows(database_url, "update messages set replaced = false where user_id = %s returning id", person)
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url, autocommit=True) as second:
+        first.execute("select replace_message(%s, %s, 'u-1')", (person, tuesday))
+        waiting = threading.Thread(
+            target=second.execute, args=("select replace_message(%s, %s, 'u-1')", (person, wednesday))
+        )
+        waiting.start()
+        pid = second.info.backend_pid
+        for _ in range(200):
+            if rows(database_url, "select wait_event_type from pg_stat_activity where pid = %s", pid) == [("Lock",)]:
+                break
+            time.sleep(0.05)
+        first.commit()
+        waiting.join(10)
+    listed = rows(database_url, "select id from messages where user_id = %s and role = 'user' and not replaced", person)
+    assert listed == [(wednesday,)]
