@@ -191,9 +191,20 @@ $$;
 -- conversation (itself and its edits, `<p_key>~<digest>`; never another key that begins so,
 -- "u-10" or "u-1~2") are replaced, out of the page's listing, and that one is listed. Only
 -- p_user_id's. Idempotent; the version posted last is the one listed (a live tab's edit back to
--- earlier words; another tab's too).
+-- earlier words; another tab's too): the versions are locked first, in order, and then read
+-- again, so that two tabs' calls at once (each after its own edit was stored) never replace
+-- each other's edit and every version with it.
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
+    select m.id
+      from public.messages m
+      join public.messages e on e.id = p_message_id and e.user_id = p_user_id
+     where m.user_id = e.user_id and m.surface = e.surface and m.conversation_id = e.conversation_id
+       and m.role = 'user'
+       and left(m.external_id, length(p_key)) = p_key
+       and substr(m.external_id, length(p_key) + 1) ~ '^(~[0-9a-f]{16})*$'
+     order by m.id
+       for update of m;
     update public.messages m set replaced = m.id <> e.id
       from public.messages e
      where e.id = p_message_id and e.user_id = p_user_id
