@@ -873,12 +873,9 @@ def said_reply_id(database_url: str, person: uuid.UUID) -> int:
     )
 
 
-def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_replaced(
-    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
-) -> None:
-    """The edit is a message of its own, keyed by the message's id and its new words: the same edit
-    posted again, or its Try again (regenerate() under the same id), is its stored reply again; the
-    replaced words and their reply stay stored before it (docs/decisions.md)."""
+def dentist_booked(web: FlaskClient, fake_anthropic: FakeAnthropic) -> tuple[uuid.UUID, str]:
+    """A person's new chat whose message "u-1", "book the dentist on monday", is answered "Monday it
+    is." (its edit to tuesday: "Tuesday it is."): the person and the chat."""
     fake_anthropic.answer = lambda body: (
         "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
     )
@@ -886,6 +883,16 @@ def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_r
     chat = new_conversation(web, person)
     first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
     assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    return person, chat
+
+
+def test_an_edit_sent_again_or_tried_again_is_answered_once_after_the_words_it_replaced(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The edit is a message of its own, keyed by the message's id and its new words: the same edit
+    posted again, or its Try again (regenerate() under the same id), is its stored reply again; the
+    replaced words and their reply stay stored before it (docs/decisions.md)."""
+    person, chat = dentist_booked(web, fake_anthropic)
     edited = {**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"}
     tried_again = {**edited, "trigger": "regenerate-message", "messageId": None}
     texts = []
@@ -1075,6 +1082,33 @@ def test_a_message_edited_after_each_of_many_reloads_can_still_be_sent_with_its_
     assert web.post("/", json=later, headers=bearer(person)).status_code == 200
 
 
+# The owner's [Telegram] thread as stored once its message was edited on the web: all that was said.
+MAY_THEN_JUNE = [
+    ("user", "my passport expires in May"),
+    ("assistant", "Noted."),
+    ("user", "my passport expires in June"),
+    ("assistant", "June, noted."),
+]
+
+
+def owners_telegram_thread(
+    environment: pytest.MonkeyPatch, database_url: str
+) -> tuple[FlaskClient, Any, dict[str, Any], Any]:
+    """The web function, as the owner whose Telegram chat said "my passport expires in May" (update
+    9, answered as the fake answers): the owner, their [Telegram] conversation as listed and that
+    turn's result. A chat of the test's own: the session's database holds chat 4242 as someone else's."""
+    owner = uuid.uuid4()
+    chat_id = str(owner.int % 10**9)
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
+    runtime.reset()
+    web = app_client("web_chat")
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
+    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    return web, person, telegram, said
+
+
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -1082,16 +1116,8 @@ def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(
     loadMessages does: a Telegram message has no client_id, so it keeps its stored id. "Try again"
     (regenerate()) on its last reply posts that message again under its stored id: it is the stored
     message, sent again, not a new web message with the same words."""
-    owner = uuid.uuid4()
-    chat_id = str(owner.int % 10**9)  # the session's database: another test's chat 4242 is someone else's
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
-    runtime.reset()
-    web = app_client("web_chat")
     fake_anthropic.answer = lambda body: "Noted."
-    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
-    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
-    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    web, person, telegram, said = owners_telegram_thread(environment, database_url)
     assert telegram["title"] == "[Telegram]"
     thread = loaded(web, person, telegram["id"])
     assert [(message["id"], message["role"]) for message in thread] == [
@@ -1161,16 +1187,8 @@ def test_an_edit_in_the_telegram_thread_is_answered_not_the_old_reply_sent_again
     thread posts the new words under the message's stored id: it is a new message, answered
     (docs/decisions.md, An edit on the web is a new message), not the Telegram message sent again,
     its old reply shown as the answer to words it never read."""
-    owner = uuid.uuid4()
-    chat_id = str(owner.int % 10**9)
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
-    runtime.reset()
-    web = app_client("web_chat")
     fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
-    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
-    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
-    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    web, person, telegram, said = owners_telegram_thread(environment, database_url)
     thread = loaded(web, person, telegram["id"])
     edit = ui_message(thread[0]["id"], "user", "my passport expires in June")
     response = web.post("/", json={**chat_body(telegram["id"], edit), "messageId": edit["id"]}, headers=bearer(person))
@@ -1179,12 +1197,7 @@ def test_an_edit_in_the_telegram_thread_is_answered_not_the_old_reply_sent_again
     text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
     assert (parts[-3]["data"]["outcome"], text) == ("answered", "June, noted.")
     stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
-    assert stored == [
-        ("user", "my passport expires in May"),
-        ("assistant", "Noted."),
-        ("user", "my passport expires in June"),
-        ("assistant", "June, noted."),
-    ]
+    assert stored == MAY_THEN_JUNE
     # Reloaded, the page shows the thread it showed: the edit replaced the message there too.
     reloaded = [(m["role"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])]
     assert reloaded == [("user", "my passport expires in June"), ("assistant", "June, noted.")]
@@ -1245,13 +1258,7 @@ def test_an_edit_back_to_the_first_words_after_a_reload_is_their_message_sent_ag
     under the message's own key), it was keyed `<key>~<digest of the first words>`: a new message,
     the same words stored a second time and answered again, where a live tab's edit back is that
     message sent again, its stored reply shown (docs/decisions.md)."""
-    fake_anthropic.answer = lambda body: (
-        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
-    )
-    person = uuid.uuid4()
-    chat = new_conversation(web, person)
-    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
-    assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    person, chat = dentist_booked(web, fake_anthropic)
     edit = {**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"}
     assert parts_of(web.post("/", json=edit, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
     [message, _] = loaded(web, person, chat)
@@ -1277,16 +1284,8 @@ def test_an_edit_in_the_telegram_thread_edited_back_after_a_reload_is_the_messag
     edited back to the Telegram message's words, it was keyed `<key>~<digest of them>`, the words
     stored a second time and answered again, where a live tab's edit back is the message sent
     again, its stored reply shown."""
-    owner = uuid.uuid4()
-    chat_id = str(owner.int % 10**9)
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
-    runtime.reset()
-    web = app_client("web_chat")
     fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
-    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
-    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
-    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    web, person, telegram, said = owners_telegram_thread(environment, database_url)
     outcomes = []
     for text in ("my passport expires in June", "my passport expires in May"):
         [message, _] = loaded(web, person, telegram["id"])
@@ -1298,12 +1297,7 @@ def test_an_edit_in_the_telegram_thread_edited_back_after_a_reload_is_the_messag
         )
     assert outcomes == [("answered", "June, noted."), ("redelivered", "Noted.")]
     stored = rows(database_url, "select role, content from messages where user_id = %s order by id", person)
-    assert stored == [
-        ("user", "my passport expires in May"),
-        ("assistant", "Noted."),
-        ("user", "my passport expires in June"),
-        ("assistant", "June, noted."),
-    ]
+    assert stored == MAY_THEN_JUNE
     reloaded = [(m["id"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])]
     assert reloaded == [(str(said.message_id), "my passport expires in May"), (str(said.reply_id), "Noted.")]
 
