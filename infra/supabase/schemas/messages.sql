@@ -185,6 +185,20 @@ begin
 end;
 $$;
 
+-- The ids of p_user_id's versions of the message sent under p_key in the conversation of their
+-- stored version p_message_id: the message and its edits (an edit's key: its message's, `~` and
+-- 16 hex digits, ui_chat_routes.py's edited).
+create function crossmem_private.message_versions(p_user_id uuid, p_message_id bigint, p_key text)
+    returns setof bigint language sql stable set search_path = '' as $$
+    select m.id
+      from public.messages m
+      join public.messages e on e.id = p_message_id and e.user_id = p_user_id
+     where m.user_id = e.user_id and m.surface = e.surface and m.conversation_id = e.conversation_id
+       and m.role = 'user'
+       and left(m.external_id, length(p_key)) = p_key
+       and substr(m.external_id, length(p_key) + 1) ~ '^(~[0-9a-f]{16})*$';
+$$;
+
 -- The page edited the message it sent under p_key (useChat's id, or a stored message's key) and
 -- the version it shows is stored (p_message_id: an edit, keyed `<p_key>~<digest of its words>`,
 -- or a version stored before, the words put back): the message's other versions in its
@@ -196,23 +210,13 @@ $$;
 -- each other's edit and every version with it.
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
-    select m.id
-      from public.messages m
-      join public.messages e on e.id = p_message_id and e.user_id = p_user_id
-     where m.user_id = e.user_id and m.surface = e.surface and m.conversation_id = e.conversation_id
-       and m.role = 'user'
-       and left(m.external_id, length(p_key)) = p_key
-       and substr(m.external_id, length(p_key) + 1) ~ '^(~[0-9a-f]{16})*$'
+    select m.id from public.messages m
+     where m.id in (select crossmem_private.message_versions(p_user_id, p_message_id, p_key))
      order by m.id
        for update of m;
-    update public.messages m set replaced = m.id <> e.id
-      from public.messages e
-     where e.id = p_message_id and e.user_id = p_user_id
-       and m.user_id = e.user_id and m.surface = e.surface and m.conversation_id = e.conversation_id
-       and m.role = 'user' and m.replaced = (m.id = e.id)
-       -- an edit's key: its message's, `~` and 16 hex digits (ui_chat_routes.py's edited)
-       and left(m.external_id, length(p_key)) = p_key
-       and substr(m.external_id, length(p_key) + 1) ~ '^(~[0-9a-f]{16})*$';
+    update public.messages m set replaced = m.id <> p_message_id
+     where m.id in (select crossmem_private.message_versions(p_user_id, p_message_id, p_key))
+       and m.replaced = (m.id = p_message_id);
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and

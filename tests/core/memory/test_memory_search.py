@@ -674,6 +674,15 @@ SIERRA = "bueno pues nada, el fin de semana estuvimos en la sierra con los niño
 HILLS = "so anyway, at the weekend we went hiking in the hills with the kids and " * 22
 
 
+def voice_note_searched(memory: Memory, database_url: str, note: str, asked: str) -> str:
+    """What the model's search for `asked` reads when a person's one message, 40 days old on
+    WhatsApp, is the voice note `note`."""
+    person = uuid.uuid4()
+    planted(database_url, person, "whatsapp", "user", note, 40)
+    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+    return tools.run(ToolCall("a", SEARCH_MEMORY, {"query": asked})).content
+
+
 @pytest.mark.parametrize(
     ("said", "asked", "fact"),
     [
@@ -696,14 +705,10 @@ def test_a_long_message_shows_the_words_it_was_found_by_in_their_other_form(
     """The search finds a plural's singular ("keys": key, "luces": luz, "bares": bar), and a short
     word only as itself; the excerpt looks for the query's word as typed, by its start, so a long
     hit found by the other form is shown from its start, without what it was found by."""
-    person = uuid.uuid4()
-    planted(database_url, person, "whatsapp", "user", f"[voice note, 1:58] {said}{fact}", 40)
-    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+    found = voice_note_searched(memory, database_url, f"[voice note, 1:58] {said}{fact}", asked)
 
-    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": asked}))
-
-    assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
-    assert fact in found.content
+    assert found.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
+    assert fact in found
 
 
 def test_a_web_turn_with_its_clients_thread_leaves_the_reply_it_shows_out_of_its_search(
@@ -805,11 +810,7 @@ def test_a_long_message_is_shown_around_what_it_was_found_for_not_the_first_comm
     """The question's common word ("say", "dijo") comes early in a long voice note, its rare ones
     (the landlord, the rent) at its end: the excerpt is cut around the first of any of them, and the
     fact the hit was ranked for is left out."""
-    person = uuid.uuid4()
-    planted(database_url, person, "whatsapp", "user", f"[voice note, 2:40] {said}{fact}", 40)
-    tools = MemorySearchTools(memory, person, MADRID, frozenset())
+    found = voice_note_searched(memory, database_url, f"[voice note, 2:40] {said}{fact}", asked)
 
-    found = tools.run(ToolCall("a", SEARCH_MEMORY, {"query": asked}))
-
-    assert found.content.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
-    assert fact in found.content
+    assert found.startswith("Found 1 older message, best match first:\n\n1. [whatsapp · ")
+    assert fact in found
