@@ -69,9 +69,9 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     if key is not None and origin in stored and stored[origin].content == storable(words(last)):
         key = origin  # a reloaded edit edited back to its message's first words: that message sent again
     surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id, origin)
-    # An edit, or words the page put back in the message's place (an edit back to words it was
-    # stored with, the first ones or an earlier edit's): the page shows this message there.
-    replaces = edits if external_id != edits or body.messageId == last.id else None
+    # An edit (sendMessage with messageId), of other words or back to words it was stored with (the
+    # first ones or an earlier edit's): the page shows this message there. A Try again shows no other.
+    replaces = edits if body.messageId == last.id else None
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)

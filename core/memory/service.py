@@ -601,13 +601,8 @@ class Memory:
         message = row.get("message")
         if not message:
             return None
-        first = message["first"]
-        surface, external_id, content = (
-            Surface(message["surface"]),
-            str(message["external_id"]),
-            str(message["content"]),
-        )
-        return surface, external_id, content, str(first) if first is not None else None
+        first = None if message["first"] is None else str(message["first"])
+        return Surface(message["surface"]), str(message["external_id"]), str(message["content"]), first
 
     def replace_message(self, user_id: UUID, edit_id: int, key: str) -> None:
         """The person's message stored under `key`, and its edits, replaced by the version of it
