@@ -13,6 +13,7 @@ CrossmemError
 ├── Forbidden             valid credentials of someone this deployment does not serve (403)
 ├── Conflict              the request does not fit the deployment's state (409)
 │   ├── LinkingNotNeeded
+│   ├── KeyOfAnotherConversation  a web message's id that names a message of another conversation
 │   └── StillAnswering    a delivery whose attempt may still answer: ask again later
 ├── OverBudget            the person is past their turns or tokens for now (429)
 ├── StoreUnavailable      the database failed or could not be reached
@@ -105,6 +106,17 @@ class TooManyEmptyConversations(Conflict):
             " one, before starting another"
         )
         self.most = most
+
+
+class KeyOfAnotherConversation(Conflict):
+    """A web message's id (its idempotency key) that names the person's message in another
+    conversation: one id is one message of the person's, whichever conversation a request names."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this message id is a message of another of your conversations: give each message an id of"
+            " its own across conversations (useChat's generateId does)"
+        )
 
 
 class StillAnswering(Conflict):

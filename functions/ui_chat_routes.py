@@ -27,12 +27,8 @@ from core.turn.turns import ANSWER_MARGIN_S
 from functions import runtime
 from functions.http import parse_json
 from functions.ui_message_stream import HEADERS, turn_events
-from functions.web_models import UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
+from functions.web_models import EDIT, ID_CHARS, UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
 
-# What an edit adds to its message's key (`edited`): `~` and the digest of its words. A reloaded
-# page's id for an edited message is the edit's key, and its next edit is keyed from the message's
-# own, never a chain that outgrows an id; a client's id may end so too, with other words.
-EDIT = re.compile(r"~[0-9a-f]{16}\Z")
 DATA_URL = re.compile(r"data:([^;,]+)(?:;[^;,=]+=[^;,]*)*;base64,(.*)", re.DOTALL)
 # How often a turn asks again while another attempt is answering its message.
 RESUME_POLL_S = 1.0
@@ -153,7 +149,10 @@ def edit_key(message: UIMessage, key: str, stored: str | None) -> str | None:
     as what the turn learned of them, which its parts do not hold)."""
     if stored is None or stored == storable(words(message)) or any(isinstance(p, UIFilePart) for p in message.parts):
         return None
-    return first_key(key, stored) + edited(message)
+    origin = first_key(key, stored)
+    if len(origin) > ID_CHARS:  # a client's id that only ends like an edit's key: its edit's would outgrow an id
+        raise InputError(f"a message whose id has more than {ID_CHARS} characters cannot be edited")
+    return origin + edited(message)
 
 
 def edited_key(message: UIMessage) -> str:

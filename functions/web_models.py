@@ -7,14 +7,33 @@ and its UI messages, as `DefaultChatTransport` posts them; the `ai` package's `U
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from core.media.kinds import MediaKind, MediaRef
 from core.models import Role, Surface
+
+# What an edit adds to its message's key (functions/ui_chat_routes.py's `edited`): `~` and the digest
+# of its words. A reloaded page's id for an edited message is the edit's key, and its next edit is
+# keyed from the message's own, never a chain that outgrows an id; a client's id may end so too, with
+# other words.
+EDIT = re.compile(r"~[0-9a-f]{16}\Z")
+# A message's id, as a page chooses it; an edit's key, as a reloaded page sends it, is 17 more.
+ID_CHARS = 128
+
+
+def within_an_id(value: str) -> str:
+    if len(EDIT.sub("", value)) > ID_CHARS:
+        raise ValueError(f"an id has at most {ID_CHARS} characters (an edited message's, `~` and 16 hex digits more)")
+    return value
+
+
+# The id of a UI message, the idempotency key of a new one: "" would name them all.
+MessageId = Annotated[str, Field(min_length=1, max_length=ID_CHARS + 17), AfterValidator(within_an_id)]
 
 
 class ClientMessage(BaseModel):
@@ -116,7 +135,7 @@ class UIMessageMetadata(BaseModel):
 
 
 class UIMessage(BaseModel):
-    id: str = Field(min_length=1, max_length=128)  # the new message's idempotency key: "" would name them all
+    id: MessageId
     role: Literal["system", "user", "assistant"]
     parts: list[UIPart] = Field(max_length=100)
     metadata: UIMessageMetadata | None = None
@@ -131,6 +150,6 @@ class UIChatRequest(BaseModel):
     # As many as useChat keeps: the body's 1,000,000 bytes bound them, and the context reads the last few.
     messages: list[UIMessage] = Field(min_length=1)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
-    messageId: str | None = Field(default=None, max_length=128)
+    messageId: MessageId | None = None
     timezone: str | None = Field(default=None, max_length=64)  # as SendMessage's, sent in `body`
     language: str | None = Field(default=None, max_length=35)  # as SendMessage's, sent in `body`

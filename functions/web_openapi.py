@@ -153,7 +153,8 @@ REFUSALS = {
     "403": "under IDENTITY_POLICY=owner, anyone but the owner (`forbidden`)",
     "404": "no such route, or no such thing of the person's (`not_found`)",
     "405": "a route that takes another method (`method_not_allowed`, with `Allow`)",
-    "409": "`still_answering` (with `Retry-After`), `linking_not_needed`, `too_many_empty_conversations`, `conflict`",
+    "409": "`still_answering` (with `Retry-After`), `message_id_in_another_conversation`, `linking_not_needed`,"
+    " `too_many_empty_conversations`, `conflict`",
     "413": "`message_too_long`, `history_too_long`, `body_too_large` (over 1,000,000 bytes)",
     "415": "a body that is not `application/json` (`unsupported_media_type`)",
     "429": "past the person's budget (`over_budget`)",

@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 
 from core.errors import (
     EmptyMessage,
+    KeyOfAnotherConversation,
     MessageTooLong,
     NotFound,
     OverBudget,
@@ -267,6 +268,8 @@ class Memory:
             )
         if row.get("error") == "conversation_not_found":
             raise NotFound("no such conversation")
+        if row.get("error") == "key_of_another_conversation":
+            raise KeyOfAnotherConversation()
         if row.get("limited_until"):
             until = datetime.fromisoformat(row["limited_until"])
             log.info("over budget; no turn", extra={"user_id": row["user_id"], "until": until.isoformat()})

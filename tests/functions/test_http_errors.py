@@ -36,6 +36,11 @@ EXPECTED: dict[type[CrossmemError], tuple[CrossmemError, int, str]] = {
     core.errors.Conflict: (core.errors.Conflict("no"), 409, "conflict"),
     core.errors.LinkingNotNeeded: (core.errors.LinkingNotNeeded("owner"), 409, "linking_not_needed"),
     core.errors.StillAnswering: (core.errors.StillAnswering(30), 409, "still_answering"),
+    core.errors.KeyOfAnotherConversation: (
+        core.errors.KeyOfAnotherConversation(),
+        409,
+        "message_id_in_another_conversation",
+    ),
     core.errors.TooManyEmptyConversations: (
         core.errors.TooManyEmptyConversations(20),
         409,

@@ -227,6 +227,13 @@ def test_a_file_part_is_the_messages_attachment(
             "invalid body at messages.0.parts.0.file.mediaType: String should have at most 100 characters",
         ),
         ({"id": str(uuid.uuid4()), "messages": [ui_message("u", "user", "hi")]}, 404, "not_found", ""),
+        (
+            {"id": "CHAT", "messages": [ui_message("i" * 129, "user", "hi")]},
+            400,
+            "bad_request",
+            "invalid body at messages.0.id: Value error, an id has at most 128 characters"
+            " (an edited message's, `~` and 16 hex digits more)",
+        ),
     ],
     ids=[
         "chat-id",
@@ -240,6 +247,7 @@ def test_a_file_part_is_the_messages_attachment(
         "video",
         "long-media-type",
         "unknown-chat",
+        "long-id",
     ],
 )
 def test_a_bad_use_chat_request_is_answered_with_its_status_before_any_stream(
@@ -711,6 +719,34 @@ def test_try_again_after_a_reload_sends_the_message_under_its_client_id_stored_o
     assert rows(database_url, "select count(*) from messages where user_id = %s", alice) == [(2,)]
 
 
+def test_an_id_a_page_used_in_another_chat_is_refused_not_answered_with_that_chats_reply(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A page whose ids count messages in each chat (`msg-1`...) sends its second chat's first
+    question under the first chat's id: a 409 before any stream, nothing stored or asked; it was
+    answered with the first chat's reply, as its message sent again."""
+    fake_anthropic.answer = lambda body: "Call the plumber."
+    person = uuid.uuid4()
+    boiler, poem = new_conversation(web, person), new_conversation(web, person)
+    sent = web.post(
+        "/", json=chat_body(boiler, ui_message("msg-1", "user", "the boiler broke")), headers=bearer(person)
+    )
+    assert parts_of(sent.get_data(as_text=True))[-1] == "[DONE]"
+    reused = web.post("/", json=chat_body(poem, ui_message("msg-1", "user", "a poem please")), headers=bearer(person))
+    assert (reused.status_code, reused.mimetype, reused.get_json()["error"]) == (
+        409,
+        "application/json",
+        "message_id_in_another_conversation",
+    )
+    assert rows(
+        database_url, "select conversation_id::text, content from messages where user_id = %s order by id", person
+    ) == [
+        (boiler, "the boiler broke"),
+        (boiler, "Call the plumber."),
+    ]
+    assert len(fake_anthropic.requests) == 1
+
+
 def test_a_long_use_chat_session_is_answered_from_its_last_messages(
     web: FlaskClient, environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -1060,17 +1096,19 @@ def test_an_edit_replaces_only_the_versions_of_its_message(
     assert rows(database_url, replaced, person) == [("u-1",)]
 
 
+@pytest.mark.parametrize("first_id", ["V1StGXR8_Z5jdHi6", "c" * 128], ids=["generateId", "128 characters"])
 def test_a_message_edited_after_each_of_many_reloads_can_still_be_sent_with_its_thread(
-    web: FlaskClient, fake_anthropic: FakeAnthropic
+    web: FlaskClient, fake_anthropic: FakeAnthropic, first_id: str
 ) -> None:
     """After a reload, an edited message's id is its edit's key (`<id>~<digest>`), and its next edit
     adds a digest to that: from a useChat id (16 characters), the seventh made a key of 135, past
     the 128 an id may have, and from then on every request of a page that loads the history (its
-    thread holds that id) was a 400: the conversation could no longer be written in."""
+    thread holds that id) was a 400: the conversation could no longer be written in. An id of 128
+    characters did so at the first edit: an edit's key may have 17 more."""
     fake_anthropic.answer = lambda body: "Noted."
     person = uuid.uuid4()
     chat = new_conversation(web, person)
-    first = chat_body(chat, ui_message("V1StGXR8_Z5jdHi6", "user", "the dentist, version 0"))
+    first = chat_body(chat, ui_message(first_id, "user", "the dentist, version 0"))
     assert parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
     for version in range(1, 9):
         [message, _] = loaded(web, person, chat)
@@ -1249,6 +1287,30 @@ def test_a_client_id_shaped_like_an_edits_key_replaces_no_other_message(
         ("Noted.", None),
     ]
     assert rows(database_url, "select count(*) from messages where user_id = %s and replaced", person) == [(0,)]
+
+
+def test_a_client_id_past_128_characters_shaped_like_an_edits_key_is_taken_and_its_edit_refused(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """An id may have 17 characters past 128 when it ends like an edit's key (a reloaded page's id
+    for an edited message): a client's own such id is a message, but its edit's key would outgrow
+    an id (the page could then never post its thread again), so the edit is a 400, nothing stored."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    long_id = "m" * 128 + "~0123456789abcdef"
+    sent = web.post("/", json=chat_body(chat, ui_message(long_id, "user", "the dentist")), headers=bearer(person))
+    assert parts_of(sent.get_data(as_text=True))[-1] == "[DONE]"
+    edit = {**chat_body(chat, ui_message(long_id, "user", "the hygienist")), "messageId": long_id}
+    refused = web.post("/", json=edit, headers=bearer(person))
+    assert (refused.status_code, refused.get_json()) == (
+        400,
+        {"error": "bad_request", "message": "a message whose id has more than 128 characters cannot be edited"},
+    )
+    assert rows(database_url, "select content, external_id from messages where user_id = %s order by id", person) == [
+        ("the dentist", long_id),
+        ("Noted.", None),
+    ]
 
 
 def test_an_edit_back_to_the_first_words_after_a_reload_is_their_message_sent_again(

@@ -92,6 +92,42 @@ def test_a_retried_send_is_stored_once(web: FlaskClient, database_url: str, fake
     assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
 
 
+def test_a_client_id_names_one_message_of_the_person_and_another_conversation_is_refused(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """docs/api.md: a page whose ids repeat in every chat (`msg-1` in each) gets 409 for the second
+    chat's, with nothing stored or asked, not the first chat's reply; a retry without a
+    conversation, or naming its own, is answered with the stored reply."""
+    fake_anthropic.answer = lambda body: "About the boiler: call the plumber."
+    person = uuid.uuid4()
+    first = web.post("/", json={"message": "the boiler broke", "client_message_id": "msg-1"}, headers=bearer(person))
+    chat = first.get_json()["conversation_id"]
+    other = web.post("/conversations", headers=bearer(person)).get_json()["id"]
+    reused = web.post(
+        "/",
+        json={"message": "a poem please", "conversation_id": other, "client_message_id": "msg-1"},
+        headers=bearer(person),
+    )
+    assert (reused.status_code, reused.get_json()) == (
+        409,
+        {
+            "error": "message_id_in_another_conversation",
+            "message": "this message id is a message of another of your conversations: give each message an id of"
+            " its own across conversations (useChat's generateId does)",
+        },
+    )
+    for retry in ({}, {"conversation_id": chat}):
+        again = web.post(
+            "/", json={"message": "the boiler broke", "client_message_id": "msg-1", **retry}, headers=bearer(person)
+        ).get_json()
+        assert (again["outcome"], again["reply"], again["conversation_id"]) == (
+            "redelivered",
+            "About the boiler: call the plumber.",
+            chat,
+        )
+    assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
+
+
 def test_a_message_sent_without_a_client_id_is_listed_under_the_key_made_for_it(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:

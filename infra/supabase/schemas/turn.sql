@@ -484,6 +484,12 @@ begin
     end if;
 
     v_stored := crossmem_private.stored_delivery(v_user, p_surface, p_external_id, p_attempt);
+    -- A key names one message of the person's: a request that names another conversation for it (a
+    -- page whose message ids repeat in every chat) is refused, neither answered with that message's
+    -- reply nor answered there.
+    if v_stored.conversation_id <> p_conversation_id then
+        return json_build_object('error', 'key_of_another_conversation');
+    end if;
     if v_stored.message_id is not null and not v_stored.own_attempt then
         v_reply := crossmem_private.stored_reply(v_stored.message_id, v_user);
         -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (within
