@@ -110,12 +110,13 @@ class TooManyEmptyConversations(Conflict):
 
 class KeyOfAnotherConversation(Conflict):
     """A web message's id (its idempotency key) that names the person's message in another
-    conversation: one id is one message of the person's, whichever conversation a request names."""
+    conversation, or one they deleted: one id is one message of the person's, whichever
+    conversation a request names."""
 
     def __init__(self) -> None:
         super().__init__(
-            "this message id is a message of another of your conversations: give each message an id of"
-            " its own across conversations (useChat's generateId does)"
+            "this message id is another message of yours (in another conversation, or one you deleted):"
+            " give each message an id of its own across conversations (useChat's generateId does)"
         )
 
 

@@ -112,8 +112,8 @@ def test_a_client_id_names_one_message_of_the_person_and_another_conversation_is
         409,
         {
             "error": "message_id_in_another_conversation",
-            "message": "this message id is a message of another of your conversations: give each message an id of"
-            " its own across conversations (useChat's generateId does)",
+            "message": "this message id is another message of yours (in another conversation, or one you deleted):"
+            " give each message an id of its own across conversations (useChat's generateId does)",
         },
     )
     for retry in ({}, {"conversation_id": chat}):
@@ -126,6 +126,23 @@ def test_a_client_id_names_one_message_of_the_person_and_another_conversation_is
             chat,
         )
     assert stored_count(database_url, person) == 2 and len(fake_anthropic.requests) == 1
+    # Its conversation deleted, the id is still one the person used: refused in another one, not
+    # answered with nothing; without a conversation, or in the deleted one, never stored again.
+    assert web.delete(f"/conversations/{chat}", headers=bearer(person)).status_code == 204
+    after = web.post(
+        "/",
+        json={"message": "a poem please", "conversation_id": other, "client_message_id": "msg-1"},
+        headers=bearer(person),
+    )
+    assert (after.status_code, after.get_json()) == (reused.status_code, reused.get_json())
+    # Someone else's conversation is not theirs to be refused in: answered as a missing one is.
+    stranger = web.post("/conversations", headers=bearer(uuid.uuid4())).get_json()["id"]
+    for retry in ({}, {"conversation_id": chat}, {"conversation_id": stranger}):
+        again = web.post(
+            "/", json={"message": "the boiler broke", "client_message_id": "msg-1", **retry}, headers=bearer(person)
+        )
+        assert (again.status_code, again.get_json()["outcome"]) == (200, "duplicate")
+    assert stored_count(database_url, person) == 0 and len(fake_anthropic.requests) == 1
 
 
 def test_a_message_sent_without_a_client_id_is_listed_under_the_key_made_for_it(

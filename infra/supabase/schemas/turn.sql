@@ -470,6 +470,11 @@ declare
     v_language text;
 begin
     if crossmem_private.delivery_forgotten(p_surface, p_external_id, p_user_id) then
+        -- A web page's id of a message it deleted, sent in a conversation it still has (one id is
+        -- one message of the person's, below): refused as such, not answered with nothing.
+        if exists (select from public.conversations c where c.id = p_conversation_id and c.user_id = p_user_id) then
+            return json_build_object('error', 'key_of_another_conversation');
+        end if;
         return json_build_object('forgotten', true, 'duplicate', true, 'reply', null,
                                  'history', '[]'::json, 'prepend', '[]'::json);
     end if;
