@@ -15,7 +15,8 @@ HMAC-SHA256 and a webhook shared key. The SDK's RequestValidator checks both.
 A refused signature is logged at WARNING once per instance, with the URL it was checked
 against (PUBLIC_BASE_URL, without a query string; never the signature, the token or the
 body): a PUBLIC_BASE_URL that is not the URL Twilio calls refuses every message, and that
-line is how it shows. Once, so a flood of forged posts does not flood the logs.
+line is how it shows; so does a post signed with a shared key when TWILIO_WEBHOOK_SHARED_KEY
+is not set. Once, so a flood of forged posts does not flood the logs.
 """
 
 from __future__ import annotations
@@ -71,16 +72,27 @@ class TwilioSignatures:
             return False  # refused here: the SDK would log a warning naming it, for every forged post
         secret = auth_token if algorithm == HMAC_SHA1 else shared_key
         if not secret:
+            # Twilio signs with a Webhooks Rule's shared key this instance was not given: every
+            # such post is refused, and this line is how the operator learns why.
+            self._log_refusal(
+                "Twilio signature refused: signed with HMAC_SHA256 (a Webhooks Rule's shared key), and "
+                "TWILIO_WEBHOOK_SHARED_KEY is not set (logged once per instance)",
+                {"algorithm": algorithm},
+            )
             return False
         valid = bool(RequestValidator(secret).validate(url, form, signature, algorithm=algorithm))
-        if not valid and not self._refusal_logged.is_set():
-            self._refusal_logged.set()
-            log.warning(
+        if not valid:
+            self._log_refusal(
                 "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
                 "calls (logged once per instance)",
-                extra={"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
+                {"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
             )
         return valid
+
+    def _log_refusal(self, message: str, extra: dict[str, str]) -> None:
+        if not self._refusal_logged.is_set():
+            self._refusal_logged.set()
+            log.warning(message, extra=extra)
 
 
 def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | None = None) -> str:

@@ -61,3 +61,31 @@ def test_the_full_url_twilio_calls_is_accepted_and_logs_no_refusal(
     assert client.post("/", data=fields, headers=headers).status_code == 200
     said = [record.getMessage() for record in caplog.records if record.name == "crossmem.whatsapp"]
     assert [message for message in said if message.startswith("Twilio signature refused")] == []
+
+
+def test_a_post_signed_with_a_shared_key_this_instance_lacks_is_refused_and_says_so_once(
+    environment: pytest.MonkeyPatch, fresh_instance: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Webhooks Rule makes Twilio sign with its shared key (HMAC-SHA256); without
+    TWILIO_WEBHOOK_SHARED_KEY every such post is refused, and the refusal log line is the only way
+    the operator learns why (a review's finding: it was refused before that line, so nothing said)."""
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", CALLED)
+    client = app_client("whatsapp_webhook")
+    caplog.set_level(logging.INFO, logger="crossmem")
+    settings = {"X-Twilio-Webhooks-Signature-Settings": "key=webhooks_sharedkey_1,algorithm=HMAC_SHA256"}
+    for text in ("hello", "hello again"):
+        fields, _ = twilio_post(text)
+        signature = RequestValidator("shared-key-secret").compute_signature(CALLED, fields, "HMAC_SHA256")
+        headers = {"X-Twilio-Signature": signature, **settings}
+        assert client.post("/", data=fields, headers=headers).status_code == 403
+    refused = [record for record in caplog.records if record.name == "crossmem.whatsapp"]
+    assert [(record.levelname, record.getMessage()) for record in refused] == [
+        (
+            "WARNING",
+            "Twilio signature refused: signed with HMAC_SHA256 (a Webhooks Rule's shared key), and "
+            "TWILIO_WEBHOOK_SHARED_KEY is not set (logged once per instance)",
+        )
+    ]
+    assert refused[0].algorithm == "HMAC_SHA256"  # type: ignore[attr-defined]
+    assert "shared-key-secret" not in json.dumps([vars(record) for record in caplog.records], default=str)
