@@ -216,9 +216,13 @@ def public_url(base: str, request: flask.Request) -> str:
     then this function's path and query (never request.url, which is internal behind a proxy). The
     base exactly as configured when the path adds nothing: a custom domain's root,
     `https://sms.example.com/`, is signed with its slash, and a base that holds the query Twilio
-    calls with (`…/sms?src=twilio`) is that whole URL."""
+    calls with (`…/sms?src=twilio`) is that whole URL. Nor when the base already ends with the
+    path: it is the full URL Twilio calls, and a custom domain's rewrite (Firebase Hosting's, a load
+    balancer's) hands its path on to the function (`…/twilio/sms` is not `…/twilio/sms/twilio/sms`)."""
     path = request.script_root + (request.path if request.path != "/" else "")
     query = request.query_string.decode()
+    if path and urlsplit(base).path.rstrip("/").endswith(path.rstrip("/")):
+        path = ""
     if not path and urlsplit(base).query:
         return base
     return (base.rstrip("/") + path if path else base) + (f"?{query}" if query else "")

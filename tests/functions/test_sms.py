@@ -209,6 +209,29 @@ def test_a_public_base_url_at_a_domains_root_checks_the_url_twilio_signed(
     assert answered.status_code == 200 and messages_of(answered.text) == ["Noted."]
 
 
+def test_a_custom_domain_that_passes_its_path_on_checks_the_url_twilio_signed(
+    environment: pytest.MonkeyPatch, sms_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """PUBLIC_BASE_URL is the full URL Twilio calls, path included (docs/configuration.md), and a
+    custom domain's rewrite (Firebase Hosting's, a load balancer's) hands that path on to the
+    function: it is not added a second time (a review's finding: checked against
+    https://advisor.example.com/twilio/sms/twilio/sms, every message was refused 403). A base
+    without it still has the function's path added (`crossmem dev`'s mounts)."""
+    fake_anthropic.answer = lambda body: "Noted."
+    called = "https://advisor.example.com/twilio/sms"
+    environment.setenv("PUBLIC_BASE_URL", called)
+    fields = sms("hello", number())
+    answered = app_client("sms_webhook").post("/twilio/sms", data=fields, headers=signed(fields, called))
+    assert answered.status_code == 200 and messages_of(answered.text) == ["Noted."]
+    fields = sms("hello with a query", number())
+    with_query = signed(fields, f"{called}?tag=1")
+    assert app_client("sms_webhook").post("/twilio/sms?tag=1", data=fields, headers=with_query).status_code == 200
+    environment.setenv("PUBLIC_BASE_URL", "https://advisor.example.com")
+    fields = sms("hello from a mount", number())
+    mounted = app_client("sms_webhook").post("/twilio/sms", data=fields, headers=signed(fields, called))
+    assert mounted.status_code == 200 and messages_of(mounted.text) == ["Noted."]
+
+
 CHEERS = "Well done \U0001f389."  # 12 characters, 13 as Twilio counts them: the emoji is two
 
 
