@@ -6,8 +6,12 @@ imports twilio, and nothing imports anthropic before a model call needs it.
 
 from __future__ import annotations
 
+from time import monotonic
+
 import flask
 import functions_framework
+
+from functions import ARRIVED
 
 
 @functions_framework.http
@@ -19,6 +23,7 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
 
 @functions_framework.http
 def whatsapp_webhook(request: flask.Request) -> flask.Response:
+    request.environ[ARRIVED] = monotonic()
     from functions.whatsapp import whatsapp_webhook as handle
 
     return handle(request)
@@ -28,6 +33,7 @@ def whatsapp_webhook(request: flask.Request) -> flask.Response:
 def sms_webhook(request: flask.Request) -> flask.Response:
     # A Twilio surface with nothing of its own at the edge: its form and what it asks for are in
     # core (core/surfaces/sms.py), the signature and the TwiML every Twilio webhook's.
+    request.environ[ARRIVED] = monotonic()
     from core.surfaces import sms
     from core.surfaces.adapter import Surface
     from functions.twilio import twilio_function

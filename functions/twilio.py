@@ -17,7 +17,7 @@ import flask
 from core.errors import ConfigurationError, Forbidden, UnsupportedBodyType
 from core.models import Surface
 from core.surfaces.twilio_inbound import Form, TwilioAction, TwilioInbound
-from functions import runtime
+from functions import ARRIVED, runtime
 from functions.http import json_response, public_url, read_form, serving
 
 # Twilio's inbound message has about 20 fields, plus two for each of at most 10 media.
@@ -57,7 +57,7 @@ def twilio_webhook(
     needs = runtime.turns(), runtime.commands(), runtime.catalogue(), runtime.remembered_language(), runtime.opt_outs()
     # adapter.off_thread: where the surface has a window (WhatsApp), core/follow_ups/outside_thread.py
     inbound = TwilioInbound(surface, parse, classify, limit, *needs, adapter.deadline_s, typing, adapter.off_thread)
-    return flask.Response(inbound.answer(fields), 200, mimetype="application/xml")
+    return flask.Response(inbound.answer(fields, request.environ.get(ARRIVED)), 200, mimetype="application/xml")
 
 
 def twilio_function(

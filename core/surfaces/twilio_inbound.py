@@ -12,6 +12,7 @@ signature and sends the TwiML back.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -30,7 +31,8 @@ from core.surfaces.twilio_form import Converse, Notice
 from core.turn.request import TurnRequest
 from core.turn.turns import Turns
 
-# Twilio waits 15 s for the TwiML answer; a second of it is the way here and back.
+# Twilio waits 15 s for the TwiML answer; a second of it is the way here and back. Counted from
+# the request's arrival at the instance: a cold start's imports before the turn spend it too.
 TWIML_WITHIN_S = 14.0
 
 
@@ -74,8 +76,10 @@ class TwilioInbound(Generic[Form]):
     typing: Callable[[str], None] | None = None
     off_thread: Callable[[str, bool], object] | None = None
 
-    def answer(self, fields: Mapping[str, str]) -> str:
-        """The TwiML answering a verified form; InputError for a form the surface cannot read."""
+    def answer(self, fields: Mapping[str, str], arrived: float | None) -> str:
+        """The TwiML answering a verified form that reached the instance at `arrived`
+        (`time.monotonic()`; None: now); InputError for a form the surface cannot read."""
+        arrived = time.monotonic() if arrived is None else arrived
         form = self.parse(fields)
         if form.opted_out is not None:
             self.opt_outs.heard(self.surface, form.identity, form.opted_out)
@@ -105,7 +109,7 @@ class TwilioInbound(Generic[Form]):
             deadline_s=self.deadline_s,
             media=action.media,
             platform=action.platform,
-            reply_within_s=TWIML_WITHIN_S,
+            reply_within_s=TWIML_WITHIN_S - (time.monotonic() - arrived),
             first_room=lambda text, first: len(carried_first(text, first, self.limit, sms=sms)),
         )
         if self.typing is not None:
