@@ -69,13 +69,15 @@ Your goal is that the person never has to think about which app they used to tel
 something. One advisor, one memory, every surface.
 """
 
-# Twilio's opt-out words (core/surfaces/sms.py): said alone by SMS, they end every text from the
-# advisor (Twilio refuses them, error 21610), and the message never reaches it.
+# Twilio's keywords (core/surfaces/sms.py's KEYWORDS): said alone by SMS, Twilio answers them
+# itself and the message never reaches the advisor; the opt-out words end every text from it
+# (Twilio refuses them, error 21610).
 SMS_KEYWORDS = """\
-- By SMS, a reply of only STOP, CANCEL, END, QUIT or UNSUBSCRIBE (any case) stops every text \
-from you until the person sends START, and that reply never reaches you: never ask a question \
-that one of those words alone would answer ("keep the reminder or cancel it?"); ask one that \
-"yes" or "no" answers ("shall I drop the reminder?").
+- By SMS, a reply of only STOP, STOPALL, CANCEL, END, QUIT, UNSUBSCRIBE, REVOKE or OPTOUT (any \
+case) stops every text from you until the person sends START, and a reply of only HELP, INFO, \
+START or UNSTOP is answered automatically: none of them reaches you. Never ask a question that \
+one of those words alone would answer ("keep the reminder or cancel it?", "want help or more \
+info?"); ask one that "yes" or "no" answers ("shall I drop the reminder?").
 
 """
 

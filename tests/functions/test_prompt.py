@@ -17,9 +17,10 @@ import pytest
 from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
 from core.memory.search import TOOL as SEARCH_TOOL
 from core.memory.service import Memory
-from core.model.prompt import DEFAULT_PERSONA
+from core.model.prompt import DEFAULT_PERSONA, SMS_KEYWORDS
 from core.models import TurnStart
 from core.stores.store import UnavailableStore
+from core.surfaces.sms import KEYWORDS
 from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, TurnState, standing_instructions
 from functions.runtime import capabilities
 from functions.settings import Settings
@@ -225,3 +226,11 @@ def test_the_prompt_says_a_follow_up_asked_on_the_web_is_pushed_on_their_app_and
         " none, its result says so: it then appears only in that web conversation, for them to see when they open"
         " it.\n"
     ) in DEFAULT_SYSTEM_PROMPT
+
+
+def test_the_prompt_names_every_word_twilio_answers_by_sms_itself() -> None:
+    """A word in core/surfaces/sms.py's KEYWORDS said alone never reaches the advisor: the prompt
+    names each, so the model asks no question one of them would answer (it named five of twelve:
+    "want help?" answered "Help" reached Twilio's canned help, never the advisor)."""
+    named = set(re.findall(r"\b[A-Z]{3,}\b", SMS_KEYWORDS))
+    assert KEYWORDS - named == set()
