@@ -1397,3 +1397,35 @@ def test_two_tabs_edits_of_one_message_replaced_at_once_leave_one_of_them_listed
         waiting.join(10)
     listed = rows(database_url, "select id from messages where user_id = %s and role = 'user' and not replaced", person)
     assert listed == [(wednesday,)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="MAX_HISTORY_CHARS refuses the thread useChat sends whole once the server's own replies in its "
+    "window pass 64,000 characters: every later turn of the chat is 413 history_too_long, nothing stored",
+)
+def test_a_use_chat_thread_of_detailed_answers_can_still_be_written_in(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """useChat posts its whole thread every turn, and the page cannot shorten it. Nineteen questions,
+    each answered in 3,398 characters (a detailed answer: some 850 tokens), make a thread whose
+    window (at most CONTEXT_MAX_MESSAGES - 1 = 39 messages) holds 64,562 characters of the server's
+    own replies, past MAX_HISTORY_CHARS (4 x 16,000). The twentieth question is refused with 413
+    history_too_long, nothing stored, and so is every one after it: nothing new enters the thread,
+    so the chat can never be written in again (a reload loads the same thread)."""
+    answer = "A detailed answer, as asked. " * 117 + "Done."  # 3,398 characters
+    fake_anthropic.answer = lambda body: answer
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    thread: list[dict[str, Any]] = []
+    for turn in range(19):
+        thread.append(ui_message(f"u-{turn}", "user", f"question {turn}"))
+        parts = parts_of(web.post("/", json=chat_body(chat, *thread), headers=bearer(person)).get_data(as_text=True))
+        assert parts[-3]["data"]["outcome"] == "answered"
+        thread.append(ui_message(parts[0]["messageId"], "assistant", answer))
+    assert len(answer) == 3_398 and stored_count(database_url, person) == 38
+    thread.append(ui_message("u-19", "user", "question 19"))
+    response = web.post("/", json=chat_body(chat, *thread), headers=bearer(person))
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert parts_of(response.get_data(as_text=True))[-3]["data"]["outcome"] == "answered"
+    assert stored_count(database_url, person) == 40
