@@ -78,8 +78,8 @@ def cors_headers(request: flask.Request) -> dict[str, str]:
         "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, {UI_STREAM_HEADER}",
         "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
         # What a page on another origin may read besides the safelisted headers: when to ask again,
-        # what a 405's route takes, and that the stream is the UI message stream.
-        "Access-Control-Expose-Headers": f"Retry-After, Allow, {UI_STREAM_HEADER}",
+        # what a 405's route takes, the export's file name, and that the stream is the UI message stream.
+        "Access-Control-Expose-Headers": f"Retry-After, Allow, Content-Disposition, {UI_STREAM_HEADER}",
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",
     }

@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 
 from functions import runtime
 from functions.tools.cli import main
-from tests.helpers import JWT_SECRET, app_client, as_owner, bearer, rows
+from tests.helpers import CORS_ORIGIN, JWT_SECRET, app_client, as_owner, bearer, rows
 
 
 def said(web: FlaskClient, person: uuid.UUID, text: str) -> None:
@@ -61,6 +61,20 @@ def test_get_export_is_a_download_of_the_persons_own_data(
     ]
     assert as_rows(export) == stored(database_url, person)
     assert len(export["conversations"]) == 2
+
+
+def test_a_page_on_another_origin_may_read_the_exports_file_name(web: FlaskClient) -> None:
+    """The page on `CORS_ORIGINS` fetches GET /export with the bearer (a link cannot send it) and
+    saves the answer under the name the function gives it: a cross-origin fetch reads a header
+    only when the answer exposes it, and `Content-Disposition` is none of the safelisted ones, so
+    `response.headers.get("Content-Disposition")` was null there."""
+    person = uuid.uuid4()
+    response = web.get("/export", headers={**bearer(person), "Origin": CORS_ORIGIN})
+    assert response.status_code == 200
+    assert response.headers["Access-Control-Allow-Origin"] == CORS_ORIGIN
+    exposed = [name.strip() for name in response.headers["Access-Control-Expose-Headers"].split(",")]
+    assert exposed == ["Retry-After", "Allow", "Content-Disposition", "x-vercel-ai-ui-message-stream"]
+    assert response.headers["Content-Disposition"].startswith(f'attachment; filename="crossmem-export-{person}-')
 
 
 def test_get_export_refuses_what_it_cannot_answer(web: FlaskClient) -> None:

@@ -548,7 +548,7 @@ def test_a_page_on_another_origin_may_read_retry_after_and_allow(
     web: FlaskClient, fake_anthropic: FakeAnthropic
 ) -> None:
     """A cross-origin fetch reads only the headers the answer exposes: a retry's `Retry-After` (409
-    `still_answering`), a 405's `Allow`, the UI message stream's header."""
+    `still_answering`), a 405's `Allow`, the export's `Content-Disposition`, the UI message stream's header."""
     person = uuid.uuid4()
     origin = {**bearer(person), "Origin": CORS_ORIGIN}
     events = runtime.turns().stream(TurnRequest(Surface.WEB, "hi", "c-1", user_id=person, deadline_s=30))
@@ -558,7 +558,7 @@ def test_a_page_on_another_origin_may_read_retry_after_and_allow(
     finally:
         events.close()
     assert retry.status_code == 409 and "Retry-After" in retry.headers
-    exposed = "Retry-After, Allow, x-vercel-ai-ui-message-stream"
+    exposed = "Retry-After, Allow, Content-Disposition, x-vercel-ai-ui-message-stream"
     assert retry.headers["Access-Control-Expose-Headers"] == exposed
     refused = web.put("/conversations", headers=origin)
     assert refused.status_code == 405 and refused.headers["Access-Control-Expose-Headers"] == exposed
