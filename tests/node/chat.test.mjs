@@ -135,7 +135,10 @@ test("a resume after an abort yields the reply once", async () => {
   const aborting = new AbortController();
   const stream = await send(transport, chat.id, [userMessage("u-abort", "Tell me a long story")], aborting.signal);
   const reader = stream.getReader();
-  for (let chunk = await reader.read(); chunk.value.type !== "text-delta"; chunk = await reader.read());
+  let cutOff; // the id the cut-off stream's start named
+  for (let chunk = await reader.read(); chunk.value.type !== "text-delta"; chunk = await reader.read()) {
+    if (chunk.value.type === "start") cutOff = chunk.value.messageId;
+  }
   aborting.abort(); // the tab is closed after the first words
   await reader.cancel().catch(() => {});
 
@@ -146,9 +149,10 @@ test("a resume after an abort yields the reply once", async () => {
   const stored = await loadMessages(api, async () => token, chat.id);
   assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
   assert.equal(textOf(message), textOf(stored[1]));
-  // Answered anew (its first attempt ended with the abort, its reserved id unused): the message
-  // is the stored reply, under its id.
+  // Answered anew (its first attempt ended with the abort): the message is the stored reply, under
+  // the id the cut-off stream named.
   assert.equal(message.id, stored[1].id);
+  assert.equal(message.id, cutOff);
   assert.equal(message.parts.find((part) => part.type === "data-turn").data.replyId, Number(stored[1].id));
   assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null); // once
 });
