@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from core.errors import InputError, StillAnswering
 from core.memory.service import storable
 from core.models import Role, StoredMessage, Surface, TurnStart
-from core.turn.context import undeclined
+from core.turn.context import client_window, undeclined
 from core.turn.request import ContextItem, TurnRequest
 from core.turn.turns import ANSWER_MARGIN_S
 from functions import runtime
@@ -75,6 +75,12 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
             # A message the page edited keeps its id there: its edit is stored under the edit's key.
             if (item := history_item(message, stored.get(edited_key(message)) or stored.get(message.id))) is not None
         ]
+    )
+    # The page cannot shorten the thread it posts: past MAX_HISTORY_CHARS its oldest messages are
+    # left out, as the stored window's start moves, where today's body is refused (docs/decisions.md).
+    limits = runtime.memory().limits
+    history = client_window(
+        history, limit=limits.max_messages - 1, step=limits.window_step, max_chars=limits.max_history_chars, fit=True
     )
     turn = TurnRequest(
         surface,

@@ -144,14 +144,22 @@ def stepped_tail(items: Sequence[ContextItem], limit: int, step: int) -> list[Co
 ANY_ZONE = (timezone(timedelta(hours=23, minutes=59)), timezone(-timedelta(hours=23, minutes=59)))
 
 
-def client_window(items: Sequence[ContextItem], *, limit: int, step: int, max_chars: int) -> list[ContextItem]:
+def client_window(
+    items: Sequence[ContextItem], *, limit: int, step: int, max_chars: int, fit: bool = False
+) -> list[ContextItem]:
     """What the context can use of a history the web client sent, checked before anything
     is stored: its stepped window (the rest would never be shown, so it is neither kept nor
     counted), at most `max_chars` characters in all, and only dates that can be shown in
     any time zone (the person's, remembered from an earlier turn, may be another than
-    CONTEXT_TIMEZONE)."""
+    CONTEXT_TIMEZONE). `fit`: for a client that cannot shorten what it sends (useChat posts its
+    whole thread), a window past `max_chars` has its start moved on until it fits, rather than
+    being refused: `step` messages at a time, as the stored window's, while more than that are
+    left, then one at a time."""
     window = stepped_tail(items, limit, step)
     length = sum(len(item.content) for item in window)
+    while fit and length > max_chars:
+        window = window[step if len(window) > step else 1 :]
+        length = sum(len(item.content) for item in window)
     if length > max_chars:
         raise HistoryTooLong(length, max_chars)
     for item in window:

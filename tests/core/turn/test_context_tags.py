@@ -6,8 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
+import pytest
+
+from core.errors import HistoryTooLong
 from core.models import Role, Surface
-from core.turn.context import ContextItem, build_model_messages
+from core.turn.context import ContextItem, build_model_messages, client_window
 
 MADRID = ZoneInfo("Europe/Madrid")
 
@@ -64,3 +67,22 @@ def test_across_midnight_the_earlier_messages_keep_their_tags() -> None:
     assert [message.content for message in before] == ["[web · Sat 5 Dec 2026 · 21:00] x", "ok", "[web · 23:50] y"]
     assert after[: len(before) - 1] == before[:-1]
     assert after[-1].content == "[web · 23:50] y\n\n[web · Sun 6 Dec 2026 · 00:10] z"
+
+
+def test_a_client_window_past_its_characters_is_refused_or_fitted() -> None:
+    """A history the client could shorten (today's body) is refused past `max_chars`; one posted
+    whole by a client that cannot (useChat) has its start moved on until it fits: `step` messages
+    at a time while more than that are left, then one at a time, so a few long messages leave the
+    last ones that fit, not none."""
+    items = [
+        ContextItem(Role.USER if i % 2 == 0 else Role.ASSISTANT, f"{i:02d}" + "x" * 98, Surface.WEB) for i in range(30)
+    ]
+    options = {"limit": 39, "step": 10}
+    assert client_window(items, max_chars=3_000, **options) == items
+    with pytest.raises(HistoryTooLong):
+        client_window(items, max_chars=2_999, **options)
+    fitted = client_window(items, max_chars=2_999, fit=True, **options)
+    assert [item.content[:2] for item in fitted] == [f"{i:02d}" for i in range(10, 30)]
+    fitted = client_window(items, max_chars=950, fit=True, **options)
+    assert [item.content[:2] for item in fitted] == [f"{i:02d}" for i in range(21, 30)]
+    assert client_window(items, max_chars=99, fit=True, **options) == []
