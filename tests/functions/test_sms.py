@@ -312,10 +312,11 @@ def test_a_yes_answers_the_advisors_question(
 
 
 KEYWORD_ANSWERS = (
-    "- By SMS, a reply of only STOP, CANCEL, END, QUIT or UNSUBSCRIBE (any case) stops every text "
-    "from you until the person sends START, and that reply never reaches you: never ask a question "
-    'that one of those words alone would answer ("keep the reminder or cancel it?"); ask one that '
-    '"yes" or "no" answers ("shall I drop the reminder?").'
+    "- By SMS, a reply of only STOP, STOPALL, CANCEL, END, QUIT, UNSUBSCRIBE, REVOKE or OPTOUT (any "
+    "case) stops every text from you until the person sends START, and a reply of only HELP, INFO, "
+    "START or UNSTOP is answered automatically: none of them reaches you. Never ask a question that "
+    'one of those words alone would answer ("keep the reminder or cancel it?", "want help or more '
+    'info?"); ask one that "yes" or "no" answers ("shall I drop the reminder?").'
 )
 
 
