@@ -1,7 +1,7 @@
 """Time as the person lives it: "Friday at 9" arrives as `day` ("friday") and `time` ("09:00"),
 resolved in the person's timezone (theirs, else CONTEXT_TIMEZONE) with the clock the turn is
 given, stored in UTC, and shown back in the same timezone. A wall time that daylight saving skips
-moves forward by the gap; one it repeats is the first of the two. The follow-ups' tools read it
+moves forward by the gap; one it repeats is the first of the two still to come. The follow-ups' tools read it
 (core/follow_ups/capability.py), and so do the context's tags and the notes' dates (a person's zone).
 """
 
@@ -30,12 +30,16 @@ def zone_named(name: str | None) -> ZoneInfo | None:
         return None
 
 
-def on_wall_clock(day: date, at: time, zone: ZoneInfo) -> datetime:
+def on_wall_clock(day: date, at: time, zone: ZoneInfo, after: datetime | None = None) -> datetime:
     """That wall time in that zone, as an aware UTC time. A time the clocks skip (02:30 on the
     night they spring forward) becomes the same time after the jump (03:30); a time they repeat
-    (02:30 on the night they fall back) is the first."""
+    (02:30 on the night they fall back) is the first, or the second when the first is not after
+    `after` and the second is (at the second 02:10, "02:30" is in 20 minutes)."""
     # fold=0 reads a skipped time with the offset from before the jump, which lands after it.
-    return datetime.combine(day, at).replace(tzinfo=zone, fold=0).astimezone(UTC)
+    first = datetime.combine(day, at).replace(tzinfo=zone, fold=0).astimezone(UTC)
+    # fold=1 is later only for a repeated time (for a skipped one it lands before the jump)
+    second = datetime.combine(day, at).replace(tzinfo=zone, fold=1).astimezone(UTC)
+    return second if after is not None and first <= after < second else first
 
 
 def resolve_when(
@@ -60,7 +64,7 @@ def resolve_when(
     elif word in WEEKDAYS:
         ahead = (WEEKDAYS.index(word) - today.weekday()) % 7
         target = today + timedelta(days=ahead)
-        if ahead == 0 and on_wall_clock(target, wall, zone) <= now:
+        if ahead == 0 and on_wall_clock(target, wall, zone, now) <= now:
             target += timedelta(days=7)  # "on Friday" said on a Friday after that time: next week's
     else:
         try:
@@ -73,7 +77,7 @@ def resolve_when(
         raise InvalidTime("a follow-up can be at most a year ahead")
     if today - target > timedelta(days=1):
         raise InvalidTime(f"{target.isoformat()} has already passed")
-    due = on_wall_clock(target, wall, zone)
+    due = on_wall_clock(target, wall, zone, now)
     if due <= now:
         raise InvalidTime(f"{shown(due, zone)} has already passed")
     if due - now > MAX_AHEAD:
