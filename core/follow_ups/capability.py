@@ -160,6 +160,13 @@ WAITS_THERE = (
     " for anything that matters suggest a reminder on their phone too."
 )
 
+# Pending follow-ups of earlier turns read on another clock than the one set_timezone sets (ASSUMED's):
+# they keep their moment, which is another time of day there.
+OTHER_CLOCK = (
+    " Pending follow-ups set on another clock stay at the same moment (cancel and schedule again at their time"
+    " one they meant at a time of day on their own clock), which there is: {pending}"
+)
+
 # A pending one the job held (WhatsApp outside its window without a template, an SMS number that
 # opted out), as the list says it: when it is said, by the surface's rules (`held_until`).
 HELD = ", its time passed: said {until}"
@@ -395,6 +402,17 @@ class TurnTools:
             said += "; ".join(moved)
         if kept:  # at another time than the person asked for: they must be told
             said += " Not moved, so not at the time they asked: " + "; ".join(kept)
+            self.told.add(call_id)
+        # Pending ones of earlier turns read on another clock (CONTEXT_TIMEZONE's, ASSUMED's): at the
+        # same moment, so at another time of day here; the model, asked again, fixes what they meant.
+        elsewhere = [
+            f"#{f.id} {shown(f.due_at, zone)}: {f.content}"
+            for f in self.pending
+            # still to come (a held one's time has passed, a sending one is going)
+            if f.timezone != zone.key and f.id not in self.cancelled and f.status == "pending" and f.due_at > self.now
+        ]
+        if elsewhere:
+            said += OTHER_CLOCK.format(pending="; ".join(elsewhere))
             self.told.add(call_id)
         return said
 

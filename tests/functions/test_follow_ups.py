@@ -2195,17 +2195,40 @@ def test_a_reminder_at_a_time_of_day_in_a_timezone_only_assumed_is_said_with_tha
         " are. Once they say, call set_timezone; if theirs is another, cancel this one (list_follow_ups gives its"
         " id) and schedule it again at their time."
     ]
-    # Once the timezone is theirs, a time of day is only recorded, as before.
+    # They say where they live in their next turn: set_timezone's result says the pending reminder is
+    # at 20:00 there (it said only "Timezone set", and the model, asked nothing again, said "Noted."),
+    # and the model, asked again, schedules it again at 9 on their clock.
+    reminder = rows(job_database, "select id from follow_ups")[0][0]
     sydney = tool_use("set_timezone", {"timezone": "Australia/Sydney"})
-    fake_anthropic.answer = lambda body: [text_block("Noted."), sydney]
+    seen: list[str] = []
+
+    def moved(body: dict[str, Any]) -> Any:
+        if not (results := tool_results(body)):
+            return [text_block("Noted."), sydney]
+        seen.append(str(results[-1]["content"]))
+        return [
+            text_block("It is at 9:00 your time now."),
+            tool_use("cancel_follow_up", {"id": reminder}),
+            tool_use("schedule_follow_up", {"content": "Call mum.", "day": "tomorrow", "time": "09:00"}),
+        ]
+
+    fake_anthropic.answer = moved
+    asked = len(fake_anthropic.requests)
     telegram_turn("I'm in Sydney", chat)
+    assert len(fake_anthropic.requests) == asked + 2
+    assert seen == [
+        "Timezone set to Australia/Sydney; it is Thu 08:30 there now. Pending follow-ups set on another clock"
+        " stay at the same moment (cancel and schedule again at their time one they meant at a time of day on"
+        f" their own clock), which there is: #{reminder} Thu 3 Dec 2026 20:00 (Australia/Sydney): Call mum."
+    ]
+    # Once the timezone is theirs, a time of day is only recorded, as before.
     fake_anthropic.answer = remind("Water the plants.", day="friday", time="18:00")
     asked = len(fake_anthropic.requests)
     telegram_turn("Remind me on Friday at 6pm to water the plants", chat)
     assert len(fake_anthropic.requests) == asked + 1
     assert [row[:2] for row in follow_ups(job_database)] == [
-        ("Call mum.", datetime(2026, 12, 3, 9, 0, tzinfo=UTC)),
-        ("Water the plants.", datetime(2026, 12, 4, 7, 0, tzinfo=UTC)),  # 18:00 in Sydney (UTC+11)
+        ("Call mum.", datetime(2026, 12, 3, 22, 0, tzinfo=UTC)),  # 09:00 on Friday in Sydney (UTC+11)
+        ("Water the plants.", datetime(2026, 12, 4, 7, 0, tzinfo=UTC)),  # 18:00 in Sydney
     ]
 
 

@@ -327,6 +327,32 @@ def test_a_timezone_set_after_a_follow_up_in_the_same_turn_moves_it_to_that_time
     assert later.must_answer(waits)
 
 
+def test_a_timezone_set_in_a_later_turn_says_where_the_pending_follow_ups_now_fall() -> None:
+    """On Telegram, never having said where they live, the person asked "tomorrow at 9 to call mum":
+    read in UTC, the model told to say so and ask. In their next turn they say "I'm in Sydney": the
+    set_timezone result said only "Timezone set", so the model, asked nothing again, said "Noted." and
+    the reminder came at 20:00 in Sydney. Now the result names each pending one set on another clock
+    with its time there, and the model is asked again, to cancel and schedule again what they meant
+    on their clock."""
+    now = datetime(2026, 12, 2, 21, 35, tzinfo=UTC)  # Thursday 3 December, 08:35 in Sydney
+    pending = [
+        FollowUp(1, "Call mum.", datetime(2026, 12, 3, 9, 0, tzinfo=UTC), "UTC", Surface.TELEGRAM),
+        FollowUp(2, "Water the plants.", datetime(2026, 12, 4, 7, 0, tzinfo=UTC), "Australia/Sydney", Surface.TELEGRAM),
+        FollowUp(3, "Feed the cat.", datetime(2026, 12, 2, 21, 35, tzinfo=UTC), "UTC", Surface.TELEGRAM, "sending"),
+        FollowUp(4, "Pay the rent.", datetime(2026, 12, 1, 9, 0, tzinfo=UTC), "UTC", Surface.WHATSAPP, "held"),
+    ]
+    tools = turn_tools(FollowUpRules(), pending, ZoneInfo("UTC"), now, None, Surface.TELEGRAM, assumed=True)
+    said = tools.run(ToolCall("a", "set_timezone", {"timezone": "Australia/Sydney"}))
+    assert (said.content, said.is_error) == (
+        "Timezone set to Australia/Sydney; it is Thu 08:35 there now. Pending follow-ups set on another clock"
+        " stay at the same moment (cancel and schedule again at their time one they meant at a time of day on"
+        " their own clock), which there is: #1 Thu 3 Dec 2026 20:00 (Australia/Sydney): Call mum.",
+        False,
+    )
+    assert tools.must_answer(said)
+    assert tools.changes() == {"timezone": "Australia/Sydney"}
+
+
 def test_tomorrow_said_just_after_midnight_is_said_back_with_its_date() -> None:
     """At 00:20 on Tuesday in Madrid, "remind me tomorrow at 8": the person, not yet asleep, most
     likely means the coming morning; the tool reads Wednesday. Seen failing: the schedule was only
