@@ -311,8 +311,9 @@ create text search dictionary crossmem_private.spanish_stopwords (
 -- 16 longest (the rarer, as a rule). A question of a thousand characters had some 140, whose `or`
 -- the planner took for most of the table: it read every message of everyone's (2.5 s at 300,000),
 -- and anyone may send one. Spanish's stopwords are dropped from a question that reads Spanish: one
--- holding a Spanish stopword that is neither an English stopword nor an English word too ("son",
--- "sea", "Sean", "era", "sin"...: "what did Sean say about my son?" searched "say" alone). Spanish's
+-- holding a Spanish stopword that is neither an English stopword nor an English word or name too
+-- ("son", "sea", "Sean", "era", "sin", "Al", "Les"...: "what did Sean say about my son?" searched
+-- "say" alone, "what is Al's number?" "number" alone). Spanish's
 -- list writes 84 of its words with their accents ("más", "también", "tenía"); a phone types them
 -- without, and the question's words are compared without, so they are listed here as typed so.
 create function crossmem_private.search_terms(p_query text) returns text[]
@@ -329,7 +330,7 @@ declare
          where (pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, a) is not null
                 or a = any(v_unaccented))
            and pg_catalog.ts_lexize('crossmem_private.english_stopwords'::regdictionary, a) is null
-           and a <> all('{son,sea,seas,sean,era,eras,sin,hay,ante,contra,uno,todo,han,mia}'::text[]));
+           and a <> all('{son,sea,seas,sean,era,eras,sin,hay,ante,contra,uno,todo,han,mia,al,les,como,con,le}'::text[]));
 begin
     return (select coalesce(array_agg(t.w order by t.w), '{}')
               from (select d.w from (select distinct w
