@@ -44,7 +44,8 @@ def telegram_webhook(request: flask.Request) -> flask.Response:
     deadline_s = runtime.surfaces()[Surface.TELEGRAM].deadline_s
     language = runtime.remembered_language()
     services = runtime.turns(), runtime.commands(), runtime.catalogue(), language, runtime.corrections()
-    inbound = TelegramInbound(options, *services, StoppedGenerations(runtime.store()), deadline_s, REPLY_DEADLINE_S)
+    stops = StoppedGenerations(runtime.store(), runtime.identity())
+    inbound = TelegramInbound(options, *services, stops, deadline_s, REPLY_DEADLINE_S)
     answer = inbound.answer(update)
     if isinstance(answer, Redeliver):
         return json_response({"error": answer.error, "message": answer.message}, 503)

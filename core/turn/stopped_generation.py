@@ -19,28 +19,47 @@ from __future__ import annotations
 import logging
 
 from core.errors import StoreUnavailable
-from core.stores.store import MemoryStore
+from core.identity.policy import IdentityPolicy
+from core.models import Surface
+from core.stores.store import JsonScalar, MemoryStore
 
 log = logging.getLogger("crossmem.telegram")
 
 
 class StoppedGenerations:
-    def __init__(self, store: MemoryStore) -> None:
+    """`identity`: whose a chat is. The owner policy keeps no identity row for the owner's chats,
+    so the owner is named to the SQL functions; under `auto` they read the chat's identity."""
+
+    def __init__(self, store: MemoryStore, identity: IdentityPolicy) -> None:
         self._store = store
+        self._identity = identity
+
+    def _whose(self, chat_id: int, draft_id: int) -> dict[str, JsonScalar] | None:
+        """The SQL functions' arguments for the chat's person, or None for a stranger (the owner
+        policy's), whose stop is nobody's."""
+        person = self._identity.resolve(Surface.TELEGRAM, str(chat_id))
+        if person is None:
+            return None
+        user_id = str(person.user_id) if person.user_id is not None else None
+        return {"p_user_id": user_id, "p_chat": str(chat_id), "p_draft_id": str(draft_id)}
 
     def record(self, chat_id: int, draft_id: int) -> bool:
         """The person of `chat_id` tapped stop under the draft `draft_id`: whether this recorded it
         (False for a redelivered stop, a finished turn, a chat or draft that is nobody's, or a
         database that failed: then the turn writes on, as it would have without the button)."""
+        whose = self._whose(chat_id, draft_id)
+        if whose is None:
+            return False
         try:
-            return bool(self._store.call("stop_generation", {"p_chat": str(chat_id), "p_draft_id": str(draft_id)}))
+            return bool(self._store.call("stop_generation", whose))
         except StoreUnavailable as exc:
             log.error("recording a stop failed", extra={"error": str(exc)})
             return False
 
     def asked(self, chat_id: int, draft_id: int) -> bool:
         """Whether the person of `chat_id` stopped the draft `draft_id`; raises StoreUnavailable."""
-        return bool(self._store.call("generation_stopped", {"p_chat": str(chat_id), "p_draft_id": str(draft_id)}))
+        whose = self._whose(chat_id, draft_id)
+        return whose is not None and bool(self._store.call("generation_stopped", whose))
 
     def stopped_before(self, chat_id: int, draft_id: int) -> bool:
         """Whether the person stopped the draft `draft_id` while an attempt that has since died

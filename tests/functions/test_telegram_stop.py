@@ -32,7 +32,7 @@ from functions.tools.cli import main
 from functions.tools.doctor import check_telegram
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, count, execute, rows, stored_turn, update
+from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, as_owner, count, execute, rows, stored_turn, update
 
 STOP: dict[str, Any] = json.loads((CORPUS / "telegram" / "29_stopped_message_generation.json").read_text())
 DRAFT_ID = STOP["stopped_message_generation"]["draft_id"]  # the update_id of the message answered
@@ -321,3 +321,29 @@ def test_the_doctor_fails_a_webhook_that_never_gets_the_stop_button(
 
     fake_telegram.webhook_info["allowed_updates"] = list(WEBHOOK_UPDATES)
     assert check_telegram(runtime.settings(), [ours], "europe-west1").status == "ok"
+
+
+def test_under_the_owner_policy_the_owners_stop_stops_the_reply(
+    environment: pytest.MonkeyPatch,
+    owner: uuid.UUID,
+    database_url: str,
+    writing: FakeAnthropic,
+    fake_telegram: FakeTelegram,
+) -> None:
+    """The owner policy keeps no identity row for the owner's chat: a stop looked up by the chat's
+    identity found nobody, was answered `stopped: false`, and the whole answer went on (a review's
+    finding). The owner's stop is theirs; a stranger's, under the same policy, stops nothing."""
+    as_owner(environment, owner, telegram="7373")
+    webhook = app_client("telegram_webhook")
+    draft = a_new_draft()
+    stopped = tap_stop_on_draft(webhook, fake_telegram, 2, stop_from(7373, draft))
+
+    response = post(webhook, update("Tell me everything about my week", update_id=draft, user_id=7373))
+
+    assert [answer.get_json() for answer in stopped] == [{"ok": True, "stopped": True}]
+    assert response.get_json() == {"ok": True, "outcome": "stopped"}
+    assert len(fake_telegram.sent("sendMessageDraft")) == 2
+    shown = fake_telegram.sent("sendMessageDraft")[-1]["text"].rstrip()
+    assert fake_telegram.sent() == [{"chat_id": 7373, "text": shown}]
+    assert stored_turn(database_url, str(draft)) == [("user", "Tell me everything about my week"), ("assistant", shown)]
+    assert post(webhook, stop_from(7474, draft)).get_json() == {"ok": True, "stopped": False}

@@ -515,20 +515,24 @@ create table public.stopped_generations (
 alter table public.stopped_generations enable row level security;  -- who reads what: access.sql
 
 -- The person whose private chat is p_chat stopped the draft p_draft_id: the update_id of their
--- message the turn answers (core/surfaces/telegram_inbound.py's draft_id). Recorded only while that message
--- has no reply (a stop for a finished turn changes nothing), once (a redelivered stop changes
--- nothing); true when this call recorded it. A chat or draft that is nobody's records nothing.
-create or replace function public.stop_generation(p_chat text, p_draft_id text)
+-- message the turn answers (core/surfaces/telegram_inbound.py's draft_id). The person is p_user_id
+-- (the owner policy's, which keeps no identity for the owner's chats), else the chat's identity's.
+-- Recorded only while that message has no reply (a stop for a finished turn changes nothing), once
+-- (a redelivered stop changes nothing); true when this call recorded it. A chat or draft that is
+-- nobody's records nothing.
+create or replace function public.stop_generation(p_user_id uuid, p_chat text, p_draft_id text)
     returns boolean language plpgsql set search_path = '' as $$
 declare
-    v_user uuid;
+    v_user uuid := p_user_id;
     v_message bigint;
 begin
-    select i.user_id into v_user
-      from public.identities i
-     where i.surface = 'telegram' and i.external_id = p_chat;
-    if not found then
-        return false;
+    if v_user is null then
+        select i.user_id into v_user
+          from public.identities i
+         where i.surface = 'telegram' and i.external_id = p_chat;
+        if not found then
+            return false;
+        end if;
     end if;
     select m.id into v_message
       from public.messages m
@@ -543,15 +547,17 @@ begin
 end;
 $$;
 
--- Whether the person of chat p_chat stopped the draft p_draft_id: what a writing turn asks, at
--- most once a draft (core/channels/live_reply.py); three index reads, one round trip.
-create or replace function public.generation_stopped(p_chat text, p_draft_id text)
+-- Whether the person of chat p_chat (p_user_id, else the chat's identity's, as stop_generation
+-- reads it) stopped the draft p_draft_id: what a writing turn asks, at most once a draft
+-- (core/channels/live_reply.py); three index reads, one round trip.
+create or replace function public.generation_stopped(p_user_id uuid, p_chat text, p_draft_id text)
     returns boolean language plpgsql stable set search_path = '' as $$
 begin
     return exists (
-        select from public.identities i
-          join public.messages m on m.user_id = i.user_id and m.surface = 'telegram' and m.external_id = p_draft_id
+        select from public.messages m
           join public.stopped_generations s on s.message_id = m.id and s.user_id = m.user_id
-         where i.surface = 'telegram' and i.external_id = p_chat);
+         where m.surface = 'telegram' and m.external_id = p_draft_id
+           and m.user_id = coalesce(p_user_id, (select i.user_id from public.identities i
+                                                 where i.surface = 'telegram' and i.external_id = p_chat)));
 end;
 $$;
