@@ -210,7 +210,7 @@ def _media_kind(message: Message) -> str | None:
         if getattr(message, kind) is not None:
             return kind
     extra = message.model_extra or {}
-    for kind in ("animation", "poll", "dice", "game", "story"):
+    for kind in ("animation", "poll", "dice", "game", "story", "checklist"):  # checklist: Bot API 9.1
         if kind in extra:
             return kind
     return None

@@ -285,6 +285,24 @@ def test_a_gif_is_answered_as_a_video_is_not_as_an_mp4_file(
     assert stored_turn(database_url, str(body["update_id"])) == [] and fake_anthropic.requests == []
 
 
+def test_a_checklist_is_answered_as_a_poll_is_not_met_with_silence(
+    environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """Bot API 9.1's `checklist` (a Premium user's to-do list, sent in a private chat) has no text:
+    it was ignored as "private message without text", so the person's list got no answer at all,
+    where a poll or a dice gets the text-only notice (a review's finding)."""
+    body = update("", user_id=6_100_007)
+    del body["message"]["text"]
+    body["message"]["checklist"] = {
+        "title": "Groceries",
+        "tasks": [{"id": 1, "text": "Milk"}, {"id": 2, "text": "Eggs"}],
+    }
+    response = app_client("telegram_webhook").post("/", json=body, headers=TELEGRAM_HEADERS)
+    assert response.status_code == 200 and response.get_json() == {"ok": True}
+    assert fake_telegram.sent() == [{"chat_id": 6_100_007, "text": ENGLISH.say("media.text_only")}]
+    assert stored_turn(database_url, str(body["update_id"])) == [] and fake_anthropic.requests == []
+
+
 def test_a_long_answer_arrives_in_parts_of_at_most_4096_characters(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram
 ) -> None:
