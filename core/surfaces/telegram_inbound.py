@@ -99,7 +99,7 @@ class TelegramInbound:
                 options.bot().answer_callback_query(action.callback_query_id)
             phrases = self.catalogue.phrases(answered.language)
             button = confirm_button(answered.confirm_code, phrases) if answered.confirm_code else None
-            return self._reply(action.chat_id, answered.text, button)
+            return self._reply(action.chat_id, answered.text, button, again=False)
         if not isinstance(action, Converse):
             tapped = update.callback_query.get("id") if update.callback_query is not None else None
             if isinstance(tapped, str) and options.bot is not None:
@@ -147,24 +147,38 @@ class TelegramInbound:
     def _phrases(self, language_code: str | None, text: str = "") -> Phrases:
         return self.catalogue.phrases(self.catalogue.choose(language_code, text))
 
-    def _reply(self, chat_id: int, text: str, markup: Answer | None = None) -> Answer | Redeliver:
+    def _reply(
+        self, chat_id: int, text: str, markup: Answer | None = None, *, again: bool = True
+    ) -> Answer | Redeliver:
         """An answer inside the webhook's (one outbound call fewer), or through the Bot API when it
         is longer than one message; with no bot token (local development) only its first part.
         `markup`: the buttons under the text. Sent, but not taken for a reason that may pass:
-        `Redeliver`, and the redelivery answers again (a turn's reply from the store, a command's
-        anew: each is answered the same way twice)."""
+        `Redeliver`, and the redelivery answers again (a turn's reply from the store, a refusal
+        anew). Not `again` (a command's: not stored, so a redelivery runs it again, and one that
+        changed something, a forget, an unlink, a code redeemed, would answer otherwise: "nothing to
+        confirm" after everything was deleted): inside the webhook's answer instead, for Telegram
+        to send."""
         bot = self.options.bot
         if self.options.inline and (len(text) <= TELEGRAM_LIMIT or bot is None):
-            first = split_message(text, TELEGRAM_LIMIT - 2)[0]
-            shown = first if first == text.strip() else first + " …"
-            answer: Answer = {"method": "sendMessage", "chat_id": chat_id, "text": shown}
-            if markup:
-                answer["reply_markup"] = markup
-            return answer
+            return in_the_answer(chat_id, text, markup)
         assert bot is not None  # not inline: a bot token is set
         if bot().send_text(chat_id, text, reply_markup=markup) is Delivery.OWED:
-            return Redeliver("reply_owed", "the Bot API did not take the reply")
+            return (
+                Redeliver("reply_owed", "the Bot API did not take the reply")
+                if again
+                else in_the_answer(chat_id, text, markup)
+            )
         return {"ok": True}
+
+
+def in_the_answer(chat_id: int, text: str, markup: Answer | None) -> Answer:
+    """The Bot API method the webhook's answer carries for Telegram to run: the text's first message."""
+    first = split_message(text, TELEGRAM_LIMIT - 2)[0]
+    shown = first if first == text.strip() else first + " …"
+    answer: Answer = {"method": "sendMessage", "chat_id": chat_id, "text": shown}
+    if markup:
+        answer["reply_markup"] = markup
+    return answer
 
 
 def confirm_button(code: str, phrases: Phrases) -> Answer:
