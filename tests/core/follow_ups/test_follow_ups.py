@@ -32,44 +32,6 @@ def test_a_wall_time_summer_time_skips_is_the_same_time_after_the_jump() -> None
     assert resolve_when(now, MADRID, day="sunday", at="02:30") == datetime(2027, 3, 28, 1, 30, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(
-    ("zone", "now", "day", "at", "due"),
-    [
-        # 02:10 CET on Sunday 25 October 2026, the second 02:10 of the night (the clocks fell back
-        # from 03:00 CEST): 02:30 comes again in 20 minutes, at 01:30 UTC.
-        (
-            "Europe/Madrid",
-            datetime(2026, 10, 25, 1, 10, tzinfo=UTC),
-            "today",
-            "02:30",
-            datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
-        ),
-        (
-            "Europe/Madrid",
-            datetime(2026, 10, 25, 1, 10, tzinfo=UTC),
-            "sunday",
-            "02:30",
-            datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
-        ),
-        # 01:10 EST on Sunday 1 November 2026 in New York, after the clocks fell back from 02:00 EDT.
-        (
-            "America/New_York",
-            datetime(2026, 11, 1, 6, 10, tzinfo=UTC),
-            "today",
-            "01:30",
-            datetime(2026, 11, 1, 6, 30, tzinfo=UTC),
-        ),
-    ],
-)
-def test_a_wall_time_the_clocks_repeat_is_the_one_still_to_come(
-    zone: str, now: datetime, day: str, at: str, due: datetime
-) -> None:
-    """The first of a repeated wall time is taken, unless it has passed and the second has not: at
-    02:10 of the hour that comes twice, "at 02:30" is in 20 minutes, not "already passed" (nor,
-    said as "Sunday", next week's)."""
-    assert resolve_when(now, ZoneInfo(zone), day=day, at=at) == due
-
-
 def test_a_weekday_said_on_that_day_after_the_time_is_next_weeks() -> None:
     friday_evening = datetime(2026, 12, 4, 19, 0, tzinfo=UTC)
     assert resolve_when(friday_evening, MADRID, day="Friday", at="9:00") == datetime(2026, 12, 11, 8, 0, tzinfo=UTC)
@@ -236,12 +198,39 @@ def test_a_web_clients_timezone_becomes_the_persons_and_a_bad_one_is_ignored() -
             "23:00",
             datetime(2026, 12, 3, 10, 0, tzinfo=UTC),
         ),
+        # 02:10 CET on Sunday 25 October 2026, the second 02:10 of the night (the clocks fell back
+        # from 03:00 CEST): 02:30 comes again in 20 minutes, at 01:30 UTC.
+        (
+            "Europe/Madrid",
+            datetime(2026, 10, 25, 1, 10, tzinfo=UTC),
+            "today",
+            "02:30",
+            datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+        ),
+        (
+            "Europe/Madrid",
+            datetime(2026, 10, 25, 1, 10, tzinfo=UTC),
+            "sunday",
+            "02:30",
+            datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+        ),
+        # 01:10 EST on Sunday 1 November 2026 in New York, after the clocks fell back from 02:00 EDT.
+        (
+            "America/New_York",
+            datetime(2026, 11, 1, 6, 10, tzinfo=UTC),
+            "today",
+            "01:30",
+            datetime(2026, 11, 1, 6, 30, tzinfo=UTC),
+        ),
     ],
 )
-def test_today_is_the_persons_date_not_utcs(zone: str, now: datetime, day: str, at: str, due: datetime) -> None:
+def test_a_day_and_a_time_are_the_persons_own(zone: str, now: datetime, day: str, at: str, due: datetime) -> None:
     """Issue 30, finding 9: "today" taken as the UTC date passed every test. Far east of UTC the
     person's today is UTC's tomorrow (UTC's date would make "today at 9" a time already passed);
-    far west, UTC's yesterday (UTC's date would make it tomorrow evening)."""
+    far west, UTC's yesterday (UTC's date would make it tomorrow evening). And of a wall time the
+    clocks repeat, the first is taken unless it has passed and the second has not: at 02:10 of the
+    hour that comes twice, "at 02:30" is in 20 minutes, not "already passed" (nor, said as
+    "Sunday", next week's: a review's finding)."""
     assert resolve_when(now, ZoneInfo(zone), day=day, at=at) == due
 
 

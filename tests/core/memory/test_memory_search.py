@@ -288,6 +288,15 @@ def test_an_english_question_finds_the_son_the_spanish_list_would_drop(memory: M
     assert [hit.message.id for hit in memory.search(person, "what did I say about my son?")] == [fact]
 
 
+def found_alone(memory: Memory, database_url: str, said: str, asked: str) -> bool:
+    """Whether `asked` finds what was `said` a month ago, and only it, among nineteen ordinary messages."""
+    person = uuid.uuid4()
+    fact = planted(database_url, person, "telegram", "user", said, 30)
+    for day in range(1, 20):
+        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
+    return [hit.message.id for hit in memory.search(person, asked)] == [fact]
+
+
 @pytest.mark.parametrize(
     ("said", "asked"),
     [
@@ -305,11 +314,7 @@ def test_an_english_question_finds_the_son_the_spanish_list_would_drop(memory: M
     ],
 )
 def test_a_plural_finds_its_singular_and_back(memory: Memory, database_url: str, said: str, asked: str) -> None:
-    person = uuid.uuid4()
-    fact = planted(database_url, person, "telegram", "user", said, 30)
-    for day in range(1, 20):
-        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
-    assert [hit.message.id for hit in memory.search(person, asked)] == [fact]
+    assert found_alone(memory, database_url, said, asked)
 
 
 def test_a_question_of_a_thousand_characters_searches_by_its_sixteen_longest_words(
@@ -611,11 +616,7 @@ def test_a_neighbour_shown_as_a_hit_is_named_by_its_number(memory: Memory, datab
 def test_a_plural_in_es_and_a_singular_in_s_find_each_other(
     memory: Memory, database_url: str, said: str, asked: str
 ) -> None:
-    person = uuid.uuid4()
-    fact = planted(database_url, person, "telegram", "user", said, 30)
-    for day in range(1, 20):
-        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
-    assert [hit.message.id for hit in memory.search(person, asked)] == [fact]
+    assert found_alone(memory, database_url, said, asked)
 
 
 def test_a_reply_at_the_windows_start_is_shown_or_found(
@@ -834,11 +835,7 @@ def test_a_long_message_is_shown_around_what_it_was_found_for_not_the_first_comm
 def test_words_and_digits_inside_a_link_or_a_number_are_found(
     memory: Memory, database_url: str, said: str, asked: str
 ) -> None:
-    person = uuid.uuid4()
-    fact = planted(database_url, person, "telegram", "user", said, 30)
-    for day in range(1, 20):
-        planted(database_url, person, "web", "user", f"an ordinary message number {day} about nothing", day)
-    assert [hit.message.id for hit in memory.search(person, asked)] == [fact]
+    assert found_alone(memory, database_url, said, asked)
 
 
 def test_an_english_question_about_al_searches_al(memory: Memory, database_url: str) -> None:
