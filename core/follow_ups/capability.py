@@ -409,7 +409,7 @@ class TurnTools:
             f"#{f.id} {shown(f.due_at, zone)}: {f.content}"
             for f in self.pending
             # still to come (a held one's time has passed, a sending one is going)
-            if f.timezone != zone.key and f.id not in self.cancelled and f.status == "pending" and f.due_at > self.now
+            if f.timezone != str(zone) and f.id not in self.cancelled and f.status == "pending" and f.due_at > self.now
         ]
         if elsewhere:
             said += OTHER_CLOCK.format(pending="; ".join(elsewhere))
