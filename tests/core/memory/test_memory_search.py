@@ -817,12 +817,6 @@ def test_a_long_message_is_shown_around_what_it_was_found_for_not_the_first_comm
     assert fact in found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Postgres's parser keeps a URL's host, a number after a hyphen and a number with a thousands"
-    " separator as one token each ('www.booking.com', '-0142', '1.250'): a word or the digits inside one"
-    " are never found (a review's finding)",
-)
 @pytest.mark.parametrize(
     ("said", "asked"),
     [
@@ -835,6 +829,9 @@ def test_a_long_message_is_shown_around_what_it_was_found_for_not_the_first_comm
 def test_words_and_digits_inside_a_link_or_a_number_are_found(
     memory: Memory, database_url: str, said: str, asked: str
 ) -> None:
+    """Postgres's parser keeps a link's host, a number after a hyphen and a number with a thousands
+    separator as one word each ('www.booking.com', '-0142', '1.250'): a word or the digits inside one
+    were never found (a review's finding). Such a text is read once more with them apart."""
     assert found_alone(memory, database_url, said, asked)
 
 
