@@ -674,6 +674,19 @@ begin
 end;
 $$;
 
+-- Whether the person's message is still stored (theirs, or the person's they were linked into):
+-- a forget during its turn took it, and what the turn learned from it goes with it. Called after
+-- hold_conversation_of, so a forget that has not committed yet waits for the turn, and then
+-- deletes what it kept.
+create function crossmem_private.message_held(p_user_id uuid, p_message_id bigint) returns boolean
+    language sql stable set search_path = '' as $$
+    select exists (select from public.messages m
+                    where m.id = p_message_id
+                      and (m.user_id = p_user_id
+                           or m.user_id = (select x.into_user_id from public.merged_people x
+                                            where x.from_user_id = p_user_id)));
+$$;
+
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
@@ -703,7 +716,9 @@ begin
     -- then stored where the link moved the message, the person's (with the chat's old id, it was
     -- out of every context). Once the reply is stored, a link waits for this turn, and moves it.
     perform crossmem_private.hold_conversation_of(p_user_id, p_user_message_id);
-    if p_language is not null then  -- null: nothing learned, and nothing to answer with it
+    -- null: nothing learned, and nothing to answer with it. Learned from the message: not kept once
+    -- a forget took the message (forgetting.sql deletes the language with it).
+    if p_language is not null and crossmem_private.message_held(p_user_id, p_user_message_id) then
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
     if p_user_content is not null then
@@ -807,7 +822,7 @@ begin
     -- read once a link that held the message has committed.
     v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
                        p_user_id);
-    if p_language is not null then  -- as finish_turn
+    if p_language is not null and crossmem_private.message_held(p_user_id, p_user_message_id) then  -- as finish_turn
         perform crossmem_private.remember_language(p_user_id, p_language);
     end if;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);

@@ -360,3 +360,21 @@ def test_forget_counts_only_the_persons_own_reminders(memory: Memory, forgetting
         )
     ask = ForgetRequest(Surface.TELEGRAM, senders[0], False)
     assert forgetting.answer(ask) == will_delete(ENGLISH, 2, 1, "/forget confirm", follow_ups=1)
+
+
+def test_a_turn_in_flight_during_the_forget_does_not_bring_back_the_language_it_heard(
+    memory: Memory, forgetting: Forgetting, database_url: str
+) -> None:
+    """A voice note in Spanish is being answered when the person forgets everything from another
+    app: its reply finds no message to store, and the language it heard in the forgotten message is
+    not kept either (forgetting deletes the remembered language)."""
+    person = uuid.uuid4()
+    start = memory.begin_turn(Person(user_id=person), Surface.WEB, "una nota de voz", uuid.uuid4().hex)
+    assert start.message_id is not None
+    assert forgetting.forget_everything(person) == Forgotten(messages=1, conversations=1)
+
+    stored = memory.finish_turn(person, start.message_id, "Claro.", language="es")
+    memory.end_attempt(person, start.message_id, None, 0, language="pt")  # a fallback's end, the same
+
+    assert stored is None
+    assert rows(database_url, "select language from person_languages where user_id = %s", person) == []
