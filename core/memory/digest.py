@@ -262,9 +262,12 @@ class DigestJob:
             if not batch:
                 break
             written_now = 0
-            for due in batch:
+            for index, due in enumerate(batch):
                 if self._clock() - began >= self._limits.time_budget_s:
                     self._release(due)  # out of time: the next run takes them
+                    continue
+                # The first was claimed just now; each later one after the model calls before it.
+                if index > 0 and not self._still_claimed(due):
                     continue
                 if self._digest(due):
                     written_now += 1
@@ -292,6 +295,18 @@ class DigestJob:
             },
         )
         return [DueDigest.from_row(row) for row in rows or []]
+
+    def _still_claimed(self, due: DueDigest) -> bool:
+        """Whether the run's claim on `due` still holds. The batch was claimed before the model calls
+        of the people before them (seconds each): one who forgot meanwhile (their row went, claim and
+        all), edited a message, or was linked or purged (the claim let go) has what the claim read
+        sent to no model; the next digest reads what is left."""
+        try:
+            row = self._store.call("memory_claim_holds", {"p_user_id": str(due.user_id), "p_claim": str(due.claim)})
+        except StoreUnavailable as exc:  # its claim lapses with its lease
+            log.warning("a digest's claim could not be checked; the person stays due", extra={"error": str(exc)})
+            return False
+        return bool(row and row.get("holds"))
 
     def _digest(self, due: DueDigest) -> bool:
         try:

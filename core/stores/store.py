@@ -79,6 +79,7 @@ SQL_FUNCTIONS = frozenset(
         "claim_memory_digests",
         "write_memory_notes",
         "release_memory_claim",
+        "memory_claim_holds",
         "fail_memory_digest",
         "memory_notes_of",
         "reserve_voice_seconds",

@@ -252,6 +252,18 @@ begin
 end;
 $$;
 
+-- Whether a run's claim on a person still holds, asked just before their model call: a run asks
+-- for one person after another, each call up to the model's timeout, and meanwhile the person may
+-- have forgotten (their notes' row goes, claim and all), edited a message, been linked or purged
+-- (the claim let go). Then the words it read at the claim go to no model: the next digest reads
+-- what is left.
+-- Returns {"holds": true|false}.
+create or replace function public.memory_claim_holds(p_user_id uuid, p_claim uuid)
+    returns jsonb language sql stable set search_path = '' as $$
+    select jsonb_build_object('holds', exists (select from public.memory_notes n
+                                                where n.user_id = p_user_id and n.claim = p_claim));
+$$;
+
 -- Write a person's new notes, covering up to the message (p_covered_at, p_covered_id), and
 -- let the claim go. Only the holder of the claim may write: a run whose claim expired and
 -- was taken by another writes nothing. Returns {"written": true|false, "revision"}.

@@ -613,3 +613,35 @@ def test_one_long_message_does_not_push_every_other_fact_out_of_the_offline_note
         "Here is the email my landlord sent me: ",
     ]
     assert len(lines[-1]) == 800 and lines[-1].endswith("…")
+
+
+def test_a_person_forgotten_while_the_run_digests_another_is_never_sent_to_the_model(
+    alone: tuple[Memory, PostgresStore, str],
+) -> None:
+    """A run claims a batch and asks the model for one person after another, each call up to its
+    timeout: a person who forgets everything meanwhile (DELETE /memory) has their forgotten words
+    sent to no model afterwards, not even for notes that would not be written."""
+    small, store, database_url = alone
+    first, second = sorted([uuid.uuid4(), uuid.uuid4()])  # the claim takes them in this order
+    converse(small, first, ["my sister's name is Ana", "b", "c"])
+    converse(small, second, ["my PIN is 9182", "b", "c"])
+
+    def answer(body: dict[str, object]) -> str:
+        if "my sister's name is Ana" in str(body):  # while the model writes the first's notes
+            with psycopg.connect(database_url, autocommit=True) as connection:
+                connection.execute("select forget_person(%s, false)", (second,))
+        return "- [telegram · 2026-11-30] Sister's name is Ana."
+
+    server = FakeAnthropic(answer=answer)
+    try:
+        model = AnthropicModel(
+            api_key="sk-ant-test", model="claude-haiku-4-5", max_tokens=800, base_url=server.url, max_retries=0
+        )
+        run = DigestJob(store, ModelDigester(model, 800, 5), LIMITS).run()
+        asked = [str(body) for body in server.requests]
+    finally:
+        server.close()
+
+    assert run.updated == 1
+    assert ["my PIN is 9182" in body for body in asked] == [False]
+    assert notes_row(database_url, second) is None
