@@ -85,8 +85,9 @@ WITHOUT: dict[str, str | None] = {
         alter table public.messages drop constraint messages_conversation_id_fkey,
             drop constraint messages_in_reply_to_fkey, drop constraint messages_replied_to_fkey""",
     "the person's language": """
-        create or replace function crossmem_private.remember_language(p_user_id uuid, p_language text)
-            returns text language plpgsql set search_path = '' as $$ begin return null; end; $$""",
+        create or replace function crossmem_private.remember_language(
+            p_user_id uuid, p_language text, p_message_id bigint
+        ) returns text language plpgsql set search_path = '' as $$ begin return null; end; $$""",
     "the follow-ups read": """
         create or replace function crossmem_private.turn_follow_ups(
             p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,

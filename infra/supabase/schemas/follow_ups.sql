@@ -117,7 +117,7 @@ alter table public.person_languages enable row level security;  -- who reads wha
 -- a link). Written only when it differs: the same language again is a read, and takes no lock
 -- that would make the person's turns wait for each other. Both read in one statement: each
 -- turn calls it twice (begin_turn, finish_turn).
-create function crossmem_private.remember_language(p_user_id uuid, p_language text)
+create function crossmem_private.remember_language(p_user_id uuid, p_language text, p_message_id bigint)
     returns text language plpgsql set search_path = '' as $$
 declare
     v_user uuid;
@@ -128,6 +128,13 @@ begin
                             p_user_id) as user_id) v
       left join public.person_languages l on l.user_id = v.user_id;
     if p_language is null or v_language is not distinct from p_language then
+        return v_language;
+    end if;
+    -- Learned from a stored message (a turn's end, p_message_id): not kept once a forget took the
+    -- message (forgetting.sql deleted the language with it). Asked only when there is something to
+    -- write: a turn that learned nothing new reads nothing more.
+    if p_message_id is not null
+       and not exists (select from public.messages m where m.id = p_message_id and m.user_id = v_user) then
         return v_language;
     end if;
     insert into public.person_languages (user_id, language) values (v_user, p_language)

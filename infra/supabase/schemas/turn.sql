@@ -479,7 +479,7 @@ begin
                                  'history', '[]'::json, 'prepend', '[]'::json);
     end if;
     v_user := crossmem_private.turn_person(p_surface, p_user_id, p_sender_id, p_sender_alias);
-    v_language := crossmem_private.remember_language(v_user, p_language);  -- follow_ups.sql
+    v_language := crossmem_private.remember_language(v_user, p_language, null);  -- follow_ups.sql
     -- A surface whose senders opt out (identities.sql; its adapter says so): the person's opted-out
     -- chats or numbers there read, as the job reads them; every other turn reads nothing more.
     if p_opts_out and crossmem_private.opted_out_of(v_user, p_surface) ? p_sender then
@@ -674,19 +674,6 @@ begin
 end;
 $$;
 
--- Whether the person's message is still stored (theirs, or the person's they were linked into):
--- a forget during its turn took it, and what the turn learned from it goes with it. Called after
--- hold_conversation_of, so a forget that has not committed yet waits for the turn, and then
--- deletes what it kept.
-create function crossmem_private.message_held(p_user_id uuid, p_message_id bigint) returns boolean
-    language sql stable set search_path = '' as $$
-    select exists (select from public.messages m
-                    where m.id = p_message_id
-                      and (m.user_id = p_user_id
-                           or m.user_id = (select x.into_user_id from public.merged_people x
-                                            where x.from_user_id = p_user_id)));
-$$;
-
 create or replace function public.finish_turn(
     p_user_id uuid,
     p_user_message_id bigint,
@@ -717,9 +704,9 @@ begin
     -- out of every context). Once the reply is stored, a link waits for this turn, and moves it.
     perform crossmem_private.hold_conversation_of(p_user_id, p_user_message_id);
     -- null: nothing learned, and nothing to answer with it. Learned from the message: not kept once
-    -- a forget took the message (forgetting.sql deletes the language with it).
-    if p_language is not null and crossmem_private.message_held(p_user_id, p_user_message_id) then
-        perform crossmem_private.remember_language(p_user_id, p_language);
+    -- a forget took the message (remember_language asks, when it would write).
+    if p_language is not null then
+        perform crossmem_private.remember_language(p_user_id, p_language, p_user_message_id);
     end if;
     if p_user_content is not null then
         perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
@@ -822,8 +809,8 @@ begin
     -- read once a link that held the message has committed.
     v_user := coalesce((select x.into_user_id from public.merged_people x where x.from_user_id = p_user_id),
                        p_user_id);
-    if p_language is not null and crossmem_private.message_held(p_user_id, p_user_message_id) then  -- as finish_turn
-        perform crossmem_private.remember_language(p_user_id, p_language);
+    if p_language is not null then  -- as finish_turn
+        perform crossmem_private.remember_language(p_user_id, p_language, p_user_message_id);
     end if;
     perform public.rewrite_user_message(p_user_id, p_user_message_id, p_user_content);
     perform crossmem_private.settle_turn_tokens(p_user_message_id, v_user, p_reserved, p_tokens, p_attempt);
