@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from time import monotonic
 
 import flask
 
@@ -40,11 +41,14 @@ def memory_digest(request: flask.Request) -> flask.Response:
         return json_response({"error": "unauthorized", "message": f"wrong or missing {SECRET_HEADER}"}, 401)
     if request.method != "POST":
         return json_response({"error": "method_not_allowed", "message": "POST to run the digest"}, 405)
+    began = monotonic()
     # Owed replies first: someone may be waiting for them; the notes can wait a minute.
     owed_answered, owed_failed = owed_replies(config.digest_time_budget / 2)
     # Then the follow-ups due: said on time matters more than the notes (whose run may be long).
     follow_ups = runtime.follow_up_delivery().run(config.digest_time_budget / 4)
-    run = runtime.digest_job().run() if config.memory_notes else DigestRun(0, 0)
+    # The notes have what is left of the budget, so the purge after them runs within the timeout.
+    left = config.digest_time_budget - (monotonic() - began)
+    run = runtime.digest_job().run(time_budget_s=left) if config.memory_notes else DigestRun(0, 0)
     done = {
         "owed_answered": owed_answered,
         "owed_failed": owed_failed,

@@ -252,18 +252,20 @@ class DigestJob:
         self._limits = limits
         self._clock = clock
 
-    def run(self, user_id: UUID | None = None) -> DigestRun:
+    def run(self, user_id: UUID | None = None, time_budget_s: float | None = None) -> DigestRun:
         """Digest every due person (or only `user_id`), batch after batch, until none is
-        due, the time budget is spent, or a whole batch failed."""
+        due, the time budget is spent, or a whole batch failed. `time_budget_s`: what is left of
+        DIGEST_TIME_BUDGET when the job's steps before it spent some (None: all of it)."""
         began = self._clock()
+        budget = self._limits.time_budget_s if time_budget_s is None else time_budget_s
         updated = failed = 0
-        while self._clock() - began < self._limits.time_budget_s:
+        while self._clock() - began < budget:
             batch = self._claim(user_id)
             if not batch:
                 break
             written_now = 0
             for index, due in enumerate(batch):
-                if self._clock() - began >= self._limits.time_budget_s:
+                if self._clock() - began >= budget:
                     self._release(due)  # out of time: the next run takes them
                     continue
                 # The first was claimed just now; each later one after the model calls before it.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+import functions.digest
 from core.model.prompt import NOTES_PREAMBLE
 from core.models import Surface
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
@@ -155,6 +157,28 @@ def test_memory_digest_given_a_secret_refuses_without_it_and_does_nothing(
         assert row.fetchone() == (1, "- [telegram · 2026-11-30] Sister's name is Ana.")
     body = fake_anthropic.requests[-1]
     assert body["model"] == "claude-haiku-5-5" and body["max_tokens"] == 800 + 2048
+
+
+def test_the_notes_have_what_is_left_of_the_budget_after_the_owed_replies_and_the_follow_ups(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
+) -> None:
+    """The owed replies may take half of DIGEST_TIME_BUDGET and the follow-ups a quarter: the notes
+    had the whole budget again after them, so a model that hung took the run past the function's
+    timeout (300 s of 240), and the purge after them never ran (a review's finding). Here the steps
+    before them spent it all: the person stays due, for the next run, and the model is not asked."""
+    for text in ("My sister's name is Ana", "b", "c"):
+        said = telegram(text, sender="7272")
+    paused(said.user_id)
+    digest = app_client("memory_digest")
+    clock = iter([0.0, 240.0])  # the job's start, then the notes' turn: the steps before spent 240 s
+    notes_env.setattr(functions.digest, "monotonic", lambda: next(clock))
+    asked = len(fake_anthropic.requests)
+    answered = digest.post("/")
+    assert (answered.status_code, answered.get_json()) == (200, {**NOTHING_DONE, "memory_notes": True})
+    assert len(fake_anthropic.requests) == asked
+    notes_env.setattr(functions.digest, "monotonic", time.monotonic)
+    fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
+    assert digest.post("/").get_json() == {**NOTHING_DONE, "updated": 1, "memory_notes": True}
 
 
 def test_get_memory_and_crossmem_history_show_the_notes(
