@@ -88,6 +88,8 @@ def parse_moment(name: str, value: str) -> datetime:
         parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
         if name == "until" and DAY.fullmatch(value):
             parsed += timedelta(days=1)
-    except (ValueError, OverflowError):  # OverflowError: a day past year 9999 in UTC
+    except OverflowError:  # a day past year 9999, or before year 1, in UTC
+        raise InputError(f"{name} is out of range: a day from 0001-01-02 to 9999-12-30, not {value[:40]!r}") from None
+    except ValueError:
         raise InputError(f"{expected}, not {value[:40]!r}") from None
     return parsed

@@ -169,10 +169,11 @@ def test_search_pages_by_offset_and_says_whether_more_are_left(web: FlaskClient)
             "until must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00),"
             " not '2026-13-01'",
         ),
+        # a day the date's parser takes, out of range once its end (until) or UTC (an offset) is added
+        ("q=kiwi&until=9999-12-31", "until is out of range: a day from 0001-01-02 to 9999-12-30, not '9999-12-31'"),
         (
-            "q=kiwi&until=9999-12-31",
-            "until must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00),"
-            " not '9999-12-31'",
+            "q=kiwi&since=0001-01-01T00:00:00%2B01:00",
+            "since is out of range: a day from 0001-01-02 to 9999-12-30, not '0001-01-01T00:00:00+01:00'",
         ),
         ("q=kiwi&since=2026-04-01&until=2026-03-01", "since (2026-04-01) must be before until (2026-03-01)"),
         (  # past 40 characters it is not parsed, and the reason quotes its first 40
