@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from core.errors import InputError, StillAnswering
 from core.memory.service import storable
 from core.models import Role, StoredMessage, Surface, TurnStart
-from core.turn.context import client_window, undeclined
+from core.turn.context import undeclined
 from core.turn.request import ContextItem, TurnRequest
 from core.turn.turns import ANSWER_MARGIN_S
 from functions import runtime
@@ -76,12 +76,6 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
             if (item := history_item(message, stored.get(edited_key(message)) or stored.get(message.id))) is not None
         ]
     )
-    # The page cannot shorten the thread it posts: past MAX_HISTORY_CHARS its oldest messages are
-    # left out, as the stored window's start moves, where today's body is refused (docs/decisions.md).
-    limits = runtime.memory().limits
-    history = client_window(
-        history, limit=limits.max_messages - 1, step=limits.window_step, max_chars=limits.max_history_chars, fit=True
-    )
     turn = TurnRequest(
         surface,
         words(last),
@@ -90,6 +84,9 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
         conversation_id=body.id,
         # An edit's page holds the thread before it: the replaced words and their reply are no history.
         client_history=history if earlier or key else None,
+        # The page cannot shorten the thread it posts: past MAX_HISTORY_CHARS its oldest messages are
+        # left out, as the stored window's start moves, where today's body is refused (docs/decisions.md).
+        history_fits=True,
         deadline_s=runtime.settings().web_model_deadline,
         media=tuple(attachment(part).media() for part in last.parts if isinstance(part, UIFilePart)),
         timezone=body.timezone,

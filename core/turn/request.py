@@ -72,6 +72,9 @@ class TurnRequest:
     user_id: UUID | None = None
     conversation_id: UUID | None = None
     client_history: Sequence[ContextItem] | None = None
+    # A client that cannot shorten the history it sends (useChat posts its whole thread): past
+    # MAX_HISTORY_CHARS its window's start moves on (core/turn/context.py's client_window), not a 413.
+    history_fits: bool = False
     deadline_s: float = 30.0
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), set as the person's when it differs

@@ -407,6 +407,7 @@ class Turns:
             limit=limits.max_messages - 1,
             step=limits.window_step,
             max_chars=limits.max_history_chars,
+            fit=request.history_fits,
         )
         return replace(request, client_history=window)
 
