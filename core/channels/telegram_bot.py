@@ -216,3 +216,35 @@ class TelegramChannel:
     def send(self, text: str, until: float, first_part: int = 0) -> Sent:
         self._live.stop()  # no draft after the message, nor after the attempt's time
         return self._bot.send_parts(self._chat_id, text, min(until, self._deadline), first_part=first_part)
+
+
+class TelegramAnswerChannel:
+    """A `ReplyChannel` for one chat whose webhook answers inside its response
+    (TELEGRAM_REPLY_IN_WEBHOOK), a `CarriesShortReplies`: a text of one message is `carried`, for
+    the webhook's answer to hold (one Bot API call fewer); a longer one goes out through the Bot
+    API part by part, and how far it got is stored as for any pushed reply, so a redelivery or
+    the scheduled job sends only its rest. Nobody sees "typing…": that is the call it saves."""
+
+    def __init__(self, bot: TelegramBot, chat_id: int, deadline: float | None = None) -> None:
+        self._bot = bot
+        self._chat_id = chat_id
+        self._deadline = deadline if deadline is not None else math.inf
+        self.carried: str | None = None  # the text the webhook's answer is to hold
+
+    def carries(self, text: str) -> bool:
+        return len(text.strip()) <= TELEGRAM_LIMIT
+
+    def show_typing(self, until: float) -> None:
+        pass
+
+    def draft(self, text: str) -> None:
+        pass
+
+    def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+        until = min(until, self._deadline)
+        if not self.carries(text):
+            return self._bot.send_parts(self._chat_id, text, until, first_part=first_part)
+        if self._bot.clock() >= until:  # the answer would come after the attempt's time
+            return Sent(Delivery.OWED, 0)
+        self.carried = text
+        return Sent(Delivery.DELIVERED, 1)

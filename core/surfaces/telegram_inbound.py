@@ -2,7 +2,8 @@
 done, and what the webhook says back.
 
 A turn's reply goes out through the Bot API (streamed as drafts, then sent), or inside the
-webhook's answer (`inline`: TELEGRAM_REPLY_IN_WEBHOOK, or no bot token in local development); an
+webhook's answer (`inline`: TELEGRAM_REPLY_IN_WEBHOOK, a reply of one message; with no bot token,
+in local development, a longer one's first message); an
 edited message corrects the stored one and is not answered; a tap on a draft's stop button is
 recorded for the turn writing it, wherever it runs (core/turn/stopped_generation.py). When the stored
 reply could not be sent for a reason that may pass, or the turn's time ran out before its reply
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.channels.splitting import split_message
-from core.channels.telegram_bot import TELEGRAM_LIMIT, TelegramBot, TelegramChannel
+from core.channels.telegram_bot import TELEGRAM_LIMIT, TelegramAnswerChannel, TelegramBot, TelegramChannel
 from core.errors import InputError, OverBudget, StillAnswering
 from core.identity.remembered_language import RememberedLanguage
 from core.memory.edits import Corrections, MessageEdit
@@ -121,12 +122,16 @@ class TelegramInbound:
             language=action.language_code,
         )
         options = self.options
-        channel = None
-        if not options.inline and options.bot is not None:
+        channel: TelegramChannel | TelegramAnswerChannel | None = None
+        if options.bot is not None:
             deadline = time.monotonic() + self.reply_within_s
             drafts, stops = options.drafts, self.stops
-            channel = TelegramChannel(
-                options.bot(), action.chat_id, deadline, draft_id=action.update_id, drafts=drafts, stops=stops
+            channel = (
+                TelegramAnswerChannel(options.bot(), action.chat_id, deadline)
+                if options.inline
+                else TelegramChannel(
+                    options.bot(), action.chat_id, deadline, draft_id=action.update_id, drafts=drafts, stops=stops
+                )
             )
         try:
             result = self.turns.run(turn, channel)
@@ -138,8 +143,10 @@ class TelegramInbound:
             return Redeliver("still_answering", str(exc))
         except InputError as exc:
             return self._reply(action.chat_id, input_refused(phrases, exc))
-        if options.inline and result.reply:
-            return self._reply(action.chat_id, result.reply)
+        if isinstance(channel, TelegramAnswerChannel) and channel.carried is not None:
+            return in_the_answer(action.chat_id, channel.carried, None)
+        if channel is None and result.reply:  # no bot token: the reply's first message
+            return in_the_answer(action.chat_id, result.reply, None)
         if result.reply_owed:
             return Redeliver("reply_owed", "the Bot API did not take the reply")
         return {"ok": True, "outcome": result.outcome.value}
@@ -172,9 +179,11 @@ class TelegramInbound:
 
 
 def in_the_answer(chat_id: int, text: str, markup: Answer | None) -> Answer:
-    """The Bot API method the webhook's answer carries for Telegram to run: the text's first message."""
-    first = split_message(text, TELEGRAM_LIMIT - 2)[0]
-    shown = first if first == text.strip() else first + " …"
+    """The Bot API method the webhook's answer carries for Telegram to run: the text, or the first
+    message of one longer than that, marked as cut."""
+    shown = text.strip()
+    if len(shown) > TELEGRAM_LIMIT:
+        shown = split_message(text, TELEGRAM_LIMIT - 2)[0] + " …"
     answer: Answer = {"method": "sendMessage", "chat_id": chat_id, "text": shown}
     if markup:
         answer["reply_markup"] = markup

@@ -62,6 +62,16 @@ class StopButton(Protocol):
         ...
 
 
+@runtime_checkable
+class CarriesShortReplies(Protocol):
+    """A `ReplyChannel` whose caller answers a text that `carries` inside its HTTP response (Telegram's
+    webhook answer, TELEGRAM_REPLY_IN_WEBHOOK) and pushes a longer one. Whether that response
+    arrived cannot be known: a redelivery repeats a reply it carried, as a surface without a channel
+    does, and sends only the rest of one it pushed, as a pushing surface does."""
+
+    def carries(self, text: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     surface: Surface

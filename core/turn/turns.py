@@ -46,6 +46,7 @@ from core.turn.context import (
 )
 from core.turn.estimate import answer_ceiling, owed_estimate, turn_estimate
 from core.turn.request import (
+    CarriesShortReplies,
     Outcome,
     ReplyChannel,
     StopButton,
@@ -105,7 +106,7 @@ class Turns:
             # The caller answers in its response: bounded by the platform's wait, when it has one.
             until = min(until, began + request.reply_within_s) if request.reply_within_s is not None else math.inf
         request = self._admitted(request)
-        start, figures, result = self._begin(request, pushes=channel is not None)
+        start, figures, result = self._begin(request, channel)
         if result is not None:
             if channel is not None and result.reply is not None:
                 if result.outcome is Outcome.REFUSED:
@@ -301,7 +302,7 @@ class Turns:
         client's retry with the same `client_message_id` gets a whole answer."""
         began = self._clock()
         request = self._admitted(request)
-        start, figures, result = self._begin(request, pushes=False)
+        start, figures, result = self._begin(request, None)
         if begun is not None:
             begun(start)
         if result is not None:
@@ -411,14 +412,16 @@ class Turns:
         )
         return replace(request, client_history=window)
 
-    def _begin(self, request: TurnRequest, *, pushes: bool) -> tuple[TurnStart, TurnFigures, TurnResult | None]:
+    def _begin(
+        self, request: TurnRequest, channel: ReplyChannel | None
+    ) -> tuple[TurnStart, TurnFigures, TurnResult | None]:
         """Resolve the person and store the message. The third value is the finished
         result of a turn that needs no model: a stranger, a redelivery, or a message from a
         number that opted out.
 
         A redelivery answers with the reply stored for it. A surface that answers in its
         HTTP response cannot know whether that response arrived, so it always repeats
-        the reply; one that pushes (`pushes`) knows, and repeats only an undelivered one."""
+        the reply; one that pushes it (through a `channel`) knows, and repeats only an undelivered one."""
         figures = TurnFigures()
         person = self._person(request)
         if person is None:
@@ -459,12 +462,14 @@ class Turns:
             )
             result.declined = True
             return start, figures, result
-        if stored is None or (pushes and (stored.delivered or stored.unsent_from is None)):
-            # Delivered, or given up (the surface refused it for good): nothing is sent again.
+        if stored is None or (
+            self._pushes(channel, stored.content) and (stored.delivered or stored.unsent_from is None)
+        ):
+            # Pushed, and delivered or given up (the surface refused it for good): nothing is sent again.
             return start, figures, self._result(Outcome.DUPLICATE, None, start, figures)
         result = self._result(Outcome.REDELIVERED, stored.content, start, figures)
         result.reply_id, result.declined = stored.id, stored.declined
-        if not pushes and stored.unsent_from is not None and start.user_id is not None:
+        if channel is None and stored.unsent_from is not None and start.user_id is not None:
             # Its rest was owed a push (the job's reply, Twilio's Messages API down): this caller's
             # response repeats it whole, so it is recorded delivered, or the job would send the rest.
             self.memory.record_delivery(start.user_id, stored.id, start.attempt, IN_THE_RESPONSE)
@@ -472,6 +477,11 @@ class Turns:
         # what the first answer said before it
         result.follow_ups_first = self._held.as_said(replace(start, language=self._language(request, start)))
         return start, figures, result
+
+    @staticmethod
+    def _pushes(channel: ReplyChannel | None, text: str) -> bool:
+        """Whether `text` goes out through `channel`, not inside the caller's response."""
+        return channel is not None and not (isinstance(channel, CarriesShortReplies) and channel.carries(text))
 
     @staticmethod
     def _stopped_before(channel: StopButton, figures: TurnFigures) -> bool:
@@ -807,10 +817,13 @@ class Turns:
 
     def _send_stored_reply(self, result: TurnResult, start: TurnStart, channel: ReplyChannel, until: float) -> None:
         """A reply stored undelivered, sent again by a redelivery from the part it stopped at (the
-        ones before it went out when it was written), and what became of it recorded."""
+        ones before it went out when it was written), and what became of it recorded; or one
+        delivered inside a caller's response, carried there again (CarriesShortReplies)."""
         assert result.reply is not None and result.user_id is not None and result.reply_id is not None
         assert start.reply is not None
         sent = channel.send(result.reply, until, start.reply.unsent_from or 0)
+        if start.reply.delivered:  # carried in the caller's response again (CarriesShortReplies)
+            return
         self.memory.record_delivery(result.user_id, result.reply_id, start.attempt, sent)
         result.figures.round_trips += 1
         if sent.delivery is not Delivery.DELIVERED:
