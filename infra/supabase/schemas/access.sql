@@ -30,9 +30,12 @@ create policy person_timezones_owner_reads on public.person_timezones for select
 create policy person_languages_owner_reads on public.person_languages for select to authenticated using (user_id = (select auth.uid()));
 
 -- With them, `authenticated` could call setval() on messages' identity sequence and make every
--- later insert fail on the primary key. Nobody but the owner needs a sequence (identity columns
--- draw their values without a grant on it).
+-- later insert fail on the primary key. The functions draw messages' ids ahead of their insert
+-- (turn.sql's nextval): service_role uses the sequences by this grant, not by Supabase's default
+-- privileges, which a project made without "Default privileges for new entities" (the Data API's
+-- setting, off for every project made since 30 May 2026) does not have.
 revoke all on all sequences in schema public from public, anon, authenticated;
+grant usage on all sequences in schema public to service_role;
 
 revoke all on all functions in schema public from public, anon, authenticated;
 grant execute on all functions in schema public to service_role;

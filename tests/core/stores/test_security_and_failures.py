@@ -8,6 +8,8 @@ import tempfile
 import time
 import tomllib
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -322,3 +324,57 @@ def test_no_api_role_may_touch_a_sequence(memory: Memory, database_url: str) -> 
                         connection.execute(call)
     second = memory.begin_turn(Person(user_id=uuid.uuid4()), Surface.TELEGRAM, "second", "s2")
     assert second.degraded is False and second.message_id is not None
+
+
+# What Supabase's default privileges in `public` give the API roles on each table, sequence and
+# function the migrations' role makes: everything (a project made before 30 May 2026; the
+# stand-ins make those), or nothing, not even to service_role (the Data API's "Default privileges
+# for new entities" unchecked: projects made since, and every project's new objects from 30
+# October 2026). The migrations must leave the same database after either.
+SUPABASE_DEFAULTS = {
+    "granted to the API roles": "",
+    "granted to none": """
+        alter default privileges in schema public revoke all on tables from anon, authenticated, service_role;
+        alter default privileges in schema public revoke all on sequences from anon, authenticated, service_role;
+        alter default privileges in schema public revoke all on functions from anon, authenticated, service_role;
+    """,
+}
+
+
+@contextmanager
+def supabase_project(server: str, defaults: str, migrations: Path = MIGRATIONS) -> Iterator[str]:
+    """A new database made like a Supabase project with these defaults, then migrated."""
+    with fresh_database(server) as url:
+        store = PostgresStore(url)
+        try:
+            store.run_script(SUPABASE_STANDINS.read_text() + SUPABASE_DEFAULTS[defaults])
+            store.apply_migrations(migrations)
+        finally:
+            store.close()
+        yield url
+
+
+@pytest.mark.parametrize("defaults", SUPABASE_DEFAULTS)
+def test_a_turn_through_postgrest_runs_whatever_supabases_defaults(postgres_server: str, defaults: str) -> None:
+    """PostgREST runs the functions as service_role; begin_turn and finish_turn draw the messages'
+    ids from their sequence, which only Supabase's defaults granted it (with none, every turn over
+    SUPABASE_URL was answered without memory: permission denied for sequence messages_id_seq)."""
+    from core.stores.supabase_store import SupabaseStore
+
+    person = uuid.uuid4()
+    with supabase_project(postgres_server, defaults) as url:
+        stand_in = PostgrestStandIn(url, "sb_secret_key")
+        store = SupabaseStore(stand_in.url, "sb_secret_key")
+        try:
+            memory = Memory(store, context_limits())
+            start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "remember the blue door", "d1")
+            assert start.degraded is False and start.message_id is not None
+            memory.finish_turn(person, start.message_id, "noted")
+            history = store.call("person_history", {"p_user_id": str(person), "p_limit": 10})
+        finally:
+            store.close()
+            stand_in.close()
+    assert [(message["role"], message["content"]) for message in history] == [
+        ("user", "remember the blue door"),
+        ("assistant", "noted"),
+    ]
