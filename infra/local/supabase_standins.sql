@@ -20,6 +20,18 @@ begin
 end
 $$;
 
+-- Supabase's defaults are a new project's, set once, before the `auth` schema exists: set again
+-- over a migrated database (each `make dev` applies these first), they would undo access.sql's.
+do $$
+begin
+    if not exists (select from pg_namespace where nspname = 'auth') then
+        alter default privileges in schema public grant all on tables to anon, authenticated, service_role;
+        alter default privileges in schema public grant all on functions to anon, authenticated, service_role;
+        alter default privileges in schema public grant all on sequences to anon, authenticated, service_role;
+    end if;
+end
+$$;
+
 create schema if not exists auth;
 -- Where a Supabase project keeps its extensions (unaccent, btree_gin: messages.sql).
 create schema if not exists extensions;
@@ -38,7 +50,3 @@ as $$
         ''
     )::uuid
 $$;
-
-alter default privileges in schema public grant all on tables to anon, authenticated, service_role;
-alter default privileges in schema public grant all on functions to anon, authenticated, service_role;
-alter default privileges in schema public grant all on sequences to anon, authenticated, service_role;

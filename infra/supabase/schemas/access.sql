@@ -48,3 +48,21 @@ revoke all on all tables in schema crossmem_private from public, anon, authentic
 grant select on all tables in schema crossmem_private to service_role;
 revoke all on all functions in schema crossmem_private from public, anon, authenticated;
 grant execute on all functions in schema crossmem_private to service_role;
+
+-- What a later migration makes (docs/deploy.md, Migrations) is born as the above leaves the rest:
+-- service_role's alone, whatever the project's defaults. These are the default privileges of the
+-- role that runs the migrations, for what it makes. Supabase's gave anon and authenticated every
+-- privilege (a new view was every person's messages to the anon key over PostgREST) or, on a
+-- project made since 30 May 2026, service_role none (a new table out of the functions' reach);
+-- Postgres's let PUBLIC execute every new function, which only a default of no schema takes back
+-- (the extensions' functions stay everyone's, as Supabase has them).
+alter default privileges revoke execute on functions from public;
+alter default privileges in schema extensions grant execute on functions to public;
+alter default privileges in schema public revoke all on tables from anon, authenticated, service_role;
+alter default privileges in schema public grant select, insert, update, delete on tables to service_role;
+alter default privileges in schema public revoke all on sequences from anon, authenticated, service_role;
+alter default privileges in schema public grant usage on sequences to service_role;
+alter default privileges in schema public revoke all on functions from anon, authenticated, service_role;
+alter default privileges in schema public grant execute on functions to service_role;
+alter default privileges in schema crossmem_private grant select on tables to service_role;
+alter default privileges in schema crossmem_private grant execute on functions to service_role;

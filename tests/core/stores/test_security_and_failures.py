@@ -254,6 +254,10 @@ def schema_snapshot(url: str) -> list[tuple[object, ...]]:
             union all select 'function', p.oid::regprocedure::text || coalesce(array_to_string(p.proacl, ','), '')
               from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'public'
             union all select 'migration', version from supabase_migrations.schema_migrations
+            union all select 'default privileges', defaclrole::regrole::text || ' '
+                   || coalesce(defaclnamespace::regnamespace::text, '') || ' ' || defaclobjtype::text
+                   || coalesce(array_to_string(defaclacl, ','), '')
+              from pg_default_acl
             order by 1, 2
             """
         ).fetchall()
@@ -378,3 +382,88 @@ def test_a_turn_through_postgrest_runs_whatever_supabases_defaults(postgres_serv
         ("user", "remember the blue door"),
         ("assistant", "noted"),
     ]
+
+
+# A migration after the baseline, as docs/deploy.md's step 2 has one written: its objects and
+# nothing about who may use them (access.sql, which revoked everything, ran before they existed).
+LATER_MIGRATION = """
+create table public.later_notes (user_id uuid not null, body text);
+alter table public.later_notes enable row level security;
+create view public.later_words as select m.user_id, m.content from public.messages m;
+create sequence public.later_numbers;
+create function public.later_count(p_user_id uuid) returns bigint language sql stable set search_path = ''
+    as $$ select count(*) from public.messages m where m.user_id = p_user_id $$;
+create table crossmem_private.later_keys (key uuid);
+create function crossmem_private.later_part() returns integer language sql immutable set search_path = ''
+    as $$ select 1 $$;
+"""
+LATER_OBJECTS = {
+    "has_table_privilege": (
+        ["public.later_notes", "public.later_words", "crossmem_private.later_keys"],
+        ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"],
+    ),
+    "has_sequence_privilege": (["public.later_numbers"], ["USAGE", "SELECT", "UPDATE"]),
+    "has_function_privilege": (["public.later_count(uuid)", "crossmem_private.later_part()"], ["EXECUTE"]),
+}
+
+
+def later_privileges(url: str, role: str) -> list[tuple[str, str]]:
+    """Each (object, privilege) of the later migration's that `role` holds, however it holds it
+    (a grant of its own, PUBLIC's), in order."""
+    held = []
+    with psycopg.connect(url) as connection:
+        for check, (names, privileges) in LATER_OBJECTS.items():
+            for name in names:
+                for privilege in privileges:
+                    row = connection.execute(f"select {check}(%s, %s, %s)", (role, name, privilege)).fetchone()
+                    if row is not None and row[0]:
+                        held.append((name, privilege))
+    return held
+
+
+@pytest.mark.parametrize("defaults", SUPABASE_DEFAULTS)
+def test_what_a_later_migration_makes_is_the_service_roles_alone(
+    postgres_server: str, tmp_path: Path, defaults: str
+) -> None:
+    """access.sql's revokes and grants reach what exists when it runs. What a later migration
+    makes took Supabase's defaults (every privilege to anon and authenticated: its view was every
+    person's messages to the anon key over PostgREST; or none to service_role: its table out of
+    the functions' reach) and Postgres's (PUBLIC executes every new function). Whatever the
+    project's defaults, it is service_role's alone, as the baseline's is."""
+    migrations = tmp_path / "migrations"
+    migrations.mkdir()
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        (migrations / path.name).symlink_to(path.resolve())
+    (migrations / "20261208000001_later.sql").write_text(LATER_MIGRATION)
+    person = uuid.uuid4()
+    with supabase_project(postgres_server, defaults, migrations) as url:
+        store = PostgresStore(url)
+        try:
+            Memory(store, context_limits()).begin_turn(Person(user_id=person), Surface.TELEGRAM, "mine", "l1")
+        finally:
+            store.close()
+        assert later_privileges(url, "anon") == [] and later_privileges(url, "authenticated") == []
+        assert later_privileges(url, "service_role") == [
+            ("public.later_notes", "SELECT"),
+            ("public.later_notes", "INSERT"),
+            ("public.later_notes", "UPDATE"),
+            ("public.later_notes", "DELETE"),
+            ("public.later_words", "SELECT"),
+            ("public.later_words", "INSERT"),
+            ("public.later_words", "UPDATE"),
+            ("public.later_words", "DELETE"),
+            ("crossmem_private.later_keys", "SELECT"),
+            ("public.later_numbers", "USAGE"),
+            ("public.later_count(uuid)", "EXECUTE"),
+            ("crossmem_private.later_part()", "EXECUTE"),
+        ]
+        for role in ("anon", "authenticated"):
+            with as_role(url, role, sub=uuid.uuid4()) as connection:
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    connection.execute("select * from public.later_words")
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    connection.execute("select public.later_count(%s)", (person,))
+        with as_role(url, "service_role") as connection:
+            assert connection.execute("select public.later_count(%s)", (person,)).fetchone() == (1,)
+            connection.execute("insert into public.later_notes values (%s, 'kept')", (person,))
+            assert connection.execute("select count(*) from public.later_notes").fetchone() == (1,)
