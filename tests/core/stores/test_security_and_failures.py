@@ -26,7 +26,7 @@ from core.stores.embedded import (
     stop_embedded_postgres,
 )
 from core.stores.postgres_store import PostgresStore
-from tests.database import begin_turn_arguments, begin_turn_sql, fresh_database
+from tests.database import SCHEMAS, begin_turn_arguments, begin_turn_sql, fresh_database
 from tests.fakes.postgrest import PostgrestStandIn
 from tests.helpers import ROOT, as_role, context_limits, free_port
 
@@ -78,6 +78,82 @@ def test_every_table_has_row_level_security_and_every_function_is_the_service_ro
     assert without_rls == [] and callable_by_others == []
     # conversations, messages, identities, link_codes, link_attempts, forget_requests, forgotten_deliveries
     assert tables is not None and tables[0] >= 7
+
+
+# Every privilege anon and authenticated hold in the project's schemas, however they hold it (a
+# grant of their own, PUBLIC's): on each schema, relation (table, partitioned table, view,
+# materialized view, foreign table), column the relation's privilege does not already give,
+# sequence and function.
+PRIVILEGES_HELD = """
+with api(role) as (values ('anon'), ('authenticated')),
+     project as (select oid, nspname from pg_namespace where nspname = any(%(schemas)s))
+select a.role, 'schema ' || n.nspname, w.privilege
+  from api a cross join project n cross join unnest(array['USAGE', 'CREATE']) w(privilege)
+ where has_schema_privilege(a.role, n.oid, w.privilege)
+union all
+select a.role, c.oid::regclass::text, w.privilege
+  from api a cross join pg_class c
+ cross join unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) w(privilege)
+ where c.relnamespace in (select oid from project) and c.relkind in ('r', 'p', 'v', 'm', 'f')
+   and has_table_privilege(a.role, c.oid, w.privilege)
+union all
+select a.role, c.oid::regclass::text || '.' || t.attname, w.privilege
+  from api a cross join pg_class c join pg_attribute t on t.attrelid = c.oid and t.attnum > 0 and not t.attisdropped
+ cross join unnest(array['SELECT', 'INSERT', 'UPDATE', 'REFERENCES']) w(privilege)
+ where c.relnamespace in (select oid from project) and c.relkind in ('r', 'p', 'v', 'm', 'f')
+   and has_column_privilege(a.role, c.oid, t.attnum, w.privilege)
+   and not has_table_privilege(a.role, c.oid, w.privilege)
+union all
+select a.role, c.oid::regclass::text, w.privilege
+  from api a cross join pg_class c cross join unnest(array['USAGE', 'SELECT', 'UPDATE']) w(privilege)
+ where c.relnamespace in (select oid from project) and c.relkind = 'S'
+   and has_sequence_privilege(a.role, c.oid, w.privilege)
+union all
+select a.role, p.oid::regprocedure::text, 'EXECUTE'
+  from api a cross join pg_proc p
+ where p.pronamespace in (select oid from project) and has_function_privilege(a.role, p.oid, 'EXECUTE')
+"""
+
+
+def test_anon_holds_nothing_and_authenticated_reads_its_tables_and_nothing_else(database_url: str) -> None:
+    """Every privilege of the API roles in the project's schemas, from the catalog: a TRUNCATE or
+    an INSERT granted, a column's grant, a view, the private schema's usage, a function anyone may
+    call fails here (the tests above look at tables' SELECT and functions only). What remains is
+    PostgREST's way into `public` and the tables a person reads their own rows of."""
+    with psycopg.connect(database_url) as connection:
+        held = sorted(connection.execute(PRIVILEGES_HELD, {"schemas": SCHEMAS}).fetchall())
+    readable = [
+        "conversations",
+        "follow_ups",
+        "identities",
+        "link_codes",
+        "memory_notes",
+        "merged_people",
+        "messages",
+        "person_languages",
+        "person_timezones",
+        "turn_usage",
+        "voice_usage",
+    ]
+    assert held == sorted(
+        [
+            ("anon", "schema public", "USAGE"),
+            ("authenticated", "schema public", "USAGE"),
+            *[("authenticated", table, "SELECT") for table in readable],
+        ]
+    )
+
+
+def test_no_security_definer_function_takes_its_search_path_from_the_caller(database_url: str) -> None:
+    """The functions run as their caller (service_role); one that ran as its owner and took the
+    caller's search_path would run whatever the caller put first on it."""
+    with psycopg.connect(database_url) as connection:
+        definers = connection.execute(
+            "select p.oid::regprocedure::text, coalesce(p.proconfig, '{}') from pg_proc p"
+            " where p.pronamespace::regnamespace::text = any(%s) and p.prosecdef order by 1",
+            (SCHEMAS,),
+        ).fetchall()
+    assert [name for name, config in definers if not any(c.startswith("search_path=") for c in config)] == []
 
 
 def test_every_table_authenticated_reads_is_read_through_one_policy_on_its_own_person(database_url: str) -> None:
