@@ -227,7 +227,7 @@ class MemorySearch:
         seen = {item.id for item in from_their_first([*turn.start.prepend, *own]) if item.id is not None}
         if turn.start.message_id is not None:
             seen.add(turn.start.message_id)  # the message it answers, stored as the turn began
-        return MemorySearchTools(turn.memory, turn.user_id, turn.zone, frozenset(seen), self.rules, self.definitions)
+        return MemorySearchTools(turn.memory, turn.user_id, turn.clock, frozenset(seen), self.rules, self.definitions)
 
 
 @dataclass(frozen=True)

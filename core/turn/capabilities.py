@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 from core.errors import ConfigurationError
 from core.follow_ups.capability import FollowUpRules, FollowUps
+from core.follow_ups.wall_clock import zone_named
 from core.media.capability import Media
 from core.memory.search import MemorySearch, SearchRules
 from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTAGGED
@@ -53,6 +54,17 @@ class TurnState:
     client_history: Sequence[ContextItem] | None = None  # the web client's own thread, when it sent one
     time_left: Callable[[], float] = lambda: math.inf  # seconds before the turn must have answered
     surface: Surface | None = None  # the app the turn answers on
+
+    @property
+    def clock(self) -> ZoneInfo:
+        """The zone this turn shows times on (`turn_clock`)."""
+        return turn_clock(self.zone, self.client_zone)
+
+
+def turn_clock(zone: ZoneInfo, client_zone: str | None) -> ZoneInfo:
+    """The zone a turn shows times on: the web client's when it names one (the turn makes it the
+    person's, and its follow-up tools read "now" on it), else the person's `zone`."""
+    return zone_named(client_zone) or zone
 
 
 class Capability(Protocol):

@@ -35,7 +35,7 @@ from core.model.llm import Model, ModelReply, Usage, approximate_tokens
 from core.models import Delivery, Person, Role, SaidFirst, Sent, StoredMessage, Surface, TurnStart
 from core.phrases.language import language_tag
 from core.turn import tool_loop
-from core.turn.capabilities import TurnState, prompt_for
+from core.turn.capabilities import TurnState, prompt_for, turn_clock
 from core.turn.context import (
     ContextItem,
     ModelMessage,
@@ -534,7 +534,8 @@ class Turns:
                 message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
-        messages = build_model_messages(items, annotate=self._settings.annotate, zone=self._zone_of(start))
+        zone = turn_clock(self._zone_of(start), request.timezone)  # the browser's, which the turn makes theirs
+        messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
         return messages, merged_into_last(items, start.message_id)
 
     # Media (core/media/turn_media.py): after begin_turn, so a redelivery fetches and transcribes nothing.

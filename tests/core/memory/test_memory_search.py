@@ -402,6 +402,24 @@ def test_a_local_day_is_the_persons_day(memory: Memory, database_url: str) -> No
     assert tools.round_trips == 2
 
 
+def test_a_web_turn_searches_on_the_clock_its_browser_names(
+    memory: Memory, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The browser's timezone becomes the person's in the turn that sends it, whose tags and follow-up
+    tools read it: its search read the person's earlier clock (Madrid's here), another day and hour."""
+    person = uuid.uuid4()
+    late = planted(database_url, person, "telegram", "user", "booked the flight to Lisbon", 30)
+    execute(database_url, "update messages set created_at = '2026-03-01 22:30+00' where id = %s", late)
+    fake.answer = searching("flight Lisbon")
+    web = memory.create_conversation(person).id
+    asked = TurnRequest(
+        Surface.WEB, "when did I book it?", "w-1", user_id=person, conversation_id=web, timezone="Asia/Tokyo"
+    )
+    assert turns_with(memory, fake).run(asked).outcome is Outcome.ANSWERED
+    found = str(tool_results(fake.requests[-1])[0]["content"])
+    assert "1. [telegram · Mon 2 Mar 2026 07:30] the person: booked the flight to Lisbon" in found
+
+
 @pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago"])
 def test_the_calendars_first_and_last_days_are_open_ends(memory: Memory, database_url: str, zone: str) -> None:
     """ "Everything up to 9999-12-31" (as a person may ask, and the model pass on) has no end; the day

@@ -321,6 +321,38 @@ def test_the_context_tags_read_the_persons_clock_else_the_configured_one(
         assert first == f"[telegram · {day} · {shown.hour:02d}:{shown.minute:02d}] the dentist is at nine"
 
 
+def test_the_turn_that_brings_a_web_clients_timezone_tags_its_context_on_it(
+    memory: Memory, fake: FakeAnthropic, database_url: str
+) -> None:
+    """The browser's zone becomes the person's at the turn's end, and the follow-up tools read "now"
+    on it in that turn already: its tags did not, and a person in Kathmandu writing for the first
+    time (or back from Tokyo) read their own message tagged on CONTEXT_TIMEZONE's (or Tokyo's) clock,
+    another day near midnight, in the very turn whose "tomorrow at 9" the tools read on theirs."""
+    model = claude(fake)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), replace(SETTINGS, timezone="America/New_York"))
+    new, back = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("insert into person_timezones (user_id, timezone) values (%s, 'Asia/Tokyo')", (back,))
+    for person in (new, back):
+        web = memory.create_conversation(person).id
+        asked = TurnRequest(
+            Surface.WEB,
+            "remind me tomorrow at 9",
+            uuid.uuid4().hex,
+            user_id=person,
+            conversation_id=web,
+            timezone="Asia/Kathmandu",
+            deadline_s=60,
+        )
+        assert turns.run(asked).outcome is Outcome.ANSWERED
+        [(created,)] = rows(
+            database_url, "select created_at from messages where user_id = %s and role = 'user'", person
+        )
+        shown = created.astimezone(ZoneInfo("Asia/Kathmandu"))
+        said = fake.requests[-1]["messages"][-1]["content"][0]["text"]
+        assert said == (f"[web · {shown:%a} {shown.day} {shown:%b %Y} · {shown:%H:%M}] remind me tomorrow at 9")
+
+
 @pytest.mark.parametrize("follow_ups", [20, 0])
 def test_the_web_clients_timezone_becomes_the_persons_with_follow_ups_on_or_off(
     memory: Memory, fake: FakeAnthropic, database_url: str, follow_ups: int
