@@ -1037,6 +1037,34 @@ def test_an_edit_back_to_words_the_page_showed_before_is_listed_with_their_reply
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
 
 
+def test_a_reloaded_page_lists_no_message_an_edit_of_an_earlier_one_dropped(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """useChat's edit of an earlier message drops what followed it on the page. Reloaded, the page
+    listed the dropped message and its reply again, before the edit (out of the order they were
+    said in on the page), and its next turn read them as the page's thread; edited back, likewise.
+    Memory keeps every word said."""
+    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+
+    def posted(body: dict[str, Any]) -> None:
+        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+
+    def listed() -> list[tuple[str, str]]:
+        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+        return [(message["role"], message["content"]) for message in page]
+
+    monday, milk = ui_message("u-1", "user", "book the dentist on monday"), ui_message("u-2", "user", "buy milk")
+    posted(chat_body(chat, monday))
+    posted(chat_body(chat, monday, ui_message("r-1", "assistant", "Noted: monday"), milk))
+    posted({**chat_body(chat, ui_message("u-1", "user", "book the dentist on tuesday")), "messageId": "u-1"})
+    assert listed() == [("user", "book the dentist on tuesday"), ("assistant", "Noted: tuesday")]
+    posted({**chat_body(chat, monday), "messageId": "u-1"})
+    assert listed() == [("user", "book the dentist on monday"), ("assistant", "Noted: monday")]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
+
+
 def test_a_stopped_edit_the_page_edited_back_is_not_resumed(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -1070,11 +1098,12 @@ def test_an_edit_replaces_only_the_versions_of_its_message(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
     """An edit of "u-1" replaces it and its edits (`u-1~<digest>`, chained), never the person's other
-    messages whose ids begin alike: "u-10", or "u-1~2" from a page whose generateId joins with `~`."""
+    messages whose ids begin alike: "u-10", or "u-1~2" from a page whose generateId joins with `~`
+    (said before it here: what follows an edited message leaves the page with the edit)."""
     fake_anthropic.answer = lambda body: "Noted."
     person = uuid.uuid4()
     chat = new_conversation(web, person)
-    for message_id, text in (("u-1", "dentist on monday"), ("u-1~2", "and the hygienist"), ("u-10", "at nine")):
+    for message_id, text in (("u-1~2", "and the hygienist"), ("u-10", "at nine"), ("u-1", "dentist on monday")):
         body = chat_body(chat, ui_message(message_id, "user", text))
         assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
     edit = {**chat_body(chat, ui_message("u-1", "user", "dentist on tuesday")), "messageId": "u-1"}

@@ -92,8 +92,9 @@ create table public.messages (
     -- store_user_message), so that every attempt at it names the same reply (the web's stream
     -- resumed after a dropped connection shows the reply it began, not a second one).
     reply_id bigint,
-    -- A person's message a later edit of it replaced on the page (useChat's edit, docs/decisions.md):
-    -- kept, as said, for memory; out of the page's listing, with its reply (conversation_messages),
+    -- A person's message a later edit of it replaced on the page (useChat's edit, docs/decisions.md),
+    -- or a message that followed the one edited (the page drops it with the edit): kept, as said,
+    -- for memory; out of the page's listing, with its reply (conversation_messages),
     -- so a reloaded page reads the thread it showed (replace_message).
     replaced boolean not null default false,
     search_text tsvector generated always as (crossmem_private.searchable(content)) stored
@@ -219,7 +220,11 @@ $$;
 -- p_user_id's. Idempotent; the version posted last is the one listed (a live tab's edit back to
 -- earlier words; another tab's too): the versions are locked first, in order, and then read
 -- again, so that two tabs' calls at once (each after its own edit was stored) never replace
--- each other's edit and every version with it.
+-- each other's edit and every version with it. What followed the message there when it was
+-- edited, up to the version shown, went from the page with the edit (useChat drops it): it is
+-- replaced too, for good (the page never shows it again, edited back or not), but for the replies
+-- to the message's versions, which come and go with them. A reloaded page listed it before the edit,
+-- and its next turn read it as the page's thread.
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
     select m.id from public.messages m
@@ -229,6 +234,17 @@ create or replace function public.replace_message(p_user_id uuid, p_message_id b
     update public.messages m set replaced = m.id <> p_message_id
      where m.id in (select crossmem_private.message_versions(p_user_id, p_message_id, p_key))
        and m.replaced = (m.id = p_message_id);
+    with versions as (
+        select v.id, v.conversation_id, v.created_at from public.messages v
+         where v.id in (select crossmem_private.message_versions(p_user_id, p_message_id, p_key))
+    ), first as (select f.* from versions f order by f.created_at, f.id limit 1)
+    update public.messages m set replaced = true
+      from first f, versions s
+     where s.id = p_message_id
+       and m.conversation_id = f.conversation_id and m.user_id = p_user_id and not m.replaced
+       and (m.created_at, m.id) > (f.created_at, f.id) and (m.created_at, m.id) < (s.created_at, s.id)
+       and m.id not in (select v.id from versions v)
+       and (m.in_reply_to is null or m.in_reply_to not in (select v.id from versions v));
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and
