@@ -133,7 +133,9 @@ class OverBudget(CrossmemError):
     """A person past their budget of turns or tokens: no model call, nothing stored. The
     message is the polite answer, saying when they can write again."""
 
-    def __init__(self, until: datetime, now: datetime, language: str | None = None) -> None:
+    def __init__(
+        self, until: datetime, now: datetime, language: str | None = None, timezone: str | None = None
+    ) -> None:
         wait_s = (until - now).total_seconds()
         if wait_s < 120:
             when = f"in {max(int(wait_s) + 1, 1)} seconds"
@@ -144,6 +146,7 @@ class OverBudget(CrossmemError):
         self.until = until
         self.now = now  # the chat surfaces say it in the person's language: core/phrases/refusals.py
         self.language = language  # the person's, as remembered (person_languages), when known
+        self.timezone = timezone  # the person's (person_timezones), when known: the chat surfaces' clock
 
 
 class StoreUnavailable(CrossmemError):

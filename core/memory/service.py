@@ -276,7 +276,7 @@ class Memory:
             if row.get("opted_out"):
                 # Nothing stored, and no pause to say: any answer to it would be refused.
                 return TurnStart(parse_uuid(row["user_id"]), None, None, duplicate=False, reply=None, opted_out=True)
-            raise OverBudget(until, datetime.now(UTC), language=row.get("language"))
+            raise OverBudget(until, datetime.now(UTC), language=row.get("language"), timezone=row.get("timezone"))
         if row.get("forgotten"):
             # A redelivery of a message the person has since forgotten: nothing stored, nothing owed.
             return TurnStart(None, None, None, duplicate=True, reply=None)

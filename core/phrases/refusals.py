@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC
 
 from core.errors import EmptyMessage, InputError, MessageTooLong, OverBudget
+from core.follow_ups.wall_clock import zone_named
 from core.phrases.catalogue import Phrases
 
 # A pause shorter than this is said in seconds, a longer one as the time it ends.
@@ -14,19 +15,21 @@ SECONDS_UNTIL_S = 120
 
 
 def over_budget(phrases: Phrases, refused: OverBudget) -> str:
-    """ "You can write again in 40 seconds", "... tomorrow after 09:00 UTC": in the person's
-    remembered language when there is a catalogue for it (begin_turn keeps a stated one before it
-    refuses, so the remembered one is the stated one when the request states one), else in
-    `phrases`' (the request's words, else DEFAULT_LANGUAGE)."""
+    """ "You can write again in 40 seconds", "... tomorrow after 09:00" (on the person's clock, else
+    "09:00 UTC"): in the person's remembered language when there is a catalogue for it (begin_turn
+    keeps a stated one before it refuses, so the remembered one is the stated one when the request
+    states one), else in `phrases`' (the request's words, else DEFAULT_LANGUAGE)."""
     if refused.language in phrases.catalogue.languages:
         phrases = phrases.catalogue.phrases(refused.language)
     wait_s = (refused.until - refused.now).total_seconds()
     if wait_s < SECONDS_UNTIL_S:
         when = phrases.count("budget.in_seconds", max(int(wait_s) + 1, 1))
     else:
-        same_day = refused.until.astimezone(UTC).date() == refused.now.astimezone(UTC).date()
-        time = f"{refused.until.astimezone(UTC):%H:%M}"
-        when = phrases.say("budget.after" if same_day else "budget.tomorrow_after", time=time)
+        # On the person's clock, as their tags, reminders and search results are; else UTC, said so.
+        zone = zone_named(refused.timezone)
+        until, now = refused.until.astimezone(zone or UTC), refused.now.astimezone(zone or UTC)
+        time = f"{until:%H:%M}" if zone is not None else f"{until:%H:%M} UTC"
+        when = phrases.say("budget.after" if until.date() == now.date() else "budget.tomorrow_after", time=time)
     return phrases.say("budget.pause", when=when)
 
 

@@ -550,7 +550,10 @@ begin
         v_limited_until := crossmem_private.turn_limited_until(
             v_user, p_turns_per_minute, p_turns_per_day, p_tokens_per_day, v_input, v_reserved, p_output_tokens);
         if v_limited_until is not null then
-            return json_build_object('user_id', v_user, 'limited_until', v_limited_until, 'language', v_language);
+            -- the pause is said on the person's clock (core/phrases/refusals.py)
+            return json_build_object('user_id', v_user, 'limited_until', v_limited_until, 'language', v_language,
+                                     'timezone', (select t.timezone from public.person_timezones t
+                                                   where t.user_id = v_user));
         end if;
     end if;
 

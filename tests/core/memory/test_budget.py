@@ -51,6 +51,17 @@ def test_past_its_turns_a_minute_a_person_is_refused_on_every_app_and_nothing_is
     turn(memory, uuid.uuid4(), Surface.TELEGRAM, "t1-other")
 
 
+def test_a_refusal_names_the_persons_timezone_for_its_pause_to_be_said_on_their_clock(
+    store: PostgresStore, database_url: str
+) -> None:
+    memory, person = budgeted(store, turns_per_day=1), uuid.uuid4()
+    execute(database_url, "insert into person_timezones (user_id, timezone) values (%s, 'America/New_York')", person)
+    turn(memory, person, Surface.TELEGRAM, "z1")
+    with pytest.raises(OverBudget) as refused:
+        memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "one more", "z2")
+    assert refused.value.timezone == "America/New_York"
+
+
 def test_a_redelivery_past_the_budget_is_still_the_same_delivery(store: PostgresStore) -> None:
     memory, person = budgeted(store, turns_per_minute=1), uuid.uuid4()
     turn(memory, person, Surface.TELEGRAM, "only")

@@ -7,13 +7,15 @@ from __future__ import annotations
 import ast
 import re
 import string
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, OverBudget
 from core.phrases.catalogue import CATALOGUE_DIR, Catalogue, placeholders
 from core.phrases.language import choose_language, language_tag, written_in
+from core.phrases.refusals import over_budget
 from core.surfaces import Surface, rules
 from tests.helpers import ENGLISH, ROOT, SPANISH
 
@@ -147,6 +149,19 @@ def test_the_default_language_is_the_settings() -> None:
 def test_spanish_typed_without_accents_reads_as_spanish(text: str) -> None:
     """On a phone most Spanish is typed without its accents: "como" is "cómo", "estan" "están"."""
     assert written_in(text) == "es"
+
+
+def test_the_budgets_pause_is_said_on_the_persons_clock_else_in_utc() -> None:
+    """Monday 20:00 in New York is Tuesday 01:00 UTC: a pause until Tuesday 13:00 UTC ends tomorrow
+    morning for them. It was said "after 13:00 UTC", on UTC's day, with no "tomorrow", to a
+    person whose clock the turn knew (their tags, reminders and search results are on it)."""
+    now, until = datetime(2026, 12, 8, 1, 0, tzinfo=UTC), datetime(2026, 12, 8, 13, 0, tzinfo=UTC)
+    pause = "You've written a lot in a short time, so I'm taking a pause. You can write again "
+    assert over_budget(ENGLISH, OverBudget(until, now, timezone="America/New_York")) == pause + "tomorrow after 08:00."
+    assert over_budget(ENGLISH, OverBudget(until, now)) == pause + "after 13:00 UTC."
+    assert over_budget(ENGLISH, OverBudget(until, now, timezone="Mars/Olympus")) == pause + "after 13:00 UTC."
+    spanish = over_budget(ENGLISH, OverBudget(until, now, language="es", timezone="America/New_York"))
+    assert spanish.endswith("Puedes volver a escribirme mañana después de las 08:00.")
 
 
 def test_what_the_heuristic_cannot_tell() -> None:
