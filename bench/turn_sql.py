@@ -64,7 +64,7 @@ begin
             p_user_id => v_person, p_user_message_id => (v_start ->> 'message_id')::bigint,
             p_content => {REPLY_TEXT!r}, p_delivered => true, p_unsent_from => null, p_attempt => null, p_tokens => 0,
             p_user_content => null, p_reserved => 0, p_reply_id => (v_start ->> 'reply_id')::bigint,
-            p_language => null, p_declined => null);
+            p_language => null, p_declined => null, p_merged => null);
     end loop;
     return extract(epoch from clock_timestamp() - v_began) * 1000000 / p_n;
 end;

@@ -147,7 +147,7 @@ def test_a_fourth_surface_is_an_edit_of_surfaces_sql_alone(postgres_server: str)
             follow_up = {"schedule": [{"content": "el viernes", "due_at": due, "timezone": "UTC"}]}
             connection.execute(
                 "select public.finish_turn_follow_ups(%s, %s, 'te aviso el viernes', true, null, null, 10, null, %s,"
-                " 5, 0, null, null, null)",
+                " 5, 0, null, null, null, null)",
                 (first["user_id"], first["message_id"], json.dumps(follow_up)),
             )
             person = first["user_id"]

@@ -300,6 +300,7 @@ class Memory:
         language: str | None = None,
         retry_for_s: float = 0.0,
         declined: Sequence[int] | None = None,
+        merged: Sequence[int] = (),
         said_later: Sequence[SaidFirst] = (),
     ) -> int | None:
         """Store the reply to a stored user message, and the model tokens it took (the person's
@@ -313,7 +314,9 @@ class Memory:
         photo shows); `follow_ups`: what the model's tools decided (core/follow_ups/capability.py); `language`:
         the language the turn heard, kept as the person's; `declined`: the model declined the turn
         and the reply says so, with the ids of the other stored messages its last turn merged (they
-        and the message and the reply are left out of every later context); `said_later`: the held
+        and the message and the reply are left out of every later context); `merged`: the ids of the
+        other stored messages the answer's last turn merged, answered with it when nothing else
+        answers them (no longer owed); `said_later`: the held
         follow-ups the message took to say first that its answer had no room for (a TwiML answer),
         left to the follow-up job once the reply is stored; all in the same round trip, so that a
         database failing after it leaves them with the message, never said by nothing."""
@@ -330,6 +333,7 @@ class Memory:
             "p_reply_id": reply_id,
             "p_language": language_tag(language),
             "p_declined": None if declined is None else json.dumps(list(declined)),
+            "p_merged": json.dumps(list(merged)) if merged else None,
         }
         function = "finish_turn"
         written = {**(follow_ups or {}), **({"later": [said.id for said in said_later]} if said_later else {})}

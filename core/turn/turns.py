@@ -277,7 +277,8 @@ class Turns:
             # platform stops waiting for it.
             store_by = min(self._answer_by(began, deadline_s), until if channel is None else math.inf)
             declined = merged if outcome is Outcome.DECLINED else None
-            self._finish(result, start, text, sent, learned, tools, store_by, declined, later)
+            answered = merged if outcome is Outcome.ANSWERED else ()
+            self._finish(result, start, text, sent, learned, tools, store_by, declined, later, merged=answered)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
         else:
@@ -375,7 +376,7 @@ class Turns:
             learned = self._learned(prepared, described, figures, began + request.deadline_s)
             store_by = self._answer_by(began, request.deadline_s)
             if outcome is Outcome.ANSWERED:
-                self._finish(result, start, text, IN_THE_RESPONSE, learned, tools, store_by)
+                self._finish(result, start, text, IN_THE_RESPONSE, learned, tools, store_by, merged=merged)
             elif outcome is Outcome.DECLINED:
                 self._finish(result, start, answer, IN_THE_RESPONSE, learned, tools, store_by, declined=merged)
             else:
@@ -842,10 +843,14 @@ class Turns:
         store_by: float = -math.inf,
         declined: tuple[int, ...] | None = None,
         said_later: list[SaidFirst] | None = None,
+        *,
+        merged: tuple[int, ...] = (),
     ) -> None:
         """Store the reply, tried again until `store_by` (a time on the turn's clock; by default, not).
         `declined`: the model declined the turn, and the reply says so: the other stored messages
-        the turn merged, declined with it; what its tools decided before is dropped. `said_later`:
+        the turn merged, declined with it; what its tools decided before is dropped. `merged`: the
+        model answered, and the other stored messages its last turn merged are answered with it
+        (an owed one is no longer owed). `said_later`:
         the held follow-ups the answer had no room for, left to the follow-up job with it."""
         result.figures.ended = True
         if start.message_id is None or start.user_id is None:
@@ -866,6 +871,7 @@ class Turns:
             reply_id=start.reply_id,
             retry_for_s=store_by - self._clock(),
             declined=declined,
+            merged=merged,
             said_later=said_later or (),
         )
         result.figures.round_trips += 1

@@ -426,7 +426,7 @@ $$;
 -- answer to it says them first), never marked said and said by nothing (a review's finding).
 -- Written only when the reply is stored; a follow-up is said where the
 -- message was written (its conversation and sender). At most p_max_pending pending per person
--- (counted one turn at a time), never more than a year ahead. p_declined: finish_turn's (a declined
+-- (counted one turn at a time), never more than a year ahead. p_declined, p_merged: finish_turn's (a declined
 -- turn's tools decided nothing, but the held follow-ups its answer had no room for still go to the
 -- job). Answers finish_turn's result with 'scheduled' (the new ids), 'refused' (how many the limits
 -- refused) and 'cancelled'.
@@ -444,12 +444,13 @@ create function public.finish_turn_follow_ups(
     p_reserved integer,
     p_reply_id bigint,
     p_language text,
-    p_declined text
+    p_declined text,
+    p_merged text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_result jsonb := public.finish_turn(p_user_id, p_user_message_id, p_content, p_delivered, p_unsent_from,
                                          p_attempt, p_tokens, p_user_content, p_reserved, p_reply_id,
-                                         p_language, p_declined);
+                                         p_language, p_declined, p_merged);
     v_changes jsonb := coalesce(nullif(p_follow_ups, '')::jsonb, '{}'::jsonb);
     v_asked public.messages;
     v_item record;

@@ -88,6 +88,10 @@ create table public.messages (
     -- shown, and left out of every later context, as Anthropic asks (a conversation that goes on
     -- with the refused turn in it is refused again).
     declined boolean not null default false,
+    -- A person's message with no reply of its own that a later turn merged into its last turn and
+    -- answered (turn.sql's finish_turn: its attempt had ended, the fallback sent, say): answered with
+    -- that reply, so owed to nobody, neither the scheduled job nor its redelivery answers it again.
+    answered_with_later boolean not null default false,
     -- A person's message: the id its reply is stored under, drawn when it is stored (turn.sql's
     -- store_user_message), so that every attempt at it names the same reply (the web's stream
     -- resumed after a dropped connection shows the reply it began, not a second one).

@@ -65,9 +65,9 @@ begin
                    and m.created_at > v_now - make_interval(secs => p_max_age_seconds)
                    and m.surface = any (string_to_array(p_surfaces, ','))
                    and (m.answer_by is null or m.answer_by <= v_now)
-                   -- no reply, nor part of a turn the model declined (turn.sql's finish_turn: answered
-                   -- with it); or a reply owed a send
-                   and (r.id is null and not m.declined or r.unsent_from is not null)
+                   -- no reply, nor part of a turn the model declined or answered (turn.sql's
+                   -- finish_turn: answered with it); or a reply owed a send
+                   and (r.id is null and not m.declined and not m.answered_with_later or r.unsent_from is not null)
                    -- the person stopped its reply (messages.sql): not wanted, not owed (the draft they
                    -- were shown is its reply, and its rest is sent all the same)
                    and (r.unsent_from is not null
@@ -79,7 +79,7 @@ begin
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
            and (not exists (select from public.messages r where r.in_reply_to = m.id and r.user_id = m.user_id)
-                and not m.declined
+                and not m.declined and not m.answered_with_later
                 and not exists (select from public.stopped_generations s where s.message_id = m.id)
                 or exists (select from public.messages r
                             where r.in_reply_to = m.id and r.user_id = m.user_id and r.unsent_from is not null))

@@ -103,7 +103,7 @@ $$;
 create or replace function crossmem_private.stored_delivery(
     p_user_id uuid, p_surface text, p_external_id text, p_attempt uuid, out message_id bigint,
     out created_at timestamptz, out conversation_id uuid, out answer_by timestamptz, out own_attempt boolean,
-    out declined boolean
+    out declined boolean, out answered_with_later boolean
 ) language plpgsql set search_path = '' as $$
 begin
     if p_external_id is not null then
@@ -112,14 +112,15 @@ begin
         -- The row is held until this turn's first transaction ends: a scheduled job claiming it as
         -- owed at this moment is waited for, and its claim (a later answer_by) then seen, so a
         -- redelivery and the job never both take the message over.
-        select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false), m.declined
-          into message_id, created_at, conversation_id, answer_by, own_attempt, declined
+        select m.id, m.created_at, m.conversation_id, m.answer_by, coalesce(m.attempt = p_attempt, false), m.declined,
+               m.answered_with_later
+          into message_id, created_at, conversation_id, answer_by, own_attempt, declined, answered_with_later
           from public.messages m
          where m.user_id = p_user_id and m.surface = p_surface and m.external_id = p_external_id
            for update of m;
     elsif p_attempt is not null then
-        select m.id, m.created_at, m.conversation_id, m.answer_by, true, m.declined
-          into message_id, created_at, conversation_id, answer_by, own_attempt, declined
+        select m.id, m.created_at, m.conversation_id, m.answer_by, true, m.declined, m.answered_with_later
+          into message_id, created_at, conversation_id, answer_by, own_attempt, declined, answered_with_later
           from public.messages m
          where m.attempt = p_attempt and m.external_id is null and m.user_id = p_user_id
            for update of m;
@@ -500,8 +501,9 @@ begin
         -- Owed: no reply, and its attempt can no longer answer. This delivery answers it (within
         -- the budget: each attempt's tokens count, so retrying an abandoned stream for ever runs
         -- into TOKENS_PER_DAY).
-        -- A message a later turn declined with itself (turn.sql's mark_declined) is answered by it.
-        v_owed := v_reply is null and not v_stored.declined
+        -- A message a later turn declined with itself (turn.sql's mark_declined), or answered with
+        -- its own (finish_turn's p_merged), is answered by it.
+        v_owed := v_reply is null and not v_stored.declined and not v_stored.answered_with_later
                   and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
         if v_reply->>'unsent_from' is not null then
             -- Its reply is stored and owed a send (messages.sql's unsent_from): this delivery sends
@@ -528,7 +530,8 @@ begin
                 'delivered_first', case when public.surface_has_window(p_surface)
                                         then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
                 -- Not answered yet (or its reply being sent), and its attempt may still: ask again after this.
-                'answer_by', case when v_reply is null and (not v_stored.declined or v_stored.answer_by > v_now)
+                'answer_by', case when v_reply is null and (not (v_stored.declined or v_stored.answered_with_later)
+                                                            or v_stored.answer_by > v_now)
                                   then v_stored.answer_by end,
                 -- declined with a later turn, which answered it (mark_declined)
                 'declined', v_stored.declined,
@@ -660,6 +663,27 @@ begin
 end;
 $$;
 
+-- The messages of the person's that a turn's answer (finish_turn) merged in its last turn (p_merged,
+-- a JSON array of ids): each with no reply of its own and no attempt that may still answer it
+-- (its attempt ended: the fallback sent, the time up) is answered with that reply. Left owed, the
+-- scheduled job or its redelivery would answer it again, after the answer that took it in. One an
+-- attempt holds (the job's claim, a redelivery) is left to it: its answer decides. Taken in the
+-- order of their ids, so two answers merging the same ones never deadlock.
+create function crossmem_private.mark_answered_with(p_user_id uuid, p_merged text)
+    returns void language plpgsql set search_path = '' as $$
+begin
+    update public.messages m set answered_with_later = true
+     where m.id in (select x.id from public.messages x
+                     where x.user_id = p_user_id and x.role = 'user'
+                       and x.id in (select e::bigint from json_array_elements_text(coalesce(nullif(p_merged, ''), '[]')::json) e)
+                     order by x.id
+                       for no key update of x)
+       and m.user_id = p_user_id and not m.declined
+       and (m.answer_by is null or m.answer_by <= clock_timestamp())
+       and not exists (select from public.messages r where r.in_reply_to = m.id);
+end;
+$$;
+
 -- The conversation of p_user_id's message p_message_id (or of the person they were linked into
 -- since: their rows moved there), locked key share, as a link takes it first: finish_turn and
 -- end_attempt take it before the message's rows, so one ending while its chat is linked waits for
@@ -695,7 +719,10 @@ create or replace function public.finish_turn(
     -- the model declined the turn (null: it did not): p_content says so, and the message, its reply
     -- and the person's other messages its last turn merged (a JSON array of their ids) are marked
     -- declined (messages.sql), out of every later context
-    p_declined text
+    p_declined text,
+    -- the model answered the turn: the person's other stored messages its last turn merged (a JSON
+    -- array of their ids), answered with it (answered_with_later) when nothing else answers them
+    p_merged text
 ) returns jsonb language plpgsql set search_path = '' as $$
 declare
     v_reply_id bigint;
@@ -747,6 +774,8 @@ begin
         perform crossmem_private.settle_turn_tokens(p_user_message_id, null, p_reserved, p_tokens, p_attempt);
         if p_declined is not null then
             perform crossmem_private.mark_declined(v_owner, p_user_message_id, p_declined);
+        elsif p_merged is not null then
+            perform crossmem_private.mark_answered_with(v_owner, p_merged);
         end if;
         if p_unsent_from is not null and not p_delivered then
             update public.messages m set answer_by = clock_timestamp()

@@ -173,6 +173,7 @@ def test_a_place_its_turn_never_ended_is_in_no_reader_of_the_persons_follow_ups(
             "p_reply_id": later.reply_id,
             "p_language": None,
             "p_declined": None,
+            "p_merged": None,
         },
     )
     assert (len(finished["scheduled"]), finished["refused"]) == (1, 0)

@@ -55,6 +55,7 @@ def finish(
             "p_reply_id": None,
             "p_language": None,
             "p_declined": None,
+            "p_merged": None,
         },
     )
     return answer

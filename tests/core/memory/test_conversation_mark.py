@@ -229,7 +229,7 @@ def test_a_purge_and_a_turn_storing_its_transcript_do_not_deadlock(store: Postgr
     someone_waits_for_a_lock(database_url)  # the purge waits for the voice note
     try:
         finish.execute(
-            "select public.finish_turn(%s, %s, 'reply', true, null, null, 0, null, 0, null, null, null)",
+            "select public.finish_turn(%s, %s, 'reply', true, null, null, 0, null, 0, null, null, null, null)",
             (person, voice),
         )
         finish.commit()

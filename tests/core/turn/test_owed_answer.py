@@ -174,6 +174,30 @@ def test_a_message_declined_with_a_later_turn_is_not_owed(memory: Memory, fake_a
     assert job_channel.sent == [] and len(fake_anthropic.requests) == 2
 
 
+def test_a_message_a_later_turn_answered_with_its_own_is_not_answered_again(
+    memory: Memory, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model was down for A on Telegram (the fallback, A owed); a few seconds later the person
+    wrote B, and B's turn merged A in and answered both (docs/decisions.md: the fallback is not
+    stored so that it does). A is answered: neither the job nor A's redelivery answers it again.
+    Seen failing with the job sending A's answer after B's, a question answered twice."""
+    turns = claude_turns(memory, fake_anthropic)
+    fake_anthropic.behaviour = "529"
+    first = TurnRequest(Surface.TELEGRAM, "what time is my flight?", "owed-answered-a", sender_id="4646")
+    assert turns.run(first, RecordingChannel()).outcome is Outcome.FALLBACK
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "At 9:40, and the hotel is the Miramar."
+    second = replace(first, text="and the hotel?", external_id="owed-answered-b")
+    live = RecordingChannel()
+    assert turns.run(second, live).outcome is Outcome.ANSWERED
+    assert live.sent == ["At 9:40, and the hotel is the Miramar."]
+    job_channel = RecordingChannel()
+    assert job_of(memory, turns, job_channel).run(120) == OwedRun(answered=0, failed=0)  # nothing claimed
+    redelivered = RecordingChannel()
+    assert turns.run(first, redelivered).outcome is Outcome.DUPLICATE
+    assert job_channel.sent == [] and redelivered.sent == [] and len(fake_anthropic.requests) == 2
+
+
 def test_two_people_who_blocked_the_bot_do_not_stop_the_run_for_a_third(memory: Memory) -> None:
     """Three people's replies stored owed a send: the first two have blocked the bot (a refusal for
     good), and the third's still goes out in the same run (a review's finding: two refusals in a row

@@ -34,6 +34,7 @@ def finish_turn_sql(**given: object) -> tuple[str, dict[str, object]]:
         "p_reserved": 0,
         "p_language": None,
         "p_declined": None,
+        "p_merged": None,
         **given,
     }
     named = ", ".join(f"{name} => %({name})s" for name in arguments)
