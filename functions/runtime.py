@@ -1,16 +1,20 @@
 """The per-instance cache: settings and clients, each built on first use and then kept,
 so a warm instance reuses its database connections and SDK clients.
 
-This is the only module-level state of the project. `reset()` drops it (tests, CLI).
+This is the only module-level state of the project. `reset()` drops it (tests, CLI). An
+instance serves THREADS requests at once (serverless.yml's `concurrency`), and a new one is sent
+a burst's first requests together: each client is built by one of them while the others wait
+(`built_once`), never once by each (a store each is a pool of connections nobody closes).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from core.channels.telegram_bot import TelegramBot, TelegramChannel
 from core.errors import ConfigurationError, InvalidSetting
@@ -66,12 +70,38 @@ DIGEST_THINKING_TOKENS = 2048
 DESCRIPTION_TOKENS = 300  # what a photo's or a PDF's description may say
 
 
+T = TypeVar("T")
+# One build at a time, on every thread of the instance: a builder calls others (turns: memory,
+# store), so it is reentrant, and one lock for all of them can never be taken in two orders.
+_BUILDING = threading.RLock()
+
+
+class built_once(Generic[T]):  # noqa: N801 (a decorator, named as functools.cache is)
+    """functools.cache, whose function runs once per arguments however many threads ask at once
+    (functools.cache runs it for each thread that asks before the first build returns)."""
+
+    def __init__(self, build: Callable[..., T]) -> None:
+        self._cached = functools.cache(build)
+        functools.update_wrapper(self, build)
+
+    def __call__(self, *args: Hashable) -> T:
+        with _BUILDING:
+            return self._cached(*args)
+
+    def cache_info(self) -> Any:
+        return self._cached.cache_info()
+
+    def cache_clear(self) -> None:
+        with _BUILDING:
+            self._cached.cache_clear()
+
+
 def now() -> datetime:
     """The wall clock the follow-ups read ("tomorrow at 9", what is due): tests move it."""
     return datetime.now(UTC)
 
 
-@functools.cache
+@built_once
 def settings() -> Settings:
     configure_json_logging()
     return Settings.from_environment()
@@ -107,7 +137,7 @@ def check_can_serve(config: Settings, reads: Iterable[str] | None = None) -> Non
         )
 
 
-@functools.cache
+@built_once
 def store() -> MemoryStore:
     config = settings()
     try:
@@ -141,7 +171,7 @@ def build_store(config: Settings) -> MemoryStore:
     )
 
 
-@functools.cache
+@built_once
 def memory() -> Memory:
     config = settings()
     return Memory(store(), context_limits(config), turn_budget(config))
@@ -164,7 +194,7 @@ def turn_budget(config: Settings) -> TurnBudget:
     )
 
 
-@functools.cache
+@built_once
 def model() -> Model:
     config = settings()
     if config.anthropic_api_key is None:
@@ -201,7 +231,7 @@ def claude(
     )
 
 
-@functools.cache
+@built_once
 def identity() -> IdentityPolicy:
     config = settings()
     # Each surface's list read when a sender of that surface is first resolved.
@@ -213,7 +243,7 @@ def owner_ids(surface: Surface) -> frozenset[str]:
     return surfaces()[surface].owner_ids
 
 
-@functools.cache
+@built_once
 def surfaces() -> Surfaces:
     """Every surface as this deployment reaches it (core/surfaces/): the one registry the rest asks."""
     config = settings()
@@ -302,7 +332,7 @@ def capabilities(config: Settings) -> tuple[Capability, ...]:
     )
 
 
-@functools.cache
+@built_once
 def turns() -> Turns:
     config = settings()
     able = capabilities(config)
@@ -326,7 +356,7 @@ def turns() -> Turns:
     )
 
 
-@functools.cache
+@built_once
 def media_reader() -> MediaReader:
     """Photos, PDFs and voice notes: each app's files, the transcriber and the describer, each
     built on the first message that needs it (a text turn builds none of them)."""
@@ -356,7 +386,7 @@ def media_source(surface: Surface) -> MediaSource:
     return surfaces()[surface].media()
 
 
-@functools.cache
+@built_once
 def telegram_files() -> MediaSource:
     from core.channels.media_fetch import TelegramFiles
 
@@ -365,7 +395,7 @@ def telegram_files() -> MediaSource:
     return TelegramFiles(token, config.telegram_api_base)
 
 
-@functools.cache
+@built_once
 def twilio_media() -> MediaSource:
     from core.channels.media_fetch import TwilioMedia
 
@@ -374,14 +404,14 @@ def twilio_media() -> MediaSource:
     return TwilioMedia(config.twilio_account_sid, token, config.twilio_api_base)
 
 
-@functools.cache
+@built_once
 def inline_media() -> MediaSource:
     from core.channels.media_fetch import InlineMedia
 
     return InlineMedia()
 
 
-@functools.cache
+@built_once
 def transcriber() -> Transcriber | None:
     """Deepgram when DEEPGRAM_API_KEY is set; else none (voice notes get a polite answer)."""
     config = settings()
@@ -394,7 +424,7 @@ def transcriber() -> Transcriber | None:
     )
 
 
-@functools.cache
+@built_once
 def describer() -> Model | None:
     """The small model that describes photos and PDFs for the memory (none offline)."""
     config = settings()
@@ -406,7 +436,7 @@ def describer() -> Model | None:
     return claude(config, config.anthropic_digest_model, room, cached=False, effort=config.anthropic_digest_effort)
 
 
-@functools.cache
+@built_once
 def digest_job() -> DigestJob:
     """The memory digest: ANTHROPIC_DIGEST_MODEL with a key, else the offline extractive notes."""
     from zoneinfo import ZoneInfo
@@ -433,7 +463,7 @@ def digest_limits(config: Settings) -> DigestLimits:
     )
 
 
-@functools.cache
+@built_once
 def owed_replies() -> OwedReplies:
     """The scheduled job's answers to owed messages, on the surfaces it can reach."""
     config = settings()
@@ -451,19 +481,19 @@ def owed_replies() -> OwedReplies:
     )
 
 
-@functools.cache
+@built_once
 def outside_thread(surface: Surface) -> MessagesOutsideThread:
     """A surface's messages that are no turn, as the follow-ups see them (WhatsApp's window)."""
     return MessagesOutsideThread(store(), identity(), surface)
 
 
-@functools.cache
+@built_once
 def opt_outs() -> OptOuts:
     """The chats and numbers that opted out (SMS's STOP), heard from the webhook or a refused send."""
     return OptOuts(store(), identity(), now=lambda: now())
 
 
-@functools.cache
+@built_once
 def follow_up_delivery() -> FollowUpDelivery:
     """The scheduled job's delivery of due follow-ups, on the apps it can reach."""
     return FollowUpDelivery(store(), surfaces(), identity(), now=lambda: now(), catalogue=catalogue())
@@ -499,7 +529,7 @@ def webhook_surface(surface: Surface) -> SurfaceAdapter:
     return adapter
 
 
-@functools.cache
+@built_once
 def sms_sender() -> WhatsAppSender:
     """Twilio's Messages API from the SMS number (the same client as WhatsApp's, another sender)."""
     from core.channels.whatsapp import WhatsAppSender  # twilio: only the functions that reach Twilio
@@ -545,7 +575,7 @@ def twilio_sender() -> WhatsAppSender:
     return sender
 
 
-@functools.cache
+@built_once
 def whatsapp_sender() -> WhatsAppSender | None:
     """Twilio's REST API for this account (owed replies, typing indicators), when configured."""
     config = settings()
@@ -562,14 +592,14 @@ def whatsapp_sender() -> WhatsAppSender | None:
     )
 
 
-@functools.cache
+@built_once
 def refusals_logged() -> set[str]:
     """The reasons this instance has logged for refusing to serve: each once, not once a request
     (anyone who can reach an unconfigured function could otherwise fill the error log)."""
     return set()
 
 
-@functools.cache
+@built_once
 def twilio_signatures() -> TwilioSignatures:
     """Twilio's webhooks' signature check, which logs this instance's first refusal."""
     from core.channels.whatsapp import TwilioSignatures  # twilio: only the functions Twilio calls
@@ -577,7 +607,7 @@ def twilio_signatures() -> TwilioSignatures:
     return TwilioSignatures()
 
 
-@functools.cache
+@built_once
 def linking() -> Linking:
     config = settings()
     return Linking(
@@ -591,31 +621,31 @@ def linking() -> Linking:
     )
 
 
-@functools.cache
+@built_once
 def catalogue() -> Catalogue:
     """The fixed phrases in every language (core/phrases/), each file read when first needed."""
     return Catalogue(settings().default_language)
 
 
-@functools.cache
+@built_once
 def commands() -> Commands:
     """The chat commands' one router (core/surfaces/commands.py)."""
     return Commands(linking(), forgetting())
 
 
-@functools.cache
+@built_once
 def remembered_language() -> RememberedLanguage:
     """The person's remembered language, for what is answered without a turn (a command, a notice)."""
     return RememberedLanguage(store(), identity())
 
 
-@functools.cache
+@built_once
 def corrections() -> Corrections:
     """Edited messages (core/memory/edits.py)."""
     return Corrections(memory(), identity())
 
 
-@functools.cache
+@built_once
 def forgetting() -> Forgetting:
     config = settings()
     return Forgetting(
@@ -627,19 +657,19 @@ def forgetting() -> Forgetting:
     )
 
 
-@functools.cache
+@built_once
 def export() -> Export:
     return Export(store(), now)
 
 
-@functools.cache
+@built_once
 def retention() -> Retention:
     config = settings()
     deadlines = (adapter.deadline_s for adapter in surfaces().values())
     return Retention(store(), batch_size=config.purge_batch, in_flight=in_flight_window(*deadlines))
 
 
-@functools.cache
+@built_once
 def telegram_bot() -> TelegramBot:
     config = settings()
     if config.telegram_bot_token is None:
@@ -647,7 +677,7 @@ def telegram_bot() -> TelegramBot:
     return TelegramBot(config.telegram_bot_token.get_secret_value(), config.telegram_api_base)
 
 
-@functools.cache
+@built_once
 def token_verifier() -> TokenVerifier:
     from core.identity.web_auth import TokenVerifier  # PyJWT and cryptography: only the web pays for them
 
