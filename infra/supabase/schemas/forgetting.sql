@@ -67,7 +67,8 @@ begin
        and (p_conversation_id is null or c.id = p_conversation_id);
     get diagnostics v_conversations = row_count;
     -- The notes were written from these messages: they go too, and the next digest writes
-    -- them again from whatever remains.
+    -- them again from whatever remains; a digest claiming them now loses its claim.
+    perform crossmem_private.await_notes_claim(p_user_id);
     delete from public.memory_notes n where n.user_id = p_user_id;
     return jsonb_build_object('messages', v_messages, 'conversations', v_conversations);
 end;

@@ -252,6 +252,21 @@ begin
 end;
 $$;
 
+-- What forgets, corrects or merges a person's messages calls this before it lets a running digest's
+-- claim on them go (forgetting.sql's forget_conversations, turn.sql's edit_message,
+-- fold_memory_notes): a claim making their notes row (claim_memory_digests, for a person with none
+-- yet) reads their messages in the same statement, and a row it has not committed is not seen
+-- by a statement of another transaction, whose delete or update would then leave that claim, and
+-- the words it read, standing (the forgotten words sent to the model and written in the notes).
+-- Making the row here waits for such a claim to end (the key is taken until it commits); the
+-- caller's next statement sees its row. A person with no row gets an empty one, as a claim makes.
+create or replace function crossmem_private.await_notes_claim(p_user_id uuid)
+    returns void language plpgsql set search_path = '' as $$
+begin
+    insert into public.memory_notes (user_id) values (p_user_id) on conflict (user_id) do nothing;
+end;
+$$;
+
 -- Whether a run's claim on a person still holds, asked just before their model call: a run asks
 -- for one person after another, each call up to the model's timeout, and meanwhile the person may
 -- have forgotten (their notes' row goes, claim and all), edited a message, been linked or purged
@@ -393,6 +408,7 @@ declare
     v_from public.memory_notes;
 begin
     delete from public.memory_notes n where n.user_id = p_from returning n.* into v_from;
+    perform crossmem_private.await_notes_claim(p_into);
     update public.memory_notes n set claim = null, claimed_until = null
      where n.user_id = p_into and n.claim is not null;
     update public.memory_notes n

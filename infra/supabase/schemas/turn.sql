@@ -962,6 +962,7 @@ begin
     -- finds no row). An edit of a message the window still shows leaves them alone. Notes a link
     -- merged (pending_fold) may hold the merged person's messages past their coverage (none, when
     -- the account had no notes): they go too.
+    perform crossmem_private.await_notes_claim(v_user);
     delete from public.memory_notes n
      where n.user_id = v_user
        and (n.pending_fold

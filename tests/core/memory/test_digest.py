@@ -645,3 +645,94 @@ def test_a_person_forgotten_while_the_run_digests_another_is_never_sent_to_the_m
     assert run.updated == 1
     assert ["my PIN is 9182" in body for body in asked] == [False]
     assert notes_row(database_url, second) is None
+
+
+@pytest.mark.parametrize("change", ["forget", "edit"])
+def test_what_a_person_forgets_or_corrects_while_their_first_digest_is_claimed_never_reaches_the_model(
+    alone: tuple[Memory, PostgresStore, str], change: str
+) -> None:
+    """The claim makes a new person's notes row, then reads their messages, in one statement: a
+    forget of everything (`/forget confirm`) or an edit of a message that commits meanwhile waits
+    for that row and takes the claim with it, so the words the claim read are sent to no model and
+    written in no notes (after an edit the next run digests the corrected ones). Seen failing with
+    the claim still holding once both had committed (their statements could not see the row the
+    claim had not committed yet), the forgotten or replaced words on their way to the notes."""
+    small, store, database_url = alone
+    person = uuid.uuid4()
+    converse(small, person, ["my PIN is 9182", "b", "c"])
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("update messages set platform_ref = '7:1' where content = 'my PIN is 9182'")
+    with psycopg.connect(database_url) as claiming:  # one transaction: the claim's statement, held open
+        row = claiming.execute("select claim_memory_digests(10, 4, 2, 24, 60, 50, null, 0)").fetchone()
+        assert row is not None
+        [due] = row[0]
+        assert "my PIN is 9182" in str(due["messages"])
+
+        def change_it() -> None:
+            with psycopg.connect(database_url, autocommit=True) as connection:
+                if change == "forget":
+                    connection.execute("select forget_person(%s, false)", (person,))
+                else:
+                    connection.execute(
+                        "select edit_message(%s, null, 'telegram', '7:1', 'my PIN is secret', null, null, now())",
+                        (person,),
+                    )
+
+        changing = threading.Thread(target=change_it)
+        changing.start()
+        time.sleep(0.5)  # it runs while the claim has not committed
+        claiming.commit()
+        changing.join(10)
+        assert not changing.is_alive()
+    with psycopg.connect(database_url) as connection:
+        holds = connection.execute("select memory_claim_holds(%s, %s)", (person, due["claim"])).fetchone()
+    assert holds == ({"holds": False},)
+    run = DigestJob(store, ExtractiveDigester(800), LIMITS).run()
+    notes = notes_row(database_url, person)
+    if change == "forget":
+        assert (run.updated, notes) == (0, None)
+    else:
+        assert run.updated == 1 and notes is not None
+        assert "my PIN is secret" in str(notes[0]) and "9182" not in str(notes[0])
+
+
+def test_a_link_while_the_persons_first_digest_is_claimed_keeps_the_chats_notes(
+    small: Memory, store: PostgresStore, database_url: str
+) -> None:
+    """The claim of a web person with no notes yet makes their notes row, then reads their
+    messages, in one statement; the person links a Telegram chat that has notes meanwhile: the
+    link waits for the row and takes the claim, so the running digest's write (from the person's
+    own messages only) cannot replace the chat's notes folded in. Seen failing with the claim still
+    holding after the link, and the chat's notes lost to that write."""
+    job = DigestJob(store, ExtractiveDigester(800), LIMITS)
+    chat = f"tg-{uuid.uuid4().hex[:8]}"
+    for text in ("my flight is on Tuesday", "x", "y"):
+        start = small.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, text, uuid.uuid4().hex)
+        assert start.user_id is not None and start.message_id is not None
+        small.finish_turn(start.user_id, start.message_id, "ok")
+    assert start.user_id is not None and job.run(start.user_id).updated == 1
+    web_person = uuid.uuid4()
+    converse(small, web_person, ["my sister's name is Ana", "b", "c"], Surface.WHATSAPP)
+    linking = Linking(store, IdentityPolicy("auto"), ttl_minutes=10, attempts_per_hour=5)
+    with psycopg.connect(database_url) as claiming:  # one transaction: the claim's statement, held open
+        row = claiming.execute("select claim_memory_digests(10, 4, 2, 24, 60, 50, %s, 0)", (web_person,)).fetchone()
+        assert row is not None
+        [due] = row[0]
+        linked = threading.Thread(target=linking.link, args=(web_person, Surface.TELEGRAM, chat))
+        linked.start()
+        time.sleep(0.5)  # the link runs while the claim has not committed
+        claiming.commit()
+        linked.join(10)
+        assert not linked.is_alive()
+    with psycopg.connect(database_url) as connection:
+        holds = connection.execute("select memory_claim_holds(%s, %s)", (web_person, due["claim"])).fetchone()
+        assert holds == ({"holds": False},)
+        written = connection.execute(
+            "select write_memory_notes(%s, %s, '- [whatsapp · 2026-11-30] Sister is Ana.', null, null)",
+            (web_person, due["claim"]),
+        ).fetchone()
+    assert written is not None and written[0]["written"] is False
+    assert job.run(web_person).updated == 1  # the fold
+    merged = read_notes(store, web_person).content
+    assert "my sister's name is Ana" in merged
+    assert "my flight is on Tuesday" in merged, merged
