@@ -191,7 +191,10 @@ class OwedReplies:
                     break
                 continue
             model_s = min(answer_within - ANSWER_MARGIN_S - SEND_ROOM_S, longest)
-            result = self._turns.answer_owed(owed, channel, model_s, until=send_by)
+            # Given up at its last try; with held follow-ups, at the next run's claim, which knows how far
+            # this try said them (a give-up from this claim's would say again what this try said).
+            last_try = owed.tries >= self._max_tries and not owed.start.delivered_first
+            result = self._turns.answer_owed(owed, channel, model_s, until=send_by, last_try=last_try)
             # A declined turn is answered too: its answer is stored, and owes nothing (docs/decisions.md).
             if result.outcome in (Outcome.ANSWERED, Outcome.DECLINED) and result.reply_id is not None:
                 answered, failing = answered + 1, None
@@ -202,10 +205,9 @@ class OwedReplies:
                 continue
             failed += 1
             resting.add(person)
-            # Given up at its last try; with held follow-ups, at the next run's claim, which knows how far
-            # this try said them (a give-up from this claim's would say again what this try said).
-            last_try = owed.tries >= self._max_tries and not owed.start.delivered_first
-            if last_try and unsent.down_for_everyone(person, self._give_up(owed, channel, send_by, tried=True)):
+            # A fallback's try left its claim and what it spent to the give-up; any other ended its attempt.
+            spent = result.figures.model_tokens if result.outcome is Outcome.FALLBACK else None
+            if last_try and unsent.down_for_everyone(person, self._give_up(owed, channel, send_by, spent)):
                 break
             if result.outcome is Outcome.FALLBACK:
                 if failing is not None and failing != person:
@@ -213,11 +215,13 @@ class OwedReplies:
                 failing = person
         return OwedRun(answered, failed)
 
-    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float, tried: bool = False) -> Delivery:
+    def _give_up(self, owed: OwedMessage, channel: ReplyChannel, send_by: float, spent: int | None = 0) -> Delivery:
         """The fallback, once: sent, and stored as the reply, so the message is no longer owed. The
         held follow-ups its attempts took go first; when one does not, the message stays owed with
         them (from the part each got to) for the next run's give-up. What became of the sends.
-        `tried`: this claim's try already ended its attempt, which gave back what it reserved."""
+        `spent`: what this claim's try spent, which the give-up counts as it gives back what the
+        claim reserved (its fallback kept the claim: answer_owed's `last_try`; 0: none was made);
+        None: the try ended its attempt, which counted it and gave the reservation back."""
         start = owed.start
         assert start.user_id is not None and start.message_id is not None
         if not self._turns.said_held_first(start, channel, send_by):
@@ -225,7 +229,7 @@ class OwedReplies:
                 "an owed message's held follow-ups could not be sent before its fallback; the next run tries again",
                 extra={"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries},
             )
-            self._release(owed)
+            self._release(owed, spent or 0)
             return Delivery.OWED
         said = next((m.content for m in start.history if m.id == start.message_id), "")
         # In the person's language as remembered (claim_owed_replies answers it), else that of their words.
@@ -238,7 +242,8 @@ class OwedReplies:
             delivered=sent.delivery is Delivery.DELIVERED,
             unsent_from=sent.unsent_from,
             attempt=start.attempt,
-            reserved=0 if tried else start.reserved_tokens,
+            tokens=spent or 0,
+            reserved=0 if spent is None else start.reserved_tokens,
         )
         log.warning(
             "an owed message was given up: the fallback was sent",
@@ -263,12 +268,15 @@ class OwedReplies:
             extra={**extra, "given_up": given_up},
         )
 
-    def _release(self, owed: OwedMessage) -> None:
-        """A claim the job does not answer gives back what it reserved (the message is owed again at
-        once: its person rests for the rest of the run, or it is theirs no more)."""
+    def _release(self, owed: OwedMessage, spent: int = 0) -> None:
+        """A claim the job does not answer gives back what it reserved and counts what its try
+        `spent` (the message is owed again at once: its person rests for the rest of the run, or it
+        is theirs no more)."""
         start = owed.start
-        if start.reserved_tokens and start.user_id is not None and start.message_id is not None:
-            self._memory.end_attempt(start.user_id, start.message_id, start.attempt, 0, reserved=start.reserved_tokens)
+        if (start.reserved_tokens or spent) and start.user_id is not None and start.message_id is not None:
+            self._memory.end_attempt(
+                start.user_id, start.message_id, start.attempt, spent, reserved=start.reserved_tokens
+            )
 
     def _send_stored(self, owed: OwedMessage, channel: ReplyChannel, send_by: float) -> Sent:
         """A reply stored but owed a send (its surface was down when it was written, or took only

@@ -173,11 +173,19 @@ class Turns:
         return owed_estimate(self._settings)
 
     def answer_owed(
-        self, owed: OwedMessage, channel: ReplyChannel, deadline_s: float, until: float | None = None
+        self,
+        owed: OwedMessage,
+        channel: ReplyChannel,
+        deadline_s: float,
+        until: float | None = None,
+        *,
+        last_try: bool = False,
     ) -> TurnResult:
         """The scheduled job's turn for a message no attempt answered: the model, once, from the
         context it was stored in, within `deadline_s`; the reply sent through `channel` by `until`
-        (its claim's end, less the time to store it; default: as a turn's) and stored."""
+        (its claim's end, less the time to store it; default: as a turn's) and stored. `last_try`:
+        a fallback leaves the claim on the message (its attempt not ended, what it spent in the
+        result's figures) for the job's give-up, so no other run or redelivery takes it meanwhile."""
         began = self._clock()
         figures = TurnFigures(round_trips=1, reserved_tokens=owed.start.reserved_tokens)
         zone = self._zone_of(owed.start)
@@ -204,6 +212,7 @@ class Turns:
                 waiting=False,
                 until=until,
                 merged=merged,
+                keep_claim=last_try,
             )
 
     def _answer(
@@ -222,10 +231,12 @@ class Turns:
         until: float | None = None,
         merged: tuple[int, ...] = (),
         room: Room | None = None,
+        keep_claim: bool = False,
     ) -> TurnResult:
         """`waiting`: the person is waiting on this turn (a webhook's, the web's): they see "typing…",
         and the fallback when the model fails. The scheduled job's owed answer has nobody waiting:
-        a failure sends nothing (they had the fallback already) and leaves the message owed.
+        a failure sends nothing (they had the fallback already) and leaves the message owed, but
+        with `keep_claim` (its last try) held by the job, whose give-up ends it.
         `until`: when the attempt must have sent by (default: from `began` and `deadline_s`).
         `merged`: the stored messages the context's last turn merged with this one. `room`: the
         request's `first_room`."""
@@ -281,6 +292,8 @@ class Turns:
             self._finish(result, start, text, sent, learned, tools, store_by, declined, later, merged=answered)
             # Only a stored reply can be sent by a redelivery; a fallback or a lost reply cannot.
             result.reply_owed = delivery is Delivery.OWED and result.reply_id is not None
+        elif keep_claim and outcome is Outcome.FALLBACK:
+            figures.ended = True  # the job's give-up stores its fallback and counts what this try spent
         else:
             # The held follow-ups went first: pushed, or in this fallback's response (not a response
             # that comes after the platform stopped waiting).

@@ -138,6 +138,31 @@ def test_a_declined_owed_message_is_answered_once_and_never_given_up(
     assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []
 
 
+def test_a_last_try_that_fails_holds_its_message_until_its_fallback_is_stored(
+    memory: Memory, fake_anthropic: FakeAnthropic
+) -> None:
+    """The job's last try at a message fails (the model overloaded): its fallback is sent and
+    stored while its claim still holds the message, so another run of the job (runs overlap) or a
+    redelivery finds nothing to take over meanwhile, and the person gets the fallback once. Seen
+    failing with the message owed again between the try's end and its give-up: another run claimed
+    it then, and would have given it up with the fallback a second time."""
+    turns = claude_turns(memory, fake_anthropic)
+    fake_anthropic.behaviour = "529"
+    asked = TurnRequest(Surface.TELEGRAM, "write an essay", "owed-last-try", sender_id="4747")
+    assert turns.run(asked, RecordingChannel()).outcome is Outcome.FALLBACK
+    taken: list[object] = []
+
+    class AnotherRunMeanwhile(RecordingChannel):
+        def send(self, text: str, until: float, first_part: int = 0) -> Sent:
+            taken.extend(memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10))
+            return super().send(text, until, first_part)
+
+    channel = AnotherRunMeanwhile()
+    assert job_of(memory, turns, channel, max_tries=1).run(120) == OwedRun(answered=0, failed=1)
+    assert channel.sent == ["FALLBACK"] and taken == []
+    assert memory.claim_owed_replies([Surface.TELEGRAM], 600, 30, limit=10) == []  # given up: stored
+
+
 def test_the_jobs_answer_is_stored_under_the_id_the_turn_drew_for_it(
     memory: Memory, fake_anthropic: FakeAnthropic, own_database: str
 ) -> None:
