@@ -40,6 +40,8 @@ declare
     v_now timestamptz := clock_timestamp();
     v_until timestamptz;
     v_at timestamptz;
+    v_settled_by timestamptz;
+    v_running bigint;
 begin
     delete from public.turn_usage u where u.user_id = p_user_id and u.at <= v_now - interval '1 day';
     if p_turns_per_minute > 0 then
@@ -62,7 +64,22 @@ begin
                   from public.turn_usage u where u.user_id = p_user_id) w
          where w.total >= p_tokens_per_day and w.total - w.through < p_tokens_per_day
          order by w.at limit 1;
-        v_until := greatest(v_until, v_at + interval '1 day');
+        if v_at is not null then
+            -- Over it only by what the person's turns still answering reserved (their other apps'
+            -- messages of this moment): those settle, to what they spent, by their answer_by, so
+            -- the person may write again then, not a day later. A reservation whose attempt's time
+            -- is up (its instance died) counts as spent.
+            select max(m.answer_by), sum(u.reserved) into v_settled_by, v_running
+              from public.turn_usage u
+              join public.messages m on m.id = u.message_id and m.user_id = p_user_id
+             where u.user_id = p_user_id and u.reserved > 0 and m.answer_by > v_now;
+            if v_running > 0 and (select sum(u.tokens) from public.turn_usage u where u.user_id = p_user_id)
+                                 - v_running < p_tokens_per_day then
+                v_until := greatest(v_until, v_settled_by);
+            else
+                v_until := greatest(v_until, v_at + interval '1 day');
+            end if;
+        end if;
     end if;
     return v_until;
 end;

@@ -256,6 +256,36 @@ def test_eleven_turns_started_at_once_pass_the_day_by_at_most_one_turns_output(
     assert rows(database_url, "select sum(tokens) from turn_usage where user_id = %s", other) == [(1900,)]
 
 
+def test_a_day_over_only_by_what_turns_still_answering_reserved_is_free_again_when_they_settle(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Three apps at once on a small TOKENS_PER_DAY: a message that meets the others' reservations
+    was told "write again tomorrow" (a review's finding: the day ended at 22,525 of 100,000). The
+    turns still answering settle by their answer_by, and then it may: it is told so. Once their time
+    is up (the instance died), the reservation counts as spent, until its turn leaves the day."""
+    memory, person, other = reserving(store, 1000, 100), uuid.uuid4(), uuid.uuid4()
+    # another person's turn, answering longer: theirs alone
+    memory.begin_turn(Person(user_id=other), Surface.WEB, "w", "theirs", estimate=TurnEstimate(800), answer_within_s=50)
+    running = memory.begin_turn(
+        Person(user_id=person), Surface.TELEGRAM, "w", "running", estimate=TurnEstimate(600), answer_within_s=40
+    )
+    assert running.message_id is not None and running.reserved_tokens == 600 + 100
+    [(answer_by, at)] = rows(
+        database_url,
+        "select m.answer_by, u.at from messages m join turn_usage u on u.message_id = m.id where m.id = %s",
+        running.message_id,
+    )
+    with pytest.raises(OverBudget) as refused:
+        memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "meanwhile", estimate=TurnEstimate(400))
+    assert refused.value.until == answer_by and str(refused.value).endswith(" seconds.")
+    died = "update messages set answer_by = now() - interval '1 second' where id = %s"
+    execute(database_url, died, running.message_id)
+    with pytest.raises(OverBudget) as after_it_died:
+        memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "meanwhile", estimate=TurnEstimate(400))
+    assert after_it_died.value.until == at + timedelta(days=1)
+    assert stored(database_url, person) == 1
+
+
 def test_a_reservation_is_settled_to_what_the_turn_spent_and_its_input_must_fit_the_day(
     store: PostgresStore, database_url: str
 ) -> None:
