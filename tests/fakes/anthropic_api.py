@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.prompt_cache import PromptCache
+from bench.prompt_cache import PromptCache, count_tokens
 from tests.fakes.local_server import LocalServer, QuietHandler
 
 
@@ -258,7 +258,7 @@ class FakeAnthropic:
                     "input_tokens": usage.input_tokens,
                     "cache_creation_input_tokens": usage.cache_creation_input_tokens,
                     "cache_read_input_tokens": usage.cache_read_input_tokens,
-                    "output_tokens": max(1, len(text) // 4),
+                    "output_tokens": count_tokens(text),
                 }
                 if fake.behaviour == "malformed":
                     return self.answer_bytes(

@@ -164,8 +164,9 @@ begin
 end;
 $$;
 
--- What a turn's model request reads, in tokens, estimated before the model is asked (about four
--- characters a token, as core/model/llm.py's approximate_tokens): p_fixed_tokens (what the caller
+-- What a turn's model request reads, in tokens, estimated before the model is asked (as
+-- core/model/llm.py's approximate_tokens: about four characters a token in the Latin alphabet, one
+-- a CJK character; counted in eighths of a token, 3 a UTF-8 byte less 1 a character): p_fixed_tokens (what the caller
 -- knows: the system prompt, the tools, the web client's history, an allowance for media), the
 -- message, the person's notes and the stored messages its window may hold: on the web the
 -- conversation's latest and the other apps' latest since p_since, elsewhere the person's latest
@@ -176,31 +177,31 @@ create or replace function crossmem_private.turn_input_tokens(
     p_max_messages integer, p_web_prepend integer, p_fixed_tokens integer
 ) returns integer language plpgsql stable set search_path = '' as $$
 declare
-    v_chars bigint;
+    v_eighths bigint;
 begin
     if p_surface = 'web' then
         -- From the conversation's mark on (context.sql's conversation_length: its latest messages
         -- follow it), so that no plan reads a conversation of months: the one PL/pgSQL keeps after
         -- five calls read the conversation's and the person's index entries whole (10 ms at 20,000).
-        select coalesce(sum(char_length(w.content)), 0) into v_chars
+        select coalesce(sum(3 * octet_length(w.content) - char_length(w.content)), 0) into v_eighths
           from (select m.content from public.messages m
                  where m.user_id = p_user_id and m.conversation_id = p_conversation_id
                    and m.created_at >= coalesce((select c.counted_at from public.conversations c
                                                   where c.id = p_conversation_id and c.user_id = p_user_id),
                                                 '-infinity')
                  order by m.created_at desc, m.id desc limit p_max_messages) w;
-        v_chars := v_chars + (select coalesce(sum(char_length(w.content)), 0)
-                                from crossmem_private.chats_latest(p_user_id, p_since, 'infinity', 0, p_web_prepend) w);
+        v_eighths := v_eighths + (select coalesce(sum(3 * octet_length(w.content) - char_length(w.content)), 0)
+                                    from crossmem_private.chats_latest(p_user_id, p_since, 'infinity', 0, p_web_prepend) w);
     else
-        select coalesce(sum(char_length(w.content)), 0) into v_chars
+        select coalesce(sum(3 * octet_length(w.content) - char_length(w.content)), 0) into v_eighths
           from (select m.content from public.messages m
                  where m.user_id = p_user_id and m.created_at >= p_since
                  order by m.created_at desc, m.id desc limit p_max_messages) w;
     end if;
-    v_chars := v_chars + char_length(p_content)
-               + coalesce((select char_length(n.content) from public.memory_notes n
-                            where n.user_id = p_user_id and n.revision > 0), 0);
-    return least(greatest(p_fixed_tokens, 0) + v_chars / 4, 2000000000);
+    v_eighths := v_eighths + 3 * octet_length(p_content) - char_length(p_content)
+                 + coalesce((select 3 * octet_length(n.content) - char_length(n.content) from public.memory_notes n
+                              where n.user_id = p_user_id and n.revision > 0), 0);
+    return least(greatest(p_fixed_tokens, 0) + v_eighths / 8, 2000000000);
 end;
 $$;
 

@@ -12,6 +12,7 @@ import pytest
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import OverBudget
 from core.memory.service import Memory, TurnEstimate
+from core.model.llm import approximate_tokens
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.helpers import context_limits, execute, rows, turn_budget
@@ -315,6 +316,23 @@ def test_a_reservation_is_settled_to_what_the_turn_spent_and_its_input_must_fit_
     fits = memory.begin_turn(Person(user_id=person), Surface.WEB, "w", "just-fits", estimate=TurnEstimate(831))
     assert fits.reserved_tokens == 831 + 50
     assert stored(database_url, person) == 4  # a turn answered, one ended, the one that fits; not the refused
+
+
+def test_a_japanese_message_is_counted_a_token_a_character_in_python_and_in_sql(
+    store: PostgresStore, database_url: str
+) -> None:
+    """About four characters a token holds for the Latin alphabet; Claude reads a Japanese or Chinese
+    character as about one. Counted as four, a Japanese turn reserved a quarter of what it reads, and
+    turns at once passed the day by more than the budget's rule allows (a review's finding)."""
+    japanese, spanish = "こんにちは" * 20, "¿Qué tal? Mañana." * 4  # 100 characters of 3 bytes; 68, 12 of 2
+    assert (approximate_tokens(japanese), approximate_tokens(spanish), approximate_tokens("a" * 99)) == (100, 21, 24)
+    memory, person = reserving(store, 100_000, 50), uuid.uuid4()
+    start = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, japanese, "japanese", estimate=TurnEstimate(0))
+    assert start.reserved_tokens == 100 + 50
+    memory.finish_turn(person, start.message_id or 0, "はい", tokens=120, reserved=start.reserved_tokens)
+    # its window holds both (the reply: 2 characters of 3 bytes, 16 eighths), then the message
+    again = memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, spanish, "spanish", estimate=TurnEstimate(0))
+    assert again.reserved_tokens == (800 + 16 + (3 * 80 - 68)) // 8 + 50 == 173
 
 
 def test_a_turn_of_several_requests_must_fit_the_day_with_all_it_may_spend_but_its_last_output(
