@@ -7,7 +7,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -647,6 +648,30 @@ def test_a_person_forgotten_while_the_run_digests_another_is_never_sent_to_the_m
     assert notes_row(database_url, second) is None
 
 
+def claimed_while(database_url: str, person: uuid.UUID | None, change: Callable[[], object]) -> dict[str, Any]:
+    """The digest's claim of `person` (None: whoever is due), its statement's transaction held open
+    while `change` runs on a thread of its own (it waits for the claim's new notes row), then
+    committed; `change` must end within 10 s. The claimed person's row of the claim."""
+    with psycopg.connect(database_url) as claiming:  # one transaction: the claim's statement, held open
+        row = claiming.execute("select claim_memory_digests(10, 4, 2, 24, 60, 50, %s, 0)", (person,)).fetchone()
+        assert row is not None
+        [due] = row[0]
+        changing = threading.Thread(target=change)
+        changing.start()
+        time.sleep(0.5)  # it runs while the claim has not committed
+        claiming.commit()
+        changing.join(10)
+        assert not changing.is_alive()
+    return dict(due)
+
+
+def claim_holds(database_url: str, person: uuid.UUID, due: dict[str, Any]) -> bool:
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select memory_claim_holds(%s, %s)", (person, due["claim"])).fetchone()
+    assert row is not None
+    return bool(row[0]["holds"])
+
+
 @pytest.mark.parametrize("change", ["forget", "edit"])
 def test_what_a_person_forgets_or_corrects_while_their_first_digest_is_claimed_never_reaches_the_model(
     alone: tuple[Memory, PostgresStore, str], change: str
@@ -662,31 +687,20 @@ def test_what_a_person_forgets_or_corrects_while_their_first_digest_is_claimed_n
     converse(small, person, ["my PIN is 9182", "b", "c"])
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute("update messages set platform_ref = '7:1' where content = 'my PIN is 9182'")
-    with psycopg.connect(database_url) as claiming:  # one transaction: the claim's statement, held open
-        row = claiming.execute("select claim_memory_digests(10, 4, 2, 24, 60, 50, null, 0)").fetchone()
-        assert row is not None
-        [due] = row[0]
-        assert "my PIN is 9182" in str(due["messages"])
 
-        def change_it() -> None:
-            with psycopg.connect(database_url, autocommit=True) as connection:
-                if change == "forget":
-                    connection.execute("select forget_person(%s, false)", (person,))
-                else:
-                    connection.execute(
-                        "select edit_message(%s, null, 'telegram', '7:1', 'my PIN is secret', null, null, now())",
-                        (person,),
-                    )
+    def change_it() -> None:
+        with psycopg.connect(database_url, autocommit=True) as connection:
+            if change == "forget":
+                connection.execute("select forget_person(%s, false)", (person,))
+            else:
+                connection.execute(
+                    "select edit_message(%s, null, 'telegram', '7:1', 'my PIN is secret', null, null, now())",
+                    (person,),
+                )
 
-        changing = threading.Thread(target=change_it)
-        changing.start()
-        time.sleep(0.5)  # it runs while the claim has not committed
-        claiming.commit()
-        changing.join(10)
-        assert not changing.is_alive()
-    with psycopg.connect(database_url) as connection:
-        holds = connection.execute("select memory_claim_holds(%s, %s)", (person, due["claim"])).fetchone()
-    assert holds == ({"holds": False},)
+    due = claimed_while(database_url, None, change_it)
+    assert "my PIN is 9182" in str(due["messages"])
+    assert claim_holds(database_url, person, due) is False
     run = DigestJob(store, ExtractiveDigester(800), LIMITS).run()
     notes = notes_row(database_url, person)
     if change == "forget":
@@ -714,19 +728,9 @@ def test_a_link_while_the_persons_first_digest_is_claimed_keeps_the_chats_notes(
     web_person = uuid.uuid4()
     converse(small, web_person, ["my sister's name is Ana", "b", "c"], Surface.WHATSAPP)
     linking = Linking(store, IdentityPolicy("auto"), ttl_minutes=10, attempts_per_hour=5)
-    with psycopg.connect(database_url) as claiming:  # one transaction: the claim's statement, held open
-        row = claiming.execute("select claim_memory_digests(10, 4, 2, 24, 60, 50, %s, 0)", (web_person,)).fetchone()
-        assert row is not None
-        [due] = row[0]
-        linked = threading.Thread(target=linking.link, args=(web_person, Surface.TELEGRAM, chat))
-        linked.start()
-        time.sleep(0.5)  # the link runs while the claim has not committed
-        claiming.commit()
-        linked.join(10)
-        assert not linked.is_alive()
+    due = claimed_while(database_url, web_person, lambda: linking.link(web_person, Surface.TELEGRAM, chat))
+    assert claim_holds(database_url, web_person, due) is False
     with psycopg.connect(database_url) as connection:
-        holds = connection.execute("select memory_claim_holds(%s, %s)", (web_person, due["claim"])).fetchone()
-        assert holds == ({"holds": False},)
         written = connection.execute(
             "select write_memory_notes(%s, %s, '- [whatsapp · 2026-11-30] Sister is Ana.', null, null)",
             (web_person, due["claim"]),
