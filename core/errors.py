@@ -137,8 +137,9 @@ class OverBudget(CrossmemError):
         self, until: datetime, now: datetime, language: str | None = None, timezone: str | None = None
     ) -> None:
         wait_s = (until - now).total_seconds()
+        self.wait_s = max(int(wait_s) + 1, 1)  # whole seconds, never short of `until`
         if wait_s < 120:
-            when = f"in {max(int(wait_s) + 1, 1)} seconds"
+            when = f"in {self.wait_s} seconds"
         else:
             day = "" if until.astimezone(UTC).date() == now.astimezone(UTC).date() else "tomorrow "
             when = f"{day}after {until.astimezone(UTC):%H:%M} UTC"

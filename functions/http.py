@@ -8,6 +8,7 @@ import io
 import json
 import logging
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -151,9 +152,13 @@ def error_status(exc: CrossmemError) -> tuple[int, str]:
 
 def error_response(exc: CrossmemError, headers: dict[str, str] | None = None) -> flask.Response:
     status, code = error_status(exc)
+    payload: dict[str, Any] = {"error": code, "message": str(exc)}
     if isinstance(exc, StillAnswering):
         headers = {**(headers or {}), "Retry-After": str(exc.retry_after_s)}
-    return json_response({"error": code, "message": str(exc)}, status, headers)
+    if isinstance(exc, OverBudget):  # when, for a page to say on its own clock, and a client to wait
+        payload["until"] = exc.until.astimezone(UTC).isoformat()
+        headers = {**(headers or {}), "Retry-After": str(exc.wait_s)}
+    return json_response(payload, status, headers)
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> flask.Response:

@@ -28,6 +28,7 @@ LINKABLE = [surface.value for surface in Surface if surface.is_secondary]
 class ErrorAnswer(BaseModel):
     error: str  # the code of functions/http.py's HTTP_ERRORS, or not_found / method_not_allowed
     message: str
+    until: datetime | None = Field(None, description="`over_budget`: when the person may write again")
 
 
 class SendAnswer(BaseModel):
@@ -157,7 +158,7 @@ REFUSALS = {
     " `too_many_empty_conversations`, `conflict`",
     "413": "`message_too_long`, `history_too_long`, `body_too_large` (over 1,000,000 bytes)",
     "415": "a body that is not `application/json` (`unsupported_media_type`)",
-    "429": "past the person's budget (`over_budget`)",
+    "429": "past the person's budget (`over_budget`, with `until` and `Retry-After`)",
     "500": "a failure of ours that asking again cannot mend (`media_unreadable`, `internal_error`)",
     "503": "no database, model, surface's API, sign-in keys or setting: ask again later (`store_unavailable`, "
     "`model_unavailable`, `delivery_failed`, `auth_unavailable`, `not_configured`)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from datetime import UTC, timedelta
 
 import psycopg
 import pytest
@@ -21,6 +22,7 @@ from tests.helpers import (
     bearer,
     form,
     messages_of,
+    rows,
     signed,
     stored_with_external_id,
     update,
@@ -62,12 +64,17 @@ def test_the_web_past_the_budget_is_429_with_the_polite_answer(
         sent = client.post("/", json={"message": "hi", "client_message_id": f"b-{index}"}, headers=bearer(person))
         assert sent.status_code == 200
     asked = len(fake_anthropic.requests)
+    [(first_at,)] = rows(database_url, "select min(at) from turn_usage where user_id = %s", person)
     for accept in ("application/json", "text/event-stream"):
         headers = {**bearer(person), "Accept": accept}
         refused = client.post("/", json={"message": "more", "client_message_id": "b-3"}, headers=headers)
         assert refused.status_code == 429
         assert refused.get_json()["error"] == "over_budget"
         assert refused.get_json()["message"].startswith(POLITE)
+        # when the first turn leaves the minute: for a page to say on its own clock, and to wait for
+        assert refused.get_json()["until"] == (first_at + timedelta(minutes=1)).astimezone(UTC).isoformat()
+        waits = refused.get_json()["message"].removeprefix(POLITE).removesuffix(" seconds.")
+        assert refused.headers["Retry-After"] == waits and 0 < int(waits) <= 60
     assert len(fake_anthropic.requests) == asked and stored_with_external_id(database_url, "b-3") == 0
 
 

@@ -80,7 +80,8 @@ def test_each_error_class_answers_its_status(kind: type[CrossmemError]) -> None:
     assert type(error) is kind
     assert error_status(error) == (status, code)
     response = error_response(error)
-    assert (response.status_code, response.get_json()) == (status, {"error": code, "message": str(error)})
+    until = {"until": NOW.astimezone(UTC).isoformat()} if kind is core.errors.OverBudget else {}
+    assert (response.status_code, response.get_json()) == (status, {"error": code, "message": str(error), **until})
 
 
 @pytest.mark.parametrize("kind", error_classes(), ids=lambda kind: kind.__name__)
