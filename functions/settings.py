@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -56,6 +57,15 @@ def http_url(value: str | None) -> str | None:
 
 
 HttpUrl = AfterValidator(http_url)
+
+
+def time_zone(value: str) -> str:
+    """An IANA time zone the turns and the digest will load (`Europe/Pari` was a 500 on every request)."""
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of zones ("America")
+        raise ValueError("no IANA time zone of that name") from None
+    return value
 
 
 class ReadBy(Enum):
@@ -103,7 +113,7 @@ class Settings(BaseSettings):
     context_window_step: int = Field(default=24, ge=1)
     web_prepend_messages: int = Field(default=8, ge=0)
     context_annotations: bool = True
-    context_timezone: str = "UTC"
+    context_timezone: Annotated[str, AfterValidator(time_zone)] = "UTC"
     max_message_chars: int = Field(default=16000, ge=1)
     max_history_chars: int | None = Field(default=None, ge=1)  # unset: 4 x MAX_MESSAGE_CHARS
 
