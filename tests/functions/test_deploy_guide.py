@@ -496,3 +496,16 @@ def test_every_command_of_the_guide_runs(guide: Guide) -> None:
     # The page goes the whole way: a push, the secrets, a deploy, both webhooks' tools, the doctor.
     assert {"run_make", "run_gcloud", "run_crossmem", "run_curl", "run_supabase", "run_export"} <= set(ran)
     assert sorted(guide.created_secrets) == sorted(SERVERLESS_SECRETS)
+
+
+def test_the_connections_counted_are_every_function_of_serverless_yml() -> None:
+    """Scaling and cost counts each function's most instances times the pool (DATABASE_POOL_SIZE's
+    default): sms_webhook was once left out, and the sum said 176, within Supabase's 200, where the
+    functions could open 216."""
+    pool = Settings.defaults().database_pool_size
+    section = " ".join(GUIDE.read_text().partition("## Scaling and cost")[2].partition("### ")[0].split())
+    counted = {name: int(most) for name, most in re.findall(rf"(\w+_\w+) (\d+) × {pool} = \d+", section)}
+    deployed = {function.name: function.max_instances for function in read_description().functions}
+    assert counted == deployed
+    total = sum(deployed.values()) * pool
+    assert f"**{total}**" in section
