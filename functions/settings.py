@@ -68,6 +68,15 @@ def time_zone(value: str) -> str:
     return value
 
 
+def whatsapp_sender(value: str | None) -> str | None:
+    """The sender of the messages the agent starts, as Twilio takes it: a From without `whatsapp:`
+    is an SMS number, which Twilio refuses beside a WhatsApp To (error 21910), every owed reply
+    and reminder lost while the turns' own answers (in the TwiML) still went out."""
+    if value is not None and not value.startswith("whatsapp:"):
+        raise ValueError("a WhatsApp sender is written whatsapp:+NUMBER")
+    return value
+
+
 class ReadBy(Enum):
     """Which deployed functions read a surface's setting."""
 
@@ -213,7 +222,7 @@ class Settings(BaseSettings):
     # WhatsApp through Twilio (the account, its token and its REST API are SMS's too).
     twilio_account_sid: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS)] = None
     # The sender of messages the agent starts: whatsapp:+14155238886.
-    twilio_whatsapp_from: Annotated[str | None, setting_of(Surface.WHATSAPP)] = None
+    twilio_whatsapp_from: Annotated[str | None, setting_of(Surface.WHATSAPP), AfterValidator(whatsapp_sender)] = None
     # Twilio's REST API (tests point it at a fake).
     twilio_api_base: Annotated[str | None, setting_of(Surface.WHATSAPP, Surface.SMS), HttpUrl] = None
     # An approved WhatsApp template (Content API, HX...) with one variable, {{1}}: the follow-up's

@@ -36,6 +36,14 @@ WRONG = [
     ("ANTHROPIC_BASE_URL", "anthropic", NO_URL, set(BY_FUNCTION)),
     # Seen failing: a mistyped zone was a 500 on every request of every function (ZoneInfo at the first turn).
     ("CONTEXT_TIMEZONE", "Europe/Pari", "Value error, no IANA time zone of that name", set(BY_FUNCTION)),
+    # Seen failing: served, and every owed reply and reminder Twilio refused (a From of another
+    # channel than its To); the turns' own answers, in the TwiML, hid it.
+    (
+        "TWILIO_WHATSAPP_FROM",
+        "+14155238886",
+        "Value error, a WhatsApp sender is written whatsapp:+NUMBER",
+        {"whatsapp_webhook", "memory_digest"},
+    ),
 ]
 
 
