@@ -77,6 +77,29 @@ def whatsapp_sender(value: str | None) -> str | None:
     return value
 
 
+NOT_ORIGINS = "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /"
+
+
+def browser_origins(value: list[str]) -> list[str]:
+    """Origins as a browser's `Origin` header gives them, which is all they are compared with: one
+    with a path or a trailing / (`https://app.example.com/`) or no scheme never matched, and every
+    request of the frontend failed CORS with nothing said here."""
+    for origin in value:
+        try:
+            parts = urlsplit(origin)
+            valid = origin == "*" or (
+                bool(parts.scheme and parts.hostname)  # an app's own scheme too (capacitor://localhost)
+                and "@" not in parts.netloc
+                and (parts.port or 0) >= 0
+                and not (parts.path or parts.query or parts.fragment or origin.endswith(("?", "#")))
+            )
+        except ValueError:  # a port that is no number
+            valid = False
+        if not valid:
+            raise ValueError(NOT_ORIGINS)
+    return value
+
+
 class ReadBy(Enum):
     """Which deployed functions read a surface's setting."""
 
@@ -262,7 +285,9 @@ class Settings(BaseSettings):
     # Web.
     supabase_jwt_secret: Annotated[SecretStr | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = None
     supabase_jwks_url: Annotated[str | None, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION), HttpUrl] = None
-    cors_origins: Annotated[CommaList, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = []
+    cors_origins: Annotated[
+        CommaList, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION), AfterValidator(browser_origins)
+    ] = []
     web_model_deadline: Annotated[float, setting_of(Surface.WEB)] = Field(default=60.0, gt=0)
     # POST /conversations: web conversations never written in a person may hold (0: no limit).
     empty_conversations_per_person: Annotated[int, setting_of(Surface.WEB, read_by=ReadBy.ITS_FUNCTION)] = Field(

@@ -17,6 +17,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import count, one_request
 
 NO_URL = "Value error, not an http(s) URL with a host"
+NO_ORIGIN = "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /"
 CHATS = {"telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat"}
 # A wrong value of each kind of setting, and the functions that read it, so refuse.
 WRONG = [
@@ -44,6 +45,10 @@ WRONG = [
         "Value error, a WhatsApp sender is written whatsapp:+NUMBER",
         {"whatsapp_webhook", "memory_digest"},
     ),
+    # Seen failing: served, and no browser's Origin (never a path, never a trailing /) was ever
+    # allowed, with nothing said on the server.
+    ("CORS_ORIGINS", "https://advisor.example.com/", "Value error, " + NO_ORIGIN, {"web_chat"}),
+    ("CORS_ORIGINS", "advisor.example.com", "Value error, " + NO_ORIGIN, {"web_chat"}),
 ]
 
 
