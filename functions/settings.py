@@ -77,6 +77,14 @@ def whatsapp_sender(value: str | None) -> str | None:
     return value
 
 
+def telegram_user_ids(value: list[str]) -> list[str]:
+    """Telegram's ids of people, which updates carry: a username (`@advisor`) matched no update,
+    and the owner it was meant for was a stranger to their own bot, with nothing said."""
+    if not all(user.isascii() and user.isdigit() for user in value):
+        raise ValueError("each is a Telegram user id, digits (getUpdates' from.id), not a username")
+    return value
+
+
 NOT_ORIGINS = "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /"
 
 
@@ -188,7 +196,9 @@ class Settings(BaseSettings):
     # Who may talk to the agent.
     identity_policy: Literal["owner", "auto"] = "auto"
     owner_user_id: UUID | None = None
-    owner_telegram_ids: Annotated[CommaList, setting_of(Surface.TELEGRAM, read_by=ReadBy.EVERY_FUNCTION)] = []
+    owner_telegram_ids: Annotated[
+        CommaList, setting_of(Surface.TELEGRAM, read_by=ReadBy.EVERY_FUNCTION), AfterValidator(telegram_user_ids)
+    ] = []
     owner_whatsapp_numbers: Annotated[CommaList, setting_of(Surface.WHATSAPP, read_by=ReadBy.EVERY_FUNCTION)] = []
     owner_sms_numbers: Annotated[CommaList, setting_of(Surface.SMS, read_by=ReadBy.EVERY_FUNCTION)] = []
     link_code_ttl_minutes: int = Field(default=10, ge=1, le=1440)

@@ -49,6 +49,13 @@ WRONG = [
     # allowed, with nothing said on the server.
     ("CORS_ORIGINS", "https://advisor.example.com/", "Value error, " + NO_ORIGIN, {"web_chat"}),
     ("CORS_ORIGINS", "advisor.example.com", "Value error, " + NO_ORIGIN, {"web_chat"}),
+    # Seen failing: served, and the owner, written by their username, was a stranger on Telegram.
+    (
+        "OWNER_TELEGRAM_IDS",
+        "123456789,@advisor",
+        "Value error, each is a Telegram user id, digits (getUpdates' from.id), not a username",
+        set(BY_FUNCTION),
+    ),
 ]
 
 
