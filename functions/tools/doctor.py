@@ -3,7 +3,7 @@ fails (every fix names its page of docs/); `--json` for scripts, JSON even when 
 exit 1 when a check fails, and only then (a check skipped is not a failure).
 
 What it asks, and whom: the database (`DATABASE_URL`: reachable, every migration of
-infra/supabase/migrations applied, and every table and SQL function they define there, each
+infra/supabase/migrations applied, and every table, index, policy, trigger and SQL function they define there, each
 function as defined: functions/tools/schema_objects.py); Secret Manager (`gcloud secrets list`: every secret the
 deployed functions reference exists); each function (`gcloud functions describe`: deployed and
 ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
@@ -127,9 +127,8 @@ def check_database(config: Settings) -> Check:
             f"they define is missing: {', '.join(str(thing) for thing in missing)}",
             f"create each again from its definition in infra/supabase/schemas/ ({PARTLY_MIGRATED})",
         )
-    return ok(
-        name, f"reachable; all {len(wanted)} migrations applied, every table and SQL function they define present"
-    )
+    present = "every table, index, policy, trigger and SQL function they define present"
+    return ok(name, f"reachable; all {len(wanted)} migrations applied, {present}")
 
 
 def read_schema(

@@ -1,17 +1,21 @@
-"""The tables and SQL functions the migrations define, which of them a database lacks, and which
-of its functions are not as defined: `crossmem doctor` tells a partly migrated database (its
-bookkeeping says every migration ran, but a function or a table was dropped, or a migration was
-recorded without running), and one made from other definitions (pushed from an earlier checkout:
-the baseline links to the definitions, so a changed definition changes a migration already
-recorded as applied, which no push runs again), from a whole one.
+"""The tables, SQL functions, indexes, policies and triggers the migrations define, which of them
+a database lacks, and which of its functions are not as defined: `crossmem doctor` tells a partly
+migrated database (its bookkeeping says every migration ran, but an object was dropped, forgotten
+while the database was brought across by hand, or a migration was recorded without running), and
+one made from other definitions (pushed from an earlier checkout: the baseline links to the
+definitions, so a changed definition changes a migration already recorded as applied, which no
+push runs again), from a whole one.
 
-The migrations are read, not the catalog of a reference database: each `create table` and `create
-[or replace] function` of a migration that the database records as applied, in order, less what a
-later one drops. A function is looked up by schema and name (an overload with other arguments
-counts as present); a table by schema and name among ordinary and partitioned tables. A function's
-body is the text between its dollar quotes, which Postgres keeps as written (`prosrc`): a function
-whose last definition's bodies are not all among the database's bodies of that name differs. A
-SQL-standard body (`begin atomic`, `return`), kept parsed, is looked up by name only.
+The migrations are read, not the catalog of a reference database: each `create table`, `create
+[or replace] function`, `create [unique] index`, `create policy` and `create trigger` of a migration
+that the database records as applied, in order, less what a later one drops. A function is looked
+up by schema and name (an overload with other arguments counts as present); a table by schema and
+name among ordinary and partitioned tables; an index by schema and name; a policy or a trigger by
+name on its table (a missing table's are not named: it is). What an index, a policy or a trigger
+says is not compared, only that it is there. A function's body is the text between its dollar
+quotes, which Postgres keeps as written (`prosrc`): a function whose last definition's bodies are
+not all among the database's bodies of that name differs. A SQL-standard body (`begin atomic`,
+`return`), kept parsed, is looked up by name only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ _STATEMENT = re.compile(
     r"([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)",
     re.IGNORECASE,
 )
+# An index (named alone, in its table's schema; dropped by schema.name), a policy or a trigger (named
+# on its table): `create [unique] index NAME on [only] S.T`, `create policy NAME on S.T`, `create
+# trigger NAME ... on S.T`, `drop index S.NAME`, `drop policy|trigger NAME on S.T`.
+_ON_TABLE = re.compile(
+    r"\b(create|drop)\s+(?:or\s+replace\s+)?(?:unique\s+)?(?:constraint\s+)?(index|policy|trigger)\s+"
+    r"(?:concurrently\s+)?(?:if\s+(?:not\s+)?exists\s+)?(?:([a-z_][a-z0-9_]*)\.)?([a-z_][a-z0-9_]*)"
+    r"(?:[^;]*?\bon\s+(?:only\s+)?([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*))?",
+    re.IGNORECASE,
+)
 _COMMENT = re.compile(r"--[^\n]*")
 # A function's statement as it starts a line (never inside a comment), then what ends its header:
 # its body's opening dollar quote, or the `;` of a SQL-standard body's first statement.
@@ -36,12 +49,22 @@ _BODY_OPENS = re.compile(r"\bas\s+(\$\w*\$)|;", re.IGNORECASE)
 
 # One round trip: each expected object with whether the catalog has it.
 _MISSING = """
-select o.kind, o.schema, o.name
-  from unnest(%s::text[], %s::text[], %s::text[]) with ordinality as o(kind, schema, name, position)
+select o.kind, o.schema, o.name, o.on_table
+  from unnest(%s::text[], %s::text[], %s::text[], %s::text[])
+       with ordinality as o(kind, schema, name, on_table, position)
  where not case o.kind
          when 'table' then exists (
              select from pg_class c join pg_namespace n on n.oid = c.relnamespace
               where n.nspname = o.schema and c.relname = o.name and c.relkind in ('r', 'p'))
+         when 'index' then exists (
+             select from pg_class c join pg_namespace n on n.oid = c.relnamespace
+              where n.nspname = o.schema and c.relname = o.name and c.relkind in ('i', 'I'))
+         when 'policy' then exists (
+             select from pg_policies p
+              where p.schemaname = o.schema and p.tablename = o.on_table and p.policyname = o.name)
+         when 'trigger' then exists (
+             select from pg_trigger t join pg_class c on c.oid = t.tgrelid join pg_namespace n on n.oid = c.relnamespace
+              where n.nspname = o.schema and c.relname = o.on_table and t.tgname = o.name and not t.tgisinternal)
          else exists (
              select from pg_proc p join pg_namespace n on n.oid = p.pronamespace
               where n.nspname = o.schema and p.proname = o.name)
@@ -52,23 +75,34 @@ select o.kind, o.schema, o.name
 
 @dataclass(frozen=True)
 class SchemaObject:
-    kind: str  # "table" or "function"
+    kind: str  # "table", "function", "index", "policy" or "trigger"
     schema: str
     name: str
     defined_in: str  # the file that defines it (a migration links to its definition)
+    on_table: str = ""  # an index's, a policy's or a trigger's table (in `schema`)
 
     def __str__(self) -> str:
+        if self.on_table and self.kind != "index":  # an index's name is its schema's alone
+            return f"{self.kind} {self.name} on {self.schema}.{self.on_table} ({self.defined_in})"
         return f"{self.kind} {self.schema}.{self.name} ({self.defined_in})"
 
 
 def defined_objects(migrations: list[Path]) -> list[SchemaObject]:
-    """The tables and functions `migrations` (in the order they run) leave behind."""
-    defined: dict[tuple[str, str, str], SchemaObject] = {}
+    """The tables, functions, indexes, policies and triggers `migrations` (in the order they run)
+    leave behind."""
+    defined: dict[tuple[str, str, str, str], SchemaObject] = {}
     for path in migrations:
-        for verb, kind, schema, name in _STATEMENT.findall(_COMMENT.sub("", path.read_text())):
-            key = (kind.lower(), schema.lower(), name.lower())
+        text, made_in = _COMMENT.sub("", path.read_text()), path.resolve().name
+        found = [(verb, kind, schema, name, "") for verb, kind, schema, name in _STATEMENT.findall(text)]
+        for verb, kind, named_in, name, table_schema, table in _ON_TABLE.findall(text):
+            kind = kind.lower()
+            if kind == "index" or table_schema:  # an index is in its table's schema, dropped as schema.name
+                found.append((verb, kind, table_schema or named_in, name, table))
+        for verb, kind, schema, name, table in found:
+            kind, schema, name, table = kind.lower(), schema.lower(), name.lower(), table.lower()
+            key = (kind, schema, name, "" if kind == "index" else table)
             if verb.lower() == "create":
-                defined.setdefault(key, SchemaObject(*key, path.resolve().name))
+                defined.setdefault(key, SchemaObject(kind, schema, name, made_in, table))
             else:
                 defined.pop(key, None)
     return list(defined.values())
@@ -78,14 +112,21 @@ def missing_objects(connection: Any, expected: list[SchemaObject]) -> list[Schem
     """Those of `expected` the database behind `connection` (a psycopg connection) lacks."""
     if not expected:
         return []
-    lacking = {
-        (kind, schema, name)
-        for kind, schema, name in connection.execute(
+    lacking = set(
+        connection.execute(
             _MISSING,
-            ([o.kind for o in expected], [o.schema for o in expected], [o.name for o in expected]),
+            (
+                [o.kind for o in expected],
+                [o.schema for o in expected],
+                [o.name for o in expected],
+                [o.on_table for o in expected],
+            ),
         )
-    }
-    return [o for o in expected if (o.kind, o.schema, o.name) in lacking]
+    )
+    gone = [o for o in expected if (o.kind, o.schema, o.name, o.on_table) in lacking]
+    # A table missing takes its indexes, policies and triggers with it: it alone is named.
+    tables_gone = {(o.schema, o.name) for o in gone if o.kind == "table"}
+    return [o for o in gone if (o.schema, o.on_table) not in tables_gone]
 
 
 def defined_bodies(migrations: list[Path]) -> dict[SchemaObject, set[str]]:

@@ -197,7 +197,8 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":", 1)[0] for line in lines] == [f"ok    {check}" for check in CHECKS]
     assert lines[0] == (
-        "ok    database: reachable; all {} migrations applied, every table and SQL function they define present"
+        "ok    database: reachable; all {} migrations applied, "
+        "every table, index, policy, trigger and SQL function they define present"
     ).format(len(list((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))))
     assert lines[1] == f"ok    secrets: all {len(SECRET_IDS)} referenced secrets exist in Secret Manager"
     assert lines[2] == (
@@ -372,6 +373,30 @@ def test_a_partly_migrated_database_names_what_is_missing_and_where_it_is_define
             assert failed(report)["database"]["detail"] == (
                 f"reachable; 1 of {len(migrations)} migrations not applied: {turn_version}"
             )
+
+
+def test_an_index_a_policy_or_a_trigger_missing_is_named_with_where_it_is_defined(
+    live: Live, environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database brought across by hand (docs/deploy.md, a database made from older definitions)
+    with its functions' statements run and an index, a policy or a trigger of the new definitions
+    forgotten: the doctor said ok. A policy gone hides a person's rows from a frontend that reads them
+    with their token; an index gone, the turn's plan; a trigger gone, a merge's notes."""
+    migrations = sorted((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))
+    with migrated_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        runtime.reset()
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("drop index public.follow_ups_reserved")
+            connection.execute("drop policy messages_owner_reads on public.messages")
+            connection.execute("drop trigger identities_merge_memory_notes on public.identities")
+        code, report = doctor_json(capsys)
+    assert code == 1 and list(failed(report)) == ["database"]
+    assert failed(report)["database"]["detail"] == (
+        f"partly migrated: all {len(migrations)} migrations are recorded as applied, but 3 of what they define "
+        "is missing: trigger identities_merge_memory_notes on public.identities (memory_notes.sql), "
+        "index public.follow_ups_reserved (follow_ups.sql), policy messages_owner_reads on public.messages (access.sql)"
+    )
 
 
 def test_a_database_made_from_older_definitions_names_each_function_that_differs(

@@ -78,3 +78,46 @@ def test_every_function_of_the_baseline_has_its_body_but_the_sql_standard_ones()
         ("public", "surface_has_window"),
     }
     assert with_bodies <= functions
+
+
+def test_indexes_policies_and_triggers_are_expected_on_their_tables_less_what_a_later_migration_drops(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "1_first.sql", tmp_path / "2_second.sql"
+    first.write_text(
+        "create table public.notes (id bigint, user_id uuid);\n"
+        "create unique index notes_once\n    on public.notes (id);\n"
+        "create index if not exists notes_by_user on only public.notes (user_id);\n"
+        "create policy notes_owner_reads on public.notes for select using (true);\n"
+        "create trigger notes_touch after insert or update of user_id on public.notes\n"
+        "    for each row execute function crossmem_private.touch();\n"
+        "-- create index only_in_a_comment on public.notes (id);\n"
+    )
+    second.write_text(
+        "drop index if exists public.notes_by_user;\n"
+        "drop policy if exists notes_owner_reads on public.notes;\n"
+        "create policy notes_owner_reads on public.notes for select using (false);\n"
+        "drop trigger notes_touch on public.notes;\n"
+    )
+    assert defined_objects([first, second]) == [
+        SchemaObject("table", "public", "notes", "1_first.sql"),
+        SchemaObject("index", "public", "notes_once", "1_first.sql", "notes"),
+        SchemaObject("policy", "public", "notes_owner_reads", "2_second.sql", "notes"),
+    ]
+    assert [str(o) for o in defined_objects([first])][1:] == [
+        "index public.notes_once (1_first.sql)",
+        "index public.notes_by_user (1_first.sql)",
+        "policy notes_owner_reads on public.notes (1_first.sql)",
+        "trigger notes_touch on public.notes (1_first.sql)",
+    ]
+
+
+def test_the_baseline_defines_each_policy_where_access_sql_does_and_each_trigger_on_its_table() -> None:
+    found = [o for o in defined_objects(sorted(MIGRATIONS.glob("*.sql"))) if o.kind in ("policy", "trigger")]
+    assert {o.defined_in for o in found if o.kind == "policy"} == {"access.sql"}
+    assert len([o for o in found if o.kind == "policy"]) == 11
+    assert sorted(str(o) for o in found if o.kind == "trigger") == [
+        "trigger follow_ups_follow_their_conversation on public.conversations (follow_ups.sql)",
+        "trigger follow_ups_follow_their_messages on public.messages (follow_ups.sql)",
+        "trigger identities_merge_memory_notes on public.identities (memory_notes.sql)",
+    ]
