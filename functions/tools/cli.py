@@ -110,20 +110,35 @@ def migrate(supabase_standins: bool) -> int:
 
 
 def as_defined(url: str, connect_timeout_s: int) -> bool:
-    """Whether the migrated database's SQL functions are the definitions' (one pushed from an
-    earlier checkout has the baseline recorded as applied, which no push runs again); says which not."""
+    """Whether the migrated database holds what the migrations define, its SQL functions as defined
+    (one pushed from an earlier checkout has the baseline recorded as applied, which no push runs
+    again); says what it lacks or has otherwise, as `crossmem doctor` does."""
     from core.stores.embedded import MIGRATIONS
     from core.stores.postgres_store import connect
-    from functions.tools.schema_objects import BRING_ACROSS, defined_bodies, differing_functions, differing_said
+    from functions.tools.schema_objects import (
+        BRING_ACROSS,
+        CREATE_AGAIN,
+        defined_bodies,
+        defined_objects,
+        differing_functions,
+        differing_said,
+        missing_objects,
+    )
 
+    migrations = sorted(MIGRATIONS.glob("*.sql"))
     with connect(url, connect_timeout_s) as connection:
-        differing = differing_functions(connection, defined_bodies(sorted(MIGRATIONS.glob("*.sql"))))
+        missing = missing_objects(connection, defined_objects(migrations))
+        differing = differing_functions(connection, defined_bodies(migrations))
+    lacking = ", ".join(map(str, missing))
     if differing:
-        print(
-            f"crossmem migrate: made from other definitions than these: {differing_said(differing)}; {BRING_ACROSS}",
-            file=sys.stderr,
-        )
-    return not differing
+        also = f"; {len(missing)} missing: {lacking}" if missing else ""
+        said = f"made from other definitions than these: {differing_said(differing)}{also}; {BRING_ACROSS}"
+    elif missing:
+        said = f"partly migrated: {len(missing)} of what the migrations define is missing: {lacking}; {CREATE_AGAIN}"
+    else:
+        return True
+    print(f"crossmem migrate: {said}", file=sys.stderr)
+    return False
 
 
 @crossmem.command(help="print a person's latest messages over every surface")

@@ -47,7 +47,6 @@ from functions.tools.doc_links import (
     DATABASE,
     DOCTOR,
     FUNCTIONS,
-    PARTLY_MIGRATED,
     SECRETS,
     WEBHOOKS,
 )
@@ -62,6 +61,7 @@ from functions.tools.gcloud_checks import (
 )
 from functions.tools.schema_objects import (
     BRING_ACROSS,
+    CREATE_AGAIN,
     SchemaObject,
     defined_bodies,
     defined_objects,
@@ -125,7 +125,7 @@ def check_database(config: Settings) -> Check:
             name,
             f"partly migrated: all {len(wanted)} migrations are recorded as applied, but {len(missing)} of what "
             f"they define is missing: {', '.join(str(thing) for thing in missing)}",
-            f"create each again from its definition in infra/supabase/schemas/ ({PARTLY_MIGRATED})",
+            CREATE_AGAIN,
         )
     present = "every table, index, policy, trigger and SQL function they define present"
     return ok(name, f"reachable; all {len(wanted)} migrations applied, {present}")

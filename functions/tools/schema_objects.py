@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from functions.tools.doc_links import OLDER_DEFINITIONS
+from functions.tools.doc_links import OLDER_DEFINITIONS, PARTLY_MIGRATED
 
 _STATEMENT = re.compile(
     r"\b(create|drop)\s+(?:or\s+replace\s+)?(table|function)\s+(?:if\s+(?:not\s+)?exists\s+)?"
@@ -158,6 +158,8 @@ def differing_said(differing: list[SchemaObject]) -> str:
 
 # What brings a database made from older definitions across (a push runs nothing recorded as applied).
 BRING_ACROSS = f"a push runs no migration recorded as applied: bring the database across ({OLDER_DEFINITIONS})"
+# What mends a partly migrated one.
+CREATE_AGAIN = f"create each again from its definition in infra/supabase/schemas/ ({PARTLY_MIGRATED})"
 
 
 def differing_functions(connection: Any, expected: dict[SchemaObject, set[str]]) -> list[SchemaObject]:

@@ -62,6 +62,41 @@ def test_migrate_up_to_date_on_a_database_made_from_older_definitions_says_so(
     )
 
 
+def test_migrate_up_to_date_names_what_the_definitions_have_and_the_database_lacks(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """Pushed from a checkout before a function and an index were added, no function changed since:
+    migrate said "up to date" and exited 0 (the doctor named them); beside a changed function it
+    named that one alone, and whoever ran the statements it named left the new ones out."""
+    monkeypatch.chdir(str(tmp_path))
+    with migrated_database(postgres_server) as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("drop function public.record_delivery")
+            connection.execute("drop index public.follow_ups_reserved")
+        assert main(["migrate"]) == 1
+        said, complained = capsys.readouterr()
+        assert said == "applied 0 migration(s); up to date\n"
+        assert complained == (
+            "crossmem migrate: partly migrated: 2 of what the migrations define is missing: function "
+            "public.record_delivery (turn.sql), index public.follow_ups_reserved (follow_ups.sql); create each "
+            "again from its definition in infra/supabase/schemas/ (docs/deploy.md#a-partly-migrated-database)\n"
+        )
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(
+                """create or replace function public.window_keeps(p_total bigint, p_limit integer, p_step integer)
+                   returns integer language sql immutable set search_path = '' as $$ select 0 $$"""
+            )
+        assert main(["migrate"]) == 1
+    assert capsys.readouterr().err == (
+        "crossmem migrate: made from other definitions than these: 1 SQL function(s) differ from their "
+        "definition in infra/supabase/schemas/: function public.window_keeps (context.sql); 2 missing: function "
+        "public.record_delivery (turn.sql), index public.follow_ups_reserved (follow_ups.sql); a push runs no "
+        "migration recorded as applied: bring the database across "
+        "(docs/deploy.md#a-database-made-from-older-definitions)\n"
+    )
+
+
 def test_migrate_on_a_plain_postgres_says_to_use_the_standins(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
 ) -> None:
