@@ -3,18 +3,19 @@ fails (every fix names its page of docs/); `--json` for scripts, JSON even when 
 exit 1 when a check fails, and only then (a check skipped is not a failure).
 
 What it asks, and whom: the database (`DATABASE_URL`: reachable, every migration of
-infra/supabase/migrations applied, and every table, index, policy, trigger and SQL function they define there, each
-function as defined: functions/tools/schema_objects.py); Secret Manager (`gcloud secrets list`: every secret the
-deployed functions reference exists); each function (`gcloud functions describe`: deployed and
-ACTIVE; its URL, called without credentials, answers as that function does, not Cloud Run's 403
-or 404, and the private one refuses); Telegram (`getWebhookInfo`: the URL it calls is
-telegram_webhook's, no failing deliveries, every update kind the webhook acts on asked for;
-`getMyCommands`: the command menu, in each language of core/phrases/, lists the bot's commands);
-Twilio (the IncomingPhoneNumbers resource: the SmsUrl, "A message comes in", of the WhatsApp
-sender and of the SMS number is whatsapp_webhook's and sms_webhook's PUBLIC_BASE_URL);
-Anthropic (`GET /v1/models/{id}`: the turn's and the digest's models are available to the key);
-Deepgram (`GET /v1/auth/token`, its own test of a key: the voice notes' key is accepted); Cloud
-Scheduler (`gcloud scheduler jobs describe`: the job exists, is enabled, and its last run succeeded).
+infra/supabase/migrations applied, and every table, column, index, policy, trigger and SQL function
+they define there, each function as defined: functions/tools/schema_objects.py); Secret Manager
+(`gcloud secrets list`: every secret the deployed functions reference exists); each function
+(`gcloud functions describe`: deployed and ACTIVE; its URL, called without credentials, answers as
+that function does, not Cloud Run's 403 or 404, and the private one refuses); Telegram
+(`getWebhookInfo`: the URL it calls is telegram_webhook's, no failing deliveries, every update kind
+the webhook acts on asked for; `getMyCommands`: the command menu, in each language of core/phrases/,
+lists the bot's commands); Twilio (the IncomingPhoneNumbers resource: the SmsUrl, "A message comes
+in", of the WhatsApp sender and of the SMS number is whatsapp_webhook's and sms_webhook's
+PUBLIC_BASE_URL); Anthropic (`GET /v1/models/{id}`: the turn's and the digest's models are available
+to the key); Deepgram (`GET /v1/auth/token`, its own test of a key: the voice notes' key is
+accepted); Cloud Scheduler (`gcloud scheduler jobs describe`: the job exists, is enabled, and its
+last run succeeded).
 
 It reads the deploying shell's settings (the environment, then `.env`), as `crossmem deploy`
 does: GCP_PROJECT and GCP_REGION, and the keys it checks with. A check whose setting is not
@@ -127,7 +128,7 @@ def check_database(config: Settings) -> Check:
             f"they define is missing: {', '.join(str(thing) for thing in missing)}",
             CREATE_AGAIN,
         )
-    present = "every table, index, policy, trigger and SQL function they define present"
+    present = "every table, column, index, policy, trigger and SQL function they define present"
     return ok(name, f"reachable; all {len(wanted)} migrations applied, {present}")
 
 

@@ -1,18 +1,19 @@
-"""The tables, SQL functions, indexes, policies and triggers the migrations define, which of them
-a database lacks, and which of its functions are not as defined: `crossmem doctor` tells a partly
+"""The tables, columns, SQL functions, indexes, policies and triggers the migrations define, which
+of them a database lacks, and which of its functions are not as defined: `crossmem doctor` tells a partly
 migrated database (its bookkeeping says every migration ran, but an object was dropped, forgotten
 while the database was brought across by hand, or a migration was recorded without running), and
 one made from other definitions (pushed from an earlier checkout: the baseline links to the
 definitions, so a changed definition changes a migration already recorded as applied, which no
 push runs again), from a whole one.
 
-The migrations are read, not the catalog of a reference database: each `create table`, `create
-[or replace] function`, `create [unique] index`, `create policy` and `create trigger` of a migration
-that the database records as applied, in order, less what a later one drops. A function is looked
-up by schema and name (an overload with other arguments counts as present); a table by schema and
-name among ordinary and partitioned tables; an index by schema and name; a policy or a trigger by
-name on its table (a missing table's are not named: it is). What an index, a policy or a trigger
-says is not compared, only that it is there. A function's body is the text between its dollar
+The migrations are read, not the catalog of a reference database: each `create table` (and the
+columns it lists), `alter table ... add|drop column`, `create [or replace] function`, `create [unique]
+index`, `create policy` and `create trigger` of a migration that the database records as applied,
+in order, less what a later one drops. A function is looked up by schema and name (an overload with
+other arguments counts as present); a table by schema and name among ordinary and partitioned
+tables; an index by schema and name; a column, a policy or a trigger by name on its table (a
+missing table's are not named: it is). What a column, an index, a policy, a trigger or a table's
+check says is not compared, only that it is there. A function's body is the text between its dollar
 quotes, which Postgres keeps as written (`prosrc`): a function whose last definition's bodies are
 not all among the database's bodies of that name differs. A SQL-standard body (`begin atomic`,
 `return`), kept parsed, is looked up by name only.
@@ -42,6 +43,20 @@ _ON_TABLE = re.compile(
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"--[^\n]*")
+# A table's columns: where its list opens, each part's first word (a column's name, unless the part
+# is a table constraint), and what an `alter table` adds or drops.
+_CREATE_TABLE = re.compile(
+    r"\bcreate\s+table\s+(?:if\s+not\s+exists\s+)?([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)\s*\(", re.IGNORECASE
+)
+_FIRST_WORD = re.compile(r"\s*([a-z_][a-z0-9_]*)", re.IGNORECASE)
+_NOT_COLUMNS = frozenset({"constraint", "primary", "unique", "check", "foreign", "exclude", "like"})
+_ALTER_TABLE = re.compile(
+    r"\balter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)\s+([^;]*)",
+    re.IGNORECASE,
+)
+_COLUMN_CHANGE = re.compile(
+    r"\b(add|drop)\s+(?:column\s+)?(?:if\s+(?:not\s+)?exists\s+)?([a-z_][a-z0-9_]*)", re.IGNORECASE
+)
 # A function's statement as it starts a line (never inside a comment), then what ends its header:
 # its body's opening dollar quote, or the `;` of a SQL-standard body's first statement.
 _FUNCTION = re.compile(r"^\s*create\s+(?:or\s+replace\s+)?function\s+(\w+)\.(\w+)\s*\(", re.IGNORECASE | re.MULTILINE)
@@ -56,6 +71,11 @@ select o.kind, o.schema, o.name, o.on_table
          when 'table' then exists (
              select from pg_class c join pg_namespace n on n.oid = c.relnamespace
               where n.nspname = o.schema and c.relname = o.name and c.relkind in ('r', 'p'))
+         when 'column' then exists (
+             select from pg_attribute a
+               join pg_class c on c.oid = a.attrelid join pg_namespace n on n.oid = c.relnamespace
+              where n.nspname = o.schema and c.relname = o.on_table and a.attname = o.name and a.attnum > 0
+                and not a.attisdropped)
          when 'index' then exists (
              select from pg_class c join pg_namespace n on n.oid = c.relnamespace
               where n.nspname = o.schema and c.relname = o.name and c.relkind in ('i', 'I'))
@@ -75,30 +95,33 @@ select o.kind, o.schema, o.name, o.on_table
 
 @dataclass(frozen=True)
 class SchemaObject:
-    kind: str  # "table", "function", "index", "policy" or "trigger"
+    kind: str  # "table", "column", "function", "index", "policy" or "trigger"
     schema: str
     name: str
     defined_in: str  # the file that defines it (a migration links to its definition)
-    on_table: str = ""  # an index's, a policy's or a trigger's table (in `schema`)
+    on_table: str = ""  # a column's, an index's, a policy's or a trigger's table (in `schema`)
 
     def __str__(self) -> str:
+        if self.kind == "column":
+            return f"column {self.schema}.{self.on_table}.{self.name} ({self.defined_in})"
         if self.on_table and self.kind != "index":  # an index's name is its schema's alone
             return f"{self.kind} {self.name} on {self.schema}.{self.on_table} ({self.defined_in})"
         return f"{self.kind} {self.schema}.{self.name} ({self.defined_in})"
 
 
 def defined_objects(migrations: list[Path]) -> list[SchemaObject]:
-    """The tables, functions, indexes, policies and triggers `migrations` (in the order they run)
-    leave behind."""
+    """The tables, their columns, functions, indexes, policies and triggers `migrations` (in the
+    order they run) leave behind, each file's in the order it states them."""
     defined: dict[tuple[str, str, str, str], SchemaObject] = {}
     for path in migrations:
         text, made_in = _COMMENT.sub("", path.read_text()), path.resolve().name
-        found = [(verb, kind, schema, name, "") for verb, kind, schema, name in _STATEMENT.findall(text)]
-        for verb, kind, named_in, name, table_schema, table in _ON_TABLE.findall(text):
-            kind = kind.lower()
-            if kind == "index" or table_schema:  # an index is in its table's schema, dropped as schema.name
-                found.append((verb, kind, table_schema or named_in, name, table))
-        for verb, kind, schema, name, table in found:
+        found = [(m.start(), m[1], m[2], m[3], m[4], "") for m in _STATEMENT.finditer(text)]
+        for m in _ON_TABLE.finditer(text):
+            verb, kind, named_in, name, table_schema, table = m.groups(default="")
+            if kind.lower() == "index" or table_schema:  # an index is in its table's schema, dropped as schema.name
+                found.append((m.start(), verb, kind, table_schema or named_in, name, table))
+        found += columns_stated(text)
+        for _, verb, kind, schema, name, table in sorted(found):
             kind, schema, name, table = kind.lower(), schema.lower(), name.lower(), table.lower()
             key = (kind, schema, name, "" if kind == "index" else table)
             if verb.lower() == "create":
@@ -106,6 +129,32 @@ def defined_objects(migrations: list[Path]) -> list[SchemaObject]:
             else:
                 defined.pop(key, None)
     return list(defined.values())
+
+
+def columns_stated(text: str) -> list[tuple[int, str, str, str, str, str]]:
+    """Each column a `create table` lists (its parts at the top level of its parentheses that are
+    no table constraint) or an `alter table` adds or drops, where it is stated: as a "create" or a
+    "drop" of a "column" on its table."""
+    found = []
+    for table in _CREATE_TABLE.finditer(text):
+        depth, part_starts = 0, table.end()
+        for at in range(table.end(), len(text)):
+            if text[at] == "(":
+                depth += 1
+            elif text[at] in ",)" and depth == 0:
+                if (name := _FIRST_WORD.match(text, part_starts)) and name[1].lower() not in _NOT_COLUMNS:
+                    found.append((name.start(1), "create", "column", table[1], name[1], table[2]))
+                if text[at] == ")":
+                    break
+                part_starts = at + 1
+            elif text[at] == ")":
+                depth -= 1
+    for altered in _ALTER_TABLE.finditer(text):
+        for change in _COLUMN_CHANGE.finditer(altered[3]):
+            if change[2].lower() not in _NOT_COLUMNS:
+                verb = "create" if change[1].lower() == "add" else "drop"
+                found.append((altered.start(3) + change.start(), verb, "column", altered[1], change[2], altered[2]))
+    return found
 
 
 def missing_objects(connection: Any, expected: list[SchemaObject]) -> list[SchemaObject]:

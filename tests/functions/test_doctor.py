@@ -198,7 +198,7 @@ def test_a_healthy_deployment_passes_every_check(live: Live, capsys: pytest.Capt
     assert [line.split(":", 1)[0] for line in lines] == [f"ok    {check}" for check in CHECKS]
     assert lines[0] == (
         "ok    database: reachable; all {} migrations applied, "
-        "every table, index, policy, trigger and SQL function they define present"
+        "every table, column, index, policy, trigger and SQL function they define present"
     ).format(len(list((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))))
     assert lines[1] == f"ok    secrets: all {len(SECRET_IDS)} referenced secrets exist in Secret Manager"
     assert lines[2] == (
@@ -375,13 +375,14 @@ def test_a_partly_migrated_database_names_what_is_missing_and_where_it_is_define
             )
 
 
-def test_an_index_a_policy_or_a_trigger_missing_is_named_with_where_it_is_defined(
+def test_a_column_an_index_a_policy_or_a_trigger_missing_is_named_with_where_it_is_defined(
     live: Live, environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A database brought across by hand (docs/deploy.md, a database made from older definitions)
-    with its functions' statements run and an index, a policy or a trigger of the new definitions
-    forgotten: the doctor said ok. A policy gone hides a person's rows from a frontend that reads them
-    with their token; an index gone, the turn's plan; a trigger gone, a merge's notes."""
+    with its functions' statements run and a column, an index, a policy or a trigger of the new
+    definitions forgotten: the doctor said ok. A column gone fails every call of a function that
+    reads it (a turn answered without memory); a policy gone hides a person's rows from a frontend
+    that reads them with their token; an index gone, the turn's plan; a trigger gone, a merge's notes."""
     migrations = sorted((ROOT / "infra" / "supabase" / "migrations").glob("*.sql"))
     with migrated_database(postgres_server) as url:
         environment.setenv("DATABASE_URL", url)
@@ -390,11 +391,15 @@ def test_an_index_a_policy_or_a_trigger_missing_is_named_with_where_it_is_define
             connection.execute("drop index public.follow_ups_reserved")
             connection.execute("drop policy messages_owner_reads on public.messages")
             connection.execute("drop trigger identities_merge_memory_notes on public.identities")
+            connection.execute("alter table public.messages drop column reply_id")
+            connection.execute("alter table public.link_attempts drop column surface")  # its table's indexes go
         code, report = doctor_json(capsys)
     assert code == 1 and list(failed(report)) == ["database"]
     assert failed(report)["database"]["detail"] == (
-        f"partly migrated: all {len(migrations)} migrations are recorded as applied, but 3 of what they define "
-        "is missing: trigger identities_merge_memory_notes on public.identities (memory_notes.sql), "
+        f"partly migrated: all {len(migrations)} migrations are recorded as applied, but 7 of what they define "
+        "is missing: column public.messages.reply_id (messages.sql), column public.link_attempts.surface (links.sql), "
+        "index public.link_attempts_by_identity (links.sql), index public.link_attempts_once (links.sql), "
+        "trigger identities_merge_memory_notes on public.identities (memory_notes.sql), "
         "index public.follow_ups_reserved (follow_ups.sql), policy messages_owner_reads on public.messages (access.sql)"
     )
 

@@ -23,7 +23,7 @@ def test_what_a_later_migration_drops_is_not_expected_and_what_it_makes_again_is
         "create or replace function crossmem_private.helper() returns int language sql as $$ select 2 $$;\n"
         "create table if not exists public.tags (id bigint);\n"
     )
-    assert defined_objects([first, second]) == [
+    assert [o for o in defined_objects([first, second]) if o.kind != "column"] == [
         SchemaObject("table", "public", "notes", "1_first.sql"),
         SchemaObject("function", "crossmem_private", "helper", "2_second.sql"),
         SchemaObject("table", "public", "tags", "2_second.sql"),
@@ -99,12 +99,12 @@ def test_indexes_policies_and_triggers_are_expected_on_their_tables_less_what_a_
         "create policy notes_owner_reads on public.notes for select using (false);\n"
         "drop trigger notes_touch on public.notes;\n"
     )
-    assert defined_objects([first, second]) == [
+    assert [o for o in defined_objects([first, second]) if o.kind != "column"] == [
         SchemaObject("table", "public", "notes", "1_first.sql"),
         SchemaObject("index", "public", "notes_once", "1_first.sql", "notes"),
         SchemaObject("policy", "public", "notes_owner_reads", "2_second.sql", "notes"),
     ]
-    assert [str(o) for o in defined_objects([first])][1:] == [
+    assert [str(o) for o in defined_objects([first]) if o.kind != "column"][1:] == [
         "index public.notes_once (1_first.sql)",
         "index public.notes_by_user (1_first.sql)",
         "policy notes_owner_reads on public.notes (1_first.sql)",
@@ -121,3 +121,36 @@ def test_the_baseline_defines_each_policy_where_access_sql_does_and_each_trigger
         "trigger follow_ups_follow_their_messages on public.messages (follow_ups.sql)",
         "trigger identities_merge_memory_notes on public.identities (memory_notes.sql)",
     ]
+
+
+def test_a_tables_columns_are_expected_as_listed_less_what_a_later_migration_drops(tmp_path: Path) -> None:
+    first, second = tmp_path / "1_first.sql", tmp_path / "2_second.sql"
+    first.write_text(
+        "create table public.notes (\n"
+        "    id bigint generated always as identity primary key,\n"
+        "    user_id uuid not null references public.people (id) on delete cascade,  -- a, b\n"
+        "    kind text not null check (kind in ('a', 'b')),\n"
+        "    constraint notes_once unique (user_id, kind),\n"
+        "    primary key (id)\n"
+        ");\n"
+        "alter table public.notes enable row level security;\n"
+    )
+    second.write_text(
+        "alter table public.notes add column if not exists written_at timestamptz, drop column kind,\n"
+        "    add constraint notes_written check (written_at is not null);\n"
+    )
+    columns = [str(o) for o in defined_objects([first, second]) if o.kind == "column"]
+    assert columns == [
+        "column public.notes.id (1_first.sql)",
+        "column public.notes.user_id (1_first.sql)",
+        "column public.notes.written_at (2_second.sql)",
+    ]
+
+
+def test_the_baseline_expects_every_column_of_its_tables() -> None:
+    columns = [o for o in defined_objects(sorted(MIGRATIONS.glob("*.sql"))) if o.kind == "column"]
+    messages = [o.name for o in columns if o.on_table == "messages"]
+    assert messages[:3] == ["id", "conversation_id", "user_id"] and messages[-1] == "search_text"
+    assert {o.on_table for o in columns} == {
+        o.name for o in defined_objects(sorted(MIGRATIONS.glob("*.sql"))) if o.kind == "table"
+    }
