@@ -24,7 +24,11 @@ def export(user: str, output: Path | None) -> int:
     # Written beside the file and moved over it once whole: a failed export leaves no half file.
     partial = output.with_name(output.name + ".partial")
     try:
-        with partial.open("w", encoding="utf-8") as file:
+        opened = partial.open("w", encoding="utf-8")
+    except OSError as exc:  # a folder not there, or not writable: said as the file asked for
+        raise click.FileError(str(output), exc.strerror) from None
+    try:
+        with opened as file:
             file.writelines(pieces)
     except BaseException:
         partial.unlink(missing_ok=True)

@@ -124,6 +124,22 @@ def test_crossmem_export_writes_the_persons_data_to_a_file_or_stdout(
     assert refused.value.code == 2
 
 
+def test_crossmem_export_to_a_file_it_cannot_write_says_which_and_why(
+    web: FlaskClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --output (its folder not there, or one that cannot be written): it ended in a
+    traceback naming the `.partial` file beside it."""
+    person = uuid.uuid4()
+    said(web, person, "My locker code is 4417")
+    capsys.readouterr()
+    output = tmp_path / "no-such-folder" / "person.json"
+    with pytest.raises(SystemExit) as refused:
+        main(["export", "--user", str(person), "--output", str(output)])
+    assert refused.value.code == 1
+    assert capsys.readouterr() == ("", f"Error: Could not open file {str(output)!r}: No such file or directory\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_with_the_database_down_get_export_is_503_before_any_download(
     web: FlaskClient, environment: pytest.MonkeyPatch
 ) -> None:
