@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     database_prepared_statements: bool = True
     database_connect_timeout: int = Field(default=2, ge=1)
     database_pool_size: int = Field(default=8, ge=1)
-    supabase_url: str | None = None
+    supabase_url: Annotated[str | None, HttpUrl] = None
     supabase_service_role_key: SecretStr | None = None
     supabase_timeout: float = Field(default=5.0, gt=0)
     embedded_data_dir: Path | None = None  # the embedded Postgres's data: .local/pgdata when unset

@@ -35,6 +35,8 @@ WRONG = [
     ("DIGEST_BATCH_SIZE", "0", "Input should be greater than or equal to 1", {"memory_digest"}),
     ("DATABASE_POOL_SIZE", "0", "Input should be greater than or equal to 1", set(BY_FUNCTION)),
     ("ANTHROPIC_BASE_URL", "anthropic", NO_URL, set(BY_FUNCTION)),
+    # Seen failing: served, every turn answered without memory ("the memory store could not be set up").
+    ("SUPABASE_URL", "xxxx.supabase.co", NO_URL, set(BY_FUNCTION)),
     # Seen failing: a mistyped zone was a 500 on every request of every function (ZoneInfo at the first turn).
     ("CONTEXT_TIMEZONE", "Europe/Pari", "Value error, no IANA time zone of that name", set(BY_FUNCTION)),
     # Seen failing: served, and every owed reply and reminder Twilio refused (a From of another
