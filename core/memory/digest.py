@@ -29,9 +29,10 @@ from typing import Any, Protocol
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from core.channels.splitting import fitting
 from core.errors import ModelUnavailable, StoreUnavailable
 from core.follow_ups.wall_clock import zone_named
-from core.model.llm import Model, approximate_tokens
+from core.model.llm import Model, approximate_tokens, token_eighths
 from core.models import Role, StoredMessage
 from core.stores.store import MemoryStore
 from core.turn.context import ModelMessage, Source
@@ -151,7 +152,7 @@ def within_budget(lines: list[str], max_tokens: int) -> list[str]:
         plain = next((index for index, line in enumerate(kept) if not _about_themselves(line)), 0)
         kept.pop(plain)
     if kept and approximate_tokens(kept[0]) > max_tokens:  # one line over the whole budget: its start
-        kept[0] = kept[0][: max_tokens * 4]
+        kept[0] = kept[0][: fitting(kept[0], 8 * max_tokens, token_eighths)]
     return kept
 
 
@@ -171,8 +172,11 @@ class ExtractiveDigester:
             if message.role is not Role.USER:
                 continue
             line = f"- {tagged(message, zone or self._zone)} {' '.join(message.content.split())}"
-            if len(line) > self._max_tokens:  # a quarter of the budget (4 characters a token) at most:
-                line = line[: self._max_tokens - 1] + "…"  # one pasted email never pushes the rest out
+            # A quarter of the budget at most, with its line break: one pasted email never pushes
+            # the rest out.
+            quarter = 2 * self._max_tokens - 2  # in eighths of a token (token_eighths)
+            if token_eighths(line) > quarter:
+                line = line[: fitting(line, quarter - token_eighths("…"), token_eighths)] + "…"
             if line not in lines:  # notes folded after a merge may already hold it
                 lines.append(line)
         return "\n".join(within_budget(lines, self._max_tokens))

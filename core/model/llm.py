@@ -45,13 +45,18 @@ class Usage:
 
 def approximate_tokens(text: str) -> int:
     """About four characters a token in the Latin alphabet, one a CJK character (Claude's tokenizer
-    is not public; its ratios are): 3/8 of a token a UTF-8 byte less 1/8 a character, which is a
-    quarter token a character of one byte and a token a character of three. Counted as characters
-    alone, a Japanese or Chinese text was a quarter of what it costs, in the budget's reservations,
-    the tool loop's count and the search results' cut (turn.sql's turn_input_tokens counts the same)."""
+    is not public; its ratios are). Counted as characters alone, a Japanese or Chinese text was a
+    quarter of what it costs, in the budget's reservations, the tool loop's count and the search
+    results' cut (turn.sql's turn_input_tokens counts the same)."""
+    return token_eighths(text) // 8
+
+
+def token_eighths(text: str) -> int:
+    """`approximate_tokens` in eighths of a token: 3 a UTF-8 byte less 1 a character, which is 2 a
+    character of one byte (a quarter token) and 8 a character of three (a token)."""
     if text.isascii():  # nearly every text: no encoding to count
-        return len(text) // 4
-    return (3 * len(text.encode()) - len(text)) // 8
+        return 2 * len(text)
+    return 3 * len(text.encode()) - len(text)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from core.identity.linking import Linking
 from core.identity.policy import IdentityPolicy
 from core.memory.digest import DigestJob, ExtractiveDigester, ModelDigester, read_notes, within_budget
 from core.memory.service import Memory
-from core.model.llm import AnthropicModel, messages_request
+from core.model.llm import AnthropicModel, messages_request, token_eighths
 from core.model.prompt import NOTES_PREAMBLE
 from core.models import Person, StoredMessage, Surface
 from core.stores.postgres_store import PostgresStore
@@ -613,7 +613,8 @@ def test_one_long_message_does_not_push_every_other_fact_out_of_the_offline_note
         "c",
         "Here is the email my landlord sent me: ",
     ]
-    assert len(lines[-1]) == 800 and lines[-1].endswith("…")
+    # a quarter of 800 tokens, less its line break: 1,598 eighths; the tag's "·" takes 5, the "…" 8
+    assert (len(lines[-1]), token_eighths(lines[-1])) == (794, 2 * 792 + 5 + 8) and lines[-1].endswith("…")
 
 
 def test_a_person_forgotten_while_the_run_digests_another_is_never_sent_to_the_model(
