@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from core.channels.splitting import fitting
 from core.errors import StoreUnavailable
 from core.memory.service import Memory
-from core.model.llm import ToolCall, approximate_tokens
+from core.model.llm import ToolCall, approximate_tokens, token_eighths
 from core.models import MemoryHit, Neighbour, Role, Surface
 from core.turn.context import from_their_first
 from core.turn.tool_loop import ToolResult
@@ -253,7 +254,7 @@ def rendered(hits: list[MemoryHit], zone: ZoneInfo, max_tokens: int, max_hits: i
         shown[hit.message.id] = index + 1
     lines = [_hit_block(index + 1, hit, zone, shown) for index, hit in enumerate(hits[: len(shown)])]
     if approximate_tokens(lines[0]) > max_tokens:  # the best hit alone is too long: its start
-        lines[0] = lines[0][: max_tokens * 4 - 1] + "…"
+        lines[0] = lines[0][: fitting(lines[0], 8 * max_tokens - token_eighths("…"), token_eighths)] + "…"
     head = f"Found {len(lines)} older message{'s' if len(lines) != 1 else ''}, best match first"
     more = len(hits) - len(lines)
     # past max_hits, how many more is not known: that there are

@@ -18,7 +18,7 @@ import pytest
 from core.identity.policy import IdentityPolicy
 from core.memory.search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTools, SearchRules, rendered
 from core.memory.service import Memory
-from core.model.llm import AnthropicModel, ToolCall
+from core.model.llm import AnthropicModel, ToolCall, approximate_tokens
 from core.model.offline_model import OfflineModel
 from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
@@ -357,6 +357,19 @@ def test_the_cap_keeps_the_best_hits_and_says_how_many_more(memory: Memory, data
     assert shown.count == 3  # the second's neighbour is the first, named by its number: a third fits
     assert shown.text.endswith("\n(5 more matched; search with other words or a period to see them.)")
     assert len(shown.text) // 4 <= 600 + 30  # the cap, plus the head and the tail lines
+
+
+def test_the_best_hit_alone_too_long_is_cut_to_the_cap_in_tokens_in_japanese_too(
+    memory: Memory, database_url: str
+) -> None:
+    """The best hit, alone longer than the cap, is shown from its start, cut where the cap is:
+    counted in characters (four a token), a Japanese one was four times the cap."""
+    person = uuid.uuid4()
+    planted(database_url, person, "telegram", "user", "gym session: " + "運動の記録。" * 400, 2)
+    [hit] = memory.search(person, "gym session")
+    shown = rendered([hit], MADRID, max_tokens=100)
+    block = shown.text.split("\n", 1)[1]  # after the head line
+    assert block.endswith("…") and 90 < approximate_tokens(block) <= 100
 
 
 def test_authenticated_reads_only_its_own_words_and_cannot_call_the_search(memory: Memory, database_url: str) -> None:
