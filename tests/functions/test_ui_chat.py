@@ -1065,6 +1065,44 @@ def test_a_reloaded_page_lists_no_message_an_edit_of_an_earlier_one_dropped(
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
 
 
+def test_an_edit_back_drops_from_the_listing_what_followed_the_version_it_leaves(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Edited, the page went on after the edit ("buy milk"); edited back to the message's first
+    words, useChat drops what followed the edit from the page. Reloaded, the page listed it again,
+    after the words put back and their reply, and its next turn read it as the page's thread."""
+    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+
+    def posted(body: dict[str, Any]) -> None:
+        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+
+    def listed() -> list[tuple[str, str]]:
+        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+        return [(message["role"], message["content"]) for message in page]
+
+    monday, tuesday = ui_message("u-1", "user", "dentist on monday"), ui_message("u-1", "user", "dentist on tuesday")
+    posted(chat_body(chat, monday))
+    posted({**chat_body(chat, tuesday), "messageId": "u-1"})
+    posted(
+        chat_body(
+            chat, tuesday, ui_message("r-1", "assistant", "Noted: tuesday"), ui_message("u-2", "user", "buy milk")
+        )
+    )
+    assert listed() == [
+        ("user", "dentist on tuesday"),
+        ("assistant", "Noted: tuesday"),
+        ("user", "buy milk"),
+        ("assistant", "Noted: milk"),
+    ]
+    posted({**chat_body(chat, monday), "messageId": "u-1"})
+    assert listed() == [("user", "dentist on monday"), ("assistant", "Noted: monday")]
+    posted({**chat_body(chat, tuesday), "messageId": "u-1"})
+    assert listed() == [("user", "dentist on tuesday"), ("assistant", "Noted: tuesday")]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
+
+
 def test_a_stopped_edit_the_page_edited_back_is_not_resumed(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -225,10 +225,11 @@ $$;
 -- earlier words; another tab's too): the versions are locked first, in order, and then read
 -- again, so that two tabs' calls at once (each after its own edit was stored) never replace
 -- each other's edit and every version with it. What followed the message there when it was
--- edited, up to the version shown, went from the page with the edit (useChat drops it): it is
--- replaced too, for good (the page never shows it again, edited back or not), but for the replies
--- to the message's versions, which come and go with them. A reloaded page listed it before the edit,
--- and its next turn read it as the page's thread.
+-- edited went from the page with the edit (useChat drops it): it is replaced too, for good (the
+-- page never shows it again, edited back or not), but for the replies to the message's versions,
+-- which come and go with them. A reloaded page listed it before the edit, and its next turn read it
+-- as the page's thread. That is all that followed its first version, not only what came before the
+-- version shown: edited back to earlier words, the page drops what followed the edit it leaves.
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
     select m.id from public.messages m
@@ -246,7 +247,7 @@ create or replace function public.replace_message(p_user_id uuid, p_message_id b
       from first f, versions s
      where s.id = p_message_id
        and m.conversation_id = f.conversation_id and m.user_id = p_user_id and not m.replaced
-       and (m.created_at, m.id) > (f.created_at, f.id) and (m.created_at, m.id) < (s.created_at, s.id)
+       and (m.created_at, m.id) > (f.created_at, f.id)
        and m.id not in (select v.id from versions v)
        and (m.in_reply_to is null or m.in_reply_to not in (select v.id from versions v));
 $$;
