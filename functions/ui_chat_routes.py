@@ -50,8 +50,8 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     idempotency key, as `client_message_id`), the earlier ones the client's history. Without
     earlier ones (a page that loaded none, or sends the new message alone) the stored thread is
     read, as for today's body without `history`. With it, the key of the message whose versions
-    it replaces on the page when it is an edit, or an edit back to words stored before (None when
-    it is neither)."""
+    it replaces on the page when it is an edit, an edit back to words stored before, or the message
+    a Try again of an earlier reply posts (None when it is none of them)."""
     *earlier, last = body.messages
     if last.role != "user":
         raise InputError("the last message must be the person's (role user), as useChat sends it")
@@ -66,8 +66,11 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
         key = origin  # a reloaded edit edited back to its message's first words: that message sent again
     surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id, origin)
     # An edit (sendMessage with messageId), of other words or back to words it was stored with (the
-    # first ones or an earlier edit's): the page shows this message there. A Try again shows no other.
-    replaces = edits if body.messageId == last.id else None
+    # first ones or an earlier edit's): the page shows this message there. A Try again of an earlier
+    # reply (regenerate with its id) drops what followed it from the page, as an edit does; a Try
+    # again of the last one (no id) drops nothing.
+    named = body.messageId is not None and (body.messageId == last.id or body.trigger == "regenerate-message")
+    replaces = edits if named else None
     history = undeclined(
         [
             (item, message.metadata is not None and message.metadata.declined)

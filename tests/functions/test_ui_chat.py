@@ -1103,6 +1103,37 @@ def test_an_edit_back_drops_from_the_listing_what_followed_the_version_it_leaves
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
 
 
+def test_a_reloaded_page_lists_no_message_a_try_again_of_an_earlier_reply_dropped(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """ "Try again" on an earlier reply (regenerate({ messageId }) with that reply's id) drops it and
+    what followed it from the page, and posts the message it answered: its stored reply comes back.
+    Reloaded, the page listed what it had dropped after it, and its next turn read it as the page's
+    thread. Memory keeps every word said."""
+    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+
+    def posted(body: dict[str, Any]) -> list[Any]:
+        parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+        assert parts[-1] == "[DONE]"
+        return parts
+
+    def listed() -> list[tuple[str, str]]:
+        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+        return [(message["role"], message["content"]) for message in page]
+
+    monday = ui_message("u-1", "user", "book the dentist on monday")
+    reply = posted(chat_body(chat, monday))[0]["messageId"]
+    posted(
+        chat_body(chat, monday, ui_message(reply, "assistant", "Noted: monday"), ui_message("u-2", "user", "buy milk"))
+    )
+    again = posted({**chat_body(chat, monday), "trigger": "regenerate-message", "messageId": reply})
+    assert (again[0]["messageId"], again[-3]["data"]["outcome"]) == (reply, "redelivered")
+    assert listed() == [("user", "book the dentist on monday"), ("assistant", "Noted: monday")]
+    assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(4,)]
+
+
 def test_a_stopped_edit_the_page_edited_back_is_not_resumed(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
