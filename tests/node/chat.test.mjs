@@ -257,3 +257,34 @@ test("a reconnect after a dropped connection shows the reply once", async () => 
   ]);
   assert.equal(chat.messages[1].id, stored[1].id);
 });
+
+test("a reloaded page lists the thread useChat shows after an edit, an edit back and a Try again", async () => {
+  // useChat's edit (sendMessage({ text, messageId })) and its Try again of an earlier reply
+  // (regenerate({ messageId })) drop what followed from the page; the history route, loaded
+  // again, gives the page the thread it showed, and the next turn reads that thread.
+  const token = process.env.CROSSMEM_TOKEN;
+  const transport = crossmemTransport({ api, accessToken: async () => token });
+  const conversation = await newConversation(api, async () => token);
+  const shown = (messages) => messages.map((m) => [m.role, m.role === "user" ? textOf(m) : "reply"]);
+  const reloaded = async () => shown(await loadMessages(api, async () => token, conversation.id));
+  const chat = new AbstractChat({ id: conversation.id, transport, state: new ChatState() });
+  for (const text of ["dentist on monday", "buy milk"]) await chat.sendMessage({ text });
+  const first = chat.messages[0].id;
+  await chat.sendMessage({ text: "dentist on tuesday", messageId: first });
+  await chat.sendMessage({ text: "and bread" });
+  await chat.sendMessage({ text: "dentist on monday", messageId: first });
+  assert.equal(chat.status, "ready");
+  assert.deepEqual(shown(chat.messages), [["user", "dentist on monday"], ["assistant", "reply"]]);
+  assert.deepEqual(await reloaded(), shown(chat.messages));
+
+  await chat.sendMessage({ text: "call mum" });
+  const page = new AbstractChat({
+    id: conversation.id,
+    transport,
+    state: Object.assign(new ChatState(), { messages: await loadMessages(api, async () => token, conversation.id) }),
+  });
+  await page.regenerate({ messageId: page.messages[1].id });
+  assert.equal(page.status, "ready");
+  assert.deepEqual(shown(page.messages), [["user", "dentist on monday"], ["assistant", "reply"]]);
+  assert.deepEqual(await reloaded(), shown(page.messages));
+});
