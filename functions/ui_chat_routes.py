@@ -76,7 +76,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
             (item, message.metadata is not None and message.metadata.declined)
             for message in earlier
             # A message the page edited keeps its id there: its edit is stored under the edit's key.
-            if (item := history_item(message, stored.get(edited_key(message)) or stored.get(message.id))) is not None
+            if (item := history_item(message, shown_version(message, stored))) is not None
         ]
     )
     turn = TurnRequest(
@@ -114,15 +114,27 @@ def stored_messages(
         for message in asked
         # an id of digits may be a client's too (generateId: Date.now()): the one sent again is asked
         if message.role == "user" and (stored_id(message.id) is None or message is sent_again)
-        # the one sent again: its id may be an edit's key (a reloaded edit's: its message's first
-        # words and its edit's key) or a client's
-        for key in (
-            message.id,
-            edited_key(message),
-            *((EDIT.sub("", message.id), EDIT.sub("", message.id) + edited(message)) if message is sent_again else ()),
+        # its id may be an edit's key (a reloaded edit's: its message's first words and its edit's
+        # key, which a live tab keeps for the words it edits them to) or a client's
+        for key in dict.fromkeys(
+            (message.id, edited_key(message), EDIT.sub("", message.id), EDIT.sub("", message.id) + edited(message))
         )
     ]
     return runtime.memory().web_messages(person, conversation, client_ids) if client_ids else {}
+
+
+def shown_version(message: UIMessage, stored: dict[str, StoredMessage]) -> StoredMessage | None:
+    """The stored version of an earlier message of the person's as the page shows it: the version
+    its words were stored as when the page edited it (a live tab keeps the id it edited, which may
+    be a reloaded page's edit's key: keyed as `edit_key` keyed it, or its message's first words put
+    back), else the one its id names (a voice note's transcript, a photo's description)."""
+    own = stored.get(message.id)
+    if own is None:
+        return stored.get(edited_key(message))
+    origin = first_key(message.id, own.content)
+    if origin in stored and stored[origin].content == storable(words(message)):
+        return stored[origin]
+    return stored.get(origin + edited(message)) or own
 
 
 def sent_by_stored_id(

@@ -1134,6 +1134,34 @@ def test_a_reloaded_page_lists_no_message_a_try_again_of_an_earlier_reply_droppe
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(4,)]
 
 
+def test_a_live_tab_that_edited_a_reloaded_edit_sends_its_words_to_the_model(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """A reloaded page names an edited message by its edit's key (`u-1~<digest of tuesday>`); edited
+    there again, the tab keeps that id for the new words. Its next turn's thread showed the model
+    the words stored under that key (tuesday), not the ones the page shows and stored (wednesday)."""
+    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+
+    def posted(body: dict[str, Any]) -> list[Any]:
+        parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
+        assert parts[-1] == "[DONE]"
+        return parts
+
+    posted(chat_body(chat, ui_message("u-1", "user", "dentist on monday")))
+    posted({**chat_body(chat, ui_message("u-1", "user", "dentist on tuesday")), "messageId": "u-1"})
+    [reloaded, _] = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    assert reloaded["content"] == "dentist on tuesday" and reloaded["client_id"].startswith("u-1~")
+    wednesday = ui_message(reloaded["client_id"], "user", "dentist on wednesday")
+    reply = posted({**chat_body(chat, wednesday), "messageId": reloaded["client_id"]})[0]["messageId"]
+    posted(
+        chat_body(chat, wednesday, ui_message(reply, "assistant", "Noted: wednesday"), ui_message("u-2", "user", "ok?"))
+    )
+    thread = [(m["role"], m["content"][-1]["text"]) for m in fake_anthropic.requests[-1]["messages"]]
+    assert "dentist on wednesday" in thread[0][1] and "tuesday" not in json.dumps(thread), thread
+
+
 def test_a_stopped_edit_the_page_edited_back_is_not_resumed(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
