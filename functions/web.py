@@ -75,7 +75,9 @@ def cors_headers(request: flask.Request) -> dict[str, str]:
         return {}
     return {
         "Access-Control-Allow-Origin": origin,
-        "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, {UI_STREAM_HEADER}",
+        # User-Agent: the AI SDK's own (`ai`'s transport set it from 5.0.43 until March 2026; Safari and
+        # Firefox send it).
+        "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, User-Agent, {UI_STREAM_HEADER}",
         "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
         # What a page on another origin may read besides the safelisted headers: when to ask again,
         # what a 405's route takes, the export's file name, and that the stream is the UI message stream.

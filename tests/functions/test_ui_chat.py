@@ -450,6 +450,25 @@ def test_todays_body_gets_the_ui_message_stream_only_when_it_asks_for_it(
     assert "x-vercel-ai-ui-message-stream" in preflight.headers["Access-Control-Allow-Headers"]
 
 
+def test_the_preflight_of_an_ai_sdk_5_transport_in_safari_or_firefox_is_allowed(web: FlaskClient) -> None:
+    """`ai` from 5.0.43 until its March 2026 fix (5.x and 6.0.x alike) has DefaultChatTransport send its
+    own User-Agent (`ai-sdk/5.0.53 runtime/browser`). Chrome drops it; Safari and Firefox send it and
+    ask for it in the preflight, which refused it: every turn and resume failed there with a CORS
+    error before any request reached the function."""
+    for method in ("POST", "GET"):
+        preflight = web.options(
+            "/",
+            headers={
+                "Origin": CORS_ORIGIN,
+                "Access-Control-Request-Method": method,
+                "Access-Control-Request-Headers": "authorization,content-type,user-agent",
+            },
+        )
+        allowed = {name.strip().lower() for name in preflight.headers["Access-Control-Allow-Headers"].split(",")}
+        assert preflight.status_code == 204
+        assert {"authorization", "content-type", "user-agent"} <= allowed
+
+
 @pytest.mark.parametrize(
     ("media_type", "url", "taken"),
     [
