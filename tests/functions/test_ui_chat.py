@@ -1379,6 +1379,30 @@ def test_an_edit_in_the_telegram_thread_is_answered_not_the_old_reply_sent_again
     assert reloaded == [("user", "my passport expires in June"), ("assistant", "June, noted.")]
 
 
+def test_an_edit_in_the_telegram_thread_never_drops_from_the_listing_what_was_said_on_telegram(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """What followed an edited message leaves the listing with the edit (useChat drops it from the
+    page), but not what the person said on another app: the page may never have shown it (loaded
+    before they wrote it on their phone), and it is that app's thread, said there. Seen failing with
+    the Telegram message written after the page was loaded gone from every later listing."""
+    fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
+    web, person, telegram, said = owners_telegram_thread(environment, database_url)
+    thread = loaded(web, person, telegram["id"])  # the page, loaded before the person wrote again
+    chat_id = rows(database_url, "select sender from messages where id = %s", said.message_id)[0][0]
+    runtime.turns().run(TurnRequest(Surface.TELEGRAM, "and my visa in July", "10", chat_id))
+    edit = ui_message(thread[0]["id"], "user", "my passport expires in June")
+    response = web.post("/", json={**chat_body(telegram["id"], edit), "messageId": edit["id"]}, headers=bearer(person))
+    assert parts_of(response.get_data(as_text=True))[-1] == "[DONE]"
+    reloaded = [(m["role"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])]
+    assert reloaded == [
+        ("user", "and my visa in July"),
+        ("assistant", "Noted."),
+        ("user", "my passport expires in June"),
+        ("assistant", "June, noted."),
+    ]
+
+
 def test_try_again_of_a_message_stored_without_its_nul_is_not_an_edit_answered_again(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -97,7 +97,7 @@ create table public.messages (
     -- resumed after a dropped connection shows the reply it began, not a second one).
     reply_id bigint,
     -- A person's message a later edit of it replaced on the page (useChat's edit, docs/decisions.md),
-    -- or a message that followed the one edited (the page drops it with the edit): kept, as said,
+    -- or a web message that followed the one edited (the page drops it with the edit): kept, as said,
     -- for memory; out of the page's listing, with its reply (conversation_messages),
     -- so a reloaded page reads the thread it showed (replace_message).
     replaced boolean not null default false,
@@ -230,6 +230,8 @@ $$;
 -- which come and go with them. A reloaded page listed it before the edit, and its next turn read it
 -- as the page's thread. That is all that followed its first version, not only what came before the
 -- version shown: edited back to earlier words, the page drops what followed the edit it leaves.
+-- Only what was said on the web: another app's messages (the [Telegram] thread's, written on the
+-- phone after the page was loaded, which it may never have shown) are that app's, and stay listed.
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
     select m.id from public.messages m
@@ -247,7 +249,7 @@ create or replace function public.replace_message(p_user_id uuid, p_message_id b
       from first f, versions s
      where s.id = p_message_id
        and m.conversation_id = f.conversation_id and m.user_id = p_user_id and not m.replaced
-       and (m.created_at, m.id) > (f.created_at, f.id)
+       and m.surface = 'web' and (m.created_at, m.id) > (f.created_at, f.id)
        and m.id not in (select v.id from versions v)
        and (m.in_reply_to is null or m.in_reply_to not in (select v.id from versions v));
 $$;
