@@ -435,9 +435,9 @@ print(json.dumps({{"status": response.status_code, "body": response.get_json(),
 def test_an_instance_without_any_database_still_answers(
     environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
-    environment.delenv("DATABASE_URL")
-    environment.setenv("SUPABASE_URL", "not a url")  # supabase-py refuses it when the store is built
-    environment.setenv("SUPABASE_SERVICE_ROLE_KEY", "sb_secret_x")
+    # the scheme forgotten: refused as the store is built (a SUPABASE_URL that is none is refused
+    # before, as a wrong setting: functions/settings.py)
+    environment.setenv("DATABASE_URL", "postgres:x@127.0.0.1/x")
     with caplog.at_level(logging.ERROR, logger="crossmem"):
         response = app_client("telegram_webhook").post("/", json=update("anyone home?"), headers=TELEGRAM_HEADERS)
     assert response.status_code == 200
