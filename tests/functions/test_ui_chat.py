@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -1056,6 +1057,33 @@ def test_an_edit_back_to_words_the_page_showed_before_is_listed_with_their_reply
     assert rows(database_url, "select count(*) from messages where user_id = %s", person) == [(6,)]
 
 
+@dataclass(frozen=True)
+class NotingPage:
+    """A useChat page on a new web conversation of a person's, the fake model noting the last word
+    of each message."""
+
+    web: FlaskClient
+    person: uuid.UUID
+    chat: str
+
+    def posted(self, body: dict[str, Any]) -> list[Any]:
+        """The UI message stream's parts, whole."""
+        parts = parts_of(self.web.post("/", json=body, headers=bearer(self.person)).get_data(as_text=True))
+        assert parts[-1] == "[DONE]"
+        return parts
+
+    def listed(self) -> list[tuple[str, str]]:
+        """The conversation as a reloaded page lists it: role and words."""
+        page = self.web.get(f"/conversations/{self.chat}/messages", headers=bearer(self.person)).get_json()
+        return [(message["role"], message["content"]) for message in page["messages"]]
+
+
+def noting_page(web: FlaskClient, fake_anthropic: FakeAnthropic) -> NotingPage:
+    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
+    person = uuid.uuid4()
+    return NotingPage(web, person, new_conversation(web, person))
+
+
 def test_a_reloaded_page_lists_no_message_an_edit_of_an_earlier_one_dropped(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -1063,16 +1091,8 @@ def test_a_reloaded_page_lists_no_message_an_edit_of_an_earlier_one_dropped(
     listed the dropped message and its reply again, before the edit (out of the order they were
     said in on the page), and its next turn read them as the page's thread; edited back, likewise.
     Memory keeps every word said."""
-    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
-    person = uuid.uuid4()
-    chat = new_conversation(web, person)
-
-    def posted(body: dict[str, Any]) -> None:
-        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
-
-    def listed() -> list[tuple[str, str]]:
-        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
-        return [(message["role"], message["content"]) for message in page]
+    page = noting_page(web, fake_anthropic)
+    person, chat, posted, listed = page.person, page.chat, page.posted, page.listed
 
     monday, milk = ui_message("u-1", "user", "book the dentist on monday"), ui_message("u-2", "user", "buy milk")
     posted(chat_body(chat, monday))
@@ -1090,16 +1110,8 @@ def test_an_edit_back_drops_from_the_listing_what_followed_the_version_it_leaves
     """Edited, the page went on after the edit ("buy milk"); edited back to the message's first
     words, useChat drops what followed the edit from the page. Reloaded, the page listed it again,
     after the words put back and their reply, and its next turn read it as the page's thread."""
-    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
-    person = uuid.uuid4()
-    chat = new_conversation(web, person)
-
-    def posted(body: dict[str, Any]) -> None:
-        assert parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
-
-    def listed() -> list[tuple[str, str]]:
-        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
-        return [(message["role"], message["content"]) for message in page]
+    page = noting_page(web, fake_anthropic)
+    person, chat, posted, listed = page.person, page.chat, page.posted, page.listed
 
     monday, tuesday = ui_message("u-1", "user", "dentist on monday"), ui_message("u-1", "user", "dentist on tuesday")
     posted(chat_body(chat, monday))
@@ -1129,18 +1141,8 @@ def test_a_reloaded_page_lists_no_message_a_try_again_of_an_earlier_reply_droppe
     what followed it from the page, and posts the message it answered: its stored reply comes back.
     Reloaded, the page listed what it had dropped after it, and its next turn read it as the page's
     thread. Memory keeps every word said."""
-    fake_anthropic.answer = lambda body: "Noted: " + body["messages"][-1]["content"][-1]["text"].split()[-1]
-    person = uuid.uuid4()
-    chat = new_conversation(web, person)
-
-    def posted(body: dict[str, Any]) -> list[Any]:
-        parts = parts_of(web.post("/", json=body, headers=bearer(person)).get_data(as_text=True))
-        assert parts[-1] == "[DONE]"
-        return parts
-
-    def listed() -> list[tuple[str, str]]:
-        page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
-        return [(message["role"], message["content"]) for message in page]
+    page = noting_page(web, fake_anthropic)
+    person, chat, posted, listed = page.person, page.chat, page.posted, page.listed
 
     monday = ui_message("u-1", "user", "book the dentist on monday")
     reply = posted(chat_body(chat, monday))[0]["messageId"]
