@@ -85,25 +85,31 @@ def telegram_user_ids(value: list[str]) -> list[str]:
     return value
 
 
-NOT_ORIGINS = "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /"
+NOT_ORIGINS = (
+    "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /, "
+    "lowercase, no default port, an ASCII host"
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def browser_origins(value: list[str]) -> list[str]:
     """Origins as a browser's `Origin` header gives them, which is all they are compared with: one
-    with a path or a trailing / (`https://app.example.com/`) or no scheme never matched, and every
-    request of the frontend failed CORS with nothing said here."""
+    with a path or a trailing / (`https://app.example.com/`), no scheme, a capital, the scheme's
+    default port (`:443`) or a host not in punycode never matched, and every request of the
+    frontend failed CORS with nothing said here."""
     for origin in value:
+        if origin == "*":
+            continue
         try:
             parts = urlsplit(origin)
-            valid = origin == "*" or (
-                bool(parts.scheme and parts.hostname)  # an app's own scheme too (capacitor://localhost)
-                and "@" not in parts.netloc
-                and (parts.port or 0) >= 0
-                and not (parts.path or parts.query or parts.fragment or origin.endswith(("?", "#")))
-            )
+            port = parts.port
         except ValueError:  # a port that is no number
-            valid = False
-        if not valid:
+            raise ValueError(NOT_ORIGINS) from None
+        host = parts.hostname or ""  # lowercased, as the scheme is
+        shown = f"[{host}]" if ":" in host else host
+        kept = "" if port in (None, DEFAULT_PORTS.get(parts.scheme)) else f":{port}"
+        # an app's own scheme too (capacitor://localhost)
+        if not (host and host.isascii() and origin == f"{parts.scheme}://{shown}{kept}"):
             raise ValueError(NOT_ORIGINS)
     return value
 

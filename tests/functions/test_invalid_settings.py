@@ -17,7 +17,10 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import count, one_request
 
 NO_URL = "Value error, not an http(s) URL with a host"
-NO_ORIGIN = "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /"
+NO_ORIGIN = (
+    "each is * or an origin as a browser sends it: https://HOST[:PORT], no path, no trailing /, "
+    "lowercase, no default port, an ASCII host"
+)
 CHATS = {"telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat"}
 # A wrong value of each kind of setting, and the functions that read it, so refuse.
 WRONG = [
