@@ -356,7 +356,9 @@ def serve(port: int) -> None:
     # Another shell may not have PORT: the port it serves on, unless it is the one `say` assumes.
     port_option = "" if port == Settings.defaults().port else f" --port {port}"
     print(f'  try: .venv/bin/crossmem say{port_option} --surface telegram "I moved my dentist appointment to Friday"')
-    # SIGTERM ends the server like Ctrl-C does, so the embedded Postgres stops with it.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    # SIGTERM (a process manager) and SIGHUP (its terminal closed) end the server like Ctrl-C does,
+    # so the embedded Postgres stops with it: killed by either, it ran on for good.
+    for ending in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(ending, lambda signum, frame: sys.exit(0))
     threading.Thread(target=digest_every_minute, name="memory-digest", daemon=True).start()
     server.serve_forever()

@@ -198,3 +198,23 @@ def test_crossmem_dev_on_a_port_in_use_says_so_before_any_banner_or_database(tmp
         " or start the server with a different port.\n"
     )
     assert not (tmp_path / ".local").exists()
+
+
+def test_closing_the_terminal_of_crossmem_dev_stops_its_embedded_postgres(tmp_path: Path) -> None:
+    """Seen failing: a closed terminal (SIGHUP) ended the server without its cleanup, and the embedded
+    Postgres ran on for good: the next `make dev` reused it, and its exit, finding the dead server's
+    handle still listed, left it running too."""
+    port = free_port()
+    data = tmp_path / "pgdata"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "PORT": str(port)}
+    env |= {"EMBEDDED_DATA_DIR": str(data), "HOME": str(tmp_path)}
+    server = crossmem_dev(env, tmp_path, port)
+    running = int((data / "postmaster.pid").read_text().split()[0])
+    try:
+        server.send_signal(signal.SIGHUP)
+        assert server.wait(timeout=30) == 0
+        assert not (data / "postmaster.pid").exists()
+        assert json.loads((data / ".handle_pids.json").read_text()) == []
+    finally:
+        if (data / "postmaster.pid").exists():  # left running: stop it (fast shutdown), as no one else will
+            os.kill(running, signal.SIGINT)
