@@ -107,7 +107,12 @@ def check_secrets(deployed: list[Deployed], target: Target) -> Check:
         for variable in (function.described or {}).get("serviceConfig", {}).get("secretEnvironmentVariables", []):
             referenced.setdefault(secret_id(str(variable["secret"])), []).append(function.spec.name)
     if not any(function.described for function in deployed):
-        return skip(name, "no function is deployed, so none references a secret yet")
+        if all(function.failure is not None and not_found(function.failure) for function in deployed):
+            return skip(name, "no function is deployed, so none references a secret yet")
+        return skip(
+            name,
+            "gcloud described no function (each function's line says why), so the secrets they reference are not known",
+        )
     try:
         listed = run_tool(
             ["gcloud", "secrets", "list", f"--project={target.project}", "--format=value(name.basename())"],
@@ -128,11 +133,16 @@ def check_secrets(deployed: list[Deployed], target: Target) -> Check:
     return ok(name, f"all {len(referenced)} referenced secrets exist in Secret Manager")
 
 
+def not_found(failure: ToolFailed) -> bool:
+    """gcloud's describe found no such function (not: it could not ask)."""
+    return "NOT_FOUND" in failure.said
+
+
 def check_function(function: Deployed, target: Target) -> Check:
     name = f"function {function.spec.name}"
     if function.described is None:
         assert function.failure is not None
-        if "NOT_FOUND" in function.failure.said:
+        if not_found(function.failure):
             return fail(name, "not deployed", f"`make deploy` ({FUNCTIONS})")
         return fail(name, f"`gcloud functions describe` failed: {function.failure.said}", function.failure.fix)
     state = function.described.get("state")

@@ -863,3 +863,27 @@ def test_the_doctor_checks_the_inbound_url_of_every_twilio_surface() -> None:
         assert hook.number_setting == f"TWILIO_{surface.name}_FROM"
         assert hook.number_setting.lower() in Settings.model_fields
         assert described[hook.function].environment["PUBLIC_BASE_URL"].startswith(f"${{env:{hook.url_variable},")
+
+
+def test_secrets_unknown_when_gcloud_could_describe_no_function(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    """Seen failing: logged out of gcloud, each function's line failed saying so, and the secrets'
+    said "no function is deployed", which nothing had found out."""
+    logged_out = "ERROR: (gcloud.functions.describe) You do not currently have an active account selected.\n"
+    live.gcloud.fail(["functions", "describe"], logged_out)
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert by_check(report)["secrets"] == {
+        "check": "secrets",
+        "status": "skip",
+        "detail": "gcloud described no function (each function's line says why), so the secrets they reference "
+        "are not known",
+        "fix": None,
+    }
+
+
+def test_secrets_skipped_when_no_function_is_deployed(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    for function in ("telegram_webhook", "whatsapp_webhook", "sms_webhook", "web_chat", "memory_digest"):
+        live.gcloud.fail(["functions", "describe", function], FUNCTION_NOT_FOUND.format(name=function))
+    code, report = doctor_json(capsys)
+    assert code == 1
+    assert by_check(report)["secrets"]["detail"] == "no function is deployed, so none references a secret yet"
