@@ -77,6 +77,14 @@ def whatsapp_sender(value: str | None) -> str | None:
     return value
 
 
+def sms_sender(value: str | None) -> str | None:
+    """The sender of the SMS the agent starts: a WhatsApp sender (the value copied from
+    TWILIO_WHATSAPP_FROM) beside an SMS To is refused by Twilio, every owed reply and reminder lost."""
+    if value is not None and value.startswith("whatsapp:"):
+        raise ValueError("an SMS sender is a number (+14155238886), not a WhatsApp sender")
+    return value
+
+
 def telegram_user_ids(value: list[str]) -> list[str]:
     """Telegram's ids of people, which updates carry: a username (`@advisor`) matched no update,
     and the owner it was meant for was a stranger to their own bot, with nothing said."""
@@ -281,7 +289,7 @@ class Settings(BaseSettings):
 
     # SMS through Twilio (the account, token and shared key above).
     # The number of messages the agent starts: +14155238886.
-    twilio_sms_from: Annotated[str | None, setting_of(Surface.SMS)] = None
+    twilio_sms_from: Annotated[str | None, setting_of(Surface.SMS), AfterValidator(sms_sender)] = None
     sms_model_deadline: Annotated[float, setting_of(Surface.SMS)] = Field(default=12.0, gt=0)
 
     # Voice notes, photos and documents (docs/media.md): limits, and the transcription service.

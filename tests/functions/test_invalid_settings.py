@@ -50,6 +50,14 @@ WRONG = [
         "Value error, a WhatsApp sender is written whatsapp:+NUMBER",
         {"whatsapp_webhook", "memory_digest"},
     ),
+    # Seen failing: served, and every owed SMS reply and reminder went out with a WhatsApp From beside
+    # an SMS To (the value copied from TWILIO_WHATSAPP_FROM), which Twilio refuses.
+    (
+        "TWILIO_SMS_FROM",
+        "whatsapp:+14155238886",
+        "Value error, an SMS sender is a number (+14155238886), not a WhatsApp sender",
+        {"sms_webhook", "memory_digest"},
+    ),
     # Seen failing: served, and no browser's Origin (never a path, never a trailing /) was ever
     # allowed, with nothing said on the server.
     ("CORS_ORIGINS", "https://advisor.example.com/", "Value error, " + NO_ORIGIN, {"web_chat"}),
