@@ -1330,7 +1330,8 @@ def test_a_long_hostile_answer_is_set_out_at_once(dev_server: str) -> None:
         page.evaluate(SET_OUT, ["warm"])
         # Each answer beside plain words of its length, the least of five tries each: how much longer
         # it takes, not how long (the host's load moves both alike). Linear, each was at most 6 times
-        # its plain words here; the patterns before, 25 to 990 times (seconds against milliseconds).
+        # its plain words here, and 16.6 once on a host running two other test runs; the patterns
+        # before, 25 to 990 times (seconds against milliseconds).
         slower = {name: set_out_beside_plain_words(page, text) for name, text in SLOW_MARKDOWN.items()}
         kept = (
             "# C#",
@@ -1342,7 +1343,7 @@ def test_a_long_hostile_answer_is_set_out_at_once(dev_server: str) -> None:
             "```py  more\nx\n```",
         )
         trees = [page.evaluate(SET_OUT_AS_HTML, text) for text in kept]
-    assert {name: times for name, times in slower.items() if times > 15} == {}
+    assert {name: times for name, times in slower.items() if times > 20} == {}
     assert trees == [
         "<p><strong>C#</strong></p>",
         "<p><strong>Plan</strong></p>",
