@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.model.llm import approximate_tokens
+
 LOOKBACK_BLOCKS = 20
 # Sonnet 5.5's cache reads cost 0.05x its input since 7 October 2026 (Anthropic's release notes,
 # read 2 December 2026: $0.10 instead of $0.20 a million); a 5-minute write 1.25x.
@@ -28,10 +30,9 @@ READ_PRICE, WRITE_PRICE = 0.05, 1.25
 
 
 def count_tokens(text: str) -> int:
-    """About four characters a token in the Latin alphabet, one a Chinese or Japanese character:
-    Claude's tokenizer is not public, its ratios are (3/8 of a token a UTF-8 byte, less 1/8 a
-    character, goes from the one to the other)."""
-    return max(1, (3 * len(text.encode()) - len(text)) // 8)
+    """A text's tokens as core/model/llm.py's `approximate_tokens` counts them (about four
+    characters a token in the Latin alphabet, one a Chinese or Japanese character), at least one."""
+    return max(1, approximate_tokens(text))
 
 
 # Claude's vision guide: an image costs about width x height / 750 tokens, once scaled within
