@@ -108,6 +108,10 @@ class Retention:
         total = batches = notes = 0
         longest = 0.0
         below: tuple[str | None, int | None] = (None, None)  # where the previous batch stopped
+        # Each batch reads its own cutoff off the clock, but scans only below the first one's: a
+        # message that aged past the age during the purge is the next purge's, and the report
+        # names the first cutoff, before which nothing is left (but a turn waiting for its reply).
+        cutoff: datetime | None = None
         while True:
             began = self._clock()
             row = self._store.call(
@@ -123,7 +127,7 @@ class Retention:
             )
             seconds = self._clock() - began
             longest = max(longest, seconds)
-            cutoff = datetime.fromisoformat(row["cutoff"])
+            cutoff = cutoff or datetime.fromisoformat(row["cutoff"])
             if dry_run:
                 return PurgeReport(cutoff, int(row["candidates"]), 0, True, longest, int(row["notes"]))
             deleted, rewritten = int(row["deleted"]), int(row["notes"])

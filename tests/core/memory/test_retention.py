@@ -3,6 +3,7 @@ exactly the old rows go, each batch within its limit, a turn whole, a turn in fl
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -151,6 +152,24 @@ def test_a_batch_of_one_still_finishes(database: psycopg.Connection, store: Post
         said(database, f"old {day}", timedelta(days=day), reply_age=timedelta(days=day, seconds=-1))
     report = Retention(store, batch_size=1, in_flight=IN_FLIGHT).purge(timedelta(days=90))
     assert (report.deleted, report.batches, count(database)) == (4, 4, 0)
+
+
+def test_the_cutoff_reported_is_one_before_which_nothing_is_left(
+    database: psycopg.Connection, store: PostgresStore
+) -> None:
+    # Each batch reads its cutoff off the clock: a message that ages past the age while the purge
+    # runs is the next purge's, and the cutoff the purge reports (and `crossmem purge` prints) is
+    # the first batch's, not a later one with that message before it.
+    for day in (91, 92):
+        said(database, f"old {day}", timedelta(days=day))
+    said(database, "ages past the cutoff during the purge", timedelta(days=90, seconds=-2))
+    report = Retention(store, batch_size=1, in_flight=IN_FLIGHT).purge(
+        timedelta(days=90), on_batch=lambda batch: time.sleep(3 if batch.number == 1 else 0)
+    )
+    assert (report.deleted, report.batches) == (2, 2)
+    assert left(database) == [("user", "ages past the cutoff during the purge")]
+    row = database.execute("select count(*) from messages where created_at < %s", (report.cutoff,)).fetchone()
+    assert row == (0,)
 
 
 def test_the_purge_through_postgrest_continues_where_each_batch_stopped(
