@@ -86,14 +86,22 @@ log = logging.getLogger("crossmem.functions")
 
 
 def serving(
-    handler: Callable[[flask.Request], flask.Response], function: str = ""
+    handler: Callable[[flask.Request], flask.Response],
+    function: str = "",
+    cors: Callable[[flask.Request], dict[str, str]] | None = None,
 ) -> Callable[[flask.Request], flask.Response]:
     """A function that reads at most MAX_BODY_BYTES of its request, answers an error of ours by
     the table (a configuration error with 503 and its reason, not a crash), and refuses every
     route while a setting it reads does not parse, or while it lacks what it must not serve
     without (a database, a model). What it reads is the list of `function` (main.py's name, the
     handler's by default) in functions/function_settings.py; a function no list names reads
-    every setting: another surface's wrong setting refuses no function that does not read it."""
+    every setting: another surface's wrong setting refuses no function that does not read it.
+
+    `cors`: a browser's function, the CORS headers of a request (none for an origin it does not
+    allow; ConfigurationError while its own setting does not parse). Its refusals carry them, so a
+    page on an allowed origin reads the 503's reason rather than a bare "CORS error"; and an
+    allowed origin's preflight (OPTIONS), which needs no other setting, reaches the handler
+    unchecked: a browser sends the request itself only after a 2xx preflight."""
     name = function or getattr(handler, "__name__", "")
     reads = settings_of(name) if name in BY_FUNCTION else None
 
@@ -105,18 +113,21 @@ def serving(
         # there silently, so one byte more is allowed: `read_body` tells a body of exactly
         # the limit from a longer one by it.
         request.max_content_length = MAX_BODY_BYTES + 1
+        allowed: dict[str, str] = {}  # none while the settings, or the CORS one, do not parse
         try:
-            runtime.check_can_serve(runtime.settings(), reads)
+            allowed = cors(request) if cors is not None else {}
+            if not (allowed and request.method == "OPTIONS"):
+                runtime.check_can_serve(runtime.settings(), reads)
             return handler(request)
         except ConfigurationError as exc:
             if str(exc) not in (logged := runtime.refusals_logged()):
                 logged.add(str(exc))
                 log.error("refusing to serve", extra={"error": str(exc)})
-            return error_response(exc)
+            return error_response(exc, allowed)
         except CrossmemError as exc:  # by the table: a bad signature 403, a bad body 400
-            return error_response(exc)
+            return error_response(exc, allowed)
         except RequestEntityTooLarge:
-            return error_response(BodyTooLarge(MAX_BODY_BYTES))
+            return error_response(BodyTooLarge(MAX_BODY_BYTES), allowed)
         finally:
             # functions_framework reads what is left of the body after the function answers
             # (an after-request hook). Left here is only a body refused unread (no signature,

@@ -19,6 +19,8 @@ its converter refuses (not a UUID, not a follow-up's number) is no such path: 40
 
 from __future__ import annotations
 
+import functools
+
 import flask
 from werkzeug.exceptions import MethodNotAllowed
 from werkzeug.exceptions import NotFound as NoRoute
@@ -42,7 +44,27 @@ from functions.http import error_response, json_response, serving
 from functions.ui_message_stream import UI_STREAM_HEADER
 
 
-@serving
+def cors_headers(request: flask.Request) -> dict[str, str]:
+    """The CORS headers of an answer to `request`: none for an origin CORS_ORIGINS does not allow;
+    InvalidSetting while CORS_ORIGINS does not parse (no origin is known to be allowed)."""
+    origin, allowed = request.headers.get("Origin"), runtime.settings().cors_origins
+    if not origin or not ("*" in allowed or origin in allowed):
+        return {}
+    return {
+        "Access-Control-Allow-Origin": origin,
+        # User-Agent: the AI SDK's own (`ai`'s transport set it from 5.0.43 until March 2026; Safari and
+        # Firefox send it).
+        "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, User-Agent, {UI_STREAM_HEADER}",
+        "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+        # What a page on another origin may read besides the safelisted headers: when to ask again,
+        # what a 405's route takes, the export's file name, and that the stream is the UI message stream.
+        "Access-Control-Expose-Headers": f"Retry-After, Allow, Content-Disposition, {UI_STREAM_HEADER}",
+        "Access-Control-Max-Age": "600",
+        "Vary": "Origin",
+    }
+
+
+@functools.partial(serving, cors=cors_headers)  # its refusals, too, readable by an allowed page
 def web_chat(request: flask.Request) -> flask.Response:
     cors = cors_headers(request)
     if request.method == "OPTIONS":
@@ -67,24 +89,6 @@ def web_chat(request: flask.Request) -> flask.Response:
         return json_response({"error": "not_found", "message": f"no route {request.method} {request.path}"}, 404, cors)
     except CrossmemError as exc:
         return error_response(exc, cors)
-
-
-def cors_headers(request: flask.Request) -> dict[str, str]:
-    origin, allowed = request.headers.get("Origin"), runtime.settings().cors_origins
-    if not origin or not ("*" in allowed or origin in allowed):
-        return {}
-    return {
-        "Access-Control-Allow-Origin": origin,
-        # User-Agent: the AI SDK's own (`ai`'s transport set it from 5.0.43 until March 2026; Safari and
-        # Firefox send it).
-        "Access-Control-Allow-Headers": f"Authorization, Content-Type, Accept, User-Agent, {UI_STREAM_HEADER}",
-        "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-        # What a page on another origin may read besides the safelisted headers: when to ask again,
-        # what a 405's route takes, the export's file name, and that the stream is the UI message stream.
-        "Access-Control-Expose-Headers": f"Retry-After, Allow, Content-Disposition, {UI_STREAM_HEADER}",
-        "Access-Control-Max-Age": "600",
-        "Vary": "Origin",
-    }
 
 
 class FollowUpId(IntegerConverter):

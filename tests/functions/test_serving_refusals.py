@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 
 import pytest
+from werkzeug.test import TestResponse
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import TELEGRAM_SECRET, app_client, update
+from tests.helpers import CORS_ORIGIN, TELEGRAM_SECRET, app_client, update
 
 NO_DATABASE = (
     "no database: set DATABASE_URL (on Supabase, the transaction pooler's URL) "
@@ -91,3 +92,85 @@ def test_a_bot_api_base_that_is_no_url_is_a_503_with_its_reason_not_a_500(enviro
         "error": "not_configured",
         "message": "invalid configuration: TELEGRAM_API_BASE: Value error, not an http(s) URL with a host",
     }
+
+
+# The CORS headers an allowed page's answer carries (functions/web.py's cors_headers).
+ALLOWED_PAGE = {
+    "Access-Control-Allow-Origin": CORS_ORIGIN,
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, Accept, User-Agent, x-vercel-ai-ui-message-stream",
+    "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+    "Access-Control-Expose-Headers": "Retry-After, Allow, Content-Disposition, x-vercel-ai-ui-message-stream",
+    "Access-Control-Max-Age": "600",
+    "Vary": "Origin",
+}
+JWKS_NO_URL = "invalid configuration: SUPABASE_JWKS_URL: Value error, not an http(s) URL with a host"
+
+
+def cors_of(response: TestResponse) -> dict[str, str]:
+    return {name: value for name, value in response.headers if name.startswith("Access-Control-") or name == "Vary"}
+
+
+@pytest.mark.parametrize(
+    ("unset", "wrong", "reason"),
+    [("DATABASE_URL", None, NO_DATABASE), ("ANTHROPIC_API_KEY", None, NO_MODEL), (None, "jwks.json", JWKS_NO_URL)],
+)
+def test_a_web_function_that_refuses_to_serve_says_why_to_an_allowed_page(
+    environment: pytest.MonkeyPatch, unset: str | None, wrong: str | None, reason: str
+) -> None:
+    """Seen failing: the 503 and the preflight's refusal carried no CORS headers, so the page on
+    CORS_ORIGINS saw a bare "CORS error" (the browser hides such an answer) and never
+    `not_configured`. Its preflight is answered (a browser sends the request only after a 2xx
+    one), then the refusal, readable; another origin's are refused as before."""
+    environment.setenv("CORS_ORIGINS", CORS_ORIGIN)
+    if unset is not None:
+        environment.delenv(unset, raising=False)
+        environment.delenv("SUPABASE_URL", raising=False)
+    if wrong is not None:
+        environment.setenv("SUPABASE_JWKS_URL", wrong)
+    client = app_client("web_chat")
+    preflight = client.options("/", headers={"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "POST"})
+    assert (preflight.status_code, cors_of(preflight), preflight.data) == (204, ALLOWED_PAGE, b"")
+    refused = client.post("/", json={"message": "hi"}, headers={"Origin": CORS_ORIGIN})
+    assert (refused.status_code, refused.get_json()) == (503, {"error": "not_configured", "message": reason})
+    assert cors_of(refused) == ALLOWED_PAGE
+    for other in (client.options("/", headers={"Origin": "https://evil.example.com"}), client.post("/", json={})):
+        assert (other.status_code, other.get_json(), cors_of(other)) == (
+            503,
+            {"error": "not_configured", "message": reason},
+            {},
+        )
+
+
+STEP_PAST_WINDOW = "CONTEXT_WINDOW_STEP must not exceed CONTEXT_MAX_MESSAGES"
+NO_ORIGIN = (
+    "invalid configuration: CORS_ORIGINS: Value error, each is * or an origin as a browser sends it: "
+    "https://HOST[:PORT], no path, no trailing /, lowercase, no default port, an ASCII host"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reason"),
+    [
+        ("CORS_ORIGINS", "https://advisor.example.com/", NO_ORIGIN),
+        ("CORS_ORIGINS", "advisor.example.com", NO_ORIGIN),
+        # a rule of several settings: no settings at all, CORS_ORIGINS among them
+        ("CONTEXT_WINDOW_STEP", "41", "invalid configuration: " + STEP_PAST_WINDOW),
+    ],
+)
+def test_a_wrong_cors_origins_allows_no_page_even_to_read_its_refusal(
+    environment: pytest.MonkeyPatch, name: str, value: str, reason: str
+) -> None:
+    """CORS_ORIGINS itself does not parse (or no setting can be read): no origin is known to be
+    allowed, so the refusal, and the preflight's, carry no CORS headers (docs/api.md: the page sees
+    a CORS error, the reason is in the log)."""
+    environment.setenv("CORS_ORIGINS", CORS_ORIGIN)
+    environment.setenv(name, value)
+    client = app_client("web_chat")
+    for method in ("OPTIONS", "POST"):
+        headers = {"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "POST"}
+        refused = client.open("/", method=method, headers=headers)
+        assert (refused.status_code, refused.get_json(), cors_of(refused)) == (
+            503,
+            {"error": "not_configured", "message": reason},
+            {},
+        )
