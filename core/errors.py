@@ -68,8 +68,8 @@ class UnsupportedBodyType(InputError):
 
 
 class BodyTooLarge(InputError):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"the request body is larger than {limit} bytes")
+    def __init__(self, limit: int, advice: str = "") -> None:
+        super().__init__(f"the request body is larger than {limit} bytes" + (f": {advice}" if advice else ""))
 
 
 class NotFound(CrossmemError):

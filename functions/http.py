@@ -178,14 +178,15 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
     return response
 
 
-def read_body(request: flask.Request) -> bytes:
-    """The body, read within the limit `serving` set; BodyTooLarge past it."""
+def read_body(request: flask.Request, advice: str = "") -> bytes:
+    """The body, read within the limit `serving` set; BodyTooLarge past it, with the route's
+    `advice` (what to send instead)."""
     try:
         raw = request.get_data(cache=False)
     except RequestEntityTooLarge:
-        raise BodyTooLarge(MAX_BODY_BYTES) from None
+        raise BodyTooLarge(MAX_BODY_BYTES, advice) from None
     if len(raw) > MAX_BODY_BYTES:
-        raise BodyTooLarge(MAX_BODY_BYTES)
+        raise BodyTooLarge(MAX_BODY_BYTES, advice)
     return raw
 
 
@@ -194,11 +195,11 @@ def read_json(request: flask.Request, shape: type[Model]) -> Model:
     return parse_json(read_json_body(request), shape)
 
 
-def read_json_body(request: flask.Request) -> bytes:
-    """The bytes of a body that says it is JSON; InputError when it does not."""
+def read_json_body(request: flask.Request, advice: str = "") -> bytes:
+    """The bytes of a body that says it is JSON; InputError when it does not (`advice`: read_body's)."""
     if request.mimetype != "application/json":
         raise UnsupportedBodyType("application/json")
-    return read_body(request)
+    return read_body(request, advice)
 
 
 def parse_json(raw: bytes, shape: type[Model]) -> Model:

@@ -22,9 +22,16 @@ from functions.http import failed_mid_stream, json_response, parse_json, read_js
 from functions.ui_message_stream import UI_STREAM_HEADER
 from functions.web_models import SendMessage
 
+# What a send past the body's limit is told: useChat posts its whole thread each turn, which a long
+# chat takes past it, and every later turn was a 413 that named no way out.
+SEND_ALONE = (
+    "send only the new message, the thread is stored here "
+    "(useChat: prepareSendMessagesRequest returning {id, message}, docs/frontend.md)"
+)
+
 
 def send_message(request: flask.Request, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
-    raw = read_json_body(request)
+    raw = read_json_body(request, SEND_ALONE)
     if ui_chat_routes.is_ui_chat(json_object(raw)):
         return ui_chat_routes.send_ui_chat(raw, person, cors)
     body = parse_json(raw, SendMessage)

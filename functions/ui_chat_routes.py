@@ -35,8 +35,11 @@ RESUME_POLL_S = 1.0
 
 
 def is_ui_chat(body: object) -> bool:
-    """Whether a parsed JSON body is the AI SDK's (its `messages`) rather than today's (`message`)."""
-    return isinstance(body, dict) and "messages" in body and "message" not in body
+    """Whether a parsed JSON body is the AI SDK's (its `messages`, or the new UI message alone as
+    `message`, an object) rather than today's (`message`, a string)."""
+    if not isinstance(body, dict):
+        return False
+    return ("messages" in body and "message" not in body) or isinstance(body.get("message"), dict)
 
 
 def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:

@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from core.media.kinds import MediaKind, MediaRef
 from core.models import Role, Surface
@@ -153,3 +153,15 @@ class UIChatRequest(BaseModel):
     messageId: MessageId | None = None
     timezone: str | None = Field(default=None, max_length=64)  # as SendMessage's, sent in `body`
     language: str | None = Field(default=None, max_length=35)  # as SendMessage's, sent in `body`
+
+    @model_validator(mode="before")
+    @classmethod
+    def new_message_alone(cls, body: Any) -> Any:
+        """`{id, message}`, the AI SDK's "send only the last message" (prepareSendMessagesRequest,
+        docs/frontend.md): the thread of that one message, which reads the stored thread."""
+        if isinstance(body, dict) and "message" in body:
+            if "messages" in body:
+                raise ValueError("send the new message as `message` or the thread as `messages`, not both")
+            body = {**body, "messages": [body["message"]]}
+            del body["message"]
+        return body

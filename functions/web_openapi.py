@@ -223,6 +223,7 @@ def send_operation() -> dict[str, Any]:
                         "oneOf": [
                             {"$ref": "#/components/schemas/SendMessage"},
                             {"$ref": "#/components/schemas/UIChatRequest"},
+                            {"$ref": "#/components/schemas/UIChatNewMessage"},
                         ]
                     }
                 }
@@ -373,7 +374,20 @@ def schemas() -> dict[str, Any]:
             schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode=mode)  # type: ignore[arg-type]
             found.update(schema.pop("$defs", {}))
             found[model.__name__] = schema
+    found["UIChatNewMessage"] = new_message_alone(found["UIChatRequest"])
     return dict(sorted(found.items()))
+
+
+def new_message_alone(thread: dict[str, Any]) -> dict[str, Any]:
+    """useChat's body with the new message alone, `message` for `messages` (UIChatRequest takes it)."""
+    properties = {name: value for name, value in thread["properties"].items() if name != "messages"}
+    return {
+        **thread,
+        "title": "UIChatNewMessage",
+        "description": "useChat's body with its new message alone (prepareSendMessagesRequest: docs/frontend.md)",
+        "properties": {"message": {"$ref": "#/components/schemas/UIMessage"}, **properties},
+        "required": ["id", "message"],
+    }
 
 
 @functools.cache

@@ -82,7 +82,7 @@ def test_the_ai_sdk_reads_the_stream_of_crossmem_dev(dev_server: tuple[str, str]
     )
     assert done.returncode == 0, done.stdout + done.stderr
     print(done.stdout)
-    assert "ℹ pass 8\n" in done.stdout and "ℹ fail 0\n" in done.stdout, done.stdout
+    assert "ℹ pass 9\n" in done.stdout and "ℹ fail 0\n" in done.stdout, done.stdout
 
 
 def test_docs_frontend_shows_the_client_the_node_test_runs() -> None:

@@ -35,6 +35,15 @@ from tests.helpers import (
 )
 
 TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger than {MAX_BODY_BYTES} bytes"}
+# The web's send route says what to send instead (functions/message_routes.py).
+SEND_ALONE = (
+    ": send only the new message, the thread is stored here "
+    "(useChat: prepareSendMessagesRequest returning {id, message}, docs/frontend.md)"
+)
+
+
+def too_large(target: str) -> dict[str, str]:
+    return {**TOO_LARGE, "message": TOO_LARGE["message"] + SEND_ALONE} if target == "web_chat" else TOO_LARGE
 
 
 # A signed Twilio form (its body is read, within the limits, before the signature is checked).
@@ -162,7 +171,7 @@ def test_a_chunked_body_past_the_limit_is_refused_having_read_no_more_than_the_l
     server = loopback(target)
     filler = b"a=b&" if target in TWILIO_FUNCTIONS else b" "
     status, body = post_chunked(server.port, headers_for(target), 4 * MAX_BODY_BYTES, filler)
-    assert (status, json.loads(body)) == (413, TOO_LARGE)
+    assert (status, json.loads(body)) == (413, too_large(target))
     assert server.inputs[0].taken <= MAX_BODY_BYTES + 1
 
 
@@ -188,7 +197,7 @@ def test_an_unsigned_twilio_post_is_refused_without_reading_its_body(loopback: A
 def test_a_declared_length_past_the_limit_is_refused(configured: pytest.MonkeyPatch, target: str) -> None:
     client = app_client(target)
     response = client.post("/", data=b"a" * (MAX_BODY_BYTES + 1), headers=headers_for(target))
-    assert (response.status_code, response.get_json()) == (413, TOO_LARGE)
+    assert (response.status_code, response.get_json()) == (413, too_large(target))
 
 
 @pytest.mark.parametrize("target", TWILIO_FUNCTIONS)

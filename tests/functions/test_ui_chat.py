@@ -802,6 +802,62 @@ def test_a_use_chat_body_of_its_new_message_alone_reads_the_stored_thread(
     ]
 
 
+def test_a_use_chat_thread_past_the_body_limit_is_refused_naming_the_way_out(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Seen failing: useChat posts its whole thread each turn; a long chat's passed the body's
+    1,000,000 bytes, and every later turn was a 413 saying only that: the page could never write again."""
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    thread = [ui_message(f"h-{i}", "user" if i % 2 == 0 else "assistant", f"{i} " * 12_000) for i in range(40)]
+    body = chat_body(chat, *thread, ui_message("u-new", "user", "and now?"))
+    assert len(json.dumps(body)) > 1_000_000
+    response = web.post("/", json=body, headers={**bearer(person), "Origin": CORS_ORIGIN})
+    assert (response.status_code, response.get_json()) == (
+        413,
+        {
+            "error": "body_too_large",
+            "message": "the request body is larger than 1000000 bytes: send only the new message, the thread is "
+            "stored here (useChat: prepareSendMessagesRequest returning {id, message}, docs/frontend.md)",
+        },
+    )
+    assert response.headers["Access-Control-Allow-Origin"] == CORS_ORIGIN
+    assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
+
+
+def test_the_ai_sdks_new_message_alone_is_answered_on_the_stored_thread(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """`{id, message}`, the AI SDK's own way to send only the last message (its "Sending only the
+    last message", prepareSendMessagesRequest): seen failing as a 400 (`message` read as today's
+    string). It is that message's useChat turn, read with the stored thread."""
+    fake_anthropic.answer = lambda body: "Noted."
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    said = {"message": "my sister lands on the 14th", "conversation_id": chat, "client_message_id": "c-1"}
+    assert web.post("/", json=said, headers=bearer(person)).status_code == 200
+    alone = {"id": chat, "message": ui_message("u-2", "user", "when does she land?"), "trigger": "submit-message"}
+    response = web.post("/", json=alone, headers=bearer(person))
+    assert (response.status_code, response.headers["x-vercel-ai-ui-message-stream"]) == (200, "v1")
+    parts = parts_of(response.get_data(as_text=True))
+    assert parts[-3]["data"]["outcome"] == "answered" and parts[-1] == "[DONE]"
+    texts = [block["text"] for message in fake_anthropic.requests[-1]["messages"] for block in message["content"]]
+    thread = ["my sister lands on the 14th", "Noted.", "when does she land?"]
+    assert [text.split("] ", 1)[-1] for text in texts] == thread
+    query = "select role, content, external_id from messages where user_id = %s order by id"
+    stored = rows(database_url, query, person)
+    assert stored[2:] == [("user", "when does she land?", "u-2"), ("assistant", "Noted.", None)]
+    both = web.post("/", json={**alone, "messages": [alone["message"]]}, headers=bearer(person))
+    assert (both.status_code, both.get_json()) == (
+        400,
+        {
+            "error": "bad_request",
+            "message": "invalid body: Value error, send the new message as `message` or the thread as `messages`, "
+            "not both",
+        },
+    )
+
+
 def test_a_reloaded_thread_is_read_as_stored_and_not_searched_again(
     web: FlaskClient, fake_anthropic: FakeAnthropic
 ) -> None:

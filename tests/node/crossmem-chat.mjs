@@ -13,12 +13,16 @@ export function crossmemTransport({ api, accessToken, fetch }) {
     // The person's clock and language: their follow-ups' time, and the language of the fixed
     // answers (a fallback, a pause), both kept for their other apps.
     body: () => ({ timezone: Intl.DateTimeFormat().resolvedOptions().timeZone, language: navigator.language }),
-    // The function reads only the words of the earlier messages: their photos and voice notes
-    // (the data URLs useChat keeps) stay on the page, or two would pass the body's 1,000,000 bytes.
+    // useChat posts its whole thread each turn, which a long chat takes past the body's 1,000,000
+    // bytes (413). The function stores the thread: a new message goes alone, `{ id, message }`.
+    // An edit or a Try again sends the thread the page shows, whose words (not its photos and
+    // voice notes) are that turn's history.
     prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => ({
-      body: { ...body, id, trigger, messageId, messages: messages.map((message, index) => (
-        index === messages.length - 1 ? message : { ...message, parts: message.parts.filter((part) => part.type !== "file") }
-      )) },
+      body: trigger === "submit-message" && messageId === undefined
+        ? { ...body, id, trigger, message: messages.at(-1) }
+        : { ...body, id, trigger, messageId, messages: messages.map((message, index) => (
+          index === messages.length - 1 ? message : { ...message, parts: message.parts.filter((part) => part.type !== "file") }
+        )) },
     }),
     fetch,
   });
