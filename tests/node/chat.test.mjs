@@ -210,7 +210,7 @@ class ChatState {
   snapshot = (thing) => structuredClone(thing);
 }
 
-test("a long chat, past the body's 1,000,000 bytes, is still answered: a new message goes alone", async () => {
+test("a long chat, past the body's 1,000,000 bytes, is still answered: a new message alone, an edit what fits", async () => {
   // Seen failing: useChat posts its whole thread each turn; once a long chat's words passed the
   // body's limit, every next turn was a 413 and the chat was over.
   const token = process.env.CROSSMEM_TOKEN;
@@ -230,6 +230,19 @@ test("a long chat, past the body's 1,000,000 bytes, is still answered: a new mes
   const stored = await loadMessages(api, async () => token, conversation.id);
   assert.deepEqual(stored.map((m) => [m.role, m.role === "user" ? textOf(m) : "reply"]), [["user", "and now?"], ["assistant", "reply"]]);
   assert.equal(textOf(chat.messages.at(-1)), textOf(stored[1]));
+
+  // An edit, then a Try again, send the page's thread: its newest messages' words, as many as fit.
+  await chat.sendMessage({ text: "and then?", messageId: chat.messages.at(-2).id });
+  await chat.regenerate();
+  assert.equal(chat.status, "ready");
+  assert.deepEqual(recorder.seen.map((answer) => answer.status), [200, 200, 200]);
+  for (const answer of recorder.seen.slice(1)) {
+    assert.ok(new TextEncoder().encode(answer.sent).length < 1_000_000);
+    const thread = JSON.parse(answer.sent).messages;
+    assert.equal(textOf(thread.at(-1)), "and then?");
+    assert.deepEqual(thread.slice(0, -1).map((m) => m.id), state.messages.slice(40 - (thread.length - 1), 40).map((m) => m.id));
+    assert.ok(thread.length > 10 && thread.length < 40, `${thread.length} messages`);
+  }
 });
 
 // A fetch whose first answer's connection drops after the reply's first words, as a phone's does

@@ -15,18 +15,25 @@ export function crossmemTransport({ api, accessToken, fetch }) {
     body: () => ({ timezone: Intl.DateTimeFormat().resolvedOptions().timeZone, language: navigator.language }),
     // useChat posts its whole thread each turn, which a long chat takes past the body's 1,000,000
     // bytes (413). The function stores the thread: a new message goes alone, `{ id, message }`.
-    // An edit or a Try again sends the thread the page shows, whose words (not its photos and
-    // voice notes) are that turn's history.
-    prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => ({
-      body: trigger === "submit-message" && messageId === undefined
-        ? { ...body, id, trigger, message: messages.at(-1) }
-        : { ...body, id, trigger, messageId, messages: messages.map((message, index) => (
-          index === messages.length - 1 ? message : { ...message, parts: message.parts.filter((part) => part.type !== "file") }
-        )) },
-    }),
+    // An edit or a Try again sends the thread the page shows, that turn's history: the words (not
+    // the photos and voice notes) of its newest messages, as many as fit.
+    prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => {
+      const last = messages.at(-1);
+      if (trigger === "submit-message" && messageId === undefined) return { body: { ...body, id, trigger, message: last } };
+      const earlier = [];
+      let room = 900_000 - bytes(last); // the rest of the body fits in what is left
+      for (const message of messages.slice(0, -1).reverse()) {
+        const words = { ...message, parts: message.parts.filter((part) => part.type !== "file") };
+        if ((room -= bytes(words)) < 0) break;
+        earlier.unshift(words);
+      }
+      return { body: { ...body, id, trigger, messageId, messages: [...earlier, last] } };
+    },
     fetch,
   });
 }
+
+const bytes = (value) => new TextEncoder().encode(JSON.stringify(value)).length;
 
 async function call(api, accessToken, path, init = {}) {
   const response = await fetch(new URL(path, api), {
