@@ -37,6 +37,8 @@ RESULT_CHARS = 8000  # what one call may add to the model's request (about 2,000
 # Of the turn's time left, what a call leaves the model to answer with its result: a call still
 # running then is answered as not done, and the model answers without it.
 ANSWER_AFTER_S = 3.0
+# JSON Schema's types (draft 2020-12's meta-schema lists no other): "int" or "str", Python's, is refused.
+TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +94,10 @@ def subschema_problem(schema: object, where: str) -> str | None:
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
         return f"{where}.required is not a list of names"
+    if "type" in schema and (problem := type_problem(schema["type"], f"{where}.type")) is not None:
+        return problem
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        return f"{where}.enum is not a list"
     nested: list[tuple[object, str]] = []
     for keyword in ("properties", "$defs", "definitions"):
         if keyword in schema:
@@ -107,6 +113,14 @@ def subschema_problem(schema: object, where: str) -> str | None:
                 return f"{where}.{keyword} is not a list"
             nested += [(value, f"{where}.{keyword}.{index}") for index, value in enumerate(schema[keyword])]
     return next((problem for value, at in nested if (problem := subschema_problem(value, at))), None)
+
+
+def type_problem(kind: object, where: str) -> str | None:
+    """What is wrong with a schema's `type`: one of TYPES, or a list of them, each once."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    if kinds and all(isinstance(k, str) and k in TYPES for k in kinds) and len(set(kinds)) == len(kinds):
+        return None
+    return f"{where} is {json.dumps(kind)}, not one of JSON Schema's types: {', '.join(TYPES)}"
 
 
 def sendable(text: str) -> str:

@@ -296,10 +296,22 @@ def loose_required(arguments):
     return hours(arguments)
 
 
+def python_typed(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
+def loose_enum(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
 hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": sorted(HOURS)}}}
 keys_hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": HOURS.keys()}}}
 short_hours.input_schema = {"type": "object", "properties": {"shop": "string"}}
 loose_required.input_schema = {"type": "object", "properties": {"shop": {"type": "string"}}, "required": "shop"}
+python_typed.input_schema = {"type": "object", "properties": {"days": {"type": "int"}}}
+loose_enum.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": "bakery"}}}
 '''
 
 
@@ -309,18 +321,27 @@ loose_required.input_schema = {"type": "object", "properties": {"shop": {"type":
         ("keys_hours", "input_schema is not JSON (Object of type dict_keys is not JSON serializable)"),
         ("short_hours", "input_schema.properties.shop is not a schema (an object)"),
         ("loose_required", "input_schema.required is not a list of names"),
+        (
+            "python_typed",
+            'input_schema.properties.days.type is "int", not one of JSON Schema\'s types: '
+            "array, boolean, integer, null, number, object, string",
+        ),
+        ("loose_enum", "input_schema.properties.shop.enum is not a list"),
     ],
 )
 def test_a_schema_the_messages_api_would_refuse_is_refused_where_it_loads(
     environment: pytest.MonkeyPatch, tmp_path: Path, fake_anthropic: FakeAnthropic, tool: str, error: str
 ) -> None:
-    """Three slips of a hand-written schema. Seen failing (a review of the tools): `HOURS.keys()` in
+    """Five slips of a hand-written schema. Seen failing (a review of the tools): `HOURS.keys()` in
     an enum made every turn of every function a bare 500 before the message was stored (the turn's
     estimate could not serialise the tools), so Telegram redelivered it for a day and nobody was
     answered; a property written as "string", and `required` as a name, were sent with every request,
     which the Messages API refuses (400: "JSON schema is invalid. It must match JSON Schema draft
-    2020-12"), so every turn answered the fallback. Now each is refused as the docs say a tool that
-    cannot load is: 503 `not_configured`, naming it and what is wrong."""
+    2020-12"), so every turn answered the fallback; so were Python's "int" for "integer" and an
+    enum of one value written without its list (draft 2020-12's meta-schema refuses both; the fake
+    Anthropic checks no schema, so here those turns answered as if the tool were fine). Now each is
+    refused as the docs say a tool that cannot load is: 503 `not_configured`, naming it and what is
+    wrong."""
     (tmp_path / "schema_slips.py").write_text(SCHEMA_SLIPS)
     environment.syspath_prepend(str(tmp_path))
     assert extra_tools(["schema_slips:hours"]).definitions[0]["input_schema"]["properties"]["shop"]["enum"] == [
