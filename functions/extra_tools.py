@@ -19,7 +19,10 @@ def extra_tools(entries: Sequence[str]) -> OperatorTools:
         if not module or not attribute:
             raise ConfigurationError(f"EXTRA_TOOLS: {entry} is not package.module:callable")
         try:
-            tools.append(described(getattr(importlib.import_module(module), attribute), entry))
+            imported = importlib.import_module(module)
+            if not hasattr(imported, attribute):  # a typo of its name, not an error in the module
+                raise ConfigurationError(f"EXTRA_TOOLS: {entry}: {module} has no {attribute}")
+            tools.append(described(getattr(imported, attribute), entry))
         except ConfigurationError:
             raise
         # An operator's module: missing, or failing as it imports or as its tool is read (a

@@ -120,7 +120,9 @@ def test_the_docs_example_tool_is_called_by_the_model_in_a_turn_through_crossmem
             "EXTRA_TOOLS: no_such_module:tool could not be loaded "
             "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
         ),
-        ("json:no_such_thing", "EXTRA_TOOLS: json:no_such_thing could not be loaded (AttributeError)"),
+        # a typo of the callable's name: not "could not be loaded (AttributeError)", which sent the
+        # operator looking for an error in a module that imports fine
+        ("json:no_such_thing", "EXTRA_TOOLS: json:no_such_thing: json has no no_such_thing"),
         ("json", "EXTRA_TOOLS: json is not package.module:callable"),
         ("json:__doc__", "EXTRA_TOOLS: json:__doc__ is not callable"),
         ("json:dumps", 'EXTRA_TOOLS: json:dumps needs an input_schema, a JSON schema of "type": "object"'),
@@ -149,24 +151,28 @@ def test_a_tool_named_like_a_built_in_one_is_refused(tmp_path: Path, monkeypatch
     assert str(refused.value) == "two tools share a name: search_memory"
 
 
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "no_such_module:tool",
+            "EXTRA_TOOLS: no_such_module:tool could not be loaded "
+            "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
+        ),
+        ("json:no_such_tool", "EXTRA_TOOLS: json:no_such_tool: json has no no_such_tool"),
+    ],
+)
 def test_a_function_whose_extra_tool_cannot_load_answers_503_and_stores_nothing(
-    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+    environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic, entry: str, message: str
 ) -> None:
-    environment.setenv("EXTRA_TOOLS", "no_such_module:tool")
+    environment.setenv("EXTRA_TOOLS", entry)
     client = app_client("telegram_webhook")
     response = client.post(
         "/",
         json=update("hello with a tool missing", user_id=7001),
         headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET},
     )
-    assert (response.status_code, response.get_json()) == (
-        503,
-        {
-            "error": "not_configured",
-            "message": "EXTRA_TOOLS: no_such_module:tool could not be loaded "
-            "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
-        },
-    )
+    assert (response.status_code, response.get_json()) == (503, {"error": "not_configured", "message": message})
     assert (
         count(database_url, "select count(*) from messages where content = %s", "hello with a tool missing") == 0
         and fake_anthropic.requests == []
