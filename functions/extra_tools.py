@@ -4,16 +4,19 @@ each named `package.module:callable` and imported once per instance, when its tu
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from core.errors import ConfigurationError
-from core.turn.operator_tools import OperatorTools, described
+from core.turn.operator_tools import OperatorTool, OperatorTools, described
 
 
-def extra_tools(entries: Sequence[str]) -> OperatorTools:
+def extra_tools(entries: Sequence[str], built_in: Collection[str]) -> OperatorTools:
     """The tools the entries name; a ConfigurationError (503 `not_configured`) when one cannot be
-    loaded or does not describe itself, so a typo never serves a model without its tool."""
-    tools = []
+    loaded or does not describe itself, so a typo never serves a model without its tool, or when
+    one takes a name already taken (`built_in`: the built-in tools' that are on), which the model
+    could not tell apart: the entry is named, and the one it would shadow."""
+    tools: list[OperatorTool] = []
+    named: dict[str, str] = {}
     for entry in entries:
         module, _, attribute = entry.partition(":")
         if not module or not attribute:
@@ -22,7 +25,7 @@ def extra_tools(entries: Sequence[str]) -> OperatorTools:
             imported = importlib.import_module(module)
             if not hasattr(imported, attribute):  # a typo of its name, not an error in the module
                 raise ConfigurationError(f"EXTRA_TOOLS: {entry}: {module} has no {attribute}")
-            tools.append(described(getattr(imported, attribute), entry))
+            tool = described(getattr(imported, attribute), entry)
         except ConfigurationError:
             raise
         # An operator's module: missing, or failing as it imports or as its tool is read (a
@@ -34,4 +37,11 @@ def extra_tools(entries: Sequence[str]) -> OperatorTools:
             raise ConfigurationError(
                 f"EXTRA_TOOLS: {entry} could not be loaded ({type(exc).__name__}{where})"
             ) from None
+        if tool.name in built_in or tool.name in named:
+            other = "a built-in tool" if tool.name in built_in else named[tool.name]
+            raise ConfigurationError(
+                f"EXTRA_TOOLS: {entry} is named {tool.name}, as {other} is: give it a name of its own"
+            )
+        named[tool.name] = entry
+        tools.append(tool)
     return OperatorTools(tuple(tools))

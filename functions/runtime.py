@@ -314,22 +314,22 @@ def capabilities(config: Settings) -> tuple[Capability, ...]:
         search = SearchRules(
             config.search_max_tokens, config.search_max_hits, config.message_retention_days, config.memory_notes
         )
-    return checked(
-        (
-            Media(),
-            FollowUps(
-                FollowUpRules(
-                    max_pending=config.follow_ups_per_person,
-                    max_chars=config.max_message_chars,
-                    # the turn's surface only, built when a follow-up is scheduled there
-                    said_within=lambda surface: surfaces()[surface].said_within,
-                    reaches=lambda surface, sender, owner, person: identity().reaches(surface, sender, owner, person),
-                )
-            ),
-            MemorySearch(search),
-            extra_tools(config.extra_tools),  # EXTRA_TOOLS: the operator's own (docs/extending.md)
-        )
+    built_in = (
+        Media(),
+        FollowUps(
+            FollowUpRules(
+                max_pending=config.follow_ups_per_person,
+                max_chars=config.max_message_chars,
+                # the turn's surface only, built when a follow-up is scheduled there
+                said_within=lambda surface: surfaces()[surface].said_within,
+                reaches=lambda surface, sender, owner, person: identity().reaches(surface, sender, owner, person),
+            )
+        ),
+        MemorySearch(search),
     )
+    taken = {definition["name"] for capability in built_in for definition in capability.definitions}
+    # EXTRA_TOOLS: the operator's own (docs/extending.md), refused where one would shadow a built-in
+    return checked((*built_in, extra_tools(config.extra_tools, taken)))
 
 
 @built_once

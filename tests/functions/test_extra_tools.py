@@ -130,25 +130,53 @@ def test_the_docs_example_tool_is_called_by_the_model_in_a_turn_through_crossmem
 )
 def test_an_entry_that_describes_no_tool_is_refused_naming_it(entry: str, error: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
-        extra_tools([entry])
+        extra_tools([entry], ())
     assert str(refused.value) == error
 
 
-def test_a_tool_named_like_a_built_in_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", ["search_memory", "schedule_follow_up"])
+def test_a_tool_named_like_a_built_in_one_is_refused_naming_its_entry(
+    environment: pytest.MonkeyPatch, tmp_path: Path, fake_anthropic: FakeAnthropic, name: str
+) -> None:
+    """An operator's tool that would shadow the memory search's or the follow-ups': refused, saying
+    which entry and why. Seen unclear: "two tools share a name: search_memory" named neither the
+    setting nor the entry, nor that the other tool was a built-in one."""
     from functions.runtime import capabilities
     from functions.settings import Settings
 
-    (tmp_path / "clash.py").write_text(
-        "def search_memory(arguments):\n"
+    (tmp_path / f"clash_{name}.py").write_text(  # a module a name: Python keeps the first imported
+        f"def {name}(arguments):\n"
         '    """Search elsewhere."""\n'
         '    return "nothing"\n'
-        'search_memory.input_schema = {"type": "object", "properties": {}}\n'
+        f'{name}.input_schema = {{"type": "object", "properties": {{}}}}\n'
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("EXTRA_TOOLS", "clash:search_memory")
+    environment.syspath_prepend(str(tmp_path))
+    environment.setenv("EXTRA_TOOLS", f"clash_{name}:{name}")
+    refusal = f"EXTRA_TOOLS: clash_{name}:{name} is named {name}, as a built-in tool is: give it a name of its own"
     with pytest.raises(ConfigurationError) as refused:
         capabilities(Settings(_env_file=None))  # type: ignore[call-arg]
-    assert str(refused.value) == "two tools share a name: search_memory"
+    assert str(refused.value) == refusal
+    response = app_client("telegram_webhook").post(
+        "/", json=update("hello, clash", user_id=7005), headers={"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+    )
+    assert (response.status_code, response.get_json()) == (503, {"error": "not_configured", "message": refusal})
+    assert fake_anthropic.requests == []
+
+
+def test_two_entries_of_one_name_are_refused_naming_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "twice.py").write_text(
+        "def lookup(arguments):\n"
+        '    """Look something up."""\n'
+        '    return "nothing"\n'
+        'lookup.input_schema = {"type": "object", "properties": {}}\n'
+        "again = lookup\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError) as refused:
+        extra_tools(["twice:lookup", "twice:again"], ())
+    assert (
+        str(refused.value) == "EXTRA_TOOLS: twice:again is named lookup, as twice:lookup is: give it a name of its own"
+    )
 
 
 @pytest.mark.parametrize(
@@ -350,12 +378,12 @@ def test_a_schema_the_messages_api_would_refuse_is_refused_where_it_loads(
     wrong."""
     (tmp_path / "schema_slips.py").write_text(SCHEMA_SLIPS)
     environment.syspath_prepend(str(tmp_path))
-    assert extra_tools(["schema_slips:hours"]).definitions[0]["input_schema"]["properties"]["shop"]["enum"] == [
+    assert extra_tools(["schema_slips:hours"], ()).definitions[0]["input_schema"]["properties"]["shop"]["enum"] == [
         "bakery",
         "pharmacy",
     ]
     with pytest.raises(ConfigurationError) as refused:
-        extra_tools([f"schema_slips:{tool}"])
+        extra_tools([f"schema_slips:{tool}"], ())
     assert str(refused.value) == f"EXTRA_TOOLS: schema_slips:{tool}'s {error}"
     environment.setenv("EXTRA_TOOLS", f"schema_slips:{tool}")
     response = app_client("telegram_webhook").post(
