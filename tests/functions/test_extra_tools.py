@@ -393,3 +393,17 @@ def test_a_schema_the_messages_api_would_refuse_is_refused_where_it_loads(
     )
     assert (response.status_code, response.get_json()["error"]) == (503, "not_configured")
     assert fake_anthropic.requests == []
+
+
+def test_the_docs_give_tool_rounds_default_and_bounds_as_the_settings_do() -> None:
+    """TOOL_ROUNDS outside 1 to 20 is refused (503 `not_configured`, naming it). Seen missing: the
+    docs gave its default and no bound, so an operator who set 25 learnt the cap from the refusal."""
+    from functions.settings import Settings
+
+    field = Settings.model_fields["tool_rounds"]
+    [low] = [bound.ge for bound in field.metadata if hasattr(bound, "ge")]
+    [high] = [bound.le for bound in field.metadata if hasattr(bound, "le")]
+    configuration = (ROOT / "docs" / "configuration.md").read_text()
+    assert f"| `TOOL_ROUNDS` | `{field.default}` | rounds of tool calls a turn runs, {low} to {high} (" in configuration
+    extending = (ROOT / "docs" / "extending.md").read_text()
+    assert f"up to `TOOL_ROUNDS` rounds (default {field.default}, {low} to {high})" in extending
