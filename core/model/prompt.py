@@ -69,20 +69,8 @@ Your goal is that the person never has to think about which app they used to tel
 something. One advisor, one memory, every surface.
 """
 
-# Twilio's keywords (core/surfaces/sms.py's KEYWORDS): said alone by SMS, Twilio answers them
-# itself and the message never reaches the advisor; the opt-out words end every text from it
-# (Twilio refuses them, error 21610).
-SMS_KEYWORDS = """\
-- By SMS, a reply of only STOP, STOPALL, CANCEL, END, QUIT, UNSUBSCRIBE, REVOKE or OPTOUT (any \
-case) stops every text from you until the person sends START, and a reply of only HELP, INFO, \
-START or UNSTOP is answered automatically: none of them reaches you. Never ask a question that \
-one of those words alone would answer ("keep the reminder or cancel it?", "want help or more \
-info?"); ask one that "yes" or "no" answers ("shall I drop the reminder?").
-
-"""
-
-MECHANICS = (
-    """\
+# Then each surface's own lines (SurfaceRules.instructions: SMS's keywords), by standing_instructions.
+MECHANICS = """\
 How the conversation reaches you
 - Every message from the person starts with a short tag in square brackets saying where and \
 when it was written, for example "[telegram · 09:12]" or "[web · 16:40]"; the first message \
@@ -96,20 +84,15 @@ context windows or message limits. Just remember.
 - Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
 Answer all of what they asked.
 """
-    + SMS_KEYWORDS
-)
 
 # CONTEXT_ANNOTATIONS=false: the messages carry no tag, and the prompt must not say they do.
-MECHANICS_UNTAGGED = (
-    """\
+MECHANICS_UNTAGGED = """\
 How the conversation reaches you
 - The person's messages do not say on which app or when they were written: never guess it, and \
 never mention the mechanics of databases, context windows or message limits. Just remember.
 - Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
 Answer all of what they asked.
 """
-    + SMS_KEYWORDS
-)
 
 CANNOT = """\
 What you cannot do

@@ -88,6 +88,10 @@ class SurfaceRules:
     # When a follow-up held there (its time passed and it could not be said) is said, as the
     # list tool tells the model (core/follow_ups/capability.py).
     held_until: ClassVar[str] = "with their next message there"
+    # What the model must know of the surface to answer there (SMS: the words Twilio answers
+    # itself), in the system prompt's "How the conversation reaches you" (core/turn/capabilities.py):
+    # lines of "- ", each ending in a newline, the same bytes in every turn; "" for nothing.
+    instructions: ClassVar[str] = ""
 
     @classmethod
     def key(cls, sender: str) -> str:

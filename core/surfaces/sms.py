@@ -76,6 +76,17 @@ TOLL_FREE_OPT_IN_WORDS = frozenset({"START", "UNSTOP"})
 OPT_IN_WORDS = TOLL_FREE_OPT_IN_WORDS | ANSWERS
 # The North American Numbering Plan's toll-free area codes in use (US and Canada).
 TOLL_FREE_PREFIXES = tuple(f"+1{code}" for code in ("800", "833", "844", "855", "866", "877", "888"))
+# What the model must know of the keywords (`Rules.instructions`, in the system prompt): said alone
+# by SMS, Twilio answers them itself and the message never reaches the advisor; the opt-out words
+# end every text from it (Twilio refuses them, error 21610). Each of KEYWORDS is named
+# (tests/functions/test_prompt.py).
+INSTRUCTIONS = """\
+- By SMS, a reply of only STOP, STOPALL, CANCEL, END, QUIT, UNSUBSCRIBE, REVOKE or OPTOUT (any \
+case) stops every text from you until the person sends START, and a reply of only HELP, INFO, \
+START or UNSTOP is answered automatically: none of them reaches you. Never ask a question that \
+one of those words alone would answer ("keep the reminder or cancel it?", "want help or more \
+info?"); ask one that "yes" or "no" answers ("shall I drop the reminder?").
+"""
 
 
 def keyword_of(body: str) -> str:
@@ -106,6 +117,7 @@ class Rules(SurfaceRules):
     opts_out: ClassVar[bool] = True
     # held only for an opt-out (core/follow_ups/opted_out.py): SMS has no window
     held_until: ClassVar[str] = "once their number texts START (it texted STOP), if within a week"
+    instructions: ClassVar[str] = INSTRUCTIONS
 
     @classmethod
     def key(cls, sender: str) -> str:

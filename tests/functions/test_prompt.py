@@ -17,9 +17,10 @@ import pytest
 from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
 from core.memory.search import TOOL as SEARCH_TOOL
 from core.memory.service import Memory
-from core.model.prompt import DEFAULT_PERSONA, SMS_KEYWORDS
+from core.model.prompt import DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTAGGED
 from core.models import TurnStart
 from core.stores.store import UnavailableStore
+from core.surfaces import Surface, rules
 from core.surfaces.sms import KEYWORDS
 from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, TurnState, standing_instructions
 from functions.runtime import capabilities
@@ -232,5 +233,20 @@ def test_the_prompt_names_every_word_twilio_answers_by_sms_itself() -> None:
     """A word in core/surfaces/sms.py's KEYWORDS said alone never reaches the advisor: the prompt
     names each, so the model asks no question one of them would answer (it named five of twelve:
     "want help?" answered "Help" reached Twilio's canned help, never the advisor)."""
-    named = set(re.findall(r"\b[A-Z]{3,}\b", SMS_KEYWORDS))
+    named = set(re.findall(r"\b[A-Z]{3,}\b", rules(Surface.SMS).instructions))
     assert KEYWORDS - named == set()
+
+
+@pytest.mark.parametrize("tagged", [True, False])
+def test_what_the_model_must_know_of_a_surface_is_its_rules_part_of_the_prompt(tagged: bool) -> None:
+    """Each surface's lines (`SurfaceRules.instructions`) follow "How the conversation reaches you",
+    and the prompt's own parts name no surface's. Seen failing: SMS's keywords were
+    core/model/prompt.py's SMS_KEYWORDS, shared code a new surface with words of its own had to
+    edit, which docs/extending.md's table of what a surface adds did not count."""
+    prompt = standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES, tagged=tagged)
+    mechanics = MECHANICS if tagged else MECHANICS_UNTAGGED
+    sms = rules(Surface.SMS).instructions
+    assert sms.startswith("- By SMS, a reply of only STOP, STOPALL, CANCEL, END, QUIT, UNSUBSCRIBE")
+    assert mechanics + sms in prompt
+    assert [surface for surface in Surface if rules(surface).instructions] == [Surface.SMS]
+    assert "SMS" not in mechanics and "STOP" not in mechanics
