@@ -407,3 +407,28 @@ def test_the_docs_give_tool_rounds_default_and_bounds_as_the_settings_do() -> No
     assert f"| `TOOL_ROUNDS` | `{field.default}` | rounds of tool calls a turn runs, {low} to {high} (" in configuration
     extending = (ROOT / "docs" / "extending.md").read_text()
     assert f"up to `TOOL_ROUNDS` rounds (default {field.default}, {low} to {high})" in extending
+
+
+def test_the_docs_class_example_is_the_same_tool_and_passes_mypy_strict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/extending.md sends a deployed tool to functions/, where `make test`'s `mypy --strict`
+    reads it, "so write it as the class below". Seen missing: no class was below, and the function
+    example fails mypy --strict (an attribute set on a function, a bare `dict`)."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "extending.md").read_text(), flags=re.DOTALL)
+    assert len(blocks) == 2, "docs/extending.md shows no class for type-checked code"
+    (tmp_path / "plain_tools.py").write_text(blocks[0])
+    (tmp_path / "typed_tools.py").write_text(blocks[1])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plain = extra_tools(["plain_tools:opening_hours"], ())
+    typed = extra_tools(["typed_tools:opening_hours"], ())
+    assert (typed.definitions, typed.instructions) == (plain.definitions, plain.instructions)
+    assert typed.tools[0].run({"shop": "Bakery"}) == "The bakery is open Mon-Sat 7:00-14:00."
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "typed_tools.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (checked.returncode, checked.stdout) == (0, "Success: no issues found in 1 source file\n")
