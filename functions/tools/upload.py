@@ -10,6 +10,7 @@ tests/functions/test_upload.py compares the result with `gcloud meta list-files-
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import re
@@ -97,6 +98,11 @@ def unshipped_tools(extra_tools: str, files: Collection[str], root: Path = REPOS
                     f"EXTRA_TOOLS: {entry} is {origin.relative_to(root).as_posix()}, which the upload leaves out "
                     "(.gcloudignore): put it in functions/ (docs/extending.md)"
                 )
+            elif not may_define(origin, attribute):
+                problems.append(
+                    f"EXTRA_TOOLS: {entry}: {origin.relative_to(root).as_posix()} defines no {attribute} "
+                    "(docs/extending.md)"
+                )
         else:
             installed_by = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
             if installed_by and not requirements & {_distribution(name) for name in installed_by}:
@@ -105,6 +111,31 @@ def unshipped_tools(extra_tools: str, files: Collection[str], root: Path = REPOS
                     "not list: add it to pyproject.toml's dependencies and run `make requirements` (docs/extending.md)"
                 )
     return problems
+
+
+def may_define(path: Path, name: str) -> bool:
+    """Whether the module at `path` may bind `name` at its top level, read as written (its code is
+    not run at deploy): a def, class, assignment or import of it, in an `if` or `try` too; or one
+    that binds names unseen (`from x import *`, `globals()`, a module `__getattr__`). A module that
+    does not parse is left to the functions' own refusal."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (SyntaxError, ValueError, OSError):
+        return True
+    bound: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)  # its body binds nothing at the top
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and (isinstance(node.ctx, ast.Store) or node.id == "globals"):
+            bound.add(node.id)
+        if not isinstance(node, ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return bool(bound & {name, "*", "globals", "__getattr__"})
 
 
 def _distribution(name: str) -> str:

@@ -402,7 +402,7 @@ def test_a_tool_the_upload_would_not_carry_stops_the_deploy_before_any_function(
     deployed function refuse every turn: the deploy names each and deploys nothing."""
     deploying_shell.setenv(
         "EXTRA_TOOLS",
-        "tests.fakes.gcloud:FakeGcloud, pytest:fixture,functions.nowhere:tool,functions.logs",
+        "tests.fakes.gcloud:FakeGcloud, pytest:fixture,functions.nowhere:tool,functions.logs,functions.logs:redactd",
     )
     assert main(["deploy", "--dry-run"]) == 1
     said = capsys.readouterr()
@@ -415,6 +415,8 @@ def test_a_tool_the_upload_would_not_carry_stops_the_deploy_before_any_function(
         "  EXTRA_TOOLS: functions.nowhere:tool: no module functions.nowhere here, where the deploy looks for it: "
         "put it in functions/, or install its package (docs/extending.md)\n"
         "  EXTRA_TOOLS: functions.logs is not package.module:callable (docs/extending.md)\n"
+        # a typo of the callable's name in a module the upload carries: seen deployed, every turn 503
+        "  EXTRA_TOOLS: functions.logs:redactd: functions/logs.py defines no redactd (docs/extending.md)\n"
     )
     assert "gcloud " not in said.out
 
