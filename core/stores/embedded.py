@@ -52,6 +52,17 @@ def prepare_database(conninfo: str, *, supabase_standins: bool = True, connect_t
         store.close()
 
 
+def supabase_parts_missing(conninfo: str, *, connect_timeout_s: int) -> list[str]:
+    """What the migrations use of a Supabase project's that the database lacks (each, on a plain
+    Postgres without the stand-ins), read before anything is applied: the first migrations would
+    otherwise be applied and recorded, and the first that uses a missing part refused."""
+    store = PostgresStore(conninfo, connect_timeout_s=connect_timeout_s)
+    try:
+        return store.supabase_parts_missing()
+    finally:
+        store.close()
+
+
 def schema_fingerprint() -> str:
     """What a database built now is made of: the stand-ins and every migration, by content (until
     the first deploy, the baseline migrations are the definitions themselves, edited in place)."""

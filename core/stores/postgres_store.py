@@ -44,6 +44,18 @@ create table if not exists supabase_migrations.schema_migrations (
 );
 """
 
+# What a Supabase project has before any migration and the migrations use (the roles they grant to,
+# the auth.uid() their policies call), that this database lacks: on a plain Postgres, each until
+# infra/local/supabase_standins.sql has run. The roles are the cluster's, the function the database's.
+_SUPABASE_PARTS_MISSING = """
+select part from unnest(array[
+    case when to_regrole('anon') is null then 'role anon' end,
+    case when to_regrole('authenticated') is null then 'role authenticated' end,
+    case when to_regrole('service_role') is null then 'role service_role' end,
+    case when to_regprocedure('auth.uid()') is null then 'function auth.uid()' end
+]) as part where part is not null
+"""
+
 
 # A statement is prepared on a connection at its sixth use there, as psycopg's own
 # prepare_threshold (5) does: a call that runs once costs no round trip to prepare.
@@ -291,6 +303,11 @@ class PostgresStore:
                     )
                 applied.append(version)
         return applied
+
+    def supabase_parts_missing(self) -> list[str]:
+        """What a Supabase project provides and the migrations use, that this database lacks."""
+        with self._connect() as connection:
+            return [row[0] for row in connection.execute(_SUPABASE_PARTS_MISSING)]
 
     def run_script(self, script: str) -> None:
         """Run a trusted SQL script from the repository (the local Supabase stand-ins)."""

@@ -28,7 +28,6 @@ from functions.tools import export_command, forget_commands, search_command
 from functions.tools.confirmation import confirmed, yes_option
 from functions.tools.person_option import user_option
 
-SUPABASE_PARTS = ('role "anon" does not exist', 'role "authenticated" does not exist', 'schema "auth" does not exist')
 # Every surface but the web: the apps a chat or number is linked from, and `say` sends from.
 SURFACES_TO_LINK = click.Choice([surface.value for surface in Surface if surface.is_secondary])
 USER = user_option()
@@ -79,14 +78,14 @@ def migrate(supabase_standins: bool) -> int:
         print("crossmem migrate: set DATABASE_URL to the database to migrate", file=sys.stderr)
         return 2
     from core.errors import StoreUnavailable
-    from core.stores.embedded import prepare_database
+    from core.stores.embedded import prepare_database, supabase_parts_missing
     from functions.logs import redacted
 
+    url, timeout = config.database_url.get_secret_value(), config.database_connect_timeout
     try:
-        applied = prepare_database(
-            config.database_url.get_secret_value(),
-            supabase_standins=supabase_standins,
-            connect_timeout_s=config.database_connect_timeout,
+        missing = [] if supabase_standins else supabase_parts_missing(url, connect_timeout_s=timeout)
+        applied = (
+            [] if missing else prepare_database(url, supabase_standins=supabase_standins, connect_timeout_s=timeout)
         )
     except StoreUnavailable as exc:  # no connection: the driver's first line says why (a password masked)
         why = str(exc.__cause__ or "").strip().splitlines()
@@ -95,18 +94,16 @@ def migrate(supabase_standins: bool) -> int:
             file=sys.stderr,
         )
         return 1
-    except Exception as exc:  # the driver's error, whose class only the store module may name
-        missing = next((part for part in SUPABASE_PARTS if part in str(exc)), None)
-        if missing is None or supabase_standins:
-            raise
+    if missing:
         print(
-            f"crossmem migrate: {missing}: this Postgres is not a Supabase project. Run "
-            "`crossmem migrate --supabase-standins` (it first creates the roles and auth schema Supabase provides)",
+            f"crossmem migrate: this Postgres is not a Supabase project: it has no {', '.join(missing)}; nothing "
+            "was applied. Run `crossmem migrate --supabase-standins` to first create the roles and auth schema "
+            "Supabase provides",
             file=sys.stderr,
         )
         return 1
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
-    return 0 if as_defined(config.database_url.get_secret_value(), config.database_connect_timeout) else 1
+    return 0 if as_defined(url, timeout) else 1
 
 
 def as_defined(url: str, connect_timeout_s: int) -> bool:
