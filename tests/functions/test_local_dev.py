@@ -218,3 +218,36 @@ def test_closing_the_terminal_of_crossmem_dev_stops_its_embedded_postgres(tmp_pa
     finally:
         if (data / "postmaster.pid").exists():  # left running: stop it (fast shutdown), as no one else will
             os.kill(running, signal.SIGINT)
+
+
+def test_crossmem_dev_after_one_killed_outright_cleans_its_handle_up_and_stops_its_embedded_postgres(
+    tmp_path: Path,
+) -> None:
+    """Seen failing: `kill -9` of `crossmem dev` (no handler runs) left its pid listed among the embedded
+    Postgres's handles (.handle_pids.json) and the Postgres running. The next `crossmem dev` started on
+    it, and its clean exit, finding the dead pid still listed, left the Postgres running too: as every
+    later one did, the dead pid never leaving the list."""
+    port = free_port()
+    data = tmp_path / "pgdata"
+    handles = data / ".handle_pids.json"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "PORT": str(port)}
+    env |= {"EMBEDDED_DATA_DIR": str(data), "HOME": str(tmp_path)}
+    killed = crossmem_dev(env, tmp_path, port)
+    running = int((data / "postmaster.pid").read_text().split()[0])
+    server = None
+    try:
+        killed.kill()
+        killed.wait(timeout=30)
+        assert json.loads(handles.read_text()) == [killed.pid]  # what `kill -9` leaves
+        server = crossmem_dev(env, tmp_path, port)
+        assert json.loads(handles.read_text()) == [server.pid]
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        assert not (data / "postmaster.pid").exists()
+        assert json.loads(handles.read_text()) == []
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+        if (data / "postmaster.pid").exists():  # left running: stop it (fast shutdown), as no one else will
+            os.kill(running, signal.SIGINT)
