@@ -146,7 +146,7 @@ def store() -> MemoryStore:
         raise
     except Exception as exc:  # any failure to set up: the instance still answers, without memory
         log.error("the memory store could not be set up", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return UnavailableStore(f"the memory store could not be set up: {type(exc).__name__}")
+        return UnavailableStore(f"the memory store could not be set up: {type(exc).__name__}", exc)
 
 
 def build_store(config: Settings) -> MemoryStore:

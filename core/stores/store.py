@@ -106,13 +106,15 @@ def check_function(function: str) -> None:
 class UnavailableStore:
     """The store of an instance whose database could not even be set up (say, no
     DATABASE_URL on Cloud Functions): every call fails the way a down database does,
-    so turns degrade to answers without memory instead of crashing."""
+    so turns degrade to answers without memory instead of crashing. `reason` is what a caller
+    is told; `cause`, the failure itself, is each error's cause (`crossmem` says it)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, cause: Exception | None = None) -> None:
         self.reason = reason
+        self.cause = cause
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
-        raise StoreUnavailable(self.reason)
+        raise StoreUnavailable(self.reason) from self.cause
 
     def close(self) -> None:
         pass

@@ -59,8 +59,19 @@ class Crossmem(Commands):
         except (click.exceptions.Exit, click.Abort):  # click's own (RuntimeErrors, as some of ours): `--help`, Ctrl-C
             raise
         except expected_errors() as exc:
-            print(f"crossmem {ctx.invoked_subcommand}: {exc}", file=sys.stderr)
+            print(f"crossmem {ctx.invoked_subcommand}: {said(exc)}", file=sys.stderr)
             return 1
+
+
+def said(exc: Exception) -> str:
+    """A command's error, in its one line. A store that could not be set up for a reason of ours (a
+    DATABASE_URL that does not parse) says that reason: what a function answers names it by its
+    class alone."""
+    from core.errors import ConfigurationError, StoreUnavailable
+
+    if isinstance(exc, StoreUnavailable) and isinstance(exc.__cause__, ConfigurationError):
+        return f"the memory store could not be set up: {exc.__cause__}"
+    return str(exc)
 
 
 @click.group(cls=Crossmem, help="One memory thread per person, on every surface.")

@@ -194,6 +194,22 @@ def test_a_command_stops_at_a_wrong_setting_it_reads_and_names_it(
     )
 
 
+def test_a_command_on_a_database_url_that_does_not_parse_says_why(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seen failing: `crossmem history`, `forget`, `export`, `purge` on a DATABASE_URL that does not
+    parse ended in "the memory store could not be set up: ConfigurationError", the reason only in a
+    JSON log line above it (migrate said it)."""
+    environment.setenv("DATABASE_URL", "postgres:S3cret@db.example.com/postgres")
+    for command in (["history", "--user", str(uuid.uuid4())], ["purge", "--older-than", "30d", "--dry-run"]):
+        runtime.reset()
+        assert main(command) == 1
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"crossmem {command[0]}: the memory store could not be set up: DATABASE_URL is not a connection "
+            "string: write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        )
+
+
 def test_identities_under_the_owner_policy_lists_the_owners_configured_chats_and_numbers(
     environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
