@@ -65,13 +65,34 @@ class Crossmem(Commands):
 
 def said(exc: Exception) -> str:
     """A command's error, in its one line. A store that could not be set up for a reason of ours (a
-    DATABASE_URL that does not parse) says that reason: what a function answers names it by its
-    class alone."""
+    DATABASE_URL that does not parse) says that reason, and a database that cannot be reached the
+    driver's, as `migrate` does: what a function answers names the one by its class alone, and the
+    pool says the other in log lines only, then "no database connection within the connect timeout"."""
     from core.errors import ConfigurationError, StoreUnavailable
 
-    if isinstance(exc, StoreUnavailable) and isinstance(exc.__cause__, ConfigurationError):
+    if not isinstance(exc, StoreUnavailable):
+        return str(exc)
+    if isinstance(exc.__cause__, ConfigurationError):
         return f"the memory store could not be set up: {exc.__cause__}"
-    return str(exc)
+    return connection_failure() or str(exc)
+
+
+def connection_failure() -> str | None:
+    """Why DATABASE_URL cannot be connected to, by one connection tried now: the driver's first line,
+    a password masked; None when it can be, or when none is set."""
+    from core.stores.postgres_store import connect
+    from functions import runtime
+    from functions.logs import redacted
+
+    config = runtime.settings()
+    if config.database_url is None:
+        return None
+    try:
+        connect(config.database_url.get_secret_value(), config.database_connect_timeout).close()
+    except Exception as exc:  # the driver's error, whose class only the store module may name
+        why = str(exc).strip().splitlines()
+        return redacted(f"cannot connect to the database: {why[0]}") if why else None
+    return None
 
 
 @click.group(cls=Crossmem, help="One memory thread per person, on every surface.")

@@ -210,6 +210,26 @@ def test_a_command_on_a_database_url_that_does_not_parse_says_why(
         )
 
 
+def test_a_command_that_cannot_reach_the_database_says_why_as_migrate_does(
+    environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seen failing: a database that does not exist, a server refusing connections, a host unknown: each
+    ended in "no database connection within the connect timeout" (as if slow), the driver's reason only
+    in the pool's JSON warnings above it."""
+    environment.setenv("DATABASE_URL", with_database(postgres_server, "crossmem_test_no_such_database"))
+    person = str(uuid.uuid4())
+    assert main(["export", "--user", person]) == 1
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith("crossmem export: cannot connect to the database: connection failed: ")
+    assert said.endswith('database "crossmem_test_no_such_database" does not exist')
+    environment.setenv("DATABASE_URL", f"postgresql://postgres:hunter2-password@127.0.0.1:{free_port()}/postgres")
+    runtime.reset()
+    assert main(["forget", "--user", person, "--yes"]) == 1
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith("crossmem forget: cannot connect to the database: connection failed: ")
+    assert "Connection refused" in said and "hunter2" not in said
+
+
 def test_identities_under_the_owner_policy_lists_the_owners_configured_chats_and_numbers(
     environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
