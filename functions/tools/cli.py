@@ -63,17 +63,28 @@ class Crossmem(Commands):
             return 1
 
 
+# What a SQL function call of a database that lacks it fails with (undefined_function, undefined_table,
+# invalid_schema_name), and what to do.
+UNMIGRATED = ("42883", "42P01", "3F000")
+UNMIGRATED_FIX = (
+    "(not migrated, or migrated from an older checkout): run `crossmem migrate`, which names what is missing"
+)
+
+
 def said(exc: Exception) -> str:
     """A command's error, in its one line. A store that could not be set up for a reason of ours (a
-    DATABASE_URL that does not parse) says that reason, and a database that cannot be reached the
-    driver's, as `migrate` does: what a function answers names the one by its class alone, and the
-    pool says the other in log lines only, then "no database connection within the connect timeout"."""
+    DATABASE_URL that does not parse) says that reason; a database that lacks the SQL functions
+    called, what to do; one that cannot be reached, the driver's reason, as `migrate` does. What a
+    function answers names the first by its class alone, and the pool says the last in log lines
+    only, then "no database connection within the connect timeout"."""
     from core.errors import ConfigurationError, StoreUnavailable
 
     if not isinstance(exc, StoreUnavailable):
         return str(exc)
     if isinstance(exc.__cause__, ConfigurationError):
         return f"the memory store could not be set up: {exc.__cause__}"
+    if getattr(exc.__cause__, "sqlstate", None) in UNMIGRATED:
+        return f"{exc}: the database lacks what this checkout calls {UNMIGRATED_FIX}"
     return connection_failure() or str(exc)
 
 

@@ -230,6 +230,24 @@ def test_a_command_that_cannot_reach_the_database_says_why_as_migrate_does(
     assert "Connection refused" in said and "hunter2" not in said
 
 
+def test_a_command_on_a_database_never_migrated_says_to_migrate_it(
+    environment: pytest.MonkeyPatch, postgres_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seen failing: "crossmem history: person_history failed: UndefinedFunction", and nothing said of
+    what to do."""
+    with fresh_database(postgres_server) as url:
+        environment.setenv("DATABASE_URL", url)
+        for command in (["history", "--user", str(uuid.uuid4())], ["purge", "--older-than", "30d", "--dry-run"]):
+            runtime.reset()
+            assert main(command) == 1
+            function = {"history": "person_history", "purge": "purge_messages"}[command[0]]
+            assert capsys.readouterr().err == (
+                f"crossmem {command[0]}: {function} failed: UndefinedFunction: the database lacks what this "
+                "checkout calls (not migrated, or migrated from an older checkout): run `crossmem migrate`, "
+                "which names what is missing\n"
+            )
+
+
 def test_identities_under_the_owner_policy_lists_the_owners_configured_chats_and_numbers(
     environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
