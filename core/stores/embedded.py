@@ -70,7 +70,9 @@ def prepare_database(conninfo: str, *, supabase_standins: bool = True, connect_t
     store = PostgresStore(conninfo, connect_timeout_s=connect_timeout_s)
     try:
         if supabase_standins:
-            store.run_script(SUPABASE_STANDINS.read_text())
+            store.run_script(
+                SUPABASE_STANDINS.read_text(), "the Supabase stand-ins (infra/local/supabase_standins.sql)"
+            )
         return store.apply_migrations(MIGRATIONS)
     finally:
         store.close()

@@ -288,20 +288,27 @@ class PostgresStore:
         if not migrations:  # "up to date" here would hide a broken install
             raise ConfigurationError(f"no migrations found in {directory}")
         applied: list[str] = []
+        doing = "the bookkeeping of migrations (supabase_migrations.schema_migrations)"
         with self._connect() as connection:
-            connection.execute(_MIGRATIONS_TABLE)
-            done = {row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")}
-            for path in migrations:
-                version, _, name = path.stem.partition("_")
-                if version in done:
-                    continue
-                with connection.transaction():
-                    connection.execute(path.read_text())
-                    connection.execute(
-                        "insert into supabase_migrations.schema_migrations (version, name) values (%s, %s)",
-                        (version, name),
-                    )
-                applied.append(version)
+            try:
+                connection.execute(_MIGRATIONS_TABLE)
+                done = {
+                    row[0] for row in connection.execute("select version from supabase_migrations.schema_migrations")
+                }
+                for path in migrations:
+                    version, _, name = path.stem.partition("_")
+                    if version in done:
+                        continue
+                    doing = f"migration {path.stem}"
+                    with connection.transaction():
+                        connection.execute(path.read_text())
+                        connection.execute(
+                            "insert into supabase_migrations.schema_migrations (version, name) values (%s, %s)",
+                            (version, name),
+                        )
+                    applied.append(version)
+            except psycopg.Error as exc:  # refused (each migration whole or not at all): said, not a traceback
+                raise StoreUnavailable(f"{doing} failed: {type(exc).__name__}") from exc
         return applied
 
     def supabase_parts_missing(self) -> list[str]:
@@ -309,10 +316,14 @@ class PostgresStore:
         with self._connect() as connection:
             return [row[0] for row in connection.execute(_SUPABASE_PARTS_MISSING)]
 
-    def run_script(self, script: str) -> None:
-        """Run a trusted SQL script from the repository (the local Supabase stand-ins)."""
+    def run_script(self, script: str, name: str = "the script") -> None:
+        """Run a trusted SQL script from the repository (the local Supabase stand-ins), named `name`
+        in the error that says the database refused it."""
         with self._connect() as connection:
-            connection.execute(script)
+            try:
+                connection.execute(script)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"{name} failed: {type(exc).__name__}") from exc
 
     def close(self) -> None:
         with self._open_lock:

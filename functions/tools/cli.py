@@ -122,7 +122,6 @@ def migrate(supabase_standins: bool) -> int:
         return 2
     from core.errors import StoreUnavailable
     from core.stores.embedded import prepare_database, supabase_parts_missing
-    from functions.logs import redacted
 
     url, timeout = config.database_url.get_secret_value(), config.database_connect_timeout
     try:
@@ -130,12 +129,8 @@ def migrate(supabase_standins: bool) -> int:
         applied = (
             [] if missing else prepare_database(url, supabase_standins=supabase_standins, connect_timeout_s=timeout)
         )
-    except StoreUnavailable as exc:  # no connection: the driver's first line says why (a password masked)
-        why = str(exc.__cause__ or "").strip().splitlines()
-        print(
-            f"crossmem migrate: {redacted(f'cannot connect to the database: {why[0]}') if why else exc}",
-            file=sys.stderr,
-        )
+    except StoreUnavailable as exc:  # no connection, or a migration refused: the driver's first line says why
+        print(f"crossmem migrate: {in_drivers_words(exc)}", file=sys.stderr)
         return 1
     if missing:
         print(
@@ -147,6 +142,18 @@ def migrate(supabase_standins: bool) -> int:
         return 1
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
     return 0 if as_defined(url, timeout) else 1
+
+
+def in_drivers_words(exc: Exception) -> str:
+    """A store's error with the driver's first line in place of its class's name, a password masked:
+    "cannot connect to the database: OperationalError" says why it could not."""
+    from functions.logs import redacted
+
+    cause = exc.__cause__
+    why = str(cause or "").strip().splitlines()
+    if cause is None or not why:
+        return str(exc)
+    return redacted(f"{str(exc).removesuffix(f': {type(cause).__name__}')}: {why[0]}")
 
 
 def as_defined(url: str, connect_timeout_s: int) -> bool:

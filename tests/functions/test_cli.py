@@ -126,6 +126,26 @@ def test_migrate_on_a_plain_postgres_refuses_before_applying_anything(
     )
 
 
+def test_migrate_that_the_database_refuses_says_which_migration_and_why_in_one_line(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """Seen failing with a traceback: a database already holding an object of the same name, a role
+    without the right to create (the stand-ins' `permission denied for database`)."""
+    monkeypatch.chdir(str(tmp_path))
+    with fresh_database(postgres_server) as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("create domain public.surface as integer")
+        assert main(["migrate", "--supabase-standins"]) == 1
+        with psycopg.connect(url) as connection:
+            recorded = connection.execute("select count(*) from supabase_migrations.schema_migrations").fetchone()
+    assert recorded == (0,)
+    assert capsys.readouterr() == (
+        "",
+        'crossmem migrate: migration 20261202000001_baseline_surfaces failed: type "surface" already exists\n',
+    )
+
+
 def test_migrate_says_why_it_cannot_connect_and_masks_the_password(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
 ) -> None:
