@@ -125,14 +125,15 @@ def migrate(supabase_standins: bool) -> int:
 
     url, timeout = config.database_url.get_secret_value(), config.database_connect_timeout
     try:
-        missing = [] if supabase_standins else supabase_parts_missing(url, connect_timeout_s=timeout)
-        applied = (
-            [] if missing else prepare_database(url, supabase_standins=supabase_standins, connect_timeout_s=timeout)
-        )
+        # The stand-ins only where a part is missing: on a Supabase project (or a database given them
+        # before) they would replace what is there, and a role that does not own auth.uid() is refused.
+        missing = supabase_parts_missing(url, connect_timeout_s=timeout)
+        refused = bool(missing) and not supabase_standins
+        applied = [] if refused else prepare_database(url, supabase_standins=bool(missing), connect_timeout_s=timeout)
     except StoreUnavailable as exc:  # no connection, or a migration refused: the driver's first line says why
         print(f"crossmem migrate: {in_drivers_words(exc)}", file=sys.stderr)
         return 1
-    if missing:
+    if refused:
         print(
             f"crossmem migrate: this Postgres is not a Supabase project: it has no {', '.join(missing)}; nothing "
             "was applied. Run `crossmem migrate --supabase-standins` to first create the roles and auth schema "

@@ -126,6 +126,27 @@ def test_migrate_on_a_plain_postgres_refuses_before_applying_anything(
     )
 
 
+def test_migrate_with_the_standins_on_a_database_that_has_supabases_parts_leaves_them_as_they_are(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """On a Supabase project the stand-ins replaced its own auth.uid() (and a role that does not own
+    it, as a project's, was refused: "must be owner of function uid"): they run only where a part
+    is missing."""
+    monkeypatch.chdir(str(tmp_path))
+    supabases = "select nullif(current_setting('request.jwt.claim.sub', true), '')::uuid -- the project's own"
+    with migrated_database(postgres_server) as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(
+                f"create or replace function auth.uid() returns uuid language sql stable as $$ {supabases} $$"
+            )
+        assert main(["migrate", "--supabase-standins"]) == 0
+        with psycopg.connect(url) as connection:
+            body = connection.execute("select prosrc from pg_proc where oid = 'auth.uid()'::regprocedure").fetchone()
+    assert body == (f" {supabases} ",)
+    assert capsys.readouterr().out == "applied 0 migration(s); up to date\n"
+
+
 def test_migrate_that_the_database_refuses_says_which_migration_and_why_in_one_line(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
 ) -> None:
