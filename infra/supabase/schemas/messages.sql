@@ -34,19 +34,34 @@ create schema if not exists crossmem_private;
 -- word each (`www.booking.com`, `-0142`, `1.250`): a text that holds one is read once more with
 -- them apart (`booking`, `0142`) and its thousands joined (`1250`), so a word or the digits inside
 -- one are found (a review's finding: "the booking link", "0142", "1250" found nothing).
+-- Japanese and Chinese write no space between words, and Korean none before a particle, so the
+-- parser reads a whole run of them as one word: a text that holds them is read once more as each
+-- run's overlapping pairs of letters (`東京に行く`: 東京 京に に行 行く), which a question's own pairs
+-- find, as a CJK bigram analyzer does (a review's finding: "東京" found nothing in "東京に行きます").
+-- Only its first 5,000 characters are paired: the pairs of a pasted document of 200,000 took its
+-- words past a tsvector's megabyte, and its message could not be stored.
 create function crossmem_private.searchable(p_text text) returns tsvector
     language plpgsql immutable parallel safe set search_path = '' as $$
 declare
     v_text constant text := extensions.unaccent('extensions.unaccent'::regdictionary, p_text);
+    v_words tsvector := pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, v_text);
+    -- kanji, kana, hangul (and 々, kanji's repeat mark)
+    v_cjk constant text := '[\u3005\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]';
 begin
-    if v_text !~ '[[:alnum:]][./:_-][[:alnum:]]' then
-        return pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, v_text);
+    if v_text ~ '[[:alnum:]][./:_-][[:alnum:]]' then
+        v_words := v_words
+            || pg_catalog.to_tsvector('pg_catalog.simple'::regconfig,
+                                      pg_catalog.regexp_replace(
+                                          pg_catalog.regexp_replace(v_text, '([0-9])[.,]([0-9]{3})(?![0-9])', '\1\2', 'g'),
+                                          '[./:_-]+', ' ', 'g'));
     end if;
-    return pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, v_text)
-        || pg_catalog.to_tsvector('pg_catalog.simple'::regconfig,
-                                  pg_catalog.regexp_replace(
-                                      pg_catalog.regexp_replace(v_text, '([0-9])[.,]([0-9]{3})(?![0-9])', '\1\2', 'g'),
-                                      '[./:_-]+', ' ', 'g'));
+    if v_text ~ v_cjk then
+        v_words := v_words || pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, (
+            select coalesce(pg_catalog.string_agg(pg_catalog.substr(r.run[1], i, 2), ' '), '')
+              from pg_catalog.regexp_matches(pg_catalog.left(v_text, 5000), v_cjk || '{2,}', 'g') r(run)
+             cross join lateral pg_catalog.generate_series(1, pg_catalog.char_length(r.run[1]) - 1) i));
+    end if;
+    return v_words;
 end;
 $$;
 
@@ -343,7 +358,8 @@ create text search dictionary crossmem_private.spanish_stopwords (
     template = pg_catalog.simple, stopwords = spanish, accept = false);
 
 -- The query's words: searchable, distinct, neither a stopword nor a single character; at most the
--- 16 longest (the rarer, as a rule). A question of a thousand characters had some 140, whose `or`
+-- 16 longest (the rarer, as a rule; of a Japanese question's pairs of letters, those with the
+-- fewest hiragana, the kana its grammar is written in). A question of a thousand characters had some 140, whose `or`
 -- the planner took for most of the table: it read every message of everyone's (2.5 s at 300,000),
 -- and anyone may send one. Spanish's stopwords are dropped from a question that reads Spanish: one
 -- holding a Spanish stopword that is neither an English stopword nor an English word or name too
@@ -376,7 +392,8 @@ begin
                                                  and (w = any(v_unaccented)
                                                       or pg_catalog.ts_lexize('crossmem_private.spanish_stopwords'::regdictionary, w)
                                                          is not null))) d
-                     order by char_length(d.w) desc, d.w
+                     order by char_length(d.w) desc,
+                              char_length(pg_catalog.regexp_replace(d.w, '[^\u3040-\u309f]', '', 'g')), d.w
                      limit 16) t);
 end;
 $$;

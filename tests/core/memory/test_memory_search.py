@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -876,3 +877,35 @@ def test_an_english_question_about_al_searches_al(memory: Memory, database_url: 
         planted(database_url, person, "web", "user", f"my new number {day}", day)
     assert [hit.message.id for hit in memory.search(person, "what is Al's number?")][:1] == [fact]
     assert [hit.message.id for hit in memory.search(person, "Al")] == [fact]
+
+
+def test_a_word_inside_japanese_chinese_or_korean_text_is_found(memory: Memory, database_url: str) -> None:
+    """Japanese and Chinese put no space between words, and Korean none before a particle: a run of
+    them was one word, so "東京" never found "来週、東京に行きます", nor "서울" "서울에서" (a review's
+    finding: a person writing in Japanese found nothing but a whole sentence typed again)."""
+    person = uuid.uuid4()
+    tokyo = planted(database_url, person, "telegram", "user", "来週、東京に行きます", 3)
+    hotel = planted(database_url, person, "whatsapp", "user", "我下周去北京出差，住在王府井附近的酒店", 4)
+    seoul = planted(database_url, person, "web", "user", "다음 주에 서울에서 친구를 만나요", 5)
+    sister = planted(database_url, person, "telegram", "user", "妹の誕生日は5月3日です", 6)
+    ramen = planted(database_url, person, "telegram", "user", "火曜日は東京駅の一蘭で昼ごはん", 9)
+    assert [hit.message.id for hit in memory.search(person, "東京に")] == [tokyo, ramen]
+    assert [hit.message.id for hit in memory.search(person, "王府井的酒店")] == [hotel]
+    assert [hit.message.id for hit in memory.search(person, "서울")] == [seoul]
+    assert [hit.message.id for hit in memory.search(person, "妹の誕生日はいつ？")] == [sister, ramen]  # "日は" too
+    # A long question keeps its words, not its grammar: of its pairs of letters, the sixteen it is
+    # searched by are the ones with the fewest kana of grammar ("火曜", "東京"), not "だけ", "かな".
+    asked = "先週の火曜日に東京駅で食べたラーメン屋さんの名前は何だったのかな、また行きたいんだけど"
+    assert memory.search(person, asked)[0].message.id == ramen
+
+
+def test_a_long_chinese_document_is_stored_and_its_start_found(memory: Memory, database_url: str) -> None:
+    """Its pairs of letters are read from its first 5,000 characters: 200,000 characters of words
+    all different, each paired, took its search words past a tsvector's megabyte, and the message
+    could not be stored."""
+    person = uuid.uuid4()
+    letters = random.Random(7)
+    words = ["".join(chr(0x4E00 + letters.randrange(20000)) for _ in range(3)) for _ in range(50_000)]
+    document = ("会议纪要 " + " ".join(words))[:200_000]
+    pasted = planted(database_url, person, "web", "user", document, 1)
+    assert [hit.message.id for hit in memory.search(person, "纪要")] == [pasted]
