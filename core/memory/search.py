@@ -102,6 +102,8 @@ HIT_HEAD_CHARS = 300
 BEFORE_MATCH_CHARS = 200
 # What a hit shown from its start shows after the word it was found by, at least.
 AFTER_MATCH_CHARS = 100
+# Kanji, kana and hangul, which messages.sql's searchable also reads as pairs of letters.
+CJK = re.compile("[\u3005\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 @dataclass(frozen=True)
@@ -319,11 +321,14 @@ def _excerpt(text: str, words: Sequence[str]) -> str:
 
 def _first_match(text: str, words: Sequence[str]) -> int | None:
     """Where in `text` the first of `words` (the hit's own words the search matched, as it reads
-    them: unaccented, lower-cased; the rarest query word's first) is first found, as a whole word;
-    None when none is (a letter unaccent spells with two)."""
-    folded = "".join(unicodedata.normalize("NFD", ch)[:1].lower()[:1] for ch in text)
+    them: unaccented, lower-cased; the rarest query word's first) is first found, as a whole word,
+    or anywhere for a pair of kanji, kana or hangul (messages.sql's searchable: those languages put
+    no space between words); None when none is (a letter unaccent spells with two)."""
+    # unaccent leaves kana and hangul alone, which NFD takes apart (バ, 가): kept whole
+    folded = "".join(ch if CJK.match(ch) else unicodedata.normalize("NFD", ch)[:1].lower()[:1] for ch in text)
     for word in words:
-        if (match := re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", folded)) is not None:
+        pattern = re.escape(word) if CJK.search(word) else r"(?<!\w)" + re.escape(word) + r"(?!\w)"
+        if (match := re.search(pattern, folded)) is not None:
             return match.start()
     return None
 

@@ -909,3 +909,26 @@ def test_a_long_chinese_document_is_stored_and_its_start_found(memory: Memory, d
     document = ("会议纪要 " + " ".join(words))[:200_000]
     pasted = planted(database_url, person, "web", "user", document, 1)
     assert [hit.message.id for hit in memory.search(person, "纪要")] == [pasted]
+
+
+@pytest.mark.parametrize(
+    ("chatter", "fact", "asked"),
+    [
+        (
+            "えーと、週末は子供たちと山に行って、バーベキューをしました。",
+            "大家さんから四月に家賃が九万五千円に上がると言われた",
+            "家賃",
+        ),
+        ("주말에는 아이들이랑 산에 가서 바비큐를 했어요. ", "집주인이 사월에 월세를 구십오만 원으로 올린대요", "월세"),
+    ],
+)
+def test_a_long_message_in_japanese_or_korean_shows_the_words_it_was_found_by(
+    memory: Memory, database_url: str, chatter: str, fact: str, asked: str
+) -> None:
+    """A word inside a run of kanji or hangul has no space around it, and a letter with its voicing
+    mark (バ) or any hangul was read as its first part: a long voice note found by "家賃" (rent)
+    showed the model its first 1,200 characters, never the rent."""
+    person = uuid.uuid4()
+    planted(database_url, person, "whatsapp", "user", f"[voice note, 1:58] {chatter * 45}{fact}", 40)
+    [hit] = memory.search(person, asked)
+    assert fact in rendered([hit], MADRID, max_tokens=1500).text
