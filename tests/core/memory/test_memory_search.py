@@ -501,6 +501,16 @@ def test_what_a_link_merged_into_the_person_is_found_and_no_longer_by_the_chat(m
         ("Locker 212, noted.", Surface.TELEGRAM),
     ]
     assert memory.search(chat_person, "gym locker") == []
+    # Unlinked, the chat is a new person, who finds nothing of the account's, not even what the
+    # chat itself said before (docs/design.md, Unlinking); the account keeps finding all of it.
+    assert Linking(memory.store, IdentityPolicy.build("auto", None, {})).unlink(Surface.TELEGRAM, chat) == 1
+    again = memory.begin_turn(Person(sender_id=chat), Surface.TELEGRAM, "what is my gym locker?", "g-2")
+    assert again.user_id not in (None, web_person, chat_person) and again.message_id is not None
+    assert memory.search(again.user_id, "gym locker", exclude_ids=[again.message_id]) == []
+    assert [hit.message.content for hit in memory.search(web_person, "gym locker")] == [
+        "my gym locker is number 212",
+        "Locker 212, noted.",
+    ]
 
 
 def test_a_purged_message_is_never_found(memory: Memory, database_url: str) -> None:
