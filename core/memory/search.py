@@ -103,7 +103,10 @@ BEFORE_MATCH_CHARS = 200
 # What a hit shown from its start shows after the word it was found by, at least.
 AFTER_MATCH_CHARS = 100
 # Kanji, kana and hangul, which messages.sql's searchable also reads as pairs of letters.
-CJK = re.compile("[\u3005\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+CJK_LETTERS = "\u3005\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+CJK = re.compile(f"[{CJK_LETTERS}]")
+# A letter of a word of its own: not of a run of kanji, kana or hangul ("MacBook" in "出したMacBookは").
+OWN_LETTER = f"[^\\W{CJK_LETTERS}]"
 
 
 @dataclass(frozen=True)
@@ -321,13 +324,13 @@ def _excerpt(text: str, words: Sequence[str]) -> str:
 
 def _first_match(text: str, words: Sequence[str]) -> int | None:
     """Where in `text` the first of `words` (the hit's own words the search matched, as it reads
-    them: unaccented, lower-cased; the rarest query word's first) is first found, as a whole word,
-    or anywhere for a pair of kanji, kana or hangul (messages.sql's searchable: those languages put
-    no space between words); None when none is (a letter unaccent spells with two)."""
+    them: unaccented, lower-cased; the rarest query word's first) is first found, as a whole word
+    (beside kanji, kana or hangul too), or anywhere for a pair of them (messages.sql's searchable:
+    those languages put no space between words); None when none is (a letter unaccent spells with two)."""
     # unaccent leaves kana and hangul alone, which NFD takes apart (バ, 가): kept whole
     folded = "".join(ch if CJK.match(ch) else unicodedata.normalize("NFD", ch)[:1].lower()[:1] for ch in text)
     for word in words:
-        pattern = re.escape(word) if CJK.search(word) else r"(?<!\w)" + re.escape(word) + r"(?!\w)"
+        pattern = re.escape(word) if CJK.search(word) else f"(?<!{OWN_LETTER}){re.escape(word)}(?!{OWN_LETTER})"
         if (match := re.search(pattern, folded)) is not None:
             return match.start()
     return None

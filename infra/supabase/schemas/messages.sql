@@ -37,9 +37,10 @@ create schema if not exists crossmem_private;
 -- Japanese and Chinese write no space between words, and Korean none before a particle, so the
 -- parser reads a whole run of them as one word: a text that holds them is read once more as each
 -- run's overlapping pairs of letters (`東京に行く`: 東京 京に に行 行く), which a question's own pairs
--- find, as a CJK bigram analyzer does (a review's finding: "東京" found nothing in "東京に行きます").
--- Only its first 5,000 characters are paired: the pairs of a pasted document of 200,000 took its
--- words past a tsvector's megabyte, and its message could not be stored.
+-- find, as a CJK bigram analyzer does (a review's finding: "東京" found nothing in "東京に行きます"),
+-- and with its runs taken out, so that a word of another alphabet inside one is a word
+-- ("MacBook" in "修理に出したMacBookは"). Only its first 5,000 characters are read so: the pairs of a
+-- pasted document of 200,000 took its words past a tsvector's megabyte, and it could not be stored.
 create function crossmem_private.searchable(p_text text) returns tsvector
     language plpgsql immutable parallel safe set search_path = '' as $$
 declare
@@ -59,7 +60,10 @@ begin
         v_words := v_words || pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, (
             select coalesce(pg_catalog.string_agg(pg_catalog.substr(r.run[1], i, 2), ' '), '')
               from pg_catalog.regexp_matches(pg_catalog.left(v_text, 5000), v_cjk || '{2,}', 'g') r(run)
-             cross join lateral pg_catalog.generate_series(1, pg_catalog.char_length(r.run[1]) - 1) i));
+             cross join lateral pg_catalog.generate_series(1, pg_catalog.char_length(r.run[1]) - 1) i))
+            -- and a word of another alphabet inside a run as a word of its own (`MacBookは`)
+            || pg_catalog.to_tsvector('pg_catalog.simple'::regconfig,
+                                      pg_catalog.regexp_replace(pg_catalog.left(v_text, 5000), v_cjk || '+', ' ', 'g'));
     end if;
     return v_words;
 end;

@@ -902,6 +902,9 @@ def test_a_word_inside_japanese_chinese_or_korean_text_is_found(memory: Memory, 
     assert [hit.message.id for hit in memory.search(person, "東京に")] == [tokyo, ramen]
     assert [hit.message.id for hit in memory.search(person, "王府井的酒店")] == [hotel]
     assert [hit.message.id for hit in memory.search(person, "서울")] == [seoul]
+    # A word of another alphabet inside such a run is a word of its own.
+    laptop = planted(database_url, person, "telegram", "user", "修理に出したMacBookは金曜日に戻る", 2)
+    assert [hit.message.id for hit in memory.search(person, "MacBook")] == [laptop]
     assert [hit.message.id for hit in memory.search(person, "妹の誕生日はいつ？")] == [sister, ramen]  # "日は" too
     # A long question keeps its words, not its grammar: of its pairs of letters, the sixteen it is
     # searched by are the ones with the fewest kana of grammar ("火曜", "東京"), not "だけ", "かな".
@@ -930,6 +933,11 @@ def test_a_long_chinese_document_is_stored_and_its_start_found(memory: Memory, d
             "家賃",
         ),
         ("주말에는 아이들이랑 산에 가서 바비큐를 했어요. ", "집주인이 사월에 월세를 구십오만 원으로 올린대요", "월세"),
+        (
+            "えーと、週末は子供たちと山に行って、バーベキューをしました。",
+            "修理に出したMacBookは金曜日に戻る",
+            "MacBook",
+        ),
     ],
 )
 def test_a_long_message_in_japanese_or_korean_shows_the_words_it_was_found_by(
