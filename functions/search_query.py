@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from core.errors import InputError
-from core.memory.service import SEARCH_QUERY_CHARS
+from core.memory.service import SEARCH_QUERY_CHARS, storable
 from core.models import Surface
 from functions.paging import bounded_number
 
@@ -53,7 +53,7 @@ def search_query(args: Mapping[str, str]) -> SearchQuery:
 def query_text(args: Mapping[str, str]) -> str:
     if "q" not in args:
         raise InputError("q is missing: say what to search for, as ?q=words")
-    text = args["q"].strip()
+    text = storable(args["q"]).strip()  # NUL is searched as nothing: `?q=%00` was 200 with no hits
     if not text:
         raise InputError("q is empty: say what to search for, as ?q=words")
     if len(text) > MAX_QUERY_CHARS:

@@ -152,6 +152,7 @@ def test_search_pages_by_offset_and_says_whether_more_are_left(web: FlaskClient)
         ("", "q is missing: say what to search for, as ?q=words"),
         ("q=", "q is empty: say what to search for, as ?q=words"),
         ("q=%20%20", "q is empty: say what to search for, as ?q=words"),
+        ("q=%00%20%00", "q is empty: say what to search for, as ?q=words"),  # NUL is no word, nor storable
         ("q=" + "a" * 1001, "q has 1001 characters; the limit is 1000"),
         ("q=kiwi&limit=0", "limit must be a whole number from 1 to 50, not '0'"),
         ("q=kiwi&limit=51", "limit must be a whole number from 1 to 50, not '51'"),
