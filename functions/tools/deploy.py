@@ -32,8 +32,10 @@ from typing import Any
 
 from core.stores.embedded import REPOSITORY
 from functions.function_settings import deployment_problems
+from functions.settings import Settings
 from functions.tools.doc_links import GOOGLE_CLOUD
 from functions.tools.tool_failures import ToolFailed, run_tool
+from functions.tools.tool_loading import load_refusal
 from functions.tools.upload import PACKAGE, build_package, unshipped_tools
 
 SERVERLESS_YML = REPOSITORY / "serverless.yml"
@@ -185,14 +187,20 @@ def function_url(region: str, project: str, function: str) -> str:
     return f"https://{region}-{project}.cloudfunctions.net/{function}"
 
 
-def env_vars_file(function: FunctionSpec, shell: Mapping[str, str], raw: Mapping[str, Any], directory: Path) -> Path:
-    """The function's plain settings, as gcloud's --env-vars-file (values may hold commas)."""
-    import yaml
-
+def plain_settings(function: FunctionSpec, shell: Mapping[str, str], raw: Mapping[str, Any]) -> dict[str, str]:
+    """The function's environment, secrets aside: each setting that resolves to a value."""
     values = {name: resolve(template, shell, raw) for name, template in function.environment.items()}
     given = {name: value for name, value in values.items() if value}
     # functions-framework's gunicorn runs this many threads: one per concurrent request.
     given["THREADS"] = str(function.concurrency)
+    return given
+
+
+def env_vars_file(function: FunctionSpec, shell: Mapping[str, str], raw: Mapping[str, Any], directory: Path) -> Path:
+    """The function's plain settings, as gcloud's --env-vars-file (values may hold commas)."""
+    import yaml
+
+    given = plain_settings(function, shell, raw)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{function.name}.env.yaml"
     path.write_text(yaml.safe_dump(given, allow_unicode=True, default_flow_style=False, sort_keys=True))
@@ -346,7 +354,13 @@ def plan(
             continue
         if "EXTRA_TOOLS" in function.environment:
             tools = resolve(function.environment["EXTRA_TOOLS"], shell, description.raw)
-            if problems := unshipped_tools(tools or "", files):
+            problems = unshipped_tools(tools or "", files)
+            # Shipped: loaded as the function loads them, with its settings (which built-in tools are on).
+            if tools and not problems:
+                settings = plain_settings(function, shell, description.raw)
+                refusal = load_refusal(settings, shell, Settings.model_fields, PACKAGE)
+                problems = [f"{refusal} (docs/extending.md)"] if refusal else []
+            if problems:
                 raise DescriptionError(f"{function.name} would refuse every turn:\n  " + "\n  ".join(problems))
         present = {
             name: reference

@@ -3,6 +3,7 @@ accepting them when gcloud is installed (with an empty configuration: no account
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -421,11 +423,107 @@ def test_a_tool_the_upload_would_not_carry_stops_the_deploy_before_any_function(
     assert "gcloud " not in said.out
 
 
-def test_a_tool_in_functions_or_from_a_required_package_is_deployed_with_its_setting(
-    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+SHIPPED_TOOLS = """\
+def opening_hours(arguments):
+    \"\"\"When a shop near the person is open.\"\"\"
+    return "open"
+
+
+opening_hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string"}}, "required": ["shop"]}
+
+
+def search_memory(arguments):
+    \"\"\"Search elsewhere.\"\"\"
+    return "nothing"
+
+
+search_memory.input_schema = {"type": "object", "properties": {}}
+
+
+def hours_on(arguments):
+    \"\"\"Opening hours on a day.\"\"\"
+    return "open"
+
+
+hours_on.input_schema = {"type": "object", "properties": {"day": {"type": "int"}}}
+"""
+
+
+@pytest.fixture
+def shipped_tools() -> Iterator[str]:
+    """A module of tools in functions/, which the upload carries (one per test process: a name
+    of its own), removed after the test."""
+    module = f"deploy_tools_{os.getpid()}"
+    path = ROOT / "functions" / f"{module}.py"
+    path.write_text(SHIPPED_TOOLS)
+    importlib.invalidate_caches()
+    try:
+        yield f"functions.{module}"
+    finally:
+        path.unlink()
+
+
+def test_a_tool_in_functions_is_deployed_with_its_setting(
+    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shipped_tools: str
 ) -> None:
-    tools = "functions.logs:redacted,twilio.rest:Client,json:dumps"
+    tools = f"{shipped_tools}:opening_hours"
     deploying_shell.setenv("EXTRA_TOOLS", tools)
     assert main(["deploy", "--dry-run"]) == 0
     assert "gcloud functions deploy telegram_webhook " in capsys.readouterr().out
     assert yaml.safe_load((ENV_FILES / "telegram_webhook.env.yaml").read_text())["EXTRA_TOOLS"] == tools
+
+
+@pytest.mark.parametrize(
+    ("entry", "refusal"),
+    [
+        # a callable of a required module, but no tool: json:dumps was deployed, and every turn answered 503
+        ("json:dumps", 'EXTRA_TOOLS: json:dumps needs an input_schema, a JSON schema of "type": "object"'),
+        (
+            "{module}:search_memory",
+            "EXTRA_TOOLS: {module}:search_memory is named search_memory, as a built-in tool is: "
+            "give it a name of its own",
+        ),
+        (
+            "{module}:hours_on",
+            'EXTRA_TOOLS: {module}:hours_on\'s input_schema.properties.day.type is "int", not one of JSON '
+            "Schema's types: array, boolean, integer, null, number, object, string",
+        ),
+        # on the deploying shell's PYTHONPATH, outside the checkout and of no package: not uploaded
+        (
+            "elsewhere_tools:lookup",
+            "EXTRA_TOOLS: elsewhere_tools:lookup could not be loaded "
+            "(ModuleNotFoundError: not installed, or not on PYTHONPATH)",
+        ),
+    ],
+)
+def test_a_tool_the_functions_would_refuse_as_they_load_it_stops_the_deploy_before_any_function(
+    deploying_shell: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    shipped_tools: str,
+    tmp_path: Path,
+    entry: str,
+    refusal: str,
+) -> None:
+    (tmp_path / "elsewhere_tools.py").write_text(
+        'def lookup(arguments):\n    """Look it up."""\n    return ""\nlookup.input_schema = {"type": "object"}\n'
+    )
+    deploying_shell.syspath_prepend(str(tmp_path))
+    deploying_shell.setenv("EXTRA_TOOLS", entry.format(module=shipped_tools))
+    assert main(["deploy", "--dry-run"]) == 1
+    said = capsys.readouterr()
+    assert said.err == (
+        "crossmem deploy: telegram_webhook would refuse every turn:\n"
+        f"  {refusal.format(module=shipped_tools)} (docs/extending.md)\n"
+    )
+    assert "gcloud " not in said.out
+
+
+def test_a_tool_named_as_a_built_in_tool_that_is_off_is_deployed(
+    deploying_shell: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shipped_tools: str
+) -> None:
+    """The deploy asks the functions' own rule, with their settings: without the memory search
+    (MEMORY_SEARCH=false) no built-in tool is named search_memory, and the functions take one."""
+    deploying_shell.setenv("MEMORY_SEARCH", "false")
+    deploying_shell.setenv("EXTRA_TOOLS", f"{shipped_tools}:search_memory")
+    assert main(["deploy", "--dry-run"]) == 0
+    assert "gcloud functions deploy memory_digest " in capsys.readouterr().out
