@@ -37,7 +37,7 @@ RESULT_CHARS = 8000  # what one call may add to the model's request (about 2,000
 # Of the turn's time left, what a call leaves the model to answer with its result: a call still
 # running then is answered as not done, and the model answers without it.
 ANSWER_AFTER_S = 3.0
-# JSON Schema's types (draft 2020-12's meta-schema lists no other): "int" or "str", Python's, is refused.
+# JSON Schema's types (draft 2020-12's meta-schema lists no other): said when Python's "int" or "str" is refused.
 TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 
 
@@ -77,50 +77,26 @@ def described(target: object, entry: str) -> OperatorTool:
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """What in an input_schema the turn could not send, or the Messages API would refuse in every
-    request that carries it (400: it must be JSON Schema draft 2020-12), or None: the slips of a
-    hand-written schema, not the whole draft (no dependency for it)."""
+    request that carries it, or None. The API refuses (400 `invalid_request_error`: "JSON schema is
+    invalid. It must match JSON Schema draft 2020-12") a schema its meta-schema refuses, whatever
+    `$schema` it names: so this asks that meta-schema, and says its first error."""
     try:
         json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return f"input_schema is not JSON ({exc})"
-    return subschema_problem(schema, "input_schema")
+    for error in draft_2020_12().iter_errors(schema):
+        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.instance_path)
+        hint = f": JSON Schema's types are {', '.join(TYPES)}" if error.instance_path[-1:] == ["type"] else ""
+        return f"input_schema{where} is refused by JSON Schema draft 2020-12: {error.message}{hint}"
+    return None
 
 
-def subschema_problem(schema: object, where: str) -> str | None:
-    if isinstance(schema, bool):
-        return None  # true and false are schemas too
-    if not isinstance(schema, dict):
-        return f"{where} is not a schema (an object)"
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
-        return f"{where}.required is not a list of names"
-    if "type" in schema and (problem := type_problem(schema["type"], f"{where}.type")) is not None:
-        return problem
-    if "enum" in schema and not isinstance(schema["enum"], list):
-        return f"{where}.enum is not a list"
-    nested: list[tuple[object, str]] = []
-    for keyword in ("properties", "$defs", "definitions"):
-        if keyword in schema:
-            if not isinstance(schema[keyword], dict):
-                return f"{where}.{keyword} is not an object"
-            nested += [(value, f"{where}.{keyword}.{name}") for name, value in schema[keyword].items()]
-    for keyword in ("items", "additionalProperties", "not"):
-        if keyword in schema:
-            nested.append((schema[keyword], f"{where}.{keyword}"))
-    for keyword in ("anyOf", "oneOf", "allOf"):
-        if keyword in schema:
-            if not isinstance(schema[keyword], list):
-                return f"{where}.{keyword} is not a list"
-            nested += [(value, f"{where}.{keyword}.{index}") for index, value in enumerate(schema[keyword])]
-    return next((problem for value, at in nested if (problem := subschema_problem(value, at))), None)
+@functools.cache
+def draft_2020_12() -> Any:
+    """A validator of schemas: draft 2020-12's meta-schema, which jsonschema_rs carries (no network)."""
+    import jsonschema_rs  # only when EXTRA_TOOLS names a tool
 
-
-def type_problem(kind: object, where: str) -> str | None:
-    """What is wrong with a schema's `type`: one of TYPES, or a list of them, each once."""
-    kinds = kind if isinstance(kind, list) else [kind]
-    if kinds and all(isinstance(k, str) and k in TYPES for k in kinds) and len(set(kinds)) == len(kinds):
-        return None
-    return f"{where} is {json.dumps(kind)}, not one of JSON Schema's types: {', '.join(TYPES)}"
+    return jsonschema_rs.Draft202012Validator({"$ref": "https://json-schema.org/draft/2020-12/schema"})
 
 
 def sendable(text: str) -> str:

@@ -10,7 +10,8 @@ model's does (the soak). `GET /v1/models/{id}` answers the model object for an i
 An `answer` may return content blocks instead of a text: text blocks
 and `tool_use` blocks (`tool_use(name, input)`), streamed as the API does (`input_json_delta`)
 and ending with `stop_reason: tool_use`. A request whose messages hold `REFUSAL_TRIGGER` is
-declined as the API declines it (`stop_reason: refusal` with its `stop_details`).
+declined as the API declines it (`stop_reason: refusal` with its `stop_details`). A tool whose
+`input_schema` draft 2020-12's meta-schema refuses is answered 400, as the API answers it.
 
 The 2026 models (`THINKING_MODELS`: Sonnet 5.5, Haiku 5.5) behave as their pages say
 (docs/research/model-changes-2026.md): every answer begins with a `thinking` block (empty at the
@@ -25,6 +26,7 @@ block holding the note's text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -32,6 +34,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+import jsonschema_rs
 
 from bench.prompt_cache import PromptCache, count_tokens
 from tests.fakes.local_server import LocalServer, QuietHandler
@@ -93,8 +97,25 @@ def signature(body: dict[str, Any], before: int) -> str:
     return hashlib.sha256(json.dumps(prefix, sort_keys=True).encode()).hexdigest()
 
 
+# The Messages API's answer (400 invalid_request_error) to a tool whose input_schema JSON Schema
+# draft 2020-12's meta-schema refuses, whichever model is asked.
+INVALID_SCHEMA = (
+    "tools.{index}.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft 2020-12 "
+    "(https://json-schema.org/draft/2020-12). Learn more about tool use at "
+    "https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview."
+)
+
+
+@functools.cache
+def draft_2020_12() -> jsonschema_rs.Validator:
+    return jsonschema_rs.Draft202012Validator({"$ref": "https://json-schema.org/draft/2020-12/schema"})
+
+
 def refusal(body: dict[str, Any]) -> str | None:
-    """What a 2026 model answers 400 to in this request, or None."""
+    """What the API, or a 2026 model, answers 400 to in this request, or None."""
+    for index, tool in enumerate(body.get("tools") or ()):
+        if "input_schema" in tool and not draft_2020_12().is_valid(tool["input_schema"]):
+            return INVALID_SCHEMA.format(index=index)
     model = body.get("model")
     thinking = (body.get("thinking") or {}).get("type")
     if thinking == "between_tools":

@@ -485,8 +485,9 @@ def test_a_tool_in_functions_is_deployed_with_its_setting(
         ),
         (
             "{module}:hours_on",
-            'EXTRA_TOOLS: {module}:hours_on\'s input_schema.properties.day.type is "int", not one of JSON '
-            "Schema's types: array, boolean, integer, null, number, object, string",
+            "EXTRA_TOOLS: {module}:hours_on's input_schema.properties.day.type is refused by JSON Schema draft "
+            "2020-12: \"int\" is not valid under any of the schemas listed in the 'anyOf' keyword: JSON Schema's "
+            "types are array, boolean, integer, null, number, object, string",
         ),
         # on the deploying shell's PYTHONPATH, outside the checkout and of no package: not uploaded
         (

@@ -340,12 +340,24 @@ def loose_enum(arguments):
     return hours(arguments)
 
 
+def quoted_length(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
+def required_twice(arguments):
+    """When a shop near the person is open."""
+    return hours(arguments)
+
+
 hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": sorted(HOURS)}}}
 keys_hours.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": HOURS.keys()}}}
 short_hours.input_schema = {"type": "object", "properties": {"shop": "string"}}
 loose_required.input_schema = {"type": "object", "properties": {"shop": {"type": "string"}}, "required": "shop"}
 python_typed.input_schema = {"type": "object", "properties": {"days": {"type": "int"}}}
 loose_enum.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "enum": "bakery"}}}
+quoted_length.input_schema = {"type": "object", "properties": {"shop": {"type": "string", "minLength": "3"}}}
+required_twice.input_schema = {"type": "object", "required": ["shop", "shop"]}
 '''
 
 
@@ -353,14 +365,36 @@ loose_enum.input_schema = {"type": "object", "properties": {"shop": {"type": "st
     ("tool", "error"),
     [
         ("keys_hours", "input_schema is not JSON (Object of type dict_keys is not JSON serializable)"),
-        ("short_hours", "input_schema.properties.shop is not a schema (an object)"),
-        ("loose_required", "input_schema.required is not a list of names"),
+        (
+            "short_hours",
+            'input_schema.properties.shop is refused by JSON Schema draft 2020-12: "string" is not of types '
+            '"boolean", "object"',
+        ),
+        (
+            "loose_required",
+            'input_schema.required is refused by JSON Schema draft 2020-12: "shop" is not of type "array"',
+        ),
         (
             "python_typed",
-            'input_schema.properties.days.type is "int", not one of JSON Schema\'s types: '
+            'input_schema.properties.days.type is refused by JSON Schema draft 2020-12: "int" is not valid under '
+            "any of the schemas listed in the 'anyOf' keyword: JSON Schema's types are "
             "array, boolean, integer, null, number, object, string",
         ),
-        ("loose_enum", "input_schema.properties.shop.enum is not a list"),
+        (
+            "loose_enum",
+            'input_schema.properties.shop.enum is refused by JSON Schema draft 2020-12: "bakery" is not of type '
+            '"array"',
+        ),
+        # Seen passing the hand-written check, and refused by the Messages API in every request:
+        (
+            "quoted_length",
+            'input_schema.properties.shop.minLength is refused by JSON Schema draft 2020-12: "3" is not of type '
+            '"integer"',
+        ),
+        (
+            "required_twice",
+            'input_schema.required is refused by JSON Schema draft 2020-12: ["shop","shop"] has non-unique elements',
+        ),
     ],
 )
 def test_a_schema_the_messages_api_would_refuse_is_refused_where_it_loads(
@@ -393,6 +427,48 @@ def test_a_schema_the_messages_api_would_refuse_is_refused_where_it_loads(
     )
     assert (response.status_code, response.get_json()["error"]) == (503, "not_configured")
     assert fake_anthropic.requests == []
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"shop": {"type": "string", "minLength": "3"}}},
+        {"type": "object", "properties": {"shop": {"type": "string"}}, "required": ["shop", "shop"]},
+        {"type": "object", "properties": {"days": {"type": "int"}}},
+    ],
+)
+def test_the_fake_anthropic_refuses_a_tool_schema_as_the_messages_api_does(
+    fake_anthropic: FakeAnthropic, schema: dict[str, Any]
+) -> None:
+    """The API checks every tool's input_schema against draft 2020-12's meta-schema and answers 400
+    to the whole request. Seen missing: the fake checked none, so a turn with such a tool answered
+    here as if it were fine, and only the real API said no."""
+    import anthropic
+
+    client = anthropic.Anthropic(api_key="sk-ant-test", base_url=fake_anthropic.url, max_retries=0)
+    tools = [
+        {"name": "fine", "description": "d", "input_schema": {"type": "object", "properties": {}}},
+        {"name": "hours", "description": "d", "input_schema": schema},
+    ]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model="claude-sonnet-5-5",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "hello"}],
+            tools=tools,  # type: ignore[arg-type]
+        )
+    assert (refused.value.status_code, refused.value.body) == (
+        400,
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "tools.1.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft "
+                "2020-12 (https://json-schema.org/draft/2020-12). Learn more about tool use at "
+                "https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.",
+            },
+        },
+    )
 
 
 def test_the_docs_give_tool_rounds_default_and_bounds_as_the_settings_do() -> None:

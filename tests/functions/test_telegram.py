@@ -416,7 +416,7 @@ update = {{"update_id": 77, "message": {{"message_id": 1, "chat": {{"id": 9, "ty
 response = client.post("/", json=update)
 print(json.dumps({{"status": response.status_code, "body": response.get_json(),
                   "anthropic": "anthropic" in sys.modules, "twilio": "twilio" in sys.modules,
-                  "pypdf": "pypdf" in sys.modules}}))
+                  "pypdf": "pypdf" in sys.modules, "jsonschema_rs": "jsonschema_rs" in sys.modules}}))
 """
     env = {
         "PATH": "/usr/bin:/bin",
@@ -430,6 +430,7 @@ print(json.dumps({{"status": response.status_code, "body": response.get_json(),
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == 200 and "offline stand-in" in result["body"]["text"].lower()
     assert result["anthropic"] is False and result["twilio"] is False and result["pypdf"] is False
+    assert result["jsonschema_rs"] is False  # EXTRA_TOOLS' schemas only (core/turn/operator_tools.py)
 
 
 def test_an_instance_without_any_database_still_answers(
