@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from functions.settings import Settings
 from functions.tools.cli import main
 from functions.tools.deploy import DEPLOYER_ROLES, ENV_FILES, Target, deploy_command, read_description
-from functions.tools.upload import PACKAGE
+from functions.tools.upload import PACKAGE, unshipped_tools, upload_files
 from tests.fakes.gcloud import ACT_AS_DENIED, API_DISABLED, NOT_LOGGED_IN, PERMISSION_DENIED_SECRETS_LIST, FakeGcloud
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -461,6 +461,12 @@ def shipped_tools() -> Iterator[str]:
         yield f"functions.{module}"
     finally:
         path.unlink()
+
+
+def test_a_module_in_functions_or_of_a_required_package_is_shipped() -> None:
+    """What the upload carries, or requirements.txt installs, passes the lookup; whether it is a
+    tool is the functions' own loader's to say (below)."""
+    assert unshipped_tools("functions.logs:redacted,twilio.rest:Client,json:dumps", upload_files()) == []
 
 
 def test_a_tool_in_functions_is_deployed_with_its_setting(
