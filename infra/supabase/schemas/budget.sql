@@ -12,6 +12,9 @@
 -- reservation whose instance died is never settled: it counts, as if spent, until its row leaves
 -- the day.
 --
+-- A day is 24 hours, on whatever TimeZone the database's sessions have: interval '1 day' is a
+-- calendar day on that clock, 23 or 25 hours on the night it changes.
+--
 -- turn_usage holds one row per stored turn and no text, and lives a day: forgetting a
 -- conversation does not give its turns back, and the purge of old messages does not touch
 -- it. Its rows are kept with no foreign key, so a deleted message leaves its count behind.
@@ -43,7 +46,7 @@ declare
     v_settled_by timestamptz;
     v_running bigint;
 begin
-    delete from public.turn_usage u where u.user_id = p_user_id and u.at <= v_now - interval '1 day';
+    delete from public.turn_usage u where u.user_id = p_user_id and u.at <= v_now - interval '24 hours';
     if p_turns_per_minute > 0 then
         select u.at into v_at from public.turn_usage u
          where u.user_id = p_user_id and u.at > v_now - interval '1 minute'
@@ -54,7 +57,7 @@ begin
         select u.at into v_at from public.turn_usage u
          where u.user_id = p_user_id
          order by u.at desc offset p_turns_per_day - 1 limit 1;
-        v_until := greatest(v_until, v_at + interval '1 day');
+        v_until := greatest(v_until, v_at + interval '24 hours');
     end if;
     if p_tokens_per_day > 0 then
         -- The earliest turn whose leaving brings the day's tokens under the budget.
@@ -77,7 +80,7 @@ begin
                                  - v_running < p_tokens_per_day then
                 v_until := greatest(v_until, v_settled_by);
             else
-                v_until := greatest(v_until, v_at + interval '1 day');
+                v_until := greatest(v_until, v_at + interval '24 hours');
             end if;
         end if;
     end if;
@@ -118,7 +121,7 @@ begin
         return 'reserved';
     end if;
     perform pg_advisory_xact_lock(hashtextextended('voice/' || p_user_id, 0));
-    delete from public.voice_usage v where v.user_id = p_user_id and v.at <= v_now - interval '1 day';
+    delete from public.voice_usage v where v.user_id = p_user_id and v.at <= v_now - interval '24 hours';
     if exists (select from public.voice_usage v
                 where v.user_id = p_user_id and v.message_id <> p_message_id
                   and v.in_flight_since > v_now - interval '2 minutes') then
@@ -168,7 +171,7 @@ $$;
 create or replace function public.expire_usage(p_limit integer) returns jsonb
     language plpgsql set search_path = '' as $$
 declare
-    v_cutoff timestamptz := clock_timestamp() - interval '1 day';
+    v_cutoff timestamptz := clock_timestamp() - interval '24 hours';
     v_turns integer;
     v_voice integer;
 begin

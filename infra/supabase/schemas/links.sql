@@ -396,12 +396,12 @@ begin
         -- (turn_person): unlinking and linking again never starts a new day.
         update public.turn_usage u set user_id = crossmem_private.unlinked_person(g.surface, g.external_id)
           from gone g, public.messages m
-         where u.user_id = g.user_id and u.at > clock_timestamp() - interval '1 day'
+         where u.user_id = g.user_id and u.at > clock_timestamp() - interval '24 hours'
            and m.id = u.message_id and m.surface = g.surface and m.sender = g.external_id
     ), voice as (
         update public.voice_usage v set user_id = crossmem_private.unlinked_person(g.surface, g.external_id)
           from gone g, public.messages m
-         where v.user_id = g.user_id and v.at > clock_timestamp() - interval '1 day'
+         where v.user_id = g.user_id and v.at > clock_timestamp() - interval '24 hours'
            and m.id = v.message_id and m.surface = g.surface and m.sender = g.external_id
     ), windows as (
         -- When it last wrote outside the thread (follow_ups.sql's wrote_outside_thread) leaves too:

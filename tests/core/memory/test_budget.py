@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from bench.latency_proxy import LatencyProxy, postgres_target, through_proxy
 from core.errors import OverBudget
@@ -102,6 +103,36 @@ def test_a_day_later_the_budget_is_back_and_old_counts_are_dropped(store: Postgr
         connection.execute("update turn_usage set at = at - interval '1 day 1 second' where user_id = %s", (person,))
     turn(memory, person, Surface.TELEGRAM, "y2")
     assert rows(database_url, "select count(*) from turn_usage where user_id = %s", person) == [(1,)]
+
+
+def test_a_day_is_24_hours_on_a_database_whose_clock_changes_that_day(database_url: str) -> None:
+    """A database whose TimeZone is a local one (`alter database ... set timezone`, or a host's own
+    zone that initdb wrote in postgresql.conf) counted the budget's "1 day" on that clock: on the
+    night its clocks spring forward a day was 23 hours, so a person at TURNS_PER_DAY=1 could write
+    again 23 hours after their turn (and on the night they fall back, only after 25). The zone here
+    is a rule whose clocks spring forward an hour, six hours ago, whatever the date."""
+    now = datetime.now(UTC)
+    jump = (now - timedelta(hours=6)).replace(minute=0, second=0, microsecond=0)
+    day = jump.timetuple().tm_yday - 1  # POSIX's `n`: the day of the year from 0, 29 February counted
+    rule = f"STD0DST,{day}/{jump.hour},{(day + 180) % 365}"
+    conninfo = make_conninfo(database_url, options=f"-c TimeZone={rule}")
+    with psycopg.connect(conninfo) as connection:  # the rule is in force: an hour ahead now, not a day ago
+        offsets = connection.execute(
+            "select extract(timezone from now()), extract(timezone from now() - interval '1 day')"
+        )
+        assert offsets.fetchone() == (3600, 0)
+    local = PostgresStore(conninfo)
+    try:
+        memory, person = budgeted(local, turns_per_day=1), uuid.uuid4()
+        turn(memory, person, Surface.TELEGRAM, "z1")
+        aged = "update turn_usage set at = at - interval '23 hours 30 minutes' where user_id = %s"
+        execute(database_url, aged, person)
+        [(at,)] = rows(database_url, "select at from turn_usage where user_id = %s", person)
+        with pytest.raises(OverBudget) as refused:
+            memory.begin_turn(Person(user_id=person), Surface.TELEGRAM, "again", "z2")
+        assert refused.value.until == at + timedelta(hours=24)
+    finally:
+        local.close()
 
 
 def test_zero_turns_each_limit_off(store: PostgresStore, database_url: str) -> None:
