@@ -91,7 +91,7 @@ WITHOUT: dict[str, str | None] = {
     "the follow-ups read": """
         create or replace function crossmem_private.turn_follow_ups(
             p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
-            out delivered_first json, out apps json
+            out timezone_stated boolean, out delivered_first json, out apps json
         ) language plpgsql set search_path = '' as $$ begin pending := '[]'::json; end; $$""",
     "the forgotten deliveries' check": """
         create or replace function crossmem_private.delivery_forgotten(p_surface text, p_external_id text,

@@ -280,6 +280,7 @@ class TurnStart:
     declined: bool = False
     follow_ups: list[FollowUp] = field(default_factory=list)  # the person's pending ones
     timezone: str | None = None  # the person's own, when known (else CONTEXT_TIMEZONE)
+    timezone_stated: bool = False  # they said it (set_timezone): a web browser's zone does not replace it
     # Follow-ups held outside WhatsApp's 24-hour window, to say before this turn's reply.
     delivered_first: list[SaidFirst] = field(default_factory=list)
     # On the web, or while a web-asked follow-up is pending: the person's apps one asked there would be

@@ -201,6 +201,7 @@ class TurnTools:
     scheduled: list[dict[str, Any]] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
+    stated: bool = False  # `timezone` is the person's word (set_timezone), not a browser's
     surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
     # The person's app a follow-up asked on the web is pushed on, None when they have none (said
     # in the conversation only): what the schedule tool says on the web, and the list on every app.
@@ -239,6 +240,8 @@ class TurnTools:
             changes["cancel"] = self.cancelled
         if self.timezone:
             changes["timezone"] = self.timezone
+            if self.stated:
+                changes["timezone_stated"] = True
         return changes
 
     def run(self, call: ToolCall) -> ToolResult:
@@ -375,7 +378,7 @@ class TurnTools:
         if zone is None:
             raise InvalidTime("not an IANA timezone name (like Europe/Madrid)")
         said = f"Timezone set to {zone.key}; it is {self.now.astimezone(zone):%a %H:%M} there now."
-        self.zone, self.timezone, self.assumed = zone, zone.key, False
+        self.zone, self.timezone, self.assumed, self.stated = zone, zone.key, False, True
         # A time of day this turn scheduled on another clock ("I'm in Sydney: remind me tomorrow at
         # 9", the calls in either order) is that time on this one.
         moved, kept = [], []
@@ -435,12 +438,15 @@ def turn_tools(
     surface: Surface | None = None,
     assumed: bool = False,
     pushed_on: PushApp | None = None,
+    stated: bool = False,
 ) -> TurnTools:
-    """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set.
+    """A turn's tools on `surface`; a web client's Intl timezone, when it differs from the person's, is set,
+    unless they `stated` theirs (set_timezone, in an earlier turn): a browser may say UTC (Firefox's
+    resistFingerprinting) or where a trip took the laptop, and the person's word wins.
     `assumed`: `zone` is CONTEXT_TIMEZONE's, the person having none (a web client's is theirs).
     `pushed_on`: the person's app the follow-ups asked on the web are pushed on."""
     tools = TurnTools(rules, pending, zone, now, surface=surface, assumed=assumed, pushed_on=pushed_on)
-    if (sent := zone_named(client_zone)) is not None:
+    if not stated and (sent := zone_named(client_zone)) is not None:
         tools.assumed = False
         if str(sent) != str(zone):
             tools.zone, tools.timezone = sent, sent.key
@@ -467,7 +473,15 @@ class FollowUps:
         # the first that still reaches them
         pushed = pushed_on(turn.start.push_apps, self.rules.reaches, turn.user_id)
         tools = turn_tools(
-            self.rules, turn.start.follow_ups, turn.zone, turn.now, turn.client_zone, turn.surface, assumed, pushed
+            self.rules,
+            turn.start.follow_ups,
+            turn.zone,
+            turn.now,
+            turn.client_zone,
+            turn.surface,
+            assumed,
+            pushed,
+            turn.start.timezone_stated,
         )
         if self.rules.max_pending > 0:
             if turn.start.message_id is not None:

@@ -144,6 +144,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         declined=bool(row.get("declined")),
         follow_ups=[FollowUp.from_row(item) for item in row.get("follow_ups") or []],
         timezone=row.get("timezone") or None,
+        timezone_stated=bool(row.get("timezone_stated")),
         delivered_first=[
             SaidFirst(
                 int(item["id"]),

@@ -59,13 +59,14 @@ class TurnState:
     @property
     def clock(self) -> ZoneInfo:
         """The zone this turn shows times on (`turn_clock`)."""
-        return turn_clock(self.zone, self.client_zone)
+        return turn_clock(self.zone, self.client_zone, self.start.timezone_stated)
 
 
-def turn_clock(zone: ZoneInfo, client_zone: str | None) -> ZoneInfo:
-    """The zone a turn shows times on: the web client's when it names one (the turn makes it the
-    person's, and its follow-up tools read "now" on it), else the person's `zone`."""
-    return zone_named(client_zone) or zone
+def turn_clock(zone: ZoneInfo, client_zone: str | None, stated: bool = False) -> ZoneInfo:
+    """The zone a turn shows times on: the person's `zone` when they `stated` it (a browser may say
+    UTC, or where a trip took the laptop), else the web client's when it names one (the turn makes it
+    the person's, and its follow-up tools read "now" on it), else `zone`."""
+    return zone if stated else zone_named(client_zone) or zone
 
 
 class Capability(Protocol):

@@ -87,7 +87,7 @@ class TurnRequest:
     history_fits: bool = False
     deadline_s: float = 30.0
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
-    timezone: str | None = None  # the web client's (Intl), set as the person's when it differs
+    timezone: str | None = None  # the web client's (Intl), the person's when it differs, not over one they stated
     platform: PlatformMessage | None = None  # the platform's name for it, and what it replies to
     # A surface that answers in its HTTP response to a platform that stops waiting (Twilio: 15 s):
     # how long after the turn's start the response is still taken. Past it the reply is not given

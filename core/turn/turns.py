@@ -548,7 +548,8 @@ class Turns:
                 message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
-        zone = turn_clock(self._zone_of(start), request.timezone)  # the browser's, which the turn makes theirs
+        # the browser's, which the turn makes theirs, unless they stated theirs
+        zone = turn_clock(self._zone_of(start), request.timezone, start.timezone_stated)
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
         return messages, merged_into_last(items, start.message_id)
 

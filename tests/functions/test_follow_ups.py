@@ -1015,6 +1015,32 @@ def test_a_follow_up_is_tried_exactly_max_attempts_times_before_it_is_given_up(
     assert rows(job_database, "select status, attempts from follow_ups") == [("given_up", MAX_ATTEMPTS)]
 
 
+def test_a_timezone_the_person_stated_is_not_replaced_by_their_browsers(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """They told the agent they live in Madrid, on the web, from a browser whose clock says UTC
+    (Firefox's resistFingerprinting, Tor Browser, a virtual machine; or New York, on a trip): their
+    next web message made the browser's zone theirs again, silently, so its "tomorrow at 9" was
+    09:00 UTC, and so was every later one on Telegram. A zone a browser sent replaces only another
+    a browser sent (or none); the one they stated is changed by stating another."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web, person = app_client("web_chat"), uuid.uuid4()
+    fake_anthropic.answer = remind("Water the plants.", lives_in="Europe/Madrid", day="tomorrow", time="09:00")
+    said = {"message": "I live in Madrid: remind me tomorrow at 9 to water the plants", "timezone": "UTC"}
+    assert web.post("/", json=said, headers=bearer(person)).status_code == 200
+    fake_anthropic.answer = remind("Call mum.", day="tomorrow", time="09:00")
+    said = {"message": "and to call mum tomorrow at 9", "timezone": "UTC"}
+    assert web.post("/", json=said, headers=bearer(person)).status_code == 200
+    assert rows(job_database, "select timezone from person_timezones where user_id = %s", person) == [
+        ("Europe/Madrid",)
+    ]
+    nine_in_madrid = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    assert rows(job_database, "select content, due_at from follow_ups where user_id = %s order by id", person) == [
+        ("Water the plants.", nine_in_madrid),
+        ("Call mum.", nine_in_madrid),
+    ]
+
+
 def test_the_web_lists_and_cancels_and_forgetting_deletes_them(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
 ) -> None:

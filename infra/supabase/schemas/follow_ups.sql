@@ -93,9 +93,13 @@ create index follow_ups_said_by_user on public.follow_ups (user_id) where said_w
 -- Deleting a message (a purge, forgetting) sets the follow-ups stored as it to null: found by this.
 create index follow_ups_by_message on public.follow_ups (message_id) where message_id is not null;
 
+-- `stated`: the person said it (the model's set_timezone), not a web browser (its Intl zone, which
+-- says UTC under Firefox's resistFingerprinting, or a trip's zone): a browser's zone replaces only
+-- another a browser sent, and a stated one is changed only by stating another.
 create table public.person_timezones (
     user_id uuid primary key,
     timezone text not null check (char_length(timezone) between 1 and 64),
+    stated boolean not null default false,
     updated_at timestamptz not null default clock_timestamp()
 );
 alter table public.person_timezones enable row level security;  -- who reads what: access.sql
@@ -200,7 +204,8 @@ $$;
 
 -- begin_turn's part for follow-ups, once the message (p_message_id) is stored or taken over:
 -- `pending` (the person's pending ones, for the model's list and cancel tools and the limit),
--- `timezone` (theirs, null when never set), and on WhatsApp `delivered_first` (the ones held
+-- `timezone` (theirs, null when never set) and `timezone_stated` (whether they said it: a browser's
+-- zone does not replace it), and on WhatsApp `delivered_first` (the ones held
 -- outside the 24-hour window: the person has just written, so they go out first in the answer to
 -- this message, stored in the thread as the agent's messages; with those an earlier attempt at
 -- this message took, so an answer that never arrived loses none of them; and with those an
@@ -215,7 +220,7 @@ $$;
 -- schedule tool to say where it will reach them, and the list where a pending one will.
 create function crossmem_private.turn_follow_ups(
     p_user_id uuid, p_surface text, p_message_id bigint, out pending json, out timezone text,
-    out delivered_first json, out apps json
+    out timezone_stated boolean, out delivered_first json, out apps json
 ) language plpgsql set search_path = '' as $$
 declare
     v_held record;
@@ -259,7 +264,9 @@ begin
                           select from json_array_elements(pending) e
                            where e->>'surface' = 'web' and e->>'status' in ('pending', 'held'))
                  then crossmem_private.follow_up_apps(p_user_id, 'web') else '[]'::json end;
-    timezone := (select t.timezone from public.person_timezones t where t.user_id = p_user_id);
+    select t.timezone, t.stated into timezone, timezone_stated from public.person_timezones t
+     where t.user_id = p_user_id;
+    timezone_stated := coalesce(timezone_stated, false);
 end;
 $$;
 
@@ -419,7 +426,7 @@ $$;
 
 -- finish_turn, and with it (same round trip) what the model's tools decided in this turn,
 -- p_follow_ups as JSON: {"schedule": [{"content", "due_at", "timezone"}], "cancel": [id],
--- "timezone": name}, and the held follow-ups the message took to say first that its TwiML answer
+-- "timezone": name, "timezone_stated": true when the person said it}, and the held follow-ups the message took to say first that its TwiML answer
 -- had no room for, "later": [id], left to the follow-up job (send_follow_ups_later, above). In
 -- the round trip that stores the reply, not one of their own after it: a database that fails
 -- after that answer leaves them with the message (its reply not stored, the message owed, every
@@ -473,8 +480,10 @@ begin
         perform public.send_follow_ups_later(p_user_id, p_user_message_id, (v_changes->'later')::text);
     end if;
     if coalesce(v_changes->>'timezone', '') <> '' then
-        insert into public.person_timezones (user_id, timezone) values (v_asked.user_id, v_changes->>'timezone')
-        on conflict (user_id) do update set timezone = excluded.timezone, updated_at = v_now;
+        insert into public.person_timezones (user_id, timezone, stated)
+        values (v_asked.user_id, v_changes->>'timezone', coalesce((v_changes->>'timezone_stated')::boolean, false))
+        on conflict (user_id) do update set timezone = excluded.timezone, stated = excluded.stated, updated_at = v_now
+         where excluded.stated or not person_timezones.stated;  -- a browser's never replaces a stated one
     end if;
     delete from public.follow_ups f
      where f.user_id = v_asked.user_id and f.status in ('pending', 'held')

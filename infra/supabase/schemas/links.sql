@@ -171,17 +171,19 @@ begin
     -- The day's budget goes with them: a linked chat counts with its web account (budget.sql).
     update public.turn_usage u set user_id = p_user_id where u.user_id = v_previous;
     update public.voice_usage v set user_id = p_user_id where v.user_id = v_previous;
-    -- The language and the timezone too, each unless the person has one learned later
-    -- (person_languages, person_timezones: follow_ups.sql).
+    -- The language and the timezone too, each unless the person has one learned later (a timezone:
+    -- one they stated before one a browser sent, then the later) (person_languages, person_timezones:
+    -- follow_ups.sql).
     insert into public.person_languages (user_id, language, updated_at)
     select p_user_id, l.language, l.updated_at from public.person_languages l where l.user_id = v_previous
     on conflict (user_id) do update set language = excluded.language, updated_at = excluded.updated_at
      where person_languages.updated_at < excluded.updated_at;
     delete from public.person_languages l where l.user_id = v_previous;
-    insert into public.person_timezones (user_id, timezone, updated_at)
-    select p_user_id, t.timezone, t.updated_at from public.person_timezones t where t.user_id = v_previous
-    on conflict (user_id) do update set timezone = excluded.timezone, updated_at = excluded.updated_at
-     where person_timezones.updated_at < excluded.updated_at;
+    insert into public.person_timezones (user_id, timezone, stated, updated_at)
+    select p_user_id, t.timezone, t.stated, t.updated_at from public.person_timezones t where t.user_id = v_previous
+    on conflict (user_id) do update set timezone = excluded.timezone, stated = excluded.stated,
+                                        updated_at = excluded.updated_at
+     where (person_timezones.stated, person_timezones.updated_at) < (excluded.stated, excluded.updated_at);
     delete from public.person_timezones t where t.user_id = v_previous;
     update public.identities i set user_id = p_user_id, linked_at = clock_timestamp()
      where i.user_id = v_previous;

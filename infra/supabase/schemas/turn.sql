@@ -606,6 +606,7 @@ begin
         'conversation_surface', v_context.conversation_surface, 'history', v_context.history,
         'prepend', v_context.prepend, 'notes', v_context.notes,
         'follow_ups', v_follow_ups.pending, 'timezone', v_follow_ups.timezone,
+        'timezone_stated', v_follow_ups.timezone_stated,
         'delivered_first', v_follow_ups.delivered_first, 'follow_up_apps', v_follow_ups.apps, 'quoted', v_quoted,
         'reserved', coalesce(v_reserved, 0), 'language', v_language,
         -- The id finish_turn stores the reply under, drawn when the message was stored (every

@@ -301,6 +301,7 @@ def test_a_timezone_set_after_a_follow_up_in_the_same_turn_moves_it_to_that_time
             {"content": "Lunch.", "due_at": "2026-12-03T02:00:00+00:00", "timezone": "Australia/Sydney"},
         ],
         "timezone": "Australia/Sydney",
+        "timezone_stated": True,
     }
     # On WhatsApp (a 24-hour window): "tomorrow at 20:00" is within it in UTC, past it in Los Angeles.
     rules = FollowUpRules(said_within=lambda surface: timedelta(hours=24) if surface is Surface.WHATSAPP else None)
@@ -339,7 +340,7 @@ def test_a_timezone_set_in_a_later_turn_says_where_the_pending_follow_ups_now_fa
         False,
     )
     assert tools.must_answer(said)
-    assert tools.changes() == {"timezone": "Australia/Sydney"}
+    assert tools.changes() == {"timezone": "Australia/Sydney", "timezone_stated": True}
 
 
 def test_tomorrow_said_just_after_midnight_is_said_back_with_its_date() -> None:
