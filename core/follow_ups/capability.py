@@ -167,6 +167,16 @@ OTHER_CLOCK = (
     " one they meant at a time of day on their own clock), which there is: {pending}"
 )
 
+# A web client's timezone that became the person's in this turn (no set_timezone: the model was told
+# nothing) with pending follow-ups read on another clock: said after the system prompt, whether or
+# not the model calls a tool, as OTHER_CLOCK says it to set_timezone.
+BROWSER_CLOCK = """
+Just now
+- Their browser says they are in {zone}, now their timezone (it was {old}). Their pending follow-ups set on \
+another clock stay at the same moment; if they meant a time of day on their own clock, tell them, and offer \
+to move them (cancel and schedule again). There they are at: {pending}
+"""
+
 # A pending one the job held (WhatsApp outside its window without a template, an SMS number that
 # opted out), as the list says it: when it is said, by the surface's rules (`held_until`).
 HELD = ", its time passed: said {until}"
@@ -202,6 +212,7 @@ class TurnTools:
     cancelled: list[int] = field(default_factory=list)
     timezone: str | None = None  # set in this turn (a tool, or the web client's Intl zone)
     stated: bool = False  # `timezone` is the person's word (set_timezone), not a browser's
+    just_now: str = ""  # what the model must know before it answers (BROWSER_CLOCK), else ''
     surface: Surface | None = None  # the turn's: where a follow-up it schedules is said
     # The person's app a follow-up asked on the web is pushed on, None when they have none (said
     # in the conversation only): what the schedule tool says on the web, and the list on every app.
@@ -408,16 +419,20 @@ class TurnTools:
             self.told.add(call_id)
         # Pending ones of earlier turns read on another clock (CONTEXT_TIMEZONE's, ASSUMED's): at the
         # same moment, so at another time of day here; the model, asked again, fixes what they meant.
-        elsewhere = [
+        if elsewhere := self.elsewhere(zone):
+            said += OTHER_CLOCK.format(pending=elsewhere)
+            self.told.add(call_id)
+        self.just_now = ""  # said here
+        return said
+
+    def elsewhere(self, zone: ZoneInfo) -> str:
+        """The pending follow-ups read on another clock than `zone`'s, still to come (a held one's
+        time has passed, a sending one is going), each at its time there; '' when none."""
+        return "; ".join(
             f"#{f.id} {shown(f.due_at, zone)}: {f.content}"
             for f in self.pending
-            # still to come (a held one's time has passed, a sending one is going)
             if f.timezone != str(zone) and f.id not in self.cancelled and f.status == "pending" and f.due_at > self.now
-        ]
-        if elsewhere:
-            said += OTHER_CLOCK.format(pending="; ".join(elsewhere))
-            self.told.add(call_id)
-        return said
+        )
 
 
 def _follow_ups(count: int) -> str:
@@ -450,6 +465,8 @@ def turn_tools(
         tools.assumed = False
         if str(sent) != str(zone):
             tools.zone, tools.timezone = sent, sent.key
+            if elsewhere := tools.elsewhere(sent):
+                tools.just_now = BROWSER_CLOCK.format(zone=sent.key, old=zone.key, pending=elsewhere)
     return tools
 
 

@@ -112,11 +112,12 @@ do it at this moment and ask them to send it again in a few minutes.
 """
 
 
-def prompt_for(system_prompt: str, capabilities: Sequence[Capability], tools_sent: bool) -> str:
+def prompt_for(system_prompt: str, capabilities: Sequence[Capability], tools_sent: bool, just_now: str = "") -> str:
     """The system prompt of one request: WITHOUT_TOOLS after it when the capabilities' tools are
-    not sent."""
+    not sent, else what the turn's tools found the model must know before it answers (`just_now`,
+    the toolbox's: this request's only, so the cached prompt before it stays)."""
     if tools_sent or not any(capability.definitions for capability in capabilities):
-        return system_prompt
+        return system_prompt + just_now
     return system_prompt + WITHOUT_TOOLS
 
 

@@ -73,6 +73,9 @@ class Toolbox:
         self.ceiling = ceiling
         self.reply_tokens = reply_tokens
         self.definitions = tuple(definition for toolset in self.toolsets for definition in toolset.definitions)
+        # What a toolset found the model must know before it answers, whether or not it calls a tool
+        # (the follow-ups' BROWSER_CLOCK): after the system prompt (capabilities.prompt_for).
+        self.just_now = "".join(str(getattr(toolset, "just_now", "")) for toolset in self.toolsets)
         self._owners = {definition["name"]: toolset for toolset in self.toolsets for definition in toolset.definitions}
         self.requests = 0  # model requests made with these tools
         self.calls = 0  # calls run, and of them the ones said back as not done

@@ -347,7 +347,12 @@ class Turns:
         tools = self._tools(start, request.surface, request.deadline_s - (self._clock() - began), request)
         chunks = tool_loop.answered(
             self._model(),
-            prompt_for(self._settings.system_prompt, self._settings.capabilities, tools is not None),
+            prompt_for(
+                self._settings.system_prompt,
+                self._settings.capabilities,
+                tools is not None,
+                tools.just_now if tools is not None else "",
+            ),
             messages,
             request.deadline_s,
             self._notes(start),
@@ -748,7 +753,12 @@ class Turns:
             usage = Usage()
             chunks = tool_loop.answered(
                 self._model(),
-                prompt_for(self._settings.system_prompt, self._settings.capabilities, tools is not None),
+                prompt_for(
+                    self._settings.system_prompt,
+                    self._settings.capabilities,
+                    tools is not None,
+                    tools.just_now if tools is not None else "",
+                ),
                 messages,
                 deadline_s,
                 notes,

@@ -1041,6 +1041,30 @@ def test_a_timezone_the_person_stated_is_not_replaced_by_their_browsers(
     ]
 
 
+def test_a_browser_that_changes_the_persons_timezone_tells_the_model_of_their_pending_follow_ups(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """Asked on the web in Madrid "tomorrow at 9", then the page opened in New York (a trip): the
+    browser's zone became theirs and the reminder stayed at its moment, 03:00 there, and nothing
+    said so; set_timezone's result says it (OTHER_CLOCK). The request's prompt now ends with it,
+    for the agent to say and offer to move them."""
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    web, person = app_client("web_chat"), uuid.uuid4()
+    fake_anthropic.answer = remind("Water the plants.", day="tomorrow", time="09:00")
+    said = {"message": "remind me tomorrow at 9 to water the plants", "timezone": "Europe/Madrid"}
+    assert web.post("/", json=said, headers=bearer(person)).status_code == 200
+    [(follow_up,)] = rows(job_database, "select id from follow_ups where user_id = %s", person)
+    fake_anthropic.answer = lambda body: "Hello from New York!"
+    said = {"message": "I landed", "timezone": "America/New_York"}
+    assert web.post("/", json=said, headers=bearer(person)).status_code == 200
+    assert fake_anthropic.requests[-1]["system"][0]["text"].endswith(
+        "\nJust now\n- Their browser says they are in America/New_York, now their timezone (it was"
+        " Europe/Madrid). Their pending follow-ups set on another clock stay at the same moment; if they meant a"
+        " time of day on their own clock, tell them, and offer to move them (cancel and schedule again). There"
+        f" they are at: #{follow_up} Thu 3 Dec 2026 03:00 (America/New_York): Water the plants.\n"
+    )
+
+
 def test_the_web_lists_and_cancels_and_forgetting_deletes_them(
     environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
 ) -> None:
