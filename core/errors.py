@@ -26,6 +26,10 @@ CrossmemError
 """
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 
 class CrossmemError(Exception):
@@ -141,13 +145,28 @@ class OverBudget(CrossmemError):
         if wait_s < 120:
             when = f"in {self.wait_s} seconds"
         else:
-            day = "" if until.astimezone(UTC).date() == now.astimezone(UTC).date() else "tomorrow "
-            when = f"{day}after {until.astimezone(UTC):%H:%M} UTC"
+            # On the person's clock when they have one, named (a page may be open in another zone),
+            # as the chat surfaces say it (core/phrases/refusals.py); else UTC's, said so.
+            zone = _zone(timezone)
+            local, today = until.astimezone(zone or UTC), now.astimezone(zone or UTC).date()
+            day = "" if local.date() == today else "tomorrow "
+            when = f"{day}after {local:%H:%M} ({zone.key})" if zone else f"{day}after {local:%H:%M} UTC"
         super().__init__(f"You've written a lot in a short time, so I'm taking a pause. You can write again {when}.")
         self.until = until
         self.now = now  # the chat surfaces say it in the person's language: core/phrases/refusals.py
         self.language = language  # the person's, as remembered (person_languages), when known
         self.timezone = timezone  # the person's (person_timezones), when known: the chat surfaces' clock
+
+
+def _zone(name: str | None) -> "ZoneInfo | None":
+    """The IANA zone of that name, or None (no zone stored, or one this host does not know)."""
+    # Imported here: zoneinfo loads sysconfig, which the records (core/models.py) need not.
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name) if name else None
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
 
 
 class StoreUnavailable(CrossmemError):

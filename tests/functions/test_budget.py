@@ -6,6 +6,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, timedelta
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -76,6 +77,29 @@ def test_the_web_past_the_budget_is_429_with_the_polite_answer(
         waits = refused.get_json()["message"].removeprefix(POLITE).removesuffix(" seconds.")
         assert refused.headers["Retry-After"] == waits and 0 < int(waits) <= 60
     assert len(fake_anthropic.requests) == asked and stored_with_external_id(database_url, "b-3") == 0
+
+
+def test_the_webs_pause_is_said_on_the_persons_clock(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A person in Kolkata (their browser said so, their stored zone) past TURNS_PER_DAY on the web:
+    the page said the day and hour on UTC's clock ("after 21:30 UTC": 03:00 on another day for
+    them, "tomorrow" or not by UTC's midnight), while their tags and reminders, and the same pause on
+    Telegram, are on their own clock."""
+    environment.setenv("TURNS_PER_DAY", "1")
+    environment.setenv("SUPABASE_JWT_SECRET", JWT_SECRET)
+    client, person = app_client("web_chat"), uuid.uuid4()
+    first = {"message": "hi", "client_message_id": "k-1", "timezone": "Asia/Kolkata"}
+    assert client.post("/", json=first, headers=bearer(person)).status_code == 200
+    [(first_at,)] = rows(database_url, "select min(at) from turn_usage where user_id = %s", person)
+    again = {"message": "more", "client_message_id": "k-2", "timezone": "Asia/Kolkata"}
+    refused = client.post("/", json=again, headers=bearer(person))
+    assert refused.status_code == 429
+    until = (first_at + timedelta(days=1)).astimezone(ZoneInfo("Asia/Kolkata"))
+    assert refused.get_json()["message"] == (
+        f"You've written a lot in a short time, so I'm taking a pause. You can write again tomorrow after"
+        f" {until:%H:%M} (Asia/Kolkata)."
+    )
 
 
 def test_whatsapp_past_the_budget_gets_a_polite_answer(
