@@ -140,22 +140,27 @@ class OverBudget(CrossmemError):
     def __init__(
         self, until: datetime, now: datetime, language: str | None = None, timezone: str | None = None
     ) -> None:
+        self.until = until
+        self.now = now  # the chat surfaces say it in the person's language: core/phrases/refusals.py
+        self.language = language  # the person's, as remembered (person_languages), when known
+        self.timezone = timezone  # the person's (person_timezones), when known: the chat surfaces' clock
         wait_s = (until - now).total_seconds()
         self.wait_s = max(int(wait_s) + 1, 1)  # whole seconds, never short of `until`
         if wait_s < 120:
             when = f"in {self.wait_s} seconds"
         else:
-            # On the person's clock when they have one, named (a page may be open in another zone),
-            # as the chat surfaces say it (core/phrases/refusals.py); else UTC's, said so.
-            zone = _zone(timezone)
-            local, today = until.astimezone(zone or UTC), now.astimezone(zone or UTC).date()
-            day = "" if local.date() == today else "tomorrow "
-            when = f"{day}after {local:%H:%M} ({zone.key})" if zone else f"{day}after {local:%H:%M} UTC"
+            # Named: a page may be open in another zone than the person's.
+            local, another_day, zone = self.on_their_clock()
+            day = "tomorrow " if another_day else ""
+            when = f"{day}after {local:%H:%M} ({zone})" if zone else f"{day}after {local:%H:%M} UTC"
         super().__init__(f"You've written a lot in a short time, so I'm taking a pause. You can write again {when}.")
-        self.until = until
-        self.now = now  # the chat surfaces say it in the person's language: core/phrases/refusals.py
-        self.language = language  # the person's, as remembered (person_languages), when known
-        self.timezone = timezone  # the person's (person_timezones), when known: the chat surfaces' clock
+
+    def on_their_clock(self) -> tuple[datetime, bool, str | None]:
+        """`until` on the person's clock when they have one (else UTC's), whether that is another day
+        there than `now`, and their zone's name (None: UTC's clock): how every surface says the pause."""
+        zone = _zone(self.timezone)
+        local = self.until.astimezone(zone or UTC)
+        return local, local.date() != self.now.astimezone(zone or UTC).date(), zone.key if zone else None
 
 
 def _zone(name: str | None) -> "ZoneInfo | None":

@@ -4,10 +4,7 @@ web's JSON and the logs say."""
 
 from __future__ import annotations
 
-from datetime import UTC
-
 from core.errors import EmptyMessage, InputError, MessageTooLong, OverBudget
-from core.follow_ups.wall_clock import zone_named
 from core.phrases.catalogue import Phrases
 
 # A pause shorter than this is said in seconds, a longer one as the time it ends.
@@ -26,10 +23,9 @@ def over_budget(phrases: Phrases, refused: OverBudget) -> str:
         when = phrases.count("budget.in_seconds", max(int(wait_s) + 1, 1))
     else:
         # On the person's clock, as their tags, reminders and search results are; else UTC, said so.
-        zone = zone_named(refused.timezone)
-        until, now = refused.until.astimezone(zone or UTC), refused.now.astimezone(zone or UTC)
+        until, another_day, zone = refused.on_their_clock()
         time = f"{until:%H:%M}" if zone is not None else f"{until:%H:%M} UTC"
-        when = phrases.say("budget.after" if until.date() == now.date() else "budget.tomorrow_after", time=time)
+        when = phrases.say("budget.tomorrow_after" if another_day else "budget.after", time=time)
     return phrases.say("budget.pause", when=when)
 
 
