@@ -52,7 +52,8 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     """The turn of a `useChat` request: its last message the person's new one (its id the
     idempotency key, as `client_message_id`), the earlier ones the client's history. Without
     earlier ones (a page that loaded none, or sends the new message alone) the stored thread is
-    read, as for today's body without `history`. With it, the key of the message whose versions
+    read, as for today's body without `history`; an edit sent alone reads the stored thread before the
+    message it edits (`thread_before`). With it, the key of the message whose versions
     it replaces on the page when it is an edit, an edit back to words stored before, or the message
     a Try again of an earlier reply posts (None when it is none of them)."""
     *earlier, last = body.messages
@@ -67,7 +68,8 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     origin = first_key(last.id, own)
     if key is not None and origin in stored and stored[origin].content == storable(words(last)):
         key = origin  # a reloaded edit edited back to its message's first words: that message sent again
-    surface, external_id, edits = sent_by_stored_id(last, person, body.id) or (Surface.WEB, key or last.id, origin)
+    by_stored_id = sent_by_stored_id(last, person, body.id)
+    surface, external_id, edits = by_stored_id or (Surface.WEB, key or last.id, origin)
     # An edit (sendMessage with messageId), of other words or back to words it was stored with (the
     # first ones or an earlier edit's): the page shows this message there. A Try again of an earlier
     # reply (regenerate with its id) drops what followed it from the page, as an edit does; a Try
@@ -82,14 +84,20 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
             if (item := history_item(message, shown_version(message, stored))) is not None
         ]
     )
+    if body.alone and (named or key is not None):
+        # An edit sent alone: its page holds the stored thread before the message it edits.
+        anchor = stored[last.id].id if last.id in stored else stored_id(last.id) if by_stored_id else None
+        client_history = thread_before(person, body.id, anchor)
+    else:
+        # An edit's page holds the thread before it: the replaced words and their reply are no history.
+        client_history = history if earlier or key else None
     turn = TurnRequest(
         surface,
         words(last),
         external_id,
         user_id=person,
         conversation_id=body.id,
-        # An edit's page holds the thread before it: the replaced words and their reply are no history.
-        client_history=history if earlier or key else None,
+        client_history=client_history,
         # The page cannot shorten the thread it posts: past MAX_HISTORY_CHARS its oldest messages are
         # left out, as the stored window's start moves, where today's body is refused (docs/decisions.md).
         history_fits=True,
@@ -99,6 +107,17 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
         language=body.language,
     )
     return turn, replaces
+
+
+def thread_before(person: uuid.UUID, conversation: uuid.UUID, message_id: int | None) -> list[ContextItem] | None:
+    """The thread a page shows before the person's stored message `message_id`, as the history
+    route lists it (without what edits replaced), its newest CONTEXT_MAX_MESSAGES: what an edit of
+    that message sent alone reads. None (the stored thread) when no stored message is named."""
+    if message_id is None:
+        return None
+    limit = runtime.settings().context_max_messages
+    page = runtime.memory().conversation_messages(person, conversation, message_id, limit)
+    return undeclined([(ContextItem.from_stored(message), message.id in page.declined) for message in page.messages])
 
 
 def words(message: UIMessage) -> str:

@@ -12,7 +12,18 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from core.media.kinds import MediaKind, MediaRef
 from core.models import Role, Surface
@@ -154,14 +165,24 @@ class UIChatRequest(BaseModel):
     timezone: str | None = Field(default=None, max_length=64)  # as SendMessage's, sent in `body`
     language: str | None = Field(default=None, max_length=35)  # as SendMessage's, sent in `body`
 
-    @model_validator(mode="before")
+    # Sent as `{id, message}`: the page's thread is the stored one (an edit's, the thread before it).
+    _alone: bool = PrivateAttr(default=False)
+
+    @property
+    def alone(self) -> bool:
+        return self._alone
+
+    @model_validator(mode="wrap")
     @classmethod
-    def new_message_alone(cls, body: Any) -> Any:
+    def new_message_alone(cls, body: Any, handler: ModelWrapValidatorHandler[UIChatRequest]) -> UIChatRequest:
         """`{id, message}`, the AI SDK's "send only the last message" (prepareSendMessagesRequest,
         docs/frontend.md): the thread of that one message, which reads the stored thread."""
-        if isinstance(body, dict) and "message" in body:
+        alone = isinstance(body, dict) and "message" in body
+        if alone:
             if "messages" in body:
                 raise ValueError("send the new message as `message` or the thread as `messages`, not both")
             body = {**body, "messages": [body["message"]]}
             del body["message"]
-        return body
+        request = handler(body)
+        request._alone = alone
+        return request

@@ -1648,3 +1648,48 @@ def test_a_use_chat_thread_of_detailed_answers_can_still_be_written_in(
     assert stored_count(database_url, person) == 40
     read = json.dumps(fake_anthropic.requests[-1]["messages"])
     assert (read.count(answer), "question 11" in read, "question 12" in read) == (7, False, True)
+
+
+def read_thread(fake_anthropic: FakeAnthropic) -> list[str]:
+    """The words the model read at its last request, without the surface and time in front."""
+    messages = fake_anthropic.requests[-1]["messages"]
+    return [block["text"].split("] ", 1)[-1] for message in messages for block in message["content"]]
+
+
+def three_said(web: FlaskClient, fake_anthropic: FakeAnthropic) -> tuple[uuid.UUID, str]:
+    """A person's chat of three messages sent alone, `{id, message}` as the documented transport
+    sends them: "u-1", "u-2" (the dentist on monday, edited to tuesday below) and "u-3"."""
+    replies = {"sister": "Noted.", "monday": "Monday it is.", "tuesday": "Tuesday it is.", "haircut": "Haircut too."}
+    fake_anthropic.answer = lambda body: next(
+        (reply for word, reply in replies.items() if word in json.dumps(body["messages"][-1])), "At 9."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    said = (("u-1", "my sister lands on the 14th"), ("u-2", "book the dentist on monday"), ("u-3", "and a haircut"))
+    for key, text in said:
+        alone = {"id": chat, "message": ui_message(key, "user", text), "trigger": "submit-message"}
+        assert parts_of(web.post("/", json=alone, headers=bearer(person)).get_data(as_text=True))[-1] == "[DONE]"
+    return person, chat
+
+
+def answer_of(response: Any) -> tuple[str, str]:
+    parts = parts_of(response.get_data(as_text=True))
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    return parts[-3]["data"]["outcome"], text
+
+
+def test_an_edit_sent_alone_with_its_message_id_reads_the_stored_thread_before_it(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """Seen failing: `{id, message, messageId}` (an edit sent alone) gave the model no history at
+    all, where a new message sent alone reads the stored thread: it reads the thread the page
+    shows before the message it edits."""
+    person, chat = three_said(web, fake_anthropic)
+    edit = {
+        "id": chat,
+        "message": ui_message("u-2", "user", "book the dentist on tuesday"),
+        "trigger": "submit-message",
+        "messageId": "u-2",
+    }
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    assert read_thread(fake_anthropic) == ["my sister lands on the 14th", "Noted.", "book the dentist on tuesday"]
