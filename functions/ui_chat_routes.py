@@ -14,6 +14,7 @@ import hashlib
 import re
 import time
 import uuid
+from collections.abc import Callable, Generator
 
 import flask
 from pydantic import ValidationError
@@ -30,6 +31,8 @@ from functions.ui_message_stream import HEADERS, turn_events
 from functions.web_models import EDIT, ID_CHARS, UIChatRequest, UIFilePart, UIMessage, UITextPart, WebAttachment
 
 DATA_URL = re.compile(r"data:([^;,]+)(?:;[^;,=]+=[^;,]*)*;base64,(.*)", re.DOTALL)
+# The edit a message sent again under its id is, asked once the turn found it stored (`unnamed_edit`).
+Edit = Callable[[], "tuple[TurnRequest, str | None] | None"]
 # How often a turn asks again while another attempt is answering its message.
 RESUME_POLL_S = 1.0
 
@@ -45,7 +48,19 @@ def is_ui_chat(body: object) -> bool:
 def send_ui_chat(raw: bytes, person: uuid.UUID, cors: dict[str, str]) -> flask.Response:
     body = parse_json(raw, UIChatRequest)
     turn, replaces = ui_turn(body, person)
-    return answered(turn, cors, replaces)
+    return answered(turn, cors, replaces, lambda: unnamed_edit(body, person, turn))
+
+
+def unnamed_edit(body: UIChatRequest, person: uuid.UUID, turn: TurnRequest) -> tuple[TurnRequest, str | None] | None:
+    """The edit a message is when it was sent under a stored message's id with other words and no
+    `messageId` (a client that builds its own body drops it, as the AI SDK's example of sending the
+    new message alone does): that message's edit, as useChat's edit (`messageId` its id) is. None
+    when its words are the stored ones (a redelivery), or it names no message of the person's. Asked
+    only once the turn found the id stored, so a new message costs no round trip more."""
+    if body.messageId is not None or body.trigger != "submit-message":
+        return None
+    edit, replaces = ui_turn(body.model_copy(update={"messageId": body.messages[-1].id}), person)
+    return (edit, replaces) if edit.external_id != turn.external_id else None
 
 
 def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | None]:
@@ -287,22 +302,27 @@ def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], conv
     )
 
 
-def answered(turn: TurnRequest, cors: dict[str, str], replaces: str | None = None) -> flask.Response:
+def answered(
+    turn: TurnRequest, cors: dict[str, str], replaces: str | None = None, edit: Edit | None = None
+) -> flask.Response:
     """The turn's stream once no other attempt is answering its message: one still answering (a
     stream the person stopped a moment ago, which its instance notices at its next write; another
     tab's) is waited for, asked again every RESUME_POLL_S; past its deadline and margin, the 409.
-    `replaces`: the key of the message whose other versions the turn's message replaces on the page."""
+    `replaces`: the key of the message whose other versions the turn's message replaces on the page;
+    `edit`: the edit the message is when it was stored with other words (`unnamed_edit`)."""
     give_up_at = time.monotonic() + turn.deadline_s + ANSWER_MARGIN_S
     while True:
         try:
-            return streamed(turn, cors, replaces)
+            return streamed(turn, cors, replaces, edit)
         except StillAnswering:
             if time.monotonic() + RESUME_POLL_S > give_up_at:
                 raise
             time.sleep(RESUME_POLL_S)
 
 
-def streamed(turn: TurnRequest, cors: dict[str, str], replaces: str | None = None) -> flask.Response:
+def streamed(
+    turn: TurnRequest, cors: dict[str, str], replaces: str | None = None, edit: Edit | None = None
+) -> flask.Response:
     """The UI message stream of a turn, started only once its first event came: its errors of
     input, ownership, budget and auth are answered with their status, before any byte. By then
     the turn has begun, and its start knows the id its reply is stored under; an edit is stored
@@ -311,6 +331,11 @@ def streamed(turn: TurnRequest, cors: dict[str, str], replaces: str | None = Non
     begun: list[TurnStart] = []
     events = runtime.turns().stream(turn, begun.append)
     first = next(events)
+    # Its id stored and answered: the same message sent again, or an edit that named no `messageId`.
+    if edit is not None and begun and begun[0].duplicate and begun[0].reply is not None and (found := edit()):
+        if isinstance(events, Generator):  # Turns.stream's: the stored reply to the words it replaces, never sent
+            events.close()
+        return answered(found[0], cors, found[1])
     reply_id = begun[0].reply_id if begun else None
     if replaces is not None and begun and begun[0].user_id is not None and begun[0].message_id is not None:
         runtime.memory().replace_message(begun[0].user_id, begun[0].message_id, replaces)

@@ -1693,3 +1693,25 @@ def test_an_edit_sent_alone_with_its_message_id_reads_the_stored_thread_before_i
     }
     assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
     assert read_thread(fake_anthropic) == ["my sister lands on the 14th", "Noted.", "book the dentist on tuesday"]
+
+
+def test_an_edit_sent_alone_without_message_id_is_answered_as_the_edit_it_is(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Seen failing: a client that follows the AI SDK's own "send only the last message" example
+    posts `{id, message}` and no `messageId`, so its edit came as the message's id with other words:
+    answered 200 `redelivered` with the reply to the words it replaced, the edit neither stored nor
+    answered. The same id with other words is an edit of that message, as useChat's edit is."""
+    person, chat = three_said(web, fake_anthropic)
+    edit = {"id": chat, "message": ui_message("u-2", "user", "book the dentist on tuesday")}
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    assert read_thread(fake_anthropic) == ["my sister lands on the 14th", "Noted.", "book the dentist on tuesday"]
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("redelivered", "Tuesday it is.")
+    assert len(fake_anthropic.requests) == 4
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    assert [message["content"] for message in page] == [
+        "my sister lands on the 14th",
+        "Noted.",
+        "book the dentist on tuesday",
+        "Tuesday it is.",
+    ]
