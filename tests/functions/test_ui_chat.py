@@ -1715,3 +1715,29 @@ def test_an_edit_sent_alone_without_message_id_is_answered_as_the_edit_it_is(
         "book the dentist on tuesday",
         "Tuesday it is.",
     ]
+
+
+def test_a_new_message_alone_after_an_edit_reads_the_thread_the_page_shows(
+    web: FlaskClient, fake_anthropic: FakeAnthropic
+) -> None:
+    """Seen failing: after an edit of an earlier message (useChat drops what followed it from the
+    page), the next message sent alone read the stored thread with the replaced words, their reply
+    and everything the edit dropped, which the page and the listing no longer show."""
+    person, chat = three_said(web, fake_anthropic)
+    edit = chat_body(
+        chat,
+        ui_message("u-1", "user", "my sister lands on the 14th"),
+        ui_message("r-1", "assistant", "Noted."),
+        ui_message("u-2", "user", "book the dentist on tuesday"),
+    )
+    edit["messageId"] = "u-2"
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    later = {"id": chat, "message": ui_message("u-4", "user", "what time?"), "trigger": "submit-message"}
+    assert answer_of(web.post("/", json=later, headers=bearer(person))) == ("answered", "At 9.")
+    assert read_thread(fake_anthropic) == [
+        "my sister lands on the 14th",
+        "Noted.",
+        "book the dentist on tuesday",
+        "Tuesday it is.",
+        "what time?",
+    ]

@@ -27,7 +27,9 @@ $$;
 -- a fifth of a turn's database time, its JSON half of that). A declined turn's messages
 -- (messages.sql's `declined`) are counted and taken, then left out: marking them moves no step
 -- (the prefix the prompt cache holds stays the same), and the window never reaches before its
--- start, which the notes cover (memory_notes.sql); it holds that many fewer until it steps.
+-- start, which the notes cover (memory_notes.sql); it holds that many fewer until it steps. So,
+-- in a conversation's window, are the messages an edit replaced and their replies (the page no
+-- longer shows them, nor does the history route: conversation_messages).
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -57,20 +59,29 @@ begin
                 else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
                                       array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
       into v_window
-      from (select l.* from ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
-                                     m.declined
+      from (with l as ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
+                                     m.declined, m.replaced, m.in_reply_to
                                 from public.messages m
                                where p_conversation_id is null and m.user_id = p_user_id and m.created_at >= p_since
                                  and (m.created_at, m.id) <= (p_until_at, p_until_id)
                                order by m.created_at desc, m.id desc limit v_keep)
                              union all
                              (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
-                                     m.declined
+                                     m.declined, m.replaced, m.in_reply_to
                                 from public.messages m
                                where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                                  and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                               order by m.created_at desc, m.id desc limit v_keep)) l
+                               order by m.created_at desc, m.id desc limit v_keep))
+            select l.* from l
              where not l.declined  -- after the limit: the window starts where its step says
+               -- a conversation's window is its page's thread (web_items): what an edit replaced there,
+               -- and the replies to those in the window, are off the page (messages.sql's replaced),
+               -- kept for search and the digest. Replies are matched within the window, no lookup
+               -- more: one whose message has left it is its first row (core/turn/context.py's
+               -- from_their_first leaves it out unless other apps' messages come before it)
+               and (p_conversation_id is null or l.id = p_until_id
+                    or not (l.replaced or (l.in_reply_to is not null
+                                           and l.in_reply_to in (select r.id from l r where r.replaced))))
              order by l.created_at, l.id) w;  -- aggregated in this order: the arrays are oldest first
     return v_window;
 end;
