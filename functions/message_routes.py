@@ -23,10 +23,11 @@ from functions.ui_message_stream import UI_STREAM_HEADER
 from functions.web_models import SendMessage
 
 # What a send past the body's limit is told: useChat posts its whole thread each turn, which a long
-# chat takes past it, and every later turn was a 413 that named no way out.
+# chat takes past it, and every later turn was a 413 that named no way out. With `trigger` and
+# `messageId`: without them, a Try again of an earlier reply could not say what the page dropped.
 SEND_ALONE = (
     "send only the new message, the thread is stored here "
-    "(useChat: prepareSendMessagesRequest returning {id, message}, docs/frontend.md)"
+    "(useChat: prepareSendMessagesRequest returning {id, message, trigger, messageId}, docs/frontend.md)"
 )
 
 

@@ -38,7 +38,7 @@ TOO_LARGE = {"error": "body_too_large", "message": f"the request body is larger 
 # The web's send route says what to send instead (functions/message_routes.py).
 SEND_ALONE = (
     ": send only the new message, the thread is stored here "
-    "(useChat: prepareSendMessagesRequest returning {id, message}, docs/frontend.md)"
+    "(useChat: prepareSendMessagesRequest returning {id, message, trigger, messageId}, docs/frontend.md)"
 )
 
 

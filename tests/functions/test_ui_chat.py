@@ -818,7 +818,8 @@ def test_a_use_chat_thread_past_the_body_limit_is_refused_naming_the_way_out(
         {
             "error": "body_too_large",
             "message": "the request body is larger than 1000000 bytes: send only the new message, the thread is "
-            "stored here (useChat: prepareSendMessagesRequest returning {id, message}, docs/frontend.md)",
+            "stored here (useChat: prepareSendMessagesRequest returning {id, message, trigger, messageId}, "
+            "docs/frontend.md)",
         },
     )
     assert response.headers["Access-Control-Allow-Origin"] == CORS_ORIGIN
@@ -1741,3 +1742,24 @@ def test_a_new_message_alone_after_an_edit_reads_the_thread_the_page_shows(
         "Tuesday it is.",
         "what time?",
     ]
+
+
+def test_a_try_again_of_an_earlier_reply_sent_alone_as_the_413_says_drops_what_followed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The 413 said to return `{id, message}`, which drops `trigger` and `messageId`: a Try again of an
+    earlier reply then could not say what the page dropped. Sent alone with both, as it now says, the
+    next turn reads the thread the page shows."""
+    person, chat = three_said(web, fake_anthropic)
+    query = "select id from messages where user_id = %s and role = 'assistant' order by id limit 1"
+    [(reply,)] = rows(database_url, query, person)
+    again = {
+        "id": chat,
+        "message": ui_message("u-1", "user", "my sister lands on the 14th"),
+        "trigger": "regenerate-message",
+        "messageId": str(reply),
+    }
+    assert answer_of(web.post("/", json=again, headers=bearer(person))) == ("redelivered", "Noted.")
+    later = {"id": chat, "message": ui_message("u-4", "user", "what time?"), "trigger": "submit-message"}
+    assert answer_of(web.post("/", json=later, headers=bearer(person))) == ("answered", "At 9.")
+    assert read_thread(fake_anthropic) == ["my sister lands on the 14th", "Noted.", "what time?"]
