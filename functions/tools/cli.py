@@ -19,6 +19,7 @@ import urllib.error
 import urllib.parse
 import uuid
 import warnings
+from datetime import UTC
 from typing import Any
 
 import click
@@ -202,7 +203,8 @@ def history(user: str, limit: int, as_json: bool) -> int:
         return 0
     print_notes(uuid.UUID(user))
     for message in messages:
-        print(f"{message.created_at:%Y-%m-%d %H:%M} [{message.surface.value}] {message.role.value}: {message.content}")
+        at = message.created_at.astimezone(UTC)  # the database session's zone otherwise, unnamed
+        print(f"{at:%Y-%m-%d %H:%M} UTC [{message.surface.value}] {message.role.value}: {message.content}")
     if not messages:
         print("no messages")
     return 0

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 
 import psycopg
@@ -216,6 +217,24 @@ def test_history_prints_a_persons_thread_over_every_surface(
     assert main(["history", "--user", str(person), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(row["surface"], row["role"]) for row in rows][:2] == [("telegram", "user"), ("telegram", "assistant")]
+
+
+def test_history_says_its_times_in_utc_whatever_the_database_sessions_zone(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], database_url: str
+) -> None:
+    """It printed the session's clock (PGTZ, the server's TimeZone: Tokyo's here) with no zone named."""
+    person = uuid.uuid4()
+    start = runtime.memory().begin_turn(Person(user_id=person), Surface.TELEGRAM, "when was this?", uuid.uuid4().hex)
+    with psycopg.connect(database_url) as connection:
+        at = connection.execute("select created_at from messages where id = %s", (start.message_id,)).fetchone()
+    assert at is not None
+    environment.setenv("PGTZ", "Asia/Tokyo")
+    runtime.reset()
+    capsys.readouterr()
+    assert main(["history", "--user", str(person)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{at[0].astimezone(UTC):%Y-%m-%d %H:%M} UTC [telegram] user: when was this?"
+    ]
 
 
 def test_a_command_stops_at_a_wrong_setting_it_reads_and_names_it(
