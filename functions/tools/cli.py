@@ -210,7 +210,7 @@ def history(user: str, limit: int, as_json: bool) -> int:
     return 0
 
 
-@crossmem.command("follow-ups", help="list a person's pending follow-ups, in their timezone")
+@crossmem.command("follow-ups", help="list a person's pending follow-ups, each on the clock it was asked on")
 @USER
 @AS_JSON
 def follow_ups(user: str, as_json: bool) -> int:

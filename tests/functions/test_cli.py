@@ -551,7 +551,7 @@ def test_without_a_terminal_the_deleting_commands_need_yes(
 HELP_LINES = [
     ("migrate", "apply infra/supabase/migrations to DATABASE_URL (idempotent)"),
     ("history", "print a person's latest messages over every surface"),
-    ("follow-ups", "list a person's pending follow-ups, in their timezone"),
+    ("follow-ups", "list a person's pending follow-ups, each on the clock it was asked on"),
     ("digest", "write the memory notes of every person who is due, now"),
     ("identities", "list the chats and numbers linked to a person, on every surface but the web"),
     ("link", "join a chat or number to a person, without a code"),
