@@ -22,7 +22,7 @@ not all among the database's bodies of that name differs. A SQL-standard body (`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,22 @@ select o.kind, o.schema, o.name, o.on_table
  order by o.position
 """
 
+# Each function's body, and the stored generated columns whose expression calls it: a `create or
+# replace` of such a function is taken (same arguments) but computes no stored value again, so the
+# column must be dropped before it and added after it (Postgres records the call from the column's
+# default, pg_attrdef; a `drop function` is refused while it stands).
+_BODIES = """
+select n.nspname, p.proname, p.prosrc,
+       array(select format('%%s.%%s.%%s', c.relnamespace::regnamespace, c.relname, a.attname)
+               from pg_depend d
+               join pg_attrdef ad on d.classid = 'pg_attrdef'::regclass and ad.oid = d.objid
+               join pg_attribute a on a.attrelid = ad.adrelid and a.attnum = ad.adnum
+               join pg_class c on c.oid = a.attrelid
+              where d.refclassid = 'pg_proc'::regclass and d.refobjid = p.oid and a.attgenerated = 's')
+  from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+ where n.nspname = any(%s)
+"""
+
 
 @dataclass(frozen=True)
 class SchemaObject:
@@ -100,12 +116,19 @@ class SchemaObject:
     name: str
     defined_in: str  # the file that defines it (a migration links to its definition)
     on_table: str = ""  # a column's, an index's, a policy's or a trigger's table (in `schema`)
+    computes: str = ""  # a differing function's: the generated columns that call it, "schema.table.column, ..."
 
     def __str__(self) -> str:
         if self.kind == "column":
             return f"column {self.schema}.{self.on_table}.{self.name} ({self.defined_in})"
         if self.on_table and self.kind != "index":  # an index's name is its schema's alone
             return f"{self.kind} {self.name} on {self.schema}.{self.on_table} ({self.defined_in})"
+        if self.computes:
+            return (
+                f"{self.kind} {self.schema}.{self.name} ({self.defined_in}; the generated column {self.computes} "
+                "calls it: drop the column and its indexes before the function, add them again after it, or its "
+                "rows keep what the old function computed)"
+            )
         return f"{self.kind} {self.schema}.{self.name} ({self.defined_in})"
 
 
@@ -214,16 +237,15 @@ CREATE_AGAIN = f"create each again from its definition in infra/supabase/schemas
 def differing_functions(connection: Any, expected: dict[SchemaObject, set[str]]) -> list[SchemaObject]:
     """Those of `expected` the database behind `connection` has, but not with every body defined."""
     held: dict[tuple[str, str], set[str]] = {}
-    for schema, name, body in connection.execute(
-        """select n.nspname, p.proname, p.prosrc from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-            where n.nspname = any(%s)""",
-        (sorted({function.schema for function in expected}),),
-    ):
+    computes: dict[tuple[str, str], set[str]] = {}
+    schemas = sorted({function.schema for function in expected})
+    for schema, name, body, columns in connection.execute(_BODIES, (schemas,)):
         # As a file is read here (universal newlines): a body pushed from a checkout with Windows
         # line ends is the same text.
         held.setdefault((schema, name), set()).add(body.replace("\r\n", "\n"))
+        computes.setdefault((schema, name), set()).update(columns)
     return [
-        function
+        replace(function, computes=", ".join(sorted(computes[(function.schema, function.name)])))
         for function, bodies in expected.items()
         if (function.schema, function.name) in held and not bodies <= held[(function.schema, function.name)]
     ]

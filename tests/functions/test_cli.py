@@ -63,6 +63,31 @@ def test_migrate_up_to_date_on_a_database_made_from_older_definitions_says_so(
     )
 
 
+def test_migrate_names_the_generated_column_a_differing_function_computes(
+    postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """Pushed from 8826baf, whose crossmem_private.searchable made no words of Japanese: migrate named
+    the function alone, and its `create or replace` was taken (same arguments) while every stored
+    messages.search_text kept the old words: an old "東京に行きます" was never found by "東京"."""
+    monkeypatch.chdir(str(tmp_path))
+    with migrated_database(postgres_server) as url:
+        monkeypatch.setenv("DATABASE_URL", url)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(
+                """create or replace function crossmem_private.searchable(p_text text) returns tsvector
+                   language plpgsql immutable parallel safe set search_path = '' as $$
+                   begin return pg_catalog.to_tsvector('pg_catalog.simple'::regconfig, p_text); end $$"""
+            )
+        assert main(["migrate"]) == 1
+    assert capsys.readouterr().err == (
+        "crossmem migrate: made from other definitions than these: 1 SQL function(s) differ from their "
+        "definition in infra/supabase/schemas/: function crossmem_private.searchable (messages.sql; the generated "
+        "column public.messages.search_text calls it: drop the column and its indexes before the function, add "
+        "them again after it, or its rows keep what the old function computed); a push runs no migration "
+        "recorded as applied: bring the database across (docs/deploy.md#a-database-made-from-older-definitions)\n"
+    )
+
+
 def test_migrate_up_to_date_names_what_the_definitions_have_and_the_database_lacks(
     postgres_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
 ) -> None:
