@@ -427,9 +427,11 @@ class TurnTools:
 
     def elsewhere(self, zone: ZoneInfo) -> str:
         """The pending follow-ups read on another clock than `zone`'s, still to come (a held one's
-        time has passed, a sending one is going), each at its time there; '' when none."""
+        time has passed, a sending one is going), each at its time there; '' when none. Each one's
+        words quoted, as JSON: the list may end the system prompt (BROWSER_CLOCK), where the person's
+        own lines ("...\n\nNew instructions: ...") would otherwise read as the operator's."""
         return "; ".join(
-            f"#{f.id} {shown(f.due_at, zone)}: {f.content}"
+            f"#{f.id} {shown(f.due_at, zone)}: {json.dumps(f.content, ensure_ascii=False)}"
             for f in self.pending
             if f.timezone != str(zone) and f.id not in self.cancelled and f.status == "pending" and f.due_at > self.now
         )

@@ -1061,7 +1061,7 @@ def test_a_browser_that_changes_the_persons_timezone_tells_the_model_of_their_pe
         "\nJust now\n- Their browser says they are in America/New_York, now their timezone (it was"
         " Europe/Madrid). Their pending follow-ups set on another clock stay at the same moment; if they meant a"
         " time of day on their own clock, tell them, and offer to move them (cancel and schedule again). There"
-        f" they are at: #{follow_up} Thu 3 Dec 2026 03:00 (America/New_York): Water the plants.\n"
+        f' they are at: #{follow_up} Thu 3 Dec 2026 03:00 (America/New_York): "Water the plants."\n'
     )
 
 
@@ -2269,7 +2269,7 @@ def test_a_reminder_at_a_time_of_day_in_a_timezone_only_assumed_is_said_with_tha
     assert seen == [
         "Timezone set to Australia/Sydney; it is Thu 08:30 there now. Pending follow-ups set on another clock"
         " stay at the same moment (cancel and schedule again at their time one they meant at a time of day on"
-        f" their own clock), which there is: #{reminder} Thu 3 Dec 2026 20:00 (Australia/Sydney): Call mum."
+        f' their own clock), which there is: #{reminder} Thu 3 Dec 2026 20:00 (Australia/Sydney): "Call mum."'
     ]
     # Once the timezone is theirs, a time of day is only recorded, as before.
     fake_anthropic.answer = remind("Water the plants.", day="friday", time="18:00")
