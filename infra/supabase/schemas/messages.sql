@@ -251,6 +251,11 @@ $$;
 -- version shown: edited back to earlier words, the page drops what followed the edit it leaves.
 -- Only what was said on the web: another app's messages (the [Telegram] thread's, written on the
 -- phone after the page was loaded, which it may never have shown) are that app's, and stay listed.
+-- Nor what another page of the web (a second tab, the phone) said while a version was still being
+-- answered, with its reply: a page sends its next message once its last one's answer is in
+-- (useChat's requests run one at a time, the demo page's Send waits), so a message stored between a
+-- version and that version's reply was not sent from the page that edits it, and that other page
+-- still shows it (docs/decisions.md). What another page said after the reply is not told apart.
 create or replace function public.replace_message(p_user_id uuid, p_message_id bigint, p_key text) returns void
     language sql set search_path = '' as $$
     select m.id from public.messages m
@@ -263,14 +268,24 @@ create or replace function public.replace_message(p_user_id uuid, p_message_id b
     with versions as (
         select v.id, v.conversation_id, v.created_at from public.messages v
          where v.id in (select crossmem_private.message_versions(p_user_id, p_message_id, p_key))
-    ), first as (select f.* from versions f order by f.created_at, f.id limit 1)
+    ), first as (select f.* from versions f order by f.created_at, f.id limit 1
+    ), elsewhere as (
+        -- said on another page while a version awaited its reply (above)
+        select o.id from public.messages o
+          join versions v on o.conversation_id = v.conversation_id and (o.created_at, o.id) > (v.created_at, v.id)
+          join public.messages r on r.in_reply_to = v.id and r.user_id = p_user_id
+         where o.user_id = p_user_id and o.role = 'user' and (o.created_at, o.id) < (r.created_at, r.id)
+           and o.id not in (select w.id from versions w)
+    )
     update public.messages m set replaced = true
       from first f, versions s
      where s.id = p_message_id
        and m.conversation_id = f.conversation_id and m.user_id = p_user_id and not m.replaced
        and m.surface = 'web' and (m.created_at, m.id) > (f.created_at, f.id)
        and m.id not in (select v.id from versions v)
-       and (m.in_reply_to is null or m.in_reply_to not in (select v.id from versions v));
+       and (m.in_reply_to is null or m.in_reply_to not in (select v.id from versions v))
+       and m.id not in (select e.id from elsewhere e)
+       and (m.in_reply_to is null or m.in_reply_to not in (select e.id from elsewhere e));
 $$;
 
 -- The newest message of one of the person's conversations when it is their web message and
