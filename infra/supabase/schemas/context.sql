@@ -29,7 +29,11 @@ $$;
 -- (the prefix the prompt cache holds stays the same), and the window never reaches before its
 -- start, which the notes cover (memory_notes.sql); it holds that many fewer until it steps. So,
 -- in a conversation's window, are the messages an edit replaced and their replies (the page no
--- longer shows them, nor does the history route: conversation_messages).
+-- longer shows them, nor does the history route: conversation_messages). And so is a message of
+-- the person's, other than the turn's own, whose own attempt may still answer it (its answer_by
+-- to come, and no reply in the window: another tab's question, a second message on a chat before
+-- the first's answer): read with this turn's, it was answered here and by its own attempt too. It
+-- is read once answered, or once its attempt ended without a reply (owed: answered with this one).
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -60,20 +64,23 @@ begin
                                       array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
       into v_window
       from (with l as ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
-                                     m.declined, m.replaced, m.in_reply_to
+                                     m.declined, m.replaced, m.in_reply_to, m.answer_by
                                 from public.messages m
                                where p_conversation_id is null and m.user_id = p_user_id and m.created_at >= p_since
                                  and (m.created_at, m.id) <= (p_until_at, p_until_id)
                                order by m.created_at desc, m.id desc limit v_keep)
                              union all
                              (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
-                                     m.declined, m.replaced, m.in_reply_to
+                                     m.declined, m.replaced, m.in_reply_to, m.answer_by
                                 from public.messages m
                                where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                                  and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
                                order by m.created_at desc, m.id desc limit v_keep))
             select l.* from l
              where not l.declined  -- after the limit: the window starts where its step says
+               -- not one its own attempt may still answer (above): its reply, stored since, follows it here
+               and (l.answer_by is null or l.answer_by <= now() or l.role <> 'user' or l.id = p_until_id
+                    or l.id in (select r.in_reply_to from l r))
                -- a conversation's window is its page's thread (web_items): what an edit replaced there,
                -- and the replies to those in the window, are off the page (messages.sql's replaced),
                -- kept for search and the digest. Replies are matched within the window, no lookup
@@ -156,7 +163,8 @@ $$;
 -- web turn puts before its conversation (turn.sql's turn_context), and what its budget estimates
 -- it at (turn_input_tokens). The latest of each chat (one conversation a surface), then the latest
 -- of those: not the person's messages filtered by their conversation, which read a day of their
--- web messages to find none. A declined turn's messages are taken, then left out (context_window).
+-- web messages to find none. A declined turn's messages are taken, then left out (context_window),
+-- and so is a message whose own attempt may still answer it (context_window: another turn's).
 create function crossmem_private.chats_latest(
     p_user_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint, p_limit integer
 ) returns table (id bigint, conversation_id uuid, surface public.surface, role text, content text,
@@ -164,20 +172,24 @@ create function crossmem_private.chats_latest(
     language plpgsql stable set search_path = '' as $$
 begin
     return query
+    with t as (select l.*
+                 from public.conversations c
+                cross join lateral (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
+                                           m.declined, m.answer_by, m.in_reply_to
+                                      from public.messages m
+                                     where m.conversation_id = c.id and m.user_id = p_user_id and m.created_at >= p_since
+                                       and (m.created_at, m.id) <= (p_until_at, p_until_id)
+                                     order by m.created_at desc, m.id desc
+                                     limit p_limit) l
+                where c.user_id = p_user_id and c.surface <> 'web'
+                order by l.created_at desc, l.id desc
+                limit p_limit)
     select t.id, t.conversation_id, t.surface, t.role, t.content, t.created_at
-      from (select l.*
-              from public.conversations c
-             cross join lateral (select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
-                                        m.declined
-                                   from public.messages m
-                                  where m.conversation_id = c.id and m.user_id = p_user_id and m.created_at >= p_since
-                                    and (m.created_at, m.id) <= (p_until_at, p_until_id)
-                                  order by m.created_at desc, m.id desc
-                                  limit p_limit) l
-             where c.user_id = p_user_id and c.surface <> 'web'
-             order by l.created_at desc, l.id desc
-             limit p_limit) t
+      from t
      where not t.declined  -- after the limit, as context_window's
+       -- its reply, stored since, follows it here
+       and (t.answer_by is null or t.answer_by <= now() or t.role <> 'user'
+            or t.id in (select r.in_reply_to from t r))
      order by t.created_at desc, t.id desc;
 end;
 $$;

@@ -157,7 +157,10 @@ def test_a_merged_conversation_is_counted_whole_again_by_the_web(
     [(chat_conversation,)] = rows(
         database_url, "select id from conversations where user_id = %s and surface = 'telegram'", web_person
     )
-    seen = memory.begin_turn(Person(user_id=web_person), Surface.WEB, "seen", "web-1", chat_conversation)
+    # its attempt over at once: unanswered, the next turn reads it (context.sql)
+    seen = memory.begin_turn(
+        Person(user_id=web_person), Surface.WEB, "seen", "web-1", chat_conversation, answer_within_s=0
+    )
     assert seen.message_id is not None
     assert rows(database_url, "select counted from conversations where id = %s", chat_conversation) == [(9 - limit,)]
 

@@ -83,7 +83,11 @@ def test_ties_changed_settings_and_messages_stored_between_turns_keep_the_rule(
     for index in range(120):
         limit, step = choose.choice([(5, 3), (8, 2), (3, 3), (12, 5), (40, 24), (4, 4)])
         memory = Memory(store, context_limits(max_messages=limit, window_step=step, web_prepend=0))
-        start = memory.begin_turn(Person(user_id=person), Surface.WEB, f"m{index}", f"e{index}", conversation)
+        # its attempt over at once: one left unanswered is read by the next turn (one whose attempt
+        # may still answer it is no other turn's: context.sql), so the window is the whole stepped tail
+        start = memory.begin_turn(
+            Person(user_id=person), Surface.WEB, f"m{index}", f"e{index}", conversation, answer_within_s=0
+        )
         assert start.message_id is not None
         want = [item.content for item in stepped_tail(thread_of(database_url, conversation), limit, step)]
         if [message.content for message in start.history] != want:
@@ -114,7 +118,9 @@ def test_replies_stored_after_later_questions_keep_the_rule(store: PostgresStore
             start = open_turns.pop(choose.randrange(len(open_turns)))
             memory.finish_turn(person, start.message_id, f"r{start.message_id}", reply_id=start.reply_id)
             continue
-        start = memory.begin_turn(Person(user_id=person), Surface.WEB, f"m{index}", f"e{index}", conversation)
+        start = memory.begin_turn(
+            Person(user_id=person), Surface.WEB, f"m{index}", f"e{index}", conversation, answer_within_s=0
+        )
         want = [item.content for item in stepped_tail(thread_of(database_url, conversation), 6, 4)]
         if [message.content for message in start.history] != want:
             wrong.append(index)

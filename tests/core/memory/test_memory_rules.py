@@ -92,7 +92,9 @@ def test_the_window_start_moves_in_steps(store: PostgresStore) -> None:
     person = Person(user_id=uuid.uuid4())
     firsts, sizes = [], []
     for index in range(12):
-        start = memory.begin_turn(person, Surface.TELEGRAM, f"m{index}", f"e{index}")
+        # each attempt over at once (answer_within_s=0): an unanswered message whose attempt may still
+        # answer it is no other turn's (context.sql)
+        start = memory.begin_turn(person, Surface.TELEGRAM, f"m{index}", f"e{index}", answer_within_s=0)
         firsts.append(start.history[0].content)
         sizes.append(len(start.history))
     # 1..6 fit; then the start jumps by 4 at a time and holds there.
@@ -112,7 +114,7 @@ def test_the_window_walks_its_index_in_order_whatever_plan_it_keeps(
     conversation = memory.create_conversation(person).id if web else None
     for index in range(3):
         surface = Surface.WEB if web else Surface.TELEGRAM
-        memory.begin_turn(Person(user_id=person), surface, f"m{index}", f"e{index}", conversation)
+        memory.begin_turn(Person(user_id=person), surface, f"m{index}", f"e{index}", conversation, answer_within_s=0)
     # Others' messages and the statistics a live database keeps: with a handful of rows any plan reads them all.
     fill(database_url, 1_600, per_person=40)
     plans: list[str] = []
@@ -173,6 +175,7 @@ def test_every_context_is_the_persons_own_recent_window(store: PostgresStore, da
             f"{person} says {index}",
             f"t{index}",
             web_conversations[person] if surface is Surface.WEB else None,
+            answer_within_s=0,  # its attempt over: the next turn reads it (context.sql)
         )
         assert start.message_id is not None and start.user_id == person
         context = start.history if surface.is_secondary else start.prepend + start.history
@@ -343,7 +346,7 @@ def test_a_step_longer_than_the_window_never_empties_it(store: PostgresStore, li
     person = Person(user_id=uuid.uuid4())
     items = []
     for index in range(12):
-        start = memory.begin_turn(person, Surface.TELEGRAM, f"m{index}", f"e{index}")
+        start = memory.begin_turn(person, Surface.TELEGRAM, f"m{index}", f"e{index}", answer_within_s=0)
         items.append(ContextItem(Role.USER, f"m{index}", Surface.TELEGRAM))
         assert 1 <= len(start.history) <= limit
         assert start.history[-1].content == f"m{index}"

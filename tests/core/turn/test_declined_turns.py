@@ -288,15 +288,24 @@ def test_only_what_the_declined_turn_merged_is_marked(memory: Memory, database_u
             " where id = %s",
             (old.message_id,),
         )
-    answered, running, declined = say("Peru", "c-a"), say("Chile", "c-b"), say(f"bad {REFUSAL_TRIGGER}", "c-c")
-    assert answered.message_id and running.message_id and declined.message_id
+    answered, running = say("Peru", "c-a"), say("Chile", "c-b")
+    assert answered.message_id and running.message_id
+    # Their attempts ended without a reply (owed), so the next turn's context holds them: one whose
+    # attempt may still answer it is no other turn's (context.sql).
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "update messages set answer_by = now() - interval '1 second' where id = any(%s)",
+            ([answered.message_id, running.message_id],),
+        )
+    declined = say(f"bad {REFUSAL_TRIGGER}", "c-c")
+    assert declined.message_id
     merged = merged_into_last(declined.history, declined.message_id)
     assert merged == (answered.message_id, running.message_id)  # what the context held: not Patagonia
-    memory.finish_turn(person, answered.message_id, "Peru is lovely.")  # its reply came meanwhile,
-    with psycopg.connect(database_url) as connection:  # and the time its attempt had is over
+    with psycopg.connect(database_url) as connection:  # Chile's redelivery took it over meanwhile
         connection.execute(
-            "update messages set answer_by = now() - interval '1 second' where id = %s", (answered.message_id,)
+            "update messages set answer_by = now() + interval '1 minute' where id = %s", (running.message_id,)
         )
+    memory.finish_turn(person, answered.message_id, "Peru is lovely.")  # its reply came meanwhile
     memory.finish_turn(person, declined.message_id, "declined", declined=merged)
     memory.finish_turn(person, running.message_id, "Chile is lovely.")
     assert [(content, marked) for _, content, marked in stored(database_url, person)] == [
