@@ -29,11 +29,14 @@ $$;
 -- (the prefix the prompt cache holds stays the same), and the window never reaches before its
 -- start, which the notes cover (memory_notes.sql); it holds that many fewer until it steps. So,
 -- in a conversation's window, are the messages an edit replaced and their replies (the page no
--- longer shows them, nor does the history route: conversation_messages). And so is a message of
--- the person's, other than the turn's own, whose own attempt may still answer it (its answer_by
--- to come, and no reply in the window: another tab's question, a second message on a chat before
--- the first's answer): read with this turn's, it was answered here and by its own attempt too. It
--- is read once answered, or once its attempt ended without a reply (owed: answered with this one).
+-- longer shows them, nor does the history route: conversation_messages). And so, in a conversation's
+-- window, is a message other than the turn's own whose own attempt may still answer it (its
+-- answer_by to come, and no reply in the window): a page sends its next message once its answer is
+-- in, so that is another tab's question, which read with this turn's was answered here and by its
+-- own attempt too. It is read once answered, or once its attempt ended without a reply (owed:
+-- answered with this one). A chat's window (the person's) still reads a second message's
+-- predecessor while its answer is being written: a burst ("I'm at the station" / "which train?")
+-- read apart loses what the first said, and both answers take the first in (docs/decisions.md).
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -79,8 +82,8 @@ begin
             select l.* from l
              where not l.declined  -- after the limit: the window starts where its step says
                -- not one its own attempt may still answer (above): its reply, stored since, follows it here
-               and (l.answer_by is null or l.answer_by <= now() or l.role <> 'user' or l.id = p_until_id
-                    or l.id in (select r.in_reply_to from l r))
+               and (p_conversation_id is null or l.answer_by is null or l.answer_by <= now() or l.role <> 'user'
+                    or l.id = p_until_id or l.id in (select r.in_reply_to from l r))
                -- a conversation's window is its page's thread (web_items): what an edit replaced there,
                -- and the replies to those in the window, are off the page (messages.sql's replaced),
                -- kept for search and the digest. Replies are matched within the window, no lookup
