@@ -164,14 +164,11 @@ class OverBudget(CrossmemError):
 
 
 def _zone(name: str | None) -> "ZoneInfo | None":
-    """The IANA zone of that name, or None (no zone stored, or one this host does not know)."""
+    """The IANA zone of that name, or None (core/follow_ups/wall_clock.py's zone_named)."""
     # Imported here: zoneinfo loads sysconfig, which the records (core/models.py) need not.
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from core.follow_ups.wall_clock import zone_named
 
-    try:
-        return ZoneInfo(name) if name else None
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None
+    return zone_named(name)
 
 
 class StoreUnavailable(CrossmemError):

@@ -422,7 +422,6 @@ class TurnTools:
         if elsewhere := self.elsewhere(zone):
             said += OTHER_CLOCK.format(pending=elsewhere)
             self.told.add(call_id)
-        self.just_now = ""  # said here
         return said
 
     def elsewhere(self, zone: ZoneInfo) -> str:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from core.memory.service import Memory
     from core.models import TurnStart
     from core.turn.context import ContextItem
-    from core.turn.tool_loop import Toolset
+    from core.turn.tool_loop import Toolbox, Toolset
 
 
 @dataclass(frozen=True)
@@ -112,12 +112,14 @@ do it at this moment and ask them to send it again in a few minutes.
 """
 
 
-def prompt_for(system_prompt: str, capabilities: Sequence[Capability], tools_sent: bool, just_now: str = "") -> str:
+def prompt_for(system_prompt: str, capabilities: Sequence[Capability], tools: Toolbox | None) -> str:
     """The system prompt of one request: WITHOUT_TOOLS after it when the capabilities' tools are
-    not sent, else what the turn's tools found the model must know before it answers (`just_now`,
-    the toolbox's: this request's only, so the cached prompt before it stays)."""
-    if tools_sent or not any(capability.definitions for capability in capabilities):
-        return system_prompt + just_now
+    not sent (no `tools`), else what the turn's tools found the model must know before it answers
+    (the toolbox's `just_now`: this request's only, so the cached prompt before it stays)."""
+    if tools is not None:
+        return system_prompt + tools.just_now
+    if not any(capability.definitions for capability in capabilities):
+        return system_prompt
     return system_prompt + WITHOUT_TOOLS
 
 

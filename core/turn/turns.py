@@ -347,12 +347,7 @@ class Turns:
         tools = self._tools(start, request.surface, request.deadline_s - (self._clock() - began), request)
         chunks = tool_loop.answered(
             self._model(),
-            prompt_for(
-                self._settings.system_prompt,
-                self._settings.capabilities,
-                tools is not None,
-                tools.just_now if tools is not None else "",
-            ),
+            prompt_for(self._settings.system_prompt, self._settings.capabilities, tools),
             messages,
             request.deadline_s,
             self._notes(start),
@@ -753,12 +748,7 @@ class Turns:
             usage = Usage()
             chunks = tool_loop.answered(
                 self._model(),
-                prompt_for(
-                    self._settings.system_prompt,
-                    self._settings.capabilities,
-                    tools is not None,
-                    tools.just_now if tools is not None else "",
-                ),
+                prompt_for(self._settings.system_prompt, self._settings.capabilities, tools),
                 messages,
                 deadline_s,
                 notes,
