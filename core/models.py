@@ -113,7 +113,7 @@ def stored_messages(window: Sequence[Sequence[Any]]) -> list[StoredMessage]:
     `from_columns` makes) was most of the cost."""
     if not window:
         return []
-    ids, conversation_ids, surfaces, roles, contents, created_ats = window
+    ids, conversation_ids, surfaces, roles, contents, created_ats = window[:6]
     if not len(ids) == len(conversation_ids) == len(surfaces) == len(roles) == len(contents) == len(created_ats):
         raise ValueError("the window's columns differ in length")
     return list(
@@ -127,6 +127,12 @@ def stored_messages(window: Sequence[Sequence[Any]]) -> list[StoredMessage]:
             map(datetime.fromisoformat, created_ats),
         )
     )
+
+
+def answered_elsewhere(window: Sequence[Sequence[Any]]) -> frozenset[int]:
+    """The ids of a chat's window's messages whose own attempt is still answering them (another
+    turn's, a burst's first), as context_window marks them: its seventh array, when there is one."""
+    return frozenset(window[6]) if len(window) > 6 and window[6] else frozenset()
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,8 @@ class TurnStart:
     duplicate: bool
     reply: StoredReply | None
     history: list[StoredMessage] = field(default_factory=list)
+    # Of `history`, the messages another attempt is answering now (answered_elsewhere): read, not answered.
+    answered_elsewhere: frozenset[int] = frozenset()
     prepend: list[StoredMessage] = field(default_factory=list)
     degraded: bool = False
     notes: str = ""  # the person's memory notes (core/memory/digest.py), empty before the first digest

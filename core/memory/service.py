@@ -43,6 +43,7 @@ from core.models import (
     StoredReply,
     Surface,
     TurnStart,
+    answered_elsewhere,
     parse_uuid,
     stored_messages,
 )
@@ -136,6 +137,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         if reply
         else None,
         history=stored_messages(row["history"]),
+        answered_elsewhere=answered_elsewhere(row["history"]),
         prepend=stored_messages(row["prepend"]),
         notes=str(row.get("notes") or ""),
         owed=bool(row.get("owed")),

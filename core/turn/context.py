@@ -52,19 +52,27 @@ class ModelMessage:
     attachments: Final[tuple[Attachment, ...]] = ()  # before the text, as Claude reads best
 
 
-def tag(surface: Surface, local: datetime | None, *, dated: bool = False) -> str:
+# What the tag of a message another attempt is answering now says (a chat's burst: the first of two
+# sent before its answer came), `[telegram · 09:12 · answered separately]`; the system prompt says
+# what it means (core/model/prompt.py's MECHANICS).
+ANSWERED_SEPARATELY = "answered separately"
+
+
+def tag(surface: Surface, local: datetime | None, *, dated: bool = False, separately: bool = False) -> str:
     """Where and when (`local`: the message's time on the person's clock), `[telegram · 09:12]`, and
     the whole date when `dated` (the day's first message in the window), `[telegram · Sun 6 Dec 2026
     · 09:12]`: the model reads each message's day, today's and its year there. A tag depends on the
-    message and the one before it only, so it stays the same from turn to turn, across midnight too."""
+    message and the one before it only, so it stays the same from turn to turn, across midnight too;
+    but for `separately` (ANSWERED_SEPARATELY), said only while the message's own answer is written."""
+    after = f" · {ANSWERED_SEPARATELY}]" if separately else "]"
     if local is None:
-        return f"[{surface.value}]"
+        return f"[{surface.value}{after}"
     # %H:%M without strftime, which cost more than the rest of the tag (and every turn tags each of
     # the person's messages in its window).
     time = local.time().isoformat("minutes")
     if dated:
-        return f"[{surface.value} · {local:%a} {local.day} {local:%b %Y} · {time}]"
-    return f"[{surface.value} · {time}]"
+        return f"[{surface.value} · {local:%a} {local.day} {local:%b %Y} · {time}{after}"
+    return f"[{surface.value} · {time}{after}"
 
 
 def from_their_first(items: Sequence[ContextItem | StoredMessage]) -> list[ContextItem | StoredMessage]:
@@ -85,21 +93,30 @@ def shown(items: Sequence[ContextItem | StoredMessage]) -> list[ContextItem | St
 
 
 def build_model_messages(
-    items: Sequence[ContextItem | StoredMessage], *, annotate: bool = True, zone: ZoneInfo | None = None
+    items: Sequence[ContextItem | StoredMessage],
+    *,
+    annotate: bool = True,
+    zone: ZoneInfo | None = None,
+    elsewhere: frozenset[int] = frozenset(),
 ) -> list[ModelMessage]:
+    """`elsewhere`: the ids of messages another attempt is answering now (TurnStart's
+    answered_elsewhere), shown as answered separately, untagged too (`[answered separately]`)."""
     zone = zone or ZoneInfo("UTC")
     kept = [(item, item.content.strip()) for item in shown(items)]
     merged: list[tuple[Role, list[str], list[Source], list[Attachment]]] = []
     day: date | None = None  # the day of the person's latest message so far
     for item, text in kept:
         rendered = text
+        separately = item.id in elsewhere if elsewhere else False
         if annotate and item.role is Role.USER:
             local = item.created_at.astimezone(zone) if item.created_at is not None else None
             # The day's first message in the window bears the date, the same from turn to turn (the
             # window's start moves by steps), so the prefix stays cached.
             dated = local is not None and local.date() != day
-            rendered = f"{tag(item.surface, local, dated=dated)} {text}"
+            rendered = f"{tag(item.surface, local, dated=dated, separately=separately)} {text}"
             day = local.date() if local is not None else day
+        elif separately:
+            rendered = f"[{ANSWERED_SEPARATELY}] {text}"
         if merged and merged[-1][0] is item.role:
             merged[-1][1].append(rendered)
             merged[-1][2].append(Source(item.surface, text))
@@ -112,17 +129,21 @@ def build_model_messages(
     ]
 
 
-def merged_into_last(items: Sequence[ContextItem | StoredMessage], message_id: int | None) -> tuple[int, ...]:
+def merged_into_last(
+    items: Sequence[ContextItem | StoredMessage], message_id: int | None, elsewhere: frozenset[int] = frozenset()
+) -> tuple[int, ...]:
     """The stored messages besides `message_id` that the context's last turn holds: the person's
-    messages after the latest reply shown, merged into one turn with it (build_model_messages). A
-    turn the model declines is theirs too (turn.sql's mark_declined)."""
+    messages after the latest reply shown, merged into one turn with it (build_model_messages), but
+    those shown as answered separately (`elsewhere`): this turn's answer is not theirs, and one whose
+    own attempt fails meanwhile stays owed. A turn the model declines is theirs too (turn.sql's
+    mark_declined)."""
     merged: list[int] = []
     for item in reversed(items):
         if not item.content.strip():
             continue  # not shown
         if item.role is not Role.USER:
             break
-        if item.id is not None and item.id != message_id:
+        if item.id is not None and item.id != message_id and item.id not in elsewhere:
             merged.append(item.id)
     return tuple(reversed(merged))
 

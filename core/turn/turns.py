@@ -196,8 +196,9 @@ class Turns:
             if notice is not None:
                 told = f"{item.content}\n{notice}"
                 items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
-        messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
-        merged = merged_into_last(items, owed.start.message_id)
+        elsewhere = owed.start.answered_elsewhere
+        messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone, elsewhere=elsewhere)
+        merged = merged_into_last(items, owed.start.message_id, elsewhere)
         with self._ended_if_failed(owed.start, figures):
             tools = self._tools(owed.start, owed.surface, deadline_s)  # as the person's turn would have had them
             return self._answer(
@@ -550,8 +551,9 @@ class Turns:
             items = [*items[:at], learned, *items[at + 1 :]]
         # the browser's, which the turn makes theirs, unless they stated theirs
         zone = turn_clock(self._zone_of(start), request.timezone, start.timezone_stated)
-        messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone)
-        return messages, merged_into_last(items, start.message_id)
+        elsewhere = start.answered_elsewhere
+        messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone, elsewhere=elsewhere)
+        return messages, merged_into_last(items, start.message_id, elsewhere)
 
     # Media (core/media/turn_media.py): after begin_turn, so a redelivery fetches and transcribes nothing.
 

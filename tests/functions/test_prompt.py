@@ -18,11 +18,12 @@ from core.follow_ups.capability import TOOLS as FOLLOW_UP_TOOLS
 from core.memory.search import TOOL as SEARCH_TOOL
 from core.memory.service import Memory
 from core.model.prompt import DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTAGGED
-from core.models import TurnStart
+from core.models import Role, TurnStart
 from core.stores.store import UnavailableStore
 from core.surfaces import Surface, rules
 from core.surfaces.sms import KEYWORDS
 from core.turn.capabilities import DEFAULT_CAPABILITIES, DEFAULT_SYSTEM_PROMPT, TurnState, standing_instructions
+from core.turn.context import ContextItem, build_model_messages
 from functions.runtime import capabilities
 from functions.settings import Settings
 from functions.web_models import WebAttachment
@@ -227,6 +228,27 @@ def test_the_prompt_says_a_follow_up_asked_on_the_web_is_pushed_on_their_app_and
         " none, its result says so: it then appears only in that web conversation, for them to see when they open"
         " it.\n"
     ) in DEFAULT_SYSTEM_PROMPT
+
+
+@pytest.mark.parametrize(
+    ("tagged", "marked", "line"),
+    [
+        (True, "[telegram · answered separately] x", 'A message whose tag ends with "answered separately"'),
+        (False, "[answered separately] x", 'A message that starts with "[answered separately]"'),
+    ],
+)
+def test_the_prompt_says_what_the_answered_separately_mark_means(tagged: bool, marked: str, line: str) -> None:
+    """The context marks a burst's message another turn is answering (core/turn/context.py's
+    ANSWERED_SEPARATELY): the prompt names the mark as the context writes it, tagged or not."""
+    burst = [
+        ContextItem(Role.USER, "x", Surface.TELEGRAM, None, 1),
+        ContextItem(Role.USER, "y", Surface.TELEGRAM, None, 2),
+    ]
+    written = build_model_messages(burst, annotate=tagged, elsewhere=frozenset({1}))
+    assert written[0].content.split("\n\n")[0] == marked
+    mechanics = " ".join((MECHANICS if tagged else MECHANICS_UNTAGGED).split())
+    said = " is being answered in a reply of its own right now: read it for what it tells you, and answer only"
+    assert f"- {line}{said} what the person wrote after it." in mechanics
 
 
 def test_the_prompt_names_every_word_twilio_answers_by_sms_itself() -> None:

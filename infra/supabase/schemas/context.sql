@@ -36,7 +36,10 @@ $$;
 -- own attempt too. It is read once answered, or once its attempt ended without a reply (owed:
 -- answered with this one). A chat's window (the person's) still reads a second message's
 -- predecessor while its answer is being written: a burst ("I'm at the station" / "which train?")
--- read apart loses what the first said, and both answers take the first in (docs/decisions.md).
+-- read apart loses what the first said. It reads it marked: a seventh array, the ids of such
+-- messages (null when none: the window has six then, as a web window and the web's prepend), which
+-- the context shows the model as answered separately (core/turn/context.py), so this turn answers
+-- what came after it, and does not count it as answered (docs/decisions.md).
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -64,7 +67,8 @@ begin
     -- where each arm walks its index in order (225 -> 141 µs a call: docs/benchmarks.md).
     select case when count(*) = 0 then '[]'::json
                 else json_build_array(array_agg(w.id), array_agg(w.conversation_id), array_agg(w.surface),
-                                      array_agg(w.role), array_agg(w.content), array_agg(w.created_at)) end
+                                      array_agg(w.role), array_agg(w.content), array_agg(w.created_at),
+                                      array_agg(w.id) filter (where w.answering)) end
       into v_window
       from (with l as ((select m.id, m.conversation_id, m.surface, m.role, m.content, m.created_at,
                                      m.declined, m.replaced, m.in_reply_to, m.answer_by
@@ -79,11 +83,15 @@ begin
                                where m.conversation_id = p_conversation_id and m.user_id = p_user_id
                                  and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
                                order by m.created_at desc, m.id desc limit v_keep))
-            select l.* from l
+            , a as (select l.*,
+                           -- its own attempt may still answer it (above): its reply, stored since, follows it here
+                           coalesce(l.answer_by > now() and l.role = 'user' and l.id <> p_until_id
+                                    and l.id not in (select r.in_reply_to from l r where r.in_reply_to is not null),
+                                    false) as answering
+                      from l)
+            select l.* from a l
              where not l.declined  -- after the limit: the window starts where its step says
-               -- not one its own attempt may still answer (above): its reply, stored since, follows it here
-               and (p_conversation_id is null or l.answer_by is null or l.answer_by <= now() or l.role <> 'user'
-                    or l.id = p_until_id or l.id in (select r.in_reply_to from l r))
+               and (p_conversation_id is null or not l.answering)  -- a chat's is marked (above)
                -- a conversation's window is its page's thread (web_items): what an edit replaced there,
                -- and the replies to those in the window, are off the page (messages.sql's replaced),
                -- kept for search and the digest. Replies are matched within the window, no lookup

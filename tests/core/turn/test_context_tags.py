@@ -10,7 +10,7 @@ import pytest
 
 from core.errors import HistoryTooLong
 from core.models import Role, Surface
-from core.turn.context import ContextItem, build_model_messages, client_window
+from core.turn.context import ContextItem, build_model_messages, client_window, merged_into_last
 
 MADRID = ZoneInfo("Europe/Madrid")
 
@@ -67,6 +67,32 @@ def test_across_midnight_the_earlier_messages_keep_their_tags() -> None:
     assert [message.content for message in before] == ["[web · Sat 5 Dec 2026 · 21:00] x", "ok", "[web · 23:50] y"]
     assert after[: len(before) - 1] == before[:-1]
     assert after[-1].content == "[web · 23:50] y\n\n[web · Sun 6 Dec 2026 · 00:10] z"
+
+
+BURST = [
+    ContextItem(Role.USER, "what time is it in Lima?", Surface.TELEGRAM, datetime(2026, 12, 6, 7, 0, tzinfo=UTC), 1),
+    ContextItem(Role.USER, "I'm at the station", Surface.TELEGRAM, datetime(2026, 12, 6, 7, 5, tzinfo=UTC), 2),
+    ContextItem(Role.USER, "which train?", Surface.TELEGRAM, datetime(2026, 12, 6, 7, 6, tzinfo=UTC), 3),
+]
+
+
+def test_a_message_another_attempt_is_answering_is_shown_so_and_not_merged_into_this_turn() -> None:
+    """A chat's burst: "I'm at the station" (2) is being answered by its own turn while "which
+    train?" (3) is: this turn reads it marked, tagged or not (the prompt's MECHANICS says what the
+    mark means), and does not count it among the messages its answer answers (an owed one, 1, it
+    does), so that one whose own attempt fails stays owed."""
+    tagged = build_model_messages(BURST, zone=MADRID, elsewhere=frozenset({2}))
+    assert [message.content for message in tagged] == [
+        "[telegram · Sun 6 Dec 2026 · 08:00] what time is it in Lima?\n\n"
+        "[telegram · 08:05 · answered separately] I'm at the station\n\n"
+        "[telegram · 08:06] which train?"
+    ]
+    untagged = build_model_messages(BURST, annotate=False, elsewhere=frozenset({2}))
+    assert [message.content for message in untagged] == [
+        "what time is it in Lima?\n\n[answered separately] I'm at the station\n\nwhich train?"
+    ]
+    assert merged_into_last(BURST, 3, frozenset({2})) == (1,)
+    assert merged_into_last(BURST, 3) == (1, 2)
 
 
 def test_a_client_window_past_its_characters_is_refused_or_fitted() -> None:

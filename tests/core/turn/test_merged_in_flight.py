@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import UTC
 from typing import Any
 
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
 from core.models import Surface
+from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.owed import OwedReplies
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import rows
+from tests.helpers import RecordingChannel, context_limits, rows
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -105,12 +108,27 @@ def test_a_message_another_tab_is_still_answering_is_not_answered_with_the_next(
     ]
 
 
-def test_a_second_message_on_telegram_before_the_first_is_answered_reads_it(
+def tags(database_url: str, person: uuid.UUID, marked: str) -> str:
+    """The person's two first messages as a turn shows them to the model (UTC, their zone unknown),
+    the first's tag with `marked`."""
+    (first, _), (second, _) = rows(
+        database_url, "select created_at, id from messages where user_id = %s order by created_at, id limit 2", person
+    )
+    first, second = first.astimezone(UTC), second.astimezone(UTC)
+    dated = f"{second:%a} {second.day} {second:%b %Y} · " if second.date() != first.date() else ""
+    return (
+        f"[telegram · {first:%a} {first.day} {first:%b %Y} · {first:%H:%M}{marked}] I'm at the station\n\n"
+        f"[telegram · {dated}{second:%H:%M}] which train?"
+    )
+
+
+def test_a_second_message_on_telegram_before_the_first_is_answered_reads_it_marked(
     memory: Memory, fake_anthropic: FakeAnthropic, database_url: str
 ) -> None:
     """On a chat app a person writes in bursts: the second message's turn reads the first while its
-    answer is being written (docs/decisions.md), so "which train?" is answered knowing the station.
-    The first still gets its own answer."""
+    answer is being written, so "which train?" is answered knowing the station; marked as answered
+    separately (context.sql's seventh array), so that it answers "which train?" alone
+    (docs/decisions.md). The first gets its own answer, and the next turn reads both unmarked."""
     model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
     person = uuid.uuid4()
@@ -128,7 +146,67 @@ def test_a_second_message_on_telegram_before_the_first_is_answered_reads_it(
         "answer to: I'm at the station",
         "answer to: I'm at the station\n\nwhich train?",
     ]
-    assert texts(fake_anthropic.requests[1]) == [("user", "I'm at the station\n\nwhich train?")]
+    asked_second = [
+        (message["role"], message["content"][0]["text"]) for message in fake_anthropic.requests[1]["messages"]
+    ]
+    assert asked_second == [("user", tags(database_url, person, " · answered separately"))]
+    third = turns.run(TurnRequest(Surface.TELEGRAM, "thanks", "tg-in-flight-3", user_id=person, deadline_s=30))
+    assert third.outcome is Outcome.ANSWERED
+    assert fake_anthropic.requests[2]["messages"][0]["content"][0]["text"] == tags(database_url, person, "")
+
+
+def test_a_bursts_first_message_whose_own_turn_fails_stays_owed_and_is_answered_once(
+    own_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The second turn read the first as answered separately; that first turn then failed (the
+    person had the fallback) before the second stored its answer. The second's answer is not the
+    first's (it was told to leave it): the first stays owed, and the scheduled job answers it.
+    Seen failing: counted among the messages the second answered (merged_into_last), the first was
+    marked answered with it, and the station was never answered."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
+    memory = Memory(store, context_limits())
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    first_asked, second_asked, fail_first, release_second = (threading.Event() for _ in range(4))
+
+    def answer(body: dict[str, Any]) -> str:
+        last = texts(body)[-1][1]
+        if last == "I'm at the station" and not first_asked.is_set():
+            first_asked.set()
+            assert fail_first.wait(30)
+            raise ConnectionResetError("the first turn's model call fails")
+        if last.endswith("which train?"):
+            second_asked.set()
+            assert release_second.wait(30)
+        return f"answer to: {last}"
+
+    fake_anthropic.answer = answer
+    results: dict[str, TurnResult] = {}
+    one = TurnRequest(Surface.TELEGRAM, "I'm at the station", "tg-burst-fails-1", sender_id="4848", deadline_s=30)
+    two = TurnRequest(Surface.TELEGRAM, "which train?", "tg-burst-fails-2", sender_id="4848", deadline_s=30)
+    thread_one = threading.Thread(target=lambda: results.update(one=turns.run(one)))
+    thread_one.start()
+    assert first_asked.wait(30)
+    thread_two = threading.Thread(target=lambda: results.update(two=turns.run(two)))
+    thread_two.start()
+    assert second_asked.wait(30)
+    fail_first.set()
+    thread_one.join(30)
+    release_second.set()
+    thread_two.join(30)
+    assert [(results["one"].outcome, results["one"].reply), (results["two"].outcome, results["two"].reply)] == [
+        (Outcome.FALLBACK, "FALLBACK"),
+        (Outcome.ANSWERED, "answer to: I'm at the station\n\nwhich train?"),
+    ]
+    station = "select answered_with_later from messages where content = 'I''m at the station'"
+    assert rows(own_database, station) == [(False,)]
+    channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120).answered == 1
+    assert channel.sent == ["answer to: I'm at the station"]
+    store.close()
 
 
 def test_a_chat_message_still_being_answered_is_not_answered_on_the_web_too(
