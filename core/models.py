@@ -130,8 +130,8 @@ def stored_messages(window: Sequence[Sequence[Any]]) -> list[StoredMessage]:
 
 
 def answered_elsewhere(window: Sequence[Sequence[Any]]) -> frozenset[int]:
-    """The ids of a chat's window's messages whose own attempt is still answering them (another
-    turn's, a burst's first), as context_window marks them: its seventh array, when there is one."""
+    """The ids of a window's messages whose own attempt is still answering them (a chat's burst's
+    first, another tab's question), as context_window marks them: its seventh array, when there is one."""
     return frozenset(window[6]) if len(window) > 6 and window[6] else frozenset()
 
 
@@ -273,7 +273,8 @@ class TurnStart:
     duplicate: bool
     reply: StoredReply | None
     history: list[StoredMessage] = field(default_factory=list)
-    # Of `history`, the messages another attempt is answering now (answered_elsewhere): read, not answered.
+    # Of `history` and `prepend`, the messages another attempt is answering now (answered_elsewhere):
+    # read, not answered.
     answered_elsewhere: frozenset[int] = frozenset()
     prepend: list[StoredMessage] = field(default_factory=list)
     degraded: bool = False

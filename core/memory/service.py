@@ -137,7 +137,7 @@ def turn_start(row: dict[str, Any]) -> TurnStart:
         if reply
         else None,
         history=stored_messages(row["history"]),
-        answered_elsewhere=answered_elsewhere(row["history"]),
+        answered_elsewhere=answered_elsewhere(row["history"]) | answered_elsewhere(row["prepend"]),
         prepend=stored_messages(row["prepend"]),
         notes=str(row.get("notes") or ""),
         owed=bool(row.get("owed")),

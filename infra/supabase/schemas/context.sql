@@ -29,17 +29,15 @@ $$;
 -- (the prefix the prompt cache holds stays the same), and the window never reaches before its
 -- start, which the notes cover (memory_notes.sql); it holds that many fewer until it steps. So,
 -- in a conversation's window, are the messages an edit replaced and their replies (the page no
--- longer shows them, nor does the history route: conversation_messages). And so, in a conversation's
--- window, is a message other than the turn's own whose own attempt may still answer it (its
--- answer_by to come, and no reply in the window): a page sends its next message once its answer is
--- in, so that is another tab's question, which read with this turn's was answered here and by its
--- own attempt too. It is read once answered, or once its attempt ended without a reply (owed:
--- answered with this one). A chat's window (the person's) still reads a second message's
--- predecessor while its answer is being written: a burst ("I'm at the station" / "which train?")
--- read apart loses what the first said. It reads it marked: a seventh array, the ids of such
--- messages (null when none: the window has six then, as a web window and the web's prepend), which
--- the context shows the model as answered separately (core/turn/context.py), so this turn answers
--- what came after it, and does not count it as answered (docs/decisions.md).
+-- longer shows them, nor does the history route: conversation_messages). A message other than the
+-- turn's own whose own attempt may still answer it (its answer_by to come, and no reply in the
+-- window) is read marked: a chat's burst ("I'm at the station", then "which train?" before the first
+-- answer), another tab's question ("what is the capital of Peru?", then "and of Chile?"). Read apart,
+-- the second loses what the first said; read as one turn, both answers answered the first. So the
+-- window has a seventh array, the ids of such messages (null when none; the web's prepend has six),
+-- which the context shows the model as answered separately (core/turn/context.py): this turn
+-- answers what came after, and does not count it as answered (docs/decisions.md). Once answered, or
+-- once its attempt ended without a reply (owed: answered with this one), it is read as any other.
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -91,7 +89,6 @@ begin
                       from l)
             select l.* from a l
              where not l.declined  -- after the limit: the window starts where its step says
-               and (p_conversation_id is null or not l.answering)  -- a chat's is marked (above)
                -- a conversation's window is its page's thread (web_items): what an edit replaced there,
                -- and the replies to those in the window, are off the page (messages.sql's replaced),
                -- kept for search and the digest. Replies are matched within the window, no lookup
@@ -174,12 +171,13 @@ $$;
 -- web turn puts before its conversation (turn.sql's turn_context), and what its budget estimates
 -- it at (turn_input_tokens). The latest of each chat (one conversation a surface), then the latest
 -- of those: not the person's messages filtered by their conversation, which read a day of their
--- web messages to find none. A declined turn's messages are taken, then left out (context_window),
--- and so is a message whose own attempt may still answer it (context_window: another turn's).
+-- web messages to find none. A declined turn's messages are taken, then left out (context_window);
+-- `answering`: one whose own attempt may still answer it, which the web turn reads marked
+-- (context_window: a question still being answered on the chat app).
 create function crossmem_private.chats_latest(
     p_user_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint, p_limit integer
 ) returns table (id bigint, conversation_id uuid, surface public.surface, role text, content text,
-                 created_at timestamptz)
+                 created_at timestamptz, answering boolean)
     language plpgsql stable set search_path = '' as $$
 begin
     return query
@@ -195,12 +193,12 @@ begin
                 where c.user_id = p_user_id and c.surface <> 'web'
                 order by l.created_at desc, l.id desc
                 limit p_limit)
-    select t.id, t.conversation_id, t.surface, t.role, t.content, t.created_at
+    select t.id, t.conversation_id, t.surface, t.role, t.content, t.created_at,
+           -- its reply, stored since, follows it here
+           coalesce(t.answer_by > now() and t.role = 'user'
+                    and t.id not in (select r.in_reply_to from t r where r.in_reply_to is not null), false)
       from t
      where not t.declined  -- after the limit, as context_window's
-       -- its reply, stored since, follows it here
-       and (t.answer_by is null or t.answer_by <= now() or t.role <> 'user'
-            or t.id in (select r.in_reply_to from t r))
      order by t.created_at desc, t.id desc;
 end;
 $$;

@@ -352,10 +352,11 @@ begin
         history := public.context_window(p_user_id, p_conversation_id, v_length.since, p_message_at, p_message_id,
                                          p_max_messages, p_window_step, v_length.total);
         if conversation_surface = 'web' and p_web_prepend > 0 then
-            -- the window's shape (context.sql): its columns, oldest first
+            -- the window's shape (context.sql): its columns, oldest first, and the ids read marked
             select case when count(*) = 0 then '[]'::json
                         else json_build_array(array_agg(s.id), array_agg(s.conversation_id), array_agg(s.surface),
-                                              array_agg(s.role), array_agg(s.content), array_agg(s.created_at)) end
+                                              array_agg(s.role), array_agg(s.content), array_agg(s.created_at),
+                                              array_agg(s.id) filter (where s.answering)) end
               into prepend
               from (select l.* from crossmem_private.chats_latest(p_user_id, p_since, p_message_at, p_message_id,
                                                                   p_web_prepend) l

@@ -1,7 +1,8 @@
-"""On the web, a message whose own attempt is still answering it is never merged into another
-turn: one page open in two tabs gets each message answered once; a chat's burst is still read
-whole (docs/decisions.md). Real Postgres, the real SDK at the fake Anthropic; the first turn is held inside
-its model call by an event, so the second runs while it is still answering."""
+"""A message whose own attempt is still answering it is read by another turn marked as answered
+separately, never answered there too: one page open in two tabs, a chat's burst, the other apps'
+latest a web turn reads first (docs/decisions.md). Real Postgres, the real SDK at the fake
+Anthropic; the first turn is held inside its model call by an event, so the second runs while it
+is still answering."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Surface
+from core.models import Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.turn.context import ContextItem
 from core.turn.owed import OwedReplies
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
@@ -49,12 +51,28 @@ def held_first_answer(fake: FakeAnthropic, held: str) -> tuple[threading.Event, 
     return asked, release
 
 
-def test_a_message_another_tab_is_still_answering_is_not_answered_with_the_next(
+def marked(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """A model request's turns, each its role and its words, the `[web · 09:12]` tags left out but
+    for the mark `answered separately`."""
+    return [
+        (
+            message["role"],
+            "\n\n".join(
+                ("(answered separately) " if part.split("] ", 1)[0].endswith(" · answered separately") else "")
+                + part.split("] ", 1)[-1]
+                for part in message["content"][0]["text"].split("\n\n")
+            ),
+        )
+        for message in body["messages"]
+    ]
+
+
+def test_a_message_another_tab_is_still_answering_is_read_marked_and_answered_once(
     memory: Memory, fake_anthropic: FakeAnthropic, database_url: str
 ) -> None:
     """Tab A sends a question; while it is answered, tab B (the same conversation, the page's body
-    without history: the stored thread) sends another. B's turn reads B's message alone, and each
-    question gets one answer: never A's question answered by both turns."""
+    without history: the stored thread) sends another. B's turn reads A's question marked as
+    answered separately ("and of Chile?" alone means nothing), and each question gets one answer."""
     model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
     person = uuid.uuid4()
@@ -83,8 +101,15 @@ def test_a_message_another_tab_is_still_answering_is_not_answered_with_the_next(
     release.set()
     tab_a.join(30)
     assert (first[0].outcome, first[0].reply) == (Outcome.ANSWERED, "answer to: what is the capital of Peru?")
-    assert (second.outcome, second.reply) == (Outcome.ANSWERED, "answer to: and of Chile?")
-    assert texts(fake_anthropic.requests[1]) == [("user", "and of Chile?")]
+    assert (second.outcome, second.reply) == (
+        Outcome.ANSWERED,
+        "answer to: what is the capital of Peru?\n\nand of Chile?",
+    )
+    assert marked(fake_anthropic.requests[1]) == [
+        ("user", "(answered separately) what is the capital of Peru?\n\nand of Chile?")
+    ]
+    peru = "select answered_with_later from messages where conversation_id = %s and content like 'what is%%'"
+    assert rows(database_url, peru, web.id) == [(False,)]
     listing = rows(
         database_url,
         "select role, content from messages where conversation_id = %s order by created_at, id",
@@ -93,7 +118,7 @@ def test_a_message_another_tab_is_still_answering_is_not_answered_with_the_next(
     assert listing == [
         ("user", "what is the capital of Peru?"),
         ("user", "and of Chile?"),
-        ("assistant", "answer to: and of Chile?"),
+        ("assistant", "answer to: what is the capital of Peru?\n\nand of Chile?"),
         ("assistant", "answer to: what is the capital of Peru?"),
     ]
     # The next turn reads both questions and both answers, each once.
@@ -101,9 +126,12 @@ def test_a_message_another_tab_is_still_answering_is_not_answered_with_the_next(
         TurnRequest(Surface.WEB, "thanks", "tab-b-2", user_id=person, conversation_id=web.id, deadline_s=30)
     )
     assert third.outcome is Outcome.ANSWERED
-    assert texts(fake_anthropic.requests[2]) == [
+    assert marked(fake_anthropic.requests[2]) == [
         ("user", "what is the capital of Peru?\n\nand of Chile?"),
-        ("assistant", "answer to: and of Chile?\n\nanswer to: what is the capital of Peru?"),
+        (
+            "assistant",
+            "answer to: what is the capital of Peru?\n\nand of Chile?\n\nanswer to: what is the capital of Peru?",
+        ),
         ("user", "thanks"),
     ]
 
@@ -209,12 +237,12 @@ def test_a_bursts_first_message_whose_own_turn_fails_stays_owed_and_is_answered_
     store.close()
 
 
-def test_a_chat_message_still_being_answered_is_not_answered_on_the_web_too(
+def test_a_chat_message_still_being_answered_is_read_marked_on_the_web(
     memory: Memory, fake_anthropic: FakeAnthropic
 ) -> None:
     """The web puts the other apps' latest before a new conversation (WEB_PREPEND_MESSAGES): a
-    Telegram message whose answer is still being written is not among them, so the web's first
-    message is answered alone, and the Telegram one once, on Telegram."""
+    Telegram message whose answer is still being written is read marked (chats_latest's
+    `answering`), so the Telegram one is answered once, on Telegram."""
     model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
     turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
     person = uuid.uuid4()
@@ -232,6 +260,39 @@ def test_a_chat_message_still_being_answered_is_not_answered_on_the_web_too(
     thread.join(30)
     assert [first[0].reply, second.reply] == [
         "answer to: remind me what I said about Lima",
-        "answer to: hello from the laptop",
+        "answer to: remind me what I said about Lima\n\nhello from the laptop",
     ]
-    assert texts(fake_anthropic.requests[1]) == [("user", "hello from the laptop")]
+    assert marked(fake_anthropic.requests[1]) == [
+        ("user", "(answered separately) remind me what I said about Lima\n\nhello from the laptop")
+    ]
+
+
+def test_a_page_sending_its_thread_with_another_tabs_question_reads_it_marked(
+    memory: Memory, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A page that sends its own thread (useChat), reloaded while another tab's question is being
+    answered, carries that question under its stored id: it is read marked there too, and not
+    counted as answered by this turn (the history's items are the page's, the mark the store's)."""
+    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    person = uuid.uuid4()
+    web = memory.create_conversation(person)
+    asked, release = held_first_answer(fake_anthropic, "what is the capital of Peru?")
+    first: list[TurnResult] = []
+    peru = TurnRequest(Surface.WEB, "what is the capital of Peru?", "page-a-1", user_id=person, conversation_id=web.id)
+    thread = threading.Thread(target=lambda: first.append(turns.run(peru)))
+    thread.start()
+    assert asked.wait(30)
+    ((peru_id, peru_at),) = rows(database_url, "select id, created_at from messages where conversation_id = %s", web.id)
+    page = [ContextItem(Role.USER, "what is the capital of Peru?", Surface.WEB, peru_at, peru_id)]
+    chile = TurnRequest(
+        Surface.WEB, "and of Chile?", "page-b-1", user_id=person, conversation_id=web.id, client_history=page
+    )
+    second = turns.run(chile)
+    release.set()
+    thread.join(30)
+    assert (first[0].reply, second.outcome) == ("answer to: what is the capital of Peru?", Outcome.ANSWERED)
+    assert marked(fake_anthropic.requests[1]) == [
+        ("user", "(answered separately) what is the capital of Peru?\n\nand of Chile?")
+    ]
+    assert rows(database_url, "select answered_with_later from messages where id = %s", peru_id) == [(False,)]
