@@ -86,6 +86,8 @@ begin
               from public.merged_people x where x.into_user_id = p_user_id),
         'language', (select l.language from public.person_languages l where l.user_id = p_user_id),
         'timezone', (select t.timezone from public.person_timezones t where t.user_id = p_user_id),
+        -- whether they said it (set_timezone), or a web browser sent it (follow_ups.sql's `stated`)
+        'timezone_stated', (select t.stated from public.person_timezones t where t.user_id = p_user_id),
         -- The budget keeps a day of counts (expire_usage drops older ones): this is that day.
         'usage', jsonb_build_object(
             'turns', (select count(*) from public.turn_usage u where u.user_id = p_user_id),

@@ -76,7 +76,9 @@ def held_of(
             (merged, person),
         )
         connection.execute("insert into person_languages (user_id, language) values (%s, 'es')", (person,))
-        connection.execute("insert into person_timezones (user_id, timezone) values (%s, 'Europe/Madrid')", (person,))
+        connection.execute(
+            "insert into person_timezones (user_id, timezone, stated) values (%s, 'Europe/Madrid', true)", (person,)
+        )
         connection.execute(
             """insert into turn_usage (message_id, user_id, at, tokens) values
                    (%s, %s, '2026-03-03 08:00Z', 1200), (%s, %s, %s, 800)""",
@@ -189,6 +191,7 @@ def test_the_export_is_everything_held_of_the_person_and_nothing_of_anyone_else(
         "merged_from": [{"user_id": mine["merged"], "merged_at": "2026-03-01T09:05:00+00:00"}],
         "language": "es",
         "timezone": "Europe/Madrid",
+        "timezone_stated": True,  # they said it (set_timezone): not a browser's
         "usage": {"turns": 2, "tokens": 2000, "voice_seconds": 42, "since": "2026-03-01T09:00:00+00:00"},
         "link_codes": [
             {
@@ -248,7 +251,12 @@ def test_a_person_never_seen_exports_an_empty_record(store: PostgresStore) -> No
     person = uuid.uuid4()
     found = exported(store, person, page_size=500)
     assert found["messages"] == [] and found["conversations"] == [] and found["identities"] == []
-    assert (found["memory_notes"], found["language"], found["timezone"]) == (None, None, None)
+    assert (found["memory_notes"], found["language"], found["timezone"], found["timezone_stated"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
     assert found["usage"] == {"turns": 0, "tokens": 0, "voice_seconds": 0, "since": None}
 
 
