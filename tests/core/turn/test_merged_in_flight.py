@@ -27,6 +27,14 @@ from tests.helpers import RecordingChannel, context_limits, rows
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
 
+def claude_turns(memory: Memory, fake: FakeAnthropic) -> Turns:
+    """Turns with the real SDK at the fake (no retry: a failed call is the turn's fallback)."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake.url, max_retries=0
+    )
+    return Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+
+
 def texts(body: dict[str, Any]) -> list[tuple[str, str]]:
     """A model request's turns, each its role and its words without the `[web · 09:12]` tags."""
     return [
@@ -73,8 +81,7 @@ def test_a_message_another_tab_is_still_answering_is_read_marked_and_answered_on
     """Tab A sends a question; while it is answered, tab B (the same conversation, the page's body
     without history: the stored thread) sends another. B's turn reads A's question marked as
     answered separately ("and of Chile?" alone means nothing), and each question gets one answer."""
-    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
     web = memory.create_conversation(person)
     asked, release = held_first_answer(fake_anthropic, "what is the capital of Peru?")
@@ -157,8 +164,7 @@ def test_a_second_message_on_telegram_before_the_first_is_answered_reads_it_mark
     answer is being written, so "which train?" is answered knowing the station; marked as answered
     separately (context.sql's seventh array), so that it answers "which train?" alone
     (docs/decisions.md). The first gets its own answer, and the next turn reads both unmarked."""
-    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
     asked, release = held_first_answer(fake_anthropic, "I'm at the station")
     first: list[TurnResult] = []
@@ -191,12 +197,9 @@ def test_a_bursts_first_message_whose_own_turn_fails_stays_owed_and_is_answered_
     first's (it was told to leave it): the first stays owed, and the scheduled job answers it.
     Seen failing: counted among the messages the second answered (merged_into_last), the first was
     marked answered with it, and the station was never answered."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
     store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
     memory = Memory(store, context_limits())
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     first_asked, second_asked, fail_first, release_second = (threading.Event() for _ in range(4))
 
     def answer(body: dict[str, Any]) -> str:
@@ -243,8 +246,7 @@ def test_a_chat_message_still_being_answered_is_read_marked_on_the_web(
     """The web puts the other apps' latest before a new conversation (WEB_PREPEND_MESSAGES): a
     Telegram message whose answer is still being written is read marked (chats_latest's
     `answering`), so the Telegram one is answered once, on Telegram."""
-    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
     asked, release = held_first_answer(fake_anthropic, "remind me what I said about Lima")
     first: list[TurnResult] = []
@@ -273,8 +275,7 @@ def test_a_page_sending_its_thread_with_another_tabs_question_reads_it_marked(
     """A page that sends its own thread (useChat), reloaded while another tab's question is being
     answered, carries that question under its stored id: it is read marked there too, and not
     counted as answered by this turn (the history's items are the page's, the mark the store's)."""
-    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
     web = memory.create_conversation(person)
     asked, release = held_first_answer(fake_anthropic, "what is the capital of Peru?")
