@@ -131,7 +131,8 @@ def stored_messages(window: Sequence[Sequence[Any]]) -> list[StoredMessage]:
 
 def answered_elsewhere(window: Sequence[Sequence[Any]]) -> frozenset[int]:
     """The ids of a window's messages whose own attempt is still answering them (a chat's burst's
-    first, another tab's question), as context_window marks them: its seventh array, when there is one."""
+    first, another tab's question), or answered them after the window's end, as context_window marks
+    them: its seventh array, when there is one."""
     return frozenset(window[6]) if len(window) > 6 and window[6] else frozenset()
 
 
@@ -273,8 +274,8 @@ class TurnStart:
     duplicate: bool
     reply: StoredReply | None
     history: list[StoredMessage] = field(default_factory=list)
-    # Of `history` and `prepend`, the messages another attempt is answering now (answered_elsewhere):
-    # read, not answered.
+    # Of `history` and `prepend`, the messages another attempt is answering now, or answered after
+    # this turn's message (answered_elsewhere): read, not answered.
     answered_elsewhere: frozenset[int] = frozenset()
     prepend: list[StoredMessage] = field(default_factory=list)
     degraded: bool = False

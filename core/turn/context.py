@@ -63,7 +63,7 @@ def tag(surface: Surface, local: datetime | None, *, dated: bool = False, separa
     the whole date when `dated` (the day's first message in the window), `[telegram · Sun 6 Dec 2026
     · 09:12]`: the model reads each message's day, today's and its year there. A tag depends on the
     message and the one before it only, so it stays the same from turn to turn, across midnight too;
-    but for `separately` (ANSWERED_SEPARATELY), said only while the message's own answer is written."""
+    but for `separately` (ANSWERED_SEPARATELY), said only until the message's reply is in the window."""
     after = f" · {ANSWERED_SEPARATELY}]" if separately else "]"
     if local is None:
         return f"[{surface.value}{after}"

@@ -31,13 +31,16 @@ $$;
 -- in a conversation's window, are the messages an edit replaced and their replies (the page no
 -- longer shows them, nor does the history route: conversation_messages). A message other than the
 -- turn's own whose own attempt may still answer it (its answer_by to come, and no reply in the
--- window) is read marked: a chat's burst ("I'm at the station", then "which train?" before the first
--- answer), another tab's question ("what is the capital of Peru?", then "and of Chile?"). Read apart,
--- the second loses what the first said; read as one turn, both answers answered the first. So the
--- window has a seventh array, the ids of such messages (null when none; the web's prepend has six),
--- which the context shows the model as answered separately (core/turn/context.py): this turn
--- answers what came after, and does not count it as answered (docs/decisions.md). Once answered, or
--- once its attempt ended without a reply (owed: answered with this one), it is read as any other.
+-- window), or answered it after the window's end (after the turn's message: a turn taking that
+-- message later, the scheduled job's, a redelivery's), is read marked: a chat's burst ("I'm at the
+-- station", then "which train?" before the first answer), another tab's question ("what is the
+-- capital of Peru?", then "and of Chile?"). Read apart, the second loses what the first said; read
+-- as one turn, both answers answered the first. So the window has a seventh array, the ids of such
+-- messages (null when none; the web's prepend has one too, turn.sql's turn_context), which the
+-- context shows the model as answered separately (core/turn/context.py): this turn answers what
+-- came after, and does not count it as answered (docs/decisions.md). Once its reply is in the
+-- window, or once its attempt ended without a reply (owed: answered with this one), it is read as
+-- any other.
 create or replace function public.context_window(
     p_user_id uuid, p_conversation_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint,
     p_limit integer, p_step integer, p_total bigint
@@ -82,9 +85,15 @@ begin
                                  and m.created_at >= p_since and (m.created_at, m.id) <= (p_until_at, p_until_id)
                                order by m.created_at desc, m.id desc limit v_keep))
             , a as (select l.*,
-                           -- its own attempt may still answer it (above): its reply, stored since, follows it here
-                           coalesce(l.answer_by > now() and l.role = 'user' and l.id <> p_until_id
-                                    and l.id not in (select r.in_reply_to from l r where r.in_reply_to is not null),
+                           -- its own attempt may still answer it (above): its reply, stored since, follows it
+                           -- here; or that reply is stored after the window's end (after the turn's message,
+                           -- which the scheduled job or a redelivery answers once the first's time is up):
+                           -- read as answered, it would be merged here and answered again
+                           coalesce(l.role = 'user' and l.id <> p_until_id
+                                    and l.id not in (select r.in_reply_to from l r where r.in_reply_to is not null)
+                                    and (l.answer_by > now()
+                                         or exists (select from public.messages r
+                                                     where r.in_reply_to = l.id and r.user_id = p_user_id)),
                                     false) as answering
                       from l)
             select l.* from a l
@@ -194,9 +203,13 @@ begin
                 order by l.created_at desc, l.id desc
                 limit p_limit)
     select t.id, t.conversation_id, t.surface, t.role, t.content, t.created_at,
-           -- its reply, stored since, follows it here
-           coalesce(t.answer_by > now() and t.role = 'user'
-                    and t.id not in (select r.in_reply_to from t r where r.in_reply_to is not null), false)
+           -- its reply, stored since, follows it here; or is stored after the web message (as
+           -- context_window's: that message answered again, the other's time up)
+           coalesce(t.role = 'user'
+                    and t.id not in (select r.in_reply_to from t r where r.in_reply_to is not null)
+                    and (t.answer_by > now()
+                         or exists (select from public.messages r where r.in_reply_to = t.id and r.user_id = p_user_id)),
+                    false)
       from t
      where not t.declined  -- after the limit, as context_window's
      order by t.created_at desc, t.id desc;

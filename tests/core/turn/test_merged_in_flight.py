@@ -22,7 +22,7 @@ from core.turn.owed import OwedReplies
 from core.turn.request import Outcome, TurnRequest, TurnResult, TurnSettings
 from core.turn.turns import Turns
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import RecordingChannel, context_limits, rows
+from tests.helpers import RecordingChannel, context_limits, execute, rows
 
 SETTINGS = TurnSettings(system_prompt=DEFAULT_SYSTEM_PROMPT, fallback_reply="FALLBACK", stranger_reply="NO")
 
@@ -297,3 +297,107 @@ def test_a_page_sending_its_thread_with_another_tabs_question_reads_it_marked(
         ("user", "(answered separately) what is the capital of Peru?\n\nand of Chile?")
     ]
     assert rows(database_url, "select answered_with_later from messages where id = %s", peru_id) == [(False,)]
+
+
+def test_a_bursts_first_message_answered_after_the_second_arrived_is_not_answered_again_by_the_job(
+    own_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The second message's turn fails (the person had the fallback), owed; the first's own turn
+    answers it, its reply stored after the second message, so outside the window the scheduled job
+    answers the second from (its messages up to the second). A minute on, the first's time is up:
+    the job's answer reads the first marked answered separately still, and answers the second
+    alone. Seen failing: the first, with no reply in that window, was read unmarked, merged with the
+    second and answered a second time."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
+    memory = Memory(store, context_limits())
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    first_asked, release_first = threading.Event(), threading.Event()
+    failed: list[str] = []
+
+    def answer(body: dict[str, Any]) -> str:
+        last = texts(body)[-1][1]
+        if last == "I'm at the station":
+            first_asked.set()
+            assert release_first.wait(30)
+        elif not failed:
+            failed.append(last)
+            raise ConnectionResetError("the second turn's model call fails")
+        return f"answer to: {last}"
+
+    fake_anthropic.answer = answer
+    results: dict[str, TurnResult] = {}
+    one = TurnRequest(Surface.TELEGRAM, "I'm at the station", "tg-burst-late-1", sender_id="4949", deadline_s=30)
+    two = TurnRequest(Surface.TELEGRAM, "which train?", "tg-burst-late-2", sender_id="4949", deadline_s=30)
+    thread_one = threading.Thread(target=lambda: results.update(one=turns.run(one)))
+    thread_one.start()
+    assert first_asked.wait(30)
+    results["two"] = turns.run(two)
+    release_first.set()
+    thread_one.join(30)
+    assert [(results["one"].outcome, results["one"].reply), (results["two"].outcome, results["two"].reply)] == [
+        (Outcome.ANSWERED, "answer to: I'm at the station"),
+        (Outcome.FALLBACK, "FALLBACK"),
+    ]
+    # a minute on: the first message's time to be answered (its answer_by) is over
+    execute(own_database, "update messages set answer_by = now() - interval '1 second' where role = 'user'")
+    channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120).answered == 1
+    assert marked(fake_anthropic.requests[-1]) == [("user", "(answered separately) I'm at the station\n\nwhich train?")]
+    assert channel.sent == ["answer to: I'm at the station\n\nwhich train?"]
+    store.close()
+
+
+def test_a_chat_message_answered_after_a_web_message_is_read_marked_when_that_one_is_sent_again(
+    memory: Memory, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A web message's turn fails (the page had the fallback) while a Telegram message before it is
+    answered; its reply stored after the web message, so outside what the web's turn reads first
+    (chats_latest, up to its message). The page sends the web message again a minute on, the
+    Telegram one's time up: that one is read marked still, answered on Telegram. Seen failing:
+    read unmarked, merged with the web message and answered on the web too."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    person = uuid.uuid4()
+    asked, release = threading.Event(), threading.Event()
+    failed: list[str] = []
+
+    def answer(body: dict[str, Any]) -> str:
+        last = texts(body)[-1][1]
+        if last == "remind me what I said about Lima":
+            asked.set()
+            assert release.wait(30)
+        elif not failed:
+            failed.append(last)
+            raise ConnectionResetError("the web turn's model call fails")
+        return f"answer to: {last}"
+
+    fake_anthropic.answer = answer
+    first: list[TurnResult] = []
+    chat = TurnRequest(Surface.TELEGRAM, "remind me what I said about Lima", "tg-prepend-late-1", user_id=person)
+    thread = threading.Thread(target=lambda: first.append(turns.run(chat)))
+    thread.start()
+    assert asked.wait(30)
+    web = memory.create_conversation(person)
+    hello = TurnRequest(
+        Surface.WEB, "hello from the laptop", "web-prepend-late-1", user_id=person, conversation_id=web.id
+    )
+    assert turns.run(hello).outcome is Outcome.FALLBACK
+    release.set()
+    thread.join(30)
+    assert first[0].reply == "answer to: remind me what I said about Lima"
+    # a minute on: the Telegram message's time to be answered (its answer_by) is over
+    execute(database_url, "update messages set answer_by = now() - interval '1 second' where user_id = %s", person)
+    again = turns.run(hello)
+    assert (again.outcome, again.reply) == (
+        Outcome.ANSWERED,
+        "answer to: remind me what I said about Lima\n\nhello from the laptop",
+    )
+    assert marked(fake_anthropic.requests[-1]) == [
+        ("user", "(answered separately) remind me what I said about Lima\n\nhello from the laptop")
+    ]
