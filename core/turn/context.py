@@ -133,17 +133,18 @@ def merged_into_last(
     items: Sequence[ContextItem | StoredMessage], message_id: int | None, elsewhere: frozenset[int] = frozenset()
 ) -> tuple[int, ...]:
     """The stored messages besides `message_id` that the context's last turn holds: the person's
-    messages after the latest reply shown, merged into one turn with it (build_model_messages), but
-    those shown as answered separately (`elsewhere`): this turn's answer is not theirs, and one whose
-    own attempt fails meanwhile stays owed. A turn the model declines is theirs too (turn.sql's
-    mark_declined)."""
+    messages after the latest reply shown, merged into one turn with it (build_model_messages), and
+    after the latest shown as answered separately (`elsewhere`): the prompt tells the model to answer
+    only what follows that one, so this turn's answer is neither its nor an earlier one's (an owed
+    one read before it), and one whose own attempt fails meanwhile stays owed. A turn the model
+    declines is theirs too (turn.sql's mark_declined)."""
     merged: list[int] = []
     for item in reversed(items):
         if not item.content.strip():
             continue  # not shown
-        if item.role is not Role.USER:
+        if item.role is not Role.USER or item.id in elsewhere:
             break
-        if item.id is not None and item.id != message_id and item.id not in elsewhere:
+        if item.id is not None and item.id != message_id:
             merged.append(item.id)
     return tuple(reversed(merged))
 

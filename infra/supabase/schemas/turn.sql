@@ -651,9 +651,10 @@ $$;
 -- id, other words) is refused (null), its tokens settled.
 -- A turn the model declined, marked (messages.sql's `declined`; its reply is stored marked): the
 -- person's message, and p_merged (a JSON array of ids), the stored messages the context's last turn
--- merged with it (core/turn/context.py's merged_into_last: theirs, after the latest reply shown),
--- but one answered, or still being answered by an attempt of its own (its answer decides). Left
--- unmarked, one that caused the refusal would have every next turn declined, and the job answer it.
+-- merged with it (core/turn/context.py's merged_into_last: theirs, after the latest reply shown and
+-- the latest shown answered separately), but one answered, or still being answered by an attempt of
+-- its own (its answer decides). Left unmarked, one that caused the refusal would have every next turn
+-- declined, and the job answer it.
 create function crossmem_private.mark_declined(p_user_id uuid, p_message_id bigint, p_merged text)
     returns void language plpgsql set search_path = '' as $$
 begin

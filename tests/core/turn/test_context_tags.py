@@ -79,8 +79,9 @@ BURST = [
 def test_a_message_another_attempt_is_answering_is_shown_so_and_not_merged_into_this_turn() -> None:
     """A chat's burst: "I'm at the station" (2) is being answered by its own turn while "which
     train?" (3) is: this turn reads it marked, tagged or not (the prompt's MECHANICS says what the
-    mark means), and does not count it among the messages its answer answers (an owed one, 1, it
-    does), so that one whose own attempt fails stays owed."""
+    mark means), and does not count it among the messages its answer answers, nor an owed one read
+    before it (1: the prompt says to answer what follows the mark), so that one whose own attempt
+    fails stays owed."""
     tagged = build_model_messages(BURST, zone=MADRID, elsewhere=frozenset({2}))
     assert [message.content for message in tagged] == [
         "[telegram · Sun 6 Dec 2026 · 08:00] what time is it in Lima?\n\n"
@@ -91,7 +92,8 @@ def test_a_message_another_attempt_is_answering_is_shown_so_and_not_merged_into_
     assert [message.content for message in untagged] == [
         "what time is it in Lima?\n\n[answered separately] I'm at the station\n\nwhich train?"
     ]
-    assert merged_into_last(BURST, 3, frozenset({2})) == (1,)
+    assert merged_into_last(BURST, 3, frozenset({2})) == ()
+    assert merged_into_last(BURST, 3, frozenset({1})) == (2,)
     assert merged_into_last(BURST, 3) == (1, 2)
 
 

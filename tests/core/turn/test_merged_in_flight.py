@@ -401,3 +401,64 @@ def test_a_chat_message_answered_after_a_web_message_is_read_marked_when_that_on
     assert marked(fake_anthropic.requests[-1]) == [
         ("user", "(answered separately) remind me what I said about Lima\n\nhello from the laptop")
     ]
+
+
+def test_a_message_before_the_one_read_marked_is_not_counted_answered_by_a_turn_told_to_answer_after_it(
+    own_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """Three in a row: the first's turn is still running when the second comes (the second's turn
+    reads it marked), then fails (the person had the fallback); the third comes while the second's
+    turn runs, and reads the first unmarked (owed), the second marked. The prompt tells that turn to
+    answer only what follows the marked one: the first is not its answer's either, and stays owed,
+    for the scheduled job. Seen failing: counted among the messages the third answered
+    (merged_into_last), the first was marked answered with it and never answered."""
+    model = AnthropicModel(
+        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
+    )
+    store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
+    memory = Memory(store, context_limits())
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    first_asked, second_asked, fail_first, release_second = (threading.Event() for _ in range(4))
+
+    def answer(body: dict[str, Any]) -> str:
+        last = texts(body)[-1][1]
+        if last == "what time is it in Lima?" and not first_asked.is_set():
+            first_asked.set()
+            assert fail_first.wait(30)
+            raise ConnectionResetError("the first turn's model call fails")
+        if last.endswith("I'm at the station"):
+            second_asked.set()
+            assert release_second.wait(30)
+        return f"answer to: {last}"
+
+    fake_anthropic.answer = answer
+    results: dict[str, TurnResult] = {}
+    one = TurnRequest(Surface.TELEGRAM, "what time is it in Lima?", "tg-three-1", sender_id="5050", deadline_s=30)
+    two = TurnRequest(Surface.TELEGRAM, "I'm at the station", "tg-three-2", sender_id="5050", deadline_s=30)
+    three = TurnRequest(Surface.TELEGRAM, "which train?", "tg-three-3", sender_id="5050", deadline_s=30)
+    thread_one = threading.Thread(target=lambda: results.update(one=turns.run(one)))
+    thread_one.start()
+    assert first_asked.wait(30)
+    thread_two = threading.Thread(target=lambda: results.update(two=turns.run(two)))
+    thread_two.start()
+    assert second_asked.wait(30)
+    fail_first.set()
+    thread_one.join(30)
+    results["three"] = turns.run(three)
+    release_second.set()
+    thread_two.join(30)
+    assert [(results[name].outcome, results[name].reply) for name in ("one", "two", "three")] == [
+        (Outcome.FALLBACK, "FALLBACK"),
+        (Outcome.ANSWERED, "answer to: what time is it in Lima?\n\nI'm at the station"),
+        (Outcome.ANSWERED, "answer to: what time is it in Lima?\n\nI'm at the station\n\nwhich train?"),
+    ]
+    assert marked(fake_anthropic.requests[-1]) == [
+        ("user", "what time is it in Lima?\n\n(answered separately) I'm at the station\n\nwhich train?")
+    ]
+    lima = "select answered_with_later from messages where content = 'what time is it in Lima?'"
+    assert rows(own_database, lima) == [(False,)]
+    channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120).answered == 1
+    assert channel.sent == ["answer to: what time is it in Lima?"]
+    store.close()
