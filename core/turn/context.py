@@ -218,13 +218,22 @@ def web_items(
     history: Sequence[StoredMessage],
     client_history: Sequence[ContextItem] | None,
     current: ContextItem,
+    elsewhere: frozenset[int] = frozenset(),
 ) -> list[ContextItem]:
     """The web's context: its own thread (the client's, else the stored one) after the
-    secondary surfaces' recent messages, each message once (by id)."""
+    secondary surfaces' recent messages, each message once (by id). A client's thread is its page's:
+    another tab's question its own attempt is still answering (`elsewhere`) was never shown there,
+    and is read before this message, marked (build_model_messages), as the stored thread has it."""
     if client_history is None:
         own = [ContextItem.from_stored(message) for message in history] or [current]
     else:
-        own = [*client_history, current]
+        on_page = {item.id for item in client_history if item.id is not None}
+        others = [
+            ContextItem.from_stored(message)
+            for message in history
+            if message.id in elsewhere and message.id not in on_page and message.id != current.id
+        ]
+        own = [*client_history, *others, current]
     seen = {item.id for item in own if item.id is not None}
     before = [ContextItem.from_stored(message) for message in prepend if message.id not in seen]
     return before + own

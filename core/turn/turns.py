@@ -536,7 +536,7 @@ class Turns:
             items = [*(request.client_history or []), current]
         elif not request.surface.is_secondary:  # the web client sends its thread's history
             current = ContextItem.from_stored(start.history[-1])
-            items = web_items(start.prepend, start.history, request.client_history, current)
+            items = web_items(start.prepend, start.history, request.client_history, current, start.answered_elsewhere)
         else:
             items = start.history
         if prepared is not None and items:

@@ -462,3 +462,43 @@ def test_a_message_before_the_one_read_marked_is_not_counted_answered_by_a_turn_
     assert job.run(120).answered == 1
     assert channel.sent == ["answer to: what time is it in Lima?"]
     store.close()
+
+
+def test_a_live_page_sending_its_thread_reads_another_tabs_question_still_being_answered_marked(
+    memory: Memory, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """Two tabs show the same conversation; tab A asks "what is the capital of Peru?" and, while it
+    is answered, tab B (not reloaded: its thread, which useChat sends, never showed that question)
+    asks "and of Chile?". B's turn reads A's question marked, after B's thread, as the stored thread
+    has it. Seen failing: the page's thread was read alone, and "and of Chile?" meant nothing."""
+    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
+    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    person = uuid.uuid4()
+    web = memory.create_conversation(person)
+    asked, release = held_first_answer(fake_anthropic, "what is the capital of Peru?")
+    hello = TurnRequest(Surface.WEB, "hello", "live-0", user_id=person, conversation_id=web.id)
+    assert turns.run(hello).reply == "answer to: hello"
+    first: list[TurnResult] = []
+    peru = TurnRequest(Surface.WEB, "what is the capital of Peru?", "live-a-1", user_id=person, conversation_id=web.id)
+    thread = threading.Thread(target=lambda: first.append(turns.run(peru)))
+    thread.start()
+    assert asked.wait(30)
+    shown = rows(
+        database_url,
+        "select id, role, content, created_at from messages where conversation_id = %s and content like '%%hello'"
+        " order by created_at, id",
+        web.id,
+    )
+    page = [ContextItem(Role(role), content, Surface.WEB, at, id_) for id_, role, content, at in shown]
+    chile = TurnRequest(
+        Surface.WEB, "and of Chile?", "live-b-1", user_id=person, conversation_id=web.id, client_history=page
+    )
+    second = turns.run(chile)
+    release.set()
+    thread.join(30)
+    assert (first[0].reply, second.outcome) == ("answer to: what is the capital of Peru?", Outcome.ANSWERED)
+    assert marked(fake_anthropic.requests[2]) == [
+        ("user", "hello"),
+        ("assistant", "answer to: hello"),
+        ("user", "(answered separately) what is the capital of Peru?\n\nand of Chile?"),
+    ]
