@@ -225,12 +225,14 @@ class MemorySearch:
         """The turn's search, leaving out what the model already sees: the message it answers, what
         the web puts before its thread, and the thread: the web client's own history when it sent
         one (the stored window then is not shown, so what it holds can be found), else the window;
-        of them, only what the model is shown (`from_their_first`: a reply at the window's start is not)."""
+        of them, only what the model is shown (`from_their_first`: a reply at the window's start is not);
+        and the messages read as answered separately, shown after a client's history too (web_items)."""
         if self.rules is None:
             return None
         own = turn.start.history if turn.client_history is None else turn.client_history
         # the message it answers comes after them: a reply that ends them is shown
         seen = {item.id for item in from_their_first([*turn.start.prepend, *own]) if item.id is not None}
+        seen |= turn.start.answered_elsewhere
         if turn.start.message_id is not None:
             seen.add(turn.start.message_id)  # the message it answers, stored as the turn began
         return MemorySearchTools(turn.memory, turn.user_id, turn.clock, frozenset(seen), self.rules, self.definitions)

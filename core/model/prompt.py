@@ -83,8 +83,8 @@ that helps ("as you mentioned on WhatsApp this morning...").
 context windows or message limits. Just remember.
 - Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
 Answer all of what they asked.
-- A message whose tag ends with "answered separately" is being answered in a reply of its own \
-right now: read it for what it tells you, and answer only what the person wrote after it.
+- A message whose tag ends with "answered separately" has a reply of its own, being written \
+or sent apart from this one: read it for what it tells you, and answer only what the person wrote after it.
 """
 
 # CONTEXT_ANNOTATIONS=false: the messages carry no tag, and the prompt must not say they do.
@@ -94,8 +94,8 @@ How the conversation reaches you
 never mention the mechanics of databases, context windows or message limits. Just remember.
 - Two messages from the person can arrive in a row when an earlier answer of yours was lost. \
 Answer all of what they asked.
-- A message that starts with "[answered separately]" is being answered in a reply of its own \
-right now: read it for what it tells you, and answer only what the person wrote after it.
+- A message that starts with "[answered separately]" has a reply of its own, being written \
+or sent apart from this one: read it for what it tells you, and answer only what the person wrote after it.
 """
 
 CANNOT = """\

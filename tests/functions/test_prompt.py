@@ -247,8 +247,8 @@ def test_the_prompt_says_what_the_answered_separately_mark_means(tagged: bool, m
     written = build_model_messages(burst, annotate=tagged, elsewhere=frozenset({1}))
     assert written[0].content.split("\n\n")[0] == marked
     mechanics = " ".join((MECHANICS if tagged else MECHANICS_UNTAGGED).split())
-    said = " is being answered in a reply of its own right now: read it for what it tells you, and answer only"
-    assert f"- {line}{said} what the person wrote after it." in mechanics
+    said = " has a reply of its own, being written or sent apart from this one: read it for what it tells you, and"
+    assert f"- {line}{said} answer only what the person wrote after it." in mechanics
 
 
 def test_the_prompt_names_every_word_twilio_answers_by_sms_itself() -> None:

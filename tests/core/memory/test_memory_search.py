@@ -21,9 +21,10 @@ from core.memory.search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTo
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall, approximate_tokens
 from core.model.offline_model import OfflineModel
-from core.models import Role, Surface
+from core.models import Role, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
-from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
+from core.stores.store import UnavailableStore
+from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT, TurnState
 from core.turn.context import ContextItem
 from core.turn.request import Outcome, TurnRequest, TurnSettings
 from core.turn.turns import Turns
@@ -693,6 +694,18 @@ def test_a_reply_at_the_windows_start_is_shown_or_found(
 
     assert result.outcome is Outcome.ANSWERED
     assert advice in json.dumps(fake.requests[-1]["messages"], ensure_ascii=False)
+
+
+def test_a_message_read_as_answered_separately_is_not_found_again() -> None:
+    """A web page sending its own thread reads another tab's question still being answered after it,
+    marked (core/turn/context.py's web_items): the model sees it, so the search leaves it out, as it
+    does the page's thread. Seen failing: only the page's thread was left out."""
+    page = [ContextItem(Role.USER, "what is the capital of Peru?", Surface.WEB, datetime.now(UTC), 7)]
+    start = TurnStart(uuid.uuid4(), uuid.uuid4(), 9, duplicate=False, reply=None, answered_elsewhere=frozenset({8}))
+    memory = Memory(UnavailableStore("no database"), context_limits())
+    turn = TurnState(memory, uuid.uuid4(), start, ZoneInfo("UTC"), datetime.now(UTC), client_history=page)
+    tools = MemorySearch(SearchRules()).toolset(turn)
+    assert tools is not None and tools.seen_ids == {7, 8, 9}
 
 
 def test_an_app_and_a_period_list_only_the_persons_own_messages_and_only_for_the_agents_tool(
