@@ -11,6 +11,9 @@
 -- Fair: the people whose owed messages the job has tried least go first (one whose message it
 -- could not answer goes behind everyone else), then the messages it has tried least, then the
 -- longest owed; p_skip_users (comma-separated) are people the run has already had its share of.
+-- A message a later turn of its person's reads owed, merged with its own, is that turn's to answer
+-- (finish_turn's p_merged): left while a later message of theirs is being answered, or while their
+-- turn is beginning (begin_turn's owed lock), never answered by both.
 -- A message whose reply the person stopped (Telegram's stop button, messages.sql) is not owed:
 -- they asked for no more of it (docs/decisions.md, Stop means stop).
 -- A message whose reply is stored but owed a send (messages.sql's unsent_from: the surface was
@@ -88,6 +91,20 @@ begin
             continue;
         end if;
         v_reply := crossmem_private.stored_reply(v_message.id, v_message.user_id);
+        -- A turn of the person's is reading or answering their owed messages with a later one of
+        -- theirs (merged: turn.sql's begin_turn, its lock): answered there, not twice. It is left
+        -- while that turn runs, and is owed no more once it answered (finish_turn's p_merged), or
+        -- is claimed once it ended without an answer (its answer_by then passed). A reply owed a
+        -- send is no question that turn answers: sent now.
+        if v_reply is null
+           and (not pg_try_advisory_xact_lock(hashtextextended('owed/' || v_message.user_id, 0))
+                or exists (select from public.messages n
+                            where n.user_id = v_message.user_id and n.role = 'user' and n.answer_by > v_now
+                              and (n.created_at, n.id) > (v_message.created_at, v_message.id)
+                              and not exists (select from public.messages r
+                                               where r.in_reply_to = n.id and r.user_id = n.user_id))) then
+            continue;
+        end if;
         v_opted_out := crossmem_private.opted_out_of(v_message.user_id, v_message.surface) ? v_message.sender;
         v_input := 0;
         v_reserved := 0;

@@ -597,6 +597,10 @@ begin
         v_quoted := v_quote.quoted;
     end if;
 
+    -- The person's owed messages this turn reads, it answers with its own (merged): the scheduled
+    -- job claiming one of them now is waited for, and its claim seen (read marked, answered by the
+    -- job), and one that finds this lock held leaves the person's to this turn (owed_replies.sql).
+    perform pg_advisory_xact_lock_shared(hashtextextended('owed/' || v_user, 0));
     v_context := crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
                                                v_message.created_at, v_now - make_interval(hours => p_window_hours),
                                                p_window_hours, p_max_messages, p_window_step, p_web_prepend);

@@ -122,3 +122,71 @@ def test_a_message_the_job_has_tried_goes_behind_and_so_does_its_person(postgres
             assert [c.start.message_id for c in skipped] == [others]
         finally:
             store.close()
+
+
+ENDED = "update messages set answer_by = now() - interval '1 second' where id = %s"  # its attempt, without a reply
+CLAIM = "select public.claim_owed_replies('telegram', 600, 60, 100, '', 0, 0, 0, 24, 40, 24, 0, 0, 0)"
+
+
+def claimed_ids(connection: psycopg.Connection[Any]) -> list[int]:
+    row = connection.execute(CLAIM).fetchone()
+    assert row is not None
+    return [item["message_id"] for item in row[0]]
+
+
+def owed_first(database_url: str) -> int:
+    """A person's message whose attempt ended without a reply (the fallback): owed."""
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        stored = begin(connection, "owed-first", str(uuid.uuid4()))
+    execute(
+        database_url, "update messages set answer_by = now() - interval '1 second' where id = %s", stored["message_id"]
+    )
+    return int(stored["message_id"])
+
+
+def test_the_job_leaves_an_owed_message_to_the_later_turn_of_its_person_that_answers_it(own_database: str) -> None:
+    """The person wrote again after a fallback: that turn reads the owed message and answers both
+    (merged; finish_turn then marks it answered). The job claimed it meanwhile and answered it
+    again: two answers to one question. It leaves it while that turn runs, and claims it once the
+    turn ended without an answer."""
+    first = owed_first(own_database)
+    with psycopg.connect(own_database, autocommit=True) as connection:
+        later = begin(connection, "owed-later", str(uuid.uuid4()))
+        assert claimed_ids(connection) == []
+        execute(
+            own_database,
+            "update messages set answer_by = now() - interval '1 second' where id = %s",
+            later["message_id"],
+        )
+        assert sorted(claimed_ids(connection)) == [first, later["message_id"]]
+
+
+def test_a_turn_beginning_while_the_job_claims_an_owed_message_waits_and_reads_it_marked(own_database: str) -> None:
+    """The claim and the person's next message at once: the turn waits for the claim (the person's
+    owed lock, begin_turn's), then reads the claimed message as answered separately, by the job; not
+    as owed, merged and answered by both."""
+    first = owed_first(own_database)
+    job = psycopg.connect(own_database)  # the claim's transaction, held open
+    assert claimed_ids(job) == [first]
+    began: dict[str, Any] = {}
+    turn = psycopg.connect(own_database, autocommit=True)
+    thread = threading.Thread(target=lambda: began.update(row=begin(turn, "claimed-meanwhile", str(uuid.uuid4()))))
+    thread.start()
+    thread.join(1.0)
+    assert thread.is_alive()  # waiting for the claim
+    job.commit()
+    thread.join()
+    job.close()
+    turn.close()
+    history = began["row"]["history"]
+    assert (history[0], history[6]) == ([first, began["row"]["message_id"]], [first])
+
+
+def test_the_job_leaves_the_owed_messages_of_a_person_whose_turn_is_beginning(own_database: str) -> None:
+    """The other way round: a turn reading the person's owed message (its begin_turn not committed
+    yet) holds their owed lock; the claim passes the person over, and the turn answers it."""
+    first = owed_first(own_database)
+    with psycopg.connect(own_database) as turn, psycopg.connect(own_database, autocommit=True) as job:
+        began = begin(turn, "beginning", str(uuid.uuid4()))
+        assert began["history"][0] == [first, began["message_id"]] and began["history"][6] is None
+        assert claimed_ids(job) == []
