@@ -543,6 +543,12 @@ begin
         end if;
     end if;
 
+    -- The person's owed messages this turn reads, it answers with its own (merged): the scheduled
+    -- job claiming one of them now is waited for, and its claim seen (read marked, answered by the
+    -- job), and one that finds this lock held leaves the person's to this turn (owed_replies.sql).
+    -- Taken before the budget's lock, as the claim takes them: the other way round, a turn in the
+    -- budget's lock waited for a claim waiting for it (a deadlock, and one of them failed).
+    perform pg_advisory_xact_lock_shared(hashtextextended('owed/' || v_user, 0));
     if v_stored.message_id is null or v_owed then
         -- Over the budget (turn_limited_until), nothing is stored and no model is asked. An
         -- answered delivery never gets here.
@@ -597,10 +603,6 @@ begin
         v_quoted := v_quote.quoted;
     end if;
 
-    -- The person's owed messages this turn reads, it answers with its own (merged): the scheduled
-    -- job claiming one of them now is waited for, and its claim seen (read marked, answered by the
-    -- job), and one that finds this lock held leaves the person's to this turn (owed_replies.sql).
-    perform pg_advisory_xact_lock_shared(hashtextextended('owed/' || v_user, 0));
     v_context := crossmem_private.turn_context(v_user, p_surface, v_conversation, v_message.message_id,
                                                v_message.created_at, v_now - make_interval(hours => p_window_hours),
                                                p_window_hours, p_max_messages, p_window_step, p_web_prepend);

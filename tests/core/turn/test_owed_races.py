@@ -4,6 +4,7 @@ the other is told it is being answered (two connections on the real database).""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -13,10 +14,12 @@ from core.memory.service import Memory
 from core.models import Person, Surface
 from core.stores.postgres_store import PostgresStore
 from tests.database import begin_turn_arguments, begin_turn_sql, migrated_database
-from tests.helpers import context_limits, execute
+from tests.helpers import context_limits, execute, rows
 
 
-def begin(connection: psycopg.Connection[Any], external_id: str, attempt: str, within: int = 60) -> Any:
+def begin(
+    connection: psycopg.Connection[Any], external_id: str, attempt: str, within: int = 60, turns_per_minute: int = 0
+) -> Any:
     arguments = begin_turn_arguments(
         p_surface="telegram",
         p_content="hi",
@@ -25,6 +28,7 @@ def begin(connection: psycopg.Connection[Any], external_id: str, attempt: str, w
         p_attempt=attempt,
         p_answer_within_seconds=within,
         p_sender="race-777",
+        p_turns_per_minute=turns_per_minute,
     )
     row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
     assert row is not None
@@ -190,3 +194,53 @@ def test_the_job_leaves_the_owed_messages_of_a_person_whose_turn_is_beginning(ow
         began = begin(turn, "beginning", str(uuid.uuid4()))
         assert began["history"][0] == [first, began["message_id"]] and began["history"][6] is None
         assert claimed_ids(job) == []
+
+
+def test_a_turn_and_the_claim_meeting_at_the_budgets_lock_do_not_deadlock(own_database: str) -> None:
+    """With a budget on, begin_turn took the budget's lock and then the person's owed lock, and the
+    claim its owed lock and then the budget's: a turn in its budget check while the claim took the
+    owed lock deadlocked with it, and one of them failed (a review's finding). A third session
+    holds the budget's lock, as another turn of the person's checking it, so that they meet so: the
+    turn waits for it first, the claim second."""
+    first = owed_first(own_database)
+    person = rows(own_database, "select user_id::text from messages where id = %s", first)[0][0]
+    results: dict[str, Any] = {}
+
+    def waiting() -> int:
+        """Sessions of this database waiting for an advisory lock (the server's others are other tests')."""
+        query = (
+            "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid"
+            " where not l.granted and l.locktype = 'advisory' and a.datname = current_database()"
+        )
+        return int(rows(own_database, query)[0][0])
+
+    def turn() -> None:
+        with psycopg.connect(own_database, autocommit=True) as connection:
+            try:
+                results["turn"] = begin(connection, "budget-meeting", str(uuid.uuid4()), turns_per_minute=100)
+            except psycopg.Error as exc:
+                results["turn"] = exc
+
+    def claim() -> None:
+        with psycopg.connect(own_database, autocommit=True) as connection:
+            try:
+                row = connection.execute(CLAIM.replace("'', 0, 0, 0,", "'', 100, 0, 0,")).fetchone()
+                assert row is not None
+                results["claim"] = [item["message_id"] for item in row[0]]
+            except psycopg.Error as exc:
+                results["claim"] = exc
+
+    with psycopg.connect(own_database) as holder:
+        holder.execute("select pg_advisory_xact_lock(hashtextextended('budget/' || %s, 0))", (person,))
+        turning, claiming = threading.Thread(target=turn), threading.Thread(target=claim)
+        turning.start()
+        while waiting() == 0:  # the turn waits for the budget's lock
+            time.sleep(0.02)
+        claiming.start()
+        claiming.join(1.0)  # the claim passes the person over, or waits for the budget's lock after the turn
+        holder.commit()
+    turning.join(20)
+    claiming.join(20)
+    assert results["claim"] == []  # the turn reads the owed message, and answers it
+    began = results["turn"]
+    assert (began["history"][0], began["history"][6]) == ([first, began["message_id"]], None)
