@@ -461,6 +461,7 @@ declare
     v_reply jsonb;
     v_sending uuid;
     v_owed boolean := false;
+    v_later_by timestamptz;  -- a later message's answer_by, whose turn answers this owed one (merged)
     v_limited_until timestamptz;
     v_conversation uuid;
     v_message record;
@@ -507,6 +508,18 @@ begin
         -- its own (finish_turn's p_merged), is answered by it.
         v_owed := v_reply is null and not v_stored.declined and not v_stored.answered_with_later
                   and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
+        if v_owed then
+            -- A later message of the person's still being answered read it owed, merged with its own
+            -- (as the job leaves it, owed_replies.sql): that turn answers it, and this delivery asks
+            -- again once its time is up (answered with it then, or owed again); taken over, it was
+            -- answered twice.
+            select max(n.answer_by) into v_later_by
+              from public.messages n
+             where n.user_id = v_user and n.role = 'user' and n.answer_by > v_now
+               and (n.created_at, n.id) > (v_stored.created_at, v_stored.message_id)
+               and not exists (select from public.messages r where r.in_reply_to = n.id and r.user_id = n.user_id);
+            v_owed := v_later_by is null;
+        end if;
         if v_reply->>'unsent_from' is not null then
             -- Its reply is stored and owed a send (messages.sql's unsent_from): this delivery sends
             -- it, holding the message as an attempt does, unless another is sending it now (the
@@ -531,8 +544,10 @@ begin
                 -- an answer repeated where follow-ups wait for a window: with the held ones it said first
                 'delivered_first', case when public.surface_has_window(p_surface)
                                         then crossmem_private.follow_ups_said_with(v_stored.message_id) end,
-                -- Not answered yet (or its reply being sent), and its attempt may still: ask again after this.
-                'answer_by', case when v_reply is null and (not (v_stored.declined or v_stored.answered_with_later)
+                -- Not answered yet (or its reply being sent), and its attempt may still, or a later
+                -- message's turn that read it merged: ask again after this.
+                'answer_by', case when v_later_by is not null then v_later_by
+                                  when v_reply is null and (not (v_stored.declined or v_stored.answered_with_later)
                                                             or v_stored.answer_by > v_now)
                                   then v_stored.answer_by end,
                 -- declined with a later turn, which answered it (mark_declined)

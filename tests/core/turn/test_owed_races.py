@@ -244,3 +244,20 @@ def test_a_turn_and_the_claim_meeting_at_the_budgets_lock_do_not_deadlock(own_da
     assert results["claim"] == []  # the turn reads the owed message, and answers it
     began = results["turn"]
     assert (began["history"][0], began["history"][6]) == ([first, began["message_id"]], None)
+
+
+def test_a_redelivery_of_an_owed_message_leaves_it_to_the_later_turn_of_its_person_that_answers_it(
+    own_database: str,
+) -> None:
+    """Telegram delivers the owed message again while the person's next turn, which read it merged,
+    is being answered: the redelivery took it over and answered it too, two answers to one question
+    (as the job did: a review's finding). It is told to ask again once that turn's time is up, when
+    the message is answered with it, or owed again."""
+    first = owed_first(own_database)
+    with psycopg.connect(own_database, autocommit=True) as connection:
+        later = begin(connection, "owed-later", str(uuid.uuid4()))
+        assert later["history"][0] == [first, later["message_id"]] and later["history"][6] is None
+        again = begin(connection, "owed-first", str(uuid.uuid4()))
+    later_by = rows(own_database, "select to_json(answer_by) #>> '{}' from messages where id = %s", later["message_id"])
+    assert (again["duplicate"], again.get("owed", False), again["reply"]) == (True, False, None)
+    assert again["answer_by"] == later_by[0][0]
