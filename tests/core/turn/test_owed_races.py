@@ -142,9 +142,7 @@ def owed_first(database_url: str) -> int:
     """A person's message whose attempt ended without a reply (the fallback): owed."""
     with psycopg.connect(database_url, autocommit=True) as connection:
         stored = begin(connection, "owed-first", str(uuid.uuid4()))
-    execute(
-        database_url, "update messages set answer_by = now() - interval '1 second' where id = %s", stored["message_id"]
-    )
+    execute(database_url, ENDED, stored["message_id"])
     return int(stored["message_id"])
 
 
@@ -157,11 +155,7 @@ def test_the_job_leaves_an_owed_message_to_the_later_turn_of_its_person_that_ans
     with psycopg.connect(own_database, autocommit=True) as connection:
         later = begin(connection, "owed-later", str(uuid.uuid4()))
         assert claimed_ids(connection) == []
-        execute(
-            own_database,
-            "update messages set answer_by = now() - interval '1 second' where id = %s",
-            later["message_id"],
-        )
+        execute(own_database, ENDED, later["message_id"])
         assert sorted(claimed_ids(connection)) == [first, later["message_id"]]
 
 
