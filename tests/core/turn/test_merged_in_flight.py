@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
@@ -189,6 +190,56 @@ def test_a_second_message_on_telegram_before_the_first_is_answered_reads_it_mark
     assert fake_anthropic.requests[2]["messages"][0]["content"][0]["text"] == tags(database_url, person, "")
 
 
+def first_fails_while_second_is_answered(
+    fake: FakeAnthropic,
+    turns: Turns,
+    first: TurnRequest,
+    second: TurnRequest,
+    meanwhile: Callable[[], None] = lambda: None,
+) -> dict[str, TurnResult]:
+    """`first`'s turn, held in its model call until `second`'s turn asks the model (reading it
+    marked), then failing (the person has the fallback); `meanwhile` runs while `second`'s call is
+    still held, then it answers. Their results, as "one" and "two"."""
+    first_asked, second_asked, fail_first, release_second = (threading.Event() for _ in range(4))
+
+    def answer(body: dict[str, Any]) -> str:
+        last = texts(body)[-1][1]
+        if last == first.text and not first_asked.is_set():
+            first_asked.set()
+            assert fail_first.wait(30)
+            raise ConnectionResetError("the first turn's model call fails")
+        if last.endswith(second.text):
+            second_asked.set()
+            assert release_second.wait(30)
+        return f"answer to: {last}"
+
+    fake.answer = answer
+    results: dict[str, TurnResult] = {}
+    thread_one = threading.Thread(target=lambda: results.update(one=turns.run(first)))
+    thread_one.start()
+    assert first_asked.wait(30)
+    thread_two = threading.Thread(target=lambda: results.update(two=turns.run(second)))
+    thread_two.start()
+    assert second_asked.wait(30)
+    fail_first.set()
+    thread_one.join(30)
+    meanwhile()
+    release_second.set()
+    thread_two.join(30)
+    return results
+
+
+def owed_and_answered_by_the_job(database_url: str, memory: Memory, turns: Turns, content: str) -> list[str]:
+    """What the scheduled job sends in one run, once the message with `content` is checked to be
+    owed still (not marked answered with another turn's reply)."""
+    answered_with = "select answered_with_later from messages where content = %s"
+    assert rows(database_url, answered_with, content) == [(False,)]
+    channel = RecordingChannel()
+    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(120).answered == 1
+    return channel.sent
+
+
 def test_a_bursts_first_message_whose_own_turn_fails_stays_owed_and_is_answered_once(
     own_database: str, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -200,43 +251,14 @@ def test_a_bursts_first_message_whose_own_turn_fails_stays_owed_and_is_answered_
     store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
     memory = Memory(store, context_limits())
     turns = claude_turns(memory, fake_anthropic)
-    first_asked, second_asked, fail_first, release_second = (threading.Event() for _ in range(4))
-
-    def answer(body: dict[str, Any]) -> str:
-        last = texts(body)[-1][1]
-        if last == "I'm at the station" and not first_asked.is_set():
-            first_asked.set()
-            assert fail_first.wait(30)
-            raise ConnectionResetError("the first turn's model call fails")
-        if last.endswith("which train?"):
-            second_asked.set()
-            assert release_second.wait(30)
-        return f"answer to: {last}"
-
-    fake_anthropic.answer = answer
-    results: dict[str, TurnResult] = {}
     one = TurnRequest(Surface.TELEGRAM, "I'm at the station", "tg-burst-fails-1", sender_id="4848", deadline_s=30)
     two = TurnRequest(Surface.TELEGRAM, "which train?", "tg-burst-fails-2", sender_id="4848", deadline_s=30)
-    thread_one = threading.Thread(target=lambda: results.update(one=turns.run(one)))
-    thread_one.start()
-    assert first_asked.wait(30)
-    thread_two = threading.Thread(target=lambda: results.update(two=turns.run(two)))
-    thread_two.start()
-    assert second_asked.wait(30)
-    fail_first.set()
-    thread_one.join(30)
-    release_second.set()
-    thread_two.join(30)
+    results = first_fails_while_second_is_answered(fake_anthropic, turns, one, two)
     assert [(results["one"].outcome, results["one"].reply), (results["two"].outcome, results["two"].reply)] == [
         (Outcome.FALLBACK, "FALLBACK"),
         (Outcome.ANSWERED, "answer to: I'm at the station\n\nwhich train?"),
     ]
-    station = "select answered_with_later from messages where content = 'I''m at the station'"
-    assert rows(own_database, station) == [(False,)]
-    channel = RecordingChannel()
-    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
-    assert job.run(120).answered == 1
-    assert channel.sent == ["answer to: I'm at the station"]
+    assert owed_and_answered_by_the_job(own_database, memory, turns, one.text) == ["answer to: I'm at the station"]
     store.close()
 
 
@@ -308,12 +330,9 @@ def test_a_bursts_first_message_answered_after_the_second_arrived_is_not_answere
     the job's answer reads the first marked answered separately still, and answers the second
     alone. Seen failing: the first, with no reply in that window, was read unmarked, merged with the
     second and answered a second time."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
     store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
     memory = Memory(store, context_limits())
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     first_asked, release_first = threading.Event(), threading.Event()
     failed: list[str] = []
 
@@ -359,10 +378,7 @@ def test_a_chat_message_answered_after_a_web_message_is_read_marked_when_that_on
     (chats_latest, up to its message). The page sends the web message again a minute on, the
     Telegram one's time up: that one is read marked still, answered on Telegram. Seen failing:
     read unmarked, merged with the web message and answered on the web too."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
     asked, release = threading.Event(), threading.Event()
     failed: list[str] = []
@@ -412,41 +428,18 @@ def test_a_message_before_the_one_read_marked_is_not_counted_answered_by_a_turn_
     answer only what follows the marked one: the first is not its answer's either, and stays owed,
     for the scheduled job. Seen failing: counted among the messages the third answered
     (merged_into_last), the first was marked answered with it and never answered."""
-    model = AnthropicModel(
-        api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url, max_retries=0
-    )
     store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
     memory = Memory(store, context_limits())
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
-    first_asked, second_asked, fail_first, release_second = (threading.Event() for _ in range(4))
-
-    def answer(body: dict[str, Any]) -> str:
-        last = texts(body)[-1][1]
-        if last == "what time is it in Lima?" and not first_asked.is_set():
-            first_asked.set()
-            assert fail_first.wait(30)
-            raise ConnectionResetError("the first turn's model call fails")
-        if last.endswith("I'm at the station"):
-            second_asked.set()
-            assert release_second.wait(30)
-        return f"answer to: {last}"
-
-    fake_anthropic.answer = answer
-    results: dict[str, TurnResult] = {}
+    turns = claude_turns(memory, fake_anthropic)
     one = TurnRequest(Surface.TELEGRAM, "what time is it in Lima?", "tg-three-1", sender_id="5050", deadline_s=30)
     two = TurnRequest(Surface.TELEGRAM, "I'm at the station", "tg-three-2", sender_id="5050", deadline_s=30)
     three = TurnRequest(Surface.TELEGRAM, "which train?", "tg-three-3", sender_id="5050", deadline_s=30)
-    thread_one = threading.Thread(target=lambda: results.update(one=turns.run(one)))
-    thread_one.start()
-    assert first_asked.wait(30)
-    thread_two = threading.Thread(target=lambda: results.update(two=turns.run(two)))
-    thread_two.start()
-    assert second_asked.wait(30)
-    fail_first.set()
-    thread_one.join(30)
-    results["three"] = turns.run(three)
-    release_second.set()
-    thread_two.join(30)
+    results: dict[str, TurnResult] = {}
+    results.update(
+        first_fails_while_second_is_answered(
+            fake_anthropic, turns, one, two, lambda: results.update(three=turns.run(three))
+        )
+    )
     assert [(results[name].outcome, results[name].reply) for name in ("one", "two", "three")] == [
         (Outcome.FALLBACK, "FALLBACK"),
         (Outcome.ANSWERED, "answer to: what time is it in Lima?\n\nI'm at the station"),
@@ -455,12 +448,8 @@ def test_a_message_before_the_one_read_marked_is_not_counted_answered_by_a_turn_
     assert marked(fake_anthropic.requests[-1]) == [
         ("user", "what time is it in Lima?\n\n(answered separately) I'm at the station\n\nwhich train?")
     ]
-    lima = "select answered_with_later from messages where content = 'what time is it in Lima?'"
-    assert rows(own_database, lima) == [(False,)]
-    channel = RecordingChannel()
-    job = OwedReplies(memory, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
-    assert job.run(120).answered == 1
-    assert channel.sent == ["answer to: what time is it in Lima?"]
+    answered = owed_and_answered_by_the_job(own_database, memory, turns, one.text)
+    assert answered == ["answer to: what time is it in Lima?"]
     store.close()
 
 
@@ -471,8 +460,7 @@ def test_a_live_page_sending_its_thread_reads_another_tabs_question_still_being_
     is answered, tab B (not reloaded: its thread, which useChat sends, never showed that question)
     asks "and of Chile?". B's turn reads A's question marked, after B's thread, as the stored thread
     has it. Seen failing: the page's thread was read alone, and "and of Chile?" meant nothing."""
-    model = AnthropicModel(api_key="sk-ant-test", model="claude-test-1", max_tokens=321, base_url=fake_anthropic.url)
-    turns = Turns(memory, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
     web = memory.create_conversation(person)
     asked, release = held_first_answer(fake_anthropic, "what is the capital of Peru?")
