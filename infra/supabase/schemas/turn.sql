@@ -512,7 +512,10 @@ begin
             -- A later message of the person's still being answered read it owed, merged with its own
             -- (as the job leaves it, owed_replies.sql): that turn answers it, and this delivery asks
             -- again once its time is up (answered with it then, or owed again); taken over, it was
-            -- answered twice.
+            -- answered twice. In the person's owed lock, alone: a later message's turn beginning now
+            -- (it holds the lock shared, below) is waited for and seen, and one beginning after this
+            -- reads the message taken over, marked.
+            perform pg_advisory_xact_lock(hashtextextended('owed/' || v_user, 0));
             select max(n.answer_by) into v_later_by
               from public.messages n
              where n.user_id = v_user and n.role = 'user' and n.answer_by > v_now

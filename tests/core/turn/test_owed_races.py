@@ -255,3 +255,26 @@ def test_a_redelivery_of_an_owed_message_leaves_it_to_the_later_turn_of_its_pers
     later_by = rows(own_database, "select to_json(answer_by) #>> '{}' from messages where id = %s", later["message_id"])
     assert (again["duplicate"], again.get("owed", False), again["reply"]) == (True, False, None)
     assert again["answer_by"] == later_by[0][0]
+
+
+def test_a_redelivery_of_an_owed_message_while_the_next_turn_begins_waits_for_it(own_database: str) -> None:
+    """The redelivery and the person's next message at the same moment: the next turn's begin_turn,
+    not committed yet, reads the owed message merged; the redelivery waits for it (the person's owed
+    lock, taken alone to take a message over) and then leaves the message to it. Seen failing: not
+    seeing that turn's message yet, the redelivery took it over, and both answered it."""
+    first = owed_first(own_database)
+    turn = psycopg.connect(own_database)  # the next turn's begin_turn, its transaction held open
+    later = begin(turn, "owed-later", str(uuid.uuid4()))
+    assert later["history"][0] == [first, later["message_id"]] and later["history"][6] is None
+    redelivered: dict[str, Any] = {}
+    redelivery = psycopg.connect(own_database, autocommit=True)
+    thread = threading.Thread(target=lambda: redelivered.update(row=begin(redelivery, "owed-first", str(uuid.uuid4()))))
+    thread.start()
+    thread.join(1.0)
+    assert thread.is_alive()  # waiting for the next turn's begin_turn
+    turn.commit()
+    thread.join()
+    turn.close()
+    redelivery.close()
+    row = redelivered["row"]
+    assert (row["duplicate"], row.get("owed", False), row["reply"]) == (True, False, None)
