@@ -60,6 +60,26 @@ def held_first_answer(fake: FakeAnthropic, held: str) -> tuple[threading.Event, 
     return asked, release
 
 
+def held_while_the_next_fails(fake: FakeAnthropic, held: str) -> tuple[threading.Event, threading.Event]:
+    """As held_first_answer, and the first request for other words fails (its turn's fallback):
+    (asked, release)."""
+    asked, release = threading.Event(), threading.Event()
+    failed: list[str] = []
+
+    def answer(body: dict[str, Any]) -> str:
+        last = texts(body)[-1][1]
+        if last == held:
+            asked.set()
+            assert release.wait(30)
+        elif not failed:
+            failed.append(last)
+            raise ConnectionResetError("the next turn's model call fails")
+        return f"answer to: {last}"
+
+    fake.answer = answer
+    return asked, release
+
+
 def marked(body: dict[str, Any]) -> list[tuple[str, str]]:
     """A model request's turns, each its role and its words, the `[web · 09:12]` tags left out but
     for the mark `answered separately`."""
@@ -333,20 +353,7 @@ def test_a_bursts_first_message_answered_after_the_second_arrived_is_not_answere
     store = PostgresStore(own_database)  # its own: the job answers every owed message it holds
     memory = Memory(store, context_limits())
     turns = claude_turns(memory, fake_anthropic)
-    first_asked, release_first = threading.Event(), threading.Event()
-    failed: list[str] = []
-
-    def answer(body: dict[str, Any]) -> str:
-        last = texts(body)[-1][1]
-        if last == "I'm at the station":
-            first_asked.set()
-            assert release_first.wait(30)
-        elif not failed:
-            failed.append(last)
-            raise ConnectionResetError("the second turn's model call fails")
-        return f"answer to: {last}"
-
-    fake_anthropic.answer = answer
+    first_asked, release_first = held_while_the_next_fails(fake_anthropic, "I'm at the station")
     results: dict[str, TurnResult] = {}
     one = TurnRequest(Surface.TELEGRAM, "I'm at the station", "tg-burst-late-1", sender_id="4949", deadline_s=30)
     two = TurnRequest(Surface.TELEGRAM, "which train?", "tg-burst-late-2", sender_id="4949", deadline_s=30)
@@ -380,20 +387,7 @@ def test_a_chat_message_answered_after_a_web_message_is_read_marked_when_that_on
     read unmarked, merged with the web message and answered on the web too."""
     turns = claude_turns(memory, fake_anthropic)
     person = uuid.uuid4()
-    asked, release = threading.Event(), threading.Event()
-    failed: list[str] = []
-
-    def answer(body: dict[str, Any]) -> str:
-        last = texts(body)[-1][1]
-        if last == "remind me what I said about Lima":
-            asked.set()
-            assert release.wait(30)
-        elif not failed:
-            failed.append(last)
-            raise ConnectionResetError("the web turn's model call fails")
-        return f"answer to: {last}"
-
-    fake_anthropic.answer = answer
+    asked, release = held_while_the_next_fails(fake_anthropic, "remind me what I said about Lima")
     first: list[TurnResult] = []
     chat = TurnRequest(Surface.TELEGRAM, "remind me what I said about Lima", "tg-prepend-late-1", user_id=person)
     thread = threading.Thread(target=lambda: first.append(turns.run(chat)))
