@@ -27,6 +27,7 @@ from pydantic import (
 
 from core.media.kinds import MediaKind, MediaRef
 from core.models import Role, Surface
+from functions.paging import LARGEST_MESSAGE_ID
 
 # What an edit adds to its message's key (functions/ui_chat_routes.py's `edited`): `~` and the digest
 # of its words. A reloaded page's id for an edited message is the edit's key, and its next edit is
@@ -48,7 +49,8 @@ MessageId = Annotated[str, Field(min_length=1, max_length=ID_CHARS + 17), AfterV
 
 
 class ClientMessage(BaseModel):
-    id: int | None = None
+    # A stored message's (the history route's); the turn counts those it answered by them
+    id: int | None = Field(default=None, ge=1, le=LARGEST_MESSAGE_ID)
     role: Role
     content: str = Field(max_length=200_000)
     surface: Surface = Surface.WEB

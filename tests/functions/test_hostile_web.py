@@ -151,3 +151,26 @@ def test_a_client_message_id_with_nul_characters_still_stores_the_turn(
     response = web.post("/", json={"message": "hi", "client_message_id": "c\u00001"}, headers=bearer(person))
     assert (response.status_code, response.get_json()["outcome"]) == (200, "answered")
     assert stored_count(database_url, person) == 2
+
+
+@pytest.mark.parametrize(
+    ("message_id", "reason"),
+    [
+        (2**63, "less than or equal to 9223372036854775807"),
+        (0, "greater than or equal to 1"),
+        (-1, "greater than or equal to 1"),
+    ],
+)
+def test_a_history_id_no_stored_message_can_have_is_400_and_nothing_is_stored(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, message_id: int, reason: str
+) -> None:
+    # merged_into_last counts the history's ids among the messages the answer answered: one past
+    # bigint failed finish_turn after the reply went out, which was then never stored
+    person = uuid.uuid4()
+    body = {"message": "and then?", "history": [{"role": "user", "content": "first", "id": message_id}]}
+    response = web.post("/", json=body, headers=bearer(person))
+    assert (response.status_code, response.get_json()) == (
+        400,
+        {"error": "bad_request", "message": f"invalid body at history.0.id: Input should be {reason}"},
+    )
+    assert stored_count(database_url, person) == 0 and fake_anthropic.requests == []
