@@ -98,11 +98,8 @@ begin
         -- send is no question that turn answers: sent now.
         if v_reply is null
            and (not pg_try_advisory_xact_lock(hashtextextended('owed/' || v_message.user_id, 0))
-                or exists (select from public.messages n
-                            where n.user_id = v_message.user_id and n.role = 'user' and n.answer_by > v_now
-                              and (n.created_at, n.id) > (v_message.created_at, v_message.id)
-                              and not exists (select from public.messages r
-                                               where r.in_reply_to = n.id and r.user_id = n.user_id))) then
+                or crossmem_private.later_answer_by(v_message.user_id, v_message.created_at, v_message.id, v_now)
+                   is not null) then
             continue;
         end if;
         v_opted_out := crossmem_private.opted_out_of(v_message.user_id, v_message.surface) ? v_message.sender;

@@ -140,6 +140,22 @@ begin
 end;
 $$;
 
+-- When the person's latest message after (p_created_at, p_message_id) that is still being answered
+-- (its time not up at p_now, no reply stored) is to be answered by, or null: that turn read the
+-- earlier owed message merged with its own and answers it (a redelivery of it asks again then, and
+-- the scheduled job leaves it: owed_replies.sql).
+create or replace function crossmem_private.later_answer_by(
+    p_user_id uuid, p_created_at timestamptz, p_message_id bigint, p_now timestamptz
+) returns timestamptz language plpgsql stable set search_path = '' as $$
+begin
+    return (select max(n.answer_by)
+              from public.messages n
+             where n.user_id = p_user_id and n.role = 'user' and n.answer_by > p_now
+               and (n.created_at, n.id) > (p_created_at, p_message_id)
+               and not exists (select from public.messages r where r.in_reply_to = n.id and r.user_id = n.user_id));
+end;
+$$;
+
 -- The person's budget (budget.sql), when a limit is on: when they may write again, or null.
 -- Their instances count one at a time, so two racing for the last allowed turn cannot both pass.
 -- A turn (or the scheduled job's answer) that reads p_input and reserves p_reserved, of at most
@@ -516,11 +532,7 @@ begin
             -- (it holds the lock shared, below) is waited for and seen, and one beginning after this
             -- reads the message taken over, marked.
             perform pg_advisory_xact_lock(hashtextextended('owed/' || v_user, 0));
-            select max(n.answer_by) into v_later_by
-              from public.messages n
-             where n.user_id = v_user and n.role = 'user' and n.answer_by > v_now
-               and (n.created_at, n.id) > (v_stored.created_at, v_stored.message_id)
-               and not exists (select from public.messages r where r.in_reply_to = n.id and r.user_id = n.user_id);
+            v_later_by := crossmem_private.later_answer_by(v_user, v_stored.created_at, v_stored.message_id, v_now);
             v_owed := v_later_by is null;
         end if;
         if v_reply->>'unsent_from' is not null then

@@ -18,16 +18,21 @@ from tests.helpers import context_limits, execute, rows
 
 
 def begin(
-    connection: psycopg.Connection[Any], external_id: str, attempt: str, within: int = 60, turns_per_minute: int = 0
+    connection: psycopg.Connection[Any],
+    external_id: str,
+    attempt: str,
+    within: int = 60,
+    turns_per_minute: int = 0,
+    sender: str = "race-777",
 ) -> Any:
     arguments = begin_turn_arguments(
         p_surface="telegram",
         p_content="hi",
         p_external_id=external_id,
-        p_sender_id="race-777",
+        p_sender_id=sender,
         p_attempt=attempt,
         p_answer_within_seconds=within,
-        p_sender="race-777",
+        p_sender=sender,
         p_turns_per_minute=turns_per_minute,
     )
     row = connection.execute(begin_turn_sql(arguments), arguments).fetchone()
@@ -278,3 +283,18 @@ def test_a_redelivery_of_an_owed_message_while_the_next_turn_begins_waits_for_it
     redelivery.close()
     row = redelivered["row"]
     assert (row["duplicate"], row.get("owed", False), row["reply"]) == (True, False, None)
+
+
+def test_another_persons_message_being_answered_holds_back_neither_the_job_nor_a_redelivery(
+    own_database: str,
+) -> None:
+    """Only the person's own later message answers their owed one: another person's, in flight at
+    the same moment, leaves the redelivery to take it over, and the job to claim it."""
+    first = owed_first(own_database)
+    with psycopg.connect(own_database, autocommit=True) as connection:
+        other = begin(connection, "other-person", str(uuid.uuid4()), sender="race-888")
+        assert other["user_id"] != rows(own_database, "select user_id::text from messages where id = %s", first)[0][0]
+        again = begin(connection, "owed-first", str(uuid.uuid4()))
+        assert (again["duplicate"], again["owed"], again["message_id"]) == (False, True, first)
+        execute(own_database, ENDED, first)
+        assert claimed_ids(connection) == [first]
