@@ -13,12 +13,19 @@ from typing import Any
 
 import psycopg
 
+from core.channels.telegram_bot import TelegramBot
+from core.follow_ups.capability import FollowUpRules
+from core.identity.linking import Linking
 from core.media.kinds import MediaLimits
+from core.media.turn_media import MediaReader
 from core.memory.digest import DigestLimits
 from core.memory.retention import Retention
 from core.memory.service import ContextLimits, TurnBudget
+from core.model.llm import AnthropicModel
 from core.models import Role, Surface
 from core.phrases.catalogue import Catalogue
+from core.stores.postgres_store import PostgresStore
+from core.stores.supabase_store import SupabaseStore
 from core.turn.context import ContextItem, stepped_tail
 from core.turn.request import TurnSettings
 from functions import runtime
@@ -96,6 +103,30 @@ def test_core_declares_no_default_of_a_setting_and_the_runtime_passes_each() -> 
     assert BUILT[ContextLimits].max_history_chars == 4 * setting("max_message_chars")  # MAX_HISTORY_CHARS unset
     purge_batch = inspect.signature(Retention.__init__).parameters["batch_size"].default
     assert purge_batch is inspect.Parameter.empty
+
+
+# Core's constructors whose parameter carries a setting: runtime.py passes each; built without one
+# (a test, a benchmark, the CLI) they may default to the setting's default, never to another value.
+PARAMETERS: dict[tuple[Any, str], str] = {
+    (Linking, "ttl_minutes"): "link_code_ttl_minutes",
+    (Linking, "attempts_per_hour"): "link_attempts_per_hour",
+    (AnthropicModel, "timeout_s"): "anthropic_timeout",
+    (AnthropicModel, "max_retries"): "anthropic_max_retries",
+    (PostgresStore, "connect_timeout_s"): "database_connect_timeout",
+    (PostgresStore, "max_connections"): "database_pool_size",
+    (SupabaseStore, "timeout_s"): "supabase_timeout",
+    (TelegramBot, "api_base"): "telegram_api_base",
+    (MediaReader, "fetch_timeout_s"): "media_fetch_timeout",
+    (MediaReader, "transcription_timeout_s"): "transcription_timeout",
+    (FollowUpRules, "max_pending"): "follow_ups_per_person",
+    (FollowUpRules, "max_chars"): "max_message_chars",
+}
+
+
+def test_a_core_constructors_default_of_a_setting_is_the_settings() -> None:
+    for (owner, parameter), name in PARAMETERS.items():
+        default = inspect.signature(owner).parameters[parameter].default
+        assert default in (inspect.Parameter.empty, setting(name)), f"{owner.__name__}({parameter}={default!r})"
 
 
 def test_no_sql_function_declares_a_default(database_url: str) -> None:
