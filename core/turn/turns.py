@@ -70,6 +70,20 @@ STORE_MARGIN_S = 2.0
 IN_THE_RESPONSE = Sent(Delivery.DELIVERED, 1)
 
 
+def told_unread(
+    items: Sequence[ContextItem | StoredMessage], message_id: int | None
+) -> list[ContextItem | StoredMessage]:
+    """`items` with the owed message `message_id` followed by what the model is told of its media no
+    attempt read: their bytes were never stored, so an answer taken over without them does not
+    pretend to have seen them (docs/media.md)."""
+    told: list[ContextItem | StoredMessage] = list(items)
+    for at, item in enumerate(told):
+        notice = unread_notice(item.content) if item.id == message_id else None
+        if notice is not None:
+            told[at] = ContextItem(item.role, f"{item.content}\n{notice}", item.surface, item.created_at, item.id)
+    return told
+
+
 class Turns:
     def __init__(
         self,
@@ -189,13 +203,7 @@ class Turns:
         began = self._clock()
         figures = TurnFigures(round_trips=1, reserved_tokens=owed.start.reserved_tokens)
         zone = self._zone_of(owed.start)
-        items: list[ContextItem | StoredMessage] = list(owed.start.history)
-        for at, item in enumerate(items):
-            # Its media's bytes were never stored: the model is told it cannot see them (docs/media.md).
-            notice = unread_notice(item.content) if item.id == owed.start.message_id else None
-            if notice is not None:
-                told = f"{item.content}\n{notice}"
-                items[at] = ContextItem(item.role, told, item.surface, item.created_at, item.id)
+        items = told_unread(owed.start.history, owed.start.message_id)
         elsewhere = owed.start.answered_elsewhere
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone, elsewhere=elsewhere)
         merged = merged_into_last(items, owed.start.message_id, elsewhere)
@@ -549,6 +557,8 @@ class Turns:
                 message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
+        elif start.owed:  # taken over without its media (the web's resume, a send again without its files)
+            items = told_unread(items, start.message_id)
         # the browser's, which the turn makes theirs, unless they stated theirs
         zone = turn_clock(self._zone_of(start), request.timezone, start.timezone_stated)
         elsewhere = start.answered_elsewhere

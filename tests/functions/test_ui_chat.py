@@ -23,6 +23,7 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from core.errors import InputError
+from core.media.kinds import UNREAD_NOTICE
 from core.memory.search import SEARCH_MEMORY
 from core.models import Surface
 from core.turn.request import Outcome, TurnRequest
@@ -1763,3 +1764,35 @@ def test_a_try_again_of_an_earlier_reply_sent_alone_as_the_413_says_drops_what_f
     later = {"id": chat, "message": ui_message("u-4", "user", "what time?"), "trigger": "submit-message"}
     assert answer_of(web.post("/", json=later, headers=bearer(person))) == ("answered", "At 9.")
     assert read_thread(fake_anthropic) == ["my sister lands on the 14th", "Noted.", "what time?"]
+
+
+def test_a_resumed_photo_its_failed_turn_never_read_is_answered_knowing_it_was_not_seen(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model down, a photo is neither described nor answered: its message stays its placeholder,
+    owed. The chat's resume (or the same send again without its file) answers it with no bytes to
+    show, and the model is told so, as the scheduled job tells it (test_owed_fairness's Finding 8),
+    not left to answer `[photo]` as if it had seen it."""
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    photo = base64.b64encode((CORPUS / "media" / "receipt.jpg").read_bytes()).decode()
+    image = {"type": "file", "mediaType": "image/jpeg", "url": f"data:image/jpeg;base64,{photo}"}
+    message = {"id": "u-photo", "role": "user", "parts": [image, {"type": "text", "text": "What did I pay?"}]}
+    fake_anthropic.behaviour = "500"
+    failed = parts_of(web.post("/", json=chat_body(chat, message), headers=bearer(person)).get_data(as_text=True))
+    assert failed[-4]["data"]["outcome"] == "fallback"
+    assert rows(database_url, "select role, content from messages where user_id = %s", person) == [
+        ("user", "[photo] What did I pay?")
+    ]
+    fake_anthropic.behaviour = "ok"
+    asked = len(fake_anthropic.requests)
+    resumed = parts_of(web.get(f"/{chat}/stream", headers=bearer(person)).get_data(as_text=True))
+    assert resumed[-3]["data"]["outcome"] == "answered"
+    [request] = fake_anthropic.requests[asked:]
+    [block] = request["messages"][-1]["content"]
+    notice = UNREAD_NOTICE.format(what="a photo")
+    assert block["text"].endswith("] [photo] What did I pay?\n" + notice)
+    # The notice is the model's, never the memory's.
+    assert rows(database_url, "select content from messages where user_id = %s and role = 'user'", person) == [
+        ("[photo] What did I pay?",)
+    ]
