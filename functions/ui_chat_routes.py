@@ -37,6 +37,14 @@ Edit = Callable[[], "tuple[TurnRequest, str | None] | None"]
 RESUME_POLL_S = 1.0
 
 
+class Edited(Exception):
+    """The message a turn took over owed was sent under its id with other words: its edit (`unnamed_edit`)."""
+
+    def __init__(self, edit: tuple[TurnRequest, str | None]) -> None:
+        super().__init__("an edit of an owed message")
+        self.edit = edit
+
+
 def is_ui_chat(body: object) -> bool:
     """Whether a parsed JSON body is the AI SDK's (its `messages`, or the new UI message alone as
     `message`, an object) rather than today's (`message`, a string)."""
@@ -329,8 +337,19 @@ def streamed(
     (or the version put back found), and the other versions of what it `replaces` leave the page's
     listing."""
     begun: list[TurnStart] = []
-    events = runtime.turns().stream(turn, begun.append)
-    first = next(events)
+
+    def took(start: TurnStart) -> None:
+        begun.append(start)
+        # Its id stored and owed (its attempt gave no reply, the fallback was shown), with other
+        # words: its edit, before the model is asked about the words it replaces.
+        if edit is not None and start.owed and (found := edit()):
+            raise Edited(found)
+
+    events = runtime.turns().stream(turn, took)
+    try:
+        first = next(events)
+    except Edited as edited:  # the message taken over is owed again, as it was: the page replaced it
+        return answered(edited.edit[0], cors, edited.edit[1])
     # Its id stored and answered: the same message sent again, or an edit that named no `messageId`.
     if edit is not None and begun and begun[0].duplicate and begun[0].reply is not None and (found := edit()):
         if isinstance(events, Generator):  # Turns.stream's: the stored reply to the words it replaces, never sent

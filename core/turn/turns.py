@@ -317,7 +317,8 @@ class Turns:
     ) -> Iterator[TurnResult | str]:
         """The web's streamed turn: text chunks as the model writes, then the `TurnResult`;
         `begun` is given the turn's start before the first of them (the reply's id, for the UI
-        message stream's `start`).
+        message stream's `start`); raising, it refuses a start this call holds the message by
+        before the model is asked: the attempt ends, and the message is owed as it was.
 
         Closed before its end (the client went away), it stops the model there: after a
         response Cloud Run gives an instance no CPU to finish it with. What the model reported
@@ -326,14 +327,16 @@ class Turns:
         began = self._clock()
         request = self._admitted(request)
         start, figures, result = self._begin(request, None)
-        if begun is not None:
-            begun(start)
         if result is not None:
+            if begun is not None:
+                begun(start)
             if result.reply:
                 yield result.reply
             yield self._logged(request.surface, result, began)
             return
         with self._ended_if_failed(start, figures):
+            if begun is not None:
+                begun(start)
             yield from self._stream_begun(request, start, figures, began)
 
     def _stream_begun(

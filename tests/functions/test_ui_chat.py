@@ -1796,3 +1796,32 @@ def test_a_resumed_photo_its_failed_turn_never_read_is_answered_knowing_it_was_n
     assert rows(database_url, "select content from messages where user_id = %s and role = 'user'", person) == [
         ("[photo] What did I pay?",)
     ]
+
+
+def test_an_edit_without_message_id_of_a_message_left_unanswered_is_answered_as_the_edit(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The model down, "monday" got the fallback and stayed owed. Its edit, sent alone under its id
+    with other words and no `messageId`, was taken for that owed message sent again: "monday" was
+    answered, and "tuesday", which the page shows, was neither stored nor answered. It is the
+    message's edit, as it is once the message has a reply."""
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    fake_anthropic.behaviour = "500"
+    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
+    said = parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))
+    assert said[-4]["data"]["outcome"] == "fallback"
+    fake_anthropic.behaviour = "ok"
+    asked = len(fake_anthropic.requests)
+    edit = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on tuesday")}
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    assert len(fake_anthropic.requests) == asked + 1  # the model never asked about monday again
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
+    assert [(message["content"], message["client_id"]) for message in page] == [
+        ("book the dentist on tuesday", "u-1~" + hashlib.sha256(b"book the dentist on tuesday").hexdigest()[:16]),
+        ("Tuesday it is.", None),
+    ]
+    assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204
