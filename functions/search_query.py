@@ -7,10 +7,9 @@ with the reason, never guessed at. Search results are ranked, not ordered by id,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from core.errors import InputError
 from core.memory.service import SEARCH_QUERY_CHARS, storable
@@ -22,8 +21,6 @@ MAX_QUERY_CHARS = SEARCH_QUERY_CHARS
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50  # a hit carries up to 12,000 characters with its neighbours
 MAX_OFFSET = 10_000
-# A calendar day alone, told apart from a date and time: `until=2026-03-31` includes that day.
-DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 SURFACES = ", ".join(surface.value for surface in Surface)
 
 
@@ -76,6 +73,16 @@ def moment(args: Mapping[str, str], name: str) -> datetime | None:
     return parse_moment(name, args[name]) if name in args else None
 
 
+def is_day(value: str) -> bool:
+    """A calendar day alone, told apart from a date and time (in any of ISO 8601's spellings:
+    2026-03-31, 20260331, 2026-W14-2): `until=2026-03-31` includes that day."""
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_moment(name: str, value: str) -> datetime:
     """`since` or `until` as a UTC time: an ISO 8601 date and time (UTC without an offset), or a
     day, which is that day's midnight UTC for `since` and the next one for `until`, so that
@@ -86,7 +93,7 @@ def parse_moment(name: str, value: str) -> datetime:
         if parsed is None:
             raise ValueError(value)
         parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-        if name == "until" and DAY.fullmatch(value):
+        if name == "until" and is_day(value):
             parsed += timedelta(days=1)
     except OverflowError:  # a day past year 9999, or before year 1, in UTC
         raise InputError(f"{name} is out of range: a day from 0001-01-02 to 9999-12-30, not {value[:40]!r}") from None

@@ -104,6 +104,9 @@ def test_since_and_until_bound_the_period_a_day_until_included(web: FlaskClient)
     assert found(since=(day + timedelta(days=1)).isoformat()) == 0
     assert found(until=(day - timedelta(days=1)).isoformat()) == 0
     assert found(since=day.isoformat(), until=day.isoformat()) == 1
+    # The same day in ISO 8601's other spellings (basic, week date) is a day too, until included.
+    for spelled in (day.strftime("%Y%m%d"), "{}-W{:02d}-{}".format(*day.isocalendar())):
+        assert (found(until=spelled), found(since=spelled)) == (1, 1), spelled
     # A date and time with an offset: the same moment in another zone.
     just_after = (said_at + timedelta(seconds=1)).astimezone(datetime.now().astimezone().tzinfo)
     assert found(until=just_after.isoformat()) == 1 and found(since=just_after.isoformat()) == 0
