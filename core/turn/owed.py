@@ -244,6 +244,9 @@ class OwedReplies:
             attempt=start.attempt,
             tokens=spent or 0,
             reserved=0 if spent is None else start.reserved_tokens,
+            # tried again while the claim holds the message, as a turn's reply is: the fallback went
+            # out, and one not stored would be given up, and sent, again by the next run
+            retry_for_s=send_by + STORE_MARGIN_S - self._clock(),
         )
         log.warning(
             "an owed message was given up: the fallback was sent",

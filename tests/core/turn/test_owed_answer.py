@@ -828,3 +828,30 @@ def test_a_run_whose_claim_fails_sends_nothing_and_the_next_run_answers(memory: 
     failing.failing = set()
     assert job.run(60) == OwedRun(1, 0) and channel.sent == ["an answer"]
     assert job.run(60) == OwedRun(0, 0) and channel.sent == ["an answer"]
+
+
+def test_a_give_up_whose_fallback_the_database_missed_for_a_moment_sends_it_once(
+    memory: Memory, fake_anthropic: FakeAnthropic, own_database: str
+) -> None:
+    """The job's last try fails (the model overloaded) and it gives the message up: the fallback goes
+    out, and the database misses its finish_turn once (a restart, a failover: away for a moment). It
+    is tried again while the claim holds the message, as a turn's reply is (FINISH_RETRY_WAITS_S), so
+    the fallback is stored and the person gets it once. Seen failing with the give-up's finish_turn
+    tried once: the message stayed owed, and the next run (its claim lapsed) sent the fallback again."""
+    turns = claude_turns(memory, fake_anthropic)
+    fake_anthropic.behaviour = "529"
+    asked = TurnRequest(Surface.TELEGRAM, "write an essay", "give-up-blip", sender_id="4748")
+    assert turns.run(asked, RecordingChannel()).outcome is Outcome.FALLBACK
+    failing = FailingStore(memory.store)
+    away = Memory(failing, context_limits())
+    channel = RecordingChannel()
+    job = job_of(away, claude_turns(away, fake_anthropic), channel, max_tries=1)
+    failing.failing_times["finish_turn"] = 1
+    assert job.run(120) == OwedRun(answered=0, failed=1)
+    assert channel.sent == ["FALLBACK"]
+    execute(own_database, "update messages set answer_by = clock_timestamp() where role = 'user'")  # its claim lapsed
+    assert job.run(120) == OwedRun(answered=0, failed=0)
+    assert channel.sent == ["FALLBACK"]
+    assert [content for (content,) in rows(own_database, "select content from messages where role = 'assistant'")] == [
+        "FALLBACK"
+    ]
