@@ -471,11 +471,14 @@ class Memory:
         }
         return bool(self.store.call("give_up_owed", arguments)["given_up"])
 
-    def record_delivery(self, user_id: UUID, reply_id: int, attempt: UUID | None, sent: Sent) -> None:
+    def record_delivery(
+        self, user_id: UUID, reply_id: int, attempt: UUID | None, sent: Sent, retry_for_s: float = 0.0
+    ) -> None:
         """What a send of a reply stored undelivered came to: delivered, owed from a later part, or
         given up (turn.sql's record_delivery), by the one holding its message (`attempt`: the
-        token its begin_turn or the job's claim answered). Not recorded (the database away): it
-        stays owed from where it was, and is sent from there again."""
+        token its begin_turn or the job's claim answered). Tried again (FINISH_RETRY_WAITS_S) while
+        a try can end within `retry_for_s`, as finish_turn is: the send went out, and one not
+        recorded stays owed from where it was, and is sent from there again."""
         arguments: dict[str, JsonScalar] = {
             "p_user_id": str(user_id),
             "p_reply_id": reply_id,
@@ -483,10 +486,18 @@ class Memory:
             "p_delivered": sent.delivery is Delivery.DELIVERED,
             "p_unsent_from": sent.unsent_from,
         }
-        try:
-            self.store.call("record_delivery", arguments)
-        except StoreUnavailable as exc:
-            log.error("record_delivery failed", extra={"error": str(exc)})
+        waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
+        while True:
+            try:
+                self.store.call("record_delivery", arguments)
+                return
+            except StoreUnavailable as exc:
+                wait = next(waits, math.inf)
+                if exc.final or time.monotonic() + wait + STORE_TRY_S > retry_until:
+                    log.error("record_delivery failed", extra={"error": str(exc)})
+                    return
+                log.warning("record_delivery failed; trying again", extra={"error": str(exc), "wait_s": wait})
+                time.sleep(wait)
 
     def edit_message(
         self, person: Person, surface: Surface, platform: PlatformMessage, text: str, edited_at: datetime

@@ -291,7 +291,10 @@ class OwedReplies:
         first_part = reply.unsent_from or 0
         extra = {"surface": owed.surface.value, "message_id": str(start.message_id), "tries": owed.tries}
         sent = channel.send(reply.content, send_by, first_part)
-        self._memory.record_delivery(start.user_id, reply.id, start.attempt, sent)
+        # tried again while the claim holds the message: one not recorded would be sent again next run
+        self._memory.record_delivery(
+            start.user_id, reply.id, start.attempt, sent, retry_for_s=send_by + STORE_MARGIN_S - self._clock()
+        )
         log.log(
             logging.INFO if sent.delivery is Delivery.DELIVERED else logging.WARNING,
             "an owed reply was sent" if sent.delivery is Delivery.DELIVERED else "an owed reply could not be sent",

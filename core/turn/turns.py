@@ -855,7 +855,10 @@ class Turns:
         sent = channel.send(result.reply, until, start.reply.unsent_from or 0)
         if start.reply.delivered:  # carried in the caller's response again (CarriesShortReplies)
             return
-        self.memory.record_delivery(result.user_id, result.reply_id, start.attempt, sent)
+        # tried again while this attempt holds the message (its answer_by): one not recorded is sent again
+        self.memory.record_delivery(
+            result.user_id, result.reply_id, start.attempt, sent, retry_for_s=until + STORE_MARGIN_S - self._clock()
+        )
         result.figures.round_trips += 1
         if sent.delivery is not Delivery.DELIVERED:
             result.figures.error = "the stored reply could not be delivered"

@@ -855,3 +855,55 @@ def test_a_give_up_whose_fallback_the_database_missed_for_a_moment_sends_it_once
     assert [content for (content,) in rows(own_database, "select content from messages where role = 'assistant'")] == [
         "FALLBACK"
     ]
+
+
+def test_a_stored_reply_the_job_sent_while_the_database_blinked_is_not_sent_again(
+    memory: Memory, own_database: str
+) -> None:
+    """A reply stored owed a send (Telegram was down when it was written): the job sends it, and the
+    database misses the record of that send once (away for a moment). It is recorded by a try
+    again while the claim holds the message, as finish_turn is, so the person reads the reply once.
+    Seen failing with record_delivery tried once: the reply stayed owed from its first part, and
+    the next run sent it whole a second time."""
+    model = OfflineModel()
+    start = memory.begin_turn(Person(sender_id="5111"), Surface.TELEGRAM, "hello", "record-blip", sender="5111")
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(
+        start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
+    )
+    failing = FailingStore(memory.store)
+    away = Memory(failing, context_limits())
+    turns = Turns(away, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    channel = RecordingChannel()
+    job = OwedReplies(away, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    failing.failing_times["record_delivery"] = 1
+    assert job.run(60) == OwedRun(1, 0) and channel.sent == ["an answer"]
+    execute(own_database, "update messages set answer_by = clock_timestamp() where role = 'user'")  # its claim lapsed
+    assert job.run(60) == OwedRun(0, 0)
+    assert channel.sent == ["an answer"]
+
+
+def test_a_stored_reply_a_redelivery_sent_while_the_database_blinked_is_not_sent_again(
+    memory: Memory, own_database: str
+) -> None:
+    """The same on Telegram's redelivery: it sends the reply stored owed a send, and the database
+    misses the record once. Tried again while the redelivery holds the message, it is recorded, and
+    neither the job nor a later redelivery sends it again."""
+    model = OfflineModel()
+    start = memory.begin_turn(Person(sender_id="5112"), Surface.TELEGRAM, "hello", "record-blip-2", sender="5112")
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(
+        start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
+    )
+    failing = FailingStore(memory.store)
+    away = Memory(failing, context_limits())
+    turns = Turns(away, lambda: model, IdentityPolicy("auto"), SETTINGS)
+    channel = RecordingChannel()
+    failing.failing_times["record_delivery"] = 1
+    again = TurnRequest(Surface.TELEGRAM, "hello", "record-blip-2", sender_id="5112")
+    assert turns.run(again, channel).outcome is Outcome.REDELIVERED and channel.sent == ["an answer"]
+    execute(own_database, "update messages set answer_by = clock_timestamp() where role = 'user'")  # its hold lapsed
+    job = OwedReplies(away, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
+    assert job.run(60) == OwedRun(0, 0)
+    assert turns.run(again, channel).outcome is Outcome.DUPLICATE
+    assert channel.sent == ["an answer"]
