@@ -72,6 +72,7 @@ from core.follow_ups.moves import FollowUpMoves
 from core.follow_ups.opted_out import HELD, held_for_opt_in, held_until
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
+from core.memory.service import FINISH_RETRY_WAITS_S
 from core.models import Delivery, Sent, Surface
 from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
@@ -234,8 +235,7 @@ class FollowUpDelivery:
             extra["reason"] = unsaid
         why = "no longer this run's: another run gave its claim up, or it was forgotten"
         try:
-            finished = self._store.call(
-                "finish_follow_up",
+            finished = self._finished(
                 {
                     "p_id": row["id"],
                     "p_claim": claim,
@@ -251,7 +251,7 @@ class FollowUpDelivery:
                     "p_seen_at": row.get("window_opened_at"),
                     # held for its number's opt-in: the claim gives it up after this
                     "p_held_until": held_until(due).isoformat(),
-                },
+                }
             )
         except StoreUnavailable as exc:
             # Its claim expires and the next run gives it up: never said twice.
@@ -277,6 +277,22 @@ class FollowUpDelivery:
             log.log(
                 logging.WARNING if unsaid == OPTED_OUT else logging.ERROR, "follow-up", extra=extra
             )  # a STOP is no fault
+
+    def _finished(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """finish_follow_up, tried again (FINISH_RETRY_WAITS_S) while the database is away for a
+        moment, as a turn's reply is stored: its claim holds the follow-up for the lease, and an
+        outcome not recorded lets the claim expire, tried, into a dead run's, given up (a reminder
+        that never went out, lost). A retried call that committed finds its own outcome."""
+        waits = iter(FINISH_RETRY_WAITS_S)
+        while True:
+            try:
+                return dict(self._store.call("finish_follow_up", arguments))
+            except StoreUnavailable as exc:
+                wait = next(waits, None)
+                if exc.final or wait is None:
+                    raise
+                log.warning("finish_follow_up failed; trying again", extra={"error": str(exc), "wait_s": wait})
+                time.sleep(wait)
 
     def _say(self, row: dict[str, Any], now: datetime) -> tuple[Sent, str, str | None]:
         """Said on its surface: a secondary surface's to a chat or number that still reaches the

@@ -2669,3 +2669,28 @@ def test_a_number_the_operator_links_brings_the_window_it_opened(
         (person, WATER, "sent"),
         (person, BANK, "pending"),
     ]
+
+
+def test_a_follow_up_whose_outcome_the_database_missed_for_a_moment_is_still_retried_then_said_once(
+    environment: pytest.MonkeyPatch, job_database: str, clock: Clock, fake_anthropic: FakeAnthropic
+) -> None:
+    """The Bot API answers 5xx (nothing went out), and the database misses finish_follow_up once (a
+    restart, a failover: away for a moment). Recorded by a try again while the claim holds it, as a
+    turn's reply is, it is pending for its retry, and said once then. Seen failing with the outcome
+    tried once: its claim, tried, expired, and the next run gave it up as a dead run's: a reminder
+    that never went out was lost to a blip."""
+    due_on_telegram(fake_anthropic, clock, [797001])
+
+    def down(chat: int, text: str) -> Delivery:
+        return Delivery.OWED
+
+    failing = FailingStore(runtime.store())
+    failing.failing_times["finish_follow_up"] = 1
+    first = FollowUpDelivery(failing, saying_on_telegram(down), runtime.identity(), now=clock).run(60)
+    assert (first.retried, first.unrecorded) == (1, 0)
+    assert rows(job_database, "select status, attempts from follow_ups") == [("pending", 1)]
+    clock.at += timedelta(seconds=LEASE_S + 1)
+    later = FollowUpDelivery(runtime.store(), saying_on_telegram(Said()), runtime.identity(), now=clock)
+    sent = later.run(60)
+    assert (sent.sent, sent.lost) == (1, 0)
+    assert rows(job_database, "select status, attempts from follow_ups") == [("sent", 2)]
