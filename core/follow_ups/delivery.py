@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ from core.follow_ups.moves import FollowUpMoves
 from core.follow_ups.opted_out import HELD, held_for_opt_in, held_until
 from core.follow_ups.wall_clock import zone_named
 from core.identity.policy import IdentityPolicy
-from core.memory.service import FINISH_RETRY_WAITS_S
+from core.memory.service import retried_call
 from core.models import Delivery, Sent, Surface
 from core.phrases.catalogue import Catalogue
 from core.stores.store import MemoryStore
@@ -279,20 +280,11 @@ class FollowUpDelivery:
             )  # a STOP is no fault
 
     def _finished(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """finish_follow_up, tried again (FINISH_RETRY_WAITS_S) while the database is away for a
-        moment, as a turn's reply is stored: its claim holds the follow-up for the lease, and an
-        outcome not recorded lets the claim expire, tried, into a dead run's, given up (a reminder
-        that never went out, lost). A retried call that committed finds its own outcome."""
-        waits = iter(FINISH_RETRY_WAITS_S)
-        while True:
-            try:
-                return dict(self._store.call("finish_follow_up", arguments))
-            except StoreUnavailable as exc:
-                wait = next(waits, None)
-                if exc.final or wait is None:
-                    raise
-                log.warning("finish_follow_up failed; trying again", extra={"error": str(exc), "wait_s": wait})
-                time.sleep(wait)
+        """finish_follow_up, tried again while the database is away for a moment (every wait of
+        FINISH_RETRY_WAITS_S: its claim holds the follow-up for the lease), as a turn's reply is
+        stored: an outcome not recorded lets the claim expire, tried, into a dead run's, given up
+        (a reminder that never went out, lost). A retried call that committed finds its own outcome."""
+        return dict(retried_call(self._store, "finish_follow_up", arguments, math.inf))
 
     def _say(self, row: dict[str, Any], now: datetime) -> tuple[Sent, str, str | None]:
         """Said on its surface: a secondary surface's to a chat or number that still reaches the

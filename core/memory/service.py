@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -175,6 +175,24 @@ def platform_arguments(platform: PlatformMessage | None) -> dict[str, Any]:
         "p_reply_ref": storable(platform.reply_to) if platform.reply_to is not None else None,
         "p_quoted": storable(platform.quoted) if platform.quoted is not None else None,
     }
+
+
+def retried_call(store: MemoryStore, function: str, arguments: Mapping[str, JsonScalar], retry_for_s: float) -> Any:
+    """A write after a send (a reply stored, its delivery or a follow-up's outcome recorded), tried
+    again after each of FINISH_RETRY_WAITS_S while a try can still end within `retry_for_s`, so a
+    database away for a moment costs nothing: only for a failure that may pass (not `final`), and
+    only for a function whose call repeated after it committed changes nothing. The last
+    StoreUnavailable when no try is left."""
+    waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
+    while True:
+        try:
+            return store.call(function, arguments)
+        except StoreUnavailable as exc:
+            wait = next(waits, None)
+            if exc.final or wait is None or time.monotonic() + wait + STORE_TRY_S > retry_until:
+                raise
+            log.warning("%s failed; trying again", function, extra={"error": str(exc), "wait_s": wait})
+            time.sleep(wait)
 
 
 def storable(text: str) -> str:
@@ -343,24 +361,17 @@ class Memory:
         if written:
             function = "finish_turn_follow_ups"
             arguments.update(p_follow_ups=json.dumps(written), p_max_pending=max_follow_ups)
-        waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
-        while True:
-            try:
-                row = self.store.call(function, arguments)
-                break
-            except StoreUnavailable as exc:
-                wait = next(waits, math.inf)
-                if exc.final or time.monotonic() + wait + STORE_TRY_S > retry_until:
-                    # What the agent may have promised and nothing will do: counted, never its words.
-                    changes = (follow_ups or {}).items()
-                    lost = {change: len(items) for change, items in changes if isinstance(items, list)}
-                    log.error(
-                        "finish_turn failed; the reply went out but is not stored",
-                        extra={"error": str(exc), "follow_ups_not_recorded": lost} if lost else {"error": str(exc)},
-                    )
-                    return None
-                log.warning("finish_turn failed; trying again", extra={"error": str(exc), "wait_s": wait})
-                time.sleep(wait)
+        try:
+            row = retried_call(self.store, function, arguments, retry_for_s)
+        except StoreUnavailable as exc:
+            # What the agent may have promised and nothing will do: counted, never its words.
+            changes = (follow_ups or {}).items()
+            lost = {change: len(items) for change, items in changes if isinstance(items, list)}
+            log.error(
+                "finish_turn failed; the reply went out but is not stored",
+                extra={"error": str(exc), "follow_ups_not_recorded": lost} if lost else {"error": str(exc)},
+            )
+            return None
         if row and row.get("refused"):
             log.warning("follow-ups refused by their limits", extra={"refused": row["refused"]})
         return int(row["reply_id"]) if row and row.get("reply_id") is not None else None
@@ -486,18 +497,10 @@ class Memory:
             "p_delivered": sent.delivery is Delivery.DELIVERED,
             "p_unsent_from": sent.unsent_from,
         }
-        waits, retry_until = iter(FINISH_RETRY_WAITS_S), time.monotonic() + retry_for_s
-        while True:
-            try:
-                self.store.call("record_delivery", arguments)
-                return
-            except StoreUnavailable as exc:
-                wait = next(waits, math.inf)
-                if exc.final or time.monotonic() + wait + STORE_TRY_S > retry_until:
-                    log.error("record_delivery failed", extra={"error": str(exc)})
-                    return
-                log.warning("record_delivery failed; trying again", extra={"error": str(exc), "wait_s": wait})
-                time.sleep(wait)
+        try:
+            retried_call(self.store, "record_delivery", arguments, retry_for_s)
+        except StoreUnavailable as exc:
+            log.error("record_delivery failed", extra={"error": str(exc)})
 
     def edit_message(
         self, person: Person, surface: Surface, platform: PlatformMessage, text: str, edited_at: datetime
