@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import contextmanager
@@ -71,14 +71,15 @@ IN_THE_RESPONSE = Sent(Delivery.DELIVERED, 1)
 
 
 def told_unread(
-    items: Sequence[ContextItem | StoredMessage], message_id: int | None
+    items: Sequence[ContextItem | StoredMessage], message_ids: Collection[int | None]
 ) -> list[ContextItem | StoredMessage]:
-    """`items` with the owed message `message_id` followed by what the model is told of its media no
-    attempt read: their bytes were never stored, so an answer taken over without them does not
-    pretend to have seen them (docs/media.md)."""
+    """`items` with each stored message of `message_ids` (an owed one taken over, and the earlier
+    ones the last turn merged with it) followed by what the model is told of its media no attempt
+    read: their bytes were never stored, so an answer given without them does not pretend to have
+    seen them (docs/media.md)."""
     told: list[ContextItem | StoredMessage] = list(items)
     for at, item in enumerate(told):
-        notice = unread_notice(item.content) if item.id == message_id else None
+        notice = unread_notice(item.content) if item.id is not None and item.id in message_ids else None
         if notice is not None:
             told[at] = ContextItem(item.role, f"{item.content}\n{notice}", item.surface, item.created_at, item.id)
     return told
@@ -203,10 +204,10 @@ class Turns:
         began = self._clock()
         figures = TurnFigures(round_trips=1, reserved_tokens=owed.start.reserved_tokens)
         zone = self._zone_of(owed.start)
-        items = told_unread(owed.start.history, owed.start.message_id)
         elsewhere = owed.start.answered_elsewhere
+        merged = merged_into_last(owed.start.history, owed.start.message_id, elsewhere)
+        items = told_unread(owed.start.history, {owed.start.message_id, *merged})
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone, elsewhere=elsewhere)
-        merged = merged_into_last(items, owed.start.message_id, elsewhere)
         with self._ended_if_failed(owed.start, figures):
             tools = self._tools(owed.start, owed.surface, deadline_s)  # as the person's turn would have had them
             return self._answer(
@@ -560,13 +561,16 @@ class Turns:
                 message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
-        elif start.owed:  # taken over without its media (the web's resume, a send again without its files)
-            items = told_unread(items, start.message_id)
+        elsewhere = start.answered_elsewhere
+        merged = merged_into_last(items, start.message_id, elsewhere)
+        # The earlier messages this turn answers with its own, and its own when taken over owed without
+        # its media (the web's resume, a send again without its files): what of theirs no attempt read.
+        unread = {*merged, start.message_id} if prepared is None and start.owed else set(merged)
+        items = told_unread(items, unread)
         # the browser's, which the turn makes theirs, unless they stated theirs
         zone = turn_clock(self._zone_of(start), request.timezone, start.timezone_stated)
-        elsewhere = start.answered_elsewhere
         messages = build_model_messages(items, annotate=self._settings.annotate, zone=zone, elsewhere=elsewhere)
-        return messages, merged_into_last(items, start.message_id, elsewhere)
+        return messages, merged
 
     # Media (core/media/turn_media.py): after begin_turn, so a redelivery fetches and transcribes nothing.
 
