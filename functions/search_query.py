@@ -7,6 +7,7 @@ with the reason, never guessed at. Search results are ranked, not ordered by id,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -22,6 +23,8 @@ DEFAULT_LIMIT = 20
 MAX_LIMIT = 50  # a hit carries up to 12,000 characters with its neighbours
 MAX_OFFSET = 10_000
 SURFACES = ", ".join(surface.value for surface in Surface)
+# A week without its day (2026-W14, 2026W14): no day, though fromisoformat reads it as its Monday.
+WEEK_ALONE = re.compile(r"[0-9]{4}-?W[0-9]{2}(?:[T ]|$)")
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def parse_moment(name: str, value: str) -> datetime:
     `since=2026-03-01&until=2026-03-31` is the whole of March. InputError when it is neither."""
     expected = f"{name} must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00)"
     try:
-        parsed = datetime.fromisoformat(value) if len(value) <= 40 else None
+        parsed = datetime.fromisoformat(value) if len(value) <= 40 and not WEEK_ALONE.match(value) else None
         if parsed is None:
             raise ValueError(value)
         parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
