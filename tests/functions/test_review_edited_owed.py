@@ -1,0 +1,252 @@
+"""Review of 2b35533: the Edited path (an owed message sent under its id with other words and no
+messageId) ends its takeover as a failure of ours would, before the model is asked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from core.errors import StoreUnavailable
+from functions import runtime
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.helpers import app_client, bearer, rows
+
+
+def ui_message(message_id: str, role: str, text: str) -> dict[str, Any]:
+    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+def chat_body(chat_id: str, *messages: dict[str, Any]) -> dict[str, Any]:
+    return {"id": chat_id, "messages": list(messages), "trigger": "submit-message"}
+
+
+def parts_of(text: str) -> list[Any]:
+    blocks = [block for block in text.split("\n\n") if block]
+    return [block[6:] if block == "data: [DONE]" else json.loads(block[6:]) for block in blocks]
+
+
+def new_conversation(web: FlaskClient, person: uuid.UUID) -> str:
+    return str(web.post("/conversations", headers=bearer(person)).get_json()["id"])
+
+
+def answer_of(response: Any) -> tuple[str, str]:
+    parts = parts_of(response.get_data(as_text=True))
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    return parts[-3]["data"]["outcome"], text
+
+
+def loaded(web: FlaskClient, person: uuid.UUID, chat: str) -> list[dict[str, Any]]:
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()
+    return [
+        {"id": m["client_id"] or str(m["id"]), "role": m["role"], "parts": [{"type": "text", "text": m["content"]}]}
+        for m in page["messages"]
+    ]
+
+
+def monday_owed(web: FlaskClient, person: uuid.UUID, fake_anthropic: FakeAnthropic) -> str:
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    chat = new_conversation(web, person)
+    fake_anthropic.behaviour = "500"
+    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
+    said = parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))
+    assert said[-4]["data"]["outcome"] == "fallback"
+    fake_anthropic.behaviour = "ok"
+    return chat
+
+
+def test_the_edited_takeover_is_owed_at_once_its_reservation_back_and_nothing_logged_as_an_error(
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+    web: FlaskClient,
+) -> None:
+    environment.setenv("TOKENS_PER_DAY", "1000000")
+    runtime.reset()
+    web = app_client("web_chat")
+    person = uuid.uuid4()
+    chat = monday_owed(web, person, fake_anthropic)
+    before = rows(
+        database_url,
+        "select u.tokens, u.reserved from turn_usage u join messages m on m.id = u.message_id"
+        " where m.user_id = %s and m.external_id = 'u-1'",
+        person,
+    )
+    asked = len(fake_anthropic.requests)
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    edit = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on tuesday")}
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    assert len(fake_anthropic.requests) == asked + 1
+    after = rows(
+        database_url,
+        "select u.tokens, u.reserved, m.answer_by <= clock_timestamp(), m.replaced from turn_usage u"
+        " join messages m on m.id = u.message_id where m.user_id = %s and m.external_id = 'u-1'",
+        person,
+    )
+    assert after == [(before[0][0], 0, True, True)]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_an_edit_that_cannot_be_read_with_the_database_away_leaves_the_message_owed(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    person = uuid.uuid4()
+    chat = monday_owed(web, person, fake_anthropic)
+    asked = len(fake_anthropic.requests)
+    memory = runtime.memory()
+
+    def away(*args: object, **kwargs: object) -> object:
+        raise StoreUnavailable("web_messages failed: OperationalError")
+
+    monkeypatch.setattr(memory, "web_messages", away)
+    edit = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on tuesday")}
+    response = web.post("/", json=edit, headers=bearer(person))
+    assert response.status_code == 503, response.get_data(as_text=True)
+    assert len(fake_anthropic.requests) == asked
+    assert rows(
+        database_url,
+        "select m.answer_by <= clock_timestamp() from messages m where m.user_id = %s and m.external_id = 'u-1'",
+        person,
+    ) == [(True,)]
+
+
+def test_the_same_words_again_are_the_owed_message_answered(web: FlaskClient, fake_anthropic: FakeAnthropic) -> None:
+    person = uuid.uuid4()
+    chat = monday_owed(web, person, fake_anthropic)
+    again = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on monday")}
+    assert answer_of(web.post("/", json=again, headers=bearer(person))) == ("answered", "Monday it is.")
+    assert answer_of(web.post("/", json=again, headers=bearer(person))) == ("redelivered", "Monday it is.")
+
+
+def test_the_edit_sent_twice_is_stored_and_answered_once(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    person = uuid.uuid4()
+    chat = monday_owed(web, person, fake_anthropic)
+    asked = len(fake_anthropic.requests)
+    edit = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on tuesday")}
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("redelivered", "Tuesday it is.")
+    assert len(fake_anthropic.requests) == asked + 1
+    assert rows(
+        database_url, "select role, content, replaced from messages where user_id = %s order by id", person
+    ) == [
+        ("user", "book the dentist on monday", True),
+        ("user", "book the dentist on tuesday", False),
+        ("assistant", "Tuesday it is.", False),
+    ]
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["no_message_id", "message_id"])
+def test_a_telegram_message_left_owed_and_edited_on_the_web_is_not_answered_again_by_the_job(
+    web: FlaskClient,
+    environment: pytest.MonkeyPatch,
+    database_url: str,
+    fake_anthropic: FakeAnthropic,
+    named: bool,
+) -> None:
+    """A Telegram message whose turn gave the fallback is owed; the person edits it in the web's
+    [Telegram] thread (under its stored id, other words): the edit is stored and answered, and the
+    message it replaced leaves the page. The scheduled job must not then answer the replaced words
+    on Telegram: the person edited them away, and their edit has its answer."""
+    from core.models import Surface
+    from core.turn.request import TurnRequest
+
+    owner = uuid.uuid4()
+    chat_id = str(owner.int % 10**9)
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
+    runtime.reset()
+    web = app_client("web_chat")
+    fake_anthropic.behaviour = "500"
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    assert said.reply_id is None
+    fake_anthropic.behaviour = "ok"
+    fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
+    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
+    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    thread = loaded(web, person, telegram["id"])
+    edit = ui_message(thread[0]["id"], "user", "my passport expires in June")
+    body = {**chat_body(telegram["id"], edit), **({"messageId": edit["id"]} if named else {})}
+    assert answer_of(web.post("/", json=body, headers=bearer(person))) == ("answered", "June, noted.")
+    # Not the job's (claim_owed_replies leaves a message answered with a later one's turn); the
+    # session's database holds everyone's owed messages, so the claim itself is not asked here.
+    assert rows(
+        database_url, "select answered_with_later, declined from messages where id = %s", said.message_id
+    ) == [(True, False)]
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_an_unnamed_edit_posted_as_messages_reads_no_replaced_words(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, earlier: bool
+) -> None:
+    person = uuid.uuid4()
+    chat = new_conversation(web, person)
+    fake_anthropic.answer = lambda body: (
+        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
+    )
+    thread = []
+    if earlier:
+        said = {"id": chat, "messages": [ui_message("u-0", "user", "hello")], "trigger": "submit-message"}
+        web.post("/", json=said, headers=bearer(person))
+        thread = [ui_message("u-0", "user", "hello"), ui_message("a-0", "assistant", "Monday it is.")]
+    fake_anthropic.behaviour = "500"
+    first = chat_body(chat, *thread, ui_message("u-1", "user", "book the dentist on monday"))
+    web.post("/", json=first, headers=bearer(person)).get_data()
+    fake_anthropic.behaviour = "ok"
+    edit = chat_body(chat, *thread, ui_message("u-1", "user", "book the dentist on tuesday"))
+    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
+    read = json.dumps(fake_anthropic.requests[-1]["messages"])
+    assert "monday" not in read
+
+
+def test_two_tabs_sending_the_same_unnamed_edit_at_once_store_and_answer_it_once(
+    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    import threading
+
+    import httpx
+    from werkzeug.serving import make_server
+
+    person = uuid.uuid4()
+    chat = monday_owed(web, person, fake_anthropic)
+    asked = len(fake_anthropic.requests)
+    fake_anthropic.delta_pause_s = 0.2
+    server = make_server("127.0.0.1", 0, web.application, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.port}/"
+    edit = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on tuesday")}
+    answers: list[tuple[str, str]] = []
+
+    def tab() -> None:
+        with httpx.Client(timeout=60) as client:
+            response = client.post(url, json=edit, headers=bearer(person))
+            parts = parts_of(response.text)
+            text = "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
+            answers.append((parts[-3]["data"]["outcome"], text))
+
+    try:
+        tabs = [threading.Thread(target=tab) for _ in range(2)]
+        for t in tabs:
+            t.start()
+        for t in tabs:
+            t.join()
+    finally:
+        server.shutdown()
+    assert sorted(answers) == [("answered", "Tuesday it is."), ("redelivered", "Tuesday it is.")]
+    assert len(fake_anthropic.requests) == asked + 1
+    assert rows(
+        database_url, "select role, content, replaced from messages where user_id = %s order by id", person
+    ) == [
+        ("user", "book the dentist on monday", True),
+        ("user", "book the dentist on tuesday", False),
+        ("assistant", "Tuesday it is.", False),
+    ]
