@@ -227,6 +227,47 @@ def messages_of(response_text: str) -> list[str]:
     return [element.text or "" for element in root.findall("Message")]
 
 
+# The AI SDK's useChat, as its DefaultChatTransport posts and reads (the web's UI message stream).
+
+
+def ui_text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+def ui_message(message_id: str, role: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"id": message_id, "role": role, "parts": [ui_text(text)], **extra}
+
+
+def chat_body(chat_id: str, *messages: dict[str, Any]) -> dict[str, Any]:
+    """What DefaultChatTransport posts (ai 6's HttpChatTransport.sendMessages)."""
+    return {"id": chat_id, "messages": list(messages), "trigger": "submit-message"}
+
+
+def parts_of(text: str) -> list[Any]:
+    """The stream's `data:` payloads in order, `[DONE]` as the string."""
+    blocks = [block for block in text.split("\n\n") if block]
+    assert all(block.startswith("data: ") for block in blocks), blocks
+    return [block[6:] if block == "data: [DONE]" else json.loads(block[6:]) for block in blocks]
+
+
+def new_conversation(web: FlaskClient, person: uuid.UUID) -> str:
+    return str(web.post("/conversations", headers=bearer(person)).get_json()["id"])
+
+
+def loaded(web: FlaskClient, person: uuid.UUID, chat: str) -> list[dict[str, Any]]:
+    """docs/frontend.md's loadMessages, in Python: the person's web messages under their client's id."""
+    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()
+    return [
+        {
+            "id": message["client_id"] or str(message["id"]),
+            "role": message["role"],
+            "parts": [ui_text(message["content"])],
+            "metadata": {"surface": message["surface"], "createdAt": message["created_at"]},
+        }
+        for message in page["messages"]
+    ]
+
+
 # One person on every app (the linking and forgetting tests).
 
 

@@ -223,3 +223,22 @@ def test_the_search_answer_carries_cors_for_the_configured_origin(web: FlaskClie
     assert response.status_code == 200 and response.headers["Access-Control-Allow-Origin"] == origin
     refused = web.get("/search", headers={**bearer(uuid.uuid4()), "Origin": origin})
     assert refused.status_code == 400 and refused.headers["Access-Control-Allow-Origin"] == origin
+
+
+BAD_MOMENT = "must be an ISO 8601 date (2026-03-31) or date and time (2026-03-31T18:30:00+02:00)"
+
+
+@pytest.mark.parametrize("name", ["since", "until"])
+@pytest.mark.parametrize("week", ["2026-W14", "2026W14", "2026-W14T10:00"])
+def test_a_week_without_its_day_is_refused_not_read_as_its_monday(web: FlaskClient, name: str, week: str) -> None:
+    response = web.get(f"/search?q=kiwi&{name}={week}", headers=bearer(uuid.uuid4()))
+    assert (response.status_code, response.get_json()) == (
+        400,
+        {"error": "bad_request", "message": f"{name} {BAD_MOMENT}, not {week!r}"},
+    )
+
+
+@pytest.mark.parametrize("day", ["2026-W14-2", "2026W142", "20260331", "2026-03-31"])
+def test_a_day_in_any_spelling_is_still_taken(web: FlaskClient, day: str) -> None:
+    response = web.get(f"/search?q=kiwi&since={day}&until={day}", headers=bearer(uuid.uuid4()))
+    assert response.status_code == 200, response.get_json()

@@ -12,15 +12,7 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.helpers import bearer
-
-
-def ui_message(message_id: str, role: str, text: str) -> dict[str, Any]:
-    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
-
-
-def chat_body(chat: str, *messages: dict[str, Any]) -> dict[str, Any]:
-    return {"id": chat, "messages": list(messages), "trigger": "submit-message"}
+from tests.helpers import bearer, chat_body, ui_message
 
 
 def streamed(web: FlaskClient, person: uuid.UUID, body: dict[str, Any]) -> str:

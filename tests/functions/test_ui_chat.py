@@ -32,29 +32,25 @@ from functions.ui_chat_routes import attachment
 from functions.web_models import UIFilePart
 from tests.fakes.anthropic_api import REFUSAL_TRIGGER, Answer, FakeAnthropic, text_block, tool_results, tool_use
 from tests.fakes.deepgram_api import FakeDeepgram
-from tests.helpers import CORPUS, CORS_ORIGIN, ENGLISH, JWT_SECRET, app_client, as_owner, bearer, rows, stored_count
+from tests.helpers import (
+    CORPUS,
+    CORS_ORIGIN,
+    ENGLISH,
+    JWT_SECRET,
+    app_client,
+    as_owner,
+    bearer,
+    chat_body,
+    loaded,
+    new_conversation,
+    parts_of,
+    rows,
+    stored_count,
+    ui_message,
+    ui_text,
+)
 
 ANSWER = "Here is a fairly long answer that arrives piece by piece, as written."
-
-
-def ui_message(message_id: str, role: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}], **extra}
-
-
-def chat_body(chat_id: str, *messages: dict[str, Any]) -> dict[str, Any]:
-    """What DefaultChatTransport posts (ai 6's HttpChatTransport.sendMessages)."""
-    return {"id": chat_id, "messages": list(messages), "trigger": "submit-message"}
-
-
-def parts_of(text: str) -> list[Any]:
-    """The stream's `data:` payloads in order, `[DONE]` as the string."""
-    blocks = [block for block in text.split("\n\n") if block]
-    assert all(block.startswith("data: ") for block in blocks), blocks
-    return [block[6:] if block == "data: [DONE]" else json.loads(block[6:]) for block in blocks]
-
-
-def new_conversation(web: FlaskClient, person: uuid.UUID) -> str:
-    return str(web.post("/conversations", headers=bearer(person)).get_json()["id"])
 
 
 def test_a_use_chat_request_is_answered_with_the_ui_message_stream_and_stored_once(
@@ -604,10 +600,6 @@ def kept_by_use_chat(parts: list[Any]) -> dict[str, Any]:
     return message
 
 
-def ui_text(text: str) -> dict[str, str]:
-    return {"type": "text", "text": text}
-
-
 def test_a_thread_kept_by_use_chat_leaves_out_its_fallbacks_and_declined_turns(
     web: FlaskClient, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -688,20 +680,6 @@ def test_a_data_turn_part_of_any_shape_is_read_without_failing(
     response = web.post("/", json=body, headers=bearer(person))
     assert response.status_code == 200 and parts_of(response.get_data(as_text=True))[-2]["finishReason"] == "stop"
     assert [message["role"] for message in fake_anthropic.requests[-1]["messages"]] == ["user", "assistant", "user"]
-
-
-def loaded(web: FlaskClient, person: uuid.UUID, chat: str) -> list[dict[str, Any]]:
-    """docs/frontend.md's loadMessages, in Python: the person's web messages under their client's id."""
-    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()
-    return [
-        {
-            "id": message["client_id"] or str(message["id"]),
-            "role": message["role"],
-            "parts": [ui_text(message["content"])],
-            "metadata": {"surface": message["surface"], "createdAt": message["created_at"]},
-        }
-        for message in page["messages"]
-    ]
 
 
 def test_try_again_after_a_reload_sends_the_message_under_its_client_id_stored_once(
