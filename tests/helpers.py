@@ -254,6 +254,13 @@ def new_conversation(web: FlaskClient, person: uuid.UUID) -> str:
     return str(web.post("/conversations", headers=bearer(person)).get_json()["id"])
 
 
+def answer_of(response: Any) -> tuple[str, str]:
+    """A UI message stream's outcome (its `data-turn` part) and the reply's words."""
+    parts = parts_of(response.get_data(as_text=True))
+    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
+    return parts[-3]["data"]["outcome"], text
+
+
 def loaded(web: FlaskClient, person: uuid.UUID, chat: str) -> list[dict[str, Any]]:
     """docs/frontend.md's loadMessages, in Python: the person's web messages under their client's id."""
     page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()

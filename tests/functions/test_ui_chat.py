@@ -23,7 +23,6 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from core.errors import InputError
-from core.media.kinds import UNREAD_NOTICE
 from core.memory.search import SEARCH_MEMORY
 from core.models import Surface
 from core.turn.request import Outcome, TurnRequest
@@ -37,6 +36,7 @@ from tests.helpers import (
     CORS_ORIGIN,
     ENGLISH,
     JWT_SECRET,
+    answer_of,
     app_client,
     as_owner,
     bearer,
@@ -1652,12 +1652,6 @@ def three_said(web: FlaskClient, fake_anthropic: FakeAnthropic) -> tuple[uuid.UU
     return person, chat
 
 
-def answer_of(response: Any) -> tuple[str, str]:
-    parts = parts_of(response.get_data(as_text=True))
-    text = "".join(part["delta"] for part in parts if isinstance(part, dict) and part["type"] == "text-delta")
-    return parts[-3]["data"]["outcome"], text
-
-
 def test_an_edit_sent_alone_with_its_message_id_reads_the_stored_thread_before_it(
     web: FlaskClient, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -1742,64 +1736,3 @@ def test_a_try_again_of_an_earlier_reply_sent_alone_as_the_413_says_drops_what_f
     later = {"id": chat, "message": ui_message("u-4", "user", "what time?"), "trigger": "submit-message"}
     assert answer_of(web.post("/", json=later, headers=bearer(person))) == ("answered", "At 9.")
     assert read_thread(fake_anthropic) == ["my sister lands on the 14th", "Noted.", "what time?"]
-
-
-def test_a_resumed_photo_its_failed_turn_never_read_is_answered_knowing_it_was_not_seen(
-    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
-) -> None:
-    """The model down, a photo is neither described nor answered: its message stays its placeholder,
-    owed. The chat's resume (or the same send again without its file) answers it with no bytes to
-    show, and the model is told so, as the scheduled job tells it (test_owed_fairness's Finding 8),
-    not left to answer `[photo]` as if it had seen it."""
-    person = uuid.uuid4()
-    chat = new_conversation(web, person)
-    photo = base64.b64encode((CORPUS / "media" / "receipt.jpg").read_bytes()).decode()
-    image = {"type": "file", "mediaType": "image/jpeg", "url": f"data:image/jpeg;base64,{photo}"}
-    message = {"id": "u-photo", "role": "user", "parts": [image, {"type": "text", "text": "What did I pay?"}]}
-    fake_anthropic.behaviour = "500"
-    failed = parts_of(web.post("/", json=chat_body(chat, message), headers=bearer(person)).get_data(as_text=True))
-    assert failed[-4]["data"]["outcome"] == "fallback"
-    assert rows(database_url, "select role, content from messages where user_id = %s", person) == [
-        ("user", "[photo] What did I pay?")
-    ]
-    fake_anthropic.behaviour = "ok"
-    asked = len(fake_anthropic.requests)
-    resumed = parts_of(web.get(f"/{chat}/stream", headers=bearer(person)).get_data(as_text=True))
-    assert resumed[-3]["data"]["outcome"] == "answered"
-    [request] = fake_anthropic.requests[asked:]
-    [block] = request["messages"][-1]["content"]
-    notice = UNREAD_NOTICE.format(what="a photo")
-    assert block["text"].endswith("] [photo] What did I pay?\n" + notice)
-    # The notice is the model's, never the memory's.
-    assert rows(database_url, "select content from messages where user_id = %s and role = 'user'", person) == [
-        ("[photo] What did I pay?",)
-    ]
-
-
-def test_an_edit_without_message_id_of_a_message_left_unanswered_is_answered_as_the_edit(
-    web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic
-) -> None:
-    """The model down, "monday" got the fallback and stayed owed. Its edit, sent alone under its id
-    with other words and no `messageId`, was taken for that owed message sent again: "monday" was
-    answered, and "tuesday", which the page shows, was neither stored nor answered. It is the
-    message's edit, as it is once the message has a reply."""
-    fake_anthropic.answer = lambda body: (
-        "Tuesday it is." if "tuesday" in json.dumps(body["messages"][-1]) else "Monday it is."
-    )
-    person = uuid.uuid4()
-    chat = new_conversation(web, person)
-    fake_anthropic.behaviour = "500"
-    first = chat_body(chat, ui_message("u-1", "user", "book the dentist on monday"))
-    said = parts_of(web.post("/", json=first, headers=bearer(person)).get_data(as_text=True))
-    assert said[-4]["data"]["outcome"] == "fallback"
-    fake_anthropic.behaviour = "ok"
-    asked = len(fake_anthropic.requests)
-    edit = {"id": chat, "message": ui_message("u-1", "user", "book the dentist on tuesday")}
-    assert answer_of(web.post("/", json=edit, headers=bearer(person))) == ("answered", "Tuesday it is.")
-    assert len(fake_anthropic.requests) == asked + 1  # the model never asked about monday again
-    page = web.get(f"/conversations/{chat}/messages", headers=bearer(person)).get_json()["messages"]
-    assert [(message["content"], message["client_id"]) for message in page] == [
-        ("book the dentist on tuesday", "u-1~" + hashlib.sha256(b"book the dentist on tuesday").hexdigest()[:16]),
-        ("Tuesday it is.", None),
-    ]
-    assert web.get(f"/{chat}/stream", headers=bearer(person)).status_code == 204

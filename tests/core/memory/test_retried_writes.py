@@ -1,6 +1,7 @@
-"""A write after a send that committed, its answer lost with the connection (StoreUnavailable,
-not final), is called again by retried_call with the same arguments: it must change nothing twice (tokens counted once, the reservation given back once,
-one reply, the delivery record as the first call left it)."""
+"""A write after a send that committed, its answer lost with the connection (StoreUnavailable, not
+final), is called again by retried_call with the same arguments: it must change nothing twice
+(tokens counted once, the reservation given back once, one reply, the delivery record as the first
+call left it)."""
 
 from __future__ import annotations
 

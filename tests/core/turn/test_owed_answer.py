@@ -857,6 +857,20 @@ def test_a_give_up_whose_fallback_the_database_missed_for_a_moment_sends_it_once
     ]
 
 
+def reply_owed_a_send(memory: Memory, sender: str, key: str) -> tuple[Memory, FailingStore, Turns, RecordingChannel]:
+    """A Telegram message whose reply is stored owed a send (Telegram was down when it was
+    written); the memory, store, turns and channel of a database that can be made to miss calls."""
+    start = memory.begin_turn(Person(sender_id=sender), Surface.TELEGRAM, "hello", key, sender=sender)
+    assert start.user_id is not None and start.message_id is not None
+    memory.finish_turn(
+        start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
+    )
+    failing = FailingStore(memory.store)
+    away = Memory(failing, context_limits())
+    model = OfflineModel()
+    return away, failing, Turns(away, lambda: model, IdentityPolicy("auto"), SETTINGS), RecordingChannel()
+
+
 def test_a_stored_reply_the_job_sent_while_the_database_blinked_is_not_sent_again(
     memory: Memory, own_database: str
 ) -> None:
@@ -865,16 +879,7 @@ def test_a_stored_reply_the_job_sent_while_the_database_blinked_is_not_sent_agai
     again while the claim holds the message, as finish_turn is, so the person reads the reply once.
     Seen failing with record_delivery tried once: the reply stayed owed from its first part, and
     the next run sent it whole a second time."""
-    model = OfflineModel()
-    start = memory.begin_turn(Person(sender_id="5111"), Surface.TELEGRAM, "hello", "record-blip", sender="5111")
-    assert start.user_id is not None and start.message_id is not None
-    memory.finish_turn(
-        start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
-    )
-    failing = FailingStore(memory.store)
-    away = Memory(failing, context_limits())
-    turns = Turns(away, lambda: model, IdentityPolicy("auto"), SETTINGS)
-    channel = RecordingChannel()
+    away, failing, turns, channel = reply_owed_a_send(memory, "5111", "record-blip")
     job = OwedReplies(away, turns, {Surface.TELEGRAM: lambda sender: channel}, {Surface.TELEGRAM: 5.0}, 600, 3)
     failing.failing_times["record_delivery"] = 1
     assert job.run(60) == OwedRun(1, 0) and channel.sent == ["an answer"]
@@ -889,16 +894,7 @@ def test_a_stored_reply_a_redelivery_sent_while_the_database_blinked_is_not_sent
     """The same on Telegram's redelivery: it sends the reply stored owed a send, and the database
     misses the record once. Tried again while the redelivery holds the message, it is recorded, and
     neither the job nor a later redelivery sends it again."""
-    model = OfflineModel()
-    start = memory.begin_turn(Person(sender_id="5112"), Surface.TELEGRAM, "hello", "record-blip-2", sender="5112")
-    assert start.user_id is not None and start.message_id is not None
-    memory.finish_turn(
-        start.user_id, start.message_id, "an answer", delivered=False, unsent_from=0, attempt=start.attempt
-    )
-    failing = FailingStore(memory.store)
-    away = Memory(failing, context_limits())
-    turns = Turns(away, lambda: model, IdentityPolicy("auto"), SETTINGS)
-    channel = RecordingChannel()
+    away, failing, turns, channel = reply_owed_a_send(memory, "5112", "record-blip-2")
     failing.failing_times["record_delivery"] = 1
     again = TurnRequest(Surface.TELEGRAM, "hello", "record-blip-2", sender_id="5112")
     assert turns.run(again, channel).outcome is Outcome.REDELIVERED and channel.sent == ["an answer"]
