@@ -562,7 +562,9 @@ class Turns:
             )
             items = [*items[:at], learned, *items[at + 1 :]]
         elsewhere = start.answered_elsewhere
-        merged = merged_into_last(items, start.message_id, elsewhere)
+        # A client's history may name any id: only messages the store read for this turn are counted.
+        stored = {message.id for message in (*start.prepend, *start.history)}
+        merged = tuple(i for i in merged_into_last(items, start.message_id, elsewhere) if i in stored)
         # The earlier messages this turn answers with its own, and its own when taken over owed without
         # its media (the web's resume, a send again without its files): what of theirs no attempt read.
         unread = {*merged, start.message_id} if prepared is None and start.owed else set(merged)

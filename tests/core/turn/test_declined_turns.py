@@ -332,3 +332,43 @@ def test_a_declined_turn_never_marks_another_persons_message(memory: Memory, dat
         )
     memory.finish_turn(person, mine.message_id, "declined", declined=(theirs.message_id,))
     assert stored(database_url, other) == [("user", "my own words", False)]
+
+
+def test_a_web_history_naming_another_conversations_owed_message_marks_it_neither_answered_nor_declined(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """A hand-built client's history may name any id: the person's own owed message of another web
+    conversation, put last before a new message, is read as the client's words, but neither answered
+    nor declined with this turn (its own page's resume still answers it). Only the ids this
+    conversation's stored thread (or the other apps' latest it reads first) holds are counted. Seen
+    failing with the other conversation's message marked both ways."""
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Sure."
+    other = on_web(turns, person)
+    assert other("hello", "b-0").outcome is Outcome.ANSWERED
+    unanswered(fake_anthropic, other, "what did I pay in May?", "b-1")
+    (owed,) = [row for row in stored_ids(database_url, person) if row[1] == "what did I pay in May?"]
+    named = [ContextItem(Role.USER, "what did I pay in May?", Surface.WEB, owed[2], owed[0])]
+    for text in ("and in June?", f"explain {REFUSAL_TRIGGER}"):
+        web = turns.memory.create_conversation(person)
+        request = TurnRequest(
+            Surface.WEB, text, uuid.uuid4().hex, user_id=person, conversation_id=web.id, client_history=named
+        )
+        turns.run(request)
+        assert marks(database_url, owed[0]) == (False, False)
+
+
+def stored_ids(database_url: str, person: uuid.UUID) -> list[tuple[int, str, object]]:
+    with psycopg.connect(database_url) as connection:
+        query = "select id, content, created_at from messages where user_id = %s order by id"
+        return [tuple(row) for row in connection.execute(query, (person,)).fetchall()]  # type: ignore[misc]
+
+
+def marks(database_url: str, message_id: int) -> tuple[bool, bool]:
+    """A message's (answered_with_later, declined)."""
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(
+            "select answered_with_later, declined from messages where id = %s", (message_id,)
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
