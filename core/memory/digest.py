@@ -34,7 +34,7 @@ from core.errors import ModelUnavailable, StoreUnavailable
 from core.follow_ups.wall_clock import zone_named
 from core.model.llm import Model, approximate_tokens, token_eighths
 from core.models import Role, StoredMessage
-from core.stores.store import MemoryStore
+from core.stores.store import JsonScalar, MemoryStore
 from core.turn.context import ModelMessage, Source
 
 log = logging.getLogger("crossmem.digest")
@@ -285,21 +285,25 @@ class DigestJob:
         return DigestRun(updated, failed)
 
     def _claim(self, user_id: UUID | None) -> list[DueDigest]:
+        """The next batch of due people, claimed; none when the database fails the claim: the run
+        ends there, and the job's steps after it (housekeeping) still run."""
         limits = self._limits
-        rows = self._store.call(
-            "claim_memory_digests",
-            {
-                "p_batch": limits.batch_size,
-                "p_max_messages": limits.max_messages,
-                "p_window_step": limits.window_step,
-                "p_window_hours": limits.window_hours,
-                # A claim outlives the run that made it, so a run that dies frees its people later.
-                "p_lease_seconds": int(limits.time_budget_s) + 60,
-                "p_digest_limit": limits.messages_per_digest,
-                "p_user_id": str(user_id) if user_id else None,
-                "p_idle_seconds": self._limits.idle_s,
-            },
-        )
+        arguments: dict[str, JsonScalar] = {
+            "p_batch": limits.batch_size,
+            "p_max_messages": limits.max_messages,
+            "p_window_step": limits.window_step,
+            "p_window_hours": limits.window_hours,
+            # A claim outlives the run that made it, so a run that dies frees its people later.
+            "p_lease_seconds": int(limits.time_budget_s) + 60,
+            "p_digest_limit": limits.messages_per_digest,
+            "p_user_id": str(user_id) if user_id else None,
+            "p_idle_seconds": limits.idle_s,
+        }
+        try:
+            rows = self._store.call("claim_memory_digests", arguments)
+        except StoreUnavailable as exc:
+            log.error("the notes could not be claimed; the next run digests", extra={"error": str(exc)})
+            return []
         return [DueDigest.from_row(row) for row in rows or []]
 
     def _still_claimed(self, due: DueDigest) -> bool:
@@ -341,16 +345,20 @@ class DigestJob:
         return bool(row and row.get("written"))
 
     def _back_off(self, due: DueDigest, exc: ModelUnavailable) -> None:
-        """Let the claim go with the failure counted: the person waits before the next try."""
-        row = self._store.call(
-            "fail_memory_digest",
-            {
-                "p_user_id": str(due.user_id),
-                "p_claim": str(due.claim),
-                "p_first_wait_seconds": self._limits.first_wait_s,
-                "p_longest_wait_seconds": self._limits.longest_wait_s,
-            },
-        )
+        """Let the claim go with the failure counted: the person waits before the next try. The
+        database failing that too, the claim lapses with its lease, and the run goes on."""
+        arguments: dict[str, JsonScalar] = {
+            "p_user_id": str(due.user_id),
+            "p_claim": str(due.claim),
+            "p_first_wait_seconds": self._limits.first_wait_s,
+            "p_longest_wait_seconds": self._limits.longest_wait_s,
+        }
+        try:
+            row = self._store.call("fail_memory_digest", arguments)
+        except StoreUnavailable as store_failure:
+            unsaved = {"user_id": str(due.user_id), "error": str(store_failure), "model_error": str(exc)}
+            log.warning("a digest failed; its wait could not be counted", extra=unsaved)
+            return
         # The error is ours (a status, a stop reason, a policy area), never the person's words.
         failure = {"user_id": str(due.user_id), "error": str(exc), "messages": len(due.messages)}
         if not (row and row.get("failed")):  # a link or an edit took the claim meanwhile: no wait
@@ -360,5 +368,10 @@ class DigestJob:
         log.warning("a digest failed; the person is backed off", extra=backed_off)
 
     def _release(self, due: DueDigest) -> None:
-        """Let the claim go untried (the run's time is up): the person keeps their place."""
-        self._store.call("release_memory_claim", {"p_user_id": str(due.user_id), "p_claim": str(due.claim)})
+        """Let the claim go untried (the run's time is up): the person keeps their place. The
+        database failing that, the claim lapses with its lease."""
+        try:
+            self._store.call("release_memory_claim", {"p_user_id": str(due.user_id), "p_claim": str(due.claim)})
+        except StoreUnavailable as exc:
+            failure = {"user_id": str(due.user_id), "error": str(exc)}
+            log.warning("a claim could not be let go; it lapses with its lease", extra=failure)

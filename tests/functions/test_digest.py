@@ -356,3 +356,37 @@ def test_memory_digest_answers_null_for_a_purge_the_database_fails_and_the_next_
     again = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
     assert again.get_json() == {**NOTHING_DONE, "memory_notes": False, "purged": 1}
     runtime.reset()
+
+
+def test_memory_digest_answers_what_it_did_when_the_notes_cannot_be_claimed(
+    notes_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The digest's claim meets a database that will not give it the notes' lock in time (a
+    migration, a VACUUM FULL): that step is logged and skipped, the steps after it still run, and
+    the run's answer comes (it was a 503, housekeeping skipped). The next run digests."""
+    database = runtime.settings().database_url.get_secret_value()  # type: ignore[union-attr]
+    notes_env.setenv("DATABASE_URL", make_conninfo(database, options="-c lock_timeout=300"))
+    runtime.reset()
+    for text in ("My sister's name is Ana", "b", "c"):
+        person = telegram(text, sender="8686").user_id
+    paused(person)
+    digest = app_client("memory_digest")
+    with psycopg.connect(database) as holder:
+        holder.execute("lock table memory_notes in access exclusive mode")
+        answered = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+    assert answered.status_code == 200
+    assert answered.get_json() == NOTHING_DONE  # without MESSAGE_RETENTION_DAYS the purge needs no lock
+    assert [(r.levelname, r.getMessage(), vars(r)["error"]) for r in caplog.records if r.name == "crossmem.digest"] == [
+        (
+            "ERROR",
+            "the notes could not be claimed; the next run digests",
+            "claim_memory_digests failed: LockNotAvailable",
+        )
+    ]
+    fake_anthropic.answer = lambda body: "- [telegram · 2026-11-30] Sister's name is Ana."
+    again = digest.post("/", headers={"X-Digest-Secret": "digest-secret-for-tests"})
+    assert again.get_json() == {**NOTHING_DONE, "updated": 1}
+    with psycopg.connect(database) as connection:
+        notes = connection.execute("select content from memory_notes where user_id = %s", (person,)).fetchone()
+    assert notes == ("- [telegram · 2026-11-30] Sister's name is Ana.",)
+    runtime.reset()

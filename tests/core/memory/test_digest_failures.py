@@ -29,16 +29,17 @@ from tests.fakes.anthropic_api import REFUSAL_TRIGGER, FakeAnthropic
 from tests.helpers import context_limits, digest_limits, digest_wait_over
 
 
-class FailsOneWrite:
-    """The real store, except that writing `person`'s notes fails as a lost connection would."""
+class FailsFor:
+    """The real store, except that `function` for `person` fails as a lost connection would."""
 
-    def __init__(self, store: PostgresStore, person: uuid.UUID) -> None:
+    def __init__(self, store: PostgresStore, function: str, person: uuid.UUID) -> None:
         self._store = store
+        self._function = function
         self._person = str(person)
 
     def call(self, function: str, arguments: Mapping[str, JsonScalar]) -> Any:
-        if function == "write_memory_notes" and arguments["p_user_id"] == self._person:
-            raise StoreUnavailable("write_memory_notes failed: OperationalError")
+        if function == self._function and arguments["p_user_id"] == self._person:
+            raise StoreUnavailable(f"{function} failed: OperationalError")
         return self._store.call(function, arguments)
 
     def close(self) -> None:
@@ -85,7 +86,7 @@ def test_one_person_whose_notes_cannot_be_written_does_not_stop_the_others(postg
                 assert start.message_id is not None
                 memory.finish_turn(person, start.message_id, f"noted {index}")
         limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0)
-        job = DigestJob(FailsOneWrite(store, people[0]), ExtractiveDigester(800), limits)
+        job = DigestJob(FailsFor(store, "write_memory_notes", people[0]), ExtractiveDigester(800), limits)
         run = job.run()
         assert (run.updated, run.failed) == (1, 1)
         assert read_notes(store, people[1]).written_at is not None
@@ -381,3 +382,63 @@ def test_letting_go_and_failing_touch_only_the_person_named(own_database: str) -
         assert claimed_rows(own_database, people) == [(None, 0, None), (None, 1, 60), (claim, 0, None)]
     finally:
         store.close()
+
+
+def test_a_back_off_the_database_fails_leaves_the_person_claimed_and_the_run_going(
+    postgres_server: str,
+) -> None:
+    """The model fails for the first person and counting that failure fails too (the database
+    blinked): logged, their claim lapses with its lease, and the run goes on to the next (it ended
+    with a 503, the job's housekeeping skipped)."""
+    with migrated_database(postgres_server) as url:  # its own: the run takes every due person
+        store = PostgresStore(url)
+        people = [uuid.uuid4(), uuid.uuid4()]
+        for person in people:
+            said(store, person, (f"fact of {person}", "b", "c"))
+
+        def answer(body: dict[str, Any]) -> str:
+            if f"fact of {people[0]}" in json.dumps(body):
+                raise ConnectionResetError("the model is away for the first")
+            return "- [telegram · 2026-12-06] A fact."
+
+        fake = FakeAnthropic(answer=answer)
+        try:
+            job = model_digest(FailsFor(store, "fail_memory_digest", people[0]), fake)  # type: ignore[arg-type]
+            lines, _ = logged(lambda: job.run())
+            assert lines == [
+                {
+                    "severity": "WARNING",
+                    "message": "a digest failed; its wait could not be counted",
+                    "logger": "crossmem.digest",
+                    "user_id": str(people[0]),
+                    "error": "fail_memory_digest failed: OperationalError",
+                    "model_error": "the model's answer was unusable: APIConnectionError",
+                }
+            ]
+            assert backoff(url, people[0]) == (0, None, True, False)  # still claimed, no failure counted
+            assert read_notes(store, people[1]).content == "- [telegram · 2026-12-06] A fact."
+        finally:
+            fake.close()
+            store.close()
+
+
+def test_a_release_the_database_fails_ends_the_run_as_it_would(store: PostgresStore, database_url: str) -> None:
+    """The run's time is up, and letting go of the person it did not reach fails: logged, their
+    claim lapses with its lease, and the run answers what it did (it raised)."""
+    person = uuid.uuid4()
+    said(store, person, ("my sister's name is Ana", "b", "c"))
+    limits = digest_limits(max_messages=4, window_step=2, window_hours=24, idle_s=0, time_budget_s=10)
+    ticks = iter([0.0, 0.0, 11.0])  # the run begins, claims, and its time is up before the person
+    failing = FailsFor(store, "release_memory_claim", person)
+    job = DigestJob(failing, ExtractiveDigester(800), limits, clock=lambda: next(ticks))  # type: ignore[arg-type]
+    lines, _ = logged(lambda: job.run(person))
+    assert lines == [
+        {
+            "severity": "WARNING",
+            "message": "a claim could not be let go; it lapses with its lease",
+            "logger": "crossmem.digest",
+            "user_id": str(person),
+            "error": "release_memory_claim failed: OperationalError",
+        }
+    ]
+    assert backoff(database_url, person) == (0, None, True, False)
