@@ -275,6 +275,29 @@ def loaded(web: FlaskClient, person: uuid.UUID, chat: str) -> list[dict[str, Any
     ]
 
 
+def owners_telegram_thread(
+    environment: pytest.MonkeyPatch, database_url: str, owed_by: FakeAnthropic | None = None
+) -> tuple[FlaskClient, Any, dict[str, Any], Any]:
+    """The web function, as the owner whose Telegram chat said "my passport expires in May" (update
+    9, answered as the fake answers; `owed_by`: that fake down for it, the message owed): the owner,
+    their [Telegram] conversation as listed and that turn's result. A chat of the test's own: the
+    session's database holds chat 4242 as someone else's."""
+    owner = uuid.uuid4()
+    chat_id = str(owner.int % 10**9)
+    environment.setenv("OWNER_USER_ID", str(owner))
+    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
+    runtime.reset()
+    web = app_client("web_chat")
+    if owed_by is not None:
+        owed_by.behaviour = "500"
+    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    if owed_by is not None:
+        owed_by.behaviour = "ok"
+    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
+    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    return web, person, telegram, said
+
+
 # One person on every app (the linking and forgetting tests).
 
 

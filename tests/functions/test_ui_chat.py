@@ -43,6 +43,7 @@ from tests.helpers import (
     chat_body,
     loaded,
     new_conversation,
+    owners_telegram_thread,
     parts_of,
     rows,
     stored_count,
@@ -1303,24 +1304,6 @@ MAY_THEN_JUNE = [
     ("user", "my passport expires in June"),
     ("assistant", "June, noted."),
 ]
-
-
-def owners_telegram_thread(
-    environment: pytest.MonkeyPatch, database_url: str
-) -> tuple[FlaskClient, Any, dict[str, Any], Any]:
-    """The web function, as the owner whose Telegram chat said "my passport expires in May" (update
-    9, answered as the fake answers): the owner, their [Telegram] conversation as listed and that
-    turn's result. A chat of the test's own: the session's database holds chat 4242 as someone else's."""
-    owner = uuid.uuid4()
-    chat_id = str(owner.int % 10**9)
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
-    runtime.reset()
-    web = app_client("web_chat")
-    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
-    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
-    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
-    return web, person, telegram, said
 
 
 def test_try_again_in_the_telegram_thread_does_not_store_its_message_twice(

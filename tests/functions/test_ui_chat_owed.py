@@ -26,6 +26,7 @@ from tests.helpers import (
     chat_body,
     loaded,
     new_conversation,
+    owners_telegram_thread,
     parts_of,
     rows,
     ui_message,
@@ -160,22 +161,9 @@ def test_a_telegram_message_left_owed_and_edited_on_the_web_is_not_answered_agai
     [Telegram] thread (under its stored id, other words): the edit is stored and answered, and the
     message it replaced leaves the page. The scheduled job must not then answer the replaced words
     on Telegram: the person edited them away, and their edit has its answer."""
-    from core.models import Surface
-    from core.turn.request import TurnRequest
-
-    owner = uuid.uuid4()
-    chat_id = str(owner.int % 10**9)
-    environment.setenv("OWNER_USER_ID", str(owner))
-    environment.setenv("OWNER_TELEGRAM_IDS", chat_id)
-    runtime.reset()
-    web = app_client("web_chat")
-    fake_anthropic.behaviour = "500"
-    said = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    web, person, telegram, said = owners_telegram_thread(environment, database_url, owed_by=fake_anthropic)
     assert said.reply_id is None
-    fake_anthropic.behaviour = "ok"
     fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
-    person = rows(database_url, "select user_id from messages where id = %s", said.message_id)[0][0]
-    [telegram] = web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
     thread = loaded(web, person, telegram["id"])
     edit = ui_message(thread[0]["id"], "user", "my passport expires in June")
     body = {**chat_body(telegram["id"], edit), **({"messageId": edit["id"]} if named else {})}
