@@ -92,12 +92,13 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     if key is not None and origin in stored and stored[origin].content == storable(words(last)):
         key = origin  # a reloaded edit edited back to its message's first words: that message sent again
     by_stored_id = sent_by_stored_id(last, person, body.id)
-    surface, external_id, edits = by_stored_id or (Surface.WEB, key or last.id, origin)
+    surface, external_id, edits, other_words = by_stored_id or (Surface.WEB, key or last.id, origin, False)
     # An edit (sendMessage with messageId), of other words or back to words it was stored with (the
     # first ones or an earlier edit's): the page shows this message there. A Try again of an earlier
     # reply (regenerate with its id) drops what followed it from the page, as an edit does; a Try
     # again of the last one (no id) drops nothing.
     named = body.messageId is not None and (body.messageId == last.id or body.trigger == "regenerate-message")
+    named = named or other_words  # another app's message the page shows, sent with other words: its edit
     replaces = edits if named else None
     history = undeclined(
         [
@@ -113,7 +114,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
         client_history = thread_before(person, body.id, anchor)
     else:
         # An edit's page holds the thread before it: the replaced words and their reply are no history.
-        client_history = history if earlier or key else None
+        client_history = history if earlier or key or named else None
     turn = TurnRequest(
         surface,
         words(last),
@@ -184,14 +185,15 @@ def shown_version(message: UIMessage, stored: dict[str, StoredMessage]) -> Store
 
 def sent_by_stored_id(
     message: UIMessage, person: uuid.UUID, conversation: uuid.UUID
-) -> tuple[Surface, str, str] | None:
+) -> tuple[Surface, str, str, bool] | None:
     """The surface and key of the person's stored message that `message` names by its stored id
     (the history route gives another app's message no client id, so `loadMessages` keeps that id,
     and Try again sends it so): it is that message sent again, its stored reply sent again, or its
     answer if it has none (docs/decisions.md); with other words, its edit, under its key and a
     digest of them (`edit_key`), or back to that message's first words, it sent again; and the
-    key of the message it is a version of (its own). None for an id that names none of theirs
-    there."""
+    key of the message it is a version of (its own), and whether its words are other than that
+    version's (an edit: named or not, it replaces it on the page). None for an id that names none
+    of theirs there."""
     named = stored_id(message.id)
     found = runtime.memory().message_delivery(person, conversation, named) if named is not None else None
     if found is None:
@@ -201,7 +203,7 @@ def sent_by_stored_id(
     edit = edit_key(message, external_id, content)
     if edit is not None and origin != external_id and first == storable(words(message)):
         edit = origin  # a reloaded edit edited back to its message's first words: that message sent again
-    return surface, edit or external_id, origin
+    return surface, edit or external_id, origin, edit is not None
 
 
 def edit_key(message: UIMessage, key: str, stored: str | None) -> str | None:

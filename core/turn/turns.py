@@ -546,7 +546,8 @@ class Turns:
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             items = [*(request.client_history or []), current]
-        elif not request.surface.is_secondary:  # the web client sends its thread's history
+        elif not request.surface.is_secondary or request.client_history is not None:
+            # the web client sends its thread's history (another app's thread too, on its page)
             current = ContextItem.from_stored(start.history[-1])
             items = web_items(start.prepend, start.history, request.client_history, current, start.answered_elsewhere)
         else:

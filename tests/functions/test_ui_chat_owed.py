@@ -16,6 +16,7 @@ from flask.testing import FlaskClient
 
 from core.errors import StoreUnavailable
 from core.media.kinds import UNREAD_NOTICE
+from core.models import Surface
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import (
@@ -153,26 +154,37 @@ def test_the_edit_sent_twice_is_stored_and_answered_once(
 def test_a_telegram_message_left_owed_and_edited_on_the_web_is_not_answered_again_by_the_job(
     web: FlaskClient,
     environment: pytest.MonkeyPatch,
-    database_url: str,
+    own_database: str,
     fake_anthropic: FakeAnthropic,
     named: bool,
 ) -> None:
     """A Telegram message whose turn gave the fallback is owed; the person edits it in the web's
-    [Telegram] thread (under its stored id, other words): the edit is stored and answered, and the
-    message it replaced leaves the page. The scheduled job must not then answer the replaced words
-    on Telegram: the person edited them away, and their edit has its answer."""
-    web, person, telegram, said = owners_telegram_thread(environment, database_url, owed_by=fake_anthropic)
+    [Telegram] thread (under its stored id, other words, with useChat's `messageId` or without):
+    the edit is stored and answered from the thread before it, and the message it replaced leaves
+    the page. The scheduled job must not then answer the replaced words on Telegram: the person
+    edited them away, and their edit has its answer. Seen failing with the replaced words read
+    before the edit ("…in May", then "…in June": a Telegram turn ignored the page's thread), without
+    `messageId` still listed, and, once read no more, claimed by the job."""
+    environment.setenv("DATABASE_URL", own_database)  # the job's claim reads everyone's owed messages
+    web, person, telegram, said = owners_telegram_thread(environment, own_database, owed_by=fake_anthropic)
     assert said.reply_id is None
     fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
     thread = loaded(web, person, telegram["id"])
     edit = ui_message(thread[0]["id"], "user", "my passport expires in June")
     body = {**chat_body(telegram["id"], edit), **({"messageId": edit["id"]} if named else {})}
     assert answer_of(web.post("/", json=body, headers=bearer(person))) == ("answered", "June, noted.")
-    # Not the job's (claim_owed_replies leaves a message answered with a later one's turn); the
-    # session's database holds everyone's owed messages, so the claim itself is not asked here.
-    assert rows(database_url, "select answered_with_later, declined from messages where id = %s", said.message_id) == [
+    # The edit's turn reads the thread before the message it edits, not the words it replaced.
+    assert [block["text"].split("] ", 1)[1] for block in fake_anthropic.requests[-1]["messages"][-1]["content"]] == [
+        "my passport expires in June"
+    ]
+    assert [(m["role"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])] == [
+        ("user", "my passport expires in June"),
+        ("assistant", "June, noted."),
+    ]
+    assert rows(own_database, "select replaced, declined from messages where id = %s", said.message_id) == [
         (True, False)
     ]
+    assert runtime.memory().claim_owed_replies([Surface.TELEGRAM], max_age_s=600, answer_within_s=30, limit=5) == []
 
 
 @pytest.mark.parametrize("earlier", [False, True])

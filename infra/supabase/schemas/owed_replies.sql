@@ -69,8 +69,10 @@ begin
                    and m.surface = any (string_to_array(p_surfaces, ','))
                    and (m.answer_by is null or m.answer_by <= v_now)
                    -- no reply, nor part of a turn the model declined or answered (turn.sql's
-                   -- finish_turn: answered with it); or a reply owed a send
-                   and (r.id is null and not m.declined and not m.answered_with_later or r.unsent_from is not null)
+                   -- finish_turn: answered with it), nor edited away on the web's page of its thread
+                   -- (messages.sql's replaced: its edit has its own answer); or a reply owed a send
+                   and (r.id is null and not m.declined and not m.answered_with_later and not m.replaced
+                        or r.unsent_from is not null)
                    -- the person stopped its reply (messages.sql): not wanted, not owed (the draft they
                    -- were shown is its reply, and its rest is sent all the same)
                    and (r.unsent_from is not null
@@ -82,7 +84,7 @@ begin
           from public.messages m
          where m.id = v_candidate.id and (m.answer_by is null or m.answer_by <= v_now)
            and (not exists (select from public.messages r where r.in_reply_to = m.id and r.user_id = m.user_id)
-                and not m.declined and not m.answered_with_later
+                and not m.declined and not m.answered_with_later and not m.replaced
                 and not exists (select from public.stopped_generations s where s.message_id = m.id)
                 or exists (select from public.messages r
                             where r.in_reply_to = m.id and r.user_id = m.user_id and r.unsent_from is not null))
