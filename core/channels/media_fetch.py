@@ -108,8 +108,12 @@ class TelegramFiles:
 
 
 def twilio_media_allowed(url: str, account_sid: str | None) -> bool:
-    """Only Twilio's own media URLs, of this account when it is configured."""
-    parts = urlsplit(url)
+    """Only Twilio's own media URLs, of this account when it is configured (a form's `MediaUrl` is
+    whatever the form says: one urlsplit cannot read, `https://[…`, is no Twilio URL, not a 500)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
     if f"{parts.scheme}://{parts.netloc}" != TWILIO_MEDIA_ORIGIN or parts.query or parts.fragment:
         return False
     match = _TWILIO_MEDIA_PATH.match(parts.path)

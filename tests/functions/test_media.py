@@ -239,8 +239,9 @@ def test_a_contact_card_beside_a_photo_is_named_and_the_photo_still_answered(
         "https://api.twilio.com/2010-04-01/Accounts/AC00000000000000000000000000000000/Messages/MM1/Media/ME1",
         "https://api.twilio.com/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1?redirect=https://x.example",
         "{fake}/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1",
+        "https://[api.twilio.com/2010-04-01/Accounts/{sid}/Messages/MM1/Media/ME1",
     ],
-    ids=["other host", "http", "look-alike host", "other account", "query", "the fake itself"],
+    ids=["other host", "http", "look-alike host", "other account", "query", "the fake itself", "no URL at all"],
 )
 def test_a_media_url_off_twilios_media_host_is_never_fetched(
     media_env: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_twilio: FakeTwilio, database_url: str, url: str
