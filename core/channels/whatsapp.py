@@ -13,8 +13,8 @@ request carries `X-Twilio-Webhooks-Signature-Settings: ...,algorithm=HMAC_SHA256
 HMAC-SHA256 and a webhook shared key. The SDK's RequestValidator checks both.
 
 A refused signature is logged at WARNING once per instance, with the URL it was checked
-against (PUBLIC_BASE_URL, without a query string; never the signature, the token or the
-body): a PUBLIC_BASE_URL that is not the URL Twilio calls refuses every message, and that
+against (PUBLIC_BASE_URL, without a query string or basic-auth credentials; never the
+signature, the token or the body): a PUBLIC_BASE_URL that is not the URL Twilio calls refuses every message, and that
 line is how it shows; so does a post signed with a shared key when TWILIO_WEBHOOK_SHARED_KEY
 is not set. Once, so a flood of forged posts does not flood the logs.
 """
@@ -85,7 +85,7 @@ class TwilioSignatures:
             self._log_refusal(
                 "Twilio signature refused: checked against PUBLIC_BASE_URL, which must be the full URL Twilio "
                 "calls (logged once per instance)",
-                {"checked_url": url.split("?", 1)[0], "algorithm": algorithm},
+                {"checked_url": shown_url(url), "algorithm": algorithm},
             )
         return valid
 
@@ -93,6 +93,15 @@ class TwilioSignatures:
         if not self._refusal_logged.is_set():
             self._refusal_logged.set()
             log.warning(message, extra=extra)
+
+
+def shown_url(url: str) -> str:
+    """The URL a log line names: without its query, nor the credentials of Twilio's basic-auth form
+    (`https://username:password@host/path`, which Twilio takes as a webhook URL)."""
+    bare = url.split("?", 1)[0]
+    scheme, found, rest = bare.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{found}{host.rpartition('@')[2]}{slash}{path}" if found else bare
 
 
 def sign_form(secret: str, url: str, form: Mapping[str, str], algorithm: str | None = None) -> str:

@@ -89,3 +89,20 @@ def test_a_post_signed_with_a_shared_key_this_instance_lacks_is_refused_and_says
     ]
     assert refused[0].algorithm == "HMAC_SHA256"  # type: ignore[attr-defined]
     assert "shared-key-secret" not in json.dumps([vars(record) for record in caplog.records], default=str)
+
+
+def test_a_public_base_url_with_twilios_basic_auth_credentials_never_logs_the_password(
+    environment: pytest.MonkeyPatch, fresh_instance: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Twilio takes a webhook URL with HTTP basic auth credentials in it
+    (`https://username:password@host/path`, its Security page): the refusal names the URL it
+    checked without them."""
+    environment.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    environment.setenv("PUBLIC_BASE_URL", CALLED.replace("https://", "https://twilio:webhook-password@"))
+    client = app_client("whatsapp_webhook")
+    caplog.set_level(logging.INFO, logger="crossmem")
+    fields, _ = twilio_post("hello")
+    assert client.post("/", data=fields, headers={"X-Twilio-Signature": "forged"}).status_code == 403
+    refused = [record for record in caplog.records if record.name == "crossmem.whatsapp"]
+    assert [record.checked_url for record in refused] == [CALLED]  # type: ignore[attr-defined]
+    assert "webhook-password" not in json.dumps([vars(record) for record in caplog.records], default=str)
