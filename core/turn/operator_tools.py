@@ -58,6 +58,8 @@ def described(target: object, entry: str) -> OperatorTool:
     """The tool `target` describes, or a ConfigurationError naming `entry` and what it lacks."""
     if not callable(target):
         raise ConfigurationError(f"EXTRA_TOOLS: {entry} is not callable")
+    if (never := never_text(target)) is not None:
+        raise ConfigurationError(f"EXTRA_TOOLS: {entry} {never}")
     name = getattr(target, "name", None) or getattr(target, "__name__", "")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s name must be 1 to 64 letters, digits, _ or -")
@@ -73,6 +75,22 @@ def described(target: object, entry: str) -> OperatorTool:
     if not isinstance(instructions, str):
         raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s instructions must be text")
     return OperatorTool(name, description.strip(), schema, target, instructions)
+
+
+def never_text(target: Callable[..., object]) -> str | None:
+    """Why calling `target` could never answer text, or None. Loaded, each would be a tool the model
+    is offered and every call of which is said back as not done: a class named for its instance
+    (called with the arguments, it answers a new instance or raises), an `async def` (its call
+    answers a coroutine, which a tool's thread never awaits) or a generator."""
+    if isinstance(target, type):
+        return "is a class: name an instance of it"
+    # A function, a method or a partial of one as it is; an instance by its class's __call__.
+    call = target if inspect.isroutine(target) or isinstance(target, functools.partial) else type(target).__call__
+    if inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call):
+        return "is async: a tool is called, never awaited, and answers its text"
+    if inspect.isgeneratorfunction(call):
+        return "is a generator: a tool answers its text"
+    return None
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:

@@ -269,6 +269,70 @@ def test_a_tool_whose_description_fails_as_it_is_read_is_refused_naming_it(
     assert fake_anthropic.requests == []
 
 
+NEVER_TEXT = """\
+import functools
+
+
+async def weather(arguments):
+    \"\"\"Today's weather in a city.\"\"\"
+    return "sunny"
+
+
+def forecast(arguments):
+    \"\"\"The next days' weather, one day at a time.\"\"\"
+    yield "sunny"
+
+
+class Clock:
+    \"\"\"The time where the person is.\"\"\"
+
+    name = "clock"
+
+    def __call__(self, arguments):
+        return "12:00"
+
+
+class Tide:
+    \"\"\"When the tide is high.\"\"\"
+
+    async def __call__(self, arguments):
+        return "at noon"
+
+
+tide = Tide()
+later_weather = functools.partial(weather)
+for tool in (weather, forecast, Clock, Tide, later_weather):
+    tool.input_schema = {"type": "object", "properties": {}}
+later_weather.name = "later_weather"
+later_weather.description = "Today's weather, later."
+"""
+
+
+@pytest.mark.parametrize(
+    ("attribute", "why"),
+    [
+        ("weather", "is async: a tool is called, never awaited, and answers its text"),
+        ("later_weather", "is async: a tool is called, never awaited, and answers its text"),
+        ("tide", "is async: a tool is called, never awaited, and answers its text"),
+        ("forecast", "is a generator: a tool answers its text"),
+        ("Clock", "is a class: name an instance of it"),
+    ],
+)
+def test_a_callable_that_could_never_answer_text_is_refused_where_it_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, attribute: str, why: str
+) -> None:
+    """An `async def` tool (an operator's network call written with httpx's async client), a
+    generator, or the docs' class named instead of its instance. Seen failing: each loaded, `crossmem
+    dev`'s banner named it, and every call was said back to the model as not done ("answered no
+    text", or a TypeError: the class called with the arguments), with a coroutine never awaited on
+    stderr, where a callable without an `input_schema` is refused before a turn is served."""
+    (tmp_path / "never_text.py").write_text(NEVER_TEXT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError) as refused:
+        extra_tools([f"never_text:{attribute}"], ())
+    assert str(refused.value) == f"EXTRA_TOOLS: never_text:{attribute} {why}"
+
+
 def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
