@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 # The apps a message can be sent from with `crossmem say` (every surface but the web, which the page is).
 CHAT_SURFACES = tuple(surface.value for surface in Surface if surface.is_secondary)
+# The surfaces whose deliveries `crossmem say` signs as Twilio's form: those TWILIO_AUTH_TOKEN's
+# mark names (a Twilio function checks its signature with it). Telegram's are its update.
+TWILIO_SURFACES = tuple(
+    surface.value for surface in Surface if surface in SURFACE_SETTINGS["twilio_auth_token"].surfaces
+)
 DEMO_USER_ID = "00000000-0000-4000-8000-00000000d3e0"
 DEMO_TELEGRAM_ID = "100200300"  # a Telegram user id; on every other app the demo person is a number
 DEMO_NUMBER = "+15550100100"
@@ -138,6 +143,11 @@ def deliver_locally(
         if status == 200 and not body.get("text") and body.get("ignored"):
             return status, f"(answered with no message: {body['ignored']})"
         return status, str(body.get("text") or json.dumps(body))
+    if surface not in TWILIO_SURFACES:
+        raise ValueError(
+            f"crossmem say cannot sign a delivery on {surface}: functions/tools/local_dev.py's deliver_locally"
+            " signs Telegram's updates and Twilio's forms only (docs/extending.md, Adding a surface)"
+        )
     from core.channels.whatsapp import sign_form
 
     # WhatsApp's numbers carry Twilio's `whatsapp:` prefix; an SMS's are the numbers alone.
@@ -302,7 +312,12 @@ def build_dev_app() -> Any:
             response = flask.jsonify(error="bad_request", message=asked)
             response.status_code = 400
             return response
-        status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text, runtime.settings())
+        try:
+            status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text, runtime.settings())
+        except ValueError as unsigned:  # a surface whose deliveries this server cannot sign
+            response = flask.jsonify(error="bad_request", message=str(unsigned))
+            response.status_code = 400
+            return response
         return flask.jsonify(status=status, reply=reply)
 
     mounts = {

@@ -19,7 +19,14 @@ from werkzeug.test import Client
 
 from functions import runtime
 from functions.settings import Settings
-from functions.tools.local_dev import DEV_DEFAULTS, NO_MESSAGE, apply_dev_defaults, build_dev_app, deliver_locally
+from functions.tools.local_dev import (
+    CHAT_SURFACES,
+    DEV_DEFAULTS,
+    NO_MESSAGE,
+    apply_dev_defaults,
+    build_dev_app,
+    deliver_locally,
+)
 from tests.helpers import crossmem_dev, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +175,24 @@ def test_say_from_a_telegram_sender_that_is_not_a_user_id_says_what_it_wants() -
         ValueError, match=r"^--from on telegram is a Telegram user id \(digits, e.g. 100200300\), not 'abc'$"
     ):
         deliver_locally("http://127.0.0.1:9", "telegram", "hello", Settings.defaults(), "abc")
+
+
+@pytest.mark.parametrize("surface", CHAT_SURFACES)
+def test_say_signs_a_delivery_on_every_chat_surface(surface: str) -> None:
+    """`crossmem say` and the demo page's "Other app" list every surface but the web (`Surface`);
+    how a delivery is signed is the dev server's one knowledge of each platform (Telegram's update,
+    Twilio's form). A surface on another platform fails here until deliver_locally signs its
+    deliveries: seen with a pretend fifth surface (a JSON webhook with a shared secret), which
+    every other test let by while `say` posted it a Twilio form (415)."""
+    with pytest.raises(OSError):  # signed and posted: nothing listens on port 9
+        deliver_locally("http://127.0.0.1:9", surface, "hello", Settings.defaults(), None)
+
+
+def test_say_to_a_surface_it_cannot_sign_says_so_and_posts_nothing() -> None:
+    """It posted any surface but Telegram a form signed as Twilio's: the surface's function
+    answered 415 or 403, shown as the reply, with nothing said of why."""
+    with pytest.raises(ValueError, match=r"^crossmem say cannot sign a delivery on web: "):
+        deliver_locally("http://127.0.0.1:9", "web", "hello", Settings.defaults(), None)
 
 
 def test_crossmem_dev_under_app_env_production_without_a_database_stops_before_it_serves(tmp_path: Path) -> None:
