@@ -63,7 +63,10 @@ def described(target: object, entry: str) -> OperatorTool:
     name = getattr(target, "name", None) or getattr(target, "__name__", "")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ConfigurationError(f"EXTRA_TOOLS: {entry}'s name must be 1 to 64 letters, digits, _ or -")
-    description = getattr(target, "description", None) or inspect.getdoc(target)
+    # A partial's own docstring is functools' ("partial(func, *args, **keywords) - ..."): its function's
+    # says what it does.
+    documented = target.func if isinstance(target, functools.partial) else target
+    description = getattr(target, "description", None) or inspect.getdoc(documented)
     if not isinstance(description, str) or not description.strip():
         raise ConfigurationError(f"EXTRA_TOOLS: {entry} needs a description (or a docstring)")
     schema = getattr(target, "input_schema", None)

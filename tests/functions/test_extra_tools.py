@@ -333,6 +333,30 @@ def test_a_callable_that_could_never_answer_text_is_refused_where_it_loads(
     assert str(refused.value) == f"EXTRA_TOOLS: never_text:{attribute} {why}"
 
 
+def test_a_partial_is_described_by_its_functions_docstring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One function made several tools with functools.partial, each given its name. Seen failing:
+    the model was told functools' own docstring, "partial(func, *args, **keywords) - new function
+    with partial application of the given arguments and keywords.", as what each tool does."""
+    (tmp_path / "partial_tools.py").write_text(
+        "import functools\n"
+        "\n"
+        "def hours(shop, arguments):\n"
+        '    """When the shop is open."""\n'
+        '    return f"The {shop} is open."\n'
+        "\n"
+        'bakery = functools.partial(hours, "bakery")\n'
+        'bakery.name = "bakery_hours"\n'
+        'bakery.input_schema = {"type": "object", "properties": {}}\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [tool] = extra_tools(["partial_tools:bakery"], ()).tools
+    assert tool.definition == {
+        "name": "bakery_hours",
+        "description": "When the shop is open.",
+        "input_schema": {"type": "object", "properties": {}},
+    }
+
+
 def test_the_function_runs_tool_rounds_rounds_then_asks_for_an_answer(
     environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic
 ) -> None:
