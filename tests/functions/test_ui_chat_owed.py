@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 from core.errors import StoreUnavailable
 from core.media.kinds import UNREAD_NOTICE
 from core.models import Surface
+from core.turn.request import Outcome, TurnRequest
 from functions import runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.helpers import (
@@ -185,6 +186,32 @@ def test_a_telegram_message_left_owed_and_edited_on_the_web_is_not_answered_agai
         (True, False)
     ]
     assert runtime.memory().claim_owed_replies([Surface.TELEGRAM], max_age_s=600, answer_within_s=30, limit=5) == []
+
+
+def test_telegrams_redelivery_of_a_message_edited_away_on_the_web_answers_nothing(
+    web: FlaskClient, environment: pytest.MonkeyPatch, database_url: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """An owed Telegram message the person edited on the web's page of its thread is owed no more
+    (docs/decisions.md): Telegram's redelivery of its update, as the scheduled job, answers nothing
+    (no model asked, nothing sent on Telegram about the words edited away); a page that sends it
+    again (another tab's Try again) still has it answered, once. Seen failing with the redelivery
+    answering the replaced words ("Noted." to "…in May", under the edit's answer)."""
+    web, person, telegram, said = owners_telegram_thread(environment, database_url, owed_by=fake_anthropic)
+    fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
+    edit = ui_message(str(said.message_id), "user", "my passport expires in June")
+    assert answer_of(web.post("/", json=chat_body(telegram["id"], edit), headers=bearer(person))) == (
+        "answered",
+        "June, noted.",
+    )
+    asked = len(fake_anthropic.requests)
+    chat_id = rows(database_url, "select sender from messages where id = %s", said.message_id)[0][0]
+    again = runtime.turns().run(TurnRequest(Surface.TELEGRAM, "my passport expires in May", "9", chat_id))
+    assert (again.outcome, again.reply, len(fake_anthropic.requests)) == (Outcome.DUPLICATE, None, asked)
+    assert rows(database_url, "select count(*) from messages where in_reply_to = %s", said.message_id) == [(0,)]
+    other_tab = ui_message(str(said.message_id), "user", "my passport expires in May")
+    retried = {**chat_body(telegram["id"], other_tab), "trigger": "regenerate-message", "messageId": "fallback"}
+    assert answer_of(web.post("/", json=retried, headers=bearer(person))) == ("answered", "Noted.")
+    assert rows(database_url, "select count(*) from messages where in_reply_to = %s", said.message_id) == [(1,)]
 
 
 @pytest.mark.parametrize("earlier", [False, True])

@@ -477,6 +477,7 @@ declare
     v_reply jsonb;
     v_sending uuid;
     v_owed boolean := false;
+    v_edited_away boolean := false;  -- replaced by the web's edit, and sent again by its app (below)
     v_later_by timestamptz;  -- a later message's answer_by, whose turn answers this owed one (merged)
     v_limited_until timestamptz;
     v_conversation uuid;
@@ -522,7 +523,13 @@ begin
         -- into TOKENS_PER_DAY).
         -- A message a later turn declined with itself (turn.sql's mark_declined), or answered with
         -- its own (finish_turn's p_merged), is answered by it.
-        v_owed := v_reply is null and not v_stored.declined and not v_stored.answered_with_later
+        -- One edited away on the web's page of its thread (messages.sql's replaced: its edit has its
+        -- own answer) is owed no more to its app's redelivery (a delivery with a sender), as the
+        -- scheduled job leaves it (owed_replies.sql); the page sending it again (an edit back to its
+        -- words, another tab's Try again) still takes it over.
+        v_edited_away := v_reply is null and p_sender is not null
+                         and exists (select from public.messages m where m.id = v_stored.message_id and m.replaced);
+        v_owed := v_reply is null and not v_stored.declined and not v_stored.answered_with_later and not v_edited_away
                   and (v_stored.answer_by is null or v_stored.answer_by <= v_now);
         if v_owed then
             -- A later message of the person's still being answered read it owed, merged with its own
@@ -562,7 +569,8 @@ begin
                 -- Not answered yet (or its reply being sent), and its attempt may still, or a later
                 -- message's turn that read it merged: ask again after this.
                 'answer_by', case when v_later_by is not null then v_later_by
-                                  when v_reply is null and (not (v_stored.declined or v_stored.answered_with_later)
+                                  when v_reply is null and (not (v_stored.declined or v_stored.answered_with_later
+                                                                 or v_edited_away)
                                                             or v_stored.answer_by > v_now)
                                   then v_stored.answer_by end,
                 -- declined with a later turn, which answered it (mark_declined)
