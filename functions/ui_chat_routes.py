@@ -300,16 +300,25 @@ def resume(request: flask.Request, person: uuid.UUID, cors: dict[str, str], conv
     """The chat's stream again: 204 when its newest message is answered (nothing running, nothing
     owed); else that message sent again by its client's id, which gives the stored reply, waits
     for the attempt still answering it, or answers it anew when its client went away. Once
-    answered, the next resume is a 204: the reply is shown once."""
+    answered, the next resume is a 204: the reply is shown once. The page's edit of another app's
+    message (stored under that app's surface) reads the page's thread before it, as its edit did."""
     unanswered = runtime.memory().unanswered_message(person, conversation)
     if unanswered is None:
         return flask.Response(status=204, headers=cors)
-    client_id, text = unanswered
+    surface, client_id, text, message_id = unanswered
+    history = thread_before(person, conversation, message_id) if surface is not Surface.WEB else None
     deadline_s = runtime.settings().web_model_deadline
-    return answered(
-        TurnRequest(Surface.WEB, text, client_id, user_id=person, conversation_id=conversation, deadline_s=deadline_s),
-        cors,
+    turn = TurnRequest(
+        surface,
+        text,
+        client_id,
+        user_id=person,
+        conversation_id=conversation,
+        client_history=history,
+        history_fits=True,
+        deadline_s=deadline_s,
     )
+    return answered(turn, cors)
 
 
 def answered(

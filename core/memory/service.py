@@ -575,17 +575,20 @@ class Memory:
             client_ids={int(item["id"]): str(item["client_id"]) for item in row["messages"] if item.get("client_id")},
         )
 
-    def unanswered_message(self, user_id: UUID, conversation_id: UUID) -> tuple[str, str] | None:
-        """The conversation's newest message when it is the person's web message and has no reply
-        yet: its client's id and its text (the web's resume sends it again). NotFound for a
-        conversation that is not theirs."""
+    def unanswered_message(self, user_id: UUID, conversation_id: UUID) -> tuple[Surface, str, str, int] | None:
+        """The conversation's newest message when it is the person's web message (or the page's edit
+        of another app's message, stored under that app's surface) and has no reply yet: its
+        surface, its client's id, its text (the web's resume sends it again) and its stored id.
+        NotFound for a conversation that is not theirs."""
         row = self.store.call(
             "unanswered_message", {"p_user_id": str(user_id), "p_conversation_id": str(conversation_id)}
         )
         if row.get("error") == "conversation_not_found":
             raise NotFound("no such conversation")
         message = row.get("message")
-        return (str(message["external_id"]), str(message["content"])) if message else None
+        if not message:
+            return None
+        return Surface(message["surface"]), str(message["external_id"]), str(message["content"]), int(message["id"])
 
     def web_messages(self, user_id: UUID, conversation_id: UUID, client_ids: Sequence[str]) -> dict[str, StoredMessage]:
         """The person's web messages in the conversation that were sent under `client_ids`, by

@@ -214,6 +214,34 @@ def test_telegrams_redelivery_of_a_message_edited_away_on_the_web_answers_nothin
     assert rows(database_url, "select count(*) from messages where in_reply_to = %s", said.message_id) == [(1,)]
 
 
+def test_an_edit_of_a_telegram_message_whose_stream_dropped_is_answered_by_the_pages_resume(
+    web: FlaskClient, environment: pytest.MonkeyPatch, own_database: str, fake_anthropic: FakeAnthropic
+) -> None:
+    """The person edits an owed Telegram message on the web's page of its thread and the stream
+    drops (a tab closed, a train's tunnel): the edit is owed, and the message it replaced is owed no
+    more. Nothing else answers the edit (it came from the page: the scheduled job has no chat to
+    send it to), so the page's resume (useChat's resume, as it mounts) answers it, once, from the
+    thread before it, as it answers a web message. Seen failing with a 204: neither the edited words
+    nor the edit were ever answered."""
+    environment.setenv("DATABASE_URL", own_database)  # the job's claim reads everyone's owed messages
+    web, person, telegram, said = owners_telegram_thread(environment, own_database, owed_by=fake_anthropic)
+    fake_anthropic.answer = lambda body: "June, noted." if "June" in json.dumps(body["messages"][-1]) else "Noted."
+    edit = ui_message(str(said.message_id), "user", "my passport expires in June")
+    web.post("/", json=chat_body(telegram["id"], edit), headers=bearer(person)).close()  # the stream dropped
+    assert runtime.memory().claim_owed_replies([Surface.TELEGRAM], max_age_s=600, answer_within_s=30, limit=5) == []
+    resumed = web.get(f"/{telegram['id']}/stream", headers=bearer(person))
+    assert answer_of(resumed) == ("answered", "June, noted.")
+    assert [block["text"].split("] ", 1)[1] for block in fake_anthropic.requests[-1]["messages"][-1]["content"]] == [
+        "my passport expires in June"
+    ]
+    assert [(m["role"], m["parts"][0]["text"]) for m in loaded(web, person, telegram["id"])] == [
+        ("user", "my passport expires in June"),
+        ("assistant", "June, noted."),
+    ]
+    assert web.get(f"/{telegram['id']}/stream", headers=bearer(person)).status_code == 204
+    assert rows(own_database, "select count(*) from messages where in_reply_to = %s", said.message_id) == [(0,)]
+
+
 @pytest.mark.parametrize("earlier", [False, True])
 def test_an_unnamed_edit_posted_as_messages_reads_no_replaced_words(
     web: FlaskClient, database_url: str, fake_anthropic: FakeAnthropic, earlier: bool

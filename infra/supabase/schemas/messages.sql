@@ -293,18 +293,23 @@ $$;
 -- web's resume route (functions/ui_chat_routes.py) sends it again by its client's id, which answers it
 -- once (begin_turn: the stored reply, a wait for the running attempt, or a new one). Messages an
 -- edit replaced (replace_message) are off the page and passed over: an edit stopped and then
--- edited back is never answered below the reply the page shows.
+-- edited back is never answered below the reply the page shows. The page's edit of another app's
+-- message is one of its web messages too (ui_chat_routes.py: stored under that app's surface, with
+-- no chat to answer later, `sender`, which the scheduled job needs): nothing else answers it. That
+-- app's own messages are the job's.
 create or replace function public.unanswered_message(p_user_id uuid, p_conversation_id uuid)
     returns jsonb language sql stable set search_path = '' as $$
     select case when c.id is null then jsonb_build_object('error', 'conversation_not_found')
            else jsonb_build_object('message', (
-               select jsonb_build_object('id', n.id, 'external_id', n.external_id, 'content', n.content)
-                 from (select m.id, m.role, m.surface, m.external_id, m.content, m.declined
+               select jsonb_build_object('id', n.id, 'surface', n.surface, 'external_id', n.external_id,
+                                         'content', n.content)
+                 from (select m.id, m.role, m.surface, m.external_id, m.content, m.declined, m.sender
                          from public.messages m
                         where m.conversation_id = c.id and m.user_id = p_user_id and not m.replaced
                         order by m.created_at desc, m.id desc
                         limit 1) n
-                where n.role = 'user' and n.surface = 'web' and n.external_id is not null and not n.declined
+                where n.role = 'user' and (n.surface = 'web' or n.sender is null) and n.external_id is not null
+                  and not n.declined
                   and not exists (select from public.messages r where r.in_reply_to = n.id)))
            end
       from (select 1) one
