@@ -563,8 +563,14 @@ class Turns:
             )
             items = [*items[:at], learned, *items[at + 1 :]]
         elsewhere = start.answered_elsewhere
-        # A client's history may name any id: only messages the store read for this turn are counted.
-        stored = {message.id for message in (*start.prepend, *start.history)}
+        # A client's history may name any id: only messages the store read for this turn are counted,
+        # of its own thread (a page's turn in another app's thread reads that app's window over every
+        # conversation: another conversation's message there is no message of this page's).
+        stored = {message.id for message in start.prepend} | {
+            message.id
+            for message in start.history
+            if request.client_history is None or message.conversation_id == start.conversation_id
+        }
         merged = tuple(i for i in merged_into_last(items, start.message_id, elsewhere) if i in stored)
         # The earlier messages this turn answers with its own, and its own when taken over owed without
         # its media (the web's resume, a send again without its files): what of theirs no attempt read.

@@ -358,6 +358,30 @@ def test_a_web_history_naming_another_conversations_owed_message_marks_it_neithe
         assert marks(database_url, owed[0]) == (False, False)
 
 
+def test_a_pages_history_in_another_apps_thread_naming_a_web_conversations_owed_message_marks_it_not(
+    turns: Turns, fake_anthropic: FakeAnthropic, database_url: str
+) -> None:
+    """The page's turn in the person's [Telegram] thread (an edit of a Telegram message there: its
+    surface Telegram's, the page's history read) reads the stored window over every conversation
+    that Telegram's turns read; a hand-built history naming the person's owed message of a web
+    conversation last is read in its words, but that message is neither answered nor declined with
+    this turn: only the ids of the thread the page shows count (and that web page's resume still
+    answers it). Seen failing with the web conversation's message marked both ways."""
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Sure."
+    chat = on_chat(turns, person)("hello", "1")
+    other = on_web(turns, person)
+    unanswered(fake_anthropic, other, "what did I pay in May?", "b-1")
+    (owed,) = [row for row in stored_ids(database_url, person) if row[1] == "what did I pay in May?"]
+    named = [ContextItem(Role.USER, "what did I pay in May?", Surface.WEB, owed[2], owed[0])]
+    for key, text in (("1~0123456789abcdef", "and in June?"), ("1~fedcba9876543210", f"explain {REFUSAL_TRIGGER}")):
+        request = TurnRequest(
+            Surface.TELEGRAM, text, key, user_id=person, conversation_id=chat.conversation_id, client_history=named
+        )
+        turns.run(request)
+        assert marks(database_url, owed[0]) == (False, False)
+
+
 def stored_ids(database_url: str, person: uuid.UUID) -> list[tuple[int, str, object]]:
     with psycopg.connect(database_url) as connection:
         query = "select id, content, created_at from messages where user_id = %s order by id"
