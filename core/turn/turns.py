@@ -543,13 +543,20 @@ class Turns:
         """What the model reads, and the stored messages its last turn merged with this one
         (`merged_into_last`: declined with it, if it is)."""
         items: Sequence[ContextItem | StoredMessage]
+        # A page's turn in another app's thread (its edit of that app's message) reads the page's
+        # thread: of the window over every conversation that app's turns read, only that thread's.
+        history = (
+            start.history
+            if request.client_history is None
+            else [message for message in start.history if message.conversation_id == start.conversation_id]
+        )
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             items = [*(request.client_history or []), current]
         elif not request.surface.is_secondary or request.client_history is not None:
             # the web client sends its thread's history (another app's thread too, on its page)
             current = ContextItem.from_stored(start.history[-1])
-            items = web_items(start.prepend, start.history, request.client_history, current, start.answered_elsewhere)
+            items = web_items(start.prepend, history, request.client_history, current, start.answered_elsewhere)
         else:
             items = start.history
         if prepared is not None and items:
@@ -563,14 +570,8 @@ class Turns:
             )
             items = [*items[:at], learned, *items[at + 1 :]]
         elsewhere = start.answered_elsewhere
-        # A client's history may name any id: only messages the store read for this turn are counted,
-        # of its own thread (a page's turn in another app's thread reads that app's window over every
-        # conversation: another conversation's message there is no message of this page's).
-        stored = {message.id for message in start.prepend} | {
-            message.id
-            for message in start.history
-            if request.client_history is None or message.conversation_id == start.conversation_id
-        }
+        # A client's history may name any id: only messages the store read for this turn are counted.
+        stored = {message.id for message in (*start.prepend, *history)}
         merged = tuple(i for i in merged_into_last(items, start.message_id, elsewhere) if i in stored)
         # The earlier messages this turn answers with its own, and its own when taken over owed without
         # its media (the web's resume, a send again without its files): what of theirs no attempt read.

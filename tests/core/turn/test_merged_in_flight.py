@@ -15,7 +15,7 @@ from typing import Any
 from core.identity.policy import IdentityPolicy
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel
-from core.models import Role, Surface
+from core.models import Person, Role, Surface
 from core.stores.postgres_store import PostgresStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT
 from core.turn.context import ContextItem
@@ -339,6 +339,32 @@ def test_a_page_sending_its_thread_with_another_tabs_question_reads_it_marked(
         ("user", "(answered separately) what is the capital of Peru?\n\nand of Chile?")
     ]
     assert rows(database_url, "select answered_with_later from messages where id = %s", peru_id) == [(False,)]
+
+
+def test_a_pages_turn_in_another_apps_thread_reads_no_other_conversations_question_being_answered(
+    memory: Memory, fake_anthropic: FakeAnthropic
+) -> None:
+    """The page's turn in the person's [Telegram] thread (an edit of a Telegram message there: its
+    surface Telegram's) reads the page's thread, as a web turn there does: not another web
+    conversation's question still being answered (another tab's, another chat), which that app's
+    window over every conversation holds and this page never showed. Seen failing with "[web ·
+    answered separately] what is the capital of Peru?" read before the edit."""
+    turns = claude_turns(memory, fake_anthropic)
+    person = uuid.uuid4()
+    fake_anthropic.answer = lambda body: "Sure."
+    chat = turns.run(TurnRequest(Surface.TELEGRAM, "hello", "tg-1", user_id=person), RecordingChannel())
+    web = memory.create_conversation(person)
+    memory.begin_turn(Person(user_id=person), Surface.WEB, "what is the capital of Peru?", "b-1", web.id)
+    edit = TurnRequest(
+        Surface.TELEGRAM,
+        "and in June?",
+        "tg-1~0123456789abcdef",
+        user_id=person,
+        conversation_id=chat.conversation_id,
+        client_history=[],
+    )
+    assert turns.run(edit).outcome is Outcome.ANSWERED
+    assert marked(fake_anthropic.requests[-1]) == [("user", "and in June?")]
 
 
 def test_a_bursts_first_message_answered_after_the_second_arrived_is_not_answered_again_by_the_job(
