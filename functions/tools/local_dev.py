@@ -114,6 +114,17 @@ def dev_token(lifetime_s: int = DEV_TOKEN_LIFETIME_S) -> str:
     return hs256_token(claims, secret.get_secret_value())
 
 
+def cannot_sign(surface: str) -> str | None:
+    """Why `crossmem say` cannot post a delivery on `surface` (it signs Telegram's updates and
+    Twilio's forms only), or None."""
+    if surface == "telegram" or surface in TWILIO_SURFACES:
+        return None
+    return (
+        f"crossmem say cannot sign a delivery on {surface}: functions/tools/local_dev.py's deliver_locally"
+        " signs Telegram's updates and Twilio's forms only (docs/extending.md, Adding a surface)"
+    )
+
+
 def deliver_locally(
     base_url: str, surface: str, text: str, config: Settings, sender: str | None = None
 ) -> tuple[int, str]:
@@ -143,11 +154,8 @@ def deliver_locally(
         if status == 200 and not body.get("text") and body.get("ignored"):
             return status, f"(answered with no message: {body['ignored']})"
         return status, str(body.get("text") or json.dumps(body))
-    if surface not in TWILIO_SURFACES:
-        raise ValueError(
-            f"crossmem say cannot sign a delivery on {surface}: functions/tools/local_dev.py's deliver_locally"
-            " signs Telegram's updates and Twilio's forms only (docs/extending.md, Adding a surface)"
-        )
+    if (unsigned := cannot_sign(surface)) is not None:
+        raise ValueError(unsigned)
     from core.channels.whatsapp import sign_form
 
     # WhatsApp's numbers carry Twilio's `whatsapp:` prefix; an SMS's are the numbers alone.
@@ -312,12 +320,11 @@ def build_dev_app() -> Any:
             response = flask.jsonify(error="bad_request", message=asked)
             response.status_code = 400
             return response
-        try:
-            status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text, runtime.settings())
-        except ValueError as unsigned:  # a surface whose deliveries this server cannot sign
-            response = flask.jsonify(error="bad_request", message=str(unsigned))
+        if (unsigned := cannot_sign(surface)) is not None:
+            response = flask.jsonify(error="bad_request", message=unsigned)
             response.status_code = 400
             return response
+        status, reply = deliver_locally(flask.request.host_url.rstrip("/"), surface, text, runtime.settings())
         return flask.jsonify(status=status, reply=reply)
 
     mounts = {
