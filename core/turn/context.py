@@ -223,10 +223,18 @@ def web_items(
     """The web's context: its own thread (the client's, else the stored one) after the
     secondary surfaces' recent messages, each message once (by id). A client's thread is its page's:
     another tab's question its own attempt is still answering (`elsewhere`) was never shown there,
-    and is read before this message, marked (build_model_messages), as the stored thread has it."""
+    and is read before this message, marked (build_model_messages), as the stored thread has it.
+    The person's messages the page shows under stored ids the thread holds (another app's, in its
+    thread on the page) are read as stored: corrected on that app (a Telegram edit) since the page
+    loaded them, the model reads the correction, not the words the page still shows."""
     if client_history is None:
         own = [ContextItem.from_stored(message) for message in history] or [current]
     else:
+        stored = {message.id: message for message in history if message.role is Role.USER}
+        client_history = [
+            ContextItem.from_stored(stored[item.id]) if item.role is Role.USER and item.id in stored else item
+            for item in client_history
+        ]
         on_page = {item.id for item in client_history if item.id is not None}
         others = [
             ContextItem.from_stored(message)

@@ -14,7 +14,22 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import CORPUS, TELEGRAM_HEADERS, app_client, as_owner, rows, sent_texts, update
+from tests.helpers import (
+    CORPUS,
+    TELEGRAM_HEADERS,
+    Apps,
+    app_client,
+    as_owner,
+    bearer,
+    chat_body,
+    loaded,
+    new_code,
+    rows,
+    sent_texts,
+    telegram,
+    ui_message,
+    update,
+)
 
 TELEGRAM = CORPUS / "telegram"
 CORPUS_CHAT = 1111111  # files 04, 19 and 20's chat and sender
@@ -162,3 +177,30 @@ def test_under_the_owner_policy_a_strangers_edit_is_refused_and_changes_nothing(
     assert stored(database_url, chat, 1365) == [("Original text", None, None)]
     assert stored(database_url, stranger, 1365) == []
     assert len(fake_anthropic.requests) == 1
+
+
+def test_a_web_page_of_the_telegram_thread_loaded_before_an_edit_reads_the_corrected_text(
+    apps: Apps, fake_anthropic: FakeAnthropic
+) -> None:
+    """The person opens their [Telegram] thread on the web, corrects a message on Telegram, then asks
+    on that page: its history still holds the words it loaded. Seen failing with the model reading
+    "Carmen arrives Thursday", the words the person corrected, and not the correction (a review of a
+    day across every app): another app's message under its stored id is read as stored."""
+    person = uuid.uuid4()
+    telegram(apps, f"/link {new_code(apps, person)['code']}")
+    said = update("Carmen arrives Thursday", user_id=apps.chat)
+    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
+    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    page = loaded(apps.web, person, thread["id"])
+    edit = update("Carmen arrives Friday", user_id=apps.chat)
+    edit["edited_message"] = {**edit.pop("message"), "edit_date": 1732879999}
+    assert apps.telegram.post("/", json=edit, headers=TELEGRAM_HEADERS).get_json() == {"ok": True, "edit": "edited"}
+    body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When does Carmen arrive?"))
+    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+    assert apps.web.post("/", json=body, headers=asking).status_code == 200
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert [text.split("] ", 1)[-1] for text in texts] == [
+        "Carmen arrives Friday (edited)",
+        "Noted.",
+        "When does Carmen arrive?",
+    ]
