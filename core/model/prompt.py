@@ -9,6 +9,8 @@ bytes in every turn (the cache's prefix).
 
 from __future__ import annotations
 
+import re
+
 # Who the agent is and how it answers: what SYSTEM_PROMPT replaces.
 DEFAULT_PERSONA = """\
 You are a personal advisor: one assistant that the same person reaches through several \
@@ -97,6 +99,16 @@ Answer all of what they asked.
 - A message that starts with "[answered separately]" has a reply of its own, being written \
 or sent apart from this one: read it for what it tells you, and answer only what the person wrote after it.
 """
+
+# A tag as MECHANICS describes it, with the space after it: "[telegram · 08:05] ".
+TAG = re.compile(r"\[[a-z]+ · [^\]\n]*\] ?")
+
+
+def untagged(persona: str) -> str:
+    """The persona as CONTEXT_ANNOTATIONS=false shows it: its examples' messages without the tags
+    the messages then do not carry (DEFAULT_PERSONA's "[telegram · 08:05] Remind me...")."""
+    return TAG.sub("", persona)
+
 
 CANNOT = """\
 What you cannot do

@@ -30,7 +30,7 @@ from core.follow_ups.capability import FollowUpRules, FollowUps
 from core.follow_ups.wall_clock import zone_named
 from core.media.capability import Media
 from core.memory.search import MemorySearch, SearchRules
-from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTAGGED
+from core.model.prompt import CANNOT, DEFAULT_PERSONA, MECHANICS, MECHANICS_UNTAGGED, untagged
 from core.surfaces import Surface, rules
 
 if TYPE_CHECKING:
@@ -81,11 +81,14 @@ class Capability(Protocol):
 
 def standing_instructions(persona: str, capabilities: Sequence[Capability], *, tagged: bool = True) -> str:
     """The whole system prompt: the persona (SYSTEM_PROMPT), how the conversation reaches the
-    agent (with the `[telegram · 09:12]` tags, or without: CONTEXT_ANNOTATIONS), each capability's
-    part in order, and what no capability lets it do."""
+    agent (with the `[telegram · 09:12]` tags, or without: CONTEXT_ANNOTATIONS, and then none in the
+    persona's examples either), each capability's part in order, and what no capability lets it do."""
     # What the model must know of each surface (SMS's keywords), from its rules: none named here.
     surfaces = "".join(rules(surface).instructions for surface in Surface)
-    parts = [persona.strip() + "\n", (MECHANICS if tagged else MECHANICS_UNTAGGED) + surfaces]
+    parts = [
+        (persona if tagged else untagged(persona)).strip() + "\n",
+        (MECHANICS if tagged else MECHANICS_UNTAGGED) + surfaces,
+    ]
     parts += [capability.instructions for capability in capabilities if capability.instructions]
     parts.append(CANNOT)
     return "\n".join(part.strip("\n") + "\n" for part in parts)

@@ -272,3 +272,16 @@ def test_what_the_model_must_know_of_a_surface_is_its_rules_part_of_the_prompt(t
     assert mechanics + sms in prompt
     assert [surface for surface in Surface if rules(surface).instructions] == [Surface.SMS]
     assert "SMS" not in mechanics and "STOP" not in mechanics
+
+
+def test_without_the_tags_the_personas_examples_show_none_either() -> None:
+    """CONTEXT_ANNOTATIONS=false: the mechanics say the messages carry no app or time, and the
+    persona's style examples still showed them tagged, `"[telegram · 08:05] Remind me..."` (a review
+    of the prompt's claims): a model shown tags it never reads may write them, or take the app and
+    time of a message for known. The examples are shown as the messages come, untagged."""
+    prompt = standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES, tagged=False)
+    assert re.findall(r"\[[a-z]+ · [^\]]*\]", prompt) == []
+    assert 'Person: "Remind me what I wanted to ask my landlord" (and earlier, on the web,' in prompt
+    assert 'Person: "ok booked it" after discussing train times on Telegram.' in prompt
+    tagged = standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES)
+    assert 'Person: "[telegram · 08:05] Remind me what I wanted to ask my landlord"' in tagged
