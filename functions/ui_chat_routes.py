@@ -122,6 +122,7 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
         user_id=person,
         conversation_id=body.id,
         client_history=client_history,
+        history_is_page=not named and key is None,
         # The page cannot shorten the thread it posts: past MAX_HISTORY_CHARS its oldest messages are
         # left out, as the stored window's start moves, where today's body is refused (docs/decisions.md).
         history_fits=True,

@@ -219,6 +219,7 @@ def web_items(
     client_history: Sequence[ContextItem] | None,
     current: ContextItem,
     elsewhere: frozenset[int] = frozenset(),
+    since_page: bool = False,
 ) -> list[ContextItem]:
     """The web's context: its own thread (the client's, else the stored one) after the
     secondary surfaces' recent messages, each message once (by id). A client's thread is its page's:
@@ -226,7 +227,9 @@ def web_items(
     and is read before this message, marked (build_model_messages), as the stored thread has it.
     The person's messages the page shows under stored ids the thread holds (another app's, in its
     thread on the page) are read as stored: corrected on that app (a Telegram edit) since the page
-    loaded them, the model reads the correction, not the words the page still shows."""
+    loaded them, the model reads the correction, not the words the page still shows. `since_page`:
+    the client's thread is its page's whole one, and what another app said in the thread after the
+    page's newest stored message (the phone's, with its answers) is read after it too."""
     if client_history is None:
         own = [ContextItem.from_stored(message) for message in history] or [current]
     else:
@@ -236,10 +239,14 @@ def web_items(
             for item in client_history
         ]
         on_page = {item.id for item in client_history if item.id is not None}
+        shown = [index for index, message in enumerate(history) if message.id in on_page]
+        since = shown[-1] + 1 if since_page and shown else len(history)
         others = [
             ContextItem.from_stored(message)
-            for message in history
-            if message.id in elsewhere and message.id not in on_page and message.id != current.id
+            for index, message in enumerate(history)
+            if message.id not in on_page
+            and message.id != current.id
+            and (message.id in elsewhere or (index >= since and message.surface is not Surface.WEB))
         ]
         own = [*client_history, *others, current]
     seen = {item.id for item in own if item.id is not None}

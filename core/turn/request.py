@@ -85,6 +85,10 @@ class TurnRequest:
     # A client that cannot shorten the history it sends (useChat posts its whole thread): past
     # MAX_HISTORY_CHARS its window's start moves on (core/turn/context.py's client_window), not a 413.
     history_fits: bool = False
+    # The client's history is its page's whole thread as shown (a new message's send; not the thread
+    # before an edit, which drops what followed): what another app said in that thread since the
+    # page's newest stored message, never shown there, is read after it (core/turn/context.py's web_items).
+    history_is_page: bool = False
     deadline_s: float = 30.0
     media: tuple[MediaRef, ...] = ()  # photos, PDFs, voice notes; `text` is then their caption
     timezone: str | None = None  # the web client's (Intl), the person's when it differs, not over one they stated

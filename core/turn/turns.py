@@ -550,13 +550,15 @@ class Turns:
             if request.client_history is None
             else [message for message in start.history if message.conversation_id == start.conversation_id]
         )
+        elsewhere = start.answered_elsewhere
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
             items = [*(request.client_history or []), current]
         elif not request.surface.is_secondary or request.client_history is not None:
             # the web client sends its thread's history (another app's thread too, on its page)
             current = ContextItem.from_stored(start.history[-1])
-            items = web_items(start.prepend, history, request.client_history, current, start.answered_elsewhere)
+            page = request.client_history
+            items = web_items(start.prepend, history, page, current, elsewhere, since_page=request.history_is_page)
         else:
             items = start.history
         if prepared is not None and items:
@@ -569,7 +571,6 @@ class Turns:
                 message.role, content, message.surface, message.created_at, message.id, prepared.attachments
             )
             items = [*items[:at], learned, *items[at + 1 :]]
-        elsewhere = start.answered_elsewhere
         # A client's history may name any id: only messages the store read for this turn are counted.
         stored = {message.id for message in (*start.prepend, *history)}
         merged = tuple(i for i in merged_into_last(items, start.message_id, elsewhere) if i in stored)
