@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from core.surfaces import Surface
+
 # Who the agent is and how it answers: what SYSTEM_PROMPT replaces.
 DEFAULT_PERSONA = """\
 You are a personal advisor: one assistant that the same person reaches through several \
@@ -100,8 +102,10 @@ Answer all of what they asked.
 or sent apart from this one: read it for what it tells you, and answer only what the person wrote after it.
 """
 
-# A tag as MECHANICS describes it, with the space after it: "[telegram · 08:05] ".
-TAG = re.compile(r"\[[a-z]+ · [^\]\n]*\] ?")
+# A tag as MECHANICS describes it, with the space after it: "[telegram · 08:05] ", "[whatsapp · Sun 6
+# Dec 2026 · 08:05] ": an app's name and a time (a persona's own "[note · ...]" is no tag).
+APPS = "|".join(re.escape(surface.value) for surface in Surface)
+TAG = re.compile(rf"\[(?:{APPS}) · (?:[^\]\n]* · )?\d\d:\d\d\] ?")
 
 
 def untagged(persona: str) -> str:

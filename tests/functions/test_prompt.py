@@ -285,3 +285,12 @@ def test_without_the_tags_the_personas_examples_show_none_either() -> None:
     assert 'Person: "ok booked it" after discussing train times on Telegram.' in prompt
     tagged = standing_instructions(DEFAULT_PERSONA, DEFAULT_CAPABILITIES)
     assert 'Person: "[telegram · 08:05] Remind me what I wanted to ask my landlord"' in tagged
+
+
+def test_without_the_tags_a_personas_own_brackets_are_kept() -> None:
+    """SYSTEM_PROMPT's persona may bracket its own words alike: `[note · keep it short]` is no
+    message's tag (an app's name and a time). Seen failing with it taken out, its words with it."""
+    persona = "You are Ana's advisor. [note · keep it short] Answer in Spanish.\n"
+    prompt = standing_instructions(persona + DEFAULT_PERSONA, DEFAULT_CAPABILITIES, tagged=False)
+    assert prompt.startswith("You are Ana's advisor. [note · keep it short] Answer in Spanish.\n")
+    assert re.findall(r"\[[a-z]+ · [^\]]*\]", prompt) == ["[note · keep it short]"]
