@@ -229,7 +229,8 @@ def web_items(
     thread on the page) are read as stored: corrected on that app (a Telegram edit) since the page
     loaded them, the model reads the correction, not the words the page still shows. `since_page`:
     the client's thread is its page's whole one, and what another app said in the thread after the
-    page's newest stored message (the phone's, with its answers) is read after it too."""
+    page's newest stored message of that app's thread (the phone's, with its answers; not before the
+    page's own web turns since, which never showed it either) is read after it too."""
     if client_history is None:
         own = [ContextItem.from_stored(message) for message in history] or [current]
     else:
@@ -239,8 +240,11 @@ def web_items(
             for item in client_history
         ]
         on_page = {item.id for item in client_history if item.id is not None}
+        # After the newest of the thread's own messages the page shows (else its first): its web
+        # turns since, which read what the phone said before them, take none of it off the next's.
         shown = [index for index, message in enumerate(history) if message.id in on_page]
-        since = shown[-1] + 1 if since_page and shown else len(history)
+        thread = [index for index in shown if history[index].surface is not Surface.WEB] or shown[:1]
+        since = thread[-1] + 1 if since_page and thread else len(history)
         others = [
             ContextItem.from_stored(message)
             for index, message in enumerate(history)

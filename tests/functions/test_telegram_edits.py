@@ -256,3 +256,37 @@ def test_an_edit_on_the_page_of_the_telegram_thread_reads_nothing_of_what_it_rep
     assert apps.web.post("/", json=body, headers=asking).status_code == 200
     texts = sent_texts(fake_anthropic.requests[-1])
     assert [text.split("] ", 1)[-1] for text in texts] == ["Carmen arrives Thursday", "Noted.", "Her train is at 10"]
+
+
+def test_a_web_page_of_the_telegram_thread_still_reads_what_was_said_on_telegram_at_its_next_send(
+    apps: Apps, fake_anthropic: FakeAnthropic
+) -> None:
+    """As above, and then the page asks again: its thread now ends with its own question and the
+    answer that read "her train is delayed to noon", which the page still never showed. Seen failing
+    with the model reading the page's thread alone at that second send (what the phone said came
+    before the page's newest message, its own answer): the page's web turns since take none of it
+    off its reading."""
+    person = uuid.uuid4()
+    telegram(apps, f"/link {new_code(apps, person)['code']}")
+    said = update("Carmen arrives Thursday", user_id=apps.chat)
+    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
+    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    page = loaded(apps.web, person, thread["id"])
+    later = update("Her train is delayed to noon", user_id=apps.chat)
+    assert apps.telegram.post("/", json=later, headers=TELEGRAM_HEADERS).status_code == 200
+    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+    body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When should I leave to pick her up?"))
+    assert b'"outcome": "answered"' in apps.web.post("/", json=body, headers=asking).get_data()
+    *_, question, answer = loaded(apps.web, person, thread["id"])  # what the live page shows of its turn
+    body = chat_body(thread["id"], *page, question, answer, ui_message("page-2", "user", "And to be back by two?"))
+    assert apps.web.post("/", json=body, headers=asking).status_code == 200
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert [text.split("] ", 1)[-1] for text in texts] == [
+        "Carmen arrives Thursday",
+        "Noted.",
+        "When should I leave to pick her up?",
+        "Noted.",
+        "Her train is delayed to noon",
+        "Noted.",
+        "And to be back by two?",
+    ]
