@@ -28,7 +28,7 @@ from core.errors import StoreUnavailable
 from core.memory.service import Memory
 from core.model.llm import ToolCall, approximate_tokens, token_eighths
 from core.models import MemoryHit, Neighbour, Role, Surface
-from core.turn.context import from_their_first
+from core.turn.context import from_their_first, read_after_page
 from core.turn.tool_loop import ToolResult
 
 if TYPE_CHECKING:
@@ -226,10 +226,16 @@ class MemorySearch:
         the web puts before its thread, and the thread: the web client's own history when it sent
         one (the stored window then is not shown, so what it holds can be found), else the window;
         of them, only what the model is shown (`from_their_first`: a reply at the window's start is not);
-        and the messages read as answered separately, shown after a client's history too (web_items)."""
+        and the messages read as answered separately, shown after a client's history too (web_items),
+        and what another app said in the page's thread since (`read_after_page`), shown after it."""
         if self.rules is None:
             return None
         own = turn.start.history if turn.client_history is None else turn.client_history
+        if turn.client_history is not None and turn.history_is_page:
+            thread = [
+                message for message in turn.start.history if message.conversation_id == turn.start.conversation_id
+            ]
+            own = [*own, *read_after_page(thread, turn.client_history)]
         # the message it answers comes after them: a reply that ends them is shown
         seen = {item.id for item in from_their_first([*turn.start.prepend, *own]) if item.id is not None}
         seen |= turn.start.answered_elsewhere

@@ -53,6 +53,7 @@ class TurnState:
     now: datetime
     client_zone: str | None = None  # the web client's Intl timezone
     client_history: Sequence[ContextItem] | None = None  # the web client's own thread, when it sent one
+    history_is_page: bool = False  # that thread is its page's whole one (TurnRequest's)
     time_left: Callable[[], float] = lambda: math.inf  # seconds before the turn must have answered
     surface: Surface | None = None  # the app the turn answers on
 

@@ -213,6 +213,18 @@ def undeclined(items: Sequence[tuple[ContextItem, bool]]) -> list[ContextItem]:
     return kept
 
 
+def read_after_page(history: Sequence[StoredMessage], page: Sequence[ContextItem]) -> list[StoredMessage]:
+    """What another app said in the thread (`history`: its window) after a page's whole thread
+    (`page`) and the page never showed: its messages (the phone's, with their answers) after the
+    newest of the thread's own the page shows, else after its first. The page's web turns since,
+    which read what the phone said before them, take none of it off the next one's reading."""
+    on_page = {item.id for item in page if item.id is not None}
+    shown = [index for index, message in enumerate(history) if message.id in on_page]
+    thread = [index for index in shown if history[index].surface is not Surface.WEB] or shown[:1]
+    since = thread[-1] + 1 if thread else len(history)
+    return [message for message in history[since:] if message.id not in on_page and message.surface is not Surface.WEB]
+
+
 def web_items(
     prepend: Sequence[StoredMessage],
     history: Sequence[StoredMessage],
@@ -228,9 +240,8 @@ def web_items(
     The person's messages the page shows under stored ids the thread holds (another app's, in its
     thread on the page) are read as stored: corrected on that app (a Telegram edit) since the page
     loaded them, the model reads the correction, not the words the page still shows. `since_page`:
-    the client's thread is its page's whole one, and what another app said in the thread after the
-    page's newest stored message of that app's thread (the phone's, with its answers; not before the
-    page's own web turns since, which never showed it either) is read after it too."""
+    the client's thread is its page's whole one, and what another app said in the thread since
+    (`read_after_page`) is read after it too."""
     if client_history is None:
         own = [ContextItem.from_stored(message) for message in history] or [current]
     else:
@@ -240,17 +251,13 @@ def web_items(
             for item in client_history
         ]
         on_page = {item.id for item in client_history if item.id is not None}
-        # After the newest of the thread's own messages the page shows (else its first): its web
-        # turns since, which read what the phone said before them, take none of it off the next's.
-        shown = [index for index, message in enumerate(history) if message.id in on_page]
-        thread = [index for index in shown if history[index].surface is not Surface.WEB] or shown[:1]
-        since = thread[-1] + 1 if since_page and thread else len(history)
+        later = {message.id for message in read_after_page(history, client_history)} if since_page else set()
         others = [
             ContextItem.from_stored(message)
-            for index, message in enumerate(history)
+            for message in history
             if message.id not in on_page
             and message.id != current.id
-            and (message.id in elsewhere or (index >= since and message.surface is not Surface.WEB))
+            and (message.id in elsewhere or message.id in later)
         ]
         own = [*client_history, *others, current]
     seen = {item.id for item in own if item.id is not None}

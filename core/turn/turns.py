@@ -730,6 +730,7 @@ class Turns:
             self._now(),
             client_zone=request.timezone if request is not None else None,
             client_history=request.client_history if request is not None else None,
+            history_is_page=request is not None and request.history_is_page,
             time_left=lambda: until - clock(),
             surface=surface,
         )

@@ -21,7 +21,7 @@ from core.memory.search import SEARCH_MEMORY, TOOL, MemorySearch, MemorySearchTo
 from core.memory.service import Memory
 from core.model.llm import AnthropicModel, ToolCall, approximate_tokens
 from core.model.offline_model import OfflineModel
-from core.models import Role, Surface, TurnStart
+from core.models import Role, StoredMessage, Surface, TurnStart
 from core.stores.postgres_store import PostgresStore
 from core.stores.store import UnavailableStore
 from core.turn.capabilities import DEFAULT_SYSTEM_PROMPT, TurnState
@@ -706,6 +706,27 @@ def test_a_message_read_as_answered_separately_is_not_found_again() -> None:
     turn = TurnState(memory, uuid.uuid4(), start, ZoneInfo("UTC"), datetime.now(UTC), client_history=page)
     tools = MemorySearch(SearchRules()).toolset(turn)
     assert tools is not None and tools.seen_ids == {7, 8, 9}
+
+
+def test_what_a_page_of_another_apps_thread_reads_after_it_is_not_found_again() -> None:
+    """A web page of the person's [Telegram] thread, sending a new message, reads what was said on
+    Telegram since it loaded, after its thread (core/turn/context.py's read_after_page): the model
+    sees it, so the search leaves it out, as it does the page's thread. Seen failing with "her train
+    is delayed to noon" and its answer findable again, read twice."""
+    thread, now = uuid.uuid4(), datetime.now(UTC)
+    history = [
+        StoredMessage(1, thread, Surface.TELEGRAM, Role.USER, "Carmen arrives Thursday", now),
+        StoredMessage(2, thread, Surface.TELEGRAM, Role.ASSISTANT, "Noted.", now),
+        StoredMessage(3, thread, Surface.TELEGRAM, Role.USER, "Her train is delayed to noon", now),
+        StoredMessage(4, thread, Surface.TELEGRAM, Role.ASSISTANT, "Noted.", now),
+        StoredMessage(5, thread, Surface.WEB, Role.USER, "When should I leave?", now),
+    ]
+    page = [ContextItem.from_stored(message) for message in history[:2]]
+    start = TurnStart(uuid.uuid4(), thread, 5, duplicate=False, reply=None, history=history)
+    memory = Memory(UnavailableStore("no database"), context_limits())
+    turn = TurnState(memory, uuid.uuid4(), start, ZoneInfo("UTC"), now, client_history=page, history_is_page=True)
+    tools = MemorySearch(SearchRules()).toolset(turn)
+    assert tools is not None and tools.seen_ids == {1, 2, 3, 4, 5}
 
 
 def test_an_app_and_a_period_list_only_the_persons_own_messages_and_only_for_the_agents_tool(
