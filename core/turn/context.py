@@ -225,6 +225,24 @@ def read_after_page(history: Sequence[StoredMessage], page: Sequence[ContextItem
     return [message for message in history[since:] if message.id not in on_page and message.surface is not Surface.WEB]
 
 
+def in_place(
+    page: Sequence[ContextItem], later: Sequence[StoredMessage], history: Sequence[StoredMessage]
+) -> list[ContextItem]:
+    """The page's thread with `later` (read_after_page's) each where the thread (`history`) has it:
+    before the first of the page's messages stored after it (its web turns since), else at the end.
+    Read after them, a message one of those turns answered (merged with its question, owed) would
+    end the thread beside the new question, unanswered, and be answered again."""
+    order = {message.id: index for index, message in enumerate(history)}
+    pending = [(order[message.id], ContextItem.from_stored(message)) for message in later]
+    placed: list[ContextItem] = []
+    for item in page:
+        at = order.get(item.id) if item.id is not None else None
+        while at is not None and pending and pending[0][0] < at:
+            placed.append(pending.pop(0)[1])
+        placed.append(item)
+    return placed + [item for _, item in pending]
+
+
 def web_items(
     prepend: Sequence[StoredMessage],
     history: Sequence[StoredMessage],
@@ -241,7 +259,7 @@ def web_items(
     thread on the page) are read as stored: corrected on that app (a Telegram edit) since the page
     loaded them, the model reads the correction, not the words the page still shows. `since_page`:
     the client's thread is its page's whole one, and what another app said in the thread since
-    (`read_after_page`) is read after it too."""
+    (`read_after_page`) is read in it too, where it was said (`in_place`)."""
     if client_history is None:
         own = [ContextItem.from_stored(message) for message in history] or [current]
     else:
@@ -251,13 +269,15 @@ def web_items(
             for item in client_history
         ]
         on_page = {item.id for item in client_history if item.id is not None}
-        later = {message.id for message in read_after_page(history, client_history)} if since_page else set()
+        if since_page:
+            later = [
+                m for m in read_after_page(history, client_history) if m.id not in elsewhere and m.id != current.id
+            ]
+            client_history = in_place(client_history, later, history)
         others = [
             ContextItem.from_stored(message)
             for message in history
-            if message.id not in on_page
-            and message.id != current.id
-            and (message.id in elsewhere or message.id in later)
+            if message.id in elsewhere and message.id not in on_page and message.id != current.id
         ]
         own = [*client_history, *others, current]
     seen = {item.id for item in own if item.id is not None}

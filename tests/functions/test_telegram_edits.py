@@ -265,7 +265,7 @@ def test_a_web_page_of_the_telegram_thread_still_reads_what_was_said_on_telegram
     answer that read "her train is delayed to noon", which the page still never showed. Seen failing
     with the model reading the page's thread alone at that second send (what the phone said came
     before the page's newest message, its own answer): the page's web turns since take none of it
-    off its reading."""
+    off its reading, and it is read where it was said, before them."""
     person = uuid.uuid4()
     telegram(apps, f"/link {new_code(apps, person)['code']}")
     said = update("Carmen arrives Thursday", user_id=apps.chat)
@@ -284,9 +284,43 @@ def test_a_web_page_of_the_telegram_thread_still_reads_what_was_said_on_telegram
     assert [text.split("] ", 1)[-1] for text in texts] == [
         "Carmen arrives Thursday",
         "Noted.",
-        "When should I leave to pick her up?",
-        "Noted.",
         "Her train is delayed to noon",
         "Noted.",
+        "When should I leave to pick her up?",
+        "Noted.",
         "And to be back by two?",
+    ]
+
+
+def test_a_telegram_message_a_pages_question_answered_is_not_answered_again_at_its_next_send(
+    apps: Apps, fake_anthropic: FakeAnthropic
+) -> None:
+    """The person opens their [Telegram] thread on the web; on Telegram "her train is delayed to noon"
+    gets the fallback (the model down), and the page's question answers it with its own (merged:
+    owed, it is that turn's to answer). At the page's next send it is read where it was said, before
+    that question, answered: read after the page's thread, it would end the thread with the new
+    question, unanswered, and be answered again."""
+    person = uuid.uuid4()
+    telegram(apps, f"/link {new_code(apps, person)['code']}")
+    said = update("Carmen arrives Thursday", user_id=apps.chat)
+    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
+    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    page = loaded(apps.web, person, thread["id"])
+    fake_anthropic.behaviour = "500"
+    later = update("Her train is delayed to noon", user_id=apps.chat)
+    assert apps.telegram.post("/", json=later, headers=TELEGRAM_HEADERS).status_code == 200
+    fake_anthropic.behaviour = "ok"
+    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+    body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When should I leave to pick her up?"))
+    assert b'"outcome": "answered"' in apps.web.post("/", json=body, headers=asking).get_data()
+    *_, question, answer = loaded(apps.web, person, thread["id"])
+    body = chat_body(thread["id"], *page, question, answer, ui_message("page-2", "user", "And to be back by two?"))
+    assert apps.web.post("/", json=body, headers=asking).status_code == 200
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert [[line.split("] ", 1)[-1] for line in text.split("\n\n")] for text in texts] == [
+        ["Carmen arrives Thursday"],
+        ["Noted."],
+        ["Her train is delayed to noon", "When should I leave to pick her up?"],
+        ["Noted."],
+        ["And to be back by two?"],
     ]
