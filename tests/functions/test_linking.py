@@ -352,6 +352,28 @@ def test_a_whatsapp_history_joins_the_web_person_when_linked(
     assert count(database_url, "select count(*) from messages where user_id = %s", person) == 4
 
 
+def test_a_message_typed_on_the_web_in_the_telegram_thread_reads_what_whatsapp_was_just_told(
+    apps: Apps, fake_anthropic: FakeAnthropic
+) -> None:
+    """The web lists the person's [Telegram] thread, and they type in it at their desk: the model
+    read that thread alone, and did not know what they told it on WhatsApp a minute before (Telegram
+    itself, and a new web conversation, read it). It reads the other apps' latest before the
+    thread, as a web conversation does, and the thread's own messages once."""
+    person = uuid.uuid4()
+    telegram(apps, f"/start {new_code(apps, person)['code']}")
+    assert whatsapp(apps, f"link {new_code(apps, person)['code']}") == [linked()]
+    telegram(apps, "My sister's name is Carmen")
+    whatsapp(apps, "My dog is called Bruno")
+    conversations = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    [thread] = [conversation["id"] for conversation in conversations if conversation["surface"] == "telegram"]
+    asked = {"message": "What is my dog called?", "conversation_id": thread}
+    assert apps.web.post("/", json=asked, headers=bearer(person)).status_code == 200
+    texts = sent_texts(fake_anthropic.requests[-1])
+    assert occurrences(texts, "My dog is called Bruno") == 1
+    assert occurrences(texts, "My sister's name is Carmen") == 1
+    assert texts[-1].endswith("What is my dog called?")
+
+
 def test_with_the_database_down_linking_answers_and_never_fails(
     apps: Apps, environment: pytest.MonkeyPatch, fake_telegram: FakeTelegram
 ) -> None:

@@ -176,7 +176,8 @@ end;
 $$;
 
 -- The latest p_limit messages of the person's chats (their conversations of every surface but the
--- web) since p_since, up to and including the one at (p_until_at, p_until_id), newest first: what a
+-- web, and but p_except: the chat's thread a web page is in, whose window the turn reads already)
+-- since p_since, up to and including the one at (p_until_at, p_until_id), newest first: what a
 -- web turn puts before its conversation (turn.sql's turn_context), and what its budget estimates
 -- it at (turn_input_tokens). The latest of each chat (one conversation a surface), then the latest
 -- of those: not the person's messages filtered by their conversation, which read a day of their
@@ -184,7 +185,8 @@ $$;
 -- `answering`: one whose own attempt may still answer it, which the web turn reads marked
 -- (context_window: a question still being answered on the chat app).
 create function crossmem_private.chats_latest(
-    p_user_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint, p_limit integer
+    p_user_id uuid, p_since timestamptz, p_until_at timestamptz, p_until_id bigint, p_limit integer,
+    p_except uuid
 ) returns table (id bigint, conversation_id uuid, surface public.surface, role text, content text,
                  created_at timestamptz, answering boolean)
     language plpgsql stable set search_path = '' as $$
@@ -199,7 +201,7 @@ begin
                                        and (m.created_at, m.id) <= (p_until_at, p_until_id)
                                      order by m.created_at desc, m.id desc
                                      limit p_limit) l
-                where c.user_id = p_user_id and c.surface <> 'web'
+                where c.user_id = p_user_id and c.surface <> 'web' and c.id is distinct from p_except
                 order by l.created_at desc, l.id desc
                 limit p_limit)
     select t.id, t.conversation_id, t.surface, t.role, t.content, t.created_at,

@@ -207,7 +207,8 @@ begin
                                                 '-infinity')
                  order by m.created_at desc, m.id desc limit p_max_messages) w;
         v_eighths := v_eighths + (select coalesce(sum(3 * octet_length(w.content) - char_length(w.content)), 0)
-                                    from crossmem_private.chats_latest(p_user_id, p_since, 'infinity', 0, p_web_prepend) w);
+                                    from crossmem_private.chats_latest(p_user_id, p_since, 'infinity', 0, p_web_prepend,
+                                                                      p_conversation_id) w);
     else
         select coalesce(sum(3 * octet_length(w.content) - char_length(w.content)), 0) into v_eighths
           from (select m.content from public.messages m
@@ -367,7 +368,9 @@ begin
                                                          p_max_messages, p_window_step);
         history := public.context_window(p_user_id, p_conversation_id, v_length.since, p_message_at, p_message_id,
                                          p_max_messages, p_window_step, v_length.total);
-        if conversation_surface = 'web' and p_web_prepend > 0 then
+        -- A web conversation, or a chat's thread the web page is in (the person types at their desk in
+        -- their [Telegram] one): the other apps' latest before it, as Telegram itself reads them.
+        if p_web_prepend > 0 then
             -- the window's shape (context.sql): its columns, oldest first, and the ids read marked
             select case when count(*) = 0 then '[]'::json
                         else json_build_array(array_agg(s.id), array_agg(s.conversation_id), array_agg(s.surface),
@@ -375,7 +378,7 @@ begin
                                               array_agg(s.id) filter (where s.answering)) end
               into prepend
               from (select l.* from crossmem_private.chats_latest(p_user_id, p_since, p_message_at, p_message_id,
-                                                                  p_web_prepend) l
+                                                                  p_web_prepend, p_conversation_id) l
                      order by l.created_at, l.id) s;
         end if;
     else
