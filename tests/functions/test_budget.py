@@ -227,3 +227,31 @@ def test_a_chat_linked_again_straight_after_unlinking_brings_its_day_back(
         say("/unlink")
         link()
     assert len(fake_anthropic.requests) - asked == 3
+
+
+@pytest.mark.parametrize("erase", ["/forget", "delete the thread"])
+def test_a_chat_whose_thread_was_erased_leaves_with_its_day_when_unlinked(
+    environment: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_telegram: FakeTelegram, erase: str
+) -> None:
+    """Unlinking takes the day the chat spent with it, found by the messages it counted: a chat whose
+    messages were forgotten (`/forget confirm`) or deleted (the web's DELETE of its [Telegram] thread)
+    before `/unlink` left its day with the web account and started a new one, three turns more each
+    time (and forgetting gives no turns back)."""
+    web_person = uuid.uuid4()
+    say, web = three_turns_a_day(environment, fake_anthropic)
+    say(f"/link {web.post('/links', headers=bearer(web_person)).get_json()['code']}")
+    asked = len(fake_anthropic.requests)
+    for index in range(3):
+        say(f"Note {index}")
+    if erase == "/forget":
+        say("/forget")
+        say("/forget confirm")
+    else:
+        [thread] = web.get("/conversations", headers=bearer(web_person)).get_json()["conversations"]
+        assert web.delete(f"/conversations/{thread['id']}", headers=bearer(web_person)).status_code == 204
+    say("/unlink")
+    say("Note 3")
+    assert len(fake_anthropic.requests) - asked == 3
+    assert fake_telegram.sent()[-1]["text"].startswith("You've written a lot in a short time, so I'm taking a pause.")
+    # The web account keeps the day it spent itself: none.
+    assert web.post("/", json={"message": "hi"}, headers=bearer(web_person)).status_code == 200

@@ -27,7 +27,11 @@ create table public.turn_usage (
     -- of `tokens`, what turns of this message reserved and have not settled yet
     reserved integer not null default 0,
     -- the attempts end_attempt has settled: a call retried after its commit settles nothing twice
-    settled uuid[] not null default '{}'
+    settled uuid[] not null default '{}',
+    -- The chat that spent it (its message's surface and sender; the web's, no chat): unlinking takes
+    -- the chat's day with it (links.sql's unlink_identities) once its messages are forgotten too.
+    surface public.surface,
+    sender text
 );
 alter table public.turn_usage enable row level security;  -- who reads what: access.sql
 create index turn_usage_by_user on public.turn_usage (user_id, at desc);
@@ -104,6 +108,9 @@ create table public.voice_usage (
     seconds integer not null check (seconds >= 0),
     -- while a note of this message is at the transcriber: when it was reserved
     in_flight_since timestamptz,
+    -- the chat that spent it, as turn_usage's
+    surface public.surface,
+    sender text,
     primary key (user_id, message_id)
 );
 alter table public.voice_usage enable row level security;  -- who reads what: access.sql
@@ -116,6 +123,8 @@ create or replace function public.reserve_voice_seconds(
 ) returns text language plpgsql set search_path = '' as $$
 declare
     v_now timestamptz := clock_timestamp();
+    v_surface public.surface;
+    v_sender text;
 begin
     if p_seconds_per_day <= 0 then
         return 'reserved';
@@ -131,8 +140,9 @@ begin
        + greatest(p_seconds, 0) > p_seconds_per_day then
         return 'used_up';
     end if;
-    insert into public.voice_usage (user_id, message_id, seconds, in_flight_since)
-         values (p_user_id, p_message_id, greatest(p_seconds, 0), v_now)
+    select m.surface, m.sender into v_surface, v_sender from public.messages m where m.id = p_message_id;
+    insert into public.voice_usage (user_id, message_id, seconds, in_flight_since, surface, sender)
+         values (p_user_id, p_message_id, greatest(p_seconds, 0), v_now, v_surface, v_sender)
     on conflict (user_id, message_id) do update
         set seconds = public.voice_usage.seconds + excluded.seconds, in_flight_since = v_now;
     return 'reserved';

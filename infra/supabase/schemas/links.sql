@@ -395,16 +395,18 @@ begin
         returning i.surface, i.external_id, i.user_id
     ), turns as (
         -- What the chat spent today leaves with it, for the person its next message makes
-        -- (turn_person): unlinking and linking again never starts a new day.
+        -- (turn_person): unlinking and linking again never starts a new day. Found by the chat the
+        -- count names, not by its message: one forgotten or deleted since left its day behind, and
+        -- the chat started a new one.
         update public.turn_usage u set user_id = crossmem_private.unlinked_person(g.surface, g.external_id)
-          from gone g, public.messages m
+          from gone g
          where u.user_id = g.user_id and u.at > clock_timestamp() - interval '24 hours'
-           and m.id = u.message_id and m.surface = g.surface and m.sender = g.external_id
+           and u.surface = g.surface and u.sender = g.external_id
     ), voice as (
         update public.voice_usage v set user_id = crossmem_private.unlinked_person(g.surface, g.external_id)
-          from gone g, public.messages m
+          from gone g
          where v.user_id = g.user_id and v.at > clock_timestamp() - interval '24 hours'
-           and m.id = v.message_id and m.surface = g.surface and m.sender = g.external_id
+           and v.surface = g.surface and v.sender = g.external_id
     ), windows as (
         -- When it last wrote outside the thread (follow_ups.sql's wrote_outside_thread) leaves too:
         -- no reminder of the person's is said to a number no longer theirs as if it had written.

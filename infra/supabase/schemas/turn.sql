@@ -341,8 +341,8 @@ begin
                  nextval('public.messages_id_seq'))
       returning id, messages.created_at, messages.reply_id into message_id, created_at, reply_id;
     if p_counted then
-        insert into public.turn_usage (message_id, user_id, at, tokens, reserved)
-             values (message_id, p_user_id, created_at, p_reserved, p_reserved);
+        insert into public.turn_usage (message_id, user_id, at, tokens, reserved, surface, sender)
+             values (message_id, p_user_id, created_at, p_reserved, p_reserved, p_surface, p_sender);
     end if;
 end;
 $$;
