@@ -179,6 +179,43 @@ def test_under_the_owner_policy_a_strangers_edit_is_refused_and_changes_nothing(
     assert len(fake_anthropic.requests) == 1
 
 
+def telegram_thread_on_the_page(apps: Apps, *said: str) -> tuple[uuid.UUID, dict[str, Any], list[dict[str, Any]]]:
+    """A web account linked to the test's Telegram chat, which said `said` (each answered), and the
+    page of that [Telegram] thread as loadMessages loads it: the person, the thread, the page."""
+    person = uuid.uuid4()
+    telegram(apps, f"/link {new_code(apps, person)['code']}")
+    for text in said:
+        said_there = apps.telegram.post("/", json=update(text, user_id=apps.chat), headers=TELEGRAM_HEADERS)
+        assert said_there.status_code == 200
+    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
+    return person, thread, loaded(apps.web, person, thread["id"])
+
+
+def ui_stream(person: uuid.UUID) -> dict[str, str]:
+    """The headers of useChat's request, signed in as `person`."""
+    return {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+
+
+def read_on_the_page(apps: Apps, person: uuid.UUID, body: dict[str, Any], fake: FakeAnthropic) -> list[str]:
+    """useChat's `body` sent from the page, answered: what the model read, each turn without its tag."""
+    assert apps.web.post("/", json=body, headers=ui_stream(person)).status_code == 200
+    return [text.split("] ", 1)[-1] for text in sent_texts(fake.requests[-1])]
+
+
+def asked_twice(
+    apps: Apps, person: uuid.UUID, thread: dict[str, Any], page: list[dict[str, Any]], fake: FakeAnthropic
+) -> list[str]:
+    """The page asks, is answered, and asks again, its thread then holding its question and answer
+    as the live page shows them: what the model read at the second send, each turn's text."""
+    asking = ui_stream(person)
+    body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When should I leave to pick her up?"))
+    assert b'"outcome": "answered"' in apps.web.post("/", json=body, headers=asking).get_data()
+    *_, question, answer = loaded(apps.web, person, thread["id"])
+    body = chat_body(thread["id"], *page, question, answer, ui_message("page-2", "user", "And to be back by two?"))
+    assert apps.web.post("/", json=body, headers=asking).status_code == 200
+    return sent_texts(fake.requests[-1])
+
+
 def test_a_web_page_of_the_telegram_thread_loaded_before_an_edit_reads_the_corrected_text(
     apps: Apps, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -186,20 +223,12 @@ def test_a_web_page_of_the_telegram_thread_loaded_before_an_edit_reads_the_corre
     on that page: its history still holds the words it loaded. Seen failing with the model reading
     "Carmen arrives Thursday", the words the person corrected, and not the correction (a review of a
     day across every app): another app's message under its stored id is read as stored."""
-    person = uuid.uuid4()
-    telegram(apps, f"/link {new_code(apps, person)['code']}")
-    said = update("Carmen arrives Thursday", user_id=apps.chat)
-    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
-    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
-    page = loaded(apps.web, person, thread["id"])
+    person, thread, page = telegram_thread_on_the_page(apps, "Carmen arrives Thursday")
     edit = update("Carmen arrives Friday", user_id=apps.chat)
     edit["edited_message"] = {**edit.pop("message"), "edit_date": 1732879999}
     assert apps.telegram.post("/", json=edit, headers=TELEGRAM_HEADERS).get_json() == {"ok": True, "edit": "edited"}
     body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When does Carmen arrive?"))
-    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
-    assert apps.web.post("/", json=body, headers=asking).status_code == 200
-    texts = sent_texts(fake_anthropic.requests[-1])
-    assert [text.split("] ", 1)[-1] for text in texts] == [
+    assert read_on_the_page(apps, person, body, fake_anthropic) == [
         "Carmen arrives Friday (edited)",
         "Noted.",
         "When does Carmen arrive?",
@@ -214,19 +243,11 @@ def test_a_web_page_of_the_telegram_thread_reads_what_was_said_on_telegram_since
     model reads it, with its answer, after the page's thread and before the question, as a new web
     conversation reads the other apps' latest. Seen failing with the model reading the page's
     thread alone (a review of a day across every app)."""
-    person = uuid.uuid4()
-    telegram(apps, f"/link {new_code(apps, person)['code']}")
-    said = update("Carmen arrives Thursday", user_id=apps.chat)
-    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
-    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
-    page = loaded(apps.web, person, thread["id"])
+    person, thread, page = telegram_thread_on_the_page(apps, "Carmen arrives Thursday")
     later = update("Her train is delayed to noon", user_id=apps.chat)
     assert apps.telegram.post("/", json=later, headers=TELEGRAM_HEADERS).status_code == 200
     body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When should I leave to pick her up?"))
-    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
-    assert apps.web.post("/", json=body, headers=asking).status_code == 200
-    texts = sent_texts(fake_anthropic.requests[-1])
-    assert [text.split("] ", 1)[-1] for text in texts] == [
+    assert read_on_the_page(apps, person, body, fake_anthropic) == [
         "Carmen arrives Thursday",
         "Noted.",
         "Her train is delayed to noon",
@@ -242,20 +263,11 @@ def test_an_edit_on_the_page_of_the_telegram_thread_reads_nothing_of_what_it_rep
     the edit): what followed the edited message in the stored thread is what the edit replaces, not
     what the phone said since the page loaded, and is not read. Seen failing with every send's
     page taken for the whole thread: the replaced "at 9" and its answer read before the edit."""
-    person = uuid.uuid4()
-    telegram(apps, f"/link {new_code(apps, person)['code']}")
-    for text in ("Carmen arrives Thursday", "Her train is at 9"):
-        assert (
-            apps.telegram.post("/", json=update(text, user_id=apps.chat), headers=TELEGRAM_HEADERS).status_code == 200
-        )
-    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
-    page = loaded(apps.web, person, thread["id"])
+    person, thread, page = telegram_thread_on_the_page(apps, "Carmen arrives Thursday", "Her train is at 9")
     edit = ui_message(page[2]["id"], "user", "Her train is at 10")
     body = {**chat_body(thread["id"], *page[:2], edit), "messageId": edit["id"]}
-    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
-    assert apps.web.post("/", json=body, headers=asking).status_code == 200
-    texts = sent_texts(fake_anthropic.requests[-1])
-    assert [text.split("] ", 1)[-1] for text in texts] == ["Carmen arrives Thursday", "Noted.", "Her train is at 10"]
+    read = read_on_the_page(apps, person, body, fake_anthropic)
+    assert read == ["Carmen arrives Thursday", "Noted.", "Her train is at 10"]
 
 
 def test_a_web_page_of_the_telegram_thread_still_reads_what_was_said_on_telegram_at_its_next_send(
@@ -266,21 +278,10 @@ def test_a_web_page_of_the_telegram_thread_still_reads_what_was_said_on_telegram
     with the model reading the page's thread alone at that second send (what the phone said came
     before the page's newest message, its own answer): the page's web turns since take none of it
     off its reading, and it is read where it was said, before them."""
-    person = uuid.uuid4()
-    telegram(apps, f"/link {new_code(apps, person)['code']}")
-    said = update("Carmen arrives Thursday", user_id=apps.chat)
-    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
-    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
-    page = loaded(apps.web, person, thread["id"])
+    person, thread, page = telegram_thread_on_the_page(apps, "Carmen arrives Thursday")
     later = update("Her train is delayed to noon", user_id=apps.chat)
     assert apps.telegram.post("/", json=later, headers=TELEGRAM_HEADERS).status_code == 200
-    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
-    body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When should I leave to pick her up?"))
-    assert b'"outcome": "answered"' in apps.web.post("/", json=body, headers=asking).get_data()
-    *_, question, answer = loaded(apps.web, person, thread["id"])  # what the live page shows of its turn
-    body = chat_body(thread["id"], *page, question, answer, ui_message("page-2", "user", "And to be back by two?"))
-    assert apps.web.post("/", json=body, headers=asking).status_code == 200
-    texts = sent_texts(fake_anthropic.requests[-1])
+    texts = asked_twice(apps, person, thread, page, fake_anthropic)
     assert [text.split("] ", 1)[-1] for text in texts] == [
         "Carmen arrives Thursday",
         "Noted.",
@@ -300,23 +301,12 @@ def test_a_telegram_message_a_pages_question_answered_is_not_answered_again_at_i
     owed, it is that turn's to answer). At the page's next send it is read where it was said, before
     that question, answered: read after the page's thread, it would end the thread with the new
     question, unanswered, and be answered again."""
-    person = uuid.uuid4()
-    telegram(apps, f"/link {new_code(apps, person)['code']}")
-    said = update("Carmen arrives Thursday", user_id=apps.chat)
-    assert apps.telegram.post("/", json=said, headers=TELEGRAM_HEADERS).status_code == 200
-    [thread] = apps.web.get("/conversations", headers=bearer(person)).get_json()["conversations"]
-    page = loaded(apps.web, person, thread["id"])
+    person, thread, page = telegram_thread_on_the_page(apps, "Carmen arrives Thursday")
     fake_anthropic.behaviour = "500"
     later = update("Her train is delayed to noon", user_id=apps.chat)
     assert apps.telegram.post("/", json=later, headers=TELEGRAM_HEADERS).status_code == 200
     fake_anthropic.behaviour = "ok"
-    asking = {**bearer(person), "Accept": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
-    body = chat_body(thread["id"], *page, ui_message("page-1", "user", "When should I leave to pick her up?"))
-    assert b'"outcome": "answered"' in apps.web.post("/", json=body, headers=asking).get_data()
-    *_, question, answer = loaded(apps.web, person, thread["id"])
-    body = chat_body(thread["id"], *page, question, answer, ui_message("page-2", "user", "And to be back by two?"))
-    assert apps.web.post("/", json=body, headers=asking).status_code == 200
-    texts = sent_texts(fake_anthropic.requests[-1])
+    texts = asked_twice(apps, person, thread, page, fake_anthropic)
     assert [[line.split("] ", 1)[-1] for line in text.split("\n\n")] for text in texts] == [
         ["Carmen arrives Thursday"],
         ["Noted."],
