@@ -318,6 +318,11 @@ class TurnStart:
         quotes, when it is a reply, so the model reads what the person answered."""
         return content if self.quoted is None else f'[replying to: "{self.quoted}"] {content}'
 
+    def thread(self) -> list[StoredMessage]:
+        """Of `history`, the turn's own conversation's: a chat's window spans the person's
+        conversations, and a web page of that chat's thread shows that thread alone."""
+        return [message for message in self.history if message.conversation_id == self.conversation_id]
+
 
 @dataclass(frozen=True)
 class ConversationPage:

@@ -97,8 +97,10 @@ def ui_turn(body: UIChatRequest, person: uuid.UUID) -> tuple[TurnRequest, str | 
     # first ones or an earlier edit's): the page shows this message there. A Try again of an earlier
     # reply (regenerate with its id) drops what followed it from the page, as an edit does; a Try
     # again of the last one (no id) drops nothing.
-    named = body.messageId is not None and (body.messageId == last.id or body.trigger == "regenerate-message")
-    named = named or other_words  # another app's message the page shows, sent with other words: its edit
+    # Another app's message the page shows, sent with other words, is its edit, named or not.
+    named = other_words or (
+        body.messageId is not None and (body.messageId == last.id or body.trigger == "regenerate-message")
+    )
     replaces = edits if named else None
     history = undeclined(
         [

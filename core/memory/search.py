@@ -232,10 +232,7 @@ class MemorySearch:
             return None
         own = turn.start.history if turn.client_history is None else turn.client_history
         if turn.client_history is not None and turn.history_is_page:
-            thread = [
-                message for message in turn.start.history if message.conversation_id == turn.start.conversation_id
-            ]
-            own = [*own, *read_after_page(thread, turn.client_history)]
+            own = [*own, *read_after_page(turn.start.thread(), turn.client_history)]
         # the message it answers comes after them: a reply that ends them is shown
         seen = {item.id for item in from_their_first([*turn.start.prepend, *own]) if item.id is not None}
         seen |= turn.start.answered_elsewhere

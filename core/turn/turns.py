@@ -545,11 +545,7 @@ class Turns:
         items: Sequence[ContextItem | StoredMessage]
         # A page's turn in another app's thread (its edit of that app's message) reads the page's
         # thread: of the window over every conversation that app's turns read, only that thread's.
-        history = (
-            start.history
-            if request.client_history is None
-            else [message for message in start.history if message.conversation_id == start.conversation_id]
-        )
+        history = start.history if request.client_history is None else start.thread()
         elsewhere = start.answered_elsewhere
         if start.degraded:
             current = ContextItem(Role.USER, storable(request.text), request.surface, datetime.now(UTC))
