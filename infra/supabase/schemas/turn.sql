@@ -348,8 +348,8 @@ end;
 $$;
 
 -- What the model reads with the message (p_message_id, at p_message_at): on the web the
--- conversation's own window and, for a web conversation, the latest messages of the person's
--- other apps since p_since; elsewhere the person's window over every conversation; and the
+-- conversation's own window and the latest messages of the person's other apps since p_since (but
+-- that conversation's, when the page is in a chat's thread); elsewhere the person's window over every conversation; and the
 -- person's notes. Its parts are returned apart, for begin_turn's one answer. Not `stable`: the
 -- web's count of its conversation may move the conversation's mark (context.sql).
 create or replace function crossmem_private.turn_context(
